@@ -1,0 +1,168 @@
+"""Transformer architectures as small graph descriptions.
+
+An ``Arch`` lists the structural facts that real families vary (norm kind, MLP kind, biases,
+tied embeddings, parallel attention+MLP, post-norm, ...); ``build_graph`` turns it into a
+``Graph`` of three blocks, ``embed``, ``layer`` (repeated ``l`` times) and ``head``. Every
+formula in the catalog is derived from these graphs.
+
+>>> from symbolic.derive import parameters
+>>> from symbolic.dims import h
+>>> g = build_graph(GPT, relations=GPT_RELATIONS)
+>>> sp.expand(parameters(g, blocks=["layer"], per_repeat=True).total.xreplace(g.relations))
+12*h**2 + 13*h
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import sympy as sp
+
+from symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
+from symbolic.dtypes import DType, dtype
+from symbolic.graph import Block, Graph
+from symbolic.ops import INT64, BlockBuilder
+from symbolic.tensor import Tensor
+
+__all__ = ["Arch", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "build_graph"]
+
+Norm = Literal["layernorm", "rmsnorm"]
+Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    """Structural facts of a transformer family (sizes live in ``Model``)."""
+
+    family: str
+    norm: Norm = "layernorm"
+    norm_bias: bool = True
+    mlp: Mlp = "gelu"
+    qkv_bias: bool = True
+    out_bias: bool = True
+    mlp_bias: bool = True
+    positions: Literal["learned", "rotary", "alibi", "none"] = "learned"
+    tied_embeddings: bool = True
+    parallel_block: bool = False  # attention and MLP both read the layer input (GPT-J, NeoX)
+    shared_norm: bool = False  # parallel block with a single norm (GPT-J, Falcon)
+    post_norm: bool = False  # norm after the residual add (BERT)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    final_norm: bool = True
+    lm_head: bool = True
+    lm_head_bias: bool = False
+    embed_norm: bool = False  # a norm right after the embeddings (BERT, BLOOM)
+    token_types: bool = False  # BERT segment embeddings
+    pooler: bool = False  # BERT pooler (h x h dense)
+
+    def __post_init__(self) -> None:
+        if self.shared_norm and not self.parallel_block:
+            raise ValueError("shared_norm needs parallel_block")
+
+
+GPT = Arch("gpt")
+LLAMA = Arch("llama", norm="rmsnorm", norm_bias=False, mlp="swiglu", qkv_bias=False, out_bias=False,
+             mlp_bias=False, positions="rotary", tied_embeddings=False)
+BERT = Arch("bert", post_norm=True, final_norm=False, lm_head=False, embed_norm=True, token_types=True,
+            pooler=True)
+
+#: Letters the literature uses for GPT: head dim h/a, one KV head per head, FFN 4h.
+GPT_RELATIONS = {d_h: h / a, a_kv: a, f: 4 * h}
+LLAMA_RELATIONS = {d_h: h / a}
+
+
+def _norm(bb: BlockBuilder, arch: Arch, path: str, x: Tensor) -> Tensor:
+    if arch.norm == "rmsnorm":
+        return bb.rms_norm(path, x)
+    return bb.layer_norm(path, x, bias=arch.norm_bias)
+
+
+def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+    qkv = bb.linear("attn/qkv", x, (a + 2 * a_kv) * d_h, bias=arch.qkv_bias, parallel="column")
+    q, k, v = bb.split_heads("attn/qkv", qkv, (a, a_kv, a_kv), d_h)
+    if arch.qk_norm:
+        q = bb.head_norm("attn/q_norm", q, "rms_norm")
+        k = bb.head_norm("attn/k_norm", k, "rms_norm")
+    if arch.positions == "rotary":
+        q, k = bb.rotary("attn/rotary_q", q), bb.rotary("attn/rotary_k", k)
+    ctx = bb.attention("attn/core", q, k, v, dropout=dropout)
+    out = bb.linear("attn/proj", ctx, h, bias=arch.out_bias, parallel="row")
+    return bb.dropout("attn/dropout", out) if dropout else out
+
+
+def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+    if arch.mlp in ("swiglu", "geglu"):
+        gate = bb.linear("mlp/gate", x, f, bias=arch.mlp_bias, parallel="column")
+        up = bb.linear("mlp/up", x, f, bias=arch.mlp_bias, parallel="column")
+        hidden = bb.gated("mlp/act", gate, up, "silu" if arch.mlp == "swiglu" else "gelu")
+    else:
+        hidden = bb.activation("mlp/act", bb.linear("mlp/fc1", x, f, bias=arch.mlp_bias, parallel="column"),
+                               arch.mlp)
+    out = bb.linear("mlp/fc2", hidden, h, bias=arch.mlp_bias, parallel="row")
+    return bb.dropout("mlp/dropout", out) if dropout else out
+
+
+def _layer(arch: Arch, act: DType, dropout: bool) -> Block:
+    bb = BlockBuilder("layer", (b, s, h), act)
+    x = bb.input
+    if arch.post_norm:
+        r = _norm(bb, arch, "norm1", bb.add("residual1", x, _attention(bb, arch, x, dropout)))
+        _norm(bb, arch, "norm2", bb.add("residual2", r, _mlp(bb, arch, r, dropout)))
+    elif arch.parallel_block:
+        n1 = _norm(bb, arch, "norm1", x)
+        n2 = n1 if arch.shared_norm else _norm(bb, arch, "norm2", x)
+        attn, mlp = _attention(bb, arch, n1, dropout), _mlp(bb, arch, n2, dropout)
+        bb.add("residual", x, bb.add("attn+mlp", attn, mlp))
+    else:
+        r = bb.add("residual1", x, _attention(bb, arch, _norm(bb, arch, "norm1", x), dropout))
+        bb.add("residual2", r, _mlp(bb, arch, _norm(bb, arch, "norm2", r), dropout))
+    return bb.build(repeat=l)
+
+
+def _embed(arch: Arch, act: DType, dropout: bool) -> Block:
+    bb = BlockBuilder("embed", (b, s), act, input_dtype=INT64, input_role="token-ids")
+    x = bb.embedding("tokens", bb.input, V, h, parallel="vocab")
+    if arch.positions == "learned":
+        positions = Tensor("positions", (s,), INT64, role="token-ids")
+        x = bb.add("add_positions", x, bb.embedding("positions", positions, n_ctx, h))
+    if arch.token_types:
+        types = Tensor("token_types", (b, s), INT64, role="token-ids", seq_axis=1)
+        x = bb.add("add_token_types", x, bb.embedding("token_types", types, n_type, h))
+    if arch.embed_norm:
+        x = _norm(bb, arch, "norm", x)
+    if dropout:
+        bb.dropout("dropout", x)
+    return bb.build()
+
+
+def _head(arch: Arch, act: DType) -> Block:
+    bb = BlockBuilder("head", (b, s, h), act)
+    x = _norm(bb, arch, "final_norm", bb.input) if arch.final_norm else bb.input
+    if arch.pooler:
+        bb.linear("pooler", x, h, bias=True)
+    if arch.lm_head:
+        tied = Tensor("embed/tokens.weight", (V, h), dtype("fp32"), role="weight", tp_axis=0)
+        logits = bb.linear("lm_head", x, V, bias=arch.lm_head_bias, parallel="vocab",
+                           weight=tied if arch.tied_embeddings else None,
+                           note="weight tied to embed/tokens" if arch.tied_embeddings else "")
+        bb.cross_entropy("loss", logits)
+    return bb.build()
+
+
+def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: bool = True,
+                relations: dict | None = None, name: str | None = None) -> Graph:
+    """The graph of a whole model: embeddings, ``l`` layers, head (final norm, LM head, loss).
+
+    Args:
+        arch: structural facts of the family.
+        activation_dtype: dtype of saved activations (16-bit under mixed precision).
+        dropout: whether dropout layers are present (training with dropout > 0).
+        relations: size relations used to print closed forms (e.g. ``{d_h: h/a}``).
+    """
+    act = dtype(activation_dtype)
+    blocks = (_embed(arch, act, dropout), _layer(arch, act, dropout), _head(arch, act))
+    return Graph(name or arch.family, blocks, relations=dict(relations or {}))
+
+
+def with_arch(arch: Arch, **changes: object) -> Arch:
+    return replace(arch, **changes)

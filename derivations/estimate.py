@@ -1,0 +1,174 @@
+"""The one entry point: a model plus options in, symbolic and exact numeric results out.
+
+>>> e = estimate("gpt2")
+>>> e.number("parameters")
+124439808
+>>> str(e.quantity("parameters_per_layer").closed_form())
+'12*h**2 + 13*h'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import sympy as sp
+
+from derivations.config import from_config, load_config
+from derivations.model_states import ZERO_CITATION, states_breakdown
+from derivations.models import Model
+from derivations.options import PROFILES, Options, OptionsError
+from derivations.presets import PRESETS, preset
+from derivations.quantity import Quantity
+from symbolic.derive import Breakdown, Term, activations, parameters
+from symbolic.dims import b, d, h, l, m, p, s, t, v
+from symbolic.errors import InvalidLayoutError
+from symbolic.formula import Citation
+from symbolic.graph import Graph
+from symbolic.simplify import collect_in, factor_out
+
+__all__ = ["Estimate", "estimate", "resolve_model"]
+
+KORTHIKANTI = Citation("Korthikanti et al. 2022", "arXiv:2205.05198", "Eq. 1, Table 2")
+
+
+def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
+    """A bundled name, a ``config.json`` path, a config dict, a transformers config or a Model."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, Mapping):
+        return from_config(model)
+    if hasattr(model, "to_dict") and hasattr(model, "model_type"):
+        return from_config(model.to_dict(), name=getattr(model, "name_or_path", None) or model.model_type)
+    name = str(model)
+    if name.lower() in PRESETS:
+        return preset(name)
+    if Path(name).exists() or name.endswith(".json") or "/" in name:
+        return load_config(name)
+    return preset(name)  # raises with the list of bundled names
+
+
+def _layout_values(opts: Options) -> dict[sp.Symbol, int]:
+    values = {t: opts.tp, p: opts.pp, d: opts.dp}
+    if opts.batch is not None:
+        values[b] = opts.batch
+    if opts.seq is not None:
+        values[s] = opts.seq
+    if opts.micro_batches is not None:
+        values[m] = opts.micro_batches
+    if opts.virtual_stages is not None:
+        values[v] = opts.virtual_stages
+    return values
+
+
+def check_layout(model: Model, opts: Options) -> None:
+    """Divisibility a Megatron layout needs; each violation is one clear error."""
+    z = model.sizes
+    checks = [(z["a"] % opts.tp, f"{z['a']} attention heads are not divisible by tensor-parallel degree {opts.tp}"),
+              (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
+               f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
+              (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
+              (z["l"] % opts.pp, f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp}")]
+    if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
+        checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
+    if opts.virtual_stages not in (None, 1) and z["l"] % (opts.pp * opts.virtual_stages):
+        checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
+    for remainder, message in checks:
+        if remainder:
+            raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Symbolic quantities of one model under one set of options, and the values to substitute."""
+
+    model: Model
+    options: Options
+    graph: Graph
+    quantities: tuple[Quantity, ...]
+    values: Mapping[sp.Symbol, int]
+
+    def quantity(self, key: str) -> Quantity:
+        for q in self.quantities:
+            if q.key == key:
+                return q
+        raise KeyError(f"no quantity {key!r}; have {', '.join(q.key for q in self.quantities)}")
+
+    def number(self, key: str) -> int:
+        return self.quantity(key).value(self.values)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.model.name, "mode": self.options.mode}
+        out.update({q.key: self.number(q.key) for q in self.quantities})
+        out["formulas"] = {q.key: str(q.closed_form()) for q in self.quantities}
+        out["strategies"] = list(self.graph.strategies)
+        return out
+
+
+def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
+    rel = graph.relations
+    return [
+        Quantity("parameters", "Parameters", parameters(graph), rel, form=lambda e: collect_in(e, l)),
+        Quantity("parameters_per_layer", "Parameters per layer", parameters(graph, ["layer"], per_repeat=True), rel),
+    ]
+
+
+def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
+    graph = base
+    for strategy in opts.strategies():
+        graph = strategy(graph)
+    ignore, why = PROFILES[opts.profile]
+    rel = graph.relations
+    per_gpu_params = parameters(graph)
+    states = states_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
+    acts = activations(graph, ignore)
+    layer = graph.block("layer")
+    per_layer = activations(replace(graph, blocks=(replace(layer, in_flight=sp.Integer(1)),)), ignore,
+                            per_repeat=True)
+    sbh = s * b * h
+    assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",)
+    overhead = Breakdown((Term("overhead", sp.Integer(opts.overhead_bytes)),), "bytes")
+    total = states + acts + overhead if opts.overhead_bytes else states + acts
+    return graph, [
+        Quantity("parameters_per_gpu", "Parameters held by one GPU", per_gpu_params, rel),
+        Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
+                 assumptions, form=lambda e: factor_out(e, sbh)),
+        Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
+        Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
+        Quantity("total_bytes", "Training memory per GPU", total, rel, None, assumptions),
+    ]
+
+
+def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Options | None = None,
+             **kwargs: Any) -> Estimate:
+    """Estimate parameters (and, with ``mode="train"``/``"infer"``, memory) of a model.
+
+    Args:
+        model: bundled name (``"llama-2-7b"``), ``config.json`` path, config dict or transformers config.
+        options: an ``Options``; or give its fields as keyword arguments.
+    """
+    if options is None:
+        try:
+            options = Options(**kwargs)
+        except TypeError as exc:
+            raise OptionsError(str(exc)) from None
+    resolved = resolve_model(model)
+    check_layout(resolved, options)
+    act = options.dtype if options.mode == "train" else "bf16"
+    base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
+    quantities = _param_quantities(resolved, base)
+    graph = base
+    if options.mode == "train":
+        graph, more = _train_quantities(resolved, options, base)
+        quantities += more
+    elif options.mode == "infer":
+        from derivations.inference import infer_quantities
+
+        graph, more = infer_quantities(resolved, options, base)
+        quantities += more
+    values = {**resolved.values(), **_layout_values(options)}
+    return Estimate(resolved, options, graph, tuple(quantities), values)
+
+

@@ -1,0 +1,72 @@
+"""Model states per GPU: weights, gradients and optimizer states, with ZeRO sharding.
+
+Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054 §3.1, §5): mixed-precision Adam keeps 2 bytes of
+16-bit weights, 2 of gradients and K = 12 of optimizer states (fp32 master weights, momentum and
+variance) per parameter: 16 bytes. ZeRO stage 1 shards the optimizer states over the d
+data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
+
+>>> from symbolic.dims import d
+>>> import sympy as sp
+>>> P = sp.Symbol("Psi", positive=True)
+>>> [states_breakdown(P, "bf16", "adamw", zero, d).total for zero in range(4)]
+[16*Psi, 4*Psi + 12*Psi/d, 2*Psi + 14*Psi/d, 16*Psi/d]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+from symbolic.derive import Breakdown, Term
+from symbolic.dtypes import dtype
+from symbolic.formula import Citation
+
+__all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "ZERO_CITATION"]
+
+ZERO_CITATION = Citation("Rajbhandari et al. 2020 (ZeRO)", "arXiv:1910.02054", "§3.1, §5, Figure 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Optimizer:
+    name: str
+    state_bytes: int  # bytes of optimizer state per parameter, master weights excluded
+    states: str
+    source: str
+
+
+OPTIMIZERS = {
+    "adamw": Optimizer("adamw", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1 (K = 12 with master)"),
+    "adam": Optimizer("adam", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1"),
+    "adam-8bit": Optimizer("adam-8bit", 2, "8-bit momentum + 8-bit variance (block scales neglected)",
+                           "Dettmers et al. 2022, arXiv:2110.02861"),
+    "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)"),
+    "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
+}
+
+
+def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr,
+                     offload: bool = False) -> Breakdown:
+    """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
+
+    16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
+    master copy counted with the optimizer states (ZeRO's K). With ``offload`` the optimizer
+    states (and master weights) live in CPU memory and are not counted here.
+    """
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    width = dtype(param_dtype).nbytes
+    mixed = width < 4
+    opt = OPTIMIZERS[optimizer]
+    k = opt.state_bytes + (4 if mixed else 0)
+    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
+    terms = [Term("model_states/weights", params * width / shard[0]),
+             Term("model_states/gradients", params * width / shard[1])]
+    if not offload:
+        terms.append(Term("model_states/optimizer", params * k / shard[2]))
+    return Breakdown(tuple(terms), "bytes")
+
+
+def optimizer_state_bytes(optimizer: str, param_dtype: str) -> int:
+    """K of the ZeRO paper: optimizer-state bytes per parameter (master copy included)."""
+    return OPTIMIZERS[optimizer].state_bytes + (4 if dtype(param_dtype).nbytes < 4 else 0)

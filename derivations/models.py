@@ -1,0 +1,93 @@
+"""A concrete model: an architecture plus its sizes.
+
+>>> from derivations.architectures import GPT
+>>> m = Model("tiny", GPT, {"h": 64, "a": 4, "l": 2, "V": 100, "n_ctx": 32})
+>>> m.sizes["f"], m.sizes["d_h"], m.sizes["a_kv"]
+(256, 16, 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import sympy as sp
+
+from derivations.architectures import Arch, build_graph
+from symbolic.dims import a, a_kv, d_h, f, h, sym
+from symbolic.errors import DerivationError
+from symbolic.graph import Graph
+
+__all__ = ["Model", "ModelError"]
+
+REQUIRED = ("h", "a", "l", "V")
+
+
+class ModelError(DerivationError):
+    """A model whose sizes are missing, non-positive or inconsistent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """Sizes by dimension name (``h``, ``a``, ``a_kv``, ``d_h``, ``f``, ``l``, ``V``, ``n_ctx``, ...).
+
+    Defaults: ``a_kv = a``, ``d_h = h / a``, ``f = 4h``. ``window`` is a sliding-attention
+    window (tokens) or None; ``max_positions`` the longest context the model supports.
+    """
+
+    name: str
+    arch: Arch
+    sizes: Mapping[str, int]
+    window: int | None = None
+    max_positions: int | None = None
+    source: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        sizes = dict(self.sizes)
+        for key in REQUIRED:
+            if key not in sizes:
+                raise ModelError(f"{self.name}: missing size {key!r}")
+        for key, value in sizes.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ModelError(f"{self.name}: size {key} must be a positive integer, got {value!r}")
+        sizes.setdefault("a_kv", sizes["a"])
+        if "d_h" not in sizes:
+            if sizes["h"] % sizes["a"]:
+                raise ModelError(f"{self.name}: hidden size {sizes['h']} is not divisible by {sizes['a']} heads;"
+                                 " give head_dim explicitly")
+            sizes["d_h"] = sizes["h"] // sizes["a"]
+        if sizes["a"] % sizes["a_kv"]:
+            raise ModelError(f"{self.name}: {sizes['a']} attention heads are not divisible by "
+                             f"{sizes['a_kv']} key/value heads")
+        sizes.setdefault("f", 4 * sizes["h"])
+        if self.arch.positions == "learned":
+            sizes.setdefault("n_ctx", self.max_positions or 0)
+            if sizes["n_ctx"] <= 0:
+                raise ModelError(f"{self.name}: learned positions need the number of positions (n_ctx)")
+        if self.arch.token_types:
+            sizes.setdefault("n_type", 2)
+        if self.window is not None and self.window <= 0:
+            raise ModelError(f"{self.name}: sliding window must be positive, got {self.window}")
+        object.__setattr__(self, "sizes", MappingProxyType(sizes))
+
+    def values(self) -> dict[sp.Symbol, int]:
+        """``{symbol: size}`` for substitution."""
+        return {sym(name): value for name, value in self.sizes.items()}
+
+    def relations(self) -> dict[sp.Symbol, sp.Expr]:
+        """Relations that hold for these sizes, used to print closed forms in few letters."""
+        z = self.sizes
+        rel: dict[sp.Symbol, sp.Expr] = {}
+        if z["d_h"] * z["a"] == z["h"]:
+            rel[d_h] = h / a
+        if z["a_kv"] == z["a"]:
+            rel[a_kv] = a
+        if z["f"] == 4 * z["h"]:
+            rel[f] = 4 * h
+        return rel
+
+    def graph(self, activation_dtype: str = "bf16", dropout: bool = True) -> Graph:
+        return build_graph(self.arch, activation_dtype=activation_dtype, dropout=dropout,
+                           relations=self.relations(), name=self.name)

@@ -1,0 +1,56 @@
+"""``memderive derive QUANTITY``: the simplified closed form of one quantity."""
+
+from __future__ import annotations
+
+import argparse
+
+from render.cli import add_model_options, add_strategy_options, options_from_args
+
+#: quantity name on the command line -> (mode it needs, quantity key)
+QUANTITIES = {
+    "params": ("params", "parameters"),
+    "params-per-layer": ("params", "parameters_per_layer"),
+    "activations": ("train", "activation_bytes_per_layer"),
+    "activations-total": ("train", "activation_bytes"),
+    "model-states": ("train", "model_state_bytes"),
+    "train-total": ("train", "total_bytes"),
+    "kv-cache": ("infer", "kv_cache_bytes"),
+    "weights": ("infer", "weight_bytes"),
+    "infer-total": ("infer", "total_bytes"),
+}
+#: symbolic placeholders for a derivation without a concrete step size
+_DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("derive", help="print the closed form of a quantity")
+    parser.add_argument("quantity", choices=tuple(QUANTITIES))
+    add_model_options(parser, required=False)
+    add_strategy_options(parser)
+    parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    parser.add_argument("-o", "--output")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from derivations.estimate import estimate
+
+    mode, key = QUANTITIES[args.quantity]
+    if args.batch is None:
+        args.batch = 1
+    if args.seq is None:
+        args.seq = 1
+    est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode))
+    quantity = est.quantity(key)
+    if args.format == "text":
+        text = f"{quantity.title} ({quantity.unit}) = {quantity.closed_form()}"
+    else:
+        from render.writeup import quantity_document  # issue 5
+
+        text = quantity_document(est, key, args.format)
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(text + "\n")
+    else:
+        print(text)
+    return 0

@@ -1,0 +1,34 @@
+"""Plain-text report of an estimate: closed forms, breakdowns and units."""
+
+from __future__ import annotations
+
+from derivations.estimate import Estimate
+from render.units import format_bytes, format_count
+
+__all__ = ["text_report"]
+
+
+def _amount(value: int, unit: str) -> str:
+    return format_bytes(value) if unit == "bytes" else format_count(value)
+
+
+def text_report(est: Estimate, depth: int = 3) -> str:
+    lines = [f"model: {est.model.name} ({est.model.arch.family}; {est.model.source or 'given'})"]
+    sizes = ", ".join(f"{k}={v}" for k, v in est.model.sizes.items())
+    lines.append(f"sizes: {sizes}")
+    if est.graph.strategies:
+        lines.append("strategies: " + "; ".join(est.graph.strategies))
+    for q in est.quantities:
+        lines += ["", f"{q.title} [{q.key}]", f"  closed form: {q.closed_form()}",
+                  f"  value: {_amount(q.value(est.values), q.unit)}"]
+        if q.citation:
+            lines.append(f"  source: {q.citation}")
+        grouped = q.breakdown.grouped(depth)
+        if len(grouped.terms) > 1:
+            lines.append("  breakdown:")
+            for term in grouped.terms:
+                value = q.__class__(q.key, q.title, grouped.where(lambda p, k=term.path: p == k), q.relations)
+                lines.append(f"    {term.path:<28} {value.value(est.values):>22,}")
+    for note in est.graph.assumptions:
+        lines.append(f"assumes: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""Sum a graph into closed forms, keeping a breakdown by node path.
+
+A ``Breakdown`` is an ordered tuple of ``Term(path, expr)``; its ``total`` is their sum, so the
+parts add up to the total by construction. ``path`` names the node that produced the term
+(``layer/attn/qkv``): that is the provenance a writeup shows.
+
+>>> from symbolic.ops import BlockBuilder
+>>> from symbolic.graph import Graph
+>>> from symbolic.dims import b, s, h, l
+>>> from symbolic.dtypes import dtype
+>>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+>>> _ = bb.linear("fc", bb.input, h, bias=False)
+>>> parameters(Graph("toy", (bb.build(repeat=l),))).total
+h**2*l
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import sympy as sp
+
+from symbolic.graph import Block, Graph, Op
+from symbolic.tensor import Tensor
+
+__all__ = ["Term", "Breakdown", "parameters", "activations", "evaluate", "per_block"]
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    path: str
+    expr: sp.Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Ordered terms of a quantity; ``unit`` is ``elements`` or ``bytes``."""
+
+    terms: tuple[Term, ...]
+    unit: str
+
+    @property
+    def total(self) -> sp.Expr:
+        return sp.Add(*(term.expr for term in self.terms))
+
+    def where(self, keep: Callable[[str], bool]) -> Breakdown:
+        return Breakdown(tuple(t for t in self.terms if keep(t.path)), self.unit)
+
+    def scaled(self, factor: sp.Expr) -> Breakdown:
+        return Breakdown(tuple(Term(t.path, t.expr * factor) for t in self.terms), self.unit)
+
+    def grouped(self, depth: int) -> Breakdown:
+        """Merge terms by the first ``depth`` components of their path, in order."""
+        merged: dict[str, sp.Expr] = {}
+        for term in self.terms:
+            key = "/".join(term.path.split("/")[:depth])
+            merged[key] = merged.get(key, sp.Integer(0)) + term.expr
+        return Breakdown(tuple(Term(k, e) for k, e in merged.items()), self.unit)
+
+    def __add__(self, other: Breakdown) -> Breakdown:
+        if self.unit != other.unit:
+            raise ValueError(f"cannot add {self.unit} to {other.unit}")
+        return Breakdown(self.terms + other.terms, self.unit)
+
+
+def _op_params(op: Op) -> sp.Expr:
+    return sp.Add(*(t.numel for t in op.params))
+
+
+def parameters(graph: Graph, blocks: Iterable[str] | None = None, per_repeat: bool = False) -> Breakdown:
+    """Parameter count (elements), one term per op that owns parameters."""
+    terms = []
+    for blk in graph.blocks:
+        if blocks is not None and blk.name not in blocks:
+            continue
+        scale = sp.Integer(1) if per_repeat else blk.repeat
+        terms += [Term(f"{blk.name}/{op.path}", scale * _op_params(op)) for op in blk.ops if op.params]
+    return Breakdown(tuple(terms), "elements")
+
+
+def _unique_saved(block: Block, ignore_roles: frozenset[str]) -> list[tuple[Op, Tensor]]:
+    """Each saved tensor once, attributed to the first op that saves it."""
+    seen: set[str] = set()
+    out = []
+    for op in block.ops:
+        for tensor in op.saved:
+            if tensor.name in seen or tensor.role in ignore_roles:
+                continue
+            seen.add(tensor.name)
+            out.append((op, tensor))
+    return out
+
+
+def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable[str] | None = None,
+                per_repeat: bool = False) -> Breakdown:
+    """Bytes autograd holds for backward, one term per op that saves something.
+
+    A block contributes ``repeat * in_flight`` copies (``per_repeat`` drops ``repeat``).
+    ``ignore_roles`` drops tensors a published profile neglects (e.g. ``norm-stats``).
+    """
+    ignore = frozenset(ignore_roles)
+    terms: list[Term] = []
+    for blk in graph.blocks:
+        if blocks is not None and blk.name not in blocks:
+            continue
+        scale = blk.in_flight * (sp.Integer(1) if per_repeat else blk.repeat)
+        by_op: dict[str, sp.Expr] = {}
+        for op, tensor in _unique_saved(blk, ignore):
+            by_op[op.path] = by_op.get(op.path, sp.Integer(0)) + tensor.nbytes
+        terms += [Term(f"{blk.name}/{path}", scale * expr) for path, expr in by_op.items()]
+    return Breakdown(tuple(terms), "bytes")
+
+
+def saved_tensors(block: Block, ignore_roles: Iterable[str] = ()) -> list[tuple[Op, Tensor]]:
+    """The tensors a block saves, each once (for writeups and tests)."""
+    return _unique_saved(block, frozenset(ignore_roles))
+
+
+def per_block(breakdown: Breakdown, block: str) -> sp.Expr:
+    return breakdown.where(lambda path: path.split("/")[0] == block).total
+
+
+def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, int]) -> sp.Expr:
+    """Substitute integer sizes exactly (no floats); raises if a symbol is left unbound.
+
+    >>> from symbolic.dims import h, l
+    >>> evaluate(l * (12 * h**2 + 13 * h), {h: 768, l: 12})
+    85054464
+    """
+    result = sp.sympify(expr).xreplace({k: sp.Integer(v) for k, v in values.items()})
+    free = result.free_symbols
+    if free:
+        names = ", ".join(sorted(str(x) for x in free))
+        raise ValueError(f"no value for {names}; give it with the model or the options")
+    return result

@@ -1,0 +1,43 @@
+"""Element types and their sizes in bytes (exact rationals: int4 is 1/2 byte)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy as sp
+
+__all__ = ["DType", "DTYPES", "dtype"]
+
+
+@dataclass(frozen=True, slots=True)
+class DType:
+    name: str
+    nbytes: sp.Rational
+
+    def __str__(self) -> str:
+        return self.name
+
+
+DTYPES: dict[str, DType] = {
+    name: DType(name, sp.Rational(size))
+    for name, size in (
+        ("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1), ("int8", 1),
+        ("int4", sp.Rational(1, 2)), ("bool", 1), ("int64", 8),
+    )
+}
+_ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "float8": "fp8", "float": "fp32", "uint8": "int8"}
+
+
+def dtype(name: str | DType) -> DType:
+    """Look up a dtype by name (``bf16``, ``float16``, ...).
+
+    >>> dtype("bfloat16").nbytes
+    2
+    """
+    if isinstance(name, DType):
+        return name
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[key]

@@ -1,0 +1,93 @@
+"""Ops, blocks and graphs: the frozen data model every derivation walks.
+
+A ``Graph`` is an ordered tuple of ``Block``s (``embed``, ``layer``, ``head``); a block repeats
+``repeat`` times (``l`` for the decoder layer) and holds ``in_flight`` copies of its saved
+activations at once (``p`` micro-batches on the first pipeline stage). A block is a tuple of
+``Op``s; each op declares the parameters it owns, the tensors autograd saves for backward and
+the tensor it produces. Tensors with the same name inside a block are the same tensor: two ops
+that save it store it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+import sympy as sp
+
+from symbolic.tensor import Tensor
+
+__all__ = ["Op", "Block", "Graph"]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One node: ``path`` (e.g. ``attn/qkv``), its kind, parameters, saved tensors and output."""
+
+    path: str
+    kind: str
+    params: tuple[Tensor, ...]
+    saved: tuple[Tensor, ...]
+    output: Tensor
+    note: str = ""
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
+        return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
+                       output=fn(self.output))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A named run of ops, repeated ``repeat`` times, ``in_flight`` activation copies held."""
+
+    name: str
+    ops: tuple[Op, ...]
+    input: Tensor
+    repeat: sp.Expr = sp.Integer(1)
+    in_flight: sp.Expr = sp.Integer(1)
+
+    def __post_init__(self) -> None:
+        paths = [op.path for op in self.ops]
+        if len(paths) != len(set(paths)):
+            raise ValueError(f"block {self.name}: duplicate op paths {paths}")
+
+    def map_ops(self, fn: Callable[[Op], Op]) -> Block:
+        return replace(self, ops=tuple(map(fn, self.ops)))
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Block:
+        return replace(self, ops=tuple(op.map_tensors(fn) for op in self.ops), input=fn(self.input))
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A model as blocks, with the relations between its sizes (e.g. ``d_h = h/a``).
+
+    ``relations`` rewrite a closed form into the literature's letters; ``strategies`` names the
+    transforms applied so far (for provenance in writeups); ``assumptions`` lists what the
+    derivation takes for granted.
+    """
+
+    name: str
+    blocks: tuple[Block, ...]
+    relations: Mapping[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    strategies: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+
+    def block(self, name: str) -> Block:
+        for blk in self.blocks:
+            if blk.name == name:
+                return blk
+        raise KeyError(f"graph {self.name} has no block {name!r}")
+
+    def has_block(self, name: str) -> bool:
+        return any(blk.name == name for blk in self.blocks)
+
+    def ops(self) -> Iterator[tuple[Block, Op]]:
+        for blk in self.blocks:
+            for op in blk.ops:
+                yield blk, op
+
+    def map_blocks(self, fn: Callable[[Block], Block], strategy: str, *assumptions: str) -> Graph:
+        return replace(self, blocks=tuple(map(fn, self.blocks)),
+                       strategies=self.strategies + (strategy,),
+                       assumptions=self.assumptions + assumptions)

@@ -1,0 +1,187 @@
+"""Op constructors: each returns an ``Op`` declaring parameters, saved tensors and output.
+
+What each op saves is what PyTorch autograd saves for the implementation named in the
+docstring (the reference implementations in ``tests/reference_layers.py`` are measured with
+``torch.autograd.graph.saved_tensors_hooks``). ``BlockBuilder`` chains them into a ``Block``.
+
+Shapes use the letters of ``symbolic.dims``: activations are ``(b, s, h)``, attention
+tensors ``(b, a, s, d_h)``, weights ``(out, in)`` as in ``torch.nn.Linear``.
+
+>>> from symbolic.dims import b, s, h
+>>> from symbolic.dtypes import dtype
+>>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+>>> y = bb.linear("fc", bb.input, 4 * h, bias=True, parallel="column")
+>>> sum(t.numel for t in bb.ops[-1].params)
+4*h**2 + 4*h
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import sympy as sp
+
+from symbolic.dtypes import DType, dtype
+from symbolic.graph import Block, Op
+from symbolic.tensor import Tensor
+
+__all__ = ["BlockBuilder", "PARAM_DTYPE"]
+
+#: Parameters are counted in elements; their bytes depend on the training/serving recipe.
+PARAM_DTYPE = dtype("fp32")
+FP32, BOOL, INT64 = dtype("fp32"), dtype("bool"), dtype("int64")
+
+Parallel = Literal["column", "row", "vocab", None]
+
+
+def _param(name: str, shape: tuple[sp.Expr, ...], role: str, tp_axis: int | None) -> Tensor:
+    return Tensor(name, shape, PARAM_DTYPE, role=role, tp_axis=tp_axis)
+
+
+class BlockBuilder:
+    """Accumulates ops of one block; ``build()`` freezes them into a ``Block``.
+
+    ``act`` is the activation dtype (16-bit under mixed precision).
+    """
+
+    def __init__(self, name: str, input_shape: tuple[sp.Expr, ...], act: DType,
+                 input_dtype: DType | None = None, input_role: str = "input") -> None:
+        self.name, self.act = name, act
+        self.ops: list[Op] = []
+        self.input = Tensor("in", tuple(input_shape), input_dtype or act, role=input_role,
+                            seq_axis=1 if len(input_shape) > 1 else None)
+
+    def _add(self, op: Op) -> Tensor:
+        self.ops.append(op)
+        return op.output
+
+    def _act(self, name: str, shape: tuple[sp.Expr, ...], role: str = "activation",
+             tp_axis: int | None = None, dt: DType | None = None, seq_axis: int | None = 1) -> Tensor:
+        return Tensor(name, shape, dt or self.act, role=role, tp_axis=tp_axis, seq_axis=seq_axis)
+
+    def build(self, repeat: sp.Expr = sp.Integer(1)) -> Block:
+        return Block(self.name, tuple(self.ops), self.input, repeat=sp.sympify(repeat))
+
+    # --- embeddings -------------------------------------------------------------------------
+    def embedding(self, path: str, ids: Tensor, rows: sp.Expr, width: sp.Expr, *,
+                  parallel: Parallel = None) -> Tensor:
+        """``nn.Embedding``: weight (rows, width); backward saves the int64 indices."""
+        tp_axis = 0 if parallel == "vocab" else None
+        weight = _param(f"{path}.weight", (rows, width), "weight", tp_axis)
+        out = self._act(f"{path}.out", (*ids.shape, width))
+        return self._add(Op(path, "embedding", (weight,), (ids,), out))
+
+    # --- linear layers ----------------------------------------------------------------------
+    def linear(self, path: str, x: Tensor, out_features: sp.Expr, *, bias: bool,
+               parallel: Parallel = None, weight: Tensor | None = None, note: str = "") -> Tensor:
+        """``nn.Linear``: weight (out, in), bias (out); saves its input.
+
+        ``parallel`` follows Megatron: ``column`` splits the output features over t ranks,
+        ``row`` splits the input features (its bias stays whole), ``vocab`` is a column split of
+        the output layer. ``weight`` given means the weight is owned elsewhere (tied).
+        """
+        in_features = x.shape[-1]
+        w_axis = {"column": 0, "vocab": 0, "row": 1, None: None}[parallel]
+        params: list[Tensor] = []
+        if weight is None:
+            params.append(_param(f"{path}.weight", (out_features, in_features), "weight", w_axis))
+        if bias:
+            params.append(_param(f"{path}.bias", (out_features,), "bias",
+                                 0 if parallel in ("column", "vocab") else None))
+        out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
+        out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
+        return self._add(Op(path, "linear", tuple(params), (x,), out, note))
+
+    # --- norms ------------------------------------------------------------------------------
+    def layer_norm(self, path: str, x: Tensor, *, bias: bool = True) -> Tensor:
+        """``F.layer_norm``: weight (and bias) of width h; saves input, fp32 mean and rstd."""
+        width = x.shape[-1]
+        params = [_param(f"{path}.weight", (width,), "weight", None)]
+        if bias:
+            params.append(_param(f"{path}.bias", (width,), "bias", None))
+        stats = tuple(self._act(f"{path}.{k}", x.shape[:-1], "norm-stats", dt=FP32) for k in ("mean", "rstd"))
+        out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
+        return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out))
+
+    def rms_norm(self, path: str, x: Tensor, *, weight: bool = True) -> Tensor:
+        """``F.rms_norm``: weight of width h; saves input and fp32 rstd."""
+        width = x.shape[-1]
+        params = (_param(f"{path}.weight", (width,), "weight", None),) if weight else ()
+        rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", dt=FP32,
+                         seq_axis=x.seq_axis if x.seq_axis is not None and x.seq_axis < len(x.shape) - 1 else None)
+        out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        return self._add(Op(path, "rms_norm", params, (x, rstd), out))
+
+    # --- pointwise --------------------------------------------------------------------------
+    def activation(self, path: str, x: Tensor, kind: str) -> Tensor:
+        """GeLU / ReLU / SiLU: saves its input (ReLU saves its output: same size)."""
+        out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
+        saved = out if kind == "relu" else x
+        return self._add(Op(path, kind, (), (saved,), out))
+
+    def gated(self, path: str, gate: Tensor, up: Tensor, kind: str) -> Tensor:
+        """``act(gate) * up`` (SwiGLU, GeGLU), unfused: saves gate, act(gate) and up."""
+        activated = self._act(f"{path}.act", gate.shape, tp_axis=gate.tp_axis)
+        out = self._act(f"{path}.out", gate.shape, tp_axis=gate.tp_axis)
+        return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out))
+
+    def dropout(self, path: str, x: Tensor) -> Tensor:
+        """``torch.native_dropout``: saves a 1-byte mask of the input's shape."""
+        mask = Tensor(f"{path}.mask", x.shape, BOOL, role="dropout-mask", tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        return self._add(Op(path, "dropout", (), (mask,), out))
+
+    def add(self, path: str, x: Tensor, y: Tensor) -> Tensor:
+        """Residual add: saves nothing."""
+        out = self._act(f"{path}.out", x.shape)
+        return self._add(Op(path, "add", (), (), out))
+
+    # --- attention --------------------------------------------------------------------------
+    def split_heads(self, path: str, qkv: Tensor, heads: tuple[sp.Expr, ...], d_head: sp.Expr,
+                    names: tuple[str, ...] = ("q", "k", "v")) -> tuple[Tensor, ...]:
+        """View a fused projection (b, s, sum(heads)*d_h) as per-head tensors (b, heads, s, d_h)."""
+        bsz, seq = qkv.shape[0], qkv.shape[1]
+        return tuple(self._act(f"{path}.{name}", (bsz, n_heads, seq, d_head), role=name, tp_axis=1, seq_axis=2)
+                     for name, n_heads in zip(names, heads))
+
+    def rotary(self, path: str, x: Tensor) -> Tensor:
+        """RoPE: ``x*cos + rotate_half(x)*sin`` saves only the cos/sin buffers (not activations)."""
+        out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers"))
+
+    def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
+        """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""
+        d_head = x.shape[-1]
+        weight = _param(f"{path}.weight", (d_head,), "weight", None)
+        rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", tp_axis=x.tp_axis, dt=FP32, seq_axis=2)
+        out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        return self._add(Op(path, kind, (weight,), (x, rstd), out))
+
+    def attention(self, path: str, q: Tensor, k: Tensor, v: Tensor, *, dropout: bool) -> Tensor:
+        """Eager scaled-dot-product attention as in Megatron-LM (fused scale-mask-softmax).
+
+        ``scores = q k^T / sqrt(d_h)`` (saves q, k), ``P = softmax(scores + mask)`` (saves P),
+        ``P' = dropout(P)`` (saves a 1-byte mask), ``ctx = P' v`` (saves P' and v). Grouped
+        queries share k, v without copying them (a_kv heads). The output is the context
+        ``(b, s, a*d_h)`` made contiguous for the output projection.
+        """
+        bsz, heads, seq, d_head = q.shape
+        s2 = (bsz, heads, seq, seq)
+        probs = self._act(f"{path}.softmax", s2, "attention-scores", tp_axis=1, seq_axis=2)
+        saved = [q, k, probs]
+        if dropout:
+            mask = Tensor(f"{path}.dropout.mask", s2, BOOL, role="attention-scores", tp_axis=1, seq_axis=2)
+            dropped = self._act(f"{path}.dropout.out", s2, "attention-scores", tp_axis=1, seq_axis=2)
+            saved += [mask, dropped]
+        saved.append(v)
+        out = self._act(f"{path}.out", (bsz, seq, heads * d_head), "attention-output", tp_axis=2)
+        return self._add(Op(path, "attention", (), tuple(saved), out))
+
+    def cross_entropy(self, path: str, logits: Tensor) -> Tensor:
+        """``F.cross_entropy(logits.float(), ...)``: log-softmax saves fp32 logits-sized output."""
+        saved = self._act(f"{path}.log_softmax", logits.shape, "logits", tp_axis=logits.tp_axis, dt=FP32)
+        out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
+        return self._add(Op(path, "cross_entropy", (), (saved,), out))
+
+    def output(self, x: Tensor) -> Tensor:
+        return x

@@ -1,0 +1,35 @@
+"""Rewrite closed forms into the shapes the literature prints.
+
+SymPy's ``simplify`` is slow and its output unpredictable; these rewrites are cheap and
+deterministic: expand, then factor a chosen monomial (``sbh``) or collect in a symbol (``l``).
+
+>>> from symbolic.dims import a, b, h, s
+>>> str(factor_out(34*s*b*h + 5*a*s**2*b, s*b*h))
+'(b*h*s)*(5*a*s/h + 34)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy as sp
+
+__all__ = ["closed_form", "factor_out", "collect_in"]
+
+
+def closed_form(expr: sp.Expr, relations: Mapping[sp.Symbol, sp.Expr] = {}) -> sp.Expr:
+    """Apply size relations (``d_h -> h/a``) and expand into a canonical polynomial."""
+    return sp.expand(sp.sympify(expr).xreplace(dict(relations)))
+
+
+def factor_out(expr: sp.Expr, monomial: sp.Expr) -> sp.Expr:
+    """``expr`` as ``monomial * (...)``, unevaluated, e.g. ``sbh(34 + 5as/h)``."""
+    inner = sp.expand(sp.expand(expr) / monomial)
+    if inner == 0:
+        return sp.Integer(0)
+    return sp.Mul(monomial, inner, evaluate=False)
+
+
+def collect_in(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+    """Group the terms of ``expr`` by powers of ``symbol``: ``l(12h^2 + 13h) + Vh + ...``."""
+    return sp.collect(sp.expand(expr), symbol)

@@ -1,0 +1,64 @@
+"""Parameter counts equal, to the unit, what transformers instantiates on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+import transformers
+
+from derivations.config import from_config
+from derivations.estimate import estimate
+from derivations.presets import PRESETS
+from tests.hf_meta import count_parameters
+
+BERT_AUTO = transformers.AutoModel  # BertModel (with pooler), as bert-base-uncased is published
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_matches_transformers(name: str) -> None:
+    config = transformers.AutoConfig.for_model(**PRESETS[name])
+    auto = BERT_AUTO if config.model_type == "bert" else transformers.AutoModelForCausalLM
+    assert estimate(name).number("parameters") == count_parameters(config, auto)
+
+
+# Real configs of each family, varied along the switches families differ in (small sizes keep
+# instantiation fast; the mapping is size-independent).
+FAMILY_CONFIGS = [
+    ("gpt2", dict(n_embd=96, n_head=4, n_layer=3, n_positions=64, vocab_size=500)),
+    ("gpt2", dict(n_embd=96, n_head=4, n_layer=2, n_positions=64, vocab_size=500, n_inner=200)),
+    ("gpt2", dict(n_embd=96, n_head=4, n_layer=2, n_positions=64, vocab_size=500, tie_word_embeddings=False)),
+    ("llama", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                   intermediate_size=344, vocab_size=1000)),
+    ("llama", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=8, num_hidden_layers=2,
+                   intermediate_size=300, vocab_size=1000, tie_word_embeddings=True, attention_bias=True,
+                   mlp_bias=True)),
+    ("llama", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=1, head_dim=48,
+                   num_hidden_layers=2, intermediate_size=300, vocab_size=1000)),
+    ("mistral", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                     intermediate_size=344, vocab_size=1000, sliding_window=64)),
+    ("qwen2", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                   intermediate_size=344, vocab_size=1000, tie_word_embeddings=True)),
+    ("qwen3", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                   num_hidden_layers=2, intermediate_size=344, vocab_size=1000)),
+    ("gemma", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=1, head_dim=64,
+                   num_hidden_layers=2, intermediate_size=344, vocab_size=1000)),
+    ("gpt_neox", dict(hidden_size=128, num_attention_heads=8, num_hidden_layers=2, intermediate_size=512,
+                      vocab_size=1000)),
+    ("gpt_neox", dict(hidden_size=128, num_attention_heads=8, num_hidden_layers=2, intermediate_size=512,
+                      vocab_size=1000, use_parallel_residual=False, tie_word_embeddings=True)),
+    ("bert", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, intermediate_size=384,
+                  vocab_size=700, max_position_embeddings=128, type_vocab_size=2)),
+]
+
+
+@pytest.mark.parametrize(("model_type", "fields"), FAMILY_CONFIGS,
+                         ids=[f"{t}-{i}" for i, (t, _) in enumerate(FAMILY_CONFIGS)])
+def test_family_config_matches_transformers(model_type: str, fields: dict) -> None:
+    config = transformers.AutoConfig.for_model(model_type, **fields)
+    auto = BERT_AUTO if model_type == "bert" else transformers.AutoModelForCausalLM
+    model = from_config(config.to_dict())
+    assert estimate(model).number("parameters") == count_parameters(config, auto)
+
+
+def test_transformers_config_object_is_accepted() -> None:
+    config = transformers.AutoConfig.for_model("gpt2", **FAMILY_CONFIGS[0][1])
+    assert estimate(config).number("parameters") == count_parameters(config)

@@ -1,0 +1,58 @@
+"""Property tests over random sizes (hypothesis)."""
+
+from __future__ import annotations
+
+import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from derivations.estimate import estimate
+from derivations.models import Model
+from derivations.architectures import GPT, LLAMA
+from symbolic.derive import parameters
+from symbolic.dims import sym
+
+
+@st.composite
+def models(draw):
+    arch = draw(st.sampled_from([GPT, LLAMA]))
+    a_kv = draw(st.integers(1, 4))
+    a = a_kv * draw(st.integers(1, 4))
+    d_head = draw(st.integers(1, 16))
+    sizes = {"h": a * d_head, "a": a, "a_kv": a_kv, "l": draw(st.integers(1, 6)), "V": draw(st.integers(1, 999)),
+             "f": draw(st.integers(1, 300)), "n_ctx": draw(st.integers(1, 99))}
+    if arch is LLAMA:
+        sizes.pop("n_ctx")
+    return Model("random", arch, sizes)
+
+
+def _numeric_count(model: Model) -> int:
+    """Substitute sizes into every parameter tensor's shape first, then add plain integers."""
+    values = {sym(k): v for k, v in model.sizes.items()}
+    total = 0
+    for blk, op in model.graph().ops():
+        repeat = int(blk.repeat.xreplace(values))
+        for tensor in op.params:
+            numel = 1
+            for axis in tensor.shape:
+                numel *= int(sp.sympify(axis).xreplace(values))
+            total += repeat * numel
+    return total
+
+
+@settings(max_examples=40, deadline=None)
+@given(models())
+def test_closed_form_equals_numeric_graph(model: Model) -> None:
+    est = estimate(model)
+    closed = est.quantity("parameters").closed_form()
+    assert int(closed.xreplace({sym(k): v for k, v in model.sizes.items()})) == _numeric_count(model)
+
+
+@settings(max_examples=20, deadline=None)
+@given(models())
+def test_breakdown_leaves_sum_to_total(model: Model) -> None:
+    bd = parameters(model.graph())
+    assert sp.expand(bd.total - sum(t.expr for t in bd.terms)) == 0
+    est = estimate(model)
+    leaves = est.quantity("parameters").term_values(est.values)
+    assert sum(v for _, _, v in leaves) == est.number("parameters")
