@@ -54,6 +54,7 @@ class Arch:
     embed_norm: bool = False  # a norm right after the embeddings (BERT, BLOOM)
     token_types: bool = False  # BERT segment embeddings
     pooler: bool = False  # BERT pooler (h x h dense)
+    dropout: bool = True  # dropout layers in training (GPT-2, BERT); LLaMA-style families have none
 
     def __post_init__(self) -> None:
         if self.shared_norm and not self.parallel_block:
@@ -62,7 +63,7 @@ class Arch:
 
 GPT = Arch("gpt")
 LLAMA = Arch("llama", norm="rmsnorm", norm_bias=False, mlp="swiglu", qkv_bias=False, out_bias=False,
-             mlp_bias=False, positions="rotary", tied_embeddings=False)
+             mlp_bias=False, positions="rotary", tied_embeddings=False, dropout=False)
 BERT = Arch("bert", post_norm=True, final_norm=False, lm_head=False, embed_norm=True, token_types=True,
             pooler=True)
 
@@ -156,10 +157,11 @@ def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: 
     Args:
         arch: structural facts of the family.
         activation_dtype: dtype of saved activations (16-bit under mixed precision).
-        dropout: whether dropout layers are present (training with dropout > 0).
+        dropout: whether to keep the family's dropout layers (training with dropout > 0).
         relations: size relations used to print closed forms (e.g. ``{d_h: h/a}``).
     """
     act = dtype(activation_dtype)
+    dropout = dropout and arch.dropout
     blocks = (_embed(arch, act, dropout), _layer(arch, act, dropout), _head(arch, act))
     return Graph(name or arch.family, blocks, relations=dict(relations or {}))
 

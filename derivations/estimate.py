@@ -17,7 +17,7 @@ from typing import Any
 import sympy as sp
 
 from derivations.config import from_config, load_config
-from derivations.model_states import ZERO_CITATION, states_breakdown
+from derivations.model_states import ZERO_CITATION, offloaded_breakdown, states_breakdown
 from derivations.models import Model
 from derivations.options import PROFILES, Options, OptionsError
 from derivations.presets import PRESETS, preset
@@ -131,6 +131,10 @@ def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, 
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",)
     overhead = Breakdown((Term("overhead", sp.Integer(opts.overhead_bytes)),), "bytes")
     total = states + acts + overhead if opts.overhead_bytes else states + acts
+    offloaded = []
+    if opts.offload:
+        cpu = offloaded_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d)
+        offloaded.append(Quantity("offloaded_bytes", "Optimizer states offloaded to CPU memory", cpu, rel))
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", per_gpu_params, rel),
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
@@ -138,6 +142,7 @@ def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, 
         Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
         Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
         Quantity("total_bytes", "Training memory per GPU", total, rel, None, assumptions),
+        *offloaded,
     ]
 
 

@@ -22,7 +22,8 @@ from symbolic.derive import Breakdown, Term
 from symbolic.dtypes import dtype
 from symbolic.formula import Citation
 
-__all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "ZERO_CITATION"]
+__all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
+           "ZERO_CITATION"]
 
 ZERO_CITATION = Citation("Rajbhandari et al. 2020 (ZeRO)", "arXiv:1910.02054", "§3.1, §5, Figure 1")
 
@@ -53,12 +54,8 @@ def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: in
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` the optimizer
     states (and master weights) live in CPU memory and are not counted here.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     width = dtype(param_dtype).nbytes
-    mixed = width < 4
-    opt = OPTIMIZERS[optimizer]
-    k = opt.state_bytes + (4 if mixed else 0)
+    k = optimizer_state_bytes(optimizer, param_dtype)
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
     terms = [Term("model_states/weights", params * width / shard[0]),
              Term("model_states/gradients", params * width / shard[1])]
@@ -67,6 +64,15 @@ def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: in
     return Breakdown(tuple(terms), "bytes")
 
 
+def offloaded_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr) -> Breakdown:
+    """CPU bytes of the optimizer states (master weights included) moved off the GPU by offload."""
+    shard = dp if zero >= 1 else 1
+    k = optimizer_state_bytes(optimizer, param_dtype)
+    return Breakdown((Term("offload/optimizer", params * k / shard),), "bytes")
+
+
 def optimizer_state_bytes(optimizer: str, param_dtype: str) -> int:
     """K of the ZeRO paper: optimizer-state bytes per parameter (master copy included)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[optimizer].state_bytes + (4 if dtype(param_dtype).nbytes < 4 else 0)
