@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
-           "n", "w", "g", "t", "p", "d", "m", "v"]
+           "n", "w", "g", "t", "p", "d", "m", "v", "Psi"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,8 @@ DIMS: tuple[Dim, ...] = (
     Dim("d", "data-parallel degree", "d"),
     Dim("m", "micro-batches per step", "m"),
     Dim("v", "virtual pipeline stages per device", "v"),
+    # aggregate: the parameter count, as papers write model-state formulas (ZeRO's Psi)
+    Dim("Psi", "parameters held by one GPU", "\\Psi"),
 )
 
 _BY_NAME = {dim.name: dim for dim in DIMS}
@@ -69,4 +71,4 @@ def sym(name: str) -> sp.Symbol:
     return _BY_NAME[name].symbol
 
 
-b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, g, t, p, d, m, v = (dim.symbol for dim in DIMS)
+b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, g, t, p, d, m, v, Psi = (dim.symbol for dim in DIMS)
