@@ -14,6 +14,7 @@ formula in the catalog is derived from these graphs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -48,6 +49,8 @@ class Arch:
     shared_norm: bool = False  # parallel block with a single norm (GPT-J, Falcon)
     post_norm: bool = False  # norm after the residual add (BERT)
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    qk_norm_width: Literal["head", "all"] = "head"  # q/k norm over d_h (Qwen3, Gemma3) or all heads' a*d_h (OLMo2)
+    sublayer_norm: Literal["input", "output", "both"] = "input"  # pre-norm side(s): OLMo2 output, Gemma2/3 both
     final_norm: bool = True
     lm_head: bool = True
     lm_head_bias: bool = False
@@ -59,6 +62,10 @@ class Arch:
     def __post_init__(self) -> None:
         if self.shared_norm and not self.parallel_block:
             raise ValueError("shared_norm needs parallel_block")
+        if self.sublayer_norm != "input" and (self.post_norm or self.parallel_block):
+            raise ValueError("sublayer_norm 'output'/'both' is for sequential pre-norm blocks")
+        if self.qk_norm_width != "head" and not self.qk_norm:
+            raise ValueError("qk_norm_width needs qk_norm")
 
 
 GPT = Arch("gpt")
@@ -78,10 +85,22 @@ def _norm(bb: BlockBuilder, arch: Arch, path: str, x: Tensor) -> Tensor:
     return bb.layer_norm(path, x, bias=arch.norm_bias)
 
 
+def _qkv_normed_whole(bb: BlockBuilder, arch: Arch, x: Tensor) -> tuple[Tensor, ...]:
+    """OLMo2: RMSNorm over the whole q (a*d_h) and k (a_kv*d_h) projections, so q, k, v stay apart."""
+    heads = {"q": a, "k": a_kv, "v": a_kv}
+    proj = {n: bb.linear(f"attn/{n}", x, n_heads * d_h, bias=arch.qkv_bias, parallel="column")
+            for n, n_heads in heads.items()}
+    proj["q"], proj["k"] = bb.rms_norm("attn/q_norm", proj["q"]), bb.rms_norm("attn/k_norm", proj["k"])
+    return tuple(bb.split_heads(f"attn/{n}", proj[n], (n_heads,), d_h, names=(n,))[0] for n, n_heads in heads.items())
+
+
 def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
-    qkv = bb.linear("attn/qkv", x, (a + 2 * a_kv) * d_h, bias=arch.qkv_bias, parallel="column")
-    q, k, v = bb.split_heads("attn/qkv", qkv, (a, a_kv, a_kv), d_h)
-    if arch.qk_norm:
+    if arch.qk_norm and arch.qk_norm_width == "all":
+        q, k, v = _qkv_normed_whole(bb, arch, x)
+    else:
+        qkv = bb.linear("attn/qkv", x, (a + 2 * a_kv) * d_h, bias=arch.qkv_bias, parallel="column")
+        q, k, v = bb.split_heads("attn/qkv", qkv, (a, a_kv, a_kv), d_h)
+    if arch.qk_norm and arch.qk_norm_width == "head":
         q = bb.head_norm("attn/q_norm", q, "rms_norm")
         k = bb.head_norm("attn/k_norm", k, "rms_norm")
     if arch.positions == "rotary":
@@ -115,9 +134,18 @@ def _layer(arch: Arch, act: DType, dropout: bool) -> Block:
         attn, mlp = _attention(bb, arch, n1, dropout), _mlp(bb, arch, n2, dropout)
         bb.add("residual", x, bb.add("attn+mlp", attn, mlp))
     else:
-        r = bb.add("residual1", x, _attention(bb, arch, _norm(bb, arch, "norm1", x), dropout))
-        bb.add("residual2", r, _mlp(bb, arch, _norm(bb, arch, "norm2", r), dropout))
+        r = bb.add("residual1", x, _sublayer(bb, arch, _attention, ("norm1", "attn_out_norm"), x, dropout))
+        bb.add("residual2", r, _sublayer(bb, arch, _mlp, ("norm2", "mlp_out_norm"), r, dropout))
     return bb.build(repeat=l)
+
+
+def _sublayer(bb: BlockBuilder, arch: Arch, body: Callable[..., Tensor], norms: tuple[str, str], x: Tensor,
+              dropout: bool) -> Tensor:
+    """A pre-norm sublayer: norm its input (``sublayer_norm`` input/both), its output (output/both), or both."""
+    if arch.sublayer_norm in ("input", "both"):
+        x = _norm(bb, arch, norms[0], x)
+    y = body(bb, arch, x, dropout)
+    return _norm(bb, arch, norms[1], y) if arch.sublayer_norm in ("output", "both") else y
 
 
 def _embed(arch: Arch, act: DType, dropout: bool) -> Block:
