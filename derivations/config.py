@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -125,26 +125,63 @@ def _decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None 
     return sizes
 
 
-def _window(c: Fields) -> int | None:
-    if c.get("use_sliding_window", True) is False:
-        return None
-    return c.get("sliding_window", None)
+WindowRule = Callable[[Fields, int], dict[str, Any]]
 
 
-def _llama_like(arch: Arch, reads: tuple[str, ...] = ("attention_bias", "mlp_bias"), head_dim: int | None = None,
-                kv_heads: int | None = None, act: str = "hidden_act") -> Callable[[Fields], Adapted]:
-    """Families with LLaMA's field names; ``reads`` are the bias fields their modeling code reads."""
-    def adapt(c: Fields) -> Adapted:
+def _sliding(default: int | None = None, switch: str | None = None,
+             slides: Callable[[Fields, int], bool] = lambda c, i: True) -> WindowRule:
+    """Sliding-window attention as transformers applies it, as ``Model`` fields.
+
+    ``switch`` (when named) turns it on; an explicit null ``sliding_window`` turns it off. Layer
+    ``i`` slides per ``layer_types`` when the config lists them, else per ``slides``. One window for
+    every layer is the model's ``window``; a mix of sliding and full layers is no single window,
+    so it is left out (every layer keeps its whole context) and said in a note.
+    """
+    def rule(c: Fields, l: int) -> dict[str, Any]:
+        if (switch is not None and not c.flag(switch, False)) or c.config.get("sliding_window", default) is None:
+            return {}
+        window = c.size("sliding_window", default=default)
+        types = c.config.get("layer_types")
+        sliding = [t == "sliding_attention" for t in types] if types else [slides(c, i) for i in range(l)]
+        if all(sliding):
+            return {"window": window}
+        if not any(sliding):
+            return {}
+        return {"notes": (f"{sum(sliding)} of {l} layers attend to a sliding window of {window} tokens and the "
+                          "others to all; the estimate gives every layer its whole context",)}
+
+    return rule
+
+
+def _no_window(c: Fields, l: int) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class _LlamaLike:
+    """Families with LLaMA's field names.
+
+    ``reads``: the bias fields their modeling code reads; ``head_dim``, ``kv_heads``: the config
+    class's defaults (None: derived); ``act``: the activation field; ``window``: which layers slide.
+    """
+
+    arch: Arch
+    reads: tuple[str, ...] = ("attention_bias", "mlp_bias")
+    head_dim: int | None = None
+    kv_heads: int | None = None
+    act: str = "hidden_act"
+    window: WindowRule = _no_window
+
+    def __call__(self, c: Fields) -> Adapted:
+        arch = self.arch
         c.refuse("num_local_experts", lambda v: v in (0, 1), "mixture-of-experts layers are not modelled")
-        mlp = _mlp(c, act, "silu" if arch.mlp == "swiglu" else "gelu_pytorch_tanh", gated=True)
-        attn_bias = "attention_bias" in reads and c.flag("attention_bias", False)
-        mlp_bias = c.flag("mlp_bias", arch.mlp_bias) if "mlp_bias" in reads else arch.mlp_bias
+        mlp = _mlp(c, self.act, "silu" if arch.mlp == "swiglu" else "gelu_pytorch_tanh", gated=True)
+        attn_bias = "attention_bias" in self.reads and c.flag("attention_bias", False)
+        mlp_bias = c.flag("mlp_bias", arch.mlp_bias) if "mlp_bias" in self.reads else arch.mlp_bias
         chosen = replace(arch, mlp=mlp, tied_embeddings=c.flag("tie_word_embeddings", arch.tied_embeddings),
                          qkv_bias=arch.qkv_bias or attn_bias, out_bias=arch.out_bias or attn_bias, mlp_bias=mlp_bias)
-        extra = {"window": _window(c), "max_positions": c.get("max_position_embeddings", None)}
-        return chosen, _decoder_sizes(c, head_dim, kv_heads), extra
-
-    return adapt
+        sizes = _decoder_sizes(c, self.head_dim, self.kv_heads)
+        return chosen, sizes, {"max_positions": c.get("max_position_embeddings", None), **self.window(c, sizes["l"])}
 
 
 def _gpt2(c: Fields) -> Adapted:
@@ -261,8 +298,8 @@ def _starcoder2(c: Fields) -> Adapted:
                    qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", True),
                    dropout=_dropout(c, {"residual_dropout": 0.0, "embedding_dropout": 0.0,
                                         "attention_dropout": 0.0}))
-    return arch, _decoder_sizes(c, kv_heads=2), {"window": _window(c),
-                                                 "max_positions": c.get("max_position_embeddings", None)}
+    sizes = _decoder_sizes(c, kv_heads=2)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **_sliding()(c, sizes["l"])}
 
 
 def _bloom(c: Fields) -> Adapted:
@@ -334,25 +371,20 @@ def _stablelm(c: Fields) -> Adapted:
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
-def _gemma2(qk_norm: bool) -> Callable[[Fields], Adapted]:
-    """Gemma 2 / Gemma 3 text: RMSNorm before and after both sublayers (Gemma 3 adds per-head q/k norms)."""
-    base = _llama_like(replace(LLAMA, mlp="geglu", tied_embeddings=True, sublayer_norm="both", qk_norm=qk_norm),
-                       reads=("attention_bias",), head_dim=256, kv_heads=4, act="hidden_activation")
+def _gemma2(family: str, qk_norm: bool, every: int | None) -> _LlamaLike:
+    """Gemma 2 / Gemma 3 text: RMSNorm before and after both sublayers (Gemma 3 adds per-head q/k norms);
+    every ``every``-th layer attends to all tokens, the others to a sliding window."""
+    def slides(c: Fields, i: int) -> bool:
+        return (i + 1) % (every or c.get("sliding_window_pattern", c.get("_sliding_window_pattern", 6))) != 0
 
-    def adapt(c: Fields) -> Adapted:
-        arch, sizes, extra = base(c)
-        notes = ()
-        if extra["window"] is not None:
-            notes = (f"sliding-window layers attend to {extra['window']} tokens and the others to all; the graph "
-                     "treats every layer as global",)
-        return replace(arch, family=c.config["model_type"]), sizes, {**extra, "window": None, "notes": notes}
-
-    return adapt
+    arch = replace(LLAMA, family=family, mlp="geglu", tied_embeddings=True, sublayer_norm="both", qk_norm=qk_norm)
+    return _LlamaLike(arch, reads=("attention_bias",), head_dim=256, kv_heads=4, act="hidden_activation",
+                      window=_sliding(4096, slides=slides))
 
 
 def _cohere(c: Fields) -> Adapted:
     c.refuse("use_qk_norm", lambda v: v is False, "q/k LayerNorms with a weight per head are not modelled")
-    return _llama_like(_COHERE, reads=("attention_bias",))(c)
+    return _LlamaLike(_COHERE, reads=("attention_bias",))(c)
 
 
 def _refuse_moe(key: str) -> Callable[[Fields], NoReturn]:
@@ -372,6 +404,8 @@ def _refuse(why: str) -> Callable[[Fields], NoReturn]:
 _QWEN2 = replace(LLAMA, family="qwen2", qkv_bias=True)
 _QWEN3 = replace(LLAMA, family="qwen3", qk_norm=True)
 _GEMMA = replace(LLAMA, family="gemma", mlp="geglu", tied_embeddings=True)
+# Qwen2/3: off unless use_sliding_window; then layers from max_window_layers on slide.
+_QWEN_WINDOW = _sliding(4096, switch="use_sliding_window", slides=lambda c, i: i >= c.get("max_window_layers", 28))
 # OLMo 2: RMSNorm on each sublayer's output only, and on all of q and all of k (not per head).
 _OLMO2 = replace(LLAMA, family="olmo2", sublayer_norm="output", qk_norm=True, qk_norm_width="all")
 # Cohere (Command R): one mean-centred LayerNorm without bias, parallel attention and MLP.
@@ -380,16 +414,16 @@ _COHERE = replace(LLAMA, family="cohere", norm="layernorm", parallel_block=True,
 
 ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "gpt2": _gpt2,
-    "llama": _llama_like(LLAMA),
-    "mistral": _llama_like(replace(LLAMA, family="mistral"), reads=(), kv_heads=8),
-    "qwen2": _llama_like(_QWEN2, reads=(), kv_heads=32),
-    "qwen3": _llama_like(_QWEN3, reads=("attention_bias",), head_dim=128, kv_heads=32),
-    "gemma": _llama_like(_GEMMA, reads=("attention_bias",), head_dim=256, kv_heads=16),
-    "gemma2": _gemma2(qk_norm=False),
-    "gemma3_text": _gemma2(qk_norm=True),
-    "phi3": _llama_like(replace(LLAMA, family="phi3"), reads=()),
-    "olmo2": _llama_like(_OLMO2, reads=("attention_bias",)),
-    "granite": _llama_like(replace(LLAMA, family="granite")),
+    "llama": _LlamaLike(LLAMA),
+    "mistral": _LlamaLike(replace(LLAMA, family="mistral"), reads=(), kv_heads=8, window=_sliding(4096)),
+    "qwen2": _LlamaLike(_QWEN2, reads=(), kv_heads=32, window=_QWEN_WINDOW),
+    "qwen3": _LlamaLike(_QWEN3, reads=("attention_bias",), head_dim=128, kv_heads=32, window=_QWEN_WINDOW),
+    "gemma": _LlamaLike(_GEMMA, reads=("attention_bias",), head_dim=256, kv_heads=16),
+    "gemma2": _gemma2("gemma2", qk_norm=False, every=2),
+    "gemma3_text": _gemma2("gemma3_text", qk_norm=True, every=None),
+    "phi3": _LlamaLike(replace(LLAMA, family="phi3"), reads=(), window=_sliding()),
+    "olmo2": _LlamaLike(_OLMO2, reads=("attention_bias",)),
+    "granite": _LlamaLike(replace(LLAMA, family="granite")),
     "cohere": _cohere,
     "stablelm": _stablelm,
     "starcoder2": _starcoder2,

@@ -43,6 +43,33 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Jiang et al. 2023 (Mistral 7B v0.1): sliding window 4096
     "mistral-7b": {**_llama(4096, 32, 8, 32, 14336, 32000, 32768), "model_type": "mistral",
                    "sliding_window": 4096},
+    # Qwen2 technical report (Yang et al. 2024), Qwen/Qwen2-7B config.json
+    "qwen2-7b": {**_llama(3584, 28, 4, 28, 18944, 152064, 131072), "model_type": "qwen2",
+                 "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28},
+    # Gemma Team 2024 (arXiv:2403.08295), google/gemma-7b config.json (head_dim 256, tied embeddings)
+    "gemma-7b": {**_llama(3072, 16, 16, 28, 24576, 256000, 8192), "model_type": "gemma", "head_dim": 256,
+                 "hidden_act": "gelu", "tie_word_embeddings": True},
+    # Gemma Team 2024 (arXiv:2408.00118), google/gemma-2-9b config.json
+    "gemma-2-9b": {**_llama(3584, 16, 8, 42, 14336, 256000, 8192), "model_type": "gemma2", "head_dim": 256,
+                   "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+                   "sliding_window": 4096, "tie_word_embeddings": True},
+    # Abdin et al. 2024 (arXiv:2404.14219), microsoft/Phi-3-mini-4k-instruct config.json
+    "phi-3-mini": {**_llama(3072, 32, 32, 32, 8192, 32064, 4096), "model_type": "phi3", "sliding_window": 2047},
+    # microsoft/phi-2 config.json (parallel block, partial rotary 0.4, lm_head bias)
+    "phi-2": {"model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "num_hidden_layers": 32, "intermediate_size": 10240, "vocab_size": 51200,
+              "max_position_embeddings": 2048, "hidden_act": "gelu_new", "partial_rotary_factor": 0.4,
+              "resid_pdrop": 0.1, "tie_word_embeddings": False},
+    # Almazrouei et al. 2023 (arXiv:2311.16867), tiiuae/falcon-7b config.json (multi-query, parallel block)
+    "falcon-7b": {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+                  "vocab_size": 65024, "multi_query": True, "parallel_attn": True, "new_decoder_architecture": False,
+                  "alibi": False, "bias": False},
+    # Zhang et al. 2022 (arXiv:2205.01068), facebook/opt-1.3b config.json
+    "opt-1.3b": {"model_type": "opt", "hidden_size": 2048, "num_attention_heads": 32, "num_hidden_layers": 24,
+                 "ffn_dim": 8192, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 2048,
+                 "do_layer_norm_before": True, "activation_function": "relu", "dropout": 0.1},
+    # BigScience 2022 (arXiv:2211.05100), bigscience/bloom-560m config.json
+    "bloom-560m": {"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 250880},
     # Devlin et al. 2019, bert-base-uncased (BertModel with pooler)
     "bert-base": {"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
                   "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,

@@ -113,11 +113,31 @@ def test_sandwich_and_output_norms_are_graph_nodes() -> None:
     assert str(olmo2["layer/attn/q_norm"]) == "a*d_h" and str(olmo2["layer/attn/k_norm"]) == "a_kv*d_h"
 
 
-def test_mixed_sliding_layers_are_not_a_global_window() -> None:
-    gemma2 = from_config(_config("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64)).to_dict())
-    assert gemma2.window is None and "sliding-window" in gemma2.notes[0]
-    starcoder2 = from_config(_config("starcoder2", dict(LLAMA_SIZES, sliding_window=64)).to_dict())
-    assert starcoder2.window == 64
+@pytest.mark.parametrize(("model_type", "fields", "window", "sliding"), [
+    ("mistral", dict(LLAMA_SIZES, num_key_value_heads=8), 4096, 2),  # MistralConfig's default window
+    ("mistral", dict(LLAMA_SIZES, num_key_value_heads=8, sliding_window=None), None, 0),
+    ("starcoder2", dict(LLAMA_SIZES, sliding_window=64), 64, 2),
+    ("phi3", dict(LLAMA_SIZES, sliding_window=64), 64, 2),
+    ("qwen2", dict(LLAMA_SIZES, num_key_value_heads=8, sliding_window=64), None, 0),  # use_sliding_window off
+    ("qwen2", dict(LLAMA_SIZES, num_key_value_heads=8, use_sliding_window=True, sliding_window=64,
+                   max_window_layers=0), 64, 2),
+    ("qwen2", dict(LLAMA_SIZES, num_key_value_heads=8, use_sliding_window=True, sliding_window=64,
+                   max_window_layers=1), None, 1),
+    ("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64), None, 1),
+    ("gemma3_text", dict(LLAMA_SIZES, head_dim=32, num_hidden_layers=7), None, 6),
+])
+def test_sliding_window_follows_transformers(model_type: str, fields: dict, window: int | None,
+                                             sliding: int) -> None:
+    """One window for all layers is the model's window; a mix is a note (every layer keeps its context)."""
+    config = _config(model_type, fields)
+    for written in (config.to_dict(), {**config.to_diff_dict(), "model_type": model_type}):
+        model = from_config(written)
+        assert model.window == window
+        mixed = 0 < sliding < model.sizes["l"]
+        assert bool(model.notes) == mixed and (not mixed or f"{sliding} of" in model.notes[0])
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and getattr(config, "sliding_window", None) is not None:
+        assert layer_types.count("sliding_attention") == sliding
 
 
 def test_opt_positions_have_two_extra_rows() -> None:
