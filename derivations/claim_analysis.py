@@ -1,0 +1,269 @@
+"""How two closed forms differ: leading order, constant factors, and which terms make the gap.
+
+*Leading order* is defined by a scaling: the model grows when ``h, a, a_kv, f`` (width, the head
+dimension ``d_h`` fixed, so ``a`` grows with ``h``) and ``l`` (depth) are all multiplied by
+lambda -> oo, while ``b, s, n, V, n_ctx, d_h`` and the parallel degrees stay fixed. Each monomial
+then has a *degree* (the total power of the growing sizes); a formula's *leading part* is the sum of
+its monomials of highest degree (for a ratio, leading part over leading part). A claim is right to
+leading order when its leading part equals ours: then claim/ours -> 1. The same machinery with
+``s, n`` growing describes long sequences.
+
+The gap ``ours - claim`` is split by degree, and each part is matched against the *pieces* of our
+breakdown (one per parameter tensor or saved tensor, with its node path): a whole subtree
+(``layer/attn``) is preferred, then the fewest pieces.
+
+>>> from symbolic.dims import a, b, h, l, s
+>>> leading(l * (12 * h**2 + 13 * h) + 50257 * h, WIDTH)
+(3, 12*h**2*l)
+>>> ratio_limit(12 * l * h**2, l * (12 * h**2 + 13 * h), WIDTH)
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import sympy as sp
+
+from symbolic.dims import a, a_kv, f, h, l, n, s
+
+__all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
+           "constant_factor", "match_pieces", "find_gaps", "describe_scaling"]
+
+#: Sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h).
+WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1}
+#: Sizes that grow with the sequence.
+SEQUENCE: Mapping[sp.Symbol, int] = {s: 1, n: 1}
+MAX_PIECES = 4
+
+
+class Unanalysable(ValueError):
+    """A formula outside the polynomial/rational forms this analysis handles."""
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A part of our breakdown: node path, expression, and what it is (``linear bias``)."""
+
+    path: str
+    expr: sp.Expr
+    what: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Pieces whose parts of one degree add up to a target; ``subtree`` when they are all of one node."""
+
+    pieces: tuple[Piece, ...]
+    parts: tuple[sp.Expr, ...]
+    subtree: str = ""
+
+
+def describe_scaling(weights: Mapping[sp.Symbol, int]) -> str:
+    grow = ", ".join(sorted(str(x) for x in weights))
+    return f"{grow} -> oo together"
+
+
+def _monomial_degree(term: sp.Expr, weights: Mapping[sp.Symbol, int]) -> int:
+    total = 0
+    for base, exp in term.as_powers_dict().items():
+        if base.is_Number:
+            continue
+        if base.is_Symbol:
+            total += weights.get(base, 0) * int(exp) if exp.is_Integer else 0
+            if not exp.is_Integer and base in weights:
+                raise Unanalysable(f"non-integer power of {base}")
+        elif base.free_symbols & set(weights):
+            raise Unanalysable(f"cannot tell how {base} grows")
+    return total
+
+
+def degree_parts(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> dict[int, sp.Expr]:
+    """An expanded sum split into homogeneous parts by degree.
+
+    >>> from symbolic.dims import V, h, l
+    >>> degree_parts(l * (12 * h**2 + 13 * h) + V * h, WIDTH)
+    {3: 12*h**2*l, 2: 13*h*l, 1: V*h}
+    """
+    parts: dict[int, sp.Expr] = {}
+    for term in sp.Add.make_args(sp.expand(expr)):
+        if term == 0:
+            continue
+        deg = _monomial_degree(term, weights)
+        parts[deg] = parts.get(deg, sp.Integer(0)) + term
+    return dict(sorted(parts.items(), reverse=True))
+
+
+def leading(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> tuple[int, sp.Expr]:
+    """Degree and leading part of a polynomial, or of a ratio of polynomials."""
+    num, den = sp.fraction(sp.together(sp.expand(expr)))
+    num_parts, den_parts = degree_parts(num, weights), degree_parts(den, weights)
+    if not num_parts:
+        return 0, sp.Integer(0)
+    (dn, ln), (dd, ld) = next(iter(num_parts.items())), next(iter(den_parts.items()))
+    return dn - dd, ln if ld == 1 else sp.cancel(ln / ld)
+
+
+def ratio_limit(claim: sp.Expr, ours: sp.Expr, weights: Mapping[sp.Symbol, int]) -> sp.Expr:
+    """The limit of claim/ours under the scaling: a number, an expression of fixed sizes, 0 or oo."""
+    dc, lc = leading(claim, weights)
+    do, lo = leading(ours, weights)
+    if lc == 0:
+        return sp.Integer(0)
+    if dc != do:
+        return sp.oo if dc > do else sp.Integer(0)
+    return sp.factor(sp.cancel(lc / lo))
+
+
+def constant_factor(claim: sp.Expr, ours: sp.Expr) -> sp.Expr | None:
+    """``k`` when claim = k * ours with k a number or a monomial (``1/2``, ``b``); else None."""
+    if ours == 0:
+        return None
+    ratio = sp.factor(sp.cancel(claim / ours))
+    if ratio == 1 or ratio == 0:
+        return None
+    if ratio.is_Number or (ratio.is_Mul or ratio.is_Symbol or ratio.is_Pow) and not ratio.has(sp.Add):
+        return ratio
+    return None
+
+
+def _coefficients(expr: sp.Expr) -> dict[sp.Expr, sp.Expr]:
+    return {m: c for m, c in sp.expand(expr).as_coefficients_dict().items() if c != 0}
+
+
+def _add(acc: dict[sp.Expr, sp.Expr], more: dict[sp.Expr, sp.Expr]) -> dict[sp.Expr, sp.Expr]:
+    out = dict(acc)
+    for m, c in more.items():
+        out[m] = out.get(m, 0) + c
+        if out[m] == 0:
+            del out[m]
+    return out
+
+
+def _subtrees(pieces: Sequence[Piece]) -> list[str]:
+    """Every node path that has two or more pieces under it, deepest first."""
+    prefixes: dict[str, int] = {}
+    for piece in pieces:
+        parts = piece.path.split("/")
+        for i in range(1, len(parts)):
+            key = "/".join(parts[:i])
+            prefixes[key] = prefixes.get(key, 0) + 1
+    return sorted((p for p, count in prefixes.items() if count > 1), key=lambda p: -p.count("/"))
+
+
+def match_pieces(target: sp.Expr, pieces: Sequence[Piece], degree: int, weights: Mapping[sp.Symbol, int],
+                 limit: int = 3) -> list[Match]:
+    """Ways to write ``target`` (one degree of a gap) as the degree-``degree`` parts of pieces.
+
+    A whole subtree (every piece under one node path) comes first, then the smallest sets of at
+    most ``MAX_PIECES`` pieces (up to ``limit`` alternatives of that size).
+    """
+    goal = _coefficients(target)
+    parts = [(p, degree_parts(p.expr, weights).get(degree, sp.Integer(0))) for p in pieces]
+    parts = [(p, part, _coefficients(part)) for p, part in parts if part != 0]
+    # A piece whose monomials the target lacks cannot be in a sum of positive pieces.
+    usable = [x for x in parts if set(x[2]) <= set(goal)]
+    found: list[Match] = []
+    for prefix in _subtrees([p for p, _, _ in parts]):
+        inside = [x for x in parts if x[0].path.startswith(prefix + "/")]
+        if len(inside) > 1 and _sum(inside) == goal:
+            return [Match(tuple(p for p, _, _ in inside), tuple(q for _, q, _ in inside), prefix)]
+    for size in range(1, min(MAX_PIECES, len(usable)) + 1):
+        for combo in combinations(usable, size):
+            if _sum(combo) == goal:
+                found.append(Match(tuple(p for p, _, _ in combo), tuple(q for _, q, _ in combo)))
+                if len(found) >= limit:
+                    return found
+        if found:
+            return found
+    if usable and _sum(usable) == goal:
+        return [Match(tuple(p for p, _, _ in usable), tuple(q for _, q, _ in usable))]
+    return found
+
+
+def _sum(items: Sequence[tuple[Piece, sp.Expr, dict]]) -> dict[sp.Expr, sp.Expr]:
+    acc: dict[sp.Expr, sp.Expr] = {}
+    for _, _, coeffs in items:
+        acc = _add(acc, coeffs)
+    return acc
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """One degree of ``ours - claim``: terms the claim lacks (``missing``), counts on top of ours
+    (``extra``), or that no set of our pieces accounts for (``unexplained``)."""
+
+    kind: str
+    degree: int
+    expr: sp.Expr
+    matches: tuple[Match, ...] = ()
+    below: int = 0  # orders below our leading terms (0: the leading order itself)
+
+    @property
+    def order(self) -> str:
+        return "at leading order" if self.below == 0 else f"{self.below} order{'s' * (self.below > 1)} below leading"
+
+    def text(self) -> str:
+        if self.kind == "extra":
+            return f"extra in the claim ({self.order}): {self.expr}, which our graph does not hold under these options"
+        if self.kind == "unexplained":
+            return f"missing from the claim ({self.order}): {self.expr}, not a sum of our terms"
+        origins = " or ".join(_describe(m) for m in self.matches)
+        return f"missing from the claim ({self.order}): {self.expr} = {origins}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "orders_below_leading": self.below, "expr": str(self.expr),
+                "origin": [[{"path": p.path, "what": p.what, "expr": str(q)} for p, q in zip(m.pieces, m.parts)]
+                           for m in self.matches]}
+
+
+def _describe(match: Match) -> str:
+    """``layer/attn (linear weight 4*h**2*l)`` for a subtree; piece paths otherwise."""
+    if match.subtree:
+        groups: dict[str, sp.Expr] = {}
+        for piece, part in zip(match.pieces, match.parts):
+            key = piece.what or piece.path
+            groups[key] = groups.get(key, sp.Integer(0)) + part
+        return f"{match.subtree} (" + ", ".join(f"{k} {sp.factor(e)}" for k, e in groups.items()) + ")"
+    return " + ".join(f"{p.path}" + (f" [{p.what}]" if p.what else "") + f" {sp.factor(q)}"
+                      for p, q in zip(match.pieces, match.parts))
+
+
+def _signed(part: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """A sum split into its terms with positive and with negative numeric coefficients."""
+    pos, neg = sp.Integer(0), sp.Integer(0)
+    for term in sp.Add.make_args(part):
+        coeff, _ = term.as_coeff_Mul()
+        if coeff < 0:
+            neg -= term
+        else:
+            pos += term
+    return pos, neg
+
+
+def find_gaps(ours: sp.Expr, theirs: sp.Expr, pieces: Sequence[Piece],
+              weights: Mapping[sp.Symbol, int] = WIDTH) -> list[Gap]:
+    """The gap ``ours - theirs`` degree by degree, traced to our pieces where possible.
+
+    >>> from symbolic.dims import h
+    >>> pieces = [Piece("layer/attn/w", 4 * h**2, "linear weight"), Piece("layer/mlp/w", 8 * h**2, "linear weight"),
+    ...           Piece("layer/attn/b", 4 * h, "linear bias")]
+    >>> [g.text() for g in find_gaps(12 * h**2 + 4 * h, 8 * h**2, pieces)]
+    ['missing from the claim (at leading order): 4*h**2 = layer/attn/w [linear weight] 4*h**2', \
+'missing from the claim (1 order below leading): 4*h = layer/attn/b [linear bias] 4*h']
+    """
+    diff = sp.expand(ours - theirs)
+    if sp.fraction(sp.together(diff))[1].is_Add:
+        raise Unanalysable("the difference is not a sum of monomials")
+    top = max(degree_parts(ours, weights), default=0)
+    gaps = []
+    for degree, part in degree_parts(diff, weights).items():
+        missing, extra = _signed(part)
+        if missing != 0:
+            matches = match_pieces(missing, pieces, degree, weights)
+            gaps.append(Gap("missing" if matches else "unexplained", degree, missing, tuple(matches), top - degree))
+        if extra != 0:
+            gaps.append(Gap("extra", degree, extra, (), top - degree))
+    return gaps

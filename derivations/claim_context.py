@@ -1,0 +1,263 @@
+"""Our side of a claim check: the quantity derived for a model and options, split into pieces.
+
+A ``Context`` holds one derived quantity with what a check needs around it: the sizes of the
+model (for counterexamples), the parameter count per GPU (what ``Psi`` stands for), and the
+quantity split finer than its breakdown, one *piece* per parameter tensor or saved tensor
+(``layer/attn/qkv/bias``), so that a gap can be traced to the tensors it comes from.
+``alternatives`` yields the contexts under one changed option each (FlashAttention, dropout,
+recompute, profile, tied embeddings, optimizer, ZeRO stage, ...).
+
+>>> from derivations.claims import quantity_spec
+>>> from derivations.options import Options
+>>> ctx = build_context(quantity_spec("params.per_layer"), "gpt2", Options())
+>>> [p.path for p in ctx.compare(ctx.params).pieces][:3]
+['layer/norm1/weight', 'layer/norm1/bias', 'layer/attn/qkv/weight']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import sympy as sp
+
+from derivations.claim_analysis import Piece
+from derivations.estimate import estimate
+from derivations.model_states import optimizer_state_bytes
+from derivations.models import Model
+from derivations.options import PROFILES, RECOMPUTE, Options
+from derivations.quantity import Quantity
+from symbolic.derive import evaluate, saved_tensors
+from symbolic.dims import Psi, d, l, m, p, t, v
+from symbolic.dtypes import dtype
+from symbolic.errors import DerivationError
+from symbolic.graph import Graph, Op
+from symbolic.tensor import Tensor
+
+if TYPE_CHECKING:
+    from derivations.claims import QuantitySpec
+
+__all__ = ["Context", "Comparison", "build_context", "alternatives", "unit_factor"]
+
+#: Sizes a breakdown term may be scaled by on top of its tensors (repeats, micro-batches in flight).
+_SCALES = frozenset({l, p, m, v})
+_KINDS = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "linear": "linear", "embedding": "embedding"}
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Both sides in one space: expanded, family relations applied; ``display`` prints ours."""
+
+    ours: sp.Expr
+    theirs: sp.Expr
+    pieces: tuple[Piece, ...]
+    display: sp.Expr
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    spec: Any  # QuantitySpec
+    model: Model
+    options: Options
+    graph: Graph
+    quantity: Quantity
+    params: sp.Expr  # parameters held by one GPU, relations applied
+    params_raw: sp.Expr  # the same before relations (the model-state terms are written in it)
+    values: dict[sp.Symbol, int]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def k_bytes(self) -> int | None:
+        """ZeRO's K: optimizer-state bytes per parameter, master weights included."""
+        if self.options.mode != "train":
+            return None
+        return optimizer_state_bytes(self.options.optimizer, self.options.dtype)
+
+    def compare(self, expr: sp.Expr) -> Comparison:
+        """Our quantity and ``expr`` side by side; model states stay per parameter when the claim is."""
+        rel = self.quantity.relations
+        theirs = sp.expand(sp.sympify(expr).xreplace(rel))
+        if self.quantity.key == "model_state_bytes" and theirs.free_symbols <= {Psi, d, t, p}:
+            pieces = self._psi_pieces()
+            if pieces is not None:
+                ours = sp.expand(sp.Add(*(x.expr for x in pieces)))
+                return Comparison(ours, theirs, pieces, ours,
+                                  "compared per parameter: Psi = parameters held by one GPU")
+        note = ""
+        if Psi in theirs.free_symbols:
+            theirs = sp.expand(theirs.xreplace({Psi: self.params}))
+            note = f"Psi = parameters held by one GPU = {sp.collect(self.params, l)}"
+        ours = sp.expand(self.quantity.breakdown.total.xreplace(rel))
+        return Comparison(ours, theirs, self._size_pieces(), self.quantity.closed_form(), note)
+
+    def _psi_pieces(self) -> tuple[Piece, ...] | None:
+        out = []
+        for term in self.quantity.breakdown.terms:
+            ratio = sp.cancel(term.expr / self.params_raw)
+            if ratio.free_symbols - {d, t, p}:
+                return None
+            out.append(Piece(term.path, ratio * Psi, term.path.rsplit("/", 1)[-1]))
+        return tuple(out)
+
+    def _size_pieces(self) -> tuple[Piece, ...]:
+        rel = self.quantity.relations
+        kind = "params" if self.quantity.unit == "elements" else (
+            "saved" if self.options.mode == "train" and self.quantity.key.startswith("activation") else None)
+        pieces: list[Piece] = []
+        for term in self.quantity.breakdown.terms:
+            split = _split(term.path, term.expr, self.graph, kind, PROFILES[self.options.profile][0])
+            pieces += [replace(x, expr=sp.expand(x.expr.xreplace(rel))) for x in split]
+        return tuple(pieces)
+
+
+def _tensors(graph: Graph, kind: str | None, ignore: tuple[str, ...]) -> dict[str, list[tuple[Op, Tensor]]]:
+    out: dict[str, list[tuple[Op, Tensor]]] = {}
+    for blk in graph.blocks:
+        if kind == "params":
+            pairs = [(op, x) for op in blk.ops for x in op.params]
+        elif kind == "saved":
+            pairs = saved_tensors(blk, ignore)
+        else:
+            pairs = []
+        for op, x in pairs:
+            out.setdefault(f"{blk.name}/{op.path}", []).append((op, x))
+    return out
+
+
+def _split(path: str, expr: sp.Expr, graph: Graph, kind: str | None, ignore: tuple[str, ...]) -> list[Piece]:
+    """One piece per tensor of a breakdown term, when the term is those tensors times a repeat."""
+    pairs = _tensors(graph, kind, ignore).get(path, []) if kind else []
+    size = (lambda x: x.numel) if kind == "params" else (lambda x: x.nbytes)
+    total = sp.Add(*(size(x) for _, x in pairs))
+    if not pairs or total == 0:
+        return [Piece(path, expr, "")]
+    scale = sp.cancel(expr / total)
+    if scale.free_symbols - _SCALES or sp.fraction(scale)[1].free_symbols:
+        return [Piece(path, expr, "")]
+    return [Piece(f"{path}/{_short(op, x)}", scale * size(x), _what(op, x, kind)) for op, x in pairs]
+
+
+def _short(op: Op, x: Tensor) -> str:
+    name = x.name
+    return name[len(op.path) + 1:] if name.startswith(op.path + ".") else name.replace("/", ".")
+
+
+def _what(op: Op, x: Tensor, kind: str | None) -> str:
+    if kind == "params":
+        return f"{_KINDS.get(op.kind, op.kind)} {x.role}"
+    return f"{x.role} saved by {op.kind}"
+
+
+def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> Context:
+    """Derive ``spec``'s quantity for ``model`` under ``options`` (n, g, w kept as letters)."""
+    est = estimate(model, options)
+    values: dict[sp.Symbol, int] = dict(est.values)
+    if spec.mode == "infer":
+        from derivations.inference import infer_quantities, inference_values
+
+        graph, found = infer_quantities(est.model, options, keep_symbols=True)
+        quantities = {q.key: q for q in found}
+        values.update(inference_values(est.model, options))
+    else:
+        graph, quantities = est.graph, {q.key: q for q in est.quantities}
+    q = quantities[spec.key]
+    if spec.per_position:
+        from derivations.inference import cached_length
+
+        q = replace(q, key="kv_cache_bytes_per_position", title="KV cache per cached position (all b sequences)",
+                    breakdown=q.breakdown.scaled(1 / cached_length(est.model)), form=None)
+    held = quantities.get("parameters_per_gpu") or est.quantity("parameters")
+    raw = held.breakdown.total
+    values[Psi] = int(evaluate(raw, values))
+    params = sp.expand(raw.xreplace(q.relations))
+    return Context(spec, est.model, options, graph, q, params, raw, values, _notes(spec, q))
+
+
+def _notes(spec: QuantitySpec, q: Quantity) -> tuple[str, ...]:
+    """The quantity's assumptions; of an inference run, those about this quantity."""
+    if spec.mode != "infer" or spec.name.startswith("infer"):
+        return tuple(q.assumptions)
+    word = "KV cache" if spec.name.startswith("kv_cache") else "weights"
+    return tuple(x for x in q.assumptions if x.startswith(word))
+
+
+#: Short names of the activation profiles, for verdict lines.
+_PROFILE_NOTES = {"exact": "every saved tensor counted", "korthikanti": "LayerNorm statistics and token ids neglected"}
+
+
+def _option_flips(spec: QuantitySpec, o: Options) -> list[tuple[str, dict[str, Any]]]:
+    """One-option changes to re-check a claim under.
+
+    NOTE(claims): dtypes and the optimizer are not flipped: they are what a claim states
+    ("fp16 MHA", "mixed-precision Adam"), and flipping them turns a missing factor 2 into
+    "exact in fp8".
+    """
+    flips: list[tuple[str, dict[str, Any]]] = []
+    if spec.mode == "train" and spec.key in ("activation_bytes_per_layer", "activation_bytes", "total_bytes"):
+        flips += [("without FlashAttention" if o.flash else "with FlashAttention", {"flash": not o.flash}),
+                  ("without dropout" if o.dropout else "with dropout", {"dropout": not o.dropout})]
+        flips += [("without recompute" if r == "none" else f"with {r} recompute", {"recompute": r})
+                  for r in RECOMPUTE if r != o.recompute]
+        other = "exact" if o.profile == "korthikanti" else "korthikanti"
+        flips.append((f"with profile {other} ({_PROFILE_NOTES.get(other, other)})", {"profile": other}))
+        if o.tp > 1:
+            flips += [("without sequence parallelism" if o.sp else "with sequence parallelism", {"sp": not o.sp}),
+                      ("without tensor parallelism (t = 1)", {"tp": 1, "sp": False})]
+    if spec.mode == "train" and spec.key in ("model_state_bytes", "total_bytes"):
+        if o.dp > 1:
+            flips += [(f"with ZeRO stage {z}" if z else "without ZeRO", {"zero": z}) for z in range(4) if z != o.zero]
+        flips.append(("without optimizer offload" if o.offload else "with optimizer offload",
+                      {"offload": not o.offload}))
+    return flips
+
+
+def _arch_flips(spec: QuantitySpec, model: Model) -> list[tuple[str, Model]]:
+    if not spec.name.startswith(("params", "model_states", "weights", "train", "infer")):
+        return []
+    arch = model.arch
+    changes = [("with untied embeddings" if arch.tied_embeddings else "with tied embeddings",
+                {"tied_embeddings": not arch.tied_embeddings})]
+    if arch.qkv_bias or arch.out_bias or arch.mlp_bias:
+        changes.append(("without linear biases", {"qkv_bias": False, "out_bias": False, "mlp_bias": False}))
+    if arch.norm == "layernorm" and arch.norm_bias:
+        changes.append(("with LayerNorm without bias", {"norm_bias": False}))
+    return [(label, replace(model, arch=replace(arch, **fields))) for label, fields in changes]
+
+
+def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Context]]:
+    """Contexts under one changed option or architectural switch each, labelled for a reader."""
+    for label, changes in _option_flips(spec, ctx.options):
+        try:
+            yield label, build_context(spec, ctx.model, replace(ctx.options, **changes))
+        except (DerivationError, ValueError):
+            continue
+    for label, model in _arch_flips(spec, ctx.model):
+        try:
+            yield label, build_context(spec, model, ctx.options)
+        except (DerivationError, ValueError):
+            continue
+
+
+def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, str]:
+    """The factor that puts a claim in ``unit`` into the quantity's unit, and a note saying so."""
+    from derivations.claims import ClaimError
+
+    if unit not in ("bytes", "elements"):
+        raise ClaimError(f"units must be bytes or elements, not {unit!r}")
+    if unit == spec.unit:
+        return sp.Integer(1), ""
+    if spec.unit == "elements":
+        raise ClaimError(f"{spec.name} counts parameters (elements); a claim in bytes of weights is weights.total "
+                         "or model_states.total")
+    o = ctx.options
+    if spec.name.startswith("activations"):
+        width = dtype(o.dtype)
+    elif spec.name.startswith("kv_cache"):
+        from derivations.inference import serving_dtypes
+
+        width = serving_dtypes(o)[2]
+    else:
+        raise ClaimError(f"{spec.name} mixes element sizes; state the claim in bytes")
+    return width.nbytes, f"claim in elements, multiplied by {width.nbytes} bytes per element ({width})"

@@ -1,0 +1,411 @@
+"""Check a formula from teaching material against the derivation: is it right?
+
+A ``Claim`` names one of our quantities, the formula as the author wrote it (Python or LaTeX),
+how the author's letters map onto ours, the options it is claimed under and its unit. ``check``
+reads it with the restricted parser (never ``eval``), derives our closed form for the same
+model and options, and returns a ``CheckResult`` whose verdict is one of:
+
+* ``exact``: claim - ours expands to 0 for all sizes, once the family's relations
+  (``d_h = h/a``, ``a_kv = a``, ``f = 4h`` for GPT) are applied;
+* ``conditional``: not exact as given, but exact under one alternative option (FlashAttention
+  off, dropout on, another recompute level or profile, tied embeddings, ...), which is named;
+* ``leading-order``: claim/ours -> 1 as the model grows (``derivations.claim_analysis``: h, a,
+  a_kv, f and l -> oo together, d_h, b, s, V fixed); the missing lower-order terms are named
+  with the breakdown nodes they come from;
+* ``different``: anything else, with a constant factor where there is one, the terms that make
+  the gap and a counterexample with the numbers of a bundled model.
+
+>>> r = check("activations.per_layer", "sbh(34 + 5as/h)")
+>>> r.verdict
+'exact'
+>>> check("params.total", "12lh^2").verdict
+'leading-order'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import sympy as sp
+
+from derivations.claim_analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
+                                        find_gaps, leading, ratio_limit)
+from derivations.claim_context import Comparison, Context, alternatives, build_context, unit_factor
+from derivations.formula_parser import FormulaError, ParsedFormula, normalize_name, parse_formula
+from derivations.options import Options, OptionsError
+from symbolic.derive import evaluate
+from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, n, n_ctx, p, s, t
+from symbolic.errors import DerivationError
+
+__all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
+           "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
+
+VERDICTS = ("exact", "conditional", "leading-order", "different")
+DEFAULT_MODEL = "gpt3-175b"
+#: family names accepted for --model, with the bundled model that stands for them
+FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral": "mistral-7b", "bert": "bert-base"}
+
+
+class ClaimError(DerivationError):
+    """A claim that cannot be checked as written (bad quantity, symbols, units or formula)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuantitySpec:
+    """A checkable quantity: its name in claims, the mode it needs and the Estimate key."""
+
+    name: str
+    mode: str
+    key: str
+    unit: str
+    per_position: bool = False  # divide by the cached length s + n (KV cache per position)
+
+
+QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
+    QuantitySpec("params.total", "params", "parameters", "elements"),
+    QuantitySpec("params.per_layer", "params", "parameters_per_layer", "elements"),
+    QuantitySpec("params.per_gpu", "train", "parameters_per_gpu", "elements"),
+    QuantitySpec("activations.per_layer", "train", "activation_bytes_per_layer", "bytes"),
+    QuantitySpec("activations.total", "train", "activation_bytes", "bytes"),
+    QuantitySpec("model_states.total", "train", "model_state_bytes", "bytes"),
+    QuantitySpec("train.total", "train", "total_bytes", "bytes"),
+    QuantitySpec("kv_cache.total", "infer", "kv_cache_bytes", "bytes"),
+    QuantitySpec("kv_cache.per_token", "infer", "kv_cache_bytes_per_token", "bytes"),
+    QuantitySpec("kv_cache.per_position", "infer", "kv_cache_bytes", "bytes", per_position=True),
+    QuantitySpec("weights.total", "infer", "weight_bytes", "bytes"),
+    QuantitySpec("infer.total", "infer", "total_bytes", "bytes"),
+)}
+_ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_per_layer": "params.per_layer",
+            "params-per-layer": "params.per_layer", "parameters_per_gpu": "params.per_gpu",
+            "activation_bytes_per_layer": "activations.per_layer", "activations": "activations.per_layer",
+            "activation_bytes": "activations.total", "activations-total": "activations.total",
+            "model_state_bytes": "model_states.total", "model-states": "model_states.total",
+            "model_states": "model_states.total", "train-total": "train.total", "kv_cache_bytes": "kv_cache.total",
+            "kv-cache": "kv_cache.total", "kv_cache": "kv_cache.total",
+            "kv_cache_bytes_per_token": "kv_cache.per_token",
+            "weight_bytes": "weights.total", "weights": "weights.total", "infer-total": "infer.total"}
+
+#: Our symbols by name, for the right-hand sides of a mapping (``D=h/a``).
+OURS: dict[str, sp.Expr] = {dim.name: dim.symbol for dim in DIMS}
+#: Letters and names the literature uses, onto ours (REFERENCES.md notation; ANCHORS.md).
+COMMON: dict[str, sp.Expr] = {
+    **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type")},
+    "B": b, "S": s, "L": l, "v": V, "n_vocab": V, "d_ff": f, "N_d": d, "d_head": d_h, "d_k": d_h,
+    "d_model": h, "n_embd": h, "d_attn": a * d_h, "n_kv_heads": a_kv, "n_kv": a_kv, "n_layers": l, "n_layer": l,
+    "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi}
+#: In parameter counts the sequence letter counts learned positions (Narayanan Eq. 2: (V + s)h).
+_PARAM_COMMON: dict[str, sp.Expr] = {"s": n_ctx, "S": n_ctx, "n_ctx": n_ctx}
+#: In model-state formulas these letters are the parameter count (ZeRO's Psi, Zhihu's Phi).
+_STATE_COMMON: dict[str, sp.Expr] = {"P": Psi, "N": Psi, "params": Psi}
+
+
+def quantity_spec(name: str) -> QuantitySpec:
+    """The quantity a claim is about: ``activations.per_layer``, an Estimate key, or a derive name."""
+    key = _ALIASES.get(name, name)
+    if key not in QUANTITIES:
+        raise ClaimError(f"unknown quantity {name!r}; choose one of {', '.join(QUANTITIES)}")
+    return QUANTITIES[key]
+
+
+def default_symbols(spec: QuantitySpec, k_bytes: int | None = None) -> dict[str, sp.Expr]:
+    """The author's letters read without a mapping: ``L -> l``, ``v -> V``, ``\\Psi -> Psi``, ...
+
+    ``K`` (ZeRO's optimizer bytes per parameter) is a number, given for model states.
+    """
+    table = dict(COMMON)
+    if spec.name.startswith("params"):
+        table.update(_PARAM_COMMON)
+    if spec.name.startswith(("model_states", "train")):
+        table.update(_STATE_COMMON)
+    out = dict(table)
+    if k_bytes is not None:
+        out["K"] = sp.Integer(k_bytes)
+    return out
+
+
+def parse_symbols(mapping: str | Mapping[str, str | int | sp.Expr] | None) -> dict[str, sp.Expr]:
+    """``"R=l, N=a, D=h/a"`` (or a dict) into ``{author name: our expression}``.
+
+    >>> parse_symbols("R=l, N=a, D=h/a, b=1")
+    {'R': l, 'N': a, 'D': h/a, 'b': 1}
+    """
+    if mapping is None or mapping == "":
+        return {}
+    if isinstance(mapping, str):
+        pairs = []
+        for item in filter(None, (x.strip() for x in mapping.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise ClaimError(f"symbol mapping {item!r} needs the form NAME=EXPR, e.g. R=l")
+            pairs.append((name.strip(), value.strip()))
+    elif isinstance(mapping, Mapping):
+        pairs = list(mapping.items())
+    else:
+        raise ClaimError(f"symbols must be text like 'R=l,N=a' or a dict, not {type(mapping).__name__}")
+    out: dict[str, sp.Expr] = {}
+    for name, value in pairs:
+        key = normalize_name(str(name))
+        if not key or not key.replace("_", "").isalnum() or not key[0].isalpha():
+            raise ClaimError(f"symbol name {name!r} is not a name like R, d_h or \\Psi")
+        if isinstance(value, sp.Expr):
+            out[key] = value
+            continue
+        try:
+            out[key] = parse_formula(str(value), OURS).expr
+        except FormulaError as exc:
+            raise ClaimError(f"symbol {name}: {exc}; our symbols are {', '.join(OURS)}") from None
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A formula claimed for one of our quantities, under some options.
+
+    ``options`` holds ``Options`` fields (``tp``, ``flash``, ``recompute``, ...); ``units`` is
+    ``bytes`` or ``elements`` (None: the quantity's own unit, or a trailing ``\\text{bytes}``);
+    ``expect`` a verdict the author claims (``leading-order`` for an approximation).
+    """
+
+    quantity: str
+    formula: str
+    symbols: str | Mapping[str, Any] = ""
+    model: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    units: str | None = None
+    syntax: str = "auto"
+    expect: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Counterexample:
+    """Both formulas evaluated for a bundled model: the sizes used, the two numbers and their ratio."""
+
+    model: str
+    values: Mapping[str, int]
+    ours: int
+    claim: sp.Rational
+
+    @property
+    def ratio(self) -> float:
+        return float(self.claim / self.ours) if self.ours else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        claim = int(self.claim) if self.claim.q == 1 else str(self.claim)
+        return {"model": self.model, "values": dict(self.values), "ours": self.ours, "claim": claim,
+                "ratio": round(self.ratio, 6)}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The verdict on a claim, with the evidence: both closed forms, the gap and its origin."""
+
+    claim: Claim
+    spec: QuantitySpec
+    title: str
+    verdict: str
+    parsed: ParsedFormula
+    theirs: sp.Expr  # the claim in our symbols and in the quantity's unit
+    ours: sp.Expr  # our closed form
+    difference: sp.Expr  # ours - theirs, expanded
+    explanation: tuple[str, ...]
+    gaps: tuple[Gap, ...] = ()
+    factor: sp.Expr | None = None
+    holds_under: tuple[str, ...] = ()
+    counterexample: Counterexample | None = None
+    notes: tuple[str, ...] = ()
+    model: str = ""
+    citation: str = ""
+
+    @property
+    def holds(self) -> bool:
+        """Exact; or leading-order when the author wrote an approximation (``\\approx``) or expected it."""
+        if self.claim.expect is not None:
+            return self.verdict == self.claim.expect
+        return self.verdict == "exact" or (self.verdict == "leading-order" and self.parsed.relation == "approx")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "holds": self.holds, "quantity": self.spec.name, "unit": self.spec.unit,
+                "model": self.model, "claim": str(self.theirs), "ours": str(self.ours),
+                "difference": str(sp.factor_terms(self.difference)),
+                "factor": None if self.factor is None else str(self.factor),
+                "holds_under": list(self.holds_under), "explanation": list(self.explanation),
+                "gaps": [g.to_json() for g in self.gaps],
+                "counterexample": None if self.counterexample is None else self.counterexample.to_json(),
+                "notes": list(self.notes)}
+
+
+def check(quantity: str, formula: str, *, symbols: str | Mapping[str, Any] = "", model: str | None = None,
+          units: str | None = None, syntax: str = "auto", expect: str | None = None, **options: Any) -> CheckResult:
+    """Check ``formula`` for ``quantity`` (see the module docstring); ``options`` are ``Options`` fields.
+
+    >>> check("model_states.total", "20*Phi").factor  # Zhihu: 20 bytes per parameter
+    5/4
+    """
+    return check_claim(Claim(quantity, formula, symbols, model, dict(options), units, syntax, expect))
+
+
+def _options(spec: QuantitySpec, given: Mapping[str, Any], seq: int) -> Options:
+    fields = {"batch": 1, "seq": seq, **dict(given), "mode": spec.mode}
+    if spec.mode == "params":
+        fields = {k: v for k, v in fields.items() if k in ("mode", "dtype")}
+    try:
+        return Options(**fields)
+    except TypeError as exc:
+        raise ClaimError(f"unknown option: {exc}") from None
+
+
+def _read(claim: Claim, spec: QuantitySpec, k_bytes: int | None) -> ParsedFormula:
+    names = {**default_symbols(spec, k_bytes), **parse_symbols(claim.symbols)}
+    return parse_formula(claim.formula, names, claim.syntax)
+
+
+def _with_degrees(spec: QuantitySpec, expr: sp.Expr, given: Mapping[str, Any], seq: int,
+                  model: str) -> tuple[Context, list[str]]:
+    """The context; a claim that uses t, p or d while the options leave them at 1 turns them on."""
+    notes: list[str] = []
+    fields = dict(given)
+    for symbol, option, what in ((t, "tp", "tensor parallelism"), (p, "pp", "pipeline parallelism"),
+                                 (d, "dp", "data parallelism")):
+        if symbol in expr.free_symbols and fields.get(option, 1) == 1 and spec.mode != "params":
+            for degree in (8, 4, 2):
+                try:
+                    build_context(spec, model, _options(spec, {**fields, option: degree}, seq))
+                except (DerivationError, ValueError):
+                    continue
+                fields[option] = degree
+                notes.append(f"the claim uses {symbol}: checked with {what} ({symbol} symbolic; {symbol}={degree} "
+                             f"in numbers); map {symbol}=1 to check it without")
+                break
+    return build_context(spec, model, _options(spec, fields, seq)), notes
+
+
+def _resolve_model(name: str | None) -> str:
+    name = name or DEFAULT_MODEL
+    return FAMILIES.get(name.lower(), name) if isinstance(name, str) else name
+
+
+def check_claim(claim: Claim) -> CheckResult:
+    """Check one claim; ``ClaimError``/``FormulaError``/``DerivationError`` for one it cannot read."""
+    spec = quantity_spec(claim.quantity)
+    model = _resolve_model(claim.model)
+    if claim.expect is not None and claim.expect not in VERDICTS:
+        raise ClaimError(f"expect must be one of {', '.join(VERDICTS)}, not {claim.expect!r}")
+    seq = int(claim.options.get("seq") or 2048)
+    probe = build_context(spec, model, _options(spec, claim.options, seq))
+    parsed = _read(claim, spec, probe.k_bytes)
+    ctx, notes = _with_degrees(spec, parsed.expr, claim.options, seq, model)
+    factor, unit_note = unit_factor(spec, claim.units or parsed.unit or spec.unit, ctx)
+    cmp = ctx.compare(parsed.expr * factor)
+    notes += [x for x in (unit_note, cmp.note) if x]
+    if _is_zero(cmp.ours - cmp.theirs):
+        return _result(claim, ctx, parsed, "exact", cmp, notes, ["identical for all sizes"])
+    return _judge(claim, spec, ctx, parsed, cmp, notes, parsed.expr * factor)
+
+
+def _is_zero(expr: sp.Expr) -> bool:
+    expanded = sp.expand(expr)
+    return expanded == 0 or sp.cancel(sp.together(expanded)) == 0
+
+
+def _exact_under(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
+    labels = []
+    for label, alt in alternatives(spec, ctx):
+        cmp = alt.compare(expr)
+        if _is_zero(cmp.ours - cmp.theirs):
+            labels.append(label)
+    return labels
+
+
+#: Quantities a claim is often about by mistake (per layer vs all layers, per token vs per position).
+SIBLINGS = {"kv_cache.per_token": ("kv_cache.per_position", "kv_cache.total"),
+            "kv_cache.per_position": ("kv_cache.per_token", "kv_cache.total"),
+            "kv_cache.total": ("kv_cache.per_position", "kv_cache.per_token"),
+            "activations.per_layer": ("activations.total",), "activations.total": ("activations.per_layer",),
+            "params.per_layer": ("params.total",), "params.total": ("params.per_layer",)}
+
+
+def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
+    """``exact for kv_cache.per_position instead`` when the claim fits a neighbouring quantity."""
+    found = []
+    for name in SIBLINGS.get(spec.name, ()):
+        try:
+            cmp = build_context(QUANTITIES[name], ctx.model, ctx.options).compare(expr)
+        except (DerivationError, ValueError):
+            continue
+        if _is_zero(cmp.ours - cmp.theirs):
+            found.append(f"exact for {name} instead: the claim counts another quantity")
+        elif _limits(cmp, None)[0]:
+            found.append(f"leading-order for {name} instead: the claim counts another quantity")
+    return found
+
+
+def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
+    """Whether claim/ours -> 1 as the model grows, and lines describing both limits."""
+    try:
+        limit = ratio_limit(cmp.theirs, cmp.ours, WIDTH)
+        lines = [f"claim/ours -> 1 as {describe_scaling(WIDTH)}"] if limit == 1 else []
+        if limit != 1 and not (k is not None and k.is_Number):
+            lc, lo = leading(cmp.theirs, WIDTH)[1], leading(cmp.ours, WIDTH)[1]
+            lines.append(f"leading order ({describe_scaling(WIDTH)}): claim {sp.factor(lc)}, ours {sp.factor(lo)}"
+                         + (f"; claim/ours -> {limit}" if k is None else ""))
+        if cmp.ours.free_symbols & set(SEQUENCE):
+            lines.append(f"as s -> oo: claim/ours -> {ratio_limit(cmp.theirs, cmp.ours, SEQUENCE)}")
+        return limit == 1, lines
+    except Unanalysable as exc:
+        return False, [f"no leading-order analysis: {exc}"]
+
+
+def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
+           notes: list[str], expr: sp.Expr) -> CheckResult:
+    k = constant_factor(cmp.theirs, cmp.ours)
+    lines = [f"the claim is {k} times ours"] if k is not None else []
+    lead, more = _limits(cmp, k)
+    lines += more
+    gaps: list[Gap] = []
+    if k is None or k.is_Number:
+        try:
+            gaps = find_gaps(cmp.ours, cmp.theirs, cmp.pieces)
+        except Unanalysable as exc:
+            lines.append(f"the gap is not traced to our terms: {exc}")
+    lines += [g.text() for g in gaps]
+    lines = _siblings(spec, ctx, expr) + lines
+    holds_under = _exact_under(spec, ctx, expr)
+    if holds_under:
+        verdict = "conditional"
+        lines.insert(0, "exact " + " or ".join(holds_under) + (" (leading-order as given)" if lead else ""))
+    else:
+        verdict = "leading-order" if lead else "different"
+    return _result(claim, ctx, parsed, verdict, cmp, notes, lines, tuple(gaps), k, tuple(holds_under))
+
+
+#: Step sizes tried in turn when the model's own values happen to make both sides equal.
+_VARIATIONS = ({}, {b: 8}, {s: 4096}, {n: 128}, {b: 8, s: 4096, n: 128})
+
+
+def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexample | None:
+    """Both sides for the context's model; other step sizes (b, s, n) when the given ones agree."""
+    for change in _VARIATIONS:
+        values = {**ctx.values, **change}
+        try:
+            mine, claimed = evaluate(ours, values), evaluate(theirs, values)
+        except ValueError:
+            return None
+        if not (mine.is_Rational and claimed.is_Rational):
+            return None
+        if mine != claimed:
+            break
+    used = sorted(ours.free_symbols | theirs.free_symbols, key=str)
+    shown = {str(x): int(values[x]) for x in used if x in values}
+    return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed))
+
+
+def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp: Comparison, notes: list[str],
+            lines: list[str], gaps: tuple[Gap, ...] = (), factor: sp.Expr | None = None,
+            holds_under: tuple[str, ...] = ()) -> CheckResult:
+    example = None if verdict == "exact" else _counterexample(ctx, cmp.ours, cmp.theirs)
+    q = ctx.quantity
+    return CheckResult(claim, ctx.spec, q.title, verdict, parsed, cmp.theirs, cmp.display,
+                       sp.expand(cmp.ours - cmp.theirs), tuple(lines), gaps, factor, holds_under, example,
+                       tuple(notes) + ctx.notes, ctx.model.name, str(q.citation or ""))
