@@ -1,0 +1,152 @@
+"""Claims marked in a Markdown document: an HTML comment before a formula.
+
+::
+
+    <!-- memderive: quantity=activations.per_layer symbols="R=l, N=a" flash -->
+    $$M = sbh\\left(34 + \\frac{5as}{h}\\right)$$
+
+A marker applies to the first formula after it, on the same line or the next lines with no blank
+line in between: a ``$$...$$`` or ``\\[...\\]`` block, inline ``$...$``, or inline code. A
+``<!-- memderive-defaults: model=llama-2-7b -->`` comment sets keys for every later marker.
+Markers inside fenced code blocks are examples, not claims, and are skipped.
+
+Keys: ``quantity`` (required), ``symbols``, ``model``, ``units``, ``syntax``, ``expect`` and the
+options ``tp pp dp zero batch seq new-tokens micro-batches virtual-stages recompute profile dtype
+optimizer kv-dtype weight-dtype`` (``key=value``) and ``sp flash dropout offload`` (a bare key is
+true, ``no-flash`` or ``flash=false`` false). Values with spaces or commas go in quotes.
+
+>>> found = find_claims('<!-- memderive: quantity=params.total -->\\n$N \\\\approx 12lh^2$')
+>>> found[0].line, found[0].claim.formula
+(2, 'N \\\\approx 12lh^2')
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from derivations.claims import Claim
+
+__all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
+
+_MARKER = re.compile(r"<!--\s*memderive(-defaults)?\s*:(.*?)-->", re.DOTALL)
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
+_FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
+                      r"|`(?P<code>[^`\n]+)`", re.DOTALL)
+_INTS = ("tp", "pp", "dp", "zero", "batch", "seq", "new_tokens", "micro_batches", "virtual_stages", "quant_group")
+_FLAGS = ("sp", "flash", "dropout", "offload")
+_TEXTS = ("recompute", "profile", "dtype", "optimizer", "kv_dtype", "weight_dtype")
+_CLAIM_KEYS = ("quantity", "symbols", "model", "units", "syntax", "expect")
+KEYS = _CLAIM_KEYS + _INTS + _FLAGS + _TEXTS
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """A claim found at ``line`` (1-based, where its formula starts), or why it cannot be read."""
+
+    line: int
+    formula: str
+    claim: Claim | None = None
+    error: str = ""
+
+
+def _flag(key: str, value: str) -> bool:
+    if value.lower() in ("true", "yes", "on", "1"):
+        return True
+    if value.lower() in ("false", "no", "off", "0"):
+        return False
+    raise ValueError(f"{key} must be true or false, not {value!r}")
+
+
+def marker_fields(body: str) -> dict[str, Any]:
+    """The ``key=value`` pairs of one marker, typed; unknown keys are an error naming the known ones.
+
+    >>> marker_fields('quantity=kv_cache.total tp=8 no-dropout symbols="L=l, H=h"')
+    {'quantity': 'kv_cache.total', 'tp': 8, 'dropout': False, 'symbols': 'L=l, H=h'}
+    """
+    fields: dict[str, Any] = {}
+    for word in shlex.split(body):
+        key, sep, value = word.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            negated = key.startswith("no_") and key[3:] in _FLAGS
+            key, value = (key[3:], "false") if negated else (key, "true")
+            if key not in _FLAGS:
+                raise ValueError(f"{word!r} needs a value ({key}=...)")
+        if key not in KEYS:
+            raise ValueError(f"unknown key {key!r}; keys: {', '.join(k.replace('_', '-') for k in KEYS)}")
+        if key in _INTS:
+            if not value.strip().isdigit():
+                raise ValueError(f"{key} must be a whole number, not {value!r}")
+            fields[key] = int(value)
+        elif key in _FLAGS:
+            fields[key] = _flag(key, value)
+        else:
+            fields[key] = value
+    return fields
+
+
+def _claim(fields: Mapping[str, Any], formula: str) -> Claim:
+    if "quantity" not in fields:
+        raise ValueError("the marker needs quantity=... (e.g. quantity=activations.per_layer)")
+    options = {k: v for k, v in fields.items() if k not in _CLAIM_KEYS}
+    return Claim(fields["quantity"], formula, fields.get("symbols", ""), fields.get("model"), options,
+                 fields.get("units"), fields.get("syntax", "auto"), fields.get("expect"))
+
+
+def _merge(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """``more`` over ``base``; symbol mappings are joined (later names win)."""
+    out = {**base, **more}
+    if base.get("symbols") and more.get("symbols"):
+        out["symbols"] = f"{base['symbols']},{more['symbols']}"
+    return out
+
+
+def _mask_fences(text: str) -> str:
+    """Fenced code blocks blanked out (newlines kept, so line numbers stay right)."""
+    return _FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def _formula_after(text: str, start: int, stop: int) -> re.Match | None:
+    match = _FORMULA.search(text, start, stop)
+    if match is None or re.search(r"\n[ \t]*\n", text[start:match.start()]):
+        return None
+    return match
+
+
+def find_claims(text: str, defaults: Mapping[str, Any] | None = None) -> list[Marked]:
+    """Every marked claim of a Markdown document, in order.
+
+    Args:
+        text: the document.
+        defaults: keys that apply to every marker (a marker's own keys win), e.g. from the CLI.
+    """
+    masked = _mask_fences(text)
+    markers = list(_MARKER.finditer(masked))
+    current = dict(defaults or {})
+    found: list[Marked] = []
+    for i, marker in enumerate(markers):
+        stop = markers[i + 1].start() if i + 1 < len(markers) else len(text)
+        line = masked.count("\n", 0, marker.start()) + 1
+        try:
+            fields = marker_fields(marker.group(2))
+        except ValueError as exc:
+            found.append(Marked(line, "", error=f"marker: {exc}"))
+            continue
+        if marker.group(1):
+            current = _merge(current, fields)
+            continue
+        match = _formula_after(masked, marker.end(), stop)
+        if match is None:
+            found.append(Marked(line, "", error="marker without a formula right after it ($$...$$, $...$ or `...`)"))
+            continue
+        formula = next(g for g in match.groups() if g is not None).strip()
+        line = masked.count("\n", 0, match.start()) + 1
+        try:
+            found.append(Marked(line, formula, _claim(_merge(current, fields), formula)))
+        except ValueError as exc:
+            found.append(Marked(line, formula, error=f"marker: {exc}"))
+    return found

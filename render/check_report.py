@@ -1,0 +1,129 @@
+"""Reports of claim checks (``derivations.claims``): plain text, Markdown and LaTeX.
+
+Formulas print through ``render.latex`` (the ``DerivationPrinter``); the report only arranges
+strings. The text form is what ``memderive check`` prints; Markdown and LaTeX are for notes,
+notebooks (``display(Markdown(markdown_report(r)))``) and papers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sympy as sp
+
+from derivations.claim_analysis import Gap
+from derivations.claim_markers import Marked
+from derivations.claims import CheckResult
+
+try:  # the DerivationPrinter (issue 5)
+    from render.latex import latex as tex
+    from render.latex import tex_escape
+except ImportError:  # pragma: no cover - a checkout without render/latex.py
+    tex = sp.latex
+
+    def tex_escape(text: str) -> str:
+        return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in text)
+
+__all__ = ["text_report", "markdown_report", "latex_report", "file_lines", "MARKS"]
+
+MARKS = {True: "holds", False: "does not hold"}
+
+
+def _number(value: sp.Rational) -> str:
+    return f"{int(value):,}" if value.q == 1 else f"{float(value):,.6g}"
+
+
+def _example(result: CheckResult) -> str:
+    ce = result.counterexample
+    if ce is None:
+        return ""
+    sizes = ", ".join(f"{k}={v:,}" for k, v in ce.values.items())
+    return (f"counterexample ({ce.model}: {sizes}): ours {ce.ours:,}, claim {_number(ce.claim)}"
+            f" (claim/ours = {ce.ratio:.6g})")
+
+
+def text_report(result: CheckResult) -> str:
+    """What ``memderive check`` prints: the verdict, both sides, why, a counterexample, notes."""
+    p = result.parsed
+    lines = [f"{result.verdict} ({MARKS[result.holds]}): {result.spec.name} = {result.title} "
+             f"({result.spec.unit}), {result.model}",
+             f"  claim:  {result.theirs}    read from {p.text.strip()!r}",
+             f"  ours:   {result.ours}"]
+    if result.verdict != "exact":
+        lines.append(f"  ours - claim: {sp.factor_terms(result.difference)}")
+    lines += [f"  - {line}" for line in result.explanation]
+    if result.counterexample is not None:
+        lines.append("  " + _example(result))
+    if result.citation:
+        lines.append(f"  our derivation cites: {result.citation}")
+    lines += [f"  note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def _gap_rows(gaps: Sequence[Gap]) -> list[str]:
+    rows = []
+    for gap in gaps:
+        if not gap.matches:
+            rows.append(f"| {gap.order} | {gap.kind} | ${tex(gap.expr)}$ | | |")
+        for i, match in enumerate(gap.matches):
+            for piece, part in zip(match.pieces, match.parts):
+                label = f"{gap.kind}" + (f" (alternative {i + 1})" if len(gap.matches) > 1 else "")
+                rows.append(f"| {gap.order} | {label} | ${tex(part)}$ | `{piece.path}` | {piece.what} |")
+    return rows
+
+
+def markdown_report(result: CheckResult, level: int = 3) -> str:
+    """One check as a Markdown section: verdict, formulas in LaTeX, why, where the gap comes from."""
+    head = "#" * level
+    out = [f"{head} {result.spec.name}: {result.verdict} ({MARKS[result.holds]})", "",
+           f"{result.title} ({result.spec.unit}) for `{result.model}`.", "",
+           "| | |", "|---|---|",
+           f"| claim, read from `{result.parsed.text.strip()}` | ${tex(result.theirs)}$ |",
+           f"| ours | ${tex(result.ours)}$ |"]
+    if result.verdict != "exact":
+        out.append(f"| ours − claim | ${tex(sp.factor_terms(result.difference))}$ |")
+    out += [""] + [f"- {line}" for line in result.explanation]
+    rows = _gap_rows(result.gaps)
+    if rows:
+        out += ["", "| order | kind | term | node | what |", "|---|---|---|---|---|", *rows]
+    if result.counterexample is not None:
+        out += ["", _example(result).capitalize() + "."]
+    if result.citation:
+        out += ["", f"Our derivation cites {result.citation}."]
+    if result.notes:
+        out += [""] + [f"> {note}" for note in result.notes]
+    return "\n".join(out)
+
+
+def latex_report(result: CheckResult) -> str:
+    """One check as a LaTeX fragment (``\\subsection*``, equations, an itemized why)."""
+    out = [rf"\subsection*{{{tex_escape(result.spec.name)}: {tex_escape(result.verdict)}}}",
+           rf"{tex_escape(result.title)} ({tex_escape(result.spec.unit)}) for \texttt{{{tex_escape(result.model)}}}.",
+           r"\begin{align*}",
+           rf"\text{{claim}} &= {tex(result.theirs)} \\",
+           rf"\text{{ours}} &= {tex(result.ours)}" + (r" \\" if result.verdict != "exact" else ""),
+           ]
+    if result.verdict != "exact":
+        out.append(rf"\text{{ours}} - \text{{claim}} &= {tex(sp.factor_terms(result.difference))}")
+    out += [r"\end{align*}", r"\begin{itemize}"]
+    out += [rf"\item {tex_escape(line)}" for line in result.explanation]
+    if result.counterexample is not None:
+        out.append(rf"\item {tex_escape(_example(result))}")
+    out.append(r"\end{itemize}")
+    return "\n".join(out)
+
+
+def file_lines(path: str, found: Sequence[tuple[Marked, CheckResult | None, str]]) -> list[str]:
+    """``NOTES.md:12: exact (holds) activations.per_layer: sbh(34 + 5as/h)`` per claim, with why."""
+    lines = []
+    for marked, result, error in found:
+        where = f"{path}:{marked.line}:"
+        if result is None:
+            lines.append(f"{where} error: {error}")
+            continue
+        lines.append(f"{where} {result.verdict} ({MARKS[result.holds]}) {result.spec.name}: {marked.formula}")
+        if not result.holds:
+            lines += [f"    - {line}" for line in result.explanation]
+            if result.counterexample is not None:
+                lines.append("    " + _example(result))
+    return lines

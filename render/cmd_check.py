@@ -1,0 +1,115 @@
+"""``memderive check``: is a formula from teaching material right?
+
+One claim::
+
+    memderive check --quantity activations.per_layer --claim 'sbh(34 + 5as/h)' [--flash] [--json]
+
+or every marked claim of a Markdown file (syntax in ``derivations.claim_markers``)::
+
+    memderive check --file NOTES.md
+
+Exit code 0 when every claim holds, 1 when some do not, 2 on bad input (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from render.cli import add_model_options, add_strategy_options, fail
+
+#: kept here (not imported) so that registering the command stays cheap
+VERDICTS = ("exact", "conditional", "leading-order", "different")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("check", help="check a published or teaching formula against the derivation")
+    parser.add_argument("--quantity", help="e.g. params.total, params.per_layer, activations.per_layer, "
+                                           "activations.total, model_states.total, kv_cache.total, kv_cache.per_token")
+    parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
+    parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
+    parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")
+    parser.add_argument("--units", choices=("bytes", "elements"), help="unit of the claim (default: the quantity's)")
+    parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
+    parser.add_argument("--expect", choices=VERDICTS, help="the verdict the author claims (e.g. leading-order)")
+    add_model_options(parser, required=False)
+    add_strategy_options(parser)
+    parser.add_argument("--json", action="store_true", help="JSON: verdict, difference, counterexample, ...")
+    parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    parser.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The strategy options given on the command line (the quantity decides the mode)."""
+    fields = {"batch": args.batch, "seq": args.seq, "new_tokens": args.new_tokens, "dtype": args.dtype,
+              "optimizer": args.optimizer, "tp": args.tp, "pp": args.pp, "dp": args.dp, "sp": args.sp,
+              "zero": args.zero, "offload": args.offload, "recompute": args.recompute, "flash": args.flash,
+              "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
+              "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
+              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _render(result: Any, fmt: str) -> str:
+    from render.check_report import latex_report, markdown_report, text_report
+
+    return {"text": text_report, "md": markdown_report, "latex": latex_report}[fmt](result)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file:
+        if args.claim or args.quantity:
+            fail("give either --file or --quantity with --claim, not both")
+        return _run_file(args)
+    if not (args.quantity and args.claim):
+        fail("give --quantity and --claim (or --file NOTES.md)")
+    from derivations.claims import Claim, check_claim
+
+    result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
+                               args.syntax, args.expect))
+    print(json.dumps(result.to_json(), indent=2) if args.json else _render(result, args.format))
+    return 0 if result.holds else 1
+
+
+def _defaults(args: argparse.Namespace) -> dict[str, Any]:
+    """Command-line keys that apply to every marker of a file (a marker's own keys win): the
+    claim keys given and the options that differ from ``Options``' defaults."""
+    from dataclasses import fields
+
+    from derivations.options import Options
+
+    keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
+    defaults = {f.name: f.default for f in fields(Options)}
+    changed = {k: v for k, v in _options(args).items() if defaults.get(k) != v}
+    return {**{k: v for k, v in keys.items() if v is not None}, **changed}
+
+
+def _run_file(args: argparse.Namespace) -> int:
+    from derivations.claim_markers import find_claims
+    from derivations.claims import check_claim
+    from render.check_report import file_lines
+
+    with open(args.file, encoding="utf-8") as fh:
+        text = fh.read()
+    found = []
+    for marked in find_claims(text, _defaults(args)):
+        if marked.claim is None:
+            found.append((marked, None, marked.error))
+            continue
+        try:
+            found.append((marked, check_claim(marked.claim), ""))
+        except ValueError as exc:
+            found.append((marked, None, str(exc)))
+    if args.json:
+        print(json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
+                          for m, r, e in found], indent=2))
+    elif args.format != "text":
+        print("\n\n".join(f"<!-- {args.file}:{m.line} -->\n" + (_render(r, args.format) if r else f"error: {e}")
+                          for m, r, e in found))
+    else:
+        print("\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims "
+              "(see README, 'Checking formulas')")
+    if any(r is None for _, r, _ in found):
+        return 2
+    return 0 if all(r.holds for _, r, _ in found) else 1
