@@ -178,10 +178,16 @@ class BlockBuilder:
         return self._add(Op(path, "attention", (), tuple(saved), out))
 
     def cross_entropy(self, path: str, logits: Tensor) -> Tensor:
-        """``F.cross_entropy(logits.float(), ...)``: log-softmax saves fp32 logits-sized output."""
+        """``F.cross_entropy(logits.float(), labels)``: log-softmax saves fp32 logits-sized output,
+        ``nll_loss`` saves it again (same tensor) and the int64 labels.
+
+        NOTE(memderive): measured with ``tests/test_saved_tensors.py``; nll_loss also saves its
+        0-dim fp32 ``total_weight`` (4 bytes), which the graph leaves out.
+        """
         saved = self._act(f"{path}.log_softmax", logits.shape, "logits", tp_axis=logits.tp_axis, dt=FP32)
+        labels = Tensor(f"{path}.labels", logits.shape[:-1], INT64, role="token-ids")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
-        return self._add(Op(path, "cross_entropy", (), (saved,), out))
+        return self._add(Op(path, "cross_entropy", (), (saved, labels), out))
 
     def output(self, x: Tensor) -> Tensor:
         return x
