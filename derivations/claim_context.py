@@ -214,6 +214,9 @@ def _option_flips(spec: QuantitySpec, o: Options) -> list[tuple[str, dict[str, A
 
 
 def _arch_flips(spec: QuantitySpec, model: Model) -> list[tuple[str, Model]]:
+    window = [("without the sliding window", replace(model, window=None))] if model.window else []
+    if spec.mode == "infer" and not spec.name.startswith(("weights", "infer")):
+        return window
     if not spec.name.startswith(("params", "model_states", "weights", "train", "infer")):
         return []
     arch = model.arch
@@ -223,7 +226,7 @@ def _arch_flips(spec: QuantitySpec, model: Model) -> list[tuple[str, Model]]:
         changes.append(("without linear biases", {"qkv_bias": False, "out_bias": False, "mlp_bias": False}))
     if arch.norm == "layernorm" and arch.norm_bias:
         changes.append(("with LayerNorm without bias", {"norm_bias": False}))
-    return [(label, replace(model, arch=replace(arch, **fields))) for label, fields in changes]
+    return [(label, replace(model, arch=replace(arch, **fields))) for label, fields in changes] + window
 
 
 def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Context]]:

@@ -87,7 +87,8 @@ def markdown_report(result: CheckResult, level: int = 3) -> str:
     if rows:
         out += ["", "| order | kind | term | node | what |", "|---|---|---|---|---|", *rows]
     if result.counterexample is not None:
-        out += ["", _example(result).capitalize() + "."]
+        example = _example(result)
+        out += ["", example[0].upper() + example[1:] + "."]
     if result.citation:
         out += ["", f"Our derivation cites {result.citation}."]
     if result.notes:
@@ -121,7 +122,8 @@ def file_lines(path: str, found: Sequence[tuple[Marked, CheckResult | None, str]
         if result is None:
             lines.append(f"{where} error: {error}")
             continue
-        lines.append(f"{where} {result.verdict} ({MARKS[result.holds]}) {result.spec.name}: {marked.formula}")
+        formula = " ".join(marked.formula.split())
+        lines.append(f"{where} {result.verdict} ({MARKS[result.holds]}) {result.spec.name}: {formula}")
         if not result.holds:
             lines += [f"    - {line}" for line in result.explanation]
             if result.counterexample is not None:

@@ -157,6 +157,13 @@ def test_conditional_model_states() -> None:
     assert result.verdict == "conditional" and result.holds_under == ("without ZeRO",)
 
 
+def test_sliding_window() -> None:
+    needs_inference("kv_cache")
+    # Mistral 7B (Jiang et al. 2023) caches at most w = 4096 tokens; 4 b l a_kv d_h (s + n) holds without the window
+    result = check("kv_cache.total", "4 b l a_kv d_h (s+n)", model="mistral-7b")
+    assert result.verdict == "conditional" and result.holds_under == ("without the sliding window",)
+
+
 def test_per_token_versus_per_position() -> None:
     needs_inference("kv_cache")
     # "4blh bytes per token" counts a position for all b sequences; per cached token it is 4lh
