@@ -1,0 +1,134 @@
+"""What fits on one GPU: the largest batch for a context, or the longest context for a batch.
+
+Memory per GPU is linear in the batch ``b`` for a fixed context (weights and model states do
+not depend on ``b``; the KV cache, activations and transient buffers are each ``b`` times
+something), so the largest batch has a closed form, ``b = floor((M - fixed) / per_sequence)``.
+In the context ``s`` it is not (eager attention's ``s^2`` scores, a sliding window's ``min``,
+quantization scales), so the longest context is an exact integer search over a nondecreasing
+function. Either answer is checked with ``derivations.estimate``: it fits, the next does not.
+
+>>> f = fit("llama-2-7b", Options(mode="infer", batch=1, seq=2048, flash=True), 80 * 10**9, "batch")
+>>> f.value, f.method, f.bytes_at <= 80 * 10**9 < f.bytes_next
+(55, 'closed form', True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import sympy as sp
+
+from derivations.estimate import estimate, resolve_model
+from derivations.models import Model
+from derivations.options import Options
+from derivations.quantity import exact_int
+from symbolic.dims import b, s
+from symbolic.errors import DerivationError
+
+__all__ = ["Fit", "FitError", "fit", "SOLVE_FOR"]
+
+SOLVE_FOR = {"batch": b, "seq": s}
+#: Searches stop here: a context or batch beyond 2^40 means memory does not bound it.
+LIMIT = 2**40
+
+
+class FitError(DerivationError):
+    """Nothing fits, or memory does not bound the answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The answer: ``value`` of ``solve_for`` fits ``capacity`` bytes; ``value + 1`` does not.
+
+    ``fixed`` and ``per_unit`` are the closed form's parts (``total = fixed + per_unit * b``),
+    set only when ``method`` is ``closed form``.
+    """
+
+    solve_for: str
+    value: int
+    capacity: int
+    bytes_at: int
+    bytes_next: int
+    method: str
+    fixed: int | None = None
+    per_unit: sp.Rational | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
+                               "total_bytes": self.bytes_at, "next_total_bytes": self.bytes_next,
+                               "method": self.method}
+        if self.fixed is not None:
+            out["fixed_bytes"], out["bytes_per_unit"] = self.fixed, str(self.per_unit)
+        return out
+
+
+def _total_in(model: Model, options: Options, symbol: sp.Symbol) -> sp.Expr:
+    """Per-GPU total with every size bound except ``symbol``."""
+    est = estimate(model, options)
+    values = {k: sp.Integer(v) for k, v in est.values.items() if k != symbol}
+    expr = sp.sympify(est.quantity("total_bytes").breakdown.total).xreplace(values)
+    if expr.free_symbols - {symbol}:
+        raise FitError(f"cannot solve: {', '.join(map(str, expr.free_symbols - {symbol}))} left unbound")
+    return expr
+
+
+def _linear(expr: sp.Expr, symbol: sp.Symbol) -> tuple[sp.Rational, sp.Rational] | None:
+    try:
+        poly = sp.Poly(sp.expand(expr), symbol)
+    except sp.PolynomialError:
+        return None
+    if poly.degree() > 1 or not all(c.is_Rational for c in poly.all_coeffs()):
+        return None
+    c1, c0 = (poly.all_coeffs() + [sp.Integer(0)])[:2] if poly.degree() == 1 else (sp.Integer(0), poly.LC())
+    return sp.Rational(c0), sp.Rational(c1)
+
+
+def _search(cost, capacity: int) -> int:
+    """Largest x >= 1 with cost(x) <= capacity, for a nondecreasing cost (0 when none)."""
+    if cost(1) > capacity:
+        return 0
+    lo, hi = 1, 2
+    while cost(hi) <= capacity:
+        lo, hi = hi, hi * 2
+        if hi > LIMIT:
+            raise FitError(f"memory does not bound the answer below {LIMIT:,}")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if cost(mid) <= capacity else (lo, mid)
+    return lo
+
+
+def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
+    """The largest ``batch`` (for ``options.seq``) or ``seq`` (for ``options.batch``) that fits.
+
+    Args:
+        model: anything ``derivations.estimate`` accepts.
+        options: ``train`` or ``infer`` options; the value of ``solve_for`` in them is ignored.
+        capacity: bytes of one GPU's memory.
+        solve_for: ``batch`` or ``seq``.
+
+    Raises:
+        FitError: not even 1 fits, or memory does not bound the answer.
+    """
+    if solve_for not in SOLVE_FOR:
+        raise ValueError(f"solve for batch or seq, not {solve_for!r}")
+    model, symbol = resolve_model(model), SOLVE_FOR[solve_for]
+    expr = _total_in(model, options, symbol)
+    linear = _linear(expr, symbol) if symbol == b else None
+    if linear is not None and linear[1] > 0:
+        fixed, per_unit = linear
+        value, method = max(int(sp.floor((capacity - fixed) / per_unit)), 0), "closed form"
+    else:
+        fixed = per_unit = None
+        value = _search(lambda x: exact_int(expr.xreplace({symbol: x}), "total_bytes"), capacity)
+        method = "integer search"
+    if value == 0:
+        need = exact_int(expr.xreplace({symbol: 1}), "total_bytes")
+        raise FitError(f"{model.name} does not fit: {solve_for} 1 needs {need:,} bytes per GPU, "
+                       f"more than {capacity:,}")
+    at, nxt = (estimate(model, replace(options, **{solve_for: x})).number("total_bytes") for x in (value, value + 1))
+    if not at <= capacity < nxt:  # pragma: no cover - a bug, not bad input
+        raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")
+    return Fit(solve_for, value, capacity, at, nxt, method,
+               None if fixed is None else exact_int(fixed, "fixed"), per_unit)

@@ -1,0 +1,337 @@
+"""Inference memory per GPU: KV cache, weights in the serving dtype, the largest transient buffer.
+
+Everything is read off the model's graph (``derivations.architectures``) after the loss op is
+dropped and tensor parallelism is applied:
+
+* **KV cache.** The cached keys and values are the ``k`` and ``v`` tensors (roles ``k``/``v``,
+  after rotary and q/k norms) that each attention op of the ``layer`` block saves, with the
+  sequence axis replaced by the cached length ``s + n`` (prompt plus generated tokens), capped
+  at the sliding window, ``min(s + n, w)``, when the model has one; in the KV dtype; times ``l``
+  layers. Closed form ``2 b (s+n) l a_kv d_h beta_kv`` (kipply 2022); MHA, MQA (Shazeer 2019)
+  and GQA (Ainslie et al. 2023) differ only in ``a_kv``; ``d_h`` need not be ``h/a``.
+* **Weights.** Every parameter tensor one GPU holds, in the serving dtype (see ``serving_dtypes``).
+* **Transient activations.** The largest single buffer a forward pass materialises: every op
+  output, plus the ``b a s s`` attention scores under eager attention (none with FlashAttention),
+  for a prefill of ``s`` tokens and for one decode step (one query over the cached length).
+  The logits ``b s V`` (prefill) and ``b V`` (decode) are the ``lm_head`` output.
+
+``total_bytes`` = weights + KV cache + transient (+ ``--overhead``).
+
+>>> from derivations.presets import preset
+>>> from derivations.options import Options
+>>> m = preset("llama-2-7b")
+>>> _, qs = infer_quantities(m, Options(mode="infer", batch=1, seq=1), m.graph(dropout=False), keep_symbols=True)
+>>> {q.key: q for q in qs}["kv_cache_bytes"].closed_form()
+4*b*h*l*n + 4*b*h*l*s
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sympy as sp
+
+from derivations.models import Model
+from derivations.options import Options, OptionsError
+from derivations.quantity import Quantity
+from symbolic import dims
+from symbolic.derive import Breakdown, Term, parameters
+from symbolic.dims import a_kv, b, g, n, s, t, w
+from symbolic.dtypes import DType, dtype
+from symbolic.errors import InvalidLayoutError
+from symbolic.formula import Citation, Formula
+from symbolic.graph import Block, Graph, Op
+from symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
+from symbolic.tensor import Tensor
+
+__all__ = ["infer_quantities", "inference_graph", "inference_values", "cached_length", "kv_cache",
+           "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
+           "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION"]
+
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
+#: Group-wise formats: one fp16 scale per group of g consecutive input weights of a row.
+GROUPWISE = frozenset({"int8", "int4"})
+SCALE = dtype("fp16")
+#: Tensors that stay in 16 bit when the linear layers are quantized.
+HIGH = dtype("bf16")
+
+KV_CITATION = Citation("kipply 2022; Shazeer 2019 (MQA); Ainslie et al. 2023 (GQA)",
+                       "kipp.ly/transformer-inference-arithmetic; arXiv:1911.02150; arXiv:2305.13245",
+                       "KV bytes per token 2*2*n_layers*n_heads*d_head; one K/V head; G K/V heads")
+QUANT_CITATION = Citation("Frantar et al. 2022 (GPTQ); Lin et al. 2023 (AWQ)", "arXiv:2210.17323; arXiv:2306.00978",
+                          "group-wise weight quantization, one scale per group of g weights")
+RULE_CITATION = Citation("Hugging Face accelerate docs, model_size_estimator (after EleutherAI)",
+                         "huggingface.co/docs/accelerate/usage_guides/model_size_estimator",
+                         "inference: add up to 20% to the weights")
+ZHIHU = Citation("回旋托马斯x (Zhihu)", "zhuanlan.zhihu.com/p/624740065", "KV cache peak 4blh(s+n)")
+
+_h, _l, _a, _d_h = dims.h, dims.l, dims.a, dims.d_h
+#: Published closed forms the graph derivation reproduces (tests/test_kv_cache.py checks each).
+FORMULAS = (
+    Formula("kv bytes per token, 16-bit MHA", 2 * 2 * _l * _a * _d_h, KV_CITATION,
+            ("a_kv = a", "16-bit keys and values")),
+    Formula("kv bytes per token, GQA/MQA", 2 * 2 * _l * a_kv * _d_h, KV_CITATION, ("16-bit keys and values",)),
+    Formula("kv cache peak, 16-bit MHA", 4 * b * _l * _h * (s + n), ZHIHU, ("a_kv = a", "d_h = h/a")),
+    Formula("inference memory, rule of thumb", sp.Rational(6, 5) * 2 * dims.Psi, RULE_CITATION,
+            ("16-bit weights", "KV cache + transient = weights / 5: see rule_of_thumb_tokens")),
+)
+
+
+def serving_dtypes(options: Options) -> tuple[DType, DType, DType]:
+    """``(linear-layer weights, everything else, KV cache)`` dtypes of an inference run.
+
+    NOTE(inference): defaults are bf16 weights; fp8/int8/int4 apply to the weight matrices of the
+    linear layers inside the transformer layers only; embeddings, the LM head, norms and biases
+    stay bf16 (as GPTQ/AWQ checkpoints ship them). The KV cache defaults to the compute dtype,
+    which is the weight dtype for fp32/fp16/bf16 and bf16 for quantized weights (transformers
+    caches k and v in the model dtype).
+
+    >>> [str(x) for x in serving_dtypes(Options(mode="infer", batch=1, seq=1, weight_dtype="int4"))]
+    ['int4', 'bf16', 'bf16']
+    """
+    name = dtype(options.weight_dtype or "bf16").name
+    if name not in WEIGHT_DTYPES:
+        raise OptionsError(f"--weight-dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {options.weight_dtype!r}")
+    other = dtype(name) if name in ("fp32", "fp16", "bf16") else HIGH
+    kv = dtype(options.kv_dtype) if options.kv_dtype is not None else other
+    if kv.name not in KV_DTYPES:
+        raise OptionsError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}, got {options.kv_dtype!r}")
+    return dtype(name), other, kv
+
+
+def cached_length(model: Model) -> sp.Expr:
+    """Tokens held per sequence: ``s + n``, or ``min(s + n, w)`` under a sliding window.
+
+    NOTE(inference): transformers' ``DynamicSlidingWindowLayer`` keeps a view of the last w - 1
+    tokens whose storage is the w-token concatenation of the last step, so from the first decode
+    step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window (n = 0)
+    it still holds the whole prompt until the next step. The steady state is modelled.
+    """
+    return s + n if model.window is None else sp.Min(s + n, w)
+
+
+def inference_values(model: Model, options: Options) -> dict[sp.Symbol, int]:
+    """Values of the inference-only sizes: ``n`` (new tokens), ``g`` (group), ``w`` (window)."""
+    values = {n: options.new_tokens, g: options.quant_group}
+    if model.window is not None:
+        values[w] = model.window
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicatedKVHeads(Strategy):
+    """With fewer KV heads than tensor-parallel ranks (a_kv < t), each rank keeps one KV head:
+    ``a_kv/t`` heads per rank become ``max(a_kv/t, 1)`` (llm-analysis' rule, ANCHORS.md §(b)2), in
+    the cache and in the K/V projection weights (replicated t/a_kv times). Needs a_kv | t."""
+
+    t: int | sp.Expr
+    name: str = "KV heads replicated over tensor-parallel ranks"
+
+    def __call__(self, graph: Graph) -> Graph:
+        per_rank = {a_kv: self.t * sp.Max(a_kv / self.t, 1)}
+
+        def rep(x: Tensor) -> Tensor:
+            return replace(x, shape=tuple(sp.sympify(axis).xreplace(per_rank) for axis in x.shape))
+
+        return graph.map_blocks(lambda blk: blk.map_tensors(rep) if blk.name == "layer" else blk, self.name,
+                                "a_kv < t: each GPU keeps max(a_kv/t, 1) key/value heads")
+
+
+def _check(model: Model, options: Options) -> None:
+    training_only = [("--pp", options.pp > 1), ("--sp", options.sp), ("--zero", options.zero > 0),
+                     ("--recompute", options.recompute != "none"), ("--offload", options.offload)]
+    for flag, used in training_only:
+        if used:
+            raise OptionsError(f"{flag} is a training option; inference is modelled with --tp only")
+    kv_heads, tp = model.sizes["a_kv"], options.tp
+    if (tp % kv_heads) if tp > kv_heads else (kv_heads % tp):
+        raise InvalidLayoutError(f"{model.name}: {kv_heads} key/value heads cannot be spread over tensor-parallel "
+                                 f"degree {options.tp}; a_kv must divide t or t divide a_kv")
+
+
+def inference_graph(model: Model, options: Options, base: Graph | None = None) -> Graph:
+    """The graph one GPU runs: no loss op, compute dtype, FlashAttention and TP as asked."""
+    _, other, _ = serving_dtypes(options)
+    if base is None or base.block("layer").input.dtype != other or any(op.kind == "dropout" for _, op in base.ops()):
+        base = model.graph(activation_dtype=other.name, dropout=False)
+
+    def no_loss(blk: Block) -> Block:
+        return replace(blk, ops=tuple(op for op in blk.ops if op.kind != "cross_entropy"))
+
+    graph = base.map_blocks(no_loss, "inference forward (no loss)")
+    if options.flash:
+        graph = FlashAttention()(graph)
+    if options.tp > 1:
+        graph = TensorParallel(t)(graph)
+        if options.tp > model.sizes["a_kv"]:
+            graph = ReplicatedKVHeads(t)(graph)
+    return graph
+
+
+def _kv_tensors(blk: Block) -> list[tuple[Op, Tensor]]:
+    return [(op, x) for op in blk.ops if op.kind in ("attention", "flash-attention")
+            for x in op.saved if x.role in ("k", "v")]
+
+
+def kv_cache(graph: Graph, length: sp.Expr, kv: DType) -> Breakdown:
+    """Bytes of the cached keys and values: each attention op's k, v with ``length`` tokens."""
+    terms = []
+    blk = graph.block("layer")
+    for op, x in _kv_tensors(blk):
+        shape = list(x.shape)
+        shape[x.seq_axis] = length
+        cached = replace(x, shape=tuple(shape), dtype=kv)
+        terms.append(Term(f"kv_cache/{'keys' if x.role == 'k' else 'values'}/{op.path}", blk.repeat * cached.nbytes))
+    return Breakdown(tuple(terms), "bytes")
+
+
+def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DType], group: sp.Expr) -> list[Term]:
+    linear, other, _ = dtypes
+    path = f"{blk.name}/{op.path}"
+    if not (blk.name == "layer" and op.kind == "linear" and x.role == "weight"):
+        return [Term(f"weights/{path}", blk.repeat * x.numel * other.nbytes)]
+    terms = [Term(f"weights/{path}", blk.repeat * x.numel * linear.nbytes)]
+    if linear.name in GROUPWISE:
+        rows, cols = x.shape
+        terms.append(Term(f"weights/scales/{path}", blk.repeat * rows * sp.ceiling(cols / group) * SCALE.nbytes))
+    return terms
+
+
+def weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: sp.Expr = g) -> Breakdown:
+    """Bytes of the parameters one GPU holds, with group-wise quantization scales.
+
+    NOTE(inference): symmetric group-wise quantization: one fp16 scale per group of g consecutive
+    input weights of each row, ``out * ceil(in/g)`` scales per matrix, no zero points (an
+    asymmetric scheme such as AWQ adds one zero point per group). fp8 uses a per-tensor scale,
+    neglected (4 bytes per matrix).
+    """
+    terms = [term for blk, op in graph.ops() for x in op.params for term in _param_bytes(blk, op, x, dtypes, group)]
+    return Breakdown(tuple(terms), "bytes")
+
+
+def _buffers(graph: Graph) -> list[Tensor]:
+    """Tensors a forward pass materialises: op outputs and (eager only) attention scores."""
+    outputs = [op.output for _, op in graph.ops()]
+    return outputs + [x for _, op in graph.ops() for x in op.saved if x.role == SCORE_ROLE]
+
+
+def _decode(x: Tensor, length: sp.Expr) -> Tensor:
+    """The same buffer in a decode step: one query token; scores span the cached keys."""
+    shape = [sp.sympify(axis).xreplace({s: 1}) for axis in x.shape]
+    if x.role == SCORE_ROLE:
+        shape[-1] = length
+    return replace(x, shape=tuple(shape))
+
+
+def transient_bytes(graph: Graph, length: sp.Expr) -> Breakdown:
+    """The largest transient buffer of a prefill (s tokens) or a decode step (1 token).
+
+    NOTE(inference): one buffer, not the sum of what is live at once; buffers are counted in the
+    compute dtype (transformers' eager softmax and ``generate``'s last-token logits run in fp32;
+    that is not modelled). A plain forward computes logits for every position, b*s*V.
+    """
+    buffers = _buffers(graph)
+    sizes = {x.nbytes for x in buffers} | {_decode(x, length).nbytes for x in buffers}
+    # In the graph's letters (d_h = h/a, ... hold for the model's sizes), so that closed_form's
+    # rewrite leaves the Max alone instead of re-evaluating it.
+    rel = dict(graph.relations)
+    return Breakdown((Term("transient/largest-buffer", _max({sp.expand(x.xreplace(rel)) for x in sizes})),), "bytes")
+
+
+def _surely_at_most(x: sp.Expr, y: sp.Expr) -> bool:
+    """``x <= y`` for all sizes >= 1: with every size written ``1 + size``, ``y - x`` expands to terms
+    with nonnegative coefficients only (every other factor is a size, a ``min`` or a ``ceiling``)."""
+    shift = {symbol: symbol + 1 for symbol in (x - y).free_symbols}
+    terms = sp.Add.make_args(sp.expand((y - x).xreplace(shift)))
+    return all(term.as_coeff_Mul()[0] >= 0 for term in terms)
+
+
+def _max(sizes: set[sp.Expr]) -> sp.Expr:
+    """``Max`` of the candidates no other candidate surely reaches (SymPy's own pairwise
+    comparison of symbolic arguments is slow, so the survivors are left unevaluated)."""
+    ordered = sorted(sizes, key=sp.default_sort_key)
+    symbols = set().union(*(x.free_symbols for x in ordered))
+    # x <= y everywhere needs x <= y at these points: a cheap filter before the symbolic test.
+    probes = [[x.xreplace({z: point for z in symbols}) for point in (1, 7, 64)] for x in ordered]
+
+    def dominated(i: int) -> bool:
+        return any(j != i and all(p <= q for p, q in zip(probes[i], probes[j]))
+                   and _surely_at_most(ordered[i], ordered[j]) for j in range(len(ordered)))
+
+    kept = [x for i, x in enumerate(ordered) if not dominated(i)]
+    return kept[0] if len(kept) == 1 else sp.Max(*kept, evaluate=False)
+
+
+def infer_quantities(model: Model, options: Options, base_graph: Graph | None = None, *,
+                     keep_symbols: bool = False) -> tuple[Graph, list[Quantity]]:
+    """Inference quantities per GPU: ``weight_bytes``, ``kv_cache_bytes``,
+    ``kv_cache_bytes_per_token``, ``activation_bytes`` (transient) and ``total_bytes``.
+
+    Args:
+        model: the model.
+        options: ``mode="infer"`` options (batch, seq, new_tokens, dtypes, tp, flash, quant_group).
+        base_graph: the training-free graph ``derivations.estimate`` built, if any.
+        keep_symbols: keep ``n``, ``g``, ``w`` as letters (bind them with ``inference_values``);
+            when False they are replaced by their values, because ``Estimate.values`` binds only
+            the model sizes and ``t, p, d, b, s``.
+
+    Raises:
+        OptionsError: training-only options, or a dtype memderive does not serve in.
+        InvalidLayoutError: a_kv and t where neither divides the other.
+    """
+    _check(model, options)
+    dtypes = serving_dtypes(options)
+    graph = inference_graph(model, options, base_graph)
+    bound = {} if keep_symbols else inference_values(model, options)
+    length = cached_length(model).xreplace(bound)
+    weights, kv = weight_bytes(graph, dtypes, g.xreplace(bound)), kv_cache(graph, length, dtypes[2])
+    transient = transient_bytes(graph, length)
+    parts = [weights, kv, transient]
+    if options.overhead_bytes:
+        parts.append(Breakdown((Term("overhead", sp.Integer(options.overhead_bytes)),), "bytes"))
+    total = Breakdown(tuple(x for p in parts for x in p.terms), "bytes")
+    per_token = kv.scaled(1 / (b * length))
+    rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes)
+    return graph, [
+        Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
+        Quantity("weight_bytes", f"Weights per GPU ({dtypes[0]})", weights, rel,
+                 QUANT_CITATION if dtypes[0].name in GROUPWISE else None, notes),
+        Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes),
+        Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
+        Quantity("activation_bytes", "Largest transient buffer per GPU", transient, rel, None, notes),
+        Quantity("total_bytes", "Inference memory per GPU", total, rel, None, notes),
+    ]
+
+
+def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DType]) -> tuple[str, ...]:
+    linear, other, kv = dtypes
+    notes = [f"weights: linear layers of the transformer layers in {linear}, everything else in {other}",
+             f"KV cache in {kv}, {'min(s + n, w) tokens (sliding window)' if model.window else 's + n tokens'}",
+             "transient: the largest single buffer of a prefill or a decode step, "
+             + ("FlashAttention (no s x s scores)" if options.flash else "eager attention (b a s s scores)")]
+    if linear.name in GROUPWISE:
+        notes.append(f"group-wise {linear}: one fp16 scale per {options.quant_group} weights, symmetric (no zero points)")
+    return tuple(notes)
+
+
+def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> sp.Expr:
+    """Cached tokens ``b*(s+n)`` at which the "inference needs about 1.2x the weights" rule holds.
+
+    The rule (accelerate's docs, after EleutherAI) is the special case KV cache = 0.2 x weights
+    with the transient buffer neglected: ``b (s+n) 2 l a_kv d_h beta_kv = W / 5``, so
+    ``b (s+n) = W / (10 l a_kv d_h beta_kv)``. Below that many cached tokens inference needs less
+    than 1.2x the weights, above it more. No sliding window is assumed (one GPU, t = 1).
+
+    >>> from derivations.presets import preset
+    >>> rule_of_thumb_tokens(preset("llama-2-7b"))  # 2*6,738,415,616 / (5 * 524,288)
+    1645121/320
+    """
+    options = options or Options(mode="infer", batch=1, seq=1)
+    dtypes = serving_dtypes(options)
+    graph = inference_graph(replace(model, window=None), replace(options, tp=1))
+    values = {**model.values(), **inference_values(model, options)}
+    weights = weight_bytes(graph, dtypes).total.xreplace(values)
+    per_token = kv_cache(graph, sp.Integer(1), dtypes[2]).total.xreplace({**values, b: 1})
+    return weights / (5 * per_token)
+
