@@ -4,6 +4,10 @@ Each module is the plain eager implementation the graph's op docstrings name
 (``symbolic/ops.py``), so that ``torch.autograd.graph.saved_tensors_hooks`` can measure what
 autograd really keeps for backward and ``tests/test_saved_tensors.py`` can compare it, byte for
 byte, with ``symbolic.derive.activations``. Shapes use the letters of ``symbolic.dims``.
+One tensor-parallel rank is the same module at ``Sizes.rank(t)`` (a/t heads, f/t FFN width);
+with ``sp=t`` its input is a (b, s/t, h) shard, column-parallel linears save that shard as
+Megatron's ``LinearWithGradAccumulationAndAsyncCommunication`` does, and a slice stands in for
+the reduce-scatter after row-parallel linears.
 
 Two CPU details make the CPU run take the path a CUDA run takes (see ``cuda_like_norms``):
 
@@ -132,6 +136,41 @@ def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
     return torch.native_dropout(x, p, True)[0] if p else x
 
 
+class _GatherLinear(torch.autograd.Function):
+    """Megatron's column-parallel linear under sequence parallelism: all-gather the (b, s/t, h)
+    shard, multiply, and save the *shard* (backward gathers it again). ``repeat`` stands in for
+    the all-gather over t ranks; values do not matter here, what is saved does."""
+
+    @staticmethod
+    def forward(ctx, shard, weight, bias, t):
+        ctx.save_for_backward(shard, weight)
+        ctx.t, ctx.has_bias = t, bias is not None
+        return F.linear(shard.repeat(1, t, 1), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        shard, weight = ctx.saved_tensors
+        full = shard.repeat(1, ctx.t, 1)
+        grad_shard = (grad @ weight).unflatten(1, (ctx.t, -1)).sum(1)  # reduce-scatter stand-in
+        grad_weight = grad.flatten(0, 1).T @ full.flatten(0, 1)
+        return grad_shard, grad_weight, grad.sum((0, 1)) if ctx.has_bias else None, None
+
+
+def column(linear: nn.Linear, x: torch.Tensor, sp: int) -> torch.Tensor:
+    """Column-parallel linear; with sequence parallelism (sp > 1) its input is an s/sp shard."""
+    return _GatherLinear.apply(x, linear.weight, linear.bias, sp) if sp > 1 else linear(x)
+
+
+def row(linear: nn.Linear, x: torch.Tensor, sp: int) -> torch.Tensor:
+    """Row-parallel linear; with sequence parallelism the sum over ranks is reduce-scattered
+    (the slice stands in for it and saves nothing); Megatron adds the bias after the reduction."""
+    if sp == 1:
+        return linear(x)
+    out = F.linear(x, linear.weight)
+    out = out[:, : out.shape[1] // sp]
+    return out + linear.bias if linear.bias is not None else out
+
+
 class LayerNorm(nn.Module):
     """LayerNorm with fp32 weight and bias: fp32 mean/rstd and a 16-bit output, as on CUDA."""
 
@@ -185,12 +224,13 @@ def causal_mask(seq: int, groups: int, dtype: torch.dtype) -> torch.Tensor:
 
 class Attention(nn.Module):
     """Self-attention; ``core`` is ``eager`` | ``flash``; ``recompute`` checkpoints the core
-    (Megatron's selective recompute: the checkpoint saves only q, k and v)."""
+    (Megatron's selective recompute: the checkpoint saves only q, k and v); ``sp`` > 1 makes
+    the input and output (b, s/sp, h) shards (sequence parallelism)."""
 
     def __init__(self, z: Sizes, dtype: torch.dtype, *, bias: bool, p: float, core: str = "eager",
-                 rotary: bool = False, fused_qkv: bool = True, recompute: bool = False) -> None:
+                 rotary: bool = False, fused_qkv: bool = True, recompute: bool = False, sp: int = 1) -> None:
         super().__init__()
-        self.z, self.p, self.core, self.recompute = z, p, core, recompute
+        self.z, self.p, self.core, self.recompute, self.sp = z, p, core, recompute, sp
         widths = (z.a * z.d_h, z.a_kv * z.d_h, z.a_kv * z.d_h)
         if fused_qkv:
             self.qkv = nn.Linear(z.h, sum(widths), bias=bias, dtype=dtype)
@@ -217,8 +257,10 @@ class Attention(nn.Module):
         return eager_attention(q, k, v, self.mask, self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bsz, seq, _ = x.shape
-        parts = self.qkv(x).split(self.widths, -1) if self.fused else (self.q(x), self.k(x), self.v(x))
+        bsz, seq = x.shape[0], x.shape[1] * self.sp
+        linears = (self.qkv,) if self.fused else (self.q, self.k, self.v)
+        parts = [column(linear, x, self.sp) for linear in linears]
+        parts = parts[0].split(self.widths, -1) if self.fused else parts
         q, k, v = (t.view(bsz, seq, -1, self.z.d_h).transpose(1, 2) for t in parts)  # (b, heads, s, d_h)
         if self.rotary:
             q, k = self._rotate(q), self._rotate(k)
@@ -226,25 +268,26 @@ class Attention(nn.Module):
             ctx = checkpoint(self._core, q, k, v, use_reentrant=True)
         else:
             ctx = self._core(q, k, v)
-        return dropout(self.proj(ctx), self.p)
+        return dropout(row(self.proj, ctx, self.sp), self.p)
 
 
 class GPTLayer(nn.Module):
     """Pre-LN GPT layer: x + drop(attn(LN(x))), then + drop(fc2(gelu(fc1(LN(.)))))."""
 
     def __init__(self, z: Sizes, dtype: torch.dtype = torch.bfloat16, *, dropout: bool = True,
-                 core: str = "eager", recompute: str = "none") -> None:
+                 core: str = "eager", recompute: str = "none", sp: int = 1) -> None:
         super().__init__()
         p = DROPOUT_P if dropout else 0.0
-        self.p, self.full = p, recompute == "full"
+        self.p, self.full, self.sp = p, recompute == "full", sp
         self.norm1, self.norm2 = LayerNorm(z.h), LayerNorm(z.h)
-        self.attn = Attention(z, dtype, bias=True, p=p, core=core, recompute=recompute == "selective")
+        self.attn = Attention(z, dtype, bias=True, p=p, core=core, recompute=recompute == "selective", sp=sp)
         self.fc1 = nn.Linear(z.h, z.f, dtype=dtype)
         self.fc2 = nn.Linear(z.f, z.h, dtype=dtype)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
-        return x + dropout(self.fc2(F.gelu(self.fc1(self.norm2(x)))), self.p)
+        hidden = F.gelu(column(self.fc1, self.norm2(x), self.sp))
+        return x + dropout(row(self.fc2, hidden, self.sp), self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return checkpoint(self._forward, x, use_reentrant=True) if self.full else self._forward(x)
@@ -254,20 +297,21 @@ class LlamaLayer(nn.Module):
     """LLaMA layer: RMSNorm, rotary GQA attention without biases, SwiGLU silu(gate) * up."""
 
     def __init__(self, z: Sizes, dtype: torch.dtype = torch.bfloat16, *, dropout: bool = False,
-                 core: str = "eager", recompute: str = "none", fused_qkv: bool = True) -> None:
+                 core: str = "eager", recompute: str = "none", fused_qkv: bool = True, sp: int = 1) -> None:
         super().__init__()
         p = DROPOUT_P if dropout else 0.0
-        self.p, self.full = p, recompute == "full"
+        self.p, self.full, self.sp = p, recompute == "full", sp
         self.norm1, self.norm2 = RMSNorm(z.h, dtype), RMSNorm(z.h, dtype)
         self.attn = Attention(z, dtype, bias=False, p=p, core=core, rotary=True, fused_qkv=fused_qkv,
-                              recompute=recompute == "selective")
+                              recompute=recompute == "selective", sp=sp)
         self.gate, self.up = (nn.Linear(z.h, z.f, bias=False, dtype=dtype) for _ in range(2))
         self.down = nn.Linear(z.f, z.h, bias=False, dtype=dtype)
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x))
         y = self.norm2(x)
-        return x + dropout(self.down(F.silu(self.gate(y)) * self.up(y)), self.p)
+        gate, up = column(self.gate, y, self.sp), column(self.up, y, self.sp)
+        return x + dropout(row(self.down, F.silu(gate) * up, self.sp), self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return checkpoint(self._forward, x, use_reentrant=True) if self.full else self._forward(x)

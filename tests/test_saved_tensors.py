@@ -19,7 +19,8 @@ import torch
 from derivations.architectures import GPT, LLAMA, Arch, build_graph, with_arch
 from symbolic.derive import activations, evaluate, saved_tensors
 from symbolic.dims import t
-from symbolic.strategies import FlashAttention, FullRecompute, SelectiveRecompute, Strategy, TensorParallel
+from symbolic.strategies import (FlashAttention, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,
+                                 TensorParallel)
 from tests.reference_layers import (GPTEmbedding, GPTLayer, Head, LayerNorm, LlamaEmbedding, LlamaLayer, RMSNorm,
                                     Sizes, cuda_like_norms, measure)
 
@@ -64,6 +65,7 @@ class Case:
     act: str = "bf16"
     strategies: tuple[Strategy, ...] = ()
     t: int = 1  # the layer is one of t tensor-parallel ranks
+    sp: bool = False  # ... with sequence parallelism: its input is a (b, s/t, h) shard
 
 
 def _gpt(z: Sizes = GPT_SIZES, act: str = "bf16", **kw) -> Callable[[], torch.nn.Module]:
@@ -75,6 +77,7 @@ def _llama(z: Sizes = GQA_SIZES, act: str = "bf16", **kw) -> Callable[[], torch.
 
 
 FLASH, SELECTIVE, FULL, TP = (FlashAttention(),), (SelectiveRecompute(),), (FullRecompute(),), (TensorParallel(t),)
+SP = TP + (SequenceParallel(t),)
 LAYER_CASES = [
     Case("gpt", _gpt(), GPT, GPT_SIZES),
     Case("gpt-fp32", _gpt(act="fp32"), GPT, GPT_SIZES, "fp32"),
@@ -84,6 +87,9 @@ LAYER_CASES = [
     Case("gpt-full", _gpt(recompute="full"), GPT, GPT_SIZES, strategies=FULL),
     Case("gpt-tp2", _gpt(GPT_SIZES.rank(2)), GPT, GPT_SIZES, strategies=TP, t=2),
     Case("gpt-tp4-flash", _gpt(GPT_SIZES.rank(4), core="flash"), GPT, GPT_SIZES, strategies=FLASH + TP, t=4),
+    Case("gpt-tp2-sp", _gpt(GPT_SIZES.rank(2), sp=2), GPT, GPT_SIZES, strategies=SP, t=2, sp=True),
+    Case("gpt-tp4-sp-selective", _gpt(GPT_SIZES.rank(4), sp=4, recompute="selective"), GPT, GPT_SIZES,
+         strategies=SELECTIVE + SP, t=4, sp=True),
     Case("llama-gqa", _llama(), LLAMA, GQA_SIZES),
     Case("llama-mha-fp32", _llama(GPT_SIZES, "fp32"), LLAMA, GPT_SIZES, "fp32"),
     Case("llama-dropout", _llama(dropout=True), LLAMA_DROPOUT, GQA_SIZES),
@@ -91,6 +97,8 @@ LAYER_CASES = [
     Case("llama-selective", _llama(recompute="selective", fused_qkv=False), LLAMA, GQA_SIZES, strategies=SELECTIVE),
     Case("llama-full", _llama(recompute="full"), LLAMA, GQA_SIZES, strategies=FULL),
     Case("llama-tp2", _llama(GQA_SIZES.rank(2), fused_qkv=False), LLAMA, GQA_SIZES, strategies=TP, t=2),
+    Case("llama-tp2-sp-flash", _llama(GQA_SIZES.rank(2), fused_qkv=False, core="flash", sp=2), LLAMA, GQA_SIZES,
+         strategies=FLASH + SP, t=2, sp=True),
 ]
 
 
@@ -98,7 +106,8 @@ LAYER_CASES = [
 def test_layer_saves_what_the_graph_says(case: Case) -> None:
     torch.manual_seed(0)
     layer, z = case.make(), case.z
-    x = torch.randn(z.b, z.s, z.h, dtype=TORCH_DTYPE[case.act], requires_grad=True)
+    seq = z.s // case.t if case.sp else z.s
+    x = torch.randn(z.b, seq, z.h, dtype=TORCH_DTYPE[case.act], requires_grad=True)
     got, seen = measured_bytes(lambda: layer(x), layer)
     want = graph_bytes(case.arch, "layer", z, case.act, case.strategies, t=case.t)
     assert got == want, f"measured per dtype {dict(got)} != graph {dict(want)}; saved storages:\n{seen}"
