@@ -155,7 +155,7 @@ def _embed(arch: Arch, act: DType, dropout: bool) -> Block:
         positions = Tensor("positions", (s,), INT64, role="token-ids")
         x = bb.add("add_positions", x, bb.embedding("positions", positions, n_ctx, h))
     if arch.token_types:
-        types = Tensor("token_types", (b, s), INT64, role="token-ids", seq_axis=1)
+        types = Tensor("token_types", (b, s), INT64, role="token-ids")
         x = bb.add("add_token_types", x, bb.embedding("token_types", types, n_type, h))
     if arch.embed_norm:
         x = _norm(bb, arch, "norm", x)

@@ -168,12 +168,13 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     if options.mode == "train":
         graph, more = _train_quantities(resolved, options, base)
         quantities += more
-    elif options.mode == "infer":
-        from derivations.inference import infer_quantities
-
-        graph, more = infer_quantities(resolved, options, base)
-        quantities += more
     values = {**resolved.values(), **_layout_values(options)}
+    if options.mode == "infer":
+        from derivations.inference import infer_quantities, inference_values
+
+        graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
+        quantities += more
+        values.update(inference_values(resolved, options))
     return Estimate(resolved, options, graph, tuple(quantities), values)
 
 

@@ -21,8 +21,8 @@ RECOMPUTE = ("none", "selective", "full")
 #: Activation profiles: which saved tensors a profile neglects, and why.
 PROFILES = {
     "exact": ((), "every tensor autograd saves"),
-    "korthikanti": (("norm-stats", "token-ids"),
-                    "Korthikanti et al. 2022 §4: LayerNorm statistics and token ids neglected (h >> 1)"),
+    "korthikanti": (("norm-stats", "token-ids", "loss-scalars"),
+                    "Korthikanti et al. 2022 §4: LayerNorm statistics, token ids and loss scalars neglected"),
 }
 
 

@@ -45,7 +45,9 @@ class Quantity:
         return self.form(expr) if self.form is not None else expr
 
     def value(self, values: Mapping[sp.Symbol, int]) -> int:
-        return exact_int(evaluate(self.breakdown.total, values), self.key)
+        """The sum of the rows of ``term_values``: each node holds whole bytes (a ZeRO shard of
+        P/d parameters is ceil(P/d) of them), so the rows add up to the total shown."""
+        return sum(row[2] for row in self.term_values(values))
 
     def term_values(self, values: Mapping[sp.Symbol, int]) -> list[tuple[str, sp.Expr, int]]:
         return [(t.path, closed_form(t.expr, self.relations), exact_int(evaluate(t.expr, values), t.path))

@@ -18,7 +18,7 @@ COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit",
                    "render.cmd_notebook", "render.cmd_check")
 
 
-class CliError(Exception):
+class CliError(ValueError):
     """Bad input detected by the CLI itself."""
 
 

@@ -48,8 +48,9 @@ class BlockBuilder:
                  input_dtype: DType | None = None, input_role: str = "input") -> None:
         self.name, self.act = name, act
         self.ops: list[Op] = []
+        # Token ids are held whole by every rank (sequence parallelism splits after the embedding).
         self.input = Tensor("in", tuple(input_shape), input_dtype or act, role=input_role,
-                            seq_axis=1 if len(input_shape) > 1 else None)
+                            seq_axis=1 if len(input_shape) > 1 and input_role != "token-ids" else None)
 
     def _add(self, op: Op) -> Tensor:
         self.ops.append(op)
@@ -182,12 +183,13 @@ class BlockBuilder:
         ``nll_loss`` saves it again (same tensor) and the int64 labels.
 
         NOTE(memderive): measured with ``tests/test_saved_tensors.py``; nll_loss also saves its
-        0-dim fp32 ``total_weight`` (4 bytes), which the graph leaves out.
+        0-dim fp32 ``total_weight`` (4 bytes), role ``loss-scalars``.
         """
         saved = self._act(f"{path}.log_softmax", logits.shape, "logits", tp_axis=logits.tp_axis, dt=FP32)
         labels = Tensor(f"{path}.labels", logits.shape[:-1], INT64, role="token-ids")
+        total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
-        return self._add(Op(path, "cross_entropy", (), (saved, labels), out))
+        return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
 
     def output(self, x: Tensor) -> Tensor:
         return x

@@ -122,10 +122,6 @@ def test_embedding_saves_token_and_position_ids_and_mask(make, arch) -> None:
     assert got == graph_bytes(arch, "embed", z), seen
 
 
-#: nll_loss saves its 0-dim fp32 total_weight, which the graph leaves out (symbolic/ops.py NOTE).
-TOTAL_WEIGHT = Counter({"fp32": 4})
-
-
 @pytest.mark.parametrize("arch", [GPT, LLAMA], ids=["gpt-tied", "llama"])
 def test_head_saves_norm_input_logits_and_labels(arch: Arch) -> None:
     z, bf16 = GPT_SIZES, torch.bfloat16
@@ -134,7 +130,7 @@ def test_head_saves_norm_input_logits_and_labels(arch: Arch) -> None:
     x = torch.randn(z.b, z.s, z.h, dtype=bf16, requires_grad=True)
     labels = torch.randint(0, z.V, (z.b, z.s))
     got, seen = measured_bytes(lambda: head(x, labels), head)
-    assert got == graph_bytes(arch, "head", z) + TOTAL_WEIGHT, seen
+    assert got == graph_bytes(arch, "head", z), seen
 
 
 # --- where the CPU run or an implementation choice departs from the graph ----------------------
