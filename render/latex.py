@@ -1,0 +1,250 @@
+"""LaTeX for derivations: a SymPy ``LatexPrinter`` subclass and text escaping.
+
+Symbols print in the notation of ``symbolic.dims`` (``a_{kv}``, ``d_{h}``, ``n_{ctx}``), integers with
+thousands separators that survive math mode (``4{,}096``). With ``values`` the same tree prints with the
+model's sizes in place of the symbols (handcalcs' substituted line); a factored closed form such as
+``factor_out(..., s*b*h)`` prints its monomial first, in the paper's letter order.
+
+>>> from symbolic.dims import a_kv, b, d_h, h, s, t
+>>> latex(2 * b * s * a_kv * d_h)
+'2 a_{kv} b d_{h} s'
+>>> latex(2 * b * s * h / t, values={b: 1, s: 4096, h: 4096, t: 8})
+'\\\\frac{2 \\\\cdot 1 \\\\cdot 4{,}096 \\\\cdot 4{,}096}{8}'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import sympy as sp
+from sympy.printing.latex import LatexPrinter
+
+from symbolic import dims
+from symbolic.formula import Citation
+from symbolic.tensor import Tensor
+
+__all__ = ["DerivationPrinter", "latex", "number", "tex_escape", "visible_width"]
+
+#: Letters of a factored monomial in the order the literature writes them (Korthikanti et al.: ``sbh``).
+MONOMIAL_ORDER = ("s", "b", "h")
+BREAK = r" \\ &\quad "
+
+
+def number(n: int) -> str:
+    """An integer for math mode: ``16{,}207{,}380{,}480``."""
+    return f"{n:,}".replace(",", "{,}")
+
+
+class DerivationPrinter(LatexPrinter):
+    """``LatexPrinter`` with dimension notation, grouped digits, substitution and line breaking.
+
+    Extra settings (unknown ones are refused by SymPy's ``Printer``):
+        values: ``{symbol: int}``; symbols print as these numbers, products with ``\\cdot``.
+        line_width: a top-level sum wider than this (visible characters) is broken into lines joined
+            by ``\\\\ &\\quad`` for an ``aligned`` environment; 0 never breaks.
+        labels: ``{subexpression: name}``; each such part prints once under an ``\\underbrace``.
+    """
+
+    printmethod = "_derivation_latex"
+    _default_settings: dict[str, Any] = {**LatexPrinter._default_settings, "values": None, "line_width": 0,
+                                         "labels": None}
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        settings = dict(settings or {})
+        if settings.get("values") and settings.get("mul_symbol") is None:
+            settings["mul_symbol"] = "dot"
+        super().__init__(settings)
+        self._labels = dict(self._settings["labels"] or {})  # each label is used once, then dropped
+        self._braced: set[sp.Basic] = set()
+
+    def _print(self, expr: Any, **kwargs: Any) -> str:
+        label = self._labels.pop(expr, None) if self._labels and isinstance(expr, sp.Basic) else None
+        tex = super()._print(expr, **kwargs)
+        if label is None:
+            return tex
+        self._braced.add(expr)
+        return rf"\underbrace{{{tex}}}_{{\text{{{tex_escape(label)}}}}}"
+
+    def _needs_add_brackets(self, expr: Any) -> bool:
+        return expr not in self._braced and super()._needs_add_brackets(expr)
+
+    def doprint(self, expr: Any) -> str:
+        width = self._settings["line_width"]
+        if not width or not isinstance(expr, (sp.Add, sp.Max, sp.Min)):
+            return super().doprint(expr)
+        return BREAK.join(_fill(self._pieces(expr), width))
+
+    def _pieces(self, expr: sp.Expr) -> list[str]:
+        """A sum (or max/min) as the pieces a line may break between; wide terms are opened up too."""
+        if isinstance(expr, (sp.Max, sp.Min)):
+            args = [self._print(arg) for arg in _ordered_args(expr)]
+            open_, close = _delimiters(expr, args)
+            pieces = [arg + ("," if i < len(args) - 1 else "") for i, arg in enumerate(args)]
+            pieces[0], pieces[-1] = open_ + pieces[0], pieces[-1] + close
+            return pieces
+        pieces: list[str] = []
+        for i, term in enumerate(self._as_ordered_terms(expr, order=None)):
+            sign = "" if i == 0 else "+ "
+            if i and term.could_extract_minus_sign():
+                sign, term = "- ", -term
+            pieces += self._term_pieces(term, sign)
+        return pieces
+
+    def _term_pieces(self, term: sp.Expr, sign: str) -> list[str]:
+        """One term of a sum; wider than a line, a bracketed sum, a product with one or a max is split."""
+        labelled = term in self._labels
+        piece = self._print(term)
+        bracket = self._needs_add_brackets(term)
+        if labelled or visible_width(piece) <= self._settings["line_width"]:
+            return [sign + (rf"\left({piece}\right)" if bracket else piece)]
+        if isinstance(term, (sp.Max, sp.Min)):
+            inner = self._pieces(term)
+            return [sign + inner[0], *inner[1:]]
+        prefix, inner_expr = "", term if term.is_Add else None
+        if term.is_Mul and sum(f.is_Add for f in term.args) == 1:
+            inner_expr = next(f for f in term.args if f.is_Add)
+            rest = [f for f in term.args if f is not inner_expr]
+            joiner = self._settings["mul_symbol_latex"]
+            prefix = joiner.join(self._print(f) for f in rest) + (joiner if joiner.strip() else " ")
+        if inner_expr is None:
+            return [sign + (rf"\left({piece}\right)" if bracket else piece)]
+        inner = self._pieces(inner_expr)
+        size = "bigg" if any(r"\frac" in x for x in inner) else "big"
+        inner[0], inner[-1] = rf"{sign}{prefix}\{size}l({inner[0]}", rf"{inner[-1]}\{size}r)"
+        return inner
+
+    def _print_Max(self, expr: sp.Max) -> str:
+        args = [self._print(arg) for arg in _ordered_args(expr)]
+        open_, close = _delimiters(expr, args)
+        return open_ + r", \allowbreak ".join(args) + close  # \bigl( ... \bigr) lets inline math break
+
+    _print_Min = _print_Max
+
+    def _print_int(self, expr: int) -> str:
+        return number(int(expr))
+
+    def _print_Rational(self, expr: sp.Rational) -> str:
+        if expr.q == 1:
+            return self._print_int(expr.p)
+        sign = "- " if expr.p < 0 else ""
+        return rf"{sign}\frac{{{number(abs(expr.p))}}}{{{number(expr.q)}}}"
+
+    def _print_Symbol(self, expr: sp.Symbol, style: str = "plain") -> str:
+        values = self._settings["values"]
+        if values and expr in values:
+            return self._print_int(values[expr])
+        try:
+            return dims.by_name(expr.name).latex
+        except KeyError:
+            return super()._print_Symbol(expr, style)
+
+    def _print_Mul(self, expr: sp.Mul) -> str:
+        if sp.Mul(*expr.args).args == expr.args or expr.args[0].is_Number:
+            return super()._print_Mul(expr)
+        # An unevaluated product such as factor_out's ``sbh * (34/t + 5as/(ht))``: keep its factors.
+        parts = []
+        for factor in expr.args:
+            tex = self._print_monomial(factor) if _is_monomial(factor) else self._print(factor)
+            parts.append(rf"\left({tex}\right)" if factor.is_Add else tex)
+        joiner = self._settings["mul_symbol_latex"]
+        return joiner.join(parts) if joiner.strip() else " ".join(parts)
+
+    def _print_monomial(self, expr: sp.Expr) -> str:
+        def key(symbol: sp.Symbol) -> tuple[int, str]:
+            name = symbol.name
+            return (MONOMIAL_ORDER.index(name) if name in MONOMIAL_ORDER else len(MONOMIAL_ORDER), name)
+
+        powers = expr.as_powers_dict()
+        parts = [self._print(sp.Pow(base, powers[base]) if powers[base] != 1 else base)
+                 for base in sorted(powers, key=key)]
+        return self._settings["mul_symbol_latex"].join(parts)
+
+    def _print_Tensor(self, tensor: Tensor) -> str:
+        shape = ", ".join(self._print(axis) for axis in tensor.shape)
+        return rf"\texttt{{{tex_escape(tensor.name)}}}\,[{shape}]"
+
+    def _print_Citation(self, citation: Citation) -> str:
+        return rf"\text{{{tex_escape(str(citation))}}}"
+
+
+def _fill(pieces: list[str], width: int) -> list[str]:
+    """Greedy lines of at most ``width`` visible characters (a piece wider than that gets a line alone)."""
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and visible_width(f"{lines[-1]} {piece}") <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(piece)
+    return lines
+
+
+def _delimiters(expr: sp.Expr, args: list[str]) -> tuple[str, str]:
+    size = "bigg" if any(r"\frac" in arg for arg in args) else "big"
+    name = r"\max" if isinstance(expr, sp.Max) else r"\min"
+    return rf"{name}\{size}l(", rf"\{size}r)"
+
+
+def _ordered_args(expr: sp.Expr) -> list[sp.Expr]:
+    return sorted(expr.args, key=sp.default_sort_key)
+
+
+def _is_monomial(expr: sp.Expr) -> bool:
+    return expr.is_Mul and all(f.is_Symbol or (f.is_Pow and f.base.is_Symbol) for f in expr.args)
+
+
+def latex(expr: Any, **settings: Any) -> str:
+    """``expr`` as LaTeX math through ``DerivationPrinter``."""
+    return DerivationPrinter(settings).doprint(expr)
+
+
+_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+            "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "§": r"$\S$", "×": r"$\times$",
+            "<": r"$<$", ">": r"$>$", "|": r"$|$",
+            "≈": r"$\approx$", "→": r"$\to$", "—": "---", "–": "--", "≫": r"$\gg$", "·": r"$\cdot$",
+            "≤": r"$\le$", "≥": r"$\ge$", "²": r"\textsuperscript{2}"}
+_ESCAPE_RE = re.compile("|".join(re.escape(k) for k in _ESCAPES))
+
+
+def tex_escape(text: str) -> str:
+    """Plain text for a LaTeX document: special characters escaped, a few symbols made math.
+
+    >>> print(tex_escape("layer/attn_core: 5% of h >> 1, §4"))
+    layer/attn\\_core: 5\\% of h $>$$>$ 1, $\\S$4
+    """
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], text)
+
+
+def visible_width(tex: str) -> int:
+    """Roughly how many characters wide ``tex`` typesets (fractions count their wider part).
+
+    >>> visible_width(r"\\frac{5 \\cdot 32}{8} + 4{,}096^{2}")
+    11
+    """
+    width, i = 0, 0
+    while i < len(tex):
+        if tex.startswith(r"\frac{", i):
+            num, i = _group(tex, i + 5)
+            den, i = _group(tex, i)
+            width += max(visible_width(num), visible_width(den))
+            continue
+        match = re.match(r"\\(left|right)|\\[a-zA-Z]+|\\[ ,;!]|[{}^_ ]", tex[i:])
+        if match:
+            word = match.group(0)
+            width += 1 if word[0] == "\\" and word[1:].isalpha() and word not in (r"\left", r"\right") else 0
+            i += len(word)
+            continue
+        width += 1
+        i += 1
+    return width
+
+
+def _group(tex: str, start: int) -> tuple[str, int]:
+    """The braced group opening at ``tex[start]`` and the index after it."""
+    depth = 0
+    for j in range(start, len(tex)):
+        depth += {"{": 1, "}": -1}.get(tex[j], 0)
+        if depth == 0:
+            return tex[start + 1:j], j + 1
+    return tex[start + 1:], len(tex)
