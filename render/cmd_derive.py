@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from render.cli import add_model_options, add_strategy_options, options_from_args
+from render.cmd_estimate import add_writeup_options, render_options
 
 #: quantity name on the command line -> (mode it needs, quantity key)
 QUANTITIES = {
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(parser, required=False)
     add_strategy_options(parser)
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    add_writeup_options(parser)
     parser.add_argument("-o", "--output")
     parser.set_defaults(func=run)
 
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from derivations.estimate import estimate
 
     mode, key = QUANTITIES[args.quantity]
+    sized = mode == "params" or (args.batch is not None and args.seq is not None)
     if args.batch is None:
         args.batch = 1
     if args.seq is None:
@@ -45,9 +48,11 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "text":
         text = f"{quantity.title} ({quantity.unit}) = {quantity.closed_form()}"
     else:
-        from render.writeup import quantity_document  # issue 5
+        from render.writeup import quantity_document
 
-        text = quantity_document(est, key, args.format)
+        # Without --batch and --seq the placeholders b = s = 1 are not worth substituting.
+        options = render_options(args) if sized else render_options(args, detail="symbolic")
+        text = quantity_document(est, key, args.format, options)
     if args.output:
         with open(args.output, "w") as fh:
             fh.write(text + "\n")

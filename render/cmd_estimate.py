@@ -14,8 +14,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_strategy_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    add_writeup_options(parser)
     parser.add_argument("-o", "--output", help="write the report to this file")
     parser.set_defaults(func=run)
+
+
+def add_writeup_options(parser: argparse.ArgumentParser) -> None:
+    """Render settings of the Markdown/LaTeX writeups (``render.units.RenderOptions``)."""
+    g = parser.add_argument_group("writeup")
+    g.add_argument("--precision", type=int, help="decimals of rounded GB/GiB figures (default 2)")
+    g.add_argument("--detail", choices=("symbolic", "substituted", "numeric"),
+                   help="formula only; formula = numbers = result (default); formula = result")
+    g.add_argument("--units", choices=("both", "SI", "IEC"), help="rounded bytes in GB, GiB or both (default)")
+
+
+def render_options(args: argparse.Namespace, **defaults: object):
+    """``RenderOptions``: the built-in defaults, then ``defaults``, then what the user gave."""
+    from render.units import RenderOptions
+
+    return RenderOptions().merge(**defaults).merge(precision=args.precision, detail=args.detail, units=args.units)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "text":
         from render.text import text_report
 
-        text = text_report(est)
+        text = text_report(est, precision=render_options(args).precision)
     else:
-        from render.writeup import estimate_document  # issue 5: Markdown / LaTeX writeups
+        from render.writeup import estimate_document
 
-        text = estimate_document(est, args.format)
+        text = estimate_document(est, args.format, render_options(args))
     if args.output:
         with open(args.output, "w") as fh:
             fh.write(text + "\n")

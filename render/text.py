@@ -8,11 +8,11 @@ from render.units import format_bytes, format_count
 __all__ = ["text_report"]
 
 
-def _amount(value: int, unit: str) -> str:
-    return format_bytes(value) if unit == "bytes" else format_count(value)
+def _amount(value: int, unit: str, precision: int = 2) -> str:
+    return format_bytes(value, precision) if unit == "bytes" else format_count(value, precision)
 
 
-def text_report(est: Estimate, depth: int = 3) -> str:
+def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = [f"model: {est.model.name} ({est.model.arch.family}; {est.model.source or 'given'})"]
     sizes = ", ".join(f"{k}={v}" for k, v in est.model.sizes.items())
     lines.append(f"sizes: {sizes}")
@@ -20,7 +20,7 @@ def text_report(est: Estimate, depth: int = 3) -> str:
         lines.append("strategies: " + "; ".join(est.graph.strategies))
     for q in est.quantities:
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {q.closed_form()}",
-                  f"  value: {_amount(q.value(est.values), q.unit)}"]
+                  f"  value: {_amount(q.value(est.values), q.unit, precision)}"]
         if q.citation:
             lines.append(f"  source: {q.citation}")
         grouped = q.breakdown.grouped(depth)
