@@ -1,0 +1,35 @@
+"""``memderive plot``: per-GPU memory as stacked bars across layouts, or against s or b."""
+
+from __future__ import annotations
+
+import argparse
+
+from render.cli import add_model_options, add_strategy_options, options_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("plot", help="plot per-GPU memory: layouts side by side, or against s or b")
+    add_model_options(parser)
+    add_strategy_options(parser)
+    parser.add_argument("--kind", choices=("breakdown", "seq", "batch"), default="breakdown",
+                        help="breakdown: stacked bars across layouts; seq/batch: memory against s or b")
+    parser.add_argument("--gpu-memory", default=None, help="draw the capacity line, e.g. 80GB or 80GiB")
+    parser.add_argument("-o", "--output", required=True, help="FILE.png or FILE.svg")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from derivations.estimate import estimate
+    from render.units import parse_size
+
+    if not args.output.lower().endswith((".png", ".svg")):
+        raise ValueError(f"-o must name a .png or .svg file, got {args.output!r}")
+    if args.mode == "params":
+        raise ValueError("plots show memory per GPU; use --mode train (default) or --mode infer")
+    capacity = parse_size(args.gpu_memory) if args.gpu_memory else None
+    est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
+
+    from render.plots import draw, plot_data, save
+
+    save(draw(plot_data(est, args.kind, capacity)), args.output)
+    return 0
