@@ -1,0 +1,43 @@
+"""``memderive notebook``: write a Jupyter notebook that explains an estimate with the model's numbers."""
+
+from __future__ import annotations
+
+import argparse
+
+from render.cli import add_model_options, add_strategy_options, options_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("notebook", help="write a Jupyter notebook deriving a model's memory step by step")
+    add_model_options(parser)
+    add_strategy_options(parser)
+    parser.add_argument("--gpu-memory", default="80GiB", help="capacity line of the plots (default 80GiB)")
+    parser.add_argument("--execute", action="store_true", help="run the notebook (needs nbclient and ipykernel)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing file")
+    parser.add_argument("-o", "--output", required=True, help="FILE.ipynb")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from derivations.estimate import estimate
+    from render.units import parse_size
+
+    if not args.output.endswith(".ipynb"):
+        raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
+    if Path(args.output).exists() and not args.force:
+        raise ValueError(f"{args.output} exists; pass --force to overwrite it")
+    parse_size(args.gpu_memory)  # a clear error before any work
+    est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
+
+    from render.notebooks import execute, notebook, write
+
+    nb = notebook(est, args.gpu_memory)
+    if args.execute:
+        try:
+            nb = execute(nb)
+        except ModuleNotFoundError as exc:
+            raise ValueError(f"--execute needs {exc.name}; install the test extras (pip install -e '.[test]')")
+    write(nb, args.output, force=args.force)
+    return 0
