@@ -104,13 +104,41 @@ def _kv_heads(c: Fields, a: int, key: str = "num_key_value_heads", default: int 
     return a_kv
 
 
-def _dropout(c: Fields, defaults: Mapping[str, float]) -> bool:
-    """Dropout layers are in the graph when a rate is non-zero (p = 0 is the identity: nothing saved)."""
-    rates = {key: c.get(key, default) for key, default in defaults.items()}
-    for key, rate in rates.items():
+#: Dropout rates each family's modeling code reads (dotted: nested), with its config class's defaults.
+DROPOUT_RATES: dict[str, dict[str, float]] = {
+    **dict.fromkeys(("gptj", "codegen"), {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}),
+    "opt": {"dropout": 0.1, "attention_dropout": 0.0},
+    "phi": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+    "falcon": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "starcoder2": {"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
+    "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "mpt": {"attn_config.attn_pdrop": 0.0},  # transformers' MPT uses it for every dropout
+    "gpt_neo": {"resid_dropout": 0.0, "embed_dropout": 0.0, "attention_dropout": 0.0},
+    "gpt_bigcode": {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
+}
+
+
+def _with_dropout(c: Fields, arch: Arch, extra: dict[str, Any]) -> tuple[Arch, dict[str, Any]]:
+    """Dropout is in the graph when a rate is non-zero (p = 0 is the identity and saves nothing).
+
+    The graph drops out at GPT-2's places (embeddings, attention probabilities, both residual
+    branches); rates that differ by place are said in a note.
+    """
+    defaults = DROPOUT_RATES.get(c.config["model_type"])
+    if defaults is None:
+        return arch, extra
+    rates = {}
+    for key, default in defaults.items():
+        outer, _, inner = key.rpartition(".")
+        rate = Fields(c.get(outer, {}), c.name).get(inner, default) if outer else c.get(key, default)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             c.fail(key, "must be a dropout rate in [0, 1)")
-    return any(rate > 0 for rate in rates.values())
+        rates[key] = rate
+    notes = tuple(extra.get("notes", ()))
+    if 0 < sum(rate > 0 for rate in rates.values()) < len(rates):
+        notes += ("dropout rates differ by place (" + ", ".join(f"{k} = {v}" for k, v in rates.items())
+                  + "); the graph drops out at every place",)
+    return replace(arch, dropout=any(rate > 0 for rate in rates.values())), {**extra, "notes": notes}
 
 
 def _decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None = None) -> dict[str, int]:
@@ -229,8 +257,7 @@ def _gptj(c: Fields) -> Adapted:
                        ("n_layer", "num_hidden_layers"))
     arch = replace(GPT, family=c.config["model_type"], mlp=_mlp(c, "activation_function", "gelu_new"),
                    positions="rotary", qkv_bias=False, out_bias=False, parallel_block=True, shared_norm=True,
-                   lm_head_bias=True, tied_embeddings=c.flag("tie_word_embeddings", False),
-                   dropout=_dropout(c, {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}))
+                   lm_head_bias=True, tied_embeddings=c.flag("tie_word_embeddings", False))
     return arch, sizes, {"max_positions": c.get("n_positions", None)}
 
 
@@ -245,8 +272,7 @@ def _opt(c: Fields) -> Adapted:
     final = before and not c.flag("_remove_final_layer_norm", False)
     arch = replace(GPT, family="opt", mlp=_mlp(c, "activation_function", "relu"), qkv_bias=bias, out_bias=bias,
                    mlp_bias=bias, post_norm=not before, final_norm=final,
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"dropout": 0.1, "attention_dropout": 0.0}))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     positions = c.size("max_position_embeddings")
     # NOTE: OPTLearnedPositionalEmbedding has max_position_embeddings + 2 rows (ids are offset by 2).
     return arch, {**sizes, "n_ctx": positions + 2}, {"max_positions": positions}
@@ -258,8 +284,7 @@ def _phi(c: Fields) -> Adapted:
     sizes = _decoder_sizes(c)
     arch = replace(GPT, family="phi", mlp=_mlp(c, "hidden_act", "gelu_new"), positions="rotary",
                    parallel_block=True, shared_norm=True, lm_head_bias=True,
-                   tied_embeddings=c.flag("tie_word_embeddings", False),
-                   dropout=_dropout(c, {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0}))
+                   tied_embeddings=c.flag("tie_word_embeddings", False))
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
@@ -279,14 +304,13 @@ def _falcon(c: Fields) -> Adapted:
         a_kv = 1 if c.flag("multi_query", True) else a
         c.refuse("num_kv_heads", lambda v: v in (a, a_kv), "only new_decoder_architecture reads it; set it to "
                  "num_attention_heads or drop it")
-    if parallel and c.get("hidden_dropout", 0.0) > 0:
+    if parallel and c.get("hidden_dropout", 0.0) not in (0, 0.0):
         c.fail("hidden_dropout", "is not supported: parallel Falcon drops out attention+MLP as one sum")
     bias = c.flag("bias", False)
     arch = replace(GPT, family="falcon", mlp=_mlp(c, "activation", "gelu"),
                    positions="alibi" if c.flag("alibi", False) else "rotary", qkv_bias=bias, out_bias=bias,
                    mlp_bias=bias, parallel_block=parallel, shared_norm=parallel and norms == 1,
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"hidden_dropout": 0.0, "attention_dropout": 0.0}))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     sizes = {"h": h, "a": a, "a_kv": a_kv, "l": c.size("num_hidden_layers", "n_layer"), "V": c.size("vocab_size"),
              "f": c.size("ffn_hidden_size", default=4 * h)}
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
@@ -295,9 +319,7 @@ def _falcon(c: Fields) -> Adapted:
 def _starcoder2(c: Fields) -> Adapted:
     bias = c.flag("use_bias", True)
     arch = replace(GPT, family="starcoder2", mlp=_mlp(c, "hidden_act", "gelu_pytorch_tanh"), positions="rotary",
-                   qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"residual_dropout": 0.0, "embedding_dropout": 0.0,
-                                        "attention_dropout": 0.0}))
+                   qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", True))
     sizes = _decoder_sizes(c, kv_heads=2)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **_sliding()(c, sizes["l"])}
 
@@ -309,8 +331,7 @@ def _bloom(c: Fields) -> Adapted:
     sizes = _gpt_sizes(c, ("hidden_size", "n_embed"), ("n_head", "num_attention_heads"),
                        ("n_layer", "num_hidden_layers"), f_keys=())
     arch = replace(GPT, family="bloom", positions="alibi", embed_norm=True,
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"hidden_dropout": 0.0, "attention_dropout": 0.0}))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {}
 
 
@@ -326,9 +347,7 @@ def _mpt(c: Fields) -> Adapted:
     sizes = _gpt_sizes(c, ("d_model", "hidden_size"), ("n_heads", "num_attention_heads"),
                        ("n_layers", "num_hidden_layers"), f_keys=())
     arch = replace(GPT, family="mpt", positions="alibi", norm_bias=False, qkv_bias=False, out_bias=False,
-                   mlp_bias=False,
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(attn, {"attn_pdrop": 0.0}) or _dropout(c, {"resid_pdrop": 0.0, "emb_pdrop": 0.0}))
+                   mlp_bias=False, tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {"max_positions": c.get("max_seq_len", None)}
 
 
@@ -336,8 +355,7 @@ def _gpt_neo(c: Fields) -> Adapted:
     sizes = _gpt_sizes(c, ("hidden_size",), ("num_heads", "num_attention_heads"),
                        ("num_layers", "num_hidden_layers"), ("intermediate_size",))
     arch = replace(GPT, family="gpt_neo", mlp=_mlp(c, "activation_function", "gelu_new"), qkv_bias=False,
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"resid_dropout": 0.0, "embed_dropout": 0.0, "attention_dropout": 0.0}))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     n_ctx = c.size("max_position_embeddings")
     notes = ("local-attention layers see a window of window_size tokens; the graph treats every layer as global",)
     return arch, {**sizes, "n_ctx": n_ctx}, {"max_positions": n_ctx, "notes": notes}
@@ -349,8 +367,7 @@ def _gpt_bigcode(c: Fields) -> Adapted:
     sizes = _gpt_sizes(c, ("n_embd", "hidden_size"), ("n_head", "num_attention_heads"),
                        ("n_layer", "num_hidden_layers"))
     arch = replace(GPT, family="gpt_bigcode", mlp=_mlp(c, "activation_function", "gelu_pytorch_tanh"),
-                   tied_embeddings=c.flag("tie_word_embeddings", True),
-                   dropout=_dropout(c, {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1}))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     n_ctx = c.size("n_positions", "max_position_embeddings")
     a_kv = 1 if c.flag("multi_query", True) else sizes["a"]
     return arch, {**sizes, "a_kv": a_kv, "n_ctx": n_ctx}, {"max_positions": n_ctx}
@@ -471,6 +488,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
         raise ConfigError(f"{label}: model_type {model_type!r} is not supported; supported: "
                           f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     arch, sizes, extra = ADAPTERS[model_type](fields)
+    arch, extra = _with_dropout(fields, arch, extra)
     for key, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{label}: size {key} must be an integer, got {value!r}")

@@ -145,6 +145,27 @@ def test_opt_positions_have_two_extra_rows() -> None:
     assert (opt.sizes["n_ctx"], opt.max_positions) == (66, 64)
 
 
+@pytest.mark.parametrize(("model_type", "fields", "dropout", "noted"), [
+    ("gptj", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500), False, False),  # rates 0: identity
+    ("opt", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, ffn_dim=200, vocab_size=500,
+                 max_position_embeddings=64), True, True),  # OPTConfig's dropout 0.1, attention_dropout 0
+    ("phi", dict(LLAMA_SIZES, resid_pdrop=0.1), True, True),  # phi-2: residual dropout only
+    ("gpt_bigcode", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500, n_positions=64), True, False),
+])
+def test_dropout_follows_the_configured_rates(model_type: str, fields: dict, dropout: bool, noted: bool) -> None:
+    config = _config(model_type, fields)
+    for written in (config.to_dict(), {**config.to_diff_dict(), "model_type": model_type}):
+        model = from_config(written)
+        assert model.arch.dropout is dropout
+        assert any("dropout rates differ" in note for note in model.notes) is noted
+
+
+def test_mpt_dropout_is_read_from_attn_config() -> None:
+    mpt = {"model_type": "mpt", "d_model": 96, "n_heads": 4, "n_layers": 2, "vocab_size": 500}
+    assert not from_config(mpt).arch.dropout
+    assert from_config({**mpt, "attn_config": {"attn_pdrop": 0.1}}).arch.dropout
+
+
 GPTJ = {"model_type": "gptj", "n_embd": 96, "n_head": 4, "n_layer": 2, "vocab_size": 500}
 FALCON = {"model_type": "falcon", "hidden_size": 128, "num_attention_heads": 8, "num_hidden_layers": 2,
           "vocab_size": 500}
@@ -170,6 +191,7 @@ LLAMA_LIKE = {"hidden_size": 128, "num_attention_heads": 8, "num_hidden_layers":
     ({**LLAMA_LIKE, "model_type": "llama", "num_key_value_heads": 3}, "not divisible by 3 key/value heads"),
     ({**GPTJ, "n_embd": 100, "n_head": 8}, "'n_embd' = 100 is not divisible by n_head = 8"),
     ({**GPTJ, "n_head": "4"}, "'n_head' = '4' must be a positive integer"),
+    ({**GPTJ, "resid_pdrop": 1.5}, "'resid_pdrop' = 1.5 must be a dropout rate"),
     ({**FALCON, "new_decoder_architecture": True, "parallel_attn": False}, "'parallel_attn' = False"),
     ({**FALCON, "new_decoder_architecture": True, "num_kv_heads": 3}, "not divisible by 3 key/value heads"),
     ({**FALCON, "num_kv_heads": 2}, "'num_kv_heads' = 2"),
