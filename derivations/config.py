@@ -217,17 +217,17 @@ def _gpt2(c: Fields) -> Adapted:
     sizes = {"h": h, "a": c.need("n_head", "num_attention_heads"), "l": c.need("n_layer", "num_hidden_layers"),
              "V": c.need("vocab_size"), "n_ctx": c.need("n_positions", "max_position_embeddings"),
              "f": c.get("n_inner", 4 * h)}
-    act = c.get("activation_function", "gelu_new")
-    mlp = "relu" if act == "relu" else "gelu"
-    arch = replace(GPT, mlp=mlp, tied_embeddings=bool(c.get("tie_word_embeddings", True)))
+    arch = replace(GPT, mlp=_mlp(c, "activation_function", "gelu_new"),
+                   tied_embeddings=bool(c.get("tie_word_embeddings", True)))
     return arch, sizes, {"max_positions": sizes["n_ctx"]}
 
 
 def _gpt_neox(c: Fields) -> Adapted:
     bias = bool(c.get("attention_bias", True))
     parallel = bool(c.get("use_parallel_residual", True))
-    arch = replace(GPT, positions="rotary", tied_embeddings=bool(c.get("tie_word_embeddings", False)),
-                   qkv_bias=bias, out_bias=bias, parallel_block=parallel)
+    arch = replace(GPT, mlp=_mlp(c, "hidden_act", "gelu"), positions="rotary",
+                   tied_embeddings=bool(c.get("tie_word_embeddings", False)), qkv_bias=bias, out_bias=bias,
+                   parallel_block=parallel)
     sizes = {"h": c.need("hidden_size"), "a": c.need("num_attention_heads"), "l": c.need("num_hidden_layers"),
              "V": c.need("vocab_size"), "f": c.need("intermediate_size")}
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}

@@ -187,6 +187,7 @@ LLAMA_LIKE = {"hidden_size": 128, "num_attention_heads": 8, "num_hidden_layers":
     ({**LLAMA_LIKE, "model_type": "stablelm"}, "not divisible by 32 key/value heads"),
     ({**LLAMA_LIKE, "model_type": "stablelm", "num_key_value_heads": 8, "hidden_size": 100}, "'hidden_size' = 100"),
     ({**LLAMA_LIKE, "model_type": "starcoder2", "hidden_act": "silu"}, "'hidden_act' = 'silu'"),
+    ({**GPTJ, "model_type": "gpt2", "n_positions": 64, "activation_function": "silu"}, "'activation_function'"),
     ({**LLAMA_LIKE, "model_type": "cohere", "use_qk_norm": True}, "'use_qk_norm'"),
     ({**LLAMA_LIKE, "model_type": "llama", "num_key_value_heads": 3}, "not divisible by 3 key/value heads"),
     ({**GPTJ, "n_embd": 100, "n_head": 8}, "'n_embd' = 100 is not divisible by n_head = 8"),
