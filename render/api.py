@@ -4,7 +4,7 @@
 >>> r.number("parameters")
 124439808
 >>> r._repr_markdown_().splitlines()[0]
-'**gpt2**, params: Parameters = 124,439,808 (124.44 M)'
+'**gpt2**, params: Parameters = 124,439,808 (124.44 million)'
 >>> estimate("no-such-model")._repr_markdown_().startswith("**memderive could not derive this:**")
 True
 
@@ -175,7 +175,7 @@ class Result:
             q = est.quantity(headline_key(est))
             value = est.number(q.key)
             rounded = (f"{value:,} B ({self.options.bytes_text(value)})" if q.unit == "bytes"
-                       else f"{value:,} ({scaled_count(value, self.options.precision)})")
+                       else f"{value:,} ({scaled_count(value, self.options.precision, words=True)})")
             layout = "; ".join(est.graph.strategies) or "no parallelism"
             lines = [f"**{est.model.name}**, {est.options.mode}: {q.title} = {rounded}", "",
                      f"$${latex(q.closed_form())}$$", "", f"Layout: {layout}."]

@@ -118,7 +118,7 @@ class DerivationPrinter(LatexPrinter):
     def _print_Max(self, expr: sp.Max) -> str:
         args = [self._print(arg) for arg in _ordered_args(expr)]
         open_, close = _delimiters(expr, args)
-        return open_ + r", \allowbreak ".join(args) + close  # \bigl( ... \bigr) lets inline math break
+        return open_ + ", ".join(args) + close  # \bigl( ... \bigr), unlike \left( ... \right), may break inline
 
     _print_Min = _print_Max
 

@@ -57,9 +57,10 @@ def scaled_bytes(n: int, precision: int = 2) -> tuple[str, str]:
             _scaled(n, 1024, ("B", "KiB", "MiB", "GiB", "TiB", "PiB"), precision))
 
 
-def scaled_count(n: int, precision: int = 2) -> str:
-    """A count on a short scale: ``6.74 B`` (billions); plain below a thousand."""
-    return _scaled(n, 1000, ("", "K", "M", "B", "T"), precision).strip()
+def scaled_count(n: int, precision: int = 2, words: bool = False) -> str:
+    """A count on a short scale: ``6.74 B`` (or ``6.74 billion``); plain below a thousand."""
+    names = ("", "thousand", "million", "billion", "trillion") if words else ("", "K", "M", "B", "T")
+    return _scaled(n, 1000, names, precision).strip()
 
 
 #: Writeup detail, after handcalcs' modes: the formula only, formula = numbers = result, formula = result.

@@ -44,11 +44,17 @@ class _Format:
     text: Callable[[str], str]
     code: Callable[[str], str]
     suffix: str
+    cell: Callable[[str], str] = lambda math: math  # math in a table cell
+
+
+def _breakable_math(math: str) -> str:
+    """Inline math that may wrap in a LaTeX table cell: a break is allowed after each argument's comma."""
+    return math.replace(", ", r", \allowbreak ")
 
 
 _FMT = {"md": _Format("md", lambda s: s, lambda s: f"`{s}`", "md.j2"),
         "latex": _Format("latex", lambda s: tex_escape(s).replace("/", r"/\allowbreak{}"),
-                         lambda s: r"\texttt{%s}" % _breakable(tex_escape(s)), "tex.j2")}
+                         lambda s: r"\texttt{%s}" % _breakable(tex_escape(s)), "tex.j2", _breakable_math)}
 
 
 def _breakable(tex: str) -> str:
@@ -107,7 +113,7 @@ def _inline(expr: sp.Expr) -> str:
 def _value_text(value: int, unit: str, options: RenderOptions) -> tuple[str, str]:
     if unit == "bytes":
         return f"{value:,} B", options.bytes_text(value)
-    return f"{value:,}", scaled_count(value, options.precision)
+    return f"{value:,}", scaled_count(value, options.precision, words=True)
 
 
 def cli_command(est: Estimate, extra: Sequence[str] = (), command: str = "estimate",
@@ -176,8 +182,8 @@ def _section(est: Estimate, q: Quantity, fmt: _Format, options: RenderOptions, s
     terms_ref = seen.tables.get(table_key, "") if terms else ""
     if terms and not terms_ref:
         seen.tables[table_key] = fmt.text(q.title)
-    rows = [{"node": fmt.code(s.source), "formula": _inline(s.symbolic), "substituted": s.substituted,
-             "value": f"{s.value:,}"} for s in terms]
+    rows = [{"node": fmt.code(s.source), "formula": fmt.cell(_inline(s.symbolic)),
+             "substituted": fmt.cell(s.substituted), "value": f"{s.value:,}"} for s in terms]
     chain: list[dict[str, Any]] = []
     refs: list[int] = []
     previous = None
@@ -217,7 +223,7 @@ def _breakdown(est: Estimate, key: str, fmt: _Format, options: RenderOptions) ->
     rows = breakdown_rows(est, key)
     total = est.number(key)
     return {"title": fmt.text(q.title), "key": fmt.code(key), "total": _value_text(total, q.unit, options),
-            "rows": [{"path": fmt.code(r.path), "formula": _inline(r.expr), "exact": f"{r.value:,}",
+            "rows": [{"path": fmt.code(r.path), "formula": fmt.cell(_inline(r.expr)), "exact": f"{r.value:,}",
                       "rounded": _value_text(r.value, q.unit, options)[1],
                       "share": f"{100 * r.value / total:.{max(options.precision - 1, 0)}f}" if total else ""}
                      for r in rows]}

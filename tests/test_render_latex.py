@@ -83,6 +83,7 @@ def test_scaled_count() -> None:
     assert scaled_count(6_738_415_616) == "6.74 B"
     assert scaled_count(6_738_415_616, 0) == "7 B"
     assert scaled_count(12) == "12"
+    assert scaled_count(842_534_912, words=True) == "842.53 million"
 
 
 def test_render_options_merge_and_precedence() -> None:
