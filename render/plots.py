@@ -2,7 +2,7 @@
 
 The data functions (``breakdown_data``, ``sweep_data``) return a frozen ``PlotData`` of exact integers
 built with ``render.steps.breakdown_rows``; ``draw`` only draws one. matplotlib is imported inside
-``draw`` (Agg, headless), so importing this module stays cheap.
+``draw`` (a bare ``Figure``, saved through Agg: headless), so importing this module stays cheap.
 
 >>> from derivations.estimate import estimate
 >>> est = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective")
@@ -183,9 +183,8 @@ def colors(parts: Sequence[str]) -> tuple[str, ...]:
 
 def draw(data: PlotData) -> Any:
     """A matplotlib ``Figure`` of ``data``: stacked bars for layouts, stacked areas for sweeps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    # A bare Figure renders through Agg when saved and never touches pyplot's global backend (headless,
+    # and harmless inside a notebook whose user has chosen another backend).
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9, 5.2), dpi=100, layout="constrained")
