@@ -141,13 +141,27 @@ class DerivationPrinter(LatexPrinter):
             return super()._print_Symbol(expr, style)
 
     def _print_Mul(self, expr: sp.Mul) -> str:
-        if sp.Mul(*expr.args).args == expr.args or expr.args[0].is_Number:
+        # LatexPrinter also sends negative powers (1/a) here: only a real Mul has factors to keep.
+        if not isinstance(expr, sp.Mul) or sp.Mul(*expr.args).args == expr.args or expr.args[0].is_Number:
             return super()._print_Mul(expr)
         # An unevaluated product such as factor_out's ``sbh * (34/t + 5as/(ht))``: keep its factors.
-        parts = []
+        # Adjacent non-sum factors print as one product (l and 1/p as l/p), sums in brackets.
+        parts: list[str] = []
+        pending: list[sp.Expr] = []
+
+        def flush() -> None:
+            if pending:
+                product = sp.Mul(*pending)
+                parts.append(self._print_monomial(product) if _is_monomial(product) else self._print(product))
+                pending.clear()
+
         for factor in expr.args:
-            tex = self._print_monomial(factor) if _is_monomial(factor) else self._print(factor)
-            parts.append(rf"\left({tex}\right)" if factor.is_Add else tex)
+            if factor.is_Add:
+                flush()
+                parts.append(rf"\left({self._print(factor)}\right)")
+            else:
+                pending.append(factor)
+        flush()
         joiner = self._settings["mul_symbol_latex"]
         return joiner.join(parts) if joiner.strip() else " ".join(parts)
 
@@ -191,7 +205,8 @@ def _ordered_args(expr: sp.Expr) -> list[sp.Expr]:
 
 
 def _is_monomial(expr: sp.Expr) -> bool:
-    return expr.is_Mul and all(f.is_Symbol or (f.is_Pow and f.base.is_Symbol) for f in expr.args)
+    """A product of symbols to positive powers (``s b h``), printed in the literature's letter order."""
+    return expr.is_Mul and all(f.is_Symbol or (f.is_Pow and f.base.is_Symbol and f.exp > 0) for f in expr.args)
 
 
 def latex(expr: Any, **settings: Any) -> str:

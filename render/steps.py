@@ -108,13 +108,17 @@ def layout_text(opts: Options) -> str:
     return "; ".join(parts) or "one device"
 
 
-def _layer_factor(terms: Iterable[sp.Expr], graph: Graph) -> tuple[sp.Expr, ...] | None:
-    """The factors (``repeat``, ``in_flight``) every layer term carries, or None for a per-layer quantity."""
+def _layer_factor(terms: Iterable[sp.Expr], graph: Graph, unit: str) -> tuple[sp.Expr, ...] | None:
+    """The factors (``repeat``, ``in_flight``) every layer term carries, or None for a per-layer quantity.
+
+    Micro-batches in flight multiply activations only: a count of elements (parameters) never carries them.
+    """
     if not graph.has_block("layer"):
         return None
     layer = graph.block("layer")
     terms = list(terms)
-    for factors in ((layer.repeat, layer.in_flight), (layer.repeat,)):
+    candidates = ((layer.repeat,),) if unit == "elements" else ((layer.repeat, layer.in_flight), (layer.repeat,))
+    for factors in candidates:
         factors = tuple(x for x in factors if x != 1)
         product = sp.Mul(*factors)
         if all(not (_divide(expr, product).free_symbols & product.free_symbols) for expr in terms):
@@ -132,7 +136,7 @@ def _structure(q: Quantity, graph: Graph) -> tuple[list[tuple[str, sp.Expr]], tu
                                                    list[tuple[str, sp.Expr]]]:
     """(per-layer op terms, the layer factor, the other terms summed per block), relations applied."""
     layer = [t for t in q.breakdown.terms if t.path.split("/")[0] == "layer"]
-    factor = _layer_factor((t.expr for t in layer), graph)
+    factor = _layer_factor((t.expr for t in layer), graph, q.unit)
     divisor = sp.Mul(*factor) if factor else sp.Integer(1)
     ops = [(t.path, closed_form(_divide(t.expr, divisor), q.relations)) for t in layer]
     blocks: dict[str, sp.Expr] = {}  # the other terms, summed per block (embed, head, model_states, ...)
@@ -149,7 +153,8 @@ def _whole(ops: list[tuple[str, sp.Expr]], factor: tuple[sp.Expr, ...] | None,
     parts = list(others)
     if ops:
         one_layer = sp.Add(*(expr for _, expr in ops))
-        parts.insert(0, ("layer", sp.Mul(*factor, one_layer, evaluate=False) if factor else one_layer))
+        count = sp.Mul(*factor) if factor else sp.Integer(1)  # l/p layers x p in flight shows as l
+        parts.insert(0, ("layer", sp.Mul(count, one_layer, evaluate=False) if count != 1 else one_layer))
     if len(parts) == 1:
         return parts[0][1], ()
     return sp.Add(*(expr for _, expr in parts), evaluate=False), tuple(parts)

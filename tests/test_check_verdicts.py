@@ -39,22 +39,16 @@ EXACT = [
 ]
 
 
-def needs_inference(quantity: str) -> None:
-    """KV-cache quantities come from derivations/inference.py (issue 3)."""
-    if quantity.startswith("kv_cache"):
-        pytest.importorskip("derivations.inference")
 
 
 @pytest.mark.parametrize(("quantity", "claim", "options"), EXACT, ids=[c for _, c, _ in EXACT])
 def test_exact(quantity: str, claim: str, options: dict) -> None:
-    needs_inference(quantity)
     result = check(quantity, claim, **options)
     assert result.verdict == "exact", result.explanation
     assert result.holds and result.counterexample is None
 
 
 def test_exact_with_the_authors_letters() -> None:
-    needs_inference("kv_cache")
     # GQA (Ainslie et al. 2023) with kipply's formula: K/V heads instead of heads, LLaMA-2 70B
     gqa = check("kv_cache.per_token", "2*2*L*G*D", symbols="L=l, G=a_kv, D=d_h", model="llama-2-70b")
     assert gqa.verdict == "exact"
@@ -111,7 +105,6 @@ def test_attention_weights_forgotten() -> None:
 
 
 def test_kv_cache_without_the_factor_two() -> None:
-    needs_inference("kv_cache")
     # EleutherAI cookbook calc_transformer_mem.py: KV cache = beta h L (s + o) b, no factor 2 for K and V
     result = check("kv_cache.total", "2hl(s+n)b", kv_dtype="fp16")
     assert result.verdict == "different" and result.factor == sp.Rational(1, 2)
@@ -158,14 +151,12 @@ def test_conditional_model_states() -> None:
 
 
 def test_sliding_window() -> None:
-    needs_inference("kv_cache")
     # Mistral 7B (Jiang et al. 2023) caches at most w = 4096 tokens; 4 b l a_kv d_h (s + n) holds without the window
     result = check("kv_cache.total", "4 b l a_kv d_h (s+n)", model="mistral-7b")
     assert result.verdict == "conditional" and result.holds_under == ("without the sliding window",)
 
 
 def test_per_token_versus_per_position() -> None:
-    needs_inference("kv_cache")
     # "4blh bytes per token" counts a position for all b sequences; per cached token it is 4lh
     result = check("kv_cache.per_token", "4blh")
     assert result.verdict == "different" and result.factor == b
