@@ -145,7 +145,7 @@ class DerivationPrinter(LatexPrinter):
         if not isinstance(expr, sp.Mul) or sp.Mul(*expr.args).args == expr.args or expr.args[0].is_Number:
             return super()._print_Mul(expr)
         # An unevaluated product such as factor_out's ``sbh * (34/t + 5as/(ht))``: keep its factors.
-        # Adjacent non-sum factors print as one product (l and 1/p as l/p), sums in brackets.
+        # Adjacent powers of symbols print as one product (l and 1/p as l/p), sums in brackets.
         parts: list[str] = []
         pending: list[sp.Expr] = []
 
@@ -156,11 +156,11 @@ class DerivationPrinter(LatexPrinter):
                 pending.clear()
 
         for factor in expr.args:
-            if factor.is_Add:
-                flush()
-                parts.append(rf"\left({self._print(factor)}\right)")
-            else:
+            if factor.is_Symbol or (factor.is_Pow and factor.base.is_Symbol) or _is_monomial(factor):
                 pending.append(factor)
+                continue
+            flush()
+            parts.append(rf"\left({self._print(factor)}\right)" if factor.is_Add else self._print(factor))
         flush()
         joiner = self._settings["mul_symbol_latex"]
         return joiner.join(parts) if joiner.strip() else " ".join(parts)

@@ -167,8 +167,10 @@ class PipelineParallel(Strategy):
 
     @property
     def name(self) -> str:
-        extra = f", interleaved v={self.virtual}" if self.virtual not in (None, 1) else ""
-        return f"pipeline parallel (p={self.p}{extra}, {self.stage} stage)"
+        degree = "" if self.p == dims.p else f"p={self.p}, "
+        virtual = "" if self.virtual in (None, 1) else ("interleaved, " if self.virtual == dims.v
+                                                        else f"interleaved v={self.virtual}, ")
+        return f"pipeline parallel ({degree}{virtual}{self.stage} stage)"
 
     def in_flight(self) -> sp.Expr:
         p = _degree(self.p)
