@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "add_model_options", "add_strategy_options", "options_from_args", "fail"]
+__all__ = ["main", "add_model_options", "add_strategy_options", "options_from_args", "fail", "emit"]
 
 COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
                    "render.cmd_notebook", "render.cmd_check")
@@ -24,6 +25,15 @@ class CliError(ValueError):
 
 def fail(message: str) -> None:
     raise CliError(message)
+
+
+def emit(text: str, output: str | None) -> None:
+    """Print ``text``, or write it to the file ``output``."""
+    if output:
+        with open(output, "w") as fh:
+            fh.write(text + "\n")
+    else:
+        print(text)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,12 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # e.g. piped into head: not an error of the input
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (CliError, ValueError, KeyError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         sys.stderr.write(f"memderive: error: {message}\n")
         return 2
-    except BrokenPipeError:  # pragma: no cover - e.g. piped into head
-        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

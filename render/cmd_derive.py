@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_strategy_options, options_from_args
+from render.cli import add_model_options, add_strategy_options, emit, options_from_args
 from render.cmd_estimate import add_writeup_options, render_options
 
 #: quantity name on the command line -> (mode it needs, quantity key)
@@ -21,6 +21,26 @@ QUANTITIES = {
 }
 #: symbolic placeholders for a derivation without a concrete step size
 _DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
+#: ``--strategy`` names -> option changes; degrees are placeholders (closed forms keep t, p, d)
+STRATEGIES = {
+    "none": {}, "tp": {"tp": 8}, "sp": {"tp": 8, "sp": True}, "pp": {"pp": 8},
+    "selective": {"recompute": "selective"}, "full": {"recompute": "full"}, "flash": {"flash": True},
+    "zero1": {"dp": 64, "zero": 1}, "zero2": {"dp": 64, "zero": 2}, "zero3": {"dp": 64, "zero": 3},
+    "offload": {"offload": True},
+}
+
+
+def apply_strategy(args: argparse.Namespace, spec: str | None) -> None:
+    """``--strategy tp+sp+selective`` sets the options it names (a degree the user gave is kept)."""
+    if not spec:
+        return
+    for name in spec.replace(",", "+").split("+"):
+        if name.strip() not in STRATEGIES:
+            raise ValueError(f"unknown strategy {name.strip()!r} in --strategy; choose from {', '.join(STRATEGIES)}")
+        for key, value in STRATEGIES[name.strip()].items():
+            if key in ("tp", "pp", "dp") and getattr(args, key) != 1:
+                continue
+            setattr(args, key, value)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("quantity", choices=tuple(QUANTITIES))
     add_model_options(parser, required=False)
     add_strategy_options(parser)
+    parser.add_argument("--strategy", help="shorthand, e.g. tp+sp+selective, flash, pp+zero1 (" + ", ".join(STRATEGIES) + ")")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
     add_writeup_options(parser)
     parser.add_argument("-o", "--output")
@@ -38,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from derivations.estimate import estimate
 
     mode, key = QUANTITIES[args.quantity]
+    apply_strategy(args, args.strategy)
     sized = mode == "params" or (args.batch is not None and args.seq is not None)
     if args.batch is None:
         args.batch = 1
@@ -53,9 +75,5 @@ def run(args: argparse.Namespace) -> int:
         # Without --batch and --seq the placeholders b = s = 1 are not worth substituting.
         options = render_options(args) if sized else render_options(args, detail="symbolic")
         text = quantity_document(est, key, args.format, options)
-    if args.output:
-        with open(args.output, "w") as fh:
-            fh.write(text + "\n")
-    else:
-        print(text)
+    emit(text, args.output)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_strategy_options, options_from_args
+from render.cli import add_model_options, add_strategy_options, emit, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,9 +49,5 @@ def run(args: argparse.Namespace) -> int:
         from render.writeup import estimate_document
 
         text = estimate_document(est, args.format, render_options(args))
-    if args.output:
-        with open(args.output, "w") as fh:
-            fh.write(text + "\n")
-    else:
-        print(text)
+    emit(text, args.output)
     return 0

@@ -54,3 +54,26 @@ def test_derive_params_prints_closed_form() -> None:
     result = run("derive", "params-per-layer", "--model", "gpt2")
     assert result.returncode == 0
     assert "12*h**2 + 13*h" in result.stdout
+
+
+@pytest.mark.parametrize(("strategy", "closed_form"), [
+    # Korthikanti et al. 2022 Table 2 rows, in the printer's term order
+    ("tp+sp", "(b*h*s)*(5*a*s/(h*t) + 34/t)"),
+    ("tp+selective", "(b*h*s)*(10 + 24/t)"),
+    ("full", "(b*h*s)*2"),
+])
+def test_derive_strategy_shorthand(strategy: str, closed_form: str) -> None:
+    result = run("derive", "activations", "--strategy", strategy)
+    assert result.returncode == 0
+    assert result.stdout.strip().endswith(closed_form)
+
+
+def test_unknown_strategy_is_one_line() -> None:
+    result = run("derive", "activations", "--strategy", "tp+bogus")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "bogus" in result.stderr
+
+
+def test_output_piped_into_a_closed_pipe_is_not_an_error() -> None:
+    proc = subprocess.run(f"{sys.executable} -m render.cli estimate --model llama-2-7b | head -1", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stderr == "" and proc.stdout.startswith("model: llama-2-7b")
