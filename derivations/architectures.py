@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-import sympy as sp
+import sympy as sp  # noqa: F401  (used by the doctest above)
 
 from symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
 from symbolic.dtypes import DType, dtype

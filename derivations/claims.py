@@ -24,8 +24,8 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy as sp
@@ -34,7 +34,7 @@ from derivations.claim_analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, cons
                                         find_gaps, leading, ratio_limit)
 from derivations.claim_context import Comparison, Context, alternatives, build_context, unit_factor
 from derivations.formula_parser import FormulaError, ParsedFormula, normalize_name, parse_formula
-from derivations.options import Options, OptionsError
+from derivations.options import Options
 from symbolic.derive import evaluate
 from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, n, n_ctx, p, s, t
 from symbolic.errors import DerivationError

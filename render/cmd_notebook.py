@@ -38,6 +38,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             nb = execute(nb)
         except ModuleNotFoundError as exc:
-            raise ValueError(f"--execute needs {exc.name}; install the test extras (pip install -e '.[test]')")
+            raise ValueError(f"--execute needs {exc.name}; install the test extras (pip install -e '.[test]')") from None
     write(nb, args.output, force=args.force)
     return 0

@@ -60,7 +60,7 @@ class BlockBuilder:
              tp_axis: int | None = None, dt: DType | None = None, seq_axis: int | None = 1) -> Tensor:
         return Tensor(name, shape, dt or self.act, role=role, tp_axis=tp_axis, seq_axis=seq_axis)
 
-    def build(self, repeat: sp.Expr = sp.Integer(1)) -> Block:
+    def build(self, repeat: sp.Expr | int = 1) -> Block:
         return Block(self.name, tuple(self.ops), self.input, repeat=sp.sympify(repeat))
 
     # --- embeddings -------------------------------------------------------------------------
@@ -190,6 +190,3 @@ class BlockBuilder:
         total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
         return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
-
-    def output(self, x: Tensor) -> Tensor:
-        return x

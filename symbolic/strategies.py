@@ -14,6 +14,8 @@ Each returns a new graph (``dataclasses.replace``) and records its name in
 
 from __future__ import annotations
 
+import abc
+
 from dataclasses import dataclass, replace
 
 import sympy as sp
@@ -29,13 +31,17 @@ PARAM_ROLES = frozenset({"weight", "bias"})
 SCORE_ROLE = "attention-scores"
 
 
-class Strategy:
+class Strategy(abc.ABC):
     """Abstract: a frozen dataclass whose call maps a graph to a graph."""
 
-    name: str
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """How writeups name the transform."""
 
-    def __call__(self, graph: Graph) -> Graph:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def __call__(self, graph: Graph) -> Graph:
+        """The transformed graph (a new one; ``graph`` is unchanged)."""
 
 
 def _degree(value: int | sp.Expr) -> sp.Expr:
@@ -100,7 +106,9 @@ class SelectiveRecompute(Strategy):
     """Recompute the attention core (softmax, its dropout) in backward: the ``as^2`` tensors
     are not stored (Korthikanti et al. 2022 §5)."""
 
-    name: str = "selective recompute"
+    @property
+    def name(self) -> str:
+        return "selective recompute"
 
     def __call__(self, graph: Graph) -> Graph:
         roles = frozenset({SCORE_ROLE})
@@ -111,7 +119,9 @@ class SelectiveRecompute(Strategy):
 class FullRecompute(Strategy):
     """Checkpoint each layer's input and recompute the layer in backward."""
 
-    name: str = "full recompute"
+    @property
+    def name(self) -> str:
+        return "full recompute"
 
     def __call__(self, graph: Graph) -> Graph:
         def checkpoint(blk: Block) -> Block:
@@ -129,7 +139,9 @@ class FlashAttention(Strategy):
     """FlashAttention (Dao et al. 2022 §3.1; FA-2 §3.1.1): the s x s scores are never stored;
     backward keeps q, k, v, the output O and the fp32 row-wise logsumexp (b, a, s)."""
 
-    name: str = "FlashAttention"
+    @property
+    def name(self) -> str:
+        return "FlashAttention"
 
     def __call__(self, graph: Graph) -> Graph:
         def flash(op: Op) -> Op:
