@@ -156,29 +156,44 @@ def _decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None 
 WindowRule = Callable[[Fields, int], dict[str, Any]]
 
 
+#: ``layer_types`` entries by whether the layer slides ("attention": transformers' legacy name, remapped).
+_LAYER_TYPES = {"sliding_attention": True, "full_attention": False, "attention": False}
+
+
 def _sliding(default: int | None = None, switch: str | None = None,
              slides: Callable[[Fields, int], bool] = lambda c, i: True) -> WindowRule:
     """Sliding-window attention as transformers applies it, as ``Model`` fields.
 
     ``switch`` (when named) turns it on; an explicit null ``sliding_window`` turns it off. Layer
-    ``i`` slides per ``layer_types`` when the config lists them, else per ``slides``. One window for
-    every layer is the model's ``window``; a mix of sliding and full layers is no single window,
-    so it is left out (every layer keeps its whole context) and said in a note.
+    ``i`` slides per ``layer_types`` when the config lists them (transformers' cache follows that
+    list in every family), else per ``slides`` (the rule the config class builds the list with).
+    The model's ``window`` is the window; ``window_layers`` how many layers slide, the others
+    caching their whole context.
     """
     def rule(c: Fields, l: int) -> dict[str, Any]:
         if (switch is not None and not c.flag(switch, False)) or c.config.get("sliding_window", default) is None:
             return {}
         window = c.size("sliding_window", default=default)
-        types = c.config.get("layer_types")
-        sliding = [t == "sliding_attention" for t in types] if types else [slides(c, i) for i in range(l)]
-        if all(sliding):
-            return {"window": window}
-        if not any(sliding):
-            return {}
-        return {"notes": (f"{sum(sliding)} of {l} layers attend to a sliding window of {window} tokens and the "
-                          "others to all; the estimate gives every layer its whole context",)}
+        sliding = _layer_types(c, l) or [slides(c, i) for i in range(l)]
+        count = sum(sliding)
+        if count in (0, l):
+            return {"window": window} if count else {}
+        return {"window": window, "window_layers": count,
+                "notes": (f"{count} of {l} layers (l_w) attend to a sliding window of {window} tokens, "
+                          "the others to the whole context",)}
 
     return rule
+
+
+def _layer_types(c: Fields, l: int) -> list[bool] | None:
+    """Which layers slide, from the config's ``layer_types`` list (None when it has none)."""
+    types = c.config.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != l or any(x not in _LAYER_TYPES for x in types):
+        c.fail("layer_types", f"is not supported: expected one of {', '.join(_LAYER_TYPES)} for each of the {l} "
+                              "layers")
+    return [_LAYER_TYPES[x] for x in types]
 
 
 def _no_window(c: Fields, l: int) -> dict[str, Any]:

@@ -6,9 +6,11 @@ dropped and tensor parallelism is applied:
 * **KV cache.** The cached keys and values are the ``k`` and ``v`` tensors (roles ``k``/``v``,
   after rotary and q/k norms) that each attention op of the ``layer`` block saves, with the
   sequence axis replaced by the cached length ``s + n`` (prompt plus generated tokens), capped
-  at the sliding window, ``min(s + n, w)``, when the model has one; in the KV dtype; times ``l``
-  layers. Closed form ``2 b (s+n) l a_kv d_h beta_kv`` (kipply 2022); MHA, MQA (Shazeer 2019)
-  and GQA (Ainslie et al. 2023) differ only in ``a_kv``; ``d_h`` need not be ``h/a``.
+  at the sliding window, ``min(s + n, w)``, in the layers that have one; in the KV dtype; summed
+  over the groups of layers (``layer_groups``): all ``l``, or ``l - l_w`` full-attention and
+  ``l_w`` sliding-window layers. Closed form ``2 b (s+n) l a_kv d_h beta_kv`` (kipply 2022);
+  MHA, MQA (Shazeer 2019) and GQA (Ainslie et al. 2023) differ only in ``a_kv``; ``d_h`` need
+  not be ``h/a``.
 * **Weights.** Every parameter tensor one GPU holds, in the serving dtype (see ``serving_dtypes``).
 * **Transient activations.** The largest single buffer a forward pass materialises: every op
   output, plus the ``b a s s`` attention scores under eager attention (none with FlashAttention),
@@ -27,6 +29,7 @@ dropped and tensor parallelism is applied:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import sympy as sp
@@ -36,16 +39,17 @@ from derivations.options import Options, OptionsError
 from derivations.quantity import Quantity
 from symbolic import dims
 from symbolic.derive import Breakdown, Term, parameters
-from symbolic.dims import a_kv, b, g, n, s, t, w
+from symbolic.dims import a_kv, b, g, l, l_w, n, s, t, w
 from symbolic.dtypes import DType, dtype
 from symbolic.errors import InvalidLayoutError
 from symbolic.formula import Citation, Formula
 from symbolic.graph import Block, Graph, Op
+from symbolic.simplify import closed_form
 from symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
 from symbolic.tensor import Tensor
 
-__all__ = ["infer_quantities", "inference_graph", "inference_values", "cached_length", "kv_cache",
-           "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
+__all__ = ["infer_quantities", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
+           "kv_cache", "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
            "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION"]
 
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
@@ -100,22 +104,52 @@ def serving_dtypes(options: Options) -> tuple[DType, DType, DType]:
     return dtype(name), other, kv
 
 
-def cached_length(model: Model) -> sp.Expr:
-    """Tokens held per sequence: ``s + n``, or ``min(s + n, w)`` under a sliding window.
+@dataclass(frozen=True, slots=True)
+class LayerGroup:
+    """Layers that cache the same number of tokens: ``share`` of the layer block (``1``, or
+    ``(l - l_w)/l`` and ``l_w/l``), each holding ``length`` tokens per sequence; ``name`` is the
+    group's path component in the breakdown (empty when the group is every layer)."""
+
+    name: str
+    share: sp.Expr
+    length: sp.Expr
+
+
+def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
+    """The layers by cached length: every layer holds ``s + n`` tokens, or ``min(s + n, w)`` under a
+    sliding window; when only ``l_w`` of the ``l`` layers slide, ``l - l_w`` full-attention layers
+    hold ``s + n`` and ``l_w`` sliding-window layers ``min(s + n, w)``.
 
     NOTE(inference): transformers' ``DynamicSlidingWindowLayer`` keeps a view of the last w - 1
     tokens whose storage is the w-token concatenation of the last step, so from the first decode
     step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window (n = 0)
     it still holds the whole prompt until the next step. The steady state is modelled.
+
+    >>> from derivations.presets import preset
+    >>> [(g.name, g.share, g.length) for g in layer_groups(preset("gemma-2-9b"))]
+    [('full', (l - l_w)/l, n + s), ('sliding', l_w/l, Min(w, n + s))]
     """
-    return s + n if model.window is None else sp.Min(s + n, w)
+    if model.window is None:
+        return (LayerGroup("", sp.Integer(1), s + n),)
+    if model.window_layers is None:
+        return (LayerGroup("", sp.Integer(1), sp.Min(s + n, w)),)
+    return LayerGroup("full", (l - l_w) / l, s + n), LayerGroup("sliding", l_w / l, sp.Min(s + n, w))
+
+
+def cached_length(model: Model) -> sp.Expr:
+    """Tokens held per sequence by the layers that hold the most: ``s + n``, or ``min(s + n, w)``
+    when every layer slides (see ``layer_groups``); a decode step's attention scores span them."""
+    return layer_groups(model)[0].length
 
 
 def inference_values(model: Model, options: Options) -> dict[sp.Symbol, int]:
-    """Values of the inference-only sizes: ``n`` (new tokens), ``g`` (group), ``w`` (window)."""
+    """Values of the inference-only sizes: ``n`` (new tokens), ``g`` (group), ``w`` (window),
+    ``l_w`` (sliding-window layers, when only some layers slide)."""
     values = {n: options.new_tokens, g: options.quant_group}
     if model.window is not None:
         values[w] = model.window
+    if model.window_layers is not None:
+        values[l_w] = model.window_layers
     return values
 
 
@@ -174,16 +208,41 @@ def _kv_tensors(blk: Block) -> list[tuple[Op, Tensor]]:
             for x in op.saved if x.role in ("k", "v")]
 
 
-def kv_cache(graph: Graph, length: sp.Expr, kv: DType) -> Breakdown:
-    """Bytes of the cached keys and values: each attention op's k, v with ``length`` tokens."""
+def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | sp.Expr, kv: DType) -> Breakdown:
+    """Bytes of the cached keys and values: each attention op's k, v in each group of layers,
+    with the group's length (``groups`` may be one length for every layer).
+
+    Paths: ``kv_cache/keys/attn``, or per group ``kv_cache/full/keys/attn``, ``kv_cache/sliding/...``.
+    """
+    if isinstance(groups, sp.Basic | int):
+        groups = (LayerGroup("", sp.Integer(1), sp.sympify(groups)),)
     terms = []
     blk = graph.block("layer")
-    for op, x in _kv_tensors(blk):
-        shape = list(x.shape)
-        shape[x.seq_axis] = length
-        cached = replace(x, shape=tuple(shape), dtype=kv)
-        terms.append(Term(f"kv_cache/{'keys' if x.role == 'k' else 'values'}/{op.path}", blk.repeat * cached.nbytes))
+    for group in groups:
+        prefix = f"kv_cache/{group.name}/" if group.name else "kv_cache/"
+        for op, x in _kv_tensors(blk):
+            shape = list(x.shape)
+            shape[x.seq_axis] = group.length
+            cached = replace(x, shape=tuple(shape), dtype=kv)
+            kind = "keys" if x.role == "k" else "values"
+            terms.append(Term(f"{prefix}{kind}/{op.path}", blk.repeat * group.share * cached.nbytes))
     return Breakdown(tuple(terms), "bytes")
+
+
+def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable[[sp.Expr], sp.Expr] | None:
+    """With layer groups of different lengths, the KV closed form as the bytes of one token in one
+    layer times the layer-tokens, ``4 b a_kv d_h ((l - l_w)(s + n) + l_w min(s + n, w))``."""
+    if len(groups) < 2:
+        return None
+    repeat = graph.block("layer").repeat
+    per_layer_token = sp.factor(closed_form(kv_cache(graph, sp.Integer(1), kv).total / repeat, graph.relations))
+    layer_tokens = sp.Add(*(sp.factor(repeat * group.share) * group.length for group in groups))
+
+    def form(expr: sp.Expr) -> sp.Expr:
+        grouped = sp.Mul(per_layer_token, layer_tokens, evaluate=False)
+        return grouped if sp.expand(grouped - expr) == 0 else expr
+
+    return form
 
 
 def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DType], group: sp.Expr) -> list[Term]:
@@ -284,20 +343,23 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
     dtypes = serving_dtypes(options)
     graph = inference_graph(model, options, base_graph)
     bound = {} if keep_symbols else inference_values(model, options)
-    length = cached_length(model).xreplace(bound)
-    weights, kv = weight_bytes(graph, dtypes, g.xreplace(bound)), kv_cache(graph, length, dtypes[2])
-    transient = transient_bytes(graph, length)
+    groups = tuple(replace(x, share=x.share.xreplace(bound), length=x.length.xreplace(bound))
+                   for x in layer_groups(model))
+    weights, kv = weight_bytes(graph, dtypes, g.xreplace(bound)), kv_cache(graph, groups, dtypes[2])
+    transient = transient_bytes(graph, cached_length(model).xreplace(bound))
     parts = [weights, kv, transient]
     if options.overhead_bytes:
         parts.append(Breakdown((Term("overhead", sp.Integer(options.overhead_bytes)),), "bytes"))
     total = Breakdown(tuple(x for p in parts for x in p.terms), "bytes")
-    per_token = kv.scaled(1 / (b * length))
+    # One cached token (of one sequence) in every layer: the KV cache's slope while s + n <= w.
+    per_token = kv_cache(graph, sp.Integer(1), dtypes[2]).scaled(1 / b)
     rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes)
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
         Quantity("weight_bytes", f"Weights per GPU ({dtypes[0]})", weights, rel,
                  QUANT_CITATION if dtypes[0].name in GROUPWISE else None, notes),
-        Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes),
+        Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes,
+                 form=_by_group(graph, groups, dtypes[2])),
         Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
         Quantity("activation_bytes", "Largest transient buffer per GPU", transient, rel, None, notes),
         Quantity("total_bytes", "Inference memory per GPU", total, rel, None, notes),
@@ -306,8 +368,12 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
 
 def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DType]) -> tuple[str, ...]:
     linear, other, kv = dtypes
+    if model.window_layers is not None:
+        held = "s + n tokens in the l - l_w full-attention layers, min(s + n, w) in the l_w sliding-window layers"
+    else:
+        held = "min(s + n, w) tokens (sliding window)" if model.window else "s + n tokens"
     notes = [f"weights: linear layers of the transformer layers in {linear}, everything else in {other}",
-             f"KV cache in {kv}, {'min(s + n, w) tokens (sliding window)' if model.window else 's + n tokens'}",
+             f"KV cache in {kv}, {held}",
              "transient: the largest single buffer of a prefill or a decode step, "
              + ("FlashAttention (no s x s scores)" if options.flash else "eager attention (b a s s scores)")]
     if linear.name in GROUPWISE:

@@ -33,13 +33,23 @@ class Model:
     """Sizes by dimension name (``h``, ``a``, ``a_kv``, ``d_h``, ``f``, ``l``, ``V``, ``n_ctx``, ...).
 
     Defaults: ``a_kv = a``, ``d_h = h / a``, ``f = 4h``. ``window`` is a sliding-attention
-    window (tokens) or None; ``max_positions`` the longest context the model supports.
+    window (tokens) or None; ``window_layers`` how many of the ``l`` layers attend through it,
+    ``l_w``, the others attending to the whole context (None: every layer; dropped without a
+    window); ``max_positions`` the longest context the model supports; ``notes`` what the mapping
+    from a config says beyond sizes.
+
+    >>> from dataclasses import replace
+    >>> from derivations.architectures import LLAMA
+    >>> gemma = Model("alternating", LLAMA, {"h": 64, "a": 4, "l": 4, "V": 100}, window=8, window_layers=2)
+    >>> gemma.windowed_layers, replace(gemma, window=None).windowed_layers
+    (2, 0)
     """
 
     name: str
     arch: Arch
     sizes: Mapping[str, int]
     window: int | None = None
+    window_layers: int | None = None
     max_positions: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default=())
@@ -71,6 +81,24 @@ class Model:
         if self.window is not None and self.window <= 0:
             raise ModelError(f"{self.name}: sliding window must be positive, got {self.window}")
         object.__setattr__(self, "sizes", MappingProxyType(sizes))
+        object.__setattr__(self, "window_layers", self._window_layers())
+
+    def _window_layers(self) -> int | None:
+        """``window_layers`` checked; None where it says nothing more than ``window`` (all or no layers)."""
+        count, layers = self.window_layers, self.sizes["l"]
+        if count is None or self.window is None:
+            return None
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= layers:
+            raise ModelError(f"{self.name}: window_layers must be a number of layers from 1 to l = {layers}, got "
+                             f"{count!r}; give window=None when no layer slides")
+        return None if count == layers else count
+
+    @property
+    def windowed_layers(self) -> int:
+        """How many of the ``l`` layers attend to the sliding window (0 without one)."""
+        if self.window is None:
+            return 0
+        return self.sizes["l"] if self.window_layers is None else self.window_layers
 
     def values(self) -> dict[sp.Symbol, int]:
         """``{symbol: size}`` for substitution."""

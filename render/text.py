@@ -16,6 +16,11 @@ def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = [f"model: {est.model.name} ({est.model.arch.family}; {est.model.source or 'given'})"]
     sizes = ", ".join(f"{k}={v}" for k, v in est.model.sizes.items())
     lines.append(f"sizes: {sizes}")
+    m = est.model
+    if m.window is not None:
+        layers = "every layer" if m.window_layers is None else f"l_w={m.window_layers} of l={m.sizes['l']} layers"
+        lines.append(f"sliding window: w={m.window} tokens in {layers}")
+    lines += [f"note: {note}" for note in m.notes]
     if est.graph.strategies:
         lines.append("strategies: " + "; ".join(est.graph.strategies))
     for q in est.quantities:

@@ -232,7 +232,7 @@ def _breakdown(est: Estimate, key: str, fmt: _Format, options: RenderOptions) ->
 def _settings(est: Estimate, fmt: _Format, numbers: bool) -> list[tuple[str, str]]:
     opts = est.options
     pairs = [("model", f"{est.model.name} ({est.model.arch.family}; {est.model.source or 'given config'})"),
-             ("mode", opts.mode)]
+             *(("note", note) for note in est.model.notes), ("mode", opts.mode)]
     if opts.mode != "params":
         if numbers:
             pairs.append(("micro-batch and sequence", f"b = {opts.batch}, s = {opts.seq}"))

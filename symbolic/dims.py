@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
-           "n", "w", "g", "t", "p", "d", "m", "v", "Psi"]
+           "n", "w", "l_w", "g", "t", "p", "d", "m", "v", "Psi"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ DIMS: tuple[Dim, ...] = (
     # inference
     Dim("n", "generated tokens", "n"),
     Dim("w", "sliding attention window", "w"),
+    Dim("l_w", "layers with a sliding attention window", "l_{w}"),
     Dim("g", "quantization group size", "g"),
     # strategy degrees
     Dim("t", "tensor-parallel degree", "t"),
@@ -71,4 +72,4 @@ def sym(name: str) -> sp.Symbol:
     return _BY_NAME[name].symbol
 
 
-b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, g, t, p, d, m, v, Psi = (dim.symbol for dim in DIMS)
+b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, l_w, g, t, p, d, m, v, Psi = (dim.symbol for dim in DIMS)

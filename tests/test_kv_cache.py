@@ -54,6 +54,21 @@ WINDOWS = [
 ]
 # (batch, prompt, new tokens): prefill only; prefill + decode; past the windows (5, 6 and 8) above.
 STEPS = [(3, 5, 0), (2, 4, 3), (2, 12, 2)]
+# Only some layers slide (window 6): Gemma 2 alternates; Gemma 3 has 5 local to 1 global; Qwen2 slides
+# from max_window_layers on; an explicit layer_types list wins over each family's rule (the rules would
+# give qwen2 0 and gemma2 2 sliding layers of 4 here).
+_SMALL = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=100, vocab_size=100)
+MIXED = [
+    ("gemma2", dict(_SMALL, head_dim=16, num_hidden_layers=4, sliding_window=6)),
+    ("gemma3_text", dict(_SMALL, head_dim=16, num_hidden_layers=7, sliding_window=6)),
+    ("qwen2", dict(_SMALL, num_hidden_layers=4, use_sliding_window=True, sliding_window=6, max_window_layers=2)),
+    ("qwen2", dict(_SMALL, num_hidden_layers=4, use_sliding_window=True, sliding_window=6,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention"])),
+    ("gemma2", dict(_SMALL, head_dim=16, num_hidden_layers=4, sliding_window=6,
+                    layer_types=["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])),
+]
+# s + n below the window, at it, crossing it while decoding, past it (always at least one decode step).
+MIXED_STEPS = [(2, 3, 2), (2, 4, 2), (1, 5, 3), (2, 12, 2), (3, 9, 1)]
 #: transformers' Falcon with new_decoder_architecture broadcasts k and v to all a heads before
 #: caching them (modeling_falcon.py, _split_heads), so it allocates a/a_kv times what a_kv heads need.
 EXPANDED_KV = {("falcon", True)}
@@ -77,6 +92,42 @@ def check(model_type: str, fields: dict, batch: int, seq: int, new: int) -> None
                          ids=[f"{t}-{i}" for i, (t, _) in enumerate(CORE + WINDOWS)])
 def test_kv_cache_matches_transformers(model_type: str, fields: dict, steps: tuple[int, int, int]) -> None:
     check(model_type, fields, *steps)
+
+
+@pytest.mark.parametrize("steps", MIXED_STEPS, ids=[f"b{b}-s{s}-n{n}" for b, s, n in MIXED_STEPS])
+@pytest.mark.parametrize(("model_type", "fields"), MIXED, ids=[f"{t}-{i}" for i, (t, _) in enumerate(MIXED)])
+def test_kv_cache_of_some_sliding_layers_matches_transformers(model_type: str, fields: dict,
+                                                              steps: tuple[int, int, int]) -> None:
+    check(model_type, fields, *steps)
+
+
+def test_some_sliding_layers_by_hand() -> None:
+    """Gemma 2, 4 layers alternating, w = 6; one layer caches 2 (k, v) * 2 KV heads * 16 * 2 bytes = 128 bytes
+    per token of a sequence. b = 2, s + n = 14: 2 full layers * 14 + 2 sliding * 6 = 40 layer-tokens."""
+    config = transformers.AutoConfig.for_model("gemma2", **MIXED[0][1])
+    est = estimate(config, mode="infer", batch=2, seq=12, new_tokens=2)
+    assert (est.model.window, est.model.window_layers) == (6, 2)
+    assert est.number("kv_cache_bytes") == 2 * 128 * 40 == 10_240
+    assert est.number("kv_cache_bytes_per_token") == 4 * 128  # one token in every layer: the slope below w
+    below = estimate(config, mode="infer", batch=2, seq=3, new_tokens=2)
+    assert below.number("kv_cache_bytes") == 2 * 128 * 4 * 5 == 5_120  # s + n = 5 < w: no layer is capped
+
+
+def test_gemma_2_9b_by_hand() -> None:
+    """google/gemma-2-9b: 42 layers, 21 sliding (w = 4096), 8 KV heads of 256, bf16: 2 * 8 * 256 * 2 = 8192
+    bytes per layer per token; at s + n = 8192: 8192 * (21 * 8192 + 21 * 4096) = 2,113,929,216 bytes
+    (the estimate before: every layer 8192 tokens, 2,818,572,288)."""
+    est = estimate("gemma-2-9b", mode="infer", batch=1, seq=8191, new_tokens=1)
+    assert est.number("kv_cache_bytes") == 2_113_929_216
+    assert est.number("kv_cache_bytes_per_token") == 42 * 8192
+
+
+def test_without_the_window_is_a_claim_alternative() -> None:
+    """4 b l a_kv d_h (s + n) gives every layer its whole context: it holds without Gemma 2's window."""
+    from derivations.claims import check as check_claim
+
+    result = check_claim("kv_cache.total", "4 b l a_kv d_h (s+n)", model="gemma-2-9b")
+    assert result.verdict == "conditional" and result.holds_under == ("without the sliding window",)
 
 
 @pytest.mark.parametrize(("model_type", "fields"), MORE, ids=[f"{t}-{i}" for i, (t, _) in enumerate(MORE)])
@@ -165,6 +216,20 @@ def test_closed_forms_are_the_published_ones() -> None:
 def test_window_caps_the_cached_length() -> None:
     q = symbolic("mistral-7b")["kv_cache_bytes"]
     assert q.closed_form().has(sp.Min(sym("s") + sym("n"), sym("w")))
+    assert not q.closed_form().has(sym("l_w"))  # every layer slides: the one-group form
+
+
+def test_some_sliding_layers_closed_form() -> None:
+    """Two groups of layers: 2 b a_kv d_h beta ((l - l_w)(s + n) + l_w min(s + n, w)), beta = 2 bytes."""
+    b, s, n, w, l, l_w, a_kv, d_h = (sym(x) for x in ("b", "s", "n", "w", "l", "l_w", "a_kv", "d_h"))
+    qs = symbolic("gemma-2-9b")
+    shown = qs["kv_cache_bytes"].closed_form()
+    assert shown == sp.Mul(4 * a_kv * b * d_h, l_w * sp.Min(s + n, w) + (l - l_w) * (s + n), evaluate=False)
+    assert sp.expand(shown - 2 * b * a_kv * d_h * 2 * ((l - l_w) * (s + n) + l_w * sp.Min(s + n, w))) == 0
+    assert qs["kv_cache_bytes_per_token"].closed_form() == 4 * a_kv * d_h * l
+    assert [t.path for t in qs["kv_cache_bytes"].breakdown.terms] == [
+        "kv_cache/full/keys/attn/core", "kv_cache/full/values/attn/core",
+        "kv_cache/sliding/keys/attn/core", "kv_cache/sliding/values/attn/core"]
 
 
 # --- tensor parallelism -----------------------------------------------------------------------
@@ -198,7 +263,8 @@ def models(draw):
     if draw(st.booleans()):
         sizes["d_h"] = draw(st.integers(1, 24))
     window = draw(st.sampled_from([None, 3, 17]))
-    return Model("random", arch, sizes, window=window)
+    sliding = draw(st.integers(1, sizes["l"]))  # l_w; all l layers is the one-window model
+    return Model("random", arch, sizes, window=window, window_layers=sliding)
 
 
 @settings(max_examples=40, deadline=None)
@@ -207,8 +273,9 @@ def test_kv_closed_form_and_tp(model: Model, batch: int, seq: int, new: int, tp:
     z = model.sizes
     assume(z["a"] % tp == 0)
     one = estimate(model, mode="infer", batch=batch, seq=seq, new_tokens=new)
-    length = min(seq + new, model.window or seq + new)
-    assert one.number("kv_cache_bytes") == 2 * batch * length * z["l"] * z["a_kv"] * z["d_h"] * 2
+    capped, windowed = min(seq + new, model.window or seq + new), model.windowed_layers
+    layer_tokens = (z["l"] - windowed) * (seq + new) + windowed * capped
+    assert one.number("kv_cache_bytes") == 2 * batch * layer_tokens * z["a_kv"] * z["d_h"] * 2
     values = {**one.values, **inference_values(model, one.options)}
     sym_q = symbolic(model)["kv_cache_bytes"]
     assert sym_q.value(values) == one.number("kv_cache_bytes")

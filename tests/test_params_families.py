@@ -122,22 +122,53 @@ def test_sandwich_and_output_norms_are_graph_nodes() -> None:
     ("qwen2", dict(LLAMA_SIZES, num_key_value_heads=8, use_sliding_window=True, sliding_window=64,
                    max_window_layers=0), 64, 2),
     ("qwen2", dict(LLAMA_SIZES, num_key_value_heads=8, use_sliding_window=True, sliding_window=64,
-                   max_window_layers=1), None, 1),
-    ("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64), None, 1),
-    ("gemma3_text", dict(LLAMA_SIZES, head_dim=32, num_hidden_layers=7), None, 6),
+                   max_window_layers=1), 64, 1),  # layers from max_window_layers on slide
+    ("qwen3", dict(LLAMA_SIZES, num_hidden_layers=5, num_key_value_heads=8, use_sliding_window=True,
+                   sliding_window=64, max_window_layers=3), 64, 2),
+    ("qwen2", dict(LLAMA_SIZES, num_hidden_layers=4, num_key_value_heads=8, use_sliding_window=True,
+                   sliding_window=64, layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                                   "sliding_attention"]), 64, 3),  # the list, not the rule
+    ("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64), 64, 1),  # sliding, full, ...
+    ("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=None), None, 0),
+    ("gemma3_text", dict(LLAMA_SIZES, head_dim=32, num_hidden_layers=7), 4096, 6),  # 5 local : 1 global
+    ("gemma3_text", dict(LLAMA_SIZES, head_dim=32, num_hidden_layers=7, sliding_window_pattern=3), 4096, 5),
 ])
 def test_sliding_window_follows_transformers(model_type: str, fields: dict, window: int | None,
                                              sliding: int) -> None:
-    """One window for all layers is the model's window; a mix is a note (every layer keeps its context)."""
+    """The window and how many layers slide are those of transformers' layer_types (a mix is also a note)."""
     config = _config(model_type, fields)
     for written in (config.to_dict(), {**config.to_diff_dict(), "model_type": model_type}):
         model = from_config(written)
-        assert model.window == window
+        assert (model.window, model.windowed_layers) == (window, sliding)
         mixed = 0 < sliding < model.sizes["l"]
+        assert model.window_layers == (sliding if mixed else None)
         assert bool(model.notes) == mixed and (not mixed or f"{sliding} of" in model.notes[0])
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None and getattr(config, "sliding_window", None) is not None:
         assert layer_types.count("sliding_attention") == sliding
+
+
+@pytest.mark.parametrize("layer_types", [["sliding_attention"], ["sliding_attention", "chunked_attention"],
+                                         "sliding_attention"])
+def test_layer_types_the_graph_cannot_follow_are_refused(layer_types: object) -> None:
+    config = {"model_type": "gemma2", **LLAMA_SIZES, "head_dim": 32, "layer_types": layer_types}
+    with pytest.raises(ConfigError, match="layer_types"):
+        from_config(config)
+
+
+def test_model_notes_are_shown() -> None:
+    """What a config says beyond sizes (here: which layers slide) reaches the text report and the writeups."""
+    from render.text import text_report
+    from render.writeup import estimate_document
+
+    config = _config("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64))
+    est = estimate(config.to_dict(), mode="infer", batch=1, seq=8)
+    note = "1 of 2 layers (l_w) attend to a sliding window of 64 tokens, the others to the whole context"
+    assert est.model.notes == (note,)
+    lines = text_report(est).splitlines()
+    assert "sliding window: w=64 tokens in l_w=1 of l=2 layers" in lines and f"note: {note}" in lines
+    assert f"- note: {note}" in estimate_document(est, "md").splitlines()
+    assert r"\item note: 1 of 2 layers (l\_w) attend" in estimate_document(est, "latex")
 
 
 def test_opt_positions_have_two_extra_rows() -> None:
