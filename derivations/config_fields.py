@@ -1,0 +1,219 @@
+"""Reading Hugging Face config fields: missing or ill-typed fields are errors that name them.
+
+Shared by the family adapters (``derivations.families``): sizes, activation names, key/value
+heads, dropout rates, sliding windows, and the adapter of families with LLaMA's field names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+from derivations.architectures import Arch
+from derivations.models import ModelError
+
+__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LlamaLike", "WindowRule", "decoder_sizes",
+           "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]
+
+
+class ConfigError(ModelError):
+    """A config that cannot be mapped exactly onto a graph."""
+
+
+class Fields:
+    """Read config fields; a missing or ill-typed one is a ``ConfigError`` that names it."""
+
+    def __init__(self, config: Mapping[str, Any], name: str) -> None:
+        self.config, self.name = config, name
+
+    def need(self, *keys: str) -> Any:
+        for key in keys:
+            if self.config.get(key) is not None:
+                return self.config[key]
+        raise ConfigError(f"{self.name}: config field {keys[0]!r} is missing; add it to config.json")
+
+    def get(self, key: str, default: Any) -> Any:
+        value = self.config.get(key)
+        return default if value is None else value
+
+    def size(self, *keys: str, default: int | None = None) -> int:
+        """A positive integer from the first key present (``default`` when none is; else an error)."""
+        for key in keys:
+            value = self.config.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    self.fail(key, "must be a positive integer")
+                return value
+        if default is None:
+            self.need(*keys)
+        return default
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            self.fail(key, "must be true or false")
+        return value
+
+    def fail(self, key: str, why: str) -> NoReturn:
+        raise ConfigError(f"{self.name}: config field {key!r} = {self.config.get(key)!r} {why}")
+
+    def refuse(self, key: str, unless: Callable[[Any], bool], why: str) -> None:
+        if key in self.config and self.config[key] is not None and not unless(self.config[key]):
+            self.fail(key, f"is not supported: {why}")
+
+
+Adapted = tuple[Arch, dict[str, int], dict[str, Any]]
+
+GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
+
+
+def mlp_kind(c: Fields, key: str, default: str, gated: bool = False) -> str:
+    """The MLP kind for an activation name; a name the graph has no op for is refused."""
+    act = c.get(key, default)
+    if gated:
+        kinds = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(GELUS, "geglu")}
+    else:
+        kinds = {"relu": "relu", **dict.fromkeys(GELUS, "gelu")}
+    if act not in kinds:
+        c.fail(key, f"is not supported: the {'gated ' if gated else ''}MLP is modelled with {', '.join(kinds)}")
+    return kinds[act]
+
+
+def whole_heads(c: Fields, h: int, a: int, keys: tuple[str, str]) -> None:
+    """Families whose head size is hidden/heads (no ``head_dim`` field) need an exact split."""
+    if h % a:
+        c.fail(keys[0], f"is not divisible by {keys[1]} = {a}; this family's head size is {keys[0]} / {keys[1]}")
+
+
+def kv_head_count(c: Fields, a: int, key: str = "num_key_value_heads", default: int | None = None) -> int:
+    """Key/value heads; a missing field takes the config class's default (None: one per query head)."""
+    a_kv = c.size(key, default=default or a)
+    if a % a_kv:
+        given = "" if c.get(key, None) is not None else f", absent: the {c.config['model_type']} default"
+        raise ConfigError(f"{c.name}: {a} attention heads are not divisible by {a_kv} key/value heads "
+                          f"(config field {key!r}{given})")
+    return a_kv
+
+
+#: Dropout rates each family's modeling code reads (dotted: nested), with its config class's defaults.
+DROPOUT_RATES: dict[str, dict[str, float]] = {
+    **dict.fromkeys(("gptj", "codegen"), {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}),
+    "opt": {"dropout": 0.1, "attention_dropout": 0.0},
+    "phi": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+    "falcon": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "starcoder2": {"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
+    "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "mpt": {"attn_config.attn_pdrop": 0.0},  # transformers' MPT uses it for every dropout
+    "gpt_neo": {"resid_dropout": 0.0, "embed_dropout": 0.0, "attention_dropout": 0.0},
+    "gpt_bigcode": {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
+}
+
+
+def with_dropout(c: Fields, arch: Arch, extra: dict[str, Any]) -> tuple[Arch, dict[str, Any]]:
+    """Dropout is in the graph when a rate is non-zero (p = 0 is the identity and saves nothing).
+
+    The graph drops out at GPT-2's places (embeddings, attention probabilities, both residual
+    branches); rates that differ by place are said in a note.
+    """
+    defaults = DROPOUT_RATES.get(c.config["model_type"])
+    if defaults is None:
+        return arch, extra
+    rates = {}
+    for key, default in defaults.items():
+        outer, _, inner = key.rpartition(".")
+        rate = Fields(c.get(outer, {}), c.name).get(inner, default) if outer else c.get(key, default)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            c.fail(key, "must be a dropout rate in [0, 1)")
+        rates[key] = rate
+    notes = tuple(extra.get("notes", ()))
+    if 0 < sum(rate > 0 for rate in rates.values()) < len(rates):
+        notes += ("dropout rates differ by place (" + ", ".join(f"{k} = {v}" for k, v in rates.items())
+                  + "); the graph drops out at every place",)
+    return replace(arch, dropout=any(rate > 0 for rate in rates.values())), {**extra, "notes": notes}
+
+
+def decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None = None) -> dict[str, int]:
+    """LLaMA-style field names; ``head_dim``, ``kv_heads``: the config class's defaults (None: derived)."""
+    sizes = {"h": c.size("hidden_size"), "a": c.size("num_attention_heads"), "l": c.size("num_hidden_layers"),
+             "V": c.size("vocab_size"), "f": c.size("intermediate_size")}
+    sizes["a_kv"] = kv_head_count(c, sizes["a"], default=kv_heads)
+    if c.get("head_dim", None) is not None:
+        sizes["d_h"] = c.size("head_dim")
+    elif head_dim is not None:
+        sizes["d_h"] = head_dim
+    return sizes
+
+
+WindowRule = Callable[[Fields, int], dict[str, Any]]
+
+
+#: ``layer_types`` entries by whether the layer slides ("attention": transformers' legacy name, remapped).
+_LAYER_TYPES = {"sliding_attention": True, "full_attention": False, "attention": False}
+
+
+def sliding(default: int | None = None, switch: str | None = None,
+             slides: Callable[[Fields, int], bool] = lambda c, i: True) -> WindowRule:
+    """Sliding-window attention as transformers applies it, as ``Model`` fields.
+
+    ``switch`` (when named) turns it on; an explicit null ``sliding_window`` turns it off. Layer
+    ``i`` slides per ``layer_types`` when the config lists them (transformers' cache follows that
+    list in every family), else per ``slides`` (the rule the config class builds the list with).
+    The model's ``window`` is the window; ``window_layers`` how many layers slide, the others
+    caching their whole context.
+    """
+    def rule(c: Fields, l: int) -> dict[str, Any]:
+        if (switch is not None and not c.flag(switch, False)) or c.config.get("sliding_window", default) is None:
+            return {}
+        window = c.size("sliding_window", default=default)
+        sliding = layer_types(c, l) or [slides(c, i) for i in range(l)]
+        count = sum(sliding)
+        if count in (0, l):
+            return {"window": window} if count else {}
+        return {"window": window, "window_layers": count,
+                "notes": (f"{count} of {l} layers (l_w) attend to a sliding window of {window} tokens, "
+                          "the others to the whole context",)}
+
+    return rule
+
+
+def layer_types(c: Fields, l: int) -> list[bool] | None:
+    """Which layers slide, from the config's ``layer_types`` list (None when it has none)."""
+    types = c.config.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != l or any(x not in _LAYER_TYPES for x in types):
+        c.fail("layer_types", f"is not supported: expected one of {', '.join(_LAYER_TYPES)} for each of the {l} "
+                              "layers")
+    return [_LAYER_TYPES[x] for x in types]
+
+
+def no_window(c: Fields, l: int) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaLike:
+    """Families with LLaMA's field names.
+
+    ``reads``: the bias fields their modeling code reads; ``head_dim``, ``kv_heads``: the config
+    class's defaults (None: derived); ``act``: the activation field; ``window``: which layers slide.
+    """
+
+    arch: Arch
+    reads: tuple[str, ...] = ("attention_bias", "mlp_bias")
+    head_dim: int | None = None
+    kv_heads: int | None = None
+    act: str = "hidden_act"
+    window: WindowRule = no_window
+
+    def __call__(self, c: Fields) -> Adapted:
+        arch = self.arch
+        c.refuse("num_local_experts", lambda v: v in (0, 1), "mixture-of-experts layers are not modelled")
+        mlp = mlp_kind(c, self.act, "silu" if arch.mlp == "swiglu" else "gelu_pytorch_tanh", gated=True)
+        attn_bias = "attention_bias" in self.reads and c.flag("attention_bias", False)
+        mlp_bias = c.flag("mlp_bias", arch.mlp_bias) if "mlp_bias" in self.reads else arch.mlp_bias
+        chosen = replace(arch, mlp=mlp, tied_embeddings=c.flag("tie_word_embeddings", arch.tied_embeddings),
+                         qkv_bias=arch.qkv_bias or attn_bias, out_bias=arch.out_bias or attn_bias, mlp_bias=mlp_bias)
+        sizes = decoder_sizes(c, self.head_dim, self.kv_heads)
+        return chosen, sizes, {"max_positions": c.get("max_position_embeddings", None), **self.window(c, sizes["l"])}
