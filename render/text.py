@@ -1,8 +1,9 @@
-"""Plain-text report of an estimate: closed forms, breakdowns and units."""
+"""Plain-text report of an estimate: a summary, then each quantity's closed form, value and breakdown."""
 
 from __future__ import annotations
 
 from derivations.estimate import Estimate
+from derivations.quantity import Quantity
 from render.units import format_bytes, format_count
 
 __all__ = ["text_report"]
@@ -12,28 +13,41 @@ def _amount(value: int, unit: str, precision: int = 2) -> str:
     return format_bytes(value, precision) if unit == "bytes" else format_count(value, precision)
 
 
-def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
-    lines = [f"model: {est.model.name} ({est.model.arch.family}; {est.model.source or 'given'})"]
-    sizes = ", ".join(f"{k}={v}" for k, v in est.model.sizes.items())
-    lines.append(f"sizes: {sizes}")
+def _grouped_rows(q: Quantity, est: Estimate, depth: int) -> list[tuple[str, int]]:
+    """The breakdown rows (whole units, as in the total) summed by the first ``depth`` path parts."""
+    rows: dict[str, int] = {}
+    for path, _, value in q.term_values(est.values):
+        key = "/".join(path.split("/")[:depth])
+        rows[key] = rows.get(key, 0) + value
+    return list(rows.items())
+
+
+def _header(est: Estimate) -> list[str]:
     m = est.model
+    lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})",
+             "sizes: " + ", ".join(f"{k}={v}" for k, v in m.sizes.items())]
     if m.window is not None:
         layers = "every layer" if m.window_layers is None else f"l_w={m.window_layers} of l={m.sizes['l']} layers"
         lines.append(f"sliding window: w={m.window} tokens in {layers}")
     lines += [f"note: {note}" for note in m.notes]
     if est.graph.strategies:
         lines.append("strategies: " + "; ".join(est.graph.strategies))
+    return lines
+
+
+def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
+    lines = _header(est)
+    width = max(len(q.title) for q in est.quantities)
+    lines += ["", "summary:"]
+    lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}" for q in est.quantities]
     for q in est.quantities:
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {q.closed_form()}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]
         if q.citation:
             lines.append(f"  source: {q.citation}")
-        grouped = q.breakdown.grouped(depth)
-        if len(grouped.terms) > 1:
-            lines.append("  breakdown:")
-            for term in grouped.terms:
-                value = q.__class__(q.key, q.title, grouped.where(lambda p, k=term.path: p == k), q.relations)
-                lines.append(f"    {term.path:<28} {value.value(est.values):>22,}")
-    for note in est.graph.assumptions:
-        lines.append(f"assumes: {note}")
+        rows = _grouped_rows(q, est, 2 if q.key == "total_bytes" else depth)
+        if len(rows) > 1:
+            lines.append("  breakdown (by graph node):")
+            lines += [f"    {path:<28} {value:>22,}" for path, value in rows]
+    lines += [f"assumes: {note}" for note in est.graph.assumptions]
     return "\n".join(lines)

@@ -32,16 +32,26 @@ def _fixed(value: Fraction, precision: int) -> str:
 
 
 def format_bytes(n: int, precision: int = 2) -> str:
-    """``n`` bytes, and the same in GB and GiB (exact rational arithmetic, rounded half-even)."""
-    return f"{n:,} B = {_fixed(Fraction(n, 10**9), precision)} GB = {_fixed(Fraction(n, 2**30), precision)} GiB"
+    """``n`` bytes, and the same in GB and GiB (exact rational arithmetic, rounded half-even);
+    below a gigabyte also in the largest units that keep a leading digit.
+
+    >>> format_bytes(78_643_200)
+    '78,643,200 B = 0.08 GB = 0.07 GiB (78.64 MB = 75.00 MiB)'
+    """
+    text = f"{n:,} B = {_fixed(Fraction(n, 10**9), precision)} GB = {_fixed(Fraction(n, 2**30), precision)} GiB"
+    if abs(n) < 10**9:
+        decimal, binary = scaled_bytes(n, precision)
+        text += f" ({decimal} = {binary})"
+    return text
 
 
 def format_count(n: int, precision: int = 2) -> str:
-    """A parameter count with a short scale: ``6,738,415,616 (6.74 B)``."""
-    for scale, suffix in ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "K")):
-        if abs(n) >= scale:
-            return f"{n:,} ({_fixed(Fraction(n, scale), precision)} {suffix})"
-    return f"{n:,}"
+    """A parameter count with its scale in words (never ``B``, which reads as bytes).
+
+    >>> format_count(6_738_415_616)
+    '6,738,415,616 (6.74 billion)'
+    """
+    return f"{n:,}" if abs(n) < 1000 else f"{n:,} ({scaled_count(n, precision, words=True)})"
 
 
 def _scaled(n: int, base: int, names: tuple[str, ...], precision: int) -> str:
