@@ -1,12 +1,18 @@
 """How two closed forms differ: leading order, constant factors, and which terms make the gap.
 
 *Leading order* is defined by a scaling: the model grows when ``h, a, a_kv, f`` (width, the head
-dimension ``d_h`` fixed, so ``a`` grows with ``h``) and ``l`` (depth) are all multiplied by
-lambda -> oo, while ``b, s, n, V, n_ctx, d_h`` and the parallel degrees stay fixed. Each monomial
-then has a *degree* (the total power of the growing sizes); a formula's *leading part* is the sum of
-its monomials of highest degree (for a ratio, leading part over leading part). A claim is right to
-leading order when its leading part equals ours: then claim/ours -> 1. The same machinery with
-``s, n`` growing describes long sequences.
+dimension ``d_h`` fixed, so ``a`` grows with ``h``) and ``l, l_w`` (depth; the sliding-window layers
+are a fixed share of the layers) are all multiplied by lambda -> oo, while ``b, s, n, w, V, n_ctx,
+d_h`` and the parallel degrees stay fixed. Each monomial then has a *degree* (the total power of
+the growing sizes); a formula's *leading part* is the sum of its monomials of highest degree (for
+a ratio, leading part over leading part). A claim is right to leading order when its leading part
+equals ours: then claim/ours -> 1. The same machinery with ``s, n`` growing describes long sequences.
+
+A ``min``/``max`` whose arguments do not grow is a fixed factor. One whose arguments do is replaced
+by what it equals once lambda is large enough, where that is certain: ``min(s + n, w)`` by ``w``
+as ``s, n -> oo`` (the fixed arguments of a ``min`` whose other arguments grow without bound), a
+``max`` by its one growing argument. Anything else is ``Unanalysable`` ("cannot decide leading
+order through min/max"), never guessed.
 
 The gap ``ours - claim`` is split by degree, and each part is matched against the *pieces* of our
 breakdown (one per parameter tensor or saved tensor, with its node path): a whole subtree
@@ -17,6 +23,9 @@ breakdown (one per parameter tensor or saved tensor, with its node path): a whol
 (3, 12*h**2*l)
 >>> ratio_limit(12 * l * h**2, l * (12 * h**2 + 13 * h), WIDTH)
 1
+>>> from symbolic.dims import n, w
+>>> leading(b * l * (s + n), SEQUENCE), leading(b * l * sp.Min(s + n, w), SEQUENCE)
+((1, b*l*n + b*l*s), (0, b*l*w))
 """
 
 from __future__ import annotations
@@ -27,13 +36,14 @@ from itertools import combinations
 
 import sympy as sp
 
-from symbolic.dims import a, a_kv, f, h, l, n, s
+from symbolic.dims import a, a_kv, f, h, l, l_w, n, s
 
 __all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
-           "constant_factor", "match_pieces", "find_gaps", "describe_scaling"]
+           "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL"]
 
-#: Sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h).
-WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1}
+#: Sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h; the
+#: sliding-window layers l_w are a fixed share of l).
+WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1, l_w: 1}
 #: Sizes that grow with the sequence.
 SEQUENCE: Mapping[sp.Symbol, int] = {s: 1, n: 1}
 MAX_PIECES = 4
@@ -61,8 +71,13 @@ class Match:
     subtree: str = ""
 
 
-def describe_scaling(weights: Mapping[sp.Symbol, int]) -> str:
-    grow = ", ".join(sorted(str(x) for x in weights))
+#: Growing sizes only some models have, named in a scaling only where a formula uses them.
+OPTIONAL: frozenset[sp.Symbol] = frozenset({l_w})
+
+
+def describe_scaling(weights: Mapping[sp.Symbol, int], used: set[sp.Basic] | None = None) -> str:
+    """``a, a_kv, f, h, l -> oo together``; ``l_w`` too when ``used`` (the formulas' symbols) has it."""
+    grow = ", ".join(sorted(str(x) for x in weights if x not in OPTIONAL or used is None or x in used))
     return f"{grow} -> oo together"
 
 
@@ -76,6 +91,8 @@ def _monomial_degree(term: sp.Expr, weights: Mapping[sp.Symbol, int]) -> int:
             if not exp.is_Integer and base in weights:
                 raise Unanalysable(f"non-integer power of {base}")
         elif base.free_symbols & set(weights):
+            if base.has(sp.Min, sp.Max):
+                raise Unanalysable(f"cannot decide leading order through min/max: {base}")
             raise Unanalysable(f"cannot tell how {base} grows")
     return total
 
@@ -96,9 +113,47 @@ def degree_parts(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> dict[int, s
     return dict(sorted(parts.items(), reverse=True))
 
 
+def _grows(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> bool | None:
+    """False for a fixed size, True when ``expr`` -> +oo under the scaling, None when unknown.
+
+    It grows when its leading part has positive degree and, over and under the fraction bar,
+    positive coefficients only (every size is positive).
+    """
+    if not expr.free_symbols & set(weights):
+        return False
+    try:
+        num, den = sp.fraction(sp.together(sp.expand(expr)))
+        (dn, ln), (dd, ld) = (next(iter(degree_parts(x, weights).items())) for x in (num, den))
+    except (Unanalysable, StopIteration):
+        return None
+    positive = all(c > 0 for part in (ln, ld) for c in sp.expand(part).as_coefficients_dict().values())
+    return True if dn > dd and positive else None
+
+
+def _settle(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> sp.Expr:
+    """Each ``min``/``max`` with growing arguments replaced by what it equals for large lambda,
+    where that is certain (see the module docstring); the others are left as they are."""
+    def settled(call: sp.Expr) -> sp.Expr:
+        growth = [_grows(arg, weights) for arg in call.args]
+        if None in growth or not any(growth):
+            return call
+        fixed = [arg for arg, grows in zip(call.args, growth) if not grows]
+        growing = [arg for arg, grows in zip(call.args, growth) if grows]
+        if isinstance(call, sp.Min) and fixed:
+            return sp.Min(*fixed)
+        if isinstance(call, sp.Max) and len(growing) == 1:
+            return growing[0]
+        return call
+
+    if not expr.has(sp.Min, sp.Max):
+        return expr
+    return expr.replace(lambda x: isinstance(x, (sp.Min, sp.Max)), settled)  # innermost first
+
+
 def leading(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> tuple[int, sp.Expr]:
-    """Degree and leading part of a polynomial, or of a ratio of polynomials."""
-    num, den = sp.fraction(sp.together(sp.expand(expr)))
+    """Degree and leading part of a polynomial, or of a ratio of polynomials (``min``/``max``
+    settled first where the scaling decides them)."""
+    num, den = sp.fraction(sp.together(sp.expand(_settle(sp.sympify(expr), weights))))
     num_parts, den_parts = degree_parts(num, weights), degree_parts(den, weights)
     if not num_parts:
         return 0, sp.Integer(0)

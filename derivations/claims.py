@@ -33,10 +33,10 @@ import sympy as sp
 from derivations.claim_analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
                                         find_gaps, leading, ratio_limit)
 from derivations.claim_context import Comparison, Context, alternatives, build_context, unit_factor
-from derivations.formula_parser import FormulaError, ParsedFormula, normalize_name, parse_formula
+from derivations.formula_parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from derivations.options import Options
 from symbolic.derive import evaluate
-from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, n, n_ctx, p, s, t
+from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
 from symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
@@ -99,6 +99,9 @@ COMMON: dict[str, sp.Expr] = {
 _PARAM_COMMON: dict[str, sp.Expr] = {"s": n_ctx, "S": n_ctx, "n_ctx": n_ctx}
 #: In model-state formulas these letters are the parameter count (ZeRO's Psi, Zhihu's Phi).
 _STATE_COMMON: dict[str, sp.Expr] = {"P": Psi, "N": Psi, "params": Psi}
+#: In KV-cache formulas (and the inference total that holds the cache): the sliding window and the
+#: layers that have one (Mistral, Gemma 2); ``n`` (generated tokens) is already common.
+_KV_COMMON: dict[str, sp.Expr] = {"w": w, "l_w": l_w}
 
 
 def quantity_spec(name: str) -> QuantitySpec:
@@ -119,6 +122,8 @@ def default_symbols(spec: QuantitySpec, k_bytes: int | None = None) -> dict[str,
         table.update(_PARAM_COMMON)
     if spec.name.startswith(("model_states", "train")):
         table.update(_STATE_COMMON)
+    if spec.name.startswith("kv_cache") or spec.name == "infer.total":
+        table.update(_KV_COMMON)
     out = dict(table)
     if k_bytes is not None:
         out["K"] = sp.Integer(k_bytes)
@@ -149,6 +154,8 @@ def parse_symbols(mapping: str | Mapping[str, str | int | sp.Expr] | None) -> di
         key = normalize_name(str(name))
         if not key or not key.replace("_", "").isalnum() or not key[0].isalpha():
             raise ClaimError(f"symbol name {name!r} is not a name like R, d_h or \\Psi")
+        if key in FUNCTIONS:
+            raise ClaimError(f"symbol name {name!r} is a function of formulas (min(x, y), max(x, y)), not a symbol")
         if isinstance(value, sp.Expr):
             out[key] = value
             continue
@@ -296,12 +303,26 @@ def check_claim(claim: Claim) -> CheckResult:
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     parsed = _read(claim, spec, probe.k_bytes)
     ctx, notes = _with_degrees(spec, parsed.expr, claim.options, seq, model)
+    notes += _window_notes(ctx, parsed.expr)
     factor, unit_note = unit_factor(spec, claim.units or parsed.unit or spec.unit, ctx)
     cmp = ctx.compare(parsed.expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, parsed, "exact", cmp, notes, ["identical for all sizes"])
     return _judge(claim, spec, ctx, parsed, cmp, notes, parsed.expr * factor)
+
+
+def _window_notes(ctx: Context, expr: sp.Expr) -> list[str]:
+    """A claim with a window size the model lacks: no sliding window at all, or one in every layer."""
+    used = expr.free_symbols & {w, l_w}
+    if not used or used <= set(ctx.values):
+        return []
+    name = ctx.model.name
+    if w not in ctx.values:
+        names = " and ".join(sorted(map(str, used)))
+        return [f"{name} has no sliding window: {names} in the claim {'is' if len(used) == 1 else 'are'} not "
+                "among its sizes"]
+    return [f"every layer of {name} has the sliding window: l_w is not among its sizes (map l_w=l to say so)"]
 
 
 def _is_zero(expr: sp.Expr) -> bool:
@@ -342,19 +363,24 @@ def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
 
 
 def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
-    """Whether claim/ours -> 1 as the model grows, and lines describing both limits."""
+    """Whether claim/ours -> 1 as the model grows, and lines describing both limits (the long-sequence
+    line is left out, with the reason, when a min/max keeps it from being decided)."""
+    scaling = describe_scaling(WIDTH, cmp.ours.free_symbols | cmp.theirs.free_symbols)
     try:
         limit = ratio_limit(cmp.theirs, cmp.ours, WIDTH)
-        lines = [f"claim/ours -> 1 as {describe_scaling(WIDTH)}"] if limit == 1 else []
+        lines = [f"claim/ours -> 1 as {scaling}"] if limit == 1 else []
         if limit != 1 and not (k is not None and k.is_Number):
             lc, lo = leading(cmp.theirs, WIDTH)[1], leading(cmp.ours, WIDTH)[1]
-            lines.append(f"leading order ({describe_scaling(WIDTH)}): claim {sp.factor(lc)}, ours {sp.factor(lo)}"
+            lines.append(f"leading order ({scaling}): claim {sp.factor(lc)}, ours {sp.factor(lo)}"
                          + (f"; claim/ours -> {limit}" if k is None else ""))
-        if cmp.ours.free_symbols & set(SEQUENCE):
-            lines.append(f"as s -> oo: claim/ours -> {ratio_limit(cmp.theirs, cmp.ours, SEQUENCE)}")
-        return limit == 1, lines
     except Unanalysable as exc:
         return False, [f"no leading-order analysis: {exc}"]
+    if cmp.ours.free_symbols & set(SEQUENCE):
+        try:
+            lines.append(f"as s -> oo: claim/ours -> {ratio_limit(cmp.theirs, cmp.ours, SEQUENCE)}")
+        except Unanalysable as exc:
+            lines.append(f"as s -> oo: {exc}")
+    return limit == 1, lines
 
 
 def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
@@ -384,9 +410,16 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
 _VARIATIONS = ({}, {b: 8}, {s: 4096}, {n: 128}, {b: 8, s: 4096, n: 128})
 
 
+def _variations(values: Mapping[sp.Symbol, int]) -> list[dict[sp.Symbol, int]]:
+    """``_VARIATIONS``, then past the sliding window (s + n > w) where the model has one."""
+    beyond = [{s: 2 * values[w], n: 128}, {b: 8, s: 2 * values[w], n: 128}] if w in values else []
+    return [*_VARIATIONS, *beyond]
+
+
 def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexample | None:
-    """Both sides for the context's model; other step sizes (b, s, n) when the given ones agree."""
-    for change in _VARIATIONS:
+    """Both sides for the context's model; other step sizes (b, s, n) when the given ones agree;
+    None when no size is left free or the two agree at every size tried."""
+    for change in _variations(ctx.values):
         values = {**ctx.values, **change}
         try:
             mine, claimed = evaluate(ours, values), evaluate(theirs, values)
@@ -396,6 +429,8 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
             return None
         if mine != claimed:
             break
+    else:
+        return None
     used = sorted(ours.free_symbols | theirs.free_symbols, key=str)
     shown = {str(x): int(values[x]) for x in used if x in values}
     return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed))

@@ -6,16 +6,20 @@ author's letters mapped onto ours), and SymPy expressions are built from those t
 
 Accepted: integers and decimals (exact rationals), names from the table, ``+ - * / ^ **``,
 parentheses ``( ) [ ] { }``; in LaTeX ``\\frac{}{}``, ``\\cdot``, ``\\times``, ``\\left( \\right)``,
-spacing commands, Greek letters (``\\Psi``), subscripts (``d_h``, ``a_{kv}``, ``n_{\\text{layers}}``)
-and a trailing unit (``\\text{bytes}``). Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and
-juxtaposition binds tighter than ``/``: ``5as/ht`` reads as ``(5as)/(ht)``. A name the table
-knows as a whole (``n_layers``) is read whole before it is read letter by letter.
+spacing commands, Greek letters (``\\Psi``), subscripts (``d_h``, ``a_{kv}``, ``n_{\\text{layers}}``),
+a trailing unit (``\\text{bytes}``), and ``min``/``max`` of two or more comma-separated arguments
+(``min(s + n, w)``, ``Max(a, b)``; in LaTeX ``\\min(..)``, ``\\max\\{..\\}``, ``\\operatorname{min}(..)``).
+Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and juxtaposition binds tighter than ``/``:
+``5as/ht`` reads as ``(5as)/(ht)``. A name the table knows as a whole (``n_layers``) is read
+whole before it is read letter by letter.
 Anything else is a ``FormulaError`` with one line saying where.
 
 >>> from symbolic.dims import a, b, h, s
 >>> names = {"s": s, "b": b, "h": h, "a": a}
 >>> parse_formula(r"M = sbh\\left(34 + \\frac{5as}{h}\\right)", names).expr
 b*h*s*(5*a*s/h + 34)
+>>> parse_formula(r"b \\min(s, a)", names).expr
+b*Min(a, s)
 >>> parse_formula("__import__('os')", names)
 Traceback (most recent call last):
 ...
@@ -30,17 +34,20 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-__all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS"]
+__all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS", "FUNCTIONS"]
 
 #: Resource limits: a claim beyond them is refused before any algebra is done.
+#: ``arguments`` and ``argument_terms`` bound the min/max calls of a formula, counted over all of
+#: them: SymPy compares the arguments pairwise each time it builds (or substitutes into) a ``Min``,
+#: and a dozen long ones cost seconds per check.
 LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
-          "terms": 10_000, "degree": 32}
+          "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24}
 UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
               "parameters": "elements"}
 GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "kappa", "lambda", "mu", "nu", "rho", "sigma", "tau",
          "theta", "phi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Sigma", "Phi", "Psi", "Omega")
-_SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "quad", "qquad",
-         "displaystyle", "textstyle", ",", ";", ":", "!", " "}
+_SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl",
+         "Biggr", "quad", "qquad", "displaystyle", "textstyle", ",", ";", ":", "!", " "}
 _TEXT = {"text", "mathrm", "textrm", "mathit", "textit", "operatorname", "mathsf", "textsf"}
 _UNICODE = {"−": "-", "×": r"\times", "·": r"\cdot", "⋅": r"\cdot", "Ψ": r"\Psi", "Φ": r"\Phi",
             "²": "^2", "³": "^3", "≈": r"\approx", " ": " "}
@@ -51,6 +58,8 @@ _RUN = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 #: one letter with an optional one-character or braced subscript, or a run of digits
 _LETTER = re.compile(r"([A-Za-z])(_(?:\{[^{}]*\}|\\[A-Za-z]+(?:\{[^{}]*\})?|[A-Za-z0-9]))?|(\d+)")
 _OPEN = {"(": ")", "[": "]", "{": "}", r"\{": r"\}"}
+#: Functions a formula may call, as written in Python (SymPy's spelling too) and in LaTeX.
+FUNCTIONS: dict[str, type[sp.Expr]] = {"min": sp.Min, "max": sp.Max, "Min": sp.Min, "Max": sp.Max}
 
 
 class FormulaError(ValueError):
@@ -76,7 +85,7 @@ class ParsedFormula:
 
 @dataclass(frozen=True, slots=True)
 class _Tok:
-    kind: str  # num name op open close frac text unit note end
+    kind: str  # num name func comma op open close frac text unit note end
     text: str
     col: int
     value: object = None
@@ -132,6 +141,8 @@ class _Lexer:
                 self._emit("open", ch, 1)
             elif ch in ")]}":
                 self._emit("close", ch, 1)
+            elif ch == ",":
+                self._emit("comma", ch, 1)
             else:
                 raise self.fail(f"unexpected character {ch!r}")
             if len(self.tokens) > LIMITS["tokens"]:
@@ -183,6 +194,9 @@ class _Lexer:
         raw = text[col:j]
         whole = normalize_name(raw)
         self.i = j
+        if raw in FUNCTIONS:
+            self.tokens.append(_Tok("func", raw.lower(), col, FUNCTIONS[raw]))
+            return
         if whole in self.names or self.strict:
             self._known(whole, col)
             return
@@ -214,6 +228,8 @@ class _Lexer:
             self.i = match.end()
         elif word in ("cdot", "times", "ast"):
             self._emit("op", "*", match.end() - col)
+        elif word in ("min", "max"):
+            self._emit("func", word, match.end() - col, FUNCTIONS[word])
         elif word in ("frac", "dfrac", "tfrac"):
             self._emit("frac", "\\frac", match.end() - col)
         elif word in ("{", "}"):
@@ -248,6 +264,8 @@ class _Lexer:
         self.i = end
         if content in UNIT_WORDS:
             self.tokens.append(_Tok("unit", content, col, UNIT_WORDS[content]))
+        elif content in ("min", "max"):  # \operatorname{min}
+            self.tokens.append(_Tok("func", content, col, FUNCTIONS[content]))
         elif re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", content):
             self._known(content, col)
         else:
@@ -273,10 +291,11 @@ def _leaf(expr: sp.Expr) -> _Val:
 class _Parser:
     """Recursive descent over tokens; juxtaposition binds tighter than ``*`` and ``/``."""
 
-    STARTS = ("num", "name", "open", "frac")
+    STARTS = ("num", "name", "func", "open", "frac")
 
     def __init__(self, lexer: _Lexer, tokens: list[_Tok]) -> None:
         self.lexer, self.tokens, self.k, self.depth = lexer, tokens, 0, 0
+        self.arguments, self.argument_terms = 0, 0  # of min/max, over the formula (LIMITS)
 
     @property
     def tok(self) -> _Tok:
@@ -374,9 +393,13 @@ class _Parser:
         if tok.kind == "open":
             val = self.expr()
             close = self.take()
+            if close.kind == "comma":
+                raise self.fail("a comma outside min(...) or max(...)", close)
             if close.kind != "close" or close.text != _OPEN[tok.text]:
                 raise self.fail(f"unbalanced {tok.text!r} (closed by {close.text or 'the end'!r})", tok)
             return val
+        if tok.kind == "func" and not exponent:
+            return self.call(tok)
         if tok.kind == "frac" and not exponent:
             num, den = self.argument(), self.argument()
             return self.check(_Val(num.expr / den.expr, num.terms * den.terms, num.degree + den.degree))
@@ -385,6 +408,38 @@ class _Parser:
         if exponent:
             raise self.fail("exponents must be integers", tok)
         raise self.fail(f"unexpected {tok.text!r}", tok)
+
+    def call(self, func: _Tok) -> _Val:
+        """``min(x, y, ...)`` or ``max(...)``: two or more arguments in brackets, comma-separated."""
+        name, usage = func.text, f"e.g. {func.text}(s + n, w)"
+        open_ = self.take()
+        if open_.kind != "open":
+            raise self.fail(f"{name} needs its arguments in brackets, {usage}", open_)
+        args: list[_Val] = []
+        while True:
+            if self.tok.kind == "end":
+                raise self.fail("the formula ends too early")
+            if self.tok.kind in ("comma", "close"):
+                empty = args or self.tok.kind == "comma"
+                what = f"an empty argument in {name}(...)" if empty else f"{name}() has no arguments"
+                raise self.fail(f"{what}; {name} takes two or more arguments, {usage}")
+            args.append(self.expr())
+            sep = self.take()
+            if sep.kind == "close" and sep.text == _OPEN[open_.text]:
+                break
+            if sep.kind != "comma":
+                found = sep.text or "the end"
+                raise self.fail(f"unbalanced {open_.text!r} in {name}(...) (closed by {found!r})", open_)
+        if len(args) < 2:
+            raise self.fail(f"{name} of one argument; {name} takes two or more, {usage}", func)
+        self.arguments += len(args)
+        self.argument_terms += sum(x.terms for x in args)
+        if self.arguments > LIMITS["arguments"] or self.argument_terms > LIMITS["argument_terms"]:
+            raise self.lexer.fail(f"min/max with more than {LIMITS['arguments']} arguments or "
+                                  f"{LIMITS['argument_terms']} terms in all; that is not a memory formula", -1)
+        # Expanded arguments: the SymPy functions that later expand a product leave Min/Max as built.
+        expr = func.value(*(sp.expand(x.expr) for x in args))
+        return self.check(_Val(expr, 1, max(x.degree for x in args)))
 
     def split_digits(self) -> None:
         """A LaTeX argument without braces is one character: ``\\frac12``, ``s^22``."""
