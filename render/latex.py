@@ -115,10 +115,11 @@ class DerivationPrinter(LatexPrinter):
         inner[0], inner[-1] = rf"{sign}{prefix}\{size}l({inner[0]}", rf"{inner[-1]}\{size}r)"
         return inner
 
-    def _print_Max(self, expr: sp.Max) -> str:
+    def _print_Max(self, expr: sp.Max, exp: str | None = None) -> str:
         args = [self._print(arg) for arg in _ordered_args(expr)]
         open_, close = _delimiters(expr, args)
-        return open_ + ", ".join(args) + close  # \bigl( ... \bigr), unlike \left( ... \right), may break inline
+        text = open_ + ", ".join(args) + close  # \bigl( ... \bigr), unlike \left( ... \right), may break inline
+        return rf"\left({text}\right)^{{{exp}}}" if exp is not None else text
 
     _print_Min = _print_Max
 

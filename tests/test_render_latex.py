@@ -100,3 +100,9 @@ def test_render_options_merge_and_precedence() -> None:
         RenderOptions(precision=-1)
     with pytest.raises(AttributeError):
         base.precision = 4  # frozen
+
+
+def test_powers_of_min_and_max() -> None:
+    # LatexPrinter passes the exponent to _print_Min/_print_Max for Min(...)**2.
+    assert latex(sp.Min(s, h) ** 2).endswith("^{2}")
+    assert latex(sp.Max(s, h) ** 3).endswith("^{3}")
