@@ -65,7 +65,7 @@ class Context:
     quantity: Quantity
     params: sp.Expr  # parameters held by one GPU, relations applied
     params_raw: sp.Expr  # the same before relations (the model-state terms are written in it)
-    values: dict[sp.Symbol, int]
+    values: dict[sp.Symbol, int | sp.Rational]  # Psi exact: a per-GPU average can be fractional
     notes: tuple[str, ...] = ()
 
     @property
@@ -153,7 +153,7 @@ def _what(op: Op, x: Tensor, kind: str | None) -> str:
 def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> Context:
     """Derive ``spec``'s quantity for ``model`` under ``options`` (n, g, w kept as letters)."""
     est = estimate(model, options)
-    values: dict[sp.Symbol, int] = dict(est.values)
+    values: dict[sp.Symbol, int | sp.Rational] = dict(est.values)
     if spec.mode == "infer":
         from derivations.inference import infer_quantities, inference_values
 
@@ -164,13 +164,23 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
         graph, quantities = est.graph, {q.key: q for q in est.quantities}
     q = quantities[spec.key]
     if spec.per_position:
+        from derivations.claims import ClaimError
         from derivations.inference import cached_length
+
+        if est.model.window_layers is not None:
+            raise ClaimError(f"{spec.name} is not defined for {est.model.name}: its layer groups cache different "
+                             "lengths (l_w layers min(s + n, w), the others s + n); check kv_cache.total instead")
 
         q = replace(q, key="kv_cache_bytes_per_position", title="KV cache per cached position (all b sequences)",
                     breakdown=q.breakdown.scaled(1 / cached_length(est.model)), form=None)
     held = quantities.get("parameters_per_gpu") or est.quantity("parameters")
     raw = held.breakdown.total
-    values[Psi] = int(evaluate(raw, values))
+    # NOTE: exact, not rounded (int() rounded down): Psi is substituted into both sides, and ours is
+    # K * Psi; only an exact Psi gives the same bytes as the estimate (which rounds once, at the end).
+    psi = evaluate(raw, values)
+    if not psi.is_Rational:
+        raise DerivationError(f"parameters per GPU did not evaluate to a number: {psi}")
+    values[Psi] = int(psi) if psi.is_Integer else psi
     params = sp.expand(raw.xreplace(q.relations))
     return Context(spec, est.model, options, graph, q, params, raw, values, _notes(spec, q))
 

@@ -190,7 +190,7 @@ class Counterexample:
     """Both formulas evaluated for a bundled model: the sizes used, the two numbers and their ratio."""
 
     model: str
-    values: Mapping[str, int]
+    values: Mapping[str, int | float]
     ours: int
     claim: sp.Rational
 
@@ -299,7 +299,7 @@ def check_claim(claim: Claim) -> CheckResult:
     model = _resolve_model(claim.model)
     if claim.expect is not None and claim.expect not in VERDICTS:
         raise ClaimError(f"expect must be one of {', '.join(VERDICTS)}, not {claim.expect!r}")
-    seq = int(claim.options.get("seq") or 2048)
+    seq = int(claim.options.get("seq") or _default_seq(model, claim.options))
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     parsed = _read(claim, spec, probe.k_bytes)
     ctx, notes = _with_degrees(spec, parsed.expr, claim.options, seq, model)
@@ -310,6 +310,16 @@ def check_claim(claim: Claim) -> CheckResult:
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, parsed, "exact", cmp, notes, ["identical for all sizes"])
     return _judge(claim, spec, ctx, parsed, cmp, notes, parsed.expr * factor)
+
+
+def _default_seq(model: str, given: Mapping[str, Any]) -> int:
+    """2048, or as many positions as a model with learned positions has left after the new tokens."""
+    from derivations.estimate import resolve_model
+
+    loaded = resolve_model(model)
+    if loaded.arch.positions != "learned" or not loaded.max_positions:
+        return 2048
+    return max(1, min(2048, loaded.max_positions - int(given.get("new_tokens") or 0)))
 
 
 def _window_notes(ctx: Context, expr: sp.Expr) -> list[str]:
@@ -410,7 +420,7 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
 _VARIATIONS = ({}, {b: 8}, {s: 4096}, {n: 128}, {b: 8, s: 4096, n: 128})
 
 
-def _variations(values: Mapping[sp.Symbol, int]) -> list[dict[sp.Symbol, int]]:
+def _variations(values: Mapping[sp.Symbol, int | sp.Rational]) -> list[dict[sp.Symbol, int]]:
     """``_VARIATIONS``, then past the sliding window (s + n > w) where the model has one."""
     beyond = [{s: 2 * values[w], n: 128}, {b: 8, s: 2 * values[w], n: 128}] if w in values else []
     return [*_VARIATIONS, *beyond]
@@ -422,7 +432,9 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
     for change in _variations(ctx.values):
         values = {**ctx.values, **change}
         try:
-            mine, claimed = evaluate(ours, values), evaluate(theirs, values)
+            # Rational, not evaluate()'s Integer: a fractional Psi is kept exact on both sides
+            exact = {k: sp.Rational(v) for k, v in values.items()}
+            mine, claimed = evaluate(ours.xreplace(exact), {}), evaluate(theirs.xreplace(exact), {})
         except ValueError:
             return None
         if not (mine.is_Rational and claimed.is_Rational):
@@ -432,7 +444,9 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
     else:
         return None
     used = sorted(ours.free_symbols | theirs.free_symbols, key=str)
-    shown = {str(x): int(values[x]) for x in used if x in values}
+    # a fractional Psi (parameters per GPU, averaged) is shown as it was used, not rounded
+    exact = {str(x): sp.Rational(values[x]) for x in used if x in values}
+    shown = {k: int(v) if v.q == 1 else float(v) for k, v in exact.items()}
     return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed))
 
 

@@ -31,6 +31,8 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
     model_type = config.get("model_type")
     if model_type is None:
         raise ConfigError(f"{label}: config field 'model_type' is missing; add it to config.json")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{label}: config field 'model_type' = {model_type!r} must be a string (e.g. \"llama\")")
     fields = Fields(config, label)
     if model_type in REFUSED:
         REFUSED[model_type](fields)

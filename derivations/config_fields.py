@@ -49,6 +49,13 @@ class Fields:
             self.need(*keys)
         return default
 
+    def count(self, key: str, default: int) -> int:
+        """A whole number that may be 0 (``default`` when absent); else an error naming the field."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.fail(key, "must be a whole number (0 or more)")
+        return value
+
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)
         if not isinstance(value, bool):
@@ -71,6 +78,8 @@ GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "g
 def mlp_kind(c: Fields, key: str, default: str, gated: bool = False) -> str:
     """The MLP kind for an activation name; a name the graph has no op for is refused."""
     act = c.get(key, default)
+    if not isinstance(act, str):
+        c.fail(key, "must be an activation name (a string)")
     if gated:
         kinds = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(GELUS, "geglu")}
     else:

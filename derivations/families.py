@@ -6,7 +6,7 @@ refused, naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import NoReturn
 
@@ -23,15 +23,15 @@ def _gpt2(c: Fields) -> Adapted:
              "V": c.need("vocab_size"), "n_ctx": c.need("n_positions", "max_position_embeddings"),
              "f": c.get("n_inner", 4 * h)}
     arch = replace(GPT, mlp=mlp_kind(c, "activation_function", "gelu_new"),
-                   tied_embeddings=bool(c.get("tie_word_embeddings", True)))
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {"max_positions": sizes["n_ctx"]}
 
 
 def _gpt_neox(c: Fields) -> Adapted:
-    bias = bool(c.get("attention_bias", True))
-    parallel = bool(c.get("use_parallel_residual", True))
+    bias = c.flag("attention_bias", True)
+    parallel = c.flag("use_parallel_residual", True)
     arch = replace(GPT, mlp=mlp_kind(c, "hidden_act", "gelu"), positions="rotary",
-                   tied_embeddings=bool(c.get("tie_word_embeddings", False)), qkv_bias=bias, out_bias=bias,
+                   tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, out_bias=bias,
                    parallel_block=parallel)
     sizes = {"h": c.need("hidden_size"), "a": c.need("num_attention_heads"), "l": c.need("num_hidden_layers"),
              "V": c.need("vocab_size"), "f": c.need("intermediate_size")}
@@ -142,6 +142,8 @@ def _bloom(c: Fields) -> Adapted:
 
 def _mpt(c: Fields) -> Adapted:
     """MPT as transformers builds it: ALiBi, no biases (LayerNorm included), FFN fixed at 4h."""
+    if not isinstance(c.get("attn_config", {}), Mapping):
+        c.fail("attn_config", "must be a JSON object")
     attn = Fields(c.get("attn_config", {}), f"{c.name} attn_config")
     c.refuse("expansion_ratio", lambda v: v == 4, "transformers' MptMLP is fixed at 4 * d_model")
     c.refuse("no_bias", lambda v: v is True, "transformers' MPT has no biases whatever no_bias says")
@@ -197,7 +199,7 @@ def _gemma2(family: str, qk_norm: bool, every: int | None) -> LlamaLike:
     """Gemma 2 / Gemma 3 text: RMSNorm before and after both sublayers (Gemma 3 adds per-head q/k norms);
     every ``every``-th layer attends to all tokens, the others to a sliding window."""
     def slides(c: Fields, i: int) -> bool:
-        return (i + 1) % (every or c.get("sliding_window_pattern", c.get("_sliding_window_pattern", 6))) != 0
+        return (i + 1) % (every or c.size("sliding_window_pattern", "_sliding_window_pattern", default=6)) != 0
 
     arch = replace(LLAMA, family=family, mlp="geglu", tied_embeddings=True, sublayer_norm="both", qk_norm=qk_norm)
     return LlamaLike(arch, reads=("attention_bias",), head_dim=256, kv_heads=4, act="hidden_activation",
@@ -227,7 +229,7 @@ _QWEN2 = replace(LLAMA, family="qwen2", qkv_bias=True)
 _QWEN3 = replace(LLAMA, family="qwen3", qk_norm=True)
 _GEMMA = replace(LLAMA, family="gemma", mlp="geglu", tied_embeddings=True)
 # Qwen2/3: off unless use_sliding_window; then layers from max_window_layers on slide.
-_QWEN_WINDOW = sliding(4096, switch="use_sliding_window", slides=lambda c, i: i >= c.get("max_window_layers", 28))
+_QWEN_WINDOW = sliding(4096, switch="use_sliding_window", slides=lambda c, i: i >= c.count("max_window_layers", 28))
 # OLMo 2: RMSNorm on each sublayer's output only, and on all of q and all of k (not per head).
 _OLMO2 = replace(LLAMA, family="olmo2", sublayer_norm="output", qk_norm=True, qk_norm_width="all")
 # Cohere (Command R): one mean-centred LayerNorm without bias, parallel attention and MLP.

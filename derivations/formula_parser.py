@@ -134,7 +134,7 @@ class _Lexer:
             elif ch == "\\":
                 self._command()
             elif ch == "*" and text.startswith("**", self.i):
-                self._emit("op", "^", 2)
+                self._emit("op", "**", 2)  # kept apart from ^: LaTeX's one-character rule is not Python's
             elif ch in "+-*/^":
                 self._emit("op", ch, 1)
             elif ch in "([{":
@@ -367,19 +367,19 @@ class _Parser:
 
     def power(self) -> _Val:
         base = self.atom()
-        if not (self.tok.kind == "op" and self.tok.text == "^"):
+        if not (self.tok.kind == "op" and self.tok.text in ("^", "**")):
             return base
         tok = self.take()
         negative = self.tok.kind == "op" and self.tok.text == "-"
         if negative:
             self.take()
-        if not self.lexer.strict:
-            self.split_digits()  # LaTeX: s^22 is s^2 times 2
+        if tok.text == "^" and not self.lexer.strict:
+            self.split_digits()  # LaTeX: s^22 is s^2 times 2; Python's s**22 is s to the 22nd
         exponent = self.atom(exponent=True).expr * (-1 if negative else 1)
         limit = LIMITS["numeric_power"] if base.expr.is_Number else LIMITS["power"]
         if not (exponent.is_Integer and abs(int(exponent)) <= limit):
             raise self.fail(f"exponents must be integers from -{limit} to {limit}", tok)
-        if self.tok.kind == "op" and self.tok.text == "^":
+        if self.tok.kind == "op" and self.tok.text in ("^", "**"):
             raise self.fail("a power of a power needs parentheses")
         n = abs(int(exponent))
         return self.check(_Val(base.expr ** exponent, base.terms ** n, base.degree * n))

@@ -41,13 +41,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """The strategy options given on the command line (the quantity decides the mode)."""
+    """The strategy options given on the command line (the quantity decides the mode).
+
+    Every ``Options`` field but ``mode`` (a test holds this list to ``Options``); not
+    ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
+    quantity decides its own (a parameter count ignores ``--zero``).
+    """
+    from render.units import parse_size
+
     fields = {"batch": args.batch, "seq": args.seq, "new_tokens": args.new_tokens, "dtype": args.dtype,
               "optimizer": args.optimizer, "tp": args.tp, "pp": args.pp, "dp": args.dp, "sp": args.sp,
               "zero": args.zero, "offload": args.offload, "recompute": args.recompute, "flash": args.flash,
               "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
               "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
-              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group}
+              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group, "overhead_bytes": parse_size(args.overhead)}
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -111,3 +111,40 @@ def test_file_mode_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture) -> N
     assert "bad.md:2: error: unknown symbol 'R'" in out and "bad.md:4: error: marker: 'fash' needs a value" in out
     assert main(["check", "--file", str(tmp_path / "missing.md")]) == 2
     assert main(["check"]) == 2
+
+
+def test_python_power_is_not_split_like_latex() -> None:
+    """16*Psi + 2**30: 2**30 = 1,073,741,824 bytes on top of 16 bytes per parameter, so not ours (16*Psi);
+    the LaTeX one-character rule read 2**30 as 2**3 * 0 = 0 and called it exact."""
+    result = run("--quantity", "model_states.total", "--model", "gpt2", "--claim", "16*Psi + 2**30", "--json")
+    assert result.returncode == 1, result.stderr
+    assert json.loads(result.stdout)["verdict"] == "different"
+
+
+def test_overhead_counts_in_totals(capsys: pytest.CaptureFixture) -> None:
+    """--overhead 2GiB adds 2 * 2**30 = 2,147,483,648 bytes to ours for train.total (it used to be dropped
+    silently), so the same claim differs from ours by 2**31 bytes more than without it."""
+    import sympy as sp
+
+    base = ["check", "--quantity", "train.total", "--model", "gpt2", "--batch", "1", "--seq", "1024", "--json",
+            "--claim", "16*Psi"]
+    runs = []
+    for extra in ([], ["--overhead", "2GiB"]):
+        main([*base, *extra])
+        runs.append(json.loads(capsys.readouterr().out))
+    ours = [sp.sympify(r["ours"]) for r in runs]
+    assert sp.expand(ours[1] - ours[0]) == 2 * 2**30
+    assert sp.expand(sp.sympify(runs[1]["difference"]) - sp.sympify(runs[0]["difference"])) in (2**31, -2**31)
+
+
+def test_check_passes_every_option_field() -> None:
+    """check reads every Options field but mode (the quantity decides it) from the command line."""
+    from dataclasses import fields
+
+    from derivations.options import Options
+    from render.cli import build_parser
+    from render.cmd_check import _options
+
+    args = build_parser().parse_args(["check", "--batch", "2", "--seq", "8", "--micro-batches", "2",
+                                      "--virtual-stages", "2", "--weight-dtype", "int8", "--kv-dtype", "fp8"])
+    assert set(_options(args)) == {f.name for f in fields(Options)} - {"mode"}

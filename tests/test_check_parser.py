@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import sympy as sp
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from derivations.claims import OURS, default_symbols, parse_symbols, quantity_spec
@@ -106,6 +106,8 @@ def expressions(draw, depth: int = 3):
 def test_round_trip(expr: sp.Expr) -> None:
     from render.latex import latex
 
+    # Nested powers reach x**27; the reader refuses symbol powers beyond LIMITS["power"] (as it should).
+    assume(all(abs(x.exp) <= LIMITS["power"] for x in expr.atoms(sp.Pow) if not x.base.is_Number))
     for text, syntax in ((str(expr), "python"), (sp.latex(expr), "latex"), (latex(expr), "latex")):
         assert sp.cancel(parse_formula(text, OURS, syntax).expr - expr) == 0, text
 
@@ -123,3 +125,25 @@ def test_our_latex_reads_back(model: str, options: dict, key: str) -> None:
     from render.latex import latex
     closed = estimate(model, **options).quantity(key).closed_form()
     assert sp.expand(parse_formula(latex(closed), OURS).expr - closed) == 0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # Python's ** takes its whole exponent: 10**10 is ten billion, not 10**1 * 0 (the LaTeX rule, which read 0)
+    ("10**10", 10**10), ("10**64", 10**64), ("2**30", 2**30),  # 2**30 = 1,073,741,824
+    ("2*h**8", 2 * h**8), ("h ** 2 * 3", 3 * h**2),  # before: h**8 read as h**1 * 8 only when split; 2*h**8 = 2h^8
+    ("s^22", 2 * s**2),  # LaTeX's ^ still takes one character: s^2 * 2
+])
+def test_python_power_takes_every_digit(text: str, expected: sp.Expr) -> None:
+    assert sp.expand(parse_formula(text, NAMES).expr - expected) == 0
+    if "^" not in text:
+        assert sp.expand(parse_formula(text, NAMES, "python").expr - expected) == 0
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    # h**12 is h^12, beyond the symbol-power limit of 8: refused, where it used to read as h**1 * 2 (2*h**12 as 4h)
+    ("h**12", "from -8 to 8"), ("2*h**12", "from -8 to 8"),
+    ("10**65", "from -64 to 64"),  # numeric powers keep their limit of 64
+])
+def test_python_power_limits_still_hold(text: str, fragment: str) -> None:
+    with pytest.raises(FormulaError, match=fragment):
+        parse_formula(text, NAMES)

@@ -193,3 +193,24 @@ def test_bad_claims(kwargs: dict, error: type, fragment: str) -> None:
 def test_psi_is_the_parameter_count_held() -> None:
     result = check("model_states.total", r"16\Psi", tp=8)
     assert result.verdict == "exact" and result.ours == 16 * Psi
+
+
+def test_fractional_psi_is_kept_exact() -> None:
+    """gpt2 with V = 3, h = 5 and t = 2 holds V*h/t = 15/2 embedding parameters per GPU: Psi is
+    628,467/2 = 314,233.5. Ours is 16 * Psi = 5,027,736 bytes (the estimate's model states); int()
+    rounded Psi down to 314,233 and showed ours as 16 * 314,233 = 5,027,728."""
+    from dataclasses import replace
+
+    from derivations.estimate import estimate
+    from derivations.presets import preset
+
+    gpt2 = preset("gpt2")
+    model = replace(gpt2, sizes={**gpt2.sizes, "V": 3, "h": 5})
+    options = {"tp": 2, "batch": 1, "seq": 16}
+    result = check("model_states.total", "16*Psi + 1", model=model, **options)
+    assert result.verdict == "different"
+    assert result.counterexample.values == {"Psi": 314_233.5}
+    assert (result.counterexample.ours, result.counterexample.claim) == (5_027_736, 5_027_737)
+    states = estimate(model, mode="train", **options).quantity("model_state_bytes")
+    assert states.value(estimate(model, mode="train", **options).values) == 5_027_736
+    assert check("model_states.total", "16*Psi", model=model, **options).verdict == "exact"

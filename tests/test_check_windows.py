@@ -260,3 +260,18 @@ def test_markdown_file_with_window_claims(tmp_path: Path, capsys: pytest.Capture
     assert main(["check", "--file", str(notes)]) == 1
     lines = [x for x in capsys.readouterr().out.splitlines() if not x.startswith(" ")]
     assert [x.split(": ", 1)[1].split(" ")[0] for x in lines] == ["exact", "conditional"]
+
+
+def test_per_position_refused_for_mixed_layer_groups(capsys: pytest.CaptureFixture) -> None:
+    """Gemma 2 caches min(s + n, w) positions in its l_w sliding layers and s + n in the others, so the
+    whole cache over s + n is 4 b a_kv d_h (l_w min(s+n, w)/(s+n) + l - l_w): no per-position size.
+    It used to be checked as if it were one; now it is refused in one line."""
+    from render.cli import main
+
+    with pytest.raises(ClaimError, match="not defined for gemma-2-9b: its layer groups cache different lengths"):
+        check("kv_cache.per_position", r"4 b a_{kv} d_h l", **GEMMA)
+    assert main(["check", "--quantity", "kv_cache.per_position", "--model", "gemma-2-9b", "--claim", "4blh"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "layer groups" in err
+    # every layer sliding (Mistral) or none: one length, per position as before (4 b l a_kv d_h in fp16)
+    assert check("kv_cache.per_position", r"4 b l a_{kv} d_h", model="mistral-7b", kv_dtype="fp16").verdict == "exact"

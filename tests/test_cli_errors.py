@@ -77,3 +77,38 @@ def test_output_piped_into_a_closed_pipe_is_not_an_error() -> None:
     proc = subprocess.run(f"{sys.executable} -m render.cli estimate --model llama-2-7b | head -1", shell=True,
                           capture_output=True, text=True, timeout=120)
     assert proc.stderr == "" and proc.stdout.startswith("model: llama-2-7b")
+
+
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 50, "n_positions": 32}
+MPT = {"model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2, "vocab_size": 50}
+QWEN2 = {**GOOD, "model_type": "qwen2", "num_key_value_heads": 4, "use_sliding_window": True, "sliding_window": 8}
+GEMMA3 = {**GOOD, "model_type": "gemma3_text", "num_key_value_heads": 4, "head_dim": 16}
+
+
+@pytest.mark.parametrize(("config", "fragment"), [
+    # each was a traceback and exit 1: a list or {} where a name or number belongs
+    ({**GOOD, "model_type": ["llama"]}, "'model_type' = ['llama'] must be a string"),  # TypeError: unhashable
+    ({**GOOD, "model_type": {}}, "'model_type' = {} must be a string"),
+    ({**GOOD, "hidden_act": ["silu"]}, "'hidden_act' = ['silu'] must be an activation name"),  # TypeError
+    ({**GOOD, "hidden_act": {}}, "'hidden_act' = {} must be an activation name"),
+    ({**GPT2, "activation_function": ["gelu"]}, "'activation_function' = ['gelu'] must be an activation name"),
+    ({**MPT, "attn_config": ["alibi"]}, "'attn_config' = ['alibi'] must be a JSON object"),  # AttributeError
+    ({**MPT, "attn_config": "alibi"}, "'attn_config' = 'alibi' must be a JSON object"),
+    ({**QWEN2, "max_window_layers": "1"}, "'max_window_layers' = '1' must be a whole number"),  # TypeError
+    ({**QWEN2, "max_window_layers": -1}, "'max_window_layers' = -1 must be a whole number"),
+    ({**GEMMA3, "sliding_window_pattern": 0}, "'sliding_window_pattern' = 0 must be a positive integer"),  # 1/0
+    ({**GEMMA3, "sliding_window_pattern": "x"}, "'sliding_window_pattern' = 'x' must be a positive integer"),
+    ({**GPT2, "tie_word_embeddings": "false"}, "'tie_word_embeddings' = 'false' must be true or false"),
+])
+def test_ill_typed_config_fields_are_one_line(tmp_path, config: dict, fragment: str) -> None:
+    result = run("estimate", "--model", write(tmp_path, json.dumps(config)))
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert fragment in lines[0], lines[0]
+
+
+def test_qwen_max_window_layers_zero_is_read(tmp_path) -> None:
+    """transformers' Qwen2 slides layers i >= max_window_layers: 0 makes both layers slide (window 8 for all)."""
+    result = run("estimate", "--model", write(tmp_path, json.dumps({**QWEN2, "max_window_layers": 0})), "--json")
+    assert result.returncode == 0, result.stderr

@@ -242,3 +242,29 @@ def test_unrepresentable_config_names_the_field(config: dict, fragment: str) -> 
         from_config(config, name="m")
     message = str(err.value)
     assert fragment in message and "\n" not in message
+
+
+GPT2_CONFIG = {"model_type": "gpt2", "n_embd": 96, "n_head": 4, "n_layer": 2, "vocab_size": 500, "n_positions": 64}
+NEOX_CONFIG = {**LLAMA_LIKE, "model_type": "gpt_neox"}
+
+
+@pytest.mark.parametrize(("config", "key"), [
+    # bool("false") is True: the string read as tied embeddings / biases / a parallel block
+    ({**GPT2_CONFIG, "tie_word_embeddings": "false"}, "tie_word_embeddings"),
+    ({**NEOX_CONFIG, "tie_word_embeddings": "false"}, "tie_word_embeddings"),
+    ({**NEOX_CONFIG, "attention_bias": "false"}, "attention_bias"),
+    ({**NEOX_CONFIG, "use_parallel_residual": 0}, "use_parallel_residual"),
+])
+def test_switches_must_be_booleans(config: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{key}' = .* must be true or false"):
+        from_config(config, name="m")
+
+
+def test_boolean_switches_are_read() -> None:
+    """GPT-2 ties by default; false unties (lm_head gets its own V x h = 500 x 96 = 48,000 parameters)."""
+    tied, untied = from_config(GPT2_CONFIG), from_config({**GPT2_CONFIG, "tie_word_embeddings": False})
+    assert tied.arch.tied_embeddings and not untied.arch.tied_embeddings
+    neox = from_config({**NEOX_CONFIG, "attention_bias": False, "use_parallel_residual": False})
+    assert not (neox.arch.qkv_bias or neox.arch.out_bias or neox.arch.parallel_block)
+    count = [int(parameters(estimate(m).graph).total.subs(estimate(m).values)) for m in (tied, untied)]
+    assert count[1] - count[0] == 500 * 96
