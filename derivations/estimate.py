@@ -17,7 +17,7 @@ from typing import Any
 import sympy as sp
 
 from derivations.config import from_config, load_config
-from derivations.model_states import ZERO_CITATION, offloaded_breakdown, states_breakdown
+from derivations.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
 from derivations.models import Model
 from derivations.options import PROFILES, Options, OptionsError
 from derivations.presets import PRESETS, preset
@@ -78,6 +78,13 @@ def check_layout(model: Model, opts: Options) -> None:
     for remainder, message in checks:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
+    if opts.mode == "infer" and not model.arch.lm_head:
+        raise OptionsError(f"{model.name} is an encoder without a language-model head: it generates nothing and "
+                           "keeps no KV cache; use --mode train or --mode params")
+    if model.arch.positions == "learned" and opts.seq is not None and model.max_positions is not None:
+        if opts.seq + opts.new_tokens > model.max_positions:
+            raise OptionsError(f"{model.name} has {model.max_positions:,} learned positions: --seq plus --new-tokens "
+                               f"({opts.seq + opts.new_tokens:,}) must not exceed it")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,26 +122,47 @@ def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
     ]
 
 
-def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
+def _transformed(base: Graph, opts: Options) -> Graph:
     graph = base
     for strategy in opts.strategies():
         graph = strategy(graph)
+    return graph
+
+
+def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
+    """Activations of one layer for one micro-batch."""
+    layer = replace(graph.block("layer"), in_flight=sp.Integer(1))
+    return activations(replace(graph, blocks=(layer,)), ignore, per_repeat=True)
+
+
+def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...]) -> Breakdown:
+    """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
+    (what it would save without recompute, less what recompute already keeps) add to the stored ones."""
+    plain = _one_layer(_transformed(base, replace(opts, recompute="none")), ignore).total
+    return Breakdown((Term("recompute/working_layer", plain - stored.total),), "bytes")
+
+
+def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
+    graph = _transformed(base, opts)
     ignore, why = PROFILES[opts.profile]
     rel = graph.relations
     per_gpu_params = parameters(graph)
     states = states_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
     acts = activations(graph, ignore)
-    layer = graph.block("layer")
-    per_layer = activations(replace(graph, blocks=(replace(layer, in_flight=sp.Integer(1)),)), ignore,
-                            per_repeat=True)
+    per_layer = _one_layer(graph, ignore)
     sbh = s * b * h
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",)
-    overhead = Breakdown((Term("overhead", sp.Integer(opts.overhead_bytes)),), "bytes")
-    total = states + acts + overhead if opts.overhead_bytes else states + acts
+    total = states + acts
+    if opts.recompute != "none":
+        total += _recompute_working_set(base, opts, per_layer, ignore)
+        assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
+    if opts.overhead_bytes:
+        total += Breakdown((Term("overhead", sp.Integer(opts.overhead_bytes)),), "bytes")
     offloaded = []
     if opts.offload:
         cpu = offloaded_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d)
-        offloaded.append(Quantity("offloaded_bytes", "Optimizer states offloaded to CPU memory", cpu, rel))
+        offloaded.append(Quantity("offloaded_bytes", "Gradients and optimizer states offloaded to CPU memory", cpu,
+                                  rel, OFFLOAD_CITATION))
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", per_gpu_params, rel),
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,

@@ -49,7 +49,7 @@ class Fit:
     value: int
     capacity: int
     bytes_at: int
-    bytes_next: int
+    bytes_next: int | None  # None when the model's positions, not memory, end the search
     method: str
     fixed: int | None = None
     per_unit: sp.Rational | None = None
@@ -63,14 +63,22 @@ class Fit:
         return out
 
 
-def _total_in(model: Model, options: Options, symbol: sp.Symbol) -> sp.Expr:
-    """Per-GPU total with every size bound except ``symbol``."""
+def _terms_in(model: Model, options: Options, symbol: sp.Symbol) -> list[sp.Expr]:
+    """The per-GPU total's terms with every size bound except ``symbol``."""
     est = estimate(model, options)
     values = {k: sp.Integer(v) for k, v in est.values.items() if k != symbol}
-    expr = sp.sympify(est.quantity("total_bytes").breakdown.total).xreplace(values)
-    if expr.free_symbols - {symbol}:
-        raise FitError(f"cannot solve: {', '.join(map(str, expr.free_symbols - {symbol}))} left unbound")
-    return expr
+    terms = [sp.sympify(t.expr).xreplace(values) for t in est.quantity("total_bytes").breakdown.terms]
+    left = set().union(*(t.free_symbols for t in terms)) - {symbol}
+    if left:
+        raise FitError(f"cannot solve: {', '.join(map(str, left))} left unbound")
+    return terms
+
+
+def max_context(model: Model, options: Options) -> int | None:
+    """The longest prompt a model with learned positions takes (positions less generated tokens)."""
+    if model.arch.positions != "learned" or model.max_positions is None:
+        return None
+    return model.max_positions - options.new_tokens
 
 
 def _linear(expr: sp.Expr, symbol: sp.Symbol) -> tuple[sp.Rational, sp.Rational] | None:
@@ -114,19 +122,28 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
     if solve_for not in SOLVE_FOR:
         raise ValueError(f"solve for batch or seq, not {solve_for!r}")
     model, symbol = resolve_model(model), SOLVE_FOR[solve_for]
-    expr = _total_in(model, options, symbol)
-    linear = _linear(expr, symbol) if symbol == b else None
+    terms = _terms_in(model, options, symbol)
+
+    def cost(x: int) -> int:  # whole bytes per node, as Quantity.value counts them
+        return sum(exact_int(term.xreplace({symbol: x}), "total_bytes") for term in terms)
+
+    linear = _linear(sp.Add(*terms), symbol) if symbol == b else None
     if linear is not None and linear[1] > 0:
         fixed, per_unit = linear
         value, method = max(int(sp.floor((capacity - fixed) / per_unit)), 0), "closed form"
+        while value > 0 and cost(value) > capacity:  # rounding each node up can cost a unit
+            value -= 1
     else:
         fixed = per_unit = None
-        value = _search(lambda x: exact_int(expr.xreplace({symbol: x}), "total_bytes"), capacity)
+        value = _search(cost, capacity)
         method = "integer search"
     if value == 0:
-        need = exact_int(expr.xreplace({symbol: 1}), "total_bytes")
-        raise FitError(f"{model.name} does not fit: {solve_for} 1 needs {need:,} bytes per GPU, "
+        raise FitError(f"{model.name} does not fit: {solve_for} 1 needs {cost(1):,} bytes per GPU, "
                        f"more than {capacity:,}")
+    limit = max_context(model, options) if solve_for == "seq" else None
+    if limit is not None and value >= limit:
+        at = estimate(model, replace(options, seq=limit)).number("total_bytes")
+        return Fit(solve_for, limit, capacity, at, None, "the model's learned positions end the search")
     at, nxt = (estimate(model, replace(options, **{solve_for: x})).number("total_bytes") for x in (value, value + 1))
     if not at <= capacity < nxt:  # pragma: no cover - a bug, not bad input
         raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")

@@ -44,6 +44,7 @@ def _f(name: str, expr: sp.Expr, locus: str, authors: str = KORTHIKANTI, where: 
 
 
 _TRAIN = {"mode": "train", "batch": 1, "seq": 2048}
+_TRAIN_1K = {**_TRAIN, "seq": 1024}  # for GPT-2-sized models: 1,024 learned positions
 _K_ASSUME = "16-bit activations, 1-byte dropout masks, LayerNorm statistics neglected"
 
 PUBLISHED: tuple[Published, ...] = (
@@ -67,7 +68,7 @@ PUBLISHED: tuple[Published, ...] = (
     Published(_f("activations per layer with FFN width f", s * b * h * (18 + 4 * f / h + 5 * a * s / h),
                  "Megatron-LM theoretical_memory_usage.py (18 + 4 ffn/h)", "NVIDIA Megatron-LM",
                  "megatron/training/theoretical_memory_usage.py"),
-              "activation_bytes_per_layer", GPT_FFN_3000, _TRAIN),
+              "activation_bytes_per_layer", GPT_FFN_3000, _TRAIN_1K),
     Published(_f("parameters", l * (12 * h**2 + 13 * h) + (V + n_ctx) * h, "Eq. 2",
                  "Narayanan et al. 2021, Efficient Large-Scale Language Model Training", "arXiv:2104.04473"),
               "parameters", "gpt3-175b", difference=2 * h, why="the final LayerNorm (2h) is not in Eq. 2"),
@@ -77,11 +78,11 @@ PUBLISHED: tuple[Published, ...] = (
               "parameters", "gpt3-175b", difference=13 * h * l + V * h + n_ctx * h + 2 * h,
               why="biases and LayerNorms (13h per layer, 2h final) and the embeddings (Vh + n_ctx h)"),
     Published(Formula("mixed-precision Adam model states", 16 * Psi, Citation("Rajbhandari et al. 2020, ZeRO", "arXiv:1910.02054", "§3.1")),
-              "model_state_bytes", "gpt2", {**_TRAIN, "batch": 1}),
+              "model_state_bytes", "gpt2", _TRAIN_1K),
     Published(Formula("ZeRO stage 1 (P_os)", 4 * Psi + 12 * Psi / d, ZERO), "model_state_bytes", "gpt2",
-              {**_TRAIN, "dp": 64, "zero": 1}),
+              {**_TRAIN_1K, "dp": 64, "zero": 1}),
     Published(Formula("ZeRO stage 2 (P_os+g)", 2 * Psi + 14 * Psi / d, ZERO), "model_state_bytes", "gpt2",
-              {**_TRAIN, "dp": 64, "zero": 2}),
+              {**_TRAIN_1K, "dp": 64, "zero": 2}),
     Published(Formula("ZeRO stage 3 (P_os+g+p)", 16 * Psi / d, ZERO), "model_state_bytes", "gpt2",
-              {**_TRAIN, "dp": 64, "zero": 3}),
+              {**_TRAIN_1K, "dp": 64, "zero": 3}),
 )

@@ -23,7 +23,7 @@ from symbolic.dtypes import dtype
 from symbolic.formula import Citation
 
 __all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
-           "ZERO_CITATION"]
+           "ZERO_CITATION", "OFFLOAD_CITATION"]
 
 ZERO_CITATION = Citation("Rajbhandari et al. 2020 (ZeRO)", "arXiv:1910.02054", "§3.1, §5, Figure 1")
 
@@ -46,29 +46,41 @@ OPTIMIZERS = {
 }
 
 
+OFFLOAD_CITATION = Citation("Ren et al. 2021 (ZeRO-Offload)", "arXiv:2101.06840",
+                            "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
+
+
+def _terms(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr) -> list[Term]:
+    """Weights, gradients and optimizer states (ZeRO's K, master weights included), sharded per stage."""
+    width = dtype(param_dtype).nbytes
+    k = optimizer_state_bytes(optimizer, param_dtype)
+    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
+    return [Term("model_states/weights", params * width / shard[0]),
+            Term("model_states/gradients", params * width / shard[1]),
+            Term("model_states/optimizer", params * k / shard[2])]
+
+
 def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr,
                      offload: bool = False) -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
-    master copy counted with the optimizer states (ZeRO's K). With ``offload`` the optimizer
-    states (and master weights) live in CPU memory and are not counted here.
+    master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
+    the gradients and the optimizer states live in CPU memory: only the weights stay.
     """
-    width = dtype(param_dtype).nbytes
-    k = optimizer_state_bytes(optimizer, param_dtype)
-    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
-    terms = [Term("model_states/weights", params * width / shard[0]),
-             Term("model_states/gradients", params * width / shard[1])]
-    if not offload:
-        terms.append(Term("model_states/optimizer", params * k / shard[2]))
-    return Breakdown(tuple(terms), "bytes")
+    terms = _terms(params, param_dtype, optimizer, zero, dp)
+    return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
 def offloaded_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr) -> Breakdown:
-    """CPU bytes of the optimizer states (master weights included) moved off the GPU by offload."""
-    shard = dp if zero >= 1 else 1
-    k = optimizer_state_bytes(optimizer, param_dtype)
-    return Breakdown((Term("offload/optimizer", params * k / shard),), "bytes")
+    """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
+
+    >>> P = sp.Symbol("P", positive=True)
+    >>> offloaded_breakdown(P, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
+    14*P
+    """
+    terms = _terms(params, param_dtype, optimizer, zero, dp)[1:]
+    return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
 
 
 def optimizer_state_bytes(optimizer: str, param_dtype: str) -> int:

@@ -17,6 +17,7 @@ from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel
 __all__ = ["Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES"]
 
 MODES = ("params", "train", "infer")
+TRAIN_DTYPES = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
 #: Activation profiles: which saved tensors a profile neglects, and why.
 PROFILES = {
@@ -65,8 +66,11 @@ class Options:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group"):
             _positive(name.replace("_", "-"), getattr(self, name))
-        if self.new_tokens < 0 or self.overhead_bytes < 0:
-            raise OptionsError("--new-tokens and --overhead must not be negative")
+        for name in ("new_tokens", "overhead_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise OptionsError(f"--{name.replace('_', '-').replace('-bytes', '')} must be a whole number "
+                                   f"that is not negative, got {value!r}")
         if self.recompute not in RECOMPUTE:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):
@@ -84,6 +88,9 @@ class Options:
                     dtype(value)
                 except ValueError as exc:
                     raise OptionsError(f"--{name.replace('_', '-')}: {exc}") from None
+        if self.mode == "train" and dtype(self.dtype).name not in TRAIN_DTYPES:
+            raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
+                               f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
 

@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
     print(f"largest {solve_for}: {result.value:,} ({result.method})")
     print(f"  {solve_for} {result.value:,} needs {format_bytes(result.bytes_at)}")
-    print(f"  {solve_for} {result.value + 1:,} needs {format_bytes(result.bytes_next)}")
+    if result.bytes_next is None:
+        print(f"  {solve_for} {result.value + 1:,} is past the model's {model.max_positions:,} learned positions")
+    else:
+        print(f"  {solve_for} {result.value + 1:,} needs {format_bytes(result.bytes_next)}")
     if result.fixed is not None:
         per = f"{int(result.per_unit):,}" if result.per_unit.q == 1 else str(result.per_unit)
         print(f"  total = {result.fixed:,} + {per} * {solve_for} bytes")

@@ -29,7 +29,7 @@ CASES = [
     ("mistral-7b", Options(mode="infer", batch=4, seq=1, flash=True), 24 * GB, "seq"),  # sliding window
     ("mistral-7b", Options(mode="infer", batch=1, seq=1, new_tokens=64, weight_dtype="int4"), 16 * GB, "seq"),
     ("gpt2", Options(mode="train", batch=1, seq=1024), 80 * GB, "batch"),
-    ("gpt2", Options(mode="train", batch=4, seq=1, recompute="selective"), 40 * GB, "seq"),
+    ("llama-2-7b", Options(mode="train", batch=1, seq=1, tp=8, recompute="selective"), 40 * GB, "seq"),
     ("llama-2-7b", Options(mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective", flash=True),
      80 * GB, "batch"),
 ]
@@ -89,3 +89,14 @@ def test_cli_errors(args: tuple[str, ...], fragment: str) -> None:
     assert (result.returncode, result.stdout) == (2, "")
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], result.stderr
+
+
+def test_learned_positions_end_the_search() -> None:
+    # GPT-2 has 1,024 learned positions (n_positions); 40 GB holds far more than 1,024 tokens of
+    # a 124M model (about 2 GB of model states), so the positions, not memory, bound the answer.
+    result = fit("gpt2", Options(mode="train", batch=4, seq=1, recompute="selective"), 40 * GB, "seq")
+    assert (result.value, result.bytes_next) == (1024, None)
+    assert result.bytes_at <= 40 * GB
+    # with 24 tokens to generate, the prompt may use 1,000 of them
+    result = fit("gpt2", Options(mode="infer", batch=1, seq=1, new_tokens=24), 40 * GB, "seq")
+    assert result.value == 1000

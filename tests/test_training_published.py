@@ -181,12 +181,12 @@ def test_model_states_16_psi_and_stage_formulas() -> None:
 
 
 def test_model_states_of_an_estimate_are_16_bytes_per_parameter() -> None:
-    e = estimate("gpt2", **STEP)
+    e = estimate("gpt2", **{**STEP, "seq": 1024})  # GPT-2 has 1,024 positions
     assert e.number("model_state_bytes") == 16 * e.number("parameters")  # 16 * 124,439,808
 
 
 def test_zero_stage_3_of_an_estimate_divides_by_n_d() -> None:
-    e = estimate("gpt2", **STEP, dp=64, zero=3)
+    e = estimate("gpt2", **{**STEP, "seq": 1024}, dp=64, zero=3)
     assert e.number("model_state_bytes") * 64 == 16 * e.number("parameters")
 
 

@@ -1,0 +1,57 @@
+"""Offload, the recompute working set, and the inputs training refuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from derivations.estimate import estimate
+
+
+def test_zero_offload_keeps_only_16_bit_weights_on_the_gpu() -> None:
+    # Ren et al. 2021 (ZeRO-Offload) §4.1: of mixed-precision Adam's 16 bytes per parameter the GPU
+    # keeps the 2 of the fp16 weights; the CPU holds 2 (fp16 gradients) + 12 (fp32 master, m, v).
+    e = estimate("gpt2", mode="train", batch=1, seq=1024, offload=True)
+    psi = 124_439_808  # nanoGPT's GPT-2 (124M) count
+    assert e.number("model_state_bytes") == 2 * psi
+    assert e.number("offloaded_bytes") == 14 * psi
+
+
+def test_full_recompute_peak_adds_the_rebuilt_layer() -> None:
+    # GPT-3 layer (Korthikanti Eq. 1): sbh(34 + 5as/h) stored without recompute; full recompute
+    # stores 2sbh per layer and rebuilds one layer in backward: 34sbh + 5as^2b - 2sbh on top.
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh = s * b * h
+    e = estimate("gpt3-175b", mode="train", batch=b, seq=s, recompute="full")
+    rows = dict((path, value) for path, _, value in e.quantity("total_bytes").term_values(e.values))
+    assert rows["recompute/working_layer"] == 34 * sbh + 5 * a * s * s * b - 2 * sbh
+    assert e.number("activation_bytes_per_layer") == 2 * sbh
+    assert e.number("total_bytes") == (e.number("model_state_bytes") + e.number("activation_bytes")
+                                       + 32 * sbh + 5 * a * s * s * b)
+
+
+def test_selective_recompute_peak_adds_one_layers_scores() -> None:
+    # Selective recompute drops the 5as^2b attention tensors (Korthikanti Table 2); backward rebuilds
+    # them one layer at a time: 5 * 96 * 2048^2 * 1 = 2,013,265,920 bytes.
+    e = estimate("gpt3-175b", mode="train", batch=1, seq=2048, recompute="selective")
+    rows = dict((path, value) for path, _, value in e.quantity("total_bytes").term_values(e.values))
+    assert rows["recompute/working_layer"] == 2_013_265_920
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "64", "--dtype", "int4"), "not a training precision"),
+    (("--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "2048"), "1,024 learned positions"),
+    (("--model", "gpt2", "--mode", "infer", "--batch", "1", "--seq", "1000", "--new-tokens", "100"),
+     "1,024 learned positions"),
+    (("--model", "bert-base", "--mode", "infer", "--batch", "1", "--seq", "128"), "encoder"),
+])
+def test_refused_in_one_line(args: tuple[str, ...], fragment: str) -> None:
+    result = run("estimate", *args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and fragment in result.stderr and "Traceback" not in result.stderr
