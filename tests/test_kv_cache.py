@@ -205,11 +205,13 @@ def test_formulas_have_citations() -> None:
 def test_closed_forms_are_the_published_ones() -> None:
     gpt3 = symbolic("gpt3-175b", weight_dtype="fp16")  # relations d_h = h/a, a_kv = a
     b, s, n, l, h, a, a_kv, d_h = (sym(x) for x in ("b", "s", "n", "l", "h", "a", "a_kv", "d_h"))
-    zhihu, mha, gqa = FORMULAS[2].expr, FORMULAS[0].expr, FORMULAS[1].expr
-    assert sp.expand(gpt3["kv_cache_bytes"].closed_form() - zhihu) == 0  # 4blh(s+n)
-    assert sp.expand(gpt3["kv_cache_bytes_per_token"].closed_form() - mha.xreplace({d_h: h / a})) == 0
+    # Written here from the sources, not read from the code: Zhihu (REFERENCES §8) 4blh(s+n);
+    # kipply (§5.4) 2*2*n_layers*n_heads*d_head; GQA (§5.1) 2*2*l*a_kv*d_h, all fp16.
+    assert sp.expand(gpt3["kv_cache_bytes"].closed_form() - 4 * b * l * h * (s + n)) == 0
+    assert sp.expand(gpt3["kv_cache_bytes_per_token"].closed_form() - 2 * 2 * l * a * h / a) == 0
     llama3 = symbolic("llama-3-8b")  # GQA: a_kv stays a letter
-    assert sp.expand(llama3["kv_cache_bytes_per_token"].closed_form() - gqa.xreplace({d_h: h / a})) == 0
+    assert sp.expand(llama3["kv_cache_bytes_per_token"].closed_form() - 2 * 2 * l * a_kv * h / a) == 0
+    assert d_h not in llama3["kv_cache_bytes"].closed_form().free_symbols
     assert llama3["kv_cache_bytes"].closed_form() == sp.expand(2 * b * (s + n) * l * a_kv * (h / a) * 2)
 
 
@@ -264,7 +266,7 @@ def models(draw):
         sizes["d_h"] = draw(st.integers(1, 24))
     window = draw(st.sampled_from([None, 3, 17]))
     sliding = draw(st.integers(1, sizes["l"]))  # l_w; all l layers is the one-window model
-    return Model("random", arch, sizes, window=window, window_layers=sliding)
+    return Model(f"random-{sliding}", arch, sizes, window=window, window_layers=sliding)
 
 
 @settings(max_examples=40, deadline=None)
@@ -273,7 +275,8 @@ def test_kv_closed_form_and_tp(model: Model, batch: int, seq: int, new: int, tp:
     z = model.sizes
     assume(z["a"] % tp == 0)
     one = estimate(model, mode="infer", batch=batch, seq=seq, new_tokens=new)
-    capped, windowed = min(seq + new, model.window or seq + new), model.windowed_layers
+    capped = min(seq + new, model.window or seq + new)
+    windowed = 0 if model.window is None else int(model.name.split("-")[1])  # l_w as drawn, not as read back
     layer_tokens = (z["l"] - windowed) * (seq + new) + windowed * capped
     assert one.number("kv_cache_bytes") == 2 * batch * layer_tokens * z["a_kv"] * z["d_h"] * 2
     values = {**one.values, **inference_values(model, one.options)}

@@ -34,6 +34,14 @@ def test_nanogpt_gpt2_with_biases() -> None:
     ("llama-2-7b", 6_738_415_616), ("llama-2-13b", 13_015_864_320), ("llama-2-70b", 68_976_648_192),
     ("llama-3-8b", 8_030_261_248), ("llama-3-70b", 70_553_706_496), ("mistral-7b", 7_241_732_096),
     ("bert-base", 109_482_240),
+    # Safetensors parameter totals shown on the models' Hugging Face pages.
+    ("qwen2-7b", 7_615_616_512), ("phi-2", 2_779_683_840), ("falcon-7b", 6_921_720_704),
+    ("gemma-7b", 8_537_680_896), ("gemma-2-9b", 9_241_705_984), ("bloom-560m", 559_214_592),
+    ("opt-1.3b", 1_315_758_080), ("phi-3-mini", 3_821_079_552),
+    # GPT-3 175B (no checkpoint): Narayanan Eq. 2 plus the final LayerNorm, by hand:
+    # 96 * (12 * 12288^2 + 13 * 12288) + (50257 + 2048) * 12288 + 2 * 12288
+    # = 173,961,510,912 + 642,723,840 + 24,576 = 174,604,259,328 ("174.6B", REFERENCES §3.4).
+    ("gpt3-175b", 96 * (12 * 12288**2 + 13 * 12288) + (50257 + 2048) * 12288 + 2 * 12288),
 ])
 def test_checkpoint_totals(name: str, expected: int) -> None:
     assert estimate(name).number("parameters") == expected

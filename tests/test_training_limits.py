@@ -55,3 +55,20 @@ def test_refused_in_one_line(args: tuple[str, ...], fragment: str) -> None:
     result = run("estimate", *args)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and fragment in result.stderr and "Traceback" not in result.stderr
+
+
+def test_llama_2_7b_training_by_hand() -> None:
+    # LLaMA-2 7B (h = 4096, f = 11008, l = 32, V = 32000, a = 32), bf16, t = 8 with sequence
+    # parallelism and selective recompute, b = 1, s = 4096, Korthikanti profile.
+    # Parameters on one GPU: the split matrices / 8 plus the replicated RMSNorm weights:
+    #   (32 * (4 * 4096^2 + 3 * 11008 * 4096) + 2 * 32000 * 4096) / 8 = 842,268,672
+    #   + 32 * 2 * 4096 + 4096 = 266,240  ->  842,534,912
+    # Activations per layer (no dropout; SwiGLU saves gate, silu(gate), up and their product):
+    #   sbh (16 + 8 f / h) / t = 16,777,216 * 37.5 / 8 = 78,643,200
+    # Whole GPU: 32 layers + final-norm and lm_head inputs 4 sbh / t + fp32 logits 4 s b V / t
+    #   = 2,516,582,400 + 8,388,608 + 65,536,000 = 2,590,507,008
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective")
+    assert e.number("parameters_per_gpu") == 842_534_912
+    assert e.number("activation_bytes_per_layer") == 78_643_200
+    assert e.number("activation_bytes") == 2_590_507_008
+    assert e.number("model_state_bytes") == 16 * 842_534_912
