@@ -203,15 +203,16 @@ def _capacity(value: str | int | None) -> int | None:
     return parse_size(value) if isinstance(value, str) else value
 
 
-def estimate(model: Any, options: RenderOptions | None = None, **kwargs: Any) -> Result:
+def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> Result:
     """``derivations.estimate.estimate`` for notebooks: the same arguments, a displayable ``Result``.
 
     Args:
         model: bundled name, ``config.json`` path, config dict or transformers config.
-        options: render options of the displayed writeups (precision, detail, units).
-        **kwargs: fields of ``derivations.options.Options`` (``mode``, ``batch``, ``seq``, ``tp``, ...).
+        render: render options of the displayed writeups (precision, detail, units).
+        **kwargs: ``options=Options(...)`` or its fields (``mode``, ``batch``, ``seq``, ``tp``, ...),
+            as ``derivations.estimate.estimate`` takes them.
     """
     try:
-        return Result(_estimate(model, **kwargs), options=options)
+        return Result(_estimate(model, **kwargs), options=render)
     except DerivationError as exc:
-        return Result(None, exc, options)
+        return Result(None, exc, render)

@@ -15,14 +15,8 @@ from derivations.claim_analysis import Gap
 from derivations.claim_markers import Marked
 from derivations.claims import CheckResult
 
-try:  # the DerivationPrinter (issue 5)
-    from render.latex import latex as tex
-    from render.latex import tex_escape
-except ImportError:  # pragma: no cover - a checkout without render/latex.py
-    tex = sp.latex
-
-    def tex_escape(text: str) -> str:
-        return "".join("\\" + ch if ch in "&%$#_{}" else ch for ch in text)
+from render.latex import latex as tex
+from render.latex import tex_escape
 
 __all__ = ["text_report", "markdown_report", "latex_report", "file_lines", "MARKS"]
 

@@ -116,6 +116,12 @@ def _value_text(value: int, unit: str, options: RenderOptions) -> tuple[str, str
     return f"{value:,}", scaled_count(value, options.precision, words=True)
 
 
+def model_reference(est: Estimate) -> str:
+    """What ``--model`` needs to find this model again: the bundled name, else its config path."""
+    source = est.model.source
+    return source if source and source != "bundled preset" else est.model.name
+
+
 def cli_command(est: Estimate, extra: Sequence[str] = (), command: str = "estimate",
                 omit: Sequence[str] = ()) -> str:
     """The ``memderive`` command line that reproduces ``est`` (defaults and ``omit`` left out).
@@ -123,7 +129,7 @@ def cli_command(est: Estimate, extra: Sequence[str] = (), command: str = "estima
     ``command`` is ``estimate`` or, e.g., ``derive activations`` (whose quantity implies the mode).
     """
     defaults, opts = Options(), est.options
-    args = ["memderive", command, "--model", est.model.name]
+    args = ["memderive", command, "--model", model_reference(est)]
     for f in fields(Options):
         if f.name in omit:
             continue

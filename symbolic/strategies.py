@@ -187,7 +187,7 @@ class PipelineParallel(Strategy):
     def in_flight(self) -> sp.Expr:
         p = _degree(self.p)
         held = p if self.micro_batches is None else sp.Min(p, _degree(self.micro_batches))
-        if self.virtual not in (None, 1):
+        if self.virtual not in (None, 1):  # Korthikanti et al. 2022 §4.2.3 (interleaved schedule)
             held = held * (1 + (p - 1) / (p * _degree(self.virtual)))
         return held
 

@@ -59,6 +59,3 @@ class Tensor:
         shape = list(self.shape)
         shape[axis] = shape[axis] / degree
         return replace(self, shape=tuple(shape))
-
-    def renamed(self, name: str) -> Tensor:
-        return replace(self, name=name)
