@@ -232,13 +232,13 @@ def breakdown_rows(est: Estimate, key: str, values: Mapping[sp.Symbol, int] | No
     """
     q = est.quantity(key)
     bound = {**est.values, **(values or {})}
-    groups: dict[str, sp.Expr] = {}
-    for term in q.breakdown.terms:
+    groups: dict[str, tuple[sp.Expr, int]] = {}
+    for term in q.breakdown.terms:  # each node in whole units, as Quantity.value counts them
         head = term.path.split("/")[0]
         path = "/".join(term.path.split("/")[:GROUP_DEPTH.get(head, 1)])
-        groups[path] = groups.get(path, sp.Integer(0)) + term.expr
-    return tuple(Row(path, closed_form(expr, q.relations), exact_int(evaluate(expr, bound), path))
-                 for path, expr in groups.items())
+        expr, value = groups.get(path, (sp.Integer(0), 0))
+        groups[path] = (expr + term.expr, value + exact_int(evaluate(term.expr, bound), term.path))
+    return tuple(Row(path, closed_form(expr, q.relations), value) for path, (expr, value) in groups.items())
 
 
 def headline_key(est: Estimate) -> str:
