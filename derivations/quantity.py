@@ -45,10 +45,15 @@ class Quantity:
         return self.form(expr) if self.form is not None else expr
 
     def value(self, values: Mapping[sp.Symbol, int]) -> int:
-        """The sum of the rows of ``term_values``: each node holds whole bytes (a ZeRO shard of
-        P/d parameters is ceil(P/d) of them), so the rows add up to the total shown."""
-        return sum(row[2] for row in self.term_values(values))
+        """The sum of ``term_ints``: each node holds whole bytes (a ZeRO shard of P/d parameters
+        is ceil(P/d) of them), so the rows add up to the total shown."""
+        return sum(value for _, value in self.term_ints(values))
+
+    def term_ints(self, values: Mapping[sp.Symbol, int]) -> list[tuple[str, int]]:
+        """Each term's value in whole units (rounded up): the one rounding rule of every total and row."""
+        return [(t.path, exact_int(evaluate(t.expr, values), t.path)) for t in self.breakdown.terms]
 
     def term_values(self, values: Mapping[sp.Symbol, int]) -> list[tuple[str, sp.Expr, int]]:
-        return [(t.path, closed_form(t.expr, self.relations), exact_int(evaluate(t.expr, values), t.path))
-                for t in self.breakdown.terms]
+        """``term_ints`` with each term's closed form, for tables."""
+        return [(t.path, closed_form(t.expr, self.relations), value)
+                for t, (_, value) in zip(self.breakdown.terms, self.term_ints(values))]

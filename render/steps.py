@@ -233,11 +233,12 @@ def breakdown_rows(est: Estimate, key: str, values: Mapping[sp.Symbol, int] | No
     q = est.quantity(key)
     bound = {**est.values, **(values or {})}
     groups: dict[str, tuple[sp.Expr, int]] = {}
-    for term in q.breakdown.terms:  # each node in whole units, as Quantity.value counts them
+    # each node in whole units, as Quantity.value counts them
+    for term, (_, whole) in zip(q.breakdown.terms, q.term_ints(bound)):
         head = term.path.split("/")[0]
         path = "/".join(term.path.split("/")[:GROUP_DEPTH.get(head, 1)])
         expr, value = groups.get(path, (sp.Integer(0), 0))
-        groups[path] = (expr + term.expr, value + exact_int(evaluate(term.expr, bound), term.path))
+        groups[path] = (expr + term.expr, value + whole)
     return tuple(Row(path, closed_form(expr, q.relations), value) for path, (expr, value) in groups.items())
 
 

@@ -16,7 +16,7 @@ def _amount(value: int, unit: str, precision: int = 2) -> str:
 def _grouped_rows(q: Quantity, est: Estimate, depth: int) -> list[tuple[str, int]]:
     """The breakdown rows (whole units, as in the total) summed by the first ``depth`` path parts."""
     rows: dict[str, int] = {}
-    for path, _, value in q.term_values(est.values):
+    for path, value in q.term_ints(est.values):
         key = "/".join(path.split("/")[:depth])
         rows[key] = rows.get(key, 0) + value
     return list(rows.items())
