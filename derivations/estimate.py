@@ -16,11 +16,11 @@ from typing import Any
 
 import sympy as sp
 
-from derivations.config import from_config, load_config
-from derivations.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
-from derivations.models import Model
+from derivations.models.config import from_config, load_config
+from derivations.quantities.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
+from derivations.models.model import Model
 from derivations.options import PROFILES, Options, OptionsError
-from derivations.presets import PRESETS, preset
+from derivations.models.presets import PRESETS, preset
 from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
 from symbolic.dims import b, d, h, l, m, p, s, t, v
@@ -198,7 +198,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
         quantities += more
     values = {**resolved.values(), **_layout_values(options)}
     if options.mode == "infer":
-        from derivations.inference import infer_quantities, inference_values
+        from derivations.quantities.inference import infer_quantities, inference_values
 
         graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
         quantities += more

@@ -1,4 +1,4 @@
-"""Reports of claim checks (``derivations.claims``): plain text, Markdown and LaTeX.
+"""Reports of claim checks (``derivations.claims.check``): plain text, Markdown and LaTeX.
 
 Formulas print through ``render.latex`` (the ``DerivationPrinter``); the report only arranges
 strings. The text form is what ``memderive check`` prints; Markdown and LaTeX are for notes,
@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import sympy as sp
 
-from derivations.claim_analysis import Gap
-from derivations.claim_markers import Marked
-from derivations.claims import CheckResult
+from derivations.claims.analysis import Gap
+from derivations.claims.markers import Marked
+from derivations.claims.check import CheckResult
 
 from render.latex import latex as tex
 from render.latex import tex_escape

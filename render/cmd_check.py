@@ -4,7 +4,7 @@ One claim::
 
     memderive check --quantity activations.per_layer --claim 'sbh(34 + 5as/h)' [--flash] [--json]
 
-or every marked claim of a Markdown file (syntax in ``derivations.claim_markers``)::
+or every marked claim of a Markdown file (syntax in ``derivations.claims.markers``)::
 
     memderive check --file NOTES.md
 
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_file(args)
     if not (args.quantity and args.claim):
         fail("give --quantity and --claim (or --file NOTES.md)")
-    from derivations.claims import Claim, check_claim
+    from derivations.claims.check import Claim, check_claim
 
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
@@ -93,8 +93,8 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_file(args: argparse.Namespace) -> int:
-    from derivations.claim_markers import find_claims
-    from derivations.claims import check_claim
+    from derivations.claims.markers import find_claims
+    from derivations.claims.check import check_claim
     from render.check_report import file_lines
 
     with open(args.file, encoding="utf-8") as fh:

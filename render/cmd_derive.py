@@ -6,19 +6,8 @@ import argparse
 
 from render.cli import add_model_options, add_strategy_options, emit, options_from_args
 from render.cmd_estimate import add_writeup_options, render_options
+from render.quantity_names import QUANTITIES
 
-#: quantity name on the command line -> (mode it needs, quantity key)
-QUANTITIES = {
-    "params": ("params", "parameters"),
-    "params-per-layer": ("params", "parameters_per_layer"),
-    "activations": ("train", "activation_bytes_per_layer"),
-    "activations-total": ("train", "activation_bytes"),
-    "model-states": ("train", "model_state_bytes"),
-    "train-total": ("train", "total_bytes"),
-    "kv-cache": ("infer", "kv_cache_bytes"),
-    "weights": ("infer", "weight_bytes"),
-    "infer-total": ("infer", "total_bytes"),
-}
 #: symbolic placeholders for a derivation without a concrete step size
 _DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
 #: ``--strategy`` names -> option changes; degrees are placeholders (closed forms keep t, p, d)

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     # NOTE(fit): errors are ValueError, not render.cli.fail: under ``python -m render.cli`` the
     # CliError that fail() raises is not the class main() catches (__main__ vs render.cli).
     from derivations.estimate import resolve_model
-    from derivations.fit import fit
+    from derivations.search.fit import fit
     from render.units import format_bytes, parse_size
 
     mode = args.mode or "infer"

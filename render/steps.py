@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import sympy as sp
 
 from derivations.estimate import Estimate, estimate
-from derivations.model_states import ZERO_CITATION
+from derivations.quantities.model_states import ZERO_CITATION
 from derivations.options import Options
 from derivations.quantity import Quantity, exact_int
 from symbolic import dims

@@ -26,6 +26,7 @@ from derivations.options import Options
 from derivations.quantity import Quantity
 from render.latex import latex, number, tex_escape
 from render.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
+from render.quantity_names import QUANTITIES
 from render.units import RenderOptions, scaled_count
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
@@ -293,8 +294,6 @@ def quantity_document(est: Estimate, key: str, fmt: str, options: RenderOptions 
     form = _check_format(fmt)
     options = options or RenderOptions()
     est.quantity(key)  # a clear KeyError for an unknown key
-    from render.cmd_derive import QUANTITIES
-
     names = [name for name, (_, k) in QUANTITIES.items() if k == key]
     omit = ("batch", "seq") if options.detail == "symbolic" else ()
     command = (cli_command(est, _flags(fmt, options), f"derive {names[0]}", omit) if names

@@ -1,4 +1,4 @@
-"""Reference PyTorch layers that implement exactly what ``derivations.architectures`` describes.
+"""Reference PyTorch layers that implement exactly what ``derivations.models.architectures`` describes.
 
 Each module is the plain eager implementation the graph's op docstrings name
 (``symbolic/ops.py``), so that ``torch.autograd.graph.saved_tensors_hooks`` can measure what

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from derivations.claims import ClaimError, check
-from derivations.formula_parser import FormulaError
+from derivations.claims.check import ClaimError, check
+from derivations.claims.parser import FormulaError
 from symbolic.dims import Psi, b, h, l, s
 
 TP8 = {"tp": 8}
@@ -202,7 +202,7 @@ def test_fractional_psi_is_kept_exact() -> None:
     from dataclasses import replace
 
     from derivations.estimate import estimate
-    from derivations.presets import preset
+    from derivations.models.presets import preset
 
     gpt2 = preset("gpt2")
     model = replace(gpt2, sizes={**gpt2.sizes, "V": 3, "h": 5})

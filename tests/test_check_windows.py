@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from derivations.claims import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
-from derivations.formula_parser import FormulaError, parse_formula
+from derivations.claims.check import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
+from derivations.claims.parser import FormulaError, parse_formula
 from render.cli import main
 from symbolic.dims import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
 
@@ -63,9 +63,9 @@ def test_min_max_round_trip(expr: sp.Expr) -> None:
 @pytest.mark.parametrize("model", ["mistral-7b", "gemma-2-9b"])
 def test_our_kv_closed_form_reads_back(model: str) -> None:
     """The KV cache as our printer writes it, min(s + n, w) and l_w included, is a claim we accept."""
-    from derivations.inference import infer_quantities
+    from derivations.quantities.inference import infer_quantities
     from derivations.options import Options
-    from derivations.presets import preset
+    from derivations.models.presets import preset
     from render.latex import latex
 
     _, found = infer_quantities(preset(model), Options(mode="infer", batch=1, seq=1), keep_symbols=True)
@@ -188,7 +188,7 @@ def test_forgotten_new_tokens_are_different_at_equal_long_sequences() -> None:
 def test_counterexample_past_a_wide_window() -> None:
     # a window of 16384 tokens: the usual step sizes (s <= 4096, n <= 128) stay inside it, where the
     # claim without min is right; the counterexample goes to s = 2w
-    from derivations.presets import preset
+    from derivations.models.presets import preset
 
     wide = replace(preset("mistral-7b"), window=16384)
     result = check("kv_cache.total", r"4 b l a_{kv} d_h (s+n)", model=wide)

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from derivations.estimate import estimate
-from derivations.fit import FitError, fit
+from derivations.search.fit import FitError, fit
 from derivations.options import Options
 
 GB = 10**9

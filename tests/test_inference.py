@@ -9,10 +9,10 @@ import sys
 import pytest
 import sympy as sp
 
-from derivations.architectures import LLAMA
+from derivations.models.architectures import LLAMA
 from derivations.estimate import estimate
-from derivations.inference import rule_of_thumb_tokens
-from derivations.models import Model
+from derivations.quantities.inference import rule_of_thumb_tokens
+from derivations.models.model import Model
 
 # h 256, 4 heads of d_h 64, 2 KV heads, 2 layers, SwiGLU f 512, vocab 1000, untied embeddings.
 # Per layer, linear weights (elements): qkv (4 + 2 + 2) * 64 = 512 rows x 256 = 131,072; proj 256 x 256

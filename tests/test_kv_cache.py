@@ -9,10 +9,10 @@ import transformers
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.architectures import GPT, LLAMA
+from derivations.models.architectures import GPT, LLAMA
 from derivations.estimate import estimate
-from derivations.inference import FORMULAS, infer_quantities, inference_values
-from derivations.models import Model
+from derivations.quantities.inference import FORMULAS, infer_quantities, inference_values
+from derivations.models.model import Model
 from derivations.options import Options
 from symbolic.dims import sym
 from symbolic.formula import Citation
@@ -124,7 +124,7 @@ def test_gemma_2_9b_by_hand() -> None:
 
 def test_without_the_window_is_a_claim_alternative() -> None:
     """4 b l a_kv d_h (s + n) gives every layer its whole context: it holds without Gemma 2's window."""
-    from derivations.claims import check as check_claim
+    from derivations.claims.check import check as check_claim
 
     result = check_claim("kv_cache.total", "4 b l a_kv d_h (s+n)", model="gemma-2-9b")
     assert result.verdict == "conditional" and result.holds_under == ("without the sliding window",)

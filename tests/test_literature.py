@@ -6,7 +6,7 @@ import pytest
 import sympy as sp
 
 from derivations.estimate import estimate
-from derivations.literature import PUBLISHED, Published
+from derivations.claims.literature import PUBLISHED, Published
 from symbolic.dims import Psi
 from symbolic.formula import Citation
 

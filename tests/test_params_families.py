@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from derivations.config import ConfigError, from_config
+from derivations.models.config import ConfigError, from_config
 from derivations.estimate import estimate
 from symbolic.derive import parameters
 from tests.hf_meta import count_parameters

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from derivations.architectures import GPT, GPT_RELATIONS, build_graph
+from derivations.models.architectures import GPT, GPT_RELATIONS, build_graph
 from derivations.estimate import estimate
-from derivations.models import Model
+from derivations.models.model import Model
 from symbolic.derive import parameters
 from symbolic.dims import h
 

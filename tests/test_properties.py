@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from derivations.estimate import estimate
-from derivations.models import Model
-from derivations.architectures import GPT, LLAMA
+from derivations.models.model import Model
+from derivations.models.architectures import GPT, LLAMA
 from symbolic.dims import sym
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from derivations.architectures import GPT, LLAMA, Arch, build_graph, with_arch
+from derivations.models.architectures import GPT, LLAMA, Arch, build_graph, with_arch
 from symbolic.derive import activations, evaluate, saved_tensors
 from symbolic.dims import t
 from symbolic.strategies import (FlashAttention, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,

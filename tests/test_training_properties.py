@@ -16,9 +16,9 @@ import sympy as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.architectures import GPT, LLAMA, build_graph
+from derivations.models.architectures import GPT, LLAMA, build_graph
 from derivations.estimate import Estimate, estimate
-from derivations.models import Model
+from derivations.models.model import Model
 from render.steps import breakdown_rows
 from symbolic.derive import evaluate, per_block
 from symbolic.dims import d, p, t

@@ -12,10 +12,10 @@ from fractions import Fraction
 import pytest
 import sympy as sp
 
-from derivations.architectures import GPT
+from derivations.models.architectures import GPT
 from derivations.estimate import estimate
-from derivations.model_states import states_breakdown
-from derivations.models import Model
+from derivations.quantities.model_states import states_breakdown
+from derivations.models.model import Model
 from symbolic.derive import evaluate
 from symbolic.dims import V, a, b, d, h, l, p, s, t
 from symbolic.simplify import closed_form

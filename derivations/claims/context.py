@@ -7,7 +7,7 @@ quantity split finer than its breakdown, one *piece* per parameter tensor or sav
 ``alternatives`` yields the contexts under one changed option each (FlashAttention, dropout,
 recompute, profile, tied embeddings, optimizer, ZeRO stage, ...).
 
->>> from derivations.claims import quantity_spec
+>>> from derivations.claims.spec import quantity_spec
 >>> from derivations.options import Options
 >>> ctx = build_context(quantity_spec("params.per_layer"), "gpt2", Options())
 >>> [p.path for p in ctx.compare(ctx.params).pieces][:3]
@@ -18,14 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy as sp
 
-from derivations.claim_analysis import Piece
+from derivations.claims.analysis import Piece
+from derivations.claims.spec import ClaimError, QuantitySpec
 from derivations.estimate import estimate
-from derivations.model_states import optimizer_state_bytes
-from derivations.models import Model
+from derivations.quantities.model_states import optimizer_state_bytes
+from derivations.models.model import Model
 from derivations.options import PROFILES, RECOMPUTE, Options
 from derivations.quantity import Quantity
 from symbolic.derive import evaluate, saved_tensors
@@ -34,9 +35,6 @@ from symbolic.dtypes import dtype
 from symbolic.errors import DerivationError
 from symbolic.graph import Graph, Op
 from symbolic.tensor import Tensor
-
-if TYPE_CHECKING:
-    from derivations.claims import QuantitySpec
 
 __all__ = ["Context", "Comparison", "build_context", "alternatives", "unit_factor"]
 
@@ -58,7 +56,7 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    spec: Any  # QuantitySpec
+    spec: QuantitySpec
     model: Model
     options: Options
     graph: Graph
@@ -155,7 +153,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     est = estimate(model, options)
     values: dict[sp.Symbol, int | sp.Rational] = dict(est.values)
     if spec.mode == "infer":
-        from derivations.inference import infer_quantities, inference_values
+        from derivations.quantities.inference import infer_quantities, inference_values
 
         graph, found = infer_quantities(est.model, options, keep_symbols=True)
         quantities = {q.key: q for q in found}
@@ -164,8 +162,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
         graph, quantities = est.graph, {q.key: q for q in est.quantities}
     q = quantities[spec.key]
     if spec.per_position:
-        from derivations.claims import ClaimError
-        from derivations.inference import cached_length
+        from derivations.quantities.inference import cached_length
 
         if est.model.window_layers is not None:
             raise ClaimError(f"{spec.name} is not defined for {est.model.name}: its layer groups cache different "
@@ -255,7 +252,6 @@ def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Contex
 
 def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, str]:
     """The factor that puts a claim in ``unit`` into the quantity's unit, and a note saying so."""
-    from derivations.claims import ClaimError
 
     if unit not in ("bytes", "elements"):
         raise ClaimError(f"units must be bytes or elements, not {unit!r}")
@@ -268,7 +264,7 @@ def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, s
     if spec.name.startswith("activations"):
         width = dtype(o.dtype)
     elif spec.name.startswith("kv_cache"):
-        from derivations.inference import serving_dtypes
+        from derivations.quantities.inference import serving_dtypes
 
         width = serving_dtypes(o)[2]
     else:

@@ -1,6 +1,6 @@
 """A concrete model: an architecture plus its sizes.
 
->>> from derivations.architectures import GPT
+>>> from derivations.models.architectures import GPT
 >>> m = Model("tiny", GPT, {"h": 64, "a": 4, "l": 2, "V": 100, "n_ctx": 32})
 >>> m.sizes["f"], m.sizes["d_h"], m.sizes["a_kv"]
 (256, 16, 4)
@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 import sympy as sp
 
-from derivations.architectures import Arch, build_graph
+from derivations.models.architectures import Arch, build_graph
 from symbolic.dims import a, a_kv, d_h, f, h, sym
 from symbolic.errors import DerivationError
 from symbolic.graph import Graph
@@ -39,7 +39,7 @@ class Model:
     from a config says beyond sizes.
 
     >>> from dataclasses import replace
-    >>> from derivations.architectures import LLAMA
+    >>> from derivations.models.architectures import LLAMA
     >>> gemma = Model("alternating", LLAMA, {"h": 64, "a": 4, "l": 4, "V": 100}, window=8, window_layers=2)
     >>> gemma.windowed_layers, replace(gemma, window=None).windowed_layers
     (2, 0)

@@ -23,7 +23,7 @@ b*Min(a, s)
 >>> parse_formula("__import__('os')", names)
 Traceback (most recent call last):
 ...
-derivations.formula_parser.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
+derivations.claims.parser.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from derivations.claims import Claim
+from derivations.claims.check import Claim
 
 __all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
 

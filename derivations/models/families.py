@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import NoReturn
 
-from derivations.architectures import BERT, GPT, LLAMA
-from derivations.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
+from derivations.models.architectures import BERT, GPT, LLAMA
+from derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
                                        mlp_kind, sliding, whole_heads)
 
 __all__ = ["ADAPTERS", "REFUSED", "SUPPORTED_MODEL_TYPES"]

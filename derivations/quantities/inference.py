@@ -1,6 +1,6 @@
 """Inference memory per GPU: KV cache, weights in the serving dtype, the largest transient buffer.
 
-Everything is read off the model's graph (``derivations.architectures``) after the loss op is
+Everything is read off the model's graph (``derivations.models.architectures``) after the loss op is
 dropped and tensor parallelism is applied:
 
 * **KV cache.** The cached keys and values are the ``k`` and ``v`` tensors (roles ``k``/``v``,
@@ -19,7 +19,7 @@ dropped and tensor parallelism is applied:
 
 ``total_bytes`` = weights + KV cache + transient (+ ``--overhead``).
 
->>> from derivations.presets import preset
+>>> from derivations.models.presets import preset
 >>> from derivations.options import Options
 >>> m = preset("llama-2-7b")
 >>> _, qs = infer_quantities(m, Options(mode="infer", batch=1, seq=1), m.graph(dropout=False), keep_symbols=True)
@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from derivations.models import Model
+from derivations.models.model import Model
 from derivations.options import Options, OptionsError
 from derivations.quantity import Quantity
 from symbolic import dims
@@ -125,7 +125,7 @@ def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
     step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window (n = 0)
     it still holds the whole prompt until the next step. The steady state is modelled.
 
-    >>> from derivations.presets import preset
+    >>> from derivations.models.presets import preset
     >>> [(g.name, g.share, g.length) for g in layer_groups(preset("gemma-2-9b"))]
     [('full', (l - l_w)/l, n + s), ('sliding', l_w/l, Min(w, n + s))]
     """
@@ -389,7 +389,7 @@ def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> sp.Exp
     ``b (s+n) = W / (10 l a_kv d_h beta_kv)``. Below that many cached tokens inference needs less
     than 1.2x the weights, above it more. No sliding window is assumed (one GPU, t = 1).
 
-    >>> from derivations.presets import preset
+    >>> from derivations.models.presets import preset
     >>> rule_of_thumb_tokens(preset("llama-2-7b"))  # 2*6,738,415,616 / (5 * 524,288)
     1645121/320
     """

@@ -1,6 +1,6 @@
 """Map a Hugging Face ``config.json`` onto a ``Model``, offline.
 
-The family adapters (``derivations.families``) read the fields each family's transformers
+The family adapters (``derivations.models.families``) read the fields each family's transformers
 modeling code reads; a field the graph cannot represent exactly is an error naming that field.
 
 >>> m = from_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from derivations.config_fields import ConfigError, Fields, with_dropout
-from derivations.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
-from derivations.models import Model
+from derivations.models.config_fields import ConfigError, Fields, with_dropout
+from derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
+from derivations.models.model import Model
 
 __all__ = ["ConfigError", "from_config", "load_config", "SUPPORTED_MODEL_TYPES"]
 

@@ -1,6 +1,6 @@
 """Bundled models, as the Hugging Face config fields of their public ``config.json``.
 
-Presets go through the same loader as user configs (``derivations.config``), so there is one
+Presets go through the same loader as user configs (``derivations.models.config``), so there is one
 mapping from config to graph. Sizes: REFERENCES.md §7 (papers and model cards).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from derivations.config import from_config
-from derivations.models import Model, ModelError
+from derivations.models.config import from_config
+from derivations.models.model import Model, ModelError
 
 __all__ = ["PRESETS", "preset", "preset_names"]
 

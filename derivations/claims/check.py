@@ -9,7 +9,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
   (``d_h = h/a``, ``a_kv = a``, ``f = 4h`` for GPT) are applied;
 * ``conditional``: not exact as given, but exact under one alternative option (FlashAttention
   off, dropout on, another recompute level or profile, tied embeddings, ...), which is named;
-* ``leading-order``: claim/ours -> 1 as the model grows (``derivations.claim_analysis``: h, a,
+* ``leading-order``: claim/ours -> 1 as the model grows (``derivations.claims.analysis``: h, a,
   a_kv, f and l -> oo together, d_h, b, s, V fixed); the missing lower-order terms are named
   with the breakdown nodes they come from;
 * ``different``: anything else, with a constant factor where there is one, the terms that make
@@ -30,10 +30,11 @@ from typing import Any
 
 import sympy as sp
 
-from derivations.claim_analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
+from derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
                                         find_gaps, leading, ratio_limit)
-from derivations.claim_context import Comparison, Context, alternatives, build_context, unit_factor
-from derivations.formula_parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
+from derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
+from derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
+from derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from derivations.options import Options
 from symbolic.derive import evaluate
 from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
@@ -47,45 +48,6 @@ DEFAULT_MODEL = "gpt3-175b"
 #: family names accepted for --model, with the bundled model that stands for them
 FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral": "mistral-7b", "bert": "bert-base"}
 
-
-class ClaimError(DerivationError):
-    """A claim that cannot be checked as written (bad quantity, symbols, units or formula)."""
-
-
-@dataclass(frozen=True, slots=True)
-class QuantitySpec:
-    """A checkable quantity: its name in claims, the mode it needs and the Estimate key."""
-
-    name: str
-    mode: str
-    key: str
-    unit: str
-    per_position: bool = False  # divide by the cached length s + n (KV cache per position)
-
-
-QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
-    QuantitySpec("params.total", "params", "parameters", "elements"),
-    QuantitySpec("params.per_layer", "params", "parameters_per_layer", "elements"),
-    QuantitySpec("params.per_gpu", "train", "parameters_per_gpu", "elements"),
-    QuantitySpec("activations.per_layer", "train", "activation_bytes_per_layer", "bytes"),
-    QuantitySpec("activations.total", "train", "activation_bytes", "bytes"),
-    QuantitySpec("model_states.total", "train", "model_state_bytes", "bytes"),
-    QuantitySpec("train.total", "train", "total_bytes", "bytes"),
-    QuantitySpec("kv_cache.total", "infer", "kv_cache_bytes", "bytes"),
-    QuantitySpec("kv_cache.per_token", "infer", "kv_cache_bytes_per_token", "bytes"),
-    QuantitySpec("kv_cache.per_position", "infer", "kv_cache_bytes", "bytes", per_position=True),
-    QuantitySpec("weights.total", "infer", "weight_bytes", "bytes"),
-    QuantitySpec("infer.total", "infer", "total_bytes", "bytes"),
-)}
-_ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_per_layer": "params.per_layer",
-            "params-per-layer": "params.per_layer", "parameters_per_gpu": "params.per_gpu",
-            "activation_bytes_per_layer": "activations.per_layer", "activations": "activations.per_layer",
-            "activation_bytes": "activations.total", "activations-total": "activations.total",
-            "model_state_bytes": "model_states.total", "model-states": "model_states.total",
-            "model_states": "model_states.total", "train-total": "train.total", "kv_cache_bytes": "kv_cache.total",
-            "kv-cache": "kv_cache.total", "kv_cache": "kv_cache.total",
-            "kv_cache_bytes_per_token": "kv_cache.per_token",
-            "weight_bytes": "weights.total", "weights": "weights.total", "infer-total": "infer.total"}
 
 #: Our symbols by name, for the right-hand sides of a mapping (``D=h/a``).
 OURS: dict[str, sp.Expr] = {dim.name: dim.symbol for dim in DIMS}
@@ -102,14 +64,6 @@ _STATE_COMMON: dict[str, sp.Expr] = {"P": Psi, "N": Psi, "params": Psi}
 #: In KV-cache formulas (and the inference total that holds the cache): the sliding window and the
 #: layers that have one (Mistral, Gemma 2); ``n`` (generated tokens) is already common.
 _KV_COMMON: dict[str, sp.Expr] = {"w": w, "l_w": l_w}
-
-
-def quantity_spec(name: str) -> QuantitySpec:
-    """The quantity a claim is about: ``activations.per_layer``, an Estimate key, or a derive name."""
-    key = _ALIASES.get(name, name)
-    if key not in QUANTITIES:
-        raise ClaimError(f"unknown quantity {name!r}; choose one of {', '.join(QUANTITIES)}")
-    return QUANTITIES[key]
 
 
 def default_symbols(spec: QuantitySpec, k_bytes: int | None = None) -> dict[str, sp.Expr]:

@@ -20,7 +20,7 @@ from typing import Any
 import sympy as sp
 
 from derivations.estimate import estimate, resolve_model
-from derivations.models import Model
+from derivations.models.model import Model
 from derivations.options import Options
 from derivations.quantity import exact_int
 from symbolic.dims import b, s

@@ -1,6 +1,6 @@
 """Reading Hugging Face config fields: missing or ill-typed fields are errors that name them.
 
-Shared by the family adapters (``derivations.families``): sizes, activation names, key/value
+Shared by the family adapters (``derivations.models.families``): sizes, activation names, key/value
 heads, dropout rates, sliding windows, and the adapter of families with LLaMA's field names.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from derivations.architectures import Arch
-from derivations.models import ModelError
+from derivations.models.architectures import Arch
+from derivations.models.model import ModelError
 
 __all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LlamaLike", "WindowRule", "decoder_sizes",
            "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]
