@@ -25,12 +25,17 @@ from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
 from symbolic.dims import b, d, h, l, m, p, s, t, v
 from symbolic.errors import InvalidLayoutError
+from symbolic.experts import ActiveExperts, has_experts
 from symbolic.formula import Citation
 from symbolic.graph import Graph
 from symbolic.simplify import collect_in, factor_out
 
 __all__ = ["Estimate", "estimate", "resolve_model"]
 
+MOE_CITATION = Citation("Lepikhin et al. 2020 (GShard); Dai et al. 2024 (DeepSeekMoE)", "arXiv:2006.16668; "
+                        "arXiv:2401.06066", "top-k routing over E experts; shared experts")
+ACTIVE_DEFINITION = ("active parameters: the total less, in each MoE layer, the E - k routed experts a token does not "
+                     "use (router, shared experts, attention, embeddings and head count)")
 KORTHIKANTI = Citation("Korthikanti et al. 2022", "arXiv:2205.05198", "Eq. 1, Table 2")
 
 
@@ -116,10 +121,15 @@ class Estimate:
 
 def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
     rel = graph.relations
-    return [
+    out = [
         Quantity("parameters", "Parameters", parameters(graph), rel, form=lambda e: collect_in(e, l)),
         Quantity("parameters_per_layer", "Parameters per layer", parameters(graph, ["layer"], per_repeat=True), rel),
     ]
+    if has_experts(graph):
+        out.append(Quantity("active_parameters", "Active parameters (one token's k of E routed experts)",
+                            parameters(ActiveExperts()(graph)), rel, MOE_CITATION, (ACTIVE_DEFINITION,),
+                            form=lambda e: collect_in(e, l)))
+    return out
 
 
 def _transformed(base: Graph, opts: Options) -> Graph:

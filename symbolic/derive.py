@@ -75,7 +75,7 @@ def parameters(graph: Graph, blocks: Iterable[str] | None = None, per_repeat: bo
         if blocks is not None and blk.name not in blocks:
             continue
         scale = sp.Integer(1) if per_repeat else blk.repeat
-        terms += [Term(f"{blk.name}/{op.path}", scale * _op_params(op)) for op in blk.ops if op.params]
+        terms += [Term(f"{blk.name}/{op.path}", scale * op.share * _op_params(op)) for op in blk.ops if op.params]
     return Breakdown(tuple(terms), "elements")
 
 
@@ -107,7 +107,7 @@ def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable
         scale = blk.in_flight * (sp.Integer(1) if per_repeat else blk.repeat)
         by_op: dict[str, sp.Expr] = {}
         for op, tensor in _unique_saved(blk, ignore):
-            by_op[op.path] = by_op.get(op.path, sp.Integer(0)) + tensor.nbytes
+            by_op[op.path] = by_op.get(op.path, sp.Integer(0)) + op.share * tensor.nbytes
         terms += [Term(f"{blk.name}/{path}", scale * expr) for path, expr in by_op.items()]
     return Breakdown(tuple(terms), "bytes")
 

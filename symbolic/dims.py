@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import sympy as sp
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
-           "n", "w", "l_w", "g", "t", "p", "d", "m", "v", "Psi"]
+           "n", "w", "l_w", "g", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
+           "d_v", "ep"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,17 @@ DIMS: tuple[Dim, ...] = (
     Dim("V", "vocabulary size", "V"),
     Dim("n_ctx", "learned position embeddings (max positions)", "n_{ctx}"),
     Dim("n_type", "token type embeddings", "n_{type}"),
+    # mixture of experts (GShard's E experts, top-k routing; DeepSeekMoE's shared experts)
+    Dim("E", "routed experts per MoE layer", "E"),
+    Dim("k", "experts each token is routed to (top-k)", "k"),
+    Dim("f_e", "routed expert MLP width", "f_{e}"),
+    Dim("f_s", "shared expert MLP width (all shared experts together)", "f_{s}"),
+    Dim("l_d", "layers with a dense MLP among the MoE layers", "l_{d}"),
+    # multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 §2.1 notation)
+    Dim("d_c", "key/value latent rank (kv_lora_rank)", "d_{c}"),
+    Dim("d_cq", "query latent rank (q_lora_rank)", "d_{c}'"),
+    Dim("d_hR", "decoupled rotary head dimension (qk_rope_head_dim)", "d_{h}^{R}"),
+    Dim("d_v", "value head dimension (v_head_dim)", "d_{v}"),
     # inference
     Dim("n", "generated tokens", "n"),
     Dim("w", "sliding attention window", "w"),
@@ -55,6 +67,7 @@ DIMS: tuple[Dim, ...] = (
     Dim("d", "data-parallel degree", "d"),
     Dim("m", "micro-batches per step", "m"),
     Dim("v", "virtual pipeline stages per device", "v"),
+    Dim("ep", "expert-parallel degree", "e_{p}"),
     # aggregate: the parameter count, as papers write model-state formulas (ZeRO's Psi)
     Dim("Psi", "parameters held by one GPU", "\\Psi"),
 )
@@ -72,4 +85,5 @@ def sym(name: str) -> sp.Symbol:
     return _BY_NAME[name].symbol
 
 
-b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, l_w, g, t, p, d, m, v, Psi = (dim.symbol for dim in DIMS)
+(b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, t, p, d, m,
+ v, ep, Psi) = (dim.symbol for dim in DIMS)

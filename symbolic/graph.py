@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import sympy as sp
 
@@ -22,7 +23,13 @@ __all__ = ["Op", "Block", "Graph"]
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One node: ``path`` (e.g. ``attn/qkv``), its kind, parameters, saved tensors and output."""
+    """One node: ``path`` (e.g. ``attn/qkv``), its kind, parameters, saved tensors and output.
+
+    ``share`` is the fraction of the block's repeats that hold the op (``(l - l_d)/l`` for the MoE
+    sublayer of a model whose first ``l_d`` layers keep a dense MLP; 1 for most ops). ``cached``
+    names what an inference cache keeps for this op when that is not the attention's own k and v
+    (MLA's key/value latent and rotary key).
+    """
 
     path: str
     kind: str
@@ -30,10 +37,12 @@ class Op:
     saved: tuple[Tensor, ...]
     output: Tensor
     note: str = ""
+    share: Any = 1
+    cached: tuple[Tensor, ...] = ()
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
         return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
-                       output=fn(self.output))
+                       output=fn(self.output), cached=tuple(map(fn, self.cached)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ tensors ``(b, a, s, d_h)``, weights ``(out, in)`` as in ``torch.nn.Linear``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 import sympy as sp
@@ -48,12 +49,13 @@ class BlockBuilder:
                  input_dtype: DType | None = None, input_role: str = "input") -> None:
         self.name, self.act = name, act
         self.ops: list[Op] = []
+        self.share: object = 1  # fraction of the block's repeats holding the ops added now (see ``Op.share``)
         # Token ids are held whole by every rank (sequence parallelism splits after the embedding).
         self.input = Tensor("in", tuple(input_shape), input_dtype or act, role=input_role,
                             seq_axis=1 if len(input_shape) > 1 and input_role != "token-ids" else None)
 
     def _add(self, op: Op) -> Tensor:
-        self.ops.append(op)
+        self.ops.append(op if self.share == 1 else replace(op, share=self.share))
         return op.output
 
     def _act(self, name: str, shape: tuple[sp.Expr, ...], role: str = "activation",
@@ -175,7 +177,7 @@ class BlockBuilder:
             dropped = self._act(f"{path}.dropout.out", s2, "attention-scores", tp_axis=1, seq_axis=2)
             saved += [mask, dropped]
         saved.append(v)
-        out = self._act(f"{path}.out", (bsz, seq, heads * d_head), "attention-output", tp_axis=2)
+        out = self._act(f"{path}.out", (bsz, seq, heads * v.shape[-1]), "attention-output", tp_axis=2)
         return self._add(Op(path, "attention", (), tuple(saved), out))
 
     def cross_entropy(self, path: str, logits: Tensor) -> Tensor:
@@ -190,3 +192,86 @@ class BlockBuilder:
         total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
         return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
+
+    # --- mixture of experts -------------------------------------------------------------------
+    def router(self, path: str, x: Tensor, experts: sp.Expr, top_k: sp.Expr, *, bias: bool) -> Tensor:
+        """Router (gate): linear ``h -> E`` (weight (E, h)), fp32 softmax scores, top-k choice.
+
+        Saves the linear's input, the fp32 scores ``(b, s, E)``, the int64 indices of the k chosen
+        experts and their fp32 weights ``(b, s, k)`` with the fp32 sum that renormalises them
+        ``(b, s, 1)`` (``tests/reference_layers.py`` ``MoeLayer``). The output is the routing weights.
+        """
+        params = [_param(f"{path}.weight", (experts, x.shape[-1]), "weight", None)]
+        if bias:
+            params.append(_param(f"{path}.bias", (experts,), "bias", None))
+        lead = x.shape[:-1]
+        saved = (x, self._act(f"{path}.scores", (*lead, experts), "router", dt=FP32),
+                 self._act(f"{path}.indices", (*lead, top_k), "router", dt=INT64),
+                 self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
+                 self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
+        out = self._act(f"{path}.out", (*lead, top_k), "router")
+        return self._add(Op(path, "router", tuple(params), saved, out))
+
+    def experts(self, path: str, x: Tensor, experts: sp.Expr, top_k: sp.Expr, width: sp.Expr, *, kind: str,
+                bias: bool, note: str = "") -> Tensor:
+        """E routed expert MLPs, weights ``(E, out, in)`` as transformers stores them; each token
+        goes through k of them (``kind``: ``swiglu``/``geglu`` gated, else ``gelu``/``relu``).
+
+        Parameters: ``gate_up`` (E, 2 f_e, h) (gated) or ``up`` (E, f_e, h), ``down`` (E, h, f_e),
+        biases (E, 2 f_e) and (E, h). Saved, for the b s k token-expert pairs (each expert a loop
+        of linears over the tokens routed to it, as transformers' eager experts): the gathered
+        inputs (b, s, k, h) and their int64 token indices, the MLP's own tensors at width f_e, the
+        expert outputs (b, s, k, h) and routing weights (b, s, k, 1) their weighting multiplies.
+        """
+        lead, h = (*x.shape[:-1], top_k), x.shape[-1]
+        gated = kind in ("swiglu", "geglu")
+        params = [_param(f"{path}.{'gate_up' if gated else 'up'}", (experts, (2 if gated else 1) * width, h),
+                         "weight", 1),
+                  _param(f"{path}.down", (experts, h, width), "weight", 2)]
+        if bias:
+            params += [_param(f"{path}.{'gate_up' if gated else 'up'}_bias", (experts, (2 if gated else 1) * width),
+                              "bias", 1),
+                       _param(f"{path}.down_bias", (experts, h), "bias", None)]
+        hidden = [self._act(f"{path}.{name}", (*lead, width), tp_axis=len(lead)) for name in
+                  (("gate", "act", "up") if gated else ("act_in",))]
+        saved = (self._act(f"{path}.tokens", lead, "token-ids", dt=INT64),
+                 self._act(f"{path}.gathered", (*lead, h)), *hidden,
+                 self._act(f"{path}.hidden", (*lead, width), tp_axis=len(lead)),
+                 self._act(f"{path}.expert_out", (*lead, h)),
+                 self._act(f"{path}.weights", (*lead, 1), "router"))
+        out = self._act(f"{path}.out", x.shape, tp_axis=None)
+        return self._add(Op(path, "experts", tuple(params), saved, out, note))
+
+    def scale(self, path: str, x: Tensor, gate_width: sp.Expr = 1, *, kind: str = "sigmoid-gate") -> Tensor:
+        """``sigmoid(g) * x`` with ``g`` of width ``gate_width`` (Qwen2-MoE's shared-expert gate):
+        saves the sigmoid's output and ``x``."""
+        gate = self._act(f"{path}.sigmoid", (*x.shape[:-1], gate_width))
+        out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
+        return self._add(Op(path, kind, (), (gate, x), out))
+
+    # --- multi-head latent attention ----------------------------------------------------------
+    def kv_latent(self, path: str, kv: Tensor, rank: sp.Expr, rope_dim: sp.Expr) -> tuple[Tensor, Tensor]:
+        """Split MLA's compressed projection (b, s, d_c + d_h^R) into the key/value latent
+        (b, s, d_c) and the one rotary key shared by all heads; both are what the KV cache keeps
+        per token (DeepSeek-V2 §2.1.2; transformers' DeepseekV3Attention caches them as one-head
+        tensors (b, 1, s, d_c) and (b, 1, s, d_h^R)). A view: saves nothing."""
+        bsz, seq = kv.shape[0], kv.shape[1]
+        latent = self._act(f"{path}.latent", (bsz, seq, rank))
+        cached = (Tensor(f"{path}.cache_latent", (bsz, 1, seq, rank), self.act, role="kv-latent", seq_axis=2),
+                  Tensor(f"{path}.cache_rope_key", (bsz, 1, seq, rope_dim), self.act, role="k-rope", seq_axis=2))
+        self._add(Op(path, "kv-latent", (), (), latent, "cached: the latent and the rotary key", cached=cached))
+        return latent, cached[1]
+
+    def mla_keys(self, path: str, k_nope: Tensor, rope_key: Tensor) -> Tensor:
+        """Keys of every head: the per-head part (b, a, s, d_h) and the shared rotary key broadcast,
+        concatenated to (b, a, s, d_h + d_h^R) (a copy: saves nothing)."""
+        bsz, heads, seq, d_nope = k_nope.shape
+        out = Tensor(f"{path}.out", (bsz, heads, seq, d_nope + rope_key.shape[-1]), self.act, role="k", tp_axis=1,
+                     seq_axis=2)
+        return self._add(Op(path, "concat", (), (), out))
+
+    def attention_sinks(self, path: str, heads: sp.Expr) -> None:
+        """gpt-oss attention sinks: one learned logit per head joins each softmax (weight (a,))."""
+        weight = _param(f"{path}.weight", (heads,), "weight", 0)
+        out = self._act(f"{path}.out", (heads,), seq_axis=None, tp_axis=0)
+        self._add(Op(path, "attention-sinks", (weight,), (), out))

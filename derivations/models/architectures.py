@@ -20,16 +20,33 @@ from typing import Literal
 
 import sympy as sp  # noqa: F401  (used by the doctest above)
 
+from derivations.models.moe_mla import mla_attention, moe_mlp
 from symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
 from symbolic.dtypes import DType, dtype
 from symbolic.graph import Block, Graph
 from symbolic.ops import INT64, BlockBuilder
 from symbolic.tensor import Tensor
 
-__all__ = ["Arch", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "build_graph"]
+__all__ = ["Arch", "Moe", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "build_graph"]
 
 Norm = Literal["layernorm", "rmsnorm"]
 Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
+
+
+@dataclass(frozen=True, slots=True)
+class Moe:
+    """A mixture-of-experts MLP (GShard, Lepikhin et al. 2020; DeepSeekMoE, Dai et al. 2024): a router
+    (linear h -> E) picks k of E routed experts of width f_e per token; ``shared`` experts (one MLP of
+    width f_s) see every token, ``shared_gate`` scales them by a sigmoid gate (Qwen2-MoE);
+    ``dense_layers``: l_d of the l layers keep a dense MLP of width f (DeepSeek's first layers,
+    Qwen-MoE's ``mlp_only_layers``/``decoder_sparse_step``)."""
+
+    router_bias: bool = False
+    expert_bias: bool = False
+    shared: bool = False
+    shared_gate: bool = False
+    dense_layers: bool = False
+    note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +75,10 @@ class Arch:
     token_types: bool = False  # BERT segment embeddings
     pooler: bool = False  # BERT pooler (h x h dense)
     dropout: bool = True  # dropout layers in training (GPT-2, BERT); LLaMA-style families have none
+    moe: Moe | None = None  # mixture-of-experts MLP (the MLP kind is the experts')
+    attention: Literal["mha", "mla"] = "mha"  # mla: multi-head latent attention (DeepSeek-V2/V3)
+    q_lora: bool = True  # MLA only: low-rank query (q_lora_rank); False: one h -> a(d_h + d_hR) projection
+    sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
 
     def __post_init__(self) -> None:
         if self.shared_norm and not self.parallel_block:
@@ -95,6 +116,10 @@ def _qkv_normed_whole(bb: BlockBuilder, arch: Arch, x: Tensor) -> tuple[Tensor, 
 
 
 def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+    if arch.attention == "mla":
+        return _mla(bb, arch, x, dropout)
+    if arch.sinks:
+        bb.attention_sinks("attn/sinks", a)
     if arch.qk_norm and arch.qk_norm_width == "all":
         q, k, v = _qkv_normed_whole(bb, arch, x)
     else:
@@ -110,16 +135,22 @@ def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor
     return bb.dropout("attn/dropout", out) if dropout else out
 
 
-def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, width: object = f, prefix: str = "mlp") -> Tensor:
+    if arch.moe is not None and prefix == "mlp":
+        return moe_mlp(bb, arch, x, dropout, _mlp)
     if arch.mlp in ("swiglu", "geglu"):
-        gate = bb.linear("mlp/gate", x, f, bias=arch.mlp_bias, parallel="column")
-        up = bb.linear("mlp/up", x, f, bias=arch.mlp_bias, parallel="column")
-        hidden = bb.gated("mlp/act", gate, up, "silu" if arch.mlp == "swiglu" else "gelu")
+        gate = bb.linear(f"{prefix}/gate", x, width, bias=arch.mlp_bias, parallel="column")
+        up = bb.linear(f"{prefix}/up", x, width, bias=arch.mlp_bias, parallel="column")
+        hidden = bb.gated(f"{prefix}/act", gate, up, "silu" if arch.mlp == "swiglu" else "gelu")
     else:
-        hidden = bb.activation("mlp/act", bb.linear("mlp/fc1", x, f, bias=arch.mlp_bias, parallel="column"),
-                               arch.mlp)
-    out = bb.linear("mlp/fc2", hidden, h, bias=arch.mlp_bias, parallel="row")
-    return bb.dropout("mlp/dropout", out) if dropout else out
+        hidden = bb.activation(f"{prefix}/act", bb.linear(f"{prefix}/fc1", x, width, bias=arch.mlp_bias,
+                                                          parallel="column"), arch.mlp)
+    out = bb.linear(f"{prefix}/fc2", hidden, h, bias=arch.mlp_bias, parallel="row")
+    return bb.dropout(f"{prefix}/dropout", out) if dropout else out
+
+
+def _mla(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+    return mla_attention(bb, arch, x, dropout)
 
 
 def _layer(arch: Arch, act: DType, dropout: bool) -> Block:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from derivations.models.architectures import BERT, GPT, LLAMA
+from derivations.models.families_moe import MOE_ADAPTERS
 from derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
                                        mlp_kind, sliding, whole_heads)
 
@@ -262,17 +263,14 @@ ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "gpt_bigcode": _gpt_bigcode,
     "gpt_neox": _gpt_neox,
     "bert": _bert,
+    **MOE_ADAPTERS,
 }
 SUPPORTED_MODEL_TYPES = tuple(ADAPTERS)
 
 #: Families refused with the reason (mixture-of-experts: the field that makes them so).
 REFUSED: dict[str, Callable[[Fields], NoReturn]] = {
-    "mixtral": _refuse_moe("num_local_experts"),
     "phimoe": _refuse_moe("num_local_experts"),
     "granitemoe": _refuse_moe("num_local_experts"),
-    "qwen2_moe": _refuse_moe("num_experts"),
-    "qwen3_moe": _refuse_moe("num_experts"),
-    "olmoe": _refuse_moe("num_experts"),
     "olmo": _refuse("OLMo's LayerNorm has no weight and no bias, and a parameter-free LayerNorm is not "
                     "modelled yet"),
     "gemma3": _refuse("it includes a vision tower (vision_config); give its text_config (model_type "

@@ -78,10 +78,28 @@ class Model:
                 raise ModelError(f"{self.name}: learned positions need the number of positions (n_ctx)")
         if self.arch.token_types:
             sizes.setdefault("n_type", 2)
+        self._check_experts(sizes)
+        if self.arch.attention == "mla":
+            for key in ("d_c", "d_hR", "d_v") + (("d_cq",) if self.arch.q_lora else ()):
+                if key not in sizes:
+                    raise ModelError(f"{self.name}: multi-head latent attention needs the size {key!r}")
         if self.window is not None and self.window <= 0:
             raise ModelError(f"{self.name}: sliding window must be positive, got {self.window}")
         object.__setattr__(self, "sizes", MappingProxyType(sizes))
         object.__setattr__(self, "window_layers", self._window_layers())
+
+    def _check_experts(self, sizes: dict[str, int]) -> None:
+        """E routed experts, k per token (k <= E), expert width f_e; l_d dense layers (fewer than l)."""
+        moe = self.arch.moe
+        if moe is None:
+            return
+        for key in ("E", "k", "f_e") + (("f_s",) if moe.shared else ()) + (("l_d",) if moe.dense_layers else ()):
+            if key not in sizes:
+                raise ModelError(f"{self.name}: a mixture-of-experts model needs the size {key!r}")
+        if sizes["k"] > sizes["E"]:
+            raise ModelError(f"{self.name}: {sizes['k']} experts per token is more than the {sizes['E']} experts")
+        if moe.dense_layers and sizes["l_d"] >= sizes["l"]:
+            raise ModelError(f"{self.name}: {sizes['l_d']} dense layers leave no MoE layer among {sizes['l']}")
 
     def _window_layers(self) -> int | None:
         """``window_layers`` checked; None where it says nothing more than ``window`` (all or no layers)."""

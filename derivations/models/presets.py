@@ -70,6 +70,30 @@ PRESETS: dict[str, dict[str, Any]] = {
                  "do_layer_norm_before": True, "activation_function": "relu", "dropout": 0.1},
     # BigScience 2022 (arXiv:2211.05100), bigscience/bloom-560m config.json
     "bloom-560m": {"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 250880},
+    # Mixture of experts (REFERENCES.md §10.2 for the published totals).
+    # Jiang et al. 2024 (Mixtral of Experts, arXiv:2401.04088, Table 1); mistralai/Mixtral-8x7B-v0.1 config.json
+    # (= transformers' MixtralConfig defaults): 8 experts of width 14336, 2 per token
+    "mixtral-8x7b": {**_llama(4096, 32, 8, 32, 14336, 32000, 32768), "model_type": "mixtral", "num_local_experts": 8,
+                     "num_experts_per_tok": 2, "sliding_window": None},
+    # DeepSeek-AI 2024 (DeepSeek-V3, arXiv:2412.19437 §4.2); deepseek-ai/DeepSeek-V3 config.json (= transformers'
+    # DeepseekV3Config defaults): MLA, 3 dense layers, 256 routed + 1 shared expert of width 2048, 8 per token;
+    # the multi-token-prediction module (num_nextn_predict_layers) is not part of the model transformers builds
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "num_hidden_layers": 61, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "vocab_size": 129280, "max_position_embeddings": 163840,
+                    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+                    "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+                    "qk_nope_head_dim": 128, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
+                    "tie_word_embeddings": False},
+    # Qwen Team 2025 (Qwen3 technical report, arXiv:2505.09388, Table 2); Qwen/Qwen3-30B-A3B config.json
+    "qwen3-30b-a3b": {**_llama(2048, 32, 4, 48, 6144, 151936, 40960), "model_type": "qwen3_moe", "head_dim": 128,
+                      "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+                      "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False},
+    # OpenAI 2025 (gpt-oss model card, arXiv:2508.10925); openai/gpt-oss-20b config.json (NVIDIA Megatron Bridge
+    # docs list the same sizes): 24 layers, 32 experts, 4 per token, sliding window 128 on alternate layers
+    "gpt-oss-20b": {**_llama(2880, 64, 8, 24, 2880, 201088, 131072), "model_type": "gpt_oss", "head_dim": 64,
+                    "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
+                    "attention_bias": True},
     # Devlin et al. 2019, bert-base-uncased (BertModel with pooler)
     "bert-base": {"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
                   "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,

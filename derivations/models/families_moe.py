@@ -1,0 +1,154 @@
+"""Adapters of the mixture-of-experts and latent-attention families (one per ``model_type``).
+
+Each reads the fields its transformers modeling code reads, with the config class's defaults
+(``save_pretrained`` drops fields equal to them), and names the field when a config cannot be
+represented: Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3 (MLA), gpt-oss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from derivations.models.architectures import LLAMA, Arch, Moe
+from derivations.models.config_fields import Adapted, ConfigError, Fields, decoder_sizes, mlp_kind, sliding
+
+__all__ = ["MOE_ADAPTERS"]
+
+
+def _experts(c: Fields, keys: tuple[str, ...], experts: int, top_k: int | None, width: int) -> dict[str, int]:
+    """``E``, ``k`` and ``f_e``; ``width`` is the expert width already read."""
+    sizes = {"E": c.size(*keys, default=experts), "k": c.size("num_experts_per_tok", default=top_k), "f_e": width}
+    if sizes["k"] > sizes["E"]:
+        c.fail("num_experts_per_tok", f"is more than the {sizes['E']} experts ({keys[0]})")
+    return sizes
+
+
+def _dense_count(c: Fields, l: int, dense: Callable[[int], bool]) -> int:
+    return sum(dense(i) for i in range(l))
+
+
+def _layer_list(c: Fields, key: str, l: int) -> list[int]:
+    value = c.get(key, [])
+    if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+        c.fail(key, "must be a list of layer indices")
+    return value
+
+
+def _with_moe(arch: Arch, sizes: dict[str, int], moe: Moe, dense: int) -> tuple[Arch, dict[str, int]]:
+    """The arch with ``moe`` in ``l - dense`` layers (no MoE when every layer is dense)."""
+    l = sizes["l"]
+    if dense >= l:
+        return arch, {key: v for key, v in sizes.items() if key not in ("E", "k", "f_e", "f_s")}
+    if dense:
+        moe, sizes = replace(moe, dense_layers=True), {**sizes, "l_d": dense}
+    return replace(arch, moe=moe), sizes
+
+
+def _mixtral(c: Fields) -> Adapted:
+    arch = replace(LLAMA, family="mixtral", mlp=mlp_kind(c, "hidden_act", "silu", gated=True),
+                   tied_embeddings=c.flag("tie_word_embeddings", False))
+    sizes = decoder_sizes(c, kv_heads=8)
+    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 8, 2, sizes["f"]))
+    arch, sizes = _with_moe(arch, sizes, Moe(), 0)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
+
+
+def _qwen_moe(family: str, kv_heads: int, experts: int, top_k: int, width: int, shared: bool) -> Callable[..., Adapted]:
+    """Qwen2-MoE (shared expert with a sigmoid gate, qkv biases) and Qwen3-MoE (per-head q/k norms):
+    layers in ``mlp_only_layers`` or off the ``decoder_sparse_step`` keep a dense MLP."""
+    def adapt(c: Fields) -> Adapted:
+        bias = c.flag("qkv_bias", True) if shared else c.flag("attention_bias", False)
+        arch = replace(LLAMA, family=family, mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias,
+                       out_bias=bias and not shared, qk_norm=not shared,
+                       tied_embeddings=c.flag("tie_word_embeddings", False))
+        sizes = decoder_sizes(c, kv_heads=kv_heads)
+        sizes.update(_experts(c, ("num_experts", "num_local_experts"), experts, top_k,
+                              c.size("moe_intermediate_size", default=width)))
+        if shared:
+            sizes["f_s"] = c.size("shared_expert_intermediate_size", default=5632)
+        l, step = sizes["l"], c.size("decoder_sparse_step", default=1)
+        only = set(_layer_list(c, "mlp_only_layers", l))
+        dense = _dense_count(c, l, lambda i: i in only or (i + 1) % step != 0)
+        arch, sizes = _with_moe(arch, sizes, Moe(shared=shared, shared_gate=shared), dense)
+        window = sliding(4096, switch="use_sliding_window",
+                         slides=(lambda c, i: (i + 1) % 2 == 1 and i < c.count("max_window_layers", 28)) if shared
+                         else (lambda c, i: True))
+        return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window(c, l)}
+
+    return adapt
+
+
+def _olmoe(c: Fields) -> Adapted:
+    """OLMoE: RMSNorm over all of q and all of k (as OLMo 2), 64 experts of width intermediate_size."""
+    bias = c.flag("attention_bias", False)
+    arch = replace(LLAMA, family="olmoe", mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias,
+                   out_bias=bias, qk_norm=True, qk_norm_width="all", tied_embeddings=c.flag("tie_word_embeddings", False))
+    sizes = decoder_sizes(c)
+    sizes.update(_experts(c, ("num_experts", "num_local_experts"), 64, 8, sizes["f"]))
+    arch, sizes = _with_moe(arch, sizes, Moe(), 0)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
+
+
+def _deepseek(version: int) -> Callable[[Fields], Adapted]:
+    """DeepSeek-V2/V3: multi-head latent attention; the first ``first_k_dense_replace`` layers keep a
+    dense MLP, the others route to ``n_routed_experts`` experts beside ``n_shared_experts`` shared ones."""
+    defaults: dict[str, Any] = ({"experts": 256, "top_k": 8, "width": 2048, "shared": 1, "dense": 3} if version == 3
+                                else {"experts": 64, "top_k": None, "width": 1407, "shared": 2, "dense": 0})
+
+    def adapt(c: Fields) -> Adapted:
+        bias = c.flag("attention_bias", False)
+        mlp_bias = c.flag("mlp_bias", False) if version == 2 else False
+        q_lora = not ("q_lora_rank" in c.config and c.config["q_lora_rank"] is None)
+        arch = replace(LLAMA, family=f"deepseek_v{version}", mlp=mlp_kind(c, "hidden_act", "silu", gated=True),
+                       attention="mla", q_lora=q_lora, qkv_bias=bias, out_bias=bias, mlp_bias=mlp_bias,
+                       tied_embeddings=c.flag("tie_word_embeddings", False))
+        sizes = {"h": c.size("hidden_size"), "a": c.size("num_attention_heads"), "l": c.size("num_hidden_layers"),
+                 "V": c.size("vocab_size"), "f": c.size("intermediate_size")}
+        sizes.update(a_kv=sizes["a"], d_h=c.size("qk_nope_head_dim", default=128),
+                     d_hR=c.size("qk_rope_head_dim", default=64), d_v=c.size("v_head_dim", default=128),
+                     d_c=c.size("kv_lora_rank", default=512))
+        if q_lora:
+            sizes["d_cq"] = c.size("q_lora_rank", default=1536)
+        width = c.size("moe_intermediate_size", default=defaults["width"])
+        sizes.update(_experts(c, ("n_routed_experts", "num_local_experts", "num_experts"), defaults["experts"],
+                              defaults["top_k"], width))
+        shared = c.count("n_shared_experts", defaults["shared"])
+        if shared:
+            sizes["f_s"] = shared * width
+        arch, sizes = _with_moe(arch, sizes, Moe(shared=bool(shared)), c.count("first_k_dense_replace", defaults["dense"]))
+        if mlp_bias and arch.moe is not None:
+            raise ConfigError(f"{c.name}: config field 'mlp_bias' = True is not supported: the routed experts "
+                              "have no biases while the dense and shared MLPs would")
+        notes = ("multi-head latent attention: the KV cache holds the latent (d_c) and the rotary key (d_hR) per "
+                 "token per layer, as transformers and serving engines keep it",)
+        return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), "notes": notes}
+
+    return adapt
+
+
+def _gpt_oss(c: Fields) -> Adapted:
+    """gpt-oss: attention sinks, biases on attention, router and experts; layers alternate a sliding
+    window (128) and full attention."""
+    bias = c.flag("attention_bias", True)
+    moe = Moe(router_bias=True, expert_bias=True,
+              note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as the graph's SwiGLU")
+    arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
+                   tied_embeddings=c.flag("tie_word_embeddings", False))
+    sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
+    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 128, 4, sizes["f"]))
+    arch, sizes = _with_moe(arch, sizes, moe, 0)
+    window = sliding(128, slides=lambda c, i: (i + 1) % 2 == 1)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window(c, sizes["l"])}
+
+
+MOE_ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen_moe("qwen2_moe", 16, 60, 4, 1408, shared=True),
+    "qwen3_moe": _qwen_moe("qwen3_moe", 4, 128, 8, 768, shared=False),
+    "olmoe": _olmoe,
+    "deepseek_v2": _deepseek(2),
+    "deepseek_v3": _deepseek(3),
+    "gpt_oss": _gpt_oss,
+}

@@ -1,0 +1,86 @@
+"""Graph views of a mixture of experts: the parameters one token uses, and expert parallelism.
+
+Routed experts are the ops of kind ``experts``; their parameter tensors lead with the expert axis
+``(E, ...)``. ``ActiveExperts`` keeps k of the E (a token's path through the model);
+``ExpertParallel`` divides the E experts over ``ep`` ranks.
+
+>>> from symbolic.dims import E, h, k
+>>> from symbolic.ops import BlockBuilder
+>>> from symbolic.dtypes import dtype
+>>> from symbolic.graph import Graph
+>>> from symbolic.derive import parameters
+>>> bb = BlockBuilder("layer", (1, 1, h), dtype("bf16"))
+>>> _ = bb.experts("moe/experts", bb.input, E, k, 4 * h, kind="swiglu", bias=False)
+>>> g = Graph("toy", (bb.build(),))
+>>> parameters(g).total, parameters(ActiveExperts()(g)).total
+(12*E*h**2, 12*h**2*k)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from symbolic import dims
+from symbolic.graph import Block, Graph, Op
+from symbolic.strategies import Strategy
+from symbolic.tensor import Tensor
+
+__all__ = ["ActiveExperts", "ExpertParallel", "EXPERTS", "has_experts", "expert_ops"]
+
+#: The op kind whose parameters are the routed experts, expert axis first.
+EXPERTS = "experts"
+
+
+def has_experts(graph: Graph) -> bool:
+    return any(op.kind == EXPERTS for _, op in graph.ops())
+
+
+def expert_ops(graph: Graph) -> list[str]:
+    """Block-qualified paths (``layer/moe/experts``) of the routed-expert ops."""
+    return [f"{blk.name}/{op.path}" for blk, op in graph.ops() if op.kind == EXPERTS]
+
+
+def _on_experts(graph: Graph, fn: Any, name: str, *assumptions: str) -> Graph:
+    def per_op(op: Op) -> Op:
+        return replace(op, params=tuple(fn(x) for x in op.params)) if op.kind == EXPERTS else op
+
+    def per_block(blk: Block) -> Block:
+        return blk.map_ops(per_op)
+
+    return graph.map_blocks(per_block, name, *assumptions)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveExperts(Strategy):
+    """The parameters a token uses: in every MoE layer k of the E routed experts (the router,
+    shared experts, attention, embeddings and head stay whole)."""
+
+    @property
+    def name(self) -> str:
+        return "active parameters (k of E routed experts)"
+
+    def __call__(self, graph: Graph) -> Graph:
+        def keep_k(x: Tensor) -> Tensor:
+            return replace(x, shape=(dims.k, *x.shape[1:]))
+
+        return _on_experts(graph, keep_k, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertParallel(Strategy):
+    """Expert parallelism (GShard, Lepikhin et al. 2020 §2.2; Megatron-Core MoE): each of ep ranks
+    holds E/ep routed experts, their gradients and optimizer states; tokens travel to their experts
+    by all-to-all, so on average a rank's experts see as many token-expert pairs as without it
+    (activations unchanged)."""
+
+    ep: Any
+
+    @property
+    def name(self) -> str:
+        return "expert parallel" if self.ep == dims.ep else f"expert parallel (ep={self.ep})"
+
+    def __call__(self, graph: Graph) -> Graph:
+        if self.ep == 1:
+            return graph
+        return _on_experts(graph, lambda x: x.split(0, self.ep), self.name)
