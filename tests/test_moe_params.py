@@ -44,7 +44,7 @@ FAMILY_CONFIGS = [
     # DeepSeek-V2: MLA, here without the low-rank query (V2-Lite), two shared experts
     ("deepseek_v2", dict(S, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                          **dict(MLA, q_lora_rank=None))),
-    ("deepseek_v2", dict(S, n_routed_experts=6, num_experts_per_tok=3, moe_intermediate_size=20, n_shared_experts=1,
+    ("deepseek_v2", dict(S, n_routed_experts=6, num_experts_per_tok=3, moe_intermediate_size=24, n_shared_experts=1,
                          first_k_dense_replace=2, **MLA)),
     # gpt-oss: attention sinks, biases on attention, router and experts; alternating sliding windows
     ("gpt_oss", dict(S, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
@@ -88,6 +88,7 @@ def test_total_and_active_match_transformers(model_type: str, fields: dict) -> N
     ("mixtral-8x7b", 46.7, 1, 12.9),  # REFERENCES §10.2: 46.7B total, 12.9B active
     ("deepseek-v3", 671, 0, 37),  # 671B / 37B (the 14B MTP module not included)
     ("qwen3-30b-a3b", 30.5, 1, 3.3),  # 30.5B / 3.3B
+    ("deepseek-v2", 236, 0, 21),  # DeepSeek-V2 paper (arXiv:2405.04434) abstract: 236B total, 21B activated
 ])
 def test_published_totals(name: str, total: float, digits: int, active: float) -> None:
     """Totals round to the published figure. Active counts (embeddings and head included) are published

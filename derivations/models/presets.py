@@ -75,6 +75,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (= transformers' MixtralConfig defaults): 8 experts of width 14336, 2 per token
     "mixtral-8x7b": {**_llama(4096, 32, 8, 32, 14336, 32000, 32768), "model_type": "mixtral", "num_local_experts": 8,
                      "num_experts_per_tok": 2, "sliding_window": None},
+    # DeepSeek-AI 2024 (DeepSeek-V2, arXiv:2405.04434 §3.1.2); deepseek-ai/DeepSeek-V2 config.json: MLA (d_c 512,
+    # d_c' 1536, d_h^R 64), first layer dense, 160 routed + 2 shared experts of width 1536, 6 per token
+    "deepseek-v2": {"model_type": "deepseek_v2", "hidden_size": 5120, "num_attention_heads": 128,
+                    "num_hidden_layers": 60, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+                    "vocab_size": 102400, "max_position_embeddings": 163840, "n_routed_experts": 160,
+                    "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1,
+                    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                    "v_head_dim": 128, "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3,
+                    "tie_word_embeddings": False},
     # DeepSeek-AI 2024 (DeepSeek-V3, arXiv:2412.19437 §4.2); deepseek-ai/DeepSeek-V3 config.json (= transformers'
     # DeepseekV3Config defaults): MLA, 3 dense layers, 256 routed + 1 shared expert of width 2048, 8 per token;
     # the multi-token-prediction module (num_nextn_predict_layers) is not part of the model transformers builds

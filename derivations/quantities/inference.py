@@ -204,8 +204,11 @@ def inference_graph(model: Model, options: Options, base: Graph | None = None) -
 
 
 def _kv_tensors(blk: Block) -> list[tuple[Op, Tensor]]:
-    return [(op, x) for op in blk.ops if op.kind in ("attention", "flash-attention")
-            for x in op.saved if x.role in ("k", "v")]
+    """What the cache keeps per layer: the tensors ops declare ``cached`` (MLA's latent and rotary key),
+    else the k and v each attention op saves."""
+    declared = [(op, x) for op in blk.ops for x in op.cached]
+    return declared or [(op, x) for op in blk.ops if op.kind in ("attention", "flash-attention")
+                        for x in op.saved if x.role in ("k", "v")]
 
 
 def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | sp.Expr, kv: DType) -> Breakdown:
@@ -224,7 +227,7 @@ def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | sp.Expr, kv: DType) ->
             shape = list(x.shape)
             shape[x.seq_axis] = group.length
             cached = replace(x, shape=tuple(shape), dtype=kv)
-            kind = "keys" if x.role == "k" else "values"
+            kind = {"k": "keys", "v": "values"}.get(x.role, x.role)
             terms.append(Term(f"{prefix}{kind}/{op.path}", blk.repeat * group.share * cached.nbytes))
     return Breakdown(tuple(terms), "bytes")
 
@@ -247,13 +250,13 @@ def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable
 
 def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DType], group: sp.Expr) -> list[Term]:
     linear, other, _ = dtypes
-    path = f"{blk.name}/{op.path}"
-    if not (blk.name == "layer" and op.kind == "linear" and x.role == "weight"):
-        return [Term(f"weights/{path}", blk.repeat * x.numel * other.nbytes)]
-    terms = [Term(f"weights/{path}", blk.repeat * x.numel * linear.nbytes)]
+    path, repeat = f"{blk.name}/{op.path}", blk.repeat * op.share
+    if not (blk.name == "layer" and op.kind in ("linear", "experts") and x.role == "weight"):
+        return [Term(f"weights/{path}", repeat * x.numel * other.nbytes)]
+    terms = [Term(f"weights/{path}", repeat * x.numel * linear.nbytes)]
     if linear.name in GROUPWISE:
-        rows, cols = x.shape
-        terms.append(Term(f"weights/scales/{path}", blk.repeat * rows * sp.ceiling(cols / group) * SCALE.nbytes))
+        *rows, cols = x.shape  # experts: (E, out, in), E * out rows
+        terms.append(Term(f"weights/scales/{path}", repeat * sp.Mul(*rows) * sp.ceiling(cols / group) * SCALE.nbytes))
     return terms
 
 
