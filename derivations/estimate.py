@@ -18,6 +18,8 @@ import sympy as sp
 
 from derivations.models.config import from_config, load_config
 from derivations.quantities.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
+from derivations.models.implementations import describe as describe_implementation
+from derivations.models.implementations import hf_layers
 from derivations.models.model import Model
 from derivations.options import PROFILES, Options, OptionsError
 from derivations.models.presets import PRESETS, preset
@@ -116,7 +118,14 @@ class Estimate:
         out.update({q.key: self.number(q.key) for q in self.quantities})
         out["formulas"] = {q.key: str(q.closed_form()) for q in self.quantities}
         out["strategies"] = list(self.graph.strategies)
+        if self.options.mode == "train":
+            out["implementation"] = self.implementation()
         return out
+
+    def implementation(self) -> str:
+        """Which code the activations describe, e.g. ``hf-sdpa (transformers' modeling code)``."""
+        o = self.options
+        return describe_implementation(o.implementation_kind, o.hf_attention)
 
 
 def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
@@ -201,6 +210,8 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     check_layout(resolved, options)
     act = options.dtype if options.mode == "train" else "bf16"
     base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
+    if options.mode == "train" and options.implementation_kind == "hf":
+        base = hf_layers(resolved.arch, options.hf_attention)(base)
     quantities = _param_quantities(resolved, base)
     graph = base
     if options.mode == "train":

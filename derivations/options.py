@@ -60,6 +60,7 @@ class Options:
     weight_dtype: str | None = None  # inference
     kv_dtype: str | None = None  # inference
     quant_group: int = 128
+    implementation: str = "megatron"  # megatron | hf | hf-eager | hf-sdpa (derivations.models.implementations)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -93,6 +94,38 @@ class Options:
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
+        self._check_implementation()
+
+    def _check_implementation(self) -> None:
+        from derivations.models.implementations import parse_implementation
+
+        try:
+            kind, _ = parse_implementation(self.implementation)
+        except ValueError as exc:
+            raise OptionsError(str(exc)) from None
+        if kind == "hf" and (self.tp > 1 or self.pp > 1 or self.sp or self.recompute == "selective"):
+            raise OptionsError("transformers' layers run whole on each GPU and checkpoint whole layers: tensor, "
+                               "sequence and pipeline parallelism and selective recompute are Megatron's; use "
+                               "--implementation megatron with them")
+        if self.implementation == "hf-eager" and self.flash:
+            raise OptionsError("--flash contradicts --implementation hf-eager; use hf-sdpa (or hf --flash)")
+
+    @property
+    def implementation_kind(self) -> str:
+        """``megatron`` or ``hf`` (shorthands resolved)."""
+        from derivations.models.implementations import parse_implementation
+
+        return parse_implementation(self.implementation)[0]
+
+    @property
+    def hf_attention(self) -> str:
+        """The attention kernel transformers runs: the shorthand's, else ``--attention`` / ``--flash``, else
+        sdpa (transformers' default ``attn_implementation``)."""
+        from derivations.models.implementations import parse_implementation
+
+        kernel = parse_implementation(self.implementation)[1]
+        chosen = getattr(self, "attention", None)
+        return kernel or chosen or ("flash" if self.flash else "sdpa")
 
     def strategies(self) -> tuple[Strategy, ...]:
         """The graph transforms these options apply, in order."""

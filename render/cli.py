@@ -73,6 +73,9 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-dtype", default=None, help="inference weight dtype (fp16, int8, int4, fp8, ...)")
     g.add_argument("--kv-dtype", default=None, help="inference KV-cache dtype")
     g.add_argument("--quant-group", type=int, default=128, help="int4/int8 quantization group size")
+    g.add_argument("--implementation", default="megatron",
+                   help="whose layers save the activations: megatron (fused kernels, the published formulas; "
+                        "default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention")
 
 
 def options_from_args(args: argparse.Namespace, mode: str | None = None):
@@ -85,7 +88,8 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
                    dropout=not args.no_dropout, micro_batches=args.micro_batches,
                    virtual_stages=args.virtual_stages, profile=args.profile,
                    overhead_bytes=parse_size(args.overhead), weight_dtype=args.weight_dtype,
-                   kv_dtype=args.kv_dtype, quant_group=args.quant_group)
+                   kv_dtype=args.kv_dtype, quant_group=args.quant_group,
+                   implementation=getattr(args, "implementation", "megatron"))
 
 
 def build_parser() -> argparse.ArgumentParser:

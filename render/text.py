@@ -30,6 +30,8 @@ def _header(est: Estimate) -> list[str]:
         layers = "every layer" if m.window_layers is None else f"l_w={m.window_layers} of l={m.sizes['l']} layers"
         lines.append(f"sliding window: w={m.window} tokens in {layers}")
     lines += [f"note: {note}" for note in m.notes]
+    if est.options.mode == "train":
+        lines.append(f"implementation: {est.implementation()}")
     if est.graph.strategies:
         lines.append("strategies: " + "; ".join(est.graph.strategies))
     return lines

@@ -79,6 +79,7 @@ class Arch:
     attention: Literal["mha", "mla"] = "mha"  # mla: multi-head latent attention (DeepSeek-V2/V3)
     q_lora: bool = True  # MLA only: low-rank query (q_lora_rank); False: one h -> a(d_h + d_hR) projection
     sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
+    act_fn: str = ""  # the config's activation name where transformers' code for it matters (gelu_new: Python)
 
     def __post_init__(self) -> None:
         if self.shared_norm and not self.parallel_block:

@@ -24,7 +24,7 @@ def _gpt2(c: Fields) -> Adapted:
              "V": c.need("vocab_size"), "n_ctx": c.need("n_positions", "max_position_embeddings"),
              "f": c.get("n_inner", 4 * h)}
     arch = replace(GPT, mlp=mlp_kind(c, "activation_function", "gelu_new"),
-                   tied_embeddings=c.flag("tie_word_embeddings", True))
+                   tied_embeddings=c.flag("tie_word_embeddings", True), act_fn=c.get("activation_function", "gelu_new"))
     return arch, sizes, {"max_positions": sizes["n_ctx"]}
 
 

@@ -1,0 +1,104 @@
+"""Measure what a whole transformers model saves for backward, attributed to the module that saved it.
+
+``measure_model`` builds a small ``*ForCausalLM`` from its config class (random weights, no downloads),
+casts it to bf16, runs ``model(ids, labels=ids)`` in training mode under
+``torch.autograd.graph.saved_tensors_hooks`` and counts every saved storage once, parameters and
+buffers excluded (as ``tests/reference_layers.measure`` does for single layers). Each storage is
+attributed to the innermost module running when it was first saved (forward pre/post hooks keep a
+stack), with its dtype and shapes, so a test can compare one decoder layer op group by op group.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+
+__all__ = ["Shape", "FAMILIES", "SavedModel", "config_for", "measure_model"]
+
+
+@dataclass(frozen=True)
+class Shape:
+    b: int
+    s: int
+
+
+#: Small configs: GQA and MHA LLaMA, Mistral (GQA, head_dim != h/a), one-KV-head Mistral, Qwen2 (GQA, qkv bias),
+#: GPT-2 (MHA, LayerNorm, gelu_new, dropout 0.1).
+FAMILIES: dict[str, tuple[str, dict]] = {
+    "llama-gqa": ("LlamaConfig", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=160, num_hidden_layers=2, vocab_size=128)),
+    "llama-mha": ("LlamaConfig", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+                                      intermediate_size=160, num_hidden_layers=2, vocab_size=128)),
+    "mistral": ("MistralConfig", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=192, num_hidden_layers=2, vocab_size=128, head_dim=32)),
+    "mqa": ("MistralConfig", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1,
+                                  intermediate_size=192, num_hidden_layers=2, vocab_size=128)),
+    "qwen2": ("Qwen2Config", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                  intermediate_size=160, num_hidden_layers=2, vocab_size=128)),
+    "gpt2": ("GPT2Config", dict(n_embd=64, n_head=4, n_layer=2, vocab_size=128, n_positions=128)),
+}
+
+
+def config_for(family: str, attention: str) -> transformers.PretrainedConfig:
+    cls_name, kwargs = FAMILIES[family]
+    config = getattr(transformers, cls_name)(**kwargs)
+    config._attn_implementation = attention
+    return config
+
+
+@dataclass
+class SavedModel:
+    """Saved storages: ``storages`` maps data_ptr -> (bytes, dtype, module path, shapes)."""
+
+    storages: dict[int, tuple[int, torch.dtype, str, list[tuple[int, ...]]]] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(size for size, _, _, _ in self.storages.values())
+
+    def by_module(self, prefix: str = "") -> Counter:
+        """Bytes per (module path relative to ``prefix``, dtype) for modules under ``prefix``."""
+        out: Counter = Counter()
+        for size, dt, path, _ in self.storages.values():
+            if path.startswith(prefix):
+                out[(path[len(prefix):], str(dt).removeprefix("torch."))] += size
+        return out
+
+    def describe(self) -> str:
+        return "\n".join(f"  {size:>9} B {str(dt):15} {path:40} {shapes}"
+                         for size, dt, path, shapes in self.storages.values())
+
+
+def measure_model(family: str, attention: str, shape: Shape, seed: int = 0) -> SavedModel:
+    """Forward of a bf16 ``family`` model in training mode (dropout on where the config has it)."""
+    torch.manual_seed(seed)
+    config = config_for(family, attention)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).train()
+    owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    stack: list[str] = [""]
+    handles = []
+    for name, module in model.named_modules():
+        handles.append(module.register_forward_pre_hook(lambda _m, _a, name=name: stack.append(name)))
+        handles.append(module.register_forward_hook(lambda _m, _a, _o: None if stack.pop() else None))
+    result = SavedModel()
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in owned:
+            entry = result.storages.setdefault(ptr, (storage.nbytes(), tensor.dtype, stack[-1], []))
+            entry[3].append(tuple(tensor.shape))
+        return tensor
+
+    ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = model(input_ids=ids, labels=ids).loss
+    finally:
+        for handle in handles:
+            handle.remove()
+    loss.backward()  # the graph is a real one
+    return result
