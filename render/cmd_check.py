@@ -54,7 +54,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
               "zero": args.zero, "offload": args.offload, "recompute": args.recompute, "flash": args.flash,
               "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
               "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
-              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group, "overhead_bytes": parse_size(args.overhead)}
+              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group, "overhead_bytes": parse_size(args.overhead),
+              "implementation": args.implementation}
     return {k: v for k, v in fields.items() if v is not None}
 
 
