@@ -21,18 +21,18 @@ from derivations.quantities.model_states import OFFLOAD_CITATION, ZERO_CITATION,
 from derivations.models.implementations import describe as describe_implementation
 from derivations.models.implementations import hf_layers
 from derivations.models.model import Model
-from derivations.options import PROFILES, Options, OptionsError
+from derivations.options import PROFILES, ArgumentError, Options, OptionsError
 from derivations.models.presets import PRESETS, preset
 from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
 from symbolic.dims import b, d, h, l, m, p, s, t, v
-from symbolic.errors import InvalidLayoutError
+from symbolic.errors import DerivationError, InvalidLayoutError, shown
 from symbolic.experts import ActiveExperts, has_experts
 from symbolic.formula import Citation
 from symbolic.graph import Graph
 from symbolic.simplify import collect_in, factor_out
 
-__all__ = ["Estimate", "estimate", "resolve_model"]
+__all__ = ["Estimate", "UnknownQuantity", "estimate", "resolve_model"]
 
 MOE_CITATION = Citation("Lepikhin et al. 2020 (GShard); Dai et al. 2024 (DeepSeekMoE)", "arXiv:2006.16668; "
                         "arXiv:2401.06066", "top-k routing over E experts; shared experts")
@@ -42,17 +42,32 @@ KORTHIKANTI = Citation("Korthikanti et al. 2022", "arXiv:2205.05198", "Eq. 1, Ta
 
 
 def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
-    """A bundled name, a ``config.json`` path, a config dict, a transformers config or a Model."""
+    """A bundled name, a ``config.json`` path, a config dict, a transformers config or a Model.
+
+    A name that is both a local path and a bundled name is the path, as transformers'
+    ``from_pretrained`` reads it; a folder without ``config.json`` that shadows a bundled name is an
+    error naming both.
+    """
     if isinstance(model, Model):
         return model
     if isinstance(model, Mapping):
         return from_config(model)
     if hasattr(model, "to_dict") and hasattr(model, "model_type"):
         return from_config(model.to_dict(), name=getattr(model, "name_or_path", None) or model.model_type)
+    if not isinstance(model, (str, Path)):
+        raise ArgumentError(f"model must be a bundled name, a config.json path, a config dict or a transformers "
+                            f"config, got {shown(model)} ({type(model).__name__})")
     name = str(model)
+    if len(name) > 4096 or "\0" in name:
+        raise ArgumentError(f"model {shown(name)} is neither a bundled name nor a path")
+    if Path(name).is_file() or (Path(name).is_dir() and (Path(name) / "config.json").is_file()):
+        return load_config(name)  # a path wins over a bundled name, as in transformers' from_pretrained
     if name.lower() in PRESETS:
+        if Path(name).exists():
+            raise ArgumentError(f"{name} is a bundled model and also a folder here without config.json; give "
+                                f"./{name}/config.json, or run elsewhere for the bundled model")
         return preset(name)
-    if Path(name).exists() or name.endswith(".json") or "/" in name:
+    if name.endswith(".json") or "/" in name or Path(name).exists():
         return load_config(name)
     return preset(name)  # raises with the list of bundled names
 
@@ -94,6 +109,13 @@ def check_layout(model: Model, opts: Options) -> None:
                                f"({opts.seq + opts.new_tokens:,}) must not exceed it")
 
 
+class UnknownQuantity(DerivationError, KeyError):
+    """A quantity name an estimate does not have (a ``KeyError`` too, as a mapping's lookup is)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Symbolic quantities of one model under one set of options, and the values to substitute."""
@@ -106,9 +128,9 @@ class Estimate:
 
     def quantity(self, key: str) -> Quantity:
         for q in self.quantities:
-            if q.key == key:
+            if isinstance(key, str) and q.key == key:
                 return q
-        raise KeyError(f"no quantity {key!r}; have {', '.join(q.key for q in self.quantities)}")
+        raise UnknownQuantity(f"no quantity {shown(key)}; have {', '.join(q.key for q in self.quantities)}")
 
     def number(self, key: str) -> int:
         return self.quantity(key).value(self.values)
@@ -193,6 +215,18 @@ def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, 
     ]
 
 
+def _options(options: Options | None, kwargs: Mapping[str, Any]) -> Options:
+    """The options of a call: an ``Options``, or its fields as keywords (not both, nothing else)."""
+    if options is None:
+        return Options.from_keywords(kwargs)
+    if not isinstance(options, Options):
+        raise ArgumentError(f"options must be an Options, got {shown(options)} ({type(options).__name__}); give "
+                            "fields as keywords, e.g. estimate(model, mode=\"train\", batch=1, seq=2048)")
+    if kwargs:
+        raise ArgumentError(f"give options=Options(...) or keyword options ({', '.join(kwargs)}), not both")
+    return options
+
+
 def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Options | None = None,
              **kwargs: Any) -> Estimate:
     """Estimate parameters (and, with ``mode="train"``/``"infer"``, memory) of a model.
@@ -201,11 +235,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
         model: bundled name (``"llama-2-7b"``), ``config.json`` path, config dict or transformers config.
         options: an ``Options``; or give its fields as keyword arguments.
     """
-    if options is None:
-        try:
-            options = Options(**kwargs)
-        except TypeError as exc:
-            raise OptionsError(str(exc)) from None
+    options = _options(options, kwargs)
     resolved = resolve_model(model)
     check_layout(resolved, options)
     act = options.dtype if options.mode == "train" else "bf16"

@@ -6,15 +6,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from symbolic import dims
 from symbolic.dtypes import dtype
-from symbolic.errors import DerivationError
+from symbolic.errors import DerivationError, shown
 from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES"]
 
 MODES = ("params", "train", "infer")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16")
@@ -29,6 +31,22 @@ PROFILES = {
 
 class OptionsError(DerivationError):
     """Options that contradict each other or the model."""
+
+
+class ArgumentError(OptionsError):
+    """An option of the wrong type or an unknown name (Python API misuse), said as the CLI says it."""
+
+
+#: What each field annotation accepts, in words.
+_KINDS = {"bool": "true or false (a bool)", "int": "an integer", "str": "text (a str)"}
+
+
+def _accepts(kind: str, value: object) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, str)
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -62,7 +80,33 @@ class Options:
     quant_group: int = 128
     implementation: str = "megatron"  # megatron | hf | hf-eager | hf-sdpa (derivations.models.implementations)
 
+    @classmethod
+    def check_names(cls, given: Mapping[str, Any]) -> None:
+        """An unknown name among ``given`` is an ``ArgumentError`` listing the known ones."""
+        names = [f.name for f in fields(cls)]
+        for key in given:
+            if key not in names:
+                raise ArgumentError(f"unknown option {shown(key)}; options: {', '.join(names)}")
+
+    @classmethod
+    def from_keywords(cls, given: Mapping[str, Any]) -> Options:
+        """``Options(**given)``, names checked first."""
+        cls.check_names(given)
+        return cls(**given)
+
+    def _check_types(self) -> None:
+        """Each field's type as annotated: ``offload="false"`` or ``zero=True`` is an error, not a truthy value."""
+        for f in fields(self):
+            value, annotation = getattr(self, f.name), str(f.type)
+            if value is None and annotation.endswith("| None"):
+                continue
+            kind = annotation.split(" |")[0]
+            if not _accepts(kind, value):
+                raise ArgumentError(f"--{f.name.replace('_', '-')} must be {_KINDS[kind]}, got {shown(value)} "
+                                    f"({type(value).__name__})")
+
     def __post_init__(self) -> None:
+        self._check_types()
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group"):

@@ -25,7 +25,8 @@ from derivations.estimate import estimate as _estimate
 from render.latex import latex
 from render.steps import Step, breakdown_rows, derivation, headline_key, single_device
 from render.units import RenderOptions, parse_size, scaled_bytes, scaled_count
-from symbolic.errors import DerivationError
+from derivations.options import ArgumentError
+from symbolic.errors import DerivationError, shown
 
 __all__ = ["estimate", "Result", "View", "PlotView"]
 
@@ -212,7 +213,11 @@ def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> 
         **kwargs: ``options=Options(...)`` or its fields (``mode``, ``batch``, ``seq``, ``tp``, ...),
             as ``derivations.estimate.estimate`` takes them.
     """
+    if render is not None and not isinstance(render, RenderOptions):
+        raise ArgumentError(f"render must be a RenderOptions, got {shown(render)} ({type(render).__name__})")
     try:
         return Result(_estimate(model, **kwargs), options=render)
+    except ArgumentError:  # a misused call is raised at the call, not kept for display
+        raise
     except DerivationError as exc:
         return Result(None, exc, render)

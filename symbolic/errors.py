@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DerivationError", "InvalidLayoutError"]
+__all__ = ["DerivationError", "InvalidLayoutError", "shown"]
 
 
 class DerivationError(ValueError):
@@ -11,3 +11,13 @@ class DerivationError(ValueError):
 
 class InvalidLayoutError(DerivationError):
     """A parallel layout whose degrees do not divide the model (e.g. heads % t != 0)."""
+
+
+def shown(value: object, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters, for one-line messages (a 10 MB value is not echoed).
+
+    >>> shown("x" * 100, 12)
+    "'xxxxxxxx..."
+    """
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."

@@ -32,7 +32,7 @@ GOOD = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num
     (lambda tmp: write(tmp, json.dumps({**GOOD, "num_hidden_layers": -3})), "positive integer"),
     (lambda tmp: write(tmp, json.dumps({**GOOD, "hidden_size": 66})), "not divisible by 4 heads"),
     (lambda tmp: write(tmp, json.dumps({**GOOD, "num_key_value_heads": 3})), "not divisible by 3 key/value"),
-    (lambda tmp: write(tmp, json.dumps({k: v for k, v in GOOD.items() if k != "vocab_size"})), "'vocab_size'"),
+    (lambda tmp: write(tmp, json.dumps({**GOOD, "vocab_size": None})), "'vocab_size'"),  # null is not absent
     (lambda tmp: "not-a-model", "unknown model"),
 ])
 def test_bad_model_input(tmp_path, make, fragment) -> None:

@@ -208,6 +208,7 @@ def check(quantity: str, formula: str, *, symbols: str | Mapping[str, Any] = "",
 
 
 def _options(spec: QuantitySpec, given: Mapping[str, Any], seq: int) -> Options:
+    Options.check_names(given)  # also where the quantity ignores them (a parameter count and --zero)
     fields = {"batch": 1, "seq": seq, **dict(given), "mode": spec.mode}
     if spec.mode == "params":
         fields = {k: v for k, v in fields.items() if k in ("mode", "dtype")}

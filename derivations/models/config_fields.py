@@ -6,14 +6,17 @@ heads, dropout rates, sliding windows, and the adapter of families with LLaMA's 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from derivations.models.architectures import Arch
+from derivations.models.defaults import FAMILY_DEFAULTS
 from derivations.models.model import ModelError
+from symbolic.errors import shown
 
-__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LlamaLike", "WindowRule", "decoder_sizes",
+__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
            "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]
 
 
@@ -22,32 +25,61 @@ class ConfigError(ModelError):
 
 
 class Fields:
-    """Read config fields; a missing or ill-typed one is a ``ConfigError`` that names it."""
+    """Read config fields; a missing or ill-typed one is a ``ConfigError`` that names it.
 
-    def __init__(self, config: Mapping[str, Any], name: str) -> None:
+    A field absent from the config takes its family's transformers default (``FAMILY_DEFAULTS``).
+    A JSON ``null`` is read as transformers reads it: where the config class's own default is
+    ``None`` (a value derived from other fields) or for ``NULLABLE`` fields, as that; elsewhere
+    transformers refuses it or keeps a falsy ``None``, so it is refused, naming the field.
+    """
+
+    def __init__(self, config: Mapping[str, Any], name: str, defaults: Mapping[str, Any] | None = None) -> None:
         self.config, self.name = config, name
+        family = config.get("model_type")
+        self.defaults = FAMILY_DEFAULTS.get(family, {}) if defaults is None and isinstance(family, str) else \
+            (defaults or {})
+
+    def given(self, key: str) -> Any:
+        """The config's own value (None when absent); a null that transformers does not read as absent is refused."""
+        value = self.config.get(key)
+        if value is None and key in self.config and key not in NULLABLE and self.defaults.get(key) is not None:
+            default = self.defaults[key]
+            self.fail(key, f"is not supported: null is not {json.dumps(default)}, its default; give a value "
+                           "or remove the field")
+        return value
+
+    def value(self, *keys: str) -> tuple[str, Any]:
+        """The first of ``keys`` the config gives, else the first with a family default (None: neither)."""
+        for key in keys:
+            if self.given(key) is not None:
+                return key, self.config[key]
+        for key in keys:
+            if self.defaults.get(key) is not None:
+                return key, self.defaults[key]
+        return (keys or ("",))[0], None
 
     def need(self, *keys: str) -> Any:
-        for key in keys:
-            if self.config.get(key) is not None:
-                return self.config[key]
-        raise ConfigError(f"{self.name}: config field {keys[0]!r} is missing; add it to config.json")
+        value = self.value(*keys)[1]
+        if value is None:
+            raise ConfigError(f"{self.name}: config field {keys[0]!r} is missing; add it to config.json")
+        return value
 
     def get(self, key: str, default: Any) -> Any:
-        value = self.config.get(key)
+        value = self.value(key)[1]
         return default if value is None else value
 
     def size(self, *keys: str, default: int | None = None) -> int:
-        """A positive integer from the first key present (``default`` when none is; else an error)."""
-        for key in keys:
-            value = self.config.get(key)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    self.fail(key, "must be a positive integer")
-                return value
-        if default is None:
-            self.need(*keys)
-        return default
+        """A positive integer from the first key present (its family default, then ``default``; else an error)."""
+        key, value = self.value(*keys)
+        if value is None:
+            if default is None:
+                self.need(*keys)
+            return default  # type: ignore[return-value]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            self.fail(key, "must be a positive integer")
+        if value > MAX_SIZE:
+            self.fail(key, f"is not supported: sizes are bounded by {MAX_SIZE:,} (10^12)")
+        return value
 
     def count(self, key: str, default: int) -> int:
         """A whole number that may be 0 (``default`` when absent); else an error naming the field."""
@@ -63,11 +95,18 @@ class Fields:
         return value
 
     def fail(self, key: str, why: str) -> NoReturn:
-        raise ConfigError(f"{self.name}: config field {key!r} = {self.config.get(key)!r} {why}")
+        raise ConfigError(f"{self.name}: config field {key!r} = {shown(self.config.get(key))} {why}")
 
     def refuse(self, key: str, unless: Callable[[Any], bool], why: str) -> None:
-        if key in self.config and self.config[key] is not None and not unless(self.config[key]):
+        value = self.given(key)
+        if value is not None and not unless(value):
             self.fail(key, f"is not supported: {why}")
+
+
+#: Fields whose null transformers reads as "none": no sliding window, no layer-type list.
+NULLABLE = frozenset({"sliding_window", "layer_types"})
+#: The largest size a config may give (hidden size, layers, vocabulary, ...): 10^12.
+MAX_SIZE = 10**12
 
 
 Adapted = tuple[Arch, dict[str, int], dict[str, Any]]
@@ -99,7 +138,7 @@ def kv_head_count(c: Fields, a: int, key: str = "num_key_value_heads", default: 
     """Key/value heads; a missing field takes the config class's default (None: one per query head)."""
     a_kv = c.size(key, default=default or a)
     if a % a_kv:
-        given = "" if c.get(key, None) is not None else f", absent: the {c.config['model_type']} default"
+        given = "" if c.given(key) is not None else f", absent: the {c.config['model_type']} default"
         raise ConfigError(f"{c.name}: {a} attention heads are not divisible by {a_kv} key/value heads "
                           f"(config field {key!r}{given})")
     return a_kv
@@ -172,7 +211,8 @@ def sliding(default: int | None = None, switch: str | None = None,
     caching their whole context.
     """
     def rule(c: Fields, l: int) -> dict[str, Any]:
-        if (switch is not None and not c.flag(switch, False)) or c.config.get("sliding_window", default) is None:
+        raw = c.config["sliding_window"] if "sliding_window" in c.config else c.defaults.get("sliding_window", default)
+        if (switch is not None and not c.flag(switch, False)) or raw is None:
             return {}
         window = c.size("sliding_window", default=default)
         sliding = layer_types(c, l) or [slides(c, i) for i in range(l)]

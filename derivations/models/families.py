@@ -159,9 +159,22 @@ def _mpt(c: Fields) -> Adapted:
     return arch, sizes, {"max_positions": c.get("max_seq_len", None)}
 
 
+def _neo_layers(c: Fields) -> int:
+    """How many layers GPT-Neo's ``attention_types`` lists (``[[["global", "local"], 12]]``: 24)."""
+    types = c.get("attention_types", [[["global", "local"], 12]])
+    try:
+        return sum(len(kinds) * count for kinds, count in types
+                   if all(k in ("global", "local") for k in kinds) and not isinstance(count, bool) and count >= 0)
+    except (TypeError, ValueError):
+        c.fail("attention_types", 'must be a list of [["global", "local"], repeats] pairs')
+
+
 def _gpt_neo(c: Fields) -> Adapted:
     sizes = _gpt_sizes(c, ("hidden_size",), ("num_heads", "num_attention_heads"),
                        ("num_layers", "num_hidden_layers"), ("intermediate_size",))
+    if _neo_layers(c) != sizes["l"]:
+        c.fail("attention_types", f"lists {_neo_layers(c)} layers, not num_layers = {sizes['l']}; transformers "
+                                  "refuses this too")
     arch = replace(GPT, family="gpt_neo", mlp=mlp_kind(c, "activation_function", "gelu_new"), qkv_bias=False,
                    tied_embeddings=c.flag("tie_word_embeddings", True))
     n_ctx = c.size("max_position_embeddings")

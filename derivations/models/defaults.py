@@ -1,0 +1,108 @@
+"""Each family's defaults, as its transformers config class declares them (transformers 5.24).
+
+``save_pretrained`` drops fields equal to these, so a field missing from a ``config.json`` means
+this value, never one guessed from another family (OPT's ``ffn_dim`` is 3072, not 4 * hidden).
+``None``: the class derives the value from other fields (``head_dim`` = hidden / heads), which the
+adapter does. Only fields the adapters read are listed; ``tests/test_config_defaults.py`` holds
+the table to the config classes and the counts to transformers'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FAMILY_DEFAULTS"]
+
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt2": {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
+        "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+        "add_cross_attention": False, "tie_word_embeddings": True},
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        2048, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+        "head_dim": None},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+        "max_position_embeddings": 131072, "tie_word_embeddings": False, "sliding_window": 4096,
+        "attention_dropout": 0.0},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings":
+        32768, "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": 4096,
+        "max_window_layers": 28, "layer_types": None, "attention_dropout": 0.0},
+    "qwen3": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+        "max_position_embeddings": 32768, "tie_word_embeddings": False, "attention_bias": False,
+        "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28, "layer_types": None,
+        "attention_dropout": 0.0},
+    "gemma": {"vocab_size": 256000, "hidden_size": 3072, "intermediate_size": 24576, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+        "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False, "attention_dropout":
+        0.0},
+    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation":
+        "gelu_pytorch_tanh", "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False,
+        "attention_dropout": 0.0, "sliding_window": 4096, "layer_types": None},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation":
+        "gelu_pytorch_tanh", "max_position_embeddings": 131072, "tie_word_embeddings": True, "attention_bias":
+        False, "attention_dropout": 0.0, "sliding_window": 4096, "layer_types": None},
+    "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+        "attention_dropout": 0.0, "hidden_act": "silu", "max_position_embeddings": 4096, "tie_word_embeddings":
+        False, "sliding_window": None},
+    "olmo2": {"vocab_size": 50304, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        2048, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0},
+    "granite": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        2048, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False},
+    "cohere": {"vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
+        "num_attention_heads": 64, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        8192, "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0, "use_qk_norm": False},
+    "stablelm": {"vocab_size": 50304, "intermediate_size": 6912, "hidden_size": 2560, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "hidden_act": "silu", "max_position_embeddings": 4096,
+        "tie_word_embeddings": False, "use_qkv_bias": False, "qk_layernorm": False, "use_parallel_residual": False,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0},
+    "starcoder2": {"vocab_size": 49152, "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30,
+        "num_attention_heads": 24, "num_key_value_heads": 2, "hidden_act": "gelu_pytorch_tanh",
+        "max_position_embeddings": 4096, "sliding_window": None, "attention_dropout": 0.0, "residual_dropout": 0.0,
+        "embedding_dropout": 0.0, "use_bias": True, "tie_word_embeddings": True},
+    "phi": {"vocab_size": 51200, "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 24,
+        "num_attention_heads": 32, "num_key_value_heads": None, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+        "attention_dropout": 0.0, "hidden_act": "gelu_new", "max_position_embeddings": 2048, "tie_word_embeddings":
+        False, "qk_layernorm": False},
+    "gptj": {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16, "n_inner": None,
+        "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "tie_word_embeddings": False},
+    "codegen": {"vocab_size": 50400, "n_positions": 2048, "n_ctx": 2048, "n_embd": 4096, "n_layer": 28, "n_head":
+        16, "n_inner": None, "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop":
+        0.0, "tie_word_embeddings": False},
+    "opt": {"vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12, "ffn_dim": 3072,
+        "max_position_embeddings": 2048, "do_layer_norm_before": True, "_remove_final_layer_norm": False,
+        "word_embed_proj_dim": None, "dropout": 0.1, "attention_dropout": 0.0, "num_attention_heads": 12,
+        "activation_function": "relu", "enable_bias": True, "layer_norm_elementwise_affine": True,
+        "tie_word_embeddings": True},
+    "falcon": {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+        "num_ln_in_parallel_attn": None, "hidden_dropout": 0.0, "attention_dropout": 0.0, "num_kv_heads": None,
+        "alibi": False, "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True, "bias":
+        False, "max_position_embeddings": 2048, "ffn_hidden_size": None, "activation": "gelu",
+        "tie_word_embeddings": True},
+    "bloom": {"vocab_size": 250880, "hidden_size": 64, "n_layer": 2, "n_head": 8, "hidden_dropout": 0.0,
+        "attention_dropout": 0.0, "tie_word_embeddings": True},
+    "mpt": {"d_model": 2048, "n_heads": 16, "n_layers": 24, "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size":
+        50368, "resid_pdrop": 0.0, "attn_config": None, "no_bias": True, "norm_type": "low_precision_layernorm",
+        "tie_word_embeddings": True},
+    "gpt_neo": {"vocab_size": 50257, "max_position_embeddings": 2048, "hidden_size": 2048, "num_layers": 24,
+        "num_heads": 16, "intermediate_size": None, "activation_function": "gelu_new", "resid_dropout": 0.0,
+        "embed_dropout": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": True},
+    "gpt_bigcode": {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner":
+        None, "activation_function": "gelu_pytorch_tanh", "resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1,
+        "multi_query": True, "add_cross_attention": False, "tie_word_embeddings": True},
+    "gpt_neox": {"vocab_size": 50432, "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
+        "intermediate_size": 24576, "hidden_act": "gelu", "attention_dropout": 0.0, "hidden_dropout": 0.0,
+        "max_position_embeddings": 2048, "tie_word_embeddings": False, "use_parallel_residual": True,
+        "attention_bias": True},
+    "bert": {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+        "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 512, "type_vocab_size": 2,
+        "add_cross_attention": False, "tie_word_embeddings": True},
+}

@@ -1,0 +1,89 @@
+"""The defaults audit: a field a config leaves out means its family's transformers default.
+
+For every supported family: our table of defaults equals what the config class declares; the
+config class built with no arguments, written whole, written as ``save_pretrained`` writes it
+(fields at their defaults dropped) and with each field removed, counts what transformers builds
+on the meta device; and so does a small config with each field we read removed (OPT without
+``ffn_dim`` is OPTConfig's 3072, not 4 * hidden). Expected numbers are transformers'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import transformers
+
+from derivations.estimate import estimate
+from derivations.models.config import SUPPORTED_MODEL_TYPES, from_config
+from derivations.models.defaults import FAMILY_DEFAULTS
+from derivations.models.model import ModelError
+from tests.hf_meta import count_parameters, model_class, small_config
+
+GENERIC = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",
+           "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id", "problem_type"}
+
+
+def _ours(config: dict) -> int:
+    return estimate(from_config(config)).number("parameters")
+
+
+def _theirs(model_type: str, config: transformers.PretrainedConfig) -> int:
+    return count_parameters(config, model_class(model_type))
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_table_is_the_config_class_defaults(model_type: str) -> None:
+    cls = transformers.CONFIG_MAPPING[model_type]
+    declared = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    table = FAMILY_DEFAULTS.get(model_type)
+    wanted = {k: v for k, v in declared.items() if k not in GENERIC}
+    assert table is not None, f"add {model_type!r} to FAMILY_DEFAULTS with the fields its adapter reads: {wanted}"
+    assert table == {k: declared[k] for k in table}
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_config_class_without_arguments(model_type: str) -> None:
+    """Every field at its default: given, left out all at once (``{"model_type": ...}``), or one at a time."""
+    config = transformers.CONFIG_MAPPING[model_type]()
+    expected = _theirs(model_type, config)
+    whole = config.to_dict()
+    assert _ours(whole) == expected
+    assert _ours({**config.to_diff_dict(), "model_type": model_type}) == expected
+    assert _ours({"model_type": model_type}) == expected
+    for key in whole:
+        if key != "model_type":
+            assert _ours({k: v for k, v in whole.items() if k != key}) == expected, key
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_small_config_with_each_field_removed(model_type: str) -> None:
+    """Sizes away from the defaults, so that leaving one out changes the model: the same change as transformers'."""
+    whole = small_config(model_type).to_dict()
+    assert _ours(whole) == _theirs(model_type, small_config(model_type))
+    cls = transformers.CONFIG_MAPPING[model_type]
+    for key in FAMILY_DEFAULTS[model_type]:
+        if key not in whole or key == "layer_types":
+            continue
+        left = {k: v for k, v in whole.items() if k not in (key, "layer_types")}
+        try:
+            expected = _theirs(model_type, cls.from_dict(left))
+        except Exception:  # transformers refuses it (e.g. heads no longer divide the width): so must we
+            with pytest.raises(ValueError):
+                _ours(left)
+            continue
+        try:
+            assert _ours(left) == expected, key
+        except ModelError as exc:  # or a refusal that says why (24 heads of width 64 and no head_dim)
+            assert len(str(exc).splitlines()) == 1
+
+
+def test_opt_without_ffn_dim_is_optconfig_default() -> None:
+    """The fuzzer's case: f is OPTConfig's 3072, not 4 * hidden (526,592 parameters before the fix)."""
+    config = {"model_type": "opt", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "vocab_size": 128, "max_position_embeddings": 64}
+    # by hand: per layer q,k,v,o 4(64*64 + 64) = 16,640, fc1 64*3072 + 3072 = 199,680, fc2 3072*64 + 64 =
+    # 196,672, two LayerNorms 256: 413,248; two layers 826,496; embeddings 128*64 + 66*64 = 12,416;
+    # final LayerNorm 128: 839,040
+    assert _ours(config) == 839_040 == _theirs("opt", transformers.OPTConfig(**{k: v for k, v in config.items()
+                                                                               if k != "model_type"}))
