@@ -103,8 +103,8 @@ class Fields:
             self.fail(key, f"is not supported: {why}")
 
 
-#: Fields whose null transformers reads as "none": no sliding window, no layer-type list.
-NULLABLE = frozenset({"sliding_window", "layer_types"})
+#: Fields whose null transformers reads as "none": no sliding window, no layer-type list, no query compression.
+NULLABLE = frozenset({"sliding_window", "layer_types", "q_lora_rank"})
 #: The largest size a config may give (hidden size, layers, vocabulary, ...): 10^12.
 MAX_SIZE = 10**12
 

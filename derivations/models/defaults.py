@@ -105,4 +105,39 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "bert": {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
         "intermediate_size": 3072, "hidden_act": "gelu", "max_position_embeddings": 512, "type_vocab_size": 2,
         "add_cross_attention": False, "tie_word_embeddings": True},
+    "mixtral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": None, "hidden_act": "silu",
+        "max_position_embeddings": 131072, "tie_word_embeddings": False, "sliding_window": None,
+        "attention_dropout": 0.0, "num_experts_per_tok": 2, "num_local_experts": 8},
+    "qwen2_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "num_key_value_heads": 16, "hidden_act": "silu", "max_position_embeddings":
+        32768, "tie_word_embeddings": False, "use_sliding_window": False, "sliding_window": 4096,
+        "max_window_layers": 28, "attention_dropout": 0.0, "decoder_sparse_step": 1, "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632, "num_experts_per_tok": 4, "num_experts": 60, "mlp_only_layers":
+        None, "qkv_bias": True, "layer_types": None},
+    "qwen3_moe": {"vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "hidden_act": "silu", "max_position_embeddings": 32768,
+        "tie_word_embeddings": False, "attention_bias": False, "use_sliding_window": False, "sliding_window": 4096,
+        "attention_dropout": 0.0, "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts_per_tok": 8,
+        "num_experts": 128, "mlp_only_layers": None},
+    "olmoe": {"vocab_size": 50304, "hidden_size": 2048, "intermediate_size": 2048, "num_hidden_layers": 16,
+        "num_attention_heads": 16, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        4096, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0,
+        "num_experts_per_tok": 8, "num_experts": 64},
+    "deepseek_v2": {"vocab_size": 102400, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
+        2048, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False,
+        "head_dim": None, "first_k_dense_replace": 0, "kv_lora_rank": 512, "q_lora_rank": 1536, "n_routed_experts":
+        64, "n_shared_experts": 2, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "num_experts_per_tok": None, "moe_intermediate_size": 1407},
+    "deepseek_v3": {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size":
+        2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts":
+        1, "n_routed_experts": 256, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim":
+        128, "qk_nope_head_dim": 128, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "hidden_act": "silu",
+        "max_position_embeddings": 4096, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout":
+        0.0},
+    "gpt_oss": {"num_hidden_layers": 36, "num_local_experts": 128, "vocab_size": 201088, "hidden_size": 2880,
+        "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
+        "sliding_window": 128, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings":
+        131072, "attention_dropout": 0.0, "num_experts_per_tok": 4, "layer_types": None, "attention_bias": True},
 }
