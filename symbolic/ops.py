@@ -194,21 +194,24 @@ class BlockBuilder:
         return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
 
     # --- mixture of experts -------------------------------------------------------------------
-    def router(self, path: str, x: Tensor, experts: sp.Expr, top_k: sp.Expr, *, bias: bool) -> Tensor:
+    def router(self, path: str, x: Tensor, experts: sp.Expr, top_k: sp.Expr, *, bias: bool,
+               renormalize: bool = True) -> Tensor:
         """Router (gate): linear ``h -> E`` (weight (E, h)), fp32 softmax scores, top-k choice.
 
         Saves the linear's input, the fp32 scores ``(b, s, E)``, the int64 indices of the k chosen
-        experts and their fp32 weights ``(b, s, k)`` with the fp32 sum that renormalises them
-        ``(b, s, 1)`` (``tests/reference_layers.py`` ``MoeLayer``). The output is the routing weights.
+        experts and, when the k weights are renormalised to sum to 1, the fp32 weights ``(b, s, k)``
+        and their sum ``(b, s, 1)`` (``tests/reference_layers.py`` ``MoeLayer``). The output is the
+        routing weights.
         """
         params = [_param(f"{path}.weight", (experts, x.shape[-1]), "weight", None)]
         if bias:
             params.append(_param(f"{path}.bias", (experts,), "bias", None))
         lead = x.shape[:-1]
-        saved = (x, self._act(f"{path}.scores", (*lead, experts), "router", dt=FP32),
-                 self._act(f"{path}.indices", (*lead, top_k), "router", dt=INT64),
-                 self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
-                 self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
+        saved: tuple[Tensor, ...] = (x, self._act(f"{path}.scores", (*lead, experts), "router", dt=FP32),
+                                     self._act(f"{path}.indices", (*lead, top_k), "router", dt=INT64))
+        if renormalize:
+            saved += (self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
+                      self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
         out = self._act(f"{path}.out", (*lead, top_k), "router")
         return self._add(Op(path, "router", tuple(params), saved, out))
 
@@ -219,9 +222,12 @@ class BlockBuilder:
 
         Parameters: ``gate_up`` (E, 2 f_e, h) (gated) or ``up`` (E, f_e, h), ``down`` (E, h, f_e),
         biases (E, 2 f_e) and (E, h). Saved, for the b s k token-expert pairs (each expert a loop
-        of linears over the tokens routed to it, as transformers' eager experts): the gathered
-        inputs (b, s, k, h) and their int64 token indices, the MLP's own tensors at width f_e, the
-        expert outputs (b, s, k, h) and routing weights (b, s, k, 1) their weighting multiplies.
+        of linears over the tokens routed to it, as transformers' eager experts): the int64 token
+        and top-k slot indices that gather each pair's input and routing weight, the gathered inputs
+        (b, s, k, h), the MLP's own tensors at width f_e, the expert outputs (b, s, k, h) and the
+        routing weights (b, s, k, 1) that scale them, and the scaled outputs (b, s, k, h) that
+        ``index_add`` scatters back to their tokens (its backward keeps the source tensor)
+        (``tests/reference_layers.py`` ``MoeLayer``).
         """
         lead, h = (*x.shape[:-1], top_k), x.shape[-1]
         gated = kind in ("swiglu", "geglu")
@@ -235,10 +241,12 @@ class BlockBuilder:
         hidden = [self._act(f"{path}.{name}", (*lead, width), tp_axis=len(lead)) for name in
                   (("gate", "act", "up") if gated else ("act_in",))]
         saved = (self._act(f"{path}.tokens", lead, "token-ids", dt=INT64),
+                 self._act(f"{path}.slots", lead, "token-ids", dt=INT64),
                  self._act(f"{path}.gathered", (*lead, h)), *hidden,
                  self._act(f"{path}.hidden", (*lead, width), tp_axis=len(lead)),
                  self._act(f"{path}.expert_out", (*lead, h)),
-                 self._act(f"{path}.weights", (*lead, 1), "router"))
+                 self._act(f"{path}.weights", (*lead, 1), "router"),
+                 self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
         return self._add(Op(path, "experts", tuple(params), saved, out, note))
 

@@ -35,7 +35,7 @@ from torch.utils.checkpoint import checkpoint
 from symbolic import dims
 
 __all__ = ["Sizes", "Measurement", "measure", "cuda_like_norms", "LayerNorm", "RMSNorm", "GPTLayer", "LlamaLayer",
-           "GPTEmbedding", "LlamaEmbedding", "Head"]
+           "GPTEmbedding", "LlamaEmbedding", "Head", "MoeLayer"]
 
 DROPOUT_P = 0.1
 
@@ -353,3 +353,56 @@ class Head(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         logits = F.linear(self.norm(x), self.weight)  # (b, s, V) 16-bit
         return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+# --- mixture of experts -------------------------------------------------------------------------
+class MoeLayer(nn.Module):
+    """LLaMA layer whose MLP is a mixture of experts, as ``derivations.models.moe_mla.moe_mlp`` describes:
+    router linear h -> E, fp32 softmax, top-k, renormalised weights; each expert a SwiGLU of ``f_e``
+    run as a loop of linears over the tokens routed to it (transformers' eager experts); ``shared``
+    adds a SwiGLU of width ``shared`` that sees every token. ``capacity`` (GShard): each expert takes
+    a padded buffer of ``capacity`` token slots (dropped tokens are not modelled: the sizes here route
+    at most ``capacity`` tokens to an expert)."""
+
+    def __init__(self, z: Sizes, experts: int, top_k: int, f_e: int, dtype: torch.dtype = torch.bfloat16, *,
+                 shared: int = 0, capacity: int | None = None) -> None:
+        super().__init__()
+        self.k, self.capacity = top_k, capacity
+        self.norm1, self.norm2 = RMSNorm(z.h, dtype), RMSNorm(z.h, dtype)
+        self.attn = Attention(z, dtype, bias=False, p=0.0, rotary=True, fused_qkv=False)
+        self.router = nn.Linear(z.h, experts, bias=False, dtype=dtype)
+        self.experts = nn.ModuleList(nn.ModuleList(nn.Linear(*io, bias=False, dtype=dtype)
+                                                   for io in ((z.h, f_e), (z.h, f_e), (f_e, z.h)))
+                                     for _ in range(experts))
+        self.shared = nn.ModuleList(nn.Linear(*io, bias=False, dtype=dtype)
+                                    for io in ((z.h, shared), (z.h, shared), (shared, z.h))) if shared else None
+
+    def route(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k experts of each token (b*s, k) and their weights, renormalised to sum to 1."""
+        scores = torch.softmax(self.router(y).float(), dim=-1)  # saves the fp32 scores (b, s, E)
+        top, index = torch.topk(scores, self.k, dim=-1)  # saves the int64 indices (b, s, k)
+        top = top / top.sum(-1, keepdim=True)  # saves top (b, s, k) and its sum (b, s, 1), fp32
+        return index.flatten(0, 1), top.to(y.dtype).flatten(0, 1)
+
+    def moe(self, y: torch.Tensor) -> torch.Tensor:
+        index, weights = self.route(y)
+        flat = y.flatten(0, 1)  # (b*s, h)
+        out = torch.zeros_like(flat)
+        for e, (gate, up, down) in enumerate(self.experts):
+            token, slot = torch.where(index == e)  # which tokens, and which of their k choices
+            if not len(token):
+                continue
+            x = flat[token]  # saves the indices
+            if self.capacity is not None:  # a padded (capacity, h) buffer per expert
+                x = F.pad(x, (0, 0, 0, self.capacity - len(token)))
+            hidden = down(F.silu(gate(x)) * up(x))[: len(token)]
+            out = out.index_add(0, token, hidden * weights[token, slot, None])
+        out = out.view_as(y)
+        if self.shared is not None:
+            gate, up, down = self.shared
+            out = out + down(F.silu(gate(y)) * up(y))
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.moe(self.norm2(x))

@@ -46,6 +46,7 @@ class Moe:
     shared: bool = False
     shared_gate: bool = False
     dense_layers: bool = False
+    renormalize: bool = True  # the k routing weights renormalised to sum to 1 (norm_topk_prob)
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
 
 

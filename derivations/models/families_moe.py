@@ -71,7 +71,8 @@ def _qwen_moe(family: str, kv_heads: int, experts: int, top_k: int, width: int, 
         l, step = sizes["l"], c.size("decoder_sparse_step", default=1)
         only = set(_layer_list(c, "mlp_only_layers", l))
         dense = _dense_count(c, l, lambda i: i in only or (i + 1) % step != 0)
-        arch, sizes = _with_moe(arch, sizes, Moe(shared=shared, shared_gate=shared), dense)
+        moe = Moe(shared=shared, shared_gate=shared, renormalize=c.flag("norm_topk_prob", False))
+        arch, sizes = _with_moe(arch, sizes, moe, dense)
         window = sliding(4096, switch="use_sliding_window",
                          slides=(lambda c, i: (i + 1) % 2 == 1 and i < c.count("max_window_layers", 28)) if shared
                          else (lambda c, i: True))
@@ -87,7 +88,7 @@ def _olmoe(c: Fields) -> Adapted:
                    out_bias=bias, qk_norm=True, qk_norm_width="all", tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c)
     sizes.update(_experts(c, ("num_experts", "num_local_experts"), 64, 8, sizes["f"]))
-    arch, sizes = _with_moe(arch, sizes, Moe(), 0)
+    arch, sizes = _with_moe(arch, sizes, Moe(renormalize=c.flag("norm_topk_prob", False)), 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
@@ -122,7 +123,9 @@ def _deepseek(version: int) -> Callable[[Fields], Adapted]:
             raise ConfigError(f"{c.name}: config field 'mlp_bias' = True is not supported: the routed experts "
                               "have no biases while the dense and shared MLPs would")
         notes = ("multi-head latent attention: the KV cache holds the latent (d_c) and the rotary key (d_hR) per "
-                 "token per layer, as transformers and serving engines keep it",)
+                 "token per layer, as transformers and serving engines keep it",
+                 "activations: the router is modelled as a softmax top-k router; DeepSeek's sigmoid, group-limited "
+                 "router runs in fp32 and saves somewhat more")
         return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), "notes": notes}
 
     return adapt
@@ -139,8 +142,10 @@ def _gpt_oss(c: Fields) -> Adapted:
     sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
     sizes.update(_experts(c, ("num_local_experts", "num_experts"), 128, 4, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, moe, 0)
-    window = sliding(128, slides=lambda c, i: (i + 1) % 2 == 1)
-    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window(c, sizes["l"])}
+    window = sliding(128, slides=lambda c, i: (i + 1) % 2 == 1)(c, sizes["l"])
+    notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; the "
+             "graph's softmax top-k router saves the scores of all E experts")
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
 
 
 MOE_ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {

@@ -36,7 +36,7 @@ def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, dense: Calla
         bb.share = l_d / l
         dense(bb, plain, x, dropout)
         bb.share = (l - l_d) / l
-    bb.router("moe/router", x, E, k, bias=moe.router_bias)
+    bb.router("moe/router", x, E, k, bias=moe.router_bias, renormalize=moe.renormalize)
     out = bb.experts("moe/experts", x, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note)
     if moe.shared:
         shared = dense(bb, replace(plain, mlp_bias=False), x, False, width=f_s, prefix="moe/shared")
