@@ -14,8 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import sympy as sp
-
 from derivations.models.config import from_config, load_config
 from derivations.quantities.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
 from derivations.models.implementations import describe as describe_implementation
@@ -27,10 +25,10 @@ from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
 from symbolic.dims import b, d, h, l, m, p, s, t, v
 from symbolic.errors import DerivationError, InvalidLayoutError, shown
+from symbolic.expr import Expr, const
 from symbolic.experts import ActiveExperts, has_experts
 from symbolic.formula import Citation
 from symbolic.graph import Graph
-from symbolic.simplify import collect_in, factor_out
 
 __all__ = ["Estimate", "UnknownQuantity", "estimate", "resolve_model"]
 
@@ -72,7 +70,7 @@ def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
     return preset(name)  # raises with the list of bundled names
 
 
-def _layout_values(opts: Options) -> dict[sp.Symbol, int]:
+def _layout_values(opts: Options) -> dict[Expr, int]:
     values = {t: opts.tp, p: opts.pp, d: opts.dp}
     if opts.batch is not None:
         values[b] = opts.batch
@@ -124,7 +122,7 @@ class Estimate:
     options: Options
     graph: Graph
     quantities: tuple[Quantity, ...]
-    values: Mapping[sp.Symbol, int]
+    values: Mapping[Expr, int]
 
     def quantity(self, key: str) -> Quantity:
         for q in self.quantities:
@@ -138,7 +136,8 @@ class Estimate:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model.name, "mode": self.options.mode}
         out.update({q.key: self.number(q.key) for q in self.quantities})
-        out["formulas"] = {q.key: str(q.closed_form()) for q in self.quantities}
+        # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
+        out["formulas"] = {q.key: q.formula() for q in self.quantities}
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()
@@ -150,16 +149,28 @@ class Estimate:
         return describe_implementation(o.implementation_kind, o.hf_attention)
 
 
+def _collected_in_l(expr: Any) -> Any:
+    from symbolic.simplify import collect_in
+
+    return collect_in(expr, l)
+
+
+def _sbh_factored(expr: Any) -> Any:
+    from symbolic.simplify import factor_out
+
+    return factor_out(expr, s * b * h)
+
+
 def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
     rel = graph.relations
     out = [
-        Quantity("parameters", "Parameters", parameters(graph), rel, form=lambda e: collect_in(e, l)),
+        Quantity("parameters", "Parameters", parameters(graph), rel, form=_collected_in_l),
         Quantity("parameters_per_layer", "Parameters per layer", parameters(graph, ["layer"], per_repeat=True), rel),
     ]
     if has_experts(graph):
         out.append(Quantity("active_parameters", "Active parameters (one token's k of E routed experts)",
                             parameters(ActiveExperts()(graph)), rel, MOE_CITATION, (ACTIVE_DEFINITION,),
-                            form=lambda e: collect_in(e, l)))
+                            form=_collected_in_l))
     return out
 
 
@@ -172,7 +183,7 @@ def _transformed(base: Graph, opts: Options) -> Graph:
 
 def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
     """Activations of one layer for one micro-batch."""
-    layer = replace(graph.block("layer"), in_flight=sp.Integer(1))
+    layer = replace(graph.block("layer"), in_flight=const(1))
     return activations(replace(graph, blocks=(layer,)), ignore, per_repeat=True)
 
 
@@ -191,14 +202,13 @@ def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, 
     states = states_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
     acts = activations(graph, ignore)
     per_layer = _one_layer(graph, ignore)
-    sbh = s * b * h
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",)
     total = states + acts
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore)
         assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
     if opts.overhead_bytes:
-        total += Breakdown((Term("overhead", sp.Integer(opts.overhead_bytes)),), "bytes")
+        total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
     offloaded = []
     if opts.offload:
         cpu = offloaded_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d)
@@ -207,7 +217,7 @@ def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, 
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", per_gpu_params, rel),
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
-                 assumptions, form=lambda e: factor_out(e, sbh)),
+                 assumptions, form=_sbh_factored),
         Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
         Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
         Quantity("total_bytes", "Training memory per GPU", total, rel, None, assumptions),

@@ -22,6 +22,7 @@ import sympy as sp
 from sympy.printing.latex import LatexPrinter
 
 from symbolic import dims
+from symbolic.expr import Expr, to_sympy
 from symbolic.formula import Citation
 from symbolic.tensor import Tensor
 
@@ -53,6 +54,9 @@ class DerivationPrinter(LatexPrinter):
 
     def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
         settings = dict(settings or {})
+        for key in ("values", "labels"):  # engine expressions (symbolic.expr) as SymPy keys
+            if settings.get(key):
+                settings[key] = {to_sympy(k): v for k, v in settings[key].items()}
         if settings.get("values") and settings.get("mul_symbol") is None:
             settings["mul_symbol"] = "dot"
         super().__init__(settings)
@@ -60,6 +64,8 @@ class DerivationPrinter(LatexPrinter):
         self._braced: set[sp.Basic] = set()
 
     def _print(self, expr: Any, **kwargs: Any) -> str:
+        if isinstance(expr, Expr):
+            expr = to_sympy(expr)
         label = self._labels.pop(expr, None) if self._labels and isinstance(expr, sp.Basic) else None
         tex = super()._print(expr, **kwargs)
         if label is None:

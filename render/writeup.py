@@ -219,7 +219,7 @@ def _symbols(est: Estimate, quantities: Sequence[Quantity], fmt: _Format,
              values: bool) -> tuple[list[dict[str, str]], list[str]]:
     exprs = [t.expr for q in quantities for t in q.breakdown.terms] + [q.closed_form() for q in quantities]
     rows = [{"symbol": f"${dim.latex}$", "meaning": fmt.text(dim.meaning),
-             "value": f"{est.values[dim.symbol]:,}" if values and dim.symbol in est.values else ""}
+             "value": f"{est.values[dim.expr]:,}" if values and dim.expr in est.values else ""}
             for dim in symbols_in(exprs)]
     relations = {latex(k): latex(v) for q in quantities for k, v in q.relations.items()}
     return rows, [f"${k} = {v}$" for k, v in relations.items()]

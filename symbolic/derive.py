@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
-import sympy as sp
+from typing import Any
 
+from symbolic.expr import Expr, Number, const
+from symbolic.expr import total as _sum
 from symbolic.graph import Block, Graph, Op
 from symbolic.tensor import Tensor
 
@@ -30,7 +33,7 @@ __all__ = ["Term", "Breakdown", "parameters", "activations", "evaluate", "per_bl
 @dataclass(frozen=True, slots=True)
 class Term:
     path: str
-    expr: sp.Expr
+    expr: Expr
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +44,21 @@ class Breakdown:
     unit: str
 
     @property
-    def total(self) -> sp.Expr:
-        return sp.Add(*(term.expr for term in self.terms))
+    def total(self) -> Expr:
+        return _sum(term.expr for term in self.terms)
 
     def where(self, keep: Callable[[str], bool]) -> Breakdown:
         return Breakdown(tuple(t for t in self.terms if keep(t.path)), self.unit)
 
-    def scaled(self, factor: sp.Expr) -> Breakdown:
+    def scaled(self, factor: Expr | Number) -> Breakdown:
         return Breakdown(tuple(Term(t.path, t.expr * factor) for t in self.terms), self.unit)
 
     def grouped(self, depth: int) -> Breakdown:
         """Merge terms by the first ``depth`` components of their path, in order."""
-        merged: dict[str, sp.Expr] = {}
+        merged: dict[str, Expr] = {}
         for term in self.terms:
             key = "/".join(term.path.split("/")[:depth])
-            merged[key] = merged.get(key, sp.Integer(0)) + term.expr
+            merged[key] = merged.get(key, const(0)) + term.expr
         return Breakdown(tuple(Term(k, e) for k, e in merged.items()), self.unit)
 
     def __add__(self, other: Breakdown) -> Breakdown:
@@ -64,8 +67,8 @@ class Breakdown:
         return Breakdown(self.terms + other.terms, self.unit)
 
 
-def _op_params(op: Op) -> sp.Expr:
-    return sp.Add(*(t.numel for t in op.params))
+def _op_params(op: Op) -> Expr:
+    return _sum(t.numel for t in op.params)
 
 
 def parameters(graph: Graph, blocks: Iterable[str] | None = None, per_repeat: bool = False) -> Breakdown:
@@ -74,7 +77,7 @@ def parameters(graph: Graph, blocks: Iterable[str] | None = None, per_repeat: bo
     for blk in graph.blocks:
         if blocks is not None and blk.name not in blocks:
             continue
-        scale = sp.Integer(1) if per_repeat else blk.repeat
+        scale = const(1) if per_repeat else blk.repeat
         terms += [Term(f"{blk.name}/{op.path}", scale * op.share * _op_params(op)) for op in blk.ops if op.params]
     return Breakdown(tuple(terms), "elements")
 
@@ -104,10 +107,10 @@ def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable
     for blk in graph.blocks:
         if blocks is not None and blk.name not in blocks:
             continue
-        scale = blk.in_flight * (sp.Integer(1) if per_repeat else blk.repeat)
-        by_op: dict[str, sp.Expr] = {}
+        scale = blk.in_flight * (const(1) if per_repeat else blk.repeat)
+        by_op: dict[str, Expr] = {}
         for op, tensor in _unique_saved(blk, ignore):
-            by_op[op.path] = by_op.get(op.path, sp.Integer(0)) + op.share * tensor.nbytes
+            by_op[op.path] = by_op.get(op.path, const(0)) + op.share * tensor.nbytes
         terms += [Term(f"{blk.name}/{path}", scale * expr) for path, expr in by_op.items()]
     return Breakdown(tuple(terms), "bytes")
 
@@ -117,18 +120,27 @@ def saved_tensors(block: Block, ignore_roles: Iterable[str] = ()) -> list[tuple[
     return _unique_saved(block, frozenset(ignore_roles))
 
 
-def per_block(breakdown: Breakdown, block: str) -> sp.Expr:
+def per_block(breakdown: Breakdown, block: str) -> Expr:
     return breakdown.where(lambda path: path.split("/")[0] == block).total
 
 
-def evaluate(expr: sp.Expr, values: Mapping[sp.Symbol, int]) -> sp.Expr:
+def evaluate(expr: Any, values: Mapping[Any, int]) -> Any:
     """Substitute integer sizes exactly (no floats); raises if a symbol is left unbound.
+
+    An expression (or number) gives an ``int``/``Fraction``; a SymPy expression (a closed form in
+    render/ or the checker) gives a SymPy number, substituted by symbol name.
 
     >>> from symbolic.dims import h, l
     >>> evaluate(l * (12 * h**2 + 13 * h), {h: 768, l: 12})
     85054464
     """
-    result = sp.sympify(expr).xreplace({k: sp.Integer(v) for k, v in values.items()})
+    if isinstance(expr, Expr | int | Fraction):
+        return const(expr).evaluate(values)
+    import sympy as sp
+
+    by_name = {getattr(k, "name", k): v for k, v in values.items()}
+    expr = sp.sympify(expr)
+    result = expr.xreplace({x: sp.Integer(by_name[x.name]) for x in expr.free_symbols if x.name in by_name})
     free = result.free_symbols
     if free:
         names = ", ".join(sorted(str(x) for x in free))

@@ -6,13 +6,17 @@ meaning and its LaTeX form. Nothing else in the codebase calls ``sp.Symbol``.
 >>> from symbolic.dims import b, s, h
 >>> b * s * h
 b*h*s
+
+The names are ``symbolic.expr`` symbols (no SymPy); ``Dim.symbol`` is the SymPy symbol (positive,
+integer) for closed forms and the checker, made on first use.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import sympy as sp
+from symbolic.expr import Expr, symbol
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
@@ -28,8 +32,16 @@ class Dim:
     latex: str
 
     @property
-    def symbol(self) -> sp.Symbol:
+    def symbol(self) -> Any:
+        """The SymPy symbol (positive, integer); imports SymPy."""
+        import sympy as sp
+
         return sp.Symbol(self.name, positive=True, integer=True)
+
+    @property
+    def expr(self) -> Expr:
+        """The expression symbol graph code computes with."""
+        return symbol(self.name)
 
 
 DIMS: tuple[Dim, ...] = (
@@ -80,10 +92,10 @@ def by_name(name: str) -> Dim:
     return _BY_NAME[name]
 
 
-def sym(name: str) -> sp.Symbol:
-    """The SymPy symbol of a declared dimension."""
-    return _BY_NAME[name].symbol
+def sym(name: str) -> Expr:
+    """The expression symbol of a declared dimension (``by_name(name).symbol`` is SymPy's)."""
+    return _BY_NAME[name].expr
 
 
 (b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, t, p, d, m,
- v, ep, Psi) = (dim.symbol for dim in DIMS)
+ v, ep, Psi) = (dim.expr for dim in DIMS)

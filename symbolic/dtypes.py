@@ -1,10 +1,9 @@
-"""Element types and their sizes in bytes (exact rationals: int4 is 1/2 byte)."""
+"""Element types and their sizes in bytes (exact: ``int``, or a ``Fraction`` for int4's 1/2 byte)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy as sp
+from fractions import Fraction
 
 __all__ = ["DType", "DTYPES", "dtype"]
 
@@ -12,17 +11,17 @@ __all__ = ["DType", "DTYPES", "dtype"]
 @dataclass(frozen=True, slots=True)
 class DType:
     name: str
-    nbytes: sp.Rational
+    nbytes: int | Fraction
 
     def __str__(self) -> str:
         return self.name
 
 
 DTYPES: dict[str, DType] = {
-    name: DType(name, sp.Rational(size))
+    name: DType(name, size)
     for name, size in (
         ("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1), ("int8", 1),
-        ("int4", sp.Rational(1, 2)), ("bool", 1), ("int64", 8),
+        ("int4", Fraction(1, 2)), ("bool", 1), ("int64", 8),
     )
 }
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sympy as sp
+from typing import Any
 
 __all__ = ["Citation", "Formula"]
 
@@ -22,7 +21,7 @@ class Citation:
 @dataclass(frozen=True, slots=True)
 class Formula:
     name: str
-    expr: sp.Expr
+    expr: Any  # a symbolic.expr.Expr (graph-derived) or a SymPy expression (the checker's)
     source: Citation
     assumptions: tuple[str, ...] = ()
 

@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import sympy as sp
-
+from symbolic.expr import Expr, const
 from symbolic.tensor import Tensor
 
 __all__ = ["Op", "Block", "Graph"]
@@ -52,8 +51,8 @@ class Block:
     name: str
     ops: tuple[Op, ...]
     input: Tensor
-    repeat: sp.Expr = sp.Integer(1)
-    in_flight: sp.Expr = sp.Integer(1)
+    repeat: Expr = const(1)
+    in_flight: Expr = const(1)
 
     def __post_init__(self) -> None:
         paths = [op.path for op in self.ops]
@@ -78,7 +77,7 @@ class Graph:
 
     name: str
     blocks: tuple[Block, ...]
-    relations: Mapping[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    relations: Mapping[Expr, Expr] = field(default_factory=dict)
     strategies: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
 

@@ -11,25 +11,31 @@ deterministic: expand, then factor a chosen monomial (``sbh``) or collect in a s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import sympy as sp
 
 __all__ = ["closed_form", "factor_out", "collect_in"]
 
 
-def closed_form(expr: sp.Expr, relations: Mapping[sp.Symbol, sp.Expr] = {}) -> sp.Expr:
-    """Apply size relations (``d_h -> h/a``) and expand into a canonical polynomial."""
-    return sp.expand(sp.sympify(expr).xreplace(dict(relations)))
+def closed_form(expr: Any, relations: Mapping[Any, Any] = {}) -> sp.Expr:
+    """Apply size relations (``d_h -> h/a``) and expand into a canonical polynomial (SymPy).
+
+    ``expr`` and the relations may be engine expressions (``symbolic.expr``) or SymPy ones.
+    """
+    rules = {sp.sympify(k): sp.sympify(v) for k, v in relations.items()}
+    return sp.expand(sp.sympify(expr).xreplace(rules))
 
 
-def factor_out(expr: sp.Expr, monomial: sp.Expr) -> sp.Expr:
+def factor_out(expr: Any, monomial: Any) -> sp.Expr:
     """``expr`` as ``monomial * (...)``, unevaluated, e.g. ``sbh(34 + 5as/h)``."""
+    expr, monomial = sp.sympify(expr), sp.sympify(monomial)
     inner = sp.expand(sp.expand(expr) / monomial)
     if inner == 0:
         return sp.Integer(0)
     return sp.Mul(monomial, inner, evaluate=False)
 
 
-def collect_in(expr: sp.Expr, symbol: sp.Symbol) -> sp.Expr:
+def collect_in(expr: Any, symbol: Any) -> sp.Expr:
     """Group the terms of ``expr`` by powers of ``symbol``: ``l(12h^2 + 13h) + Vh + ...``."""
-    return sp.collect(sp.expand(expr), symbol)
+    return sp.collect(sp.expand(sp.sympify(expr)), sp.sympify(symbol))

@@ -18,9 +18,8 @@ import abc
 
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from symbolic import dims
+from symbolic.expr import Expr, Min, const
 from symbolic.graph import Block, Graph, Op
 from symbolic.tensor import Tensor
 
@@ -44,8 +43,8 @@ class Strategy(abc.ABC):
         """The transformed graph (a new one; ``graph`` is unchanged)."""
 
 
-def _degree(value: int | sp.Expr) -> sp.Expr:
-    return sp.sympify(value)
+def _degree(value: int | Expr) -> Expr:
+    return const(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +55,7 @@ class TensorParallel(Strategy):
     attention splits heads and the output layer the vocabulary (Shoeybi et al. 2019).
     """
 
-    t: int | sp.Expr
+    t: int | Expr
 
     @property
     def name(self) -> str:
@@ -78,7 +77,7 @@ class SequenceParallel(Strategy):
     """Sequence parallelism (Korthikanti et al. 2022 §4.2.2): activations that tensor
     parallelism leaves whole (norm and dropout regions, linear inputs) are split along s."""
 
-    t: int | sp.Expr
+    t: int | Expr
 
     @property
     def name(self) -> str:
@@ -172,9 +171,9 @@ class PipelineParallel(Strategy):
     ``stage="last"`` holds l/p layers, one micro-batch in flight, and the output layer.
     """
 
-    p: int | sp.Expr
-    virtual: int | sp.Expr | None = None
-    micro_batches: int | sp.Expr | None = None
+    p: int | Expr
+    virtual: int | Expr | None = None
+    micro_batches: int | Expr | None = None
     stage: str = "first"
 
     @property
@@ -184,9 +183,9 @@ class PipelineParallel(Strategy):
                                                         else f"interleaved v={self.virtual}, ")
         return f"pipeline parallel ({degree}{virtual}{self.stage} stage)"
 
-    def in_flight(self) -> sp.Expr:
+    def in_flight(self) -> Expr:
         p = _degree(self.p)
-        held = p if self.micro_batches is None else sp.Min(p, _degree(self.micro_batches))
+        held = p if self.micro_batches is None else Min(p, _degree(self.micro_batches))
         if self.virtual not in (None, 1):  # Korthikanti et al. 2022 §4.2.3 (interleaved schedule)
             held = held * (1 + (p - 1) / (p * _degree(self.virtual)))
         return held
@@ -199,7 +198,7 @@ class PipelineParallel(Strategy):
             raise ValueError(f"stage must be 'first' or 'last', not {self.stage!r}")
         first = self.stage == "first"
         kept = {"embed", "layer"} if first else {"layer", "head"}
-        flight = self.in_flight() if first else sp.Integer(1)
+        flight = self.in_flight() if first else const(1)
         blocks = []
         for blk in graph.blocks:
             if blk.name not in kept:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from symbolic.dtypes import DType
+from symbolic.expr import Expr, prod
 
 __all__ = ["Tensor"]
 
@@ -24,7 +23,7 @@ class Tensor:
 
     Attributes:
         name: unique within its block (e.g. ``attn/qkv.in``); equal names are one tensor.
-        shape: one SymPy expression per axis, e.g. ``(b, a, s, d_h)``.
+        shape: one expression per axis, e.g. ``(b, a, s, d_h)``.
         dtype: element type (bytes per element may be fractional, e.g. int4).
         role: what the tensor is (``weight``, ``bias``, ``input``, ``softmax``, ``dropout-mask``,
             ``norm-stats``, ...); strategies and profiles select tensors by role.
@@ -35,7 +34,7 @@ class Tensor:
     """
 
     name: str
-    shape: tuple[sp.Expr, ...]
+    shape: tuple[Expr, ...]
     dtype: DType
     role: str = "activation"
     tp_axis: int | None = None
@@ -47,14 +46,14 @@ class Tensor:
                 raise ValueError(f"{self.name}: axis {axis} outside shape {self.shape}")
 
     @property
-    def numel(self) -> sp.Expr:
-        return sp.Mul(*self.shape)
+    def numel(self) -> Expr:
+        return prod(self.shape)
 
     @property
-    def nbytes(self) -> sp.Expr:
+    def nbytes(self) -> Expr:
         return self.numel * self.dtype.nbytes
 
-    def split(self, axis: int, degree: sp.Expr) -> Tensor:
+    def split(self, axis: int, degree: Expr | int) -> Tensor:
         """The per-rank shard when ``axis`` is divided among ``degree`` ranks."""
         shape = list(self.shape)
         shape[axis] = shape[axis] / degree

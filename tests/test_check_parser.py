@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from derivations.claims.check import OURS, default_symbols, parse_symbols, quantity_spec
 from derivations.claims.parser import LIMITS, FormulaError, parse_formula
-from symbolic.dims import V, Psi, a, a_kv, b, d, d_h, h, l, n, n_ctx, s, t
+from symbolic.dims_sympy import V, Psi, a, a_kv, b, d, d_h, h, l, n, n_ctx, s, t
 
 NAMES = {**default_symbols(quantity_spec("activations.per_layer")), **parse_symbols("R=l, N=a, D=h/a")}
 

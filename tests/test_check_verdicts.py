@@ -7,7 +7,7 @@ import sympy as sp
 
 from derivations.claims.check import ClaimError, check
 from derivations.claims.parser import FormulaError
-from symbolic.dims import Psi, b, h, l, s
+from symbolic.dims_sympy import Psi, b, h, l, s
 
 TP8 = {"tp": 8}
 

@@ -20,7 +20,7 @@ import sympy as sp
 from derivations.claims.check import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
 from derivations.claims.parser import FormulaError, parse_formula
 from render.cli import main
-from symbolic.dims import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
+from symbolic.dims_sympy import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
 
 KV = {**default_symbols(quantity_spec("kv_cache.total")), **parse_symbols("h_kv=a_kv*d_h")}
 CAP = sp.Min(s + n, w)

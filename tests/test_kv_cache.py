@@ -14,7 +14,9 @@ from derivations.estimate import estimate
 from derivations.quantities.inference import FORMULAS, infer_quantities, inference_values
 from derivations.models.model import Model
 from derivations.options import Options
-from symbolic.dims import sym
+from symbolic.dims_sympy import SYMBOLS
+
+sym = SYMBOLS.__getitem__  # closed forms are SymPy: their symbols
 from symbolic.formula import Citation
 from tests import test_params_families as params_families
 from tests import test_params_transformers as params_transformers

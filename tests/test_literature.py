@@ -7,7 +7,7 @@ import sympy as sp
 
 from derivations.estimate import estimate
 from derivations.claims.literature import PUBLISHED, Published
-from symbolic.dims import Psi
+from symbolic.dims_sympy import Psi
 from symbolic.formula import Citation
 
 

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 from derivations.estimate import estimate
 from derivations.models.model import Model
 from derivations.models.architectures import GPT, LLAMA
-from symbolic.dims import sym
+from symbolic.dims_sympy import SYMBOLS
+
+sym = SYMBOLS.__getitem__  # closed forms are SymPy: their symbols
 
 
 @st.composite

@@ -21,7 +21,7 @@ from derivations.estimate import Estimate, estimate
 from derivations.models.model import Model
 from render.steps import breakdown_rows
 from symbolic.derive import evaluate, per_block
-from symbolic.dims import d, p, t
+from symbolic.dims_sympy import d, p, t
 from symbolic.errors import InvalidLayoutError
 from symbolic.simplify import closed_form
 from symbolic.strategies import PipelineParallel, SequenceParallel, TensorParallel

@@ -37,7 +37,8 @@ from derivations.claims.context import Comparison, Context, alternatives, build_
 from derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from derivations.options import Options
 from symbolic.derive import evaluate
-from symbolic.dims import DIMS, Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
+from symbolic.dims import DIMS
+from symbolic.dims_sympy import Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
 from symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",

@@ -16,7 +16,7 @@ recompute, profile, tied embeddings, optimizer, ZeRO stage, ...).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,8 +29,8 @@ from derivations.quantities.model_states import optimizer_state_bytes
 from derivations.models.model import Model
 from derivations.options import PROFILES, RECOMPUTE, Options
 from derivations.quantity import Quantity
-from symbolic.derive import evaluate, saved_tensors
-from symbolic.dims import Psi, d, l, m, p, t, v
+from symbolic.derive import Breakdown, Term, evaluate, saved_tensors
+from symbolic.dims_sympy import Psi, d, l, m, p, t, v
 from symbolic.dtypes import dtype
 from symbolic.errors import DerivationError
 from symbolic.graph import Graph, Op
@@ -151,16 +151,16 @@ def _what(op: Op, x: Tensor, kind: str | None) -> str:
 def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> Context:
     """Derive ``spec``'s quantity for ``model`` under ``options`` (n, g, w kept as letters)."""
     est = estimate(model, options)
-    values: dict[sp.Symbol, int | sp.Rational] = dict(est.values)
+    values: dict[sp.Symbol, int | sp.Rational] = _in_sympy(est.values)
     if spec.mode == "infer":
         from derivations.quantities.inference import infer_quantities, inference_values
 
         graph, found = infer_quantities(est.model, options, keep_symbols=True)
         quantities = {q.key: q for q in found}
-        values.update(inference_values(est.model, options))
+        values.update(_in_sympy(inference_values(est.model, options)))
     else:
         graph, quantities = est.graph, {q.key: q for q in est.quantities}
-    q = quantities[spec.key]
+    q = _sympy_quantity(quantities[spec.key])
     if spec.per_position:
         from derivations.quantities.inference import cached_length
 
@@ -169,9 +169,9 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
                              "lengths (l_w layers min(s + n, w), the others s + n); check kv_cache.total instead")
 
         q = replace(q, key="kv_cache_bytes_per_position", title="KV cache per cached position (all b sequences)",
-                    breakdown=q.breakdown.scaled(1 / cached_length(est.model)), form=None)
+                    breakdown=q.breakdown.scaled(1 / sp.sympify(cached_length(est.model))), form=None)
     held = quantities.get("parameters_per_gpu") or est.quantity("parameters")
-    raw = held.breakdown.total
+    raw = sp.sympify(held.breakdown.total)
     # NOTE: exact, not rounded (int() rounded down): Psi is substituted into both sides, and ours is
     # K * Psi; only an exact Psi gives the same bytes as the estimate (which rounds once, at the end).
     psi = evaluate(raw, values)
@@ -180,6 +180,17 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     values[Psi] = int(psi) if psi.is_Integer else psi
     params = sp.expand(raw.xreplace(q.relations))
     return Context(spec, est.model, options, graph, q, params, raw, values, _notes(spec, q))
+
+
+def _in_sympy(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Keys (and expression values) as SymPy objects: the checker works in SymPy."""
+    return {sp.sympify(k): v if isinstance(v, int) else sp.sympify(v) for k, v in mapping.items()}
+
+
+def _sympy_quantity(q: Quantity) -> Quantity:
+    """``q`` with SymPy terms and relations, for the checker's SymPy algebra."""
+    terms = tuple(Term(t.path, sp.sympify(t.expr)) for t in q.breakdown.terms)
+    return replace(q, breakdown=Breakdown(terms, q.unit), relations=_in_sympy(q.relations))
 
 
 def _notes(spec: QuantitySpec, q: Quantity) -> tuple[str, ...]:

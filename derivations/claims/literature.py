@@ -14,7 +14,7 @@ from typing import Any
 
 import sympy as sp
 
-from symbolic.dims import Psi, V, a, b, d, f, h, l, n_ctx, p, s, t
+from symbolic.dims_sympy import Psi, V, a, b, d, f, h, l, n_ctx, p, s, t
 from symbolic.formula import Citation, Formula
 
 __all__ = ["Published", "PUBLISHED"]

@@ -14,7 +14,7 @@ Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and juxtaposition binds tight
 whole before it is read letter by letter.
 Anything else is a ``FormulaError`` with one line saying where.
 
->>> from symbolic.dims import a, b, h, s
+>>> from symbolic.dims_sympy import a, b, h, s
 >>> names = {"s": s, "b": b, "h": h, "a": a}
 >>> parse_formula(r"M = sbh\\left(34 + \\frac{5as}{h}\\right)", names).expr
 b*h*s*(5*a*s/h + 34)
@@ -481,7 +481,7 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto")
     Raises:
         FormulaError: anything outside the grammar or the limits in ``LIMITS``.
 
-    >>> from symbolic.dims import h, l
+    >>> from symbolic.dims_sympy import h, l
     >>> parse_formula("12*n_layers*d_model**2", {"n_layers": l, "d_model": h}, "python").expr
     12*h**2*l
     """

@@ -8,7 +8,7 @@ formula in the catalog is derived from these graphs.
 >>> from symbolic.derive import parameters
 >>> from symbolic.dims import h
 >>> g = build_graph(GPT, relations=GPT_RELATIONS)
->>> sp.expand(parameters(g, blocks=["layer"], per_repeat=True).total.xreplace(g.relations))
+>>> parameters(g, blocks=["layer"], per_repeat=True).total.subs(g.relations)
 12*h**2 + 13*h
 """
 
@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
-
-import sympy as sp  # noqa: F401  (used by the doctest above)
 
 from derivations.models.moe_mla import mla_attention, moe_mlp
 from symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s

@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-import sympy as sp
-
 from derivations.models.architectures import Arch, build_graph
 from symbolic.dims import a, a_kv, d_h, f, h, sym
 from symbolic.errors import DerivationError
+from symbolic.expr import Expr
 from symbolic.graph import Graph
 
 __all__ = ["Model", "ModelError"]
@@ -118,14 +117,14 @@ class Model:
             return 0
         return self.sizes["l"] if self.window_layers is None else self.window_layers
 
-    def values(self) -> dict[sp.Symbol, int]:
+    def values(self) -> dict[Expr, int]:
         """``{symbol: size}`` for substitution."""
         return {sym(name): value for name, value in self.sizes.items()}
 
-    def relations(self) -> dict[sp.Symbol, sp.Expr]:
+    def relations(self) -> dict[Expr, Expr]:
         """Relations that hold for these sizes, used to print closed forms in few letters."""
         z = self.sizes
-        rel: dict[sp.Symbol, sp.Expr] = {}
+        rel: dict[Expr, Expr] = {}
         if z["d_h"] * z["a"] == z["h"]:
             rel[d_h] = h / a
         if z["a_kv"] == z["a"]:

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-
-import sympy as sp
+from fractions import Fraction
+from typing import Any
 
 from derivations.models.model import Model
 from derivations.options import Options, OptionsError
@@ -42,9 +42,9 @@ from symbolic.derive import Breakdown, Term, parameters
 from symbolic.dims import a_kv, b, g, l, l_w, n, s, t, w
 from symbolic.dtypes import DType, dtype
 from symbolic.errors import InvalidLayoutError
+from symbolic.expr import Expr, Max, Min, ceiling, const, prod, shifted_nonnegative
 from symbolic.formula import Citation, Formula
 from symbolic.graph import Block, Graph, Op
-from symbolic.simplify import closed_form
 from symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
 from symbolic.tensor import Tensor
 
@@ -77,7 +77,7 @@ FORMULAS = (
             ("a_kv = a", "16-bit keys and values")),
     Formula("kv bytes per token, GQA/MQA", 2 * 2 * _l * a_kv * _d_h, KV_CITATION, ("16-bit keys and values",)),
     Formula("kv cache peak, 16-bit MHA", 4 * b * _l * _h * (s + n), ZHIHU, ("a_kv = a", "d_h = h/a")),
-    Formula("inference memory, rule of thumb", sp.Rational(6, 5) * 2 * dims.Psi, RULE_CITATION,
+    Formula("inference memory, rule of thumb", Fraction(6, 5) * 2 * dims.Psi, RULE_CITATION,
             ("16-bit weights", "KV cache + transient = weights / 5: see rule_of_thumb_tokens")),
 )
 
@@ -111,8 +111,8 @@ class LayerGroup:
     group's path component in the breakdown (empty when the group is every layer)."""
 
     name: str
-    share: sp.Expr
-    length: sp.Expr
+    share: Expr
+    length: Expr
 
 
 def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
@@ -127,22 +127,22 @@ def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
 
     >>> from derivations.models.presets import preset
     >>> [(g.name, g.share, g.length) for g in layer_groups(preset("gemma-2-9b"))]
-    [('full', (l - l_w)/l, n + s), ('sliding', l_w/l, Min(w, n + s))]
+    [('full', 1 - l_w/l, n + s), ('sliding', l_w/l, Min(w, n + s))]
     """
     if model.window is None:
-        return (LayerGroup("", sp.Integer(1), s + n),)
+        return (LayerGroup("", const(1), s + n),)
     if model.window_layers is None:
-        return (LayerGroup("", sp.Integer(1), sp.Min(s + n, w)),)
-    return LayerGroup("full", (l - l_w) / l, s + n), LayerGroup("sliding", l_w / l, sp.Min(s + n, w))
+        return (LayerGroup("", const(1), Min(s + n, w)),)
+    return LayerGroup("full", (l - l_w) / l, s + n), LayerGroup("sliding", l_w / l, Min(s + n, w))
 
 
-def cached_length(model: Model) -> sp.Expr:
+def cached_length(model: Model) -> Expr:
     """Tokens held per sequence by the layers that hold the most: ``s + n``, or ``min(s + n, w)``
     when every layer slides (see ``layer_groups``); a decode step's attention scores span them."""
     return layer_groups(model)[0].length
 
 
-def inference_values(model: Model, options: Options) -> dict[sp.Symbol, int]:
+def inference_values(model: Model, options: Options) -> dict[Expr, int]:
     """Values of the inference-only sizes: ``n`` (new tokens), ``g`` (group), ``w`` (window),
     ``l_w`` (sliding-window layers, when only some layers slide)."""
     values = {n: options.new_tokens, g: options.quant_group}
@@ -159,14 +159,14 @@ class ReplicatedKVHeads(Strategy):
     ``a_kv/t`` heads per rank become ``max(a_kv/t, 1)`` (llm-analysis' rule, ANCHORS.md §(b)2), in
     the cache and in the K/V projection weights (replicated t/a_kv times). Needs a_kv | t."""
 
-    t: int | sp.Expr
+    t: int | Expr
     name: str = "KV heads replicated over tensor-parallel ranks"
 
     def __call__(self, graph: Graph) -> Graph:
-        per_rank = {a_kv: self.t * sp.Max(a_kv / self.t, 1)}
+        per_rank = {a_kv: self.t * Max(a_kv / self.t, 1)}
 
         def rep(x: Tensor) -> Tensor:
-            return replace(x, shape=tuple(sp.sympify(axis).xreplace(per_rank) for axis in x.shape))
+            return replace(x, shape=tuple(const(axis).subs(per_rank) for axis in x.shape))
 
         return graph.map_blocks(lambda blk: blk.map_tensors(rep) if blk.name == "layer" else blk, self.name,
                                 "a_kv < t: each GPU keeps max(a_kv/t, 1) key/value heads")
@@ -211,14 +211,14 @@ def _kv_tensors(blk: Block) -> list[tuple[Op, Tensor]]:
                         for x in op.saved if x.role in ("k", "v")]
 
 
-def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | sp.Expr, kv: DType) -> Breakdown:
+def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | Expr | int, kv: DType) -> Breakdown:
     """Bytes of the cached keys and values: each attention op's k, v in each group of layers,
     with the group's length (``groups`` may be one length for every layer).
 
     Paths: ``kv_cache/keys/attn``, or per group ``kv_cache/full/keys/attn``, ``kv_cache/sliding/...``.
     """
-    if isinstance(groups, sp.Basic | int):
-        groups = (LayerGroup("", sp.Integer(1), sp.sympify(groups)),)
+    if isinstance(groups, Expr | int):
+        groups = (LayerGroup("", const(1), const(groups)),)
     terms = []
     blk = graph.block("layer")
     for group in groups:
@@ -232,23 +232,30 @@ def kv_cache(graph: Graph, groups: Sequence[LayerGroup] | sp.Expr, kv: DType) ->
     return Breakdown(tuple(terms), "bytes")
 
 
-def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable[[sp.Expr], sp.Expr] | None:
+def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable[[Any], Any] | None:
     """With layer groups of different lengths, the KV closed form as the bytes of one token in one
-    layer times the layer-tokens, ``4 b a_kv d_h ((l - l_w)(s + n) + l_w min(s + n, w))``."""
+    layer times the layer-tokens, ``4 b a_kv d_h ((l - l_w)(s + n) + l_w min(s + n, w))`` (a SymPy
+    rewrite, run only when the closed form is printed)."""
     if len(groups) < 2:
         return None
     repeat = graph.block("layer").repeat
-    per_layer_token = sp.factor(closed_form(kv_cache(graph, sp.Integer(1), kv).total / repeat, graph.relations))
-    layer_tokens = sp.Add(*(sp.factor(repeat * group.share) * group.length for group in groups))
+    one_token = kv_cache(graph, const(1), kv).total / repeat
 
-    def form(expr: sp.Expr) -> sp.Expr:
+    def form(expr: Any) -> Any:
+        import sympy as sp
+
+        from symbolic.simplify import closed_form
+
+        per_layer_token = sp.factor(closed_form(one_token, graph.relations))
+        layer_tokens = sp.Add(*(sp.factor(sp.sympify(repeat * group.share)) * sp.sympify(group.length)
+                                for group in groups))
         grouped = sp.Mul(per_layer_token, layer_tokens, evaluate=False)
         return grouped if sp.expand(grouped - expr) == 0 else expr
 
     return form
 
 
-def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DType], group: sp.Expr) -> list[Term]:
+def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DType], group: Expr | int) -> list[Term]:
     linear, other, _ = dtypes
     path, repeat = f"{blk.name}/{op.path}", blk.repeat * op.share
     if not (blk.name == "layer" and op.kind in ("linear", "experts") and x.role == "weight"):
@@ -256,11 +263,11 @@ def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DTyp
     terms = [Term(f"weights/{path}", repeat * x.numel * linear.nbytes)]
     if linear.name in GROUPWISE:
         *rows, cols = x.shape  # experts: (E, out, in), E * out rows
-        terms.append(Term(f"weights/scales/{path}", repeat * sp.Mul(*rows) * sp.ceiling(cols / group) * SCALE.nbytes))
+        terms.append(Term(f"weights/scales/{path}", repeat * prod(rows) * ceiling(cols / group) * SCALE.nbytes))
     return terms
 
 
-def weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: sp.Expr = g) -> Breakdown:
+def weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: Expr | int = g) -> Breakdown:
     """Bytes of the parameters one GPU holds, with group-wise quantization scales.
 
     NOTE(inference): symmetric group-wise quantization: one fp16 scale per group of g consecutive
@@ -278,15 +285,15 @@ def _buffers(graph: Graph) -> list[Tensor]:
     return outputs + [x for _, op in graph.ops() for x in op.saved if x.role == SCORE_ROLE]
 
 
-def _decode(x: Tensor, length: sp.Expr) -> Tensor:
+def _decode(x: Tensor, length: Expr) -> Tensor:
     """The same buffer in a decode step: one query token; scores span the cached keys."""
-    shape = [sp.sympify(axis).xreplace({s: 1}) for axis in x.shape]
+    shape = [const(axis).subs({s: 1}) for axis in x.shape]
     if x.role == SCORE_ROLE:
         shape[-1] = length
     return replace(x, shape=tuple(shape))
 
 
-def transient_bytes(graph: Graph, length: sp.Expr) -> Breakdown:
+def transient_bytes(graph: Graph, length: Expr) -> Breakdown:
     """The largest transient buffer of a prefill (s tokens) or a decode step (1 token).
 
     NOTE(inference): one buffer, not the sum of what is live at once; buffers are counted in the
@@ -298,31 +305,29 @@ def transient_bytes(graph: Graph, length: sp.Expr) -> Breakdown:
     # In the graph's letters (d_h = h/a, ... hold for the model's sizes), so that closed_form's
     # rewrite leaves the Max alone instead of re-evaluating it.
     rel = dict(graph.relations)
-    return Breakdown((Term("transient/largest-buffer", _max({sp.expand(x.xreplace(rel)) for x in sizes})),), "bytes")
+    return Breakdown((Term("transient/largest-buffer", _max({x.subs(rel) for x in sizes})),), "bytes")
 
 
-def _surely_at_most(x: sp.Expr, y: sp.Expr) -> bool:
+def _surely_at_most(x: Expr, y: Expr) -> bool:
     """``x <= y`` for all sizes >= 1: with every size written ``1 + size``, ``y - x`` expands to terms
     with nonnegative coefficients only (every other factor is a size, a ``min`` or a ``ceiling``)."""
-    shift = {symbol: symbol + 1 for symbol in (x - y).free_symbols}
-    terms = sp.Add.make_args(sp.expand((y - x).xreplace(shift)))
-    return all(term.as_coeff_Mul()[0] >= 0 for term in terms)
+    return shifted_nonnegative(y - x)
 
 
-def _max(sizes: set[sp.Expr]) -> sp.Expr:
+def _max(sizes: set[Expr]) -> Expr:
     """``Max`` of the candidates no other candidate surely reaches (SymPy's own pairwise
-    comparison of symbolic arguments is slow, so the survivors are left unevaluated)."""
-    ordered = sorted(sizes, key=sp.default_sort_key)
+    comparison of symbolic arguments is slow, so the survivors are left unevaluated: ``evaluate=False``)."""
+    ordered = sorted(sizes, key=lambda x: x.sort_key())
     symbols = set().union(*(x.free_symbols for x in ordered))
     # x <= y everywhere needs x <= y at these points: a cheap filter before the symbolic test.
-    probes = [[x.xreplace({z: point for z in symbols}) for point in (1, 7, 64)] for x in ordered]
+    probes = [[x.evaluate({z: point for z in symbols}) for point in (1, 7, 64)] for x in ordered]
 
     def dominated(i: int) -> bool:
         return any(j != i and all(p <= q for p, q in zip(probes[i], probes[j]))
                    and _surely_at_most(ordered[i], ordered[j]) for j in range(len(ordered)))
 
     kept = [x for i, x in enumerate(ordered) if not dominated(i)]
-    return kept[0] if len(kept) == 1 else sp.Max(*kept, evaluate=False)
+    return kept[0] if len(kept) == 1 else Max(*kept, evaluate=False)
 
 
 def infer_quantities(model: Model, options: Options, base_graph: Graph | None = None, *,
@@ -346,16 +351,16 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
     dtypes = serving_dtypes(options)
     graph = inference_graph(model, options, base_graph)
     bound = {} if keep_symbols else inference_values(model, options)
-    groups = tuple(replace(x, share=x.share.xreplace(bound), length=x.length.xreplace(bound))
+    groups = tuple(replace(x, share=x.share.subs(bound), length=x.length.subs(bound))
                    for x in layer_groups(model))
-    weights, kv = weight_bytes(graph, dtypes, g.xreplace(bound)), kv_cache(graph, groups, dtypes[2])
-    transient = transient_bytes(graph, cached_length(model).xreplace(bound))
+    weights, kv = weight_bytes(graph, dtypes, g.subs(bound)), kv_cache(graph, groups, dtypes[2])
+    transient = transient_bytes(graph, cached_length(model).subs(bound))
     parts = [weights, kv, transient]
     if options.overhead_bytes:
-        parts.append(Breakdown((Term("overhead", sp.Integer(options.overhead_bytes)),), "bytes"))
+        parts.append(Breakdown((Term("overhead", const(options.overhead_bytes)),), "bytes"))
     total = Breakdown(tuple(x for p in parts for x in p.terms), "bytes")
     # One cached token (of one sequence) in every layer: the KV cache's slope while s + n <= w.
-    per_token = kv_cache(graph, sp.Integer(1), dtypes[2]).scaled(1 / b)
+    per_token = kv_cache(graph, const(1), dtypes[2]).scaled(1 / b)
     rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes)
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
@@ -384,7 +389,7 @@ def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DTy
     return tuple(notes)
 
 
-def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> sp.Expr:
+def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> Fraction | int:
     """Cached tokens ``b*(s+n)`` at which the "inference needs about 1.2x the weights" rule holds.
 
     The rule (accelerate's docs, after EleutherAI) is the special case KV cache = 0.2 x weights
@@ -394,13 +399,13 @@ def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> sp.Exp
 
     >>> from derivations.models.presets import preset
     >>> rule_of_thumb_tokens(preset("llama-2-7b"))  # 2*6,738,415,616 / (5 * 524,288)
-    1645121/320
+    Fraction(1645121, 320)
     """
     options = options or Options(mode="infer", batch=1, seq=1)
     dtypes = serving_dtypes(options)
     graph = inference_graph(replace(model, window=None), replace(options, tp=1))
     values = {**model.values(), **inference_values(model, options)}
-    weights = weight_bytes(graph, dtypes).total.xreplace(values)
-    per_token = kv_cache(graph, sp.Integer(1), dtypes[2]).total.xreplace({**values, b: 1})
-    return weights / (5 * per_token)
+    weights = weight_bytes(graph, dtypes).total.evaluate(values)
+    per_token = kv_cache(graph, const(1), dtypes[2]).total.evaluate({**values, b: 1})
+    return Fraction(weights) / (5 * per_token)
 

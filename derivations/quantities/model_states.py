@@ -5,10 +5,8 @@ Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054 §3.1, §5): mixed-precision Ada
 variance) per parameter: 16 bytes. ZeRO stage 1 shards the optimizer states over the d
 data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
 
->>> from symbolic.dims import d
->>> import sympy as sp
->>> P = sp.Symbol("Psi", positive=True)
->>> [states_breakdown(P, "bf16", "adamw", zero, d).total for zero in range(4)]
+>>> from symbolic.dims import Psi, d
+>>> [states_breakdown(Psi, "bf16", "adamw", zero, d).total for zero in range(4)]
 [16*Psi, 4*Psi + 12*Psi/d, 2*Psi + 14*Psi/d, 16*Psi/d]
 """
 
@@ -16,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sympy as sp
-
 from symbolic.derive import Breakdown, Term
 from symbolic.dtypes import dtype
+from symbolic.expr import Expr
 from symbolic.formula import Citation
 
 __all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
@@ -50,7 +47,7 @@ OFFLOAD_CITATION = Citation("Ren et al. 2021 (ZeRO-Offload)", "arXiv:2101.06840"
                             "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
 
 
-def _terms(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr) -> list[Term]:
+def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int) -> list[Term]:
     """Weights, gradients and optimizer states (ZeRO's K, master weights included), sharded per stage."""
     width = dtype(param_dtype).nbytes
     k = optimizer_state_bytes(optimizer, param_dtype)
@@ -60,7 +57,7 @@ def _terms(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.
             Term("model_states/optimizer", params * k / shard[2])]
 
 
-def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr,
+def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
                      offload: bool = False) -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
@@ -72,12 +69,12 @@ def states_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: in
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
-def offloaded_breakdown(params: sp.Expr, param_dtype: str, optimizer: str, zero: int, dp: sp.Expr) -> Breakdown:
+def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int) -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
 
-    >>> P = sp.Symbol("P", positive=True)
-    >>> offloaded_breakdown(P, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
-    14*P
+    >>> from symbolic.dims import Psi
+    >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
+    14*Psi
     """
     terms = _terms(params, param_dtype, optimizer, zero, dp)[1:]
     return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")

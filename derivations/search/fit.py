@@ -14,10 +14,10 @@ function. Either answer is checked with ``derivations.estimate``: it fits, the n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
-
-import sympy as sp
 
 from derivations.estimate import estimate, resolve_model
 from derivations.models.model import Model
@@ -25,6 +25,7 @@ from derivations.options import Options
 from derivations.quantity import exact_int
 from symbolic.dims import b, s
 from symbolic.errors import DerivationError
+from symbolic.expr import Expr, Number, total
 
 __all__ = ["Fit", "FitError", "fit", "SOLVE_FOR"]
 
@@ -52,7 +53,7 @@ class Fit:
     bytes_next: int | None  # None when the model's positions, not memory, end the search
     method: str
     fixed: int | None = None
-    per_unit: sp.Rational | None = None
+    per_unit: Fraction | int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
@@ -63,11 +64,11 @@ class Fit:
         return out
 
 
-def _terms_in(model: Model, options: Options, symbol: sp.Symbol) -> list[sp.Expr]:
+def _terms_in(model: Model, options: Options, symbol: Expr) -> list[Expr]:
     """The per-GPU total's terms with every size bound except ``symbol``."""
     est = estimate(model, options)
-    values = {k: sp.Integer(v) for k, v in est.values.items() if k != symbol}
-    terms = [sp.sympify(t.expr).xreplace(values) for t in est.quantity("total_bytes").breakdown.terms]
+    values = {k: v for k, v in est.values.items() if k != symbol}
+    terms = [t.expr.subs(values) for t in est.quantity("total_bytes").breakdown.terms]
     left = set().union(*(t.free_symbols for t in terms)) - {symbol}
     if left:
         raise FitError(f"cannot solve: {', '.join(map(str, left))} left unbound")
@@ -81,15 +82,18 @@ def max_context(model: Model, options: Options) -> int | None:
     return model.max_positions - options.new_tokens
 
 
-def _linear(expr: sp.Expr, symbol: sp.Symbol) -> tuple[sp.Rational, sp.Rational] | None:
-    try:
-        poly = sp.Poly(sp.expand(expr), symbol)
-    except sp.PolynomialError:
-        return None
-    if poly.degree() > 1 or not all(c.is_Rational for c in poly.all_coeffs()):
-        return None
-    c1, c0 = (poly.all_coeffs() + [sp.Integer(0)])[:2] if poly.degree() == 1 else (sp.Integer(0), poly.LC())
-    return sp.Rational(c0), sp.Rational(c1)
+def _linear(expr: Expr, symbol: Expr) -> tuple[Number, Number] | None:
+    """``(c0, c1)`` with ``expr = c0 + c1 * symbol``, or None when ``expr`` is not linear in it."""
+    c0: Number = 0
+    c1: Number = 0
+    for coeff, monomial in expr.terms():
+        if monomial == 1:
+            c0 += coeff
+        elif monomial == symbol:
+            c1 += coeff
+        else:
+            return None
+    return c0, c1
 
 
 def _search(cost, capacity: int) -> int:
@@ -125,12 +129,12 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
     terms = _terms_in(model, options, symbol)
 
     def cost(x: int) -> int:  # whole bytes per node, as Quantity.value counts them
-        return sum(exact_int(term.xreplace({symbol: x}), "total_bytes") for term in terms)
+        return sum(exact_int(term.evaluate({symbol: x}), "total_bytes") for term in terms)
 
-    linear = _linear(sp.Add(*terms), symbol) if symbol == b else None
+    linear = _linear(total(terms), symbol) if symbol == b else None
     if linear is not None and linear[1] > 0:
         fixed, per_unit = linear
-        value, method = max(int(sp.floor((capacity - fixed) / per_unit)), 0), "closed form"
+        value, method = max(math.floor(Fraction(capacity - fixed) / per_unit), 0), "closed form"
         while value > 0 and cost(value) > capacity:  # rounding each node up can cost a unit
             value -= 1
     else:
