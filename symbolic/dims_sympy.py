@@ -1,6 +1,8 @@
 """The SymPy symbols of ``symbolic.dims`` (positive integers), for code that works in SymPy: the checker
 (``derivations/claims``), ``symbolic.simplify`` and render/ printing. Graph code uses ``symbolic.dims``.
 
+Every name declared in ``symbolic.dims.DIMS`` is importable from here (``from symbolic.dims_sympy import h``).
+
 >>> from symbolic.dims_sympy import a_kv, h
 >>> (2 * a_kv * h).is_positive, str(a_kv)
 (True, 'a_kv')
@@ -8,14 +10,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy as sp
 
 from symbolic.dims import DIMS
 
-__all__ = ["SYMBOLS", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type", "n", "w", "l_w", "g",
-           "t", "p", "d", "m", "v", "Psi"]
-
 #: ``{name: SymPy symbol}`` for every declared dimension.
 SYMBOLS: dict[str, sp.Symbol] = {dim.name: dim.symbol for dim in DIMS}
 
-b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, n, w, l_w, g, t, p, d, m, v, Psi = SYMBOLS.values()
+__all__ = ["SYMBOLS", *SYMBOLS]  # noqa: PLE0604
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        return SYMBOLS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["Expr", "Number", "Min", "Max", "ceiling", "prod", "total", "const", "symbol", "to_sympy", "evaluate",
+__all__ = ["Expr", "Number", "Size", "Min", "Max", "ceiling", "prod", "total", "const", "symbol", "to_sympy", "evaluate",
            "is_expr", "shifted_nonnegative"]
 
 Number = int | Fraction
@@ -208,6 +208,10 @@ class Expr:
     def terms(self) -> list[tuple[Number, Expr]]:
         """``(coefficient, monomial)`` pairs in printing order."""
         return [(c, Expr({mono: 1})) for mono, c in self._ordered()]
+
+    def expand(self) -> Expr:
+        """Itself: an expression is always kept expanded (``sympy.expand`` compatibility)."""
+        return self
 
     def has_minmax(self) -> bool:
         return any(type(atom) is _Node and atom.kind != "ceiling" for mono in self._t for atom, _ in mono)
@@ -412,6 +416,10 @@ class Expr:
     def _sympy_(self) -> Any:
         """SymPy's conversion hook: ``sympy.sympify(expr)`` and mixed arithmetic work."""
         return to_sympy(self)
+
+
+#: What graph code may write where a size goes: an expression or an exact number.
+Size = Expr | int | Fraction
 
 
 def _gen_key(atom: Atom) -> tuple:

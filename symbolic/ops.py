@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Literal
 
 from symbolic.dtypes import DType, dtype
-from symbolic.expr import Expr, const
+from symbolic.expr import Size, const
 from symbolic.graph import Block, Op
 from symbolic.tensor import Tensor
 
@@ -34,7 +34,7 @@ FP32, BOOL, INT64 = dtype("fp32"), dtype("bool"), dtype("int64")
 Parallel = Literal["column", "row", "vocab", None]
 
 
-def _param(name: str, shape: tuple[Expr, ...], role: str, tp_axis: int | None) -> Tensor:
+def _param(name: str, shape: tuple[Size, ...], role: str, tp_axis: int | None) -> Tensor:
     return Tensor(name, shape, PARAM_DTYPE, role=role, tp_axis=tp_axis)
 
 
@@ -44,7 +44,7 @@ class BlockBuilder:
     ``act`` is the activation dtype (16-bit under mixed precision).
     """
 
-    def __init__(self, name: str, input_shape: tuple[Expr, ...], act: DType,
+    def __init__(self, name: str, input_shape: tuple[Size, ...], act: DType,
                  input_dtype: DType | None = None, input_role: str = "input") -> None:
         self.name, self.act = name, act
         self.ops: list[Op] = []
@@ -57,15 +57,15 @@ class BlockBuilder:
         self.ops.append(op if self.share == 1 else replace(op, share=self.share))
         return op.output
 
-    def _act(self, name: str, shape: tuple[Expr, ...], role: str = "activation",
+    def _act(self, name: str, shape: tuple[Size, ...], role: str = "activation",
              tp_axis: int | None = None, dt: DType | None = None, seq_axis: int | None = 1) -> Tensor:
         return Tensor(name, shape, dt or self.act, role=role, tp_axis=tp_axis, seq_axis=seq_axis)
 
-    def build(self, repeat: Expr | int = 1) -> Block:
+    def build(self, repeat: Size | int = 1) -> Block:
         return Block(self.name, tuple(self.ops), self.input, repeat=const(repeat))
 
     # --- embeddings -------------------------------------------------------------------------
-    def embedding(self, path: str, ids: Tensor, rows: Expr, width: Expr, *,
+    def embedding(self, path: str, ids: Tensor, rows: Size, width: Size, *,
                   parallel: Parallel = None) -> Tensor:
         """``nn.Embedding``: weight (rows, width); backward saves the int64 indices."""
         tp_axis = 0 if parallel == "vocab" else None
@@ -74,7 +74,7 @@ class BlockBuilder:
         return self._add(Op(path, "embedding", (weight,), (ids,), out))
 
     # --- linear layers ----------------------------------------------------------------------
-    def linear(self, path: str, x: Tensor, out_features: Expr, *, bias: bool,
+    def linear(self, path: str, x: Tensor, out_features: Size, *, bias: bool,
                parallel: Parallel = None, weight: Tensor | None = None, note: str = "") -> Tensor:
         """``nn.Linear``: weight (out, in), bias (out); saves its input.
 
@@ -139,7 +139,7 @@ class BlockBuilder:
         return self._add(Op(path, "add", (), (), out))
 
     # --- attention --------------------------------------------------------------------------
-    def split_heads(self, path: str, qkv: Tensor, heads: tuple[Expr, ...], d_head: Expr,
+    def split_heads(self, path: str, qkv: Tensor, heads: tuple[Size, ...], d_head: Size,
                     names: tuple[str, ...] = ("q", "k", "v")) -> tuple[Tensor, ...]:
         """View a fused projection (b, s, sum(heads)*d_h) as per-head tensors (b, heads, s, d_h)."""
         bsz, seq = qkv.shape[0], qkv.shape[1]
@@ -193,7 +193,7 @@ class BlockBuilder:
         return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
 
     # --- mixture of experts -------------------------------------------------------------------
-    def router(self, path: str, x: Tensor, experts: Expr, top_k: Expr, *, bias: bool,
+    def router(self, path: str, x: Tensor, experts: Size, top_k: Size, *, bias: bool,
                renormalize: bool = True) -> Tensor:
         """Router (gate): linear ``h -> E`` (weight (E, h)), fp32 softmax scores, top-k choice.
 
@@ -214,7 +214,7 @@ class BlockBuilder:
         out = self._act(f"{path}.out", (*lead, top_k), "router")
         return self._add(Op(path, "router", tuple(params), saved, out))
 
-    def experts(self, path: str, x: Tensor, experts: Expr, top_k: Expr, width: Expr, *, kind: str,
+    def experts(self, path: str, x: Tensor, experts: Size, top_k: Size, width: Size, *, kind: str,
                 bias: bool, note: str = "") -> Tensor:
         """E routed expert MLPs, weights ``(E, out, in)`` as transformers stores them; each token
         goes through k of them (``kind``: ``swiglu``/``geglu`` gated, else ``gelu``/``relu``).
@@ -249,7 +249,7 @@ class BlockBuilder:
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
         return self._add(Op(path, "experts", tuple(params), saved, out, note))
 
-    def scale(self, path: str, x: Tensor, gate_width: Expr = 1, *, kind: str = "sigmoid-gate") -> Tensor:
+    def scale(self, path: str, x: Tensor, gate_width: Size = 1, *, kind: str = "sigmoid-gate") -> Tensor:
         """``sigmoid(g) * x`` with ``g`` of width ``gate_width`` (Qwen2-MoE's shared-expert gate):
         saves the sigmoid's output and ``x``."""
         gate = self._act(f"{path}.sigmoid", (*x.shape[:-1], gate_width))
@@ -257,7 +257,7 @@ class BlockBuilder:
         return self._add(Op(path, kind, (), (gate, x), out))
 
     # --- multi-head latent attention ----------------------------------------------------------
-    def kv_latent(self, path: str, kv: Tensor, rank: Expr, rope_dim: Expr) -> tuple[Tensor, Tensor]:
+    def kv_latent(self, path: str, kv: Tensor, rank: Size, rope_dim: Size) -> tuple[Tensor, Tensor]:
         """Split MLA's compressed projection (b, s, d_c + d_h^R) into the key/value latent
         (b, s, d_c) and the one rotary key shared by all heads; both are what the KV cache keeps
         per token (DeepSeek-V2 §2.1.2; transformers' DeepseekV3Attention caches them as one-head
@@ -277,7 +277,7 @@ class BlockBuilder:
                      seq_axis=2)
         return self._add(Op(path, "concat", (), (), out))
 
-    def attention_sinks(self, path: str, heads: Expr) -> None:
+    def attention_sinks(self, path: str, heads: Size) -> None:
         """gpt-oss attention sinks: one learned logit per head joins each softmax (weight (a,))."""
         weight = _param(f"{path}.weight", (heads,), "weight", 0)
         out = self._act(f"{path}.out", (heads,), seq_axis=None, tp_axis=0)

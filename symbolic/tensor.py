@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from symbolic.dtypes import DType
-from symbolic.expr import Expr, prod
+from symbolic.expr import Expr, Size, const, prod
 
 __all__ = ["Tensor"]
 
@@ -34,13 +34,15 @@ class Tensor:
     """
 
     name: str
-    shape: tuple[Expr, ...]
+    shape: tuple[Size, ...]  # stored as expressions
     dtype: DType
     role: str = "activation"
     tp_axis: int | None = None
     seq_axis: int | None = None
 
     def __post_init__(self) -> None:
+        if not all(type(x) is Expr for x in self.shape):
+            object.__setattr__(self, "shape", tuple(const(x) for x in self.shape))
         for axis in (self.tp_axis, self.seq_axis):
             if axis is not None and not -len(self.shape) <= axis < len(self.shape):
                 raise ValueError(f"{self.name}: axis {axis} outside shape {self.shape}")
@@ -53,8 +55,8 @@ class Tensor:
     def nbytes(self) -> Expr:
         return self.numel * self.dtype.nbytes
 
-    def split(self, axis: int, degree: Expr | int) -> Tensor:
+    def split(self, axis: int, degree: Size) -> Tensor:
         """The per-rank shard when ``axis`` is divided among ``degree`` ranks."""
         shape = list(self.shape)
-        shape[axis] = shape[axis] / degree
+        shape[axis] = const(shape[axis]) / degree
         return replace(self, shape=tuple(shape))
