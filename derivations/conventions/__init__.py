@@ -1,0 +1,93 @@
+"""Other calculators' accounting as named conventions, side by side with memderive's.
+
+Each convention reproduces one tool's own figures (parameters, model states, activations, KV cache,
+total) for the same model and options, from the same graph where the tool's rule is a change to it
+(vocabulary padded, biases or positions dropped, a tied embedding, two MLP matrices) and from the
+tool's own arithmetic, cited by file and commit, where it is not. ``Figures.why`` says, per column,
+which term makes the figure differ from memderive's; ``gaps`` lists every difference over 1% with
+that reason, and a difference without one is a bug (``tests/test_conventions.py``).
+
+>>> sorted(CONVENTIONS)
+['accelerate', 'deepspeed', 'eleuther', 'llm-analysis', 'megatron', 'memderive']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from derivations.models.model import Model
+from derivations.options import Options
+from symbolic.formula import Citation
+
+__all__ = ["Figures", "COLUMNS", "CONVENTIONS", "figures", "compare", "gaps", "ConventionError"]
+
+COLUMNS = ("parameters", "model_states", "activations", "kv_cache", "total")
+
+
+class ConventionError(ValueError):
+    """An unknown convention name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One tool's figures in bytes (parameters in elements); None where the tool has no such figure.
+
+    ``printed`` is how the tool prints its unit (``MB`` = 2^20 bytes for Megatron); ``why`` maps a
+    column to the term that makes it differ from memderive's.
+    """
+
+    convention: str
+    parameters: int
+    model_states: int | None
+    activations: int | None
+    kv_cache: int | None
+    total: int
+    source: Citation
+    printed: str
+    why: dict[str, str] = field(default_factory=dict)
+
+    def column(self, name: str) -> int | None:
+        return getattr(self, name)
+
+
+def _registry():
+    from derivations.conventions import tools
+
+    return {"memderive": tools.memderive, "megatron": tools.megatron, "deepspeed": tools.deepspeed,
+            "llm-analysis": tools.llm_analysis, "eleuther": tools.eleuther, "accelerate": tools.accelerate}
+
+
+CONVENTIONS = ("memderive", "megatron", "deepspeed", "llm-analysis", "eleuther", "accelerate")
+
+
+def figures(name: str, model: Model, opts: Options) -> Figures:
+    """The figures of convention ``name`` for ``model`` under ``opts`` (train or infer)."""
+    if name not in CONVENTIONS:
+        raise ConventionError(f"--convention must be one of {', '.join(CONVENTIONS)}, got {name!r}")
+    return _registry()[name](model, opts)
+
+
+def compare(model: Model, opts: Options,
+            names: tuple[str, ...] = CONVENTIONS) -> tuple[list[Figures], list[tuple[str, str]]]:
+    """Figures of each convention, and ``(name, why)`` for those without a figure in this mode."""
+    from derivations.conventions.tools import NotModelled
+
+    rows, skipped = [], []
+    for name in names:
+        try:
+            rows.append(figures(name, model, opts))
+        except NotModelled as exc:
+            skipped.append((name, str(exc)))
+    return rows, skipped
+
+
+def gaps(ours: Figures, other: Figures, threshold: float = 0.01) -> list[tuple[str, int, str]]:
+    """``(column, difference, reason)`` for each column differing from ours by more than ``threshold``."""
+    out = []
+    for col in COLUMNS:
+        mine, theirs = ours.column(col), other.column(col)
+        if mine is None or theirs is None:
+            continue
+        if abs(theirs - mine) > threshold * max(abs(mine), 1):
+            out.append((col, theirs - mine, other.why.get(col, "")))
+    return out
