@@ -43,11 +43,15 @@ __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "
 LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
           "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24}
 UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
-              "parameters": "elements"}
+              "parameters": "elements", **{k: "bytes" for k in ("KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}}
+#: Byte units that scale the number before them (``28\,\mathrm{GB}`` is 28 * 10^9 bytes).
+UNIT_SCALES = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "kappa", "lambda", "mu", "nu", "rho", "sigma", "tau",
          "theta", "phi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Sigma", "Phi", "Psi", "Omega")
 _SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl",
          "Biggr", "quad", "qquad", "displaystyle", "textstyle", ",", ";", ":", "!", " "}
+_DELIMITED = {"left", "right", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl", "Biggr"}
 _TEXT = {"text", "mathrm", "textrm", "mathit", "textit", "operatorname", "mathsf", "textsf"}
 _UNICODE = {"−": "-", "×": r"\times", "·": r"\cdot", "⋅": r"\cdot", "Ψ": r"\Psi", "Φ": r"\Phi",
             "²": "^2", "³": "^3", "≈": r"\approx", " ": " "}
@@ -81,6 +85,38 @@ class ParsedFormula:
     label: str = ""
     relation: str = ""
     unit: str | None = None
+    chain: tuple[ParsedFormula, ...] = ()  # every side of ``M = A = B`` (A and B), when there are two or more
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """The text as typed, and for each character of the cleaned text the column it came from."""
+
+    text: str
+    where: list[int]
+
+    def column(self, i: int) -> int:
+        return self.where[min(max(i, 0), len(self.where) - 1)] + 1
+
+
+def _clean(text: str) -> tuple[str, _Source]:
+    """Unicode signs as the LaTeX they stand for (``·`` -> ``\\cdot``, followed by a space when a
+    letter follows: ``l·h`` is not the command ``\\cdoth``) and ``\\_`` as ``_``; with the column map."""
+    out: list[str] = []
+    where: list[int] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("\\_", i):
+            rep, width = "_", 2
+        else:
+            rep, width = _UNICODE.get(text[i], text[i]), 1
+            if rep.startswith("\\") and rep[1:].isalpha() and text[i + 1:i + 2].isascii() and text[i + 1:i + 2].isalpha():
+                rep += " "
+        out.append(rep)
+        where += [i] * len(rep)
+        i += width
+    where.append(len(text))
+    return "".join(out), _Source(text, where)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +146,19 @@ def normalize_name(raw: str) -> str:
 class _Lexer:
     """Cuts the text into tokens; names are resolved against the table as they are read."""
 
-    def __init__(self, text: str, names: Mapping[str, sp.Expr], strict: bool) -> None:
+    def __init__(self, text: str, names: Mapping[str, sp.Expr], strict: bool, source: _Source | None = None,
+                 offset: int = 0) -> None:
         self.text, self.names, self.strict = text, names, strict
+        self.source, self.offset = source or _Source(text, list(range(len(text) + 1))), offset
         self.tokens: list[_Tok] = []
         self.used: list[str] = []
         self.i = 0
 
     def fail(self, message: str, col: int | None = None) -> FormulaError:
-        """One line: the message, the column (``col=-1`` for none) and an excerpt of the input."""
-        where = "" if col == -1 else f" at column {(self.i if col is None else col) + 1}"
-        return FormulaError(f"{message}{where} in {_excerpt(self.text)}")
+        """One line: the message, the column (``col=-1`` for none) and an excerpt of the input,
+        both in the text the user typed (``·``, not the ``\\cdot`` it is read as)."""
+        where = "" if col == -1 else f" at column {self.source.column(self.offset + (self.i if col is None else col))}"
+        return FormulaError(f"{message}{where} in {_excerpt(self.source.text)}")
 
     def run(self) -> list[_Tok]:
         text = self.text
@@ -226,6 +265,8 @@ class _Lexer:
             raise self.fail(f"\\{word} is not Python syntax; leave out --syntax python to read LaTeX")
         if word in _SKIP:
             self.i = match.end()
+            if word in _DELIMITED and text.startswith(".", self.i):  # \left. \right.: no delimiter
+                self.i += 1
         elif word in ("cdot", "times", "ast"):
             self._emit("op", "*", match.end() - col)
         elif word in ("min", "max"):
@@ -267,6 +308,11 @@ class _Lexer:
         elif content in ("min", "max"):  # \operatorname{min}
             self.tokens.append(_Tok("func", content, col, FUNCTIONS[content]))
         elif re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", content):
+            letters = re.findall(r"[A-Za-z]", content)
+            if content not in self.names and len(letters) > 1 and "_" not in content \
+                    and all(x in self.names for x in letters):
+                raise self.fail(f"unknown symbol {content!r}: a product of letters is written without \\text "
+                                f"({content}), or mapped: {content}={'*'.join(letters)}", col)
             self._known(content, col)
         else:
             self.tokens.append(_Tok("note", content, col))
@@ -325,6 +371,8 @@ class _Parser:
         while self.tok.kind in ("unit", "note"):
             tok = self.take()
             unit = tok.value if tok.kind == "unit" else unit
+            if tok.text in UNIT_SCALES:
+                val = _Val(val.expr * UNIT_SCALES[tok.text], val.terms, val.degree)
         if self.tok.kind != "end":
             tok = self.tok
             what = "unbalanced " + repr(tok.text) if tok.kind == "close" else f"unexpected {tok.text!r}"
@@ -373,8 +421,10 @@ class _Parser:
         negative = self.tok.kind == "op" and self.tok.text == "-"
         if negative:
             self.take()
-        if tok.text == "^" and not self.lexer.strict:
-            self.split_digits()  # LaTeX: s^22 is s^2 times 2; Python's s**22 is s to the 22nd
+        if tok.text == "^" and not self.lexer.strict and base.expr != 10:
+            # LaTeX: s^22 is s^2 times 2 (Python's s**22 is s to the 22nd); but 10^12 in notes is
+            # scientific notation, ten to the twelfth, never 10 * 2
+            self.split_digits()
         exponent = self.atom(exponent=True).expr * (-1 if negative else 1)
         limit = LIMITS["numeric_power"] if base.expr.is_Number else LIMITS["power"]
         if not (exponent.is_Integer and abs(int(exponent)) <= limit):
@@ -459,14 +509,29 @@ class _Parser:
         raise self.fail("\\frac needs two arguments in braces")
 
 
-def _split_relation(text: str) -> tuple[str, str, str]:
-    """``M = A ≈ B`` -> label ``M``, the relation before the last side, and that side."""
-    parts = _RELATION.split(text)
-    if len(parts) == 1:
-        return "", "", text
-    signs = _RELATION.findall(text)
-    relation = "=" if signs[-1] in ("=", "\\equiv") else "approx"
-    return parts[0].strip(), relation, parts[-1]
+def _sides(text: str) -> list[tuple[int, str, str]]:
+    """``M = A ≈ B`` -> ``[(0, "", "M "), (k, "=", " A "), (j, "approx", " B")]``: each side with its
+    offset in ``text`` and the relation sign before it."""
+    out, start, sign = [], 0, ""
+    for match in _RELATION.finditer(text):
+        out.append((start, sign, text[start:match.start()]))
+        start, sign = match.end(), "=" if match.group() in ("=", "\\equiv") else "approx"
+    out.append((start, sign, text[start:]))
+    return out
+
+
+def _is_formula(side: str) -> bool:
+    """A first side with digits or operators is a step of the chain; a bare name (``M``,
+    ``P_{LN}``, ``KV cache``) is a label."""
+    return bool(re.search(r"\d|[+\-*/^]|\\(?:frac|cdot|times)", side))
+
+
+def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], syntax: str,
+               source: _Source) -> ParsedFormula:
+    lexer = _Lexer(side, names, strict=syntax == "python", source=source, offset=offset)
+    val, unit = _Parser(lexer, lexer.run()).formula()
+    shown = source.text[source.column(offset) - 1:source.column(offset + len(side)) - 1].strip()
+    return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, unit)
 
 
 def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto") -> ParsedFormula:
@@ -477,6 +542,9 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto")
         names: the author's symbols (normalized: ``d_h``, ``Psi``) mapped onto our expressions.
         syntax: ``auto`` (the LaTeX grammar, a superset of Python's arithmetic) or ``python``
             (explicit ``*``, no LaTeX commands, no juxtaposition).
+
+    A chain ``M = A = B`` (notes write their steps so) is read side by side: ``chain`` holds A and
+    B, and the result itself is the last side. A first side without digits or operators is a label.
 
     Raises:
         FormulaError: anything outside the grammar or the limits in ``LIMITS``.
@@ -491,10 +559,18 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto")
         raise FormulaError(f"a formula must be text, not {type(text).__name__}")
     if len(text) > LIMITS["chars"]:
         raise FormulaError(f"formula of {len(text):,} characters; the limit is {LIMITS['chars']:,}")
-    clean = "".join(_UNICODE.get(ch, ch) for ch in text).strip().strip("$").strip()
-    if clean.startswith("\\[") and clean.endswith("\\]"):
-        clean = clean[2:-2]
-    label, relation, side = _split_relation(clean)
-    lexer = _Lexer(side, names, strict=syntax == "python")
-    val, unit = _Parser(lexer, lexer.run()).formula()
-    return ParsedFormula(text, val.expr, tuple(dict.fromkeys(lexer.used)), label[:80], relation, unit)
+    clean, source = _clean(text)
+    body = clean.strip().strip("$").strip()
+    start = clean.find(body) if body else 0
+    if body.startswith("\\[") and body.endswith("\\]"):
+        body, start = body[2:-2], start + 2
+    sides = _sides(body)
+    label = ""
+    if len(sides) > 1 and not (sides[0][2].strip() and _is_formula(sides[0][2])):
+        label = sides[0][2].strip()
+        sides = sides[1:]
+    read = [_read_side(side, start + at, sign, names, syntax, source) for at, sign, side in sides]
+    last = read[-1]
+    used = tuple(dict.fromkeys(x for side in read for x in side.names))
+    return ParsedFormula(text, last.expr, used, label[:80], last.relation, last.unit,
+                         tuple(read) if len(read) > 1 else ())
