@@ -18,7 +18,7 @@ from derivations.claims.check import CheckResult
 from render.latex import latex as tex
 from render.latex import tex_escape
 
-__all__ = ["text_report", "markdown_report", "latex_report", "file_lines", "MARKS"]
+__all__ = ["text_report", "markdown_report", "latex_report", "latex_document", "file_lines", "MARKS"]
 
 MARKS = {True: "holds", False: "does not hold"}
 
@@ -28,11 +28,14 @@ def _number(value: sp.Rational) -> str:
 
 
 def _example(result: CheckResult) -> str:
+    """The numbers of a bundled model: a counterexample for a claim that does not hold, plain
+    numbers for one that does (an approximation written with ``\\approx``)."""
     ce = result.counterexample
     if ce is None:
         return ""
     sizes = ", ".join(f"{k}={v:,}" for k, v in ce.values.items())
-    return (f"counterexample ({ce.model}: {sizes}): ours {ce.ours:,}, claim {_number(ce.claim)}"
+    word = "numbers" if result.holds else "counterexample"
+    return (f"{word} ({ce.model}: {sizes}): ours {ce.ours:,}, claim {_number(ce.claim)}"
             f" (claim/ours = {ce.ratio:.6g})")
 
 
@@ -90,9 +93,10 @@ def markdown_report(result: CheckResult, level: int = 3) -> str:
     return "\n".join(out)
 
 
-def latex_report(result: CheckResult) -> str:
-    """One check as a LaTeX fragment (``\\subsection*``, equations, an itemized why)."""
-    out = [rf"\subsection*{{{tex_escape(result.spec.name)}: {tex_escape(result.verdict)}}}",
+def latex_report(result: CheckResult, heading: str = "subsection") -> str:
+    """One check as a LaTeX fragment (``\\subsection*``, equations, an itemized why, notes)."""
+    out = [rf"\{heading}*{{{tex_escape(result.spec.name)}: {tex_escape(result.verdict)} "
+           rf"({tex_escape(MARKS[result.holds])})}}",
            rf"{tex_escape(result.title)} ({tex_escape(result.spec.unit)}) for \texttt{{{tex_escape(result.model)}}}.",
            r"\begin{align*}",
            rf"\text{{claim}} &= {tex(result.theirs)} \\",
@@ -104,8 +108,40 @@ def latex_report(result: CheckResult) -> str:
     out += [rf"\item {tex_escape(line)}" for line in result.explanation]
     if result.counterexample is not None:
         out.append(rf"\item {tex_escape(_example(result))}")
+    out += [rf"\item note: {tex_escape(note)}" for note in result.notes]
     out.append(r"\end{itemize}")
     return "\n".join(out)
+
+
+_PREAMBLE = r"""\documentclass[11pt,a4paper]{article}
+\usepackage[margin=2cm]{geometry}
+\usepackage{amsmath}
+\usepackage{parskip}
+\allowdisplaybreaks
+\title{%s}
+\author{memderive check}
+\date{}
+\begin{document}
+\maketitle
+\sloppy
+"""
+
+
+def latex_document(found: Sequence[tuple[str, CheckResult | None, str]], title: str) -> str:
+    """A complete LaTeX document (it compiles with pdflatex) of checks: ``(heading, result, error)``
+    each, the heading empty for a single claim (``memderive check --format latex``) and
+    ``NOTES.md:12`` for the claims of a file. Characters outside ASCII that LaTeX has no
+    escape for (a claim's Chinese notes) print as ``?``."""
+    body = []
+    for heading, result, error in found:
+        if heading:
+            body.append(rf"\section*{{{tex_escape(heading)}}}")
+        if result is None:
+            body.append(rf"error: {tex_escape(error)}")
+        else:
+            body.append(latex_report(result, "subsection" if heading else "section"))
+    text = _PREAMBLE % tex_escape(title) + "\n\n".join(body) + "\n\\end{document}\n"
+    return "".join(ch if ch.isascii() else "?" for ch in text)
 
 
 def file_lines(path: str, found: Sequence[tuple[Marked, CheckResult | None, str]]) -> list[str]:

@@ -53,7 +53,7 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mode", choices=("params", "train", "infer"), default=None)
     g.add_argument("--batch", type=int)
     g.add_argument("--seq", type=int)
-    g.add_argument("--new-tokens", type=int, default=0)
+    g.add_argument("--new-tokens", type=int, default=None)
     g.add_argument("--dtype", default="bf16", help="training parameter/compute dtype (bf16 = mixed precision)")
     g.add_argument("--optimizer", default="adamw", help="adamw, adam, adam-8bit, sgd-momentum, sgd")
     g.add_argument("--tp", type=int, default=1)
@@ -82,7 +82,8 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
     from derivations.options import Options
     from render.units import parse_size
 
-    return Options(mode=mode or args.mode or "params", batch=args.batch, seq=args.seq, new_tokens=args.new_tokens,
+    return Options(mode=mode or args.mode or "params", batch=args.batch, seq=args.seq,
+                   new_tokens=0 if args.new_tokens is None else args.new_tokens,
                    dtype=args.dtype, optimizer=args.optimizer, tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp,
                    zero=args.zero, offload=args.offload, recompute=args.recompute, flash=args.flash,
                    dropout=not args.no_dropout, micro_batches=args.micro_batches,

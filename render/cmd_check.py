@@ -76,7 +76,14 @@ def run(args: argparse.Namespace) -> int:
 
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
-    print(json.dumps(result.to_json(), indent=2) if args.json else _render(result, args.format))
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    elif args.format == "latex":
+        from render.check_report import latex_document
+
+        print(latex_document([("", result, "")], f"{result.spec.name}: {args.claim}"), end="")
+    else:
+        print(_render(result, args.format))
     return 0 if result.holds else 1
 
 
@@ -89,7 +96,8 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
 
     keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
     defaults = {f.name: f.default for f in fields(Options)}
-    changed = {k: v for k, v in _options(args).items() if defaults.get(k) != v}
+    # an explicit --new-tokens 0 pins n = 0 (a prompt-only cache): kept although 0 is the default
+    changed = {k: v for k, v in _options(args).items() if defaults.get(k) != v or k == "new_tokens"}
     return {**{k: v for k, v in keys.items() if v is not None}, **changed}
 
 
@@ -112,6 +120,10 @@ def _run_file(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                           for m, r, e in found], indent=2))
+    elif args.format == "latex":
+        from render.check_report import latex_document
+
+        print(latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found], f"Claims in {args.file}"), end="")
     elif args.format != "text":
         print("\n\n".join(f"<!-- {args.file}:{m.line} -->\n" + (_render(r, args.format) if r else f"error: {e}")
                           for m, r, e in found))

@@ -225,7 +225,8 @@ _ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": 
             "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "§": r"$\S$", "×": r"$\times$",
             "<": r"$<$", ">": r"$>$", "|": r"$|$",
             "≈": r"$\approx$", "→": r"$\to$", "—": "---", "–": "--", "≫": r"$\gg$", "·": r"$\cdot$",
-            "≤": r"$\le$", "≥": r"$\ge$", "²": r"\textsuperscript{2}"}
+            "≤": r"$\le$", "≥": r"$\ge$", "²": r"\textsuperscript{2}", "∞": r"$\infty$", "Ψ": r"$\Psi$",
+            "Φ": r"$\Phi$", "⋅": r"$\cdot$", "−": "$-$"}
 _ESCAPE_RE = re.compile("|".join(re.escape(k) for k in _ESCAPES))
 
 

@@ -160,8 +160,8 @@ def test_without_min_is_exact_without_the_window(options: dict) -> None:
     _beyond_window(result)
     assert result.counterexample.ratio > 1
     # as s -> oo: ours tends to a constant (Mistral) or to (l - l_w)(s + n) of the global layers (Gemma)
-    tail = "oo" if options is MISTRAL else "l/(l - l_w)"
-    assert f"as s -> oo: claim/ours -> {tail}" in result.explanation
+    tail = "∞" if options is MISTRAL else "l/(l - l_w)"
+    assert f"as s → ∞: claim/ours → {tail}" in result.explanation
 
 
 def test_a_window_in_every_gemma_layer_is_different() -> None:
@@ -172,15 +172,17 @@ def test_a_window_in_every_gemma_layer_is_different() -> None:
     assert result.verdict == "different" and result.holds_under == ()
     _beyond_window(result)
     assert result.counterexample.ratio < 1
-    assert "as s -> oo: claim/ours -> 0" in result.explanation
+    assert "as s → ∞: claim/ours → 0" in result.explanation
 
 
 def test_forgotten_new_tokens_are_different_at_equal_long_sequences() -> None:
     # min(s, w) leaves out the n generated tokens: wrong while s + n <= w, equal again once s >= w,
-    # which is what the long-sequence limit says
+    # which is what the long-sequence limit says. It is exact when s counts every cached token
+    # (issue 13: a prompt-only cache, n = 0), and said so.
     result = check("kv_cache.total", r"4 b l a_{kv} d_h \min(s, w)", **MISTRAL)
-    assert result.verdict == "different"
-    assert "as s -> oo: claim/ours -> 1" in result.explanation
+    assert result.verdict == "conditional"
+    assert result.holds_under[0].startswith("with s counting every cached token")
+    assert "as s → ∞: claim/ours → 1" in result.explanation
     ce = result.counterexample
     assert ce.values["n"] > 0 and ce.ratio < 1
 
@@ -216,7 +218,7 @@ def test_leading_order_through_a_fixed_min() -> None:
     extra = r"4 b a_{kv} d_h (l_w \min(s+n,w) + (l-l_w)(s+n)) + 4 b d_h \min(s+n, w)"
     result = check("kv_cache.total", extra, **GEMMA)
     assert result.verdict == "leading-order"
-    assert any(x.startswith("claim/ours -> 1 as a, a_kv, f, h, l, l_w") for x in result.explanation)
+    assert any(x.startswith("claim/ours → 1 as a, a_kv, f, h, l, l_w") for x in result.explanation)
 
 
 def test_undecidable_max_says_so() -> None:

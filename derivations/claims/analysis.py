@@ -69,6 +69,7 @@ class Match:
     pieces: tuple[Piece, ...]
     parts: tuple[sp.Expr, ...]
     subtree: str = ""
+    groups: tuple[tuple[str, int], ...] = ()  # per unit of a sum: (subtree or "" for one piece, multiple)
 
 
 #: Growing sizes only some models have, named in a scaling only where a formula uses them.
@@ -76,9 +77,9 @@ OPTIONAL: frozenset[sp.Symbol] = frozenset({l_w})
 
 
 def describe_scaling(weights: Mapping[sp.Symbol, int], used: set[sp.Basic] | None = None) -> str:
-    """``a, a_kv, f, h, l -> oo together``; ``l_w`` too when ``used`` (the formulas' symbols) has it."""
+    """``a, a_kv, f, h, l → ∞ together``; ``l_w`` too when ``used`` (the formulas' symbols) has it."""
     grow = ", ".join(sorted(str(x) for x in weights if x not in OPTIONAL or used is None or x in used))
-    return f"{grow} -> oo together"
+    return f"{grow} → ∞ together"
 
 
 def _monomial_degree(term: sp.Expr, weights: Mapping[sp.Symbol, int]) -> int:
@@ -212,30 +213,70 @@ def match_pieces(target: sp.Expr, pieces: Sequence[Piece], degree: int, weights:
                  limit: int = 3) -> list[Match]:
     """Ways to write ``target`` (one degree of a gap) as the degree-``degree`` parts of pieces.
 
-    A whole subtree (every piece under one node path) comes first, then the smallest sets of at
-    most ``MAX_PIECES`` pieces (up to ``limit`` alternatives of that size).
+    A whole subtree (every piece under one node path) comes first; then the fewest *units*, a unit
+    being one piece or a whole subtree, each taken once or (in sums of at most two) twice: the MLP
+    subtree plus two norm inputs, twice an embedding. Up to ``limit`` alternatives of that size.
     """
     goal = _coefficients(target)
     parts = [(p, degree_parts(p.expr, weights).get(degree, sp.Integer(0))) for p in pieces]
     parts = [(p, part, _coefficients(part)) for p, part in parts if part != 0]
     # A piece whose monomials the target lacks cannot be in a sum of positive pieces.
     usable = [x for x in parts if set(x[2]) <= set(goal)]
-    found: list[Match] = []
     for prefix in _subtrees([p for p, _, _ in parts]):
         inside = [x for x in parts if x[0].path.startswith(prefix + "/")]
         if len(inside) > 1 and _sum(inside) == goal:
             return [Match(tuple(p for p, _, _ in inside), tuple(q for _, q, _ in inside), prefix)]
-    for size in range(1, min(MAX_PIECES, len(usable)) + 1):
-        for combo in combinations(usable, size):
-            if _sum(combo) == goal:
-                found.append(Match(tuple(p for p, _, _ in combo), tuple(q for _, q, _ in combo)))
-                if len(found) >= limit:
-                    return found
-        if found:
-            return found
+    found = _fewest_units(goal, usable, limit)
+    if found:
+        return found
     if usable and _sum(usable) == goal:
         return [Match(tuple(p for p, _, _ in usable), tuple(q for _, q, _ in usable))]
-    return found
+    return []
+
+
+def _fewest_units(goal: dict[sp.Expr, sp.Expr], usable: Sequence[tuple[Piece, sp.Expr, dict]],
+                  limit: int) -> list[Match]:
+    keys = sorted(goal, key=str)
+    target = tuple(goal[k] for k in keys)
+    units: list[tuple[tuple[int, ...], tuple, str]] = []  # (piece indices, coefficient vector, subtree or "")
+    for i, (_, _, coeffs) in enumerate(usable):
+        units.append(((i,), tuple(coeffs.get(k, 0) for k in keys), ""))
+    for prefix in _subtrees([p for p, _, _ in usable]):
+        idx = tuple(i for i, (p, _, _) in enumerate(usable) if p.path.startswith(prefix + "/"))
+        if len(idx) > 1:
+            units.append((idx, tuple(sum(usable[i][2].get(k, 0) for i in idx) for k in keys), prefix))
+    # each unit once, in sums of 1 to MAX_PIECES units; only then twice, in sums of one or two
+    tries = [(size, 1) for size in range(1, MAX_PIECES + 1)] + [(1, 2), (2, 2)]
+    for size, times in tries:
+        found = [_unit_match(usable, combo, times) for combo in combinations(units, size)
+                 if _fits(combo, times, target)]
+        if found:
+            # the simplest account first: the fewest kinds of tensor among the single pieces
+            found.sort(key=_kinds)
+            return found[:limit]
+    return []
+
+
+def _kinds(match: Match) -> int:
+    """How many kinds of node the single pieces of a match come from (``saved by layer_norm``,
+    ``LayerNorm weight``); a whole subtree counts as none. Two norm inputs are one kind."""
+    whole = [sub for sub, _ in match.groups if sub]
+    return len({p.what.split(" saved by ")[-1] for p in match.pieces
+                if not any(p.path.startswith(sub + "/") for sub in whole)})
+
+
+def _fits(combo: Sequence[tuple[tuple[int, ...], tuple, str]], times: int, target: tuple) -> bool:
+    taken = [i for unit in combo for i in unit[0]]
+    if len(taken) != len(set(taken)):
+        return False
+    return all(times * sum(unit[1][j] for unit in combo) == target[j] for j in range(len(target)))
+
+
+def _unit_match(usable: Sequence[tuple[Piece, sp.Expr, dict]], combo: Sequence[tuple[tuple[int, ...], tuple, str]],
+                times: int) -> Match:
+    return Match(tuple(usable[i][0] for unit in combo for i in unit[0]),
+                 tuple(usable[i][1] for unit in combo for i in unit[0]),
+                 groups=tuple((unit[2], times) for unit in combo))
 
 
 def _sum(items: Sequence[tuple[Piece, sp.Expr, dict]]) -> dict[sp.Expr, sp.Expr]:
@@ -258,7 +299,12 @@ class Gap:
 
     @property
     def order(self) -> str:
-        return "at leading order" if self.below == 0 else f"{self.below} order{'s' * (self.below > 1)} below leading"
+        """``at leading order``, ``2 orders below leading``; a claim's term that grows faster than all
+        of ours is ``1 order above our leading order`` (never a negative count below)."""
+        if self.below == 0:
+            return "at leading order"
+        k = abs(self.below)
+        return f"{k} order{'s' * (k > 1)} " + ("below leading" if self.below > 0 else "above our leading order")
 
     def text(self) -> str:
         if self.kind == "extra":
@@ -269,21 +315,32 @@ class Gap:
         return f"missing from the claim ({self.order}): {self.expr} = {origins}"
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "orders_below_leading": self.below, "expr": str(self.expr),
+        return {"kind": self.kind, "orders_below_leading": max(self.below, 0),
+                "orders_above_leading": max(-self.below, 0), "expr": str(self.expr),
                 "origin": [[{"path": p.path, "what": p.what, "expr": str(q)} for p, q in zip(m.pieces, m.parts)]
                            for m in self.matches]}
 
 
 def _describe(match: Match) -> str:
-    """``layer/attn (linear weight 4*h**2*l)`` for a subtree; piece paths otherwise."""
+    """``layer/attn (linear weight 4*h**2*l)`` for a subtree; piece paths otherwise, a whole subtree
+    among them named once (``layer/mlp 19*b*h*s + layer/norm1/x [...] 2*b*h*s``)."""
     if match.subtree:
         groups: dict[str, sp.Expr] = {}
         for piece, part in zip(match.pieces, match.parts):
             key = piece.what or piece.path
             groups[key] = groups.get(key, sp.Integer(0)) + part
         return f"{match.subtree} (" + ", ".join(f"{k} {sp.factor(e)}" for k, e in groups.items()) + ")"
-    return " + ".join(f"{p.path}" + (f" [{p.what}]" if p.what else "") + f" {sp.factor(q)}"
-                      for p, q in zip(match.pieces, match.parts))
+    out, pairs = [], list(zip(match.pieces, match.parts))
+    for subtree, times in match.groups or tuple(("", 1) for _ in pairs):
+        if subtree:
+            inside = [(p, q) for p, q in pairs if p.path.startswith(subtree + "/")]
+            pairs = [x for x in pairs if x not in inside]
+            out.append(f"{subtree} {sp.factor(sp.Add(*(q for _, q in inside)))}" + (f" (x{times})" if times > 1 else ""))
+        else:
+            p, q = pairs.pop(0)
+            out.append(f"{p.path}" + (f" [{p.what}]" if p.what else "") + f" {sp.factor(q)}"
+                       + (f" (x{times})" if times > 1 else ""))
+    return " + ".join(out)
 
 
 def _signed(part: sp.Expr) -> tuple[sp.Expr, sp.Expr]:

@@ -25,7 +25,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy as sp
@@ -34,6 +34,7 @@ from derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, con
                                         find_gaps, leading, ratio_limit)
 from derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
+from derivations.claims.conventions import conventions
 from derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from derivations.options import Options
 from symbolic.derive import evaluate
@@ -148,10 +149,13 @@ class Counterexample:
     values: Mapping[str, int | float]
     ours: int
     claim: sp.Rational
+    exact: sp.Rational | None = None  # ours before rounding up to whole bytes: the ratio uses it
 
     @property
     def ratio(self) -> float:
-        return float(self.claim / self.ours) if self.ours else float("nan")
+        """claim / ours, exactly as computed (a fractional Psi rounds ``ours`` for display only)."""
+        mine = self.ours if self.exact is None else self.exact
+        return float(self.claim / mine) if mine else float("nan")
 
     def to_json(self) -> dict[str, Any]:
         claim = int(self.claim) if self.claim.q == 1 else str(self.claim)
@@ -179,6 +183,7 @@ class CheckResult:
     notes: tuple[str, ...] = ()
     model: str = ""
     citation: str = ""
+    pins: Mapping[sp.Symbol, sp.Expr] = field(default_factory=dict)  # our symbols pinned on both sides
 
     @property
     def holds(self) -> bool:
@@ -219,11 +224,6 @@ def _options(spec: QuantitySpec, given: Mapping[str, Any], seq: int) -> Options:
         raise ClaimError(f"unknown option: {exc}") from None
 
 
-def _read(claim: Claim, spec: QuantitySpec, k_bytes: int | None) -> ParsedFormula:
-    names = {**default_symbols(spec, k_bytes), **parse_symbols(claim.symbols)}
-    return parse_formula(claim.formula, names, claim.syntax)
-
-
 def _with_degrees(spec: QuantitySpec, expr: sp.Expr, given: Mapping[str, Any], seq: int,
                   model: str) -> tuple[Context, list[str]]:
     """The context; a claim that uses t, p or d while the options leave them at 1 turns them on."""
@@ -250,22 +250,86 @@ def _resolve_model(name: str | None) -> str:
 
 
 def check_claim(claim: Claim) -> CheckResult:
-    """Check one claim; ``ClaimError``/``FormulaError``/``DerivationError`` for one it cannot read."""
+    """Check one claim; ``ClaimError``/``FormulaError``/``DerivationError`` for one it cannot read.
+
+    A chain ``M = A = B`` is checked step by step: the result is the first step that does not
+    hold (never a pass because the last step holds), or the last step when every step holds.
+    """
     spec = quantity_spec(claim.quantity)
     model = _resolve_model(claim.model)
     if claim.expect is not None and claim.expect not in VERDICTS:
         raise ClaimError(f"expect must be one of {', '.join(VERDICTS)}, not {claim.expect!r}")
     seq = int(claim.options.get("seq") or _default_seq(model, claim.options))
     probe = build_context(spec, model, _options(spec, claim.options, seq))
-    parsed = _read(claim, spec, probe.k_bytes)
-    ctx, notes = _with_degrees(spec, parsed.expr, claim.options, seq, model)
-    notes += _window_notes(ctx, parsed.expr)
-    factor, unit_note = unit_factor(spec, claim.units or parsed.unit or spec.unit, ctx)
-    cmp = ctx.compare(parsed.expr * factor)
+    mapping = parse_symbols(claim.symbols)
+    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax)
+    sides = parsed.chain or (parsed,)
+    results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
+    bad = next((i for i, r in enumerate(results) if not r.holds), None)
+    pick = results[-1 if bad is None else bad]
+    lines = list(pick.explanation)
+    if len(results) > 1:
+        steps = "; ".join(f"step {i + 1} ({side.text}): {r.verdict}" for i, (side, r) in enumerate(zip(sides, results)))
+        head = (f"every step of the chain holds ({steps})" if bad is None else
+                f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} ({steps})")
+        lines.insert(0, head)
+    notes = _mapping_notes(mapping, parsed, pick.pins) + list(pick.notes)
+    return replace(pick, explanation=tuple(lines), notes=tuple(notes))
+
+
+def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: ParsedFormula,
+                mapping: Mapping[str, sp.Expr]) -> CheckResult:
+    expr, notes = _per_parameter(spec, side.expr)
+    ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
+    ctx = replace(ctx, pins=_pins(spec, ctx, claim.options, mapping))
+    notes += more + [f"{x} = {v} on both sides (pinned{' by --new-tokens' if x == n and x not in _mapped(mapping) else ''})"
+                     for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
+    factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
+    cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
     if _is_zero(cmp.ours - cmp.theirs):
-        return _result(claim, ctx, parsed, "exact", cmp, notes, ["identical for all sizes"])
-    return _judge(claim, spec, ctx, parsed, cmp, notes, parsed.expr * factor)
+        return _result(claim, ctx, side, "exact", cmp, notes, ["identical for all sizes"])
+    return _judge(claim, spec, ctx, side, cmp, notes, expr * factor)
+
+
+def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
+    return {OURS[k] for k in mapping if k in OURS}
+
+
+def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
+          mapping: Mapping[str, sp.Expr]) -> dict[sp.Symbol, sp.Expr]:
+    """Our symbols pinned on both sides: one of ours mapped to something else (``n=0``,
+    ``f=8*h/3``) when our derivation uses it, and n by an explicit ``--new-tokens`` (0 included)."""
+    ours = ctx.quantity.breakdown.total.free_symbols
+    pins = {OURS[k]: v for k, v in mapping.items() if k in OURS and v != OURS[k] and OURS[k] in ours}
+    if spec.mode == "infer" and options.get("new_tokens") is not None and n in ours:
+        pins.setdefault(n, sp.Integer(int(options["new_tokens"])))
+    return pins
+
+
+#: Bytes per parameter a bare number may stand for (16 for mixed-precision Adam, 20 for the widest accountings).
+_PER_PARAMETER = 64
+
+
+def _per_parameter(spec: QuantitySpec, expr: sp.Expr) -> tuple[sp.Expr, list[str]]:
+    """A bare number of model-state bytes (``(2+4)+(2+4)+(4+4)``, "16 bytes per parameter") is a
+    multiple of the parameter count."""
+    if spec.name == "model_states.total" and expr.is_Number and 0 < expr <= _PER_PARAMETER:
+        return expr * Psi, [f"a number of bytes per parameter: read as {expr}*Psi"]
+    return expr, []
+
+
+def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
+                   pins: Mapping[sp.Symbol, sp.Expr]) -> list[str]:
+    """``--symbols`` entries that change nothing, said rather than dropped."""
+    notes = []
+    for key, value in mapping.items():
+        if key in parsed.names or (key in OURS and OURS[key] in pins):
+            continue
+        why = (f"the claim does not use {key} and ours has no {key} under these options" if key in OURS
+               else f"{key} is not in the claim")
+        notes.append(f"--symbols {key}={value} changes nothing: {why}")
+    return notes
 
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
@@ -296,11 +360,12 @@ def _is_zero(expr: sp.Expr) -> bool:
     return expanded == 0 or sp.cancel(sp.together(expanded)) == 0
 
 
-def _exact_under(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
-    labels = []
+def _exact_under(spec: QuantitySpec, ctx: Context, expr: sp.Expr, cmp: Comparison) -> list[str]:
+    """Options, architectural switches and other accountings' conventions under which the claim is exact."""
+    labels = [label for label, ours in conventions(ctx, cmp) if _is_zero(ours - cmp.theirs)]
     for label, alt in alternatives(spec, ctx):
-        cmp = alt.compare(expr)
-        if _is_zero(cmp.ours - cmp.theirs):
+        other = alt.compare(expr)
+        if _is_zero(other.ours - other.theirs):
             labels.append(label)
     return labels
 
@@ -318,7 +383,7 @@ def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
     found = []
     for name in SIBLINGS.get(spec.name, ()):
         try:
-            cmp = build_context(QUANTITIES[name], ctx.model, ctx.options).compare(expr)
+            cmp = replace(build_context(QUANTITIES[name], ctx.model, ctx.options), pins=ctx.pins).compare(expr)
         except (DerivationError, ValueError):
             continue
         if _is_zero(cmp.ours - cmp.theirs):
@@ -334,19 +399,24 @@ def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
     scaling = describe_scaling(WIDTH, cmp.ours.free_symbols | cmp.theirs.free_symbols)
     try:
         limit = ratio_limit(cmp.theirs, cmp.ours, WIDTH)
-        lines = [f"claim/ours -> 1 as {scaling}"] if limit == 1 else []
+        lines = [f"claim/ours → 1 as {scaling}"] if limit == 1 else []
         if limit != 1 and not (k is not None and k.is_Number):
             lc, lo = leading(cmp.theirs, WIDTH)[1], leading(cmp.ours, WIDTH)[1]
             lines.append(f"leading order ({scaling}): claim {sp.factor(lc)}, ours {sp.factor(lo)}"
-                         + (f"; claim/ours -> {limit}" if k is None else ""))
+                         + (f"; claim/ours → {_said(limit)}" if k is None else ""))
     except Unanalysable as exc:
         return False, [f"no leading-order analysis: {exc}"]
     if cmp.ours.free_symbols & set(SEQUENCE):
         try:
-            lines.append(f"as s -> oo: claim/ours -> {ratio_limit(cmp.theirs, cmp.ours, SEQUENCE)}")
+            lines.append(f"as s → ∞: claim/ours → {_said(ratio_limit(cmp.theirs, cmp.ours, SEQUENCE))}")
         except Unanalysable as exc:
-            lines.append(f"as s -> oo: {exc}")
+            lines.append(f"as s → ∞: {exc}")
     return limit == 1, lines
+
+
+def _said(value: sp.Expr) -> str:
+    """A limit in words: ``∞``, not SymPy's ``oo``."""
+    return "∞" if value == sp.oo else str(value)
 
 
 def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
@@ -363,7 +433,7 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
             lines.append(f"the gap is not traced to our terms: {exc}")
     lines += [g.text() for g in gaps]
     lines = _siblings(spec, ctx, expr) + lines
-    holds_under = _exact_under(spec, ctx, expr)
+    holds_under = _exact_under(spec, ctx, expr, cmp)
     if holds_under:
         verdict = "conditional"
         lines.insert(0, "exact " + " or ".join(holds_under) + (" (leading-order as given)" if lead else ""))
@@ -376,16 +446,24 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
 _VARIATIONS = ({}, {b: 8}, {s: 4096}, {n: 128}, {b: 8, s: 4096, n: 128})
 
 
-def _variations(values: Mapping[sp.Symbol, int | sp.Rational]) -> list[dict[sp.Symbol, int]]:
-    """``_VARIATIONS``, then past the sliding window (s + n > w) where the model has one."""
+def _variations(values: Mapping[sp.Symbol, int | sp.Rational], ours: sp.Expr,
+                theirs: sp.Expr) -> list[dict[sp.Symbol, int]]:
+    """``_VARIATIONS``, then past the sliding window (s + n > w) where the model has one; those
+    that give a size the claim drops (b, n) a value that shows it (not b = 1, n = 0) come first."""
     beyond = [{s: 2 * values[w], n: 128}, {b: 8, s: 2 * values[w], n: 128}] if w in values else []
-    return [*_VARIATIONS, *beyond]
+    found = [*_VARIATIONS, *beyond]
+    dropped = (ours.free_symbols - theirs.free_symbols) & {b, n}
+
+    def shows(change: dict[sp.Symbol, int]) -> bool:
+        return all({**values, **change}.get(x, 0) not in (0, 1) for x in dropped)
+
+    return sorted(found, key=lambda change: not shows(change))  # stable: the given sizes first among equals
 
 
 def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexample | None:
     """Both sides for the context's model; other step sizes (b, s, n) when the given ones agree;
     None when no size is left free or the two agree at every size tried."""
-    for change in _variations(ctx.values):
+    for change in _variations(ctx.values, ours, theirs):
         values = {**ctx.values, **change}
         try:
             # Rational, not evaluate()'s Integer: a fractional Psi is kept exact on both sides
@@ -403,7 +481,7 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
     # a fractional Psi (parameters per GPU, averaged) is shown as it was used, not rounded
     exact = {str(x): sp.Rational(values[x]) for x in used if x in values}
     shown = {k: int(v) if v.q == 1 else float(v) for k, v in exact.items()}
-    return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed))
+    return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed), sp.Rational(mine))
 
 
 def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp: Comparison, notes: list[str],
@@ -413,4 +491,4 @@ def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp
     q = ctx.quantity
     return CheckResult(claim, ctx.spec, q.title, verdict, parsed, cmp.theirs, cmp.display,
                        sp.expand(cmp.ours - cmp.theirs), tuple(lines), gaps, factor, holds_under, example,
-                       tuple(notes) + ctx.notes, ctx.model.name, str(q.citation or ""))
+                       tuple(notes) + ctx.notes, ctx.model.name, str(q.citation or ""), dict(ctx.pins))

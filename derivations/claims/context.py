@@ -17,7 +17,7 @@ recompute, profile, tied embeddings, optimizer, ZeRO stage, ...).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sympy as sp
@@ -25,7 +25,7 @@ import sympy as sp
 from derivations.claims.analysis import Piece
 from derivations.claims.spec import ClaimError, QuantitySpec
 from derivations.estimate import estimate
-from derivations.quantities.model_states import optimizer_state_bytes
+from derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
 from derivations.models.model import Model
 from derivations.options import PROFILES, RECOMPUTE, Options
 from derivations.quantity import Quantity
@@ -65,6 +65,28 @@ class Context:
     params_raw: sp.Expr  # the same before relations (the model-state terms are written in it)
     values: dict[sp.Symbol, int | sp.Rational]  # Psi exact: a per-GPU average can be fractional
     notes: tuple[str, ...] = ()
+    #: our symbols pinned to a value on both sides (``--new-tokens 0`` pins n = 0; ``--symbols f=8*h/3``)
+    pins: Mapping[sp.Symbol, sp.Expr] = field(default_factory=dict)
+
+    def pin(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` with the pins substituted and each min/max of given degrees settled by their
+        values: ``min(m, p)`` is ``p`` when the options give m = 16 and p = 8 (the winning argument,
+        kept as a letter)."""
+        expr = sp.sympify(expr)
+        if self.pins:
+            expr = expr.xreplace(dict(self.pins))
+        fixed = {x: v for x, v in self.values.items() if x in _DEGREES}
+        if not fixed or not expr.has(sp.Min, sp.Max):
+            return expr
+
+        def settle(call: sp.Expr) -> sp.Expr:
+            if not call.free_symbols <= set(fixed):
+                return call
+            numbers = [arg.xreplace(fixed) for arg in call.args]
+            pick = min if isinstance(call, sp.Min) else max
+            return call.args[numbers.index(pick(numbers))]
+
+        return expr.replace(lambda x: isinstance(x, (sp.Min, sp.Max)), settle)
 
     @property
     def k_bytes(self) -> int | None:
@@ -76,7 +98,7 @@ class Context:
     def compare(self, expr: sp.Expr) -> Comparison:
         """Our quantity and ``expr`` side by side; model states stay per parameter when the claim is."""
         rel = self.quantity.relations
-        theirs = sp.expand(sp.sympify(expr).xreplace(rel))
+        theirs = sp.expand(self.pin(sp.sympify(expr).xreplace(rel)))
         if self.quantity.key == "model_state_bytes" and theirs.free_symbols <= {Psi, d, t, p}:
             pieces = self._psi_pieces()
             if pieces is not None:
@@ -87,8 +109,9 @@ class Context:
         if Psi in theirs.free_symbols:
             theirs = sp.expand(theirs.xreplace({Psi: self.params}))
             note = f"Psi = parameters held by one GPU = {sp.collect(self.params, l)}"
-        ours = sp.expand(self.quantity.breakdown.total.xreplace(rel))
-        return Comparison(ours, theirs, self._size_pieces(), self.quantity.closed_form(), note)
+        ours = sp.expand(self.pin(self.quantity.breakdown.total.xreplace(rel)))
+        display = self.quantity.closed_form()
+        return Comparison(ours, theirs, self._size_pieces(), self.pin(display) if self.pins else display, note)
 
     def _psi_pieces(self) -> tuple[Piece, ...] | None:
         out = []
@@ -96,7 +119,7 @@ class Context:
             ratio = sp.cancel(term.expr / self.params_raw)
             if ratio.free_symbols - {d, t, p}:
                 return None
-            out.append(Piece(term.path, ratio * Psi, term.path.rsplit("/", 1)[-1]))
+            out += _split_optimizer(Piece(term.path, ratio * Psi, term.path.rsplit("/", 1)[-1]), self.options)
         return tuple(out)
 
     def _size_pieces(self) -> tuple[Piece, ...]:
@@ -106,8 +129,32 @@ class Context:
         pieces: list[Piece] = []
         for term in self.quantity.breakdown.terms:
             split = _split(term.path, term.expr, self.graph, kind, PROFILES[self.options.profile][0])
-            pieces += [replace(x, expr=sp.expand(x.expr.xreplace(rel))) for x in split]
+            for x in split:
+                pieces += _split_optimizer(replace(x, expr=sp.expand(self.pin(x.expr.xreplace(rel)))), self.options)
         return tuple(pieces)
+
+
+#: Strategy degrees whose values the options give: a min/max of them is settled by those values.
+_DEGREES = frozenset({t, p, d, m, v})
+
+
+def _split_optimizer(piece: Piece, options: Options) -> list[Piece]:
+    """The optimizer-state term as its parts: the fp32 master copy (mixed precision) and the
+    optimizer's own states (Adam's momentum and variance), so a gap names the part it lacks."""
+    if not piece.path.endswith("model_states/optimizer") or options.mode != "train":
+        return [piece]
+    k = optimizer_state_bytes(options.optimizer, options.dtype)
+    own = OPTIMIZERS[options.optimizer]
+    master = k - own.state_bytes
+    parts = [("master", master, "fp32 master weights")] if master else []
+    if options.optimizer in ("adam", "adamw") and own.state_bytes == 8:
+        parts += [("momentum", 4, "fp32 momentum"), ("variance", 4, "fp32 variance")]
+    elif own.state_bytes:
+        parts.append(("states", own.state_bytes, own.states))
+    if len(parts) < 2:
+        return [piece]
+    return [Piece(f"{piece.path}/{name}", sp.expand(piece.expr * sp.Rational(share, k)), what)
+            for name, share, what in parts]
 
 
 def _tensors(graph: Graph, kind: str | None, ignore: tuple[str, ...]) -> dict[str, list[tuple[Op, Tensor]]]:
@@ -233,6 +280,9 @@ def _option_flips(spec: QuantitySpec, o: Options) -> list[tuple[str, dict[str, A
 
 def _arch_flips(spec: QuantitySpec, model: Model) -> list[tuple[str, Model]]:
     window = [("without the sliding window", replace(model, window=None))] if model.window else []
+    if spec.mode == "infer" and model.sizes["a_kv"] != model.sizes["a"] and not spec.name.startswith("weights"):
+        window.append((f"without GQA (a_kv = a: all {model.sizes['a']} heads cached, not {model.sizes['a_kv']})",
+                       replace(model, sizes={**model.sizes, "a_kv": model.sizes["a"]})))
     if spec.mode == "infer" and not spec.name.startswith(("weights", "infer")):
         return window
     if not spec.name.startswith(("params", "model_states", "weights", "train", "infer")):
@@ -251,12 +301,12 @@ def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Contex
     """Contexts under one changed option or architectural switch each, labelled for a reader."""
     for label, changes in _option_flips(spec, ctx.options):
         try:
-            yield label, build_context(spec, ctx.model, replace(ctx.options, **changes))
+            yield label, replace(build_context(spec, ctx.model, replace(ctx.options, **changes)), pins=ctx.pins)
         except (DerivationError, ValueError):
             continue
     for label, model in _arch_flips(spec, ctx.model):
         try:
-            yield label, build_context(spec, model, ctx.options)
+            yield label, replace(build_context(spec, model, ctx.options), pins=ctx.pins)
         except (DerivationError, ValueError):
             continue
 

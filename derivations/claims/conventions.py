@@ -1,0 +1,69 @@
+"""Conventions of other accountings, named as the condition under which a claim holds.
+
+Our derivation follows one convention per quantity (ZeRO's mixed-precision Adam: 16-bit weights
+and gradients, fp32 master weights, momentum and variance; a KV cache of ``s + n`` tokens and
+``a_kv`` heads). Notes often follow another one. A claim that is exact under such a convention is
+``conditional``, with the convention named, as it is for FlashAttention or dropout:
+
+* ``with s counting every cached token``: a cache formula without ``n`` (``4blhs``), exact with n = 0;
+* ``with fp32 gradients``: gradients kept in fp32 (the 18-bytes-per-parameter accounting);
+* ``with an fp32 copy of the gradients``: 16-bit gradients and an fp32 copy (20 bytes per parameter);
+* ``with Adam without fp32 master weights``: 16-bit weights and gradients, Adam's two fp32 states (12 bytes).
+
+(KV caches without GQA are an architectural switch, ``derivations.claims.context._arch_flips``.)
+
+>>> from derivations.claims.spec import quantity_spec
+>>> from derivations.claims.context import build_context
+>>> from derivations.options import Options
+>>> ctx = build_context(quantity_spec("model_states.total"), "gpt2", Options(mode="train", batch=1, seq=8))
+>>> from symbolic.dims import Psi
+>>> [(label.split(" (")[0], ours) for label, ours in conventions(ctx, ctx.compare(16 * Psi))]
+[('with fp32 gradients', 18*Psi), ('with an fp32 copy of the gradients', 20*Psi), ('with Adam without fp32 master weights', 12*Psi)]
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+
+from derivations.claims.context import Comparison, Context
+from derivations.quantities.model_states import optimizer_state_bytes
+from symbolic.dims_sympy import n
+from symbolic.dtypes import dtype
+
+__all__ = ["conventions"]
+
+
+def _sum(cmp: Comparison, suffix: str) -> sp.Expr:
+    return sp.expand(sp.Add(*(p.expr for p in cmp.pieces if p.path.endswith(suffix))))
+
+
+def _states(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
+    """Model-state conventions of mixed-precision training (16-bit weights)."""
+    o = ctx.options
+    if o.mode != "train" or ctx.quantity.key not in ("model_state_bytes", "total_bytes") or o.offload:
+        return []
+    width = dtype(o.dtype).nbytes
+    if width >= 4:
+        return []
+    k = optimizer_state_bytes(o.optimizer, o.dtype)
+    grads, master = _sum(cmp, "model_states/gradients"), _sum(cmp, "model_states/optimizer/master")
+    out = []
+    if grads != 0:
+        out += [(f"with fp32 gradients ({width} + 4 + {k} = {width + 4 + k} bytes per parameter)",
+                 cmp.ours + grads * sp.Rational(4 - width, width)),
+                (f"with an fp32 copy of the gradients ({width} + {width} + 4 + {k} = {2 * width + 4 + k} bytes "
+                 "per parameter)", cmp.ours + grads * sp.Rational(4, width))]
+    if master != 0:
+        out.append((f"with Adam without fp32 master weights ({width} + {width} + {k - 4} = {2 * width + k - 4} bytes "
+                    "per parameter)", cmp.ours - master))
+    return out
+
+
+def conventions(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
+    """``(label, ours under that convention)`` for the conventions that apply to this comparison."""
+    out = []
+    if (ctx.spec.name.startswith(("kv_cache", "infer")) and n in cmp.ours.free_symbols
+            and n not in cmp.theirs.free_symbols and n not in ctx.pins):
+        out.append(("with s counting every cached token (n = 0: the cache of a prompt; or give --new-tokens 0)",
+                    sp.expand(cmp.ours.xreplace({n: 0}))))
+    return out + [(label, sp.expand(ours)) for label, ours in _states(ctx, cmp)]
