@@ -243,6 +243,8 @@ def _settings(est: Estimate, fmt: _Format, numbers: bool) -> list[tuple[str, str
     if opts.mode != "params":
         if numbers:
             pairs.append(("micro-batch and sequence", f"b = {opts.batch}, s = {opts.seq}"))
+        if opts.mode == "train":
+            pairs.append(("implementation", est.implementation()))
         pairs += [("precision and optimizer", f"{opts.dtype}, {opts.optimizer}"),
                   ("strategies", "; ".join(est.graph.strategies) or "none"),
                   ("activation profile", opts.profile)]
