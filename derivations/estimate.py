@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +248,47 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     options = _options(options, kwargs)
     resolved = resolve_model(model)
     check_layout(resolved, options)
+    if options.mode == "infer":
+        from derivations.quantities.inference import _check as check_inference
+
+        check_inference(resolved, options)  # value checks run on every call, cached derivation or not
+    graph, quantities = _derived(resolved, options)
+    values = {**resolved.values(), **_layout_values(options)}
+    if options.mode == "infer":
+        from derivations.quantities.inference import inference_values
+
+        values.update(inference_values(resolved, options))
+    return Estimate(resolved, options, graph, quantities, values)
+
+
+#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v): graphs differ only by
+#: the flags in ``structure_key``, so a derivation is shared by every value with the same flags.
+VALUE_FIELDS = frozenset({"batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches", "virtual_stages"})
+_DERIVED: dict[tuple, tuple[Graph, tuple[Quantity, ...]]] = {}
+_CACHE_SIZE = 1024
+
+
+def structure_key(model: Model, options: Options) -> tuple:
+    """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
+    degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
+    fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
+    flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
+             options.micro_batches is None, options.virtual_stages in (None, 1))
+    return repr(model), fixed, flags
+
+
+def _derived(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, ...]]:
+    """The graph and quantities, derived once per structure within a process (never read from disk)."""
+    key = structure_key(resolved, options)
+    hit = _DERIVED.get(key)
+    if hit is None:
+        if len(_DERIVED) >= _CACHE_SIZE:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        hit = _DERIVED[key] = _derive(resolved, options)
+    return hit
+
+
+def _derive(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, ...]]:
     act = options.dtype if options.mode == "train" else "bf16"
     base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
     if options.mode == "train" and options.implementation_kind == "hf":
@@ -257,13 +298,11 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     if options.mode == "train":
         graph, more = _train_quantities(resolved, options, base)
         quantities += more
-    values = {**resolved.values(), **_layout_values(options)}
     if options.mode == "infer":
-        from derivations.quantities.inference import infer_quantities, inference_values
+        from derivations.quantities.inference import infer_quantities
 
         graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
         quantities += more
-        values.update(inference_values(resolved, options))
-    return Estimate(resolved, options, graph, tuple(quantities), values)
+    return graph, tuple(quantities)
 
 
