@@ -151,8 +151,11 @@ class Options:
             raise OptionsError("transformers' layers run whole on each GPU and checkpoint whole layers: tensor, "
                                "sequence and pipeline parallelism and selective recompute are Megatron's; use "
                                "--implementation megatron with them")
-        if self.implementation == "hf-eager" and self.flash:
-            raise OptionsError("--flash contradicts --implementation hf-eager; use hf-sdpa (or hf --flash)")
+        kernel = parse_implementation(self.implementation)[1]
+        chosen = getattr(self, "attention", None) or ("flash" if self.flash else None)
+        if kernel and chosen not in (None, kernel) and not (kernel == "sdpa" and chosen == "flash"):
+            raise OptionsError(f"--implementation {self.implementation} sets the attention kernel to {kernel}; "
+                               f"it contradicts {'--flash' if self.flash else '--attention ' + str(chosen)}")
 
     @property
     def implementation_kind(self) -> str:

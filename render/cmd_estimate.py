@@ -14,6 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_strategy_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    parser.add_argument("--convention", default="memderive",
+                        help="whose accounting: memderive (default), or megatron, deepspeed, llm-analysis, eleuther, "
+                             "accelerate beside memderive's, as `memderive compare` prints them")
     add_writeup_options(parser)
     parser.add_argument("-o", "--output", help="write the report to this file")
     parser.set_defaults(func=run)
@@ -38,6 +41,8 @@ def render_options(args: argparse.Namespace, **defaults: object):
 def run(args: argparse.Namespace) -> int:
     from derivations.estimate import estimate
 
+    if args.convention != "memderive":
+        return _convention(args)
     est = estimate(args.model, options_from_args(args))
     if args.json:
         text = json.dumps(est.to_json(), indent=2)
@@ -50,4 +55,23 @@ def run(args: argparse.Namespace) -> int:
 
         text = estimate_document(est, args.format, render_options(args))
     emit(text, args.output)
+    return 0
+
+
+def _convention(args: argparse.Namespace) -> int:
+    """Another tool's accounting of this model beside memderive's (the two rows of ``compare``)."""
+    from derivations.conventions import CONVENTIONS, ConventionError, compare
+    from derivations.estimate import resolve_model
+    from render.cmd_compare import compare_report
+
+    if args.convention not in CONVENTIONS:
+        raise ConventionError(f"--convention must be one of {', '.join(CONVENTIONS)}, got {args.convention!r}")
+    if args.json or args.format == "latex":
+        raise ValueError("--convention prints a text or Markdown comparison; use memderive compare --json for numbers")
+    opts = options_from_args(args)
+    if opts.mode not in ("train", "infer"):
+        raise ValueError("--convention needs --mode train or --mode infer (with --batch and --seq)")
+    model = resolve_model(args.model)
+    rows, skipped = compare(model, opts, ("memderive", args.convention))
+    emit(compare_report(model.name, rows, skipped, opts, args.format), args.output)
     return 0

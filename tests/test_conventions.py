@@ -159,3 +159,18 @@ def test_compare_cli_text_and_markdown(capsys) -> None:
     md = capsys.readouterr().out
     assert md.startswith("## compare: llama-2-70b") and "| eleuther |" in md and "no figure" in md
     assert main(["compare", "--model", "gpt2"]) == 2  # parameter mode has no memory to compare
+
+
+def test_estimate_convention_and_implementation_errors(capsys) -> None:
+    base = ["estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096"]
+    assert main([*base, "--convention", "megatron"]) == 0
+    out = capsys.readouterr().out
+    assert "megatron" in out and "memderive" in out and "deepspeed" not in out
+    assert main([*base, "--convention", "nope"]) == 2
+    assert main([*base, "--implementation", "hf-eager", "--flash"]) == 2
+    assert main([*base, "--implementation", "hf", "--tp", "2"]) == 2
+    assert main([*base, "--implementation", "vllm"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("memderive: error: ") for line in err)
+    assert main([*base, "--implementation", "hf-sdpa", "--json"]) == 0
+    assert '"implementation": "hf-sdpa (transformers\' modeling code)"' in capsys.readouterr().out

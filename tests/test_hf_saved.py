@@ -110,3 +110,22 @@ def test_cuda_differs_from_cpu_by_masks_statistics_and_the_sdpa_backend() -> Non
     flash = 2 * 3 * bsh + 4 * z.b * 4 * z.s  # bf16 q, k, v (views of the c_attn output), fp32 lse; O is o_proj's input on both
     cpu, cuda = (sum(derived("gpt2", "sdpa", z, device)[0].values()) for device in ("cpu", "cuda"))
     assert cuda - cpu == stats - (bsh + lay * 2 * bsh) + lay * (flash - math)
+
+
+def test_llama_2_7b_hf_eager_by_hand() -> None:
+    """LLaMA-2 7B, b = 1, s = 4096 (h = 4096, a = a_kv = 32, d_h = 128, f = 11008, l = 32, V = 32000),
+    what the measured layers save, written out: per layer two Python RMSNorms (4sbh fp32 copy, 4sb rsqrt,
+    2sbh normalized), the q/k/v input 2sbh, q, K and V (2sbh each), fp32 and bf16 probabilities
+    (4as^2 + 2as^2), the o_proj input 2sbh, the MLP input 2sbh and 8sbf (gate, silu, up, product);
+    once: token ids 8sb, rotary cos/sin 2 * 2 s d_h, the final norm, the LM head input 2sbh, fp32
+    log-probabilities 4sbV, labels 8sb and a 4-byte total weight. About 2.3x the Megatron graph."""
+    from derivations.estimate import estimate
+
+    s, h, a, d_head, f, L, V = 4096, 4096, 32, 128, 11008, 32, 32000
+    sbh, norm = s * h, 4 * s * h + 4 * s + 2 * s * h
+    layer = 2 * norm + 2 * sbh + 3 * 2 * sbh + 6 * a * s * s + 2 * sbh + 2 * sbh + 8 * s * f
+    once = 8 * s + 4 * s * d_head + norm + 2 * sbh + 4 * s * V + 8 * s + 4
+    opts = dict(mode="train", batch=1, seq=s, profile="exact")
+    hf = estimate("llama-2-7b", implementation="hf-eager", **opts).number("activation_bytes")
+    assert hf == L * layer + once == 128_168_574_980
+    assert round(hf / estimate("llama-2-7b", **opts).number("activation_bytes"), 2) == 2.33
