@@ -128,14 +128,15 @@ def megatron(model: Model, opts: Options) -> Figures:
     per_param = Fraction(18) if opts.zero == 0 else 6 + Fraction(12, opts.dp)
     states = shard * per_param
     sbh, phi = s * b * h, _megatron_in_flight(opts)
-    if opts.sp and opts.recompute == "selective":
-        acts = (sbh * (18 + Fraction(4 * f, h)) * L + 8 * s * b * p + sbh * p) * phi
+    if opts.sp and opts.recompute == "selective":  # sbh(18 + 4f/h)/t per layer
+        acts = (t * gpt_layer(model, opts, f, sp=True) * L + 8 * s * b * p + sbh * p) * phi
         acts = (acts + (4 * sbh * (1 + Fraction(v_pad, h)) if p == 1 else 0)) / t
-        path = "Table 2 with sequence parallelism and selective recompute, sbh(18 + 4f/h)/t per layer"
+        path = "Table 2 with sequence parallelism and selective recompute, sbh(18 + 4f/h)/t per layer (our GPT graph)"
     else:
-        acts = (sbh * (10 + Fraction(24, t)) * L + 8 * s * b * p + sbh * p) * phi
+        acts = (gpt_layer(model, opts, 4 * h, sp=False) * L + 8 * s * b * p + sbh * p) * phi  # sbh(10 + 24/t)
         acts = Fraction(105, 100) * (acts + (2 * (Fraction(s * b * v_pad, t) + sbh) if p == 1 else 0))
-        path = "Table 2's selective-recompute row for every layout, sbh(10 + 24/t) per layer, times 1.05"
+        path = ("Table 2's selective-recompute row for every layout, sbh(10 + 24/t) per layer (our GPT graph at "
+                "f = 4h), times 1.05")
     mg_parts = components(model, vocab=v_pad)
     why = {"parameters": explain_parameters(model, mg_parts, f"vocabulary padded to a multiple of 128*t: "
                                             f"{z['V']:,} -> {v_pad:,}; linear biases, learned positions not counted"),
@@ -146,6 +147,25 @@ def megatron(model: Model, opts: Options) -> Figures:
            "total": "model states + activations, each as above"}
     return Figures("megatron", params, _round(states), _round(acts), None, _round(states + acts), MEGATRON,
                    "MB = 2^20 bytes", why)
+
+
+def gpt_layer(model: Model, opts: Options, f: int, sp: bool) -> Fraction:
+    """Megatron's per-layer activations are Korthikanti's GPT layer: our GPT graph (LayerNorm, GeLU MLP of
+    width ``f``, dropout) with selective recompute and t-way tensor (and sequence) parallelism, the
+    paper's profile, at the model's h, a, s, b: sbh(10 + 24/t) at f = 4h, sbh(18 + 4f/h)/t with SP."""
+    from derivations.models.architectures import GPT, build_graph
+    from symbolic import dims
+    from symbolic.derive import activations
+    from symbolic.strategies import SelectiveRecompute, SequenceParallel, TensorParallel
+
+    graph = TensorParallel(dims.t)(SelectiveRecompute()(build_graph(GPT)))
+    graph = SequenceParallel(dims.t)(graph) if sp else graph
+    z = model.sizes
+    values = {dims.b: opts.batch, dims.s: opts.seq, dims.h: z["h"], dims.a: z["a"], dims.a_kv: z["a"],
+              dims.d_h: Fraction(z["h"], z["a"]), dims.f: f, dims.t: opts.tp}
+    per = activations(graph, ignore_roles=("norm-stats", "token-ids", "loss-scalars"), blocks=["layer"],
+                      per_repeat=True).total
+    return Fraction(evaluate(per, values))
 
 
 # --- DeepSpeed ---------------------------------------------------------------------------------
