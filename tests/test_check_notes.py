@@ -145,6 +145,12 @@ REAL = [
     Real("https://torchedup.dev/problems/activation-memory-transformer", "activations.per_layer",
          "per_layer_bytes = 16 * batch * seq_len * d_model * dtype_bytes", "different",
          "batch=b, seq_len=s, dtype_bytes=2"),
+    # --- mixture of experts (params.active, issue 11's active parameters) ----------------------------------------------
+    # "12.9B parameters used per token": Mixtral's active parameters are 12,879,925,248, 0.16% fewer
+    Real("https://compareaimodels.com/mixtral-8x7b", "params.active", r"12.9\times10^9", "different",
+         model="mixtral-8x7b"),
+    Real("https://compareaimodels.com/mixtral-8x7b", "params.total", r"46.7\times10^9", "different",
+         model="mixtral-8x7b"),
     # --- weights ------------------------------------------------------------------------------------------------------
     # "7B" is 6.74e9 parameters for LLaMA-2-7B: 28 GB is 4% high
     Real("https://notes.tczhong.com/notes/x0zq5fhec0rw4x81c0q5cg4 (FP32 row)", "weights.total",
@@ -248,6 +254,20 @@ def test_8_bytes_per_parameter_without_psi() -> None:
     zhihu = check("model_states.total", "(2+4)+(2+4)+(4+4)")  # Zhihu §8, the 20-bytes accounting
     assert zhihu.verdict == "conditional" and zhihu.factor == sp.Rational(5, 4)
     assert zhihu.holds_under[0].startswith("with an fp32 copy of the gradients")
+
+
+def test_10_mixtral_active_parameters() -> None:
+    # Mixtral 8x7B: 2Vh + h + l(attention 2h^2 + 2 a_kv h^2/a, norms 2h, router Eh, k of E SwiGLU experts 3hf_e)
+    claim = r"2Vh + h + l\left(2h^2 + \frac{2 a_{kv} h^2}{a} + 2h + Eh + 3khf_e\right)"
+    assert check("params.active", claim, model="mixtral-8x7b").verdict == "exact"
+    # every expert counted: that is the total, not the active count
+    all_experts = check("params.active", claim.replace("3khf_e", "3Ehf_e"), model="mixtral-8x7b")
+    assert all_experts.verdict == "different"
+    assert all_experts.explanation[0].startswith("exact for params.total instead")
+    number = check("params.active", r"12.9\times10^9", model="mixtral-8x7b")
+    assert abs(number.counterexample.ratio - 12.9e9 / 12_879_925_248) < 1e-9
+    with pytest.raises(ValueError, match="no routed experts"):
+        check("params.active", "12lh^2")
 
 
 def test_9_counterexamples_show_the_error() -> None:

@@ -1,8 +1,9 @@
 """How two closed forms differ: leading order, constant factors, and which terms make the gap.
 
 *Leading order* is defined by a scaling: the model grows when ``h, a, a_kv, f`` (width, the head
-dimension ``d_h`` fixed, so ``a`` grows with ``h``) and ``l, l_w`` (depth; the sliding-window layers
-are a fixed share of the layers) are all multiplied by lambda -> oo, while ``b, s, n, w, V, n_ctx,
+dimension ``d_h`` fixed, so ``a`` grows with ``h``; the expert widths ``f_e, f_s`` too) and ``l, l_w, l_d``
+(depth; the sliding-window and dense layers are a fixed share of the layers; the numbers of experts
+E and k stay fixed) are all multiplied by lambda -> oo, while ``b, s, n, w, V, n_ctx,
 d_h`` and the parallel degrees stay fixed. Each monomial then has a *degree* (the total power of
 the growing sizes); a formula's *leading part* is the sum of its monomials of highest degree (for
 a ratio, leading part over leading part). A claim is right to leading order when its leading part
@@ -36,14 +37,14 @@ from itertools import combinations
 
 import sympy as sp
 
-from symbolic.dims_sympy import a, a_kv, f, h, l, l_w, n, s
+from symbolic.dims_sympy import a, a_kv, f, f_e, f_s, h, l, l_d, l_w, n, s
 
 __all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
            "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL"]
 
 #: Sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h; the
 #: sliding-window layers l_w are a fixed share of l).
-WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1, l_w: 1}
+WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1, l_w: 1, f_e: 1, f_s: 1, l_d: 1}
 #: Sizes that grow with the sequence.
 SEQUENCE: Mapping[sp.Symbol, int] = {s: 1, n: 1}
 MAX_PIECES = 4
@@ -73,7 +74,7 @@ class Match:
 
 
 #: Growing sizes only some models have, named in a scaling only where a formula uses them.
-OPTIONAL: frozenset[sp.Symbol] = frozenset({l_w})
+OPTIONAL: frozenset[sp.Symbol] = frozenset({l_w, f_e, f_s, l_d})
 
 
 def describe_scaling(weights: Mapping[sp.Symbol, int], used: set[sp.Basic] | None = None) -> str:

@@ -58,7 +58,11 @@ COMMON: dict[str, sp.Expr] = {
     **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type")},
     "B": b, "S": s, "L": l, "v": V, "n_vocab": V, "d_ff": f, "N_d": d, "d_head": d_h, "d_k": d_h,
     "d_model": h, "n_embd": h, "d_attn": a * d_h, "n_kv_heads": a_kv, "n_kv": a_kv, "n_layers": l, "n_layer": l,
-    "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi}
+    "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi,
+    # mixture of experts (symbolic/dims.py), with transformers' config names
+    **{name: OURS[name] for name in ("E", "k", "f_e", "f_s", "l_d") if name in OURS},
+    **({"num_local_experts": OURS["E"], "num_experts": OURS["E"], "n_routed_experts": OURS["E"],
+        "num_experts_per_tok": OURS["k"], "top_k": OURS["k"]} if "E" in OURS and "k" in OURS else {})}
 #: In parameter counts the sequence letter counts learned positions (Narayanan Eq. 2: (V + s)h).
 _PARAM_COMMON: dict[str, sp.Expr] = {"s": n_ctx, "S": n_ctx, "n_ctx": n_ctx}
 #: In model-state formulas these letters are the parameter count (ZeRO's Psi, Zhihu's Phi).
@@ -375,7 +379,8 @@ SIBLINGS = {"kv_cache.per_token": ("kv_cache.per_position", "kv_cache.total"),
             "kv_cache.per_position": ("kv_cache.per_token", "kv_cache.total"),
             "kv_cache.total": ("kv_cache.per_position", "kv_cache.per_token"),
             "activations.per_layer": ("activations.total",), "activations.total": ("activations.per_layer",),
-            "params.per_layer": ("params.total",), "params.total": ("params.per_layer",)}
+            "params.per_layer": ("params.total",), "params.total": ("params.per_layer", "params.active"),
+            "params.active": ("params.total",)}
 
 
 def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
@@ -414,6 +419,13 @@ def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
     return limit == 1, lines
 
 
+def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
+                  notes: list[str]) -> CheckResult:
+    """A claim that is a number (``12.9\\times10^9``): compared with ours for the model's sizes."""
+    lines = ["the claim is a number, not a formula: compared with ours for the sizes of " + ctx.model.name]
+    return _result(claim, ctx, parsed, "different", cmp, notes, lines)
+
+
 def _said(value: sp.Expr) -> str:
     """A limit in words: ``∞``, not SymPy's ``oo``."""
     return "∞" if value == sp.oo else str(value)
@@ -421,6 +433,8 @@ def _said(value: sp.Expr) -> str:
 
 def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
            notes: list[str], expr: sp.Expr) -> CheckResult:
+    if cmp.theirs.is_Number:
+        return _number_claim(claim, ctx, parsed, cmp, notes)
     k = constant_factor(cmp.theirs, cmp.ours)
     lines = [f"the claim is {k} times ours"] if k is not None else []
     lead, more = _limits(cmp, k)

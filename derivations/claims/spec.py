@@ -32,6 +32,7 @@ QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
     QuantitySpec("params.total", "params", "parameters", "elements"),
     QuantitySpec("params.per_layer", "params", "parameters_per_layer", "elements"),
     QuantitySpec("params.per_gpu", "train", "parameters_per_gpu", "elements"),
+    QuantitySpec("params.active", "params", "active_parameters", "elements"),
     QuantitySpec("activations.per_layer", "train", "activation_bytes_per_layer", "bytes"),
     QuantitySpec("activations.total", "train", "activation_bytes", "bytes"),
     QuantitySpec("model_states.total", "train", "model_state_bytes", "bytes"),
@@ -50,7 +51,7 @@ _ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_
             "model_states": "model_states.total", "train-total": "train.total", "kv_cache_bytes": "kv_cache.total",
             "kv-cache": "kv_cache.total", "kv_cache": "kv_cache.total",
             "kv_cache_bytes_per_token": "kv_cache.per_token",
-            "weight_bytes": "weights.total", "weights": "weights.total", "infer-total": "infer.total"}
+            "weight_bytes": "weights.total", "active_parameters": "params.active", "params-active": "params.active", "weights": "weights.total", "infer-total": "infer.total"}
 
 
 def quantity_spec(name: str) -> QuantitySpec:
