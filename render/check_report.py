@@ -7,6 +7,7 @@ notebooks (``display(Markdown(markdown_report(r)))``) and papers.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import sympy as sp
@@ -18,9 +19,34 @@ from derivations.claims.check import CheckResult
 from render.latex import latex as tex
 from render.latex import tex_escape
 
-__all__ = ["text_report", "markdown_report", "latex_report", "latex_document", "file_lines", "MARKS"]
+__all__ = ["text_report", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
+           "MARKS"]
 
 MARKS = {True: "holds", False: "does not hold"}
+
+
+def md_text(text: str) -> str:
+    """Untrusted text in Markdown: ``& < >`` as entities, so a claim's HTML shows as text, never as HTML.
+
+    >>> md_text("<img src=x onerror=alert(1)>")
+    '&lt;img src=x onerror=alert(1)&gt;'
+    """
+    return " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def md_code(text: str) -> str:
+    """Untrusted text as a Markdown code span: a fence longer than any run of backticks inside, so
+    the text cannot close the span (CommonMark shows a code span's HTML as text).
+
+    >>> md_code("a`b"), md_code("x")
+    ('`` a`b ``', '`x`')
+    """
+    flat = " ".join(str(text).split())
+    runs = [len(run) for run in re.findall(r"`+", flat)]
+    if not runs:
+        return f"`{flat}`"
+    fence = "`" * (max(runs) + 1)
+    return f"{fence} {flat} {fence}"
 
 
 def _number(value: sp.Rational) -> str:
@@ -72,24 +98,25 @@ def _gap_rows(gaps: Sequence[Gap]) -> list[str]:
 def markdown_report(result: CheckResult, level: int = 3) -> str:
     """One check as a Markdown section: verdict, formulas in LaTeX, why, where the gap comes from."""
     head = "#" * level
+    claim = md_code(result.parsed.text.strip()).replace("|", "\\|")  # GFM: a pipe splits a cell even in code
     out = [f"{head} {result.spec.name}: {result.verdict} ({MARKS[result.holds]})", "",
-           f"{result.title} ({result.spec.unit}) for `{result.model}`.", "",
+           f"{result.title} ({result.spec.unit}) for {md_code(result.model)}.", "",
            "| | |", "|---|---|",
-           f"| claim, read from `{result.parsed.text.strip()}` | ${tex(result.theirs)}$ |",
+           f"| claim, read from {claim} | ${tex(result.theirs)}$ |",
            f"| ours | ${tex(result.ours)}$ |"]
     if result.verdict != "exact":
         out.append(f"| ours − claim | ${tex(sp.factor_terms(result.difference))}$ |")
-    out += [""] + [f"- {line}" for line in result.explanation]
+    out += [""] + [f"- {md_text(line)}" for line in result.explanation]
     rows = _gap_rows(result.gaps)
     if rows:
         out += ["", "| order | kind | term | node | what |", "|---|---|---|---|---|", *rows]
     if result.counterexample is not None:
         example = _example(result)
-        out += ["", example[0].upper() + example[1:] + "."]
+        out += ["", md_text(example[0].upper() + example[1:] + ".")]
     if result.citation:
         out += ["", f"Our derivation cites {result.citation}."]
     if result.notes:
-        out += [""] + [f"> {note}" for note in result.notes]
+        out += [""] + [f"> {md_text(note)}" for note in result.notes]
     return "\n".join(out)
 
 

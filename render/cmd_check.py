@@ -101,13 +101,40 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     return {**{k: v for k, v in keys.items() if v is not None}, **changed}
 
 
+#: The largest notes file ``check --file`` reads (a limit, so that ``/dev/zero`` is an error, not a hang).
+MAX_FILE_BYTES = 4_000_000
+
+
+def read_notes(path: str) -> str:
+    """The text of a notes file, at most ``MAX_FILE_BYTES``; UTF-8."""
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: more than {MAX_FILE_BYTES:,} bytes, the limit of check --file; split the file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,})") from None
+
+
+def _section(path: str, line: int, body: str) -> str:
+    """A claim's report headed by a comment naming where it is (``--`` cut so the name cannot close it)."""
+    return f"<!-- {path.replace('--', '- -')}:{line} -->\n{body}"
+
+
+def _error(message: str, fmt: str) -> str:
+    from render.check_report import md_text
+    from render.latex import tex_escape
+
+    return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
+
+
 def _run_file(args: argparse.Namespace) -> int:
     from derivations.claims.markers import find_claims
     from derivations.claims.check import check_claim
     from render.check_report import file_lines
 
-    with open(args.file, encoding="utf-8") as fh:
-        text = fh.read()
+    text = read_notes(args.file)
     found = []
     for marked in find_claims(text, _defaults(args)):
         if marked.claim is None:
@@ -117,6 +144,9 @@ def _run_file(args: argparse.Namespace) -> int:
             found.append((marked, check_claim(marked.claim), ""))
         except ValueError as exc:
             found.append((marked, None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 -- one claim's failure never aborts the others' report
+            found.append((marked, None, f"internal error on this claim ({type(exc).__name__}: {exc}); "
+                                        "please report it"))
     if args.json:
         print(json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                           for m, r, e in found], indent=2))
@@ -125,8 +155,8 @@ def _run_file(args: argparse.Namespace) -> int:
 
         print(latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found], f"Claims in {args.file}"), end="")
     elif args.format != "text":
-        print("\n\n".join(f"<!-- {args.file}:{m.line} -->\n" + (_render(r, args.format) if r else f"error: {e}")
-                          for m, r, e in found))
+        print("\n\n".join(_section(args.file, m.line, _render(r, args.format) if r else _error(e, args.format))
+                            for m, r, e in found))
     else:
         print("\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims "
               "(see README, 'Checking formulas')")

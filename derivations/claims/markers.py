@@ -22,6 +22,7 @@ true, ``no-flash`` or ``flash=false`` false). Values with spaces or commas go in
 
 from __future__ import annotations
 
+import bisect
 import re
 import shlex
 from collections.abc import Mapping
@@ -32,7 +33,8 @@ from derivations.claims.check import Claim
 
 __all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
 
-_MARKER = re.compile(r"<!--\s*memderive(-defaults)?\s*:(.*?)-->", re.DOTALL)
+_MARKER = re.compile(r"<!--\s*memderive(-defaults)?\s*:")
+_BLANK = re.compile(r"\n[ \t]*\n")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
 _FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
                       r"|`(?P<code>[^`\n]+)`", re.DOTALL)
@@ -110,11 +112,54 @@ def _mask_fences(text: str) -> str:
     return _FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
 
 
+@dataclass(frozen=True, slots=True)
+class _Marker:
+    start: int
+    end: int
+    defaults: bool
+    body: str
+
+
+def _markers(text: str) -> list[_Marker]:
+    """The ``memderive`` comments, in one pass: an unclosed ``<!--`` ends the search (HTML reads the
+    rest of the document as that comment), so nothing is scanned twice."""
+    found, i = [], 0
+    while (start := text.find("<!--", i)) >= 0:
+        end = text.find("-->", start + 4)
+        if end < 0:
+            break
+        head = _MARKER.match(text, start, end)
+        if head:
+            found.append(_Marker(start, end + 3, bool(head.group(1)), text[head.end():end]))
+        i = end + 3
+    return found
+
+
 def _formula_after(text: str, start: int, stop: int) -> re.Match | None:
-    match = _FORMULA.search(text, start, stop)
-    if match is None or re.search(r"\n[ \t]*\n", text[start:match.start()]):
-        return None
-    return match
+    """The first formula opening before the next blank line. Each opening is tried once, and a
+    ``$$`` or ``\\[`` only where its closing sign occurs later, so the scan is linear."""
+    blank = _BLANK.search(text, start, stop)
+    limit = blank.start() if blank else stop
+    closes = {"$$": text.rfind("$$", start, stop), "\\[": text.rfind("\\]", start, stop)}
+    ahead = {c: text.find(c, start, limit) for c in "$\\`"}  # next occurrence of each opening sign
+    while (opening := min((j for j in ahead.values() if j >= 0), default=-1)) >= 0:
+        pair = text[opening:opening + 2]
+        if pair not in closes or closes[pair] > opening + 2:
+            match = _FORMULA.match(text, opening, stop)
+            if match:
+                return match
+        ahead[text[opening]] = text.find(text[opening], opening + 1, limit)
+    return None
+
+
+class _Lines:
+    """1-based line numbers of offsets, by bisection over the newline offsets (not a count per marker)."""
+
+    def __init__(self, text: str) -> None:
+        self.newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+
+    def __call__(self, offset: int) -> int:
+        return bisect.bisect_left(self.newlines, offset) + 1
 
 
 def find_claims(text: str, defaults: Mapping[str, Any] | None = None) -> list[Marked]:
@@ -125,26 +170,27 @@ def find_claims(text: str, defaults: Mapping[str, Any] | None = None) -> list[Ma
         defaults: keys that apply to every marker (a marker's own keys win), e.g. from the CLI.
     """
     masked = _mask_fences(text)
-    markers = list(_MARKER.finditer(masked))
+    markers = _markers(masked)
+    line_of = _Lines(masked)
     current = dict(defaults or {})
     found: list[Marked] = []
     for i, marker in enumerate(markers):
-        stop = markers[i + 1].start() if i + 1 < len(markers) else len(text)
-        line = masked.count("\n", 0, marker.start()) + 1
+        stop = markers[i + 1].start if i + 1 < len(markers) else len(text)
+        line = line_of(marker.start)
         try:
-            fields = marker_fields(marker.group(2))
+            fields = marker_fields(marker.body)
         except ValueError as exc:
             found.append(Marked(line, "", error=f"marker: {exc}"))
             continue
-        if marker.group(1):
+        if marker.defaults:
             current = _merge(current, fields)
             continue
-        match = _formula_after(masked, marker.end(), stop)
+        match = _formula_after(masked, marker.end, stop)
         if match is None:
             found.append(Marked(line, "", error="marker without a formula right after it ($$...$$, $...$ or `...`)"))
             continue
         formula = next(g for g in match.groups() if g is not None).strip()
-        line = masked.count("\n", 0, match.start()) + 1
+        line = line_of(match.start())
         try:
             found.append(Marked(line, formula, _claim(_merge(current, fields), formula)))
         except ValueError as exc:

@@ -28,6 +28,7 @@ derivations.claims.parser.FormulaError: unexpected character '_' at column 1 in 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,8 +41,12 @@ __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "
 #: ``arguments`` and ``argument_terms`` bound the min/max calls of a formula, counted over all of
 #: them: SymPy compares the arguments pairwise each time it builds (or substitutes into) a ``Min``,
 #: and a dozen long ones cost seconds per check.
+#: ``result_digits`` bounds every number the formula computes (``(2**64)**64`` is refused before it is
+#: built); ``expanded_terms`` the terms of the expanded claim, past which the verdict would take
+#: seconds per term and the checker gives up at once.
 LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
-          "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24}
+          "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
+          "expanded_terms": 60}
 UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
               "parameters": "elements", **{k: "bytes" for k in ("KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}}
 #: Byte units that scale the number before them (``28\,\mathrm{GB}`` is 28 * 10^9 bytes).
@@ -54,7 +59,11 @@ _SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", 
 _DELIMITED = {"left", "right", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl", "Biggr"}
 _TEXT = {"text", "mathrm", "textrm", "mathit", "textit", "operatorname", "mathsf", "textsf"}
 _UNICODE = {"−": "-", "×": r"\times", "·": r"\cdot", "⋅": r"\cdot", "Ψ": r"\Psi", "Φ": r"\Phi",
-            "²": "^2", "³": "^3", "≈": r"\approx", " ": " "}
+            "≈": r"\approx", " ": " "}
+_DIGITS = "0123456789"  # ASCII only: other Unicode digits (full-width, superscript) are not numbers here
+#: Unicode superscripts: a run of them (``h¹²``, ``h⁻¹``) is one exponent
+_SUPERSCRIPT = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+_SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
 _RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|=")
 #: ``4{,}096`` is how our LaTeX printer groups digits; it reads back as 4096
 _NUMBER = re.compile(r"\d{1,3}(?:\{,\}\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+")
@@ -106,8 +115,11 @@ def _clean(text: str) -> tuple[str, _Source]:
     where: list[int] = []
     i = 0
     while i < len(text):
+        superscript = _SUPERSCRIPT.match(text, i)
         if text.startswith("\\_", i):
             rep, width = "_", 2
+        elif superscript:  # a run of Unicode superscripts is one exponent: h¹² is h^(12)
+            rep, width = "^(" + superscript.group().translate(_SUPERSCRIPT_DIGITS) + ")", len(superscript.group())
         else:
             rep, width = _UNICODE.get(text[i], text[i]), 1
             if rep.startswith("\\") and rep[1:].isalpha() and text[i + 1:i + 2].isascii() and text[i + 1:i + 2].isalpha():
@@ -166,7 +178,7 @@ class _Lexer:
             ch = text[self.i]
             if ch.isspace() or ch == "~":
                 self.i += 1
-            elif ch.isdigit() or (ch == "." and text[self.i + 1:self.i + 2].isdigit()):
+            elif ch in _DIGITS or (ch == "." and text[self.i + 1:self.i + 2] in tuple(_DIGITS)):
                 self._number()
             elif ch.isascii() and ch.isalpha():
                 self._name(_RUN.match(text, self.i).group(), self.i)
@@ -334,6 +346,22 @@ def _leaf(expr: sp.Expr) -> _Val:
     return _Val(expr, len(monomials), degree)
 
 
+def _digits(number: sp.Rational) -> float:
+    """Decimal digits of a rational's numerator and denominator together (``log10``, without printing it)."""
+    return sum(math.log10(abs(int(x))) for x in (number.p, number.q) if x)
+
+
+def _bounded(expr: sp.Expr, lexer: _Lexer) -> None:
+    """The checker gives up at once on a claim whose expansion would take it long to judge."""
+    terms = sp.Add.make_args(sp.expand(expr))
+    if len(terms) > LIMITS["expanded_terms"]:
+        raise lexer.fail(f"gives up: the claim expands to {len(terms):,} terms, more than the "
+                         f"{LIMITS['expanded_terms']} a verdict is computed for; that is not a memory formula", -1)
+    for number in expr.atoms(sp.Rational):
+        if _digits(number) > LIMITS["result_digits"]:
+            raise lexer.fail(f"gives up: a number of more than {LIMITS['result_digits']} digits", -1)
+
+
 class _Parser:
     """Recursive descent over tokens; juxtaposition binds tighter than ``*`` and ``/``."""
 
@@ -429,6 +457,8 @@ class _Parser:
         limit = LIMITS["numeric_power"] if base.expr.is_Number else LIMITS["power"]
         if not (exponent.is_Integer and abs(int(exponent)) <= limit):
             raise self.fail(f"exponents must be integers from -{limit} to {limit}", tok)
+        if base.expr.is_Rational and _digits(base.expr) * abs(int(exponent)) > LIMITS["result_digits"]:
+            raise self.fail(f"gives up: the power is a number of more than {LIMITS['result_digits']} digits", tok)
         if self.tok.kind == "op" and self.tok.text in ("^", "**"):
             raise self.fail("a power of a power needs parentheses")
         n = abs(int(exponent))
@@ -530,6 +560,7 @@ def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], 
                source: _Source) -> ParsedFormula:
     lexer = _Lexer(side, names, strict=syntax == "python", source=source, offset=offset)
     val, unit = _Parser(lexer, lexer.run()).formula()
+    _bounded(val.expr, lexer)
     shown = source.text[source.column(offset) - 1:source.column(offset + len(side)) - 1].strip()
     return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, unit)
 

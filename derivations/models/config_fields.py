@@ -201,12 +201,13 @@ _LAYER_TYPES = {"sliding_attention": True, "full_attention": False, "attention":
 
 
 def sliding(default: int | None = None, switch: str | None = None,
-             slides: Callable[[Fields, int], bool] = lambda c, i: True) -> WindowRule:
+            slides: Callable[[Fields, int], int] = lambda c, l: l) -> WindowRule:
     """Sliding-window attention as transformers applies it, as ``Model`` fields.
 
     ``switch`` (when named) turns it on; an explicit null ``sliding_window`` turns it off. Layer
     ``i`` slides per ``layer_types`` when the config lists them (transformers' cache follows that
-    list in every family), else per ``slides`` (the rule the config class builds the list with).
+    list in every family), else ``slides(c, l)`` of the ``l`` layers do (counted by the rule the
+    config class builds the list with, in closed form: no path depends on the layer count).
     The model's ``window`` is the window; ``window_layers`` how many layers slide, the others
     caching their whole context.
     """
@@ -215,8 +216,8 @@ def sliding(default: int | None = None, switch: str | None = None,
         if (switch is not None and not c.flag(switch, False)) or raw is None:
             return {}
         window = c.size("sliding_window", default=default)
-        sliding = layer_types(c, l) or [slides(c, i) for i in range(l)]
-        count = sum(sliding)
+        listed = layer_types(c, l)
+        count = sum(listed) if listed is not None else slides(c, l)
         if count in (0, l):
             return {"window": window} if count else {}
         return {"window": window, "window_layers": count,

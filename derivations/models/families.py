@@ -212,8 +212,8 @@ def _stablelm(c: Fields) -> Adapted:
 def _gemma2(family: str, qk_norm: bool, every: int | None) -> LlamaLike:
     """Gemma 2 / Gemma 3 text: RMSNorm before and after both sublayers (Gemma 3 adds per-head q/k norms);
     every ``every``-th layer attends to all tokens, the others to a sliding window."""
-    def slides(c: Fields, i: int) -> bool:
-        return (i + 1) % (every or c.size("sliding_window_pattern", "_sliding_window_pattern", default=6)) != 0
+    def slides(c: Fields, l: int) -> int:  # every ``every``-th layer (1-based) is full
+        return l - l // (every or c.size("sliding_window_pattern", "_sliding_window_pattern", default=6))
 
     arch = replace(LLAMA, family=family, mlp="geglu", tied_embeddings=True, sublayer_norm="both", qk_norm=qk_norm)
     return LlamaLike(arch, reads=("attention_bias",), head_dim=256, kv_heads=4, act="hidden_activation",
@@ -242,8 +242,8 @@ def _refuse(why: str) -> Callable[[Fields], NoReturn]:
 _QWEN2 = replace(LLAMA, family="qwen2", qkv_bias=True)
 _QWEN3 = replace(LLAMA, family="qwen3", qk_norm=True)
 _GEMMA = replace(LLAMA, family="gemma", mlp="geglu", tied_embeddings=True)
-# Qwen2/3: off unless use_sliding_window; then layers from max_window_layers on slide.
-_QWEN_WINDOW = sliding(4096, switch="use_sliding_window", slides=lambda c, i: i >= c.count("max_window_layers", 28))
+# Qwen2/3: off unless use_sliding_window; then layers from max_window_layers on slide (l - that of them).
+_QWEN_WINDOW = sliding(4096, switch="use_sliding_window", slides=lambda c, l: max(0, l - c.count("max_window_layers", 28)))
 # OLMo 2: RMSNorm on each sublayer's output only, and on all of q and all of k (not per head).
 _OLMO2 = replace(LLAMA, family="olmo2", sublayer_norm="output", qk_norm=True, qk_norm_width="all")
 # Cohere (Command R): one mean-centred LayerNorm without bias, parallel attention and MLP.

@@ -25,8 +25,9 @@ def _experts(c: Fields, keys: tuple[str, ...], experts: int, top_k: int | None, 
     return sizes
 
 
-def _dense_count(c: Fields, l: int, dense: Callable[[int], bool]) -> int:
-    return sum(dense(i) for i in range(l))
+def _dense_count(l: int, step: int, only: set[int]) -> int:
+    """Layers ``i < l`` in ``only`` or off the sparse step ((i + 1) % step != 0), in closed form."""
+    return l - l // step + sum(1 for i in only if 0 <= i < l and (i + 1) % step == 0)
 
 
 def _layer_list(c: Fields, key: str, l: int) -> list[int]:
@@ -70,12 +71,12 @@ def _qwen_moe(family: str, kv_heads: int, experts: int, top_k: int, width: int, 
             sizes["f_s"] = c.size("shared_expert_intermediate_size", default=5632)
         l, step = sizes["l"], c.size("decoder_sparse_step", default=1)
         only = set(_layer_list(c, "mlp_only_layers", l))
-        dense = _dense_count(c, l, lambda i: i in only or (i + 1) % step != 0)
+        dense = _dense_count(l, step, only)
         moe = Moe(shared=shared, shared_gate=shared, renormalize=c.flag("norm_topk_prob", False))
         arch, sizes = _with_moe(arch, sizes, moe, dense)
         window = sliding(4096, switch="use_sliding_window",
-                         slides=(lambda c, i: (i + 1) % 2 == 1 and i < c.count("max_window_layers", 28)) if shared
-                         else (lambda c, i: True))
+                         slides=(lambda c, l: (min(l, c.count("max_window_layers", 28)) + 1) // 2) if shared
+                         else (lambda c, l: l))  # shared: even layers below max_window_layers
         return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window(c, l)}
 
     return adapt
@@ -142,7 +143,7 @@ def _gpt_oss(c: Fields) -> Adapted:
     sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
     sizes.update(_experts(c, ("num_local_experts", "num_experts"), 128, 4, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, moe, 0)
-    window = sliding(128, slides=lambda c, i: (i + 1) % 2 == 1)(c, sizes["l"])
+    window = sliding(128, slides=lambda c, l: (l + 1) // 2)(c, sizes["l"])  # even layers (0, 2, ...) slide
     notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; the "
              "graph's softmax top-k router saves the scores of all E experts")
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
