@@ -132,7 +132,7 @@ def test_check_refuses_unknown_options_for_every_quantity() -> None:
                                    "(2**64)**8", "(10**30 10**30 10**30 10**30)h"])
 def test_huge_numbers_give_up_at_once(claim: str) -> None:
     from derivations.claims.parser import FormulaError, parse_formula
-    from symbolic.dims import h
+    from symbolic.dims_sympy import h
 
     with pytest.raises(FormulaError, match="gives up: .*more than 100 digits"):
         parse_formula(claim, {"h": h})
@@ -223,7 +223,7 @@ def test_a_claim_of_hundreds_of_terms_gives_up() -> None:
                                                 ("2⁸h", "256*h"), ("h⁻¹", "1/h"), ("h¹", "h"), ("h⁰", "1")])
 def test_unicode_superscripts(text: str, expected: str) -> None:
     from derivations.claims.parser import parse_formula
-    from symbolic.dims import h, l
+    from symbolic.dims_sympy import h, l
 
     assert str(parse_formula(text, {"h": h, "l": l}).expr) == expected
 
@@ -231,7 +231,7 @@ def test_unicode_superscripts(text: str, expected: str) -> None:
 @pytest.mark.parametrize("text", ["¹", "h¹²", "h^²", "１２h"])
 def test_bad_superscripts_and_other_digits_are_one_line(text: str) -> None:
     from derivations.claims.parser import FormulaError, parse_formula
-    from symbolic.dims import h
+    from symbolic.dims_sympy import h
 
     with pytest.raises(FormulaError) as caught:
         parse_formula(text, {"h": h})
