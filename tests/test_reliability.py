@@ -266,10 +266,15 @@ def test_one_bad_formula_never_aborts_the_file_report(tmp_path, fmt: tuple) -> N
 # --- 16. check --format md escapes what it quotes ----------------------------------------------
 
 def test_markdown_report_shows_html_as_text(tmp_path) -> None:
-    result = cli("check", "--quantity", "params.total", "--claim", "x`<img src=x onerror=alert(1)>` = 12lh^2",
-                 "--model", "gpt2", "--format", "md")
+    from render.check_report import md_code, md_text
+
+    folder = tmp_path / "x`<img src=x onerror=alert(1)>`"  # the model's name is its folder's
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(SMALL_GPT2))
+    result = cli("check", "--quantity", "params.total", "--claim", "12lh^2", "--model", str(folder), "--format", "md")
     assert result.returncode == 1
-    assert "| claim, read from `` x`<img src=x onerror=alert(1)>` = 12lh^2 `` |" in result.stdout
+    assert "for `` x`<img src=x onerror=alert(1)>` ``." in result.stdout  # a code span the name cannot close
+    assert md_code("a``b|c") == "``` a``b|c ```" and md_text("<b> & </b>") == "&lt;b&gt; &amp; &lt;/b&gt;"
     path = tmp_path / "notes--> <b>.md"
     path.write_text("<!-- memderive: quantity=params.total -->\n$<script>x</script>$\n")
     out = cli("check", "--file", str(path), "--format", "md").stdout
