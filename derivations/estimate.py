@@ -133,9 +133,34 @@ class Estimate:
     def number(self, key: str) -> int:
         return self.quantity(key).value(self.values)
 
+    def inputs(self) -> dict[str, Any]:
+        """Every option this estimate was computed under, defaults resolved (the attention kernel,
+        the serving dtypes), so that a saved result can be read without its command."""
+        o = self.options
+        out: dict[str, Any] = {"model": self.model.name, "mode": o.mode}
+        out.update({f.name: getattr(o, f.name) for f in fields(o) if f.name not in ("mode", "flash")})
+        out["attention"] = o.attention_kernel
+        if o.mode == "infer":
+            from derivations.quantities.inference import serving_dtypes
+
+            out["weight_dtype"], _, kv = (str(x) for x in serving_dtypes(o))
+            out["kv_dtype"] = kv
+        return out
+
+    def peak_phase(self) -> str | None:
+        """``prefill`` or ``decode``: the phase whose memory is the inference total (None otherwise)."""
+        keys = {q.key for q in self.quantities}
+        if not {"prefill_bytes", "decode_bytes"} <= keys:
+            return None
+        from derivations.quantities.inference import peak_phase
+
+        return peak_phase({key: self.number(key) for key in ("prefill_bytes", "decode_bytes")})
+
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"model": self.model.name, "mode": self.options.mode}
+        out: dict[str, Any] = {"model": self.model.name, "mode": self.options.mode, "inputs": self.inputs()}
         out.update({q.key: self.number(q.key) for q in self.quantities})
+        if self.peak_phase() is not None:
+            out["peak_phase"] = self.peak_phase()
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in self.quantities}
         out["strategies"] = list(self.graph.strategies)

@@ -16,9 +16,13 @@ from symbolic.errors import DerivationError, shown
 from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION"]
 
 MODES = ("params", "train", "infer")
+#: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
+#: ``sdpa`` (PyTorch's scaled_dot_product_attention, transformers' default) and ``flash``
+#: (FlashAttention, as serving engines run it) never hold them.
+ATTENTION = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16")
 RECOMPUTE = ("none", "selective", "full")
 #: Activation profiles: which saved tensors a profile neglects, and why.
@@ -69,7 +73,9 @@ class Options:
     zero: int = 0
     offload: bool = False
     recompute: str = "none"
-    flash: bool = False
+    flash: bool = False  # shorthand for attention="flash"
+    attention: str | None = None  # None: the mode's default, see ``attention_kernel``
+    kv_block: int | None = None  # inference: paged KV cache, tokens per block
     dropout: bool = True
     micro_batches: int | None = None
     virtual_stages: int | None = None
@@ -109,7 +115,7 @@ class Options:
         self._check_types()
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group"):
+        for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -136,6 +142,12 @@ class Options:
         if self.mode == "train" and dtype(self.dtype).name not in TRAIN_DTYPES:
             raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
+        if self.attention is not None and self.attention not in ATTENTION:
+            raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        if self.flash and self.attention not in (None, "flash"):
+            raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
+        if self.kv_block is not None and self.mode != "infer":
+            raise OptionsError("--kv-block sizes the paged KV cache of inference; use it with --mode infer")
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()
@@ -174,11 +186,28 @@ class Options:
         chosen = getattr(self, "attention", None)
         return kernel or chosen or ("flash" if self.flash else "sdpa")
 
-    def strategies(self) -> tuple[Strategy, ...]:
-        """The graph transforms these options apply, in order."""
-        out: list[Strategy] = []
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel: ``flash`` under ``--flash``, else ``--attention``, else the mode's
+        default: ``sdpa`` in inference (transformers' default ``attn_implementation``, and what
+        ``generate`` and serving engines run: no s x s scores held), ``eager`` in training (the
+        b*a*s*s scores saved, Korthikanti et al.'s assumption).
+
+        >>> Options(mode="infer", batch=1, seq=1).attention_kernel, Options(mode="train", batch=1, seq=1).attention_kernel
+        ('sdpa', 'eager')
+        """
         if self.flash:
-            out.append(FlashAttention())
+            return "flash"
+        if self.attention is not None:
+            return self.attention
+        return "sdpa" if self.mode == "infer" else "eager"
+
+    def strategies(self) -> tuple[Strategy, ...]:
+        """The graph transforms these options apply, in order (``sdpa`` and ``flash`` both save no
+        s x s scores: the memory-efficient kernels keep the logsumexp, as FlashAttention does)."""
+        out: list[Strategy] = []
+        if self.attention_kernel != "eager":
+            out.append(FlashAttention(self.attention_kernel))
         if self.recompute == "selective":
             out.append(SelectiveRecompute())
         elif self.recompute == "full":

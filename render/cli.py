@@ -63,7 +63,13 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
     g.add_argument("--offload", action="store_true", help="optimizer states in CPU memory")
     g.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    g.add_argument("--flash", action="store_true", help="FlashAttention (no s x s scores stored)")
+    g.add_argument("--attention", choices=("eager", "sdpa", "flash"), default=None,
+                   help="attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not (default: sdpa "
+                        "in inference, as transformers' generate and serving engines; eager in training, "
+                        "Korthikanti et al.'s assumption)")
+    g.add_argument("--flash", action="store_true", help="short for --attention flash")
+    g.add_argument("--kv-block", type=int, default=None,
+                   help="inference: paged KV cache, whole blocks of this many tokens per sequence (vLLM: 16)")
     g.add_argument("--no-dropout", action="store_true")
     g.add_argument("--micro-batches", type=int)
     g.add_argument("--virtual-stages", type=int)
@@ -86,7 +92,7 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
                    new_tokens=0 if args.new_tokens is None else args.new_tokens,
                    dtype=args.dtype, optimizer=args.optimizer, tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp,
                    zero=args.zero, offload=args.offload, recompute=args.recompute, flash=args.flash,
-                   dropout=not args.no_dropout, micro_batches=args.micro_batches,
+                   attention=args.attention, kv_block=args.kv_block, dropout=not args.no_dropout, micro_batches=args.micro_batches,
                    virtual_stages=args.virtual_stages, profile=args.profile,
                    overhead_bytes=parse_size(args.overhead), weight_dtype=args.weight_dtype,
                    kv_dtype=args.kv_dtype, quant_group=args.quant_group,

@@ -52,6 +52,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     fields = {"batch": args.batch, "seq": args.seq, "new_tokens": args.new_tokens, "dtype": args.dtype,
               "optimizer": args.optimizer, "tp": args.tp, "pp": args.pp, "dp": args.dp, "sp": args.sp,
               "zero": args.zero, "offload": args.offload, "recompute": args.recompute, "flash": args.flash,
+              "attention": args.attention, "kv_block": args.kv_block,
               "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
               "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
               "kv_dtype": args.kv_dtype, "quant_group": args.quant_group, "overhead_bytes": parse_size(args.overhead),

@@ -85,9 +85,15 @@ class DerivationPrinter(LatexPrinter):
     def _pieces(self, expr: sp.Expr) -> list[str]:
         """A sum (or max/min) as the pieces a line may break between; wide terms are opened up too."""
         if isinstance(expr, (sp.Max, sp.Min)):
-            args = [self._print(arg) for arg in _ordered_args(expr)]
+            ordered = _ordered_args(expr)
+            args = [self._print(arg) for arg in ordered]
             open_, close = _delimiters(expr, args)
-            pieces = [arg + ("," if i < len(args) - 1 else "") for i, arg in enumerate(args)]
+            pieces = []
+            for i, (arg, tex) in enumerate(zip(ordered, args)):
+                wide = visible_width(tex) > self._settings["line_width"] and isinstance(arg, (sp.Add, sp.Max, sp.Min))
+                inner = self._pieces(arg) if wide else [tex]  # an argument wider than a line breaks too
+                inner[-1] += "," if i < len(args) - 1 else ""
+                pieces += inner
             pieces[0], pieces[-1] = open_ + pieces[0], pieces[-1] + close
             return pieces
         pieces: list[str] = []
@@ -101,6 +107,9 @@ class DerivationPrinter(LatexPrinter):
     def _term_pieces(self, term: sp.Expr, sign: str) -> list[str]:
         """One term of a sum; wider than a line, a bracketed sum, a product with one or a max is split."""
         labelled = term in self._labels
+        if labelled and isinstance(term, (sp.Max, sp.Min)) and visible_width(self._print_Max(term)) > \
+                self._settings["line_width"]:
+            labelled = not self._labels.pop(term)  # an underbrace cannot break: a wide max goes unlabelled
         piece = self._print(term)
         bracket = self._needs_add_brackets(term)
         if labelled or visible_width(piece) <= self._settings["line_width"]:

@@ -42,6 +42,8 @@ def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     width = max(len(q.title) for q in est.quantities)
     lines += ["", "summary:"]
     lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}" for q in est.quantities]
+    if est.peak_phase() is not None:
+        lines.append(f"  peak: {est.peak_phase()} (the total is the larger of the prefill and decode phases)")
     for q in est.quantities:
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {q.closed_form()}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]

@@ -136,11 +136,14 @@ class FullRecompute(Strategy):
 @dataclass(frozen=True, slots=True)
 class FlashAttention(Strategy):
     """FlashAttention (Dao et al. 2022 §3.1; FA-2 §3.1.1): the s x s scores are never stored;
-    backward keeps q, k, v, the output O and the fp32 row-wise logsumexp (b, a, s)."""
+    backward keeps q, k, v, the output O and the fp32 row-wise logsumexp (b, a, s). ``kernel``
+    ``sdpa`` names PyTorch's memory-efficient scaled_dot_product_attention, which saves the same."""
+
+    kernel: str = "flash"
 
     @property
     def name(self) -> str:
-        return "FlashAttention"
+        return "FlashAttention" if self.kernel == "flash" else "memory-efficient attention (sdpa)"
 
     def __call__(self, graph: Graph) -> Graph:
         def flash(op: Op) -> Op:

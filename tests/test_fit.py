@@ -46,12 +46,13 @@ def test_answer_fits_and_next_does_not(model: str, options: Options, capacity: i
 
 def test_largest_batch_by_hand() -> None:
     # LLaMA-2 7B, bf16, FlashAttention, s = 2048: weights 2 * 6,738,415,616 = 13,476,831,232 B; per
-    # sequence the KV cache 524,288 * 2048 = 1,073,741,824 B, and the largest transient buffer grows
-    # by the logits 2 * 2048 * 32,000 = 131,072,000 B: 1,204,813,824 B a sequence.
-    # (80e9 - 13,476,831,232) / 1,204,813,824 = 55.2, so 55.
+    # sequence the prefill holds the KV cache 524,288 * 2048 = 1,073,741,824 B and its largest buffer,
+    # the fused q/k/v output s (a + 2 a_kv) d_h = 2048 * 12,288 in bf16, 50,331,648 B (more than the MLP's
+    # s f = 2048 * 11,008; logits: the last position only, as generate): 1,124,073,472 B a sequence;
+    # (80e9 - 13,476,831,232) / 1,124,073,472 = 59.18, so 59.
     result = fit("llama-2-7b", Options(mode="infer", batch=1, seq=2048, flash=True), 80 * GB, "batch")
-    assert (result.value, result.method) == (55, "closed form")
-    assert (result.fixed, result.per_unit) == (13_476_831_232, 1_204_813_824)
+    assert (result.value, result.method) == (59, "closed form")
+    assert (result.fixed, result.per_unit) == (13_476_831_232, 1_124_073_472)
 
 
 def test_nothing_fits() -> None:
@@ -68,7 +69,7 @@ def test_cli_batch_and_seq() -> None:
     batch = cli("--model", "llama-2-7b", "--gpu-memory", "80GB", "--mode", "infer", "--seq", "2048", "--flash",
                 "--json")
     assert batch.returncode == 0, batch.stderr
-    assert json.loads(batch.stdout)["batch"] == 55
+    assert json.loads(batch.stdout)["batch"] == 59
     seq = cli("--model", "llama-3-8b", "--gpu-memory", "80GiB", "--batch", "8", "--json")
     assert seq.returncode == 0, seq.stderr
     longest = json.loads(seq.stdout)["seq"]

@@ -57,30 +57,41 @@ def test_tensor_parallel_weights_by_hand() -> None:
     assert int4.number("weight_bytes") == 589_824 // 2 + 9_216 + (256_000 + 1_280) * 2  # 818,688
 
 
-@pytest.mark.parametrize(("batch", "seq", "new", "flash", "expected"), [
-    (1, 4096, 0, False, 2 * 4 * 4096**2),  # eager prefill scores b a s s, 2 bytes: 134,217,728
-    (1, 4096, 0, True, 2 * 4096 * 1000),  # FlashAttention: the logits b s V are the largest
-    (1, 1, 10_000, False, 2 * 4 * 10_001),  # decode: one query over s + n keys, 80,008
-    (1, 1, 10_000, True, 2 * 1000),  # decode with FlashAttention: the logits b V
+@pytest.mark.parametrize(("batch", "seq", "new", "attention", "expected"), [
+    (1, 4096, 0, "eager", 2 * 4 * 4096**2),  # eager prefill scores b a s s, 2 bytes: 134,217,728
+    # sdpa (the default) and flash hold no scores: the MLP's b s f = qkv's b s (a + 2 a_kv) d_h outputs,
+    # 4096 * 512 * 2 = 4,194,304; the logits are the last position's only (b V, fp32 copy 4,000)
+    (1, 4096, 0, None, 4096 * 512 * 2),
+    (1, 4096, 0, "sdpa", 4096 * 512 * 2),
+    (1, 4096, 0, "flash", 4096 * 512 * 2),
+    (1, 1, 10_000, "eager", 2 * 4 * 10_001),  # decode: one query over s + n keys, 80,008
+    (1, 1, 10_000, "flash", 4 * 1000),  # decode without scores: generate's fp32 copy of the logits, 4 b V
 ])
-def test_largest_transient_buffer(batch: int, seq: int, new: int, flash: bool, expected: int) -> None:
-    est = estimate(SMALL, mode="infer", batch=batch, seq=seq, new_tokens=new, flash=flash)
+def test_largest_transient_buffer(batch: int, seq: int, new: int, attention: str | None, expected: int) -> None:
+    est = estimate(SMALL, mode="infer", batch=batch, seq=seq, new_tokens=new, attention=attention)
     assert est.number("activation_bytes") == expected
 
 
-def test_total_is_weights_plus_cache_plus_transient() -> None:
+def test_total_is_weights_plus_the_larger_phase() -> None:
     est = estimate(SMALL, mode="infer", batch=2, seq=100, new_tokens=28, weight_dtype="int4", overhead_bytes=1000)
-    kv = 2 * 2 * 128 * 2 * 2 * 64 * 2  # K and V, b 2, s+n 128, l 2, a_kv 2, d_h 64, bf16: 262,144
-    transient = 2 * 2 * 100 * 1000  # logits 400,000 > scores 2 * 4 * 2 * 100^2 = 160,000
-    assert est.number("kv_cache_bytes") == kv
-    assert est.number("activation_bytes") == transient
-    assert est.number("total_bytes") == 1_634_816 + kv + transient + 1000
+    token = 2 * 2 * 2 * 2 * 64 * 2  # K and V, b 2, l 2, a_kv 2, d_h 64, bf16: 2,048 bytes per position
+    assert est.number("kv_cache_bytes") == token * 128  # s + n = 128: 262,144
+    # prefill: KV of the 100 prompt tokens, 204,800, and the largest buffer, the MLP's b s f in bf16,
+    # 2 * 100 * 512 * 2 = 204,800; decode: KV 262,144 and the fp32 last-position logits 2 * 1000 * 4 = 8,000
+    prefill, decode = 1_634_816 + 1000 + token * 100 + 204_800, 1_634_816 + 1000 + token * 128 + 8_000
+    assert (est.number("prefill_bytes"), est.number("decode_bytes")) == (prefill, decode)
+    assert est.number("total_bytes") == max(prefill, decode) == prefill
+    assert est.peak_phase() == "prefill" and est.to_json()["peak_phase"] == "prefill"
     parts = est.quantity("total_bytes").term_values(est.values)
     assert sum(v for _, _, v in parts) == est.number("total_bytes")
+    # 200 new tokens: the decode cache, 2,048 * 300 = 614,400, outgrows the prefill's 409,600
+    longer = estimate(SMALL, mode="infer", batch=2, seq=100, new_tokens=200, weight_dtype="int4")
+    assert longer.peak_phase() == "decode"
+    assert longer.number("total_bytes") == 1_634_816 + token * 300 + 8_000
 
 
 def test_fp32_serving_computes_in_fp32() -> None:
-    est = estimate(SMALL, mode="infer", batch=1, seq=1, new_tokens=9_999, weight_dtype="fp32")
+    est = estimate(SMALL, mode="infer", batch=1, seq=1, new_tokens=9_999, weight_dtype="fp32", attention="eager")
     assert est.number("kv_cache_bytes_per_token") == 2 * 2 * 2 * 64 * 4  # l a_kv d_h, 4 bytes
     assert est.number("activation_bytes") == 4 * 4 * 10_000  # decode scores a (s+n) > logits V, in fp32
 
@@ -152,5 +163,9 @@ def test_json_breakdown_keys() -> None:
                  "--kv-dtype", "fp8", "--tp", "2", "--json")
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert out["total_bytes"] == out["weight_bytes"] + out["kv_cache_bytes"] + out["activation_bytes"]
+    # decode: the cache of s + n = 12 tokens and generate's fp32 logits of the last position, b V/t 4 bytes =
+    # 64,000; the prefill's 8 tokens (2/3 of the cache) and its largest buffer, s f/t in bf16 = 114,688, are less
+    assert out["decode_bytes"] == out["weight_bytes"] + out["kv_cache_bytes"] + 32_000 // 2 * 4
+    assert out["prefill_bytes"] == out["weight_bytes"] + out["kv_cache_bytes"] * 8 // 12 + 8 * 14_336 // 2 * 2
+    assert out["total_bytes"] == out["decode_bytes"] and out["peak_phase"] == "decode"
     assert out["kv_cache_bytes_per_token"] == 2 * 32 * 4 * 128  # fp8, 8 KV heads over 2 GPUs

@@ -265,7 +265,9 @@ def _option_flips(spec: QuantitySpec, o: Options) -> list[tuple[str, dict[str, A
     """
     flips: list[tuple[str, dict[str, Any]]] = []
     if spec.mode == "train" and spec.key in ("activation_bytes_per_layer", "activation_bytes", "total_bytes"):
-        flips += [("without FlashAttention" if o.flash else "with FlashAttention", {"flash": not o.flash}),
+        efficient = o.attention_kernel != "eager"
+        flips += [("without FlashAttention" if efficient else "with FlashAttention",
+                   {"flash": False, "attention": "eager" if efficient else "flash"}),
                   ("without dropout" if o.dropout else "with dropout", {"dropout": not o.dropout})]
         flips += [("without recompute" if r == "none" else f"with {r} recompute", {"recompute": r})
                   for r in RECOMPUTE if r != o.recompute]

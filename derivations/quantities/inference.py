@@ -13,11 +13,19 @@ dropped and tensor parallelism is applied:
   not be ``h/a``.
 * **Weights.** Every parameter tensor one GPU holds, in the serving dtype (see ``serving_dtypes``).
 * **Transient activations.** The largest single buffer a forward pass materialises: every op
-  output, plus the ``b a s s`` attention scores under eager attention (none with FlashAttention),
-  for a prefill of ``s`` tokens and for one decode step (one query over the cached length).
-  The logits ``b s V`` (prefill) and ``b V`` (decode) are the ``lm_head`` output.
-
-``total_bytes`` = weights + KV cache + transient (+ ``--overhead``).
+  output, plus the ``b a s s`` attention scores under ``--attention eager`` only (the default,
+  ``sdpa``, and ``flash`` hold none), for a prefill of ``s`` tokens and for one decode step (one
+  query over the cached length). Logits are computed for the last position only, in the compute
+  dtype ``b V`` and again as ``generate``'s fp32 copy ``4 b V`` (transformers 5.x,
+  ``generation/utils.py``: ``logits_to_keep = 1``; ``outputs.logits[:, -1].to(dtype=torch.float32)``).
+* **Phases.** A prefill holds the weights, the keys and values of the ``s`` prompt tokens in every
+  layer (a sliding-window layer too: transformers' ``DynamicSlidingWindowLayer.update`` keeps
+  ``full_key_states[:, :, -w + 1:, :]``, a view whose storage is all ``s`` tokens, until the first
+  decode step) and the prefill's largest buffer; decoding holds the cache at its end, ``s + n``
+  (``min(s + n, w)`` under a window), and a decode step's largest buffer. ``total_bytes`` is the
+  larger phase, ``weights + max(prefill, decode)`` (+ ``--overhead``); ``peak_phase`` says which.
+* **Paged cache** (``--kv-block B``): each sequence holds whole blocks of B tokens, as vLLM's
+  block manager allocates them: ``ceil(length / B) B`` tokens per group of layers.
 
 >>> from derivations.models.presets import preset
 >>> from derivations.options import Options
@@ -25,6 +33,8 @@ dropped and tensor parallelism is applied:
 >>> _, qs = infer_quantities(m, Options(mode="infer", batch=1, seq=1), m.graph(dropout=False), keep_symbols=True)
 >>> {q.key: q for q in qs}["kv_cache_bytes"].closed_form()
 4*b*h*l*n + 4*b*h*l*s
+>>> [peak_phase(estimate_infer(m, Options(mode="infer", batch=1, seq=4096, new_tokens=n))) for n in (16, 1024)]
+['prefill', 'decode']
 """
 
 from __future__ import annotations
@@ -48,7 +58,8 @@ from symbolic.graph import Block, Graph, Op
 from symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
 from symbolic.tensor import Tensor
 
-__all__ = ["infer_quantities", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
+__all__ = ["infer_quantities", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
+           "GENERATE_CITATION", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
            "kv_cache", "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
            "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION"]
 
@@ -68,6 +79,12 @@ QUANT_CITATION = Citation("Frantar et al. 2022 (GPTQ); Lin et al. 2023 (AWQ)", "
 RULE_CITATION = Citation("Hugging Face accelerate docs, model_size_estimator (after EleutherAI)",
                          "huggingface.co/docs/accelerate/usage_guides/model_size_estimator",
                          "inference: add up to 20% to the weights")
+GENERATE_CITATION = Citation("transformers 5.x, generation/utils.py and cache_utils.py",
+                             "github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py",
+                             "generate sets logits_to_keep=1 (last-position logits, copied to fp32); "
+                             "DynamicSlidingWindowLayer keeps a view of the prefill's keys and values")
+#: The phases of generation whose memory the total is the larger of.
+PHASES = ("prefill", "decode")
 ZHIHU = Citation("回旋托马斯x (Zhihu)", "zhuanlan.zhihu.com/p/624740065", "KV cache peak 4blh(s+n)")
 
 _h, _l, _a, _d_h = dims.h, dims.l, dims.a, dims.d_h
@@ -122,8 +139,8 @@ def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
 
     NOTE(inference): transformers' ``DynamicSlidingWindowLayer`` keeps a view of the last w - 1
     tokens whose storage is the w-token concatenation of the last step, so from the first decode
-    step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window (n = 0)
-    it still holds the whole prompt until the next step. The steady state is modelled.
+    step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window it
+    still holds the whole prompt: that is the prefill phase's cache (``prefill_groups``).
 
     >>> from derivations.models.presets import preset
     >>> [(g.name, g.share, g.length) for g in layer_groups(preset("gemma-2-9b"))]
@@ -134,6 +151,19 @@ def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
     if model.window_layers is None:
         return (LayerGroup("", const(1), Min(s + n, w)),)
     return LayerGroup("full", (l - l_w) / l, s + n), LayerGroup("sliding", l_w / l, Min(s + n, w))
+
+
+def prefill_groups(model: Model) -> tuple[LayerGroup, ...]:
+    """The layer groups right after a prefill: every layer holds the ``s`` prompt tokens (a
+    sliding-window layer's view still pins the whole prompt's storage, see ``layer_groups``)."""
+    return tuple(replace(group, length=const(s)) for group in layer_groups(model))
+
+
+def paged(groups: Sequence[LayerGroup], block: int | None) -> tuple[LayerGroup, ...]:
+    """Groups holding whole blocks of ``block`` tokens per sequence (vLLM's paged cache)."""
+    if block is None:
+        return tuple(groups)
+    return tuple(replace(x, length=ceiling(x.length / block) * block) for x in groups)
 
 
 def cached_length(model: Model) -> Expr:
@@ -194,8 +224,8 @@ def inference_graph(model: Model, options: Options, base: Graph | None = None) -
         return replace(blk, ops=tuple(op for op in blk.ops if op.kind != "cross_entropy"))
 
     graph = base.map_blocks(no_loss, "inference forward (no loss)")
-    if options.flash:
-        graph = FlashAttention()(graph)
+    if options.attention_kernel != "eager":
+        graph = FlashAttention(options.attention_kernel)(graph)
     if options.tp > 1:
         graph = TensorParallel(t)(graph)
         if options.tp > model.sizes["a_kv"]:
@@ -285,6 +315,10 @@ def _buffers(graph: Graph) -> list[Tensor]:
     return outputs + [x for _, op in graph.ops() for x in op.saved if x.role == SCORE_ROLE]
 
 
+def _logits(graph: Graph) -> Tensor | None:
+    return next((op.output for _, op in graph.ops() if op.path == "lm_head"), None)
+
+
 def _decode(x: Tensor, length: Expr) -> Tensor:
     """The same buffer in a decode step: one query token; scores span the cached keys."""
     shape = [const(axis).subs({s: 1}) for axis in x.shape]
@@ -293,19 +327,31 @@ def _decode(x: Tensor, length: Expr) -> Tensor:
     return replace(x, shape=tuple(shape))
 
 
-def transient_bytes(graph: Graph, length: Expr) -> Breakdown:
-    """The largest transient buffer of a prefill (s tokens) or a decode step (1 token).
+def phase_buffers(graph: Graph, phase: str, length: Expr) -> list[Tensor]:
+    """The buffers of a prefill (``s`` tokens) or a decode step (one token over ``length`` cached
+    ones). The logits are the last position's (``logits_to_keep = 1``), once in the compute dtype
+    and once as ``generate``'s fp32 copy."""
+    logits = _logits(graph)
+    buffers = [x for x in _buffers(graph) if x is not logits]
+    if logits is not None:
+        last = _decode(logits, length)
+        buffers += [last, replace(last, name=f"{last.name}.fp32", dtype=dtype("fp32"))]
+    return [_decode(x, length) for x in buffers] if phase == "decode" else buffers
 
-    NOTE(inference): one buffer, not the sum of what is live at once; buffers are counted in the
-    compute dtype (transformers' eager softmax and ``generate``'s last-token logits run in fp32;
-    that is not modelled). A plain forward computes logits for every position, b*s*V.
+
+def transient_bytes(graph: Graph, length: Expr, phase: str | None = None) -> Breakdown:
+    """The largest transient buffer of a prefill, of a decode step, or (``phase=None``) of either.
+
+    NOTE(inference): one buffer, not the sum of what is live at once (transformers' MLP holds
+    gate, up and their product at once); buffers are counted in the compute dtype but for the
+    fp32 copy of the last-position logits (transformers' eager softmax runs in fp32: not modelled).
     """
-    buffers = _buffers(graph)
-    sizes = {x.nbytes for x in buffers} | {_decode(x, length).nbytes for x in buffers}
+    phases = PHASES if phase is None else (phase,)
+    sizes = {x.nbytes for p in phases for x in phase_buffers(graph, p, length)}
     # In the graph's letters (d_h = h/a, ... hold for the model's sizes), so that closed_form's
     # rewrite leaves the Max alone instead of re-evaluating it.
     rel = dict(graph.relations)
-    return Breakdown((Term("transient/largest-buffer", _max({x.subs(rel) for x in sizes})),), "bytes")
+    return Breakdown((Term("transient/largest-buffer", _max({const(x).subs(rel) for x in sizes})),), "bytes")
 
 
 def _surely_at_most(x: Expr, y: Expr) -> bool:
@@ -351,17 +397,24 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
     dtypes = serving_dtypes(options)
     graph = inference_graph(model, options, base_graph)
     bound = {} if keep_symbols else inference_values(model, options)
-    groups = tuple(replace(x, share=x.share.subs(bound), length=x.length.subs(bound))
-                   for x in layer_groups(model))
+
+    def bind(groups: Sequence[LayerGroup]) -> tuple[LayerGroup, ...]:
+        return tuple(replace(x, share=x.share.subs(bound), length=x.length.subs(bound))
+                     for x in paged(groups, options.kv_block))
+
+    groups, first = bind(layer_groups(model)), bind(prefill_groups(model))
+    length = cached_length(model).subs(bound)
     weights, kv = weight_bytes(graph, dtypes, g.subs(bound)), kv_cache(graph, groups, dtypes[2])
-    transient = transient_bytes(graph, cached_length(model).subs(bound))
-    parts = [weights, kv, transient]
-    if options.overhead_bytes:
-        parts.append(Breakdown((Term("overhead", const(options.overhead_bytes)),), "bytes"))
-    total = Breakdown(tuple(x for p in parts for x in p.terms), "bytes")
+    fixed = weights.terms + ((Term("overhead", const(options.overhead_bytes)),) if options.overhead_bytes else ())
+    phases = {"prefill": kv_cache(graph, first, dtypes[2]) + transient_bytes(graph, length, "prefill"),
+              "decode": kv + transient_bytes(graph, length, "decode")}
+    peak = _max({const(p.total).subs(dict(graph.relations)) for p in phases.values()})
+    total = Breakdown(fixed + (Term("kv_cache+transient/larger-phase", peak),), "bytes")
     # One cached token (of one sequence) in every layer: the KV cache's slope while s + n <= w.
     per_token = kv_cache(graph, const(1), dtypes[2]).scaled(1 / b)
     rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes)
+    phase_quantities = [Quantity(f"{name}_bytes", f"{name.capitalize()} memory per GPU", Breakdown(fixed, "bytes")
+                                 + phases[name], rel, GENERATE_CITATION, notes) for name in PHASES]
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
         Quantity("weight_bytes", f"Weights per GPU ({dtypes[0]})", weights, rel,
@@ -369,9 +422,31 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
         Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes,
                  form=_by_group(graph, groups, dtypes[2])),
         Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
-        Quantity("activation_bytes", "Largest transient buffer per GPU", transient, rel, None, notes),
-        Quantity("total_bytes", "Inference memory per GPU", total, rel, None, notes),
+        Quantity("activation_bytes", "Largest transient buffer per GPU", transient_bytes(graph, length), rel, None,
+                 notes),
+        *phase_quantities,
+        Quantity("total_bytes", "Inference memory per GPU (the larger phase)", total, rel, GENERATE_CITATION, notes),
     ]
+
+
+def estimate_infer(model: Model, options: Options) -> dict[str, int]:
+    """The phases' bytes and the total of an inference run, with every size bound (for doctests)."""
+    _, qs = infer_quantities(model, options)
+    values = {**model.values(), b: options.batch, s: options.seq, t: options.tp}
+    return {q.key: q.value(values) for q in qs if q.key in ("prefill_bytes", "decode_bytes", "total_bytes")}
+
+
+def peak_phase(numbers: dict[str, int]) -> str:
+    """``prefill`` or ``decode``: the phase whose memory is the total (``decode`` on a tie)."""
+    return "prefill" if numbers["prefill_bytes"] > numbers["decode_bytes"] else "decode"
+
+
+_KERNELS = {"eager": "eager attention (the b a s s scores materialised)",
+            "sdpa": "memory-efficient attention, sdpa (no s x s scores held; no padding, so no s x s mask)",
+            "sdpa-window": "memory-efficient attention, sdpa (no s x s scores held; transformers still builds a "
+                           "b x s x s boolean sliding-window mask once s >= w, not counted: --attention flash "
+                           "avoids it)",
+            "flash": "FlashAttention (no s x s scores held)"}
 
 
 def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DType]) -> tuple[str, ...]:
@@ -382,8 +457,13 @@ def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DTy
         held = "min(s + n, w) tokens (sliding window)" if model.window else "s + n tokens"
     notes = [f"weights: linear layers of the transformer layers in {linear}, everything else in {other}",
              f"KV cache in {kv}, {held}",
-             "transient: the largest single buffer of a prefill or a decode step, "
-             + ("FlashAttention (no s x s scores)" if options.flash else "eager attention (b a s s scores)")]
+             "peak: the larger of the prefill (KV cache of the s prompt tokens in every layer, sliding-window "
+             "layers included) and the last decode step (the KV cache above)",
+             "transient: the largest single buffer of the phase, logits of the last position only (as generate), "
+             + _KERNELS["sdpa-window" if options.attention_kernel == "sdpa" and model.window else
+                        options.attention_kernel]]
+    if options.kv_block is not None:
+        notes.append(f"paged KV cache: whole blocks of {options.kv_block} tokens per sequence (as vLLM allocates)")
     if linear.name in GROUPWISE:
         notes.append(f"group-wise {linear}: one fp16 scale per {options.quant_group} weights, symmetric (no zero points)")
     return tuple(notes)

@@ -9,7 +9,7 @@ function. Either answer is checked with ``derivations.estimate``: it fits, the n
 
 >>> f = fit("llama-2-7b", Options(mode="infer", batch=1, seq=2048, flash=True), 80 * 10**9, "batch")
 >>> f.value, f.method, f.bytes_at <= 80 * 10**9 < f.bytes_next
-(55, 'closed form', True)
+(59, 'closed form', True)
 """
 
 from __future__ import annotations
