@@ -73,3 +73,7 @@ def test_chains_keep_every_side() -> None:
     parsed = parse_formula(r"P = 2\Psi + 14\Psi \approx 16\Psi", {**NAMES, "Psi": Psi})
     assert [side.relation for side in parsed.chain] == ["=", "approx"]
     assert parse_formula("4 a_{kv} d_h", NAMES).expr == 4 * a_kv * d_h and parse_formula("4h", NAMES).chain == ()
+    # a label with digits in its subscript is still a label
+    for label in ("M_{fp16}", "P_{7B}", r"\text{KV\_bytes}", "M_2"):
+        parsed = parse_formula(f"{label} = 4blh", NAMES)
+        assert parsed.chain == () and parsed.expr == 4 * b * l * h, label

@@ -550,10 +550,14 @@ def _sides(text: str) -> list[tuple[int, str, str]]:
     return out
 
 
+#: A name with an optional subscript: ``M``, ``M_{fp16}``, ``P_{7B}``, ``\\text{KV\\_bytes}``, ``\\Psi_{total}``.
+_LABEL = re.compile(r"\s*(?:\\[A-Za-z]+\{[^{}]*\}|\\?[A-Za-z]+)(?:_(?:\{[^{}]*\}|[A-Za-z0-9]+))?\s*")
+
+
 def _is_formula(side: str) -> bool:
     """A first side with digits or operators is a step of the chain; a bare name (``M``,
-    ``P_{LN}``, ``KV cache``) is a label."""
-    return bool(re.search(r"\d|[+\-*/^]|\\(?:frac|cdot|times)", side))
+    ``P_{LN}``, ``M_{fp16}``, ``KV cache``) is a label."""
+    return not _LABEL.fullmatch(side) and bool(re.search(r"\d|[+\-*/^]|\\(?:frac|cdot|times)", side))
 
 
 def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], syntax: str,
