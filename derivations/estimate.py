@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from derivations.models.config import from_config, load_config
-from derivations.quantities.model_states import OFFLOAD_CITATION, ZERO_CITATION, offloaded_breakdown, states_breakdown
+from derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
+                                             finetune_notes, finetune_states, finetune_steps, trainable_parameters)
+from derivations.quantities.model_states import (OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION, offloaded_breakdown,
+                                                 states_breakdown)
 from derivations.models.implementations import describe as describe_implementation
 from derivations.models.implementations import hf_layers
 from derivations.models.model import Model
@@ -23,12 +26,13 @@ from derivations.options import PROFILES, ArgumentError, Options, OptionsError
 from derivations.models.presets import PRESETS, preset
 from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
-from symbolic.dims import b, d, h, l, m, p, s, t, v
+from symbolic.dims import b, d, h, l, m, p, r, s, t, v
 from symbolic.errors import DerivationError, InvalidLayoutError, shown
 from symbolic.expr import Expr, const
 from symbolic.experts import ActiveExperts, has_experts
 from symbolic.formula import Citation
 from symbolic.graph import Graph
+from symbolic.strategies import RequiresGrad
 
 __all__ = ["Estimate", "UnknownQuantity", "estimate", "resolve_model"]
 
@@ -80,6 +84,8 @@ def _layout_values(opts: Options) -> dict[Expr, int]:
         values[m] = opts.micro_batches
     if opts.virtual_stages is not None:
         values[v] = opts.virtual_stages
+    if opts.lora_rank is not None:
+        values[r] = opts.lora_rank
     return values
 
 
@@ -199,9 +205,12 @@ def _param_quantities(model: Model, graph: Graph) -> list[Quantity]:
     return out
 
 
-def _transformed(base: Graph, opts: Options) -> Graph:
+def _transformed(base: Graph, opts: Options, model: Model) -> Graph:
+    """Fine-tuning transforms (adapters, frozen weights) first, then the layout, then what frozen weights
+    no longer need saved (``RequiresGrad`` sees the final graph)."""
     graph = base
-    for strategy in opts.strategies():
+    steps = [*finetune_steps(model, opts), *opts.strategies()]
+    for strategy in steps + ([RequiresGrad()] if opts.finetuning else []):
         graph = strategy(graph)
     return graph
 
@@ -212,35 +221,49 @@ def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
     return activations(replace(graph, blocks=(layer,)), ignore, per_repeat=True)
 
 
-def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...]) -> Breakdown:
+def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...],
+                           model: Model) -> Breakdown:
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
     (what it would save without recompute, less what recompute already keeps) add to the stored ones."""
-    plain = _one_layer(_transformed(base, replace(opts, recompute="none")), ignore).total
+    plain = _one_layer(_transformed(base, replace(opts, recompute="none"), model), ignore).total
     return Breakdown((Term("recompute/working_layer", plain - stored.total),), "bytes")
 
 
+def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, Breakdown | None]:
+    """GPU model states, what is offloaded or paged to CPU memory (None: nothing) and, when some
+    parameters are frozen or the optimizer is paged, the trainable parameters."""
+    if opts.finetuning or OPTIMIZERS[opts.optimizer].paged:
+        states, cpu, trainable = finetune_states(graph, opts)
+        return states, cpu if cpu.terms else None, trainable
+    params = parameters(graph).total
+    states = states_breakdown(params, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
+    return states, offloaded_breakdown(params, opts.dtype, opts.optimizer, opts.zero, d) if opts.offload else None, None
+
+
 def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
-    graph = _transformed(base, opts)
+    graph = _transformed(base, opts, model)
     ignore, why = PROFILES[opts.profile]
     rel = graph.relations
-    per_gpu_params = parameters(graph)
-    states = states_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
+    states, cpu, trainable = _states(graph, opts)
     acts = activations(graph, ignore)
     per_layer = _one_layer(graph, ignore)
-    assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",)
-    total = states + acts
+    assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)
+    total = states + acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
-        total += _recompute_working_set(base, opts, per_layer, ignore)
+        total += _recompute_working_set(base, opts, per_layer, ignore, model)
         assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
     if opts.overhead_bytes:
         total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
-    offloaded = []
-    if opts.offload:
-        cpu = offloaded_breakdown(per_gpu_params.total, opts.dtype, opts.optimizer, opts.zero, d)
-        offloaded.append(Quantity("offloaded_bytes", "Gradients and optimizer states offloaded to CPU memory", cpu,
-                                  rel, OFFLOAD_CITATION))
+    cite = QLORA_CITATION if opts.base_dtype == "nf4" else INT8_CITATION if opts.base_dtype == "int8" else None
+    weights = states.where(lambda path: path.startswith("model_states/weights"))
+    tuned = [] if trainable is None else [
+        Quantity("trainable_parameters", "Trainable parameters per GPU", trainable, rel, LORA_CITATION),
+        Quantity("weight_bytes", "Weights per GPU", weights, rel, cite, assumptions)]
+    offloaded = [] if cpu is None else [Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or "
+                                                 "paged) to CPU memory", cpu, rel, OFFLOAD_CITATION)]
     return graph, [
-        Quantity("parameters_per_gpu", "Parameters held by one GPU", per_gpu_params, rel),
+        Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
+        *tuned,
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
                  assumptions, form=_sbh_factored),
         Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
@@ -320,6 +343,10 @@ def _derive(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, .
         base = hf_layers(resolved.arch, options.hf_attention)(base)
     quantities = _param_quantities(resolved, base)
     graph = base
+    if options.mode == "params" and options.finetuning:
+        graph = _transformed(base, options, resolved)
+        quantities.append(Quantity("trainable_parameters", "Trainable parameters", trainable_parameters(graph),
+                                   graph.relations, LORA_CITATION))
     if options.mode == "train":
         graph, more = _train_quantities(resolved, options, base)
         quantities += more

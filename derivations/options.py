@@ -16,7 +16,7 @@ from symbolic.errors import DerivationError, shown
 from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -33,6 +33,16 @@ PROFILES = {
 }
 
 
+#: Dtypes of a frozen base: 16/32-bit, LLM.int8() (bitsandbytes Int8Params) or QLoRA's NF4.
+BASE_DTYPES = ("fp32", "fp16", "bf16", "int8", "nf4")
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """Module names from a tuple, a list or a comma-separated string."""
+    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    return tuple(x.strip() for x in items if x.strip())
+
+
 class OptionsError(DerivationError):
     """Options that contradict each other or the model."""
 
@@ -42,7 +52,8 @@ class ArgumentError(OptionsError):
 
 
 #: What each field annotation accepts, in words.
-_KINDS = {"bool": "true or false (a bool)", "int": "an integer", "str": "text (a str)"}
+_KINDS = {"bool": "true or false (a bool)", "int": "an integer", "str": "text (a str)", "float": "a number",
+          "tuple[str, ...]": "module names (a comma-separated str or a tuple of str)"}
 
 
 def _accepts(kind: str, value: object) -> bool:
@@ -50,6 +61,10 @@ def _accepts(kind: str, value: object) -> bool:
         return isinstance(value, bool)
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind.startswith("tuple"):
+        return isinstance(value, str) or (isinstance(value, tuple | list) and all(isinstance(x, str) for x in value))
     return isinstance(value, str)
 
 
@@ -85,6 +100,14 @@ class Options:
     kv_dtype: str | None = None  # inference
     quant_group: int = 128
     implementation: str = "megatron"  # megatron | hf | hf-eager | hf-sdpa (derivations.models.implementations)
+    # fine-tuning (derivations.quantities.finetune)
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
+    dora: bool = False
+    base_dtype: str | None = None  # frozen base weights: fp32, fp16, bf16, int8 (LLM.int8()), nf4 (QLoRA)
+    freeze_embeddings: bool = False
+    train_only: tuple[str, ...] = ()
 
     @classmethod
     def check_names(cls, given: Mapping[str, Any]) -> None:
@@ -151,6 +174,7 @@ class Options:
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()
+        self._check_finetuning()
 
     def _check_implementation(self) -> None:
         from derivations.models.implementations import parse_implementation
@@ -201,6 +225,36 @@ class Options:
         if self.attention is not None:
             return self.attention
         return "sdpa" if self.mode == "infer" else "eager"
+
+    @property
+    def finetuning(self) -> bool:
+        """Whether some parameters are frozen (LoRA, frozen embeddings, --train-only, a quantized base)."""
+        return self.lora_rank is not None or self.freeze_embeddings or bool(self.train_only)
+
+    def _check_finetuning(self) -> None:
+        _positive("lora-rank", self.lora_rank)
+        object.__setattr__(self, "lora_targets", _names(self.lora_targets))
+        object.__setattr__(self, "train_only", _names(self.train_only))
+        if (self.lora_rank is None) != (not self.lora_targets):
+            raise OptionsError("--lora-rank and --lora-targets go together (e.g. --lora-rank 8 --lora-targets "
+                               "q_proj,v_proj, or all-linear)")
+        if not isinstance(self.lora_dropout, int | float) or not 0 <= self.lora_dropout < 1:
+            raise OptionsError(f"--lora-dropout must be a probability in [0, 1), got {self.lora_dropout!r}")
+        if (self.dora or self.lora_dropout) and self.lora_rank is None:
+            raise OptionsError("--dora and --lora-dropout need --lora-rank and --lora-targets")
+        if self.lora_rank is not None and self.train_only:
+            raise OptionsError("--train-only freezes all but some modules; LoRA freezes the whole base: give one")
+        if self.base_dtype is not None and self.base_dtype not in BASE_DTYPES:
+            raise OptionsError(f"--base-dtype must be one of {', '.join(BASE_DTYPES)}, got {self.base_dtype!r}")
+        if self.base_dtype in ("nf4", "int8") and self.lora_rank is None and not self.train_only:
+            raise OptionsError(f"a {self.base_dtype} base cannot be trained; add adapters (--lora-rank, "
+                               "--lora-targets) or train other modules (--train-only)")
+        if self.base_dtype is not None and not self.finetuning:
+            raise OptionsError("--base-dtype is the dtype of frozen base weights; freeze some (--lora-rank, "
+                               "--train-only, --freeze-embeddings)")
+        if self.mode == "infer" and (self.finetuning or self.base_dtype is not None):
+            raise OptionsError("fine-tuning options are for --mode train or params; inference quantization is "
+                               "--weight-dtype")
 
     def strategies(self) -> tuple[Strategy, ...]:
         """The graph transforms these options apply, in order (``sdpa`` and ``flash`` both save no

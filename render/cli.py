@@ -55,7 +55,8 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=int)
     g.add_argument("--new-tokens", type=int, default=None)
     g.add_argument("--dtype", default="bf16", help="training parameter/compute dtype (bf16 = mixed precision)")
-    g.add_argument("--optimizer", default="adamw", help="adamw, adam, adam-8bit, sgd-momentum, sgd")
+    g.add_argument("--optimizer", default="adamw",
+                   help="adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd")
     g.add_argument("--tp", type=int, default=1)
     g.add_argument("--pp", type=int, default=1)
     g.add_argument("--dp", type=int, default=1)
@@ -82,6 +83,14 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--implementation", default="megatron",
                    help="whose layers save the activations: megatron (fused kernels, the published formulas; "
                         "default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention")
+    ft = parser.add_argument_group("fine-tuning")
+    ft.add_argument("--lora-rank", type=int, help="LoRA rank r (with --lora-targets)")
+    ft.add_argument("--lora-targets", default="", help="modules as PEFT names them (q_proj,v_proj) or all-linear")
+    ft.add_argument("--lora-dropout", type=float, default=0.0, help="adapter dropout (> 0 saves a mask)")
+    ft.add_argument("--dora", action="store_true", help="DoRA: a magnitude vector per adapted output feature")
+    ft.add_argument("--base-dtype", help="frozen base weights: bf16, fp16, fp32, int8 (LLM.int8()), nf4 (QLoRA)")
+    ft.add_argument("--freeze-embeddings", action="store_true", help="no gradients for the embeddings")
+    ft.add_argument("--train-only", default="", help="freeze all but these modules (names, embeddings, lm_head, norms)")
 
 
 def options_from_args(args: argparse.Namespace, mode: str | None = None):
@@ -96,7 +105,9 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
                    virtual_stages=args.virtual_stages, profile=args.profile,
                    overhead_bytes=parse_size(args.overhead), weight_dtype=args.weight_dtype,
                    kv_dtype=args.kv_dtype, quant_group=args.quant_group,
-                   implementation=getattr(args, "implementation", "megatron"))
+                   implementation=getattr(args, "implementation", "megatron"), lora_rank=args.lora_rank,
+                   lora_targets=args.lora_targets, lora_dropout=args.lora_dropout, dora=args.dora,
+                   base_dtype=args.base_dtype, freeze_embeddings=args.freeze_embeddings, train_only=args.train_only)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -56,8 +56,15 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
               "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
               "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
               "kv_dtype": args.kv_dtype, "quant_group": args.quant_group, "overhead_bytes": parse_size(args.overhead),
-              "implementation": args.implementation}
+              "implementation": args.implementation,
+              "lora_rank": args.lora_rank, "lora_targets": _listed(args.lora_targets), "lora_dropout": args.lora_dropout,
+              "dora": args.dora, "base_dtype": args.base_dtype, "freeze_embeddings": args.freeze_embeddings,
+              "train_only": _listed(args.train_only)}
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _listed(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def _render(result: Any, fmt: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from symbolic.expr import Expr, symbol
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
-           "n", "w", "l_w", "g", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
+           "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
            "d_v", "ep"]
 
 
@@ -73,6 +73,8 @@ DIMS: tuple[Dim, ...] = (
     Dim("w", "sliding attention window", "w"),
     Dim("l_w", "layers with a sliding attention window", "l_{w}"),
     Dim("g", "quantization group size", "g"),
+    # fine-tuning
+    Dim("r", "LoRA rank", "r"),
     # strategy degrees
     Dim("t", "tensor-parallel degree", "t"),
     Dim("p", "pipeline-parallel degree", "p"),
@@ -97,5 +99,5 @@ def sym(name: str) -> Expr:
     return _BY_NAME[name].expr
 
 
-(b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, t, p, d, m,
+(b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, r, t, p, d, m,
  v, ep, Psi) = (dim.expr for dim in DIMS)

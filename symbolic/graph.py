@@ -28,6 +28,11 @@ class Op:
     sublayer of a model whose first ``l_d`` layers keep a dense MLP; 1 for most ops). ``cached``
     names what an inference cache keeps for this op when that is not the attention's own k and v
     (MLA's key/value latent and rotary key).
+
+    ``inputs`` names the activations the op reads and ``saved_for`` says, per saved tensor name,
+    whose gradients need it (names of inputs or parameters): a linear saves its input only for its
+    weight's gradient. ``symbolic.strategies.RequiresGrad`` reads them to drop what frozen weights
+    alone would need; an op that declares neither keeps everything it saves.
     """
 
     path: str
@@ -38,6 +43,12 @@ class Op:
     note: str = ""
     share: Any = 1
     cached: tuple[Tensor, ...] = ()
+    inputs: tuple[str, ...] = ()
+    saved_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def needs(self, tensor: Tensor) -> tuple[str, ...] | None:
+        """Whose gradients need saved ``tensor`` (None: not declared, always kept)."""
+        return next((grads for name, grads in self.saved_for if name == tensor.name), None)
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
         return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
@@ -80,6 +91,11 @@ class Graph:
     relations: Mapping[Expr, Expr] = field(default_factory=dict)
     strategies: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
+    frozen: frozenset[str] = frozenset()  # parameters without gradients, as ``block/param`` names
+
+    def trainable(self, block: str, param: str) -> bool:
+        """Whether parameter ``param`` of ``block`` gets a gradient (tied weights carry ``embed/...`` names)."""
+        return f"{block}/{param}" not in self.frozen and param not in self.frozen
 
     def block(self, name: str) -> Block:
         for blk in self.blocks:

@@ -34,6 +34,11 @@ FP32, BOOL, INT64 = dtype("fp32"), dtype("bool"), dtype("int64")
 Parallel = Literal["column", "row", "vocab", None]
 
 
+def _all_for(saved: tuple[Tensor, ...], grads: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every saved tensor serves every gradient (a norm's backward needs input and statistics for both)."""
+    return tuple((x.name, grads) for x in saved)
+
+
 def _param(name: str, shape: tuple[Size, ...], role: str, tp_axis: int | None) -> Tensor:
     return Tensor(name, shape, PARAM_DTYPE, role=role, tp_axis=tp_axis)
 
@@ -71,7 +76,8 @@ class BlockBuilder:
         tp_axis = 0 if parallel == "vocab" else None
         weight = _param(f"{path}.weight", (rows, width), "weight", tp_axis)
         out = self._act(f"{path}.out", (*ids.shape, width))
-        return self._add(Op(path, "embedding", (weight,), (ids,), out))
+        return self._add(Op(path, "embedding", (weight,), (ids,), out, inputs=(ids.name,),
+                            saved_for=((ids.name, (weight.name,)),)))
 
     # --- linear layers ----------------------------------------------------------------------
     def linear(self, path: str, x: Tensor, out_features: Size, *, bias: bool,
@@ -92,7 +98,9 @@ class BlockBuilder:
                                  0 if parallel in ("column", "vocab") else None))
         out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
         out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
-        return self._add(Op(path, "linear", tuple(params), (x,), out, note))
+        w_name = (weight if weight is not None else params[0]).name
+        return self._add(Op(path, "linear", tuple(params), (x,), out, note, inputs=(x.name,),
+                            saved_for=((x.name, (w_name,)),)))
 
     # --- norms ------------------------------------------------------------------------------
     def layer_norm(self, path: str, x: Tensor, *, bias: bool = True) -> Tensor:
@@ -103,7 +111,8 @@ class BlockBuilder:
             params.append(_param(f"{path}.bias", (width,), "bias", None))
         stats = tuple(self._act(f"{path}.{k}", x.shape[:-1], "norm-stats", dt=FP32) for k in ("mean", "rstd"))
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out))
+        return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out, inputs=(x.name,),
+                            saved_for=_all_for((x, *stats), (x.name, *(w.name for w in params)))))
 
     def rms_norm(self, path: str, x: Tensor, *, weight: bool = True) -> Tensor:
         """``F.rms_norm``: weight of width h; saves input and fp32 rstd."""
@@ -112,31 +121,35 @@ class BlockBuilder:
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", dt=FP32,
                          seq_axis=x.seq_axis if x.seq_axis is not None and x.seq_axis < len(x.shape) - 1 else None)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "rms_norm", params, (x, rstd), out))
+        return self._add(Op(path, "rms_norm", params, (x, rstd), out, inputs=(x.name,),
+                            saved_for=_all_for((x, rstd), (x.name, *(w.name for w in params)))))
 
     # --- pointwise --------------------------------------------------------------------------
     def activation(self, path: str, x: Tensor, kind: str) -> Tensor:
         """GeLU / ReLU / SiLU: saves its input (ReLU saves its output: same size)."""
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
         saved = out if kind == "relu" else x
-        return self._add(Op(path, kind, (), (saved,), out))
+        return self._add(Op(path, kind, (), (saved,), out, inputs=(x.name,)))
 
     def gated(self, path: str, gate: Tensor, up: Tensor, kind: str) -> Tensor:
         """``act(gate) * up`` (SwiGLU, GeGLU), unfused: saves gate, act(gate) and up."""
         activated = self._act(f"{path}.act", gate.shape, tp_axis=gate.tp_axis)
         out = self._act(f"{path}.out", gate.shape, tp_axis=gate.tp_axis)
-        return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out))
+        # act(gate) saves gate for gate's gradient; the product saves each factor for the other's.
+        needs = ((gate.name, (gate.name,)), (activated.name, (up.name,)), (up.name, (gate.name,)))
+        return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out, inputs=(gate.name, up.name),
+                            saved_for=needs))
 
     def dropout(self, path: str, x: Tensor) -> Tensor:
         """``torch.native_dropout``: saves a 1-byte mask of the input's shape."""
         mask = Tensor(f"{path}.mask", x.shape, BOOL, role="dropout-mask", tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "dropout", (), (mask,), out))
+        return self._add(Op(path, "dropout", (), (mask,), out, inputs=(x.name,)))
 
     def add(self, path: str, x: Tensor, y: Tensor) -> Tensor:
         """Residual add: saves nothing."""
         out = self._act(f"{path}.out", x.shape)
-        return self._add(Op(path, "add", (), (), out))
+        return self._add(Op(path, "add", (), (), out, inputs=(x.name, y.name)))
 
     # --- attention --------------------------------------------------------------------------
     def split_heads(self, path: str, qkv: Tensor, heads: tuple[Size, ...], d_head: Size,
@@ -149,7 +162,8 @@ class BlockBuilder:
     def rotary(self, path: str, x: Tensor) -> Tensor:
         """RoPE: ``x*cos + rotate_half(x)*sin`` saves only the cos/sin buffers (not activations)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers"))
+        return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
+                            inputs=(x.name,)))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""
@@ -157,7 +171,8 @@ class BlockBuilder:
         weight = _param(f"{path}.weight", (d_head,), "weight", None)
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", tp_axis=x.tp_axis, dt=FP32, seq_axis=2)
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, kind, (weight,), (x, rstd), out))
+        return self._add(Op(path, kind, (weight,), (x, rstd), out, inputs=(x.name,),
+                            saved_for=_all_for((x, rstd), (x.name, weight.name))))
 
     def attention(self, path: str, q: Tensor, k: Tensor, v: Tensor, *, dropout: bool) -> Tensor:
         """Eager scaled-dot-product attention as in Megatron-LM (fused scale-mask-softmax).
@@ -177,7 +192,13 @@ class BlockBuilder:
             saved += [mask, dropped]
         saved.append(v)
         out = self._act(f"{path}.out", (bsz, seq, heads * v.shape[-1]), "attention-output", tp_axis=2)
-        return self._add(Op(path, "attention", (), tuple(saved), out))
+        # q k^T saves each for the other's gradient; P' v likewise; the scores' tensors serve q and k.
+        qk = (q.name, k.name)
+        needs = [(q.name, (k.name,)), (k.name, (q.name,)), (v.name, qk)]
+        needs += [(x.name, qk) for x in saved[2:-2]]  # P and the dropout mask (with dropout)
+        needs.append((saved[-2].name, (v.name,) if dropout else (*qk, v.name)))  # P' (or P): also softmax's
+        return self._add(Op(path, "attention", (), tuple(saved), out, inputs=(q.name, k.name, v.name),
+                            saved_for=tuple(needs)))
 
     def cross_entropy(self, path: str, logits: Tensor) -> Tensor:
         """``F.cross_entropy(logits.float(), labels)``: log-softmax saves fp32 logits-sized output,
@@ -190,7 +211,7 @@ class BlockBuilder:
         labels = Tensor(f"{path}.labels", logits.shape[:-1], INT64, role="token-ids")
         total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
-        return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out))
+        return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out, inputs=(logits.name,)))
 
     # --- mixture of experts -------------------------------------------------------------------
     def router(self, path: str, x: Tensor, experts: Size, top_k: Size, *, bias: bool,

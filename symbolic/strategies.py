@@ -23,7 +23,8 @@ from symbolic.expr import Expr, Min, const
 from symbolic.graph import Block, Graph, Op
 from symbolic.tensor import Tensor
 
-__all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention",
+__all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
+           "RequiresGrad",
            "PipelineParallel", "Strategy"]
 
 PARAM_ROLES = frozenset({"weight", "bias"})
@@ -153,7 +154,8 @@ class FlashAttention(Strategy):
             lse = Tensor(f"{op.path}.logsumexp", q.shape[:3], _fp32(), role="softmax-stats",
                          tp_axis=q.tp_axis, seq_axis=q.seq_axis)
             kept = tuple(x for x in op.saved if x.role != SCORE_ROLE)
-            return replace(op, kind="flash-attention", saved=(*kept, op.output, lse))
+            # The fused backward needs q, k, v, O and the logsumexp for any of the three gradients.
+            return replace(op, kind="flash-attention", saved=(*kept, op.output, lse), saved_for=())
 
         return graph.map_blocks(lambda blk: blk.map_ops(flash), self.name)
 
@@ -215,3 +217,118 @@ class PipelineParallel(Strategy):
                        assumptions=graph.assumptions + (note,))
 
 
+
+
+@dataclass(frozen=True, slots=True)
+class Freeze(Strategy):
+    """Freeze parameters: no gradient, no optimizer state (``graph.frozen``).
+
+    ``params`` and ``keep`` are prefixes of ``block/param`` names (``embed/`` is the embedding
+    block, ``""`` every parameter); a parameter is frozen when it matches ``params`` and not
+    ``keep``. What autograd saves follows from the frozen set: apply ``RequiresGrad`` last.
+
+    >>> from symbolic.ops import BlockBuilder
+    >>> from symbolic.dims import b, s, h
+    >>> from symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> y = bb.linear("fc2", bb.linear("fc1", bb.input, 4 * h, bias=True), h, bias=True)
+    >>> g = Freeze(("layer/fc1",))(Graph("toy", (bb.build(),)))
+    >>> sorted(g.frozen), [op.saved for op in RequiresGrad()(g).blocks[0].ops][0]
+    (['layer/fc1.bias', 'layer/fc1.weight'], ())
+    """
+
+    params: tuple[str, ...] = ("",)
+    keep: tuple[str, ...] = ()
+    keep_kinds: tuple[str, ...] = ()  # op kinds whose parameters stay trainable (e.g. rms_norm)
+
+    @property
+    def name(self) -> str:
+        kept = ", ".join((*self.keep, *self.keep_kinds))
+        return f"frozen {', '.join(p or 'all parameters' for p in self.params)}" + (f" except {kept}" if kept else "")
+
+    def __call__(self, graph: Graph) -> Graph:
+        frozen = {f"{blk.name}/{x.name}" for blk, op in graph.ops() for x in op.params if op.kind not in self.keep_kinds}
+        frozen = {x for x in frozen if x.startswith(self.params) and not (self.keep and x.startswith(self.keep))}
+        return replace(graph, frozen=graph.frozen | frozenset(frozen), strategies=graph.strategies + (self.name,))
+
+
+def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], bool]:
+    """The block's ops with only the saved tensors some live gradient needs, and whether its output
+    requires grad. A tensor requires grad when a trainable parameter or a live input produced it; an
+    op none of whose inputs or parameters requires grad records no backward node and saves nothing."""
+    outputs = {op.output.name: op for op in blk.ops}
+    paths = sorted((op.path for op in blk.ops), key=len, reverse=True)
+    by_path = {op.path: op.output.name for op in blk.ops}
+    live = {blk.input.name} if live_in else set()
+
+    def source(name: str) -> str:  # a view such as attn/qkv.q resolves to the op that made it
+        if name in outputs or name == blk.input.name:
+            return name
+        return next((by_path[p] for p in paths if name.startswith(p + ".")), name)
+
+    def needed(name: str) -> bool:
+        if _is_param(name, blk, graph):
+            return graph.trainable(blk.name, name)
+        return source(name) in live
+
+    ops = []
+    for op in blk.ops:
+        if op.kind == "checkpoint":  # the recomputed layer's input is held whatever requires grad
+            ops.append(op)
+            continue
+        targets = {g for _, grads in op.saved_for for g in grads}
+        own = [x.name for x in op.params] + [g for g in targets if _is_param(g, blk, graph)]
+        reads = any(needed(x) for x in op.inputs) if op.inputs else bool(live)
+        if not (reads or any(graph.trainable(blk.name, x) for x in own)):
+            ops.append(replace(op, saved=()))
+            continue
+        live.add(op.output.name)
+        ops.append(replace(op, saved=tuple(x for x in op.saved
+                                           if (grads := op.needs(x)) is None or any(needed(g) for g in grads))))
+    return tuple(ops), blk.ops[-1].output.name in live if blk.ops else live_in
+
+
+def _is_param(name: str, blk: Block, graph: Graph) -> bool:
+    return name.endswith((".weight", ".bias")) and (name.startswith("embed/") or any(
+        x.name == name for op in blk.ops for x in op.params))
+
+
+@dataclass(frozen=True, slots=True)
+class RequiresGrad(Strategy):
+    """Keep only what backward needs when some parameters are frozen (``graph.frozen``).
+
+    Autograd saves a tensor for a purpose (a linear saves its input for its weight's gradient; a norm
+    its input and statistics for the input's gradient). Requires-grad flows forward from trainable
+    parameters: with frozen embeddings, the first layer's ops before the first trainable one save
+    nothing, so the ``layer`` block splits into ``first_layer`` (once) and ``layer`` (the rest) when
+    the two differ. A pipeline stage without the embedding takes an input that requires grad when a
+    layer has something trainable. Apply it after every other strategy.
+    """
+
+    @property
+    def name(self) -> str:
+        return "saved tensors of frozen weights dropped"
+
+    def __call__(self, graph: Graph) -> Graph:
+        if not graph.frozen:
+            return graph
+        blocks: list[Block] = []
+        frozen = set(graph.frozen)
+        live = False  # token ids never require grad
+        if not graph.has_block("embed") and graph.has_block("layer"):
+            live = _live_ops(graph.block("layer"), graph, False)[1]
+        for blk in graph.blocks:
+            if blk.name != "layer":
+                ops, live = _live_ops(blk, graph, live)
+                blocks.append(replace(blk, ops=ops))
+                continue
+            first, live_after = _live_ops(blk, graph, live)
+            steady, live_out = _live_ops(blk, graph, live_after)
+            if first != steady:
+                frozen |= {f"first_layer/{x[len('layer/'):]}" for x in graph.frozen if x.startswith("layer/")}
+                blocks.append(replace(blk, name="first_layer", ops=first, repeat=const(1)))
+                blocks.append(replace(blk, ops=steady, repeat=blk.repeat - 1))
+            else:
+                blocks.append(replace(blk, ops=steady))
+            live = live_out
+        return replace(graph, blocks=tuple(blocks), frozen=frozenset(frozen), strategies=graph.strategies + (self.name,))

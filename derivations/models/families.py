@@ -31,7 +31,7 @@ def _gpt2(c: Fields) -> Adapted:
 def _gpt_neox(c: Fields) -> Adapted:
     bias = c.flag("attention_bias", True)
     parallel = c.flag("use_parallel_residual", True)
-    arch = replace(GPT, mlp=mlp_kind(c, "hidden_act", "gelu"), positions="rotary",
+    arch = replace(GPT, family="gpt_neox", mlp=mlp_kind(c, "hidden_act", "gelu"), positions="rotary",
                    tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, out_bias=bias,
                    parallel_block=parallel)
     sizes = {"h": c.need("hidden_size"), "a": c.need("num_attention_heads"), "l": c.need("num_hidden_layers"),

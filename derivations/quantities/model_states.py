@@ -31,6 +31,7 @@ class Optimizer:
     state_bytes: int  # bytes of optimizer state per parameter, master weights excluded
     states: str
     source: str
+    paged: bool = False  # bitsandbytes paged optimizer: states in unified memory, evicted to the CPU
 
 
 OPTIMIZERS = {
@@ -38,6 +39,10 @@ OPTIMIZERS = {
     "adam": Optimizer("adam", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1"),
     "adam-8bit": Optimizer("adam-8bit", 2, "8-bit momentum + 8-bit variance (block scales neglected)",
                            "Dettmers et al. 2022, arXiv:2110.02861"),
+    "paged-adamw": Optimizer("paged-adamw", 8, "fp32 momentum + fp32 variance, paged",
+                             "bitsandbytes PagedAdamW32bit; Dettmers et al. 2023 (QLoRA) §3", paged=True),
+    "paged-adamw-8bit": Optimizer("paged-adamw-8bit", 2, "8-bit momentum + 8-bit variance, paged",
+                                  "bitsandbytes PagedAdamW8bit", paged=True),
     "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)"),
     "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
 }

@@ -1,0 +1,173 @@
+"""LoRA and DoRA adapters as graph transforms (Hu et al. 2021; Liu et al. 2024).
+
+An adapter wraps one linear op (or several that one fused module computes, e.g. Phi-3's
+``gate_up_proj``): ``y = W x + B A dropout(x) * alpha/r`` with ``A`` (r, in) and ``B`` (out, r), as
+PEFT's ``lora.Linear`` computes it. Every base parameter is frozen; the adapters are trainable.
+The new ops declare what they save and for whose gradient, as ``symbolic.ops`` does, so that
+``RequiresGrad`` keeps exactly what autograd keeps:
+
+* ``lora_dropout`` (p > 0): a 1-byte mask of the input, for the input's gradient;
+* ``lora_A``: its input (the dropped-out copy, or the layer input itself without dropout), for A's
+  gradient; ``lora_B``: A's output ``(b, s, r)``, for B's gradient; the scaling by ``alpha/r`` and the
+  add save nothing.
+* DoRA adds a magnitude vector ``m`` (out) per wrapped module and computes
+  ``(m/||W + BA|| - 1) W x + m/||W + BA|| * B A x * alpha/r`` with the norm detached (PEFT's
+  ``DoraLinearLayer``): the two products save ``W x`` and ``B A x`` for m's gradient, and the
+  small ``(out,)`` scale for theirs.
+
+>>> from symbolic.ops import BlockBuilder
+>>> from symbolic.dims import b, s, h, r
+>>> from symbolic.dtypes import dtype
+>>> from symbolic.derive import parameters
+>>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+>>> _ = bb.linear("attn/q", bb.input, h, bias=False)
+>>> g = LoRA(r, (Adapter("q_proj", ("attn/q",)),))(Graph("toy", (bb.build(),)))
+>>> parameters(g).where(lambda p: "lora" in p).total
+2*h*r
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from symbolic.dtypes import dtype
+from symbolic.graph import Block, Graph, Op
+from symbolic.ops import PARAM_DTYPE
+from symbolic.strategies import Strategy
+from symbolic.tensor import Tensor
+
+__all__ = ["Adapter", "LoRA", "SplitFused", "ADAPTER_MARK"]
+
+#: Adapter parameters carry this in their names; everything else is the frozen base.
+ADAPTER_MARK = ".lora_"
+BOOL = dtype("bool")
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """One PEFT-wrapped module: its ``name`` (``q_proj``), the linear ops it computes, its block."""
+
+    name: str
+    paths: tuple[str, ...]
+    block: str = "layer"
+
+
+@dataclass(frozen=True, slots=True)
+class SplitFused(Strategy):
+    """Compute a fused linear (``attn/qkv``) as separate ops, one per part (``attn/q``, ``attn/k``,
+    ``attn/v``), as models with ``q_proj``, ``k_proj``, ``v_proj`` do, so that an adapter can wrap
+    one part. Each part saves the same input (stored once); parameters add up to the fused op's.
+    ``parts`` are ``(path, width)``; each part's output is the view the fused op's readers use,
+    named ``{op}.{part}``."""
+
+    op: str
+    parts: tuple[tuple[str, Any], ...]
+    block: str = "layer"
+
+    @property
+    def name(self) -> str:
+        return f"{self.op} as {', '.join(p for p, _ in self.parts)}"
+
+    def __call__(self, graph: Graph) -> Graph:
+        def split(blk: Block) -> Block:
+            if blk.name != self.block or not any(op.path == self.op for op in blk.ops):
+                return blk
+            ops: list[Op] = []
+            for op in blk.ops:
+                ops += self._parts(op) if op.path == self.op else [op]
+            return replace(blk, ops=tuple(ops))
+
+        return replace(graph, blocks=tuple(map(split, graph.blocks)))
+
+    def _parts(self, op: Op) -> list[Op]:
+        x = op.saved[0]
+        has_bias = any(p.role == "bias" for p in op.params)
+        out: list[Op] = []
+        for path, width in self.parts:
+            part = path.rsplit("/", 1)[-1]
+            weight = replace(op.params[0], name=f"{path}.weight", shape=(width, x.shape[-1]))
+            params = (weight, replace(op.params[1], name=f"{path}.bias", shape=(width,))) if has_bias else (weight,)
+            y = replace(op.output, name=f"{self.op}.{part}", shape=(*op.output.shape[:-1], width))
+            out.append(Op(path, "linear", params, (x,), y, inputs=(x.name,), saved_for=((x.name, (weight.name,)),)))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LoRA(Strategy):
+    """Wrap ``adapters`` with rank-``rank`` LoRA (DoRA with ``dora``); freeze every base parameter.
+
+    Under tensor parallelism the adapter follows its base: a column-parallel base splits B's
+    output features, a row-parallel one A's input features.
+    """
+
+    rank: Any
+    adapters: tuple[Adapter, ...]
+    dropout: bool = False
+    dora: bool = False
+
+    @property
+    def name(self) -> str:
+        kind = "DoRA" if self.dora else "LoRA"
+        rank = f" (r={self.rank})" if isinstance(self.rank, int) else ""
+        return f"{kind}{rank} on {', '.join(dict.fromkeys(x.name for x in self.adapters))}"
+
+    def __call__(self, graph: Graph) -> Graph:
+        blocks = tuple(self._wrap(blk) for blk in graph.blocks)
+        frozen = {f"{blk.name}/{x.name}" for blk in blocks for op in blk.ops for x in op.params
+                  if ADAPTER_MARK not in x.name}
+        return replace(graph, blocks=blocks, frozen=graph.frozen | frozenset(frozen),
+                       strategies=graph.strategies + (self.name,))
+
+    def _wrap(self, blk: Block) -> Block:
+        mine = [x for x in self.adapters if x.block == blk.name]
+        if not mine:
+            return blk
+        last = {x.paths[-1]: x for x in mine}
+        wrapped = {p for x in mine for p in x.paths}
+        by_path = {op.path: op for op in blk.ops}
+        ops: list[Op] = []
+        for op in blk.ops:
+            ops.append(replace(op, output=replace(op.output, name=f"{op.path}.base.out")) if op.path in wrapped else op)
+            if op.path in last:
+                ops += self._adapter(last[op.path], [by_path[p] for p in last[op.path].paths])
+        return replace(blk, ops=tuple(ops))
+
+    def _adapter(self, adapter: Adapter, bases: list[Op]) -> list[Op]:
+        x, prefix = bases[0].saved[0], bases[0].path.rsplit("/", 1)[0] + "/" + adapter.name
+        outs = [op.output for op in bases]
+        width = sum((o.shape[-1] for o in outs[1:]), outs[0].shape[-1])
+        row = outs[0].tp_axis is None and bases[0].params[0].tp_axis == 1
+        ops: list[Op] = []
+        h_in = x
+        if self.dropout:
+            mask = replace(x, name=f"{prefix}.lora_dropout.mask", dtype=BOOL, role="dropout-mask")
+            h_in = replace(x, name=f"{prefix}.lora_dropout.out", role="activation")
+            ops.append(Op(f"{prefix}.lora_dropout", "dropout", (), (mask,), h_in, inputs=(x.name,)))
+        w_a = Tensor(f"{prefix}.lora_A.weight", (self.rank, x.shape[-1]), PARAM_DTYPE, "weight", 1 if row else None)
+        a_out = replace(x, name=f"{prefix}.lora_A.out", shape=(*x.shape[:-1], self.rank), tp_axis=None)
+        ops.append(Op(f"{prefix}.lora_A", "linear", (w_a,), (h_in,), a_out, inputs=(h_in.name,),
+                      saved_for=((h_in.name, (w_a.name,)),)))
+        w_b = Tensor(f"{prefix}.lora_B.weight", (width, self.rank), PARAM_DTYPE, "weight", None if row else 0)
+        b_out = replace(outs[0], name=f"{prefix}.lora_B.out", shape=(*outs[0].shape[:-1], width))
+        ops.append(Op(f"{prefix}.lora_B", "linear", (w_b,), (a_out,), b_out, inputs=(a_out.name,),
+                      saved_for=((a_out.name, (w_b.name,)),)))
+        for op in bases:
+            base_out = replace(op.output, name=f"{op.path}.base.out")
+            ops.append(self._dora(op, base_out, b_out) if self.dora else
+                       Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name)))
+        return ops
+
+    def _dora(self, op: Op, base_out: Tensor, lora_out: Tensor) -> Op:
+        """PEFT's DoRA: ``(m/n - 1) * W x + (m/n) * (B A x) * scale`` with ``n`` detached (Liu et al. 2024 §4.3)."""
+        width = op.output.shape[-1]
+        tp = op.output.tp_axis
+        magnitude = Tensor(f"{op.path}{ADAPTER_MARK}magnitude", (width,), PARAM_DTYPE, "weight",
+                           0 if tp is not None else None)
+        norm = Tensor(f"{op.path}.dora.weight_norm", (width,), op.output.dtype, "dora-scale", 0 if tp is not None else None)
+        scale = Tensor(f"{op.path}.dora.scale", (1, width), op.output.dtype, "dora-scale", 1 if tp is not None else None)
+        saved = (norm, base_out, lora_out, scale)
+        needs = ((norm.name, (magnitude.name,)), (base_out.name, (magnitude.name,)), (lora_out.name, (magnitude.name,)),
+                 (scale.name, (base_out.name, lora_out.name)))
+        return Op(f"{op.path}.dora", "dora", (magnitude,), saved, op.output, inputs=(base_out.name, lora_out.name),
+                  saved_for=needs)
