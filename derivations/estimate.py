@@ -311,7 +311,8 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 
 #: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v): graphs differ only by
 #: the flags in ``structure_key``, so a derivation is shared by every value with the same flags.
-VALUE_FIELDS = frozenset({"batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches", "virtual_stages"})
+VALUE_FIELDS = frozenset({"batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches", "virtual_stages",
+                          "lora_rank"})
 _DERIVED: dict[tuple, tuple[Graph, tuple[Quantity, ...]]] = {}
 _CACHE_SIZE = 1024
 
@@ -321,7 +322,7 @@ def structure_key(model: Model, options: Options) -> tuple:
     degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
     fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
     flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
-             options.micro_batches is None, options.virtual_stages in (None, 1))
+             options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None)
     return repr(model), fixed, flags
 
 
