@@ -132,7 +132,7 @@ class HuggingFace(Strategy):
         scores = (bsz, heads, seq, seq)
         saved = [_like(q, f"{op.path}.q_in", dt, full, "q") if dt != q.dtype else q,
                  _like(q, f"{op.path}.k_rep", dt, full, "k")]
-        if fp32_softmax:
+        if fp32_softmax and dt != FP32:  # in an fp32 model .to(float32) returns the same tensor
             saved.append(_like(q, f"{op.path}.softmax_fp32", FP32, scores, SCORES))
         saved.append(_like(q, f"{op.path}.softmax", dt, scores, SCORES))
         if dropout:

@@ -72,11 +72,12 @@ class SavedModel:
                          for size, dt, path, shapes in self.storages.values())
 
 
-def measure_model(family: str, attention: str, shape: Shape, seed: int = 0) -> SavedModel:
-    """Forward of a bf16 ``family`` model in training mode (dropout on where the config has it)."""
+def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
+                  dtype: torch.dtype = torch.bfloat16) -> SavedModel:
+    """Forward of a ``family`` model in ``dtype`` (bf16), training mode (dropout on where the config has it)."""
     torch.manual_seed(seed)
     config = config_for(family, attention)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).train()
+    model = transformers.AutoModelForCausalLM.from_config(config).to(dtype).train()
     owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     stack: list[str] = [""]
     handles = []

@@ -27,9 +27,10 @@ SHAPES = (Shape(2, 24), Shape(3, 40))
 FAMILIES = ("llama-gqa", "llama-mha", "mistral", "qwen2", "gpt2")
 
 
-def derived(family: str, attention: str, shape: Shape, device: str = "cpu", blocks=None, per_repeat=False):
+def derived(family: str, attention: str, shape: Shape, device: str = "cpu", blocks=None, per_repeat=False,
+            act: str = "bf16"):
     model = resolve_model(config_for(family, attention))
-    graph = hf_layers(model.arch, attention, device)(model.graph("bf16", dropout=True))
+    graph = hf_layers(model.arch, attention, device)(model.graph(act, dropout=True))
     values = {**model.values(), b: shape.b, s: shape.s}
     terms = activations(graph, blocks=blocks, per_repeat=per_repeat).terms
     return {t.path: int(evaluate(t.expr, values)) for t in terms}, values
@@ -129,3 +130,13 @@ def test_llama_2_7b_hf_eager_by_hand() -> None:
     hf = estimate("llama-2-7b", implementation="hf-eager", **opts).number("activation_bytes")
     assert hf == L * layer + once == 128_168_574_980
     assert round(hf / estimate("llama-2-7b", **opts).number("activation_bytes"), 2) == 2.33
+
+
+@pytest.mark.parametrize("family", ["llama-gqa", "gpt2"])
+def test_fp32_model_keeps_no_second_copy(family: str) -> None:
+    """In an fp32 model ``x.to(float32)`` and ``softmax(dtype=float32).to(fp32)`` return the same tensor:
+    the upcast copies vanish and everything saved is 4 bytes per element."""
+    import torch
+
+    got = measure_once(family, "eager", SHAPES[0], dtype=torch.float32)
+    assert got.nbytes == sum(derived(family, "eager", SHAPES[0], act="fp32")[0].values()), got.describe()
