@@ -16,7 +16,8 @@ from collections.abc import Sequence
 __all__ = ["main", "add_model_options", "add_strategy_options", "options_from_args", "fail", "emit"]
 
 COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
-                   "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep")
+                   "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep",
+                   "render.cmd_plan")
 
 
 class CliError(ValueError):

@@ -177,35 +177,54 @@ def _integral(x: Expr) -> bool:
     return True
 
 
-def _rational(x: Expr, env: Mapping[str, np.ndarray]) -> tuple[Any, int]:
-    """``x`` over the grid as ``(numerators, denominator)``: integer arrays (or ints) and one int."""
-    nodes: dict[Any, tuple[Any, int]] = {}
+def _rational(x: Expr, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
+    """``x`` over the grid as ``(numerators, denominators)``: integer arrays or ints. Division by a swept
+    size (``l/p``, ``P/d``) moves into the denominator: each monomial is multiplied by the highest power
+    of that size the term divides by."""
+    nodes: dict[Any, tuple[Any, Any]] = {}
     coeffs: dict[tuple, Fraction | int] = {}
+    shift: dict[Any, int] = {}
     for mono, c in x._t.items():
         scaled: Fraction | int = c
         for atom, e in mono:
             if type(atom) is _Node:
-                if e < 0:
-                    raise SweepError(f"cannot sweep: a term divides by {atom.kind}(...)")
                 if atom not in nodes:
                     nodes[atom] = _node(atom, env)
-                scaled = scaled / Fraction(nodes[atom][1]) ** e if nodes[atom][1] != 1 else scaled
+                den = nodes[atom][1]
+                if e < 0 or isinstance(den, np.ndarray):
+                    raise SweepError(f"cannot sweep: a term divides by {atom.kind}(...) or by a fraction in it")
+                scaled = scaled / Fraction(den) ** e if den != 1 else scaled
             elif e < 0:
-                raise SweepError(f"cannot sweep over {atom.name}: a term divides by it")
+                shift[atom] = max(shift.get(atom, 0), -e)
         coeffs[mono] = scaled
+    if shift:
+        coeffs = {_shifted(mono, shift): c for mono, c in coeffs.items()}
     den = math.lcm(*(Fraction(c).denominator for c in coeffs.values())) if coeffs else 1
     ints = {mono: int(c * den) for mono, c in coeffs.items()}
     values = {atom: vals for atom, (vals, _) in nodes.items()}
     values.update({atom: env[atom.name] for mono in ints for atom, _ in mono if type(atom) is _Sym})
-    return _polynomial(ints, values), den
+    denominator: Any = den
+    for atom, k in shift.items():
+        denominator = denominator * env[atom.name] ** k
+    return _polynomial(ints, values), denominator
 
 
-def _node(atom: _Node, env: Mapping[str, np.ndarray]) -> tuple[Any, int]:
+def _shifted(mono: tuple, shift: Mapping[Any, int]) -> tuple:
+    powers = dict(mono)
+    for atom, k in shift.items():
+        powers[atom] = powers.get(atom, 0) + k
+    return tuple((atom, e) for atom, e in powers.items() if e)
+
+
+def _node(atom: _Node, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
     parts = [_rational(arg, env) for arg in atom.args]
     if atom.kind == "ceiling":
         num, den = parts[0]
         return -((-num) // den), 1
-    den = math.lcm(*(d for _, d in parts))
+    if all(isinstance(d, int) for _, d in parts):
+        den: Any = math.lcm(*(d for _, d in parts))
+    else:
+        den = math.prod(d for _, d in parts)
     scaled = [num * (den // d) for num, d in parts]
     pick = np.minimum if atom.kind == "Min" else np.maximum
     out = scaled[0]

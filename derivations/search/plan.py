@@ -1,0 +1,200 @@
+"""A layout planner: every training layout of a model on N GPUs, those that fit, ranked by step time.
+
+Layouts: tensor parallelism t (within a node, dividing the heads, the KV heads and the FFN width; with
+sequence parallelism), pipeline parallelism p (dividing the layers; interleaved with v virtual stages where
+p*v divides them and the micro-batch count divides by p), data parallelism d, ZeRO stages 0-3, recompute,
+FlashAttention, and the micro-batch size b and count m with b * m * d = the global batch. Memory per GPU is
+``estimate``'s ``total_bytes`` (the first pipeline stage), evaluated for all layouts of one structure at
+once (``derivations.search.sweep``), so a plan derives each structure once and never calls ``estimate``
+per layout; the rows it returns carry ``estimate``'s option names and re-run through it to the same bytes.
+
+NOTE(plan): step time is a stated proxy until the compute issue's model lands (``STEP_TIME`` is the
+hook): hardware FLOPs per GPU at the GPU's peak, stretched by the pipeline bubble (1 + (p - 1)/(m v)),
+with FLOPs 6 N per token (Kaplan et al. 2020) plus the attention's 12 l a d_h s per token (Narayanan et
+al. 2021, Eq. 3), and a forward more for full recompute (the attention core's forward for selective).
+Communication is not modelled: the time is a lower bound and the MFU an upper bound; among equal times,
+lower ZeRO stages, fewer tensor and pipeline ranks and less recompute rank first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from derivations.estimate import check_layout, estimate, resolve_model
+from derivations.models.model import Model
+from derivations.options import Options
+from derivations.search.sweep import _Plan
+from symbolic.dims import b, d, m, p, t, v
+from symbolic.errors import DerivationError, InvalidLayoutError
+
+__all__ = ["Layout", "PlanError", "plan", "smallest_gpu_count", "proxy_step_time", "STEP_TIME", "NODE_SIZE"]
+
+NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
+VIRTUAL = (1, 2, 4, 8)
+_FREE = (b, t, p, d, m, v)
+
+
+class PlanError(DerivationError):
+    """No layout fits, or the request cannot be planned."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One layout that fits: ``options`` re-run through ``estimate`` to ``total_bytes``."""
+
+    options: dict[str, Any]
+    gpus: int
+    total_bytes: int
+    flops_per_gpu: int  # hardware FLOPs of one step on one GPU (recompute included)
+    model_flops: int  # model FLOPs of one step, all GPUs (no recompute: what MFU counts)
+    bubble: float  # (p - 1)/(m v)
+    step_time_s: float | None  # None without a peak FLOP/s
+    mfu: float  # upper bound (see the module's NOTE)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
+                "step_time_s": self.step_time_s, "mfu": self.mfu, "flops_per_gpu": self.flops_per_gpu,
+                "pipeline_bubble": self.bubble}
+
+
+def _divisors(x: int) -> list[int]:
+    return [k for k in range(1, x + 1) if x % k == 0]
+
+
+def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int]]:
+    """Valid (t, p, v): t within a node and dividing what it splits, p dividing l, p*v dividing l."""
+    for tp, pp in itertools.product(_divisors(model.sizes["a"]), _divisors(model.sizes["l"])):
+        if tp > NODE_SIZE or (gpus is not None and gpus % (tp * pp)):
+            continue
+        for vs in VIRTUAL if pp > 1 else (1,):
+            try:
+                check_layout(model, replace(base, tp=tp, pp=pp, sp=tp > 1, virtual_stages=None if vs == 1 else vs))
+            except (InvalidLayoutError, DerivationError):
+                continue
+            yield tp, pp, vs
+
+
+def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool) -> list[dict]:
+    """Every layout as ``Options`` fields (memory not yet checked)."""
+    out = []
+    recomputes = ("none", "full") if flash else ("none", "selective", "full")
+    for tp, pp, vs in _degrees(model, base, gpus):
+        dps = [gpus // (tp * pp)] if gpus is not None else _divisors(global_batch)
+        for dp in dps:
+            if global_batch % dp:
+                continue
+            for mb in _divisors(global_batch // dp):
+                count = global_batch // (dp * mb)
+                if vs > 1 and count % pp:
+                    continue  # Megatron's interleaved schedule needs m divisible by p
+                for zero, recompute in itertools.product(range(4) if dp > 1 else (0,), recomputes):
+                    out.append({"tp": tp, "pp": pp, "dp": dp, "sp": tp > 1, "zero": zero, "recompute": recompute,
+                                "flash": flash, "batch": mb, "micro_batches": count,
+                                "virtual_stages": None if vs == 1 else vs})
+    return out
+
+
+def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
+    """``total_bytes`` of every row: one derivation per structure, the layouts of it evaluated at once."""
+    groups: dict[tuple, list[int]] = {}
+    a_kv = model.sizes["a_kv"]
+    for i, row in enumerate(rows):  # the switches of structure_key that rows vary (the rest is base's)
+        key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"],
+               row["virtual_stages"] is None, row["sp"], row["flash"])
+        groups.setdefault(key, []).append(i)
+    out = np.empty(len(rows), dtype=object)
+    for indices in groups.values():
+        est = estimate(model, replace(base, **rows[indices[0]]))
+        bound = {k: val for k, val in est.values.items() if k not in _FREE}
+        terms = _Plan.build([x.expr.subs(bound) for x in est.quantity("total_bytes").breakdown.terms])
+        env = {"b": [rows[i]["batch"] for i in indices], "t": [rows[i]["tp"] for i in indices],
+               "p": [rows[i]["pp"] for i in indices], "d": [rows[i]["dp"] for i in indices],
+               "m": [rows[i]["micro_batches"] for i in indices],
+               "v": [rows[i]["virtual_stages"] or 1 for i in indices]}
+        values = terms.run({k: np.asarray(x, dtype=np.int64) for k, x in env.items()})
+        out[indices] = np.broadcast_to(values, (len(indices),))
+    return out
+
+
+def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, peak_flops: float | None,
+                    params: int) -> tuple[int, int, float, float | None, float]:
+    """(hardware FLOPs per GPU, model FLOPs, bubble, step time or None, MFU bound): the NOTE's proxy."""
+    z, seq = model.sizes, base.seq
+    attention = 12 * z["l"] * z["a"] * z["d_h"] * seq * seq  # per sequence, forward + backward
+    model_flops = global_batch * (6 * params * seq + attention)
+    # recomputed per sequence: the attention core's forward (selective) or the whole forward (full)
+    extra = {"none": 0, "selective": attention // 3, "full": 2 * params * seq + attention // 3}
+    hardware = model_flops + global_batch * extra[row["recompute"]]
+    gpus = row["tp"] * row["pp"] * row["dp"]
+    bubble = (row["pp"] - 1) / (row["micro_batches"] * (row["virtual_stages"] or 1))
+    per_gpu = -(-hardware // gpus)
+    time = per_gpu * (1 + bubble) / peak_flops if peak_flops else None
+    mfu = model_flops / (hardware * (1 + bubble))
+    return per_gpu, model_flops, bubble, time, mfu
+
+
+#: The step-time model: replace with the compute issue's once it lands (same signature).
+STEP_TIME: Callable[..., tuple[int, int, float, float | None, float]] = proxy_step_time
+
+
+def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
+         options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
+         top: int = 10) -> list[Layout]:
+    """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
+
+    Args:
+        model: anything ``estimate`` accepts.
+        capacity: bytes of one GPU's memory.
+        global_batch: sequences per optimizer step (b * m * d).
+        seq: tokens per sequence.
+        gpus: GPU count; None plans every count and keeps the smallest that fits.
+        options: base options (dtype, optimizer, profile, implementation, overhead); layout fields are set here.
+        peak_flops: one GPU's peak FLOP/s, for a step time in seconds.
+        flash: plan with FlashAttention (it never costs memory); False plans without it.
+    """
+    resolved = resolve_model(model)
+    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, sp=False, zero=0)
+    rows = _candidates(resolved, base, global_batch, gpus, flash)
+    if not rows:
+        raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
+                        f"{global_batch}; try another --gpus or --global-batch")
+    memory = _memory(resolved, base, rows)
+    fits = [(row, int(mem)) for row, mem in zip(rows, memory) if mem <= capacity]
+    if not fits:
+        least = min(int(x) for x in memory)
+        raise PlanError(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
+                        f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs; try more GPUs"))
+    if gpus is None:
+        fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
+        fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
+    params = estimate(resolved, base).number("parameters")
+    timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
+    timed.sort(key=_rank)
+    return [_layout(base, row, mem, times) for times, row, mem in timed[:top]]
+
+
+def _layout(base: Options, row: dict, mem: int, times: tuple) -> Layout:
+    per_gpu, model_flops, bubble, time, mfu = times
+    defaults = Options()
+    opts = asdict(replace(base, **row))
+    shown = {k: val for k, val in opts.items() if val != getattr(defaults, k) or k in ("mode", "batch", "seq")}
+    return Layout(shown, row["tp"] * row["pp"] * row["dp"], mem, per_gpu, model_flops, bubble, time, mfu)
+
+
+_RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+
+
+def _rank(item: tuple) -> tuple:
+    (per_gpu, _, bubble, _, _), row, mem = item
+    return (per_gpu * (1 + bubble), row["zero"], row["tp"], row["pp"], _RECOMPUTE_ORDER[row["recompute"]],
+            -row["batch"], mem)
+
+
+def smallest_gpu_count(model: Any, capacity: int, global_batch: int, seq: int, **kwargs: Any) -> int:
+    """How many GPUs the model needs: the fewest with a layout that fits."""
+    return plan(model, capacity, global_batch, seq, None, top=1, **kwargs)[0].gpus
