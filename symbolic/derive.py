@@ -27,7 +27,10 @@ from symbolic.expr import total as _sum
 from symbolic.graph import Block, Graph, Op
 from symbolic.tensor import Tensor
 
-__all__ = ["Term", "Breakdown", "parameters", "activations", "evaluate", "per_block"]
+__all__ = ["Term", "Breakdown", "parameters", "activations", "flops", "evaluate", "per_block", "TRAINING_PHASES"]
+
+#: The phases of a training step without recompute: what model FLOPs (MFU) count.
+TRAINING_PHASES = ("forward", "input-grad", "weight-grad")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +116,40 @@ def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable
             by_op[op.path] = by_op.get(op.path, const(0)) + op.share * tensor.nbytes
         terms += [Term(f"{blk.name}/{path}", scale * expr) for path, expr in by_op.items()]
     return Breakdown(tuple(terms), "bytes")
+
+
+def flops(graph: Graph, *, kinds: Iterable[str] = ("matmul",), phases: Iterable[str] = ("forward",),
+          frozen: Iterable[str] = (), blocks: Iterable[str] | None = None, per_repeat: bool = False) -> Breakdown:
+    """FLOPs of one micro-batch through ``graph``, one term per op and phase.
+
+    Paths are ``block/op/phase`` (``layer/attn/qkv/weight-grad``). A block contributes ``repeat``
+    times its ops' terms (``per_repeat`` drops it; micro-batches in flight do not multiply work).
+    ``frozen`` names parameters (``attn/qkv.weight`` or ``layer/attn/qkv.weight``) whose
+    weight-gradient terms are dropped.
+
+    >>> from symbolic.ops import BlockBuilder
+    >>> from symbolic.dims import b, s, h, l
+    >>> from symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, h, bias=False)
+    >>> g = Graph("toy", (bb.build(repeat=l),))
+    >>> step = ("forward", "input-grad", "weight-grad")
+    >>> flops(g).total, flops(g, phases=step).total, flops(g, phases=step, frozen=["fc.weight"]).total
+    (2*b*h**2*l*s, 6*b*h**2*l*s, 4*b*h**2*l*s)
+    """
+    kinds, phases, frozen = frozenset(kinds), tuple(phases), frozenset(frozen)
+    terms: list[Term] = []
+    for blk in graph.blocks:
+        if blocks is not None and blk.name not in blocks:
+            continue
+        scale = 1 if per_repeat else blk.repeat
+        for op in blk.ops:
+            for phase in phases:
+                count = [x.count for x in op.flops if x.phase == phase and x.kind in kinds
+                         and not (x.param is not None and (x.param in frozen or f"{blk.name}/{x.param}" in frozen))]
+                if count:
+                    terms.append(Term(f"{blk.name}/{op.path}/{phase}", scale * op.share * _sum(count)))
+    return Breakdown(tuple(terms), "FLOPs")
 
 
 def saved_tensors(block: Block, ignore_roles: Iterable[str] = ()) -> list[tuple[Op, Tensor]]:

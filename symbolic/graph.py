@@ -5,7 +5,8 @@ A ``Graph`` is an ordered tuple of ``Block``s (``embed``, ``layer``, ``head``); 
 activations at once (``p`` micro-batches on the first pipeline stage). A block is a tuple of
 ``Op``s; each op declares the parameters it owns, the tensors autograd saves for backward and
 the tensor it produces. Tensors with the same name inside a block are the same tensor: two ops
-that save it store it once.
+that save it store it once. An op also declares its FLOPs, as ``Flop`` terms whose counts are
+read off tensors, so the transforms that split or reshape tensors reach FLOPs as they reach bytes.
 """
 
 from __future__ import annotations
@@ -14,15 +15,58 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from symbolic.expr import Expr, const
+from symbolic.expr import Expr, const, prod
 from symbolic.tensor import Tensor
 
-__all__ = ["Op", "Block", "Graph"]
+__all__ = ["Flop", "Op", "Block", "Graph", "FLOP_KINDS", "FLOP_PHASES"]
+
+#: ``matmul``: matrix-multiply FLOPs, 2mnk (what FlopCounterMode, Kaplan and Narayanan count);
+#: ``elementwise``: everything else (norms, activations, softmax, residuals), reported apart.
+FLOP_KINDS = ("matmul", "elementwise")
+#: When the work runs: the forward pass, the backward pass's input and weight gradients, and
+#: forward work done again in backward (activation recompute, FlashAttention's scores).
+FLOP_PHASES = ("forward", "input-grad", "weight-grad", "recompute")
+
+
+@dataclass(frozen=True, slots=True)
+class Flop:
+    """One FLOP term of an op: ``coef`` times the element counts of ``operands``.
+
+    Operands are tensors (a weight, the rows a matmul reads, the ``b a s s`` scores), so tensor
+    parallelism, a pipeline stage or a decode step's shapes change FLOPs through the same
+    tensors they change bytes through. A ``weight-grad`` term names the parameter it belongs to
+    (``param``): a frozen weight drops exactly that term.
+
+    >>> from symbolic.dims import b, s, h
+    >>> from symbolic.dtypes import dtype
+    >>> rows = Tensor("fc.rows", (b, s), dtype("bf16"))
+    >>> w = Tensor("fc.weight", (4 * h, h), dtype("fp32"), role="weight")
+    >>> Flop("x@W", (rows, w)).count
+    8*b*h**2*s
+    """
+
+    name: str
+    operands: tuple[Tensor, ...]
+    coef: Any = 2
+    kind: str = "matmul"
+    phase: str = "forward"
+    param: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in FLOP_KINDS or self.phase not in FLOP_PHASES:
+            raise ValueError(f"flop {self.name}: kind {self.kind!r} / phase {self.phase!r} unknown")
+
+    @property
+    def count(self) -> Any:
+        return self.coef * prod(x.numel for x in self.operands)
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Flop:
+        return replace(self, operands=tuple(map(fn, self.operands)))
 
 
 @dataclass(frozen=True, slots=True)
 class Op:
-    """One node: ``path`` (e.g. ``attn/qkv``), its kind, parameters, saved tensors and output.
+    """One node: ``path`` (e.g. ``attn/qkv``), its kind, parameters, saved tensors, output and FLOPs.
 
     ``share`` is the fraction of the block's repeats that hold the op (``(l - l_d)/l`` for the MoE
     sublayer of a model whose first ``l_d`` layers keep a dense MLP; 1 for most ops). ``cached``
@@ -43,6 +87,7 @@ class Op:
     note: str = ""
     share: Any = 1
     cached: tuple[Tensor, ...] = ()
+    flops: tuple[Flop, ...] = ()
     inputs: tuple[str, ...] = ()
     saved_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
@@ -52,7 +97,18 @@ class Op:
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
         return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
-                       output=fn(self.output), cached=tuple(map(fn, self.cached)))
+                       output=fn(self.output), cached=tuple(map(fn, self.cached)),
+                       flops=tuple(x.map_tensors(fn) for x in self.flops))
+
+    def recomputed(self) -> Op:
+        """The op with its forward FLOPs done once more in backward (activation recompute)."""
+        again = tuple(replace(x, phase="recompute") for x in self.flops if x.phase == "forward")
+        return replace(self, flops=self.flops + again)
+
+    def frozen(self, *params: str) -> Op:
+        """The op without the weight-gradient FLOPs of ``params`` (all its own when none named)."""
+        names = set(params) or {x.name for x in self.params}
+        return replace(self, flops=tuple(x for x in self.flops if not (x.phase == "weight-grad" and x.param in names)))
 
 
 @dataclass(frozen=True, slots=True)

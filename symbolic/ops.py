@@ -4,6 +4,11 @@ What each op saves is what PyTorch autograd saves for the implementation named i
 docstring (the reference implementations in ``tests/reference_layers.py`` are measured with
 ``torch.autograd.graph.saved_tensors_hooks``). ``BlockBuilder`` chains them into a ``Block``.
 
+Each op also declares its FLOPs (``symbolic.graph.Flop``): matrix multiplies as
+``torch.utils.flop_counter.FlopCounterMode`` counts them (2mnk; backward = input gradient +
+weight gradient; eager attention's full s x s products), and elementwise work apart (see
+``ELEMENTWISE``).
+
 Shapes use the letters of ``symbolic.dims``: activations are ``(b, s, h)``, attention
 tensors ``(b, a, s, d_h)``, weights ``(out, in)`` as in ``torch.nn.Linear``.
 
@@ -13,6 +18,8 @@ tensors ``(b, a, s, d_h)``, weights ``(out, in)`` as in ``torch.nn.Linear``.
 >>> y = bb.linear("fc", bb.input, 4 * h, bias=True, parallel="column")
 >>> sum(t.numel for t in bb.ops[-1].params)
 4*h**2 + 4*h
+>>> sum(x.count for x in bb.ops[-1].flops if x.kind == "matmul")
+24*b*h**2*s
 """
 
 from __future__ import annotations
@@ -22,16 +29,51 @@ from typing import Literal
 
 from symbolic.dtypes import DType, dtype
 from symbolic.expr import Size, const
-from symbolic.graph import Block, Op
+from symbolic.graph import Block, Flop, Op
 from symbolic.tensor import Tensor
 
-__all__ = ["BlockBuilder", "PARAM_DTYPE"]
+__all__ = ["BlockBuilder", "PARAM_DTYPE", "ELEMENTWISE"]
 
 #: Parameters are counted in elements; their bytes depend on the training/serving recipe.
 PARAM_DTYPE = dtype("fp32")
 FP32, BOOL, INT64 = dtype("fp32"), dtype("bool"), dtype("int64")
 
 Parallel = Literal["column", "row", "vocab", None]
+
+#: Elementwise FLOPs per output element of the forward pass, one per arithmetic operation as
+#: written (softmax 3: Hoffmann et al. 2022, App. F). NOTE(memderive): a convention, not a
+#: measurement (FlopCounterMode counts matmuls only); backward is counted as twice the forward,
+#: except a residual add's (its gradient passes through).
+ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "gelu": 8, "silu": 4,
+               "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
+
+
+def _rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None) -> Tensor:
+    """The rows a matmul reads: every position of ``x`` (whole under sequence parallelism, which
+    gathers a linear layer's input before the product)."""
+    return Tensor(f"{path}.rows", tuple(x.shape[:-1] if rows is None else rows), x.dtype, role="rows")
+
+
+def _linear_flops(path: str, rows: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Flop, ...]:
+    """``x W^T``: forward, input gradient and the weight gradient tied to ``weight``; a bias adds
+    one elementwise add forward and a row sum for its gradient."""
+    name = f"{path} x@W"
+    terms = [Flop(name, (rows, weight)), Flop(name, (rows, weight), phase="input-grad"),
+             Flop(name, (rows, weight), phase="weight-grad", param=weight.name)]
+    if bias is not None:
+        terms += [Flop(f"{path} +bias", (rows, bias), 1, "elementwise"),
+                  Flop(f"{path} +bias", (rows, bias), 1, "elementwise", "weight-grad", bias.name)]
+    return tuple(terms)
+
+
+def _pointwise(path: str, kind: str, x: Tensor, params: tuple[Tensor, ...] = ()) -> tuple[Flop, ...]:
+    """Elementwise work over ``x``; a norm's weight (and bias) gradient is a row sum per parameter."""
+    per = ELEMENTWISE[kind]
+    terms = [Flop(f"{path} {kind}", (x,), per, "elementwise")]
+    if kind != "add":
+        terms.append(Flop(f"{path} {kind}", (x,), 2 * per, "elementwise", "input-grad"))
+    terms += [Flop(f"{path} d{w.name}", (x,), 1, "elementwise", "weight-grad", w.name) for w in params]
+    return tuple(terms)
 
 
 def _all_for(saved: tuple[Tensor, ...], grads: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -76,30 +118,36 @@ class BlockBuilder:
         tp_axis = 0 if parallel == "vocab" else None
         weight = _param(f"{path}.weight", (rows, width), "weight", tp_axis)
         out = self._act(f"{path}.out", (*ids.shape, width))
-        return self._add(Op(path, "embedding", (weight,), (ids,), out, inputs=(ids.name,),
+        grad = Flop(f"{path} scatter-add", (out,), ELEMENTWISE["embedding"], "elementwise", "weight-grad", weight.name)
+        return self._add(Op(path, "embedding", (weight,), (ids,), out, flops=(grad,), inputs=(ids.name,),
                             saved_for=((ids.name, (weight.name,)),)))
 
     # --- linear layers ----------------------------------------------------------------------
     def linear(self, path: str, x: Tensor, out_features: Size, *, bias: bool,
-               parallel: Parallel = None, weight: Tensor | None = None, note: str = "") -> Tensor:
+               parallel: Parallel = None, weight: Tensor | None = None, note: str = "",
+               rows: tuple[Size, ...] | None = None) -> Tensor:
         """``nn.Linear``: weight (out, in), bias (out); saves its input.
 
         ``parallel`` follows Megatron: ``column`` splits the output features over t ranks,
         ``row`` splits the input features (its bias stays whole), ``vocab`` is a column split of
-        the output layer. ``weight`` given means the weight is owned elsewhere (tied).
+        the output layer. ``weight`` given means the weight is owned elsewhere (tied). ``rows``:
+        the shape of the rows the product reads when not every position of ``x`` (BERT's pooler
+        reads the first token).
         """
         in_features = x.shape[-1]
         w_axis = {"column": 0, "vocab": 0, "row": 1, None: None}[parallel]
         params: list[Tensor] = []
         if weight is None:
-            params.append(_param(f"{path}.weight", (out_features, in_features), "weight", w_axis))
+            weight = _param(f"{path}.weight", (out_features, in_features), "weight", w_axis)
+            params.append(weight)
         if bias:
             params.append(_param(f"{path}.bias", (out_features,), "bias",
                                  0 if parallel in ("column", "vocab") else None))
         out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
         out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
+        flops = _linear_flops(path, _rows(path, x, rows), weight, params[-1] if bias else None)
         w_name = (weight if weight is not None else params[0]).name
-        return self._add(Op(path, "linear", tuple(params), (x,), out, note, inputs=(x.name,),
+        return self._add(Op(path, "linear", tuple(params), (x,), out, note, flops=flops, inputs=(x.name,),
                             saved_for=((x.name, (w_name,)),)))
 
     # --- norms ------------------------------------------------------------------------------
@@ -111,7 +159,8 @@ class BlockBuilder:
             params.append(_param(f"{path}.bias", (width,), "bias", None))
         stats = tuple(self._act(f"{path}.{k}", x.shape[:-1], "norm-stats", dt=FP32) for k in ("mean", "rstd"))
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out, inputs=(x.name,),
+        flops = _pointwise(path, "layer_norm", out, tuple(params))
+        return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out, flops=flops, inputs=(x.name,),
                             saved_for=_all_for((x, *stats), (x.name, *(w.name for w in params)))))
 
     def rms_norm(self, path: str, x: Tensor, *, weight: bool = True) -> Tensor:
@@ -121,7 +170,7 @@ class BlockBuilder:
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", dt=FP32,
                          seq_axis=x.seq_axis if x.seq_axis is not None and x.seq_axis < len(x.shape) - 1 else None)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "rms_norm", params, (x, rstd), out, inputs=(x.name,),
+        return self._add(Op(path, "rms_norm", params, (x, rstd), out, flops=_pointwise(path, "rms_norm", out, params), inputs=(x.name,),
                             saved_for=_all_for((x, rstd), (x.name, *(w.name for w in params)))))
 
     # --- pointwise --------------------------------------------------------------------------
@@ -129,27 +178,28 @@ class BlockBuilder:
         """GeLU / ReLU / SiLU: saves its input (ReLU saves its output: same size)."""
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
         saved = out if kind == "relu" else x
-        return self._add(Op(path, kind, (), (saved,), out, inputs=(x.name,)))
+        return self._add(Op(path, kind, (), (saved,), out, flops=_pointwise(path, kind, out), inputs=(x.name,)))
 
     def gated(self, path: str, gate: Tensor, up: Tensor, kind: str) -> Tensor:
         """``act(gate) * up`` (SwiGLU, GeGLU), unfused: saves gate, act(gate) and up."""
         activated = self._act(f"{path}.act", gate.shape, tp_axis=gate.tp_axis)
         out = self._act(f"{path}.out", gate.shape, tp_axis=gate.tp_axis)
+        flops = _pointwise(path, kind, activated) + _pointwise(path, "glu", out)
         # act(gate) saves gate for gate's gradient; the product saves each factor for the other's.
         needs = ((gate.name, (gate.name,)), (activated.name, (up.name,)), (up.name, (gate.name,)))
-        return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out, inputs=(gate.name, up.name),
+        return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out, flops=flops, inputs=(gate.name, up.name),
                             saved_for=needs))
 
     def dropout(self, path: str, x: Tensor) -> Tensor:
         """``torch.native_dropout``: saves a 1-byte mask of the input's shape."""
         mask = Tensor(f"{path}.mask", x.shape, BOOL, role="dropout-mask", tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "dropout", (), (mask,), out, inputs=(x.name,)))
+        return self._add(Op(path, "dropout", (), (mask,), out, flops=_pointwise(path, "dropout", out), inputs=(x.name,)))
 
     def add(self, path: str, x: Tensor, y: Tensor) -> Tensor:
         """Residual add: saves nothing."""
         out = self._act(f"{path}.out", x.shape)
-        return self._add(Op(path, "add", (), (), out, inputs=(x.name, y.name)))
+        return self._add(Op(path, "add", (), (), out, flops=_pointwise(path, "add", out), inputs=(x.name, y.name)))
 
     # --- attention --------------------------------------------------------------------------
     def split_heads(self, path: str, qkv: Tensor, heads: tuple[Size, ...], d_head: Size,
@@ -163,7 +213,7 @@ class BlockBuilder:
         """RoPE: ``x*cos + rotate_half(x)*sin`` saves only the cos/sin buffers (not activations)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
-                            inputs=(x.name,)))
+                            flops=_pointwise(path, "rotary", out), inputs=(x.name,)))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""
@@ -171,7 +221,7 @@ class BlockBuilder:
         weight = _param(f"{path}.weight", (d_head,), "weight", None)
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", tp_axis=x.tp_axis, dt=FP32, seq_axis=2)
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, kind, (weight,), (x, rstd), out, inputs=(x.name,),
+        return self._add(Op(path, kind, (weight,), (x, rstd), out, flops=_pointwise(path, kind, out, (weight,)), inputs=(x.name,),
                             saved_for=_all_for((x, rstd), (x.name, weight.name))))
 
     def attention(self, path: str, q: Tensor, k: Tensor, v: Tensor, *, dropout: bool) -> Tensor:
@@ -181,6 +231,10 @@ class BlockBuilder:
         ``P' = dropout(P)`` (saves a 1-byte mask), ``ctx = P' v`` (saves P' and v). Grouped
         queries share k, v without copying them (a_kv heads). The output is the context
         ``(b, s, a*d_h)`` made contiguous for the output projection.
+
+        FLOPs: ``q k^T`` and ``P v`` are 2 b a s s d_h each, over the full s x s (eager attention
+        masks, it does not skip; grouped keys are expanded to a heads first); backward takes two
+        products per product (the gradients of both operands).
         """
         bsz, heads, seq, d_head = q.shape
         s2 = (bsz, heads, seq, seq)
@@ -192,12 +246,13 @@ class BlockBuilder:
             saved += [mask, dropped]
         saved.append(v)
         out = self._act(f"{path}.out", (bsz, seq, heads * v.shape[-1]), "attention-output", tp_axis=2)
+        flops = _attention_flops(path, s2, d_head, v.shape[-1], dropout)
         # q k^T saves each for the other's gradient; P' v likewise; the scores' tensors serve q and k.
         qk = (q.name, k.name)
         needs = [(q.name, (k.name,)), (k.name, (q.name,)), (v.name, qk)]
         needs += [(x.name, qk) for x in saved[2:-2]]  # P and the dropout mask (with dropout)
         needs.append((saved[-2].name, (v.name,) if dropout else (*qk, v.name)))  # P' (or P): also softmax's
-        return self._add(Op(path, "attention", (), tuple(saved), out, inputs=(q.name, k.name, v.name),
+        return self._add(Op(path, "attention", (), tuple(saved), out, flops=flops, inputs=(q.name, k.name, v.name),
                             saved_for=tuple(needs)))
 
     def cross_entropy(self, path: str, logits: Tensor) -> Tensor:
@@ -211,7 +266,8 @@ class BlockBuilder:
         labels = Tensor(f"{path}.labels", logits.shape[:-1], INT64, role="token-ids")
         total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
-        return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out, inputs=(logits.name,)))
+        flops = _pointwise(path, "cross_entropy", saved)
+        return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out, flops=flops, inputs=(logits.name,)))
 
     # --- mixture of experts -------------------------------------------------------------------
     def router(self, path: str, x: Tensor, experts: Size, top_k: Size, *, bias: bool,
@@ -303,3 +359,14 @@ class BlockBuilder:
         weight = _param(f"{path}.weight", (heads,), "weight", 0)
         out = self._act(f"{path}.out", (heads,), seq_axis=None, tp_axis=0)
         self._add(Op(path, "attention-sinks", (weight,), (), out))
+
+
+def _attention_flops(path: str, scores_shape: tuple[Size, ...], d_qk: Size, d_v: Size,
+                     dropout: bool) -> tuple[Flop, ...]:
+    """``q k^T`` (2 b a s_q s_k d_qk) and ``P v`` (2 b a s_q s_k d_v), read off the scores tensor so
+    a decode step's one query over s_k cached keys follows; softmax (and dropout) elementwise."""
+    scores = Tensor(f"{path}.scores", scores_shape, FP32, role="scores", tp_axis=1)
+    terms = [Flop(f"{path} {name}", (scores,), coef * width, phase=phase)
+             for name, width in (("q@k^T", d_qk), ("P@v", d_v)) for coef, phase in ((2, "forward"), (4, "input-grad"))]
+    terms += _pointwise(path, "softmax", scores) + (_pointwise(path, "dropout", scores) if dropout else ())
+    return tuple(terms)

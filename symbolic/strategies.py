@@ -104,7 +104,7 @@ def _drop_saved(op: Op, roles: frozenset[str]) -> Op:
 @dataclass(frozen=True, slots=True)
 class SelectiveRecompute(Strategy):
     """Recompute the attention core (softmax, its dropout) in backward: the ``as^2`` tensors
-    are not stored (Korthikanti et al. 2022 §5)."""
+    are not stored (Korthikanti et al. 2022 §5); the core's forward FLOPs run again."""
 
     @property
     def name(self) -> str:
@@ -112,12 +112,17 @@ class SelectiveRecompute(Strategy):
 
     def __call__(self, graph: Graph) -> Graph:
         roles = frozenset({SCORE_ROLE})
-        return graph.map_blocks(lambda blk: blk.map_ops(lambda op: _drop_saved(op, roles)), self.name)
+
+        def select(op: Op) -> Op:
+            op = _drop_saved(op, roles)
+            return op.recomputed() if op.kind == "attention" else op
+
+        return graph.map_blocks(lambda blk: blk.map_ops(select), self.name)
 
 
 @dataclass(frozen=True, slots=True)
 class FullRecompute(Strategy):
-    """Checkpoint each layer's input and recompute the layer in backward."""
+    """Checkpoint each layer's input and recompute the layer (its whole forward) in backward."""
 
     @property
     def name(self) -> str:
@@ -127,7 +132,7 @@ class FullRecompute(Strategy):
         def checkpoint(blk: Block) -> Block:
             if blk.name != "layer":
                 return blk
-            ops = tuple(replace(op, saved=()) for op in blk.ops)
+            ops = tuple(replace(op, saved=()).recomputed() for op in blk.ops)
             keep = Op("checkpoint", "checkpoint", (), (blk.input,), blk.input, "layer input kept for recompute")
             return replace(blk, ops=(keep, *ops))
 
@@ -138,7 +143,9 @@ class FullRecompute(Strategy):
 class FlashAttention(Strategy):
     """FlashAttention (Dao et al. 2022 §3.1; FA-2 §3.1.1): the s x s scores are never stored;
     backward keeps q, k, v, the output O and the fp32 row-wise logsumexp (b, a, s). ``kernel``
-    ``sdpa`` names PyTorch's memory-efficient scaled_dot_product_attention, which saves the same."""
+    ``sdpa`` names PyTorch's memory-efficient scaled_dot_product_attention, which saves the same.
+    Both recompute the scores ``q k^T`` and their softmax in backward (FLOPs as FlopCounterMode's
+    ``sdpa_backward_flop_count``: five products where eager attention's backward has four)."""
 
     kernel: str = "flash"
 
@@ -155,7 +162,10 @@ class FlashAttention(Strategy):
                          tp_axis=q.tp_axis, seq_axis=q.seq_axis)
             kept = tuple(x for x in op.saved if x.role != SCORE_ROLE)
             # The fused backward needs q, k, v, O and the logsumexp for any of the three gradients.
-            return replace(op, kind="flash-attention", saved=(*kept, op.output, lse), saved_for=())
+            again = tuple(replace(x, phase="recompute") for x in op.flops
+                          if x.phase == "forward" and (x.name.endswith("q@k^T") or x.name.endswith("softmax")))
+            return replace(op, kind="flash-attention", saved=(*kept, op.output, lse), saved_for=(),
+                           flops=op.flops + again)
 
         return graph.map_blocks(lambda blk: blk.map_ops(flash), self.name)
 

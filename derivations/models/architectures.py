@@ -199,7 +199,7 @@ def _head(arch: Arch, act: DType) -> Block:
     bb = BlockBuilder("head", (b, s, h), act)
     x = _norm(bb, arch, "final_norm", bb.input) if arch.final_norm else bb.input
     if arch.pooler:
-        bb.linear("pooler", x, h, bias=True)
+        bb.linear("pooler", x, h, bias=True, rows=(b,))  # reads the first token of each sequence
     if arch.lm_head:
         tied = Tensor("embed/tokens.weight", (V, h), dtype("fp32"), role="weight", tp_axis=0)
         logits = bb.linear("lm_head", x, V, bias=arch.lm_head_bias, parallel="vocab",
