@@ -32,11 +32,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import sympy as sp
-
 from derivations.options import Options
 from symbolic.derive import TRAINING_PHASES
 from symbolic.dims import s
+from symbolic.expr import Size, const
 from symbolic.formula import Citation
 from symbolic.graph import Block, Graph
 
@@ -60,14 +59,14 @@ def whole_model(base: Graph, options: Options) -> Graph:
     return graph
 
 
-def decode_step(graph: Graph, length: sp.Expr, groups: tuple = ()) -> Graph:
+def decode_step(graph: Graph, length: Size, groups: tuple = ()) -> Graph:
     """The graph of one decode step: one token per sequence (s = 1) whose attention scores span
     ``length`` cached keys; with layer ``groups`` (``inference.layer_groups``) one layer block per
     group, ``repeat * share`` layers holding ``group.length`` keys each."""
 
-    def one_token(length: sp.Expr):
+    def one_token(length: Size):
         def shrink(x):
-            shape = [sp.sympify(axis).xreplace({s: 1}) for axis in x.shape]
+            shape = [const(axis).subs({s: 1}) for axis in x.shape]
             if x.role == "scores":
                 shape[-1] = length
             return replace(x, shape=tuple(shape))
