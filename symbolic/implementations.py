@@ -100,7 +100,7 @@ class HuggingFace(Strategy):
         if op.kind == "gelu" and self.python_gelu:
             x = op.saved[0]
             parts = tuple(_like(x, f"{op.path}.{k}", role="activation") for k in ("half_x", "tanh", "one_plus_tanh"))
-            return replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)")
+            return _needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
         if op.kind == "attention":
             return self._attention(op)
         return op
@@ -110,7 +110,10 @@ class HuggingFace(Strategy):
         x, rstd = op.saved[0], op.saved[1]
         upcast = _like(x, f"{op.path}.x_fp32", FP32, role="activation")
         normed = _like(x, f"{op.path}.normed", op.output.dtype, role="activation")
-        return replace(op, kind="rms_norm", saved=(upcast, rstd, normed), note="LlamaRMSNorm (Python, fp32 copy)")
+        weights = tuple(w.name for w in op.params)
+        saved_for = ((upcast.name, (x.name,)), (rstd.name, (x.name,)), (normed.name, weights))  # weight * normed
+        return replace(op, kind="rms_norm", saved=(upcast, rstd, normed), note="LlamaRMSNorm (Python, fp32 copy)",
+                       saved_for=saved_for if op.saved_for else ())
 
     def _attention(self, op: Op) -> Op:
         q = next(x for x in op.saved if x.role == "q")
@@ -123,24 +126,40 @@ class HuggingFace(Strategy):
             return self._eager(op, q, dropout, FP32, False, "SDPA math backend (CPU, dropout): fp32")
         lse = Tensor(f"{op.path}.logsumexp", q.shape[:3], FP32, role="softmax-stats", tp_axis=q.tp_axis,
                      seq_axis=q.seq_axis)
-        return replace(op, kind="sdpa", saved=(q, k, v, op.output, lse), note="scaled_dot_product_attention")
+        return _needs_inputs(replace(op, kind="sdpa", saved=(q, k, v, op.output, lse),
+                                     note="scaled_dot_product_attention"))
 
     def _eager(self, op: Op, q: Tensor, dropout: bool, dt: DType, fp32_softmax: bool, note: str) -> Op:
-        """q, K and V repeated to a heads (``repeat_kv``), probabilities (fp32 and 16-bit), dropout."""
+        """q, K and V repeated to a heads (``repeat_kv``), probabilities (fp32 and 16-bit), dropout.
+
+        ``saved_for`` follows autograd: ``q k^T`` saves each for the other's gradient, softmax its output
+        for the scores' (q's and k's), the cast 16-bit copy only as ``P v``'s operand (v's gradient).
+        """
         bsz, heads, seq, d_head = q.shape
-        full = (bsz, heads, seq, d_head)
-        scores = (bsz, heads, seq, seq)
-        saved = [_like(q, f"{op.path}.q_in", dt, full, "q") if dt != q.dtype else q,
-                 _like(q, f"{op.path}.k_rep", dt, full, "k")]
-        if fp32_softmax and dt != FP32:  # in an fp32 model .to(float32) returns the same tensor
-            saved.append(_like(q, f"{op.path}.softmax_fp32", FP32, scores, SCORES))
-        saved.append(_like(q, f"{op.path}.softmax", dt, scores, SCORES))
+        full, scores = (bsz, heads, seq, d_head), (bsz, heads, seq, seq)
+        qn, kn, vn = op.inputs if len(op.inputs) == 3 else ("q", "k", "v")
+        q_in = _like(q, f"{op.path}.q_in", dt, full, "q") if dt != q.dtype else q
+        saved: list[tuple[Tensor, tuple[str, ...]]] = [(q_in, (kn,)), (_like(q, f"{op.path}.k_rep", dt, full, "k"), (qn,))]
+        upcast = fp32_softmax and dt != FP32  # in an fp32 model .to(float32) returns the same tensor
+        if upcast:
+            saved.append((_like(q, f"{op.path}.softmax_fp32", FP32, scores, SCORES), (qn, kn)))
+        if not (upcast and dropout):  # the cast copy is saved only by P v; softmax's own output always
+            probs = _like(q, f"{op.path}.softmax", dt, scores, SCORES)
+            saved.append((probs, (vn,) if upcast else (qn, kn) if dropout else (qn, kn, vn)))
         if dropout:
             mask_dt = BOOL if self.device == "cuda" else dt
-            saved += [_like(q, f"{op.path}.dropout.mask", mask_dt, scores, SCORES),
-                      _like(q, f"{op.path}.dropout.out", dt, scores, SCORES)]
-        saved.append(_like(q, f"{op.path}.v_rep", dt, full, "v"))
-        return replace(op, kind="attention", saved=tuple(saved), note=note)
+            saved += [(_like(q, f"{op.path}.dropout.mask", mask_dt, scores, SCORES), (qn, kn)),
+                      (_like(q, f"{op.path}.dropout.out", dt, scores, SCORES), (vn,))]
+        saved.append((_like(q, f"{op.path}.v_rep", dt, full, "v"), (qn, kn)))
+        return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note=note,
+                       saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())
+
+
+def _needs_inputs(op: Op) -> Op:
+    """Every saved tensor serves the gradients of the op's inputs (where the op declares them)."""
+    if not op.saved_for:
+        return op
+    return replace(op, saved_for=tuple((x.name, op.inputs) for x in op.saved))
 
 
 def _with_rotary_tables(blk: Block, rotary: Op) -> Block:
