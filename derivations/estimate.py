@@ -19,6 +19,7 @@ from derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA
                                              finetune_notes, finetune_states, finetune_steps, trainable_parameters)
 from derivations.quantities.model_states import (OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION, offloaded_breakdown,
                                                  states_breakdown)
+from derivations.quantities.experts import check_expert_layout, expert_split_states
 from derivations.models.implementations import describe as describe_implementation
 from derivations.models.implementations import hf_layers
 from derivations.models.model import Model
@@ -26,7 +27,7 @@ from derivations.options import PROFILES, ArgumentError, Options, OptionsError
 from derivations.models.presets import PRESETS, preset
 from derivations.quantity import Quantity
 from symbolic.derive import Breakdown, Term, activations, parameters
-from symbolic.dims import b, d, h, l, m, p, r, s, t, v
+from symbolic.dims import b, d, ep, h, l, m, p, r, s, t, v
 from symbolic.errors import DerivationError, InvalidLayoutError, shown
 from symbolic.expr import Expr, const
 from symbolic.experts import ActiveExperts, has_experts
@@ -86,6 +87,7 @@ def _layout_values(opts: Options) -> dict[Expr, int]:
         values[v] = opts.virtual_stages
     if opts.lora_rank is not None:
         values[r] = opts.lora_rank
+    values[ep] = opts.ep
     return values
 
 
@@ -104,6 +106,7 @@ def check_layout(model: Model, opts: Options) -> None:
     for remainder, message in checks:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
+    check_expert_layout(model, opts)
     if opts.mode == "infer" and not model.arch.lm_head:
         raise OptionsError(f"{model.name} is an encoder without a language-model head: it generates nothing and "
                            "keeps no KV cache; use --mode train or --mode params")
@@ -235,9 +238,8 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     if opts.finetuning or OPTIMIZERS[opts.optimizer].paged:
         states, cpu, trainable = finetune_states(graph, opts)
         return states, cpu if cpu.terms else None, trainable
-    params = parameters(graph).total
-    states = states_breakdown(params, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
-    return states, offloaded_breakdown(params, opts.dtype, opts.optimizer, opts.zero, d) if opts.offload else None, None
+    states, cpu = expert_split_states(graph, opts)  # routed experts' states over d/ep ranks (d without experts)
+    return states, cpu, None
 
 
 def _train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from fractions import Fraction
 from typing import Any
 
 from symbolic import dims
 from symbolic.dtypes import dtype
 from symbolic.errors import DerivationError, shown
+from symbolic.experts import ExpertCapacity, ExpertParallel
 from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
@@ -108,6 +110,8 @@ class Options:
     base_dtype: str | None = None  # frozen base weights: fp32, fp16, bf16, int8 (LLM.int8()), nf4 (QLoRA)
     freeze_embeddings: bool = False
     train_only: tuple[str, ...] = ()
+    ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
+    capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
 
     @classmethod
     def check_names(cls, given: Mapping[str, Any]) -> None:
@@ -138,7 +142,8 @@ class Options:
         self._check_types()
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block"):
+        for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
+                     "ep"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -175,6 +180,27 @@ class Options:
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()
         self._check_finetuning()
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        if self.dp % self.ep:
+            raise OptionsError(f"--ep {self.ep} must divide --dp {self.dp}: expert-parallel ranks are data-parallel "
+                               "ranks holding different experts")
+        if self.capacity_factor is not None:
+            self.capacity()
+
+    def capacity(self) -> Fraction | None:
+        """The capacity factor as an exact fraction (None: no capacity limit)."""
+        if self.capacity_factor is None:
+            return None
+        try:
+            factor = Fraction(self.capacity_factor)
+        except (ValueError, ZeroDivisionError):
+            factor = Fraction(0)
+        if factor <= 0:
+            raise OptionsError(f"--capacity-factor must be a positive number such as 1.25, got "
+                               f"{self.capacity_factor!r}")
+        return factor
 
     def _check_implementation(self) -> None:
         from derivations.models.implementations import parse_implementation
@@ -267,8 +293,12 @@ class Options:
         elif self.recompute == "full":
             out.append(FullRecompute())
         # Degrees enter as symbols (t, p, m, v) so closed forms keep them; values come later.
+        if self.capacity_factor is not None:
+            out.append(ExpertCapacity(self.capacity()))
         if self.tp > 1:
             out.append(TensorParallel(dims.t))
+        if self.ep > 1:
+            out.append(ExpertParallel(dims.ep))
         if self.sp:
             out.append(SequenceParallel(dims.t))
         if self.pp > 1:

@@ -62,6 +62,9 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pp", type=int, default=1)
     g.add_argument("--dp", type=int, default=1)
     g.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
+    g.add_argument("--ep", type=int, default=1, help="expert parallelism: routed experts over ep of the dp ranks")
+    g.add_argument("--capacity-factor", default=None,
+                   help="MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots")
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
     g.add_argument("--offload", action="store_true", help="optimizer states in CPU memory")
     g.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
@@ -108,7 +111,8 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
                    kv_dtype=args.kv_dtype, quant_group=args.quant_group,
                    implementation=getattr(args, "implementation", "megatron"), lora_rank=args.lora_rank,
                    lora_targets=args.lora_targets, lora_dropout=args.lora_dropout, dora=args.dora,
-                   base_dtype=args.base_dtype, freeze_embeddings=args.freeze_embeddings, train_only=args.train_only)
+                   base_dtype=args.base_dtype, freeze_embeddings=args.freeze_embeddings, train_only=args.train_only,
+                   ep=args.ep, capacity_factor=args.capacity_factor)
 
 
 def build_parser() -> argparse.ArgumentParser:

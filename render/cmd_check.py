@@ -59,7 +59,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
               "implementation": args.implementation,
               "lora_rank": args.lora_rank, "lora_targets": _listed(args.lora_targets), "lora_dropout": args.lora_dropout,
               "dora": args.dora, "base_dtype": args.base_dtype, "freeze_embeddings": args.freeze_embeddings,
-              "train_only": _listed(args.train_only)}
+              "train_only": _listed(args.train_only), "ep": args.ep,
+              "capacity_factor": args.capacity_factor}
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -26,10 +26,12 @@ from symbolic.graph import Block, Graph, Op
 from symbolic.strategies import Strategy
 from symbolic.tensor import Tensor
 
-__all__ = ["ActiveExperts", "ExpertParallel", "EXPERTS", "has_experts", "expert_ops"]
+__all__ = ["ActiveExperts", "ExpertParallel", "ExpertCapacity", "EXPERTS", "BUFFER", "has_experts", "expert_ops"]
 
 #: The op kind whose parameters are the routed experts, expert axis first.
 EXPERTS = "experts"
+#: The role of the tensors an expert computes on its tokens (inputs, MLP tensors, outputs).
+BUFFER = "expert-buffer"
 
 
 def has_experts(graph: Graph) -> bool:
@@ -84,3 +86,42 @@ class ExpertParallel(Strategy):
         if self.ep == 1:
             return graph
         return _on_experts(graph, lambda x: x.split(0, self.ep), self.name)
+
+
+def _ceiling(x: Any) -> Any:
+    """Whole token slots: ``ceil(x)`` kept symbolic while sizes are letters.
+
+    NOTE(memderive): SymPy's ceiling, as ``inference.weight_bytes`` uses for quantization groups.
+    """
+    import sympy
+
+    return sympy.ceiling(x)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertCapacity(Strategy):
+    """A capacity factor c (GShard, Lepikhin et al. 2020 §2.2; Megatron-Core ``moe_expert_capacity_factor``
+    with padding): each of the E experts computes on a buffer of ``C = ceil(c k b s / E)`` token slots,
+    padded when fewer tokens arrive, so the expert buffers hold E C rows instead of the b s k token-expert
+    pairs. Tokens beyond C are dropped (not modelled: the buffers are full either way)."""
+
+    factor: Any  # a Fraction, e.g. Fraction(5, 4)
+
+    @property
+    def name(self) -> str:
+        return f"expert capacity factor {self.factor}"
+
+    def __call__(self, graph: Graph) -> Graph:
+        def pad(x: Tensor) -> Tensor:
+            if x.role != BUFFER:
+                return x
+            bsz, seq, top_k, *rest = x.shape
+            slots = _ceiling(self.factor * top_k * bsz * seq / dims.E)
+            tp_axis = None if x.tp_axis is None else x.tp_axis - 1
+            return replace(x, shape=(dims.E, slots, *rest), tp_axis=tp_axis, seq_axis=1)
+
+        def per_op(op: Op) -> Op:
+            return replace(op, saved=tuple(map(pad, op.saved))) if op.kind == EXPERTS else op
+
+        return graph.map_blocks(lambda blk: blk.map_ops(per_op), self.name,
+                                f"experts padded to capacity C = ceil({self.factor} k b s / E) tokens each")

@@ -314,13 +314,14 @@ class BlockBuilder:
             params += [_param(f"{path}.{'gate_up' if gated else 'up'}_bias", (experts, (2 if gated else 1) * width),
                               "bias", 1),
                        _param(f"{path}.down_bias", (experts, h), "bias", None)]
-        hidden = [self._act(f"{path}.{name}", (*lead, width), tp_axis=len(lead)) for name in
+        buffer = "expert-buffer"  # what each expert computes on its tokens (padded under a capacity factor)
+        hidden = [self._act(f"{path}.{name}", (*lead, width), buffer, tp_axis=len(lead)) for name in
                   (("gate", "act", "up") if gated else ("act_in",))]
         saved = (self._act(f"{path}.tokens", lead, "token-ids", dt=INT64),
                  self._act(f"{path}.slots", lead, "token-ids", dt=INT64),
-                 self._act(f"{path}.gathered", (*lead, h)), *hidden,
-                 self._act(f"{path}.hidden", (*lead, width), tp_axis=len(lead)),
-                 self._act(f"{path}.expert_out", (*lead, h)),
+                 self._act(f"{path}.gathered", (*lead, h), buffer), *hidden,
+                 self._act(f"{path}.hidden", (*lead, width), buffer, tp_axis=len(lead)),
+                 self._act(f"{path}.expert_out", (*lead, h), buffer),
                  self._act(f"{path}.weights", (*lead, 1), "router"),
                  self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)

@@ -90,3 +90,24 @@ def test_transformers_sparse_block_saves_what_the_graph_says(model_type: str, fi
         want += Counter({"fp32": 4 * pairs})
         want -= Counter({"bf16": 2 * pairs})
     assert got == want, m.describe()
+
+
+@pytest.mark.parametrize(("experts", "top_k", "factor"), [(4, 2, "1.5"), (8, 2, "2.25")], ids=["c1.5", "c2.25"])
+def test_capacity_factor_pads_each_expert(experts: int, top_k: int, factor: str) -> None:
+    """Each expert computes on C = ceil(c k b s / E) slots: E=4, k=2, b s = 32, c = 1.5: C = 24 (E=8, c=2.25: 18)."""
+    from fractions import Fraction
+    from math import ceil
+
+    from symbolic.experts import ExpertCapacity
+
+    capacity = ceil(Fraction(factor) * top_k * Z.b * Z.s / experts)
+    torch.manual_seed(0)
+    layer = MoeLayer(Z, experts, top_k, 48, capacity=capacity)
+    x = torch.randn(Z.b, Z.s, Z.h, dtype=torch.bfloat16, requires_grad=True)
+    index, _ = layer.route(layer.norm2(x))
+    assert max(int((index == e).sum()) for e in range(experts)) <= capacity  # no token dropped at these sizes
+    got, seen = measured_bytes(lambda: layer(x), layer)
+    want = graph_bytes(Moe(), Z, (ExpertCapacity(Fraction(factor)),), E=experts, k=top_k, f_e=48)
+    assert got == want, f"measured per dtype {dict(got)} != graph {dict(want)}; saved storages:\n{seen}"
+    plain = graph_bytes(Moe(), Z, E=experts, k=top_k, f_e=48)
+    assert want["bf16"] > plain["bf16"]  # padding costs memory

@@ -1,0 +1,75 @@
+"""Model states under expert parallelism, and the layouts a mixture of experts needs.
+
+With ``ep`` > 1 each GPU holds E/ep of every MoE layer's routed experts; ZeRO shards the dense
+parameters' states over the d data-parallel ranks as before, and the experts' over the d/ep ranks
+that hold the same experts (Megatron-Core's expert data-parallel group; DeepSpeed-MoE, Rajbhandari
+et al. 2022 §5). ``ep`` must divide both d and E.
+
+>>> from derivations.options import Options
+>>> from derivations.models.presets import preset
+>>> from derivations.estimate import estimate
+>>> e = estimate("mixtral-8x7b", mode="train", batch=1, seq=8, dp=8, ep=8, zero=1)
+>>> [t.path for t in e.quantity("model_state_bytes").breakdown.terms][3:]
+['model_states/experts/weights', 'model_states/experts/gradients', 'model_states/experts/optimizer']
+"""
+
+from __future__ import annotations
+
+from symbolic.derive import Breakdown, Term, parameters
+from symbolic.dims import d, ep
+from symbolic.errors import InvalidLayoutError
+from symbolic.experts import expert_ops, has_experts
+from symbolic.formula import Citation
+from symbolic.graph import Graph
+
+from derivations.models.model import Model
+from derivations.options import Options, OptionsError
+from derivations.quantities.model_states import offloaded_breakdown, states_breakdown
+
+__all__ = ["EP_CITATION", "check_expert_layout", "expert_split_states"]
+
+EP_CITATION = Citation("Lepikhin et al. 2020 (GShard); Rajbhandari et al. 2022 (DeepSpeed-MoE)",
+                       "arXiv:2006.16668; arXiv:2201.05596", "experts sharded over ranks; expert data parallelism")
+
+
+def check_expert_layout(model: Model, opts: Options) -> None:
+    """``--ep`` needs routed experts it divides; tensor parallelism splits each expert's width f_e."""
+    z, moe = model.sizes, model.arch.moe
+    if moe is None:
+        if opts.ep > 1 or opts.capacity_factor is not None:
+            flag = "--ep" if opts.ep > 1 else "--capacity-factor"
+            raise OptionsError(f"{model.name} has no mixture-of-experts layers: {flag} applies to routed experts")
+        return
+    if z["E"] % opts.ep:
+        raise InvalidLayoutError(f"{model.name}: {z['E']} experts are not divisible by expert-parallel degree "
+                                 f"{opts.ep}; choose a degree that divides it")
+    if z["f_e"] % opts.tp:
+        raise InvalidLayoutError(f"{model.name}: expert width {z['f_e']} is not divisible by tensor-parallel degree "
+                                 f"{opts.tp}; choose a degree that divides it")
+    if opts.mode == "infer" and opts.ep > 1:
+        raise OptionsError("--ep is modelled in training; inference is modelled with --tp only")
+
+
+def _renamed(breakdown: Breakdown, part: str) -> Breakdown:
+    return Breakdown(tuple(Term(t.path.replace("/", f"/{part}/", 1), t.expr) for t in breakdown.terms), "bytes")
+
+
+def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None]:
+    """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over d ranks,
+    the routed experts' over d/ep ranks. Without experts, one breakdown over d as before."""
+    params = parameters(graph)
+    if not has_experts(graph):
+        states = states_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
+        cpu = offloaded_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d) if opts.offload else None
+        return states, cpu
+    routed = set(expert_ops(graph))
+    dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
+    expert_dp = d / ep if opts.ep > 1 else d
+    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
+              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload),
+                         "experts"))
+    if not opts.offload:
+        return states, None
+    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d)
+           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp), "experts"))
+    return states, cpu
