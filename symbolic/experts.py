@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from symbolic import dims
+from symbolic.expr import ceiling
 from symbolic.graph import Block, Graph, Op
 from symbolic.strategies import Strategy
 from symbolic.tensor import Tensor
@@ -88,16 +89,6 @@ class ExpertParallel(Strategy):
         return _on_experts(graph, lambda x: x.split(0, self.ep), self.name)
 
 
-def _ceiling(x: Any) -> Any:
-    """Whole token slots: ``ceil(x)`` kept symbolic while sizes are letters.
-
-    NOTE(memderive): SymPy's ceiling, as ``inference.weight_bytes`` uses for quantization groups.
-    """
-    import sympy
-
-    return sympy.ceiling(x)
-
-
 @dataclass(frozen=True, slots=True)
 class ExpertCapacity(Strategy):
     """A capacity factor c (GShard, Lepikhin et al. 2020 §2.2; Megatron-Core ``moe_expert_capacity_factor``
@@ -116,7 +107,7 @@ class ExpertCapacity(Strategy):
             if x.role != BUFFER:
                 return x
             bsz, seq, top_k, *rest = x.shape
-            slots = _ceiling(self.factor * top_k * bsz * seq / dims.E)
+            slots = ceiling(self.factor * top_k * bsz * seq / dims.E)
             tp_axis = None if x.tp_axis is None else x.tp_axis - 1
             return replace(x, shape=(dims.E, slots, *rest), tp_axis=tp_axis, seq_axis=1)
 

@@ -8,7 +8,7 @@ import sympy as sp
 import transformers
 
 from derivations.estimate import estimate
-from symbolic.dims import sym
+from symbolic.dims_sympy import d_c, d_hR, l
 from tests.test_kv_cache import hf_cache_bytes
 from tests.test_moe_params import FAMILY_CONFIGS, IDS
 
@@ -40,7 +40,6 @@ def test_deepseek_v2_per_token_cache_from_the_paper() -> None:
     elements per token, 69,120 bytes in bf16; the closed form is 2 (d_c + d_h^R) l bytes."""
     est = estimate("deepseek-v2", mode="infer", batch=1, seq=1)
     assert est.number("kv_cache_bytes_per_token") == (512 + 64) * 60 * 2 == 69_120
-    d_c, d_hR, l = sym("d_c"), sym("d_hR"), sym("l")
     assert sp.expand(est.quantity("kv_cache_bytes_per_token").closed_form() - 2 * (d_c + d_hR) * l) == 0
     # the same model with multi-head attention would cache 2 a d_h l = 2 * 128 * 128 * 60 elements per token
     assert 2 * 128 * 128 * 60 // ((512 + 64) * 60) == 56
