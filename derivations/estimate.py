@@ -17,8 +17,7 @@ from typing import Any
 from derivations.models.config import from_config, load_config
 from derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                              finetune_notes, finetune_states, finetune_steps, trainable_parameters)
-from derivations.quantities.model_states import (OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION, offloaded_breakdown,
-                                                 states_breakdown)
+from derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
 from derivations.quantities.experts import check_expert_layout, expert_split_states
 from derivations.models.implementations import describe as describe_implementation
 from derivations.models.implementations import hf_layers
