@@ -130,15 +130,27 @@ Atom = _Sym | _Node
 Mono = tuple  # tuple[tuple[Atom, int], ...], sorted by atom key
 
 
+def _item_key(item: tuple[Atom, int]) -> tuple:
+    return item[0].key
+
+
+_PRODUCTS: dict[tuple[Mono, Mono], Mono] = {}  # graphs multiply the same monomials over and over
+
+
 def _mono_mul(m1: Mono, m2: Mono) -> Mono:
     if not m1:
         return m2
     if not m2:
         return m1
-    powers: dict[Atom, int] = dict(m1)
-    for atom, e in m2:
-        powers[atom] = powers.get(atom, 0) + e
-    return tuple(sorted(((x, e) for x, e in powers.items() if e), key=lambda item: item[0].key))
+    out = _PRODUCTS.get((m1, m2))
+    if out is None:
+        powers: dict[Atom, int] = dict(m1)
+        for atom, e in m2:
+            powers[atom] = powers.get(atom, 0) + e
+        out = tuple(sorted(((x, e) for x, e in powers.items() if e), key=_item_key))
+        if len(_PRODUCTS) < 100_000:
+            _PRODUCTS[(m1, m2)] = out
+    return out
 
 
 class Expr:
@@ -268,6 +280,10 @@ class Expr:
             if other == 1:
                 return self
             return Expr({mono: _norm(c * other) for mono, c in self._t.items()})
+        if len(self._t) == 1 and len(other._t) == 1:  # monomials: shapes, scales
+            ((m1, c1),) = self._t.items()
+            ((m2, c2),) = other._t.items()
+            return Expr({_mono_mul(m1, m2): _norm(c1 * c2)})
         if len(other._t) < len(self._t):
             self, other = other, self
         out: dict[Mono, Number] = {}
@@ -349,6 +365,9 @@ class Expr:
     xreplace = subs
 
     def _subs(self, repl: Mapping[str, Expr]) -> Expr:
+        numbers = {k: x.number for k, x in repl.items() if x.is_number}
+        if len(numbers) == len(repl):
+            return self._subs_numbers(numbers, repl)
         out = Expr({})
         for mono, c in self._t.items():
             x: Expr = Expr({(): c})
@@ -363,6 +382,40 @@ class Expr:
                 x = x * base**e
             out = out + x
         return out
+
+    def _subs_numbers(self, numbers: Mapping[str, Number], repl: Mapping[str, Expr]) -> Expr:
+        """``_subs`` when every value is a number: coefficients absorb the bound powers directly."""
+        out: dict[Mono, Number] = {}
+        for mono, c in self._t.items():
+            rest: list[tuple[Atom, int]] = []
+            moved = False
+            for i, (atom, e) in enumerate(mono):
+                if type(atom) is _Sym:
+                    value = numbers.get(atom.name)
+                    if value is None:
+                        rest.append((atom, e))
+                    else:
+                        c = c * _pow(value, e)
+                    continue
+                node = atom.rebuild([arg._subs(repl) for arg in atom.args])
+                if node.is_number:
+                    c = c * _pow(node.number, e)
+                    continue
+                inner = _single_node(node)
+                if inner is None:  # a node that became a sum: multiply out, then bind what follows
+                    head = Expr({tuple(sorted(rest, key=_item_key)): c}) * node**e
+                    tail = Expr({mono[i + 1:]: 1})._subs_numbers(numbers, repl)
+                    for m, v in (head * tail)._t.items():
+                        out[m] = out.get(m, 0) + v
+                    c = 0
+                    break
+                moved = moved or inner is not atom
+                rest.append((inner, e))
+            if not c:
+                continue
+            key = tuple(sorted(rest, key=_item_key)) if moved else tuple(rest)
+            out[key] = out.get(key, 0) + c
+        return Expr({m: _norm(v) for m, v in out.items() if v})
 
     def evaluate(self, values: Mapping[Any, Any]) -> Number:
         """The exact value (``int`` or ``Fraction``) with every symbol bound by ``values``."""
