@@ -55,7 +55,7 @@ FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral"
 OURS: dict[str, sp.Expr] = {dim.name: dim.symbol for dim in DIMS}
 #: Letters and names the literature uses, onto ours (REFERENCES.md notation; ANCHORS.md).
 COMMON: dict[str, sp.Expr] = {
-    **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type")},
+    **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type", "r")},
     "B": b, "S": s, "L": l, "v": V, "n_vocab": V, "d_ff": f, "N_d": d, "d_head": d_h, "d_k": d_h,
     "d_model": h, "n_embd": h, "d_attn": a * d_h, "n_kv_heads": a_kv, "n_kv": a_kv, "n_layers": l, "n_layer": l,
     "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi,
@@ -217,11 +217,15 @@ def check(quantity: str, formula: str, *, symbols: str | Mapping[str, Any] = "",
     return check_claim(Claim(quantity, formula, symbols, model, dict(options), units, syntax, expect))
 
 
+#: Options a parameter count depends on: the dtype, and which parameters train (adapters, frozen modules).
+PARAM_FIELDS = ("mode", "dtype", "lora_rank", "lora_targets", "dora", "train_only", "freeze_embeddings")
+
+
 def _options(spec: QuantitySpec, given: Mapping[str, Any], seq: int) -> Options:
     Options.check_names(given)  # also where the quantity ignores them (a parameter count and --zero)
     fields = {"batch": 1, "seq": seq, **dict(given), "mode": spec.mode}
     if spec.mode == "params":
-        fields = {k: v for k, v in fields.items() if k in ("mode", "dtype")}
+        fields = {k: v for k, v in fields.items() if k in PARAM_FIELDS}
     try:
         return Options(**fields)
     except TypeError as exc:

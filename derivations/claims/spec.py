@@ -32,6 +32,7 @@ QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
     QuantitySpec("params.total", "params", "parameters", "elements"),
     QuantitySpec("params.per_layer", "params", "parameters_per_layer", "elements"),
     QuantitySpec("params.per_gpu", "train", "parameters_per_gpu", "elements"),
+    QuantitySpec("params.trainable", "params", "trainable_parameters", "elements"),
     QuantitySpec("params.active", "params", "active_parameters", "elements"),
     QuantitySpec("activations.per_layer", "train", "activation_bytes_per_layer", "bytes"),
     QuantitySpec("activations.total", "train", "activation_bytes", "bytes"),
@@ -44,7 +45,8 @@ QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
     QuantitySpec("infer.total", "infer", "total_bytes", "bytes"),
 )}
 _ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_per_layer": "params.per_layer",
-            "params-per-layer": "params.per_layer", "parameters_per_gpu": "params.per_gpu",
+            "params-per-layer": "params.per_layer",
+            "trainable_parameters": "params.trainable", "trainable": "params.trainable", "parameters_per_gpu": "params.per_gpu",
             "activation_bytes_per_layer": "activations.per_layer", "activations": "activations.per_layer",
             "activation_bytes": "activations.total", "activations-total": "activations.total",
             "model_state_bytes": "model_states.total", "model-states": "model_states.total",

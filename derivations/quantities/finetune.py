@@ -174,9 +174,11 @@ def finetune_steps(model: Model, opts: Options) -> list[Strategy]:
 
 
 def _quantized(blk: Block, op: Op, x: Tensor, graph: Graph, base: str) -> bool:
-    """bitsandbytes (through transformers) quantizes every ``nn.Linear`` but the output layer; adapters
-    are added afterwards and stay unquantized; embeddings, norms and biases keep the 16-bit dtype."""
-    return (base in ("nf4", "int8") and op.kind == "linear" and x.role == "weight" and op.path != "lm_head"
+    """transformers + bitsandbytes quantize every ``nn.Linear`` (and GPT-2's ``Conv1D``) but the output
+    embeddings, tied weights and the last module (``get_keys_to_not_convert`` in transformers'
+    ``quantizers/base.py``, v5.24): here every linear of the layers, not the head block's (LM head,
+    BERT's pooler). Embeddings and norms are not linears; biases stay 16-bit; adapters come later."""
+    return (base in ("nf4", "int8") and op.kind == "linear" and x.role == "weight" and blk.name != "head"
             and not graph.trainable(blk.name, x.name))
 
 
