@@ -125,7 +125,7 @@ def flops(graph: Graph, *, kinds: Iterable[str] = ("matmul",), phases: Iterable[
     Paths are ``block/op/phase`` (``layer/attn/qkv/weight-grad``). A block contributes ``repeat``
     times its ops' terms (``per_repeat`` drops it; micro-batches in flight do not multiply work).
     ``frozen`` names parameters (``attn/qkv.weight`` or ``layer/attn/qkv.weight``) whose
-    weight-gradient terms are dropped.
+    weight-gradient terms are dropped, besides the graph's own frozen ones (``graph.frozen``).
 
     >>> from symbolic.ops import BlockBuilder
     >>> from symbolic.dims import b, s, h, l
@@ -137,7 +137,7 @@ def flops(graph: Graph, *, kinds: Iterable[str] = ("matmul",), phases: Iterable[
     >>> flops(g).total, flops(g, phases=step).total, flops(g, phases=step, frozen=["fc.weight"]).total
     (2*b*h**2*l*s, 6*b*h**2*l*s, 4*b*h**2*l*s)
     """
-    kinds, phases, frozen = frozenset(kinds), tuple(phases), frozenset(frozen)
+    kinds, phases, frozen = frozenset(kinds), tuple(phases), frozenset(frozen) | graph.frozen
     terms: list[Term] = []
     for blk in graph.blocks:
         if blocks is not None and blk.name not in blocks:

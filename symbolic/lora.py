@@ -33,7 +33,8 @@ from typing import Any
 
 from symbolic.dtypes import dtype
 from symbolic.graph import Block, Graph, Op
-from symbolic.ops import PARAM_DTYPE
+from symbolic.graph import Flop
+from symbolic.ops import PARAM_DTYPE, _linear_flops, _pointwise, _rows
 from symbolic.strategies import Strategy
 from symbolic.tensor import Tensor
 
@@ -89,7 +90,9 @@ class SplitFused(Strategy):
             weight = replace(op.params[0], name=f"{path}.weight", shape=(width, x.shape[-1]))
             params = (weight, replace(op.params[1], name=f"{path}.bias", shape=(width,))) if has_bias else (weight,)
             y = replace(op.output, name=f"{self.op}.{part}", shape=(*op.output.shape[:-1], width))
-            out.append(Op(path, "linear", params, (x,), y, inputs=(x.name,), saved_for=((x.name, (weight.name,)),)))
+            work = _linear_flops(path, _rows(path, x), weight, params[-1] if has_bias else None)
+            out.append(Op(path, "linear", params, (x,), y, flops=work, inputs=(x.name,),
+                          saved_for=((x.name, (weight.name,)),)))
         return out
 
 
@@ -143,22 +146,26 @@ class LoRA(Strategy):
         if self.dropout:
             mask = replace(x, name=f"{prefix}.lora_dropout.mask", dtype=BOOL, role="dropout-mask")
             h_in = replace(x, name=f"{prefix}.lora_dropout.out", role="activation")
-            ops.append(Op(f"{prefix}.lora_dropout", "dropout", (), (mask,), h_in, inputs=(x.name,)))
+            ops.append(Op(f"{prefix}.lora_dropout", "dropout", (), (mask,), h_in, inputs=(x.name,),
+                          flops=_pointwise(f"{prefix}.lora_dropout", "dropout", h_in)))
         w_a = Tensor(f"{prefix}.lora_A.weight", (self.rank, x.shape[-1]), PARAM_DTYPE, "weight", 1 if row else None)
         a_out = replace(x, name=f"{prefix}.lora_A.out", shape=(*x.shape[:-1], self.rank), tp_axis=None)
         ops.append(Op(f"{prefix}.lora_A", "linear", (w_a,), (h_in,), a_out, inputs=(h_in.name,),
-                      saved_for=((h_in.name, (w_a.name,)),)))
+                      saved_for=((h_in.name, (w_a.name,)),), flops=_linear_flops(f"{prefix}.lora_A",
+                                                                                 _rows(prefix, h_in), w_a, None)))
         w_b = Tensor(f"{prefix}.lora_B.weight", (width, self.rank), PARAM_DTYPE, "weight", None if row else 0)
         b_out = replace(outs[0], name=f"{prefix}.lora_B.out", shape=(*outs[0].shape[:-1], width))
         ops.append(Op(f"{prefix}.lora_B", "linear", (w_b,), (a_out,), b_out, inputs=(a_out.name,),
-                      saved_for=((a_out.name, (w_b.name,)),)))
+                      saved_for=((a_out.name, (w_b.name,)),), flops=_linear_flops(f"{prefix}.lora_B",
+                                                                                  _rows(prefix, a_out), w_b, None)))
         for op in bases:
             base_out = replace(op.output, name=f"{op.path}.base.out")
-            ops.append(self._dora(op, base_out, b_out) if self.dora else
-                       Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name)))
+            ops.append(self._dora(op, base_out, b_out, w_a, w_b) if self.dora else
+                       Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name),
+                          flops=_pointwise(f"{op.path}.lora_add", "add", op.output)))
         return ops
 
-    def _dora(self, op: Op, base_out: Tensor, lora_out: Tensor) -> Op:
+    def _dora(self, op: Op, base_out: Tensor, lora_out: Tensor, w_a: Tensor, w_b: Tensor) -> Op:
         """PEFT's DoRA: ``(m/n - 1) * W x + (m/n) * (B A x) * scale`` with ``n`` detached (Liu et al. 2024 §4.3)."""
         width = op.output.shape[-1]
         tp = op.output.tp_axis
@@ -169,5 +176,9 @@ class LoRA(Strategy):
         saved = (norm, base_out, lora_out, scale)
         needs = ((norm.name, (magnitude.name,)), (base_out.name, (magnitude.name,)), (lora_out.name, (magnitude.name,)),
                  (scale.name, (base_out.name, lora_out.name)))
+        # PEFT forms B A as lora_B(lora_A(I)) with an in x in identity each forward (detached: no backward).
+        eye = Tensor(f"{op.path}.dora.eye", (w_a.shape[1],), op.output.dtype, "rows")
+        work = (Flop(f"{op.path} B(A(I))", (eye, w_a)), Flop(f"{op.path} B(A(I))", (eye, w_b)),
+                *_pointwise(f"{op.path}.dora", "add", op.output))
         return Op(f"{op.path}.dora", "dora", (magnitude,), saved, op.output, inputs=(base_out.name, lora_out.name),
-                  saved_for=needs)
+                  saved_for=needs, flops=work)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from symbolic import dims
 from symbolic.expr import Expr, Min, const
-from symbolic.graph import Block, Graph, Op
+from symbolic.graph import Block, Flop, Graph, Op
 from symbolic.tensor import Tensor
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
@@ -265,16 +265,20 @@ class Freeze(Strategy):
 def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], bool]:
     """The block's ops with only the saved tensors some live gradient needs, and whether its output
     requires grad. A tensor requires grad when a trainable parameter or a live input produced it; an
-    op none of whose inputs or parameters requires grad records no backward node and saves nothing."""
+    op none of whose inputs or parameters requires grad records no backward node: it saves nothing
+    and does no backward work; one whose inputs need no gradient computes none for them."""
     outputs = {op.output.name: op for op in blk.ops}
     paths = sorted((op.path for op in blk.ops), key=len, reverse=True)
     by_path = {op.path: op.output.name for op in blk.ops}
     live = {blk.input.name} if live_in else set()
 
-    def source(name: str) -> str:  # a view such as attn/qkv.q resolves to the op that made it
+    def source(name: str) -> str:  # a view such as attn/qkv.q resolves to attn/qkv.out (an adapter's sum)
         if name in outputs or name == blk.input.name:
             return name
-        return next((by_path[p] for p in paths if name.startswith(p + ".")), name)
+        path = next((p for p in paths if name.startswith(p + ".")), None)
+        if path is None:
+            return name
+        return f"{path}.out" if f"{path}.out" in outputs else by_path[path]
 
     def needed(name: str) -> bool:
         if _is_param(name, blk, graph):
@@ -289,13 +293,38 @@ def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], 
         targets = {g for _, grads in op.saved_for for g in grads}
         own = [x.name for x in op.params] + [g for g in targets if _is_param(g, blk, graph)]
         reads = any(needed(x) for x in op.inputs) if op.inputs else bool(live)
-        if not (reads or any(graph.trainable(blk.name, x) for x in own)):
-            ops.append(replace(op, saved=()))
+        if not (reads or any(graph.trainable(blk.name, x) for x in own)):  # no backward node at all
+            ops.append(replace(op, saved=(), flops=tuple(x for x in op.flops if x.phase not in BACKWARD)))
             continue
         live.add(op.output.name)
-        ops.append(replace(op, saved=tuple(x for x in op.saved
-                                           if (grads := op.needs(x)) is None or any(needed(g) for g in grads))))
+        kept = tuple(x for x in op.saved if (grads := op.needs(x)) is None or any(needed(g) for g in grads))
+        work = op.flops if reads else tuple(x for x in op.flops if x.phase != "input-grad")
+        if op.kind == "attention" and reads:
+            work = _attention_grads(work, *(needed(x) for x in op.inputs))
+        ops.append(replace(op, saved=kept, flops=work))
     return tuple(ops), blk.ops[-1].output.name in live if blk.ops else live_in
+
+
+#: Backward work: none for an op that records no node; no input gradient where no input needs one.
+BACKWARD = ("input-grad", "weight-grad")
+
+
+def _attention_grads(work: tuple[Flop, ...], q: bool, k: bool, v: bool) -> tuple[Flop, ...]:
+    """Eager attention's backward computes only the gradients some input needs: ``q k^T`` gives dq and
+    dk (half its input-gradient products each), ``P v`` gives dP (for q or k) and dv; without q and k
+    the softmax (and dropout) backward is skipped too."""
+    share = {"q@k^T": q + k, "P@v": (q or k) + v}
+    out = []
+    for x in work:
+        op_name = x.name.rsplit(" ", 1)[-1]
+        if x.phase != "input-grad":
+            out.append(x)
+        elif op_name in share:
+            if share[op_name]:
+                out.append(replace(x, coef=x.coef * share[op_name] / 2))
+        elif q or k:
+            out.append(x)
+    return tuple(out)
 
 
 def _is_param(name: str, blk: Block, graph: Graph) -> bool:

@@ -77,9 +77,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dora", [False, True], ids=["lora", "dora"])
-@pytest.mark.parametrize(("model_type", "fields", "targets"), CASES,
-                         ids=[f"{c[0]}-{'+'.join(c[2])}" for c in CASES])
+@pytest.mark.parametrize(("model_type", "fields", "targets", "dora"),
+                         [(*c, False) for c in CASES] + [(*c, True) for c in CASES[1::3]],
+                         ids=[f"{c[0]}-{'+'.join(c[2])}" for c in CASES] + [f"{c[0]}-dora" for c in CASES[1::3]])
 def test_trainable_parameters_equal_peft(model_type: str, fields: dict, targets: tuple[str, ...], dora: bool) -> None:
     want = peft_trainable(model_type, fields, r=4, target_modules=targets[0] if targets == ("all-linear",)
                           else list(targets), use_dora=dora)
@@ -200,3 +200,64 @@ def test_lora_states_are_the_adapters_only() -> None:
     est = estimate("llama-2-7b", mode="train", batch=1, seq=512, lora_rank=8, lora_targets=("q_proj", "v_proj"))
     assert est.number("weight_bytes") == 2 * 6_742_609_920
     assert est.number("model_state_bytes") == 2 * 6_742_609_920 + 14 * 4_194_304
+
+
+# --- FLOPs: frozen weights drop their weight-gradient products, adapters add theirs ----------------
+FLOP_CASES = [
+    ("llama", dict(LLAMA_SIZES, num_key_value_heads=2), dict(lora_rank=4, lora_targets=("all-linear",))),
+    ("gpt2", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500, n_positions=64),
+     dict(lora_rank=4, lora_targets=("c_attn", "c_fc"))),
+    ("llama", dict(LLAMA_SIZES, num_key_value_heads=2), dict(train_only=("down_proj",))),
+]
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+@pytest.mark.parametrize(("model_type", "fields", "tuning"), FLOP_CASES,
+                         ids=[f"{c[0]}-{'+'.join(c[2].get('lora_targets', c[2].get('train_only')))}"
+                              for c in FLOP_CASES])
+def test_step_flops_equal_flop_counter(model_type: str, fields: dict, tuning: dict) -> None:
+    """Forward + backward of a whole PEFT model (fp32, CPU, eager) under FlopCounterMode: no weight
+    gradient for frozen weights, no input gradient before the first trainable op (frozen embeddings)."""
+    from derivations.quantities.finetune import finetune_steps
+    from symbolic.derive import TRAINING_PHASES, flops
+    from symbolic.dims import b, s
+    from tests.hf_flops import build, measure_training
+    from tests.test_params_families import _config
+
+    config = _config(model_type, fields)
+    torch_model = build(config)
+    model = from_config(config.to_dict())
+    if "lora_rank" in tuning:
+        targets = tuning["lora_targets"]
+        torch_model = peft.get_peft_model(torch_model, peft.LoraConfig(
+            r=tuning["lora_rank"], target_modules=targets[0] if targets == ("all-linear",) else list(targets)))
+    else:
+        for name, param in torch_model.named_parameters():
+            param.requires_grad_(".down_proj." in name)
+    options = Options(**tuning)
+    graph = model.graph(activation_dtype="fp32", dropout=False)
+    for step in [*finetune_steps(model, options), RequiresGrad()]:
+        graph = step(graph)
+    measured = measure_training(torch_model, 2, 12, config.vocab_size)
+    values = {**model.values(), b: 2, s: 12, R: tuning.get("lora_rank", 1)}
+    assert evaluate(flops(graph).total, values) == measured.forward
+    assert evaluate(flops(graph, phases=TRAINING_PHASES).total, values) == measured.step
+
+
+@pytest.mark.parametrize("live_in", [True, False], ids=["later-layer", "first-layer"])
+@pytest.mark.parametrize("targets", [("c_attn",), ("c_attn", "c_fc", "c_proj")], ids=["c_attn", "all"])
+def test_lora_on_fused_qkv_saves_what_autograd_saves(targets: tuple[str, ...], live_in: bool) -> None:
+    """GPT-2's fused ``c_attn``: the adapter's sum is the q, k, v the attention reads (all three then
+    need gradients, even in the first layer). PEFT wraps the reference GPT layer's linears."""
+    z, rank = GPT_SIZES, 4
+    names = {"c_attn": ["attn.qkv"], "c_fc": ["fc1"], "c_proj": ["attn.proj", "fc2"]}
+    torch.manual_seed(0)
+    layer = peft.inject_adapter_in_model(
+        peft.LoraConfig(r=rank, target_modules=[n for t in targets for n in names[t]]), GPTLayer(GPT_SIZES))
+    for name, param in layer.named_parameters():
+        param.requires_grad_("lora_" in name)
+    x = torch.randn(z.b, z.s, z.h, dtype=torch.bfloat16, requires_grad=live_in)
+    got, seen = measured_bytes(lambda: layer(x), layer)
+    splits, adapters = resolve_adapters(TINY_GPT, targets)
+    want = graph_bytes([*splits, LoRA(R, tuple(adapters))], TINY_GPT, z, live_in, rank)
+    assert got == want, f"measured {dict(got)} != graph {dict(want)}:\n{seen}"
