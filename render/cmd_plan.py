@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--gpu", help="a GPU by name (from the compute model's GPU table, once it lands)")
     parser.add_argument("--peak-tflops", type=float, help="one GPU's dense peak in TFLOP/s, for step times")
     parser.add_argument("--seq", type=int, required=True, help="tokens per sequence")
-    parser.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step (training)")
+    parser.add_argument("--new-tokens", type=int, default=0, help="tokens generated per sequence (inference)")
     parser.add_argument("--no-flash", action="store_true", help="plan without FlashAttention")
     parser.add_argument("--dtype", default="bf16", help="training precision (bf16 = mixed precision)")
     parser.add_argument("--optimizer", default="adamw")
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from derivations.search.plan import plan
 
     if args.mode == "infer":
-        fail("plan --mode infer is not available yet; use fit --mode infer for the largest batch on one layout")
+        return _infer(args)
+    if args.global_batch is None:
+        fail("plan --mode train needs --global-batch (sequences per optimizer step)")
     for name in ("gpus", "seq", "global_batch", "top"):
         value = getattr(args, name)
         if value is not None and value <= 0:
@@ -67,6 +70,35 @@ def run(args: argparse.Namespace) -> int:
                            "layouts": [x.to_json() for x in layouts]}, indent=2)
     else:
         text = _table(args, capacity, layouts)
+    emit(text, args.output)
+    return 0
+
+
+INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s ~ batch x replicas / (weights + "
+               "KV cache per GPU), what one decode step reads; no bandwidth assumed, so no seconds")
+
+
+def _infer(args: argparse.Namespace) -> int:
+    from derivations.search.plan import plan_infer
+    from render.units import format_bytes
+
+    for name in ("gpus", "seq", "top"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    capacity, _ = _capacity(args)
+    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=args.new_tokens, top=args.top)
+    if args.json:
+        text = json.dumps({"model": args.model, "capacity_bytes": capacity, "throughput_model": INFER_PROXY,
+                           "layouts": [x.to_json() for x in layouts]}, indent=2)
+    else:
+        lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
+                 f"{args.new_tokens} new tokens", f"NOTE: {INFER_PROXY}", "",
+                 "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)"]
+        for i, x in enumerate(layouts, 1):
+            lines.append(f"{i:4d} {x.options.get('tp', 1):3d} {x.options['batch']:6d} {x.tokens_per_step:15d} "
+                         f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
+        text = "\n".join(lines)
     emit(text, args.output)
     return 0
 

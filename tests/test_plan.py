@@ -64,3 +64,14 @@ def test_nothing_fits_is_one_line() -> None:
                              "--gpu-memory", "8GB", "--seq", "4096", "--global-batch", "8"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no layout fits" in result.stderr
+
+
+def test_inference_plan_rows_fit_and_the_next_batch_does_not() -> None:
+    from derivations.search.plan import plan_infer
+
+    layouts = plan_infer("llama-2-70b", GB80, 4096, 8, new_tokens=512)
+    assert [x.options["tp"] for x in layouts] == [8, 4, 2]  # 70B in bf16 (140 GB) needs t >= 2
+    for x in layouts:
+        assert estimate("llama-2-70b", **x.options).number("total_bytes") == x.total_bytes <= GB80
+        bigger = {**x.options, "batch": x.options["batch"] + 1}
+        assert estimate("llama-2-70b", **bigger).number("total_bytes") > GB80

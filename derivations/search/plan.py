@@ -32,7 +32,8 @@ from derivations.search.sweep import _Plan
 from symbolic.dims import b, d, m, p, t, v
 from symbolic.errors import DerivationError, InvalidLayoutError
 
-__all__ = ["Layout", "PlanError", "plan", "smallest_gpu_count", "proxy_step_time", "STEP_TIME", "NODE_SIZE"]
+__all__ = ["Layout", "PlanError", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
+           "NODE_SIZE"]
 
 NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
 VIRTUAL = (1, 2, 4, 8)
@@ -198,3 +199,54 @@ def _rank(item: tuple) -> tuple:
 def smallest_gpu_count(model: Any, capacity: int, global_batch: int, seq: int, **kwargs: Any) -> int:
     """How many GPUs the model needs: the fewest with a layout that fits."""
     return plan(model, capacity, global_batch, seq, None, top=1, **kwargs)[0].gpus
+
+
+@dataclass(frozen=True, slots=True)
+class ServingLayout:
+    """An inference layout: ``options`` (tp and the largest batch that fits) re-run through ``estimate``."""
+
+    options: dict[str, Any]
+    gpus: int
+    total_bytes: int
+    tokens_per_step: int  # sequences decoded at once over all replicas (batch x gpus / tp)
+    bytes_read_per_step: int  # per GPU: weights + KV cache, what a memory-bound decode step reads
+
+    def to_json(self) -> dict[str, Any]:
+        return {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
+                "step_time_s": None, "mfu": None, "tokens_per_step": self.tokens_per_step,
+                "bytes_read_per_step": self.bytes_read_per_step}
+
+
+def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, new_tokens: int = 0,
+               options: Options | None = None, top: int = 10) -> list[ServingLayout]:
+    """Tensor-parallel degrees and, for each, the largest batch that fits (``fit``), ranked by decode
+    throughput under a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so
+    tokens/s is proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to
+    rank; none is assumed). Without ``gpus``, one replica of the smallest t that fits."""
+    from derivations.search.fit import FitError, fit
+
+    resolved = resolve_model(model)
+    base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
+                   new_tokens=new_tokens)
+    out = []
+    for tp in _divisors(resolved.sizes["a"]):
+        if tp > NODE_SIZE or (gpus is not None and gpus % tp):
+            continue
+        try:
+            found = fit(resolved, replace(base, tp=tp), capacity, "batch")
+        except (FitError, DerivationError):
+            continue
+        est = estimate(resolved, replace(base, tp=tp, batch=found.value))
+        read = est.number("weight_bytes") + est.number("kv_cache_bytes")
+        replicas = (gpus or tp) // tp
+        defaults = Options()
+        shown = {k: val for k, val in asdict(est.options).items()
+                 if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
+        out.append(ServingLayout(shown, gpus or tp, est.number("total_bytes"), found.value * replicas, read))
+    if not out:
+        raise PlanError(f"{resolved.name}: no tensor-parallel degree fits {capacity:,} bytes per GPU at seq {seq}")
+    if gpus is None:
+        fewest = min(x.gpus for x in out)
+        out = [x for x in out if x.gpus == fewest]
+    out.sort(key=lambda x: (-x.tokens_per_step / x.bytes_read_per_step, x.gpus))
+    return out[:top]
