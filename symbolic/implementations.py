@@ -10,7 +10,8 @@ The graph of ``derivations.models.architectures`` describes fused kernels as Meg
 * Eager attention (LLaMA-style families) runs ``softmax(dtype=float32)``: the fp32 probabilities are
   saved beside the 16-bit copy the second matmul saves; ``repeat_kv`` copies K and V to all ``a``
   heads before the matmuls save them. GPT-2's eager softmax stays 16-bit.
-* Rotary ``cos``/``sin`` (s, d_h) are computed once per forward and saved by every layer's muls.
+* Rotary ``cos``/``sin`` (s, d_h) are computed once per forward and saved by every layer's muls (counted
+  once, in the ``head`` block, which is live whenever anything trains).
 * ``gelu_new`` (NewGELUActivation, Python) saves its input, ``0.5*x``, ``tanh(.)`` and ``1 + tanh(.)``.
 * SDPA saves q, k, v (a_kv heads: ``enable_gqa``), the output and the fp32 logsumexp (b, a, s).
 
@@ -81,8 +82,8 @@ class HuggingFace(Strategy):
     def __call__(self, graph: Graph) -> Graph:
         blocks = tuple(blk.map_ops(self._op) for blk in graph.blocks)
         rotary = [op for blk in blocks for op in blk.ops if op.kind == "rotary"]
-        if rotary and any(blk.name == "embed" for blk in blocks):
-            blocks = tuple(_with_rotary_tables(blk, rotary[0]) if blk.name == "embed" else blk for blk in blocks)
+        if rotary and any(blk.name == "head" for blk in blocks):  # held while any layer's backward may need them
+            blocks = tuple(_with_rotary_tables(blk, rotary[0]) if blk.name == "head" else blk for blk in blocks)
         note = (f"implementation: transformers' modeling code, {self.attention} attention"
                 f"{' (CPU kernels)' if self.device == 'cpu' else ' (CUDA kernels)'}")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
@@ -166,5 +167,6 @@ def _with_rotary_tables(blk: Block, rotary: Op) -> Block:
     """cos and sin (s, d_h), 16-bit, made once per forward by the model's rotary embedding."""
     seq, d_head, act = blk.input.shape[1], rotary.output.shape[-1], rotary.output.dtype
     cos, sin = (Tensor(f"rotary.{k}", (seq, d_head), act, role="rotary-tables", seq_axis=0) for k in ("cos", "sin"))
-    op = Op("rotary_tables", "rotary-tables", (), (cos, sin), sin, "cos/sin computed once, saved by every layer")
+    op = Op("rotary_tables", "rotary-tables", (), (cos, sin), sin,
+            "cos/sin computed once per forward (by the model, before the layers), saved by every layer")
     return replace(blk, ops=(*blk.ops, op))
