@@ -86,3 +86,16 @@ def test_cli_writes_csv_and_refuses_to_overwrite(tmp_path: Path) -> None:
 def test_cli_bad_ranges_are_one_line(bad: str) -> None:
     result = _cli("--model", "gpt2", "--mode", "train", "--batch", bad, "--seq", "128")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_derived_once_per_structure_and_the_same_as_fresh() -> None:
+    """Values (b, s, t > 1, ...) share one derivation; a new switch (t = 1) derives anew; a cleared cache
+    gives the same bytes."""
+    module = sys.modules["derivations.estimate"]
+    first = estimate("gpt2", mode="train", batch=1, seq=128, tp=2, zero=1, dp=2)
+    second = estimate("gpt2", mode="train", batch=7, seq=1000, tp=4, zero=1, dp=8)
+    assert first.graph is second.graph and first.quantities is second.quantities
+    assert estimate("gpt2", mode="train", batch=1, seq=128, zero=1, dp=2).graph is not first.graph
+    cached = second.to_json()
+    module._DERIVED.clear()
+    assert estimate("gpt2", mode="train", batch=7, seq=1000, tp=4, zero=1, dp=8).to_json() == cached
