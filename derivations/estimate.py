@@ -183,8 +183,14 @@ class Estimate:
 
 
 def _collected_in_l(expr: Any) -> Any:
+    """``l(...) + ...``; with l_d dense layers among MoE ones, ``l(MoE layer) + l_d(dense - MoE MLP) + ...``."""
+    import sympy
+
+    from symbolic.dims_sympy import l_d
     from symbolic.simplify import collect_in
 
+    if l_d in sympy.sympify(expr).free_symbols:
+        return sympy.collect(sympy.expand(expr), [sympy.sympify(l), l_d])
     return collect_in(expr, l)
 
 

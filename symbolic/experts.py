@@ -112,7 +112,7 @@ class ExpertCapacity(Strategy):
             return replace(x, shape=(dims.E, slots, *rest), tp_axis=tp_axis, seq_axis=1)
 
         def per_op(op: Op) -> Op:
-            return replace(op, saved=tuple(map(pad, op.saved))) if op.kind == EXPERTS else op
+            return op.map_tensors(pad) if op.kind == EXPERTS else op
 
         return graph.map_blocks(lambda blk: blk.map_ops(per_op), self.name,
                                 f"experts padded to capacity C = ceil({self.factor} k b s / E) tokens each")

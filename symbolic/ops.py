@@ -289,7 +289,9 @@ class BlockBuilder:
             saved += (self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
                       self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
         out = self._act(f"{path}.out", (*lead, top_k), "router")
-        return self._add(Op(path, "router", tuple(params), saved, out))
+        flops = _linear_flops(path, _rows(path, x), params[0], params[1] if bias else None) + \
+            _pointwise(path, "softmax", saved[1])
+        return self._add(Op(path, "router", tuple(params), saved, out, flops=flops))
 
     def experts(self, path: str, x: Tensor, experts: Size, top_k: Size, width: Size, *, kind: str,
                 bias: bool, note: str = "") -> Tensor:
@@ -325,14 +327,16 @@ class BlockBuilder:
                  self._act(f"{path}.weights", (*lead, 1), "router"),
                  self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
-        return self._add(Op(path, "experts", tuple(params), saved, out, note))
+        rows = self._act(f"{path}.rows", lead, buffer)
+        flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1])
+        return self._add(Op(path, "experts", tuple(params), saved, out, note, flops=flops))
 
     def scale(self, path: str, x: Tensor, gate_width: Size = 1, *, kind: str = "sigmoid-gate") -> Tensor:
         """``sigmoid(g) * x`` with ``g`` of width ``gate_width`` (Qwen2-MoE's shared-expert gate):
         saves the sigmoid's output and ``x``."""
         gate = self._act(f"{path}.sigmoid", (*x.shape[:-1], gate_width))
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        return self._add(Op(path, kind, (), (gate, x), out))
+        return self._add(Op(path, kind, (), (gate, x), out, flops=_pointwise(path, "glu", out)))
 
     # --- multi-head latent attention ----------------------------------------------------------
     def kv_latent(self, path: str, kv: Tensor, rank: Size, rope_dim: Size) -> tuple[Tensor, Tensor]:
@@ -360,6 +364,30 @@ class BlockBuilder:
         weight = _param(f"{path}.weight", (heads,), "weight", 0)
         out = self._act(f"{path}.out", (heads,), seq_axis=None, tp_axis=0)
         self._add(Op(path, "attention-sinks", (weight,), (), out))
+
+
+def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor, kind: str,
+                  weighted: Tensor) -> tuple[Flop, ...]:
+    """Each of the b s k token-expert ``rows`` goes through one expert's matrices: the FLOPs of one
+    expert's weights per row (an ``(out, in)`` operand per matrix, split by tensor parallelism as the
+    experts' are; expert parallelism moves rows between ranks, not work), its activation, and the
+    routing weight's scaling of each output."""
+    terms: list[Flop] = []
+    for weight in params:
+        one = Tensor(f"{weight.name}.one_expert", weight.shape[1:], weight.dtype, role=weight.role,
+                     tp_axis=None if weight.tp_axis is None else weight.tp_axis - 1)
+        if weight.role == "weight":
+            name = f"{path} x@{weight.name.rsplit('.', 1)[-1]}"
+            terms += [Flop(name, (rows, one)), Flop(name, (rows, one), phase="input-grad"),
+                      Flop(name, (rows, one), phase="weight-grad", param=weight.name)]
+        else:
+            terms += [Flop(f"{path} +bias", (rows, one), 1, "elementwise"),
+                      Flop(f"{path} +bias", (rows, one), 1, "elementwise", "weight-grad", weight.name)]
+    if kind in ("swiglu", "geglu"):
+        terms += [*_pointwise(path, "silu" if kind == "swiglu" else "gelu", hidden), *_pointwise(path, "glu", hidden)]
+    else:
+        terms += _pointwise(path, kind, hidden)
+    return (*terms, *_pointwise(path, "glu", weighted))
 
 
 def _attention_flops(path: str, scores_shape: tuple[Size, ...], d_qk: Size, d_v: Size,
