@@ -34,7 +34,7 @@ from symbolic.formula import Citation
 from symbolic.graph import Graph
 from symbolic.strategies import RequiresGrad
 
-__all__ = ["Estimate", "UnknownQuantity", "estimate", "resolve_model"]
+__all__ = ["context_notes", "Estimate", "UnknownQuantity", "estimate", "resolve_model"]
 
 MOE_CITATION = Citation("Lepikhin et al. 2020 (GShard); Dai et al. 2024 (DeepSeekMoE)", "arXiv:2006.16668; "
                         "arXiv:2401.06066", "top-k routing over E experts; shared experts")
@@ -122,6 +122,24 @@ class UnknownQuantity(DerivationError, KeyError):
         return str(self.args[0])
 
 
+def context_notes(model: Model, opts: Options) -> list[str]:
+    """A prompt plus new tokens past the positions the model was trained for, said the same way by
+    ``estimate`` and ``fit`` (learned positions refuse it outright: see ``check_layout``).
+
+    >>> from derivations.models.presets import preset
+    >>> context_notes(preset("llama-2-7b"), Options(mode="infer", batch=1, seq=4000, new_tokens=200))
+    ['a context of 4,200 tokens (prompt plus new tokens) is past the 4,096 positions llama-2-7b was trained for']
+    """
+    if opts.mode == "params" or opts.seq is None or model.max_positions is None:
+        return []
+    context = opts.seq + (opts.new_tokens if opts.mode == "infer" else 0)
+    if context <= model.max_positions:
+        return []
+    what = " (prompt plus new tokens)" if opts.mode == "infer" and opts.new_tokens else ""
+    return [f"a context of {context:,} tokens{what} is past the {model.max_positions:,} positions {model.name} "
+            "was trained for"]
+
+
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Symbolic quantities of one model under one set of options, and the values to substitute."""
@@ -155,6 +173,10 @@ class Estimate:
             out["kv_dtype"] = kv
         return out
 
+    def notes(self) -> list[str]:
+        """Warnings about the inputs (a context past the model's trained positions), as text and JSON show them."""
+        return context_notes(self.model, self.options)
+
     def peak_phase(self) -> str | None:
         """``prefill`` or ``decode``: the phase whose memory is the inference total (None otherwise)."""
         keys = {q.key for q in self.quantities}
@@ -169,6 +191,7 @@ class Estimate:
         out.update({q.key: self.number(q.key) for q in self.quantities})
         if self.peak_phase() is not None:
             out["peak_phase"] = self.peak_phase()
+        out["notes"] = self.notes()
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in self.quantities}
         out["strategies"] = list(self.graph.strategies)

@@ -26,6 +26,9 @@ MODES = ("params", "train", "infer")
 #: (FlashAttention, as serving engines run it) never hold them.
 ATTENTION = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16")
+#: The dtypes each dtype option accepts (its error lists only these).
+ACCEPTED_DTYPES = {"dtype": TRAIN_DTYPES, "weight_dtype": ("fp32", "fp16", "bf16", "fp8", "int8", "int4"),
+                   "kv_dtype": ("fp32", "fp16", "bf16", "fp8", "int8")}
 RECOMPUTE = ("none", "selective", "full")
 #: Activation profiles: which saved tensors a profile neglects, and why.
 PROFILES = {
@@ -165,8 +168,9 @@ class Options:
             if value is not None:
                 try:
                     dtype(value)
-                except ValueError as exc:
-                    raise OptionsError(f"--{name.replace('_', '-')}: {exc}") from None
+                except ValueError:
+                    raise OptionsError(f"--{name.replace('_', '-')}: unknown dtype {value!r}; choose one of "
+                                       f"{', '.join(ACCEPTED_DTYPES[name])}") from None
         if self.mode == "train" and dtype(self.dtype).name not in TRAIN_DTYPES:
             raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")

@@ -5,12 +5,14 @@
 124439808
 >>> r._repr_markdown_().splitlines()[0]
 '**gpt2**, params: Parameters = 124,439,808 (124.44 million)'
->>> estimate("no-such-model")._repr_markdown_().startswith("**memderive could not derive this:**")
-True
+>>> estimate("llama-2-7b", mode="train", batch=1, seq=8, tp=7)
+Traceback (most recent call last):
+...
+symbolic.errors.InvalidLayoutError: llama-2-7b: 32 attention heads are not divisible by tensor-parallel degree 7; choose a degree that divides it
 
-Every ``_repr_*_`` here catches ``DerivationError`` and shows its message instead of a traceback;
-``estimate`` keeps such an error and shows it when displayed. Methods that return plain data
-(``number``, ``numbers``, ``steps``) raise it, as library code should.
+Bad input raises at the call (a ``DerivationError``, a ``ValueError``) with the message the command
+line prints; every ``_repr_*_`` here catches a ``DerivationError`` raised while rendering and shows its
+message instead of a traceback.
 """
 
 from __future__ import annotations
@@ -215,9 +217,4 @@ def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> 
     """
     if render is not None and not isinstance(render, RenderOptions):
         raise ArgumentError(f"render must be a RenderOptions, got {shown(render)} ({type(render).__name__})")
-    try:
-        return Result(_estimate(model, **kwargs), options=render)
-    except ArgumentError:  # a misused call is raised at the call, not kept for display
-        raise
-    except DerivationError as exc:
-        return Result(None, exc, render)
+    return Result(_estimate(model, **kwargs), options=render)  # bad input raises here, as the CLI refuses it

@@ -70,17 +70,24 @@ def text_report(result: CheckResult) -> str:
     p = result.parsed
     lines = [f"{result.verdict} ({MARKS[result.holds]}): {result.spec.name} = {result.title} "
              f"({result.spec.unit}), {result.model}",
-             f"  claim:  {result.theirs}    read from {p.text.strip()!r}",
-             f"  ours:   {result.ours}"]
+             f"  claim:  {plain(result.theirs)}    read from '{p.text.strip()}'",  # as typed, not repr'd
+             f"  ours:   {plain(result.ours)}"]
     if result.verdict != "exact":
-        lines.append(f"  ours - claim: {sp.factor_terms(result.difference)}")
-    lines += [f"  - {line}" for line in result.explanation]
+        lines.append(f"  ours - claim: {plain(sp.factor_terms(result.difference))}")
+    lines += [f"  - {plain(line)}" for line in result.explanation]
     if result.counterexample is not None:
         lines.append("  " + _example(result))
     if result.citation:
         lines.append(f"  our derivation cites: {result.citation}")
-    lines += [f"  note: {note}" for note in result.notes]
+    lines += [f"  note: {plain(note)}" for note in result.notes]
     return "\n".join(lines)
+
+
+def plain(expr: object) -> str:
+    """A formula in a reader's notation (``h^2``, ``max``): ``render.text.plain``."""
+    from render.text import plain as words
+
+    return words(expr)
 
 
 def _gap_rows(gaps: Sequence[Gap]) -> list[str]:

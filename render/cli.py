@@ -8,16 +8,18 @@ Bad input of any kind ends in one line on stderr and exit code 2, never a traceb
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "add_model_options", "add_strategy_options", "options_from_args", "fail", "emit"]
+__all__ = ["main", "add_model_options", "add_strategy_options", "add_output_options", "options_from_args", "fail",
+           "emit", "check_output", "not_applicable", "command_line"]
 
 COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
                    "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep",
-                   "render.cmd_plan")
+                   "render.cmd_plan", "render.cmd_models")
 
 
 class CliError(ValueError):
@@ -28,16 +30,47 @@ def fail(message: str) -> None:
     raise CliError(message)
 
 
-def emit(text: str, output: str | None) -> None:
-    """Print ``text``, or write it to the file ``output``."""
-    if output:
+def check_output(output: str | None, force: bool) -> None:
+    """The one overwrite rule of every ``-o``: an existing file is refused unless ``--force``."""
+    if output and output != "-" and os.path.exists(output) and not force:
+        raise CliError(f"{output} exists; pass --force to overwrite it")
+
+
+def emit(text: str, output: str | None, force: bool = False) -> None:
+    """Print ``text``, or write it to the file ``output`` (refused if it exists, unless ``force``)."""
+    check_output(output, force)
+    if output and output != "-":
         with open(output, "w") as fh:
             fh.write(text + "\n")
     else:
         print(text)
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help that shows each option's default (when it has one worth showing)."""
+
+    @staticmethod
+    def _shows_default(action: argparse.Action) -> bool:
+        return (bool(action.option_strings) and action.default is not None and action.default is not False
+                and action.default != argparse.SUPPRESS
+                and "default" not in (action.help or ""))
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and self._shows_default(action):  # argparse prints no help line without a help text
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = (action.help or "").strip()
+        return f"{text} (default: %(default)s)".strip() if self._shows_default(action) else text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # one line, exit 2
         sys.stderr.write(f"memderive: error: {message}\n")
         raise SystemExit(2)
@@ -66,7 +99,9 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--capacity-factor", default=None,
                    help="MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots")
     g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
-    g.add_argument("--offload", action="store_true", help="optimizer states in CPU memory")
+    g.add_argument("--offload", action="store_true",
+                   help="ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU memory; "
+                        "the GPU keeps the 16-bit weights")
     g.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     g.add_argument("--attention", choices=("eager", "sdpa", "flash"), default=None,
                    help="attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not (default: sdpa "
@@ -80,7 +115,7 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--virtual-stages", type=int)
     g.add_argument("--profile", choices=("korthikanti", "exact"), default="korthikanti",
                    help="activation profile: the paper's (norm stats neglected) or every saved tensor")
-    g.add_argument("--overhead", default="0", help="allowance for framework overhead, e.g. 2GiB")
+    g.add_argument("--overhead", default="0", help="allowance for framework overhead, with a unit: 2GiB, 500MB")
     g.add_argument("--weight-dtype", default=None, help="inference weight dtype (fp16, int8, int4, fp8, ...)")
     g.add_argument("--kv-dtype", default=None, help="inference KV-cache dtype")
     g.add_argument("--quant-group", type=int, default=128, help="int4/int8 quantization group size")
@@ -97,17 +132,65 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     ft.add_argument("--train-only", default="", help="freeze all but these modules (names, embeddings, lm_head, norms)")
 
 
-def options_from_args(args: argparse.Namespace, mode: str | None = None):
+def add_output_options(parser: argparse.ArgumentParser, what: str = "write the report to this file",
+                       required: bool = False) -> None:
+    """``-o FILE`` and ``--force``: every command that writes a file refuses to overwrite one without it."""
+    parser.add_argument("-o", "--output", required=required, help=what)
+    parser.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
+
+
+#: Options of ``add_strategy_options`` by the modes they apply to (the rest apply to train and infer).
+_TRAIN_ONLY = ("dtype", "optimizer", "pp", "dp", "sp", "zero", "offload", "recompute", "no_dropout", "micro_batches",
+               "virtual_stages", "profile", "implementation", "lora_rank", "lora_targets", "lora_dropout", "dora",
+               "base_dtype", "freeze_embeddings", "train_only")
+_INFER_ONLY = ("new_tokens", "weight_dtype", "kv_dtype", "quant_group", "kv_block")
+_DEFAULTS = {"dtype": "bf16", "optimizer": "adamw", "tp": 1, "pp": 1, "dp": 1, "zero": 0, "recompute": "none",
+             "profile": "korthikanti", "overhead": "0", "quant_group": 128, "implementation": "megatron",
+             "lora_targets": "", "lora_dropout": 0.0, "train_only": ""}
+
+
+def not_applicable(args: argparse.Namespace, mode: str) -> list[str]:
+    """The options given on the command line that do not apply in ``mode`` (as ``--flag`` names)."""
+    def given(name: str) -> bool:
+        value = getattr(args, name, None)
+        return value not in (None, False) and value != _DEFAULTS.get(name)
+
+    names = {"params": ("batch", "seq", "tp", "attention", "flash", "overhead", *_TRAIN_ONLY, *_INFER_ONLY),
+             "train": _INFER_ONLY, "infer": _TRAIN_ONLY}.get(mode, ())
+    unused = [name for name in names if given(name)]
+    if mode == "train" and getattr(args, "pp", 1) == 1:
+        unused += [name for name in ("micro_batches", "virtual_stages") if given(name)]
+    return ["--" + name.replace("_", "-") for name in unused]
+
+
+def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> None:
+    unused = not_applicable(args, mode)
+    if not unused:
+        return
+    if mode == "train" and all(x in ("--micro-batches", "--virtual-stages") for x in unused):
+        raise CliError(f"{' and '.join(unused)} apply to pipeline parallelism; give --pp greater than 1")
+    why = {"params": "a parameter count depends on the model only; use --mode train or --mode infer",
+           "train": "inference only (--mode infer)",
+           "infer": "training only (--mode train); inference takes --weight-dtype, --kv-dtype, --tp"}
+    verb = "does" if len(unused) == 1 else "do"
+    raise CliError(f"{', '.join(unused)} {verb} not apply to --mode {mode}: {why[mode]}")
+
+
+def options_from_args(args: argparse.Namespace, mode: str | None = None, strict: bool = True):
+    """``Options`` from the command line; with ``strict``, options that do not apply to the mode are refused."""
     from derivations.options import Options
     from render.units import parse_size
 
+    if strict:
+        _refuse_not_applicable(args, mode or args.mode or "params")
     return Options(mode=mode or args.mode or "params", batch=args.batch, seq=args.seq,
                    new_tokens=0 if args.new_tokens is None else args.new_tokens,
                    dtype=args.dtype, optimizer=args.optimizer, tp=args.tp, pp=args.pp, dp=args.dp, sp=args.sp,
                    zero=args.zero, offload=args.offload, recompute=args.recompute, flash=args.flash,
-                   attention=args.attention, kv_block=args.kv_block, dropout=not args.no_dropout, micro_batches=args.micro_batches,
+                   attention=args.attention, kv_block=args.kv_block, dropout=not args.no_dropout,
+                   micro_batches=args.micro_batches,
                    virtual_stages=args.virtual_stages, profile=args.profile,
-                   overhead_bytes=parse_size(args.overhead), weight_dtype=args.weight_dtype,
+                   overhead_bytes=parse_size(args.overhead, "--overhead"), weight_dtype=args.weight_dtype,
                    kv_dtype=args.kv_dtype, quant_group=args.quant_group,
                    implementation=getattr(args, "implementation", "megatron"), lora_rank=args.lora_rank,
                    lora_targets=args.lora_targets, lora_dropout=args.lora_dropout, dora=args.dora,
@@ -115,8 +198,25 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None):
                    ep=args.ep, capacity_factor=args.capacity_factor)
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The command as it was run (``memderive`` and its arguments, shell-quoted)."""
+    import shlex
+
+    return "memderive " + shlex.join(getattr(args, "argv", []))
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("memderive")
+    except Exception:  # noqa: BLE001 - not installed (PYTHONPATH checkout): the source tree's version
+        return "0.1.0 (source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="memderive", description="Derive the memory of transformer models, symbolically and exactly.")
+    parser.add_argument("--version", action="version", version=f"memderive {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         try:
@@ -132,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was run, for "Generated by" lines
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # e.g. piped into head: not an error of the input

@@ -12,7 +12,7 @@ import argparse
 import json
 from fractions import Fraction
 
-from render.cli import add_model_options, add_strategy_options, emit, options_from_args
+from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
 
 __all__ = ["register", "compare_report"]
 
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "eleuther, accelerate")
     parser.add_argument("--format", choices=("text", "md"), default="text")
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
-    parser.add_argument("-o", "--output", help="write the report to this file")
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -110,5 +110,5 @@ def run(args: argparse.Namespace) -> int:
             "not_modelled": dict(skipped)}, indent=2)
     else:
         text = compare_report(model.name, rows, skipped, opts, args.format)
-    emit(text, args.output)
+    emit(text, args.output, args.force)
     return 0

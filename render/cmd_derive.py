@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_strategy_options, emit, options_from_args
+from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
 from render.cmd_estimate import add_writeup_options, render_options
 from render.quantity_names import QUANTITIES
 
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--strategy", help="shorthand, e.g. tp+sp+selective, flash, pp+zero1 (" + ", ".join(STRATEGIES) + ")")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
     add_writeup_options(parser)
-    parser.add_argument("-o", "--output")
+    add_output_options(parser, "write the closed form or document to this file")
     parser.set_defaults(func=run)
 
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         args.batch = 1
     if args.seq is None:
         args.seq = 1
-    est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode))
+    est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode, strict=False))
     quantity = est.quantity(key)
     if args.format == "text":
         text = f"{quantity.title} ({quantity.unit}) = {quantity.closed_form()}"
@@ -64,5 +64,5 @@ def run(args: argparse.Namespace) -> int:
         # Without --batch and --seq the placeholders b = s = 1 are not worth substituting.
         options = render_options(args) if sized else render_options(args, detail="symbolic")
         text = quantity_document(est, key, args.format, options)
-    emit(text, args.output)
+    emit(text, args.output, args.force)
     return 0

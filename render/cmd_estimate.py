@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_strategy_options, emit, options_from_args
+from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--convention", default="memderive",
                         help="whose accounting: memderive (default), or megatron, deepspeed, llm-analysis, eleuther, "
                              "accelerate beside memderive's, as `memderive compare` prints them")
+    parser.add_argument("--summary", action="store_true", help="one screen: the inputs and each quantity's value")
     add_writeup_options(parser)
-    parser.add_argument("-o", "--output", help="write the report to this file")
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -29,6 +30,17 @@ def add_writeup_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--detail", choices=("symbolic", "substituted", "numeric"),
                    help="formula only; formula = numbers = result (default); formula = result")
     g.add_argument("--units", choices=("both", "SI", "IEC"), help="rounded bytes in GB, GiB or both (default)")
+
+
+def check_formats(args: argparse.Namespace) -> None:
+    """Output switches that contradict each other, or that the chosen output does not use, are refused."""
+    if args.json and args.format != "text":
+        raise ValueError(f"--json and --format {args.format} are two outputs; give one of them")
+    if args.summary and (args.json or args.format != "text"):
+        raise ValueError("--summary is a one-screen text report; leave out --json and --format")
+    unused = [flag for flag, value in (("--detail", args.detail), ("--units", args.units)) if value is not None]
+    if (args.json or args.format == "text") and unused:
+        raise ValueError(f"{' and '.join(unused)} shape Markdown and LaTeX writeups; add --format md or --format latex")
 
 
 def render_options(args: argparse.Namespace, **defaults: object):
@@ -43,8 +55,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.convention != "memderive":
         return _convention(args)
+    check_formats(args)
     est = estimate(args.model, options_from_args(args))
-    if args.json:
+    if args.summary:
+        from render.text import summary_report
+
+        text = summary_report(est, precision=render_options(args).precision)
+    elif args.json:
         text = json.dumps(est.to_json(), indent=2)
     elif args.format == "text":
         from render.text import text_report
@@ -54,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         from render.writeup import estimate_document
 
         text = estimate_document(est, args.format, render_options(args))
-    emit(text, args.output)
+    emit(text, args.output, args.force)
     return 0
 
 
@@ -73,5 +90,5 @@ def _convention(args: argparse.Namespace) -> int:
         raise ValueError("--convention needs --mode train or --mode infer (with --batch and --seq)")
     model = resolve_model(args.model)
     rows, skipped = compare(model, opts, ("memderive", args.convention))
-    emit(compare_report(model.name, rows, skipped, opts, args.format), args.output)
+    emit(compare_report(model.name, rows, skipped, opts, args.format), args.output, args.force)
     return 0

@@ -9,7 +9,8 @@ from render.cli import add_model_options, add_strategy_options, options_from_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("fit", help="largest batch or longest context that fits one GPU's memory")
+    parser = sub.add_parser("fit", help="largest batch or longest context that fits one GPU's memory (exit code 0: "
+                                        "fits, 1: does not fit even 1, with the changes that would; 2: bad input)")
     add_model_options(parser)
     parser.add_argument("--gpu-memory", required=True, help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB")
     add_strategy_options(parser)
@@ -20,8 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     # NOTE(fit): errors are ValueError, not render.cli.fail: under ``python -m render.cli`` the
     # CliError that fail() raises is not the class main() catches (__main__ vs render.cli).
-    from derivations.estimate import resolve_model
-    from derivations.search.fit import fit
+    from dataclasses import replace
+    from fractions import Fraction
+
+    from derivations.estimate import context_notes, resolve_model
+    from derivations.search.fit import DoesNotFit, fit
     from render.units import format_bytes, parse_size
 
     mode = args.mode or "infer"
@@ -31,13 +35,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give exactly one of --seq (to find the largest batch) or --batch (to find the longest context)")
     solve_for = "batch" if args.batch is None else "seq"
     setattr(args, solve_for, 1)  # placeholder; fit solves for it
-    capacity = parse_size(args.gpu_memory)
+    capacity = parse_size(args.gpu_memory, "--gpu-memory")
     model = resolve_model(args.model)
-    result = fit(model, options_from_args(args, mode=mode), capacity, solve_for)
+    options = options_from_args(args, mode=mode)
     given = ("seq", args.seq) if solve_for == "batch" else ("batch", args.batch)
+    try:
+        result = fit(model, options, capacity, solve_for)
+    except DoesNotFit as exc:
+        return _does_not_fit(args, model, options, capacity, solve_for, given, exc)
+    notes = context_notes(model, replace(options, **{solve_for: result.value}))
     if args.json:
-        out = {"model": model.name, "mode": mode, given[0]: given[1], **result.to_json(),
-               "max_positions": model.max_positions}
+        out = {"model": model.name, "mode": mode, "fits": True, given[0]: given[1], **result.to_json(),
+               "max_positions": model.max_positions, "notes": notes}
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
@@ -47,9 +56,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {solve_for} {result.value + 1:,} is past the model's {model.max_positions:,} learned positions")
     else:
         print(f"  {solve_for} {result.value + 1:,} needs {format_bytes(result.bytes_next)}")
-    if result.fixed is not None:
-        per = f"{int(result.per_unit):,}" if result.per_unit.q == 1 else str(result.per_unit)
+    if result.fixed is not None and result.per_unit is not None:
+        per = f"{int(result.per_unit):,}" if Fraction(result.per_unit).denominator == 1 else str(result.per_unit)
         print(f"  total = {result.fixed:,} + {per} * {solve_for} bytes")
-    if solve_for == "seq" and model.max_positions is not None and result.value > model.max_positions:
-        print(f"  note: the model was trained for {model.max_positions:,} positions")
+    for note in notes:
+        print(f"  note: {note}")
     return 0
+
+
+def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve_for: str,  # type: ignore[no-untyped-def]
+                  given: tuple[str, int], exc: Exception) -> int:
+    """Not even 1 fits: say so (an answer: exit 1) and the smallest changes that would fit."""
+    from derivations.search.fit import smallest_changes
+    from render.units import format_bytes
+
+    needed = getattr(exc, "needed", None)
+    changes = smallest_changes(model, options, capacity, solve_for)
+    if args.json:
+        print(json.dumps({"model": model.name, "mode": options.mode, "fits": False, given[0]: given[1],
+                          solve_for: 0, "capacity_bytes": capacity, "needed_bytes": needed,
+                          "would_fit": [{"change": c, "total_bytes": n} for c, n in changes]}, indent=2))
+        return 1
+    print(f"{model.name}, {options.mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
+    print(f"does not fit: {solve_for} 1 needs {format_bytes(needed) if needed is not None else 'more'}")
+    if changes:
+        print("would fit with:")
+        for change, total in changes:
+            print(f"  {change:<24} {format_bytes(total)}")
+    else:
+        print("no single change tried (tensor parallelism, ZeRO-3, recompute, 8-bit optimizer, lower-precision "
+              "weights or KV cache, a shorter context) fits; combine them or use more GPUs")
+    return 1

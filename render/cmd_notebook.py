@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_strategy_options, options_from_args
+from render.cli import add_model_options, add_strategy_options, command_line, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,12 +28,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
     if Path(args.output).exists() and not args.force:
         raise ValueError(f"{args.output} exists; pass --force to overwrite it")
-    parse_size(args.gpu_memory)  # a clear error before any work
+    parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
     from render.notebooks import execute, notebook, write
 
-    nb = notebook(est, args.gpu_memory)
+    nb = notebook(est, args.gpu_memory, command_line(args))
     if args.execute:
         try:
             nb = execute(nb)

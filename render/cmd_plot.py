@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_strategy_options, options_from_args
+from render.cli import add_model_options, add_output_options, add_strategy_options, check_output, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--kind", choices=("breakdown", "seq", "batch"), default="breakdown",
                         help="breakdown: stacked bars across layouts; seq/batch: memory against s or b")
     parser.add_argument("--gpu-memory", default=None, help="draw the capacity line, e.g. 80GB or 80GiB")
-    parser.add_argument("-o", "--output", required=True, help="FILE.png or FILE.svg")
+    add_output_options(parser, "FILE.png, FILE.svg or FILE.pdf", required=True)
     parser.set_defaults(func=run)
 
 
@@ -22,11 +22,12 @@ def run(args: argparse.Namespace) -> int:
     from derivations.estimate import estimate
     from render.units import parse_size
 
-    if not args.output.lower().endswith((".png", ".svg")):
-        raise ValueError(f"-o must name a .png or .svg file, got {args.output!r}")
+    if not args.output.lower().endswith((".png", ".svg", ".pdf")):
+        raise ValueError(f"-o must name a .png, .svg or .pdf file, got {args.output!r}")
+    check_output(args.output, args.force)
     if args.mode == "params":
         raise ValueError("plots show memory per GPU; use --mode train (default) or --mode infer")
-    capacity = parse_size(args.gpu_memory) if args.gpu_memory else None
+    capacity = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
     from render.plots import draw, plot_data, save

@@ -31,6 +31,8 @@ __all__ = ["PlotData", "KINDS", "strategy_ladder", "breakdown_data", "sweep_data
 
 KINDS = ("breakdown", "seq", "batch")
 GIB = 2**30
+#: Largest ratio of bar totals a linear axis shows readably.
+LOG_RATIO = 10
 #: Colours by the first component of a part's path: model states in blues, layer activations in distinct
 #: hues, everything else (embedding, output layer, overhead) in greys and teal.
 PALETTE = {"model_states": ("#08519c", "#4292c6", "#9ecae1"),
@@ -57,6 +59,12 @@ class PlotData:
     @property
     def totals(self) -> tuple[int, ...]:
         return tuple(sum(row) for row in self.values)
+
+    @property
+    def log_scale(self) -> bool:
+        """Bars that differ by more than 10x are drawn on a log axis, so the small layouts stay readable."""
+        totals = [x for x in self.totals if x > 0]
+        return self.kind == "breakdown" and len(totals) > 1 and max(totals) > LOG_RATIO * min(totals)
 
     def part(self, name: str) -> tuple[int, ...]:
         j = self.parts.index(name)
@@ -202,6 +210,10 @@ def draw(data: PlotData) -> Any:
             ax.annotate(f"{total / scale:.1f}", (i, total / scale), ha="center", va="bottom", fontsize=8,
                         xytext=(0, 2), textcoords="offset points")
         ax.set_xticks(x, data.labels, rotation=25, ha="right", fontsize=8)
+        if data.log_scale:
+            ax.set_yscale("log", nonpositive="clip")
+            lowest = min(next(v for v in row if v > 0) for row in data.values if any(row))  # each bar's first part
+            ax.set_ylim(bottom=lowest / scale / 2)
     else:
         x = [int(label) for label in data.labels]
         ax.stackplot(x, *series, labels=data.parts, colors=palette)
@@ -214,7 +226,7 @@ def draw(data: PlotData) -> Any:
         ax.axhline(data.capacity / scale, color="crimson", linestyle="--", linewidth=1.2,
                    label=f"GPU memory {scaled_bytes(data.capacity)[1]}")
     ax.set_xlabel(data.xlabel)
-    ax.set_ylabel(f"per GPU ({unit})")
+    ax.set_ylabel(f"per GPU ({unit}" + (", log scale: bars differ by more than 10x)" if data.log_scale else ")"))
     ax.set_title(data.title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     handles, names = ax.get_legend_handles_labels()  # top of the stack first, as drawn
@@ -223,11 +235,11 @@ def draw(data: PlotData) -> Any:
 
 
 def save(fig: Any, path: str | Path) -> Path:
-    """Write ``fig`` as PNG or SVG (by suffix), without timestamps so reruns give the same file."""
+    """Write ``fig`` as PNG, SVG or PDF (by suffix), without timestamps so reruns give the same file."""
     path = Path(path)
     suffix = path.suffix.lower().lstrip(".")
-    if suffix not in ("png", "svg"):
-        raise ValueError(f"plot file must end in .png or .svg, got {path.name!r}")
-    metadata = {"Date": None} if suffix == "svg" else {"Software": None}
+    if suffix not in ("png", "svg", "pdf"):
+        raise ValueError(f"plot file must end in .png, .svg or .pdf, got {path.name!r}")
+    metadata = {"png": {"Software": None}, "svg": {"Date": None}, "pdf": {"CreationDate": None}}[suffix]
     fig.savefig(path, format=suffix, metadata=metadata)
     return path

@@ -4,9 +4,42 @@ from __future__ import annotations
 
 from derivations.estimate import Estimate
 from derivations.quantity import Quantity
-from render.units import format_bytes, format_count
+from render.units import format_bytes, format_count, scaled_bytes
 
-__all__ = ["text_report"]
+__all__ = ["text_report", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
+
+#: SymPy's function names in printed formulas, and the words a reader expects.
+_WORDS = (("**", "^"), ("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("floor(", "floor("))
+
+
+def plain(expr: object) -> str:
+    """A formula as a reader writes it: ``h^2``, ``max(..)``, ``ceil(..)`` (not ``h**2``, ``Max``).
+
+    >>> from symbolic.dims_sympy import h, l
+    >>> import sympy
+    >>> plain(l * h**2 + sympy.Max(h, l))
+    'h^2*l + max(h, l)'
+    """
+    text = str(expr)
+    for old, new in _WORDS:
+        text = text.replace(old, new)
+    return text
+
+
+def citation_lines(citation: object) -> list[str]:
+    """One line per source: a citation of several works lists authors, places and loci joined by
+    ``; `` in step; they are regrouped so that each work carries its own place and locus.
+
+    >>> from symbolic.formula import Citation
+    >>> citation_lines(Citation("A 2020; B 2021", "arXiv:1; arXiv:2", "Eq. 1; Table 2"))
+    ['A 2020, arXiv:1, Eq. 1', 'B 2021, arXiv:2, Table 2']
+    """
+    authors, where, locus = (str(getattr(citation, k, "")) for k in ("authors", "where", "locus"))
+    parts = [x.split("; ") for x in (authors, where, locus)]
+    if len(parts[0]) > 1 and len(parts[0]) == len(parts[1]) and len(parts[2]) in (1, len(parts[0])):
+        loci = parts[2] if len(parts[2]) == len(parts[0]) else [""] * (len(parts[0]) - 1) + parts[2]
+        return [", ".join(x for x in work if x) for work in zip(parts[0], parts[1], loci)]
+    return [str(citation)]
 
 
 def _amount(value: int, unit: str, precision: int = 2) -> str:
@@ -32,24 +65,86 @@ def _header(est: Estimate) -> list[str]:
     lines += [f"note: {note}" for note in m.notes]
     if est.options.mode == "train":
         lines.append(f"implementation: {est.implementation()}")
-    if est.graph.strategies:
-        lines.append("strategies: " + "; ".join(est.graph.strategies))
+    lines.append(f"inputs: {inputs_text(est)}")
+    if strategies_text(est):
+        lines.append(f"strategies: {strategies_text(est)}")
+    return lines + [f"note: {x}" for x in est.notes()]
+
+
+#: The inputs each mode is computed under (the JSON's ``inputs`` holds every option).
+_MODE_INPUTS = {
+    "train": ("batch", "seq", "dtype", "optimizer", "tp", "pp", "dp", "sp", "zero", "offload", "recompute",
+              "attention", "dropout", "micro_batches", "virtual_stages", "profile", "implementation", "overhead_bytes"),
+    "infer": ("batch", "seq", "new_tokens", "weight_dtype", "kv_dtype", "quant_group", "tp", "attention", "kv_block",
+              "overhead_bytes"),
+}
+
+
+def _word(key: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if key == "overhead_bytes" and isinstance(value, int):
+        return " = ".join(scaled_bytes(value)) if value else "none"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def inputs_text(est: Estimate) -> str:
+    """The inputs of the estimate on one line, as the JSON's ``inputs`` holds them (None left out).
+
+    A parameter count depends on the model only, so its inputs are the mode alone."""
+    inputs = est.inputs()
+    mode = inputs["mode"]
+    if mode not in _MODE_INPUTS:
+        return "mode params (parameter counts depend on the model only)"
+    if mode == "infer" and inputs.get("weight_dtype") not in ("int4", "int8"):
+        inputs.pop("quant_group", None)
+    pairs = [f"{k.replace('_bytes', '').replace('_', ' ')} {_word(k, inputs[k])}" for k in _MODE_INPUTS[mode]
+             if inputs.get(k) is not None]
+    return f"mode {mode}, " + ", ".join(pairs)
+
+
+def strategies_text(est: Estimate) -> str:
+    """The graph transforms, then the layout that is not a graph transform (data parallelism, ZeRO,
+    offload), so that the line names everything the memory was computed under."""
+    parts = [x for x in est.graph.strategies if x != "inference forward (no loss)"]
+    o = est.options
+    if o.mode == "train" and o.dp > 1:
+        parts.append(f"data parallel d = {o.dp}" + (f", ZeRO stage {o.zero}" if o.zero else ", no ZeRO"))
+    if o.mode == "train" and o.offload:
+        parts.append("optimizer states and gradients offloaded to CPU")
+    if o.mode == "infer" and o.kv_block:
+        parts.append(f"paged KV cache, blocks of {o.kv_block} tokens")
+    return "; ".join(parts)
+
+
+def summary_report(est: Estimate, precision: int = 2) -> str:
+    """One screen: the inputs and each quantity's value (``--summary``)."""
+    m = est.model
+    lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})", f"inputs: {inputs_text(est)}"]
+    if strategies_text(est):
+        lines.append(f"strategies: {strategies_text(est)}")
+    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision))
+
+
+def _summary(est: Estimate, precision: int) -> list[str]:
+    width = max(len(q.title) for q in est.quantities)
+    lines = ["", "summary:"]
+    lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}" for q in est.quantities]
+    if est.peak_phase() is not None:
+        lines.append(f"  peak: {est.peak_phase()} (the total is the larger of the prefill and decode phases)")
     return lines
 
 
 def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = _header(est)
-    width = max(len(q.title) for q in est.quantities)
-    lines += ["", "summary:"]
-    lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}" for q in est.quantities]
-    if est.peak_phase() is not None:
-        lines.append(f"  peak: {est.peak_phase()} (the total is the larger of the prefill and decode phases)")
+    lines += _summary(est, precision)
     for q in est.quantities:
-        lines += ["", f"{q.title} [{q.key}]", f"  closed form: {q.closed_form()}",
+        lines += ["", f"{q.title} [{q.key}]", f"  closed form: {plain(q.closed_form())}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]
         if q.citation:
-            lines.append(f"  source: {q.citation}")
-        rows = _grouped_rows(q, est, 2 if q.key == "total_bytes" else depth)
+            lines += [f"  source: {x}" for x in citation_lines(q.citation)]
+        rows = [(path, value) for path, value in _grouped_rows(q, est, 2 if q.key == "total_bytes" else depth)
+                if value]  # a zero row (recompute/working_layer under full recompute) says nothing
         if len(rows) > 1:
             lines.append("  breakdown (by graph node):")
             lines += [f"    {path:<28} {value:>22,}" for path, value in rows]

@@ -33,16 +33,17 @@ def _fixed(value: Fraction, precision: int) -> str:
 
 def format_bytes(n: int, precision: int = 2) -> str:
     """``n`` bytes, and the same in GB and GiB (exact rational arithmetic, rounded half-even);
-    below a gigabyte also in the largest units that keep a leading digit.
+    below a gigabyte in the largest units that keep a leading digit instead (never ``0.00 GB``).
 
     >>> format_bytes(78_643_200)
-    '78,643,200 B = 0.08 GB = 0.07 GiB (78.64 MB = 75.00 MiB)'
+    '78,643,200 B = 78.64 MB = 75.00 MiB'
+    >>> format_bytes(131_072)
+    '131,072 B = 131.07 kB = 128.00 KiB'
     """
-    text = f"{n:,} B = {_fixed(Fraction(n, 10**9), precision)} GB = {_fixed(Fraction(n, 2**30), precision)} GiB"
     if abs(n) < 10**9:
         decimal, binary = scaled_bytes(n, precision)
-        text += f" ({decimal} = {binary})"
-    return text
+        return f"{n:,} B" if abs(n) < 1000 else f"{n:,} B = {decimal} = {binary}"
+    return f"{n:,} B = {_fixed(Fraction(n, 10**9), precision)} GB = {_fixed(Fraction(n, 2**30), precision)} GiB"
 
 
 def format_count(n: int, precision: int = 2) -> str:
@@ -122,12 +123,31 @@ class RenderOptions:
         return {"both": f"{si} / {iec}", "SI": si, "IEC": iec}[self.units]
 
 
-def parse_size(text: str) -> int:
-    """Parse a memory size people type: ``80GB``, ``80 GiB``, ``141 GB``, ``1.5TB``, ``1024``."""
+#: The forms a size is written in, for error messages.
+SIZE_FORMS = "a number with a unit: 80GB (10^9 bytes), 80GiB (2^30 bytes), 512MB, 1.5TB, 4096B"
+
+
+def parse_size(text: str, option: str = "size", bare: str | None = None) -> int:
+    """Parse a memory size people type: ``80GB``, ``80 GiB``, ``141 GB``, ``1.5TB``, ``4096B``.
+
+    A number without a unit is refused (``80`` could be bytes, GB or GiB), unless ``bare`` names the
+    unit the option reads it in (e.g. ``"GB"``); ``0`` needs no unit.
+
+    >>> parse_size("80", bare="GB")
+    80000000000
+    >>> parse_size("80")
+    Traceback (most recent call last):
+    ...
+    ValueError: size '80' has no unit; write a number with a unit: 80GB (10^9 bytes), 80GiB (2^30 bytes), 512MB, 1.5TB, 4096B
+    """
     match = _SIZE.match(str(text))
     if not match:
-        raise ValueError(f"cannot read size {text!r}; write e.g. 80GB (10^9 bytes) or 80GiB (2^30 bytes)")
+        raise ValueError(f"cannot read {option} {text!r}; write {SIZE_FORMS}")
     number, unit = match.groups()
+    if unit is None and Fraction(number) != 0:
+        if bare is None:
+            raise ValueError(f"{option} {text!r} has no unit; write {SIZE_FORMS}")
+        unit = bare
     value = Fraction(number) * UNITS[(unit or "b").lower()]
     if value.denominator != 1:
         raise ValueError(f"size {text!r} is not a whole number of bytes")

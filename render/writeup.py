@@ -24,6 +24,7 @@ import sympy as sp
 from derivations.estimate import Estimate
 from derivations.options import Options
 from derivations.quantity import Quantity
+from render.text import inputs_text, strategies_text
 from render.latex import latex, number, tex_escape
 from render.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
 from render.quantity_names import QUANTITIES
@@ -246,11 +247,14 @@ def _settings(est: Estimate, fmt: _Format, numbers: bool) -> list[tuple[str, str
         if opts.mode == "train":
             pairs.append(("implementation", est.implementation()))
         pairs += [("precision and optimizer", f"{opts.dtype}, {opts.optimizer}"),
-                  ("strategies", "; ".join(est.graph.strategies) or "none"),
+                  ("strategies", strategies_text(est) or "none"),
                   ("activation profile", opts.profile)]
         if opts.zero or opts.dp > 1:
             pairs.append(("data parallel", f"d = {opts.dp}, ZeRO stage {opts.zero}"
                                            + (", optimizer offloaded to CPU" if opts.offload else "")))
+    pairs.append(("inputs", inputs_text(est)))
+    if est.peak_phase() is not None:
+        pairs.append(("peak", f"{est.peak_phase()} (the total is the larger of the prefill and decode phases)"))
     return [(fmt.text(k), fmt.text(v)) for k, v in pairs]
 
 

@@ -133,7 +133,7 @@ INFER = ("--mode", "infer", "--batch", "1", "--seq", "8")
     (("--model", "llama-2-7b", *INFER, "--kv-dtype", "int64"), "--kv-dtype must be one of"),
     (("--model", "llama-2-7b", *INFER, "--weight-dtype", "bool"), "--weight-dtype must be one of"),
     (("--model", "llama-2-7b", *INFER, "--tp", "3"), "32 attention heads are not divisible by tensor-parallel"),
-    (("--model", "llama-2-70b", *INFER, "--tp", "16", "--pp", "2"), "--pp is a training option"),
+    (("--model", "llama-2-70b", *INFER, "--tp", "16", "--pp", "2"), "--pp does not apply to --mode infer"),
     (("--model", "llama-2-7b", *INFER, "--quant-group", "0"), "--quant-group must be a positive integer"),
 ])
 def test_bad_inference_options(args: tuple[str, ...], fragment: str) -> None:

@@ -91,7 +91,7 @@ def test_training_sdpa_is_flash_and_eager_is_the_default(capsys) -> None:
 @pytest.mark.parametrize(("args", "fragment"), [
     ((*LONG, "--flash", "--attention", "eager"), "--flash is short for --attention flash; it contradicts"),
     (("--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "8", "--kv-block", "16"),
-     "--kv-block sizes the paged KV cache of inference"),
+     "--kv-block does not apply to --mode train"),
     ((*LONG, "--kv-block", "0"), "--kv-block must be a positive integer"),
 ])
 def test_contradictions_are_refused(capsys, args: tuple[str, ...], fragment: str) -> None:

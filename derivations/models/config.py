@@ -20,7 +20,7 @@ from derivations.models.config_fields import ConfigError, Fields, with_dropout
 from derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
 from derivations.models.model import Model
 
-__all__ = ["ConfigError", "from_config", "load_config", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["ConfigError", "from_config", "load_config", "config_name", "SUPPORTED_MODEL_TYPES"]
 
 
 def from_config(config: Mapping[str, Any], name: str | None = None, source: str = "") -> Model:
@@ -58,4 +58,22 @@ def load_config(path: str | Path, name: str | None = None) -> Model:
         config = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{p}: not valid JSON ({exc}); check the file") from None
-    return from_config(config, name or p.parent.name or p.stem, source=str(p))
+    return from_config(config, name or config_name(config, p), source=str(p))
+
+
+def config_name(config: Any, path: Path) -> str:
+    """A config file's model name: its ``_name_or_path`` (the last part of a local path), else the
+    folder of a file named ``config.json``, else the file's stem (``qwen2-7b.json`` -> ``qwen2-7b``).
+
+    >>> config_name({}, Path("configs/qwen2-7b.json")), config_name({}, Path("models/llama/config.json"))
+    ('qwen2-7b', 'llama')
+    >>> config_name({"_name_or_path": "meta-llama/Llama-2-7b-hf"}, Path("x/config.json"))
+    'meta-llama/Llama-2-7b-hf'
+    """
+    given = config.get("_name_or_path") if isinstance(config, dict) else None
+    if isinstance(given, str) and given.strip():
+        given = given.strip().rstrip("/")
+        return Path(given).name if given.startswith(("/", ".", "~")) else given
+    if path.name == "config.json" and path.parent.name:
+        return path.parent.name
+    return path.stem

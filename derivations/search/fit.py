@@ -27,7 +27,7 @@ from symbolic.dims import b, s
 from symbolic.errors import DerivationError
 from symbolic.expr import Expr, Number, total
 
-__all__ = ["Fit", "FitError", "fit", "SOLVE_FOR"]
+__all__ = ["Fit", "FitError", "DoesNotFit", "fit", "SOLVE_FOR", "smallest_changes"]
 
 SOLVE_FOR = {"batch": b, "seq": s}
 #: Searches stop here: a context or batch beyond 2^40 means memory does not bound it.
@@ -36,6 +36,14 @@ LIMIT = 2**40
 
 class FitError(DerivationError):
     """Nothing fits, or memory does not bound the answer."""
+
+
+class DoesNotFit(FitError):
+    """Not even a batch (or context) of 1 fits: an answer, not bad input (``memderive fit`` exits 1)."""
+
+    def __init__(self, message: str, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +67,13 @@ class Fit:
         out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
                                "total_bytes": self.bytes_at, "next_total_bytes": self.bytes_next,
                                "method": self.method}
-        if self.fixed is not None:
-            out["fixed_bytes"], out["bytes_per_unit"] = self.fixed, str(self.per_unit)
+        if self.fixed is not None and self.per_unit is not None:
+            per = Fraction(self.per_unit)
+            out["fixed_bytes"] = self.fixed
+            # a number: whole bytes per unit, or the exact fraction's value (its digits under _exact)
+            out["bytes_per_unit"] = int(per) if per.denominator == 1 else float(per)
+            if per.denominator != 1:
+                out["bytes_per_unit_exact"] = f"{per.numerator}/{per.denominator}"
         return out
 
 
@@ -142,8 +155,8 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
         value = _search(cost, capacity)
         method = "integer search"
     if value == 0:
-        raise FitError(f"{model.name} does not fit: {solve_for} 1 needs {cost(1):,} bytes per GPU, "
-                       f"more than {capacity:,}")
+        raise DoesNotFit(f"{model.name} does not fit: {solve_for} 1 needs {cost(1):,} bytes per GPU, "
+                         f"more than {capacity:,}", cost(1))
     limit = max_context(model, options) if solve_for == "seq" else None
     if limit is not None and value >= limit:
         at = estimate(model, replace(options, seq=limit)).number("total_bytes")
@@ -153,3 +166,57 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
         raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")
     return Fit(solve_for, value, capacity, at, nxt, method,
                None if fixed is None else exact_int(fixed, "fixed"), per_unit)
+
+
+def _candidates(model: Model, options: Options, solve_for: str) -> list[tuple[str, Options]]:
+    """One-option changes that lower memory, the least disruptive first."""
+    out: list[tuple[str, Options]] = []
+    heads = model.sizes["a"]
+    for tp in (2, 4, 8, 16):
+        if tp > options.tp and heads % tp == 0 and model.sizes.get("f", tp) % tp == 0:
+            out.append((f"--tp {tp}", replace(options, tp=tp)))
+    if options.mode == "train":
+        if options.recompute != "full":
+            out.append(("--recompute full", replace(options, recompute="full")))
+        if options.zero < 3:
+            dp = max(options.dp, 8)
+            out.append((f"--zero 3 --dp {dp}", replace(options, zero=3, dp=dp)))
+        if options.optimizer in ("adamw", "adam"):
+            out.append(("--optimizer adam-8bit", replace(options, optimizer="adam-8bit")))
+    else:
+        base = options.weight_dtype or "bf16"
+        for lower in ("fp8", "int4"):
+            if base in ("fp32", "fp16", "bf16") or (base in ("fp8", "int8") and lower == "int4"):
+                out.append((f"--weight-dtype {lower}", replace(options, weight_dtype=lower)))
+        if options.kv_dtype is None:
+            out.append(("--kv-dtype fp8", replace(options, kv_dtype="fp8")))
+    return out
+
+
+def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str,
+                     limit: int = 4) -> list[tuple[str, int]]:
+    """Changes with which a ``solve_for`` of 1 fits, each with the bytes it then needs: more tensor
+    parallelism (the smallest degree that fits), recompute, ZeRO-3, an 8-bit optimizer, a
+    lower-precision base or KV cache, and a shorter context (the longest that fits, for a batch)."""
+    model = resolve_model(model)
+    one = replace(options, **{solve_for: 1})
+    found: list[tuple[str, int]] = []
+    tp_found = False
+    for label, changed in _candidates(model, one, solve_for):
+        if tp_found and label.startswith("--tp"):
+            continue
+        try:
+            needed = estimate(model, changed).number("total_bytes")
+        except DerivationError:
+            continue
+        if needed <= capacity:
+            found.append((label, needed))
+            tp_found = tp_found or label.startswith("--tp")
+    if solve_for == "batch" and options.seq is not None and options.seq > 1:
+        try:
+            shorter = fit(model, replace(options, batch=1), capacity, "seq")
+            if shorter.value < options.seq:
+                found.append((f"--seq {shorter.value}", shorter.bytes_at))
+        except FitError:
+            pass
+    return found[:limit]
