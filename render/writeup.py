@@ -252,7 +252,8 @@ def _settings(est: Estimate, fmt: _Format, numbers: bool) -> list[tuple[str, str
         if opts.zero or opts.dp > 1:
             pairs.append(("data parallel", f"d = {opts.dp}, ZeRO stage {opts.zero}"
                                            + (", optimizer offloaded to CPU" if opts.offload else "")))
-    pairs.append(("inputs", inputs_text(est)))
+    if numbers or opts.mode == "params":  # a symbolic derivation's b = s = 1 are placeholders, not inputs
+        pairs.append(("inputs", inputs_text(est)))
     if est.peak_phase() is not None:
         pairs.append(("peak", f"{est.peak_phase()} (the total is the larger of the prefill and decode phases)"))
     return [(fmt.text(k), fmt.text(v)) for k, v in pairs]
