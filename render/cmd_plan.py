@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, emit, fail
+from render.cli import add_model_options, add_output_options, emit, fail
 
 PROXY = ("step time: a proxy until the compute model lands: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--optimizer", default="adamw")
     parser.add_argument("--top", type=int, default=5, help="how many layouts to show (default 5)")
     parser.add_argument("--json", action="store_true", help='{"layouts": [{"options": ..., "total_bytes": ...}]}')
-    parser.add_argument("-o", "--output", help="write the report to this file")
+    add_output_options(parser)
     parser.set_defaults(func=run)
 
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                            "layouts": [x.to_json() for x in layouts]}, indent=2)
     else:
         text = _table(args, capacity, layouts)
-    emit(text, args.output)
+    emit(text, args.output, args.force)
     return 0
 
 

@@ -74,13 +74,21 @@ def _header(est: Estimate) -> list[str]:
 #: The inputs each mode is computed under (the JSON's ``inputs`` holds every option).
 _MODE_INPUTS = {
     "train": ("batch", "seq", "dtype", "optimizer", "tp", "pp", "dp", "sp", "zero", "offload", "recompute",
-              "attention", "dropout", "micro_batches", "virtual_stages", "profile", "implementation", "overhead_bytes"),
+              "attention", "dropout", "micro_batches", "virtual_stages", "profile", "implementation", "overhead_bytes",
+              "lora_rank", "lora_targets", "lora_dropout", "dora", "base_dtype", "freeze_embeddings", "train_only"),
     "infer": ("batch", "seq", "new_tokens", "weight_dtype", "kv_dtype", "quant_group", "tp", "attention", "kv_block",
               "overhead_bytes"),
 }
 
 
+#: Fine-tuning inputs, shown only when set (a full fine-tune has none).
+_FINE_TUNING = frozenset({"lora_rank", "lora_targets", "lora_dropout", "dora", "base_dtype", "freeze_embeddings",
+                          "train_only"})
+
+
 def _word(key: str, value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
     if isinstance(value, bool):
         return "on" if value else "off"
     if key == "overhead_bytes" and isinstance(value, int):
@@ -99,7 +107,7 @@ def inputs_text(est: Estimate) -> str:
     if mode == "infer" and inputs.get("weight_dtype") not in ("int4", "int8"):
         inputs.pop("quant_group", None)
     pairs = [f"{k.replace('_bytes', '').replace('_', ' ')} {_word(k, inputs[k])}" for k in _MODE_INPUTS[mode]
-             if inputs.get(k) is not None]
+             if inputs.get(k) is not None and not (k in _FINE_TUNING and not inputs[k])]
     return f"mode {mode}, " + ", ".join(pairs)
 
 
