@@ -165,10 +165,14 @@ def not_applicable(args: argparse.Namespace, mode: str) -> list[str]:
 
 def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> None:
     unused = not_applicable(args, mode)
+    pipeline = [x for x in unused if mode == "train" and x in ("--micro-batches", "--virtual-stages")]
+    if pipeline:  # a warning, not an error: a micro-batch count also says how a data-parallel step accumulates
+        verb = "applies" if len(pipeline) == 1 else "apply"
+        sys.stderr.write(f"memderive: warning: {' and '.join(pipeline)} {verb} to pipeline parallelism (--pp greater "
+                         "than 1); without it the per-GPU memory does not depend on it\n")
+        unused = [x for x in unused if x not in pipeline]
     if not unused:
         return
-    if mode == "train" and all(x in ("--micro-batches", "--virtual-stages") for x in unused):
-        raise CliError(f"{' and '.join(unused)} apply to pipeline parallelism; give --pp greater than 1")
     why = {"params": "a parameter count depends on the model only; use --mode train or --mode infer",
            "train": "inference only (--mode infer)",
            "infer": "training only (--mode train); inference takes --weight-dtype, --kv-dtype, --tp"}

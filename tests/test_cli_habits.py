@@ -130,8 +130,6 @@ def test_help_shows_defaults() -> None:
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (("estimate", *TRAIN, "--virtual-stages", "2"), "--virtual-stages apply to pipeline parallelism"),
-    (("estimate", *TRAIN, "--micro-batches", "4"), "--micro-batches apply to pipeline parallelism"),
     (("estimate", *TRAIN, "--units", "SI"), "--units shape Markdown and LaTeX writeups"),
     (("estimate", *TRAIN, "--detail", "numeric"), "--detail shape Markdown and LaTeX writeups"),
     (("estimate", *TRAIN, "--json", "--format", "md"), "--json and --format md are two outputs"),
@@ -145,6 +143,14 @@ def test_help_shows_defaults() -> None:
 ])
 def test_options_that_do_not_apply_are_refused(capsys, args: tuple[str, ...], fragment: str) -> None:
     assert fragment in refused(capsys, *args)
+
+
+@pytest.mark.parametrize("flag", ["--virtual-stages", "--micro-batches"])
+def test_pipeline_options_without_pp_are_warned(capsys, flag: str) -> None:
+    code, out, err = run(capsys, "estimate", *TRAIN, flag, "4", "--json")
+    assert code == 0 and json.loads(out)["total_bytes"] > 0
+    assert err == (f"memderive: warning: {flag} applies to pipeline parallelism (--pp greater than 1); without it "
+                   "the per-GPU memory does not depend on it\n")
 
 
 def test_summary_fits_a_screen(capsys) -> None:
