@@ -247,6 +247,9 @@ def test_6_mappings_that_change_nothing_are_reported_and_ours_can_be_pinned() ->
     swiglu = check("params.per_layer", "12h^2 + 2h", symbols="f=8*h/3", model="llama-2-7b")
     assert swiglu.verdict == "exact" and swiglu.pins and not any("changes nothing" in x for x in swiglu.notes)
     assert check("params.per_layer", "12h^2 + 2h", model="llama-2-7b").verdict == "different"
+    # a letter the claim uses is the author's, never a pin: this note's n counts layers, ours is generated tokens
+    layers = check("kv_cache.total", "4bhns", symbols="n=l", kv_dtype="fp16")
+    assert not layers.pins and layers.verdict == "conditional"
 
 
 def test_8_bytes_per_parameter_without_psi() -> None:
