@@ -289,7 +289,8 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
                 mapping: Mapping[str, sp.Expr]) -> CheckResult:
     expr, notes = _per_parameter(spec, side.expr)
     ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
-    ctx = replace(ctx, pins=_pins(spec, ctx, claim.options, {k: v for k, v in mapping.items() if k not in side.names}))
+    renamed = {k for k, v in mapping.items() if k in side.names and isinstance(v, sp.Symbol)}
+    ctx = replace(ctx, pins=_pins(spec, ctx, claim.options, {k: v for k, v in mapping.items() if k not in renamed}))
     notes += more + [f"{x} = {v} on both sides (pinned{' by --new-tokens' if x == n and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
@@ -307,8 +308,9 @@ def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
 def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
           mapping: Mapping[str, sp.Expr]) -> dict[sp.Symbol, sp.Expr]:
     """Our symbols pinned on both sides: one of ours mapped to something else (``n=0``,
-    ``f=8*h/3``) when our derivation uses it and the claim does not (a letter the claim uses is the
-    author's: ``d=h`` for a note's d_model), and n by an explicit ``--new-tokens`` (0 included)."""
+    ``f=8*h/3``) when our derivation uses it (a letter the claim uses, mapped to one letter of ours,
+    is the author's own: ``n=l`` for a note whose n counts layers), and n by an explicit
+    ``--new-tokens`` (0 included)."""
     ours = ctx.quantity.breakdown.total.free_symbols
     pins = {OURS[k]: v for k, v in mapping.items() if k in OURS and v != OURS[k] and OURS[k] in ours}
     if spec.mode == "infer" and options.get("new_tokens") is not None and n in ours:
