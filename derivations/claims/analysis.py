@@ -242,9 +242,11 @@ def _fewest_units(goal: dict[sp.Expr, sp.Expr], usable: Sequence[tuple[Piece, sp
     units: list[tuple[tuple[int, ...], tuple, str]] = []  # (piece indices, coefficient vector, subtree or "")
     for i, (_, _, coeffs) in enumerate(usable):
         units.append(((i,), tuple(coeffs.get(k, 0) for k in keys), ""))
-    for prefix in _subtrees([p for p, _, _ in usable]):
+    seen: set[tuple[int, ...]] = set()
+    for prefix in _subtrees([p for p, _, _ in usable]):  # deepest first: head/final_norm, not head
         idx = tuple(i for i, (p, _, _) in enumerate(usable) if p.path.startswith(prefix + "/"))
-        if len(idx) > 1:
+        if len(idx) > 1 and idx not in seen:
+            seen.add(idx)
             units.append((idx, tuple(sum(usable[i][2].get(k, 0) for i in idx) for k in keys), prefix))
     # each unit once, in sums of 1 to MAX_PIECES units; only then twice, in sums of one or two
     tries = [(size, 1) for size in range(1, MAX_PIECES + 1)] + [(1, 2), (2, 2)]

@@ -277,9 +277,9 @@ def check_claim(claim: Claim) -> CheckResult:
     pick = results[-1 if bad is None else bad]
     lines = list(pick.explanation)
     if len(results) > 1:
-        steps = "; ".join(f"step {i + 1} ({side.text}): {r.verdict}" for i, (side, r) in enumerate(zip(sides, results)))
+        steps = ", ".join(f"{r.verdict}" for r in results)
         head = (f"every step of the chain holds ({steps})" if bad is None else
-                f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} ({steps})")
+                f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} (steps: {steps})")
         lines.insert(0, head)
     notes = _mapping_notes(mapping, parsed, pick.pins) + list(pick.notes)
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
