@@ -23,6 +23,7 @@ from symbolic.dims_sympy import b, h, s
 
 FP16 = {"kv_dtype": "fp16"}
 PROMPT = {**FP16, "new_tokens": 0}  # the cache holds the s prompt tokens only
+LORA_QV = {"lora_rank": 8, "lora_targets": ("q_proj", "v_proj")}
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,16 @@ REAL = [
          model="mixtral-8x7b"),
     Real("https://compareaimodels.com/mixtral-8x7b", "params.total", r"46.7\times10^9", "different",
          model="mixtral-8x7b"),
+    # --- fine-tuning (params.trainable, issue 12's LoRA) ----------------------------------------------------------------
+    # Hu et al. 2021 (LoRA) §4.2 / Table 4 note: |Θ| = 2 × L̂_LoRA × d_model × r, L̂_LoRA the adapted matrices (Wq and Wv
+    # of every layer: 2l); for LLaMA-2-7B with r = 8 on q_proj, v_proj that is PEFT's "trainable params: 4,194,304"
+    Real("Hu et al. 2021, LoRA, arXiv:2106.09685 §4.2", "params.trainable",
+         r"|\Theta| = 2 \times L_{LoRA} \times d_{model} \times r", "exact", "L_LoRA=2*l", "llama-2-7b", LORA_QV),
+    Real("PEFT print_trainable_parameters() for LLaMA-2-7B, r=8, q_proj and v_proj", "params.trainable",
+         r"4{,}194{,}304", "exact", model="llama-2-7b", options=LORA_QV),
+    # the same formula on a GQA model: v_proj maps h to a_kv d_h = h/8, not h
+    Real("Hu et al. 2021, LoRA, arXiv:2106.09685 §4.2", "params.trainable",
+         r"|\Theta| = 2 \times L_{LoRA} \times d_{model} \times r", "different", "L_LoRA=2*l", "llama-2-70b", LORA_QV),
     # --- weights ------------------------------------------------------------------------------------------------------
     # "7B" is 6.74e9 parameters for LLaMA-2-7B: 28 GB is 4% high
     Real("https://notes.tczhong.com/notes/x0zq5fhec0rw4x81c0q5cg4 (FP32 row)", "weights.total",
@@ -271,6 +282,20 @@ def test_10_mixtral_active_parameters() -> None:
     assert abs(number.counterexample.ratio - 12.9e9 / 12_879_925_248) < 1e-9
     with pytest.raises(ValueError, match="no routed experts"):
         check("params.active", "12lh^2")
+
+
+def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from render.cli import main
+
+    # r is read as the LoRA rank; a rank written as a number is fine too
+    assert check("params.trainable", "4lhr", model="llama-2-7b", **LORA_QV).verdict == "exact"
+    assert check("params.trainable", "32lh", model="llama-2-7b", **LORA_QV).verdict == "exact"
+    with pytest.raises(ValueError, match="nothing is fine-tuned"):
+        check("params.trainable", "4lhr", model="llama-2-7b")
+    notes = tmp_path / "lora.md"
+    notes.write_text('<!-- memderive: quantity=params.trainable model=llama-2-7b lora-rank=8 '
+                     'lora-targets="q_proj,v_proj" -->\n$$2 \\cdot 2 \\cdot r \\cdot d\\_model \\cdot n\\_layers$$\n')
+    assert main(["check", "--file", str(notes)]) == 0, capsys.readouterr().out
 
 
 def test_9_counterexamples_show_the_error() -> None:

@@ -60,7 +60,7 @@ COMMON: dict[str, sp.Expr] = {
     "d_model": h, "n_embd": h, "d_attn": a * d_h, "n_kv_heads": a_kv, "n_kv": a_kv, "n_layers": l, "n_layer": l,
     "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi,
     # mixture of experts (symbolic/dims.py), with transformers' config names
-    **{name: OURS[name] for name in ("E", "k", "f_e", "f_s", "l_d") if name in OURS},
+    **{name: OURS[name] for name in ("E", "k", "f_e", "f_s", "l_d", "r") if name in OURS},
     **({"num_local_experts": OURS["E"], "num_experts": OURS["E"], "n_routed_experts": OURS["E"],
         "num_experts_per_tok": OURS["k"], "top_k": OURS["k"]} if "E" in OURS and "k" in OURS else {})}
 #: In parameter counts the sequence letter counts learned positions (Narayanan Eq. 2: (V + s)h).
@@ -291,7 +291,8 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
     renamed = {k for k, v in mapping.items() if k in side.names and isinstance(v, sp.Symbol)}
     ctx = replace(ctx, pins=_pins(spec, ctx, claim.options, {k: v for k, v in mapping.items() if k not in renamed}))
-    notes += more + [f"{x} = {v} on both sides (pinned{' by --new-tokens' if x == n and x not in _mapped(mapping) else ''})"
+    by = {symbol: "--" + option.replace("_", "-") for option, symbol in _PINNED_BY.items()}
+    notes += more + [f"{x} = {v} on both sides (pinned{' by ' + by[x] if x in by and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
@@ -313,9 +314,14 @@ def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
     ``--new-tokens`` (0 included)."""
     ours = ctx.quantity.breakdown.total.free_symbols
     pins = {OURS[k]: v for k, v in mapping.items() if k in OURS and v != OURS[k] and OURS[k] in ours}
-    if spec.mode == "infer" and options.get("new_tokens") is not None and n in ours:
-        pins.setdefault(n, sp.Integer(int(options["new_tokens"])))
+    for option, symbol in _PINNED_BY.items():
+        if options.get(option) is not None and symbol in ours:
+            pins.setdefault(symbol, sp.Integer(int(options[option])))
     return pins
+
+
+#: Options that, when given, pin their symbol on both sides (0 new tokens included: a prompt-only cache).
+_PINNED_BY = {"new_tokens": n, "lora_rank": OURS["r"]}
 
 
 #: Bytes per parameter a bare number may stand for (16 for mixed-precision Adam, 20 for the widest accountings).
@@ -429,6 +435,9 @@ def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
 def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
                   notes: list[str]) -> CheckResult:
     """A claim that is a number (``12.9\\times10^9``): compared with ours for the model's sizes."""
+    if _counterexample(ctx, cmp.ours, cmp.theirs) is None:  # equal at the model's sizes
+        return _result(claim, ctx, parsed, "exact", cmp, notes,
+                       [f"the claim is a number, equal to ours for the sizes of {ctx.model.name}"])
     lines = ["the claim is a number, not a formula: compared with ours for the sizes of " + ctx.model.name]
     return _result(claim, ctx, parsed, "different", cmp, notes, lines)
 

@@ -210,7 +210,9 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     if spec.key not in quantities:
         raise ClaimError(f"{spec.name} is not defined for {est.model.name}" + (
             ": it has no routed experts (a mixture-of-experts model has active parameters)"
-            if spec.key == "active_parameters" else f" under these options ({spec.key} is not derived)"))
+            if spec.key == "active_parameters" else
+            ": nothing is fine-tuned (give --lora-rank and --lora-targets, or --train-only)"
+            if spec.key == "trainable_parameters" else f" under these options ({spec.key} is not derived)"))
     q = _sympy_quantity(quantities[spec.key])
     if spec.per_position:
         from derivations.quantities.inference import cached_length

@@ -12,8 +12,9 @@ Markers inside fenced code blocks are examples, not claims, and are skipped.
 
 Keys: ``quantity`` (required), ``symbols``, ``model``, ``units``, ``syntax``, ``expect`` and the
 options ``tp pp dp zero batch seq new-tokens micro-batches virtual-stages recompute profile dtype
-optimizer kv-dtype weight-dtype`` (``key=value``) and ``sp flash dropout offload`` (a bare key is
-true, ``no-flash`` or ``flash=false`` false). Values with spaces or commas go in quotes.
+optimizer kv-dtype weight-dtype lora-rank lora-targets train-only base-dtype`` (``key=value``) and
+``sp flash dropout offload dora freeze-embeddings`` (a bare key is true, ``no-flash`` or ``flash=false``
+false). Values with spaces or commas go in quotes (``lora-targets="q_proj,v_proj"``).
 
 >>> found = find_claims('<!-- memderive: quantity=params.total -->\\n$N \\\\approx 12lh^2$')
 >>> found[0].line, found[0].claim.formula
@@ -38,9 +39,11 @@ _BLANK = re.compile(r"\n[ \t]*\n")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
 _FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
                       r"|`(?P<code>[^`\n]+)`", re.DOTALL)
-_INTS = ("tp", "pp", "dp", "zero", "batch", "seq", "new_tokens", "micro_batches", "virtual_stages", "quant_group")
-_FLAGS = ("sp", "flash", "dropout", "offload")
-_TEXTS = ("recompute", "profile", "dtype", "optimizer", "kv_dtype", "weight_dtype")
+_INTS = ("tp", "pp", "dp", "zero", "batch", "seq", "new_tokens", "micro_batches", "virtual_stages", "quant_group",
+         "lora_rank")
+_FLAGS = ("sp", "flash", "dropout", "offload", "dora", "freeze_embeddings")
+_TEXTS = ("recompute", "profile", "dtype", "optimizer", "kv_dtype", "weight_dtype", "lora_targets", "train_only",
+          "base_dtype")
 _CLAIM_KEYS = ("quantity", "symbols", "model", "units", "syntax", "expect")
 KEYS = _CLAIM_KEYS + _INTS + _FLAGS + _TEXTS
 

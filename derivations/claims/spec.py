@@ -53,7 +53,8 @@ _ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_
             "model_states": "model_states.total", "train-total": "train.total", "kv_cache_bytes": "kv_cache.total",
             "kv-cache": "kv_cache.total", "kv_cache": "kv_cache.total",
             "kv_cache_bytes_per_token": "kv_cache.per_token",
-            "weight_bytes": "weights.total", "active_parameters": "params.active", "params-active": "params.active", "weights": "weights.total", "infer-total": "infer.total"}
+            "weight_bytes": "weights.total", "active_parameters": "params.active", "params-active": "params.active",
+            "params-trainable": "params.trainable", "weights": "weights.total", "infer-total": "infer.total"}
 
 
 def quantity_spec(name: str) -> QuantitySpec:
