@@ -12,8 +12,9 @@ The new ops declare what they save and for whose gradient, as ``symbolic.ops`` d
   add save nothing.
 * DoRA adds a magnitude vector ``m`` (out) per wrapped module and computes
   ``(m/||W + BA|| - 1) W x + m/||W + BA|| * B A x * alpha/r`` with the norm detached (PEFT's
-  ``DoraLinearLayer``): the two products save ``W x`` and ``B A x`` for m's gradient, and the
-  small ``(out,)`` scale for theirs.
+  ``DoraLinearLayer``): the division saves the norm ``(out,)``, the two products save ``W x`` and
+  ``B A x`` for m's gradient and the scales ``m/n - 1`` and ``m/n`` ``(1, out)`` for theirs. PEFT's
+  ``B A`` through an identity matrix is only used detached: freed after forward, never held.
 
 >>> from symbolic.ops import BlockBuilder
 >>> from symbolic.dims import b, s, h, r
@@ -172,10 +173,11 @@ class LoRA(Strategy):
         magnitude = Tensor(f"{op.path}{ADAPTER_MARK}magnitude", (width,), PARAM_DTYPE, "weight",
                            0 if tp is not None else None)
         norm = Tensor(f"{op.path}.dora.weight_norm", (width,), op.output.dtype, "dora-scale", 0 if tp is not None else None)
-        scale = Tensor(f"{op.path}.dora.scale", (1, width), op.output.dtype, "dora-scale", 1 if tp is not None else None)
-        saved = (norm, base_out, lora_out, scale)
+        scale, less_one = (Tensor(f"{op.path}.dora.{name}", (1, width), op.output.dtype, "dora-scale",
+                                  1 if tp is not None else None) for name in ("scale", "scale_minus_one"))
+        saved = (norm, base_out, lora_out, less_one, scale)
         needs = ((norm.name, (magnitude.name,)), (base_out.name, (magnitude.name,)), (lora_out.name, (magnitude.name,)),
-                 (scale.name, (base_out.name, lora_out.name)))
+                 (less_one.name, (base_out.name,)), (scale.name, (lora_out.name,)))
         # PEFT forms B A as lora_B(lora_A(I)) with an in x in identity each forward (detached: no backward).
         eye = Tensor(f"{op.path}.dora.eye", (w_a.shape[1],), op.output.dtype, "rows")
         work = (Flop(f"{op.path} B(A(I))", (eye, w_a)), Flop(f"{op.path} B(A(I))", (eye, w_b)),

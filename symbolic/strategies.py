@@ -328,8 +328,8 @@ def _attention_grads(work: tuple[Flop, ...], q: bool, k: bool, v: bool) -> tuple
 
 
 def _is_param(name: str, blk: Block, graph: Graph) -> bool:
-    return name.endswith((".weight", ".bias")) and (name.startswith("embed/") or any(
-        x.name == name for op in blk.ops for x in op.params))
+    tied = name.startswith("embed/") and name.endswith((".weight", ".bias"))  # the LM head's tied weight
+    return tied or any(x.name == name for op in blk.ops for x in op.params)
 
 
 @dataclass(frozen=True, slots=True)

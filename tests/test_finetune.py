@@ -26,7 +26,7 @@ from symbolic.derive import evaluate, saved_tensors
 from symbolic.dims import r as R
 from symbolic.lora import LoRA
 from symbolic.strategies import Freeze, RequiresGrad, Strategy
-from tests.reference_layers import GPTLayer, LlamaLayer
+from tests.reference_layers import GPTLayer, LlamaLayer, cuda_like_norms
 from tests.test_saved_tensors import GPT_SIZES, GQA_SIZES, measured_bytes
 
 LLAMA_SIZES = dict(hidden_size=128, num_attention_heads=8, num_hidden_layers=2, intermediate_size=300,
@@ -261,3 +261,48 @@ def test_lora_on_fused_qkv_saves_what_autograd_saves(targets: tuple[str, ...], l
     splits, adapters = resolve_adapters(TINY_GPT, targets)
     want = graph_bytes([*splits, LoRA(R, tuple(adapters))], TINY_GPT, z, live_in, rank)
     assert got == want, f"measured {dict(got)} != graph {dict(want)}:\n{seen}"
+
+
+def held_after_forward(run, *modules: torch.nn.Module) -> tuple[Counter, str]:
+    """Bytes per dtype of the saved tensors still held when forward returns (storages once, parameters
+    and buffers excluded): DoRA builds ``B A`` through an identity matrix and uses it only detached, so
+    that small graph and what it saved are freed before backward; ``measured_bytes`` would count them."""
+    import gc
+    import weakref
+
+    owned = {t.untyped_storage().data_ptr() for m in modules for t in (*m.parameters(), *m.buffers())}
+    packed: list = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        packed.append((weakref.ref(tensor), tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes(),
+                       tensor.dtype))
+        return tensor
+
+    with cuda_like_norms():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = run()
+        gc.collect()
+        held = {ptr: (size, dt) for ref, ptr, size, dt in packed if ptr not in owned and ref() is not None}
+        out.float().sum().backward()
+    names = {torch.bfloat16: "bf16", torch.float32: "fp32", torch.bool: "bool"}
+    by_dtype: Counter = Counter()
+    for size, dt in held.values():
+        by_dtype[names[dt]] += size
+    return by_dtype, "\n".join(f"  {size:>8} B {dt}" for size, dt in held.values())
+
+
+@pytest.mark.parametrize("live_in", [True, False], ids=["later-layer", "first-layer"])
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ALL], ids=["qv", "all"])
+def test_dora_layer_holds_what_autograd_holds(targets: tuple[str, ...], live_in: bool) -> None:
+    z, rank = GQA_SIZES, 4
+    torch.manual_seed(0)
+    config = peft.LoraConfig(r=rank, target_modules=[HF_TO_REFERENCE[t] for t in targets], use_dora=True)
+    layer = peft.inject_adapter_in_model(config, LlamaLayer(GQA_SIZES, fused_qkv=False))
+    for name, param in layer.named_parameters():
+        param.requires_grad_("lora_" in name)
+    layer = layer.to(torch.bfloat16)
+    x = torch.randn(z.b, z.s, z.h, dtype=torch.bfloat16, requires_grad=live_in)
+    got, seen = held_after_forward(lambda: layer(x), layer)
+    splits, adapters = resolve_adapters(TINY_LLAMA, targets)
+    want = graph_bytes([*splits, LoRA(R, tuple(adapters), dora=True)], TINY_LLAMA, z, live_in, rank)
+    assert got == want, f"held {dict(got)} != graph {dict(want)}:\n{seen}"

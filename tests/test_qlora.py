@@ -109,3 +109,17 @@ def test_largest_qlora_batch_for_llama_3_8b_on_24_gb() -> None:
 def test_bad_fine_tuning_options(kwargs: dict, message: str) -> None:
     with pytest.raises(OptionsError, match=message):
         Options(mode="train", batch=1, seq=8, **kwargs)
+
+
+def test_fit_cli_prints_the_qlora_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    from render.cli import main
+
+    argv = ["fit", "--model", "llama-3-8b", "--gpu-memory", "24GB", "--mode", "train", "--seq", "2048", "--recompute",
+            "full", "--flash", "--lora-rank", "16", "--lora-targets", "all-linear", "--base-dtype", "nf4",
+            "--optimizer", "paged-adamw"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    answer = fit("llama-3-8b", Options(mode="train", batch=1, seq=2048, recompute="full", flash=True, lora_rank=16,
+                                       lora_targets="all-linear", base_dtype="nf4", optimizer="paged-adamw"),
+                 24 * 10**9, "batch")
+    assert f"largest batch: {answer.value:,}" in out and f"+ {answer.per_unit:,} * batch bytes" in out
