@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from fractions import Fraction
 
 from render.cli import add_model_options, add_strategy_options, options_from_args
 
