@@ -254,6 +254,8 @@ class Options:
             return "flash"
         if self.attention is not None:
             return self.attention
+        if self.mode == "train" and self.implementation_kind == "hf":
+            return self.hf_attention  # the shorthand's kernel, or transformers' default (sdpa)
         return "sdpa" if self.mode == "infer" else "eager"
 
     @property
