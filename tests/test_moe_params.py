@@ -51,6 +51,10 @@ FAMILY_CONFIGS = [
                      sliding_window=8)),
     ("gpt_oss", dict(S, num_key_value_heads=1, head_dim=8, num_local_experts=5, num_experts_per_tok=1,
                      attention_bias=False)),
+    # Phi-3.5-MoE: LayerNorm with bias, attention and LM-head biases; Granite MoE: LLaMA with routed experts
+    ("phimoe", dict(S, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, attention_bias=True,
+                    lm_head_bias=True)),
+    ("granitemoe", dict(S, num_key_value_heads=2, num_local_experts=6, num_experts_per_tok=2, attention_bias=True)),
 ]
 IDS = [f"{t}-{i}" for i, (t, _) in enumerate(FAMILY_CONFIGS)]
 

@@ -205,7 +205,6 @@ LLAMA_LIKE = {"hidden_size": 128, "num_attention_heads": 8, "num_hidden_layers":
 
 
 @pytest.mark.parametrize(("config", "fragment"), [
-    ({**LLAMA_LIKE, "model_type": "phimoe", "num_local_experts": 16}, "'num_local_experts' = 16"),
     ({**LLAMA_LIKE, "model_type": "olmo"}, "parameter-free LayerNorm"),
     ({"model_type": "gemma3", "text_config": LLAMA_LIKE}, "vision_config"),
     ({**LLAMA_LIKE, "model_type": "opt", "ffn_dim": 512, "max_position_embeddings": 64, "word_embed_proj_dim": 64},

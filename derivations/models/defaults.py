@@ -140,4 +140,12 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "intermediate_size": 2880, "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8,
         "sliding_window": 128, "tie_word_embeddings": False, "hidden_act": "silu", "max_position_embeddings":
         131072, "attention_dropout": 0.0, "num_experts_per_tok": 4, "layer_types": None, "attention_bias": True},
+    "phimoe": {"vocab_size": 32064, "hidden_size": 4096, "intermediate_size": 6400, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_act": "silu", "max_position_embeddings": 131072,
+        "tie_word_embeddings": False, "sliding_window": None, "attention_dropout": 0.0, "num_experts_per_tok": 2,
+        "num_local_experts": 16, "attention_bias": False, "lm_head_bias": False},
+    "granitemoe": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
+        "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "num_local_experts": 8,
+        "num_experts_per_tok": 2},
 }

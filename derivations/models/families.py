@@ -225,13 +225,6 @@ def _cohere(c: Fields) -> Adapted:
     return LlamaLike(_COHERE, reads=("attention_bias",))(c)
 
 
-def _refuse_moe(key: str) -> Callable[[Fields], NoReturn]:
-    def adapt(c: Fields) -> NoReturn:
-        c.fail(key, "is not supported: mixture-of-experts layers are not modelled")
-
-    return adapt
-
-
 def _refuse(why: str) -> Callable[[Fields], NoReturn]:
     def adapt(c: Fields) -> NoReturn:
         raise ConfigError(f"{c.name}: model_type {c.config['model_type']!r} is not supported: {why}")
@@ -282,8 +275,6 @@ SUPPORTED_MODEL_TYPES = tuple(ADAPTERS)
 
 #: Families refused with the reason (mixture-of-experts: the field that makes them so).
 REFUSED: dict[str, Callable[[Fields], NoReturn]] = {
-    "phimoe": _refuse_moe("num_local_experts"),
-    "granitemoe": _refuse_moe("num_local_experts"),
     "olmo": _refuse("OLMo's LayerNorm has no weight and no bias, and a parameter-free LayerNorm is not "
                     "modelled yet"),
     "gemma3": _refuse("it includes a vision tower (vision_config); give its text_config (model_type "

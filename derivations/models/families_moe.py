@@ -149,6 +149,30 @@ def _gpt_oss(c: Fields) -> Adapted:
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
 
 
+def _phimoe(c: Fields) -> Adapted:
+    """Phi-3.5-MoE: LayerNorm with bias, optional attention and LM-head biases, 16 experts, 2 per token."""
+    bias = c.flag("attention_bias", False)
+    arch = replace(LLAMA, family="phimoe", norm="layernorm", norm_bias=True,
+                   mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias, out_bias=bias,
+                   lm_head_bias=c.flag("lm_head_bias", False), tied_embeddings=c.flag("tie_word_embeddings", False))
+    sizes = decoder_sizes(c, kv_heads=8)
+    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 16, 2, sizes["f"]))
+    moe = Moe(renormalize=False, note="Phi-MoE's sparsemixer router saves other tensors than the softmax top-k router")
+    arch, sizes = _with_moe(arch, sizes, moe, 0)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
+
+
+def _granitemoe(c: Fields) -> Adapted:
+    """Granite MoE: LLaMA's layer with routed experts; its multipliers scale activations, not parameters."""
+    bias = c.flag("attention_bias", False)
+    arch = replace(LLAMA, family="granitemoe", mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias,
+                   out_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", False))
+    sizes = decoder_sizes(c)
+    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 8, 2, sizes["f"]))
+    arch, sizes = _with_moe(arch, sizes, Moe(), 0)
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
+
+
 MOE_ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "mixtral": _mixtral,
     "qwen2_moe": _qwen_moe("qwen2_moe", 16, 60, 4, 1408, shared=True),
@@ -157,4 +181,6 @@ MOE_ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "deepseek_v2": _deepseek(2),
     "deepseek_v3": _deepseek(3),
     "gpt_oss": _gpt_oss,
+    "phimoe": _phimoe,
+    "granitemoe": _granitemoe,
 }
