@@ -73,9 +73,17 @@ def _accepts(kind: str, value: object) -> bool:
     return isinstance(value, str)
 
 
+#: The largest step size or degree (batch, seq, tp, ...): 10^12; overhead: 10^30 bytes. Past them the
+#: numbers say nothing about any machine, and plots could not draw them.
+MAX_OPTION = 10**12
+MAX_BYTES = 10**30
+
+
 def _positive(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise OptionsError(f"--{name} must be a positive integer, got {value!r}")
+        raise OptionsError(f"--{name} must be a positive integer, got {shown(value)}")
+    if value is not None and value > MAX_OPTION:
+        raise OptionsError(f"--{name} = {value:.3e} is past the bound of {MAX_OPTION:,} (10^12)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,9 +158,12 @@ class Options:
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
+            flag = f"--{name.replace('_', '-').replace('-bytes', '')}"
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise OptionsError(f"--{name.replace('_', '-').replace('-bytes', '')} must be a whole number "
-                                   f"that is not negative, got {value!r}")
+                raise OptionsError(f"{flag} must be a whole number that is not negative, got {shown(value)}")
+            if value > (MAX_BYTES if name == "overhead_bytes" else MAX_OPTION):
+                raise OptionsError(f"{flag} = {value:.3e} is past the bound of 10^"
+                                   f"{30 if name == 'overhead_bytes' else 12}")
         if self.recompute not in RECOMPUTE:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):

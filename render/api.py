@@ -203,7 +203,11 @@ class Result:
 
 
 def _capacity(value: str | int | None) -> int | None:
-    return parse_size(value) if isinstance(value, str) else value
+    if value is None or isinstance(value, str):
+        return None if value is None else parse_size(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= 10**30:
+        raise ArgumentError(f"gpu_memory must be a size such as \"80GB\" or bytes up to 10^30, got {shown(value)}")
+    return value
 
 
 def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> Result:

@@ -11,11 +11,12 @@ import argparse
 import copy
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 __all__ = ["main", "add_model_options", "add_strategy_options", "add_output_options", "options_from_args", "fail",
-           "emit", "check_output", "not_applicable", "command_line"]
+           "emit", "check_output", "not_applicable", "command_line", "one_line", "whole_number"]
 
 COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
                    "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep",
@@ -31,8 +32,9 @@ def fail(message: str) -> None:
 
 
 def check_output(output: str | None, force: bool) -> None:
-    """The one overwrite rule of every ``-o``: an existing file is refused unless ``--force``."""
-    if output and output != "-" and os.path.exists(output) and not force:
+    """The one overwrite rule of every ``-o``: an existing file (a dangling symlink too: writing would
+    follow it) is refused unless ``--force``; ``-`` is standard output."""
+    if output and output != "-" and os.path.lexists(output) and not force:
         raise CliError(f"{output} exists; pass --force to overwrite it")
 
 
@@ -66,13 +68,31 @@ class _Formatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)".strip() if self._shows_default(action) else text
 
 
+def one_line(message: object, limit: int = 1000) -> str:
+    """An error message as one line of at most ``limit`` characters (a 10 MB value is never echoed whole)."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def whole_number(text: str) -> int:
+    """An integer option: ASCII digits with an optional sign, at most 30 of them. Python's ``int`` would
+    also read ``1_000`` and full-width ``０１``; here they are refused, in one line.
+
+    >>> whole_number("8"), whole_number("-1")
+    (8, -1)
+    """
+    if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits (at most 30), got {one_line(repr(text), 60)}")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # one line, exit 2
-        sys.stderr.write(f"memderive: error: {message}\n")
+        sys.stderr.write(f"memderive: error: {one_line(message)}\n")
         raise SystemExit(2)
 
 
@@ -85,20 +105,20 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     """Options shared by estimate, derive, fit, plot and notebook."""
     g = parser.add_argument_group("step and strategy")
     g.add_argument("--mode", choices=("params", "train", "infer"), default=None)
-    g.add_argument("--batch", type=int)
-    g.add_argument("--seq", type=int)
-    g.add_argument("--new-tokens", type=int, default=None)
+    g.add_argument("--batch", type=whole_number)
+    g.add_argument("--seq", type=whole_number)
+    g.add_argument("--new-tokens", type=whole_number, default=None)
     g.add_argument("--dtype", default="bf16", help="training parameter/compute dtype (bf16 = mixed precision)")
     g.add_argument("--optimizer", default="adamw",
                    help="adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd")
-    g.add_argument("--tp", type=int, default=1)
-    g.add_argument("--pp", type=int, default=1)
-    g.add_argument("--dp", type=int, default=1)
+    g.add_argument("--tp", type=whole_number, default=1)
+    g.add_argument("--pp", type=whole_number, default=1)
+    g.add_argument("--dp", type=whole_number, default=1)
     g.add_argument("--sp", action="store_true", help="sequence parallelism (with --tp)")
-    g.add_argument("--ep", type=int, default=1, help="expert parallelism: routed experts over ep of the dp ranks")
+    g.add_argument("--ep", type=whole_number, default=1, help="expert parallelism: routed experts over ep of the dp ranks")
     g.add_argument("--capacity-factor", default=None,
                    help="MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots")
-    g.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3))
+    g.add_argument("--zero", type=whole_number, default=0, choices=(0, 1, 2, 3))
     g.add_argument("--offload", action="store_true",
                    help="ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU memory; "
                         "the GPU keeps the 16-bit weights")
@@ -108,22 +128,22 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
                         "in inference, as transformers' generate and serving engines; eager in training, "
                         "Korthikanti et al.'s assumption)")
     g.add_argument("--flash", action="store_true", help="short for --attention flash")
-    g.add_argument("--kv-block", type=int, default=None,
+    g.add_argument("--kv-block", type=whole_number, default=None,
                    help="inference: paged KV cache, whole blocks of this many tokens per sequence (vLLM: 16)")
     g.add_argument("--no-dropout", action="store_true")
-    g.add_argument("--micro-batches", type=int)
-    g.add_argument("--virtual-stages", type=int)
+    g.add_argument("--micro-batches", type=whole_number)
+    g.add_argument("--virtual-stages", type=whole_number)
     g.add_argument("--profile", choices=("korthikanti", "exact"), default="korthikanti",
                    help="activation profile: the paper's (norm stats neglected) or every saved tensor")
     g.add_argument("--overhead", default="0", help="allowance for framework overhead, with a unit: 2GiB, 500MB")
     g.add_argument("--weight-dtype", default=None, help="inference weight dtype (fp16, int8, int4, fp8, ...)")
     g.add_argument("--kv-dtype", default=None, help="inference KV-cache dtype")
-    g.add_argument("--quant-group", type=int, default=128, help="int4/int8 quantization group size")
+    g.add_argument("--quant-group", type=whole_number, default=128, help="int4/int8 quantization group size")
     g.add_argument("--implementation", default="megatron",
                    help="whose layers save the activations: megatron (fused kernels, the published formulas; "
                         "default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention")
     ft = parser.add_argument_group("fine-tuning")
-    ft.add_argument("--lora-rank", type=int, help="LoRA rank r (with --lora-targets)")
+    ft.add_argument("--lora-rank", type=whole_number, help="LoRA rank r (with --lora-targets)")
     ft.add_argument("--lora-targets", default="", help="modules as PEFT names them (q_proj,v_proj) or all-linear")
     ft.add_argument("--lora-dropout", type=float, default=0.0, help="adapter dropout (> 0 saves a mask)")
     ft.add_argument("--dora", action="store_true", help="DoRA: a magnitude vector per adapted output feature")
@@ -244,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (CliError, ValueError, KeyError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        sys.stderr.write(f"memderive: error: {message}\n")
+        sys.stderr.write(f"memderive: error: {one_line(message)}\n")
         return 2
 
 

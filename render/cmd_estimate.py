@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
+from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args, whole_number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_writeup_options(parser: argparse.ArgumentParser) -> None:
     """Render settings of the Markdown/LaTeX writeups (``render.units.RenderOptions``)."""
     g = parser.add_argument_group("writeup")
-    g.add_argument("--precision", type=int, help="decimals of rounded GB/GiB figures (default 2)")
+    g.add_argument("--precision", type=whole_number, help="decimals of rounded GB/GiB figures (default 2)")
     g.add_argument("--detail", choices=("symbolic", "substituted", "numeric"),
                    help="formula only; formula = numbers = result (default); formula = result")
     g.add_argument("--units", choices=("both", "SI", "IEC"), help="rounded bytes in GB, GiB or both (default)")

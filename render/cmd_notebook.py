@@ -19,14 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    import os
 
     from derivations.estimate import estimate
     from render.units import parse_size
 
     if not args.output.endswith(".ipynb"):
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
-    if Path(args.output).exists() and not args.force:
+    if os.path.lexists(args.output) and not args.force:  # a dangling symlink too: writing would follow it
         raise ValueError(f"{args.output} exists; pass --force to overwrite it")
     parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))

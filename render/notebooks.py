@@ -13,6 +13,7 @@ in ``notebooks/``; regenerate them with ``python -m render.notebooks``.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -87,11 +88,11 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
                   new_code_cell(f'r.breakdown("{key}")'),
                   new_markdown_cell(f"## Plots\n\nPer-GPU memory across layouts (same step sizes), and against "
                                     f"sequence length and micro-batch size with a {gpu_memory} GPU."),
-                  new_code_cell(f'r.plot("breakdown", gpu_memory="{gpu_memory}")'),
-                  new_code_cell(f'r.plot("seq", gpu_memory="{gpu_memory}")'),
-                  new_code_cell(f'r.plot("batch", gpu_memory="{gpu_memory}")'),
+                  new_code_cell(f'r.plot("breakdown", gpu_memory={gpu_memory!r})'),
+                  new_code_cell(f'r.plot("seq", gpu_memory={gpu_memory!r})'),
+                  new_code_cell(f'r.plot("batch", gpu_memory={gpu_memory!r})'),
                   new_markdown_cell("## Layouts\n\nThe totals of the bars above."),
-                  new_code_cell(f'r.strategies(gpu_memory="{gpu_memory}")')]
+                  new_code_cell(f'r.strategies(gpu_memory={gpu_memory!r})')]
     cells += [new_markdown_cell(f"## Totals\n\nExact integers, as `{command}` prints them."),
               new_code_cell('for key, value in r.numbers().items():\n    print(f"{key} = {value}")')]
     return cells
@@ -121,7 +122,7 @@ def execute(nb: Any, cwd: str | Path = ROOT, timeout: int = 300) -> Any:
 def write(nb: Any, path: str | Path, force: bool = False) -> Path:
     """Write ``nb``; an existing file is refused unless ``force``."""
     path = Path(path)
-    if path.exists() and not force:
+    if os.path.lexists(path) and not force:  # a dangling symlink exists too: writing would follow it
         raise FileExistsError(f"{path} exists; pass --force to overwrite it")
     nbformat.validate(nb)
     path.write_text(nbformat.writes(nb) + "\n")

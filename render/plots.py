@@ -25,7 +25,7 @@ from derivations.options import Options
 from render.steps import breakdown_rows, headline_key, layout_text
 from render.units import scaled_bytes
 from symbolic import dims
-from symbolic.errors import InvalidLayoutError
+from symbolic.errors import DerivationError, InvalidLayoutError
 
 __all__ = ["PlotData", "KINDS", "strategy_ladder", "breakdown_data", "sweep_data", "plot_data", "colors", "draw", "save"]
 
@@ -189,8 +189,15 @@ def colors(parts: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: The largest value drawn, in bytes (or elements): floats past ~1.8e308 overflow; 10^300 leaves room.
+MAX_DRAWN = 10**300
+
+
 def draw(data: PlotData) -> Any:
     """A matplotlib ``Figure`` of ``data``: stacked bars for layouts, stacked areas for sweeps."""
+    if max([*data.totals, data.capacity or 0], default=0) > MAX_DRAWN:
+        raise DerivationError("values past 10^300 cannot be drawn (a float overflows); use estimate --json "
+                                 "for the exact integers")
     # A bare Figure renders through Agg when saved and never touches pyplot's global backend (headless,
     # and harmless inside a notebook whose user has chosen another backend).
     from matplotlib.figure import Figure

@@ -16,12 +16,15 @@ import re
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
+from symbolic.errors import shown
+
 __all__ = ["format_bytes", "format_count", "parse_size", "scaled_bytes", "scaled_count", "RenderOptions", "UNITS",
            "DETAILS"]
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
+#: ASCII digits only (``int`` would read full-width ``８０``), spaces but no newline, at most 30 digits
+_SIZE = re.compile(r"\A[ \t]*([0-9]{1,30}(?:\.[0-9]{1,30})?)[ \t]*([kmgt]i?b|b)?[ \t]*\Z", re.IGNORECASE)
 
 
 def _fixed(value: Fraction, precision: int) -> str:
@@ -142,13 +145,13 @@ def parse_size(text: str, option: str = "size", bare: str | None = None) -> int:
     """
     match = _SIZE.match(str(text))
     if not match:
-        raise ValueError(f"cannot read {option} {text!r}; write {SIZE_FORMS}")
+        raise ValueError(f"cannot read {option} {shown(text)}; write {SIZE_FORMS}, in ASCII digits (at most 30)")
     number, unit = match.groups()
     if unit is None and Fraction(number) != 0:
         if bare is None:
-            raise ValueError(f"{option} {text!r} has no unit; write {SIZE_FORMS}")
+            raise ValueError(f"{option} {shown(text)} has no unit; write {SIZE_FORMS}")
         unit = bare
     value = Fraction(number) * UNITS[(unit or "b").lower()]
     if value.denominator != 1:
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
+        raise ValueError(f"size {shown(text)} is not a whole number of bytes")
     return int(value)

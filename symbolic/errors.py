@@ -19,5 +19,8 @@ def shown(value: object, width: int = 60) -> str:
     >>> shown("x" * 100, 12)
     "'xxxxxxxx..."
     """
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a list nested 100,000 deep
+        return f"<{type(value).__name__} nested too deeply to show>"
     return text if len(text) <= width else text[:width - 3] + "..."

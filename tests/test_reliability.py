@@ -279,3 +279,115 @@ def test_markdown_report_shows_html_as_text(tmp_path) -> None:
     path.write_text("<!-- memderive: quantity=params.total -->\n$<script>x</script>$\n")
     out = cli("check", "--file", str(path), "--format", "md").stdout
     assert "<script>" not in out and "&lt;script&gt;" in out and "--> <b>" not in out
+
+
+# --- 10. deeply nested JSON ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [("estimate",), ("derive", "params"),
+                                     ("check", "--quantity", "params.total", "--claim", "12lh^2")])
+def test_deeply_nested_json_is_one_line(tmp_path, command: tuple) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000)
+    one_line_exit_2(cli(*command, "--model", str(path)), "nested too deeply")
+
+
+def test_deeply_nested_values_are_shown_briefly() -> None:
+    from symbolic.errors import shown
+
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert shown(deep) == "<list nested too deeply to show>"
+
+
+# --- 11. fit and the model's positions ------------------------------------------------------------
+
+@pytest.mark.parametrize("positions", [1.5, -1, 0, "2048", True, 10**13])
+def test_positions_must_be_a_positive_integer(tmp_path, positions: object) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**SMALL_GPT2, "model_type": "gptj", "n_positions": positions}))
+    one_line_exit_2(cli("fit", "--model", str(path), "--gpu-memory", "80GB", "--seq", "8"), "positions")
+
+
+# --- 12. plots of huge values ---------------------------------------------------------------------
+
+def test_plots_refuse_values_a_float_cannot_hold() -> None:
+    from dataclasses import replace
+
+    from render.plots import draw, plot_data
+    from symbolic.errors import DerivationError
+
+    data = plot_data(estimate("gpt2", mode="train", batch=1, seq=8), "breakdown")
+    with pytest.raises(DerivationError, match="cannot be drawn"):
+        draw(replace(data, capacity=10**400))
+
+
+def test_plot_of_the_largest_allowed_sizes_draws(tmp_path) -> None:
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 10**12, "num_attention_heads": 10**6,
+                                "num_hidden_layers": 10**12, "intermediate_size": 10**12, "vocab_size": 10**12}))
+    result = cli("plot", "--model", str(path), "--batch", "1000000000000", "--seq", "1000000000000",
+                 "--gpu-memory", "9" * 30 + "TB", "-o", str(tmp_path / "p.png"))
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("args", "fragment"), [(("--batch", "10000000000000"), "past the bound"),
+                                                (("--overhead", "9" * 29 + "TB"), "past the bound of 10^30")])
+def test_options_are_bounded(args: tuple, fragment: str) -> None:
+    one_line_exit_2(cli("estimate", "--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "8", *args),
+                    fragment)
+
+
+# --- 13. notebooks: values in generated code are Python literals ----------------------------------
+
+def test_notebook_cells_parse_whatever_the_gpu_memory_text() -> None:
+    import ast
+
+    from render.notebooks import notebook
+
+    nb = notebook(estimate("gpt2", mode="train", batch=1, seq=8), '80GB\n"); import os; ("')
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            ast.parse(cell.source)
+    assert any("gpu_memory='80GB\\n\"); import os; (\"'" in cell.source for cell in nb.cells)
+
+
+def test_notebook_refuses_a_size_with_a_newline(tmp_path) -> None:
+    result = cli("notebook", "--model", "gpt2", "--batch", "1", "--seq", "8", "--gpu-memory", "80GB\n",
+                 "-o", str(tmp_path / "n.ipynb"))
+    one_line_exit_2(result, "cannot read size '80GB\\n'")
+
+
+# --- 15. -o - is standard output; a dangling symlink exists ---------------------------------------
+
+def test_dash_output_is_stdout(tmp_path) -> None:
+    result = cli("estimate", "--model", "gpt2", "--json", "-o", "-", cwd=str(tmp_path))
+    assert json.loads(result.stdout)["parameters"] == 124_439_808 and not (tmp_path / "-").exists()
+
+
+def test_a_dangling_symlink_is_not_written_through(tmp_path) -> None:
+    target, link = tmp_path / "target.ipynb", tmp_path / "link.ipynb"
+    link.symlink_to(target)
+    result = cli("notebook", "--model", "gpt2", "--batch", "1", "--seq", "8", "-o", str(link))
+    one_line_exit_2(result, "exists")
+    assert not target.exists()
+
+
+# --- 17. numbers on the command line: ASCII digits; errors never echo a huge value ----------------
+
+@pytest.mark.parametrize("value", ["０１", "1_000", "٣", "9" * 31, " 8", "8\n"])
+def test_cli_numbers_are_ascii_digits(value: str) -> None:
+    one_line_exit_2(cli("estimate", "--model", "gpt2", "--mode", "train", "--batch", value, "--seq", "8"),
+                    "expected a whole number in ASCII digits")
+
+
+@pytest.mark.parametrize("args", [("--model", "x" * 10_000_000), ("--model", "gpt2", "--mode", "y" * 10_000_000),
+                                  ("--model", "gpt2\nllama-2-7b")])
+def test_errors_never_echo_a_huge_value(tmp_path, args: tuple) -> None:
+    big = tmp_path / "args"
+    big.write_text(json.dumps(["estimate", *args]))  # too long for a command line: read from a file
+    code = "import json, sys; from render.cli import main; sys.exit(main(json.load(open(sys.argv[1]))))"
+    result = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+    one_line_exit_2(result)
+    assert len(result.stderr) < 1200

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from derivations.models.config_fields import ConfigError, Fields, with_dropout
+from derivations.models.config_fields import MAX_SIZE, ConfigError, Fields, with_dropout
 from derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
 from derivations.models.model import Model
+from symbolic.errors import shown
 
 __all__ = ["ConfigError", "from_config", "load_config", "config_name", "SUPPORTED_MODEL_TYPES"]
 
@@ -27,7 +28,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
     """Build a ``Model`` from a config dict (the parsed ``config.json``)."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{name or 'config'}: expected a JSON object, got {type(config).__name__}")
-    label = name or str(config.get("_name_or_path") or config.get("model_type") or "config")
+    label = _label(name or str(config.get("_name_or_path") or config.get("model_type") or "config"))
     model_type = config.get("model_type")
     if model_type is None:
         raise ConfigError(f"{label}: config field 'model_type' is missing; add it to config.json")
@@ -42,9 +43,20 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
     arch, sizes, extra = ADAPTERS[model_type](fields)
     arch, extra = with_dropout(fields, arch, extra)
     for key, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{label}: size {key} must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
+            raise ConfigError(f"{label}: size {key} must be a positive integer up to 10^12, got {shown(value)}")
+    positions = extra.get("max_positions")
+    if positions is not None and (isinstance(positions, bool) or not isinstance(positions, int)
+                                  or not 0 < positions <= MAX_SIZE):
+        raise ConfigError(f"{label}: the model's positions (max_position_embeddings, n_positions or max_seq_len) "
+                          f"= {shown(positions)} must be a positive integer up to 10^12")
     return Model(label, arch, sizes, source=source, **extra)
+
+
+def _label(name: str) -> str:
+    """A model's name as one line of at most 200 characters (it heads reports and error messages)."""
+    flat = " ".join(name.split()) or "config"
+    return flat if len(flat) <= 200 else flat[:197] + "..."
 
 
 def load_config(path: str | Path, name: str | None = None) -> Model:
@@ -53,11 +65,15 @@ def load_config(path: str | Path, name: str | None = None) -> Model:
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
-        raise ConfigError(f"{path}: no such file; give a local config.json path or a bundled model name")
+        raise ConfigError(f"{shown(str(path), 200)}: no such file; give a local config.json path or a bundled "
+                          "model name")
     try:
         config = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{p}: not valid JSON ({exc}); check the file") from None
+        raise ConfigError(f"{shown(str(p), 200)}: not valid JSON ({exc}); check the file") from None
+    except RecursionError:  # '[' nested 100,000 deep: Python's reader gives up, and so do we, in one line
+        raise ConfigError(f"{shown(str(p), 200)}: JSON nested too deeply to read; a config.json is a flat "
+                          "object") from None
     return from_config(config, name or config_name(config, p), source=str(p))
 
 

@@ -19,10 +19,10 @@ __all__ = ["ADAPTERS", "REFUSED", "SUPPORTED_MODEL_TYPES"]
 
 
 def _gpt2(c: Fields) -> Adapted:
-    h = c.need("n_embd", "hidden_size")
-    sizes = {"h": h, "a": c.need("n_head", "num_attention_heads"), "l": c.need("n_layer", "num_hidden_layers"),
-             "V": c.need("vocab_size"), "n_ctx": c.need("n_positions", "max_position_embeddings"),
-             "f": c.get("n_inner", 4 * h)}
+    h = c.size("n_embd", "hidden_size")
+    sizes = {"h": h, "a": c.size("n_head", "num_attention_heads"), "l": c.size("n_layer", "num_hidden_layers"),
+             "V": c.size("vocab_size"), "n_ctx": c.size("n_positions", "max_position_embeddings"),
+             "f": c.size("n_inner", default=4 * h)}
     arch = replace(GPT, mlp=mlp_kind(c, "activation_function", "gelu_new"),
                    tied_embeddings=c.flag("tie_word_embeddings", True), act_fn=c.get("activation_function", "gelu_new"))
     return arch, sizes, {"max_positions": sizes["n_ctx"]}
@@ -34,16 +34,16 @@ def _gpt_neox(c: Fields) -> Adapted:
     arch = replace(GPT, family="gpt_neox", mlp=mlp_kind(c, "hidden_act", "gelu"), positions="rotary",
                    tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, out_bias=bias,
                    parallel_block=parallel)
-    sizes = {"h": c.need("hidden_size"), "a": c.need("num_attention_heads"), "l": c.need("num_hidden_layers"),
-             "V": c.need("vocab_size"), "f": c.need("intermediate_size")}
+    sizes = {"h": c.size("hidden_size"), "a": c.size("num_attention_heads"), "l": c.size("num_hidden_layers"),
+             "V": c.size("vocab_size"), "f": c.size("intermediate_size")}
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
 def _bert(c: Fields) -> Adapted:
     c.refuse("position_embedding_type", lambda v: v == "absolute", "only absolute positions are modelled")
-    sizes = {"h": c.need("hidden_size"), "a": c.need("num_attention_heads"), "l": c.need("num_hidden_layers"),
-             "V": c.need("vocab_size"), "f": c.need("intermediate_size"),
-             "n_ctx": c.need("max_position_embeddings"), "n_type": c.need("type_vocab_size")}
+    sizes = {"h": c.size("hidden_size"), "a": c.size("num_attention_heads"), "l": c.size("num_hidden_layers"),
+             "V": c.size("vocab_size"), "f": c.size("intermediate_size"),
+             "n_ctx": c.size("max_position_embeddings"), "n_type": c.size("type_vocab_size")}
     return BERT, sizes, {"max_positions": sizes["n_ctx"]}
 
 
