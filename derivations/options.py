@@ -73,9 +73,9 @@ def _accepts(kind: str, value: object) -> bool:
     return isinstance(value, str)
 
 
-#: The largest step size or degree (batch, seq, tp, ...): 10^12; overhead: 10^30 bytes. Past them the
+#: The largest step size or degree (batch, seq, tp, ...): 10^15; overhead: 10^30 bytes. Past them the
 #: numbers say nothing about any machine, and plots could not draw them.
-MAX_OPTION = 10**12
+MAX_OPTION = 10**15
 MAX_BYTES = 10**30
 
 
@@ -83,7 +83,7 @@ def _positive(name: str, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise OptionsError(f"--{name} must be a positive integer, got {shown(value)}")
     if value is not None and value > MAX_OPTION:
-        raise OptionsError(f"--{name} = {value:.3e} is past the bound of {MAX_OPTION:,} (10^12)")
+        raise OptionsError(f"--{name} = {value:.3e} is past the bound of {MAX_OPTION:,} (10^15)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +163,7 @@ class Options:
                 raise OptionsError(f"{flag} must be a whole number that is not negative, got {shown(value)}")
             if value > (MAX_BYTES if name == "overhead_bytes" else MAX_OPTION):
                 raise OptionsError(f"{flag} = {value:.3e} is past the bound of 10^"
-                                   f"{30 if name == 'overhead_bytes' else 12}")
+                                   f"{30 if name == 'overhead_bytes' else 15}")
         if self.recompute not in RECOMPUTE:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):

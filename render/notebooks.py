@@ -13,6 +13,7 @@ in ``notebooks/``; regenerate them with ``python -m render.notebooks``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -62,6 +63,7 @@ def _call(model: str, opts: Options) -> str:
 
 
 def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
+    literal = json.dumps(gpu_memory)  # a Python string literal too, whatever the text: never code of its own
     opts = est.options
     title = TITLES.get(opts.mode, "{}").format(est.model.name)
     command = cli_command(est, ["--json"])
@@ -88,11 +90,11 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
                   new_code_cell(f'r.breakdown("{key}")'),
                   new_markdown_cell(f"## Plots\n\nPer-GPU memory across layouts (same step sizes), and against "
                                     f"sequence length and micro-batch size with a {gpu_memory} GPU."),
-                  new_code_cell(f'r.plot("breakdown", gpu_memory={gpu_memory!r})'),
-                  new_code_cell(f'r.plot("seq", gpu_memory={gpu_memory!r})'),
-                  new_code_cell(f'r.plot("batch", gpu_memory={gpu_memory!r})'),
+                  new_code_cell(f'r.plot("breakdown", gpu_memory={literal})'),
+                  new_code_cell(f'r.plot("seq", gpu_memory={literal})'),
+                  new_code_cell(f'r.plot("batch", gpu_memory={literal})'),
                   new_markdown_cell("## Layouts\n\nThe totals of the bars above."),
-                  new_code_cell(f'r.strategies(gpu_memory={gpu_memory!r})')]
+                  new_code_cell(f'r.strategies(gpu_memory={literal})')]
     cells += [new_markdown_cell(f"## Totals\n\nExact integers, as `{command}` prints them."),
               new_code_cell('for key, value in r.numbers().items():\n    print(f"{key} = {value}")')]
     return cells
