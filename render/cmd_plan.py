@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_output_options, emit, fail
+from render.cli import add_model_options, add_output_options, emit, fail, whole_number
 
 PROXY = ("step time: a proxy until the compute model lands: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -21,17 +21,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("plan", help="training layouts (tp, pp, dp, ZeRO, recompute, micro-batches) that fit")
     add_model_options(parser)
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
-    parser.add_argument("--gpus", type=int, help="GPU count (default: the fewest that fit)")
+    parser.add_argument("--gpus", type=whole_number, help="GPU count (default: the fewest that fit)")
     parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB")
     parser.add_argument("--gpu", help="a GPU by name (from the compute model's GPU table, once it lands)")
     parser.add_argument("--peak-tflops", type=float, help="one GPU's dense peak in TFLOP/s, for step times")
-    parser.add_argument("--seq", type=int, required=True, help="tokens per sequence")
-    parser.add_argument("--global-batch", type=int, help="sequences per optimizer step (training)")
-    parser.add_argument("--new-tokens", type=int, default=0, help="tokens generated per sequence (inference)")
+    parser.add_argument("--seq", type=whole_number, required=True, help="tokens per sequence")
+    parser.add_argument("--global-batch", type=whole_number, help="sequences per optimizer step (training)")
+    parser.add_argument("--new-tokens", type=whole_number, default=0, help="tokens generated per sequence (inference)")
     parser.add_argument("--no-flash", action="store_true", help="plan without FlashAttention")
     parser.add_argument("--dtype", default="bf16", help="training precision (bf16 = mixed precision)")
     parser.add_argument("--optimizer", default="adamw")
-    parser.add_argument("--top", type=int, default=5, help="how many layouts to show (default 5)")
+    parser.add_argument("--top", type=whole_number, default=5, help="how many layouts to show (default 5)")
     parser.add_argument("--json", action="store_true", help='{"layouts": [{"options": ..., "total_bytes": ...}]}')
     add_output_options(parser)
     parser.set_defaults(func=run)
