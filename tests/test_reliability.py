@@ -355,7 +355,7 @@ def test_notebook_cells_parse_whatever_the_gpu_memory_text() -> None:
 def test_notebook_refuses_a_size_with_a_newline(tmp_path) -> None:
     result = cli("notebook", "--model", "gpt2", "--batch", "1", "--seq", "8", "--gpu-memory", "80GB\n",
                  "-o", str(tmp_path / "n.ipynb"))
-    one_line_exit_2(result, "cannot read size '80GB\\n'")
+    one_line_exit_2(result, "cannot read --gpu-memory '80GB\\n'")
 
 
 # --- 15. -o - is standard output; a dangling symlink exists ---------------------------------------
