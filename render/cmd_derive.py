@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode, strict=False))
     quantity = est.quantity(key)
     if args.format == "text":
-        text = f"{quantity.title} ({quantity.unit}) = {quantity.closed_form()}"
+        from render.text import plain
+
+        text = f"{quantity.title} ({quantity.unit}) = {plain(quantity.closed_form())}"
     else:
         from render.writeup import quantity_document
 

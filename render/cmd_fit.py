@@ -81,8 +81,9 @@ def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve
     print(f"does not fit: {solve_for} 1 needs {format_bytes(needed) if needed is not None else 'more'}")
     if changes:
         print("would fit with:")
+        width = max(len(change) for change, _ in changes)
         for change, total in changes:
-            print(f"  {change:<24} {format_bytes(total)}")
+            print(f"  {change:<{width}}  {format_bytes(total)}")
     else:
         print("no single change tried (tensor parallelism, ZeRO-3, recompute, 8-bit optimizer, lower-precision "
               "weights or KV cache, a shorter context) fits; combine them or use more GPUs")

@@ -53,7 +53,7 @@ def test_json_output_has_exact_parameters() -> None:
 def test_derive_params_prints_closed_form() -> None:
     result = run("derive", "params-per-layer", "--model", "gpt2")
     assert result.returncode == 0
-    assert "12*h**2 + 13*h" in result.stdout
+    assert "12*h^2 + 13*h" in result.stdout  # a reader's notation (issue 14): ^, not **
 
 
 @pytest.mark.parametrize(("strategy", "closed_form"), [

@@ -174,6 +174,20 @@ def test_does_not_fit_is_an_answer(capsys) -> None:
     assert all(isinstance(x["total_bytes"], int) and x["total_bytes"] <= 80 * 10**9 for x in data["would_fit"])
 
 
+def test_no_single_change_suggests_them_together(capsys) -> None:
+    # LLaMA-2 70B training at s = 4,096 on one 80 GB GPU: 16 bytes a parameter is 1.1 TB before activations
+    code, out, _ = run(capsys, "fit", "--model", "llama-2-70b", "--gpu-memory", "80GB", "--mode", "train", "--seq",
+                       "4096", "--json")
+    data = json.loads(out)
+    assert code == 1 and len(data["would_fit"]) == 1 and data["would_fit"][0]["total_bytes"] <= 80 * 10**9
+    change = data["would_fit"][0]["change"].split()
+    flags = [x for x in change if x.startswith("--")]
+    assert len(flags) > 1  # no single change suffices: the estimate with all of them fits
+    code, again, _ = run(capsys, "estimate", "--model", "llama-2-70b", "--mode", "train", "--batch", "1", "--seq",
+                         "4096", *change, "--json")
+    assert code == 0 and json.loads(again)["total_bytes"] == data["would_fit"][0]["total_bytes"]
+
+
 def test_fit_json_numbers_are_numbers(capsys) -> None:
     code, out, _ = run(capsys, "fit", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--mode", "infer", "--seq",
                        "2048", "--json")

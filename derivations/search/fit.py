@@ -212,6 +212,21 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
         if needed <= capacity:
             found.append((label, needed))
             tp_found = tp_found or label.startswith("--tp")
+    if not found:  # no single change: the changes together, in order, until they fit
+        combined, labels = one, []
+        for label, changed in _candidates(model, one, solve_for):
+            if label.startswith("--tp") and any(x.startswith("--tp") for x in labels):
+                continue
+            diff = {k: getattr(changed, k) for k in ("tp", "recompute", "zero", "dp", "optimizer", "weight_dtype",
+                                                      "kv_dtype") if getattr(changed, k) != getattr(one, k)}
+            try:
+                combined, labels = replace(combined, **diff), [*labels, label]
+                needed = estimate(model, combined).number("total_bytes")
+            except DerivationError:
+                continue
+            if needed <= capacity:
+                found.append((" ".join(labels), needed))
+                break
     if solve_for == "batch" and options.seq is not None and options.seq > 1:
         try:
             shorter = fit(model, replace(options, batch=1), capacity, "seq")
