@@ -27,8 +27,8 @@ from tests.hf_meta import count_parameters, model_class, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEED = 16
-CASES_PER_FAMILY = 14
-COMPARED_PER_FAMILY = 5  # of them, built by transformers too
+CASES_PER_FAMILY = 24
+COMPARED_PER_FAMILY = 8  # of them, built by transformers too
 #: What a mutation writes in place of a field's value (or deletes it).
 MUTATIONS: dict[str, Any] = {"delete": ..., "null": None, "zero": 0, "negate": "negate", "huge": 10**30,
                              "string": "x", "list": [1], "float": 1.5, "true": True, "false": False,
@@ -117,7 +117,7 @@ HOSTILE = {"deep.json": "[" * 100_000, "binary.json": b"\xff\xfe\x00{", "empty.j
 
 def _cli_sample() -> list[tuple[str, Any]]:
     rng = random.Random(f"{SEED}-cli")
-    families = rng.sample(SUPPORTED_MODEL_TYPES, min(4, len(SUPPORTED_MODEL_TYPES)))
+    families = rng.sample(SUPPORTED_MODEL_TYPES, min(6, len(SUPPORTED_MODEL_TYPES)))
     mutated = [(f"{t}-{key}-{how}.json", json.dumps(config)) for t in families
                for key, how, config in [rng.choice(_cases(t))]]
     return mutated + sorted(HOSTILE.items())
