@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from derivations.models.config import from_config, load_config
+from derivations.quantities.compute import infer_flops, train_flops
 from derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                              finetune_notes, finetune_states, finetune_steps, trainable_parameters)
 from derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
 from derivations.quantities.experts import check_expert_layout, expert_split_states
+from derivations.quantities.timing import time_json
 from derivations.models.implementations import describe as describe_implementation
 from derivations.models.implementations import hf_layers
 from derivations.models.model import Model
@@ -197,6 +199,7 @@ class Estimate:
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()
+        out.update(time_json(self))  # step_time_s, tokens_per_s, mfu / prefill and decode times (with --gpu)
         return out
 
     def implementation(self) -> str:
@@ -342,7 +345,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 #: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v): graphs differ only by
 #: the flags in ``structure_key``, so a derivation is shared by every value with the same flags.
 VALUE_FIELDS = frozenset({"batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches", "virtual_stages",
-                          "lora_rank"})
+                          "lora_rank", "gpu", "efficiency"})  # gpu, efficiency: times only, never the graph
 _DERIVED: dict[tuple, tuple[Graph, tuple[Quantity, ...]]] = {}
 _CACHE_SIZE = 1024
 
@@ -380,12 +383,12 @@ def _derive(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, .
                                    graph.relations, LORA_CITATION))
     if options.mode == "train":
         graph, more = _train_quantities(resolved, options, base)
-        quantities += more
+        quantities += more + train_flops(resolved, options, base, graph, lambda g, o: _transformed(g, o, resolved))
     if options.mode == "infer":
         from derivations.quantities.inference import infer_quantities
 
         graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
-        quantities += more
+        quantities += more + infer_flops(resolved, options, graph)
     return graph, tuple(quantities)
 
 

@@ -86,6 +86,16 @@ def _positive(name: str, value: int | None) -> None:
         raise OptionsError(f"--{name} = {value:.3e} is past the bound of {MAX_OPTION:,} (10^15)")
 
 
+def _check_gpu(name: str | None, efficiency: float | None) -> None:
+    if name is not None:
+        from derivations.hardware import gpu
+
+        gpu(name)  # unknown names raise with the list of choices
+    if efficiency is not None and (isinstance(efficiency, bool) or not isinstance(efficiency, int | float)
+                                   or not 0 < efficiency <= 1):
+        raise OptionsError(f"--efficiency must be a fraction of peak FLOP/s in (0, 1], got {efficiency!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     mode: str = "params"
@@ -123,6 +133,8 @@ class Options:
     train_only: tuple[str, ...] = ()
     ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
+    gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
+    efficiency: float | None = None  # fraction of dense peak (derivations.quantities.timing.DEFAULT_EFFICIENCY)
 
     @classmethod
     def check_names(cls, given: Mapping[str, Any]) -> None:
@@ -191,6 +203,7 @@ class Options:
             raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
         if self.kv_block is not None and self.mode != "infer":
             raise OptionsError("--kv-block sizes the paged KV cache of inference; use it with --mode infer")
+        _check_gpu(self.gpu, self.efficiency)
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()

@@ -162,12 +162,13 @@ class Result:
 
         return self._view(make)
 
-    def plot(self, kind: str = "breakdown", gpu_memory: str | int | None = None) -> PlotView | View:
-        """``breakdown`` (stacked bars across layouts), ``seq`` or ``batch`` (memory against s or b)."""
+    def plot(self, kind: str = "breakdown", gpu_memory: str | int | None = None, key: str | None = None) -> PlotView | View:
+        """``breakdown`` (stacked bars across layouts), ``seq`` or ``batch`` (memory, or quantity ``key``
+        such as ``hardware_flops_per_gpu``, against s or b)."""
         from render.plots import draw, plot_data
 
         try:
-            data = plot_data(self.estimate, kind, _capacity(gpu_memory))
+            data = plot_data(self.estimate, kind, _capacity(gpu_memory), key)
         except DerivationError as exc:
             return View(exc, _error_markdown(exc))
         return PlotView(data, draw(data))

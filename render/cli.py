@@ -20,7 +20,7 @@ __all__ = ["main", "add_model_options", "add_strategy_options", "add_output_opti
 
 COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
                    "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep",
-                   "render.cmd_plan", "render.cmd_models")
+                   "render.cmd_plan", "render.cmd_models", "render.cmd_gpus")
 
 
 class CliError(ValueError):
@@ -142,6 +142,9 @@ def add_strategy_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--implementation", default="megatron",
                    help="whose layers save the activations: megatron (fused kernels, the published formulas; "
                         "default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention")
+    g.add_argument("--gpu", help="accelerator for times and memory budget (memderive gpus lists them), e.g. h100-sxm")
+    g.add_argument("--efficiency", type=float, help="fraction of dense peak FLOP/s reached (default 0.5: "
+                   "Narayanan et al. 2021)")
     ft = parser.add_argument_group("fine-tuning")
     ft.add_argument("--lora-rank", type=whole_number, help="LoRA rank r (with --lora-targets)")
     ft.add_argument("--lora-targets", default="", help="modules as PEFT names them (q_proj,v_proj) or all-linear")
@@ -219,7 +222,8 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None, strict:
                    implementation=getattr(args, "implementation", "megatron"), lora_rank=args.lora_rank,
                    lora_targets=args.lora_targets, lora_dropout=args.lora_dropout, dora=args.dora,
                    base_dtype=args.base_dtype, freeze_embeddings=args.freeze_embeddings, train_only=args.train_only,
-                   ep=args.ep, capacity_factor=args.capacity_factor)
+                   ep=args.ep, capacity_factor=args.capacity_factor, gpu=getattr(args, "gpu", None),
+                   efficiency=getattr(args, "efficiency", None))
 
 
 def command_line(args: argparse.Namespace) -> str:

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
     parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
     parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")
-    parser.add_argument("--units", choices=("bytes", "elements"), help="unit of the claim (default: the quantity's)")
+    parser.add_argument("--units", choices=("bytes", "elements", "FLOPs"), help="unit of the claim (default: the quantity's)")
     parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
     parser.add_argument("--expect", choices=VERDICTS, help="the verdict the author claims (e.g. leading-order)")
     add_model_options(parser, required=False)
@@ -60,7 +60,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
               "lora_rank": args.lora_rank, "lora_targets": _listed(args.lora_targets), "lora_dropout": args.lora_dropout,
               "dora": args.dora, "base_dtype": args.base_dtype, "freeze_embeddings": args.freeze_embeddings,
               "train_only": _listed(args.train_only), "ep": args.ep,
-              "capacity_factor": args.capacity_factor}
+              "capacity_factor": args.capacity_factor, "gpu": args.gpu, "efficiency": args.efficiency}
     return {k: v for k, v in fields.items() if v is not None}
 
 

@@ -6,7 +6,7 @@ import argparse
 
 from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
 from render.cmd_estimate import add_writeup_options, render_options
-from render.quantity_names import QUANTITIES
+from render.quantity_names import GROUPS, QUANTITIES
 
 #: symbolic placeholders for a derivation without a concrete step size
 _DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
@@ -55,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
     if args.seq is None:
         args.seq = 1
     est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode, strict=False))
-    quantity = est.quantity(key)
+    est.quantity(key)  # a clear error for a quantity the mode lacks
     if args.format == "text":
         from render.text import plain
 
-        text = f"{quantity.title} ({quantity.unit}) = {plain(quantity.closed_form())}"
+        keys = GROUPS.get(args.quantity, (key,))
+        text = "\n".join(f"{q.title} ({q.unit}) = {plain(q.closed_form())}" for q in map(est.quantity, keys))
     else:
         from render.writeup import quantity_document
 

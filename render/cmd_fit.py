@@ -12,10 +12,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("fit", help="largest batch or longest context that fits one GPU's memory (exit code 0: "
                                         "fits, 1: does not fit even 1, with the changes that would; 2: bad input)")
     add_model_options(parser)
-    parser.add_argument("--gpu-memory", required=True, help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB")
+    parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB (default: --gpu's)")
     add_strategy_options(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
     parser.set_defaults(func=run)
+
+
+def _capacity(args: argparse.Namespace) -> int:
+    """--gpu-memory, else the memory of --gpu (derivations.hardware)."""
+    from derivations.hardware import gpu
+    from render.units import parse_size
+
+    if args.gpu_memory is not None:
+        return parse_size(args.gpu_memory, "--gpu-memory")
+    if args.gpu is None:
+        raise ValueError("give --gpu-memory (e.g. 80GB) or --gpu (e.g. h100-sxm; memderive gpus lists them)")
+    return gpu(args.gpu).memory_bytes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from derivations.estimate import context_notes, resolve_model
     from derivations.search.fit import DoesNotFit, fit
-    from render.units import format_bytes, parse_size
+    from render.units import format_bytes
 
     mode = args.mode or "infer"
     if mode not in ("infer", "train"):
@@ -35,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give exactly one of --seq (to find the largest batch) or --batch (to find the longest context)")
     solve_for = "batch" if args.batch is None else "seq"
     setattr(args, solve_for, 1)  # placeholder; fit solves for it
-    capacity = parse_size(args.gpu_memory, "--gpu-memory")
+    capacity = _capacity(args)
     model = resolve_model(args.model)
     options = options_from_args(args, mode=mode)
     given = ("seq", args.seq) if solve_for == "batch" else ("batch", args.batch)

@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--kind", choices=("breakdown", "seq", "batch"), default="breakdown",
                         help="breakdown: stacked bars across layouts; seq/batch: memory against s or b")
     parser.add_argument("--gpu-memory", default=None, help="draw the capacity line, e.g. 80GB or 80GiB")
+    parser.add_argument("--quantity", default=None,
+                        help="an estimate key to plot instead of total_bytes, e.g. hardware_flops_per_gpu")
     add_output_options(parser, "FILE.png, FILE.svg or FILE.pdf", required=True)
     parser.set_defaults(func=run)
 
@@ -32,5 +34,5 @@ def run(args: argparse.Namespace) -> int:
 
     from render.plots import draw, plot_data, save
 
-    save(draw(plot_data(est, args.kind, capacity)), args.output)
+    save(draw(plot_data(est, args.kind, capacity, args.quantity)), args.output)
     return 0

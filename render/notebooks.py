@@ -79,7 +79,7 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
         new_markdown_cell(f"## Derivations\n\n{LEVELS_TEXT}")]
     base, shown = single_device(est), {}
     for q in est.quantities:
-        unit = "bytes" if q.unit == "bytes" else "parameters (elements)"
+        unit = {"bytes": "bytes", "FLOPs": "FLOPs (one micro-batch)"}.get(q.unit, "parameters (elements)")
         terms = tuple((st.label, str(st.symbolic)) for st in derivation(est, q.key, base=base) if st.level == "term")
         earlier = shown.setdefault(terms, q.title) if terms else q.title
         call = f'r.derivation("{q.key}")' if earlier == q.title else f'r.derivation("{q.key}", terms_as="{earlier}")'
@@ -93,11 +93,19 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
                   new_code_cell(f'r.plot("breakdown", gpu_memory={literal})'),
                   new_code_cell(f'r.plot("seq", gpu_memory={literal})'),
                   new_code_cell(f'r.plot("batch", gpu_memory={literal})'),
+                  new_markdown_cell("## Compute\n\nFLOPs per GPU across the same layouts, and against sequence "
+                                    "length: the rows of the FLOPs derivations above."),
+                  new_code_cell(f'r.plot("breakdown", key={json.dumps(_compute_key(est))})'),
+                  new_code_cell(f'r.plot("seq", key={json.dumps(_compute_key(est))})'),
                   new_markdown_cell("## Layouts\n\nThe totals of the bars above."),
                   new_code_cell(f'r.strategies(gpu_memory={literal})')]
     cells += [new_markdown_cell(f"## Totals\n\nExact integers, as `{command}` prints them."),
               new_code_cell('for key, value in r.numbers().items():\n    print(f"{key} = {value}")')]
     return cells
+
+
+def _compute_key(est: Estimate) -> str:
+    return "hardware_flops_per_gpu" if est.options.mode == "train" else "prefill_flops_per_gpu"
 
 
 def notebook(est: Estimate, gpu_memory: str = GPU_MEMORY, command: str | None = None) -> Any:

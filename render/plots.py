@@ -114,10 +114,11 @@ def strategy_ladder(est: Estimate) -> tuple[tuple[str, Options], ...]:
     return tuple(ladder)
 
 
-def breakdown_data(est: Estimate, capacity: int | None = None) -> PlotData:
-    """Per-GPU breakdown of the headline quantity under each layout of ``strategy_ladder``."""
+def breakdown_data(est: Estimate, capacity: int | None = None, key: str | None = None) -> PlotData:
+    """Per-GPU breakdown of the headline quantity (or ``key``, e.g. ``hardware_flops_per_gpu``) under each
+    layout of ``strategy_ladder``."""
     ladder = strategy_ladder(est)
-    key = headline_key(est)
+    key = key or headline_key(est)
     rows = [breakdown_rows(estimate(est.model, opts), key) for _, opts in ladder]
     parts, values = _stack(rows)
     q = est.quantity(key)
@@ -143,7 +144,8 @@ def _default_points(dim: str, centre: int, longest: int | None = None) -> tuple[
     return tuple(sorted({1, *range(step, top + 1, step)}))
 
 
-def sweep_data(est: Estimate, dim: str, points: Sequence[int] | None = None, capacity: int | None = None) -> PlotData:
+def sweep_data(est: Estimate, dim: str, points: Sequence[int] | None = None, capacity: int | None = None,
+               key: str | None = None) -> PlotData:
     """The headline quantity's breakdown at several values of ``dim`` (``"s"`` or ``"b"``), other sizes fixed.
 
     The estimate's formulas are evaluated at each point (no new derivation), so the parts are exactly
@@ -156,7 +158,7 @@ def sweep_data(est: Estimate, dim: str, points: Sequence[int] | None = None, cap
         raise ValueError(f"this estimate has no {dim}; give --batch and --seq")
     centre = est.values[symbol]
     xs = tuple(points) if points is not None else _default_points(dim, centre, est.model.max_positions)
-    key = headline_key(est)
+    key = key or headline_key(est)
     parts, values = _stack([breakdown_rows(est, key, {symbol: x}) for x in xs])
     q = est.quantity(key)
     opts = est.options
@@ -168,12 +170,14 @@ def sweep_data(est: Estimate, dim: str, points: Sequence[int] | None = None, cap
                     q.unit, capacity)
 
 
-def plot_data(est: Estimate, kind: str, capacity: int | None = None) -> PlotData:
-    """``breakdown`` (layouts), ``seq`` or ``batch`` (sweeps)."""
+def plot_data(est: Estimate, kind: str, capacity: int | None = None, key: str | None = None) -> PlotData:
+    """``breakdown`` (layouts), ``seq`` or ``batch`` (sweeps) of the headline quantity or ``key``."""
+    if key is not None:
+        est.quantity(key)  # a clear error for a key this estimate lacks
     if kind == "breakdown":
-        return breakdown_data(est, capacity)
+        return breakdown_data(est, capacity, key)
     if kind in ("seq", "batch"):
-        return sweep_data(est, "s" if kind == "seq" else "b", capacity=capacity)
+        return sweep_data(est, "s" if kind == "seq" else "b", capacity=capacity, key=key)
     raise ValueError(f"plot kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
@@ -204,7 +208,7 @@ def draw(data: PlotData) -> Any:
 
     fig = Figure(figsize=(9, 5.2), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    scale, unit = (GIB, "GiB") if data.unit == "bytes" else (10**9, "billion")
+    scale, unit = {"bytes": (GIB, "GiB"), "FLOPs": (10**12, "TFLOPs")}.get(data.unit, (10**9, "billion"))
     palette = colors(data.parts)
     series = [[row[j] / scale for row in data.values] for j in range(len(data.parts))]
     if data.kind == "breakdown":
@@ -229,7 +233,7 @@ def draw(data: PlotData) -> Any:
             ax.set_xscale("log", base=2)
             ax.set_xticks(x, data.labels)
         ax.set_xlim(x[0], x[-1])
-    if data.capacity:
+    if data.capacity and data.unit == "bytes":
         ax.axhline(data.capacity / scale, color="crimson", linestyle="--", linewidth=1.2,
                    label=f"GPU memory {scaled_bytes(data.capacity)[1]}")
     ax.set_xlabel(data.xlabel)

@@ -4,7 +4,7 @@
 ('train', 'activation_bytes_per_layer')
 """
 
-__all__ = ["QUANTITIES"]
+__all__ = ["QUANTITIES", "GROUPS"]
 
 #: quantity name on the command line -> (mode it needs, quantity key)
 QUANTITIES = {
@@ -17,4 +17,13 @@ QUANTITIES = {
     "kv-cache": ("infer", "kv_cache_bytes"),
     "weights": ("infer", "weight_bytes"),
     "infer-total": ("infer", "total_bytes"),
+    "flops": ("train", "model_flops"),
+    "flops-forward": ("train", "forward_flops"),
+    "flops-hardware": ("train", "hardware_flops"),
+    "flops-per-token": ("train", "model_flops_per_token"),
+    "flops-per-gpu": ("train", "hardware_flops_per_gpu"),
+    "prefill-flops": ("infer", "prefill_flops"),
+    "decode-flops": ("infer", "decode_flops_per_token"),
 }
+#: names that print several quantities in text (``derive flops``: forward, model and hardware FLOPs)
+GROUPS = {"flops": ("forward_flops", "model_flops", "hardware_flops")}

@@ -43,7 +43,28 @@ def citation_lines(citation: object) -> list[str]:
 
 
 def _amount(value: int, unit: str, precision: int = 2) -> str:
+    if unit == "FLOPs":
+        return f"{format_count(value, precision)} FLOPs"
     return format_bytes(value, precision) if unit == "bytes" else format_count(value, precision)
+
+
+def time_lines(est: Estimate) -> list[str]:
+    """Times on ``--gpu`` with the model each follows (none without ``--gpu``)."""
+    from derivations.quantities.timing import time_json, time_of
+
+    timing = time_of(est)
+    if timing is None:
+        return []
+    values = time_json(est)
+    lines = ["", f"time on {timing.gpu.title} at {timing.efficiency:.0%} of dense peak:"]
+    lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items() if key not in ("gpu", "efficiency")]
+    return lines + [f"  model: {line}" for line in timing.model()]
+
+
+def _seconds(key: str, value: float) -> str:
+    if key == "mfu":
+        return f"{value:.1%}"
+    return f"{value:,.0f}" if key == "tokens_per_s" else f"{value:.4g} s"
 
 
 def _grouped_rows(q: Quantity, est: Estimate, depth: int) -> list[tuple[str, int]]:
@@ -146,6 +167,7 @@ def _summary(est: Estimate, precision: int) -> list[str]:
 def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = _header(est)
     lines += _summary(est, precision)
+    lines += time_lines(est)
     for q in est.quantities:
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {plain(q.closed_form())}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]

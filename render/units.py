@@ -18,7 +18,8 @@ from fractions import Fraction
 
 from symbolic.errors import shown
 
-__all__ = ["format_bytes", "format_count", "parse_size", "scaled_bytes", "scaled_count", "RenderOptions", "UNITS",
+__all__ = ["format_bytes", "format_count", "parse_size", "scaled_bytes", "scaled_count", "scaled_flops", "RenderOptions",
+           "UNITS",
            "DETAILS"]
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -69,6 +70,11 @@ def scaled_bytes(n: int, precision: int = 2) -> tuple[str, str]:
     """``n`` bytes in the largest decimal and binary units that keep a leading digit."""
     return (_scaled(n, 1000, ("B", "kB", "MB", "GB", "TB", "PB"), precision),
             _scaled(n, 1024, ("B", "KiB", "MiB", "GiB", "TiB", "PiB"), precision))
+
+
+def scaled_flops(n: int, precision: int = 2) -> str:
+    """FLOPs with an SI prefix: ``188.76 TFLOPs``."""
+    return _scaled(n, 1000, ("FLOPs", "kFLOPs", "MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs", "EFLOPs", "ZFLOPs"), precision)
 
 
 def scaled_count(n: int, precision: int = 2, words: bool = False) -> str:

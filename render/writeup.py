@@ -28,7 +28,7 @@ from render.text import inputs_text, strategies_text
 from render.latex import latex, number, tex_escape
 from render.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
 from render.quantity_names import QUANTITIES
-from render.units import RenderOptions, scaled_count
+from render.units import RenderOptions, scaled_count, scaled_flops
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
            "FORMATS"]
@@ -115,6 +115,8 @@ def _inline(expr: sp.Expr) -> str:
 def _value_text(value: int, unit: str, options: RenderOptions) -> tuple[str, str]:
     if unit == "bytes":
         return f"{value:,} B", options.bytes_text(value)
+    if unit == "FLOPs":
+        return f"{value:,}", scaled_flops(value, options.precision)
     return f"{value:,}", scaled_count(value, options.precision, words=True)
 
 
@@ -274,7 +276,20 @@ def _document_context(est: Estimate, keys: Sequence[str], fmt: _Format, options:
             "symbols": symbols, "relations": relations, "sections": sections,
             "breakdown": _breakdown(est, breakdown_key, fmt, options),
             "assumptions": [fmt.text(a) for a in assumptions], "numbers": options.detail != "symbolic",
-            "substituted": options.detail == "substituted"}
+            "substituted": options.detail == "substituted", "time": _time(est, fmt)}
+
+
+def _time(est: Estimate, fmt: _Format) -> dict[str, Any] | None:
+    """Times on ``--gpu`` and the model each follows (None without ``--gpu``)."""
+    from derivations.quantities.timing import time_json, time_of
+
+    timing = time_of(est)
+    if timing is None:
+        return None
+    rows = [(fmt.code(k), f"{v:.1%}" if k == "mfu" else f"{v:,.0f}" if k == "tokens_per_s" else f"{v:.4g} s")
+            for k, v in time_json(est).items() if k not in ("gpu", "efficiency")]
+    return {"gpu": fmt.text(f"{timing.gpu.title}, {timing.efficiency:.0%} of dense peak"), "rows": rows,
+            "model": [fmt.text(line) for line in timing.model()]}
 
 
 def estimate_document(est: Estimate, fmt: str, options: RenderOptions | None = None) -> str:

@@ -48,10 +48,12 @@ ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
 
 
-def _rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None) -> Tensor:
+def _rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
     """The rows a matmul reads: every position of ``x`` (whole under sequence parallelism, which
-    gathers a linear layer's input before the product)."""
-    return Tensor(f"{path}.rows", tuple(x.shape[:-1] if rows is None else rows), x.dtype, role="rows")
+    gathers a linear layer's input before the product); ``cached``: every cached position, also in
+    a decode step (role ``cached-rows``)."""
+    return Tensor(f"{path}.rows", tuple(x.shape[:-1] if rows is None else rows), x.dtype,
+                  role="cached-rows" if cached else "rows")
 
 
 def _linear_flops(path: str, rows: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Flop, ...]:
@@ -125,14 +127,15 @@ class BlockBuilder:
     # --- linear layers ----------------------------------------------------------------------
     def linear(self, path: str, x: Tensor, out_features: Size, *, bias: bool,
                parallel: Parallel = None, weight: Tensor | None = None, note: str = "",
-               rows: tuple[Size, ...] | None = None) -> Tensor:
+               rows: tuple[Size, ...] | None = None, over_cache: bool = False) -> Tensor:
         """``nn.Linear``: weight (out, in), bias (out); saves its input.
 
         ``parallel`` follows Megatron: ``column`` splits the output features over t ranks,
         ``row`` splits the input features (its bias stays whole), ``vocab`` is a column split of
         the output layer. ``weight`` given means the weight is owned elsewhere (tied). ``rows``:
         the shape of the rows the product reads when not every position of ``x`` (BERT's pooler
-        reads the first token).
+        reads the first token); ``over_cache``: a decode step runs it over every cached position
+        (transformers' MLA expands its cached latent each step).
         """
         in_features = x.shape[-1]
         w_axis = {"column": 0, "vocab": 0, "row": 1, None: None}[parallel]
@@ -145,7 +148,7 @@ class BlockBuilder:
                                  0 if parallel in ("column", "vocab") else None))
         out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
         out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
-        flops = _linear_flops(path, _rows(path, x, rows), weight, params[-1] if bias else None)
+        flops = _linear_flops(path, _rows(path, x, rows, over_cache), weight, params[-1] if bias else None)
         w_name = (weight if weight is not None else params[0]).name
         return self._add(Op(path, "linear", tuple(params), (x,), out, note, flops=flops, inputs=(x.name,),
                             saved_for=((x.name, (w_name,)),)))

@@ -14,7 +14,7 @@ import torch
 import transformers
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["Measured", "build", "measure_training", "measure_decode"]
+__all__ = ["Measured", "build", "measure_training", "measure_prefill", "measure_decode"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,9 @@ def build(config: transformers.PretrainedConfig, auto=transformers.AutoModelForC
     """The model in fp32 with eager attention and dropout off (so repeated runs agree)."""
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
-    model = auto.from_config(config, attn_implementation="eager", torch_dtype=torch.float32)
+    # Eager experts (a loop of linears): the default grouped_mm kernel is not in FlopCounterMode's registry.
+    extra = {"experts_implementation": "eager"} if hasattr(config, "_experts_implementation") else {}
+    model = auto.from_config(config, attn_implementation="eager", torch_dtype=torch.float32, **extra)
     return model.eval()
 
 
@@ -54,6 +56,13 @@ def measure_training(model: torch.nn.Module, batch: int, seq: int, vocab: int) -
         forward = _count(lambda: _loss(model, ids))
     step = _count(lambda: _loss(model, ids).backward())
     return Measured(forward, step)
+
+
+def measure_prefill(model: torch.nn.Module, batch: int, seq: int, vocab: int) -> int:
+    """FLOPs of a prefill as generate runs it: ``seq`` prompt tokens, logits of the last position."""
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        return _count(lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1))
 
 
 def measure_decode(model: torch.nn.Module, batch: int, cached: int, vocab: int) -> int:

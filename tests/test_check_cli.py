@@ -149,5 +149,6 @@ def test_check_passes_every_option_field() -> None:
     args = build_parser().parse_args(["check", "--batch", "2", "--seq", "8", "--micro-batches", "2", "--new-tokens",
                                       "0", "--virtual-stages", "2", "--weight-dtype", "int8", "--kv-dtype", "fp8",
                                       "--attention", "eager", "--kv-block", "16", "--capacity-factor", "1.25",
-                                      "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4"])
+                                      "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4",
+                                      "--gpu", "h100-sxm", "--efficiency", "0.4"])
     assert set(_options(args)) == {f.name for f in fields(Options)} - {"mode"}

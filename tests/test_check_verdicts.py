@@ -180,7 +180,7 @@ def test_json_shape() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "error", "fragment"), [
-    ({"quantity": "flops", "formula": "6N"}, ClaimError, "unknown quantity"),
+    ({"quantity": "latency", "formula": "6N"}, ClaimError, "unknown quantity"),
     ({"quantity": "params.total", "formula": "12 R h^2"}, FormulaError, "unknown symbol 'R'"),
     ({"quantity": "params.total", "formula": "12lh^2", "units": "bytes"}, ClaimError, "counts parameters"),
     ({"quantity": "model_states.total", "formula": "16P", "units": "elements"}, ClaimError, "in bytes"),

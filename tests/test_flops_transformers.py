@@ -17,19 +17,22 @@ from derivations.quantities.compute import decode_step
 from derivations.quantities.inference import inference_graph, inference_values, layer_groups
 from symbolic.derive import TRAINING_PHASES, evaluate, flops
 from symbolic.dims import b, s
-from tests.hf_flops import build, measure_decode, measure_training
+from derivations.estimate import estimate
+from tests.hf_flops import build, measure_decode, measure_prefill, measure_training
 from tests.test_params_families import FAMILY_CONFIGS as MORE_FAMILIES
 from tests.test_params_families import _config
+from tests.test_moe_params import FAMILY_CONFIGS as MOE_FAMILIES
 from tests.test_params_transformers import FAMILY_CONFIGS as FAMILIES
 
 
 
 def _one_per_family() -> list[tuple[str, dict]]:
-    """The first config of each family, and the variants that change the products (head_dim != h/a,
-    grouped and multi-query keys, sequential Falcon, multi-head BigCode)."""
+    """The first config of each family (mixture-of-experts and MLA families included), and the variants
+    that change the products (head_dim != h/a, grouped and multi-query keys, sequential Falcon,
+    multi-head BigCode)."""
     seen: set[str] = set()
     picked = []
-    for model_type, fields in FAMILIES + MORE_FAMILIES:
+    for model_type, fields in FAMILIES + MORE_FAMILIES + MOE_FAMILIES:
         variant = "head_dim" in fields and model_type == "llama" or fields.get("multi_query") is False \
             or fields.get("parallel_attn") is False
         if model_type not in seen or variant:
@@ -46,8 +49,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 @pytest.mark.parametrize(("model_type", "fields"), CONFIGS, ids=IDS)
 def test_flops_equal_flop_counter(model_type: str, fields: dict) -> None:
-    """Forward and forward + backward at two shapes; one decode step over a cache of s tokens,
-    which attends to s + 1 keys (n = 1 new token)."""
+    """Forward and forward + backward at two shapes; a prefill as generate runs it (last-position logits);
+    one decode step over a cache of s tokens, which attends to s + 1 keys (n = 1 new token)."""
     config = _config(model_type, fields)
     auto = transformers.AutoModel if model_type == "bert" else transformers.AutoModelForCausalLM
     torch_model = build(config, auto)
@@ -64,3 +67,22 @@ def test_flops_equal_flop_counter(model_type: str, fields: dict) -> None:
         step = decode_step(inference_graph(model, options), s + 1, layer_groups(model))
         values.update(inference_values(model, options))
         assert evaluate(flops(step).total, values) == measure_decode(torch_model, batch, seq, config.vocab_size)
+        prefill = estimate(model, mode="infer", batch=batch, seq=seq).number("prefill_flops")
+        assert prefill == measure_prefill(torch_model, batch, seq, config.vocab_size)
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("all-linear",), ("gate_proj", "down_proj")])
+def test_lora_flops_equal_flop_counter(targets: tuple[str, ...]) -> None:
+    """PEFT LoRA (r = 4) on a frozen LLaMA: the adapters' products, no weight gradient for a frozen
+    weight, and no input gradient below the first trainable op (the first layer's k projection, for one,
+    needs none, and neither does the attention's dk there)."""
+    import peft
+
+    fields = dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                  intermediate_size=344, vocab_size=1000)
+    config = _config("llama", fields)
+    lora = peft.LoraConfig(r=4, target_modules=targets[0] if targets == ("all-linear",) else list(targets))
+    measured = measure_training(peft.get_peft_model(build(config), lora), 2, 12, config.vocab_size)
+    est = estimate(from_config(config.to_dict()), Options(mode="train", batch=2, seq=12, dtype="fp32", lora_rank=4,
+                                                          lora_targets=targets, dropout=False))
+    assert (est.number("forward_flops"), est.number("model_flops")) == (measured.forward, measured.step)

@@ -53,7 +53,7 @@ def test_notebook_executes_and_prints_the_cli_totals(model, kwargs) -> None:
     data = _json_of(model, kwargs)
     assert totals == {k: v for k, v in data.items() if isinstance(v, int)}
     pngs = [out for cell in nb.cells for out in cell.get("outputs", []) if "image/png" in out.get("data", {})]
-    assert len(pngs) == 3
+    assert len(pngs) == 5  # memory across layouts, against s and b; FLOPs across layouts and against s
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

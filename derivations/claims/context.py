@@ -203,7 +203,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
         from derivations.quantities.inference import infer_quantities, inference_values
 
         graph, found = infer_quantities(est.model, options, keep_symbols=True)
-        quantities = {q.key: q for q in found}
+        quantities = {**{q.key: q for q in est.quantities}, **{q.key: q for q in found}}  # FLOPs: the estimate's
         values.update(_in_sympy(inference_values(est.model, options)))
     else:
         graph, quantities = est.graph, {q.key: q for q in est.quantities}
@@ -248,7 +248,7 @@ def _sympy_quantity(q: Quantity) -> Quantity:
 
 def _notes(spec: QuantitySpec, q: Quantity) -> tuple[str, ...]:
     """The quantity's assumptions; of an inference run, those about this quantity."""
-    if spec.mode != "infer" or spec.name.startswith("infer"):
+    if spec.mode != "infer" or spec.name.startswith(("infer", "flops")):
         return tuple(q.assumptions)
     word = "KV cache" if spec.name.startswith("kv_cache") else "weights"
     return tuple(x for x in q.assumptions if x.startswith(word))
@@ -322,10 +322,12 @@ def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Contex
 def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, str]:
     """The factor that puts a claim in ``unit`` into the quantity's unit, and a note saying so."""
 
-    if unit not in ("bytes", "elements"):
-        raise ClaimError(f"units must be bytes or elements, not {unit!r}")
+    if unit not in ("bytes", "elements", "FLOPs"):
+        raise ClaimError(f"units must be bytes, elements or FLOPs, not {unit!r}")
     if unit == spec.unit:
         return sp.Integer(1), ""
+    if "FLOPs" in (unit, spec.unit):
+        raise ClaimError(f"{spec.name} is in {spec.unit}; a claim in {unit} is about another quantity")
     if spec.unit == "elements":
         raise ClaimError(f"{spec.name} counts parameters (elements); a claim in bytes of weights is weights.total "
                          "or model_states.total")

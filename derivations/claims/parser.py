@@ -48,7 +48,8 @@ LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power"
           "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
           "expanded_terms": 60}
 UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
-              "parameters": "elements", **{k: "bytes" for k in ("KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}}
+              "parameters": "elements", "FLOPs": "FLOPs", "flops": "FLOPs", "FLOP": "FLOPs",
+              **{k: "bytes" for k in ("KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}}
 #: Byte units that scale the number before them (``28\,\mathrm{GB}`` is 28 * 10^9 bytes).
 UNIT_SCALES = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}

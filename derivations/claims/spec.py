@@ -43,6 +43,12 @@ QUANTITIES: dict[str, QuantitySpec] = {q.name: q for q in (
     QuantitySpec("kv_cache.per_position", "infer", "kv_cache_bytes", "bytes", per_position=True),
     QuantitySpec("weights.total", "infer", "weight_bytes", "bytes"),
     QuantitySpec("infer.total", "infer", "total_bytes", "bytes"),
+    QuantitySpec("flops.forward", "train", "forward_flops", "FLOPs"),
+    QuantitySpec("flops.step", "train", "model_flops", "FLOPs"),
+    QuantitySpec("flops.hardware", "train", "hardware_flops", "FLOPs"),
+    QuantitySpec("flops.per_token", "train", "model_flops_per_token", "FLOPs"),
+    QuantitySpec("flops.prefill", "infer", "prefill_flops", "FLOPs"),
+    QuantitySpec("flops.decode_per_token", "infer", "decode_flops_per_token", "FLOPs"),
 )}
 _ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_per_layer": "params.per_layer",
             "params-per-layer": "params.per_layer",
@@ -54,7 +60,10 @@ _ALIASES = {"parameters": "params.total", "params": "params.total", "parameters_
             "kv-cache": "kv_cache.total", "kv_cache": "kv_cache.total",
             "kv_cache_bytes_per_token": "kv_cache.per_token",
             "weight_bytes": "weights.total", "active_parameters": "params.active", "params-active": "params.active",
-            "params-trainable": "params.trainable", "weights": "weights.total", "infer-total": "infer.total"}
+            "params-trainable": "params.trainable", "weights": "weights.total", "infer-total": "infer.total",
+            "forward_flops": "flops.forward", "model_flops": "flops.step", "flops": "flops.step",
+            "hardware_flops": "flops.hardware", "model_flops_per_token": "flops.per_token",
+            "prefill_flops": "flops.prefill", "decode_flops_per_token": "flops.decode_per_token"}
 
 
 def quantity_spec(name: str) -> QuantitySpec:

@@ -65,8 +65,9 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Ten
         q = bb.linear("attn/q", x, a * qk, bias=False, parallel="column")
     kv = bb.linear("attn/kv_a", x, d_c + d_hR, bias=arch.qkv_bias)
     latent, rope_key = bb.kv_latent("attn/latent", kv, d_c, d_hR)
+    # transformers caches the latent and expands every cached position again at each decode step
     kv_b = bb.linear("attn/kv_b", bb.rms_norm("attn/kv_a_norm", latent), a * (d_h + d_v), bias=False,
-                     parallel="column")
+                     parallel="column", over_cache=True)
     (q_heads,) = bb.split_heads("attn/q", q, (a,), qk, names=("q",))
     (k_nope,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_h, names=("k_nope",))
     (v,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_v, names=("v",))

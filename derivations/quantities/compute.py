@@ -21,7 +21,6 @@ computes them) and ``decode_flops_per_token`` (one new token of one sequence att
 s + n cached keys, its own included; ``min(s + n, w)`` in sliding-window layers).
 
 >>> from derivations.models.presets import preset
->>> from symbolic.derive import flops
 >>> from symbolic.simplify import closed_form
 >>> g = preset("gpt2").graph()
 >>> closed_form(flops(g, blocks=["layer"], per_repeat=True).total, g.relations)  # 24 b s h^2 + 4 b s^2 h
@@ -30,16 +29,20 @@ s + n cached keys, its own included; ``min(s + n, w)`` in sliding-window layers)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
+from derivations.models.model import Model
 from derivations.options import Options
-from symbolic.derive import TRAINING_PHASES
-from symbolic.dims import s
+from derivations.quantity import Quantity
+from symbolic.derive import TRAINING_PHASES, Breakdown, flops
+from symbolic.dims import b, s
 from symbolic.expr import Size, const
 from symbolic.formula import Citation
 from symbolic.graph import Block, Graph
 
-__all__ = ["decode_step", "whole_model", "KAPLAN", "NARAYANAN", "PALM"]
+__all__ = ["train_flops", "infer_flops", "decode_step", "whole_model", "KAPLAN", "NARAYANAN", "PALM", "HARDWARE"]
 
 KAPLAN = Citation("Kaplan et al. 2020", "arXiv:2001.08361", "§2.1, Table 1: C ≈ 6N per token")
 NARAYANAN = Citation("Narayanan et al. 2021", "arXiv:2104.04473", "§5.1, Eq. 3")
@@ -49,10 +52,13 @@ HARDWARE = TRAINING_PHASES + ("recompute",)
 ALL_PHASES = HARDWARE
 
 
-def whole_model(base: Graph, options: Options) -> Graph:
+def whole_model(base: Graph, options: Options, transform: Callable[[Graph, Options], Graph] | None = None) -> Graph:
     """The graph one model replica runs without model parallelism (t = p = 1), with the
-    options' other transforms (recompute, FlashAttention)."""
+    options' other transforms (recompute, FlashAttention; fine-tuning through ``transform``, the
+    estimate's own pipeline of transforms, when given)."""
     whole = replace(options, tp=1, pp=1, sp=False, virtual_stages=None)
+    if transform is not None:
+        return transform(base, whole)
     graph = base
     for strategy in whole.strategies():
         graph = strategy(graph)
@@ -60,8 +66,8 @@ def whole_model(base: Graph, options: Options) -> Graph:
 
 
 def decode_step(graph: Graph, length: Size, groups: tuple = ()) -> Graph:
-    """The graph of one decode step: one token per sequence (s = 1) whose attention scores span
-    ``length`` cached keys; with layer ``groups`` (``inference.layer_groups``) one layer block per
+    """The graph of one decode step: one token per sequence (s = 1) whose attention scores (and
+    products over the cache, role ``cached-rows``) span ``length`` cached keys; with layer ``groups`` (``inference.layer_groups``) one layer block per
     group, ``repeat * share`` layers holding ``group.length`` keys each."""
 
     def one_token(length: Size):
@@ -69,6 +75,8 @@ def decode_step(graph: Graph, length: Size, groups: tuple = ()) -> Graph:
             shape = [const(axis).subs({s: 1}) for axis in x.shape]
             if x.role == "scores":
                 shape[-1] = length
+            elif x.role == "cached-rows":  # a product over every cached position (MLA's latent)
+                shape[1] = length
             return replace(x, shape=tuple(shape))
         return shrink
 
@@ -80,3 +88,78 @@ def decode_step(graph: Graph, length: Size, groups: tuple = ()) -> Graph:
         else:
             blocks.append(blk.map_tensors(one_token(length)))
     return replace(graph, blocks=tuple(blocks))
+
+
+MATMUL = ("matrix-multiply FLOPs, 2mnk (FlopCounterMode's convention); eager attention's full s x s products "
+          "(causal kernels that skip masked blocks do about half of them)")
+
+
+def _q(key: str, title: str, breakdown: Breakdown, graph: Graph, notes: tuple[str, ...],
+       citation: Citation | None = None) -> Quantity:
+    return Quantity(key, title, breakdown, graph.relations, citation, notes)
+
+
+def train_flops(model: Model, options: Options, base: Graph, graph: Graph,
+                transform: Callable[[Graph, Options], Graph] | None = None) -> list[Quantity]:
+    """Training FLOPs of one micro-batch: whole model (t = p = 1) and per GPU (``graph``, the
+    layout's graph: a tensor-parallel rank of the first pipeline stage); ``transform`` is the
+    estimate's pipeline of transforms (fine-tuning's adapters and frozen weights included)."""
+    whole = whole_model(base, options, transform)
+    notes = (MATMUL, "one micro-batch of b sequences of s tokens")
+    gpu_notes = notes + graph.assumptions
+    model_flops = flops(whole, phases=TRAINING_PHASES)
+    return [
+        _q("forward_flops", "Forward FLOPs per micro-batch", flops(whole), whole, notes),
+        _q("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, whole, notes, PALM),
+        _q("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)", flops(whole, phases=HARDWARE),
+           whole, notes, NARAYANAN),
+        _q("model_flops_per_token", "Model FLOPs per token", model_flops.scaled(1 / (b * s)), whole, notes, KAPLAN),
+        _q("elementwise_flops", "Elementwise (non-matmul) FLOPs per micro-batch",
+           flops(whole, kinds=("elementwise",), phases=HARDWARE), whole, (ELEMENTWISE_NOTE,)),
+        _q("forward_flops_per_gpu", "Forward FLOPs per GPU per micro-batch", flops(graph), graph, gpu_notes),
+        _q("model_flops_per_gpu", "Model FLOPs per GPU per micro-batch", flops(graph, phases=TRAINING_PHASES), graph,
+           gpu_notes),
+        _q("hardware_flops_per_gpu", "Hardware FLOPs per GPU per micro-batch", flops(graph, phases=HARDWARE), graph,
+           gpu_notes),
+    ]
+
+
+ELEMENTWISE_NOTE = ("elementwise FLOPs by convention (symbolic.ops.ELEMENTWISE: one per arithmetic operation per "
+                    "element, softmax 3 after Hoffmann et al. 2022 App. F, backward twice the forward)")
+
+
+def last_logits(graph: Graph) -> Graph:
+    """The graph with the output layer's product over the last position of each sequence only."""
+    def last(x: Any) -> Any:
+        return replace(x, shape=tuple(const(axis).subs({s: 1}) for axis in x.shape)) if x.role == "rows" else x
+
+    def head(blk: Block) -> Block:
+        return blk if blk.name != "head" else blk.map_ops(
+            lambda op: replace(op, flops=tuple(f.map_tensors(last) for f in op.flops)) if op.path == "lm_head" else op)
+
+    return replace(graph, blocks=tuple(map(head, graph.blocks)))
+
+
+def infer_flops(model: Model, options: Options, graph: Graph) -> list[Quantity]:
+    """Prefill and decode FLOPs, whole model and per GPU (``graph``: one tensor-parallel rank)."""
+    from derivations.quantities.inference import inference_graph, layer_groups
+
+    whole = inference_graph(model, replace(options, tp=1))
+    groups = layer_groups(model)
+    notes = (MATMUL,)
+    decode = ("one decode step: one token per sequence attending to its s + n cached keys (its own included)"
+              + ("; min(s + n, w) in sliding-window layers" if model.window is not None else ""),)
+    prefill_note = ("prefill: b prompts of s tokens, logits of the last position only (generate's "
+                    "logits_to_keep = 1)",)
+
+    def per_token(g: Graph) -> Breakdown:
+        return flops(decode_step(g, groups[0].length, groups)).scaled(1 / b)
+
+    return [
+        _q("prefill_flops", "Prefill FLOPs", flops(last_logits(whole)), whole, notes + prefill_note),
+        _q("decode_flops_per_token", "Decode FLOPs per generated token", per_token(whole), whole, notes + decode,
+           KAPLAN),
+        _q("prefill_flops_per_gpu", "Prefill FLOPs per GPU", flops(last_logits(graph)), graph, notes + prefill_note),
+        _q("decode_flops_per_token_per_gpu", "Decode FLOPs per generated token per GPU", per_token(graph), graph,
+           notes + decode),
+    ]

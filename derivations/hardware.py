@@ -1,0 +1,107 @@
+"""Accelerators: peak dense FLOP/s, memory, memory bandwidth and intra-node link, each from its datasheet.
+
+Conventions (NOTE(memderive)):
+
+* Peak FLOP/s are **dense** tensor-core figures; datasheets that lead with the 2:4-sparsity figure
+  are halved ("with sparsity" footnotes). ``bf16`` is the 16-bit (BF16/FP16, FP32 accumulate) rate.
+* Memory capacities are the datasheet's "GB" of HBM/GDDR, which are binary gigabytes (an A100 80GB
+  reports 81,920 MiB): ``80 * 2**30`` bytes. What a program can allocate is slightly less.
+* Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
+  has no such link), the total of both directions; a collective moves data at half of it each way.
+
+>>> gpu("H100-SXM").bf16_flops, gpu("a100-80gb").memory_bytes
+(989500000000000, 85899345920)
+>>> gpu("A100")
+Traceback (most recent call last):
+...
+derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, mi300x
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from symbolic.errors import DerivationError
+from symbolic.formula import Citation
+
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError"]
+
+T, G, GIB = 10**12, 10**9, 2**30
+
+_A100 = Citation("NVIDIA A100 Tensor Core GPU datasheet", "nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/"
+                 "pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+                 "BF16 312 TFLOPS (624 with sparsity); 1,555 GB/s (40GB), 2,039 GB/s (80GB SXM); NVLink 600 GB/s")
+_H100 = Citation("NVIDIA H100 Tensor Core GPU datasheet", "resources.nvidia.com/en-us-tensor-core/"
+                 "nvidia-tensor-core-gpu-datasheet",
+                 "SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity, 3.35 TB/s, NVLink 900 GB/s; PCIe: BF16 1,513 / "
+                 "FP8 3,026 with sparsity, 2 TB/s, NVLink bridge 600 GB/s")
+_H200 = Citation("NVIDIA H200 Tensor Core GPU datasheet", "nvidia.com/en-us/data-center/h200/",
+                 "H200 SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity, 141 GB, 4.8 TB/s, NVLink 900 GB/s")
+_B200 = Citation("NVIDIA DGX B200 datasheet", "nvidia.com/en-us/data-center/dgx-b200/",
+                 "8 GPUs: FP8 72 PFLOPS, FP16/BF16 36 PFLOPS with sparsity, 1,440 GB, 64 TB/s HBM3e; NVLink 5 "
+                 "1.8 TB/s per GPU")
+_L40S = Citation("NVIDIA L40S datasheet", "nvidia.com/en-us/data-center/l40s/",
+                 "BF16 362.05 (733 with sparsity), FP8 733 (1,466) TFLOPS; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16 "
+                 "64 GB/s")
+_ADA = Citation("NVIDIA Ada GPU Architecture whitepaper v2.1", "images.nvidia.com/aem-dam/Solutions/geforce/ada/"
+                "nvidia-ada-gpu-architecture.pdf", "Appendix A, Table 2 (GeForce RTX 4090): BF16 with FP32 "
+                "accumulate 165.2, FP8 330.3 dense TFLOPS; 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4 x16 64 GB/s")
+_MI300X = Citation("AMD Instinct MI300X datasheet", "amd.com/content/dam/amd/en/documents/instinct-tech-docs/"
+                   "data-sheets/amd-instinct-mi300x-data-sheet.pdf",
+                   "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
+
+
+class HardwareError(DerivationError):
+    """An accelerator the table does not have."""
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """One accelerator: FLOP/s, bytes and bytes per second as exact integers."""
+
+    name: str
+    title: str
+    bf16_flops: int  # dense 16-bit tensor FLOP/s
+    fp8_flops: int | None  # dense FP8 tensor FLOP/s; None: no FP8 tensor cores
+    memory_bytes: int
+    memory_bandwidth: int  # bytes/s
+    link_bandwidth: int  # bytes/s, intra-node, both directions together
+    link: str
+    source: Citation
+
+    def peak_flops(self, dtype: str = "bf16") -> int:
+        """Dense peak for a compute dtype: fp8 where the GPU has it, else the 16-bit rate.
+
+        NOTE(memderive): fp32 work is timed at the 16-bit tensor rate (TF32 is slower); int8/int4
+        weight-only quantization computes in 16 bits.
+        """
+        return self.fp8_flops if dtype == "fp8" and self.fp8_flops is not None else self.bf16_flops
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "title": self.title, "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
+                "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
+                "link_bandwidth": self.link_bandwidth, "link": self.link, "source": str(self.source)}
+
+
+GPUS: dict[str, GPU] = {x.name: x for x in (
+    GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100),
+    GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100),
+    GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G, "NVLink 4", _H100),
+    GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
+        "NVLink bridge", _H100),
+    GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G, "NVLink 4", _H200),
+    GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200),
+    GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
+    GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
+        "PCIe 4.0 x16", _ADA),
+    GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
+        "Infinity Fabric", _MI300X),
+)}
+
+
+def gpu(name: str) -> GPU:
+    """Look a GPU up by name (case-insensitive); unknown names list the choices."""
+    key = name.strip().lower()
+    if key not in GPUS:
+        raise HardwareError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}")
+    return GPUS[key]

@@ -1,0 +1,41 @@
+"""``memderive gpus``: the bundled accelerator table, with each row's datasheet."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from render.cli import emit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("gpus", help="list the bundled GPUs (peak FLOP/s, memory, bandwidths, sources)")
+    parser.add_argument("--json", action="store_true", help="one JSON list with exact integers")
+    parser.set_defaults(func=run)
+
+
+def table() -> str:
+    """One row per GPU: dense 16-bit and FP8 peak, memory, memory bandwidth, link; then the sources."""
+    from derivations.hardware import GPUS
+
+    head = f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} {'link GB/s':>9}  link"
+    rows = [head]
+    for x in GPUS.values():
+        fp8 = f"{x.fp8_flops / 1e12:,.1f}" if x.fp8_flops else "-"
+        rows.append(f"{x.name:<10} {x.bf16_flops / 1e12:>12,.1f} {fp8:>11} {x.memory_bytes // 2**30:>4} GiB "
+                    f"{x.memory_bandwidth / 1e9:>9,.0f} {x.link_bandwidth / 1e9:>9,.0f}  {x.link}")
+    rows += ["", "dense peaks (datasheets' sparsity figures halved); memory in binary GB as datasheets mean them; "
+             "link: intra-node, both directions", "sources:"]
+    seen: set[str] = set()
+    for x in GPUS.values():
+        if str(x.source) not in seen:
+            seen.add(str(x.source))
+            rows.append(f"  {x.source}")
+    return "\n".join(rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from derivations.hardware import GPUS
+
+    emit(json.dumps([x.to_json() for x in GPUS.values()], indent=2) if args.json else table(), None)
+    return 0
