@@ -181,8 +181,9 @@ def not_applicable(args: argparse.Namespace, mode: str) -> list[str]:
     names = {"params": ("batch", "seq", "tp", "attention", "flash", "overhead", *_TRAIN_ONLY, *_INFER_ONLY),
              "train": _INFER_ONLY, "infer": _TRAIN_ONLY}.get(mode, ())
     unused = [name for name in names if given(name)]
-    if mode == "train" and getattr(args, "pp", 1) == 1:
-        unused += [name for name in ("micro_batches", "virtual_stages") if given(name)]
+    if mode == "train" and getattr(args, "pp", 1) == 1:  # with --gpu, micro-batches also size the timed step
+        unused += [name for name in ("micro_batches", "virtual_stages") if given(name)
+                   and not (name == "micro_batches" and getattr(args, "gpu", None))]
     return ["--" + name.replace("_", "-") for name in unused]
 
 
