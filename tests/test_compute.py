@@ -171,7 +171,7 @@ def test_gpu_table_is_cited_and_names_are_checked(capsys: pytest.CaptureFixture[
 
 def test_derive_flops_prints_forward_model_and_hardware(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _cli(capsys, "derive", "flops", "--strategy", "full")
-    assert code == 0 and out.splitlines()[2].endswith("6*V*b*h*s + 96*b*h**2*l*s + 16*b*h*l*s**2")
+    assert code == 0 and out.splitlines()[2].endswith("6*V*b*h*s + 96*b*h^2*l*s + 16*b*h*l*s^2")
 
 
 def test_writeups_and_plots_show_compute_as_they_show_memory() -> None:
