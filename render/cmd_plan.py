@@ -1,20 +1,24 @@
 """``memderive plan``: training layouts that fit, fastest first (``derivations.search.plan``).
 
 ``--gpus N`` plans N GPUs; without it, the answer is how many GPUs are needed (the fewest with a layout
-that fits). ``--json`` rows carry ``estimate``'s option names: each re-runs through ``estimate`` to the
-same bytes.
+that fits). ``--gpu NAME`` (``memderive gpus``) sets the memory budget (unless ``--gpu-memory`` is
+given) and ranks by the compute model's step time (``derivations.quantities.timing``); without it, a
+stated FLOPs proxy ranks. ``--json`` rows carry ``estimate``'s option names: each re-runs through
+``estimate`` to the same bytes (and, with ``--gpu``, the same ``step_time_s``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from render.cli import add_model_options, add_output_options, emit, fail, whole_number
 
-PROXY = ("step time: a proxy until the compute model lands: hardware FLOPs per GPU (6N per token + "
+PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
-         "modelled, so times are lower bounds and MFU an upper bound")
+         "modelled, so times are lower bounds and MFU an upper bound; --gpu NAME times the step with the compute "
+         "model")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,9 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(parser)
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
     parser.add_argument("--gpus", type=whole_number, help="GPU count (default: the fewest that fit)")
-    parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB")
-    parser.add_argument("--gpu", help="a GPU by name (from the compute model's GPU table, once it lands)")
-    parser.add_argument("--peak-tflops", type=float, help="one GPU's dense peak in TFLOP/s, for step times")
+    parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB (default: --gpu's)")
+    parser.add_argument("--gpu", help="a GPU by name (memderive gpus lists them): memory budget, and step times "
+                        "from the compute model")
+    parser.add_argument("--efficiency", type=float, help="with --gpu: fraction of dense peak FLOP/s reached "
+                        "(default 0.5: Narayanan et al. 2021)")
+    parser.add_argument("--peak-tflops", type=float, help="without --gpu: one GPU's dense peak in TFLOP/s, for the "
+                        "proxy's step times")
     parser.add_argument("--seq", type=whole_number, required=True, help="tokens per sequence")
     parser.add_argument("--global-batch", type=whole_number, help="sequences per optimizer step (training)")
     parser.add_argument("--new-tokens", type=whole_number, default=0, help="tokens generated per sequence (inference)")
@@ -38,15 +46,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
+    """Bytes of one GPU (--gpu-memory, else --gpu's) and the proxy's peak FLOP/s (--peak-tflops)."""
+    from derivations.hardware import gpu
     from render.units import parse_size
 
+    if args.gpu is not None and args.peak_tflops is not None:
+        fail("--peak-tflops is for the proxy without --gpu; --gpu already gives the peak (use --efficiency to "
+             "scale it)")
+    if args.gpu is None and args.efficiency is not None:
+        fail("--efficiency scales --gpu's peak; give --gpu NAME (memderive gpus lists them)")
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
-    if args.gpu:
-        fail(f"--gpu {args.gpu}: no GPU table yet (it comes with the compute model); give --gpu-memory SIZE "
-             "and, for step times, --peak-tflops")
-    if not args.gpu_memory:
-        fail("give --gpu-memory SIZE (e.g. 80GB), the memory of one GPU")
-    return parse_size(args.gpu_memory), peak
+    if args.gpu_memory:
+        return parse_size(args.gpu_memory), peak
+    if args.gpu is None:
+        fail("give --gpu NAME (e.g. h100-sxm; memderive gpus lists them) or --gpu-memory SIZE (e.g. 80GB)")
+    return gpu(args.gpu).memory_bytes, peak
+
+
+def _time_model(model: str, layout: Any) -> list[str]:
+    """How the times were modelled: the compute model's own lines, for the top row's estimate."""
+    from derivations.estimate import estimate
+    from derivations.quantities.timing import time_of
+
+    timing = time_of(estimate(model, **layout.options))
+    return list(timing.model()) if timing is not None else []
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,14 +85,16 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, peak = _capacity(args)
-    base = Options(mode="train", batch=1, seq=args.seq, dtype=args.dtype, optimizer=args.optimizer)
+    base = Options(mode="train", batch=1, seq=args.seq, dtype=args.dtype, optimizer=args.optimizer, gpu=args.gpu,
+                   efficiency=args.efficiency)
     layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
                    flash=not args.no_flash, top=args.top)
+    model = _time_model(args.model, layouts[0]) if args.gpu else [PROXY]
     if args.json:
-        text = json.dumps({"model": args.model, "capacity_bytes": capacity, "step_time_model": PROXY,
-                           "layouts": [x.to_json() for x in layouts]}, indent=2)
+        text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
+                           "step_time_model": model, "layouts": [x.to_json() for x in layouts]}, indent=2)
     else:
-        text = _table(args, capacity, layouts)
+        text = _table(args, capacity, layouts, model)
     emit(text, args.output, args.force)
     return 0
 
@@ -79,45 +104,61 @@ INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s
 
 
 def _infer(args: argparse.Namespace) -> int:
+    from derivations.options import Options
     from derivations.search.plan import plan_infer
-    from render.units import format_bytes
 
     for name in ("gpus", "seq", "top"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, _ = _capacity(args)
-    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=args.new_tokens, top=args.top)
+    base = Options(mode="infer", batch=1, seq=args.seq, gpu=args.gpu, efficiency=args.efficiency)
+    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=args.new_tokens, options=base,
+                         top=args.top)
+    model = list(layouts[0].timing.model()) if layouts[0].timing is not None else [INFER_PROXY]
     if args.json:
-        text = json.dumps({"model": args.model, "capacity_bytes": capacity, "throughput_model": INFER_PROXY,
-                           "layouts": [x.to_json() for x in layouts]}, indent=2)
+        text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
+                           "throughput_model": model, "layouts": [x.to_json() for x in layouts]}, indent=2)
     else:
-        lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
-                 f"{args.new_tokens} new tokens", f"NOTE: {INFER_PROXY}", "",
-                 "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)"]
-        for i, x in enumerate(layouts, 1):
-            lines.append(f"{i:4d} {x.options.get('tp', 1):3d} {x.options['batch']:6d} {x.tokens_per_step:15d} "
-                         f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
-        text = "\n".join(lines)
+        text = _infer_table(args, capacity, layouts, model)
     emit(text, args.output)
     return 0
 
 
-def _table(args: argparse.Namespace, capacity: int, layouts: list) -> str:
+def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
+    from render.units import format_bytes
+
+    timed = layouts[0].timing is not None
+    lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
+             f"{args.new_tokens} new tokens", *(f"NOTE: {x}" for x in model), "",
+             "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)" +
+             ("  prefill (s)  decode step (s)  tokens/s" if timed else "")]
+    for i, x in enumerate(layouts, 1):
+        row = (f"{i:4d} {x.options.get('tp', 1):3d} {x.options['batch']:6d} {x.tokens_per_step:15d} "
+               f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
+        if timed:
+            row += f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:9,.0f}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
     from render.units import format_bytes
 
     gpus = layouts[0].gpus
     head = (f"{args.model}: {gpus} GPUs of {format_bytes(capacity)}" +
             ("" if args.gpus else " (the fewest with a layout that fits)") +
             f"; global batch {args.global_batch} x {args.seq} tokens")
-    lines = [head, f"NOTE: {PROXY}", "",
-             "rank  tp pp  v   dp zero recompute  mb    m  memory/GPU (GiB)  step time  MFU<=  bubble"]
+    bound = "" if args.gpu else "<="  # the proxy's MFU is an upper bound
+    lines = [head, *(f"NOTE: {x}" for x in model), "",
+             f"rank  tp pp  v   dp zero recompute  mb    m  memory/GPU (GiB)  step time   tokens/s  MFU{bound:2s}  bubble"]
     for i, x in enumerate(layouts, 1):
         o = x.options
         time = f"{x.step_time_s:9.3f}s" if x.step_time_s is not None else "        -"
+        rate = f"{x.tokens_per_s:10,.0f}" if x.tokens_per_s is not None else "         -"
         lines.append(f"{i:4d} {o.get('tp', 1):3d} {o.get('pp', 1):2d} {o.get('virtual_stages') or 1:2d} "
                      f"{o.get('dp', 1):4d} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
-                     f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time}  {x.mfu:5.2f}  "
+                     f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}")
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " --mode train " +
               _flags(layouts[0].options)]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from dataclasses import replace
 
 from derivations.estimate import estimate
 from derivations.search.plan import PlanError, plan, smallest_gpu_count
@@ -75,3 +76,84 @@ def test_inference_plan_rows_fit_and_the_next_batch_does_not() -> None:
         assert estimate("llama-2-70b", **x.options).number("total_bytes") == x.total_bytes <= GB80
         bigger = {**x.options, "batch": x.options["batch"] + 1}
         assert estimate("llama-2-70b", **bigger).number("total_bytes") > GB80
+
+
+# --- with --gpu: the compute model's step time (derivations.quantities.timing) ranks and is reported ---
+
+H100_HBM_BYTES_PER_S = 3_350 * 10**9  # H100 SXM datasheet: 3.35 TB/s
+
+
+def _cli_json(*argv: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "render.cli", *argv, "--json"], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout)
+
+
+def _flags(options: dict) -> list[str]:
+    flags = []
+    for key, value in options.items():
+        if value is True:
+            flags.append("--" + key.replace("_", "-"))
+        elif value is not False and value is not None:
+            flags += ["--" + key.replace("_", "-"), str(value)]
+    return flags
+
+
+def test_gpu_plan_ranks_by_the_step_time_estimate_reports() -> None:
+    """Every row's step time, tokens/s and MFU are what ``estimate`` with its options reports; rows come
+    fastest first; and the top row is no slower than the proxy's favourite timed the same way (the proxy
+    ignores tensor-parallel all-reduces, so it cannot see that t = 8 costs more communication)."""
+    from derivations.options import Options
+
+    base = Options(mode="train", batch=1, seq=4096, gpu="h100-sxm")
+    layouts = plan("llama-2-70b", 80 * 2**30, 1024, 4096, 1024, options=base, top=6)
+    times = [x.step_time_s for x in layouts]
+    assert times == sorted(times) and None not in times
+    for x in layouts:
+        e = estimate("llama-2-70b", **x.options).to_json()
+        assert (e["total_bytes"], e["step_time_s"], e["mfu"]) == (x.total_bytes, x.step_time_s, x.mfu)
+        assert x.tokens_per_s == 1024 * 4096 / x.step_time_s  # the global batch's tokens per step
+        assert 0 < x.mfu < 0.5  # below the 50% efficiency once bubble and communication count
+    proxy_top = plan("llama-2-70b", 80 * 2**30, 1024, 4096, 1024, options=replace(base, gpu=None), top=1)[0]
+    timed = estimate("llama-2-70b", **{**proxy_top.options, "gpu": "h100-sxm"}).to_json()["step_time_s"]
+    assert layouts[0].step_time_s <= timed
+
+
+def test_gpu_cli_json_rows_rerun_to_the_same_bytes_and_step_time() -> None:
+    plan_json = _cli_json("plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu", "a100-40gb", "--seq", "4096",
+                          "--global-batch", "64", "--top", "2")
+    assert plan_json["capacity_bytes"] == 40 * 2**30  # A100 40GB: binary GB (the datasheet's 40,960 MiB)
+    assert any("NVIDIA A100 40GB" in line for line in plan_json["step_time_model"])
+    for row in plan_json["layouts"]:
+        again = _cli_json("estimate", "--model", "llama-2-7b", *_flags(row["options"]))
+        assert (again["total_bytes"], again["step_time_s"]) == (row["total_bytes"], row["step_time_s"])
+
+
+def test_without_gpu_the_output_says_proxy() -> None:
+    out = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+                          "--gpu-memory", "40GB", "--seq", "4096", "--global-batch", "64", "--top", "1"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "no --gpu: step time is a proxy" in out and "MFU<=" in out
+
+
+def test_gpu_errors_are_one_line() -> None:
+    for extra in (["--gpu", "A100"], ["--gpu", "h100-sxm", "--peak-tflops", "989"], ["--efficiency", "0.4"]):
+        result = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+                                 "--seq", "4096", "--global-batch", "64", *extra], capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, (extra, result.stderr)
+
+
+def test_gpu_inference_plan_reports_the_roofline() -> None:
+    """Decode tokens/s over the replicas from the roofline, equal to estimate's per replica; a decode step
+    is no faster than reading the GPU's weights and KV cache at the datasheet's bandwidth."""
+    found = _cli_json("plan", "--model", "llama-2-70b", "--mode", "infer", "--gpus", "8", "--gpu", "h100-sxm",
+                      "--seq", "4096", "--new-tokens", "512")
+    rows = found["layouts"]
+    assert [r["tokens_per_s"] for r in rows] == sorted((r["tokens_per_s"] for r in rows), reverse=True)
+    for r in rows:
+        e = estimate("llama-2-70b", **r["options"]).to_json()
+        assert e["total_bytes"] == r["total_bytes"] <= 80 * 2**30
+        assert e["decode_time_per_token_s"] == r["decode_time_per_token_s"] == r["step_time_s"]
+        assert e["prefill_time_s"] == r["prefill_time_s"]
+        assert r["tokens_per_s"] == r["tokens_per_step"] / r["decode_time_per_token_s"]
+        assert r["decode_time_per_token_s"] >= r["bytes_read_per_step"] / H100_HBM_BYTES_PER_S

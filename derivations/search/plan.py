@@ -8,12 +8,17 @@ FlashAttention, and the micro-batch size b and count m with b * m * d = the glob
 once (``derivations.search.sweep``), so a plan derives each structure once and never calls ``estimate``
 per layout; the rows it returns carry ``estimate``'s option names and re-run through it to the same bytes.
 
-NOTE(plan): step time is a stated proxy until the compute issue's model lands (``STEP_TIME`` is the
-hook): hardware FLOPs per GPU at the GPU's peak, stretched by the pipeline bubble (1 + (p - 1)/(m v)),
-with FLOPs 6 N per token (Kaplan et al. 2020) plus the attention's 12 l a d_h s per token (Narayanan et
-al. 2021, Eq. 3), and a forward more for full recompute (the attention core's forward for selective).
-Communication is not modelled: the time is a lower bound and the MFU an upper bound; among equal times,
-lower ZeRO stages, fewer tensor and pipeline ranks and less recompute rank first.
+With a GPU (``options.gpu``, a name of ``derivations.hardware.GPUS``), layouts are ranked by the compute
+model's step time (``derivations.quantities.timing.plan_step_time``, i.e. ``step_time``: the busiest stage's
+hardware FLOPs at ``efficiency`` x dense peak, the pipeline bubble, and tensor-, pipeline- and data-parallel
+communication that is not hidden); each row's ``step_time_s`` is what ``estimate`` with the row's options
+reports. Among equal times, lower ZeRO stages, fewer tensor and pipeline ranks and less recompute rank first.
+
+NOTE(plan): without a GPU, step time is a stated proxy (``STEP_TIME``, ``proxy_step_time``): hardware FLOPs
+per GPU at ``peak_flops``, stretched by the pipeline bubble (1 + (p - 1)/(m v)), with FLOPs 6 N per token
+(Kaplan et al. 2020) plus the attention's 12 l a d_h s per token (Narayanan et al. 2021, Eq. 3), and a
+forward more for full recompute (the attention core's forward for selective). Communication is not
+modelled: the time is a lower bound and the MFU an upper bound.
 """
 
 from __future__ import annotations
@@ -54,13 +59,14 @@ class Layout:
     flops_per_gpu: int  # hardware FLOPs of one step on one GPU (recompute included)
     model_flops: int  # model FLOPs of one step, all GPUs (no recompute: what MFU counts)
     bubble: float  # (p - 1)/(m v)
-    step_time_s: float | None  # None without a peak FLOP/s
-    mfu: float  # upper bound (see the module's NOTE)
+    step_time_s: float | None  # None without a GPU or a peak FLOP/s
+    mfu: float  # with a GPU, the compute model's; else an upper bound (see the module's NOTE)
+    tokens_per_s: float | None  # global batch x seq / step time
 
     def to_json(self) -> dict[str, Any]:
         return {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
-                "step_time_s": self.step_time_s, "mfu": self.mfu, "flops_per_gpu": self.flops_per_gpu,
-                "pipeline_bubble": self.bubble}
+                "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s, "mfu": self.mfu,
+                "flops_per_gpu": self.flops_per_gpu, "pipeline_bubble": self.bubble}
 
 
 def _divisors(x: int) -> list[int]:
@@ -139,7 +145,7 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
     return per_gpu, model_flops, bubble, time, mfu
 
 
-#: The step-time model: replace with the compute issue's once it lands (same signature).
+#: The step-time model without a GPU (the module's NOTE); with one, ``timing.plan_step_time``.
 STEP_TIME: Callable[..., tuple[int, int, float, float | None, float]] = proxy_step_time
 
 
@@ -154,8 +160,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         global_batch: sequences per optimizer step (b * m * d).
         seq: tokens per sequence.
         gpus: GPU count; None plans every count and keeps the smallest that fits.
-        options: base options (dtype, optimizer, profile, implementation, overhead); layout fields are set here.
-        peak_flops: one GPU's peak FLOP/s, for a step time in seconds.
+        options: base options (dtype, optimizer, profile, implementation, overhead, gpu, efficiency); layout
+            fields are set here. With ``gpu``, layouts are ranked by the compute model's step time.
+        peak_flops: one GPU's peak FLOP/s, for the proxy's step time in seconds (without ``gpu``).
         flash: plan with FlashAttention (it never costs memory); False plans without it.
     """
     resolved = resolve_model(model)
@@ -174,25 +181,29 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
         fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
     params = estimate(resolved, base).number("parameters")
-    timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
+    timer = STEP_TIME
+    if base.gpu is not None:
+        from derivations.quantities.timing import plan_step_time as timer
+    timed = [(timer(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
     timed.sort(key=_rank)
-    return [_layout(base, row, mem, times) for times, row, mem in timed[:top]]
+    return [_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]]
 
 
-def _layout(base: Options, row: dict, mem: int, times: tuple) -> Layout:
+def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
     per_gpu, model_flops, bubble, time, mfu = times
     defaults = Options()
     opts = asdict(replace(base, **row))
     shown = {k: val for k, val in opts.items() if val != getattr(defaults, k) or k in ("mode", "batch", "seq")}
-    return Layout(shown, row["tp"] * row["pp"] * row["dp"], mem, per_gpu, model_flops, bubble, time, mfu)
+    return Layout(shown, row["tp"] * row["pp"] * row["dp"], mem, per_gpu, model_flops, bubble, time, mfu,
+                  None if time is None else tokens / time)
 
 
 _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 
 def _rank(item: tuple) -> tuple:
-    (per_gpu, _, bubble, _, _), row, mem = item
-    return (per_gpu * (1 + bubble), row["zero"], row["tp"], row["pp"], _RECOMPUTE_ORDER[row["recompute"]],
+    (per_gpu, _, bubble, time, _), row, mem = item
+    return (per_gpu * (1 + bubble) if time is None else time, row["zero"], row["tp"], row["pp"], _RECOMPUTE_ORDER[row["recompute"]],
             -row["batch"], mem)
 
 
@@ -210,43 +221,67 @@ class ServingLayout:
     total_bytes: int
     tokens_per_step: int  # sequences decoded at once over all replicas (batch x gpus / tp)
     bytes_read_per_step: int  # per GPU: weights + KV cache, what a memory-bound decode step reads
+    timing: Any = None  # with a GPU: ``timing.InferenceTime`` of one replica (what ``estimate`` reports)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Decode tokens per second over all replicas (the roofline's; None without a GPU)."""
+        return None if self.timing is None else self.tokens_per_step / self.timing.decode_step_s
 
     def to_json(self) -> dict[str, Any]:
-        return {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
-                "step_time_s": None, "mfu": None, "tokens_per_step": self.tokens_per_step,
-                "bytes_read_per_step": self.bytes_read_per_step}
+        out = {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
+               "step_time_s": None, "mfu": None, "tokens_per_step": self.tokens_per_step,
+               "bytes_read_per_step": self.bytes_read_per_step}
+        if self.timing is not None:  # the replica's keys as estimate --json names them, and the total
+            out.update(self.timing.to_json(), step_time_s=self.timing.decode_step_s, tokens_per_s=self.tokens_per_s,
+                       replica_tokens_per_s=self.timing.tokens_per_s)
+        return out
 
 
 def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, new_tokens: int = 0,
                options: Options | None = None, top: int = 10) -> list[ServingLayout]:
     """Tensor-parallel degrees and, for each, the largest batch that fits (``fit``), ranked by decode
-    throughput under a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so
-    tokens/s is proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to
-    rank; none is assumed). Without ``gpus``, one replica of the smallest t that fits."""
+    throughput. With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
+    the longer of its FLOPs at peak x efficiency and its weights and KV cache at the memory bandwidth, plus
+    TP all-reduces), tokens/s = sequences decoded at once over all replicas / decode step time. Without
+    one, a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so tokens/s is
+    proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to rank; none
+    is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits."""
     from derivations.search.fit import FitError, fit
 
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
                    new_tokens=new_tokens)
-    out = []
-    for tp in _divisors(resolved.sizes["a"]):
-        if tp > NODE_SIZE or (gpus is not None and gpus % tp):
-            continue
-        try:
-            found = fit(resolved, replace(base, tp=tp), capacity, "batch")
-        except (FitError, DerivationError):
-            continue
-        est = estimate(resolved, replace(base, tp=tp, batch=found.value))
-        read = est.number("weight_bytes") + est.number("kv_cache_bytes")
-        replicas = (gpus or tp) // tp
-        defaults = Options()
-        shown = {k: val for k, val in asdict(est.options).items()
-                 if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
-        out.append(ServingLayout(shown, gpus or tp, est.number("total_bytes"), found.value * replicas, read))
+    out = [x for tp in _divisors(resolved.sizes["a"]) if tp <= NODE_SIZE and (gpus is None or gpus % tp == 0)
+           for x in _serving(resolved, replace(base, tp=tp), capacity, gpus, fit, FitError)]
     if not out:
         raise PlanError(f"{resolved.name}: no tensor-parallel degree fits {capacity:,} bytes per GPU at seq {seq}")
     if gpus is None:
         fewest = min(x.gpus for x in out)
         out = [x for x in out if x.gpus == fewest]
-    out.sort(key=lambda x: (-x.tokens_per_step / x.bytes_read_per_step, x.gpus))
+    if base.gpu is not None:
+        out.sort(key=lambda x: (-(x.tokens_per_s or 0.0), x.gpus))
+    else:
+        out.sort(key=lambda x: (-x.tokens_per_step / x.bytes_read_per_step, x.gpus))
     return out[:top]
+
+
+def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fit: Callable,
+             fit_error: type[Exception]) -> list[ServingLayout]:
+    """The layout of one tensor-parallel degree (``base.tp``) at the largest batch that fits, or none."""
+    try:
+        found = fit(resolved, base, capacity, "batch")
+    except (fit_error, DerivationError):
+        return []
+    est = estimate(resolved, replace(base, batch=found.value))
+    read = est.number("weight_bytes") + est.number("kv_cache_bytes")
+    replicas = (gpus or base.tp) // base.tp
+    defaults = Options()
+    shown = {k: val for k, val in asdict(est.options).items()
+             if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
+    timing = None
+    if base.gpu is not None:
+        from derivations.quantities.timing import time_of
+
+        timing = time_of(est)
+    return [ServingLayout(shown, gpus or base.tp, est.number("total_bytes"), found.value * replicas, read, timing)]
