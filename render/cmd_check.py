@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
     parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
     parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")
-    parser.add_argument("--units", choices=("bytes", "elements", "FLOPs"), help="unit of the claim (default: the quantity's)")
+    parser.add_argument("--units", choices=("bytes", "elements", "FLOPs", "flops"), help="unit of the claim (default: the quantity's)")
     parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
     parser.add_argument("--expect", choices=VERDICTS, help="the verdict the author claims (e.g. leading-order)")
     add_model_options(parser, required=False)

@@ -67,6 +67,10 @@ COMMON: dict[str, sp.Expr] = {
 _PARAM_COMMON: dict[str, sp.Expr] = {"s": n_ctx, "S": n_ctx, "n_ctx": n_ctx}
 #: In model-state formulas these letters are the parameter count (ZeRO's Psi, Zhihu's Phi).
 _STATE_COMMON: dict[str, sp.Expr] = {"P": Psi, "N": Psi, "params": Psi}
+#: In FLOPs formulas too: Kaplan et al. 2020's C = 6N, "2N per token" at inference, Chinchilla's 6ND.
+#: NOTE(claims): read as the whole model's parameter count (embeddings included; Kaplan's N leaves them
+#: out, a difference below the leading order for large models), never the share one GPU holds.
+_FLOPS_COMMON: dict[str, sp.Expr] = dict(_STATE_COMMON)
 #: In KV-cache formulas (and the inference total that holds the cache): the sliding window and the
 #: layers that have one (Mistral, Gemma 2); ``n`` (generated tokens) is already common.
 _KV_COMMON: dict[str, sp.Expr] = {"w": w, "l_w": l_w}
@@ -84,6 +88,8 @@ def default_symbols(spec: QuantitySpec, k_bytes: int | None = None) -> dict[str,
         table.update(_STATE_COMMON)
     if spec.name.startswith("kv_cache") or spec.name == "infer.total":
         table.update(_KV_COMMON)
+    if spec.name.startswith("flops"):
+        table.update(_FLOPS_COMMON)
     out = dict(table)
     if k_bytes is not None:
         out["K"] = sp.Integer(k_bytes)

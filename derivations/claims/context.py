@@ -108,7 +108,8 @@ class Context:
         note = ""
         if Psi in theirs.free_symbols:
             theirs = sp.expand(theirs.xreplace({Psi: self.params}))
-            note = f"Psi = parameters held by one GPU = {sp.collect(self.params, l)}"
+            held = "of the model" if self.spec.unit == "FLOPs" else "held by one GPU"
+            note = f"Psi = parameters {held} = {sp.collect(self.params, l)}"
         ours = sp.expand(self.pin(self.quantity.breakdown.total.xreplace(rel)))
         display = self.quantity.closed_form()
         return Comparison(ours, theirs, self._size_pieces(), self.pin(display) if self.pins else display, note)
@@ -223,7 +224,9 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
 
         q = replace(q, key="kv_cache_bytes_per_position", title="KV cache per cached position (all b sequences)",
                     breakdown=q.breakdown.scaled(1 / sp.sympify(cached_length(est.model))), form=None)
-    held = quantities.get("parameters_per_gpu") or est.quantity("parameters")
+    # FLOPs are the whole model's (t = p = 1): their Psi (N, P) is every parameter, not one GPU's share
+    whole = spec.unit == "FLOPs"
+    held = (None if whole else quantities.get("parameters_per_gpu")) or est.quantity("parameters")
     raw = sp.sympify(held.breakdown.total)
     # NOTE: exact, not rounded (int() rounded down): Psi is substituted into both sides, and ours is
     # K * Psi; only an exact Psi gives the same bytes as the estimate (which rounds once, at the end).
@@ -322,6 +325,7 @@ def alternatives(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Contex
 def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, str]:
     """The factor that puts a claim in ``unit`` into the quantity's unit, and a note saying so."""
 
+    unit = {"flops": "FLOPs", "FLOP": "FLOPs", "flop": "FLOPs"}.get(unit, unit)
     if unit not in ("bytes", "elements", "FLOPs"):
         raise ClaimError(f"units must be bytes, elements or FLOPs, not {unit!r}")
     if unit == spec.unit:
