@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import transformers
@@ -73,11 +74,23 @@ class SavedModel:
 
 
 def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
-                  dtype: torch.dtype = torch.bfloat16) -> SavedModel:
-    """Forward of a ``family`` model in ``dtype`` (bf16), training mode (dropout on where the config has it)."""
+                  dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False) -> SavedModel:
+    """Forward of a ``family`` model in ``dtype`` (bf16), training mode (dropout on where the config has it).
+
+    ``lora``: a ``peft.LoraConfig`` to wrap the model with (``peft.get_peft_model``: base frozen). PEFT
+    keeps the adapters of a model it wraps in 16 bits in fp32 (``autocast_adapter_dtype``), so by
+    default the model is wrapped first and cast whole (adapters in ``dtype``); ``cast_first`` casts
+    the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters."""
     torch.manual_seed(seed)
     config = config_for(family, attention)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(dtype).train()
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    if cast_first:
+        model = model.to(dtype)
+    if lora is not None:
+        import peft
+
+        model = peft.get_peft_model(model, lora)
+    model = model.to(dtype).train() if not cast_first else model.train()
     owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     stack: list[str] = [""]
     handles = []
