@@ -132,6 +132,8 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
                     params: int) -> tuple[int, int, float, float | None, float]:
     """(hardware FLOPs per GPU, model FLOPs, bubble, step time or None, MFU bound): the NOTE's proxy."""
     z, seq = model.sizes, base.seq
+    if seq is None:
+        raise ValueError("plan needs the sequence length (--seq)")
     attention = 12 * z["l"] * z["a"] * z["d_h"] * seq * seq  # per sequence, forward + backward
     model_flops = global_batch * (6 * params * seq + attention)
     # recomputed per sequence: the attention core's forward (selective) or the whole forward (full)
