@@ -30,7 +30,7 @@ GB = 10**9
 
 
 def _config(name: str, layers: int | None) -> dict[str, Any]:
-    from derivations.models.presets import PRESETS
+    from memderive.derivations.models.presets import PRESETS
 
     config = dict(PRESETS[name])
     for key in ("num_hidden_layers", "n_layer"):
@@ -40,7 +40,7 @@ def _config(name: str, layers: int | None) -> dict[str, Any]:
 
 
 def _estimate(config: dict[str, Any], **options: Any) -> Any:
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
     return estimate(config, **options)
 

@@ -64,7 +64,7 @@ def cold_estimate(runs: int) -> None:
             config = _fresh_config(Path(tmp), rng)
             tp = rng.choice([1, 2, 4, 8])
             seq = rng.choice([1024, 2048, 4096])  # llm-analysis: at most the model's 4,096
-            ours.append(_child([sys.executable, "-m", "render.cli", "estimate", "--model", str(config), "--mode",
+            ours.append(_child([sys.executable, "-m", "memderive.cli", "estimate", "--model", str(config), "--mode",
                                 "train", "--batch", str(rng.randrange(1, 9)), "--seq", str(seq), "--tp", str(tp),
                                 *(["--sp"] if tp > 1 else []), "--recompute", "selective", "--json"]))
             if have_peer:
@@ -87,7 +87,7 @@ def cold_estimate(runs: int) -> None:
 
 def sweep_throughput() -> None:
     sys.path.insert(0, str(ROOT))
-    from derivations.search.sweep import sweep
+    from memderive.derivations.search.sweep import sweep
 
     axes = {"batch": range(1, 1001), "seq": range(128, 131073, 128)}
     count = 1000 * 1024
@@ -104,7 +104,7 @@ def sweep_throughput() -> None:
 
 
 def plan_time(runs: int) -> None:
-    times = [_child([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-70b", "--gpus", "1024",
+    times = [_child([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-70b", "--gpus", "1024",
                      "--gpu-memory", "80GB", "--seq", "4096", "--global-batch", "1024", "--json"])
              for _ in range(runs)]
     print(f"cold plan llama-2-70b on 1,024 GPUs of 80 GB: median {statistics.median(x for x, _ in times):.3f} s CPU, "

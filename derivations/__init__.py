@@ -5,20 +5,20 @@
 
 from typing import Any
 
-from derivations.estimate import Estimate, estimate
-from derivations.models.model import Model
-from derivations.options import Options
+from memderive.derivations.estimate import Estimate, estimate
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
 
 __all__ = ["Estimate", "Model", "Options", "estimate", "sweep", "plan"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "sweep":
-        from derivations.search.sweep import sweep
+        from memderive.derivations.search.sweep import sweep
 
         return sweep
     if name == "plan":
-        from derivations.search.plan import plan
+        from memderive.derivations.search.plan import plan
 
         return plan
-    raise AttributeError(f"module 'derivations' has no attribute {name!r}")
+    raise AttributeError(f"module 'memderive.derivations' has no attribute {name!r}")

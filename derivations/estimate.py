@@ -14,27 +14,27 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from derivations.models.config import from_config, load_config
-from derivations.quantities.compute import infer_flops, train_flops
-from derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
+from memderive.derivations.models.config import from_config, load_config
+from memderive.derivations.quantities.compute import infer_flops, train_flops
+from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                              finetune_notes, finetune_states, finetune_steps, trainable_parameters)
-from derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
-from derivations.quantities.experts import check_expert_layout, expert_split_states
-from derivations.quantities.timing import time_json
-from derivations.models.implementations import describe as describe_implementation
-from derivations.models.implementations import hf_layers
-from derivations.models.model import Model
-from derivations.options import PROFILES, ArgumentError, Options, OptionsError
-from derivations.models.presets import PRESETS, preset
-from derivations.quantity import Quantity
-from symbolic.derive import Breakdown, Term, activations, parameters
-from symbolic.dims import b, d, ep, h, l, m, p, r, s, t, v
-from symbolic.errors import DerivationError, InvalidLayoutError, shown
-from symbolic.expr import Expr, const
-from symbolic.experts import ActiveExperts, has_experts
-from symbolic.formula import Citation
-from symbolic.graph import Graph
-from symbolic.strategies import RequiresGrad
+from memderive.derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
+from memderive.derivations.quantities.experts import check_expert_layout, expert_split_states
+from memderive.derivations.quantities.timing import time_json
+from memderive.derivations.models.implementations import describe as describe_implementation
+from memderive.derivations.models.implementations import hf_layers
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import PROFILES, ArgumentError, Options, OptionsError
+from memderive.derivations.models.presets import PRESETS, preset
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic.derive import Breakdown, Term, activations, parameters
+from memderive.symbolic.dims import b, d, ep, h, l, m, p, r, s, t, v
+from memderive.symbolic.errors import DerivationError, InvalidLayoutError, shown
+from memderive.symbolic.expr import Expr, const
+from memderive.symbolic.experts import ActiveExperts, has_experts
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
+from memderive.symbolic.strategies import RequiresGrad
 
 __all__ = ["context_notes", "Estimate", "UnknownQuantity", "estimate", "resolve_model"]
 
@@ -128,7 +128,7 @@ def context_notes(model: Model, opts: Options) -> list[str]:
     """A prompt plus new tokens past the positions the model was trained for, said the same way by
     ``estimate`` and ``fit`` (learned positions refuse it outright: see ``check_layout``).
 
-    >>> from derivations.models.presets import preset
+    >>> from memderive.derivations.models.presets import preset
     >>> context_notes(preset("llama-2-7b"), Options(mode="infer", batch=1, seq=4000, new_tokens=200))
     ['a context of 4,200 tokens (prompt plus new tokens) is past the 4,096 positions llama-2-7b was trained for']
     """
@@ -169,7 +169,7 @@ class Estimate:
         out.update({f.name: getattr(o, f.name) for f in fields(o) if f.name not in ("mode", "flash")})
         out["attention"] = o.attention_kernel
         if o.mode == "infer":
-            from derivations.quantities.inference import serving_dtypes
+            from memderive.derivations.quantities.inference import serving_dtypes
 
             out["weight_dtype"], _, kv = (str(x) for x in serving_dtypes(o))
             out["kv_dtype"] = kv
@@ -184,7 +184,7 @@ class Estimate:
         keys = {q.key for q in self.quantities}
         if not {"prefill_bytes", "decode_bytes"} <= keys:
             return None
-        from derivations.quantities.inference import peak_phase
+        from memderive.derivations.quantities.inference import peak_phase
 
         return peak_phase({key: self.number(key) for key in ("prefill_bytes", "decode_bytes")})
 
@@ -212,8 +212,8 @@ def _collected_in_l(expr: Any) -> Any:
     """``l(...) + ...``; with l_d dense layers among MoE ones, ``l(MoE layer) + l_d(dense - MoE MLP) + ...``."""
     import sympy
 
-    from symbolic.dims_sympy import l_d
-    from symbolic.simplify import collect_in
+    from memderive.symbolic.dims_sympy import l_d
+    from memderive.symbolic.simplify import collect_in
 
     if l_d in sympy.sympify(expr).free_symbols:
         return sympy.collect(sympy.expand(expr), [sympy.sympify(l), l_d])
@@ -221,7 +221,7 @@ def _collected_in_l(expr: Any) -> Any:
 
 
 def _sbh_factored(expr: Any) -> Any:
-    from symbolic.simplify import factor_out
+    from memderive.symbolic.simplify import factor_out
 
     return factor_out(expr, s * b * h)
 
@@ -330,13 +330,13 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     resolved = resolve_model(model)
     check_layout(resolved, options)
     if options.mode == "infer":
-        from derivations.quantities.inference import _check as check_inference
+        from memderive.derivations.quantities.inference import _check as check_inference
 
         check_inference(resolved, options)  # value checks run on every call, cached derivation or not
     graph, quantities = _derived(resolved, options)
     values = {**resolved.values(), **_layout_values(options)}
     if options.mode == "infer":
-        from derivations.quantities.inference import inference_values
+        from memderive.derivations.quantities.inference import inference_values
 
         values.update(inference_values(resolved, options))
     return Estimate(resolved, options, graph, quantities, values)
@@ -385,7 +385,7 @@ def _derive(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, .
         graph, more = _train_quantities(resolved, options, base)
         quantities += more + train_flops(resolved, options, base, graph, lambda g, o: _transformed(g, o, resolved))
     if options.mode == "infer":
-        from derivations.quantities.inference import infer_quantities
+        from memderive.derivations.quantities.inference import infer_quantities
 
         graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
         quantities += more + infer_flops(resolved, options, graph)

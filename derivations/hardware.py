@@ -14,15 +14,15 @@ Conventions (NOTE(memderive)):
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, mi300x
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symbolic.errors import DerivationError
-from symbolic.formula import Citation
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.formula import Citation
 
 __all__ = ["GPU", "GPUS", "gpu", "HardwareError"]
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from symbolic import dims
-from symbolic.dtypes import dtype
-from symbolic.errors import DerivationError, shown
-from symbolic.experts import ExpertCapacity, ExpertParallel
-from symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
+from memderive.symbolic import dims
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.errors import DerivationError, shown
+from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
+from memderive.symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
 __all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
@@ -88,7 +88,7 @@ def _positive(name: str, value: int | None) -> None:
 
 def _check_gpu(name: str | None, efficiency: float | None) -> None:
     if name is not None:
-        from derivations.hardware import gpu
+        from memderive.derivations.hardware import gpu
 
         gpu(name)  # unknown names raise with the list of choices
     if efficiency is not None and (isinstance(efficiency, bool) or not isinstance(efficiency, int | float)
@@ -231,7 +231,7 @@ class Options:
         return factor
 
     def _check_implementation(self) -> None:
-        from derivations.models.implementations import parse_implementation
+        from memderive.derivations.models.implementations import parse_implementation
 
         try:
             kind, _ = parse_implementation(self.implementation)
@@ -250,7 +250,7 @@ class Options:
     @property
     def implementation_kind(self) -> str:
         """``megatron`` or ``hf`` (shorthands resolved)."""
-        from derivations.models.implementations import parse_implementation
+        from memderive.derivations.models.implementations import parse_implementation
 
         return parse_implementation(self.implementation)[0]
 
@@ -258,7 +258,7 @@ class Options:
     def hf_attention(self) -> str:
         """The attention kernel transformers runs: the shorthand's, else ``--attention`` / ``--flash``, else
         sdpa (transformers' default ``attn_implementation``)."""
-        from derivations.models.implementations import parse_implementation
+        from memderive.derivations.models.implementations import parse_implementation
 
         kernel = parse_implementation(self.implementation)[1]
         chosen = getattr(self, "attention", None)

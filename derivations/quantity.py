@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from symbolic.derive import Breakdown, evaluate
-from symbolic.expr import Expr
-from symbolic.formula import Citation
+from memderive.symbolic.derive import Breakdown, evaluate
+from memderive.symbolic.expr import Expr
+from memderive.symbolic.formula import Citation
 
 __all__ = ["Quantity", "exact_int"]
 
@@ -49,7 +49,7 @@ class Quantity:
 
     def closed_form(self) -> Any:
         """The SymPy closed form in the literature's shape (imports SymPy)."""
-        from symbolic.simplify import closed_form
+        from memderive.symbolic.simplify import closed_form
 
         expr = closed_form(self.breakdown.total, self.relations)
         return self.form(expr) if callable(self.form) else expr
@@ -70,7 +70,7 @@ class Quantity:
 
     def term_values(self, values: Mapping[Any, int]) -> list[tuple[str, Any, int]]:
         """``term_ints`` with each term's closed form (SymPy), for tables."""
-        from symbolic.simplify import closed_form
+        from memderive.symbolic.simplify import closed_form
 
         return [(t.path, closed_form(t.expr, self.relations), value)
                 for t, (_, value) in zip(self.breakdown.terms, self.term_ints(values))]

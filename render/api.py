@@ -8,7 +8,7 @@
 >>> estimate("llama-2-7b", mode="train", batch=1, seq=8, tp=7)
 Traceback (most recent call last):
 ...
-symbolic.errors.InvalidLayoutError: llama-2-7b: 32 attention heads are not divisible by tensor-parallel degree 7; choose a degree that divides it
+memderive.symbolic.errors.InvalidLayoutError: llama-2-7b: 32 attention heads are not divisible by tensor-parallel degree 7; choose a degree that divides it
 
 Bad input raises at the call (a ``DerivationError``, a ``ValueError``) with the message the command
 line prints; every ``_repr_*_`` here catches a ``DerivationError`` raised while rendering and shows its
@@ -22,13 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from derivations.estimate import Estimate
-from derivations.estimate import estimate as _estimate
-from render.latex import latex
-from render.steps import Step, breakdown_rows, derivation, headline_key, single_device
-from render.units import RenderOptions, parse_size, scaled_bytes, scaled_count
-from derivations.options import ArgumentError
-from symbolic.errors import DerivationError, shown
+from memderive.derivations.estimate import Estimate
+from memderive.derivations.estimate import estimate as _estimate
+from memderive.latex import latex
+from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device
+from memderive.units import RenderOptions, parse_size, scaled_bytes, scaled_count
+from memderive.derivations.options import ArgumentError
+from memderive.symbolic.errors import DerivationError, shown
 
 __all__ = ["estimate", "Result", "View", "PlotView"]
 
@@ -81,7 +81,7 @@ class PlotView:
         return f"<PlotView {self.data.kind}: {self.data.title}>"
 
     def save(self, path: str) -> None:
-        from render.plots import save
+        from memderive.plots import save
 
         save(self.figure, path)
 
@@ -128,27 +128,27 @@ class Result:
 
         ``terms_as``: the title of an earlier quantity with the same per-op terms; their table is not repeated.
         """
-        from render.writeup import fragment_markdown
+        from memderive.writeup import fragment_markdown
 
         return self._view(lambda est: View(self.steps(key), fragment_markdown(
             est, "section", key, self.options, self._single_device(), terms_as)))
 
     def symbols(self) -> View:
-        from render.writeup import fragment_markdown
+        from memderive.writeup import fragment_markdown
 
         return self._view(lambda est: View(est.values, fragment_markdown(est, "symbols", None, self.options)))
 
     def breakdown(self, key: str | None = None) -> View:
         """Rows by graph path (the same rows the plots stack), shown as a table."""
-        from render.writeup import fragment_markdown
+        from memderive.writeup import fragment_markdown
 
         return self._view(lambda est: View(breakdown_rows(est, key or headline_key(est)),
                                            fragment_markdown(est, "breakdown", key, self.options)))
 
     def strategies(self, gpu_memory: str | int | None = None) -> View:
         """Per-GPU totals under each layout of ``render.plots.strategy_ladder`` (the bars of the plot)."""
-        from render.plots import breakdown_data
-        from render.writeup import table_markdown
+        from memderive.plots import breakdown_data
+        from memderive.writeup import table_markdown
 
         def make(est: Estimate) -> View:
             data = breakdown_data(est, _capacity(gpu_memory))
@@ -165,7 +165,7 @@ class Result:
     def plot(self, kind: str = "breakdown", gpu_memory: str | int | None = None, key: str | None = None) -> PlotView | View:
         """``breakdown`` (stacked bars across layouts), ``seq`` or ``batch`` (memory, or quantity ``key``
         such as ``hardware_flops_per_gpu``, against s or b)."""
-        from render.plots import draw, plot_data
+        from memderive.plots import draw, plot_data
 
         try:
             data = plot_data(self.estimate, kind, _capacity(gpu_memory), key)
@@ -189,7 +189,7 @@ class Result:
 
     def _repr_latex_(self) -> str:
         def render() -> str:
-            from render.writeup import value_math
+            from memderive.writeup import value_math
 
             est = self.estimate
             q = est.quantity(headline_key(est))

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 import sympy as sp
 
-from derivations.claims.analysis import Gap
-from derivations.claims.markers import Marked
-from derivations.claims.check import CheckResult
+from memderive.derivations.claims.analysis import Gap
+from memderive.derivations.claims.markers import Marked
+from memderive.derivations.claims.check import CheckResult
 
-from render.latex import latex as tex
-from render.latex import tex_escape
+from memderive.latex import latex as tex
+from memderive.latex import tex_escape
 
 __all__ = ["text_report", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
            "MARKS"]
@@ -85,7 +85,7 @@ def text_report(result: CheckResult) -> str:
 
 def plain(expr: object) -> str:
     """A formula in a reader's notation (``h^2``, ``max``): ``render.text.plain``."""
-    from render.text import plain as words
+    from memderive.text import plain as words
 
     return words(expr)
 

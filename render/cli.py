@@ -18,9 +18,9 @@ from collections.abc import Sequence
 __all__ = ["main", "add_model_options", "add_strategy_options", "add_output_options", "options_from_args", "fail",
            "emit", "check_output", "not_applicable", "command_line", "one_line", "whole_number"]
 
-COMMAND_MODULES = ("render.cmd_estimate", "render.cmd_derive", "render.cmd_fit", "render.cmd_plot",
-                   "render.cmd_notebook", "render.cmd_check", "render.cmd_compare", "render.cmd_sweep",
-                   "render.cmd_plan", "render.cmd_models", "render.cmd_gpus")
+COMMAND_MODULES = ("memderive.cmd_estimate", "memderive.cmd_derive", "memderive.cmd_fit", "memderive.cmd_plot",
+                   "memderive.cmd_notebook", "memderive.cmd_check", "memderive.cmd_compare", "memderive.cmd_sweep",
+                   "memderive.cmd_plan", "memderive.cmd_models", "memderive.cmd_gpus")
 
 
 class CliError(ValueError):
@@ -206,8 +206,8 @@ def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> None:
 
 def options_from_args(args: argparse.Namespace, mode: str | None = None, strict: bool = True):
     """``Options`` from the command line; with ``strict``, options that do not apply to the mode are refused."""
-    from derivations.options import Options
-    from render.units import parse_size
+    from memderive.derivations.options import Options
+    from memderive.units import parse_size
 
     if strict:
         _refuse_not_applicable(args, mode or args.mode or "params")

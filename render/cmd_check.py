@@ -17,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-from render.cli import add_model_options, add_strategy_options, fail
+from memderive.cli import add_model_options, add_strategy_options, fail
 
 #: kept here (not imported) so that registering the command stays cheap
 VERDICTS = ("exact", "conditional", "leading-order", "different")
@@ -47,7 +47,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
     quantity decides its own (a parameter count ignores ``--zero``).
     """
-    from render.units import parse_size
+    from memderive.units import parse_size
 
     fields = {"batch": args.batch, "seq": args.seq, "new_tokens": args.new_tokens, "dtype": args.dtype,
               "optimizer": args.optimizer, "tp": args.tp, "pp": args.pp, "dp": args.dp, "sp": args.sp,
@@ -69,7 +69,7 @@ def _listed(text: str) -> tuple[str, ...]:
 
 
 def _render(result: Any, fmt: str) -> str:
-    from render.check_report import latex_report, markdown_report, text_report
+    from memderive.check_report import latex_report, markdown_report, text_report
 
     return {"text": text_report, "md": markdown_report, "latex": latex_report}[fmt](result)
 
@@ -81,14 +81,14 @@ def run(args: argparse.Namespace) -> int:
         return _run_file(args)
     if not (args.quantity and args.claim):
         fail("give --quantity and --claim (or --file NOTES.md)")
-    from derivations.claims.check import Claim, check_claim
+    from memderive.derivations.claims.check import Claim, check_claim
 
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     elif args.format == "latex":
-        from render.check_report import latex_document
+        from memderive.check_report import latex_document
 
         print(latex_document([("", result, "")], f"{result.spec.name}: {args.claim}"), end="")
     else:
@@ -101,7 +101,7 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     claim keys given and the options that differ from ``Options``' defaults."""
     from dataclasses import fields
 
-    from derivations.options import Options
+    from memderive.derivations.options import Options
 
     keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
     defaults = {f.name: f.default for f in fields(Options)}
@@ -132,16 +132,16 @@ def _section(path: str, line: int, body: str) -> str:
 
 
 def _error(message: str, fmt: str) -> str:
-    from render.check_report import md_text
-    from render.latex import tex_escape
+    from memderive.check_report import md_text
+    from memderive.latex import tex_escape
 
     return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
 
 
 def _run_file(args: argparse.Namespace) -> int:
-    from derivations.claims.markers import find_claims
-    from derivations.claims.check import check_claim
-    from render.check_report import file_lines
+    from memderive.derivations.claims.markers import find_claims
+    from memderive.derivations.claims.check import check_claim
+    from memderive.check_report import file_lines
 
     text = read_notes(args.file)
     found = []
@@ -160,7 +160,7 @@ def _run_file(args: argparse.Namespace) -> int:
         print(json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                           for m, r, e in found], indent=2))
     elif args.format == "latex":
-        from render.check_report import latex_document
+        from memderive.check_report import latex_document
 
         print(latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found], f"Claims in {args.file}"), end="")
     elif args.format != "text":

@@ -12,7 +12,7 @@ import argparse
 import json
 from fractions import Fraction
 
-from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
+from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
 
 __all__ = ["register", "compare_report"]
 
@@ -54,7 +54,7 @@ def _pct(diff: int, base: int) -> str:
 
 
 def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> str:
-    from derivations.conventions import COLUMNS, gaps
+    from memderive.derivations.conventions import COLUMNS, gaps
 
     ours = next(r for r in rows if r.convention == "memderive")
     head = ["convention", *(TITLES[c] for c in COLUMNS), "prints"]
@@ -91,8 +91,8 @@ def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> s
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.conventions import CONVENTIONS, compare
-    from derivations.estimate import resolve_model
+    from memderive.derivations.conventions import CONVENTIONS, compare
+    from memderive.derivations.estimate import resolve_model
 
     opts = options_from_args(args)
     if opts.mode not in ("train", "infer"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
-from render.cmd_estimate import add_writeup_options, render_options
-from render.quantity_names import GROUPS, QUANTITIES
+from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
+from memderive.cmd_estimate import add_writeup_options, render_options
+from memderive.quantity_names import GROUPS, QUANTITIES
 
 #: symbolic placeholders for a derivation without a concrete step size
 _DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
     mode, key = QUANTITIES[args.quantity]
     apply_strategy(args, args.strategy)
@@ -57,12 +57,12 @@ def run(args: argparse.Namespace) -> int:
     est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode, strict=False))
     est.quantity(key)  # a clear error for a quantity the mode lacks
     if args.format == "text":
-        from render.text import plain
+        from memderive.text import plain
 
         keys = GROUPS.get(args.quantity, (key,))
         text = "\n".join(f"{q.title} ({q.unit}) = {plain(q.closed_form())}" for q in map(est.quantity, keys))
     else:
-        from render.writeup import quantity_document
+        from memderive.writeup import quantity_document
 
         # Without --batch and --seq the placeholders b = s = 1 are not worth substituting.
         options = render_options(args) if sized else render_options(args, detail="symbolic")

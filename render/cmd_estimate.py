@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args, whole_number
+from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args, whole_number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,30 +45,30 @@ def check_formats(args: argparse.Namespace) -> None:
 
 def render_options(args: argparse.Namespace, **defaults: object):
     """``RenderOptions``: the built-in defaults, then ``defaults``, then what the user gave."""
-    from render.units import RenderOptions
+    from memderive.units import RenderOptions
 
     return RenderOptions().merge(**defaults).merge(precision=args.precision, detail=args.detail, units=args.units)
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
     est = estimate(args.model, options_from_args(args))
     if args.summary:
-        from render.text import summary_report
+        from memderive.text import summary_report
 
         text = summary_report(est, precision=render_options(args).precision)
     elif args.json:
         text = json.dumps(est.to_json(), indent=2)
     elif args.format == "text":
-        from render.text import text_report
+        from memderive.text import text_report
 
         text = text_report(est, precision=render_options(args).precision)
     else:
-        from render.writeup import estimate_document
+        from memderive.writeup import estimate_document
 
         text = estimate_document(est, args.format, render_options(args))
     emit(text, args.output, args.force)
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _convention(args: argparse.Namespace) -> int:
     """Another tool's accounting of this model beside memderive's (the two rows of ``compare``)."""
-    from derivations.conventions import CONVENTIONS, ConventionError, compare
-    from derivations.estimate import resolve_model
-    from render.cmd_compare import compare_report
+    from memderive.derivations.conventions import CONVENTIONS, ConventionError, compare
+    from memderive.derivations.estimate import resolve_model
+    from memderive.cmd_compare import compare_report
 
     if args.convention not in CONVENTIONS:
         raise ConventionError(f"--convention must be one of {', '.join(CONVENTIONS)}, got {args.convention!r}")

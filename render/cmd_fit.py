@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import add_model_options, add_strategy_options, options_from_args
+from memderive.cli import add_model_options, add_strategy_options, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,8 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> int:
     """--gpu-memory, else the memory of --gpu (derivations.hardware)."""
-    from derivations.hardware import gpu
-    from render.units import parse_size
+    from memderive.derivations.hardware import gpu
+    from memderive.units import parse_size
 
     if args.gpu_memory is not None:
         return parse_size(args.gpu_memory, "--gpu-memory")
@@ -31,14 +31,14 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    # NOTE(fit): errors are ValueError, not render.cli.fail: under ``python -m render.cli`` the
+    # NOTE(fit): errors are ValueError, not render.cli.fail: under ``python -m memderive.cli`` the
     # CliError that fail() raises is not the class main() catches (__main__ vs render.cli).
     from dataclasses import replace
     from fractions import Fraction
 
-    from derivations.estimate import context_notes, resolve_model
-    from derivations.search.fit import DoesNotFit, fit
-    from render.units import format_bytes
+    from memderive.derivations.estimate import context_notes, resolve_model
+    from memderive.derivations.search.fit import DoesNotFit, fit
+    from memderive.units import format_bytes
 
     mode = args.mode or "infer"
     if mode not in ("infer", "train"):
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
 def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve_for: str,  # type: ignore[no-untyped-def]
                   given: tuple[str, int], exc: Exception) -> int:
     """Not even 1 fits: say so (an answer: exit 1) and the smallest changes that would fit."""
-    from derivations.search.fit import smallest_changes
-    from render.units import format_bytes
+    from memderive.derivations.search.fit import smallest_changes
+    from memderive.units import format_bytes
 
     needed = getattr(exc, "needed", None)
     changes = smallest_changes(model, options, capacity, solve_for)

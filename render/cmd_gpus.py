@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from render.cli import emit
+from memderive.cli import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def table() -> str:
     """One row per GPU: dense 16-bit and FP8 peak, memory, memory bandwidth, link; then the sources."""
-    from derivations.hardware import GPUS
+    from memderive.derivations.hardware import GPUS
 
     head = f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} {'link GB/s':>9}  link"
     rows = [head]
@@ -35,7 +35,7 @@ def table() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.hardware import GPUS
+    from memderive.derivations.hardware import GPUS
 
     emit(json.dumps([x.to_json() for x in GPUS.values()], indent=2) if args.json else table(), None)
     return 0

@@ -15,8 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def rows() -> list[dict]:
     """One row per preset: family, parameters (exact), bf16 weight bytes, layers, hidden size, heads,
     KV heads, context length (``None`` when the config gives none)."""
-    from derivations.estimate import estimate
-    from derivations.models.presets import preset, preset_names
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.models.presets import preset, preset_names
 
     out = []
     for name in preset_names():
@@ -30,7 +30,7 @@ def rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from render.units import scaled_bytes, scaled_count
+    from memderive.units import scaled_bytes, scaled_count
 
     table = rows()
     if args.json:

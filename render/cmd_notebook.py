@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_strategy_options, command_line, options_from_args
+from memderive.cli import add_model_options, add_strategy_options, command_line, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from derivations.estimate import estimate
-    from render.units import parse_size
+    from memderive.derivations.estimate import estimate
+    from memderive.units import parse_size
 
     if not args.output.endswith(".ipynb"):
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
-    from render.notebooks import execute, notebook, write
+    from memderive.notebooks import execute, notebook, write
 
     nb = notebook(est, args.gpu_memory, command_line(args))
     if args.execute:

@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from render.cli import add_model_options, add_output_options, emit, fail, whole_number
+from memderive.cli import add_model_options, add_output_options, emit, fail, whole_number
 
 PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
     """Bytes of one GPU (--gpu-memory, else --gpu's) and the proxy's peak FLOP/s (--peak-tflops)."""
-    from derivations.hardware import gpu
-    from render.units import parse_size
+    from memderive.derivations.hardware import gpu
+    from memderive.units import parse_size
 
     if args.gpu is not None and args.peak_tflops is not None:
         fail("--peak-tflops is for the proxy without --gpu; --gpu already gives the peak (use --efficiency to "
@@ -65,16 +65,16 @@ def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
 
 def _time_model(model: str, layout: Any) -> list[str]:
     """How the times were modelled: the compute model's own lines, for the top row's estimate."""
-    from derivations.estimate import estimate
-    from derivations.quantities.timing import time_of
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.quantities.timing import time_of
 
     timing = time_of(estimate(model, **layout.options))
     return list(timing.model()) if timing is not None else []
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.options import Options
-    from derivations.search.plan import plan
+    from memderive.derivations.options import Options
+    from memderive.derivations.search.plan import plan
 
     if args.mode == "infer":
         return _infer(args)
@@ -104,8 +104,8 @@ INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from derivations.options import Options
-    from derivations.search.plan import plan_infer
+    from memderive.derivations.options import Options
+    from memderive.derivations.search.plan import plan_infer
 
     for name in ("gpus", "seq", "top"):
         value = getattr(args, name)
@@ -126,7 +126,7 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
-    from render.units import format_bytes
+    from memderive.units import format_bytes
 
     timed = layouts[0].timing is not None
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
@@ -143,7 +143,7 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
 
 def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
-    from render.units import format_bytes
+    from memderive.units import format_bytes
 
     gpus = layouts[0].gpus
     head = (f"{args.model}: {gpus} GPUs of {format_bytes(capacity)}" +

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from render.cli import add_model_options, add_output_options, add_strategy_options, check_output, options_from_args
+from memderive.cli import add_model_options, add_output_options, add_strategy_options, check_output, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.estimate import estimate
-    from render.units import parse_size
+    from memderive.derivations.estimate import estimate
+    from memderive.units import parse_size
 
     if not args.output.lower().endswith((".png", ".svg", ".pdf")):
         raise ValueError(f"-o must name a .png, .svg or .pdf file, got {args.output!r}")
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     capacity = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
-    from render.plots import draw, plot_data, save
+    from memderive.plots import draw, plot_data, save
 
     save(draw(plot_data(est, args.kind, capacity, args.quantity)), args.output)
     return 0

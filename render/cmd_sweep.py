@@ -12,7 +12,7 @@ import copy
 import os
 import sys
 
-from render.cli import add_model_options, add_strategy_options, fail, options_from_args
+from memderive.cli import add_model_options, add_strategy_options, fail, options_from_args
 
 #: CLI flags that take ranges, and the Options fields they set (in derivations.search.sweep.SWEEPABLE).
 RANGES = {"batch": "--batch", "seq": "--seq", "new_tokens": "--new-tokens", "tp": "--tp", "pp": "--pp",
@@ -57,7 +57,7 @@ def parse_range(flag: str, text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from derivations.search.sweep import sweep
+    from memderive.derivations.search.sweep import sweep
 
     if args.output and os.path.exists(args.output) and not args.force:
         fail(f"{args.output} exists; give --force to overwrite it or choose another --output")

@@ -5,7 +5,7 @@ thousands separators that survive math mode (``4{,}096``). With ``values`` the s
 model's sizes in place of the symbols (handcalcs' substituted line); a factored closed form such as
 ``factor_out(..., s*b*h)`` prints its monomial first, in the paper's letter order.
 
->>> from symbolic.dims import a_kv, b, d_h, h, s, t
+>>> from memderive.symbolic.dims import a_kv, b, d_h, h, s, t
 >>> latex(2 * b * s * a_kv * d_h)
 '2 a_{kv} b d_{h} s'
 >>> latex(2 * b * s * h / t, values={b: 1, s: 4096, h: 4096, t: 8})
@@ -21,10 +21,10 @@ from typing import Any
 import sympy as sp
 from sympy.printing.latex import LatexPrinter
 
-from symbolic import dims
-from symbolic.expr import Expr, to_sympy
-from symbolic.formula import Citation
-from symbolic.tensor import Tensor
+from memderive.symbolic import dims
+from memderive.symbolic.expr import Expr, to_sympy
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["DerivationPrinter", "latex", "number", "tex_escape", "visible_width"]
 

@@ -4,7 +4,7 @@ The data functions (``breakdown_data``, ``sweep_data``) return a frozen ``PlotDa
 built with ``render.steps.breakdown_rows``; ``draw`` only draws one. matplotlib is imported inside
 ``draw`` (a bare ``Figure``, saved through Agg: headless), so importing this module stays cheap.
 
->>> from derivations.estimate import estimate
+>>> from memderive.derivations.estimate import estimate
 >>> est = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective")
 >>> data = breakdown_data(est)
 >>> data.labels[:3]
@@ -20,12 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from derivations.estimate import Estimate, check_layout, estimate
-from derivations.options import Options
-from render.steps import breakdown_rows, headline_key, layout_text
-from render.units import scaled_bytes
-from symbolic import dims
-from symbolic.errors import DerivationError, InvalidLayoutError
+from memderive.derivations.estimate import Estimate, check_layout, estimate
+from memderive.derivations.options import Options
+from memderive.steps import breakdown_rows, headline_key, layout_text
+from memderive.units import scaled_bytes
+from memderive.symbolic import dims
+from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 
 __all__ = ["PlotData", "KINDS", "strategy_ladder", "breakdown_data", "sweep_data", "plot_data", "colors", "draw", "save"]
 

@@ -13,7 +13,7 @@
 Steps are generic over ``Estimate.quantities``: nothing here names a particular quantity.
 ``breakdown_rows`` is the one grouping that feeds both the writeup's tables and the plots.
 
->>> from derivations.estimate import estimate
+>>> from memderive.derivations.estimate import estimate
 >>> steps = derivation(estimate("gpt2"), "parameters")
 >>> [(s.level, s.label) for s in steps][-3:]
 [('layer', 'one layer'), ('model', 'whole model'), ('closed form', 'closed form')]
@@ -28,16 +28,16 @@ from dataclasses import dataclass, replace
 
 import sympy as sp
 
-from derivations.estimate import Estimate, estimate
-from derivations.quantities.model_states import ZERO_CITATION
-from derivations.options import Options
-from derivations.quantity import Quantity, exact_int
-from symbolic import dims
-from symbolic.derive import evaluate
-from symbolic.graph import Graph
-from symbolic.simplify import closed_form
-from render.latex import latex
-from render.units import RenderOptions
+from memderive.derivations.estimate import Estimate, estimate
+from memderive.derivations.quantities.model_states import ZERO_CITATION
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Quantity, exact_int
+from memderive.symbolic import dims
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.graph import Graph
+from memderive.symbolic.simplify import closed_form
+from memderive.latex import latex
+from memderive.units import RenderOptions
 
 __all__ = ["Step", "Row", "LEVELS", "derivation", "breakdown_rows", "single_device", "layout_text", "symbols_in",
            "headline_key", "GROUP_DEPTH"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from derivations.estimate import Estimate
-from derivations.quantity import Quantity
-from render.units import format_bytes, format_count, scaled_bytes
+from memderive.derivations.estimate import Estimate
+from memderive.derivations.quantity import Quantity
+from memderive.units import format_bytes, format_count, scaled_bytes
 
 __all__ = ["text_report", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
 
@@ -15,7 +15,7 @@ _WORDS = (("**", "^"), ("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil(")
 def plain(expr: object) -> str:
     """A formula as a reader writes it: ``h^2``, ``max(..)``, ``ceil(..)`` (not ``h**2``, ``Max``).
 
-    >>> from symbolic.dims_sympy import h, l
+    >>> from memderive.symbolic.dims_sympy import h, l
     >>> import sympy
     >>> plain(l * h**2 + sympy.Max(h, l))
     'h^2*l + max(h, l)'
@@ -30,7 +30,7 @@ def citation_lines(citation: object) -> list[str]:
     """One line per source: a citation of several works lists authors, places and loci joined by
     ``; `` in step; they are regrouped so that each work carries its own place and locus.
 
-    >>> from symbolic.formula import Citation
+    >>> from memderive.symbolic.formula import Citation
     >>> citation_lines(Citation("A 2020; B 2021", "arXiv:1; arXiv:2", "Eq. 1; Table 2"))
     ['A 2020, arXiv:1, Eq. 1', 'B 2021, arXiv:2, Table 2']
     """
@@ -50,7 +50,7 @@ def _amount(value: int, unit: str, precision: int = 2) -> str:
 
 def time_lines(est: Estimate) -> list[str]:
     """Times on ``--gpu`` with the model each follows (none without ``--gpu``)."""
-    from derivations.quantities.timing import time_json, time_of
+    from memderive.derivations.quantities.timing import time_json, time_of
 
     timing = time_of(est)
     if timing is None:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 
-from symbolic.errors import shown
+from memderive.symbolic.errors import shown
 
 __all__ = ["format_bytes", "format_count", "parse_size", "scaled_bytes", "scaled_count", "scaled_flops", "RenderOptions",
            "UNITS",

@@ -4,7 +4,7 @@ Everything mathematical is printed here by ``render.latex.DerivationPrinter``; p
 for the target format here too, so the templates under ``render/templates/`` only arrange strings.
 Both formats share one context (``_document_context``); Markdown uses ``$...$``/``$$...$$``.
 
->>> from derivations.estimate import estimate
+>>> from memderive.derivations.estimate import estimate
 >>> doc = estimate_document(estimate("gpt2"), "md")
 >>> doc.splitlines()[0]
 '# Parameters of gpt2'
@@ -21,14 +21,14 @@ from typing import Any
 import jinja2
 import sympy as sp
 
-from derivations.estimate import Estimate
-from derivations.options import Options
-from derivations.quantity import Quantity
-from render.text import inputs_text, strategies_text
-from render.latex import latex, number, tex_escape
-from render.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
-from render.quantity_names import QUANTITIES
-from render.units import RenderOptions, scaled_count, scaled_flops
+from memderive.derivations.estimate import Estimate
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Quantity
+from memderive.text import inputs_text, strategies_text
+from memderive.latex import latex, number, tex_escape
+from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
+from memderive.quantity_names import QUANTITIES
+from memderive.units import RenderOptions, scaled_count, scaled_flops
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
            "FORMATS"]
@@ -281,7 +281,7 @@ def _document_context(est: Estimate, keys: Sequence[str], fmt: _Format, options:
 
 def _time(est: Estimate, fmt: _Format) -> dict[str, Any] | None:
     """Times on ``--gpu`` and the model each follows (None without ``--gpu``)."""
-    from derivations.quantities.timing import time_json, time_of
+    from memderive.derivations.quantities.timing import time_json, time_of
 
     timing = time_of(est)
     if timing is None:

@@ -4,10 +4,10 @@ A ``Breakdown`` is an ordered tuple of ``Term(path, expr)``; its ``total`` is th
 parts add up to the total by construction. ``path`` names the node that produced the term
 (``layer/attn/qkv``): that is the provenance a writeup shows.
 
->>> from symbolic.ops import BlockBuilder
->>> from symbolic.graph import Graph
->>> from symbolic.dims import b, s, h, l
->>> from symbolic.dtypes import dtype
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> from memderive.symbolic.graph import Graph
+>>> from memderive.symbolic.dims import b, s, h, l
+>>> from memderive.symbolic.dtypes import dtype
 >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
 >>> _ = bb.linear("fc", bb.input, h, bias=False)
 >>> parameters(Graph("toy", (bb.build(repeat=l),))).total
@@ -22,10 +22,10 @@ from fractions import Fraction
 
 from typing import Any
 
-from symbolic.expr import Expr, Number, const
-from symbolic.expr import total as _sum
-from symbolic.graph import Block, Graph, Op
-from symbolic.tensor import Tensor
+from memderive.symbolic.expr import Expr, Number, const
+from memderive.symbolic.expr import total as _sum
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Term", "Breakdown", "parameters", "activations", "flops", "evaluate", "per_block", "TRAINING_PHASES"]
 
@@ -127,9 +127,9 @@ def flops(graph: Graph, *, kinds: Iterable[str] = ("matmul",), phases: Iterable[
     ``frozen`` names parameters (``attn/qkv.weight`` or ``layer/attn/qkv.weight``) whose
     weight-gradient terms are dropped, besides the graph's own frozen ones (``graph.frozen``).
 
-    >>> from symbolic.ops import BlockBuilder
-    >>> from symbolic.dims import b, s, h, l
-    >>> from symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> from memderive.symbolic.dtypes import dtype
     >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
     >>> _ = bb.linear("fc", bb.input, h, bias=False)
     >>> g = Graph("toy", (bb.build(repeat=l),))
@@ -167,7 +167,7 @@ def evaluate(expr: Any, values: Mapping[Any, int]) -> Any:
     An expression (or number) gives an ``int``/``Fraction``; a SymPy expression (a closed form in
     render/ or the checker) gives a SymPy number, substituted by symbol name.
 
-    >>> from symbolic.dims import h, l
+    >>> from memderive.symbolic.dims import h, l
     >>> evaluate(l * (12 * h**2 + 13 * h), {h: 768, l: 12})
     85054464
     """

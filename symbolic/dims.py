@@ -3,7 +3,7 @@
 Every size that appears in a shape or a formula is declared here, once, with its
 meaning and its LaTeX form. Nothing else in the codebase calls ``sp.Symbol``.
 
->>> from symbolic.dims import b, s, h
+>>> from memderive.symbolic.dims import b, s, h
 >>> b * s * h
 b*h*s
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from symbolic.expr import Expr, symbol
+from memderive.symbolic.expr import Expr, symbol
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",

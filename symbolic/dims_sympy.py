@@ -1,9 +1,9 @@
 """The SymPy symbols of ``symbolic.dims`` (positive integers), for code that works in SymPy: the checker
 (``derivations/claims``), ``symbolic.simplify`` and render/ printing. Graph code uses ``symbolic.dims``.
 
-Every name declared in ``symbolic.dims.DIMS`` is importable from here (``from symbolic.dims_sympy import h``).
+Every name declared in ``symbolic.dims.DIMS`` is importable from here (``from memderive.symbolic.dims_sympy import h``).
 
->>> from symbolic.dims_sympy import a_kv, h
+>>> from memderive.symbolic.dims_sympy import a_kv, h
 >>> (2 * a_kv * h).is_positive, str(a_kv)
 (True, 'a_kv')
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import sympy as sp
 
-from symbolic.dims import DIMS
+from memderive.symbolic.dims import DIMS
 
 #: ``{name: SymPy symbol}`` for every declared dimension.
 SYMBOLS: dict[str, sp.Symbol] = {dim.name: dim.symbol for dim in DIMS}

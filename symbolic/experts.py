@@ -4,11 +4,11 @@ Routed experts are the ops of kind ``experts``; their parameter tensors lead wit
 ``(E, ...)``. ``ActiveExperts`` keeps k of the E (a token's path through the model);
 ``ExpertParallel`` divides the E experts over ``ep`` ranks.
 
->>> from symbolic.dims import E, h, k
->>> from symbolic.ops import BlockBuilder
->>> from symbolic.dtypes import dtype
->>> from symbolic.graph import Graph
->>> from symbolic.derive import parameters
+>>> from memderive.symbolic.dims import E, h, k
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> from memderive.symbolic.dtypes import dtype
+>>> from memderive.symbolic.graph import Graph
+>>> from memderive.symbolic.derive import parameters
 >>> bb = BlockBuilder("layer", (1, 1, h), dtype("bf16"))
 >>> _ = bb.experts("moe/experts", bb.input, E, k, 4 * h, kind="swiglu", bias=False)
 >>> g = Graph("toy", (bb.build(),))
@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from symbolic import dims
-from symbolic.expr import ceiling
-from symbolic.graph import Block, Graph, Op
-from symbolic.strategies import Strategy
-from symbolic.tensor import Tensor
+from memderive.symbolic import dims
+from memderive.symbolic.expr import ceiling
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.strategies import Strategy
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["ActiveExperts", "ExpertParallel", "ExpertCapacity", "EXPERTS", "BUFFER", "has_experts", "expert_ops"]
 

@@ -18,7 +18,7 @@ Rules for graph code (ops, architectures, strategies, quantities, estimate, opti
   substitute with ``Expr.subs``; print closed forms with ``Quantity.closed_form()`` (SymPy) or
   ``str`` (no SymPy); convert with ``to_sympy`` only in printing and checking code.
 
->>> from symbolic.dims import a, h, s, t
+>>> from memderive.symbolic.dims import a, h, s, t
 >>> prod((s, h, 2))
 2*h*s
 >>> x = 2 * s * h / t + Min(s, 4096) * a
@@ -578,7 +578,7 @@ def _single_node(x: Expr) -> _Node | None:
 def Min(*args: Any, evaluate: bool = True) -> Expr:  # noqa: N802 (reads as the math function)
     """The smallest of two or more sizes, kept symbolic while a symbol is free.
 
-    >>> from symbolic.dims import n, s, w
+    >>> from memderive.symbolic.dims import n, s, w
     >>> Min(s + n, w).subs({s: 100, n: 28, w: 4096})
     128
     """
@@ -593,7 +593,7 @@ def Max(*args: Any, evaluate: bool = True) -> Expr:  # noqa: N802
 def ceiling(x: Any) -> Expr:
     """The smallest integer at least ``x`` (quantization groups ``ceil(h/g)``).
 
-    >>> from symbolic.dims import g, h
+    >>> from memderive.symbolic.dims import g, h
     >>> ceiling(h / g).subs({h: 4096, g: 100})
     41
     """
@@ -624,7 +624,7 @@ def shifted_nonnegative(x: Expr) -> bool:
     coefficients only (powers ``(1 + z)**-k`` and ``Min``/``Max`` nodes kept whole): then ``x >= 0``
     for all sizes >= 1. The test ``sympy.expand(x.xreplace({z: z + 1}))`` makes, without SymPy.
 
-    >>> from symbolic.dims import h, s
+    >>> from memderive.symbolic.dims import h, s
     >>> shifted_nonnegative(h * s - h), shifted_nonnegative(h - s)
     (True, False)
     """

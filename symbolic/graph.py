@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from symbolic.expr import Expr, const, prod
-from symbolic.tensor import Tensor
+from memderive.symbolic.expr import Expr, const, prod
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Flop", "Op", "Block", "Graph", "FLOP_KINDS", "FLOP_PHASES"]
 
@@ -37,8 +37,8 @@ class Flop:
     tensors they change bytes through. A ``weight-grad`` term names the parameter it belongs to
     (``param``): a frozen weight drops exactly that term.
 
-    >>> from symbolic.dims import b, s, h
-    >>> from symbolic.dtypes import dtype
+    >>> from memderive.symbolic.dims import b, s, h
+    >>> from memderive.symbolic.dtypes import dtype
     >>> rows = Tensor("fc.rows", (b, s), dtype("bf16"))
     >>> w = Tensor("fc.weight", (4 * h, h), dtype("fp32"), role="weight")
     >>> Flop("x@W", (rows, w)).count

@@ -22,10 +22,10 @@ upcasts to fp32 and saves what eager attention saves, in fp32, with K and V repe
 CUDA (what users train on); the tests measure CPU and pin the difference. CUDA's flash kernel also
 saves two 8-byte RNG tensors (seed, offset) per layer: neglected.
 
->>> from symbolic.ops import BlockBuilder
->>> from symbolic.graph import Graph
->>> from symbolic.dims import b, s, h
->>> from symbolic.dtypes import dtype
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> from memderive.symbolic.graph import Graph
+>>> from memderive.symbolic.dims import b, s, h
+>>> from memderive.symbolic.dtypes import dtype
 >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
 >>> _ = bb.rms_norm("norm", bb.input)
 >>> g = HuggingFace("eager")(Graph("toy", (bb.build(),)))
@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from symbolic.dtypes import DType, dtype
-from symbolic.graph import Block, Graph, Op
-from symbolic.strategies import Strategy
-from symbolic.tensor import Tensor
+from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.strategies import Strategy
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["HuggingFace", "ATTENTION_KERNELS", "DEVICES"]
 

@@ -16,10 +16,10 @@ The new ops declare what they save and for whose gradient, as ``symbolic.ops`` d
   ``B A x`` for m's gradient and the scales ``m/n - 1`` and ``m/n`` ``(1, out)`` for theirs. PEFT's
   ``B A`` through an identity matrix is only used detached: freed after forward, never held.
 
->>> from symbolic.ops import BlockBuilder
->>> from symbolic.dims import b, s, h, r
->>> from symbolic.dtypes import dtype
->>> from symbolic.derive import parameters
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> from memderive.symbolic.dims import b, s, h, r
+>>> from memderive.symbolic.dtypes import dtype
+>>> from memderive.symbolic.derive import parameters
 >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
 >>> _ = bb.linear("attn/q", bb.input, h, bias=False)
 >>> g = LoRA(r, (Adapter("q_proj", ("attn/q",)),))(Graph("toy", (bb.build(),)))
@@ -32,12 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from symbolic.dtypes import dtype
-from symbolic.graph import Block, Graph, Op
-from symbolic.graph import Flop
-from symbolic.ops import PARAM_DTYPE, _linear_flops, _pointwise, _rows
-from symbolic.strategies import Strategy
-from symbolic.tensor import Tensor
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.graph import Flop
+from memderive.symbolic.ops import PARAM_DTYPE, _linear_flops, _pointwise, _rows
+from memderive.symbolic.strategies import Strategy
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Adapter", "LoRA", "SplitFused", "ADAPTER_MARK"]
 

@@ -12,8 +12,8 @@ weight gradient; eager attention's full s x s products), and elementwise work ap
 Shapes use the letters of ``symbolic.dims``: activations are ``(b, s, h)``, attention
 tensors ``(b, a, s, d_h)``, weights ``(out, in)`` as in ``torch.nn.Linear``.
 
->>> from symbolic.dims import b, s, h
->>> from symbolic.dtypes import dtype
+>>> from memderive.symbolic.dims import b, s, h
+>>> from memderive.symbolic.dtypes import dtype
 >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
 >>> y = bb.linear("fc", bb.input, 4 * h, bias=True, parallel="column")
 >>> sum(t.numel for t in bb.ops[-1].params)
@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from symbolic.dtypes import DType, dtype
-from symbolic.expr import Size, const
-from symbolic.graph import Block, Flop, Op
-from symbolic.tensor import Tensor
+from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.expr import Size, const
+from memderive.symbolic.graph import Block, Flop, Op
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["BlockBuilder", "PARAM_DTYPE", "ELEMENTWISE"]
 

@@ -3,7 +3,7 @@
 SymPy's ``simplify`` is slow and its output unpredictable; these rewrites are cheap and
 deterministic: expand, then factor a chosen monomial (``sbh``) or collect in a symbol (``l``).
 
->>> from symbolic.dims import a, b, h, s
+>>> from memderive.symbolic.dims import a, b, h, s
 >>> str(factor_out(34*s*b*h + 5*a*s**2*b, s*b*h))
 '(b*h*s)*(5*a*s/h + 34)'
 """

@@ -7,7 +7,7 @@ Compose them as a visible pipeline::
 Each returns a new graph (``dataclasses.replace``) and records its name in
 ``graph.strategies``; degree 1 is the identity.
 
->>> from symbolic.dims import t
+>>> from memderive.symbolic.dims import t
 >>> TensorParallel(1).name
 'tensor parallel (t=1)'
 """
@@ -18,10 +18,10 @@ import abc
 
 from dataclasses import dataclass, replace
 
-from symbolic import dims
-from symbolic.expr import Expr, Min, const
-from symbolic.graph import Block, Flop, Graph, Op
-from symbolic.tensor import Tensor
+from memderive.symbolic import dims
+from memderive.symbolic.expr import Expr, Min, const
+from memderive.symbolic.graph import Block, Flop, Graph, Op
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
            "RequiresGrad",
@@ -171,7 +171,7 @@ class FlashAttention(Strategy):
 
 
 def _fp32():
-    from symbolic.dtypes import dtype
+    from memderive.symbolic.dtypes import dtype
 
     return dtype("fp32")
 
@@ -237,9 +237,9 @@ class Freeze(Strategy):
     block, ``""`` every parameter); a parameter is frozen when it matches ``params`` and not
     ``keep``. What autograd saves follows from the frozen set: apply ``RequiresGrad`` last.
 
-    >>> from symbolic.ops import BlockBuilder
-    >>> from symbolic.dims import b, s, h
-    >>> from symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h
+    >>> from memderive.symbolic.dtypes import dtype
     >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
     >>> y = bb.linear("fc2", bb.linear("fc1", bb.input, 4 * h, bias=True), h, bias=True)
     >>> g = Freeze(("layer/fc1",))(Graph("toy", (bb.build(),)))

@@ -1,7 +1,7 @@
 """Immutable tensors with symbolic shapes.
 
->>> from symbolic.dims import b, s, h
->>> from symbolic.dtypes import dtype
+>>> from memderive.symbolic.dims import b, s, h
+>>> from memderive.symbolic.dtypes import dtype
 >>> x = Tensor("x", (b, s, h), dtype("bf16"), seq_axis=1)
 >>> x.nbytes
 2*b*h*s
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from symbolic.dtypes import DType
-from symbolic.expr import Expr, Size, const, prod
+from memderive.symbolic.dtypes import DType
+from memderive.symbolic.expr import Expr, Size, const, prod
 
 __all__ = ["Tensor"]
 

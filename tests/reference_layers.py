@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from symbolic import dims
+from memderive.symbolic import dims
 
 __all__ = ["Sizes", "Measurement", "measure", "cuda_like_norms", "LayerNorm", "RMSNorm", "GPTLayer", "LlamaLayer",
            "GPTEmbedding", "LlamaEmbedding", "Head", "MoeLayer"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from derivations.claims.check import ClaimError, check
+from memderive.derivations.claims.check import ClaimError, check
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import sympy as sp
 
-from derivations.claims.check import check
-from symbolic.dims_sympy import b, h, s
+from memderive.derivations.claims.check import check
+from memderive.symbolic.dims_sympy import b, h, s
 
 FP16 = {"kv_dtype": "fp16"}
 PROMPT = {**FP16, "new_tokens": 0}  # the cache holds the s prompt tokens only
@@ -285,7 +285,7 @@ def test_10_mixtral_active_parameters() -> None:
 
 
 def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from render.cli import main
+    from memderive.cli import main
 
     # r is read as the LoRA rank; a rank written as a number is fine too
     assert check("params.trainable", "4lhr", model="llama-2-7b", **LORA_QV).verdict == "exact"
@@ -299,7 +299,7 @@ def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_9_counterexamples_show_the_error() -> None:
-    from render.check_report import markdown_report, text_report
+    from memderive.check_report import markdown_report, text_report
 
     # drops b and halves the rest: the numbers must not use b = 1
     assert check("kv_cache.total", "2lhs", **PROMPT).counterexample.values["b"] > 1
@@ -326,7 +326,7 @@ NOTES_VERDICTS = {12: ("exact", True), 16: ("conditional", False), 22: ("exact",
 
 
 def test_notes_file_line_by_line(capsys: pytest.CaptureFixture) -> None:
-    from render.cli import main
+    from memderive.cli import main
 
     assert main(["check", "--file", str(NOTES)]) == 1  # some claims do not hold
     out = capsys.readouterr().out
@@ -338,7 +338,7 @@ def test_notes_file_line_by_line(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_1_new_tokens_zero_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from render.cli import main
+    from memderive.cli import main
 
     args = ["check", "--quantity", "kv_cache.total", "--claim", "4blhs", "--kv-dtype", "fp16"]
     assert main([*args, "--new-tokens", "0"]) == 0
@@ -354,7 +354,7 @@ def _balanced(tex: str) -> bool:
 
 
 def test_11_latex_is_a_complete_document(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from render.cli import main
+    from memderive.cli import main
 
     assert main(["check", "--quantity", "params.total", "--claim", "8lh^2", "--format", "latex"]) == 1
     single = capsys.readouterr().out

@@ -7,9 +7,9 @@ import sympy as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.claims.check import OURS, default_symbols, parse_symbols, quantity_spec
-from derivations.claims.parser import LIMITS, FormulaError, parse_formula
-from symbolic.dims_sympy import V, Psi, a, a_kv, b, d, d_h, h, l, n, n_ctx, s, t
+from memderive.derivations.claims.check import OURS, default_symbols, parse_symbols, quantity_spec
+from memderive.derivations.claims.parser import LIMITS, FormulaError, parse_formula
+from memderive.symbolic.dims_sympy import V, Psi, a, a_kv, b, d, d_h, h, l, n, n_ctx, s, t
 
 NAMES = {**default_symbols(quantity_spec("activations.per_layer")), **parse_symbols("R=l, N=a, D=h/a")}
 
@@ -104,7 +104,7 @@ def expressions(draw, depth: int = 3):
 @settings(max_examples=40, deadline=None)
 @given(expressions())
 def test_round_trip(expr: sp.Expr) -> None:
-    from render.latex import latex
+    from memderive.latex import latex
 
     # Nested powers reach x**27; the reader refuses symbol powers beyond LIMITS["power"] (as it should).
     assume(all(abs(x.exp) <= LIMITS["power"] for x in expr.atoms(sp.Pow) if not x.base.is_Number))
@@ -120,9 +120,9 @@ def test_round_trip(expr: sp.Expr) -> None:
 ])
 def test_our_latex_reads_back(model: str, options: dict, key: str) -> None:
     """A closed form as our printer writes it (render/latex.py) is a claim the reader accepts."""
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
-    from render.latex import latex
+    from memderive.latex import latex
     closed = estimate(model, **options).quantity(key).closed_form()
     assert sp.expand(parse_formula(latex(closed), OURS).expr - closed) == 0
 

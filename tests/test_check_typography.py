@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from derivations.claims.check import OURS, default_symbols, parse_symbols, quantity_spec
-from derivations.claims.parser import FormulaError, parse_formula
-from symbolic.dims_sympy import Psi, a_kv, b, d_h, h, l, s
+from memderive.derivations.claims.check import OURS, default_symbols, parse_symbols, quantity_spec
+from memderive.derivations.claims.parser import FormulaError, parse_formula
+from memderive.symbolic.dims_sympy import Psi, a_kv, b, d_h, h, l, s
 
 NAMES = {**default_symbols(quantity_spec("kv_cache.total")),
          **parse_symbols("max_model_len=s, batch=b, hidden_size=h, num_layers=l, dtype=2, d=h")}

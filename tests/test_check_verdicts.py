@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from derivations.claims.check import ClaimError, check
-from derivations.claims.parser import FormulaError
-from symbolic.dims_sympy import Psi, b, h, l, s
+from memderive.derivations.claims.check import ClaimError, check
+from memderive.derivations.claims.parser import FormulaError
+from memderive.symbolic.dims_sympy import Psi, b, h, l, s
 
 TP8 = {"tp": 8}
 
@@ -203,8 +203,8 @@ def test_fractional_psi_is_kept_exact() -> None:
     rounded Psi down to 314,233 and showed ours as 16 * 314,233 = 5,027,728."""
     from dataclasses import replace
 
-    from derivations.estimate import estimate
-    from derivations.models.presets import preset
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.models.presets import preset
 
     gpt2 = preset("gpt2")
     model = replace(gpt2, sizes={**gpt2.sizes, "V": 3, "h": 5})

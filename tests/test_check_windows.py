@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import sympy as sp
 
-from derivations.claims.check import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
-from derivations.claims.parser import FormulaError, parse_formula
-from render.cli import main
-from symbolic.dims_sympy import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
+from memderive.derivations.claims.check import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
+from memderive.derivations.claims.parser import FormulaError, parse_formula
+from memderive.cli import main
+from memderive.symbolic.dims_sympy import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
 
 KV = {**default_symbols(quantity_spec("kv_cache.total")), **parse_symbols("h_kv=a_kv*d_h")}
 CAP = sp.Min(s + n, w)
@@ -54,7 +54,7 @@ def test_reads_min_and_max(text: str, syntax: str, expected: sp.Expr) -> None:
 ])
 def test_min_max_round_trip(expr: sp.Expr) -> None:
     """SymPy's str and LaTeX and our printer's LaTeX of a min/max read back as the same expression."""
-    from render.latex import latex
+    from memderive.latex import latex
 
     for text, syntax in ((str(expr), "python"), (sp.latex(expr), "latex"), (latex(expr), "latex")):
         assert sp.expand(parse_formula(text, OURS, syntax).expr - expr) == 0, text
@@ -63,10 +63,10 @@ def test_min_max_round_trip(expr: sp.Expr) -> None:
 @pytest.mark.parametrize("model", ["mistral-7b", "gemma-2-9b"])
 def test_our_kv_closed_form_reads_back(model: str) -> None:
     """The KV cache as our printer writes it, min(s + n, w) and l_w included, is a claim we accept."""
-    from derivations.quantities.inference import infer_quantities
-    from derivations.options import Options
-    from derivations.models.presets import preset
-    from render.latex import latex
+    from memderive.derivations.quantities.inference import infer_quantities
+    from memderive.derivations.options import Options
+    from memderive.derivations.models.presets import preset
+    from memderive.latex import latex
 
     _, found = infer_quantities(preset(model), Options(mode="infer", batch=1, seq=1), keep_symbols=True)
     closed = {q.key: q for q in found}["kv_cache_bytes"].closed_form()
@@ -190,7 +190,7 @@ def test_forgotten_new_tokens_are_different_at_equal_long_sequences() -> None:
 def test_counterexample_past_a_wide_window() -> None:
     # a window of 16384 tokens: the usual step sizes (s <= 4096, n <= 128) stay inside it, where the
     # claim without min is right; the counterexample goes to s = 2w
-    from derivations.models.presets import preset
+    from memderive.derivations.models.presets import preset
 
     wide = replace(preset("mistral-7b"), window=16384)
     result = check("kv_cache.total", r"4 b l a_{kv} d_h (s+n)", model=wide)
@@ -232,7 +232,7 @@ def test_undecidable_max_says_so() -> None:
 # -- command line ----------------------------------------------------------------------------------
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", "check", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "check", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -268,7 +268,7 @@ def test_per_position_refused_for_mixed_layer_groups(capsys: pytest.CaptureFixtu
     """Gemma 2 caches min(s + n, w) positions in its l_w sliding layers and s + n in the others, so the
     whole cache over s + n is 4 b a_kv d_h (l_w min(s+n, w)/(s+n) + l - l_w): no per-position size.
     It used to be checked as if it were one; now it is refused in one line."""
-    from render.cli import main
+    from memderive.cli import main
 
     with pytest.raises(ClaimError, match="not defined for gemma-2-9b: its layer groups cache different lengths"):
         check("kv_cache.per_position", r"4 b a_{kv} d_h l", **GEMMA)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from render.cli import build_parser, main
+from memderive.cli import build_parser, main
 
 TRAIN = ("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8", "--sp",
          "--recompute", "selective", "--zero", "1", "--dp", "4")
@@ -35,7 +35,7 @@ def refused(capsys, *args: str) -> str:
 def test_json_echoes_every_input(capsys) -> None:
     from dataclasses import fields
 
-    from derivations.options import Options
+    from memderive.derivations.options import Options
 
     code, out, _ = run(capsys, "estimate", *TRAIN, "--json")
     inputs = json.loads(out)["inputs"]
@@ -110,10 +110,10 @@ def test_notebook_names_the_command_run(capsys, tmp_path) -> None:
 # -- 5. command-line habits --------------------------------------------------------------------------------------
 
 def test_version_and_models() -> None:
-    version = subprocess.run([sys.executable, "-m", "render.cli", "--version"], capture_output=True, text=True,
+    version = subprocess.run([sys.executable, "-m", "memderive.cli", "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("memderive 0.")
-    models = subprocess.run([sys.executable, "-m", "render.cli", "models", "--json"], capture_output=True, text=True,
+    models = subprocess.run([sys.executable, "-m", "memderive.cli", "models", "--json"], capture_output=True, text=True,
                             timeout=120)
     rows = {r["model"]: r for r in json.loads(models.stdout)}
     # LLaMA-3 8B: 8,030,261,248 parameters (Meta's model card: 8.03B), 32 layers, 8 KV heads, 8,192 positions
@@ -227,7 +227,7 @@ def test_model_names_from_config_files(capsys, tmp_path, relative: str, extra: d
 # -- 8. Python API ---------------------------------------------------------------------------------------------------
 
 def test_api_raises_at_the_call(capsys) -> None:
-    from render.api import estimate
+    from memderive.api import estimate
 
     with pytest.raises(ValueError) as info:
         estimate("llama-2-7b", mode="train", batch=1, seq=8, tp=7)
@@ -239,8 +239,8 @@ def test_api_raises_at_the_call(capsys) -> None:
 # -- 9. plots ----------------------------------------------------------------------------------------------------------
 
 def test_bars_that_differ_tenfold_use_a_log_axis() -> None:
-    from derivations.estimate import estimate
-    from render.plots import breakdown_data, draw
+    from memderive.derivations.estimate import estimate
+    from memderive.plots import breakdown_data, draw
 
     # GPT-3 175B unsharded needs 2.9 TiB per GPU (16 bytes a parameter alone is 2.6 TiB); with TP 8 and ZeRO-3
     # over 8 ranks about 50 GiB: more than 10x apart

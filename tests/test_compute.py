@@ -12,15 +12,15 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from derivations.estimate import estimate
-from derivations.hardware import GPUS, gpu
-from derivations.models.architectures import GPT, LLAMA
-from derivations.models.model import Model
-from derivations.models.presets import preset
-from derivations.quantities.timing import implied_mfu, inference_time, step_time
-from render.cli import main
-from symbolic.derive import TRAINING_PHASES, flops
-from symbolic.dims import V, a, a_kv, b, d_h, h, l, s
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import GPUS, gpu
+from memderive.derivations.models.architectures import GPT, LLAMA
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.presets import preset
+from memderive.derivations.quantities.timing import implied_mfu, inference_time, step_time
+from memderive.cli import main
+from memderive.symbolic.derive import TRAINING_PHASES, flops
+from memderive.symbolic.dims import V, a, a_kv, b, d_h, h, l, s
 
 
 def test_narayanan_eq3_full_recompute_is_derived_for_gpt() -> None:
@@ -175,8 +175,8 @@ def test_derive_flops_prints_forward_model_and_hardware(capsys: pytest.CaptureFi
 
 
 def test_writeups_and_plots_show_compute_as_they_show_memory() -> None:
-    from render.plots import plot_data
-    from render.writeup import estimate_document
+    from memderive.plots import plot_data
+    from memderive.writeup import estimate_document
 
     est = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, gpu="h100-sxm", micro_batches=4)
     md = estimate_document(est, "md")

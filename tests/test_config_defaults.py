@@ -15,10 +15,10 @@ import re
 import pytest
 import transformers
 
-from derivations.estimate import estimate
-from derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, from_config
-from derivations.models.defaults import FAMILY_DEFAULTS
-from derivations.models.model import ModelError
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, from_config
+from memderive.derivations.models.defaults import FAMILY_DEFAULTS
+from memderive.derivations.models.model import ModelError
 from tests.hf_meta import count_parameters, model_class, small_config
 
 GENERIC = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",

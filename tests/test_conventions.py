@@ -12,11 +12,11 @@ from fractions import Fraction
 
 import pytest
 
-from derivations.conventions import COLUMNS, CONVENTIONS, compare, figures, gaps
-from derivations.estimate import resolve_model
-from derivations.models.model import Model
-from derivations.options import Options
-from render.cli import main
+from memderive.derivations.conventions import COLUMNS, CONVENTIONS, compare, figures, gaps
+from memderive.derivations.estimate import resolve_model
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.cli import main
 
 TRAIN_7B = Options(mode="train", batch=1, seq=4096)
 INFER_70B = Options(mode="infer", batch=1, seq=4096, new_tokens=512)
@@ -126,7 +126,7 @@ def test_accelerate_reproduces_its_estimator(name: str) -> None:
     from accelerate.commands.estimate import estimate_training_usage
     from accelerate.utils import calculate_maximum_sizes
 
-    from derivations.models.presets import PRESETS
+    from memderive.derivations.models.presets import PRESETS
 
     config = transformers.AutoConfig.for_model(**PRESETS[name])
     with init_empty_weights():  # what create_empty_model does once it has the config

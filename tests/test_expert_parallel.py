@@ -10,11 +10,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.estimate import estimate
-from derivations.models.architectures import LLAMA, Moe
-from derivations.models.model import Model
-from derivations.options import OptionsError
-from symbolic.errors import InvalidLayoutError
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.architectures import LLAMA, Moe
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import OptionsError
+from memderive.symbolic.errors import InvalidLayoutError
 
 TRAIN = dict(mode="train", batch=1, seq=64)
 EXPERTS = "layer/moe/experts"

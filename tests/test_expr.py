@@ -17,9 +17,9 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from derivations.estimate import estimate
-from symbolic.dims import a, b, h, l, n, p, s, t, v, w
-from symbolic.expr import Expr, Max, Min, ceiling, const, prod, shifted_nonnegative, to_sympy, total
+from memderive.derivations.estimate import estimate
+from memderive.symbolic.dims import a, b, h, l, n, p, s, t, v, w
+from memderive.symbolic.expr import Expr, Max, Min, ceiling, const, prod, shifted_nonnegative, to_sympy, total
 
 SYMBOLS = (a, b, h, l, n, p, s, t, v, w)
 sizes = st.integers(min_value=1, max_value=2**70)  # beyond 2^63: Python ints never wrap
@@ -122,13 +122,13 @@ def test_estimate_numbers_equal_the_sympy_path(case, batch: int, seq: int, new: 
 
 
 def _dims():
-    from symbolic.dims import DIMS
+    from memderive.symbolic.dims import DIMS
 
     return DIMS
 
 
 def test_estimate_json_imports_no_sympy() -> None:
-    code = ("import sys, json; from derivations.estimate import estimate; "
+    code = ("import sys, json; from memderive.derivations.estimate import estimate; "
             "e = estimate('gemma-2-9b', mode='infer', batch=2, seq=9000, new_tokens=5, weight_dtype='int4'); "
             "json.dumps(e.to_json()); "
             "e = estimate('llama-2-7b', mode='train', batch=1, seq=4096, tp=8, sp=True, recompute='selective'); "

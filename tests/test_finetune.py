@@ -15,17 +15,17 @@ import pytest
 import torch
 import transformers
 
-from derivations.estimate import estimate
-from derivations.models.architectures import GPT, LLAMA
-from derivations.models.config import from_config
-from derivations.models.model import Model
-from derivations.models.presets import PRESETS
-from derivations.options import Options, OptionsError
-from derivations.quantities.finetune import finetune_states, resolve_adapters
-from symbolic.derive import evaluate, saved_tensors
-from symbolic.dims import r as R
-from symbolic.lora import LoRA
-from symbolic.strategies import Freeze, RequiresGrad, Strategy
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.architectures import GPT, LLAMA
+from memderive.derivations.models.config import from_config
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantities.finetune import finetune_states, resolve_adapters
+from memderive.symbolic.derive import evaluate, saved_tensors
+from memderive.symbolic.dims import r as R
+from memderive.symbolic.lora import LoRA
+from memderive.symbolic.strategies import Freeze, RequiresGrad, Strategy
 from tests.reference_layers import GPTLayer, LlamaLayer, cuda_like_norms
 from tests.test_saved_tensors import GPT_SIZES, GQA_SIZES, measured_bytes
 
@@ -218,9 +218,9 @@ FLOP_CASES = [
 def test_step_flops_equal_flop_counter(model_type: str, fields: dict, tuning: dict) -> None:
     """Forward + backward of a whole PEFT model (fp32, CPU, eager) under FlopCounterMode: no weight
     gradient for frozen weights, no input gradient before the first trainable op (frozen embeddings)."""
-    from derivations.quantities.finetune import finetune_steps
-    from symbolic.derive import TRAINING_PHASES, flops
-    from symbolic.dims import b, s
+    from memderive.derivations.quantities.finetune import finetune_steps
+    from memderive.symbolic.derive import TRAINING_PHASES, flops
+    from memderive.symbolic.dims import b, s
     from tests.hf_flops import build, measure_training
     from tests.test_params_families import _config
 

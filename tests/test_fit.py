@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from derivations.estimate import estimate
-from derivations.search.fit import FitError, fit
-from derivations.options import Options
+from memderive.derivations.estimate import estimate
+from memderive.derivations.search.fit import FitError, fit
+from memderive.derivations.options import Options
 
 GB = 10**9
 
@@ -61,7 +61,7 @@ def test_nothing_fits() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", "fit", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "fit", *args], capture_output=True, text=True,
                           timeout=120)
 
 

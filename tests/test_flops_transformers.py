@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from derivations.models.config import from_config
-from derivations.options import Options
-from derivations.quantities.compute import decode_step
-from derivations.quantities.inference import inference_graph, inference_values, layer_groups
-from symbolic.derive import TRAINING_PHASES, evaluate, flops
-from symbolic.dims import b, s
-from derivations.estimate import estimate
+from memderive.derivations.models.config import from_config
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.compute import decode_step
+from memderive.derivations.quantities.inference import inference_graph, inference_values, layer_groups
+from memderive.symbolic.derive import TRAINING_PHASES, evaluate, flops
+from memderive.symbolic.dims import b, s
+from memderive.derivations.estimate import estimate
 from tests.hf_flops import build, measure_decode, measure_prefill, measure_training
 from tests.test_params_families import FAMILY_CONFIGS as MORE_FAMILIES
 from tests.test_params_families import _config

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import transformers
 
-from derivations.estimate import estimate
-from derivations.models.config import SUPPORTED_MODEL_TYPES, from_config
-from derivations.models.defaults import FAMILY_DEFAULTS
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, from_config
+from memderive.derivations.models.defaults import FAMILY_DEFAULTS
 from tests.hf_meta import count_parameters, model_class, small_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,7 +130,7 @@ def test_the_command_line_gives_a_number_or_one_line(tmp_path) -> None:
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
         paths.append(path)
     for path in paths:
-        run = subprocess.run([sys.executable, "-m", "render.cli", "estimate", "--model", str(path), "--json"],
+        run = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", str(path), "--json"],
                              capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
         assert "Traceback" not in run.stderr, run.stderr[-3000:]
         if run.returncode == 0:

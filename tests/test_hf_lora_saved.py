@@ -22,13 +22,13 @@ import functools
 import peft
 import pytest
 
-from derivations.estimate import estimate, resolve_model
-from derivations.models.implementations import hf_layers
-from derivations.options import Options
-from derivations.quantities.finetune import finetune_steps
-from symbolic.derive import activations, evaluate
-from symbolic.dims import b, r, s
-from symbolic.strategies import RequiresGrad
+from memderive.derivations.estimate import estimate, resolve_model
+from memderive.derivations.models.implementations import hf_layers
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.finetune import finetune_steps
+from memderive.symbolic.derive import activations, evaluate
+from memderive.symbolic.dims import b, r, s
+from memderive.symbolic.strategies import RequiresGrad
 from tests.hf_saved import SavedModel, Shape, config_for, measure_model
 
 RANK = 8

@@ -14,10 +14,10 @@ from collections import Counter
 
 import pytest
 
-from derivations.estimate import resolve_model
-from derivations.models.implementations import hf_layers
-from symbolic.derive import activations, evaluate
-from symbolic.dims import b, s
+from memderive.derivations.estimate import resolve_model
+from memderive.derivations.models.implementations import hf_layers
+from memderive.symbolic.derive import activations, evaluate
+from memderive.symbolic.dims import b, s
 from tests.hf_saved import Shape, config_for
 from tests.hf_saved import measure_model as measure_once
 
@@ -120,7 +120,7 @@ def test_llama_2_7b_hf_eager_by_hand() -> None:
     (4as^2 + 2as^2), the o_proj input 2sbh, the MLP input 2sbh and 8sbf (gate, silu, up, product);
     once: token ids 8sb, rotary cos/sin 2 * 2 s d_h, the final norm, the LM head input 2sbh, fp32
     log-probabilities 4sbV, labels 8sb and a 4-byte total weight. About 2.3x the Megatron graph."""
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
     s, h, a, d_head, f, L, V = 4096, 4096, 32, 128, 11008, 32, 32000
     sbh, norm = s * h, 4 * s * h + 4 * s + 2 * s * h

@@ -9,10 +9,10 @@ import sys
 import pytest
 import sympy as sp
 
-from derivations.models.architectures import LLAMA
-from derivations.estimate import estimate
-from derivations.quantities.inference import rule_of_thumb_tokens
-from derivations.models.model import Model
+from memderive.derivations.models.architectures import LLAMA
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.inference import rule_of_thumb_tokens
+from memderive.derivations.models.model import Model
 
 # h 256, 4 heads of d_h 64, 2 KV heads, 2 layers, SwiGLU f 512, vocab 1000, untied embeddings.
 # Per layer, linear weights (elements): qkv (4 + 2 + 2) * 64 = 512 rows x 256 = 131,072; proj 256 x 256
@@ -114,7 +114,7 @@ def test_symbolic_kv_heads_replicated() -> None:
 # --- bad input: one line, exit code 2 ---------------------------------------------------------
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def config(tmp_path, **fields) -> str:

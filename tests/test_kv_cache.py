@@ -9,15 +9,15 @@ import transformers
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.models.architectures import GPT, LLAMA
-from derivations.estimate import estimate
-from derivations.quantities.inference import FORMULAS, infer_quantities, inference_values
-from derivations.models.model import Model
-from derivations.options import Options
-from symbolic.dims_sympy import SYMBOLS
+from memderive.derivations.models.architectures import GPT, LLAMA
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.inference import FORMULAS, infer_quantities, inference_values
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.symbolic.dims_sympy import SYMBOLS
 
 sym = SYMBOLS.__getitem__  # closed forms are SymPy: their symbols
-from symbolic.formula import Citation
+from memderive.symbolic.formula import Citation
 from tests import test_params_families as params_families
 from tests import test_params_transformers as params_transformers
 
@@ -126,7 +126,7 @@ def test_gemma_2_9b_by_hand() -> None:
 
 def test_without_the_window_is_a_claim_alternative() -> None:
     """4 b l a_kv d_h (s + n) gives every layer its whole context: it holds without Gemma 2's window."""
-    from derivations.claims.check import check as check_claim
+    from memderive.derivations.claims.check import check as check_claim
 
     result = check_claim("kv_cache.total", "4 b l a_kv d_h (s+n)", model="gemma-2-9b")
     assert result.verdict == "conditional" and result.holds_under == ("without the sliding window",)
@@ -192,7 +192,7 @@ def test_int8_kv_cache_halves_it() -> None:
 # --- closed forms -----------------------------------------------------------------------------
 
 def symbolic(model: str | Model, **opts) -> dict:
-    from derivations.estimate import resolve_model
+    from memderive.derivations.estimate import resolve_model
 
     m = resolve_model(model)
     options = Options(mode="infer", batch=1, seq=1, **opts)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from derivations.estimate import estimate
-from derivations.claims.literature import PUBLISHED, Published
-from symbolic.dims_sympy import Psi
-from symbolic.formula import Citation
+from memderive.derivations.estimate import estimate
+from memderive.derivations.claims.literature import PUBLISHED, Published
+from memderive.symbolic.dims_sympy import Psi
+from memderive.symbolic.formula import Citation
 
 
 @pytest.mark.parametrize("entry", PUBLISHED, ids=[e.formula.name for e in PUBLISHED])

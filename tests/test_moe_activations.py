@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from derivations.models.architectures import LLAMA, Moe, build_graph
-from symbolic.derive import activations, evaluate, saved_tensors
-from symbolic.dims import E, b, f_e, f_s, k, s
+from memderive.derivations.models.architectures import LLAMA, Moe, build_graph
+from memderive.symbolic.derive import activations, evaluate, saved_tensors
+from memderive.symbolic.dims import E, b, f_e, f_s, k, s
 from tests.reference_layers import MoeLayer, Sizes
 from tests.test_saved_tensors import measured_bytes
 
@@ -45,7 +45,7 @@ def test_moe_layer_saves_what_the_graph_says(experts: int, top_k: int, width: in
 # --- how close transformers' own sparse MoE blocks are (eager experts) ------------------------
 def moe_op_bytes(config, batch: int, seq: int) -> Counter:
     """The graph's bytes of the ops under ``moe/`` (router and experts) for one layer."""
-    from derivations.estimate import resolve_model
+    from memderive.derivations.estimate import resolve_model
 
     model = resolve_model(config.to_dict())
     values = {**model.values(), b: batch, s: seq}
@@ -98,7 +98,7 @@ def test_capacity_factor_pads_each_expert(experts: int, top_k: int, factor: str)
     from fractions import Fraction
     from math import ceil
 
-    from symbolic.experts import ExpertCapacity
+    from memderive.symbolic.experts import ExpertCapacity
 
     capacity = ceil(Fraction(factor) * top_k * Z.b * Z.s / experts)
     torch.manual_seed(0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from derivations.models.config import from_config
-from symbolic.derive import TRAINING_PHASES, evaluate, flops
-from symbolic.dims import b, s
+from memderive.derivations.models.config import from_config
+from memderive.symbolic.derive import TRAINING_PHASES, evaluate, flops
+from memderive.symbolic.dims import b, s
 from tests.hf_flops import build, measure_training
 from tests.test_moe_params import FAMILY_CONFIGS, _config
 
@@ -35,7 +35,7 @@ def test_moe_flops_equal_flop_counter(model_type: str, fields: dict) -> None:
 def test_mixtral_forward_flops_by_hand() -> None:
     """One token of Mixtral 8x7B, forward matmuls without attention scores: router 2 * 4096 * 8, two experts of
     2 * 3 * 4096 * 14336, q/k/v/o 2 * 4096 * (4096 + 2 * 1024 + 4096), per layer; LM head 2 * 4096 * 32000."""
-    from derivations.estimate import resolve_model
+    from memderive.derivations.estimate import resolve_model
 
     model = resolve_model("mixtral-8x7b")
     graph = model.graph(dropout=False)

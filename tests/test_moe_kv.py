@@ -7,8 +7,8 @@ import pytest
 import sympy as sp
 import transformers
 
-from derivations.estimate import estimate
-from symbolic.dims_sympy import d_c, d_hR, l
+from memderive.derivations.estimate import estimate
+from memderive.symbolic.dims_sympy import d_c, d_hR, l
 from tests.test_kv_cache import hf_cache_bytes
 from tests.test_moe_params import FAMILY_CONFIGS, IDS
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import transformers
 
-from derivations.estimate import estimate
-from derivations.models.config import ConfigError, from_config
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.config import ConfigError, from_config
 
 S = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=3, intermediate_size=96, vocab_size=300)
 MLA = dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10)
@@ -123,7 +123,7 @@ def test_mixtral_by_hand() -> None:
 
 def test_active_closed_form_keeps_k_of_e() -> None:
     """Total and active differ by (E - k) experts of 3 h f_e in every one of the l layers."""
-    from symbolic.dims_sympy import E, f_e, h, k, l
+    from memderive.symbolic.dims_sympy import E, f_e, h, k, l
 
     est = estimate("mixtral-8x7b")
     gap = est.quantity("parameters").closed_form() - est.quantity("active_parameters").closed_form()
@@ -132,7 +132,7 @@ def test_active_closed_form_keeps_k_of_e() -> None:
 
 def test_dense_layers_are_a_share_of_the_layer_block() -> None:
     """DeepSeek-V3: l_d = 3 dense MLPs (gate h f) and l - l_d = 58 MoE layers of E experts (3 h f_e each)."""
-    from symbolic.dims import E, f, f_e, h, l, l_d
+    from memderive.symbolic.dims import E, f, f_e, h, l, l_d
 
     est = estimate("deepseek-v3")
     terms = {t.path: t.expr for t in est.quantity("parameters").breakdown.terms}

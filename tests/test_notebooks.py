@@ -11,9 +11,9 @@ import sys
 import nbformat
 import pytest
 
-from derivations.estimate import estimate
-from render.notebooks import BUNDLED, ROOT, bundled_path, execute, notebook
-from render.writeup import cli_command
+from memderive.derivations.estimate import estimate
+from memderive.notebooks import BUNDLED, ROOT, bundled_path, execute, notebook
+from memderive.writeup import cli_command
 
 MODELS = [model for model, _ in BUNDLED]
 
@@ -25,16 +25,16 @@ def _sources(nb) -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("model", "kwargs"), BUNDLED, ids=MODELS)
 def test_committed_notebook_is_not_stale(model, kwargs) -> None:
     path = bundled_path(model)
-    assert path.exists(), f"{path.name} missing; run python -m render.notebooks"
+    assert path.exists(), f"{path.name} missing; run python -m memderive.notebooks"
     committed = nbformat.read(path, as_version=4)
     fresh = notebook(estimate(model, **kwargs))
-    assert _sources(committed) == _sources(fresh), f"{path.name} is stale; run python -m render.notebooks {model}"
+    assert _sources(committed) == _sources(fresh), f"{path.name} is stale; run python -m memderive.notebooks {model}"
     assert all(cell.get("outputs") for cell in committed.cells if cell.cell_type == "code"), "not executed"
 
 
 def _json_of(model: str, kwargs: dict) -> dict:
     argv = shlex.split(cli_command(estimate(model, **kwargs), ["--json"]))[1:]
-    run = subprocess.run([sys.executable, "-m", "render.cli", *argv], capture_output=True, text=True, timeout=120,
+    run = subprocess.run([sys.executable, "-m", "memderive.cli", *argv], capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
@@ -57,7 +57,7 @@ def test_notebook_executes_and_prints_the_cli_totals(model, kwargs) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", "notebook", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "notebook", *args], capture_output=True, text=True,
                           timeout=120)
 
 

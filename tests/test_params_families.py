@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from derivations.models.config import ConfigError, from_config
-from derivations.estimate import estimate
-from symbolic.derive import parameters
+from memderive.derivations.models.config import ConfigError, from_config
+from memderive.derivations.estimate import estimate
+from memderive.symbolic.derive import parameters
 from tests.hf_meta import count_parameters
 
 LLAMA_SIZES = dict(hidden_size=128, num_attention_heads=8, num_hidden_layers=2, intermediate_size=300,
@@ -158,8 +158,8 @@ def test_layer_types_the_graph_cannot_follow_are_refused(layer_types: object) ->
 
 def test_model_notes_are_shown() -> None:
     """What a config says beyond sizes (here: which layers slide) reaches the text report and the writeups."""
-    from render.text import text_report
-    from render.writeup import estimate_document
+    from memderive.text import text_report
+    from memderive.writeup import estimate_document
 
     config = _config("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64))
     est = estimate(config.to_dict(), mode="infer", batch=1, seq=8)

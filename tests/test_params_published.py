@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import sympy as sp
 
-from derivations.models.architectures import GPT, GPT_RELATIONS, build_graph
-from derivations.estimate import estimate
-from derivations.models.model import Model
-from symbolic.derive import parameters
-from symbolic.dims import h
+from memderive.derivations.models.architectures import GPT, GPT_RELATIONS, build_graph
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.model import Model
+from memderive.symbolic.derive import parameters
+from memderive.symbolic.dims import h
 
 
 def test_nanogpt_gpt2_without_biases() -> None:

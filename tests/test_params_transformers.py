@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import transformers
 
-from derivations.models.config import from_config
-from derivations.estimate import estimate
-from derivations.models.presets import PRESETS
+from memderive.derivations.models.config import from_config
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.presets import PRESETS
 from tests.hf_meta import count_parameters
 
 BERT_AUTO = transformers.AutoModel  # BertModel (with pooler), as bert-base-uncased is published

@@ -9,8 +9,8 @@ import sys
 import pytest
 from dataclasses import replace
 
-from derivations.estimate import estimate
-from derivations.search.plan import PlanError, plan, smallest_gpu_count
+from memderive.derivations.estimate import estimate
+from memderive.derivations.search.plan import PlanError, plan, smallest_gpu_count
 
 GB80 = 80 * 10**9
 
@@ -45,7 +45,7 @@ def test_fewest_gpus_is_the_fewest() -> None:
 
 
 def test_cli_json_rows_rerun_through_estimate() -> None:
-    out = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+    out = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                           "--gpu-memory", "40GB", "--seq", "4096", "--global-batch", "64", "--json", "--top", "2"],
                          capture_output=True, text=True, check=True)
     for row in json.loads(out.stdout)["layouts"]:
@@ -55,20 +55,20 @@ def test_cli_json_rows_rerun_through_estimate() -> None:
                 flags.append("--" + key.replace("_", "-"))
             elif value is not False:
                 flags += ["--" + key.replace("_", "-"), str(value)]
-        again = subprocess.run([sys.executable, "-m", "render.cli", "estimate", "--model", "llama-2-7b", *flags,
+        again = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "llama-2-7b", *flags,
                                 "--json"], capture_output=True, text=True, check=True)
         assert json.loads(again.stdout)["total_bytes"] == row["total_bytes"]
 
 
 def test_nothing_fits_is_one_line() -> None:
-    result = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-70b", "--gpus", "8",
+    result = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-70b", "--gpus", "8",
                              "--gpu-memory", "8GB", "--seq", "4096", "--global-batch", "8"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no layout fits" in result.stderr
 
 
 def test_inference_plan_rows_fit_and_the_next_batch_does_not() -> None:
-    from derivations.search.plan import plan_infer
+    from memderive.derivations.search.plan import plan_infer
 
     layouts = plan_infer("llama-2-70b", GB80, 4096, 8, new_tokens=512)
     assert [x.options["tp"] for x in layouts] == [8, 4, 2]  # 70B in bf16 (140 GB) needs t >= 2
@@ -84,7 +84,7 @@ H100_HBM_BYTES_PER_S = 3_350 * 10**9  # H100 SXM datasheet: 3.35 TB/s
 
 
 def _cli_json(*argv: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "render.cli", *argv, "--json"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "memderive.cli", *argv, "--json"], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
 
@@ -103,7 +103,7 @@ def test_gpu_plan_ranks_by_the_step_time_estimate_reports() -> None:
     """Every row's step time, tokens/s and MFU are what ``estimate`` with its options reports; rows come
     fastest first; and the top row is no slower than the proxy's favourite timed the same way (the proxy
     ignores tensor-parallel all-reduces, so it cannot see that t = 8 costs more communication)."""
-    from derivations.options import Options
+    from memderive.derivations.options import Options
 
     base = Options(mode="train", batch=1, seq=4096, gpu="h100-sxm")
     layouts = plan("llama-2-70b", 80 * 2**30, 1024, 4096, 1024, options=base, top=6)
@@ -130,7 +130,7 @@ def test_gpu_cli_json_rows_rerun_to_the_same_bytes_and_step_time() -> None:
 
 
 def test_without_gpu_the_output_says_proxy() -> None:
-    out = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+    out = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                           "--gpu-memory", "40GB", "--seq", "4096", "--global-batch", "64", "--top", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "no --gpu: step time is a proxy" in out and "MFU<=" in out
@@ -138,7 +138,7 @@ def test_without_gpu_the_output_says_proxy() -> None:
 
 def test_gpu_errors_are_one_line() -> None:
     for extra in (["--gpu", "A100"], ["--gpu", "h100-sxm", "--peak-tflops", "989"], ["--efficiency", "0.4"]):
-        result = subprocess.run([sys.executable, "-m", "render.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+        result = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                                  "--seq", "4096", "--global-batch", "64", *extra], capture_output=True, text=True)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, (extra, result.stderr)
 

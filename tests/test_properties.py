@@ -6,10 +6,10 @@ import sympy as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from derivations.estimate import estimate
-from derivations.models.model import Model
-from derivations.models.architectures import GPT, LLAMA
-from symbolic.dims_sympy import SYMBOLS
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.architectures import GPT, LLAMA
+from memderive.symbolic.dims_sympy import SYMBOLS
 
 sym = SYMBOLS.__getitem__  # closed forms are SymPy: their symbols
 
@@ -54,7 +54,7 @@ def test_closed_form_equals_numeric_graph(model: Model) -> None:
 def test_breakdown_leaves_sum_to_total(model: Model) -> None:
     """The rows tables and plots show (render.steps, grouped by node) add up to the JSON total, and
     each leaf's closed form, evaluated on its own, gives its row (two code paths, one answer)."""
-    from render.steps import breakdown_rows
+    from memderive.steps import breakdown_rows
 
     est = estimate(model)
     rows = breakdown_rows(est, "parameters")

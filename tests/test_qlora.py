@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from derivations.estimate import estimate
-from derivations.options import Options, OptionsError
-from derivations.search.fit import fit
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.search.fit import fit
 
 # LLaMA-65B (Touvron et al. 2023, Table 2): h 8192, 64 heads, 80 layers, FFN 22016, vocabulary 32000.
 LLAMA_65B = {"model_type": "llama", "hidden_size": 8192, "num_attention_heads": 64, "num_hidden_layers": 80,
@@ -112,7 +112,7 @@ def test_bad_fine_tuning_options(kwargs: dict, message: str) -> None:
 
 
 def test_fit_cli_prints_the_qlora_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    from render.cli import main
+    from memderive.cli import main
 
     argv = ["fit", "--model", "llama-3-8b", "--gpu-memory", "24GB", "--mode", "train", "--seq", "2048", "--recompute",
             "full", "--flash", "--lora-rank", "16", "--lora-targets", "all-linear", "--base-dtype", "nf4",

@@ -14,9 +14,9 @@ import sys
 import pytest
 import transformers
 
-from derivations.estimate import UnknownQuantity, estimate, resolve_model
-from derivations.models.config import ConfigError, from_config
-from derivations.options import ArgumentError, Options
+from memderive.derivations.estimate import UnknownQuantity, estimate, resolve_model
+from memderive.derivations.models.config import ConfigError, from_config
+from memderive.derivations.options import ArgumentError, Options
 from tests.hf_meta import count_parameters, small_config
 
 
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def cli(*args: str, cwd: str | None = None, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, input=stdin, timeout=timeout)
 
 
@@ -91,7 +91,7 @@ def test_a_folder_without_config_shadowing_a_bundled_name_is_an_error(tmp_path, 
                                     dict(tp=None), dict(dtype=16), dict(batch=1.5), dict(no_such_option=1),
                                     dict(recompute=True)])
 def test_api_refuses_wrong_types_and_names(kwargs: dict) -> None:
-    import render.api
+    import memderive.api
 
     base = dict(mode="train", batch=1, seq=8, dp=2)
     with pytest.raises(ArgumentError) as caught:
@@ -99,7 +99,7 @@ def test_api_refuses_wrong_types_and_names(kwargs: dict) -> None:
     name, message = next(iter(kwargs)), str(caught.value)
     assert len(message.splitlines()) == 1 and (name in message or name.replace("_", "-") in message)
     with pytest.raises(ArgumentError):  # at the call, not when displayed
-        render.api.estimate("gpt2", **{**base, **kwargs})
+        memderive.api.estimate("gpt2", **{**base, **kwargs})
 
 
 @pytest.mark.parametrize("call", [lambda: estimate("gpt2", "train"), lambda: estimate(["gpt2"]),
@@ -120,7 +120,7 @@ def test_unknown_quantity_is_a_value_error_and_a_key_error() -> None:
 
 
 def test_check_refuses_unknown_options_for_every_quantity() -> None:
-    from derivations.claims.check import check
+    from memderive.derivations.claims.check import check
 
     with pytest.raises(ArgumentError, match="unknown option 'zer0'"):
         check("params.total", "12lh^2", model="gpt2", zer0=1)
@@ -131,15 +131,15 @@ def test_check_refuses_unknown_options_for_every_quantity() -> None:
 @pytest.mark.parametrize("claim", ["(((2**64)**64)**64)", "((((((2**64)**64)**64)**64)**64)**64)h",
                                    "(2**64)**8", "(10**30 10**30 10**30 10**30)h"])
 def test_huge_numbers_give_up_at_once(claim: str) -> None:
-    from derivations.claims.parser import FormulaError, parse_formula
-    from symbolic.dims_sympy import h
+    from memderive.derivations.claims.parser import FormulaError, parse_formula
+    from memderive.symbolic.dims_sympy import h
 
     with pytest.raises(FormulaError, match="gives up: .*more than 100 digits"):
         parse_formula(claim, {"h": h})
 
 
 def test_ten_to_the_sixty_fourth_is_still_read() -> None:
-    from derivations.claims.parser import parse_formula
+    from memderive.derivations.claims.parser import parse_formula
 
     assert parse_formula("10**64", {}).expr == 10**64
 
@@ -173,7 +173,7 @@ def test_a_trillion_layers_are_counted_in_closed_form(model_type: str, fields: d
 
 def test_moe_dense_layers_in_closed_form() -> None:
     """qwen2_moe: layers off decoder_sparse_step or in mlp_only_layers keep a dense MLP."""
-    from derivations.models.families_moe import _dense_count
+    from memderive.derivations.models.families_moe import _dense_count
 
     # by enumeration for small cases: i < 10, step 3: (i+1) % 3 != 0 for 7 of them; plus 2 and 5 from only
     assert _dense_count(10, 3, {2, 5, 4, 99}) == sum(1 for i in range(10) if i in {2, 5, 4, 99} or (i + 1) % 3)
@@ -188,7 +188,7 @@ def test_moe_dense_layers_in_closed_form() -> None:
 def test_markers_are_scanned_in_linear_time(text: str) -> None:
     import time
 
-    from derivations.claims.markers import find_claims
+    from memderive.derivations.claims.markers import find_claims
 
     start = time.perf_counter()
     find_claims(text)
@@ -209,8 +209,8 @@ def test_check_file_refuses_non_utf8(tmp_path) -> None:
 # --- 8. a valid but huge claim: the checker gives up at once -------------------------------------
 
 def test_a_claim_of_hundreds_of_terms_gives_up() -> None:
-    from derivations.claims.check import check
-    from derivations.claims.parser import FormulaError
+    from memderive.derivations.claims.check import check
+    from memderive.derivations.claims.parser import FormulaError
 
     # 10 symbols to the 4th power: C(13, 4) = 715 terms; it took 19 s before
     with pytest.raises(FormulaError, match="gives up: the claim expands to 715 terms"):
@@ -222,16 +222,16 @@ def test_a_claim_of_hundreds_of_terms_gives_up() -> None:
 @pytest.mark.parametrize(("text", "expected"), [("lh⁴", "h**4*l"), ("lh²", "h**2*l"), ("h³", "h**3"),
                                                 ("2⁸h", "256*h"), ("h⁻¹", "1/h"), ("h¹", "h"), ("h⁰", "1")])
 def test_unicode_superscripts(text: str, expected: str) -> None:
-    from derivations.claims.parser import parse_formula
-    from symbolic.dims_sympy import h, l
+    from memderive.derivations.claims.parser import parse_formula
+    from memderive.symbolic.dims_sympy import h, l
 
     assert str(parse_formula(text, {"h": h, "l": l}).expr) == expected
 
 
 @pytest.mark.parametrize("text", ["¹", "h¹²", "h^²", "１２h"])
 def test_bad_superscripts_and_other_digits_are_one_line(text: str) -> None:
-    from derivations.claims.parser import FormulaError, parse_formula
-    from symbolic.dims_sympy import h
+    from memderive.derivations.claims.parser import FormulaError, parse_formula
+    from memderive.symbolic.dims_sympy import h
 
     with pytest.raises(FormulaError) as caught:
         parse_formula(text, {"h": h})
@@ -266,7 +266,7 @@ def test_one_bad_formula_never_aborts_the_file_report(tmp_path, fmt: tuple) -> N
 # --- 16. check --format md escapes what it quotes ----------------------------------------------
 
 def test_markdown_report_shows_html_as_text(tmp_path) -> None:
-    from render.check_report import md_code, md_text
+    from memderive.check_report import md_code, md_text
 
     folder = tmp_path / "x`<img src=x onerror=alert(1)>`"  # the model's name is its folder's
     folder.mkdir()
@@ -292,7 +292,7 @@ def test_deeply_nested_json_is_one_line(tmp_path, command: tuple) -> None:
 
 
 def test_deeply_nested_values_are_shown_briefly() -> None:
-    from symbolic.errors import shown
+    from memderive.symbolic.errors import shown
 
     deep: list = []
     for _ in range(100_000):
@@ -314,8 +314,8 @@ def test_positions_must_be_a_positive_integer(tmp_path, positions: object) -> No
 def test_plots_refuse_values_a_float_cannot_hold() -> None:
     from dataclasses import replace
 
-    from render.plots import draw, plot_data
-    from symbolic.errors import DerivationError
+    from memderive.plots import draw, plot_data
+    from memderive.symbolic.errors import DerivationError
 
     data = plot_data(estimate("gpt2", mode="train", batch=1, seq=8), "breakdown")
     with pytest.raises(DerivationError, match="cannot be drawn"):
@@ -343,7 +343,7 @@ def test_options_are_bounded(args: tuple, fragment: str) -> None:
 def test_notebook_cells_parse_whatever_the_gpu_memory_text() -> None:
     import ast
 
-    from render.notebooks import notebook
+    from memderive.notebooks import notebook
 
     nb = notebook(estimate("gpt2", mode="train", batch=1, seq=8), '80GB\n"); import os; ("')
     for cell in nb.cells:
@@ -386,7 +386,7 @@ def test_cli_numbers_are_ascii_digits(value: str) -> None:
 def test_errors_never_echo_a_huge_value(tmp_path, args: tuple) -> None:
     big = tmp_path / "args"
     big.write_text(json.dumps(["estimate", *args]))  # too long for a command line: read from a file
-    code = "import json, sys; from render.cli import main; sys.exit(main(json.load(open(sys.argv[1]))))"
+    code = "import json, sys; from memderive.cli import main; sys.exit(main(json.load(open(sys.argv[1]))))"
     result = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": ROOT})
     one_line_exit_2(result)

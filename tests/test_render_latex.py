@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from render.latex import DerivationPrinter, latex, number, tex_escape, visible_width
-from render.units import RenderOptions, scaled_bytes, scaled_count
-from symbolic.dims_sympy import V, a, a_kv, b, d_h, f, h, l, n_ctx, s, t
-from symbolic.simplify import factor_out
+from memderive.latex import DerivationPrinter, latex, number, tex_escape, visible_width
+from memderive.units import RenderOptions, scaled_bytes, scaled_count
+from memderive.symbolic.dims_sympy import V, a, a_kv, b, d_h, f, h, l, n_ctx, s, t
+from memderive.symbolic.simplify import factor_out
 
 SIZES = {b: 1, s: 4096, h: 4096, a: 32, t: 8, l: 32, V: 32000, f: 11008}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from derivations.estimate import estimate
-from render.steps import LEVELS, Step, breakdown_rows, derivation, single_device
-from symbolic.derive import evaluate
-from symbolic.simplify import closed_form
+from memderive.derivations.estimate import estimate
+from memderive.steps import LEVELS, Step, breakdown_rows, derivation, single_device
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.simplify import closed_form
 
 CASES = {
     "gpt2 params": ("gpt2", {}),

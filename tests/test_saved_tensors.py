@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from derivations.models.architectures import GPT, LLAMA, Arch, build_graph, with_arch
-from symbolic.derive import activations, evaluate, saved_tensors
-from symbolic.dims import t
-from symbolic.strategies import (FlashAttention, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,
+from memderive.derivations.models.architectures import GPT, LLAMA, Arch, build_graph, with_arch
+from memderive.symbolic.derive import activations, evaluate, saved_tensors
+from memderive.symbolic.dims import t
+from memderive.symbolic.strategies import (FlashAttention, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,
                                  TensorParallel)
 from tests.reference_layers import (GPTEmbedding, GPTLayer, Head, LayerNorm, LlamaEmbedding, LlamaLayer, RMSNorm,
                                     Sizes, cuda_like_norms, measure)

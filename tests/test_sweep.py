@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from derivations.estimate import estimate
-from derivations.options import OptionsError
-from derivations.search.sweep import sweep
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import OptionsError
+from memderive.derivations.search.sweep import sweep
 
 
 def _check_points(model: str, fixed: dict, axes: dict, count: int = 6, seed: int = 0) -> None:
@@ -65,7 +65,7 @@ def test_bad_sweeps_are_errors() -> None:
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", "sweep", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "sweep", *args], capture_output=True, text=True,
                           cwd=cwd)
 
 
@@ -91,7 +91,7 @@ def test_cli_bad_ranges_are_one_line(bad: str) -> None:
 def test_derived_once_per_structure_and_the_same_as_fresh() -> None:
     """Values (b, s, t > 1, ...) share one derivation; a new switch (t = 1) derives anew; a cleared cache
     gives the same bytes."""
-    module = sys.modules["derivations.estimate"]
+    module = sys.modules["memderive.derivations.estimate"]
     first = estimate("gpt2", mode="train", batch=1, seq=128, tp=2, zero=1, dp=2)
     second = estimate("gpt2", mode="train", batch=7, seq=1000, tp=4, zero=1, dp=8)
     assert first.graph is second.graph and first.quantities is second.quantities

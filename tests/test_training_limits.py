@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from derivations.estimate import estimate
+from memderive.derivations.estimate import estimate
 
 
 def test_zero_offload_keeps_only_16_bit_weights_on_the_gpu() -> None:
@@ -41,7 +41,7 @@ def test_selective_recompute_peak_adds_one_layers_scores() -> None:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -16,15 +16,15 @@ import sympy as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from derivations.models.architectures import GPT, LLAMA, build_graph
-from derivations.estimate import Estimate, estimate
-from derivations.models.model import Model
-from render.steps import breakdown_rows
-from symbolic.derive import evaluate, per_block
-from symbolic.dims_sympy import d, p, t
-from symbolic.errors import InvalidLayoutError
-from symbolic.simplify import closed_form
-from symbolic.strategies import PipelineParallel, SequenceParallel, TensorParallel
+from memderive.derivations.models.architectures import GPT, LLAMA, build_graph
+from memderive.derivations.estimate import Estimate, estimate
+from memderive.derivations.models.model import Model
+from memderive.steps import breakdown_rows
+from memderive.symbolic.derive import evaluate, per_block
+from memderive.symbolic.dims_sympy import d, p, t
+from memderive.symbolic.errors import InvalidLayoutError
+from memderive.symbolic.simplify import closed_form
+from memderive.symbolic.strategies import PipelineParallel, SequenceParallel, TensorParallel
 
 EXAMPLES = settings(max_examples=25, deadline=None)
 TRAIN_QUANTITIES = ("parameters_per_gpu", "activation_bytes_per_layer", "activation_bytes", "model_state_bytes",
@@ -234,7 +234,7 @@ def test_heads_not_divisible_by_t_are_refused(model: Model, tp: int) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "render.cli", "estimate", "--model", "gpt2", "--mode", "train",
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "gpt2", "--mode", "train",
                            "--batch", "1", "--seq", "128", *args], capture_output=True, text=True, timeout=120)
 
 

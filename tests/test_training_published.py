@@ -12,13 +12,13 @@ from fractions import Fraction
 import pytest
 import sympy as sp
 
-from derivations.models.architectures import GPT
-from derivations.estimate import estimate
-from derivations.quantities.model_states import states_breakdown
-from derivations.models.model import Model
-from symbolic.derive import evaluate
-from symbolic.dims_sympy import V, a, b, d, h, l, p, s, t
-from symbolic.simplify import closed_form
+from memderive.derivations.models.architectures import GPT
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.derivations.models.model import Model
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.dims_sympy import V, a, b, d, h, l, p, s, t
+from memderive.symbolic.simplify import closed_form
 
 STEP = {"mode": "train", "batch": 1, "seq": 2048}
 #: Korthikanti et al. 2022 Table 3: MT-NLG 530B (a=128, h=20480, L=105, v=51200)

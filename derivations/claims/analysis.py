@@ -19,12 +19,12 @@ The gap ``ours - claim`` is split by degree, and each part is matched against th
 breakdown (one per parameter tensor or saved tensor, with its node path): a whole subtree
 (``layer/attn``) is preferred, then the fewest pieces.
 
->>> from symbolic.dims_sympy import a, b, h, l, s
+>>> from memderive.symbolic.dims_sympy import a, b, h, l, s
 >>> leading(l * (12 * h**2 + 13 * h) + 50257 * h, WIDTH)
 (3, 12*h**2*l)
 >>> ratio_limit(12 * l * h**2, l * (12 * h**2 + 13 * h), WIDTH)
 1
->>> from symbolic.dims_sympy import n, w
+>>> from memderive.symbolic.dims_sympy import n, w
 >>> leading(b * l * (s + n), SEQUENCE), leading(b * l * sp.Min(s + n, w), SEQUENCE)
 ((1, b*l*n + b*l*s), (0, b*l*w))
 """
@@ -37,7 +37,7 @@ from itertools import combinations
 
 import sympy as sp
 
-from symbolic.dims_sympy import a, a_kv, f, f_e, f_s, h, l, l_d, l_w, n, s
+from memderive.symbolic.dims_sympy import a, a_kv, f, f_e, f_s, h, l, l_d, l_w, n, s
 
 __all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
            "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL"]
@@ -102,7 +102,7 @@ def _monomial_degree(term: sp.Expr, weights: Mapping[sp.Symbol, int]) -> int:
 def degree_parts(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> dict[int, sp.Expr]:
     """An expanded sum split into homogeneous parts by degree.
 
-    >>> from symbolic.dims_sympy import V, h, l
+    >>> from memderive.symbolic.dims_sympy import V, h, l
     >>> degree_parts(l * (12 * h**2 + 13 * h) + V * h, WIDTH)
     {3: 12*h**2*l, 2: 13*h*l, 1: V*h}
     """
@@ -362,7 +362,7 @@ def find_gaps(ours: sp.Expr, theirs: sp.Expr, pieces: Sequence[Piece],
               weights: Mapping[sp.Symbol, int] = WIDTH) -> list[Gap]:
     """The gap ``ours - theirs`` degree by degree, traced to our pieces where possible.
 
-    >>> from symbolic.dims_sympy import h
+    >>> from memderive.symbolic.dims_sympy import h
     >>> pieces = [Piece("layer/attn/w", 4 * h**2, "linear weight"), Piece("layer/mlp/w", 8 * h**2, "linear weight"),
     ...           Piece("layer/attn/b", 4 * h, "linear bias")]
     >>> [g.text() for g in find_gaps(12 * h**2 + 4 * h, 8 * h**2, pieces)]

@@ -30,17 +30,17 @@ from typing import Any
 
 import sympy as sp
 
-from derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
+from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
                                         find_gaps, leading, ratio_limit)
-from derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
-from derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
-from derivations.claims.conventions import conventions
-from derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
-from derivations.options import Options
-from symbolic.derive import evaluate
-from symbolic.dims import DIMS
-from symbolic.dims_sympy import Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
-from symbolic.errors import DerivationError
+from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
+from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
+from memderive.derivations.claims.conventions import conventions
+from memderive.derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
+from memderive.derivations.options import Options
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.dims import DIMS
+from memderive.symbolic.dims_sympy import Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
+from memderive.symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
@@ -357,7 +357,7 @@ def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
     """2048, or as many positions as a model with learned positions has left after the new tokens."""
-    from derivations.estimate import resolve_model
+    from memderive.derivations.estimate import resolve_model
 
     loaded = resolve_model(model)
     if loaded.arch.positions != "learned" or not loaded.max_positions:

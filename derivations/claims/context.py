@@ -7,8 +7,8 @@ quantity split finer than its breakdown, one *piece* per parameter tensor or sav
 ``alternatives`` yields the contexts under one changed option each (FlashAttention, dropout,
 recompute, profile, tied embeddings, optimizer, ZeRO stage, ...).
 
->>> from derivations.claims.spec import quantity_spec
->>> from derivations.options import Options
+>>> from memderive.derivations.claims.spec import quantity_spec
+>>> from memderive.derivations.options import Options
 >>> ctx = build_context(quantity_spec("params.per_layer"), "gpt2", Options())
 >>> [p.path for p in ctx.compare(ctx.params).pieces][:3]
 ['layer/norm1/weight', 'layer/norm1/bias', 'layer/attn/qkv/weight']
@@ -22,19 +22,19 @@ from typing import Any
 
 import sympy as sp
 
-from derivations.claims.analysis import Piece
-from derivations.claims.spec import ClaimError, QuantitySpec
-from derivations.estimate import estimate
-from derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
-from derivations.models.model import Model
-from derivations.options import PROFILES, RECOMPUTE, Options
-from derivations.quantity import Quantity
-from symbolic.derive import Breakdown, Term, evaluate, saved_tensors
-from symbolic.dims_sympy import Psi, d, l, m, p, t, v
-from symbolic.dtypes import dtype
-from symbolic.errors import DerivationError
-from symbolic.graph import Graph, Op
-from symbolic.tensor import Tensor
+from memderive.derivations.claims.analysis import Piece
+from memderive.derivations.claims.spec import ClaimError, QuantitySpec
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import PROFILES, RECOMPUTE, Options
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic.derive import Breakdown, Term, evaluate, saved_tensors
+from memderive.symbolic.dims_sympy import Psi, d, l, m, p, t, v
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.graph import Graph, Op
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Context", "Comparison", "build_context", "alternatives", "unit_factor"]
 
@@ -201,7 +201,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     est = estimate(model, options)
     values: dict[sp.Symbol, int | sp.Rational] = _in_sympy(est.values)
     if spec.mode == "infer":
-        from derivations.quantities.inference import infer_quantities, inference_values
+        from memderive.derivations.quantities.inference import infer_quantities, inference_values
 
         graph, found = infer_quantities(est.model, options, keep_symbols=True)
         quantities = {**{q.key: q for q in est.quantities}, **{q.key: q for q in found}}  # FLOPs: the estimate's
@@ -216,7 +216,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
             if spec.key == "trainable_parameters" else f" under these options ({spec.key} is not derived)"))
     q = _sympy_quantity(quantities[spec.key])
     if spec.per_position:
-        from derivations.quantities.inference import cached_length
+        from memderive.derivations.quantities.inference import cached_length
 
         if est.model.window_layers is not None:
             raise ClaimError(f"{spec.name} is not defined for {est.model.name}: its layer groups cache different "
@@ -339,7 +339,7 @@ def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, s
     if spec.name.startswith("activations"):
         width = dtype(o.dtype)
     elif spec.name.startswith("kv_cache"):
-        from derivations.quantities.inference import serving_dtypes
+        from memderive.derivations.quantities.inference import serving_dtypes
 
         width = serving_dtypes(o)[2]
     else:

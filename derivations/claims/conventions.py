@@ -12,11 +12,11 @@ and gradients, fp32 master weights, momentum and variance; a KV cache of ``s + n
 
 (KV caches without GQA are an architectural switch, ``derivations.claims.context._arch_flips``.)
 
->>> from derivations.claims.spec import quantity_spec
->>> from derivations.claims.context import build_context
->>> from derivations.options import Options
+>>> from memderive.derivations.claims.spec import quantity_spec
+>>> from memderive.derivations.claims.context import build_context
+>>> from memderive.derivations.options import Options
 >>> ctx = build_context(quantity_spec("model_states.total"), "gpt2", Options(mode="train", batch=1, seq=8))
->>> from symbolic.dims import Psi
+>>> from memderive.symbolic.dims import Psi
 >>> [(label.split(" (")[0], ours) for label, ours in conventions(ctx, ctx.compare(16 * Psi))]
 [('with fp32 gradients', 18*Psi), ('with an fp32 copy of the gradients', 20*Psi), ('with Adam without fp32 master weights', 12*Psi)]
 """
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import sympy as sp
 
-from derivations.claims.context import Comparison, Context
-from derivations.quantities.model_states import optimizer_state_bytes
-from symbolic.dims_sympy import n
-from symbolic.dtypes import dtype
+from memderive.derivations.claims.context import Comparison, Context
+from memderive.derivations.quantities.model_states import optimizer_state_bytes
+from memderive.symbolic.dims_sympy import n
+from memderive.symbolic.dtypes import dtype
 
 __all__ = ["conventions"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import sympy as sp
 
-from symbolic.dims_sympy import Psi, V, a, b, d, f, h, l, n_ctx, p, s, t
-from symbolic.formula import Citation, Formula
+from memderive.symbolic.dims_sympy import Psi, V, a, b, d, f, h, l, n_ctx, p, s, t
+from memderive.symbolic.formula import Citation, Formula
 
 __all__ = ["Published", "PUBLISHED"]
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from derivations.claims.check import Claim
+from memderive.derivations.claims.check import Claim
 
 __all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
 

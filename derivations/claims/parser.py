@@ -14,7 +14,7 @@ Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and juxtaposition binds tight
 whole before it is read letter by letter.
 Anything else is a ``FormulaError`` with one line saying where.
 
->>> from symbolic.dims_sympy import a, b, h, s
+>>> from memderive.symbolic.dims_sympy import a, b, h, s
 >>> names = {"s": s, "b": b, "h": h, "a": a}
 >>> parse_formula(r"M = sbh\\left(34 + \\frac{5as}{h}\\right)", names).expr
 b*h*s*(5*a*s/h + 34)
@@ -23,7 +23,7 @@ b*Min(a, s)
 >>> parse_formula("__import__('os')", names)
 Traceback (most recent call last):
 ...
-derivations.claims.parser.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
+memderive.derivations.claims.parser.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
 """
 
 from __future__ import annotations
@@ -585,7 +585,7 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto")
     Raises:
         FormulaError: anything outside the grammar or the limits in ``LIMITS``.
 
-    >>> from symbolic.dims_sympy import h, l
+    >>> from memderive.symbolic.dims_sympy import h, l
     >>> parse_formula("12*n_layers*d_model**2", {"n_layers": l, "d_model": h}, "python").expr
     12*h**2*l
     """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symbolic.errors import DerivationError
+from memderive.symbolic.errors import DerivationError
 
 __all__ = ["ClaimError", "QuantitySpec", "QUANTITIES", "quantity_spec"]
 

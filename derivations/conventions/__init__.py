@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from derivations.models.model import Model
-from derivations.options import Options
-from symbolic.formula import Citation
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.symbolic.formula import Citation
 
 __all__ = ["Figures", "COLUMNS", "CONVENTIONS", "figures", "compare", "gaps", "ConventionError"]
 
@@ -51,7 +51,7 @@ class Figures:
 
 
 def _registry():
-    from derivations.conventions import tools
+    from memderive.derivations.conventions import tools
 
     return {"memderive": tools.memderive, "megatron": tools.megatron, "deepspeed": tools.deepspeed,
             "llm-analysis": tools.llm_analysis, "eleuther": tools.eleuther, "accelerate": tools.accelerate}
@@ -70,7 +70,7 @@ def figures(name: str, model: Model, opts: Options) -> Figures:
 def compare(model: Model, opts: Options,
             names: tuple[str, ...] = CONVENTIONS) -> tuple[list[Figures], list[tuple[str, str]]]:
     """Figures of each convention, and ``(name, why)`` for those without a figure in this mode."""
-    from derivations.conventions.tools import NotModelled
+    from memderive.derivations.conventions.tools import NotModelled
 
     rows, skipped = [], []
     for name in names:

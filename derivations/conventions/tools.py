@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from derivations.conventions import Figures
-from derivations.models.model import Model
-from derivations.options import Options, OptionsError
-from symbolic.derive import evaluate
-from symbolic.dims import V
-from symbolic.formula import Citation
+from memderive.derivations.conventions import Figures
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options, OptionsError
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.dims import V
+from memderive.symbolic.formula import Citation
 
 __all__ = ["memderive", "megatron", "deepspeed", "llm_analysis", "eleuther", "accelerate", "NotModelled",
            "graph_parameters", "largest_layer"]
@@ -91,7 +91,7 @@ def largest_layer(model: Model) -> int:
 
 # --- memderive ---------------------------------------------------------------------------------
 def memderive(model: Model, opts: Options) -> Figures:
-    from derivations.estimate import estimate
+    from memderive.derivations.estimate import estimate
 
     est = estimate(model, opts)
     train = opts.mode == "train"
@@ -153,10 +153,10 @@ def gpt_layer(model: Model, opts: Options, f: int, sp: bool) -> Fraction:
     """Megatron's per-layer activations are Korthikanti's GPT layer: our GPT graph (LayerNorm, GeLU MLP of
     width ``f``, dropout) with selective recompute and t-way tensor (and sequence) parallelism, the
     paper's profile, at the model's h, a, s, b: sbh(10 + 24/t) at f = 4h, sbh(18 + 4f/h)/t with SP."""
-    from derivations.models.architectures import GPT, build_graph
-    from symbolic import dims
-    from symbolic.derive import activations
-    from symbolic.strategies import SelectiveRecompute, SequenceParallel, TensorParallel
+    from memderive.derivations.models.architectures import GPT, build_graph
+    from memderive.symbolic import dims
+    from memderive.symbolic.derive import activations
+    from memderive.symbolic.strategies import SelectiveRecompute, SequenceParallel, TensorParallel
 
     graph = TensorParallel(dims.t)(SelectiveRecompute()(build_graph(GPT)))
     graph = SequenceParallel(dims.t)(graph) if sp else graph

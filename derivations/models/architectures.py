@@ -5,8 +5,8 @@ tied embeddings, parallel attention+MLP, post-norm, ...); ``build_graph`` turns 
 ``Graph`` of three blocks, ``embed``, ``layer`` (repeated ``l`` times) and ``head``. Every
 formula in the catalog is derived from these graphs.
 
->>> from symbolic.derive import parameters
->>> from symbolic.dims import h
+>>> from memderive.symbolic.derive import parameters
+>>> from memderive.symbolic.dims import h
 >>> g = build_graph(GPT, relations=GPT_RELATIONS)
 >>> parameters(g, blocks=["layer"], per_repeat=True).total.subs(g.relations)
 12*h**2 + 13*h
@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from derivations.models.moe_mla import mla_attention, moe_mlp
-from symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
-from symbolic.dtypes import DType, dtype
-from symbolic.graph import Block, Graph
-from symbolic.ops import INT64, BlockBuilder
-from symbolic.tensor import Tensor
+from memderive.derivations.models.moe_mla import mla_attention, moe_mlp
+from memderive.symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
+from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.graph import Block, Graph
+from memderive.symbolic.ops import INT64, BlockBuilder
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Arch", "Moe", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "build_graph"]
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from derivations.models.config_fields import MAX_SIZE, ConfigError, Fields, with_dropout
-from derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
-from derivations.models.model import Model
-from symbolic.errors import shown
+from memderive.derivations.models.config_fields import MAX_SIZE, ConfigError, Fields, with_dropout
+from memderive.derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
+from memderive.derivations.models.model import Model
+from memderive.symbolic.errors import shown
 
 __all__ = ["ConfigError", "from_config", "load_config", "config_name", "SUPPORTED_MODEL_TYPES"]
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from derivations.models.architectures import Arch
-from derivations.models.defaults import FAMILY_DEFAULTS
-from derivations.models.model import ModelError
-from symbolic.errors import shown
+from memderive.derivations.models.architectures import Arch
+from memderive.derivations.models.defaults import FAMILY_DEFAULTS
+from memderive.derivations.models.model import ModelError
+from memderive.symbolic.errors import shown
 
 __all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
            "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]

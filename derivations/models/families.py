@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import NoReturn
 
-from derivations.models.architectures import BERT, GPT, LLAMA
-from derivations.models.families_moe import MOE_ADAPTERS
-from derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
+from memderive.derivations.models.architectures import BERT, GPT, LLAMA
+from memderive.derivations.models.families_moe import MOE_ADAPTERS
+from memderive.derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
                                        mlp_kind, sliding, whole_heads)
 
 __all__ = ["ADAPTERS", "REFUSED", "SUPPORTED_MODEL_TYPES"]

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from derivations.models.architectures import LLAMA, Arch, Moe
-from derivations.models.config_fields import Adapted, ConfigError, Fields, decoder_sizes, mlp_kind, sliding
+from memderive.derivations.models.architectures import LLAMA, Arch, Moe
+from memderive.derivations.models.config_fields import Adapted, ConfigError, Fields, decoder_sizes, mlp_kind, sliding
 
 __all__ = ["MOE_ADAPTERS"]
 

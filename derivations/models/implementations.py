@@ -5,7 +5,7 @@ Korthikanti et al. 2022 (fused RMSNorm/LayerNorm, a 16-bit softmax, grouped K/V 
 ``hf`` is transformers' own modeling code (``symbolic.implementations.HuggingFace``), with its
 attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the kernel.
 
->>> from derivations.models.architectures import GPT, LLAMA
+>>> from memderive.derivations.models.architectures import GPT, LLAMA
 >>> hf_layers(LLAMA, "eager").fp32_softmax, hf_layers(GPT, "sdpa").fp32_softmax
 (True, False)
 >>> parse_implementation("hf-eager")
@@ -14,8 +14,8 @@ attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the 
 
 from __future__ import annotations
 
-from derivations.models.architectures import Arch
-from symbolic.implementations import HuggingFace
+from memderive.derivations.models.architectures import Arch
+from memderive.symbolic.implementations import HuggingFace
 
 __all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "parse_implementation", "hf_layers", "describe"]
 

@@ -1,6 +1,6 @@
 """A concrete model: an architecture plus its sizes.
 
->>> from derivations.models.architectures import GPT
+>>> from memderive.derivations.models.architectures import GPT
 >>> m = Model("tiny", GPT, {"h": 64, "a": 4, "l": 2, "V": 100, "n_ctx": 32})
 >>> m.sizes["f"], m.sizes["d_h"], m.sizes["a_kv"]
 (256, 16, 4)
@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from derivations.models.architectures import Arch, build_graph
-from symbolic.dims import a, a_kv, d_h, f, h, sym
-from symbolic.errors import DerivationError
-from symbolic.expr import Expr
-from symbolic.graph import Graph
+from memderive.derivations.models.architectures import Arch, build_graph
+from memderive.symbolic.dims import a, a_kv, d_h, f, h, sym
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.expr import Expr
+from memderive.symbolic.graph import Graph
 
 __all__ = ["Model", "ModelError"]
 
@@ -38,7 +38,7 @@ class Model:
     from a config says beyond sizes.
 
     >>> from dataclasses import replace
-    >>> from derivations.models.architectures import LLAMA
+    >>> from memderive.derivations.models.architectures import LLAMA
     >>> gemma = Model("alternating", LLAMA, {"h": 64, "a": 4, "l": 4, "V": 100}, window=8, window_layers=2)
     >>> gemma.windowed_layers, replace(gemma, window=None).windowed_layers
     (2, 0)

@@ -4,8 +4,8 @@ Both are small graph descriptions over ``symbolic.ops.BlockBuilder``; ``architec
 when an ``Arch`` has ``moe`` or ``attention="mla"``.
 
 >>> from dataclasses import replace
->>> from derivations.models.architectures import LLAMA, Moe, build_graph
->>> from symbolic.derive import parameters
+>>> from memderive.derivations.models.architectures import LLAMA, Moe, build_graph
+>>> from memderive.symbolic.derive import parameters
 >>> g = build_graph(replace(LLAMA, moe=Moe(shared=True)))
 >>> parameters(g, blocks=["layer"], per_repeat=True).where(lambda p: "moe" in p).total
 3*E*f_e*h + E*h + 3*f_s*h
@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from symbolic.dims import E, a, d_c, d_cq, d_h, d_hR, d_v, f_e, f_s, h, k, l, l_d
-from symbolic.ops import BlockBuilder
-from symbolic.tensor import Tensor
+from memderive.symbolic.dims import E, a, d_c, d_cq, d_h, d_hR, d_v, f_e, f_s, h, k, l, l_d
+from memderive.symbolic.ops import BlockBuilder
+from memderive.symbolic.tensor import Tensor
 
 if TYPE_CHECKING:
-    from derivations.models.architectures import Arch
+    from memderive.derivations.models.architectures import Arch
 
 __all__ = ["moe_mlp", "mla_attention"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from derivations.models.config import from_config
-from derivations.models.model import Model, ModelError
+from memderive.derivations.models.config import from_config
+from memderive.derivations.models.model import Model, ModelError
 
 __all__ = ["PRESETS", "preset", "preset_names"]
 

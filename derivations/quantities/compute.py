@@ -20,8 +20,8 @@ Inference: ``prefill_flops`` (b prompts of s tokens, logits at every position as
 computes them) and ``decode_flops_per_token`` (one new token of one sequence attending to its
 s + n cached keys, its own included; ``min(s + n, w)`` in sliding-window layers).
 
->>> from derivations.models.presets import preset
->>> from symbolic.simplify import closed_form
+>>> from memderive.derivations.models.presets import preset
+>>> from memderive.symbolic.simplify import closed_form
 >>> g = preset("gpt2").graph()
 >>> closed_form(flops(g, blocks=["layer"], per_repeat=True).total, g.relations)  # 24 b s h^2 + 4 b s^2 h
 24*b*h**2*s + 4*b*h*s**2
@@ -33,14 +33,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from derivations.models.model import Model
-from derivations.options import Options
-from derivations.quantity import Quantity
-from symbolic.derive import TRAINING_PHASES, Breakdown, flops
-from symbolic.dims import b, s
-from symbolic.expr import Size, const
-from symbolic.formula import Citation
-from symbolic.graph import Block, Graph
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic.derive import TRAINING_PHASES, Breakdown, flops
+from memderive.symbolic.dims import b, s
+from memderive.symbolic.expr import Size, const
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Block, Graph
 
 __all__ = ["train_flops", "infer_flops", "decode_step", "whole_model", "KAPLAN", "NARAYANAN", "PALM", "HARDWARE"]
 
@@ -142,7 +142,7 @@ def last_logits(graph: Graph) -> Graph:
 
 def infer_flops(model: Model, options: Options, graph: Graph) -> list[Quantity]:
     """Prefill and decode FLOPs, whole model and per GPU (``graph``: one tensor-parallel rank)."""
-    from derivations.quantities.inference import inference_graph, layer_groups
+    from memderive.derivations.quantities.inference import inference_graph, layer_groups
 
     whole = inference_graph(model, replace(options, tp=1))
     groups = layer_groups(model)

@@ -5,9 +5,9 @@ parameters' states over the d data-parallel ranks as before, and the experts' ov
 that hold the same experts (Megatron-Core's expert data-parallel group; DeepSpeed-MoE, Rajbhandari
 et al. 2022 §5). ``ep`` must divide both d and E.
 
->>> from derivations.options import Options
->>> from derivations.models.presets import preset
->>> from derivations.estimate import estimate
+>>> from memderive.derivations.options import Options
+>>> from memderive.derivations.models.presets import preset
+>>> from memderive.derivations.estimate import estimate
 >>> e = estimate("mixtral-8x7b", mode="train", batch=1, seq=8, dp=8, ep=8, zero=1)
 >>> [t.path for t in e.quantity("model_state_bytes").breakdown.terms][3:]
 ['model_states/experts/weights', 'model_states/experts/gradients', 'model_states/experts/optimizer']
@@ -15,16 +15,16 @@ et al. 2022 §5). ``ep`` must divide both d and E.
 
 from __future__ import annotations
 
-from symbolic.derive import Breakdown, Term, parameters
-from symbolic.dims import d, ep
-from symbolic.errors import InvalidLayoutError
-from symbolic.experts import expert_ops, has_experts
-from symbolic.formula import Citation
-from symbolic.graph import Graph
+from memderive.symbolic.derive import Breakdown, Term, parameters
+from memderive.symbolic.dims import d, ep
+from memderive.symbolic.errors import InvalidLayoutError
+from memderive.symbolic.experts import expert_ops, has_experts
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
 
-from derivations.models.model import Model
-from derivations.options import Options, OptionsError
-from derivations.quantities.model_states import offloaded_breakdown, states_breakdown
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantities.model_states import offloaded_breakdown, states_breakdown
 
 __all__ = ["EP_CITATION", "check_expert_layout", "expert_split_states"]
 

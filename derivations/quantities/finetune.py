@@ -7,7 +7,7 @@ the last component of a module's name): ``q_proj``, ``k_proj``, ``v_proj``, ``o_
 every linear layer except the output layer. Where the graph computes q, k and v as one fused
 op but the family has separate modules, the op is split first (``SplitFused``).
 
->>> from derivations.models.presets import preset
+>>> from memderive.derivations.models.presets import preset
 >>> [a.name for a in resolve_adapters(preset("gpt2"), ("all-linear",))[1]]
 ['c_attn', 'c_proj', 'c_proj', 'c_fc']
 """
@@ -18,18 +18,18 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from derivations.models.model import Model
-from derivations.options import Options, OptionsError
-from derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
-from symbolic.derive import Breakdown, Term
-from symbolic.dims import a, a_kv, d, d_h, r
-from symbolic.dtypes import dtype
-from symbolic.expr import Max, ceiling, const, total
-from symbolic.formula import Citation
-from symbolic.graph import Block, Graph, Op
-from symbolic.lora import Adapter, LoRA, SplitFused
-from symbolic.strategies import Freeze, Strategy
-from symbolic.tensor import Tensor
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
+from memderive.symbolic.derive import Breakdown, Term
+from memderive.symbolic.dims import a, a_kv, d, d_h, r
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.expr import Max, ceiling, const, total
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.lora import Adapter, LoRA, SplitFused
+from memderive.symbolic.strategies import Freeze, Strategy
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "train_only", "ALL_LINEAR", "finetune_steps",
            "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits",
@@ -210,7 +210,7 @@ def _quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
     64, one fp32 constant per 256 absmax values (QLoRA §3: 4 + 8/64 + 32/(64*256) = 4.127 bits per
     weight). LLM.int8() (``Int8Params``): one byte per weight and one fp32 scale per row (SCB).
 
-    >>> from symbolic.dims import h
+    >>> from memderive.symbolic.dims import h
     >>> _quantized_bytes("nf4", 4096 * 4096, 4096)  # 16,777,216 weights * 4.126953125 / 8
     [('nf4', 8388608), ('nf4_constants', 266240)]
     """

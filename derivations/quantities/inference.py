@@ -27,8 +27,8 @@ dropped and tensor parallelism is applied:
 * **Paged cache** (``--kv-block B``): each sequence holds whole blocks of B tokens, as vLLM's
   block manager allocates them: ``ceil(length / B) B`` tokens per group of layers.
 
->>> from derivations.models.presets import preset
->>> from derivations.options import Options
+>>> from memderive.derivations.models.presets import preset
+>>> from memderive.derivations.options import Options
 >>> m = preset("llama-2-7b")
 >>> _, qs = infer_quantities(m, Options(mode="infer", batch=1, seq=1), m.graph(dropout=False), keep_symbols=True)
 >>> {q.key: q for q in qs}["kv_cache_bytes"].closed_form()
@@ -44,19 +44,19 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from derivations.models.model import Model
-from derivations.options import Options, OptionsError
-from derivations.quantity import Quantity
-from symbolic import dims
-from symbolic.derive import Breakdown, Term, parameters
-from symbolic.dims import a_kv, b, g, l, l_w, n, s, t, w
-from symbolic.dtypes import DType, dtype
-from symbolic.errors import InvalidLayoutError
-from symbolic.expr import Expr, Max, Min, ceiling, const, prod, shifted_nonnegative
-from symbolic.formula import Citation, Formula
-from symbolic.graph import Block, Graph, Op
-from symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
-from symbolic.tensor import Tensor
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic import dims
+from memderive.symbolic.derive import Breakdown, Term, parameters
+from memderive.symbolic.dims import a_kv, b, g, l, l_w, n, s, t, w
+from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.errors import InvalidLayoutError
+from memderive.symbolic.expr import Expr, Max, Min, ceiling, const, prod, shifted_nonnegative
+from memderive.symbolic.formula import Citation, Formula
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["infer_quantities", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
            "GENERATE_CITATION", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
@@ -142,7 +142,7 @@ def layer_groups(model: Model) -> tuple[LayerGroup, ...]:
     step on it holds ``min(s + n, w)`` tokens; right after a prefill longer than the window it
     still holds the whole prompt: that is the prefill phase's cache (``prefill_groups``).
 
-    >>> from derivations.models.presets import preset
+    >>> from memderive.derivations.models.presets import preset
     >>> [(g.name, g.share, g.length) for g in layer_groups(preset("gemma-2-9b"))]
     [('full', 1 - l_w/l, n + s), ('sliding', l_w/l, Min(w, n + s))]
     """
@@ -274,7 +274,7 @@ def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable
     def form(expr: Any) -> Any:
         import sympy as sp
 
-        from symbolic.simplify import closed_form
+        from memderive.symbolic.simplify import closed_form
 
         per_layer_token = sp.factor(closed_form(one_token, graph.relations))
         layer_tokens = sp.Add(*(sp.factor(sp.sympify(repeat * group.share)) * sp.sympify(group.length)
@@ -477,7 +477,7 @@ def rule_of_thumb_tokens(model: Model, options: Options | None = None) -> Fracti
     ``b (s+n) = W / (10 l a_kv d_h beta_kv)``. Below that many cached tokens inference needs less
     than 1.2x the weights, above it more. No sliding window is assumed (one GPU, t = 1).
 
-    >>> from derivations.models.presets import preset
+    >>> from memderive.derivations.models.presets import preset
     >>> rule_of_thumb_tokens(preset("llama-2-7b"))  # 2*6,738,415,616 / (5 * 524,288)
     Fraction(1645121, 320)
     """

@@ -5,7 +5,7 @@ Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054 §3.1, §5): mixed-precision Ada
 variance) per parameter: 16 bytes. ZeRO stage 1 shards the optimizer states over the d
 data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
 
->>> from symbolic.dims import Psi, d
+>>> from memderive.symbolic.dims import Psi, d
 >>> [states_breakdown(Psi, "bf16", "adamw", zero, d).total for zero in range(4)]
 [16*Psi, 4*Psi + 12*Psi/d, 2*Psi + 14*Psi/d, 16*Psi/d]
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symbolic.derive import Breakdown, Term
-from symbolic.dtypes import dtype
-from symbolic.expr import Expr
-from symbolic.formula import Citation
+from memderive.symbolic.derive import Breakdown, Term
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.expr import Expr
+from memderive.symbolic.formula import Citation
 
 __all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
            "ZERO_CITATION", "OFFLOAD_CITATION"]
@@ -77,7 +77,7 @@ def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, 
 def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int) -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
 
-    >>> from symbolic.dims import Psi
+    >>> from memderive.symbolic.dims import Psi
     >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
     14*Psi
     """

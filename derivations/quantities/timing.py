@@ -22,7 +22,7 @@ FLOPs at ``efficiency`` x peak and its bytes at the memory bandwidth (weights on
 cache), plus its tensor-parallel all-reduces; decode reads every weight and the whole cache per
 step.
 
->>> from derivations.estimate import estimate
+>>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
 >>> st = step_time(e, "a100-80gb")
 >>> round(st.mfu, 3), round(st.tokens_per_s)  # one GPU: compute only, at 50% of peak
@@ -35,11 +35,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from derivations.hardware import GPU, gpu as lookup
-from derivations.quantities.compute import whole_model
-from symbolic.derive import evaluate
-from symbolic.formula import Citation
-from symbolic.graph import Graph
+from memderive.derivations.hardware import GPU, gpu as lookup
+from memderive.derivations.quantities.compute import whole_model
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
 
 __all__ = ["StepTime", "InferenceTime", "step_time", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "plan_step_time"]
@@ -134,9 +134,9 @@ class StepTime:
 def _stage_flops(est: Any) -> int:
     """Hardware FLOPs per GPU of the busiest pipeline stage: the first (the estimate's graph) or
     the last (layers and the LM head)."""
-    from derivations.quantities.compute import HARDWARE
-    from symbolic.derive import flops
-    from symbolic.strategies import PipelineParallel
+    from memderive.derivations.quantities.compute import HARDWARE
+    from memderive.symbolic.derive import flops
+    from memderive.symbolic.strategies import PipelineParallel
 
     first = est.number("hardware_flops_per_gpu")
     if est.options.pp == 1:
@@ -182,7 +182,7 @@ def step_time(est: Any, gpu: GPU | str, efficiency: float = DEFAULT_EFFICIENCY) 
 
 
 def _sym(name: str) -> Any:
-    from symbolic.dims import sym
+    from memderive.symbolic.dims import sym
 
     return sym(name)
 
@@ -219,7 +219,7 @@ class InferenceTime:
 
 def inference_time(est: Any, gpu: GPU | str, efficiency: float = DEFAULT_EFFICIENCY) -> InferenceTime:
     """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``."""
-    from derivations.quantities.inference import inference_graph, serving_dtypes
+    from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 
     hw = lookup(gpu) if isinstance(gpu, str) else gpu
     opts, values = est.options, est.values
@@ -268,8 +268,8 @@ def plan_step_time(model: Any, base: Any, row: dict, global_batch: int, peak_flo
     The GPU is ``base.gpu`` (its link bandwidth times the communication); without one, a GPU of
     ``peak_flops`` with no communication modelled, or no time at all without ``peak_flops``.
     """
-    from derivations.estimate import estimate
-    from derivations.hardware import GPUS
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.hardware import GPUS
 
     est = estimate(model, replace(base, **row))
     m, v, p = row["micro_batches"], row.get("virtual_stages") or 1, row["pp"]

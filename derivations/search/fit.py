@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from derivations.estimate import estimate, resolve_model
-from derivations.models.model import Model
-from derivations.options import Options
-from derivations.quantity import exact_int
-from symbolic.dims import b, s
-from symbolic.errors import DerivationError
-from symbolic.expr import Expr, Number, total
+from memderive.derivations.estimate import estimate, resolve_model
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import exact_int
+from memderive.symbolic.dims import b, s
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.expr import Expr, Number, total
 
 __all__ = ["Fit", "FitError", "DoesNotFit", "fit", "SOLVE_FOR", "smallest_changes"]
 

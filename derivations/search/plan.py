@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from derivations.estimate import check_layout, estimate, resolve_model
-from derivations.models.model import Model
-from derivations.options import Options
-from derivations.search.sweep import _Plan
-from symbolic.dims import b, d, m, p, t, v
-from symbolic.errors import DerivationError, InvalidLayoutError
+from memderive.derivations.estimate import check_layout, estimate, resolve_model
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.derivations.search.sweep import _Plan
+from memderive.symbolic.dims import b, d, m, p, t, v
+from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 
 __all__ = ["Layout", "PlanError", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE"]
@@ -185,7 +185,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     params = estimate(resolved, base).number("parameters")
     timer = STEP_TIME
     if base.gpu is not None:
-        from derivations.quantities.timing import plan_step_time as timer
+        from memderive.derivations.quantities.timing import plan_step_time as timer
     timed = [(timer(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
     timed.sort(key=_rank)
     return [_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]]
@@ -249,7 +249,7 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     one, a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so tokens/s is
     proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to rank; none
     is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits."""
-    from derivations.search.fit import FitError, fit
+    from memderive.derivations.search.fit import FitError, fit
 
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
@@ -283,7 +283,7 @@ def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fi
              if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
     timing = None
     if base.gpu is not None:
-        from derivations.quantities.timing import time_of
+        from memderive.derivations.quantities.timing import time_of
 
         timing = time_of(est)
     return [ServingLayout(shown, gpus or base.tp, est.number("total_bytes"), found.value * replicas, read, timing)]

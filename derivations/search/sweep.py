@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from derivations.estimate import estimate, resolve_model, structure_key
-from derivations.options import Options, OptionsError
-from symbolic.dims import b, n, s
-from symbolic.expr import Expr, _Node, _Sym
+from memderive.derivations.estimate import estimate, resolve_model, structure_key
+from memderive.derivations.options import Options, OptionsError
+from memderive.symbolic.dims import b, n, s
+from memderive.symbolic.expr import Expr, _Node, _Sym
 
 __all__ = ["sweep", "SWEEPABLE", "SweepError"]
 
