@@ -24,11 +24,12 @@ from memderive.derivations.quantities.timing import time_json
 from memderive.derivations.models.implementations import describe as describe_implementation
 from memderive.derivations.models.implementations import hf_layers
 from memderive.derivations.models.model import Model
+from memderive.derivations.option_table import shared_names, symbol_values
 from memderive.derivations.options import PROFILES, ArgumentError, Options, OptionsError
 from memderive.derivations.models.presets import PRESETS, preset
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations, parameters
-from memderive.symbolic.dims import b, d, ep, h, l, m, p, r, s, t, v
+from memderive.symbolic.dims import b, h, l, s
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError, shown
 from memderive.symbolic.expr import Expr, const
 from memderive.symbolic.experts import ActiveExperts, has_experts
@@ -74,22 +75,6 @@ def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
     if name.endswith(".json") or "/" in name or Path(name).exists():
         return load_config(name)
     return preset(name)  # raises with the list of bundled names
-
-
-def _layout_values(opts: Options) -> dict[Expr, int]:
-    values = {t: opts.tp, p: opts.pp, d: opts.dp}
-    if opts.batch is not None:
-        values[b] = opts.batch
-    if opts.seq is not None:
-        values[s] = opts.seq
-    if opts.micro_batches is not None:
-        values[m] = opts.micro_batches
-    if opts.virtual_stages is not None:
-        values[v] = opts.virtual_stages
-    if opts.lora_rank is not None:
-        values[r] = opts.lora_rank
-    values[ep] = opts.ep
-    return values
 
 
 def check_layout(model: Model, opts: Options) -> None:
@@ -334,7 +319,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 
         check_inference(resolved, options)  # value checks run on every call, cached derivation or not
     graph, quantities = _derived(resolved, options)
-    values = {**resolved.values(), **_layout_values(options)}
+    values = {**resolved.values(), **symbol_values(options)}
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import inference_values
 
@@ -342,10 +327,10 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     return Estimate(resolved, options, graph, quantities, values)
 
 
-#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v): graphs differ only by
-#: the flags in ``structure_key``, so a derivation is shared by every value with the same flags.
-VALUE_FIELDS = frozenset({"batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches", "virtual_stages",
-                          "lora_rank", "gpu", "efficiency"})  # gpu, efficiency: times only, never the graph
+#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v, r) or only the times (gpu,
+#: efficiency): graphs differ only by the flags in ``structure_key``, so a derivation is shared by every value
+#: with the same flags (``shared`` in ``derivations.option_table``).
+VALUE_FIELDS = shared_names()
 _DERIVED: dict[tuple, tuple[Graph, tuple[Quantity, ...]]] = {}
 _CACHE_SIZE = 1024
 

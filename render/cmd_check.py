@@ -17,7 +17,7 @@ import argparse
 import json
 from typing import Any
 
-from memderive.cli import add_model_options, add_strategy_options, fail
+from memderive.arguments import add_model_options, add_options, fail, option_values
 
 #: kept here (not imported) so that registering the command stays cheap
 VERDICTS = ("exact", "conditional", "leading-order", "different")
@@ -34,38 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
     parser.add_argument("--expect", choices=VERDICTS, help="the verdict the author claims (e.g. leading-order)")
     add_model_options(parser, required=False)
-    add_strategy_options(parser)
+    add_options(parser, "check")
     parser.add_argument("--json", action="store_true", help="JSON: verdict, difference, counterexample, ...")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
     parser.set_defaults(func=run)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    """The strategy options given on the command line (the quantity decides the mode).
-
-    Every ``Options`` field but ``mode`` (a test holds this list to ``Options``); not
+    """The strategy options given on the command line (the quantity decides the mode): every
+    ``Options`` field but ``mode`` that is set (a test holds this to ``Options``); not
     ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
-    quantity decides its own (a parameter count ignores ``--zero``).
-    """
-    from memderive.units import parse_size
-
-    fields = {"batch": args.batch, "seq": args.seq, "new_tokens": args.new_tokens, "dtype": args.dtype,
-              "optimizer": args.optimizer, "tp": args.tp, "pp": args.pp, "dp": args.dp, "sp": args.sp,
-              "zero": args.zero, "offload": args.offload, "recompute": args.recompute, "flash": args.flash,
-              "attention": args.attention, "kv_block": args.kv_block,
-              "dropout": not args.no_dropout, "micro_batches": args.micro_batches,
-              "virtual_stages": args.virtual_stages, "profile": args.profile, "weight_dtype": args.weight_dtype,
-              "kv_dtype": args.kv_dtype, "quant_group": args.quant_group,
-              "overhead_bytes": parse_size(args.overhead, "--overhead"), "implementation": args.implementation,
-              "lora_rank": args.lora_rank, "lora_targets": _listed(args.lora_targets), "lora_dropout": args.lora_dropout,
-              "dora": args.dora, "base_dtype": args.base_dtype, "freeze_embeddings": args.freeze_embeddings,
-              "train_only": _listed(args.train_only), "ep": args.ep,
-              "capacity_factor": args.capacity_factor, "gpu": args.gpu, "efficiency": args.efficiency}
-    return {k: v for k, v in fields.items() if v is not None}
-
-
-def _listed(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
+    quantity decides its own (a parameter count ignores ``--zero``)."""
+    return option_values(args)
 
 
 def _render(result: Any, fmt: str) -> str:

@@ -12,7 +12,7 @@ import argparse
 import json
 from fractions import Fraction
 
-from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
+from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
 
 __all__ = ["register", "compare_report"]
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("compare", help="memderive beside Megatron, DeepSpeed, llm-analysis, EleutherAI and "
                                             "accelerate, each in its own accounting, every gap over 1%% explained")
     add_model_options(parser)
-    add_strategy_options(parser)
+    add_options(parser, "compare")
     parser.add_argument("--convention", action="append", default=None,
                         help="only these conventions (repeat): memderive, megatron, deepspeed, llm-analysis, "
                              "eleuther, accelerate")

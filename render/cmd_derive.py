@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args
+from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
 from memderive.cmd_estimate import add_writeup_options, render_options
 from memderive.quantity_names import GROUPS, QUANTITIES
 
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("derive", help="print the closed form of a quantity")
     parser.add_argument("quantity", choices=tuple(QUANTITIES))
     add_model_options(parser, required=False)
-    add_strategy_options(parser)
+    add_options(parser, "derive")
     parser.add_argument("--strategy", help="shorthand, e.g. tp+sp+selective, flash, pp+zero1 (" + ", ".join(STRATEGIES) + ")")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
     add_writeup_options(parser)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from memderive.cli import add_model_options, add_output_options, add_strategy_options, emit, options_from_args, whole_number
+from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("estimate", help="parameters and memory of a model, with the derivation")
     add_model_options(parser)
-    add_strategy_options(parser)
+    add_options(parser, "estimate")
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
     parser.add_argument("--convention", default="memderive",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from memderive.cli import add_model_options, add_strategy_options, options_from_args
+from memderive.arguments import add_model_options, add_options, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                         "fits, 1: does not fit even 1, with the changes that would; 2: bad input)")
     add_model_options(parser)
     parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB (default: --gpu's)")
-    add_strategy_options(parser)
+    add_options(parser, "fit")
     parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
     parser.set_defaults(func=run)
 
@@ -31,8 +31,6 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    # NOTE(fit): errors are ValueError, not render.cli.fail: under ``python -m memderive.cli`` the
-    # CliError that fail() raises is not the class main() catches (__main__ vs render.cli).
     from dataclasses import replace
     from fractions import Fraction
 

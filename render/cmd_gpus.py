@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from memderive.cli import emit
+from memderive.arguments import emit
 
 
 def register(sub: argparse._SubParsersAction) -> None:

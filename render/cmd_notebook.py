@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from memderive.cli import add_model_options, add_strategy_options, command_line, options_from_args
+from memderive.arguments import add_model_options, add_options, command_line, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("notebook", help="write a Jupyter notebook deriving a model's memory step by step")
     add_model_options(parser)
-    add_strategy_options(parser)
+    add_options(parser, "notebook")
     parser.add_argument("--gpu-memory", default="80GiB", help="capacity line of the plots (default 80GiB)")
     parser.add_argument("--execute", action="store_true", help="run the notebook (needs nbclient and ipykernel)")
     parser.add_argument("--force", action="store_true", help="overwrite an existing file")

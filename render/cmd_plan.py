@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from memderive.cli import add_model_options, add_output_options, emit, fail, whole_number
+from memderive.arguments import add_model_options, add_options, add_output_options, emit, fail, option_argv, options_from_args, whole_number
 
 PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -27,18 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=("train", "infer"), default="train")
     parser.add_argument("--gpus", type=whole_number, help="GPU count (default: the fewest that fit)")
     parser.add_argument("--gpu-memory", help="memory of one GPU, e.g. 80GB (10^9 B) or 80GiB (default: --gpu's)")
-    parser.add_argument("--gpu", help="a GPU by name (memderive gpus lists them): memory budget, and step times "
-                        "from the compute model")
-    parser.add_argument("--efficiency", type=float, help="with --gpu: fraction of dense peak FLOP/s reached "
-                        "(default 0.5: Narayanan et al. 2021)")
     parser.add_argument("--peak-tflops", type=float, help="without --gpu: one GPU's dense peak in TFLOP/s, for the "
                         "proxy's step times")
-    parser.add_argument("--seq", type=whole_number, required=True, help="tokens per sequence")
     parser.add_argument("--global-batch", type=whole_number, help="sequences per optimizer step (training)")
-    parser.add_argument("--new-tokens", type=whole_number, default=0, help="tokens generated per sequence (inference)")
     parser.add_argument("--no-flash", action="store_true", help="plan without FlashAttention")
-    parser.add_argument("--dtype", default="bf16", help="training precision (bf16 = mixed precision)")
-    parser.add_argument("--optimizer", default="adamw")
+    add_options(parser, "plan", required=("seq",))
     parser.add_argument("--top", type=whole_number, default=5, help="how many layouts to show (default 5)")
     parser.add_argument("--json", action="store_true", help='{"layouts": [{"options": ..., "total_bytes": ...}]}')
     add_output_options(parser)
@@ -73,7 +66,6 @@ def _time_model(model: str, layout: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.options import Options
     from memderive.derivations.search.plan import plan
 
     if args.mode == "infer":
@@ -85,8 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, peak = _capacity(args)
-    base = Options(mode="train", batch=1, seq=args.seq, dtype=args.dtype, optimizer=args.optimizer, gpu=args.gpu,
-                   efficiency=args.efficiency)
+    base = options_from_args(args, "train", batch=1, dp=args.ep)  # plan picks dp (a multiple of ep)
     layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
                    flash=not args.no_flash, top=args.top)
     model = _time_model(args.model, layouts[0]) if args.gpu else [PROXY]
@@ -104,7 +95,6 @@ INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from memderive.derivations.options import Options
     from memderive.derivations.search.plan import plan_infer
 
     for name in ("gpus", "seq", "top"):
@@ -112,8 +102,8 @@ def _infer(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, _ = _capacity(args)
-    base = Options(mode="infer", batch=1, seq=args.seq, gpu=args.gpu, efficiency=args.efficiency)
-    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=args.new_tokens, options=base,
+    base = options_from_args(args, "infer", batch=1)
+    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=base.new_tokens, options=base,
                          top=args.top)
     model = list(layouts[0].timing.model()) if layouts[0].timing is not None else [INFER_PROXY]
     if args.json:
@@ -130,7 +120,7 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
     timed = layouts[0].timing is not None
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
-             f"{args.new_tokens} new tokens", *(f"NOTE: {x}" for x in model), "",
+             f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model), "",
              "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)" +
              ("  prefill (s)  decode step (s)  tokens/s" if timed else "")]
     for i, x in enumerate(layouts, 1):
@@ -160,19 +150,5 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}")
-    lines += ["", "re-run a row: memderive estimate --model " + args.model + " --mode train " +
-              _flags(layouts[0].options)]
+    lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options))]
     return "\n".join(lines)
-
-
-def _flags(options: dict) -> str:
-    parts = []
-    for key, value in options.items():
-        if key == "mode":
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-        elif value is not False and value is not None:
-            parts.append(f"{flag} {value}")
-    return " ".join(parts)

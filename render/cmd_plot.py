@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from memderive.cli import add_model_options, add_output_options, add_strategy_options, check_output, options_from_args
+from memderive.arguments import add_model_options, add_output_options, add_options, check_output, options_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("plot", help="plot per-GPU memory: layouts side by side, or against s or b")
     add_model_options(parser)
-    add_strategy_options(parser)
+    add_options(parser, "plot")
     parser.add_argument("--kind", choices=("breakdown", "seq", "batch"), default="breakdown",
                         help="breakdown: stacked bars across layouts; seq/batch: memory against s or b")
     parser.add_argument("--gpu-memory", default=None, help="draw the capacity line, e.g. 80GB or 80GiB")

@@ -12,7 +12,7 @@ import copy
 import os
 import sys
 
-from memderive.cli import add_model_options, add_strategy_options, fail, options_from_args
+from memderive.arguments import add_model_options, add_options, fail, options_from_args
 
 #: CLI flags that take ranges, and the Options fields they set (in derivations.search.sweep.SWEEPABLE).
 RANGES = {"batch": "--batch", "seq": "--seq", "new_tokens": "--new-tokens", "tp": "--tp", "pp": "--pp",
@@ -22,7 +22,7 @@ RANGES = {"batch": "--batch", "seq": "--seq", "new_tokens": "--new-tokens", "tp"
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sweep", help="every quantity over ranges of batch, seq, tp, pp, ... (exact, CSV)")
     add_model_options(parser)
-    add_strategy_options(parser)
+    add_options(parser, "sweep")
     for action in parser._actions:  # these take ranges start:stop[:step] or lists a,b,c
         if action.dest in RANGES:
             action.type = str

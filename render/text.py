@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memderive.derivations.estimate import Estimate
+from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.units import format_bytes, format_count, scaled_bytes
 
@@ -92,43 +93,30 @@ def _header(est: Estimate) -> list[str]:
     return lines + [f"note: {x}" for x in est.notes()]
 
 
-#: The inputs each mode is computed under (the JSON's ``inputs`` holds every option).
-_MODE_INPUTS = {
-    "train": ("batch", "seq", "dtype", "optimizer", "tp", "pp", "dp", "sp", "zero", "offload", "recompute",
-              "attention", "dropout", "micro_batches", "virtual_stages", "profile", "implementation", "overhead_bytes",
-              "lora_rank", "lora_targets", "lora_dropout", "dora", "base_dtype", "freeze_embeddings", "train_only"),
-    "infer": ("batch", "seq", "new_tokens", "weight_dtype", "kv_dtype", "quant_group", "tp", "attention", "kv_block",
-              "overhead_bytes"),
-}
-
-
-#: Fine-tuning inputs, shown only when set (a full fine-tune has none).
-_FINE_TUNING = frozenset({"lora_rank", "lora_targets", "lora_dropout", "dora", "base_dtype", "freeze_embeddings",
-                          "train_only"})
-
-
-def _word(key: str, value: object) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(map(str, value))
-    if isinstance(value, bool):
+def _word(option: Option, value: object) -> str:
+    if option.kind == "names":
+        return ",".join(map(str, value))  # type: ignore[call-overload]
+    if option.kind == "bool":
         return "on" if value else "off"
-    if key == "overhead_bytes" and isinstance(value, int):
+    if option.kind == "size" and isinstance(value, int):
         return " = ".join(scaled_bytes(value)) if value else "none"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def inputs_text(est: Estimate) -> str:
-    """The inputs of the estimate on one line, as the JSON's ``inputs`` holds them (None left out).
+    """The inputs of the estimate on one line, as the JSON's ``inputs`` holds them (None left out): the
+    options of the mode that ``OPTIONS`` echoes (``set`` ones, such as fine-tuning's, only when set).
 
     A parameter count depends on the model only, so its inputs are the mode alone."""
     inputs = est.inputs()
     mode = inputs["mode"]
-    if mode not in _MODE_INPUTS:
+    if mode == "params":
         return "mode params (parameter counts depend on the model only)"
     if mode == "infer" and inputs.get("weight_dtype") not in ("int4", "int8"):
         inputs.pop("quant_group", None)
-    pairs = [f"{k.replace('_bytes', '').replace('_', ' ')} {_word(k, inputs[k])}" for k in _MODE_INPUTS[mode]
-             if inputs.get(k) is not None and not (k in _FINE_TUNING and not inputs[k])]
+    pairs = [f"{o.label} {_word(o, inputs[o.name])}" for o in OPTIONS
+             if mode in o.modes and o.echo != "never" and inputs.get(o.name) is not None
+             and not (o.echo == "set" and not inputs[o.name])]
     return f"mode {mode}, " + ", ".join(pairs)
 
 

@@ -24,6 +24,7 @@ import sympy as sp
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
+from memderive.arguments import option_argv
 from memderive.text import inputs_text, strategies_text
 from memderive.latex import latex, number, tex_escape
 from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
@@ -132,21 +133,10 @@ def cli_command(est: Estimate, extra: Sequence[str] = (), command: str = "estima
 
     ``command`` is ``estimate`` or, e.g., ``derive activations`` (whose quantity implies the mode).
     """
-    defaults, opts = Options(), est.options
-    args = ["memderive", command, "--model", model_reference(est)]
-    for f in fields(Options):
-        if f.name in omit:
-            continue
-        value = getattr(opts, f.name)
-        if f.name == "mode" and command.startswith("derive"):
-            continue  # the quantity implies it
-        if value == getattr(defaults, f.name) and f.name != "mode":
-            continue
-        flag = "--" + {"overhead_bytes": "overhead", "dropout": "no-dropout"}.get(f.name, f.name).replace("_", "-")
-        if isinstance(value, bool):
-            args += [flag] if (value if f.name != "dropout" else not value) else []
-        else:
-            args += [flag, str(value)]
+    values = {f.name: getattr(est.options, f.name) for f in fields(Options) if f.name not in omit}
+    if command.startswith("derive"):
+        values.pop("mode", None)  # the quantity implies it
+    args = ["memderive", command, "--model", model_reference(est), *option_argv(values)]
     return " ".join([*args, *extra])
 
 

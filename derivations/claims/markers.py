@@ -10,11 +10,12 @@ line in between: a ``$$...$$`` or ``\\[...\\]`` block, inline ``$...$``, or inli
 ``<!-- memderive-defaults: model=llama-2-7b -->`` comment sets keys for every later marker.
 Markers inside fenced code blocks are examples, not claims, and are skipped.
 
-Keys: ``quantity`` (required), ``symbols``, ``model``, ``units``, ``syntax``, ``expect`` and the
-options ``tp pp dp zero batch seq new-tokens micro-batches virtual-stages recompute profile dtype
-optimizer kv-dtype weight-dtype lora-rank lora-targets train-only base-dtype`` (``key=value``) and
-``sp flash dropout offload dora freeze-embeddings`` (a bare key is true, ``no-flash`` or ``flash=false``
-false). Values with spaces or commas go in quotes (``lora-targets="q_proj,v_proj"``).
+Keys: ``quantity`` (required), ``symbols``, ``model``, ``units``, ``syntax``, ``expect`` and every
+option of ``check`` but ``--mode`` (the quantity decides it), by its flag's name as
+``derivations.option_table`` declares it: ``tp=8``, ``kv-block=16``, ``overhead=2GiB``,
+``attention=flash``, ``gpu=h100-sxm``, ...; a switch (``sp flash dropout offload dora ...``) as a bare
+key is true, ``no-flash`` or ``flash=false`` false. Values with spaces or commas go in quotes
+(``lora-targets="q_proj,v_proj"``).
 
 >>> found = find_claims('<!-- memderive: quantity=params.total -->\\n$N \\\\approx 12lh^2$')
 >>> found[0].line, found[0].claim.formula
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memderive.derivations.claims.check import Claim
+from memderive.derivations.option_table import Option, options_for, value_from_text
 
 __all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
 
@@ -39,13 +41,10 @@ _BLANK = re.compile(r"\n[ \t]*\n")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
 _FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
                       r"|`(?P<code>[^`\n]+)`", re.DOTALL)
-_INTS = ("tp", "pp", "dp", "zero", "batch", "seq", "new_tokens", "micro_batches", "virtual_stages", "quant_group",
-         "lora_rank")
-_FLAGS = ("sp", "flash", "dropout", "offload", "dora", "freeze_embeddings")
-_TEXTS = ("recompute", "profile", "dtype", "optimizer", "kv_dtype", "weight_dtype", "lora_targets", "train_only",
-          "base_dtype")
 _CLAIM_KEYS = ("quantity", "symbols", "model", "units", "syntax", "expect")
-KEYS = _CLAIM_KEYS + _INTS + _FLAGS + _TEXTS
+#: The options a marker sets: those of ``check`` but the mode (a claim's quantity decides it).
+_OPTIONS = {o.key: o for o in options_for("check") if o.name != "mode"}
+KEYS = _CLAIM_KEYS + tuple(_OPTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +57,9 @@ class Marked:
     error: str = ""
 
 
-def _flag(key: str, value: str) -> bool:
-    if value.lower() in ("true", "yes", "on", "1"):
-        return True
-    if value.lower() in ("false", "no", "off", "0"):
-        return False
-    raise ValueError(f"{key} must be true or false, not {value!r}")
+def _option(key: str) -> Option | None:
+    """The option a key names: its flag's name, or its ``Options`` field (``overhead_bytes``)."""
+    return _OPTIONS.get(key.replace("_", "-")) or next((o for o in _OPTIONS.values() if o.name == key), None)
 
 
 def marker_fields(body: str) -> dict[str, Any]:
@@ -77,20 +73,17 @@ def marker_fields(body: str) -> dict[str, Any]:
         key, sep, value = word.partition("=")
         key = key.strip().replace("-", "_")
         if not sep:
-            negated = key.startswith("no_") and key[3:] in _FLAGS
-            key, value = (key[3:], "false") if negated else (key, "true")
-            if key not in _FLAGS:
+            switch = _option(key[3:]) if key.startswith("no_") else None
+            key, value = (key[3:], "false") if switch is not None and switch.kind == "bool" else (key, "true")
+            if getattr(_option(key), "kind", None) != "bool":
                 raise ValueError(f"{word!r} needs a value ({key}=...)")
-        if key not in KEYS:
-            raise ValueError(f"unknown key {key!r}; keys: {', '.join(k.replace('_', '-') for k in KEYS)}")
-        if key in _INTS:
-            if not value.strip().isdigit():
-                raise ValueError(f"{key} must be a whole number, not {value!r}")
-            fields[key] = int(value)
-        elif key in _FLAGS:
-            fields[key] = _flag(key, value)
-        else:
+        option = _option(key)
+        if option is not None:
+            fields[option.name] = value_from_text(option, value)
+        elif key in _CLAIM_KEYS:
             fields[key] = value
+        else:
+            raise ValueError(f"unknown key {key!r}; keys: {', '.join(KEYS)}")
     return fields
 
 

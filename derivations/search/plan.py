@@ -32,9 +32,9 @@ import numpy as np
 
 from memderive.derivations.estimate import check_layout, estimate, resolve_model
 from memderive.derivations.models.model import Model
+from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.options import Options
 from memderive.derivations.search.sweep import _Plan
-from memderive.symbolic.dims import b, d, m, p, t, v
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 
 __all__ = ["Layout", "PlanError", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
@@ -42,7 +42,6 @@ __all__ = ["Layout", "PlanError", "plan", "plan_infer", "smallest_gpu_count", "p
 
 NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
 VIRTUAL = (1, 2, 4, 8)
-_FREE = (b, t, p, d, m, v)
 
 
 class PlanError(DerivationError):
@@ -86,14 +85,15 @@ def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[in
             yield tp, pp, vs
 
 
-def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool) -> list[dict]:
-    """Every layout as ``Options`` fields (memory not yet checked)."""
+def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
+                ep: int = 1) -> list[dict]:
+    """Every layout as ``Options`` fields (memory not yet checked); with ``ep``, data-parallel degrees it divides."""
     out = []
     recomputes = ("none", "full") if flash else ("none", "selective", "full")
     for tp, pp, vs in _degrees(model, base, gpus):
         dps = [gpus // (tp * pp)] if gpus is not None else _divisors(global_batch)
         for dp in dps:
-            if global_batch % dp:
+            if global_batch % dp or dp % ep:
                 continue
             for mb in _divisors(global_batch // dp):
                 count = global_batch // (dp * mb)
@@ -101,9 +101,15 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                     continue  # Megatron's interleaved schedule needs m divisible by p
                 for zero, recompute in itertools.product(range(4) if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": tp > 1, "zero": zero, "recompute": recompute,
-                                "flash": flash, "batch": mb, "micro_batches": count,
+                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep,
                                 "virtual_stages": None if vs == 1 else vs})
     return out
+
+
+def _axes(row: dict) -> list[Option]:
+    """The options a row sets whose values enter the closed forms as symbols (b, t, p, d, m, v): left free in
+    the derivation and evaluated per row (``shared`` in ``derivations.option_table``)."""
+    return [o for o in OPTIONS if o.name in row and o.shared and o.symbol is not None]
 
 
 def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
@@ -115,14 +121,13 @@ def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
                row["virtual_stages"] is None, row["sp"], row["flash"])
         groups.setdefault(key, []).append(i)
     out = np.empty(len(rows), dtype=object)
+    axes = _axes(rows[0])
+    free = {o.dim for o in axes}
     for indices in groups.values():
         est = estimate(model, replace(base, **rows[indices[0]]))
-        bound = {k: val for k, val in est.values.items() if k not in _FREE}
+        bound = {k: val for k, val in est.values.items() if k not in free}
         terms = _Plan.build([x.expr.subs(bound) for x in est.quantity("total_bytes").breakdown.terms])
-        env = {"b": [rows[i]["batch"] for i in indices], "t": [rows[i]["tp"] for i in indices],
-               "p": [rows[i]["pp"] for i in indices], "d": [rows[i]["dp"] for i in indices],
-               "m": [rows[i]["micro_batches"] for i in indices],
-               "v": [rows[i]["virtual_stages"] or 1 for i in indices]}
+        env = {o.symbol: [1 if rows[i][o.name] is None else rows[i][o.name] for i in indices] for o in axes}
         values = terms.run({k: np.asarray(x, dtype=np.int64) for k, x in env.items()})
         out[indices] = np.broadcast_to(values, (len(indices),))
     return out
@@ -162,14 +167,15 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         global_batch: sequences per optimizer step (b * m * d).
         seq: tokens per sequence.
         gpus: GPU count; None plans every count and keeps the smallest that fits.
-        options: base options (dtype, optimizer, profile, implementation, overhead, gpu, efficiency); layout
-            fields are set here. With ``gpu``, layouts are ranked by the compute model's step time.
+        options: base options (dtype, optimizer, profile, implementation, overhead, LoRA, ep, gpu, efficiency);
+            layout fields are set here (``ep`` kept: each row's dp is a multiple of it). With ``gpu``, layouts are ranked by the compute model's step time.
         peak_flops: one GPU's peak FLOP/s, for the proxy's step time in seconds (without ``gpu``).
         flash: plan with FlashAttention (it never costs memory); False plans without it.
     """
     resolved = resolve_model(model)
-    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, sp=False, zero=0)
-    rows = _candidates(resolved, base, global_batch, gpus, flash)
+    experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
+    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, sp=False, zero=0)
+    rows = _candidates(resolved, base, global_batch, gpus, flash, experts)
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")

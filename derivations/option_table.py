@@ -1,0 +1,268 @@
+"""Every option of an estimate, declared once: its flag, kind, default, the modes and commands it
+applies to, its size symbol, its help text and how it prints.
+
+The command line (argparse of every command, the "does not apply to this mode" rule), the notes-marker
+keys of ``check --file``, the inputs echoed by reports, the command lines rebuilt in writeups, notebooks
+and plan rows, the symbol bindings of an estimate and its cache key are all read from ``OPTIONS``. A new
+option is one entry here and the code that gives it meaning (an ``Options`` field, checked 1:1 by a
+test); nothing else.
+
+>>> OPTIONS_BY_NAME["tp"].flag, OPTIONS_BY_NAME["tp"].symbol, OPTIONS_BY_NAME["dropout"].key
+('--tp', 't', 'dropout')
+>>> marker_option("kv-block").name, value_from_text(OPTIONS_BY_NAME["overhead_bytes"], "2GiB")
+('kv_block', 2147483648)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memderive.derivations.sizes import parse_size, size_text
+from memderive.symbolic.dims import by_name, sym
+from memderive.symbolic.expr import Expr
+
+__all__ = ["Option", "OPTIONS", "OPTIONS_BY_NAME", "KINDS", "MODES", "COMMANDS", "STRATEGY_COMMANDS",
+           "options_for", "marker_option", "value_from_text", "value_text", "symbol_values", "shared_names"]
+
+MODES = ("params", "train", "infer")
+#: What an option's value is: how the command line and a notes marker read it, and how it prints.
+KINDS = ("int", "bool", "choice", "text", "size", "dtype", "float", "names")
+#: The commands that take the step-and-strategy options; ``plan`` takes the entries that name it.
+STRATEGY_COMMANDS = ("estimate", "derive", "fit", "plot", "notebook", "check", "compare", "sweep")
+COMMANDS = (*STRATEGY_COMMANDS, "plan")
+_STEP, _TUNING = "step and strategy", "fine-tuning"
+_PLANNED = (*STRATEGY_COMMANDS, "plan")
+_SAME = object()  # cli_default: the Options default
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option. ``name`` is its ``Options`` field; ``flag`` its command-line spelling (a ``bool``
+    whose default is True is set off by its flag, ``--no-dropout``).
+
+    ``modes``: the modes it applies to (the CLI refuses it, given, in another). ``symbol``: the name of
+    the ``symbolic.dims`` size its value binds (in the modes ``binds``). ``shared``: the derivation does
+    not depend on the value (a symbol, or times only), so the estimate cache key leaves it out.
+    ``echo``: ``always`` or ``set`` (only when true/non-empty) in the inputs line of a report, or
+    ``never``. ``example``: command-line words that set it to a value other than its default (the
+    table's round-trip test runs them through the CLI and a notes marker)."""
+
+    name: str
+    flag: str
+    kind: str
+    default: Any
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+    modes: tuple[str, ...] = ("train", "infer")
+    commands: tuple[str, ...] = STRATEGY_COMMANDS
+    symbol: str | None = None
+    binds: tuple[str, ...] = MODES
+    shared: bool = False
+    echo: str = "always"
+    group: str = _STEP
+    cli_default: Any = _SAME
+    example: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"option {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not self.flag.startswith("--") or self.echo not in ("always", "set", "never"):
+            raise ValueError(f"option {self.name}: flag {self.flag!r} or echo {self.echo!r} malformed")
+        if self.symbol is not None:
+            by_name(self.symbol)  # an undeclared dimension raises KeyError
+        if not set(self.modes) <= set(MODES) or not set(self.commands) <= set(COMMANDS):
+            raise ValueError(f"option {self.name}: unknown mode or command")
+
+    @property
+    def negated(self) -> bool:
+        """A switch that is on unless its flag is given (``--no-dropout``)."""
+        return self.kind == "bool" and self.default is True
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute of the flag (``no_dropout``, ``overhead``)."""
+        return self.flag[2:].replace("-", "_")
+
+    @property
+    def key(self) -> str:
+        """The notes-marker key and the echoed label's words: the flag's name, or the field's for a
+        negated switch (``dropout``, written ``no-dropout`` to set it off)."""
+        return self.name.replace("_", "-") if self.negated else self.flag[2:]
+
+    @property
+    def label(self) -> str:
+        """How the echoed inputs name it (``new tokens``, ``overhead``)."""
+        return self.key.replace("-", " ")
+
+    @property
+    def argument_default(self) -> Any:
+        """The command line's default: the Options default unless declared (``None``: unset, decided later)."""
+        if self.cli_default is not _SAME:
+            return self.cli_default
+        if self.kind == "size":
+            return size_text(self.default)
+        return ",".join(self.default) if self.kind == "names" else self.default
+
+    @property
+    def dim(self) -> Expr | None:
+        return None if self.symbol is None else sym(self.symbol)
+
+
+def _o(name: str, kind: str, default: Any, help: str = "", flag: str | None = None, **more: Any) -> Option:
+    return Option(name, flag or "--" + name.replace("_", "-"), kind, default, help, **more)
+
+
+#: Command-line words of a small step, for the examples.
+_TRAIN_STEP = ("--mode", "train", "--batch", "1", "--seq", "8")
+_INFER_STEP = ("--mode", "infer", "--batch", "1", "--seq", "8")
+_INFER = ("infer",)
+_TRAIN = ("train",)
+_ALL = MODES
+#: The options, in the order reports echo them (the order of ``--help`` and of rebuilt command lines).
+OPTIONS: tuple[Option, ...] = (
+    _o("mode", "choice", "params", choices=MODES, modes=_ALL, cli_default=None, echo="never",
+       example=_TRAIN_STEP),
+    _o("batch", "int", None, "micro-batch size: sequences in one micro-batch", symbol="b", shared=True,
+       example=("--mode", "train", "--batch", "2", "--seq", "8")),
+    _o("seq", "int", None, "tokens per sequence (the prompt, in inference)", symbol="s", shared=True, commands=_PLANNED,
+       example=("--mode", "train", "--batch", "1", "--seq", "16")),
+    _o("new_tokens", "int", 0, "tokens generated per sequence (inference)", modes=_INFER, symbol="n", binds=_INFER,
+       shared=True, commands=_PLANNED, cli_default=None, example=(*_INFER_STEP, "--new-tokens", "4")),
+    _o("weight_dtype", "dtype", None, "inference weight dtype (fp16, int8, int4, fp8, ...)", modes=_INFER,
+       commands=_PLANNED, example=(*_INFER_STEP, "--weight-dtype", "int8")),
+    _o("kv_dtype", "dtype", None, "inference KV-cache dtype", modes=_INFER, commands=_PLANNED,
+       example=(*_INFER_STEP, "--kv-dtype", "fp8")),
+    _o("quant_group", "int", 128, "int4/int8 quantization group size", modes=_INFER, symbol="g", binds=_INFER,
+       commands=_PLANNED, example=(*_INFER_STEP, "--weight-dtype", "int4", "--quant-group", "64")),
+    _o("dtype", "dtype", "bf16", "training parameter/compute dtype (bf16 = mixed precision)", modes=_TRAIN,
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--dtype", "fp32")),
+    _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd",
+       modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),
+    _o("tp", "int", 1, symbol="t", shared=True, example=(*_TRAIN_STEP, "--tp", "2")),
+    _o("pp", "int", 1, modes=_TRAIN, symbol="p", shared=True, example=(*_TRAIN_STEP, "--pp", "2")),
+    _o("dp", "int", 1, modes=_TRAIN, symbol="d", shared=True, example=(*_TRAIN_STEP, "--dp", "2")),
+    _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
+       example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
+    _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
+       echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
+    _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
+       modes=_ALL, echo="never", example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--capacity-factor", "1.25")),
+    _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,
+       example=(*_TRAIN_STEP, "--dp", "2", "--zero", "3")),
+    _o("offload", "bool", False, "ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU "
+       "memory; the GPU keeps the 16-bit weights", modes=_TRAIN,
+       example=(*_TRAIN_STEP, "--offload")),
+    _o("recompute", "choice", "none", choices=("none", "selective", "full"), modes=_TRAIN,
+       example=(*_TRAIN_STEP, "--recompute", "full")),
+    _o("flash", "bool", False, "short for --attention flash", echo="never",
+       example=(*_TRAIN_STEP, "--flash")),
+    _o("attention", "choice", None, "attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not "
+       "(default: sdpa in inference, as transformers' generate and serving engines; eager in training, "
+       "Korthikanti et al.'s assumption)", choices=("eager", "sdpa", "flash"),
+       example=(*_TRAIN_STEP, "--attention", "sdpa")),
+    _o("kv_block", "int", None, "inference: paged KV cache, whole blocks of this many tokens per sequence (vLLM: 16)",
+       modes=_INFER, example=(*_INFER_STEP, "--kv-block", "16")),
+    _o("dropout", "bool", True, flag="--no-dropout", modes=_TRAIN,
+       example=(*_TRAIN_STEP, "--no-dropout")),
+    _o("micro_batches", "int", None, modes=_TRAIN, symbol="m", shared=True,
+       example=(*_TRAIN_STEP, "--pp", "2", "--micro-batches", "4")),
+    _o("virtual_stages", "int", None, modes=_TRAIN, symbol="v", shared=True,
+       example=(*_TRAIN_STEP, "--pp", "2", "--virtual-stages", "2")),
+    _o("profile", "choice", "korthikanti", "activation profile: the paper's (norm stats neglected) or every saved tensor",
+       choices=("korthikanti", "exact"), modes=_TRAIN, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--profile", "exact")),
+    _o("implementation", "text", "megatron", "whose layers save the activations: megatron (fused kernels, the "
+       "published formulas; default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention",
+       modes=_TRAIN, example=(*_TRAIN_STEP, "--implementation", "hf")),
+    _o("overhead_bytes", "size", 0, "allowance for framework overhead, with a unit: 2GiB, 500MB", flag="--overhead",
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--overhead", "2GiB")),
+    _o("gpu", "text", None, "accelerator for times and memory budget (memderive gpus lists them), e.g. h100-sxm",
+       modes=_ALL, shared=True, echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "h100-sxm")),
+    _o("efficiency", "float", None, "fraction of dense peak FLOP/s reached (default 0.5: Narayanan et al. 2021)",
+       modes=_ALL, shared=True, echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--efficiency", "0.4")),
+    _o("lora_rank", "int", None, "LoRA rank r (with --lora-targets)", modes=_TRAIN, symbol="r", shared=True,
+       echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj")),
+    _o("lora_targets", "names", (), "modules as PEFT names them (q_proj,v_proj) or all-linear", modes=_TRAIN,
+       echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj,v_proj")),
+    _o("lora_dropout", "float", 0.0, "adapter dropout (> 0 saves a mask)", modes=_TRAIN, echo="set", group=_TUNING,
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--lora-rank", "8",
+                                   "--lora-targets", "q_proj", "--lora-dropout", "0.1")),
+    _o("dora", "bool", False, "DoRA: a magnitude vector per adapted output feature", modes=_TRAIN, echo="set",
+       group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj", "--dora")),
+    _o("base_dtype", "dtype", None, "frozen base weights: bf16, fp16, fp32, int8 (LLM.int8()), nf4 (QLoRA)",
+       modes=_TRAIN, echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj",
+                "--base-dtype", "nf4")),
+    _o("freeze_embeddings", "bool", False, "no gradients for the embeddings", modes=_TRAIN, echo="set", group=_TUNING,
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--freeze-embeddings")),
+    _o("train_only", "names", (), "freeze all but these modules (names, embeddings, lm_head, norms)", modes=_TRAIN,
+       echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--train-only", "lm_head")),
+)
+OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
+_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+def options_for(command: str) -> tuple[Option, ...]:
+    """The options ``command`` takes, in table order."""
+    return tuple(o for o in OPTIONS if command in o.commands)
+
+
+def marker_option(key: str) -> Option | None:
+    """The option a notes-marker key names (``kv-block``, ``kv_block``, ``overhead``), or None."""
+    key = key.replace("_", "-")
+    return _BY_KEY.get(key) or OPTIONS_BY_NAME.get(key.replace("-", "_"))
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def value_from_text(option: Option, text: str) -> Any:
+    """The ``Options`` value of ``text`` as a notes marker writes it (a ``ValueError`` says why not)."""
+    if option.kind == "int":
+        if not text.strip().isdigit():
+            raise ValueError(f"{option.key} must be a whole number, not {text!r}")
+        return int(text)
+    if option.kind == "bool":
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError(f"{option.key} must be true or false, not {text!r}")
+    if option.kind == "size":
+        return parse_size(text, option.key)
+    if option.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"{option.key} must be a number, not {text!r}") from None
+    return text
+
+
+def value_text(option: Option, value: Any) -> str:
+    """``value`` as the command line writes it (read back by the CLI to the same value)."""
+    if option.kind == "size":
+        return size_text(value)
+    if option.kind == "names" and not isinstance(value, str):
+        return ",".join(value)
+    return str(value)
+
+
+def symbol_values(options: Any) -> dict[Expr, int]:
+    """The size symbols the options bind (``t`` = --tp, ``b`` = --batch, ...), those set, in the modes each binds."""
+    out: dict[Expr, int] = {}
+    for o in OPTIONS:
+        value = getattr(options, o.name)
+        if o.symbol is not None and value is not None and options.mode in o.binds:
+            out[o.dim] = value
+    return out
+
+
+def shared_names() -> frozenset[str]:
+    """Options whose value the derivation does not depend on (the estimate cache key leaves them out)."""
+    return frozenset(o.name for o in OPTIONS if o.shared)
