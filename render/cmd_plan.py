@@ -66,7 +66,7 @@ def _time_model(model: str, layout: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.search.plan import plan
+    from memderive.derivations.search.plan import NothingFits, plan
 
     if args.mode == "infer":
         return _infer(args)
@@ -78,8 +78,11 @@ def run(args: argparse.Namespace) -> int:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, peak = _capacity(args)
     base = options_from_args(args, "train", batch=1, dp=args.ep)  # plan picks dp (a multiple of ep)
-    layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
-                   flash=not args.no_flash, top=args.top)
+    try:
+        layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
+                       flash=not args.no_flash, top=args.top)
+    except NothingFits as exc:
+        return _nothing_fits(args, capacity, exc)
     model = _time_model(args.model, layouts[0]) if args.gpu else [PROXY]
     if args.json:
         text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
@@ -90,12 +93,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nothing_fits(args: argparse.Namespace, capacity: int, exc: Any) -> int:
+    """No layout fits: an answer (exit 1, as ``fit``), with what would fit."""
+    from memderive.units import format_bytes
+
+    if args.json:
+        print(json.dumps({"model": args.model, "fits": False, "capacity_bytes": capacity, "needed_bytes": exc.needed,
+                          "would_fit": [{"change": c, "total_bytes": n} for c, n in exc.would_fit]}, indent=2))
+        return 1
+    print(f"does not fit: {exc}")
+    if exc.would_fit:
+        print("would fit with:")
+        width = max(len(change) for change, _ in exc.would_fit)
+        for change, total in exc.would_fit:
+            print(f"  {change:<{width}}  {format_bytes(total)}")
+    else:
+        print("no single change tried fits; use GPUs with more memory")
+    return 1
+
+
 INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s ~ batch x replicas / (weights + "
                "KV cache per GPU), what one decode step reads; no bandwidth assumed, so no seconds")
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from memderive.derivations.search.plan import plan_infer
+    from memderive.derivations.search.plan import NothingFits, plan_infer
 
     for name in ("gpus", "seq", "top"):
         value = getattr(args, name)
@@ -103,8 +125,11 @@ def _infer(args: argparse.Namespace) -> int:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, _ = _capacity(args)
     base = options_from_args(args, "infer", batch=1)
-    layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=base.new_tokens, options=base,
-                         top=args.top)
+    try:
+        layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=base.new_tokens, options=base,
+                             top=args.top)
+    except NothingFits as exc:
+        return _nothing_fits(args, capacity, exc)
     model = list(layouts[0].timing.model()) if layouts[0].timing is not None else [INFER_PROXY]
     if args.json:
         text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
@@ -120,14 +145,17 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
     timed = layouts[0].timing is not None
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
-             f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model), "",
+             f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model),
+             f"NOTE: memory budget {format_bytes(capacity * 9 // 10)}: 90% of each GPU, 10% left to the runtime "
+             "(vLLM's gpu_memory_utilization 0.9)", "",
              "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)" +
-             ("  prefill (s)  decode step (s)  tokens/s" if timed else "")]
+             ("  prefill (s)  decode step (s)  decode tok/s  end-to-end tok/s" if timed else "")]
     for i, x in enumerate(layouts, 1):
         row = (f"{i:4d} {x.options.get('tp', 1):3d} {x.options['batch']:6d} {x.tokens_per_step:15d} "
                f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
         if timed:
-            row += f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:9,.0f}"
+            row += (f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:13,.0f} "
+                    f"{x.end_to_end_tokens_per_s:17,.0f}")
         lines.append(row)
     return "\n".join(lines)
 

@@ -57,15 +57,20 @@ def time_lines(est: Estimate) -> list[str]:
     if timing is None:
         return []
     values = time_json(est)
-    lines = ["", f"time on {timing.gpu.title} at {timing.efficiency:.0%} of dense peak:"]
-    lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items() if key not in ("gpu", "efficiency")]
+    lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
+    if not values["fits_gpu"]:
+        lines.append(f"  does not fit: {format_bytes(est.number('total_bytes'))} per GPU is more than the "
+                     f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
+                     "that would hold it")
+    lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items()
+              if key not in ("gpu", "efficiency", "fits_gpu")]
     return lines + [f"  model: {line}" for line in timing.model()]
 
 
 def _seconds(key: str, value: float) -> str:
     if key == "mfu":
         return f"{value:.1%}"
-    return f"{value:,.0f}" if key == "tokens_per_s" else f"{value:.4g} s"
+    return f"{value:,.0f}" if key.endswith("tokens_per_s") else f"{value:.4g} s"
 
 
 def _grouped_rows(q: Quantity, est: Estimate, depth: int) -> list[tuple[str, int]]:
@@ -140,7 +145,7 @@ def summary_report(est: Estimate, precision: int = 2) -> str:
     lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})", f"inputs: {inputs_text(est)}"]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
-    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision))
+    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + time_lines(est))
 
 
 def _summary(est: Estimate, precision: int) -> list[str]:

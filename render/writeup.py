@@ -276,9 +276,11 @@ def _time(est: Estimate, fmt: _Format) -> dict[str, Any] | None:
     timing = time_of(est)
     if timing is None:
         return None
-    rows = [(fmt.code(k), f"{v:.1%}" if k == "mfu" else f"{v:,.0f}" if k == "tokens_per_s" else f"{v:.4g} s")
-            for k, v in time_json(est).items() if k not in ("gpu", "efficiency")]
-    return {"gpu": fmt.text(f"{timing.gpu.title}, {timing.efficiency:.0%} of dense peak"), "rows": rows,
+    values = time_json(est)
+    rows = [(fmt.code(k), f"{v:.1%}" if k == "mfu" else f"{v:,.0f}" if k.endswith("tokens_per_s") else f"{v:.4g} s")
+            for k, v in values.items() if k not in ("gpu", "efficiency", "fits_gpu")]
+    fits = "" if values["fits_gpu"] else " (the layout does not fit this GPU's memory)"
+    return {"gpu": fmt.text(f"{timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak{fits}"), "rows": rows,
             "model": [fmt.text(line) for line in timing.model()]}
 
 

@@ -292,7 +292,8 @@ class BlockBuilder:
             saved += (self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
                       self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
         out = self._act(f"{path}.out", (*lead, top_k), "router")
-        flops = _linear_flops(path, _rows(path, x), params[0], params[1] if bias else None) + \
+        rows = replace(_rows(path, x), seq_axis=1)  # sequence parallelism routes each rank's s/t tokens (Megatron-Core)
+        flops = _linear_flops(path, rows, params[0], params[1] if bias else None) + \
             _pointwise(path, "softmax", saved[1])
         return self._add(Op(path, "router", tuple(params), saved, out, flops=flops))
 
@@ -330,7 +331,7 @@ class BlockBuilder:
                  self._act(f"{path}.weights", (*lead, 1), "router"),
                  self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
-        rows = self._act(f"{path}.rows", lead, buffer)
+        rows = self._act(f"{path}.rows", lead, buffer, seq_axis=None)  # every token reaches the experts (SP gathers)
         flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1])
         return self._add(Op(path, "experts", tuple(params), saved, out, note, flops=flops))
 

@@ -1,32 +1,38 @@
-"""Time on a GPU: training step time, throughput and MFU; prefill and decode time from a roofline.
+"""Time on a GPU cluster: training step time, throughput and MFU; prefill and decode time from a roofline.
 
-Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et al. 2021):
+Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et al. 2021), on a cluster
+(``cluster.Cluster``: GPUs per node, the intra-node link, the network per GPU):
 
-* compute: the busiest pipeline stage's hardware FLOPs (recompute included) per micro-batch, times
-  m, at ``efficiency`` x the GPU's dense peak (``DEFAULT_EFFICIENCY``, cited);
-* pipeline bubble: ``(p - 1)/(m v)`` of the compute time (§2.2, interleaved schedule §2.2.2);
-* communication that is not hidden, ring collectives at half the intra-node link bandwidth each
-  way (NCCL's bus bandwidth: an all-reduce moves ``2(n-1)/n`` of the data, a reduce-scatter or
-  all-gather ``(n-1)/n``): tensor parallelism all-reduces each row-parallel layer's output in
-  forward and each column-parallel layer's input gradient in backward (sequence parallelism turns
-  each into a reduce-scatter plus an all-gather: the same bytes), full recompute repeats the
-  forward ones; the pipeline sends each micro-batch's activations and their gradients across a
-  stage boundary (``v`` times interleaved); data parallelism reduces the 16-bit gradients once per
-  step (reduce-scatter + all-gather, ``2(d-1)/d`` of the GPU's parameters; ZeRO-3 also gathers
-  the weights for forward and backward, ``3(d-1)/d``, Rajbhandari et al. 2020 §7).
+* compute, per micro-batch on the busiest pipeline stage: its hardware FLOPs (recompute included) at the GPU's
+  matmul efficiency for the per-GPU layer width h/t, plus its elementwise work at the memory bandwidth
+  (``efficiency``: both calibrated on published runs, never per run); ``efficiency=`` given instead: FLOPs at that
+  fraction of the dense peak alone;
+* communication per micro-batch, not hidden: tensor parallelism all-reduces each row-parallel layer's output in
+  forward and each column-parallel layer's input gradient in backward (sequence parallelism turns each into a
+  reduce-scatter plus an all-gather: the same bytes), full recompute repeats the forward ones, inside a node; the
+  pipeline sends each micro-batch's activations and their gradients to the next stage (``v`` times interleaved),
+  across nodes when the stage's ranks fill one;
+* pipeline bubble: ``(p - 1)/(m v)`` of the micro-batches' time (§2.2, interleaved schedule §2.2.2);
+* data parallelism: what is not hidden behind compute (``data_parallel_s``): the gradient reduction behind the
+  last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute; hierarchical rings on the
+  links the group spans.
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
-  (Chowdhery et al. 2022, App. B), ``hfu`` the same with hardware FLOPs.
+  (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed.
 
-Inference, one GPU of t (roofline, Williams et al. 2009): each phase takes the longer of its
-FLOPs at ``efficiency`` x peak and its bytes at the memory bandwidth (weights once, plus the KV
-cache), plus its tensor-parallel all-reduces; decode reads every weight and the whole cache per
-step.
+Inference, one GPU of t (roofline, Williams et al. 2009): each phase takes the longer of its FLOPs at the matmul
+efficiency x peak and its bytes at the memory bandwidth (the prefill reads the weights once; a decode step the
+weights, of the routed experts only those its batch touches, and the KV cache), plus its tensor-parallel
+all-reduces.
 
 >>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
 >>> st = step_time(e, "a100-80gb")
->>> round(st.mfu, 3), round(st.tokens_per_s)  # one GPU: compute only, at 50% of peak
-(0.5, 3385)
+>>> round(st.efficiency, 4)  # the A100's matmul efficiency at h = 4096: 0.83 * 4096 / (4096 + 300)
+0.7734
+>>> st.mfu < st.efficiency  # one GPU: compute only, the elementwise work at the memory bandwidth on top
+True
+>>> step_time(e, "a100-80gb", efficiency=0.5).mfu  # a given efficiency: the FLOPs alone, at half the peak
+0.5
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memderive.derivations.hardware import GPU, gpu as lookup
+from memderive.derivations.quantities.cluster import GPUS_PER_NODE, INTER_NODE_BANDWIDTH, NCCL, Cluster
 from memderive.derivations.quantities.compute import whole_model
+from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
@@ -48,8 +56,6 @@ __all__ = ["StepTime", "InferenceTime", "step_time", "inference_time", "DEFAULT_
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
 DEFAULT_EFFICIENCY = 0.5
 EFFICIENCY_SOURCE = Citation("Narayanan et al. 2021", "arXiv:2104.04473", "Abstract, Table 1: 52% of peak per GPU")
-NCCL = Citation("NCCL tests, performance notes", "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md",
-                "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
 
 
 def _ring(n: int) -> float:
@@ -101,6 +107,8 @@ class StepTime:
     tokens_per_step: int
     model_flops_per_step: int
     gpus: int
+    cluster: Cluster | None = None
+    calibrated: bool = False  # efficiency from the matmul curve (``matmul_efficiency``), not given
 
     @property
     def step_s(self) -> float:
@@ -116,12 +124,13 @@ class StepTime:
 
     def model(self) -> tuple[str, ...]:
         """How the time was modelled, one line per cause (for writeups)."""
-        return (f"compute: the busiest stage's hardware FLOPs at {self.efficiency:.0%} of {self.gpu.title}'s dense "
-                f"16-bit peak ({self.gpu.bf16_flops / 1e12:,.1f} TFLOP/s; efficiency: {EFFICIENCY_SOURCE})",
-                "pipeline bubble: (p - 1)/(m v) of the compute time (Narayanan et al. 2021 §2.2)",
-                f"communication not hidden, ring collectives at half the {self.gpu.link} bandwidth "
-                f"({self.gpu.link_bandwidth / 1e9:,.0f} GB/s both ways) each way ({NCCL}): TP all-reduces per layer, "
-                "PP sends per micro-batch, one DP gradient reduction per step",
+        cluster = self.cluster or Cluster(self.gpu)
+        return (compute_line(self.gpu, self.efficiency, self.calibrated),
+                "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
+                "(Narayanan et al. 2021 §2.2)",
+                f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
+                "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
+                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({NCCL})",
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)")
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +138,19 @@ class StepTime:
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
+
+
+def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
+    """How compute was timed, in words."""
+    peak = f"{hw.title}'s dense 16-bit peak ({hw.bf16_flops / 1e12:,.1f} TFLOP/s)"
+    if not calibrated:
+        return f"compute: the busiest stage's hardware FLOPs at {efficiency:.0%} (given) of {peak}"
+    c = calibration(hw)
+    stand_in = ("" if c.fitted_on == hw.name else
+                f"; no measured runs on this GPU: the {c.fitted_on} constants, half width scaled by the ridge point")
+    return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
+            f"{c.ceiling:g} w/(w + {c.half_width:,.0f}) at per-GPU width w = h/t, and its elementwise FLOPs at "
+            f"{c.bytes_per_flop:g} bytes each over the memory bandwidth ({MATMUL_SOURCE}{stand_in})")
 
 
 def _stage_flops(est: Any) -> int:
@@ -150,35 +172,78 @@ def _stage_flops(est: Any) -> int:
     return max(first, int(evaluate(flops(graph, phases=HARDWARE).total, est.values)))
 
 
-def step_time(est: Any, gpu: GPU | str, efficiency: float = DEFAULT_EFFICIENCY) -> StepTime:
-    """Time of one optimizer step of a training estimate (``mode="train"``) on ``gpu``.
+def elementwise_flops(est: Any) -> int:
+    """Elementwise FLOPs of one micro-batch, whole model, that move memory: all of them, less the attention core's
+    under a fused kernel (FlashAttention and SDPA keep the scores on chip)."""
+    terms = est.quantity("elementwise_flops").term_ints(est.values)
+    fused = est.options.attention_kernel != "eager"
+    return sum(v for k, v in terms if not (fused and "attn/core/" in k))
 
-    Micro-batches per step: ``options.micro_batches`` (1 when not given). The plan search ranks
-    layouts by ``step_time(...).step_s``.
+
+def cluster_of(options: Any, hw: GPU) -> Cluster:
+    """The cluster the options describe (``gpus_per_node``, ``inter_node_bandwidth``) of ``hw`` GPUs."""
+    return Cluster(hw, getattr(options, "gpus_per_node", None) or GPUS_PER_NODE,
+                   getattr(options, "inter_node_bandwidth", None) or INTER_NODE_BANDWIDTH)
+
+
+def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int, m: int, micro_s: float) -> float:
+    """Data-parallel communication not hidden behind compute, one step.
+
+    ZeRO 0: one all-reduce of the 16-bit gradients, bucketed behind the last micro-batch's backward (about 2/3 of
+    its time; PyTorch DDP, Li et al. 2020 §3.2.3; Megatron-LM ``--overlap-grad-reduce``). ZeRO 1-2 (the distributed
+    optimizer): a reduce-scatter behind that backward and the parameters' all-gather behind the next step's first
+    forward (1/3). ZeRO-3: every micro-batch gathers the weights for its forward and again for its backward and
+    reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x the all-reduce's volume, per micro-batch),
+    prefetched behind that micro-batch's compute (FSDP)."""
+    if d <= 1:
+        return 0.0
+    if zero == 3:
+        per_micro = 3 * cluster.reduce_scatter(grads, d, stride)
+        return m * max(0.0, per_micro - micro_s)
+    if zero == 0:
+        return max(0.0, cluster.all_reduce(grads, d, stride) - micro_s * 2 / 3)
+    scatter = gather = cluster.reduce_scatter(grads, d, stride)
+    return max(0.0, scatter - micro_s * 2 / 3) + max(0.0, gather - micro_s / 3)
+
+
+def step_time(est: Any, gpu: GPU | str | Cluster, efficiency: float | None = None) -> StepTime:
+    """Time of one optimizer step of a training estimate (``mode="train"``) on ``gpu`` (a name, a ``GPU`` or a
+    ``Cluster``; a name or GPU takes the cluster of the estimate's options).
+
+    Micro-batches per step: ``options.micro_batches`` (1 when not given). ``efficiency``: a fraction of dense peak
+    to use instead of the calibrated matmul efficiency (``matmul_efficiency``). The plan search ranks layouts by
+    ``step_time(...).step_s``.
     """
-    hw = lookup(gpu) if isinstance(gpu, str) else gpu
-    if not 0 < efficiency <= 1:
+    if isinstance(gpu, Cluster):
+        cluster, hw = gpu, gpu.gpu
+    else:
+        hw = lookup(gpu) if isinstance(gpu, str) else gpu
+        cluster = cluster_of(est.options, hw)
+    if efficiency is not None and not 0 < efficiency <= 1:
         raise ValueError(f"--efficiency must be a fraction of peak in (0, 1], got {efficiency!r}")
     opts, values = est.options, est.values
     t, p, d, m, v = opts.tp, opts.pp, opts.dp, opts.micro_batches or 1, opts.virtual_stages or 1
-    peak = hw.bf16_flops * efficiency
-    compute = m * _stage_flops(est) / peak
-    bubble = compute * (p - 1) / (m * v)
-    link = hw.link_bandwidth / 2
+    eff = efficiency if efficiency is not None else matmul_efficiency(hw, est.model.sizes["h"] // t)
+    stage = _stage_flops(est)
+    micro = stage / (hw.bf16_flops * eff)
+    if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
+        micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
+            / hw.memory_bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
-    tp_s = pp_s = dp_s = 0.0
+    tp_micro = pp_micro = 0.0
     if t > 1:
         fwd, bwd = tp_bytes(whole_model(base, opts), values, opts.recompute == "full")
-        tp_s = m * 2 * _ring(t) * (fwd + bwd) / p / link
+        tp_micro = cluster.all_reduce((fwd + bwd) / p, t, 1)
     if p > 1:
-        boundary = _bytes(base.block("layer").input.nbytes, values)
-        pp_s = m * v * 2 * boundary / link
-    if d > 1:
-        grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
-        dp_s = (3 if opts.zero == 3 else 2) * _ring(d) * grads / link
+        boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1)
+        pp_micro = 2 * v * cluster.send(boundary, t * d)
+    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro)
+    grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
+    dp_s = data_parallel_s(cluster, grads, d, t, opts.zero, m, micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
-    return StepTime(hw, efficiency, compute, bubble, tp_s, pp_s, dp_s, tokens, model_flops, t * p * d)
+    return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops, t * p * d,
+                    cluster, efficiency is None)
 
 
 def _sym(name: str) -> Any:
@@ -189,7 +254,7 @@ def _sym(name: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class InferenceTime:
-    """Prefill and per-step decode time of one GPU (roofline), and decode throughput."""
+    """Prefill and per-step decode time of one replica (roofline), decode and end-to-end throughput."""
 
     gpu: GPU
     efficiency: float
@@ -199,44 +264,86 @@ class InferenceTime:
     new_tokens: int
     prefill_bound: str
     decode_bound: str
+    experts_read: float | None = None  # MoE: the fraction of routed experts one decode step reads
 
     @property
     def tokens_per_s(self) -> float:
+        """Decode alone: tokens per second while every sequence is generating."""
         return self.batch / self.decode_step_s
 
+    @property
+    def generate_s(self) -> float:
+        """Prefill plus n decode steps, each at the last step's length (an upper bound)."""
+        return self.prefill_s + self.new_tokens * self.decode_step_s
+
+    @property
+    def end_to_end_tokens_per_s(self) -> float:
+        """New tokens over the whole request, prefill included (b n / (prefill + n decode steps))."""
+        return self.batch * self.new_tokens / self.generate_s if self.new_tokens else 0.0
+
     def model(self) -> tuple[str, ...]:
+        experts = ("" if self.experts_read is None else
+                   f"; of the routed experts, the {self.experts_read:.1%} a batch of {self.batch} touches, "
+                   "E(1 - (1 - k/E)^b) of E per layer (each token picks k of E)")
         return (f"roofline on {self.gpu.title}: the longer of FLOPs at {self.efficiency:.0%} of the dense peak and "
                 f"bytes at {self.gpu.memory_bandwidth / 1e9:,.0f} GB/s memory bandwidth, plus TP all-reduces",
                 f"prefill: b prompts of s tokens, reads the weights once ({self.prefill_bound}-bound)",
-                f"decode step: one token per sequence, reads the weights and the whole KV cache at s + n tokens "
-                f"({self.decode_bound}-bound); generation time = prefill + n decode steps (an upper bound)")
+                f"decode step: one token per sequence, reads the weights{experts} and the whole KV cache at s + n "
+                f"tokens ({self.decode_bound}-bound); generation time = prefill + n decode steps (an upper bound); "
+                "end-to-end tokens/s = b n / generation time")
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "prefill_time_s": self.prefill_s,
                 "decode_time_per_token_s": self.decode_step_s, "tokens_per_s": self.tokens_per_s,
-                "generate_time_s": self.prefill_s + self.new_tokens * self.decode_step_s}
+                "generate_time_s": self.generate_s, "end_to_end_tokens_per_s": self.end_to_end_tokens_per_s}
 
 
-def inference_time(est: Any, gpu: GPU | str, efficiency: float = DEFAULT_EFFICIENCY) -> InferenceTime:
-    """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``."""
+def experts_touched(experts: int, top_k: int, tokens: int) -> float:
+    """Expected fraction of E routed experts that ``tokens`` tokens, each choosing k of them, touch:
+    1 - (1 - k/E)^tokens (uniform routing; E(1 - (1 - k/E)^b) distinct experts)."""
+    return 1 - (1 - top_k / experts) ** tokens
+
+
+def decode_bytes(est: Any, batch: int) -> tuple[int | float, float | None]:
+    """Bytes one decode step reads per GPU (weights, only the routed experts the batch touches, and the KV cache),
+    and that fraction of the experts (None without experts)."""
+    terms = est.quantity("weight_bytes").term_ints(est.values)
+    experts = sum(v for k, v in terms if "/experts" in k)
+    dense = est.number("weight_bytes") - experts
+    kv = est.number("kv_cache_bytes")
+    if not experts:
+        return dense + kv, None
+    z = est.model.sizes
+    touched = experts_touched(z["E"], z["k"], batch)
+    return dense + experts * touched + kv, touched
+
+
+def inference_time(est: Any, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
+    """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``; ``efficiency`` a fraction of
+    peak instead of the calibrated matmul efficiency."""
     from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 
-    hw = lookup(gpu) if isinstance(gpu, str) else gpu
+    if isinstance(gpu, Cluster):
+        cluster, hw = gpu, gpu.gpu
+    else:
+        hw = lookup(gpu) if isinstance(gpu, str) else gpu
+        cluster = cluster_of(est.options, hw)
     opts, values = est.options, est.values
-    peak = hw.peak_flops(serving_dtypes(opts)[0].name) * efficiency
-    memory = est.number("weight_bytes") + est.number("kv_cache_bytes")
+    eff = efficiency if efficiency is not None else matmul_efficiency(hw, est.model.sizes["h"] // opts.tp)
+    peak = hw.peak_flops(serving_dtypes(opts)[0].name) * eff
     batch = values[_sym("b")]
+    memory, touched = decode_bytes(est, batch)
     comm_prefill = comm_decode = 0.0
     if opts.tp > 1:
         whole = inference_graph(est.model, replace(opts, tp=1))
         fwd, _ = tp_bytes(whole, values, False)
-        comm_prefill = 2 * _ring(opts.tp) * fwd / (hw.link_bandwidth / 2)
+        comm_prefill = cluster.all_reduce(fwd, opts.tp, 1)
         comm_decode = comm_prefill / values[_sym("s")]
     prefill = (est.number("prefill_flops_per_gpu") / peak, est.number("weight_bytes") / hw.memory_bandwidth)
     decode = (est.number("decode_flops_per_token_per_gpu") * batch / peak, memory / hw.memory_bandwidth)
-    return InferenceTime(hw, efficiency, max(prefill) + comm_prefill, max(decode) + comm_decode, batch,
+    return InferenceTime(hw, eff, max(prefill) + comm_prefill, max(decode) + comm_decode, batch,
                          opts.new_tokens, "compute" if prefill[0] >= prefill[1] else "memory",
-                         "compute" if decode[0] >= decode[1] else "memory")
+                         "compute" if decode[0] >= decode[1] else "memory", touched)
 
 
 def time_of(est: Any) -> StepTime | InferenceTime | None:
@@ -244,13 +351,15 @@ def time_of(est: Any) -> StepTime | InferenceTime | None:
     if getattr(est.options, "gpu", None) is None or est.options.mode == "params":
         return None
     fn = step_time if est.options.mode == "train" else inference_time
-    return fn(est, est.options.gpu, est.options.efficiency or DEFAULT_EFFICIENCY)
+    return fn(est, est.options.gpu, est.options.efficiency)
 
 
 def time_json(est: Any) -> dict[str, Any]:
     """The time keys of ``estimate --json`` (none without ``--gpu``)."""
     timing = time_of(est)
-    return {} if timing is None else timing.to_json()
+    if timing is None:
+        return {}
+    return {**timing.to_json(), "fits_gpu": est.number("total_bytes") <= timing.gpu.memory_bytes}
 
 
 def implied_mfu(flops_per_token: int, tokens: int, gpu_hours: float, gpu: GPU | str) -> float:
@@ -261,11 +370,11 @@ def implied_mfu(flops_per_token: int, tokens: int, gpu_hours: float, gpu: GPU | 
 
 
 def plan_step_time(model: Any, base: Any, row: dict, global_batch: int, peak_flops: float | None,
-                   params: int) -> tuple[int, int, float, float | None, float]:
+                   params: int, cluster: Cluster | None = None) -> tuple[int, int, float, float | None, float]:
     """``derivations.search.plan.STEP_TIME`` with this module's model: (hardware FLOPs per GPU per step,
     model FLOPs per step, bubble fraction, step time in seconds or None, MFU).
 
-    The GPU is ``base.gpu`` (its link bandwidth times the communication); without one, a GPU of
+    The GPU is ``base.gpu`` (on ``cluster``, else the default cluster of such GPUs); without one, a GPU of
     ``peak_flops`` with no communication modelled, or no time at all without ``peak_flops``.
     """
     from memderive.derivations.estimate import estimate
@@ -280,7 +389,7 @@ def plan_step_time(model: Any, base: Any, row: dict, global_batch: int, peak_flo
     if base.gpu is None and not peak_flops:
         return per_gpu, model_flops, bubble, None, model_flops / (gpus * per_gpu * (1 + bubble))
     if base.gpu is not None:
-        timing = step_time(est, base.gpu, base.efficiency or DEFAULT_EFFICIENCY)
+        timing = step_time(est, cluster or base.gpu, base.efficiency)
     else:  # a bare peak: compute and bubble only (a link too fast to count)
         bare = replace(GPUS["h100-sxm"], name="given", title=f"a {peak_flops / 1e12:g} TFLOP/s GPU",
                        bf16_flops=int(peak_flops), link_bandwidth=10**30)

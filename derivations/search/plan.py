@@ -24,8 +24,10 @@ modelled: the time is a lower bound and the MFU an upper bound.
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,15 +39,27 @@ from memderive.derivations.options import Options
 from memderive.derivations.search.sweep import _Plan
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 
-__all__ = ["Layout", "PlanError", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
+__all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE"]
 
 NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
+#: The share of each GPU's memory an inference plan leaves to the runtime (CUDA context, the engine's buffers,
+#: fragmentation): vLLM's ``gpu_memory_utilization`` defaults to 0.9 (vLLM engine arguments).
+RUNTIME_RESERVE = Fraction(1, 10)
 VIRTUAL = (1, 2, 4, 8)
 
 
 class PlanError(DerivationError):
     """No layout fits, or the request cannot be planned."""
+
+
+class NothingFits(PlanError):
+    """No layout fits the memory (an answer, not bad input): ``needed`` is the least any layout needs per GPU,
+    ``would_fit`` the changes that would fit, each (flag, bytes per GPU of its best layout)."""
+
+    def __init__(self, message: str, needed: int, would_fit: list[tuple[str, int]]) -> None:
+        super().__init__(message)
+        self.needed, self.would_fit = needed, would_fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +172,7 @@ STEP_TIME: Callable[..., tuple[int, int, float, float | None, float]] = proxy_st
 
 def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
-         top: int = 10) -> list[Layout]:
+         top: int = 10, cluster: Any = None) -> list[Layout]:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -171,6 +185,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
             layout fields are set here (``ep`` kept: each row's dp is a multiple of it). With ``gpu``, layouts are ranked by the compute model's step time.
         peak_flops: one GPU's peak FLOP/s, for the proxy's step time in seconds (without ``gpu``).
         flash: plan with FlashAttention (it never costs memory); False plans without it.
+        cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
+            the layouts on; None: 8 GPUs per node, 400 Gb/s per GPU between nodes.
     """
     resolved = resolve_model(model)
     experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
@@ -183,8 +199,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     fits = [(row, int(mem)) for row, mem in zip(rows, memory) if mem <= capacity]
     if not fits:
         least = min(int(x) for x in memory)
-        raise PlanError(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
-                        f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs; try more GPUs"))
+        would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
+        raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
+                          f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
         fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
         fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
@@ -192,9 +209,20 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     timer = STEP_TIME
     if base.gpu is not None:
         from memderive.derivations.quantities.timing import plan_step_time as timer
+        timer = partial(timer, cluster=cluster)
     timed = [(timer(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
     timed.sort(key=_rank)
     return [_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]]
+
+
+def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: Options,
+               flash: bool) -> list[tuple[str, int]]:
+    """The fewest GPUs with a layout that fits (``--gpus N``), as a change that would fit."""
+    try:
+        best = plan(model, capacity, global_batch, seq, None, options=replace(base, gpu=None), flash=flash, top=1)[0]
+    except PlanError:
+        return []
+    return [(f"--gpus {best.gpus}", best.total_bytes)]
 
 
 def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
@@ -236,20 +264,30 @@ class ServingLayout:
         """Decode tokens per second over all replicas (the roofline's; None without a GPU)."""
         return None if self.timing is None else self.tokens_per_step / self.timing.decode_step_s
 
+    @property
+    def end_to_end_tokens_per_s(self) -> float | None:
+        """New tokens per second over all replicas, prefill included (None without a GPU)."""
+        if self.timing is None:
+            return None
+        return self.timing.end_to_end_tokens_per_s * self.tokens_per_step / self.timing.batch
+
     def to_json(self) -> dict[str, Any]:
         out = {"options": self.options, "gpus": self.gpus, "total_bytes": self.total_bytes,
                "step_time_s": None, "mfu": None, "tokens_per_step": self.tokens_per_step,
                "bytes_read_per_step": self.bytes_read_per_step}
         if self.timing is not None:  # the replica's keys as estimate --json names them, and the total
             out.update(self.timing.to_json(), step_time_s=self.timing.decode_step_s, tokens_per_s=self.tokens_per_s,
-                       replica_tokens_per_s=self.timing.tokens_per_s)
+                       replica_tokens_per_s=self.timing.tokens_per_s,
+                       end_to_end_tokens_per_s=self.end_to_end_tokens_per_s,
+                       replica_end_to_end_tokens_per_s=self.timing.end_to_end_tokens_per_s)
         return out
 
 
 def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, new_tokens: int = 0,
                options: Options | None = None, top: int = 10) -> list[ServingLayout]:
     """Tensor-parallel degrees and, for each, the largest batch that fits (``fit``), ranked by decode
-    throughput. With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
+    throughput (end to end, prefill included, when ``new_tokens`` are generated; decode alone otherwise), within
+    the memory less ``RUNTIME_RESERVE``. With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
     the longer of its FLOPs at peak x efficiency and its weights and KV cache at the memory bandwidth, plus
     TP all-reduces), tokens/s = sequences decoded at once over all replicas / decode step time. Without
     one, a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so tokens/s is
@@ -260,18 +298,44 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
                    new_tokens=new_tokens)
-    out = [x for tp in _divisors(resolved.sizes["a"]) if tp <= NODE_SIZE and (gpus is None or gpus % tp == 0)
-           for x in _serving(resolved, replace(base, tp=tp), capacity, gpus, fit, FitError)]
+    budget = capacity - capacity * RUNTIME_RESERVE.numerator // RUNTIME_RESERVE.denominator
+    out = [x for tp in _tp_degrees(resolved, gpus) for x in _serving(resolved, replace(base, tp=tp), budget, gpus, fit,
+                                                                   FitError)]
     if not out:
-        raise PlanError(f"{resolved.name}: no tensor-parallel degree fits {capacity:,} bytes per GPU at seq {seq}")
+        raise _serving_nothing_fits(resolved, base, budget, seq, gpus)
     if gpus is None:
         fewest = min(x.gpus for x in out)
         out = [x for x in out if x.gpus == fewest]
     if base.gpu is not None:
-        out.sort(key=lambda x: (-(x.tokens_per_s or 0.0), x.gpus))
+        out.sort(key=lambda x: (-((x.end_to_end_tokens_per_s if new_tokens else x.tokens_per_s) or 0.0), x.gpus))
     else:
         out.sort(key=lambda x: (-x.tokens_per_step / x.bytes_read_per_step, x.gpus))
     return out[:top]
+
+
+def _tp_degrees(model: Model, gpus: int | None) -> list[int]:
+    return [tp for tp in _divisors(model.sizes["a"]) if tp <= NODE_SIZE and (gpus is None or gpus % tp == 0)]
+
+
+def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gpus: int | None) -> NothingFits:
+    """Batch 1 fits no tensor-parallel degree: the least it needs, and the smallest changes that would fit."""
+    from memderive.derivations.search.fit import smallest_changes
+
+    degrees = [tp for tp in _tp_degrees(model, gpus) if _valid(model, replace(base, tp=tp))] or [1]
+    widest = replace(base, tp=max(degrees))
+    needed = estimate(model, widest).number("total_bytes")
+    changes = [(c, n) for c, n in smallest_changes(model, widest, budget, "batch") if not c.startswith("--tp")]
+    return NothingFits(f"{model.name}: batch 1 at seq {seq} fits no tensor-parallel degree in {budget:,} bytes per "
+                       f"GPU (the memory less the runtime reserve); tp {widest.tp} needs {needed:,} bytes", needed,
+                       changes)
+
+
+def _valid(model: Model, options: Options) -> bool:
+    try:
+        check_layout(model, options)
+    except (InvalidLayoutError, DerivationError):
+        return False
+    return True
 
 
 def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fit: Callable,

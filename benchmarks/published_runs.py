@@ -1,0 +1,112 @@
+"""Published training runs: measured step time beside memderive's prediction (a benchmark, not a test).
+
+    python benchmarks/published_runs.py            # the table: predicted vs measured, each run's error
+    python benchmarks/published_runs.py --fit      # refit the A100 constants (efficiency.py), leave-one-paper-out
+    python benchmarks/published_runs.py --plan     # each published layout beside the planner's best (slow)
+
+The runs, their sources and the assumptions where a paper is silent are in ``tests/published_runs.py``;
+``tests/test_published_runs.py`` holds the same bounds this prints (median and worst error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.published_runs import RUNS, Run, predict  # noqa: E402
+
+
+def table() -> list[float]:
+    print(f"{'run':24s} {'source':42s} {'GPUs':>6s} {'batch':>6s} {'seq':>6s} {'measured s':>11s} "
+          f"{'predicted s':>12s} {'error':>7s}")
+    errors = []
+    for run in RUNS:
+        p = predict(run)
+        errors.append(p.error)
+        lay = run.layout
+        print(f"{run.name:24s} {run.source:42s} {run.gpus:6d} {run.global_batch:6d} {run.seq:6d} "
+              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
+    absolute = [abs(x) for x in errors]
+    print(f"\n{len(RUNS)} runs: median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%}")
+    return absolute
+
+
+def _parts(run: Run) -> tuple:
+    """The prediction's pieces at efficiency 1 with no elementwise time: refit without re-deriving."""
+    from memderive.derivations.quantities.timing import elementwise_flops, step_time
+
+    est = run.estimate()
+    t = step_time(est, run.cluster(), efficiency=1.0)
+    o = est.options
+    m, v = o.micro_batches or 1, o.virtual_stages or 1
+    share = t.compute_s * t.gpu.bf16_flops / m / est.number("hardware_flops")
+    memory = elementwise_flops(est) * share * m / t.gpu.memory_bandwidth
+    width = run.model.sizes["h"] // o.tp
+    return t.compute_s, t.tp_s + t.pp_s, t.dp_s, (o.pp - 1) / (m * v), memory, width, run.measured()
+
+
+def _predicted(parts: tuple, ceiling: float, bytes_per_flop: float, half: float) -> float:
+    compute, comm, dp, bubble, memory, width, _ = parts
+    eff = ceiling * width / (width + half)
+    return (compute / eff + bytes_per_flop * memory + comm) * (1 + bubble) + dp
+
+
+def _fit(rows: list[tuple]) -> tuple[float, float, float]:
+    """Least squares of the relative error over a grid of (ceiling, bytes per FLOP, half width)."""
+    best = None
+    for i in range(45):
+        for j in range(40):
+            for half in (0, 100, 200, 300, 400, 600):
+                c = (0.5 + 0.01 * i, 0.25 * j, half)
+                cost = sum((_predicted(r, *c) / r[-1] - 1) ** 2 for r in rows)
+                if best is None or cost < best[0]:
+                    best = (cost, c)
+    return best[1]
+
+
+def refit() -> None:
+    runs = [r for r in RUNS if r.gpu.startswith("a100")]
+    rows = [_parts(r) for r in runs]
+    ceiling, per_flop, half = _fit(rows)
+    print(f"A100 fit on {len(rows)} runs: ceiling {ceiling:.2f}, bytes per elementwise FLOP {per_flop:g}, "
+          f"half width {half}")
+    for source in sorted({r.source for r in runs}):
+        kept = [x for x, r in zip(rows, runs) if r.source != source]
+        held = [(r.name, x) for x, r in zip(rows, runs) if r.source == source]
+        c = _fit(kept)
+        errs = ", ".join(f"{name} {_predicted(x, *c) / x[-1] - 1:+.1%}" for name, x in held)
+        print(f"  without {source} ({c[0]:.2f}, {c[1]:g}, {c[2]}): {errs}")
+
+
+def against_plan() -> None:
+    from memderive.derivations.hardware import gpu
+    from memderive.derivations.options import Options
+    from memderive.derivations.search.plan import plan
+
+    for run in RUNS:
+        p = predict(run)
+        base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu)
+        best = plan(run.model, gpu(run.gpu).memory_bytes, run.global_batch, run.seq, run.gpus, options=base,
+                    flash=run.layout.get("flash", True), top=1, cluster=run.cluster())[0]
+        keys = ("tp", "pp", "virtual_stages", "dp", "zero", "recompute", "batch")
+        shown = " ".join(f"{k}={best.options.get(k)}" for k in keys if best.options.get(k) is not None)
+        print(f"{run.name:24s} published {p.predicted_s:8.2f} s, planner's best {best.step_time_s:8.2f} s "
+              f"({p.predicted_s / best.step_time_s - 1:+.1%}): {shown}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true")
+    parser.add_argument("--plan", action="store_true")
+    args = parser.parse_args()
+    table()
+    if args.fit:
+        print()
+        refit()
+    if args.plan:
+        print()
+        against_plan()

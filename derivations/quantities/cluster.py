@@ -1,0 +1,98 @@
+"""The cluster a step runs on, and the time of each collective on the links its group spans.
+
+A cluster is nodes of ``gpus_per_node`` GPUs (default 8: DGX/HGX A100 and H100, Grand Teton). Inside a node each GPU
+reaches the others over its intra-node link (NVLink/NVSwitch, Infinity Fabric or PCIe: ``hardware.GPU.link_bandwidth``,
+both directions, so half of it each way); between nodes each GPU has its own network port of
+``inter_node_bandwidth`` bytes/s each way (default 400 Gb/s = 50 GB/s: one ConnectX-7 NDR InfiniBand port per H100
+on a DGX H100, the 400 Gb/s RoCE/InfiniBand per GPU of the Llama 3 clusters; ``INTER_NODE``).
+
+Ranks are laid out as Megatron-LM numbers them (``parallel_state``: tensor-parallel ranks adjacent, then context,
+then data, then pipeline), so a group of ``n`` ranks whose members are ``stride`` ranks apart keeps
+``min(n, gpus_per_node // stride)`` of them in one node (one when ``stride >= gpus_per_node``) and spans
+``n / inside`` nodes. Collectives are NCCL's rings, hierarchical across nodes: a reduce-scatter inside each node
+over NVLink, a ring across nodes over the network on the ``1/inside`` share each GPU then holds (every GPU's port
+carries its own share at once), and an all-gather inside the node (NCCL tests' bus bandwidth: an all-reduce moves
+``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``). Times are at the links' rated bandwidth: lower
+bounds.
+
+>>> from memderive.derivations.hardware import gpu
+>>> c = Cluster(gpu("h100-sxm"))
+>>> c.all_reduce(10**9, 8, 1) == 2 * 7 / 8 * 10**9 / 450e9  # one node: NVLink only
+True
+>>> c.all_reduce(10**9, 2, 8) == 2 * 1 / 2 * 10**9 / 50e9  # two nodes, one rank in each: the network only
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memderive.derivations.hardware import GPU
+from memderive.symbolic.formula import Citation
+
+__all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "group_span"]
+
+GPUS_PER_NODE = 8
+#: 400 Gb/s per GPU each way, in bytes/s.
+INTER_NODE_BANDWIDTH = 400 * 10**9 // 8
+INTER_NODE = Citation("NVIDIA DGX H100 user guide; Llama 3 (Dubey et al. 2024) §3.3.1",
+                      "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html; arXiv:2407.21783",
+                      "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs; 'both fabrics use 400 Gbps interconnects "
+                      "between GPUs'")
+NCCL = Citation("NCCL tests, performance notes", "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md",
+                "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
+
+
+def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
+    """(ranks of the group inside one node, nodes the group spans) for ``n`` ranks ``stride`` apart."""
+    inside = 1 if stride >= gpus_per_node else max(1, min(n, gpus_per_node // stride))
+    return inside, -(-n // inside)
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """GPUs of one kind in nodes of ``gpus_per_node``, each with a network port of ``inter_node_bandwidth``."""
+
+    gpu: GPU
+    gpus_per_node: int = GPUS_PER_NODE
+    inter_node_bandwidth: int = INTER_NODE_BANDWIDTH  # bytes/s per GPU, each way
+
+    @property
+    def intra(self) -> float:
+        """Bytes/s each way over the intra-node link."""
+        return self.gpu.link_bandwidth / 2
+
+    def _phases(self, nbytes: float, n: int, stride: int, factor: int) -> float:
+        """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank, hierarchical."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        inside, nodes = group_span(n, stride, self.gpus_per_node)
+        local = factor * (inside - 1) / inside * nbytes / self.intra
+        across = factor * (nodes - 1) / nodes * nbytes / inside / self.inter_node_bandwidth
+        return local + across
+
+    def all_reduce(self, nbytes: float, n: int, stride: int) -> float:
+        return self._phases(nbytes, n, stride, 2)
+
+    def reduce_scatter(self, nbytes: float, n: int, stride: int) -> float:
+        """Of ``nbytes`` per rank before the scatter (each keeps ``1/n``); an all-gather to ``nbytes`` takes the same."""
+        return self._phases(nbytes, n, stride, 1)
+
+    all_gather = reduce_scatter
+
+    def send(self, nbytes: float, stride: int) -> float:
+        """A point-to-point send to the rank ``stride`` away (the next pipeline stage)."""
+        link = self.intra if stride < self.gpus_per_node else self.inter_node_bandwidth
+        return nbytes / link
+
+    def all_to_all(self, nbytes: float, n: int, stride: int) -> float:
+        """Each rank sends ``(n-1)/n`` of ``nbytes`` to the others: the share in its node over NVLink and the
+        rest over its port, at once (the slower of the two)."""
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        inside, _ = group_span(n, stride, self.gpus_per_node)
+        return max((inside - 1) / n * nbytes / self.intra, (n - inside) / n * nbytes / self.inter_node_bandwidth)
+
+    def describe(self) -> str:
+        return (f"{self.gpus_per_node} GPUs per node on {self.gpu.link} ({self.intra / 1e9:,.0f} GB/s each way), "
+                f"{self.inter_node_bandwidth * 8 / 1e9:,.0f} Gb/s per GPU between nodes")

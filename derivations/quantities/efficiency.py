@@ -1,0 +1,67 @@
+"""How fast a GPU runs a layer: matrix multiplies at a fraction of dense peak that depends on their width, and the
+elementwise work (norms, activations, dropout, softmax) at the memory bandwidth.
+
+A transformer layer's products under t-way tensor parallelism are ``(b s) x h`` by ``h x (width/t)`` and back, so
+each GPU's products narrow as ``w = h/t`` does, and narrow products reach less of the peak (fewer tiles to fill the
+SMs). Matmuls run at ``E w / (w + w_half)`` of the dense 16-bit peak. Elementwise ops are memory-bound: each moves
+about ``bytes_per_flop`` bytes of HBM per elementwise FLOP the graph counts (``compute.elementwise_flops``; the
+attention core's are left out under FlashAttention, which keeps the scores on chip). ``E``, ``w_half`` and
+``bytes_per_flop`` are fitted once per GPU, by least squares over the published measured runs on that GPU
+(``tests/published_runs.py``; ``benchmarks/published_runs.py --fit`` refits them and prints the residuals), never
+per run. A GPU without measured runs takes the A100's constants with ``w_half`` scaled by its ridge point (peak
+FLOP/s over memory bandwidth), said in the time model's note.
+
+>>> from memderive.derivations.hardware import gpu
+>>> round(matmul_efficiency(gpu("a100-80gb"), 1536), 4)  # 0.83 * 1536 / (1536 + 300): GPT-3 175B at t = 8
+0.6944
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memderive.derivations.hardware import GPU
+from memderive.symbolic.formula import Citation
+
+__all__ = ["Calibration", "CALIBRATIONS", "calibration", "matmul_efficiency", "MATMUL_SOURCE"]
+
+MATMUL_SOURCE = Citation("fitted to published runs", "tests/published_runs.py, benchmarks/published_runs.py --fit",
+                         "A100: Narayanan et al. 2021 Table 1, Korthikanti et al. 2022 Table 5, MegaScale Table 2")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Matmul ceiling ``E``, the per-GPU width ``w_half`` at which matmuls reach half of it, and the HBM bytes
+    elementwise work moves per FLOP; ``fitted_on`` names the GPU whose runs fixed them."""
+
+    ceiling: float
+    half_width: float
+    bytes_per_flop: float
+    fitted_on: str
+
+
+CALIBRATIONS: dict[str, Calibration] = {
+    "a100-80gb": Calibration(0.83, 300, 2.75, "a100-80gb"),
+}
+CALIBRATIONS["a100-40gb"] = CALIBRATIONS["a100-80gb"]
+#: The measured GPU whose constants stand in for one without measured runs.
+REFERENCE = "a100-80gb"
+
+
+def calibration(gpu: GPU) -> Calibration:
+    """The GPU's constants: its own, else the reference GPU's with the half width scaled by the ridge point (peak
+    FLOP/s over memory bandwidth: a GPU that computes faster per byte it reads needs wider products)."""
+    if gpu.name in CALIBRATIONS:
+        return CALIBRATIONS[gpu.name]
+    from memderive.derivations.hardware import gpu as lookup
+
+    ref = lookup(REFERENCE)
+    ridge = (gpu.bf16_flops / gpu.memory_bandwidth) / (ref.bf16_flops / ref.memory_bandwidth)
+    base = CALIBRATIONS[REFERENCE]
+    return Calibration(base.ceiling, base.half_width * ridge, base.bytes_per_flop, REFERENCE)
+
+
+def matmul_efficiency(gpu: GPU, width: int) -> float:
+    """Fraction of ``gpu``'s dense peak its matmuls reach at per-GPU layer width ``width`` (h/t)."""
+    c = calibration(gpu)
+    return c.ceiling * width / (width + c.half_width)

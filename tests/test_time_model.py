@@ -1,0 +1,140 @@
+"""The time model against hand arithmetic and its own invariants: collectives on the links their group spans,
+ZeRO-3 gathers per micro-batch, MoE FLOPs divided once under tensor and sequence parallelism, MFU never above the
+efficiency assumed, MoE decode reading only the experts a batch touches, and the CLI saying what it times."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memderive.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
+from memderive.derivations.models.architectures import LLAMA, Moe
+from memderive.derivations.models.model import Model
+from memderive.derivations.quantities.cluster import Cluster, group_span
+from memderive.derivations.quantities.timing import data_parallel_s, experts_touched, inference_time, step_time
+
+H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datasheet)
+
+
+def test_collectives_by_hand() -> None:
+    """Ring bus bandwidth (NCCL tests): all-reduce 2(n-1)/n of the bytes, reduce-scatter (n-1)/n; hierarchical
+    across nodes: NVLink inside, then each GPU's own port on its 1/inside share."""
+    c = Cluster(H100, 8, 50 * 10**9)
+    gb = 10**9
+    assert c.all_reduce(gb, 8, 1) == pytest.approx(2 * 7 / 8 * gb / 450e9)  # one node
+    # 64 ranks adjacent: 8 per node over 8 nodes
+    assert c.all_reduce(gb, 64, 1) == pytest.approx(2 * 7 / 8 * gb / 450e9 + 2 * 7 / 8 * gb / 8 / 50e9)
+    # 16 ranks 8 apart (data parallelism behind tp 8): one per node, the network only
+    assert c.reduce_scatter(gb, 16, 8) == pytest.approx(15 / 16 * gb / 50e9)
+    assert group_span(16, 8, 8) == (1, 16) and group_span(32, 2, 8) == (4, 8) and group_span(4, 1, 8) == (4, 1)
+    assert c.send(gb, 8) == gb / 50e9 and c.send(gb, 4) == gb / 450e9
+
+
+def test_zero3_gathers_every_micro_batch() -> None:
+    """ZeRO-3 gathers the weights for each micro-batch's forward and backward and reduce-scatters its gradients
+    (Rajbhandari et al. 2020 §7): on a network too slow to hide them, m micro-batches cost m times one."""
+    slow = Cluster(H100, 8, 10**8)  # 0.8 Gb/s: nothing hides
+    grads, d = 2 * 10**9, 16  # 1 B parameters in bf16, 16 ranks one per node
+    one_collective = 15 / 16 * grads / 10**8  # each rank sends (d-1)/d of the bytes over its port
+    for m in (1, 4, 32):
+        micro = 0.5
+        assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
+    # ZeRO 0-2 reduce once per step, whatever m
+    assert data_parallel_s(slow, grads, d, 8, 0, 32, 0.5) == data_parallel_s(slow, grads, d, 8, 0, 1, 0.5)
+
+
+def test_zero3_data_parallel_time_grows_with_micro_batches_in_step_time() -> None:
+    slow = Cluster(H100, 8, 10**8)
+    times = [step_time(estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=16, zero=3, micro_batches=m),
+                       slow).dp_s for m in (1, 4)]
+    assert times[1] == pytest.approx(4 * times[0], rel=1e-9)
+
+
+@st.composite
+def moe_models(draw):
+    experts = draw(st.sampled_from([4, 8]))
+    sizes = {"h": 64, "a": 8, "a_kv": 8, "l": draw(st.integers(1, 3)), "V": 256, "f": 64, "E": experts,
+             "k": draw(st.integers(1, experts)), "f_e": 32}
+    return Model("random-moe", replace(LLAMA, moe=Moe()), sizes)
+
+
+@settings(max_examples=20, deadline=None)
+@given(moe_models(), st.sampled_from([2, 4, 8]), st.sampled_from(["none", "selective", "full"]))
+def test_moe_flops_per_gpu_times_t_is_the_whole(model: Model, t: int, recompute: str) -> None:
+    """Megatron-Core runs MoE tensor parallelism with sequence parallelism: each rank routes its s/t tokens,
+    and the experts, split over t, compute on every token. FLOPs per GPU are divided once."""
+    est = estimate(model, mode="train", batch=2, seq=16, tp=t, sp=True, recompute=recompute)
+    for key in ("forward_flops", "model_flops", "hardware_flops"):
+        assert est.number(f"{key}_per_gpu") * t == est.number(key)
+
+
+def test_mixtral_mfu_under_tp_sp_is_below_its_efficiency() -> None:
+    """The report of issue 24: Mixtral on --tp 8 --sp showed MFU 122% (experts divided by t^2)."""
+    est = estimate("mixtral-8x7b", mode="train", batch=1, seq=4096, tp=8, sp=True, gpu="h100-sxm")
+    data = est.to_json()
+    assert est.number("model_flops_per_gpu") * 8 == est.number("model_flops")
+    assert 0 < data["mfu"] < data["efficiency"] < 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([1, 8, 64]), st.sampled_from([0, 1, 3]),
+       st.sampled_from(["none", "selective", "full"]), st.sampled_from([1, 4]), st.sampled_from(["a100-80gb",
+                                                                                                "h100-sxm"]))
+def test_mfu_never_exceeds_the_efficiency_assumed(name: str, t: int, p: int, d: int, zero: int, recompute: str,
+                                                  m: int, hw: str) -> None:
+    z = estimate(name).model.sizes
+    if z["l"] % p or z["a"] % t or (zero and d == 1):
+        return  # a layout the model does not divide (refused elsewhere)
+    est = estimate(name, mode="train", batch=1, seq=512, tp=t, pp=p, dp=d, sp=t > 1, zero=zero,
+                   recompute=recompute, micro_batches=m)
+    timing = step_time(est, hw)
+    assert 0 < timing.mfu <= timing.efficiency
+    if p == 1:  # per-GPU FLOPs times the tensor-parallel degree are the whole model's (data parallelism repeats it)
+        assert est.number("model_flops_per_gpu") * t == est.number("model_flops")
+
+
+def test_moe_decode_reads_only_the_experts_a_batch_touches() -> None:
+    """Qwen3-30B-A3B at batch 1: a token reads k = 8 of E = 128 experts per layer; at batch b the expected
+    distinct experts are E(1 - (1 - k/E)^b) (uniform routing). By hand: the weights less 120/128 of the experts."""
+    est = estimate("qwen3-30b-a3b", mode="infer", batch=1, seq=1024, new_tokens=128)
+    experts = sum(v for k, v in est.quantity("weight_bytes").term_ints(est.values) if "/experts" in k)
+    dense = est.number("weight_bytes") - experts
+    timing = inference_time(est, "h100-sxm")
+    assert timing.experts_read == pytest.approx(8 / 128)
+    read = dense + experts * 8 / 128 + est.number("kv_cache_bytes")
+    assert timing.decode_step_s == pytest.approx(read / 3350e9)
+    assert timing.tokens_per_s > 400  # was 55 tokens/s reading all 128 experts per token
+    assert experts_touched(128, 8, 64) == pytest.approx(1 - (120 / 128) ** 64)
+    dense_model = inference_time(estimate("llama-2-7b", mode="infer", batch=1, seq=1024), "h100-sxm")
+    assert dense_model.experts_read is None
+
+
+def test_end_to_end_throughput_includes_the_prefill() -> None:
+    est = estimate("llama-2-7b", mode="infer", batch=8, seq=2048, new_tokens=256)
+    t = inference_time(est, "h100-sxm")
+    assert t.end_to_end_tokens_per_s == pytest.approx(8 * 256 / (t.prefill_s + 256 * t.decode_step_s))
+    assert t.end_to_end_tokens_per_s < t.tokens_per_s
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_summary_keeps_the_times_and_a_layout_that_does_not_fit_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = _cli(capsys, "estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096",
+                     "--tp", "8", "--sp", "--gpu", "h100-sxm", "--summary")
+    assert code == 0 and "step_time_s" in out and "mfu" in out and "does not fit" not in out
+    code, out = _cli(capsys, "estimate", "--model", "llama-2-70b", "--mode", "train", "--batch", "1", "--seq",
+                     "4096", "--gpu", "h100-sxm", "--summary")
+    assert code == 0 and "does not fit" in out and "step_time_s" in out
+    code, out = _cli(capsys, "estimate", "--model", "llama-2-70b", "--mode", "train", "--batch", "1", "--seq",
+                     "4096", "--gpu", "h100-sxm", "--json")
+    assert json.loads(out)["fits_gpu"] is False
