@@ -21,14 +21,15 @@ from tests.published_runs import RUNS, Run, predict  # noqa: E402
 
 
 def table() -> list[float]:
-    print(f"{'run':24s} {'source':42s} {'GPUs':>6s} {'batch':>6s} {'seq':>6s} {'measured s':>11s} "
+    print(f"{'run':24s} {'source':42s} {'layout':17s} {'GPUs':>6s} {'batch':>6s} {'seq':>6s} {'measured s':>11s} "
           f"{'predicted s':>12s} {'error':>7s}")
     errors = []
     for run in RUNS:
         p = predict(run)
         errors.append(p.error)
         lay = run.layout
-        print(f"{run.name:24s} {run.source:42s} {run.gpus:6d} {run.global_batch:6d} {run.seq:6d} "
+        layout = f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} v{lay.get('virtual_stages') or 1} d{lay.get('dp', 1)}"
+        print(f"{run.name:24s} {run.source:42s} {layout:17s} {run.gpus:6d} {run.global_batch:6d} {run.seq:6d} "
               f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
     absolute = [abs(x) for x in errors]
     print(f"\n{len(RUNS)} runs: median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%}")
