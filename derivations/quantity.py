@@ -1,4 +1,5 @@
-"""A derived quantity: a breakdown by graph node, its closed form and its exact value."""
+"""A derived quantity: a breakdown by graph node, its closed form and its exact value; and what a
+reader of an estimate's quantities needs of it (``Evaluated``: ``derivations.estimate.Estimate`` is one)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memderive.symbolic.derive import Breakdown, evaluate
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Quantity", "exact_int"]
+if TYPE_CHECKING:
+    from memderive.derivations.models.model import Model
+    from memderive.derivations.options import Options
+
+__all__ = ["Quantity", "Evaluated", "exact_int"]
 
 
 def exact_int(value: Any, what: str) -> int:
@@ -74,3 +79,22 @@ class Quantity:
 
         return [(t.path, closed_form(t.expr, self.relations), value)
                 for t, (_, value) in zip(self.breakdown.terms, self.term_ints(values))]
+
+
+class Evaluated(Protocol):
+    """An estimate as the modules below ``derivations.estimate`` read it (times, checks): the model, the
+    options, the values bound to the symbols and each quantity by key. ``Estimate`` satisfies it, so
+    these modules need not import the pipeline that imports them."""
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def options(self) -> Options: ...
+
+    @property
+    def values(self) -> Mapping[Expr, int]: ...
+
+    def quantity(self, key: str) -> Quantity: ...
+
+    def number(self, key: str) -> int: ...

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memderive.derivations.estimate import Estimate
-from memderive.derivations.estimate import estimate as _estimate
+from memderive.derivations.estimate import estimate as derive_estimate
 from memderive.latex import latex
 from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device
 from memderive.units import RenderOptions, parse_size, scaled_bytes, scaled_count
@@ -212,7 +212,9 @@ def _capacity(value: str | int | None) -> int | None:
 
 
 def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> Result:
-    """``derivations.estimate.estimate`` for notebooks: the same arguments, a displayable ``Result``.
+    """``memderive.estimate``: the pipeline's ``derivations.estimate.estimate`` (which returns the bare
+    ``Estimate``) wrapped for notebooks: the same arguments, a displayable ``Result`` (``.estimate`` is the
+    ``Estimate``).
 
     Args:
         model: bundled name, ``config.json`` path, config dict or transformers config.
@@ -222,4 +224,4 @@ def estimate(model: Any, render: RenderOptions | None = None, **kwargs: Any) -> 
     """
     if render is not None and not isinstance(render, RenderOptions):
         raise ArgumentError(f"render must be a RenderOptions, got {shown(render)} ({type(render).__name__})")
-    return Result(_estimate(model, **kwargs), options=render)  # bad input raises here, as the CLI refuses it
+    return Result(derive_estimate(model, **kwargs), options=render)  # bad input raises here, as the CLI refuses it

@@ -19,7 +19,7 @@ from memderive.derivations.claims.check import CheckResult
 from memderive.latex import latex as tex
 from memderive.latex import tex_escape
 
-__all__ = ["text_report", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
+__all__ = ["check_text", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
            "MARKS"]
 
 MARKS = {True: "holds", False: "does not hold"}
@@ -65,7 +65,7 @@ def _example(result: CheckResult) -> str:
             f" (claim/ours = {ce.ratio:.6g})")
 
 
-def text_report(result: CheckResult) -> str:
+def check_text(result: CheckResult) -> str:
     """What ``memderive check`` prints: the verdict, both sides, why, a counterexample, notes."""
     p = result.parsed
     lines = [f"{result.verdict} ({MARKS[result.holds]}): {result.spec.name} = {result.title} "

@@ -49,9 +49,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _render(result: Any, fmt: str) -> str:
-    from memderive.check_report import latex_report, markdown_report, text_report
+    from memderive.check_report import latex_report, markdown_report, check_text
 
-    return {"text": text_report, "md": markdown_report, "latex": latex_report}[fmt](result)
+    return {"text": check_text, "md": markdown_report, "latex": latex_report}[fmt](result)
 
 
 def run(args: argparse.Namespace) -> int:

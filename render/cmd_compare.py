@@ -92,7 +92,7 @@ def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> s
 
 def run(args: argparse.Namespace) -> int:
     from memderive.derivations.conventions import CONVENTIONS, compare
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
 
     opts = options_from_args(args)
     if opts.mode not in ("train", "infer"):

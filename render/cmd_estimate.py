@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.json:
         text = json.dumps(est.to_json(), indent=2)
     elif args.format == "text":
-        from memderive.text import text_report
+        from memderive.text import estimate_text
 
-        text = text_report(est, precision=render_options(args).precision)
+        text = estimate_text(est, precision=render_options(args).precision)
     else:
         from memderive.writeup import estimate_document
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _convention(args: argparse.Namespace) -> int:
     """Another tool's accounting of this model beside memderive's (the two rows of ``compare``)."""
     from memderive.derivations.conventions import CONVENTIONS, ConventionError, compare
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
     from memderive.cmd_compare import compare_report
 
     if args.convention not in CONVENTIONS:

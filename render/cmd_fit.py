@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from fractions import Fraction
 
-    from memderive.derivations.estimate import context_notes, resolve_model
+    from memderive.derivations.models.resolve import context_notes, resolve_model
     from memderive.derivations.search.fit import DoesNotFit, fit
     from memderive.units import format_bytes
 

@@ -25,7 +25,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from memderive.derivations.estimate import Estimate
-from memderive.derivations.estimate import estimate as derive
+from memderive.derivations.estimate import estimate as derive_estimate
 from memderive.derivations.options import Options
 from memderive.steps import derivation, headline_key, single_device
 from memderive.writeup import TITLES, cli_command, model_reference
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] = ()) -> int:
     for model, kwargs in BUNDLED:
         if argv and model not in argv:
             continue
-        nb = execute(notebook(derive(model, **kwargs)))
+        nb = execute(notebook(derive_estimate(model, **kwargs)))
         print(write(nb, bundled_path(model), force=True))
     return 0
 

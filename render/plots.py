@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from memderive.derivations.estimate import Estimate, check_layout, estimate
+from memderive.derivations.estimate import Estimate, estimate
+from memderive.derivations.models.resolve import check_layout
 from memderive.derivations.options import Options
 from memderive.steps import breakdown_rows, headline_key, layout_text
 from memderive.units import scaled_bytes

@@ -7,7 +7,7 @@ from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.units import format_bytes, format_count, scaled_bytes
 
-__all__ = ["text_report", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
+__all__ = ["estimate_text", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
 
 #: SymPy's function names in printed formulas, and the words a reader expects.
 _WORDS = (("**", "^"), ("Max(", "max("), ("Min(", "min("), ("ceiling(", "ceil("), ("floor(", "floor("))
@@ -157,7 +157,7 @@ def _summary(est: Estimate, precision: int) -> list[str]:
     return lines
 
 
-def text_report(est: Estimate, depth: int = 3, precision: int = 2) -> str:
+def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = _header(est)
     lines += _summary(est, precision)
     lines += time_lines(est)

@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["Expr", "Number", "Size", "Min", "Max", "ceiling", "prod", "total", "const", "symbol", "to_sympy", "evaluate",
-           "is_expr", "shifted_nonnegative"]
+__all__ = ["Expr", "Number", "Size", "Sym", "Node", "Atom", "Min", "Max", "ceiling", "prod", "total", "const", "symbol",
+           "to_sympy", "evaluate", "is_expr", "shifted_nonnegative"]
 
 Number = int | Fraction
 _NUMBER = (int, Fraction)
@@ -59,7 +59,7 @@ def _pow(v: Number, e: int) -> Number:
     return _norm(Fraction(1) / v**-e) if type(v) is int else _norm(v**e)
 
 
-class _Sym:
+class Sym:
     """A dimension symbol (an atom)."""
 
     __slots__ = ("name", "key")
@@ -68,7 +68,7 @@ class _Sym:
         self.name, self.key = name, (0, name)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is _Sym and other.name == self.name
+        return type(other) is Sym and other.name == self.name
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -89,7 +89,7 @@ class _Unbound(Exception):
         self.name = name
 
 
-class _Node:
+class Node:
     """``Min``/``Max``/``ceiling`` of expressions (an atom); ``evaluate=False`` keeps the argument
     order SymPy shows for an unevaluated ``Max`` (see ``to_sympy``)."""
 
@@ -101,7 +101,7 @@ class _Node:
         self._hash = hash(self.key)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is _Node and other.key == self.key
+        return type(other) is Node and other.key == self.key
 
     def __hash__(self) -> int:
         return self._hash
@@ -126,7 +126,7 @@ class _Node:
         return set().union(*(x._names() for x in self.args))
 
 
-Atom = _Sym | _Node
+Atom = Sym | Node
 Mono = tuple  # tuple[tuple[Atom, int], ...], sorted by atom key
 
 
@@ -189,7 +189,7 @@ class Expr:
         """The name of a bare symbol."""
         if len(self._t) == 1:
             ((mono, c),) = self._t.items()
-            if c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is _Sym:
+            if c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is Sym:
                 return mono[0][0].name
         raise ValueError(f"{self} is not a symbol")
 
@@ -199,7 +199,7 @@ class Expr:
 
     def _single_sym(self) -> bool:
         ((mono, c),) = self._t.items()
-        return c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is _Sym
+        return c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is Sym
 
     @property
     def is_monomial(self) -> bool:
@@ -221,12 +221,22 @@ class Expr:
         """``(coefficient, monomial)`` pairs in printing order."""
         return [(c, Expr({mono: 1})) for mono, c in self._ordered()]
 
+    def monomials(self) -> list[tuple[Mono, Number]]:
+        """``(monomial, coefficient)`` pairs as stored: a monomial is a tuple of ``(atom, power)`` pairs
+        (an atom a ``Sym`` or a ``Node``), for compilers of expressions (``symbolic.grid``).
+
+        >>> from memderive.symbolic.dims import h, t
+        >>> [([(atom.name, e) for atom, e in mono], c) for mono, c in (3 * h / t).monomials()]
+        [([('h', 1), ('t', -1)], 3)]
+        """
+        return list(self._t.items())
+
     def expand(self) -> Expr:
         """Itself: an expression is always kept expanded (``sympy.expand`` compatibility)."""
         return self
 
     def has_minmax(self) -> bool:
-        return any(type(atom) is _Node and atom.kind != "ceiling" for mono in self._t for atom, _ in mono)
+        return any(type(atom) is Node and atom.kind != "ceiling" for mono in self._t for atom, _ in mono)
 
     def sort_key(self) -> tuple:
         return tuple((tuple((atom.key, e) for atom, e in mono), c) for mono, c in
@@ -372,7 +382,7 @@ class Expr:
         for mono, c in self._t.items():
             x: Expr = Expr({(): c})
             for atom, e in mono:
-                if type(atom) is _Sym:
+                if type(atom) is Sym:
                     base = repl.get(atom.name)
                     if base is None:
                         x = x * Expr({((atom, e),): 1})
@@ -390,7 +400,7 @@ class Expr:
             rest: list[tuple[Atom, int]] = []
             moved = False
             for i, (atom, e) in enumerate(mono):
-                if type(atom) is _Sym:
+                if type(atom) is Sym:
                     value = numbers.get(atom.name)
                     if value is None:
                         rest.append((atom, e))
@@ -480,7 +490,7 @@ def _gen_key(atom: Atom) -> tuple:
 
 
 def _atom_str(atom: Atom) -> str:
-    if isinstance(atom, _Sym):
+    if isinstance(atom, Sym):
         return atom.name
     args = sorted(atom.args, key=lambda x: (not x.is_number, len(x._t) + sum(len(m) for m in x._t), x.sort_key()))
     return f"{atom.kind}({', '.join(str(x) for x in args)})"
@@ -524,7 +534,7 @@ def symbol(name: str) -> Expr:
     """The expression of one size symbol (``symbolic.dims`` declares them; use those)."""
     x = _SYMBOLS.get(name)
     if x is None:
-        x = _SYMBOLS[name] = Expr({((_Sym(name), 1),): 1})
+        x = _SYMBOLS[name] = Expr({((Sym(name), 1),): 1})
     return x
 
 
@@ -557,7 +567,7 @@ def _minmax(kind: str, args: Iterable[Any], evaluate: bool = True) -> Expr:
     if len(rest) == 1:
         return rest[0]
     rest.sort(key=lambda x: x.sort_key())
-    return Expr({((_Node(kind, tuple(rest), evaluate), 1),): 1})
+    return Expr({((Node(kind, tuple(rest), evaluate), 1),): 1})
 
 
 def _undominated(kind: str, args: list[Expr]) -> list[Expr]:
@@ -567,10 +577,10 @@ def _undominated(kind: str, args: list[Expr]) -> list[Expr]:
     return [x for x in args if not any(y is not x and {c > 0 for c in (y - x)._t.values()} == wins for y in args)]
 
 
-def _single_node(x: Expr) -> _Node | None:
+def _single_node(x: Expr) -> Node | None:
     if len(x._t) == 1:
         ((mono, c),) = x._t.items()
-        if c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is _Node:
+        if c == 1 and len(mono) == 1 and mono[0][1] == 1 and type(mono[0][0]) is Node:
             return mono[0][0]
     return None
 
@@ -600,7 +610,7 @@ def ceiling(x: Any) -> Expr:
     x = Expr.lift(x)
     if x.is_number:
         return Expr.lift(math.ceil(x.number))
-    return Expr({((_Node("ceiling", (x,)), 1),): 1})
+    return Expr({((Node("ceiling", (x,)), 1),): 1})
 
 
 def prod(factors: Iterable[Any]) -> Expr:
@@ -633,7 +643,7 @@ def shifted_nonnegative(x: Expr) -> bool:
         partial: dict[tuple, Number] = {(): c}
         rest = []
         for atom, e in mono:
-            if type(atom) is not _Sym or e < 0:
+            if type(atom) is not Sym or e < 0:
                 rest.append((atom.key, e))
                 continue
             grown: dict[tuple, Number] = {}
@@ -677,7 +687,7 @@ def to_sympy(x: Any) -> Any:
 def _sympy_atom(atom: Atom) -> Any:
     import sympy as sp
 
-    if isinstance(atom, _Sym):
+    if isinstance(atom, Sym):
         return sp.Symbol(atom.name, positive=True, integer=True)
     args = [to_sympy(x) for x in atom.args]
     if atom.kind == "ceiling":

@@ -35,7 +35,7 @@ from typing import Any
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.graph import Flop
-from memderive.symbolic.ops import PARAM_DTYPE, _linear_flops, _pointwise, _rows
+from memderive.symbolic.ops import PARAM_DTYPE, linear_flops, matmul_rows, pointwise_flops
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -91,7 +91,7 @@ class SplitFused(Strategy):
             weight = replace(op.params[0], name=f"{path}.weight", shape=(width, x.shape[-1]))
             params = (weight, replace(op.params[1], name=f"{path}.bias", shape=(width,))) if has_bias else (weight,)
             y = replace(op.output, name=f"{self.op}.{part}", shape=(*op.output.shape[:-1], width))
-            work = _linear_flops(path, _rows(path, x), weight, params[-1] if has_bias else None)
+            work = linear_flops(path, matmul_rows(path, x), weight, params[-1] if has_bias else None)
             out.append(Op(path, "linear", params, (x,), y, flops=work, inputs=(x.name,),
                           saved_for=((x.name, (weight.name,)),)))
         return out
@@ -148,22 +148,22 @@ class LoRA(Strategy):
             mask = replace(x, name=f"{prefix}.lora_dropout.mask", dtype=BOOL, role="dropout-mask")
             h_in = replace(x, name=f"{prefix}.lora_dropout.out", role="activation")
             ops.append(Op(f"{prefix}.lora_dropout", "dropout", (), (mask,), h_in, inputs=(x.name,),
-                          flops=_pointwise(f"{prefix}.lora_dropout", "dropout", h_in)))
+                          flops=pointwise_flops(f"{prefix}.lora_dropout", "dropout", h_in)))
         w_a = Tensor(f"{prefix}.lora_A.weight", (self.rank, x.shape[-1]), PARAM_DTYPE, "weight", 1 if row else None)
         a_out = replace(x, name=f"{prefix}.lora_A.out", shape=(*x.shape[:-1], self.rank), tp_axis=None)
         ops.append(Op(f"{prefix}.lora_A", "linear", (w_a,), (h_in,), a_out, inputs=(h_in.name,),
-                      saved_for=((h_in.name, (w_a.name,)),), flops=_linear_flops(f"{prefix}.lora_A",
-                                                                                 _rows(prefix, h_in), w_a, None)))
+                      saved_for=((h_in.name, (w_a.name,)),),
+                      flops=linear_flops(f"{prefix}.lora_A", matmul_rows(prefix, h_in), w_a, None)))
         w_b = Tensor(f"{prefix}.lora_B.weight", (width, self.rank), PARAM_DTYPE, "weight", None if row else 0)
         b_out = replace(outs[0], name=f"{prefix}.lora_B.out", shape=(*outs[0].shape[:-1], width))
         ops.append(Op(f"{prefix}.lora_B", "linear", (w_b,), (a_out,), b_out, inputs=(a_out.name,),
-                      saved_for=((a_out.name, (w_b.name,)),), flops=_linear_flops(f"{prefix}.lora_B",
-                                                                                  _rows(prefix, a_out), w_b, None)))
+                      saved_for=((a_out.name, (w_b.name,)),),
+                      flops=linear_flops(f"{prefix}.lora_B", matmul_rows(prefix, a_out), w_b, None)))
         for op in bases:
             base_out = replace(op.output, name=f"{op.path}.base.out")
             ops.append(self._dora(op, base_out, b_out, w_a, w_b) if self.dora else
                        Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name),
-                          flops=_pointwise(f"{op.path}.lora_add", "add", op.output)))
+                          flops=pointwise_flops(f"{op.path}.lora_add", "add", op.output)))
         return ops
 
     def _dora(self, op: Op, base_out: Tensor, lora_out: Tensor, w_a: Tensor, w_b: Tensor) -> Op:
@@ -181,6 +181,6 @@ class LoRA(Strategy):
         # PEFT forms B A as lora_B(lora_A(I)) with an in x in identity each forward (detached: no backward).
         eye = Tensor(f"{op.path}.dora.eye", (w_a.shape[1],), op.output.dtype, "rows")
         work = (Flop(f"{op.path} B(A(I))", (eye, w_a)), Flop(f"{op.path} B(A(I))", (eye, w_b)),
-                *_pointwise(f"{op.path}.dora", "add", op.output))
+                *pointwise_flops(f"{op.path}.dora", "add", op.output))
         return Op(f"{op.path}.dora", "dora", (magnitude,), saved, op.output, inputs=(base_out.name, lora_out.name),
                   saved_for=needs, flops=work)

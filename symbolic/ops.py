@@ -32,7 +32,7 @@ from memderive.symbolic.expr import Size, const
 from memderive.symbolic.graph import Block, Flop, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["BlockBuilder", "PARAM_DTYPE", "ELEMENTWISE"]
+__all__ = ["BlockBuilder", "PARAM_DTYPE", "ELEMENTWISE", "matmul_rows", "linear_flops", "pointwise_flops"]
 
 #: Parameters are counted in elements; their bytes depend on the training/serving recipe.
 PARAM_DTYPE = dtype("fp32")
@@ -48,7 +48,7 @@ ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
 
 
-def _rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
+def matmul_rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
     """The rows a matmul reads: every position of ``x`` (whole under sequence parallelism, which
     gathers a linear layer's input before the product); ``cached``: every cached position, also in
     a decode step (role ``cached-rows``)."""
@@ -56,7 +56,7 @@ def _rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bo
                   role="cached-rows" if cached else "rows")
 
 
-def _linear_flops(path: str, rows: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Flop, ...]:
+def linear_flops(path: str, rows: Tensor, weight: Tensor, bias: Tensor | None) -> tuple[Flop, ...]:
     """``x W^T``: forward, input gradient and the weight gradient tied to ``weight``; a bias adds
     one elementwise add forward and a row sum for its gradient."""
     name = f"{path} x@W"
@@ -68,7 +68,7 @@ def _linear_flops(path: str, rows: Tensor, weight: Tensor, bias: Tensor | None) 
     return tuple(terms)
 
 
-def _pointwise(path: str, kind: str, x: Tensor, params: tuple[Tensor, ...] = ()) -> tuple[Flop, ...]:
+def pointwise_flops(path: str, kind: str, x: Tensor, params: tuple[Tensor, ...] = ()) -> tuple[Flop, ...]:
     """Elementwise work over ``x``; a norm's weight (and bias) gradient is a row sum per parameter."""
     per = ELEMENTWISE[kind]
     terms = [Flop(f"{path} {kind}", (x,), per, "elementwise")]
@@ -148,7 +148,7 @@ class BlockBuilder:
                                  0 if parallel in ("column", "vocab") else None))
         out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
         out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
-        flops = _linear_flops(path, _rows(path, x, rows, over_cache), weight, params[-1] if bias else None)
+        flops = linear_flops(path, matmul_rows(path, x, rows, over_cache), weight, params[-1] if bias else None)
         w_name = (weight if weight is not None else params[0]).name
         return self._add(Op(path, "linear", tuple(params), (x,), out, note, flops=flops, inputs=(x.name,),
                             saved_for=((x.name, (w_name,)),)))
@@ -162,7 +162,7 @@ class BlockBuilder:
             params.append(_param(f"{path}.bias", (width,), "bias", None))
         stats = tuple(self._act(f"{path}.{k}", x.shape[:-1], "norm-stats", dt=FP32) for k in ("mean", "rstd"))
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        flops = _pointwise(path, "layer_norm", out, tuple(params))
+        flops = pointwise_flops(path, "layer_norm", out, tuple(params))
         return self._add(Op(path, "layer_norm", tuple(params), (x, *stats), out, flops=flops, inputs=(x.name,),
                             saved_for=_all_for((x, *stats), (x.name, *(w.name for w in params)))))
 
@@ -173,7 +173,7 @@ class BlockBuilder:
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", dt=FP32,
                          seq_axis=x.seq_axis if x.seq_axis is not None and x.seq_axis < len(x.shape) - 1 else None)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "rms_norm", params, (x, rstd), out, flops=_pointwise(path, "rms_norm", out, params), inputs=(x.name,),
+        return self._add(Op(path, "rms_norm", params, (x, rstd), out, flops=pointwise_flops(path, "rms_norm", out, params), inputs=(x.name,),
                             saved_for=_all_for((x, rstd), (x.name, *(w.name for w in params)))))
 
     # --- pointwise --------------------------------------------------------------------------
@@ -181,13 +181,13 @@ class BlockBuilder:
         """GeLU / ReLU / SiLU: saves its input (ReLU saves its output: same size)."""
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
         saved = out if kind == "relu" else x
-        return self._add(Op(path, kind, (), (saved,), out, flops=_pointwise(path, kind, out), inputs=(x.name,)))
+        return self._add(Op(path, kind, (), (saved,), out, flops=pointwise_flops(path, kind, out), inputs=(x.name,)))
 
     def gated(self, path: str, gate: Tensor, up: Tensor, kind: str) -> Tensor:
         """``act(gate) * up`` (SwiGLU, GeGLU), unfused: saves gate, act(gate) and up."""
         activated = self._act(f"{path}.act", gate.shape, tp_axis=gate.tp_axis)
         out = self._act(f"{path}.out", gate.shape, tp_axis=gate.tp_axis)
-        flops = _pointwise(path, kind, activated) + _pointwise(path, "glu", out)
+        flops = pointwise_flops(path, kind, activated) + pointwise_flops(path, "glu", out)
         # act(gate) saves gate for gate's gradient; the product saves each factor for the other's.
         needs = ((gate.name, (gate.name,)), (activated.name, (up.name,)), (up.name, (gate.name,)))
         return self._add(Op(path, f"{kind}-glu", (), (gate, activated, up), out, flops=flops, inputs=(gate.name, up.name),
@@ -197,12 +197,12 @@ class BlockBuilder:
         """``torch.native_dropout``: saves a 1-byte mask of the input's shape."""
         mask = Tensor(f"{path}.mask", x.shape, BOOL, role="dropout-mask", tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, "dropout", (), (mask,), out, flops=_pointwise(path, "dropout", out), inputs=(x.name,)))
+        return self._add(Op(path, "dropout", (), (mask,), out, flops=pointwise_flops(path, "dropout", out), inputs=(x.name,)))
 
     def add(self, path: str, x: Tensor, y: Tensor) -> Tensor:
         """Residual add: saves nothing."""
         out = self._act(f"{path}.out", x.shape)
-        return self._add(Op(path, "add", (), (), out, flops=_pointwise(path, "add", out), inputs=(x.name, y.name)))
+        return self._add(Op(path, "add", (), (), out, flops=pointwise_flops(path, "add", out), inputs=(x.name, y.name)))
 
     # --- attention --------------------------------------------------------------------------
     def split_heads(self, path: str, qkv: Tensor, heads: tuple[Size, ...], d_head: Size,
@@ -216,7 +216,7 @@ class BlockBuilder:
         """RoPE: ``x*cos + rotate_half(x)*sin`` saves only the cos/sin buffers (not activations)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
-                            flops=_pointwise(path, "rotary", out), inputs=(x.name,)))
+                            flops=pointwise_flops(path, "rotary", out), inputs=(x.name,)))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""
@@ -224,7 +224,7 @@ class BlockBuilder:
         weight = _param(f"{path}.weight", (d_head,), "weight", None)
         rstd = self._act(f"{path}.rstd", x.shape[:-1], "norm-stats", tp_axis=x.tp_axis, dt=FP32, seq_axis=2)
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
-        return self._add(Op(path, kind, (weight,), (x, rstd), out, flops=_pointwise(path, kind, out, (weight,)), inputs=(x.name,),
+        return self._add(Op(path, kind, (weight,), (x, rstd), out, flops=pointwise_flops(path, kind, out, (weight,)), inputs=(x.name,),
                             saved_for=_all_for((x, rstd), (x.name, weight.name))))
 
     def attention(self, path: str, q: Tensor, k: Tensor, v: Tensor, *, dropout: bool) -> Tensor:
@@ -269,7 +269,7 @@ class BlockBuilder:
         labels = Tensor(f"{path}.labels", logits.shape[:-1], INT64, role="token-ids")
         total_weight = Tensor(f"{path}.total_weight", (), FP32, role="loss-scalars")
         out = self._act(f"{path}.out", (), "loss", dt=FP32, seq_axis=None)
-        flops = _pointwise(path, "cross_entropy", saved)
+        flops = pointwise_flops(path, "cross_entropy", saved)
         return self._add(Op(path, "cross_entropy", (), (saved, labels, total_weight), out, flops=flops, inputs=(logits.name,)))
 
     # --- mixture of experts -------------------------------------------------------------------
@@ -292,9 +292,9 @@ class BlockBuilder:
             saved += (self._act(f"{path}.top_weights", (*lead, top_k), "router", dt=FP32),
                       self._act(f"{path}.top_sum", (*lead, 1), "router", dt=FP32))
         out = self._act(f"{path}.out", (*lead, top_k), "router")
-        rows = replace(_rows(path, x), seq_axis=1)  # sequence parallelism routes each rank's s/t tokens (Megatron-Core)
-        flops = _linear_flops(path, rows, params[0], params[1] if bias else None) + \
-            _pointwise(path, "softmax", saved[1])
+        rows = replace(matmul_rows(path, x), seq_axis=1)  # sequence parallelism routes each rank's s/t tokens (Megatron-Core)
+        flops = linear_flops(path, rows, params[0], params[1] if bias else None) + \
+            pointwise_flops(path, "softmax", saved[1])
         return self._add(Op(path, "router", tuple(params), saved, out, flops=flops))
 
     def experts(self, path: str, x: Tensor, experts: Size, top_k: Size, width: Size, *, kind: str,
@@ -340,7 +340,7 @@ class BlockBuilder:
         saves the sigmoid's output and ``x``."""
         gate = self._act(f"{path}.sigmoid", (*x.shape[:-1], gate_width))
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        return self._add(Op(path, kind, (), (gate, x), out, flops=_pointwise(path, "glu", out)))
+        return self._add(Op(path, kind, (), (gate, x), out, flops=pointwise_flops(path, "glu", out)))
 
     # --- multi-head latent attention ----------------------------------------------------------
     def kv_latent(self, path: str, kv: Tensor, rank: Size, rope_dim: Size) -> tuple[Tensor, Tensor]:
@@ -388,10 +388,10 @@ def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor,
             terms += [Flop(f"{path} +bias", (rows, one), 1, "elementwise"),
                       Flop(f"{path} +bias", (rows, one), 1, "elementwise", "weight-grad", weight.name)]
     if kind in ("swiglu", "geglu"):
-        terms += [*_pointwise(path, "silu" if kind == "swiglu" else "gelu", hidden), *_pointwise(path, "glu", hidden)]
+        terms += [*pointwise_flops(path, "silu" if kind == "swiglu" else "gelu", hidden), *pointwise_flops(path, "glu", hidden)]
     else:
-        terms += _pointwise(path, kind, hidden)
-    return (*terms, *_pointwise(path, "glu", weighted))
+        terms += pointwise_flops(path, kind, hidden)
+    return (*terms, *pointwise_flops(path, "glu", weighted))
 
 
 def _attention_flops(path: str, scores_shape: tuple[Size, ...], d_qk: Size, d_v: Size,
@@ -401,5 +401,5 @@ def _attention_flops(path: str, scores_shape: tuple[Size, ...], d_qk: Size, d_v:
     scores = Tensor(f"{path}.scores", scores_shape, FP32, role="scores", tp_axis=1)
     terms = [Flop(f"{path} {name}", (scores,), coef * width, phase=phase)
              for name, width in (("q@k^T", d_qk), ("P@v", d_v)) for coef, phase in ((2, "forward"), (4, "input-grad"))]
-    terms += _pointwise(path, "softmax", scores) + (_pointwise(path, "dropout", scores) if dropout else ())
+    terms += pointwise_flops(path, "softmax", scores) + (pointwise_flops(path, "dropout", scores) if dropout else ())
     return tuple(terms)

@@ -299,16 +299,16 @@ def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_9_counterexamples_show_the_error() -> None:
-    from memderive.check_report import markdown_report, text_report
+    from memderive.check_report import markdown_report, check_text
 
     # drops b and halves the rest: the numbers must not use b = 1
     assert check("kv_cache.total", "2lhs", **PROMPT).counterexample.values["b"] > 1
     # a claim that holds gets numbers, not a "counterexample"
     approx = check("params.total", r"N \approx 12lh^2")
-    assert approx.holds and "counterexample" not in text_report(approx) + markdown_report(approx)
+    assert approx.holds and "counterexample" not in check_text(approx) + markdown_report(approx)
     # limits in words; orders never negative; the ratio shown is the factor stated
     wrong = check("params.per_layer", "12h^2 + h^3")
-    report = text_report(wrong)
+    report = check_text(wrong)
     assert "→ ∞" in report and "oo" not in report.replace("too", "")
     assert all(g.to_json()["orders_below_leading"] >= 0 for g in wrong.gaps)
     assert any("above our leading order" in g.text() for g in wrong.gaps)

@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from memderive.derivations.conventions import COLUMNS, CONVENTIONS, compare, figures, gaps
-from memderive.derivations.estimate import resolve_model
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
 from memderive.cli import main

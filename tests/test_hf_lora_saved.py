@@ -22,7 +22,8 @@ import functools
 import peft
 import pytest
 
-from memderive.derivations.estimate import estimate, resolve_model
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.implementations import hf_layers
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.finetune import finetune_steps

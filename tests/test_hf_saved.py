@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from memderive.derivations.estimate import resolve_model
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.implementations import hf_layers
 from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import b, s

@@ -192,7 +192,7 @@ def test_int8_kv_cache_halves_it() -> None:
 # --- closed forms -----------------------------------------------------------------------------
 
 def symbolic(model: str | Model, **opts) -> dict:
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
 
     m = resolve_model(model)
     options = Options(mode="infer", batch=1, seq=1, **opts)

@@ -45,7 +45,7 @@ def test_moe_layer_saves_what_the_graph_says(experts: int, top_k: int, width: in
 # --- how close transformers' own sparse MoE blocks are (eager experts) ------------------------
 def moe_op_bytes(config, batch: int, seq: int) -> Counter:
     """The graph's bytes of the ops under ``moe/`` (router and experts) for one layer."""
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
 
     model = resolve_model(config.to_dict())
     values = {**model.values(), b: batch, s: seq}

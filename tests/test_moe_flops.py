@@ -35,7 +35,7 @@ def test_moe_flops_equal_flop_counter(model_type: str, fields: dict) -> None:
 def test_mixtral_forward_flops_by_hand() -> None:
     """One token of Mixtral 8x7B, forward matmuls without attention scores: router 2 * 4096 * 8, two experts of
     2 * 3 * 4096 * 14336, q/k/v/o 2 * 4096 * (4096 + 2 * 1024 + 4096), per layer; LM head 2 * 4096 * 32000."""
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
 
     model = resolve_model("mixtral-8x7b")
     graph = model.graph(dropout=False)

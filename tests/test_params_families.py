@@ -158,14 +158,14 @@ def test_layer_types_the_graph_cannot_follow_are_refused(layer_types: object) ->
 
 def test_model_notes_are_shown() -> None:
     """What a config says beyond sizes (here: which layers slide) reaches the text report and the writeups."""
-    from memderive.text import text_report
+    from memderive.text import estimate_text
     from memderive.writeup import estimate_document
 
     config = _config("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64))
     est = estimate(config.to_dict(), mode="infer", batch=1, seq=8)
     note = "1 of 2 layers (l_w) attend to a sliding window of 64 tokens, the others to the whole context"
     assert est.model.notes == (note,)
-    lines = text_report(est).splitlines()
+    lines = estimate_text(est).splitlines()
     assert "sliding window: w=64 tokens in l_w=1 of l=2 layers" in lines and f"note: {note}" in lines
     assert f"- note: {note}" in estimate_document(est, "md").splitlines()
     assert r"\item note: 1 of 2 layers (l\_w) attend" in estimate_document(est, "latex")

@@ -14,7 +14,8 @@ import sys
 import pytest
 import transformers
 
-from memderive.derivations.estimate import UnknownQuantity, estimate, resolve_model
+from memderive.derivations.estimate import UnknownQuantity, estimate
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.config import ConfigError, from_config
 from memderive.derivations.options import ArgumentError, Options
 from tests.hf_meta import count_parameters, small_config

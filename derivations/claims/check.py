@@ -34,7 +34,7 @@ from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanaly
                                         find_gaps, leading, ratio_limit)
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
-from memderive.derivations.claims.conventions import conventions
+from memderive.derivations.claims.conditions import conditions
 from memderive.derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from memderive.derivations.options import Options
 from memderive.symbolic.derive import evaluate
@@ -357,7 +357,7 @@ def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
     """2048, or as many positions as a model with learned positions has left after the new tokens."""
-    from memderive.derivations.estimate import resolve_model
+    from memderive.derivations.models.resolve import resolve_model
 
     loaded = resolve_model(model)
     if loaded.arch.positions != "learned" or not loaded.max_positions:
@@ -385,7 +385,7 @@ def _is_zero(expr: sp.Expr) -> bool:
 
 def _exact_under(spec: QuantitySpec, ctx: Context, expr: sp.Expr, cmp: Comparison) -> list[str]:
     """Options, architectural switches and other accountings' conventions under which the claim is exact."""
-    labels = [label for label, ours in conventions(ctx, cmp) if _is_zero(ours - cmp.theirs)]
+    labels = [label for label, ours in conditions(ctx, cmp) if _is_zero(ours - cmp.theirs)]
     for label, alt in alternatives(spec, ctx):
         other = alt.compare(expr)
         if _is_zero(other.ours - other.theirs):

@@ -2,7 +2,7 @@
 
 ``megatron`` (the default) is the graph as built: Megatron-LM's fused kernels, the ops of
 Korthikanti et al. 2022 (fused RMSNorm/LayerNorm, a 16-bit softmax, grouped K/V never copied).
-``hf`` is transformers' own modeling code (``symbolic.implementations.HuggingFace``), with its
+``hf`` is transformers' own modeling code (``symbolic.huggingface.HuggingFace``), with its
 attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the kernel.
 
 >>> from memderive.derivations.models.architectures import GPT, LLAMA
@@ -15,7 +15,7 @@ attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the 
 from __future__ import annotations
 
 from memderive.derivations.models.architectures import Arch
-from memderive.symbolic.implementations import HuggingFace
+from memderive.symbolic.huggingface import HuggingFace
 
 __all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "parse_implementation", "hf_layers", "describe"]
 

@@ -58,7 +58,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["infer_quantities", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
+__all__ = ["infer_quantities", "check_inference", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
            "GENERATE_CITATION", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
            "kv_cache", "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
            "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION"]
@@ -202,7 +202,8 @@ class ReplicatedKVHeads(Strategy):
                                 "a_kv < t: each GPU keeps max(a_kv/t, 1) key/value heads")
 
 
-def _check(model: Model, options: Options) -> None:
+def check_inference(model: Model, options: Options) -> None:
+    """Options inference does not model (training-only flags) and K/V heads t cannot spread; each one error."""
     training_only = [("--pp", options.pp > 1), ("--sp", options.sp), ("--zero", options.zero > 0),
                      ("--recompute", options.recompute != "none"), ("--offload", options.offload)]
     for flag, used in training_only:
@@ -393,7 +394,7 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
         OptionsError: training-only options, or a dtype memderive does not serve in.
         InvalidLayoutError: a_kv and t where neither divides the other.
     """
-    _check(model, options)
+    check_inference(model, options)
     dtypes = serving_dtypes(options)
     graph = inference_graph(model, options, base_graph)
     bound = {} if keep_symbols else inference_values(model, options)

@@ -45,12 +45,14 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import GPUS_PER_NODE, INTER_NODE_BANDWIDTH, NCCL, Cluster
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
 __all__ = ["StepTime", "InferenceTime", "step_time", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
-           "time_json", "time_of", "tp_bytes", "implied_mfu", "plan_step_time"]
+           "time_json", "time_of", "tp_bytes", "implied_mfu"]
 
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
@@ -153,7 +155,7 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
             f"{c.bytes_per_flop:g} bytes each over the memory bandwidth ({MATMUL_SOURCE}{stand_in})")
 
 
-def _stage_flops(est: Any) -> int:
+def _stage_flops(est: Evaluated) -> int:
     """Hardware FLOPs per GPU of the busiest pipeline stage: the first (the estimate's graph) or
     the last (layers and the LM head)."""
     from memderive.derivations.quantities.compute import HARDWARE
@@ -172,7 +174,7 @@ def _stage_flops(est: Any) -> int:
     return max(first, int(evaluate(flops(graph, phases=HARDWARE).total, est.values)))
 
 
-def elementwise_flops(est: Any) -> int:
+def elementwise_flops(est: Evaluated) -> int:
     """Elementwise FLOPs of one micro-batch, whole model, that move memory: all of them, less the attention core's
     under a fused kernel (FlashAttention and SDPA keep the scores on chip)."""
     terms = est.quantity("elementwise_flops").term_ints(est.values)
@@ -180,7 +182,7 @@ def elementwise_flops(est: Any) -> int:
     return sum(v for k, v in terms if not (fused and "attn/core/" in k))
 
 
-def cluster_of(options: Any, hw: GPU) -> Cluster:
+def cluster_of(options: Options, hw: GPU) -> Cluster:
     """The cluster the options describe (``gpus_per_node``, ``inter_node_bandwidth``) of ``hw`` GPUs."""
     return Cluster(hw, getattr(options, "gpus_per_node", None) or GPUS_PER_NODE,
                    getattr(options, "inter_node_bandwidth", None) or INTER_NODE_BANDWIDTH)
@@ -206,7 +208,7 @@ def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int
     return max(0.0, scatter - micro_s * 2 / 3) + max(0.0, gather - micro_s / 3)
 
 
-def step_time(est: Any, gpu: GPU | str | Cluster, efficiency: float | None = None) -> StepTime:
+def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> StepTime:
     """Time of one optimizer step of a training estimate (``mode="train"``) on ``gpu`` (a name, a ``GPU`` or a
     ``Cluster``; a name or GPU takes the cluster of the estimate's options).
 
@@ -304,7 +306,7 @@ def experts_touched(experts: int, top_k: int, tokens: int) -> float:
     return 1 - (1 - top_k / experts) ** tokens
 
 
-def decode_bytes(est: Any, batch: int) -> tuple[int | float, float | None]:
+def decode_bytes(est: Evaluated, batch: int) -> tuple[int | float, float | None]:
     """Bytes one decode step reads per GPU (weights, only the routed experts the batch touches, and the KV cache),
     and that fraction of the experts (None without experts)."""
     terms = est.quantity("weight_bytes").term_ints(est.values)
@@ -318,7 +320,7 @@ def decode_bytes(est: Any, batch: int) -> tuple[int | float, float | None]:
     return dense + experts * touched + kv, touched
 
 
-def inference_time(est: Any, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
+def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
     """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``; ``efficiency`` a fraction of
     peak instead of the calibrated matmul efficiency."""
     from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
@@ -346,7 +348,7 @@ def inference_time(est: Any, gpu: GPU | str | Cluster, efficiency: float | None 
                          "compute" if decode[0] >= decode[1] else "memory", touched)
 
 
-def time_of(est: Any) -> StepTime | InferenceTime | None:
+def time_of(est: Evaluated) -> StepTime | InferenceTime | None:
     """The estimate's time on its ``--gpu`` (None without one, or for parameters only)."""
     if getattr(est.options, "gpu", None) is None or est.options.mode == "params":
         return None
@@ -354,7 +356,7 @@ def time_of(est: Any) -> StepTime | InferenceTime | None:
     return fn(est, est.options.gpu, est.options.efficiency)
 
 
-def time_json(est: Any) -> dict[str, Any]:
+def time_json(est: Evaluated) -> dict[str, Any]:
     """The time keys of ``estimate --json`` (none without ``--gpu``)."""
     timing = time_of(est)
     if timing is None:
@@ -367,31 +369,3 @@ def implied_mfu(flops_per_token: int, tokens: int, gpu_hours: float, gpu: GPU | 
     (Chowdhery et al. 2022, App. B)."""
     hw = lookup(gpu) if isinstance(gpu, str) else gpu
     return flops_per_token * tokens / (gpu_hours * 3600 * hw.bf16_flops)
-
-
-def plan_step_time(model: Any, base: Any, row: dict, global_batch: int, peak_flops: float | None,
-                   params: int, cluster: Cluster | None = None) -> tuple[int, int, float, float | None, float]:
-    """``derivations.search.plan.STEP_TIME`` with this module's model: (hardware FLOPs per GPU per step,
-    model FLOPs per step, bubble fraction, step time in seconds or None, MFU).
-
-    The GPU is ``base.gpu`` (on ``cluster``, else the default cluster of such GPUs); without one, a GPU of
-    ``peak_flops`` with no communication modelled, or no time at all without ``peak_flops``.
-    """
-    from memderive.derivations.estimate import estimate
-    from memderive.derivations.hardware import GPUS
-
-    est = estimate(model, replace(base, **row))
-    m, v, p = row["micro_batches"], row.get("virtual_stages") or 1, row["pp"]
-    bubble = (p - 1) / (m * v)
-    per_gpu = est.number("hardware_flops_per_gpu") * m
-    model_flops = est.number("model_flops") * m * row["dp"]
-    gpus = row["tp"] * row["pp"] * row["dp"]
-    if base.gpu is None and not peak_flops:
-        return per_gpu, model_flops, bubble, None, model_flops / (gpus * per_gpu * (1 + bubble))
-    if base.gpu is not None:
-        timing = step_time(est, cluster or base.gpu, base.efficiency)
-    else:  # a bare peak: compute and bubble only (a link too fast to count)
-        bare = replace(GPUS["h100-sxm"], name="given", title=f"a {peak_flops / 1e12:g} TFLOP/s GPU",
-                       bf16_flops=int(peak_flops), link_bandwidth=10**30)
-        timing = step_time(est, bare, base.efficiency or DEFAULT_EFFICIENCY)
-    return per_gpu, model_flops, bubble, timing.step_s, timing.mfu

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from memderive.derivations.estimate import estimate, resolve_model
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import exact_int

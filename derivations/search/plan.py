@@ -9,7 +9,7 @@ once (``derivations.search.sweep``), so a plan derives each structure once and n
 per layout; the rows it returns carry ``estimate``'s option names and re-run through it to the same bytes.
 
 With a GPU (``options.gpu``, a name of ``derivations.hardware.GPUS``), layouts are ranked by the compute
-model's step time (``derivations.quantities.timing.plan_step_time``, i.e. ``step_time``: the busiest stage's
+model's step time (``derivations.search.step_timer.plan_step_time``, i.e. ``step_time``: the busiest stage's
 hardware FLOPs at ``efficiency`` x dense peak, the pipeline bubble, and tensor-, pipeline- and data-parallel
 communication that is not hidden); each row's ``step_time_s`` is what ``estimate`` with the row's options
 reports. Among equal times, lower ZeRO stages, fewer tensor and pipeline ranks and less recompute rank first.
@@ -32,12 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from memderive.derivations.estimate import check_layout, estimate, resolve_model
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.options import Options
-from memderive.derivations.search.sweep import _Plan
+from memderive.derivations.search.step_timer import plan_step_time
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
+from memderive.symbolic.grid import grid_plan
 
 __all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE"]
@@ -140,7 +142,7 @@ def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
     for indices in groups.values():
         est = estimate(model, replace(base, **rows[indices[0]]))
         bound = {k: val for k, val in est.values.items() if k not in free}
-        terms = _Plan.build([x.expr.subs(bound) for x in est.quantity("total_bytes").breakdown.terms])
+        terms = grid_plan([x.expr.subs(bound) for x in est.quantity("total_bytes").breakdown.terms])
         env = {o.symbol: [1 if rows[i][o.name] is None else rows[i][o.name] for i in indices] for o in axes}
         values = terms.run({k: np.asarray(x, dtype=np.int64) for k, x in env.items()})
         out[indices] = np.broadcast_to(values, (len(indices),))
@@ -166,7 +168,7 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
     return per_gpu, model_flops, bubble, time, mfu
 
 
-#: The step-time model without a GPU (the module's NOTE); with one, ``timing.plan_step_time``.
+#: The step-time model without a GPU (the module's NOTE); with one, ``search.step_timer.plan_step_time``.
 STEP_TIME: Callable[..., tuple[int, int, float, float | None, float]] = proxy_step_time
 
 
@@ -206,10 +208,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
         fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
     params = estimate(resolved, base).number("parameters")
-    timer = STEP_TIME
-    if base.gpu is not None:
-        from memderive.derivations.quantities.timing import plan_step_time as timer
-        timer = partial(timer, cluster=cluster)
+    timer = STEP_TIME if base.gpu is None else partial(plan_step_time, cluster=cluster)
     timed = [(timer(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
     timed.sort(key=_rank)
     return [_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]]

@@ -21,26 +21,25 @@ The step sizes ``batch``, ``seq`` and ``new_tokens`` are array axes; the layout 
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from fractions import Fraction
+from collections.abc import Sequence
+from dataclasses import asdict
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from memderive.derivations.estimate import estimate, resolve_model, structure_key
+from memderive.derivations.estimate import estimate, structure_key
+from memderive.derivations.memo import Keyed
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options, OptionsError
 from memderive.symbolic.dims import b, n, s
-from memderive.symbolic.expr import Expr, _Node, _Sym
+from memderive.symbolic.grid import INT64_MAX, GridError, GridPlan, grid_plan
 
 __all__ = ["sweep", "SWEEPABLE", "SweepError"]
 
 #: Options that may be given as 1-D sequences; the first three are array axes, the others loops.
 SWEEPABLE = ("batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches")
 AXES = {"batch": b, "seq": s, "new_tokens": n}
-_INT64_MAX = 2**63 - 1
-_PLANS: dict[tuple, dict[str, _Plan]] = {}
 
 
 class SweepError(OptionsError):
@@ -59,7 +58,7 @@ def _grid_values(name: str, value: Any) -> np.ndarray:
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int) or x < low:
             raise SweepError(f"--{name.replace('_', '-')} values must be whole numbers >= {low}, got {x!r}")
-    if max(items) > _INT64_MAX:
+    if max(items) > INT64_MAX:
         raise SweepError(f"--{name.replace('_', '-')} values must be below 2^63")
     return np.asarray(items, dtype=np.int64)
 
@@ -103,13 +102,13 @@ def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str
 def _full(values: Any, shape: tuple[int, ...]) -> np.ndarray:
     if isinstance(values, np.ndarray):
         return values if values.shape == shape else np.broadcast_to(values, shape)
-    wide = abs(int(values)) > _INT64_MAX
+    wide = abs(int(values)) > INT64_MAX
     return np.broadcast_to(np.array(values, dtype=object if wide else np.int64), shape)
 
 
 def _place(out: dict[str, np.ndarray], key: str, shape: tuple[int, ...], index: tuple, values: Any) -> None:
     arr = out.get(key)
-    wide = values.dtype == object if isinstance(values, np.ndarray) else abs(int(values)) > _INT64_MAX
+    wide = values.dtype == object if isinstance(values, np.ndarray) else abs(int(values)) > INT64_MAX
     dtype = object if wide else np.int64
     if arr is None:
         arr = out[key] = np.empty(shape, dtype=dtype)
@@ -130,141 +129,17 @@ def _evaluate(model: Any, point: dict[str, Any], axes: dict[str, np.ndarray], or
     bound = {k: v for k, v in est.values.items() if k not in symbols}
     key = (structure_key(est.model, options), tuple(sorted((x.name, v) for x, v in bound.items())),
            tuple(order))
-    plans = _PLANS.get(key)
-    if plans is None:
-        plans = _PLANS[key] = {q.key: _Plan.build([t.expr.subs(bound) for t in q.breakdown.terms])
-                               for q in est.quantities}
+    plans = _plans(Keyed(key, (est.quantities, bound)))
     env = {AXES[k].name: axes[k].reshape([-1 if j == i else 1 for j in range(len(order))])
            for i, k in enumerate(order)}
-    return {k: plan.run(env) for k, plan in plans.items()}
+    try:
+        return {k: plan.run(env) for k, plan in plans.items()}
+    except GridError as exc:
+        raise SweepError(str(exc)) from None
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """One quantity, ready to evaluate: the integer terms summed into one polynomial, the fractional
-    terms (rounded up one by one) kept apart."""
-
-    whole: Expr
-    fractional: tuple[Expr, ...]
-
-    @staticmethod
-    def build(terms: list[Expr]) -> _Plan:
-        whole = Expr({})
-        fractional = []
-        for term in terms:
-            if _integral(term):
-                whole = whole + term
-            else:
-                fractional.append(term)
-        return _Plan(whole, tuple(fractional))
-
-    def run(self, env: Mapping[str, np.ndarray]) -> Any:
-        total = _rational(self.whole, env)[0]
-        for term in self.fractional:
-            num, den = _rational(term, env)
-            total = total + (-((-num) // den))
-        return total
-
-
-def _integral(x: Expr) -> bool:
-    """Whole-valued at every size: integer coefficients, no division by a size, whole-valued nodes."""
-    for mono, c in x._t.items():
-        if type(c) is not int:
-            return False
-        for atom, e in mono:
-            if e < 0 or (type(atom) is _Node and atom.kind != "ceiling" and not all(map(_integral, atom.args))):
-                return False
-    return True
-
-
-def _rational(x: Expr, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
-    """``x`` over the grid as ``(numerators, denominators)``: integer arrays or ints. Division by a swept
-    size (``l/p``, ``P/d``) moves into the denominator: each monomial is multiplied by the highest power
-    of that size the term divides by."""
-    nodes: dict[Any, tuple[Any, Any]] = {}
-    coeffs: dict[tuple, Fraction | int] = {}
-    shift: dict[Any, int] = {}
-    for mono, c in x._t.items():
-        scaled: Fraction | int = c
-        for atom, e in mono:
-            if type(atom) is _Node:
-                if atom not in nodes:
-                    nodes[atom] = _node(atom, env)
-                den = nodes[atom][1]
-                if e < 0 or isinstance(den, np.ndarray):
-                    raise SweepError(f"cannot sweep: a term divides by {atom.kind}(...) or by a fraction in it")
-                scaled = scaled / Fraction(den) ** e if den != 1 else scaled
-            elif e < 0:
-                shift[atom] = max(shift.get(atom, 0), -e)
-        coeffs[mono] = scaled
-    if shift:
-        coeffs = {_shifted(mono, shift): c for mono, c in coeffs.items()}
-    den = math.lcm(*(Fraction(c).denominator for c in coeffs.values())) if coeffs else 1
-    ints = {mono: int(c * den) for mono, c in coeffs.items()}
-    values = {atom: vals for atom, (vals, _) in nodes.items()}
-    values.update({atom: env[atom.name] for mono in ints for atom, _ in mono if type(atom) is _Sym})
-    denominator: Any = den
-    for atom, k in shift.items():
-        denominator = denominator * env[atom.name] ** k
-    return _polynomial(ints, values), denominator
-
-
-def _shifted(mono: tuple, shift: Mapping[Any, int]) -> tuple:
-    powers = dict(mono)
-    for atom, k in shift.items():
-        powers[atom] = powers.get(atom, 0) + k
-    return tuple((atom, e) for atom, e in powers.items() if e)
-
-
-def _node(atom: _Node, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
-    parts = [_rational(arg, env) for arg in atom.args]
-    if atom.kind == "ceiling":
-        num, den = parts[0]
-        return -((-num) // den), 1
-    if all(isinstance(d, int) for _, d in parts):
-        den: Any = math.lcm(*(d for _, d in parts))
-    else:
-        den = math.prod(d for _, d in parts)
-    scaled = [num * (den // d) for num, d in parts]
-    pick = np.minimum if atom.kind == "Min" else np.maximum
-    out = scaled[0]
-    for other in scaled[1:]:
-        out = pick(out, other)
-    return out, den
-
-
-def _polynomial(coeffs: dict[tuple, int], values: Mapping[Any, Any]) -> Any:
-    """An integer polynomial over the grid, exact: int64 when a bound in Python ints proves it fits."""
-    if not coeffs:
-        return 0
-    high = {atom: int(np.max(np.abs(v))) if isinstance(v, np.ndarray) else abs(int(v)) for atom, v in values.items()}
-    bound = sum(abs(c) * math.prod(high[atom] ** e for atom, e in mono) for mono, c in coeffs.items())
-    if bound > _INT64_MAX:
-        values = {atom: v.astype(object) if isinstance(v, np.ndarray) else int(v) for atom, v in values.items()}
-    return _horner(coeffs, values)
-
-
-def _horner(coeffs: dict[tuple, int], values: Mapping[Any, Any]) -> Any:
-    """Group by the powers of the atom with the fewest distinct powers (ties: the longest axis), so that
-    the inner sums stay on fewer axes and the full grid is touched once per power."""
-    atoms = {atom for mono in coeffs for atom, _ in mono}
-    if not atoms:
-        return sum(coeffs.values())
-
-    def cost(atom: Any) -> tuple[int, int]:
-        powers = {dict(mono).get(atom, 0) for mono in coeffs}
-        size = values[atom].size if isinstance(values[atom], np.ndarray) else 1
-        return len(powers), -size
-
-    pivot = min(atoms, key=cost)
-    groups: dict[int, dict[tuple, int]] = {}
-    for mono, c in coeffs.items():
-        powers = dict(mono)
-        e = powers.pop(pivot, 0)
-        rest = tuple(item for item in mono if item[0] != pivot)
-        groups.setdefault(e, {})[rest] = c
-    total: Any = 0
-    for e, sub in sorted(groups.items()):
-        inner = _horner(sub, values)
-        total = total + (inner if e == 0 else values[pivot] ** e * inner)
-    return total
+@lru_cache(maxsize=1024)
+def _plans(structure: Keyed) -> dict[str, GridPlan]:
+    """Each quantity's grid plan, with every size that is not swept bound (once per structure and values)."""
+    quantities, bound = structure.value
+    return {q.key: grid_plan([t.expr.subs(bound) for t in q.breakdown.terms]) for q in quantities}

@@ -1,4 +1,4 @@
-"""Model states under expert parallelism, and the layouts a mixture of experts needs.
+"""Model states under expert parallelism (the layouts it needs: ``models.resolve.check_expert_layout``).
 
 With ``ep`` > 1 each GPU holds E/ep of every MoE layer's routed experts; ZeRO shards the dense
 parameters' states over the d data-parallel ranks as before, and the experts' over the d/ep ranks
@@ -17,37 +17,17 @@ from __future__ import annotations
 
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dims import d, ep
-from memderive.symbolic.errors import InvalidLayoutError
 from memderive.symbolic.experts import expert_ops, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
-from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import offloaded_breakdown, states_breakdown
 
-__all__ = ["EP_CITATION", "check_expert_layout", "expert_split_states"]
+__all__ = ["EP_CITATION", "expert_split_states"]
 
 EP_CITATION = Citation("Lepikhin et al. 2020 (GShard); Rajbhandari et al. 2022 (DeepSpeed-MoE)",
                        "arXiv:2006.16668; arXiv:2201.05596", "experts sharded over ranks; expert data parallelism")
-
-
-def check_expert_layout(model: Model, opts: Options) -> None:
-    """``--ep`` needs routed experts it divides; tensor parallelism splits each expert's width f_e."""
-    z, moe = model.sizes, model.arch.moe
-    if moe is None:
-        if opts.ep > 1 or opts.capacity_factor is not None:
-            flag = "--ep" if opts.ep > 1 else "--capacity-factor"
-            raise OptionsError(f"{model.name} has no mixture-of-experts layers: {flag} applies to routed experts")
-        return
-    if z["E"] % opts.ep:
-        raise InvalidLayoutError(f"{model.name}: {z['E']} experts are not divisible by expert-parallel degree "
-                                 f"{opts.ep}; choose a degree that divides it")
-    if z["f_e"] % opts.tp:
-        raise InvalidLayoutError(f"{model.name}: expert width {z['f_e']} is not divisible by tensor-parallel degree "
-                                 f"{opts.tp}; choose a degree that divides it")
-    if opts.mode == "infer" and opts.ep > 1:
-        raise OptionsError("--ep is modelled in training; inference is modelled with --tp only")
 
 
 def _renamed(breakdown: Breakdown, part: str) -> Breakdown:

@@ -1,4 +1,5 @@
-"""Conventions of other accountings, named as the condition under which a claim holds.
+"""Conditions under which a claim holds: the conventions of other accountings, each named as a condition
+(``derivations.conventions`` is another thing: whole peer calculators reproduced for ``compare``).
 
 Our derivation follows one convention per quantity (ZeRO's mixed-precision Adam: 16-bit weights
 and gradients, fp32 master weights, momentum and variance; a KV cache of ``s + n`` tokens and
@@ -17,7 +18,7 @@ and gradients, fp32 master weights, momentum and variance; a KV cache of ``s + n
 >>> from memderive.derivations.options import Options
 >>> ctx = build_context(quantity_spec("model_states.total"), "gpt2", Options(mode="train", batch=1, seq=8))
 >>> from memderive.symbolic.dims import Psi
->>> [(label.split(" (")[0], ours) for label, ours in conventions(ctx, ctx.compare(16 * Psi))]
+>>> [(label.split(" (")[0], ours) for label, ours in conditions(ctx, ctx.compare(16 * Psi))]
 [('with fp32 gradients', 18*Psi), ('with an fp32 copy of the gradients', 20*Psi), ('with Adam without fp32 master weights', 12*Psi)]
 """
 
@@ -30,7 +31,7 @@ from memderive.derivations.quantities.model_states import optimizer_state_bytes
 from memderive.symbolic.dims_sympy import n
 from memderive.symbolic.dtypes import dtype
 
-__all__ = ["conventions"]
+__all__ = ["conditions"]
 
 
 def _sum(cmp: Comparison, suffix: str) -> sp.Expr:
@@ -59,7 +60,7 @@ def _states(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
     return out
 
 
-def conventions(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
+def conditions(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
     """``(label, ours under that convention)`` for the conventions that apply to this comparison."""
     out = []
     if (ctx.spec.name.startswith(("kv_cache", "infer")) and n in cmp.ours.free_symbols

@@ -1,0 +1,118 @@
+"""Which model a user means, and whether the options fit it: a bundled name, a ``config.json`` path, a
+config dict, a transformers config or a ``Model``; the divisibility a layout needs; a context past the
+positions a model was trained for.
+
+>>> resolve_model("llama-2-7b").sizes["h"]
+4096
+>>> from memderive.derivations.options import Options
+>>> check_layout(resolve_model("llama-2-7b"), Options(mode="train", batch=1, seq=8, tp=7))
+Traceback (most recent call last):
+...
+memderive.symbolic.errors.InvalidLayoutError: llama-2-7b: 32 attention heads are not divisible by tensor-parallel degree 7; choose a degree that divides it
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from memderive.derivations.models.config import from_config, load_config
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.presets import PRESETS, preset
+from memderive.derivations.options import ArgumentError, Options, OptionsError
+from memderive.symbolic.errors import InvalidLayoutError, shown
+
+__all__ = ["resolve_model", "check_layout", "check_expert_layout", "context_notes"]
+
+
+def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
+    """A bundled name, a ``config.json`` path, a config dict, a transformers config or a Model.
+
+    A name that is both a local path and a bundled name is the path, as transformers'
+    ``from_pretrained`` reads it; a folder without ``config.json`` that shadows a bundled name is an
+    error naming both.
+    """
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, Mapping):
+        return from_config(model)
+    if hasattr(model, "to_dict") and hasattr(model, "model_type"):
+        return from_config(model.to_dict(), name=getattr(model, "name_or_path", None) or model.model_type)
+    if not isinstance(model, (str, Path)):
+        raise ArgumentError(f"model must be a bundled name, a config.json path, a config dict or a transformers "
+                            f"config, got {shown(model)} ({type(model).__name__})")
+    name = str(model)
+    if len(name) > 4096 or "\0" in name:
+        raise ArgumentError(f"model {shown(name)} is neither a bundled name nor a path")
+    if Path(name).is_file() or (Path(name).is_dir() and (Path(name) / "config.json").is_file()):
+        return load_config(name)  # a path wins over a bundled name, as in transformers' from_pretrained
+    if name.lower() in PRESETS:
+        if Path(name).exists():
+            raise ArgumentError(f"{name} is a bundled model and also a folder here without config.json; give "
+                                f"./{name}/config.json, or run elsewhere for the bundled model")
+        return preset(name)
+    if name.endswith(".json") or "/" in name or Path(name).exists():
+        return load_config(name)
+    return preset(name)  # raises with the list of bundled names
+
+
+def check_layout(model: Model, opts: Options) -> None:
+    """Divisibility a Megatron layout needs; each violation is one clear error."""
+    z = model.sizes
+    checks = [(z["a"] % opts.tp, f"{z['a']} attention heads are not divisible by tensor-parallel degree {opts.tp}"),
+              (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
+               f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
+              (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
+              (z["l"] % opts.pp, f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp}")]
+    if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
+        checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
+    if opts.virtual_stages not in (None, 1) and z["l"] % (opts.pp * opts.virtual_stages):
+        checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
+    for remainder, message in checks:
+        if remainder:
+            raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
+    check_expert_layout(model, opts)
+    if opts.mode == "infer" and not model.arch.lm_head:
+        raise OptionsError(f"{model.name} is an encoder without a language-model head: it generates nothing and "
+                           "keeps no KV cache; use --mode train or --mode params")
+    if model.arch.positions == "learned" and opts.seq is not None and model.max_positions is not None:
+        if opts.seq + opts.new_tokens > model.max_positions:
+            raise OptionsError(f"{model.name} has {model.max_positions:,} learned positions: --seq plus --new-tokens "
+                               f"({opts.seq + opts.new_tokens:,}) must not exceed it")
+
+
+def check_expert_layout(model: Model, opts: Options) -> None:
+    """``--ep`` needs routed experts it divides; tensor parallelism splits each expert's width f_e."""
+    z, moe = model.sizes, model.arch.moe
+    if moe is None:
+        if opts.ep > 1 or opts.capacity_factor is not None:
+            flag = "--ep" if opts.ep > 1 else "--capacity-factor"
+            raise OptionsError(f"{model.name} has no mixture-of-experts layers: {flag} applies to routed experts")
+        return
+    if z["E"] % opts.ep:
+        raise InvalidLayoutError(f"{model.name}: {z['E']} experts are not divisible by expert-parallel degree "
+                                 f"{opts.ep}; choose a degree that divides it")
+    if z["f_e"] % opts.tp:
+        raise InvalidLayoutError(f"{model.name}: expert width {z['f_e']} is not divisible by tensor-parallel degree "
+                                 f"{opts.tp}; choose a degree that divides it")
+    if opts.mode == "infer" and opts.ep > 1:
+        raise OptionsError("--ep is modelled in training; inference is modelled with --tp only")
+
+
+
+def context_notes(model: Model, opts: Options) -> list[str]:
+    """A prompt plus new tokens past the positions the model was trained for, said the same way by
+    ``estimate`` and ``fit`` (learned positions refuse it outright: see ``check_layout``).
+
+    >>> context_notes(preset("llama-2-7b"), Options(mode="infer", batch=1, seq=4000, new_tokens=200))
+    ['a context of 4,200 tokens (prompt plus new tokens) is past the 4,096 positions llama-2-7b was trained for']
+    """
+    if opts.mode == "params" or opts.seq is None or model.max_positions is None:
+        return []
+    context = opts.seq + (opts.new_tokens if opts.mode == "infer" else 0)
+    if context <= model.max_positions:
+        return []
+    what = " (prompt plus new tokens)" if opts.mode == "infer" and opts.new_tokens else ""
+    return [f"a context of {context:,} tokens{what} is past the {model.max_positions:,} positions {model.name} "
+            "was trained for"]

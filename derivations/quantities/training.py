@@ -1,0 +1,110 @@
+"""Training quantities per GPU: parameters held, activations (one layer and all), model states, the
+peak total and, when fine-tuning, trainable parameters and weights; what is offloaded to CPU memory.
+
+The graph is transformed in a fixed order (``transformed``): fine-tuning (adapters, frozen weights)
+first, then the layout strategies, then ``RequiresGrad`` (what frozen weights no longer need saved).
+
+>>> from memderive.derivations.models.presets import preset
+>>> from memderive.derivations.options import Options
+>>> model = preset("gpt2")
+>>> graph, quantities = train_quantities(model, Options(mode="train", batch=1, seq=8), model.graph())
+>>> [q.key for q in quantities]
+['parameters_per_gpu', 'activation_bytes_per_layer', 'activation_bytes', 'model_state_bytes', 'total_bytes']
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import PROFILES, Options
+from memderive.derivations.quantities.expert_states import expert_split_states
+from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
+                                                       finetune_notes, finetune_states, finetune_steps)
+from memderive.derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic.derive import Breakdown, Term, activations, parameters
+from memderive.symbolic.dims import b, h, s
+from memderive.symbolic.expr import const
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
+from memderive.symbolic.strategies import RequiresGrad
+
+__all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
+
+KORTHIKANTI = Citation("Korthikanti et al. 2022", "arXiv:2205.05198", "Eq. 1, Table 2")
+
+
+def _sbh_factored(expr: Any) -> Any:
+    from memderive.symbolic.simplify import factor_out
+
+    return factor_out(expr, s * b * h)
+
+
+def transformed(base: Graph, opts: Options, model: Model) -> Graph:
+    """Fine-tuning transforms (adapters, frozen weights) first, then the layout, then what frozen weights
+    no longer need saved (``RequiresGrad`` sees the final graph)."""
+    graph = base
+    steps = [*finetune_steps(model, opts), *opts.strategies()]
+    for strategy in steps + ([RequiresGrad()] if opts.finetuning else []):
+        graph = strategy(graph)
+    return graph
+
+
+def one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
+    """Activations of one layer for one micro-batch."""
+    layer = replace(graph.block("layer"), in_flight=const(1))
+    return activations(replace(graph, blocks=(layer,)), ignore, per_repeat=True)
+
+
+def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...],
+                           model: Model) -> Breakdown:
+    """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
+    (what it would save without recompute, less what recompute already keeps) add to the stored ones."""
+    plain = one_layer(transformed(base, replace(opts, recompute="none"), model), ignore).total
+    return Breakdown((Term("recompute/working_layer", plain - stored.total),), "bytes")
+
+
+def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, Breakdown | None]:
+    """GPU model states, what is offloaded or paged to CPU memory (None: nothing) and, when some
+    parameters are frozen or the optimizer is paged, the trainable parameters."""
+    if opts.finetuning or OPTIMIZERS[opts.optimizer].paged:
+        states, cpu, trainable = finetune_states(graph, opts)
+        return states, cpu if cpu.terms else None, trainable
+    states, cpu = expert_split_states(graph, opts)  # routed experts' states over d/ep ranks (d without experts)
+    return states, cpu, None
+
+
+def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
+    """The transformed graph and the training quantities per GPU (``base``: the untransformed graph)."""
+    graph = transformed(base, opts, model)
+    ignore, why = PROFILES[opts.profile]
+    rel = graph.relations
+    states, cpu, trainable = _states(graph, opts)
+    acts = activations(graph, ignore)
+    per_layer = one_layer(graph, ignore)
+    assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)
+    total = states + acts + dequantized_weight(graph, opts)
+    if opts.recompute != "none":
+        total += _recompute_working_set(base, opts, per_layer, ignore, model)
+        assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
+    if opts.overhead_bytes:
+        total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
+    cite = QLORA_CITATION if opts.base_dtype == "nf4" else INT8_CITATION if opts.base_dtype == "int8" else None
+    weights = states.where(lambda path: path.startswith("model_states/weights"))
+    tuned = [] if trainable is None else [
+        Quantity("trainable_parameters", "Trainable parameters per GPU", trainable, rel, LORA_CITATION),
+        Quantity("weight_bytes", "Weights per GPU", weights, rel, cite, assumptions)]
+    offloaded = [] if cpu is None else [Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or "
+                                                 "paged) to CPU memory", cpu, rel, OFFLOAD_CITATION)]
+    return graph, [
+        Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
+        *tuned,
+        Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
+                 assumptions, form=_sbh_factored),
+        Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
+        Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
+        Quantity("total_bytes", "Training memory per GPU", total, rel, None, assumptions),
+        *offloaded,
+    ]
