@@ -32,6 +32,7 @@ from memderive.derivations.quantities.parameters import parameter_quantities
 from memderive.derivations.quantities.timing import time_json
 from memderive.derivations.quantities.training import train_quantities, transformed
 from memderive.derivations.quantity import Quantity
+from memderive.derivations.quantity_table import SPELLINGS, public_name
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
@@ -57,6 +58,11 @@ class Estimate:
     values: Mapping[Expr, int]
 
     def quantity(self, key: str) -> Quantity:
+        """The quantity of estimate key ``key`` (``total_bytes``) or of a name ``derivations.quantity_table``
+        gives it in this estimate's mode (``train.total``, or an alias such as ``train-total``)."""
+        row = SPELLINGS.get(key) if isinstance(key, str) else None
+        if row is not None and not row.per_position and public_name(self.options.mode, row.key) == row.name:
+            key = row.key
         for q in self.quantities:
             if isinstance(key, str) and q.key == key:
                 return q
@@ -100,6 +106,8 @@ class Estimate:
         out["notes"] = self.notes()
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in self.quantities}
+        # Each key's public name (derive NAME, check --quantity NAME): derivations.quantity_table.
+        out["names"] = {q.key: public_name(self.options.mode, q.key) for q in self.quantities}
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, fail, option_values
+from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
 VERDICTS = ("exact", "conditional", "leading-order", "different")
@@ -25,8 +26,8 @@ VERDICTS = ("exact", "conditional", "leading-order", "different")
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("check", help="check a published or teaching formula against the derivation")
-    parser.add_argument("--quantity", help="e.g. params.total, params.per_layer, activations.per_layer, "
-                                           "activations.total, model_states.total, kv_cache.total, kv_cache.per_token")
+    parser.add_argument("--quantity", help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if q.checkable)
+                        + " (or an alias derive takes, e.g. activations, kv-cache)")
     parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
     parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
     parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")

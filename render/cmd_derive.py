@@ -6,8 +6,10 @@ import argparse
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
 from memderive.cmd_estimate import add_writeup_options, render_options
-from memderive.quantity_names import GROUPS, QUANTITIES
+from memderive.derivations.quantity_table import QUANTITY_NAMES, UnknownName, quantity_name
 
+#: spellings that print several quantities in text (``derive flops``: forward, model and hardware FLOPs)
+GROUPS = {"flops": ("forward_flops", "model_flops", "hardware_flops")}
 #: symbolic placeholders for a derivation without a concrete step size
 _DEFAULT_MODEL = "gpt3-175b"  # GPT family; 96 heads divide by the usual t
 #: ``--strategy`` names -> option changes; degrees are placeholders (closed forms keep t, p, d)
@@ -32,9 +34,23 @@ def apply_strategy(args: argparse.Namespace, spec: str | None) -> None:
             setattr(args, key, value)
 
 
+def _spelling(text: str) -> str:
+    """A quantity's public name or alias (``derivations.quantity_table``), kept as typed."""
+    try:
+        row = quantity_name(text)
+    except UnknownName as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if row.per_position:
+        raise argparse.ArgumentTypeError(f"{row.name} is a check quantity (the KV cache over s + n); derive "
+                                         "kv_cache.total or kv_cache.per_token")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("derive", help="print the closed form of a quantity")
-    parser.add_argument("quantity", choices=tuple(QUANTITIES))
+    parser.add_argument("quantity", type=_spelling, metavar="QUANTITY",
+                        help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if not q.per_position)
+                        + " (older spellings such as params-per-layer, kv-cache, flops are accepted)")
     add_model_options(parser, required=False)
     add_options(parser, "derive")
     parser.add_argument("--strategy", help="shorthand, e.g. tp+sp+selective, flash, pp+zero1 (" + ", ".join(STRATEGIES) + ")")
@@ -47,7 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from memderive.derivations.estimate import estimate
 
-    mode, key = QUANTITIES[args.quantity]
+    row = quantity_name(args.quantity)
+    mode, key = row.mode, row.key
     apply_strategy(args, args.strategy)
     sized = mode == "params" or (args.batch is not None and args.seq is not None)
     if args.batch is None:

@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="breakdown: stacked bars across layouts; seq/batch: memory against s or b")
     parser.add_argument("--gpu-memory", default=None, help="draw the capacity line, e.g. 80GB or 80GiB")
     parser.add_argument("--quantity", default=None,
-                        help="an estimate key to plot instead of total_bytes, e.g. hardware_flops_per_gpu")
+                        help="a quantity to plot instead of the total (a name of derive or an estimate key), "
+                             "e.g. flops.hardware_per_gpu")
     add_output_options(parser, "FILE.png, FILE.svg or FILE.pdf", required=True)
     parser.set_defaults(func=run)
 

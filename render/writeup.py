@@ -28,7 +28,7 @@ from memderive.arguments import option_argv
 from memderive.text import inputs_text, strategies_text
 from memderive.latex import latex, number, tex_escape
 from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
-from memderive.quantity_names import QUANTITIES
+from memderive.derivations.quantity_table import public_name
 from memderive.units import RenderOptions, scaled_count, scaled_flops
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
@@ -308,9 +308,9 @@ def quantity_document(est: Estimate, key: str, fmt: str, options: RenderOptions 
     form = _check_format(fmt)
     options = options or RenderOptions()
     est.quantity(key)  # a clear KeyError for an unknown key
-    names = [name for name, (_, k) in QUANTITIES.items() if k == key]
+    name = public_name(est.options.mode, key)
     omit = ("batch", "seq") if options.detail == "symbolic" else ()
-    command = (cli_command(est, _flags(fmt, options), f"derive {names[0]}", omit) if names
+    command = (cli_command(est, _flags(fmt, options), f"derive {name}", omit) if name
                else cli_command(est, _flags(fmt, options)))
     context = _document_context(est, [key], form, options, key, command)
     context["title"] = form.text(f"{est.quantity(key).title}: {est.model.name}")
