@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
@@ -28,26 +29,23 @@ __all__ = ["GPU", "GPUS", "gpu", "HardwareError"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
-_A100 = Citation("NVIDIA A100 Tensor Core GPU datasheet", "nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/"
-                 "pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+_A100 = Citation("nvidia-a100-datasheet",
                  "BF16 312 TFLOPS (624 with sparsity); 1,555 GB/s (40GB), 2,039 GB/s (80GB SXM); NVLink 600 GB/s")
-_H100 = Citation("NVIDIA H100 Tensor Core GPU datasheet", "resources.nvidia.com/en-us-tensor-core/"
-                 "nvidia-tensor-core-gpu-datasheet",
+_H100 = Citation("nvidia-h100-datasheet",
                  "SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity, 3.35 TB/s, NVLink 900 GB/s; PCIe: BF16 1,513 / "
                  "FP8 3,026 with sparsity, 2 TB/s, NVLink bridge 600 GB/s")
-_H200 = Citation("NVIDIA H200 Tensor Core GPU datasheet", "nvidia.com/en-us/data-center/h200/",
+_H200 = Citation("nvidia-h200-datasheet",
                  "H200 SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity, 141 GB, 4.8 TB/s, NVLink 900 GB/s")
-_B200 = Citation("NVIDIA DGX B200 datasheet", "nvidia.com/en-us/data-center/dgx-b200/",
+_B200 = Citation("nvidia-dgx-b200-datasheet",
                  "8 GPUs: FP8 72 PFLOPS, FP16/BF16 36 PFLOPS with sparsity, 1,440 GB, 64 TB/s HBM3e; NVLink 5 "
                  "1.8 TB/s per GPU")
-_L40S = Citation("NVIDIA L40S datasheet", "nvidia.com/en-us/data-center/l40s/",
+_L40S = Citation("nvidia-l40s-datasheet",
                  "BF16 362.05 (733 with sparsity), FP8 733 (1,466) TFLOPS; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16 "
                  "64 GB/s")
-_ADA = Citation("NVIDIA Ada GPU Architecture whitepaper v2.1", "images.nvidia.com/aem-dam/Solutions/geforce/ada/"
-                "nvidia-ada-gpu-architecture.pdf", "Appendix A, Table 2 (GeForce RTX 4090): BF16 with FP32 "
+_ADA = Citation("nvidia-ada-whitepaper",
+                "Appendix A, Table 2 (GeForce RTX 4090): BF16 with FP32 "
                 "accumulate 165.2, FP8 330.3 dense TFLOPS; 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4 x16 64 GB/s")
-_MI300X = Citation("AMD Instinct MI300X datasheet", "amd.com/content/dam/amd/en/documents/instinct-tech-docs/"
-                   "data-sheets/amd-instinct-mi300x-data-sheet.pdf",
+_MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
 
@@ -80,7 +78,7 @@ class GPU:
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "title": self.title, "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
-                "link_bandwidth": self.link_bandwidth, "link": self.link, "source": str(self.source)}
+                "link_bandwidth": self.link_bandwidth, "link": self.link, "source": cite(self.source)}
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (

@@ -20,7 +20,8 @@ __all__ = ["main", "build_parser"]
 
 COMMAND_MODULES = ("memderive.cmd_estimate", "memderive.cmd_derive", "memderive.cmd_fit", "memderive.cmd_plot",
                    "memderive.cmd_notebook", "memderive.cmd_check", "memderive.cmd_compare", "memderive.cmd_sweep",
-                   "memderive.cmd_plan", "memderive.cmd_models", "memderive.cmd_gpus")
+                   "memderive.cmd_plan", "memderive.cmd_models", "memderive.cmd_gpus",
+                   "memderive.cmd_references")
 
 
 def _version() -> str:

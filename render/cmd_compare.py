@@ -55,6 +55,7 @@ def _pct(diff: int, base: int) -> str:
 
 def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> str:
     from memderive.derivations.conventions import COLUMNS, gaps
+    from memderive.derivations.references import cite
 
     ours = next(r for r in rows if r.convention == "memderive")
     head = ["convention", *(TITLES[c] for c in COLUMNS), "prints"]
@@ -86,13 +87,14 @@ def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> s
                          f"{_fixed(Fraction(r.total, 2**30), 2)} \"GB\" = {_fixed(Fraction(r.total, 10**9), 2)} GB here")
     for name, why in skipped:
         lines.append(f"- {name}: no figure ({why})")
-    lines += ["", "Sources: " + "; ".join(f"{r.convention}: {r.source}" for r in rows if r.convention != "memderive")]
+    lines += ["", "Sources: " + "; ".join(f"{r.convention}: {cite(r.source)}" for r in rows if r.convention != "memderive")]
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     from memderive.derivations.conventions import CONVENTIONS, compare
     from memderive.derivations.models.resolve import resolve_model
+    from memderive.derivations.references import cite
 
     opts = options_from_args(args)
     if opts.mode not in ("train", "infer"):
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         text = json.dumps({"model": model.name, "mode": opts.mode, "conventions": [
             {"convention": r.convention, "parameters": r.parameters, "model_states": r.model_states,
              "activations": r.activations, "kv_cache": r.kv_cache, "total": r.total, "printed": r.printed,
-             "source": str(r.source), "why": r.why} for r in rows],
+             "source": cite(r.source), "why": r.why} for r in rows],
             "not_modelled": dict(skipped)}, indent=2)
     else:
         text = compare_report(model.name, rows, skipped, opts, args.format)

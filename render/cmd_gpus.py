@@ -17,6 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def table() -> str:
     """One row per GPU: dense 16-bit and FP8 peak, memory, memory bandwidth, link; then the sources."""
     from memderive.derivations.hardware import GPUS
+    from memderive.derivations.references import cite
 
     head = f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} {'link GB/s':>9}  link"
     rows = [head]
@@ -26,11 +27,7 @@ def table() -> str:
                     f"{x.memory_bandwidth / 1e9:>9,.0f} {x.link_bandwidth / 1e9:>9,.0f}  {x.link}")
     rows += ["", "dense peaks (datasheets' sparsity figures halved); memory in binary GB as datasheets mean them; "
              "link: intra-node, both directions", "sources:"]
-    seen: set[str] = set()
-    for x in GPUS.values():
-        if str(x.source) not in seen:
-            seen.add(str(x.source))
-            rows.append(f"  {x.source}")
+    rows += [f"  {cite(c)}" for c in dict.fromkeys(x.source for x in GPUS.values())]
     return "\n".join(rows)
 
 

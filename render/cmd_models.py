@@ -1,4 +1,5 @@
-"""``memderive models``: the bundled presets with their sizes (parameters, bf16 weights, layers, context)."""
+"""``memderive models``: the bundled presets with their sizes (parameters, bf16 weights, layers, context) and the
+reference their sizes are published in (``memderive references KEY``)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def rows() -> list[dict]:
     """One row per preset: family, parameters (exact), bf16 weight bytes, layers, hidden size, heads,
-    KV heads, context length (``None`` when the config gives none)."""
+    KV heads, context length (``None`` when the config gives none), source (a reference key)."""
     from memderive.derivations.estimate import estimate
-    from memderive.derivations.models.presets import preset, preset_names
+    from memderive.derivations.models.presets import SOURCES, preset, preset_names
 
     out = []
     for name in preset_names():
@@ -25,7 +26,7 @@ def rows() -> list[dict]:
         z = model.sizes
         out.append({"model": name, "family": model.arch.family, "parameters": params, "bf16_bytes": 2 * params,
                     "layers": z["l"], "hidden": z["h"], "heads": z["a"], "kv_heads": z.get("a_kv", z["a"]),
-                    "max_positions": model.max_positions})
+                    "max_positions": model.max_positions, "source": SOURCES[name].key})
     return out
 
 
@@ -37,11 +38,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(table, indent=2))
         return 0
     print(f"{'model':<16} {'family':<12} {'parameters':>18} {'bf16 weights':>13} {'layers':>6} {'h':>6} "
-          f"{'heads':>5} {'kv':>4} {'context':>8}")
+          f"{'heads':>5} {'kv':>4} {'context':>8}  source")
     for r in table:
         context = f"{r['max_positions']:,}" if r["max_positions"] else "-"
         print(f"{r['model']:<16} {r['family']:<12} {scaled_count(r['parameters']):>18} "
               f"{scaled_bytes(r['bf16_bytes'])[0]:>13} {r['layers']:>6} {r['hidden']:>6} {r['heads']:>5} "
-              f"{r['kv_heads']:>4} {context:>8}")
-    print("\nAny local Hugging Face config.json works too: memderive estimate --model path/to/config.json")
+              f"{r['kv_heads']:>4} {context:>8}  {r['source']}")
+    print("\nsource: where the sizes are published (memderive references KEY). Any local Hugging Face config.json "
+          "works too: memderive estimate --model path/to/config.json")
     return 0

@@ -196,7 +196,9 @@ class DerivationPrinter(LatexPrinter):
         return rf"\texttt{{{tex_escape(tensor.name)}}}\,[{shape}]"
 
     def _print_Citation(self, citation: Citation) -> str:
-        return rf"\text{{{tex_escape(str(citation))}}}"
+        from memderive.derivations.references import cite
+
+        return rf"\text{{{tex_escape(cite(citation))}}}"
 
 
 def _fill(pieces: list[str], width: int) -> list[str]:

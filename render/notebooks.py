@@ -28,7 +28,8 @@ from memderive.derivations.estimate import Estimate
 from memderive.derivations.estimate import estimate as derive_estimate
 from memderive.derivations.options import Options
 from memderive.steps import derivation, headline_key, single_device
-from memderive.writeup import TITLES, cli_command, model_reference
+from memderive.derivations.references import cited
+from memderive.writeup import TITLES, cli_command, model_reference, references_markdown
 
 __all__ = ["notebook", "write", "execute", "BUNDLED", "bundled_path", "options_kwargs"]
 
@@ -77,10 +78,12 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
                           "the values substituted below."),
         new_code_cell("r.symbols()"),
         new_markdown_cell(f"## Derivations\n\n{LEVELS_TEXT}")]
-    base, shown = single_device(est), {}
+    base, shown, citations = single_device(est), {}, []
     for q in est.quantities:
         unit = {"bytes": "bytes", "FLOPs": "FLOPs (one micro-batch)"}.get(q.unit, "parameters (elements)")
-        terms = tuple((st.label, str(st.symbolic)) for st in derivation(est, q.key, base=base) if st.level == "term")
+        steps = derivation(est, q.key, base=base)
+        citations += [st.citation for st in steps]
+        terms = tuple((st.label, str(st.symbolic)) for st in steps if st.level == "term")
         earlier = shown.setdefault(terms, q.title) if terms else q.title
         call = f'r.derivation("{q.key}")' if earlier == q.title else f'r.derivation("{q.key}", terms_as="{earlier}")'
         cells += [new_markdown_cell(f"### {q.title}\n\n`{q.key}`, in {unit}."), new_code_cell(call)]
@@ -99,6 +102,9 @@ def _cells(est: Estimate, gpu_memory: str, run: str | None = None) -> list[Any]:
                   new_code_cell(f'r.plot("seq", key={json.dumps(_compute_key(est))})'),
                   new_markdown_cell("## Layouts\n\nThe totals of the bars above."),
                   new_code_cell(f'r.strategies(gpu_memory={literal})')]
+    if any(citations):
+        cells.append(new_markdown_cell("## References\n\nThe works the derivations above cite by key.\n\n"
+                                       + references_markdown(cited(citations))))
     cells += [new_markdown_cell(f"## Totals\n\nExact integers, as `{command}` prints them."),
               new_code_cell('for key, value in r.numbers().items():\n    print(f"{key} = {value}")')]
     return cells

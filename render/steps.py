@@ -32,8 +32,10 @@ from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.quantities.model_states import ZERO_CITATION
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity, exact_int
+from memderive.derivations.references import cite
 from memderive.symbolic import dims
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.simplify import closed_form
 from memderive.latex import latex
@@ -54,13 +56,15 @@ class Step:
     Attributes:
         label: what the step computes (``attn/qkv``, ``one layer``, ``whole model``, ...).
         symbolic: the formula in the dimension symbols.
-        source: the graph node path (``layer/attn/qkv``) or the citation it rests on.
+        source: the graph node path (``layer/attn/qkv``) or what the step rests on, in words (the strategies
+            applied); empty when ``citation`` alone says it.
         substituted: LaTeX math of ``symbolic`` with the model's sizes in place of the symbols; a long
             sum is broken into lines joined by ``\\\\ &\\quad`` (for an ``aligned`` environment).
         value: the exact result.
         unit: ``bytes`` or ``elements``.
         level: one of ``LEVELS``.
         parts: named parts of ``symbolic`` (``("head", ...)``) a writeup may label; empty for one-part steps.
+        citation: the published work the step follows (a closed form's paper, ZeRO's stages), if any.
     """
 
     label: str
@@ -72,10 +76,18 @@ class Step:
     level: str
     note: str = ""
     parts: tuple[tuple[str, sp.Expr], ...] = ()
+    citation: Citation | None = None
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"step level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+
+    def described(self, keyed: bool = False) -> str:
+        """``source`` with the citation written out (``keyed``: as ``[key]``, for documents with References)."""
+        if self.citation is None:
+            return self.source
+        cited = cite(self.citation, keyed)
+        return f"{self.source} ({cited})" if self.source else cited
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +179,11 @@ class _Stepper:
         self.q, self.values, self.options = q, values, options
 
     def __call__(self, label: str, expr: sp.Expr, source: str, level: str, width: int | None = None,
-                 parts: tuple[tuple[str, sp.Expr], ...] = ()) -> Step:
+                 parts: tuple[tuple[str, sp.Expr], ...] = (), citation: Citation | None = None) -> Step:
         width = self.options.line_width if width is None else width
         return Step(label, expr, source, latex(expr, values=self.values, line_width=width),
                     exact_int(evaluate(expr, self.values), f"{self.q.key} ({label})"), self.q.unit, level,
-                    parts=parts)
+                    parts=parts, citation=citation)
 
 
 def _blocks_text(graph: Graph) -> str:
@@ -216,12 +228,14 @@ def derivation(est: Estimate, key: str, options: RenderOptions | None = None,
     if base is not est and sp.expand(closed_form(gpu - whole)) != 0:
         added = [name for name in est.graph.strategies if name not in base.graph.strategies]
         if est.options.zero:
-            added.append(f"ZeRO stage {est.options.zero} ({ZERO_CITATION})")
+            added.append(f"ZeRO stage {est.options.zero}")  # last, beside its citation
         source = "; ".join(added) or layout_text(est.options)
         steps.append(_Stepper(q, est.values, options)(f"one GPU, {layout_text(est.options)}", gpu, source, "gpu",
-                                                      parts=gpu_parts))
-    cite = str(q.citation) if q.citation else "the steps above, expanded and collected"
-    steps.append(_Stepper(q, est.values, options)("closed form", q.closed_form(), cite, "closed form"))
+                                                      parts=gpu_parts,
+                                                      citation=ZERO_CITATION if est.options.zero else None))
+    basis = "" if q.citation else "the steps above, expanded and collected"
+    steps.append(_Stepper(q, est.values, options)("closed form", q.closed_form(), basis, "closed form",
+                                                  citation=q.citation))
     return tuple(steps)
 
 

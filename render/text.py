@@ -5,6 +5,8 @@ from __future__ import annotations
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
+from memderive.derivations.references import cite
+from memderive.symbolic.formula import Citation
 from memderive.units import format_bytes, format_count, scaled_bytes
 
 __all__ = ["estimate_text", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
@@ -27,20 +29,14 @@ def plain(expr: object) -> str:
     return text
 
 
-def citation_lines(citation: object) -> list[str]:
-    """One line per source: a citation of several works lists authors, places and loci joined by
-    ``; `` in step; they are regrouped so that each work carries its own place and locus.
+def citation_lines(citation: Citation) -> list[str]:
+    """One line per work a citation rests on: label, place, locus.
 
     >>> from memderive.symbolic.formula import Citation
-    >>> citation_lines(Citation("A 2020; B 2021", "arXiv:1; arXiv:2", "Eq. 1; Table 2"))
-    ['A 2020, arXiv:1, Eq. 1', 'B 2021, arXiv:2, Table 2']
+    >>> citation_lines(Citation("shazeer-2019", "one K/V head", also=(Citation("ainslie-2023", "G K/V heads"),)))
+    ['Shazeer 2019 (MQA), arXiv:1911.02150, one K/V head', 'Ainslie et al. 2023 (GQA), arXiv:2305.13245, G K/V heads']
     """
-    authors, where, locus = (str(getattr(citation, k, "")) for k in ("authors", "where", "locus"))
-    parts = [x.split("; ") for x in (authors, where, locus)]
-    if len(parts[0]) > 1 and len(parts[0]) == len(parts[1]) and len(parts[2]) in (1, len(parts[0])):
-        loci = parts[2] if len(parts[2]) == len(parts[0]) else [""] * (len(parts[0]) - 1) + parts[2]
-        return [", ".join(x for x in work if x) for work in zip(parts[0], parts[1], loci)]
-    return [str(citation)]
+    return [cite(part) for part in citation.parts()]
 
 
 def _amount(value: int, unit: str, precision: int = 2) -> str:

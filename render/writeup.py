@@ -24,6 +24,7 @@ import sympy as sp
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
+from memderive.derivations.references import Reference, cite, cited
 from memderive.arguments import option_argv
 from memderive.text import inputs_text, strategies_text
 from memderive.latex import latex, number, tex_escape
@@ -32,7 +33,7 @@ from memderive.derivations.quantity_table import public_name
 from memderive.units import RenderOptions, scaled_count, scaled_flops
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
-           "FORMATS"]
+           "references_context", "references_markdown", "FORMATS"]
 
 FORMATS = ("md", "latex")
 TITLES = {"params": "Parameters of {}", "train": "Training memory of {}", "infer": "Inference memory of {}"}
@@ -158,7 +159,7 @@ PART_NAMES = {"layer": "layers", "embed": "embedding", "head": "output layer", "
 
 
 def _rendered_step(step: Step, number_: int, fmt: _Format, options: RenderOptions) -> dict[str, Any]:
-    source = fmt.code(step.source) if step.level in ("term", "layer") else fmt.text(step.source)
+    source = fmt.code(step.source) if step.level in ("term", "layer") else fmt.text(step.described(keyed=True))
     label = fmt.text(step.label[:1].upper() + step.label[1:])
     labels = {expr: PART_NAMES.get(name, name.replace("_", " ")) for name, expr in step.parts}
     lines = [latex(step.symbolic, line_width=options.line_width, labels=labels)]
@@ -204,8 +205,9 @@ def _section(est: Estimate, q: Quantity, fmt: _Format, options: RenderOptions, s
             "terms_intro": ("Terms of one layer, one op per row (source: the graph node), on one device"
                             if in_layer else "Terms, one per graph path, on one device"),
             "terms_ref": terms_ref, "refs": ", ".join(str(r) for r in refs), "chain": chain,
-            "citation": fmt.text(str(q.citation)) if q.citation else "", "exact": exact, "rounded": rounded,
-            "assumptions": [fmt.text(a) for a in q.assumptions]}
+            "citation": fmt.text(cite(q.citation, keyed=True)) if q.citation else "", "exact": exact,
+            "rounded": rounded, "assumptions": [fmt.text(a) for a in q.assumptions],
+            "cited": [s.citation for s in steps]}  # the closed form's is the quantity's
 
 
 def _symbols(est: Estimate, quantities: Sequence[Quantity], fmt: _Format,
@@ -266,7 +268,34 @@ def _document_context(est: Estimate, keys: Sequence[str], fmt: _Format, options:
             "symbols": symbols, "relations": relations, "sections": sections,
             "breakdown": _breakdown(est, breakdown_key, fmt, options),
             "assumptions": [fmt.text(a) for a in assumptions], "numbers": options.detail != "symbolic",
-            "substituted": options.detail == "substituted", "time": _time(est, fmt)}
+            "substituted": options.detail == "substituted", "time": _time(est, fmt),
+            "references": references_context(cited(c for s in sections for c in s["cited"]), fmt.name)}
+
+
+def references_context(refs: Sequence[Reference], fmt: str) -> list[dict[str, str]]:
+    """The entries of a References section, escaped for ``fmt`` (``md`` or ``latex``).
+
+    >>> from memderive.derivations.references import reference
+    >>> row = references_context([reference("ren-2021")], "md")[0]
+    >>> row["key"], row["link"]
+    ('ren-2021', '[arXiv:2101.06840](https://arxiv.org/abs/2101.06840)')
+    """
+    form = _check_format(fmt)
+    rows = []
+    for ref in refs:
+        details = ", ".join(str(x) for x in (ref.venue, ref.year) if x)
+        if fmt == "md":
+            link = f"[{ref.where}]({ref.url})" if ref.url else f"`{ref.where}`"
+        else:
+            link = form.code(ref.where)
+        rows.append({"key": ref.key, "authors": form.text(ref.authors.rstrip(".")), "title": form.text(ref.title),
+                     "details": form.text(details), "link": link, "url": ref.url})
+    return rows
+
+
+def references_markdown(refs: Sequence[Reference]) -> str:
+    """A Markdown References list (each key also a link definition), for notebooks and other documents."""
+    return _render("_references", "md", {"references": references_context(refs, "md")})
 
 
 def _time(est: Estimate, fmt: _Format) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""Verdicts on formulas from the literature, each with its source (REFERENCES.md, ANCHORS.md)."""
+"""Verdicts on formulas from the literature, each with its source in the comment above it (reference keys:
+``memderive references``)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_activations_without_embedding_and_output_are_leading_order() -> None:
 
 
 def test_zero_infinity_reproductions() -> None:
-    # ZeRO-Infinity reproduction (REFERENCES §2.7): 192 nl hd^2 (16 B/param) vs 240 nl hd^2 (20 B/param)
+    # ZeRO-Infinity's model states (rajbhandari-2021 §3) as public reproductions write them: 192 nl hd^2
+    # (16 B/param) vs 240 nl hd^2 (20 B/param)
     assert check("model_states.total", "192 n_l h_d^2", symbols="n_l=l, h_d=h").verdict == "leading-order"
     result = check("model_states.total", "240 n_l h_d^2", symbols="n_l=l, h_d=h")
     assert result.verdict == "different" and "claim/ours → 5/4" in " ".join(result.explanation)
@@ -137,7 +139,8 @@ def test_zhihu_twenty_bytes_per_parameter() -> None:
     ("sbh(34 + 5as/h)", {"flash": True}, "without FlashAttention"),
     ("sbh(34 + 5as/h)", {"dropout": False}, "with dropout"),
     ("sbh(34 + 5as/h)", {"profile": "exact"}, "with profile korthikanti"),
-    # Megatron's non-SP estimator applies the selective-recompute row to every case (ANCHORS §(b)1)
+    # Megatron's non-SP estimator applies the selective-recompute row to every case
+    # (megatron-theoretical-memory: compute_activation_memory_without_sp(), sbh(10 + 24/t))
     ("sbh(10 + 24/t)", TP8, "with selective recompute"),
 ])
 def test_conditional_activations(claim: str, options: dict, holds_under: str) -> None:

@@ -119,7 +119,7 @@ def test_version_and_models() -> None:
     # LLaMA-3 8B: 8,030,261,248 parameters (Meta's model card: 8.03B), 32 layers, 8 KV heads, 8,192 positions
     assert rows["llama-3-8b"] == {"model": "llama-3-8b", "family": "llama", "parameters": 8_030_261_248,
                                   "bf16_bytes": 16_060_522_496, "layers": 32, "hidden": 4096, "heads": 32,
-                                  "kv_heads": 8, "max_positions": 8192}
+                                  "kv_heads": 8, "max_positions": 8192, "source": "dubey-2024"}
 
 
 def test_help_shows_defaults() -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import GPUS, gpu
+from memderive.derivations.references import REFERENCES
 from memderive.derivations.models.architectures import GPT, LLAMA
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import preset
@@ -165,7 +166,7 @@ def test_estimate_json_carries_flops_and_times(capsys: pytest.CaptureFixture[str
 
 def test_gpu_table_is_cited_and_names_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     assert {"a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "l40s", "rtx-4090", "mi300x"} <= set(GPUS)
-    assert all(x.source.where and x.bf16_flops > 0 and x.memory_bandwidth > 0 for x in GPUS.values())
+    assert all(x.source.key in REFERENCES and x.bf16_flops > 0 and x.memory_bandwidth > 0 for x in GPUS.values())
     code, out, _ = _cli(capsys, "gpus")
     assert code == 0 and all(name in out for name in GPUS)
     code, out, err = _cli(capsys, "estimate", "--model", "gpt2", "--gpu", "a100")

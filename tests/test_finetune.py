@@ -50,7 +50,7 @@ def ours(config: dict, targets: tuple[str, ...], rank: int, dora: bool = False) 
 
 def test_llama_2_7b_r8_on_q_and_v_is_peft_printout() -> None:
     """PEFT's printout for llama-2-7b, r = 8 on q_proj, v_proj: ``trainable params: 4,194,304 || all
-    params: 6,742,609,920``: 32 layers x 2 modules x 8 x (4096 + 4096) = 4,194,304 (REFERENCES.md §10.3)."""
+    params: 6,742,609,920``: 32 layers x 2 modules x 8 x (4096 + 4096) = 4,194,304 (hu-2021 §4.1: r(in + out) per adapted linear)."""
     config = PRESETS["llama-2-7b"]
     assert ours(config, ("q_proj", "v_proj"), 8) == (4_194_304, 6_742_609_920)
     fields = {k: v for k, v in config.items() if k != "model_type"}

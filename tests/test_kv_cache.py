@@ -159,7 +159,7 @@ def per_token(model: str | Model, **options) -> int:
 
 
 @pytest.mark.parametrize(("model", "expected"), [
-    ("llama-2-7b", 524_288),  # REFERENCES §7: 2 * 2 B * 32 layers * 32 heads * 128
+    ("llama-2-7b", 524_288),  # kipply-2022's 2·2·n_layers·n_heads·d_head by hand: 2 * 2 B * 32 layers * 32 heads * 128
     ("llama-2-13b", 819_200),  # §7: 2 * 2 * 40 * 40 * 128
     ("llama-2-70b", 327_680),  # §7: 2 * 2 * 80 * 8 * 128 (GQA-8)
     ("llama-3-8b", 131_072),  # §7: 2 * 2 * 32 * 8 * 128 = 128 KiB
@@ -172,14 +172,14 @@ def test_published_bytes_per_token(model: str, expected: int) -> None:
 
 
 def test_kipply_52b_bytes_per_token() -> None:
-    """kipply (REFERENCES §5.4): d_model 8192, 64 layers, 16-bit: 4 * 64 * 8192 = 2,097,152."""
+    """kipply-2022, the 52B example: d_model 8192, 64 layers, 16-bit: 4 * 64 * 8192 = 2,097,152."""
     for heads in (64, 128):  # the figure does not depend on how d_model is cut into heads
         model = Model("kipply-52b", GPT, {"h": 8192, "a": heads, "l": 64, "V": 50257, "n_ctx": 2048})
         assert per_token(model) == 2_097_152
 
 
 def test_gpt3_kv_cache_zhihu() -> None:
-    """REFERENCES §8: 4blh(s+n) with b=64, s=512, n=32, l=96, h=12288 = 164,282,499,072 bytes (fp16)."""
+    """zhihu-624740065, the GPT-3 KV cache example: 4blh(s+n) with b=64, s=512, n=32, l=96, h=12288 = 164,282,499,072 bytes (fp16)."""
     est = estimate("gpt3-175b", mode="infer", batch=64, seq=512, new_tokens=32, weight_dtype="fp16")
     assert est.number("kv_cache_bytes") == 164_282_499_072
 
@@ -207,8 +207,8 @@ def test_formulas_have_citations() -> None:
 def test_closed_forms_are_the_published_ones() -> None:
     gpt3 = symbolic("gpt3-175b", weight_dtype="fp16")  # relations d_h = h/a, a_kv = a
     b, s, n, l, h, a, a_kv, d_h = (sym(x) for x in ("b", "s", "n", "l", "h", "a", "a_kv", "d_h"))
-    # Written here from the sources, not read from the code: Zhihu (REFERENCES §8) 4blh(s+n);
-    # kipply (§5.4) 2*2*n_layers*n_heads*d_head; GQA (§5.1) 2*2*l*a_kv*d_h, all fp16.
+    # Written here from the sources, not read from the code: zhihu-624740065 4blh(s+n);
+    # kipply-2022 2*2*n_layers*n_heads*d_head; with ainslie-2023's G = a_kv K/V heads 2*2*l*a_kv*d_h, all fp16.
     assert sp.expand(gpt3["kv_cache_bytes"].closed_form() - 4 * b * l * h * (s + n)) == 0
     assert sp.expand(gpt3["kv_cache_bytes_per_token"].closed_form() - 2 * 2 * l * a * h / a) == 0
     llama3 = symbolic("llama-3-8b")  # GQA: a_kv stays a letter

@@ -8,13 +8,14 @@ import sympy as sp
 from memderive.derivations.estimate import estimate
 from memderive.derivations.claims.literature import PUBLISHED, Published
 from memderive.symbolic.dims_sympy import Psi
+from memderive.derivations.references import REFERENCES
 from memderive.symbolic.formula import Citation
 
 
 @pytest.mark.parametrize("entry", PUBLISHED, ids=[e.formula.name for e in PUBLISHED])
 def test_formula_has_citation(entry: Published) -> None:
     source = entry.formula.source
-    assert isinstance(source, Citation) and source.authors and source.where
+    assert isinstance(source, Citation) and source.locus and all(key in REFERENCES for key in source.keys())
 
 
 @pytest.mark.parametrize("entry", PUBLISHED, ids=[e.formula.name for e in PUBLISHED])

@@ -89,10 +89,10 @@ def test_total_and_active_match_transformers(model_type: str, fields: dict) -> N
 
 
 @pytest.mark.parametrize(("name", "total", "digits", "active"), [
-    ("mixtral-8x7b", 46.7, 1, 12.9),  # REFERENCES §10.2: 46.7B total, 12.9B active
-    ("deepseek-v3", 671, 0, 37),  # 671B / 37B (the 14B MTP module not included)
-    ("qwen3-30b-a3b", 30.5, 1, 3.3),  # 30.5B / 3.3B
-    ("deepseek-v2", 236, 0, 21),  # DeepSeek-V2 paper (arXiv:2405.04434) abstract: 236B total, 21B activated
+    ("mixtral-8x7b", 46.7, 1, 12.9),  # jiang-2024-mixtral: 46.7B total, 12.9B active
+    ("deepseek-v3", 671, 0, 37),  # deepseek-2024-v3: 671B / 37B (the 14B MTP module not included)
+    ("qwen3-30b-a3b", 30.5, 1, 3.3),  # qwen-2025-qwen3: 30.5B / 3.3B
+    ("deepseek-v2", 236, 0, 21),  # deepseek-2024-v2, abstract: 236B total, 21B activated
 ])
 def test_published_totals(name: str, total: float, digits: int, active: float) -> None:
     """Totals round to the published figure. Active counts (embeddings and head included) are published
@@ -103,7 +103,7 @@ def test_published_totals(name: str, total: float, digits: int, active: float) -
 
 
 def test_gpt_oss_20b_model_card() -> None:
-    """gpt-oss model card (REFERENCES §10.2): 20.91B total, 3.61B active counted without the input embedding
+    """openai-2025-gpt-oss (the model card): 20.91B total, 3.61B active counted without the input embedding
     (V h = 201,088 * 2,880); the unembedding counts."""
     est = estimate("gpt-oss-20b")
     assert round(est.number("parameters") / 1e9, 2) == 20.91

@@ -29,7 +29,8 @@ def test_nanogpt_gpt2_with_biases() -> None:
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    # REFERENCES.md §7: checkpoint totals reported for the HF releases.
+    # Checkpoint totals of the HF releases (safetensors metadata on the model pages) of the models of
+    # radford-2019, touvron-2023-llama2, dubey-2024, jiang-2023-mistral and devlin-2019.
     ("gpt2-medium", 354_823_168), ("gpt2-large", 774_030_080), ("gpt2-xl", 1_557_611_200),
     ("llama-2-7b", 6_738_415_616), ("llama-2-13b", 13_015_864_320), ("llama-2-70b", 68_976_648_192),
     ("llama-3-8b", 8_030_261_248), ("llama-3-70b", 70_553_706_496), ("mistral-7b", 7_241_732_096),
@@ -40,7 +41,7 @@ def test_nanogpt_gpt2_with_biases() -> None:
     ("opt-1.3b", 1_315_758_080), ("phi-3-mini", 3_821_079_552),
     # GPT-3 175B (no checkpoint): Narayanan Eq. 2 plus the final LayerNorm, by hand:
     # 96 * (12 * 12288^2 + 13 * 12288) + (50257 + 2048) * 12288 + 2 * 12288
-    # = 173,961,510,912 + 642,723,840 + 24,576 = 174,604,259,328 ("174.6B", REFERENCES §3.4).
+    # = 173,961,510,912 + 642,723,840 + 24,576 = 174,604,259,328 ("174.6B", narayanan-2021 Table 2).
     ("gpt3-175b", 96 * (12 * 12288**2 + 13 * 12288) + (50257 + 2048) * 12288 + 2 * 12288),
 ])
 def test_checkpoint_totals(name: str, expected: int) -> None:
@@ -56,7 +57,7 @@ def test_gpt_layer_closed_form() -> None:
 
 @pytest.mark.parametrize(("heads", "h_", "layers", "published_billions"), [
     # Narayanan et al. 2021 Table 1 (V = 51,200, s = 2048): P = l(12h^2 + 13h) + (V + s)h,
-    # published to 0.1B; we check |ours - published| <= 0.06B (REFERENCES §3.4).
+    # published to 0.1B; we check |ours - published| <= 0.06B.
     (24, 2304, 24, 1.7), (32, 3072, 30, 3.6), (32, 4096, 36, 7.5), (48, 6144, 40, 18.4),
     (64, 8192, 48, 39.1), (80, 10240, 60, 76.1), (96, 12288, 80, 145.6), (128, 16384, 96, 310.1),
     (128, 20480, 105, 529.6), (160, 25600, 128, 1008.0),

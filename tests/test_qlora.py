@@ -9,7 +9,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.search.fit import fit
 
-# LLaMA-65B (Touvron et al. 2023, Table 2): h 8192, 64 heads, 80 layers, FFN 22016, vocabulary 32000.
+# LLaMA-65B (touvron-2023-llama, Table 2): h 8192, 64 heads, 80 layers, FFN 22016, vocabulary 32000.
 LLAMA_65B = {"model_type": "llama", "hidden_size": 8192, "num_attention_heads": 64, "num_hidden_layers": 80,
              "intermediate_size": 22016, "vocab_size": 32000, "max_position_embeddings": 2048,
              "tie_word_embeddings": False}

@@ -76,7 +76,7 @@ def test_every_number_in_the_markdown_equals_json(train_markdown_and_json) -> No
         assert _int(stated.group(1)) == data[key], key
         results = re.findall(r"^&= ([\d{},]+)(?:\\ \\text\{B\})?(?: \\approx[^\n]*)?$", section, re.M)
         assert not results or _int(results[-1]) == data[key], key  # the last step shown is the quantity
-    breakdown = sections[-2] if sections[-1].startswith("Assumptions") else sections[-1]
+    breakdown = next(s for s in sections if s.startswith("Breakdown of "))
     rows = re.findall(r"^\| `[\w/]+` \| \$[^$]*\$ \| ([\d,]+) \|", breakdown, re.M)
     total = re.search(r"^\| \*\*total\*\* \| \| \*\*([\d,]+) B\*\*", breakdown, re.M)
     assert sum(_int(r) for r in rows) == _int(total.group(1)) == data["total_bytes"]

@@ -1,4 +1,4 @@
-"""Static checks run as tests: ruff on the whole tree, mypy on the engine (STYLE.md rule 15)."""
+"""Static checks run as tests: ruff on the whole tree, mypy on the engine (house style: strict tooling)."""
 
 from __future__ import annotations
 

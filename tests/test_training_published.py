@@ -1,8 +1,8 @@
-"""Training memory against the published numbers (REFERENCES.md §1, §2, §6).
+"""Training memory against the published numbers: korthikanti-2022, rajbhandari-2020, dao-2022 and dao-2023.
 
 Every expected value below is copied from a paper or worked out by hand in a comment; none
 comes from our code. The graph side always goes through ``derivations.estimate.estimate`` with
-the default ``korthikanti`` profile (LayerNorm statistics and token ids neglected, §1.1).
+the default ``korthikanti`` profile (LayerNorm statistics and token ids neglected, korthikanti-2022 §4).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def total_activations(model="gpt3-175b", **options) -> tuple[sp.Expr, int | Frac
     return sp.expand(closed_form(q.breakdown.total, q.relations)), evaluate(q.breakdown.total, e.values)
 
 
-# --- Korthikanti et al. 2022, Table 2 (REFERENCES §1.3), symbolically ------------------------
+# --- korthikanti-2022, Table 2, symbolically ------------------------------------------------
 TABLE_2 = [  # (row, options, bytes per layer as printed)
     ("no parallelism", {}, s * b * h * (34 + 5 * a * s / h)),
     ("tensor parallel (Eq. 2)", {"tp": 8}, s * b * h * (10 + 24 / t + 5 * a * s / (h * t))),
@@ -58,7 +58,7 @@ def test_table_2_row_is_an_identity(row: str, options: dict, printed: sp.Expr) -
 
 
 def test_eq_1_blocks_match_the_derivation_table() -> None:
-    """§4.1 / REFERENCES §1.2: attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh."""
+    """§4.1, Eq. 1: attention 11sbh + 5as^2b, MLP 19sbh, two LayerNorm inputs 4sbh."""
     e = estimate("gpt3-175b", **STEP)
     q = e.quantity("activation_bytes_per_layer")
     groups = {term.path: sp.expand(closed_form(term.expr, q.relations)) for term in q.breakdown.grouped(2).terms}
@@ -74,7 +74,7 @@ def test_tensor_parallel_splits_24_of_34() -> None:
     assert sp.expand(ours.coeff(t, -1)) == 24 * s * b * h
 
 
-# --- REFERENCES §1.9: GPT-3 175B numbers (s = 2048, b = 1, t = 8; sbh = 25,165,824) ----------
+# --- korthikanti-2022's formulas on GPT-3 175B, by hand (s = 2048, b = 1, t = 8; sbh = 25,165,824)
 GPT3_ROWS = [
     # 5as/h = 5*96*2048/12288 = 80; sbh*(34 + 80) = 25,165,824 * 114
     ("Eq. 1, t = 1", {}, 2_868_903_936),
@@ -115,7 +115,7 @@ def test_mt_nlg_attention_ratio() -> None:
     assert per_layer(MT_NLG)[1] == 4_110_417_920
 
 
-# --- pipeline parallelism: first stage (REFERENCES §1.4, §1.5) -------------------------------
+# --- pipeline parallelism: first stage (korthikanti-2022 §4.2.3, §4.3) -------------------------
 def test_first_stage_is_eq_5_plus_embedding_dropout() -> None:
     """Eq. 5: the first 1F1B stage holds p micro-batches of L/p layers = sbhL/t (34 + 5as/h);
     §4.3 adds the embedding dropout mask, sbh/t (SP) per micro-batch in flight: sbhp/t."""
@@ -141,7 +141,7 @@ def test_single_stage_extras_are_section_4_3() -> None:
 
 
 @pytest.mark.parametrize(("model", "pp", "factor"), [
-    ("gpt3-175b", 8, Fraction(31, 24)),  # 1 + 7/24 = 1.29167 (REFERENCES §1.9)
+    ("gpt3-175b", 8, Fraction(31, 24)),  # 1 + 7/24 = 1.29167, by hand
     (MT_NLG, 35, Fraction(139, 105)),  # 1 + 34/105 = 1.32381
 ], ids=["gpt3-p8", "mt-nlg-p35"])
 def test_interleaved_schedule_factor(model, pp: int, factor: Fraction) -> None:
@@ -153,7 +153,7 @@ def test_interleaved_schedule_factor(model, pp: int, factor: Fraction) -> None:
     assert round(float(factor), 5) == {8: 1.29167, 35: 1.32381}[pp]
 
 
-# --- FlashAttention (REFERENCES §6) ---------------------------------------------------------
+# --- FlashAttention (dao-2022, dao-2023) ---------------------------------------------------
 @pytest.mark.parametrize(("options", "expected"), [
     ({}, 34 * s * b * h + 4 * b * a * s),
     ({"tp": 8}, s * b * h * (10 + 24 / t) + 4 * b * a * s / t),
@@ -166,7 +166,7 @@ def test_flash_attention_drops_s_squared_and_keeps_fp32_logsumexp(options: dict,
     assert sp.expand(ours - expected) == 0
 
 
-# --- ZeRO, Rajbhandari et al. 2020 (REFERENCES §2) -------------------------------------------
+# --- ZeRO, rajbhandari-2020 ----------------------------------------------------------------
 Psi = sp.Symbol("Psi", positive=True)  # the paper's parameter count (test-local letter)
 
 

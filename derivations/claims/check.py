@@ -37,6 +37,7 @@ from memderive.derivations.claims.context import Comparison, Context, alternativ
 from memderive.derivations.claims.conditions import conditions
 from memderive.derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
 from memderive.derivations.options import Options
+from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.dims import DIMS
 from memderive.symbolic.dims_sympy import Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
@@ -53,7 +54,8 @@ FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral"
 
 #: Our symbols by name, for the right-hand sides of a mapping (``D=h/a``).
 OURS: dict[str, sp.Expr] = {dim.name: dim.symbol for dim in DIMS}
-#: Letters and names the literature uses, onto ours (REFERENCES.md notation; ANCHORS.md).
+#: Letters and names the literature uses, onto ours: the papers' own (korthikanti-2022's s b h a L t p v,
+#: rajbhandari-2020's Psi N_d K, kaplan-2020's n_layer d_model n_ctx d_attn) and the calculators' argument names.
 COMMON: dict[str, sp.Expr] = {
     **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type")},
     "B": b, "S": s, "L": l, "v": V, "n_vocab": V, "d_ff": f, "N_d": d, "d_head": d_h, "d_k": d_h,
@@ -527,4 +529,4 @@ def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp
     q = ctx.quantity
     return CheckResult(claim, ctx.spec, q.title, verdict, parsed, cmp.theirs, cmp.display,
                        sp.expand(cmp.ours - cmp.theirs), tuple(lines), gaps, factor, holds_under, example,
-                       tuple(notes) + ctx.notes, ctx.model.name, str(q.citation or ""), dict(ctx.pins))
+                       tuple(notes) + ctx.notes, ctx.model.name, cite(q.citation) if q.citation else "", dict(ctx.pins))

@@ -19,9 +19,7 @@ from memderive.symbolic.formula import Citation, Formula
 
 __all__ = ["Published", "PUBLISHED"]
 
-KORTHIKANTI = "Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models"
-K_ARXIV = "arXiv:2205.05198"
-ZERO = Citation("Rajbhandari et al. 2020, ZeRO", "arXiv:1910.02054", "§5, Figure 1")
+ZERO = Citation("rajbhandari-2020", "§5, Figure 1")
 
 #: a GPT-2-architecture model whose FFN width is not 4h (for the d_ff generalisation)
 GPT_FFN_3000 = {"model_type": "gpt2", "n_embd": 1024, "n_head": 16, "n_layer": 4, "n_positions": 1024,
@@ -38,9 +36,8 @@ class Published:
     why: str = ""  # what the difference is
 
 
-def _f(name: str, expr: sp.Expr, locus: str, authors: str = KORTHIKANTI, where: str = K_ARXIV,
-       *assumptions: str) -> Formula:
-    return Formula(name, expr, Citation(authors, where, locus), assumptions)
+def _f(name: str, expr: sp.Expr, locus: str, key: str = "korthikanti-2022", *assumptions: str) -> Formula:
+    return Formula(name, expr, Citation(key, locus), assumptions)
 
 
 _TRAIN = {"mode": "train", "batch": 1, "seq": 2048}
@@ -48,7 +45,7 @@ _TRAIN_1K = {**_TRAIN, "seq": 1024}  # for GPT-2-sized models: 1,024 learned pos
 _K_ASSUME = "16-bit activations, 1-byte dropout masks, LayerNorm statistics neglected"
 
 PUBLISHED: tuple[Published, ...] = (
-    Published(_f("activations per layer", s * b * h * (34 + 5 * a * s / h), "Eq. 1", KORTHIKANTI, K_ARXIV,
+    Published(_f("activations per layer", s * b * h * (34 + 5 * a * s / h), "Eq. 1", "korthikanti-2022",
                  _K_ASSUME), "activation_bytes_per_layer", "gpt3-175b", _TRAIN),
     Published(_f("activations per layer, tensor parallel", s * b * h * (10 + 24 / t + 5 * a * s / (h * t)),
                  "Table 2, Eq. 2"), "activation_bytes_per_layer", "gpt3-175b", {**_TRAIN, "tp": 8}),
@@ -66,18 +63,15 @@ PUBLISHED: tuple[Published, ...] = (
                  s * b * h * l / t * (34 + 5 * a * s / h) + s * b * h * p / t, "Eq. 5 and §4.3 (embedding dropout)"),
               "activation_bytes", "gpt3-175b", {**_TRAIN, "tp": 8, "sp": True, "pp": 8}),
     Published(_f("activations per layer with FFN width f", s * b * h * (18 + 4 * f / h + 5 * a * s / h),
-                 "Megatron-LM theoretical_memory_usage.py (18 + 4 ffn/h)", "NVIDIA Megatron-LM",
-                 "megatron/training/theoretical_memory_usage.py"),
+                 "compute_activation_memory(): 18 + 4 ffn/h", "megatron-theoretical-memory"),
               "activation_bytes_per_layer", GPT_FFN_3000, _TRAIN_1K),
-    Published(_f("parameters", l * (12 * h**2 + 13 * h) + (V + n_ctx) * h, "Eq. 2",
-                 "Narayanan et al. 2021, Efficient Large-Scale Language Model Training", "arXiv:2104.04473"),
+    Published(_f("parameters", l * (12 * h**2 + 13 * h) + (V + n_ctx) * h, "Eq. 2", "narayanan-2021"),
               "parameters", "gpt3-175b", difference=2 * h, why="the final LayerNorm (2h) is not in Eq. 2"),
-    Published(_f("non-embedding parameters", 12 * l * h**2, "Eq. 2.1",
-                 "Kaplan et al. 2020, Scaling Laws for Neural Language Models", "arXiv:2001.08361",
+    Published(_f("non-embedding parameters", 12 * l * h**2, "Eq. 2.1", "kaplan-2020",
                  "biases, LayerNorm and embeddings excluded"),
               "parameters", "gpt3-175b", difference=13 * h * l + V * h + n_ctx * h + 2 * h,
               why="biases and LayerNorms (13h per layer, 2h final) and the embeddings (Vh + n_ctx h)"),
-    Published(Formula("mixed-precision Adam model states", 16 * Psi, Citation("Rajbhandari et al. 2020, ZeRO", "arXiv:1910.02054", "§3.1")),
+    Published(Formula("mixed-precision Adam model states", 16 * Psi, Citation("rajbhandari-2020", "§3.1")),
               "model_state_bytes", "gpt2", _TRAIN_1K),
     Published(Formula("ZeRO stage 1 (P_os)", 4 * Psi + 12 * Psi / d, ZERO), "model_state_bytes", "gpt2",
               {**_TRAIN_1K, "dp": 64, "zero": 1}),

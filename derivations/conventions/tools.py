@@ -23,13 +23,12 @@ from memderive.symbolic.formula import Citation
 __all__ = ["memderive", "megatron", "deepspeed", "llm_analysis", "eleuther", "accelerate", "NotModelled",
            "graph_parameters", "largest_layer"]
 
-MEGATRON = Citation("Megatron-LM", "megatron/training/theoretical_memory_usage.py", "commit 00caa53a")
-DEEPSPEED = Citation("DeepSpeed", "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py",
-                     "estimate_zero2/3_model_states_mem_needs")
-LLM_ANALYSIS = Citation("llm-analysis 0.2.2", "llm_analysis/analysis.py", "training(), inference()")
-ELEUTHER = Citation("EleutherAI cookbook", "calc/calc_transformer_mem.py", "commit 827ee3b, calc_mem()")
-ACCELERATE = Citation("accelerate 1.15", "accelerate/commands/estimate.py",
-                      "estimate_training_usage(), gather_data()")
+MEGATRON = Citation("megatron-theoretical-memory", "compute_weight_and_optimizer_memory(), compute_activation_memory()")
+DEEPSPEED = Citation("deepspeed-zero2-estimator", "estimate_zero2_model_states_mem_needs()",
+                     also=(Citation("deepspeed-zero3-estimator", "estimate_zero3_model_states_mem_needs()"),))
+LLM_ANALYSIS = Citation("llm-analysis", "training(), inference()")
+ELEUTHER = Citation("eleuther-calc-mem", "calc_mem()")
+ACCELERATE = Citation("accelerate-estimate", "estimate_training_usage(), gather_data()")
 
 
 class NotModelled(OptionsError):
@@ -98,7 +97,7 @@ def memderive(model: Model, opts: Options) -> Figures:
     return Figures("memderive", est.number("parameters"),
                    est.number("model_state_bytes" if train else "weight_bytes"), est.number("activation_bytes"),
                    None if train else est.number("kv_cache_bytes"), est.number("total_bytes"),
-                   Citation("memderive", "derivations/estimate.py", f"implementation {opts.implementation}"),
+                   Citation("memderive", f"implementation {opts.implementation}"),
                    "bytes; GB = 10^9, GiB = 2^30")
 
 

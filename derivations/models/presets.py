@@ -1,7 +1,8 @@
 """Bundled models, as the Hugging Face config fields of their public ``config.json``.
 
 Presets go through the same loader as user configs (``derivations.models.config``), so there is one
-mapping from config to graph. Sizes: REFERENCES.md §7 (papers and model cards).
+mapping from config to graph. Sizes: each preset's paper or model card, ``SOURCES`` (keys of
+``derivations.references``), and the ``config.json`` its fields are copied from, named beside it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from typing import Any
 
 from memderive.derivations.models.config import from_config
 from memderive.derivations.models.model import Model, ModelError
+from memderive.symbolic.formula import Citation
 
-__all__ = ["PRESETS", "preset", "preset_names"]
+__all__ = ["PRESETS", "SOURCES", "preset", "preset_names"]
 
 
 def _gpt2(n_embd: int, n_head: int, n_layer: int, n_positions: int = 1024) -> dict[str, Any]:
@@ -70,7 +72,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  "do_layer_norm_before": True, "activation_function": "relu", "dropout": 0.1},
     # BigScience 2022 (arXiv:2211.05100), bigscience/bloom-560m config.json
     "bloom-560m": {"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_layer": 24, "vocab_size": 250880},
-    # Mixture of experts (REFERENCES.md §10.2 for the published totals).
+    # Mixture of experts (published totals and active counts: each paper below, tests/test_moe_params.py).
     # Jiang et al. 2024 (Mixtral of Experts, arXiv:2401.04088, Table 1); mistralai/Mixtral-8x7B-v0.1 config.json
     # (= transformers' MixtralConfig defaults): 8 experts of width 14336, 2 per token
     "mixtral-8x7b": {**_llama(4096, 32, 8, 32, 14336, 32000, 32768), "model_type": "mixtral", "num_local_experts": 8,
@@ -107,6 +109,33 @@ PRESETS: dict[str, dict[str, Any]] = {
     "bert-base": {"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
                   "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
                   "type_vocab_size": 2},
+}
+
+#: Where each preset's sizes are published: the paper (or model card) and, as locus, the table and the Hugging Face
+#: ``config.json`` the fields are copied from.
+SOURCES: dict[str, Citation] = {
+    **{name: Citation("radford-2019", f"Table 2; HF {name} config.json")
+       for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")},
+    "gpt3-175b": Citation("brown-2020", "Table 2.1"),
+    **{name: Citation("touvron-2023-llama2", f"meta-llama/Llama-2-{name[8:]}-hf config.json")
+       for name in ("llama-2-7b", "llama-2-13b", "llama-2-70b")},
+    "llama-3-8b": Citation("dubey-2024", "meta-llama/Meta-Llama-3-8B config.json"),
+    "llama-3-70b": Citation("dubey-2024", "meta-llama/Meta-Llama-3-70B config.json"),
+    "mistral-7b": Citation("jiang-2023-mistral", "mistralai/Mistral-7B-v0.1 config.json"),
+    "qwen2-7b": Citation("yang-2024-qwen2", "Qwen/Qwen2-7B config.json"),
+    "gemma-7b": Citation("gemma-2024", "google/gemma-7b config.json"),
+    "gemma-2-9b": Citation("gemma-2024-gemma2", "google/gemma-2-9b config.json"),
+    "phi-3-mini": Citation("abdin-2024", "microsoft/Phi-3-mini-4k-instruct config.json"),
+    "phi-2": Citation("microsoft-phi-2", "config.json"),
+    "falcon-7b": Citation("almazrouei-2023", "tiiuae/falcon-7b config.json"),
+    "opt-1.3b": Citation("zhang-2022-opt", "facebook/opt-1.3b config.json"),
+    "bloom-560m": Citation("bigscience-2022", "bigscience/bloom-560m config.json"),
+    "mixtral-8x7b": Citation("jiang-2024-mixtral", "Table 1; mistralai/Mixtral-8x7B-v0.1 config.json"),
+    "deepseek-v2": Citation("deepseek-2024-v2", "§3.1.2; deepseek-ai/DeepSeek-V2 config.json"),
+    "deepseek-v3": Citation("deepseek-2024-v3", "§4.2; deepseek-ai/DeepSeek-V3 config.json"),
+    "qwen3-30b-a3b": Citation("qwen-2025-qwen3", "Table 2; Qwen/Qwen3-30B-A3B config.json"),
+    "gpt-oss-20b": Citation("openai-2025-gpt-oss", "openai/gpt-oss-20b config.json"),
+    "bert-base": Citation("devlin-2019", "bert-base-uncased config.json"),
 }
 
 

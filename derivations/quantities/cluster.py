@@ -35,12 +35,9 @@ __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NC
 GPUS_PER_NODE = 8
 #: 400 Gb/s per GPU each way, in bytes/s.
 INTER_NODE_BANDWIDTH = 400 * 10**9 // 8
-INTER_NODE = Citation("NVIDIA DGX H100 user guide; Llama 3 (Dubey et al. 2024) §3.3.1",
-                      "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html; arXiv:2407.21783",
-                      "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs; 'both fabrics use 400 Gbps interconnects "
-                      "between GPUs'")
-NCCL = Citation("NCCL tests, performance notes", "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md",
-                "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
+INTER_NODE = Citation("nvidia-dgx-h100-guide", "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs",
+                      also=(Citation("dubey-2024", "§3.3.1: 'both fabrics use 400 Gbps interconnects between GPUs'"),))
+NCCL = Citation("nccl-tests-performance", "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:

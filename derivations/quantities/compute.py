@@ -44,9 +44,9 @@ from memderive.symbolic.graph import Block, Graph
 
 __all__ = ["train_flops", "infer_flops", "decode_step", "whole_model", "KAPLAN", "NARAYANAN", "PALM", "HARDWARE"]
 
-KAPLAN = Citation("Kaplan et al. 2020", "arXiv:2001.08361", "§2.1, Table 1: C ≈ 6N per token")
-NARAYANAN = Citation("Narayanan et al. 2021", "arXiv:2104.04473", "§5.1, Eq. 3")
-PALM = Citation("Chowdhery et al. 2022 (PaLM)", "arXiv:2204.02311", "App. B: model FLOPs utilization")
+KAPLAN = Citation("kaplan-2020", "§2.1, Table 1: C ≈ 6N per token")
+NARAYANAN = Citation("narayanan-2021", "§5.1, Eq. 3")
+PALM = Citation("chowdhery-2022", "App. B: model FLOPs utilization")
 FORWARD = ("forward",)
 HARDWARE = TRAINING_PHASES + ("recompute",)
 ALL_PHASES = HARDWARE

@@ -25,8 +25,9 @@ from memderive.symbolic.formula import Citation
 
 __all__ = ["Calibration", "CALIBRATIONS", "calibration", "matmul_efficiency", "MATMUL_SOURCE"]
 
-MATMUL_SOURCE = Citation("fitted to published runs", "tests/published_runs.py, benchmarks/published_runs.py --fit",
-                         "A100: Narayanan et al. 2021 Table 1, Korthikanti et al. 2022 Table 5, MegaScale Table 2")
+#: The published A100 runs the constants are fitted to (``tests/published_runs.py``).
+MATMUL_SOURCE = Citation("narayanan-2021", "Table 1", also=(Citation("korthikanti-2022", "Table 5"),
+                                                            Citation("jiang-2024-megascale", "Table 2")))
 
 
 @dataclass(frozen=True, slots=True)

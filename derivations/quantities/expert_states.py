@@ -26,8 +26,8 @@ from memderive.derivations.quantities.model_states import offloaded_breakdown, s
 
 __all__ = ["EP_CITATION", "expert_split_states"]
 
-EP_CITATION = Citation("Lepikhin et al. 2020 (GShard); Rajbhandari et al. 2022 (DeepSpeed-MoE)",
-                       "arXiv:2006.16668; arXiv:2201.05596", "experts sharded over ranks; expert data parallelism")
+EP_CITATION = Citation("lepikhin-2020", "experts sharded over ranks",
+                       also=(Citation("rajbhandari-2022", "expert data parallelism"),))
 
 
 def _renamed(breakdown: Breakdown, part: str) -> Breakdown:

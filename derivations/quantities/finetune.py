@@ -151,12 +151,12 @@ def nf4_bits() -> Fraction:
     return 4 + Fraction(8, 64) + Fraction(32, 64 * 256)
 
 
-QLORA_CITATION = Citation("Dettmers et al. 2023 (QLoRA)", "arXiv:2305.14314",
+QLORA_CITATION = Citation("dettmers-2023",
                           "§3: NF4 blocks of 64, double-quantized absmax (8-bit, one fp32 per 256 blocks), "
                           "4.127 bits per weight; paged optimizers")
-INT8_CITATION = Citation("Dettmers et al. 2022 (LLM.int8())", "arXiv:2208.07339",
+INT8_CITATION = Citation("dettmers-2022",
                          "§3: int8 weights with one fp32 scale per row (bitsandbytes Int8Params CB, SCB)")
-LORA_CITATION = Citation("Hu et al. 2021 (LoRA)", "arXiv:2106.09685", "§4.1: A (r x in), B (out x r) per adapted "
+LORA_CITATION = Citation("hu-2021", "§4.1: A (r x in), B (out x r) per adapted "
                          "matrix; frozen base: no gradients or optimizer states")
 
 

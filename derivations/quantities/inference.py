@@ -71,21 +71,17 @@ SCALE = dtype("fp16")
 #: Tensors that stay in 16 bit when the linear layers are quantized.
 HIGH = dtype("bf16")
 
-KV_CITATION = Citation("kipply 2022; Shazeer 2019 (MQA); Ainslie et al. 2023 (GQA)",
-                       "kipp.ly/transformer-inference-arithmetic; arXiv:1911.02150; arXiv:2305.13245",
-                       "KV bytes per token 2*2*n_layers*n_heads*d_head; one K/V head; G K/V heads")
-QUANT_CITATION = Citation("Frantar et al. 2022 (GPTQ); Lin et al. 2023 (AWQ)", "arXiv:2210.17323; arXiv:2306.00978",
-                          "group-wise weight quantization, one scale per group of g weights")
-RULE_CITATION = Citation("Hugging Face accelerate docs, model_size_estimator (after EleutherAI)",
-                         "huggingface.co/docs/accelerate/usage_guides/model_size_estimator",
-                         "inference: add up to 20% to the weights")
-GENERATE_CITATION = Citation("transformers 5.x, generation/utils.py and cache_utils.py",
-                             "github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py",
-                             "generate sets logits_to_keep=1 (last-position logits, copied to fp32); "
-                             "DynamicSlidingWindowLayer keeps a view of the prefill's keys and values")
+KV_CITATION = Citation("kipply-2022", "KV bytes per token 2*2*n_layers*n_heads*d_head",
+                       also=(Citation("shazeer-2019", "one K/V head"), Citation("ainslie-2023", "G K/V heads")))
+QUANT_CITATION = Citation("frantar-2022", "group-wise weight quantization, one scale per group of g weights",
+                          also=(Citation("lin-2023", "group-wise weight quantization"),))
+RULE_CITATION = Citation("accelerate-estimator-docs", "inference: add up to 20% to the weights (as found by EleutherAI)")
+GENERATE_CITATION = Citation("transformers-generate", "generate sets logits_to_keep=1 (last-position logits, copied to "
+                             "fp32)", also=(Citation("transformers-cache-utils", "DynamicSlidingWindowLayer keeps a "
+                                                     "view of the prefill's keys and values"),))
 #: The phases of generation whose memory the total is the larger of.
 PHASES = ("prefill", "decode")
-ZHIHU = Citation("回旋托马斯x (Zhihu)", "zhuanlan.zhihu.com/p/624740065", "KV cache peak 4blh(s+n)")
+ZHIHU = Citation("zhihu-624740065", "KV cache peak 4blh(s+n)")
 
 _h, _l, _a, _d_h = dims.h, dims.l, dims.a, dims.d_h
 #: Published closed forms the graph derivation reproduces (tests/test_kv_cache.py checks each).
@@ -186,7 +182,7 @@ def inference_values(model: Model, options: Options) -> dict[Expr, int]:
 @dataclass(frozen=True, slots=True)
 class ReplicatedKVHeads(Strategy):
     """With fewer KV heads than tensor-parallel ranks (a_kv < t), each rank keeps one KV head:
-    ``a_kv/t`` heads per rank become ``max(a_kv/t, 1)`` (llm-analysis' rule, ANCHORS.md §(b)2), in
+    ``a_kv/t`` heads per rank become ``max(a_kv/t, 1)`` (llm-analysis' rule, ``llm-analysis`` analysis.py), in
     the cache and in the K/V projection weights (replicated t/a_kv times). Needs a_kv | t."""
 
     t: int | Expr

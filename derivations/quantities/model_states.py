@@ -22,7 +22,7 @@ from memderive.symbolic.formula import Citation
 __all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
            "ZERO_CITATION", "OFFLOAD_CITATION"]
 
-ZERO_CITATION = Citation("Rajbhandari et al. 2020 (ZeRO)", "arXiv:1910.02054", "§3.1, §5, Figure 1")
+ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ OPTIMIZERS = {
 }
 
 
-OFFLOAD_CITATION = Citation("Ren et al. 2021 (ZeRO-Offload)", "arXiv:2101.06840",
+OFFLOAD_CITATION = Citation("ren-2021",
                             "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
 
 

@@ -20,8 +20,7 @@ from memderive.symbolic.graph import Graph
 
 __all__ = ["parameter_quantities", "MOE_CITATION", "ACTIVE_DEFINITION"]
 
-MOE_CITATION = Citation("Lepikhin et al. 2020 (GShard); Dai et al. 2024 (DeepSeekMoE)", "arXiv:2006.16668; "
-                        "arXiv:2401.06066", "top-k routing over E experts; shared experts")
+MOE_CITATION = Citation("lepikhin-2020", "top-k routing over E experts", also=(Citation("dai-2024", "shared experts"),))
 ACTIVE_DEFINITION = ("active parameters: the total less, in each MoE layer, the E - k routed experts a token does not "
                      "use (router, shared experts, attention, embeddings and head count)")
 

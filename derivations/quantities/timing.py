@@ -48,6 +48,7 @@ from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibrati
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
@@ -57,7 +58,7 @@ __all__ = ["StepTime", "InferenceTime", "step_time", "inference_time", "DEFAULT_
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
 DEFAULT_EFFICIENCY = 0.5
-EFFICIENCY_SOURCE = Citation("Narayanan et al. 2021", "arXiv:2104.04473", "Abstract, Table 1: 52% of peak per GPU")
+EFFICIENCY_SOURCE = Citation("narayanan-2021", "Abstract, Table 1: 52% of peak per GPU")
 
 
 def _ring(n: int) -> float:
@@ -132,7 +133,7 @@ class StepTime:
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
-                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({NCCL})",
+                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)})",
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)")
 
     def to_json(self) -> dict[str, Any]:
@@ -152,7 +153,8 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
                 f"; no measured runs on this GPU: the {c.fitted_on} constants, half width scaled by the ridge point")
     return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
             f"{c.ceiling:g} w/(w + {c.half_width:,.0f}) at per-GPU width w = h/t, and its elementwise FLOPs at "
-            f"{c.bytes_per_flop:g} bytes each over the memory bandwidth ({MATMUL_SOURCE}{stand_in})")
+            f"{c.bytes_per_flop:g} bytes each over the memory bandwidth (fitted to the published runs of "
+            f"{cite(MATMUL_SOURCE)}{stand_in})")
 
 
 def _stage_flops(est: Evaluated) -> int:

@@ -33,7 +33,7 @@ from memderive.symbolic.strategies import RequiresGrad
 
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
 
-KORTHIKANTI = Citation("Korthikanti et al. 2022", "arXiv:2205.05198", "Eq. 1, Table 2")
+KORTHIKANTI = Citation("korthikanti-2022", "Eq. 1, Table 2")
 
 
 def _sbh_factored(expr: Any) -> Any:

@@ -1,0 +1,273 @@
+"""The works memderive cites, as data: one entry per paper, datasheet, documentation page or source file.
+
+Every ``Citation`` in the code (``symbolic.formula``) names one of these keys plus the table, equation,
+section or function it relies on; ``cite`` writes a citation out, ``cited`` lists the entries a set of
+citations uses (for a document's References section). ``where`` is an arXiv id, a URL without its scheme, or
+a repository file (pinned to the commit or release the code was read at, where the code says so).
+
+>>> cite(Citation("korthikanti-2022", "Eq. 1, Table 2"))
+'Korthikanti et al. 2022, arXiv:2205.05198, Eq. 1, Table 2'
+>>> cite(Citation("korthikanti-2022", "Eq. 1"), keyed=True)
+'Korthikanti et al. 2022 [korthikanti-2022], Eq. 1'
+>>> reference("korthikanti-2022").url
+'https://arxiv.org/abs/2205.05198'
+>>> reference("korthikanti")
+Traceback (most recent call last):
+...
+memderive.derivations.references.UnknownReference: no reference 'korthikanti'; memderive references lists the keys (did you mean korthikanti-2022?)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.formula import Citation
+
+__all__ = ["Reference", "REFERENCES", "reference", "cite", "cited", "UnknownReference"]
+
+KINDS = ("paper", "report", "blog", "docs", "code", "datasheet")
+
+
+class UnknownReference(DerivationError, KeyError):
+    """A key that is not in the table."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One cited work.
+
+    Attributes:
+        key: how citations name it (``korthikanti-2022``).
+        label: how a text cites it (``Korthikanti et al. 2022``).
+        authors: the authors as the work lists them (``et al.`` past the first few).
+        title: the title, or for a file what it is.
+        year: publication year (``None`` for living documents: datasheets, files read at a commit).
+        where: ``arXiv:2205.05198``, a URL without ``https://``, or a repository file.
+        kind: one of ``KINDS``.
+        venue: where a paper appeared, if not only on arXiv.
+    """
+
+    key: str
+    label: str
+    authors: str
+    title: str
+    year: int | None
+    where: str
+    kind: str
+    venue: str = ""
+
+    def __post_init__(self) -> None:
+        Citation(self.key)  # the key's spelling rule
+        if self.kind not in KINDS or not (self.label and self.authors and self.title and self.where):
+            raise ValueError(f"reference {self.key!r}: label, authors, title, where and a kind in {KINDS} are needed")
+
+    @property
+    def url(self) -> str:
+        """The web address; empty for a file of this repository."""
+        if self.where.startswith("arXiv:"):
+            return f"https://arxiv.org/abs/{self.where.removeprefix('arXiv:')}"
+        return f"https://{self.where}" if "." in self.where.split("/")[0] else ""
+
+    def entry(self) -> str:
+        """The full entry on one line: authors, title, venue and year, place."""
+        year = f" {self.year}." if self.year else ""
+        venue = f" {self.venue}." if self.venue else ""
+        return f"{self.authors.rstrip('.')}. {self.title}.{venue}{year} {self.where}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"key": self.key, "label": self.label, "authors": self.authors, "title": self.title, "year": self.year,
+                "where": self.where, "url": self.url, "kind": self.kind, "venue": self.venue}
+
+
+def _paper(key: str, label: str, authors: str, title: str, year: int, arxiv: str, venue: str = "") -> Reference:
+    return Reference(key, label, authors, title, year, f"arXiv:{arxiv}", "paper", venue)
+
+
+_NV = "NVIDIA"
+_HF = "Hugging Face"
+_ENTRIES: tuple[Reference, ...] = (
+    # --- training memory, parallelism, compute ---------------------------------------------------------------
+    _paper("korthikanti-2022", "Korthikanti et al. 2022", "V. A. Korthikanti, J. Casper, S. Lym, L. McAfee, "
+           "M. Andersch, M. Shoeybi, B. Catanzaro", "Reducing Activation Recomputation in Large Transformer Models",
+           2022, "2205.05198", "MLSys 2023"),
+    _paper("rajbhandari-2020", "Rajbhandari et al. 2020 (ZeRO)", "S. Rajbhandari, J. Rasley, O. Ruwase, Y. He",
+           "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", 2020, "1910.02054", "SC20"),
+    _paper("ren-2021", "Ren et al. 2021 (ZeRO-Offload)", "J. Ren, S. Rajbhandari, R. Y. Aminabadi, O. Ruwase, S. Yang, "
+           "M. Zhang, D. Li, Y. He", "ZeRO-Offload: Democratizing Billion-Scale Model Training", 2021, "2101.06840",
+           "USENIX ATC 2021"),
+    _paper("rajbhandari-2021", "Rajbhandari et al. 2021 (ZeRO-Infinity)", "S. Rajbhandari, O. Ruwase, J. Rasley, "
+           "S. Smith, Y. He", "ZeRO-Infinity: Breaking the GPU Memory Wall for Extreme Scale Deep Learning", 2021,
+           "2104.07857", "SC21"),
+    _paper("narayanan-2021", "Narayanan et al. 2021", "D. Narayanan, M. Shoeybi, J. Casper, P. LeGresley, M. Patwary, "
+           "V. Korthikanti, D. Vainbrand, P. Kashinkunti, J. Bernauer, B. Catanzaro, A. Phanishayee, M. Zaharia",
+           "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", 2021, "2104.04473", "SC21"),
+    _paper("kaplan-2020", "Kaplan et al. 2020", "J. Kaplan, S. McCandlish, T. Henighan, T. B. Brown, B. Chess, R. Child, "
+           "S. Gray, A. Radford, J. Wu, D. Amodei", "Scaling Laws for Neural Language Models", 2020, "2001.08361"),
+    _paper("chowdhery-2022", "Chowdhery et al. 2022 (PaLM)", "A. Chowdhery, S. Narang, J. Devlin, et al.",
+           "PaLM: Scaling Language Modeling with Pathways", 2022, "2204.02311"),
+    _paper("jiang-2024-megascale", "Jiang et al. 2024 (MegaScale)", "Z. Jiang, H. Lin, Y. Zhong, Q. Huang, Y. Chen, "
+           "Z. Zhang, et al.", "MegaScale: Scaling Large Language Model Training to More Than 10,000 GPUs", 2024,
+           "2402.15627", "NSDI 2024"),
+    _paper("dao-2022", "Dao et al. 2022 (FlashAttention)", "T. Dao, D. Y. Fu, S. Ermon, A. Rudra, C. Ré",
+           "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness", 2022, "2205.14135",
+           "NeurIPS 2022"),
+    _paper("dao-2023", "Dao 2023 (FlashAttention-2)", "T. Dao",
+           "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023, "2307.08691"),
+    # --- mixture of experts ----------------------------------------------------------------------------------
+    _paper("lepikhin-2020", "Lepikhin et al. 2020 (GShard)", "D. Lepikhin, H. Lee, Y. Xu, D. Chen, O. Firat, Y. Huang, "
+           "M. Krikun, N. Shazeer, Z. Chen", "GShard: Scaling Giant Models with Conditional Computation and Automatic "
+           "Sharding", 2020, "2006.16668"),
+    _paper("rajbhandari-2022", "Rajbhandari et al. 2022 (DeepSpeed-MoE)", "S. Rajbhandari, C. Li, Z. Yao, M. Zhang, "
+           "R. Y. Aminabadi, A. A. Awan, J. Rasley, Y. He", "DeepSpeed-MoE: Advancing Mixture-of-Experts Inference and "
+           "Training to Power Next-Generation AI Scale", 2022, "2201.05596", "ICML 2022"),
+    _paper("dai-2024", "Dai et al. 2024 (DeepSeekMoE)", "D. Dai, C. Deng, C. Zhao, et al.", "DeepSeekMoE: Towards "
+           "Ultimate Expert Specialization in Mixture-of-Experts Language Models", 2024, "2401.06066"),
+    # --- inference: KV cache, quantization -------------------------------------------------------------------
+    Reference("kipply-2022", "kipply 2022", "kipply", "Transformer Inference Arithmetic", 2022,
+              "kipp.ly/transformer-inference-arithmetic/", "blog"),
+    _paper("shazeer-2019", "Shazeer 2019 (MQA)", "N. Shazeer", "Fast Transformer Decoding: One Write-Head is All You "
+           "Need", 2019, "1911.02150"),
+    _paper("ainslie-2023", "Ainslie et al. 2023 (GQA)", "J. Ainslie, J. Lee-Thorp, M. de Jong, Y. Zemlyanskiy, "
+           "F. Lebrón, S. Sanghai", "GQA: Training Generalized Multi-Query Transformer Models from Multi-Head "
+           "Checkpoints", 2023, "2305.13245", "EMNLP 2023"),
+    Reference("zhihu-624740065", "回旋托马斯x (Zhihu)", "回旋托马斯x",
+              "分析transformer模型的参数量、计算量、中间激活、KV cache", None, "zhuanlan.zhihu.com/p/624740065", "blog"),
+    _paper("frantar-2022", "Frantar et al. 2022 (GPTQ)", "E. Frantar, S. Ashkboos, T. Hoefler, D. Alistarh",
+           "GPTQ: Accurate Post-Training Quantization for Generative Pre-trained Transformers", 2022, "2210.17323",
+           "ICLR 2023"),
+    _paper("lin-2023", "Lin et al. 2023 (AWQ)", "J. Lin, J. Tang, H. Tang, S. Yang, X. Dang, S. Han, et al.",
+           "AWQ: Activation-aware Weight Quantization for LLM Compression and Acceleration", 2023, "2306.00978",
+           "MLSys 2024"),
+    # --- fine-tuning -----------------------------------------------------------------------------------------
+    _paper("hu-2021", "Hu et al. 2021 (LoRA)", "E. J. Hu, Y. Shen, P. Wallis, Z. Allen-Zhu, Y. Li, S. Wang, L. Wang, "
+           "W. Chen", "LoRA: Low-Rank Adaptation of Large Language Models", 2021, "2106.09685", "ICLR 2022"),
+    _paper("dettmers-2023", "Dettmers et al. 2023 (QLoRA)", "T. Dettmers, A. Pagnoni, A. Holtzman, L. Zettlemoyer",
+           "QLoRA: Efficient Finetuning of Quantized LLMs", 2023, "2305.14314", "NeurIPS 2023"),
+    _paper("dettmers-2022", "Dettmers et al. 2022 (LLM.int8())", "T. Dettmers, M. Lewis, Y. Belkada, L. Zettlemoyer",
+           "LLM.int8(): 8-bit Matrix Multiplication for Transformers at Scale", 2022, "2208.07339", "NeurIPS 2022"),
+    # --- models (the bundled presets' sizes) -----------------------------------------------------------------
+    Reference("radford-2019", "Radford et al. 2019 (GPT-2)", "A. Radford, J. Wu, R. Child, D. Luan, D. Amodei, "
+              "I. Sutskever", "Language Models are Unsupervised Multitask Learners", 2019,
+              "cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf", "report",
+              "OpenAI"),
+    _paper("brown-2020", "Brown et al. 2020 (GPT-3)", "T. B. Brown, B. Mann, N. Ryder, M. Subbiah, et al.",
+           "Language Models are Few-Shot Learners", 2020, "2005.14165", "NeurIPS 2020"),
+    _paper("devlin-2019", "Devlin et al. 2019 (BERT)", "J. Devlin, M.-W. Chang, K. Lee, K. Toutanova", "BERT: "
+           "Pre-training of Deep Bidirectional Transformers for Language Understanding", 2019, "1810.04805", "NAACL 2019"),
+    _paper("touvron-2023-llama", "Touvron et al. 2023 (LLaMA)", "H. Touvron, T. Lavril, G. Izacard, X. Martinet, et al.",
+           "LLaMA: Open and Efficient Foundation Language Models", 2023, "2302.13971"),
+    _paper("touvron-2023-llama2", "Touvron et al. 2023 (Llama 2)", "H. Touvron, L. Martin, K. Stone, et al.",
+           "Llama 2: Open Foundation and Fine-Tuned Chat Models", 2023, "2307.09288"),
+    _paper("dubey-2024", "Dubey et al. 2024 (Llama 3)", "A. Dubey, A. Jauhri, A. Pandey, et al. (Llama Team, AI @ Meta)",
+           "The Llama 3 Herd of Models", 2024, "2407.21783"),
+    _paper("jiang-2023-mistral", "Jiang et al. 2023 (Mistral 7B)", "A. Q. Jiang, A. Sablayrolles, A. Mensch, et al.",
+           "Mistral 7B", 2023, "2310.06825"),
+    _paper("jiang-2024-mixtral", "Jiang et al. 2024 (Mixtral)", "A. Q. Jiang, A. Sablayrolles, A. Roux, et al.",
+           "Mixtral of Experts", 2024, "2401.04088"),
+    _paper("yang-2024-qwen2", "Yang et al. 2024 (Qwen2)", "A. Yang, B. Yang, B. Hui, et al. (Qwen Team)",
+           "Qwen2 Technical Report", 2024, "2407.10671"),
+    _paper("qwen-2025-qwen3", "Qwen Team 2025 (Qwen3)", "Qwen Team", "Qwen3 Technical Report", 2025, "2505.09388"),
+    _paper("gemma-2024", "Gemma Team 2024 (Gemma)", "Gemma Team, Google DeepMind", "Gemma: Open Models Based on Gemini "
+           "Research and Technology", 2024, "2403.08295"),
+    _paper("gemma-2024-gemma2", "Gemma Team 2024 (Gemma 2)", "Gemma Team, Google DeepMind", "Gemma 2: Improving Open "
+           "Language Models at a Practical Size", 2024, "2408.00118"),
+    _paper("abdin-2024", "Abdin et al. 2024 (Phi-3)", "M. Abdin, et al. (Microsoft)", "Phi-3 Technical Report: A Highly "
+           "Capable Language Model Locally on Your Phone", 2024, "2404.14219"),
+    _paper("almazrouei-2023", "Almazrouei et al. 2023 (Falcon)", "E. Almazrouei, et al.", "The Falcon Series of Open "
+           "Language Models", 2023, "2311.16867"),
+    _paper("zhang-2022-opt", "Zhang et al. 2022 (OPT)", "S. Zhang, S. Roller, N. Goyal, et al.", "OPT: Open Pre-trained "
+           "Transformer Language Models", 2022, "2205.01068"),
+    _paper("bigscience-2022", "BigScience 2022 (BLOOM)", "BigScience Workshop", "BLOOM: A 176B-Parameter Open-Access "
+           "Multilingual Language Model", 2022, "2211.05100"),
+    _paper("deepseek-2024-v2", "DeepSeek-AI 2024 (DeepSeek-V2)", "DeepSeek-AI", "DeepSeek-V2: A Strong, Economical, and "
+           "Efficient Mixture-of-Experts Language Model", 2024, "2405.04434"),
+    _paper("deepseek-2024-v3", "DeepSeek-AI 2024 (DeepSeek-V3)", "DeepSeek-AI", "DeepSeek-V3 Technical Report", 2024,
+           "2412.19437"),
+    _paper("openai-2025-gpt-oss", "OpenAI 2025 (gpt-oss)", "OpenAI", "gpt-oss-120b & gpt-oss-20b Model Card", 2025,
+           "2508.10925"),
+    Reference("microsoft-phi-2", "microsoft/phi-2 model card", "Microsoft", "phi-2 model card and config.json", None,
+              "huggingface.co/microsoft/phi-2", "docs"),
+    # --- other tools' accounting (memderive compare) and the code whose behaviour we model -------------------
+    Reference("megatron-theoretical-memory", "Megatron-LM", _NV, "Megatron-LM: megatron/training/"
+              "theoretical_memory_usage.py", 2023, "github.com/NVIDIA/Megatron-LM/blob/00caa53a/megatron/training/"
+              "theoretical_memory_usage.py", "code"),
+    Reference("deepspeed-zero2-estimator", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
+              "stage_1_and_2.py", None, "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/"
+              "stage_1_and_2.py", "code"),
+    Reference("deepspeed-zero3-estimator", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
+              "stage3.py", None, "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/stage3.py", "code"),
+    Reference("llm-analysis", "llm-analysis 0.2.2", "cli99", "llm-analysis 0.2.2 (PyPI): llm_analysis/analysis.py", None,
+              "github.com/cli99/llm-analysis/blob/main/llm_analysis/analysis.py", "code"),
+    Reference("eleuther-calc-mem", "EleutherAI cookbook", "EleutherAI", "cookbook: calc/calc_transformer_mem.py", None,
+              "github.com/EleutherAI/cookbook/blob/827ee3b/calc/calc_transformer_mem.py", "code"),
+    Reference("accelerate-estimate", "accelerate 1.15", _HF, "accelerate 1.15: src/accelerate/commands/estimate.py",
+              None, "github.com/huggingface/accelerate/blob/v1.15.0/src/accelerate/commands/estimate.py", "code"),
+    Reference("accelerate-estimator-docs", "Hugging Face accelerate docs", _HF, "Accelerate documentation: Model memory "
+              "estimator", None, "huggingface.co/docs/accelerate/usage_guides/model_size_estimator", "docs"),
+    Reference("transformers-generate", "transformers 5.x", _HF, "transformers: src/transformers/generation/utils.py",
+              None, "github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py", "code"),
+    Reference("transformers-cache-utils", "transformers 5.x", _HF, "transformers: src/transformers/cache_utils.py",
+              None, "github.com/huggingface/transformers/blob/main/src/transformers/cache_utils.py", "code"),
+    Reference("memderive", "memderive", "memderive", "memderive's graph derivation (this repository)", None,
+              "derivations/estimate.py", "code"),
+    # --- hardware --------------------------------------------------------------------------------------------
+    Reference("nvidia-a100-datasheet", "NVIDIA A100 datasheet", _NV, "NVIDIA A100 Tensor Core GPU datasheet", None,
+              "nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-"
+              "web.pdf", "datasheet"),
+    Reference("nvidia-h100-datasheet", "NVIDIA H100 datasheet", _NV, "NVIDIA H100 Tensor Core GPU datasheet", None,
+              "resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "datasheet"),
+    Reference("nvidia-h200-datasheet", "NVIDIA H200 datasheet", _NV, "NVIDIA H200 Tensor Core GPU datasheet", None,
+              "nvidia.com/en-us/data-center/h200/", "datasheet"),
+    Reference("nvidia-dgx-b200-datasheet", "NVIDIA DGX B200 datasheet", _NV, "NVIDIA DGX B200 datasheet", None,
+              "nvidia.com/en-us/data-center/dgx-b200/", "datasheet"),
+    Reference("nvidia-l40s-datasheet", "NVIDIA L40S datasheet", _NV, "NVIDIA L40S datasheet", None,
+              "nvidia.com/en-us/data-center/l40s/", "datasheet"),
+    Reference("nvidia-ada-whitepaper", "NVIDIA Ada whitepaper", _NV, "NVIDIA Ada GPU Architecture whitepaper v2.1",
+              None, "images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", "datasheet"),
+    Reference("amd-mi300x-datasheet", "AMD MI300X datasheet", "AMD", "AMD Instinct MI300X datasheet", None,
+              "amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf",
+              "datasheet"),
+    Reference("nvidia-dgx-h100-guide", "NVIDIA DGX H100 user guide", _NV, "NVIDIA DGX H100/H200 User Guide: "
+              "Introduction to the NVIDIA DGX H100/H200 System", None,
+              "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html", "docs"),
+    Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
+              "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
+)
+
+#: Every cited work by key, in the order above (by topic).
+REFERENCES: Mapping[str, Reference] = MappingProxyType({r.key: r for r in _ENTRIES})
+if len(REFERENCES) != len(_ENTRIES):  # pragma: no cover - a duplicated key is a typo in the table
+    raise ValueError("duplicate reference key")
+
+
+def reference(key: str) -> Reference:
+    """The entry of ``key``; ``UnknownReference`` (one line, with the nearest keys) otherwise."""
+    if key in REFERENCES:
+        return REFERENCES[key]
+    near = difflib.get_close_matches(key, REFERENCES, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    raise UnknownReference(f"no reference {key!r}; memderive references lists the keys{hint}")
+
+
+def cite(citation: Citation, keyed: bool = False) -> str:
+    """A citation written out, one work after another (``; ``): label, place (or ``[key]`` when ``keyed``,
+    for documents whose References section gives the place), locus."""
+    out = []
+    for part in citation.parts():
+        ref = reference(part.key)
+        head = f"{ref.label} [{ref.key}]" if keyed else f"{ref.label}, {ref.where}"
+        out.append(", ".join(x for x in (head, part.locus) if x))
+    return "; ".join(out)
+
+
+def cited(citations: Iterable[Citation | None]) -> tuple[Reference, ...]:
+    """The entries ``citations`` name, each once, in order of first citation."""
+    keys = dict.fromkeys(k for c in citations if c is not None for k in c.keys())
+    return tuple(reference(k) for k in keys)
