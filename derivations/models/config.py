@@ -42,6 +42,8 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
                           f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     arch, sizes, extra = ADAPTERS[model_type](fields)
     arch, extra = with_dropout(fields, arch, extra)
+    if fields.notes:  # names read otherwise than the config may suggest (config_fields.Fields)
+        extra = {**extra, "notes": (*extra.get("notes", ()), *fields.notes)}
     for key, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_SIZE:
             raise ConfigError(f"{label}: size {key} must be a positive integer up to 10^12, got {shown(value)}")

@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from memderive.derivations.models.architectures import Arch
-from memderive.derivations.models.defaults import FAMILY_DEFAULTS
+from memderive.derivations.models.defaults import FAMILY_ALIASES, FAMILY_DEFAULTS
 from memderive.derivations.models.model import ModelError
 from memderive.symbolic.errors import shown
 
-__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
+__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LOOKALIKES", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
            "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]
 
 
@@ -36,8 +36,11 @@ class Fields:
     def __init__(self, config: Mapping[str, Any], name: str, defaults: Mapping[str, Any] | None = None) -> None:
         self.config, self.name = config, name
         family = config.get("model_type")
-        self.defaults = FAMILY_DEFAULTS.get(family, {}) if defaults is None and isinstance(family, str) else \
-            (defaults or {})
+        known = isinstance(family, str)
+        self.family = family if known else ""
+        self.defaults = FAMILY_DEFAULTS.get(family, {}) if defaults is None and known else (defaults or {})
+        self.aliases = FAMILY_ALIASES.get(family, {}) if known else {}
+        self.notes: dict[str, None] = {}  # what the config gives that transformers reads otherwise (ordered, once)
 
     def given(self, key: str) -> Any:
         """The config's own value (None when absent); a null that transformers does not read as absent is refused."""
@@ -49,14 +52,35 @@ class Fields:
         return value
 
     def value(self, *keys: str) -> tuple[str, Any]:
-        """The first of ``keys`` the config gives, else the first with a family default (None: neither)."""
+        """The first of ``keys`` the config gives (under its own name or, winning over it, an alias the
+        family's config class maps onto it: ``FAMILY_ALIASES``), else the first with a family default
+        (None: neither)."""
         for key in keys:
-            if self.given(key) is not None:
-                return key, self.config[key]
+            name = self._read_as(key)
+            if self.given(name) is not None:
+                return name, self.config[name]
         for key in keys:
             if self.defaults.get(key) is not None:
                 return key, self.defaults[key]
         return (keys or ("",))[0], None
+
+    def _read_as(self, key: str) -> str:
+        """The name transformers takes ``key``'s value from: a given alias of it, else ``key``. Two names
+        that disagree, and look-alike names the family's class does not read, are noted."""
+        name = next((a for a, field in self.aliases.items() if field == key and self.given(a) is not None), key)
+        if name != key and self.given(key) is not None and self.config[key] != self.config[name]:
+            self._note(f"config fields {key!r} = {shown(self.config[key])} and {name!r} = "
+                       f"{shown(self.config[name])} disagree; transformers' {self.family} config applies {name!r} "
+                       "last, so it is counted")
+        readable = {key, *(a for a, field in self.aliases.items() if field == key)}
+        for other in next((group for group in LOOKALIKES if key in group), ()):
+            if other not in readable and other not in self.aliases and self.given(other) is not None:
+                self._note(f"config field {other!r} = {shown(self.config[other])} is not read by transformers' "
+                           f"{self.family} (it reads {key!r}), nor here")
+        return name
+
+    def _note(self, text: str) -> None:
+        self.notes[text] = None
 
     def need(self, *keys: str) -> Any:
         value = self.value(*keys)[1]
@@ -103,6 +127,12 @@ class Fields:
             self.fail(key, f"is not supported: {why}")
 
 
+#: Names configs use for one size; a family reads one of each (and its aliases): another given is noted.
+LOOKALIKES = (("hidden_size", "n_embd", "n_embed", "d_model"),
+              ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+              ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+              ("max_position_embeddings", "n_positions"),
+              ("num_experts", "num_local_experts", "n_routed_experts"))
 #: Fields whose null transformers reads as "none": no sliding window, no layer-type list, no query compression.
 NULLABLE = frozenset({"sliding_window", "layer_types", "q_lora_rank"})
 #: The largest size a config may give (hidden size, layers, vocabulary, ...): 10^12.

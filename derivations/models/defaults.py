@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FAMILY_DEFAULTS"]
+__all__ = ["FAMILY_ALIASES", "FAMILY_DEFAULTS"]
 
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {"vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12, "n_head": 12, "n_inner": None,
@@ -148,4 +148,26 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
         "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "num_local_experts": 8,
         "num_experts_per_tok": 2},
+}
+
+
+_GPT_NAMES = {"hidden_size": "n_embd", "max_position_embeddings": "n_positions", "num_attention_heads": "n_head",
+              "num_hidden_layers": "n_layer"}
+#: Second names of a field, as each family's config class reads them (transformers 5.24): ``{alias: field}``.
+#: They are the class's ``attribute_map`` (and Falcon's and BLOOM's ``n_embed`` keyword, popped in
+#: ``__post_init__``); given beside the field, the alias is applied after it, so its value is the one the
+#: model is built with (``tests/test_config_aliases.py`` measures that for every entry). A name absent here is
+#: not read at all: Qwen2-MoE's ``num_local_experts``, Falcon's ``n_head``.
+FAMILY_ALIASES: dict[str, dict[str, str]] = {
+    **dict.fromkeys(("gpt2", "gptj", "codegen", "gpt_bigcode"), _GPT_NAMES),
+    "falcon": {"n_embed": "hidden_size"},
+    "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "n_embed": "hidden_size"},
+    "mpt": {"num_attention_heads": "n_heads", "hidden_size": "d_model", "num_hidden_layers": "n_layers"},
+    "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
+    "mixtral": {"num_experts": "num_local_experts"},
+    "qwen3_moe": {"num_local_experts": "num_experts"},  # Qwen3MoeConfig declares num_experts, maps it to the other
+    "olmoe": {"num_local_experts": "num_experts"},
+    "deepseek_v2": {"num_experts": "n_routed_experts"},
+    "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
+    "gpt_oss": {"num_experts": "num_local_experts"},
 }

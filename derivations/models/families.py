@@ -19,9 +19,9 @@ __all__ = ["ADAPTERS", "REFUSED", "SUPPORTED_MODEL_TYPES"]
 
 
 def _gpt2(c: Fields) -> Adapted:
-    h = c.size("n_embd", "hidden_size")
-    sizes = {"h": h, "a": c.size("n_head", "num_attention_heads"), "l": c.size("n_layer", "num_hidden_layers"),
-             "V": c.size("vocab_size"), "n_ctx": c.size("n_positions", "max_position_embeddings"),
+    h = c.size("n_embd")  # hidden_size, num_attention_heads, ...: GPT2Config's aliases (FAMILY_ALIASES)
+    sizes = {"h": h, "a": c.size("n_head"), "l": c.size("n_layer"), "V": c.size("vocab_size"),
+             "n_ctx": c.size("n_positions"),
              "f": c.size("n_inner", default=4 * h)}
     arch = replace(GPT, mlp=mlp_kind(c, "activation_function", "gelu_new"),
                    tied_embeddings=c.flag("tie_word_embeddings", True), act_fn=c.get("activation_function", "gelu_new"))
@@ -49,18 +49,17 @@ def _bert(c: Fields) -> Adapted:
 
 # --- GPT-style families: LayerNorm with bias, plain MLP ---------------------------------------------
 
-def _gpt_sizes(c: Fields, h_keys: tuple[str, ...], a_keys: tuple[str, ...], l_keys: tuple[str, ...],
-               f_keys: tuple[str, ...] = ("n_inner",)) -> dict[str, int]:
-    """Sizes of families whose head size is hidden/heads and whose FFN defaults to 4 * hidden."""
-    h, a = c.size(*h_keys), c.size(*a_keys)
-    whole_heads(c, h, a, (h_keys[0], a_keys[0]))
-    return {"h": h, "a": a, "l": c.size(*l_keys), "V": c.size("vocab_size"), "f": c.size(*f_keys, default=4 * h)}
+def _gpt_sizes(c: Fields, h_key: str, a_key: str, l_key: str, f_keys: tuple[str, ...] = ("n_inner",)) -> dict[str, int]:
+    """Sizes of families whose head size is hidden/heads and whose FFN defaults to 4 * hidden (each key
+    the config class's field; its aliases are read through ``Fields``)."""
+    h, a = c.size(h_key), c.size(a_key)
+    whole_heads(c, h, a, (h_key, a_key))
+    return {"h": h, "a": a, "l": c.size(l_key), "V": c.size("vocab_size"), "f": c.size(*f_keys, default=4 * h)}
 
 
 def _gptj(c: Fields) -> Adapted:
     """GPT-J and CodeGen: one LayerNorm feeds attention and MLP in parallel; q/k/v/out have no bias."""
-    sizes = _gpt_sizes(c, ("n_embd", "hidden_size"), ("n_head", "num_attention_heads"),
-                       ("n_layer", "num_hidden_layers"))
+    sizes = _gpt_sizes(c, "n_embd", "n_head", "n_layer")
     arch = replace(GPT, family=c.config["model_type"], mlp=mlp_kind(c, "activation_function", "gelu_new"),
                    positions="rotary", qkv_bias=False, out_bias=False, parallel_block=True, shared_norm=True,
                    lm_head_bias=True, tied_embeddings=c.flag("tie_word_embeddings", False))
@@ -69,7 +68,7 @@ def _gptj(c: Fields) -> Adapted:
 
 def _opt(c: Fields) -> Adapted:
     """OPT: learned positions offset by 2 rows; ``do_layer_norm_before`` false is post-norm (OPT-350m)."""
-    sizes = _gpt_sizes(c, ("hidden_size",), ("num_attention_heads",), ("num_hidden_layers",), ("ffn_dim",))
+    sizes = _gpt_sizes(c, "hidden_size", "num_attention_heads", "num_hidden_layers", ("ffn_dim",))
     c.refuse("word_embed_proj_dim", lambda v: v == sizes["h"],
              f"embeddings narrower than hidden_size = {sizes['h']} need project_in/out layers (OPT-350m), "
              "which are not modelled")
@@ -96,7 +95,7 @@ def _phi(c: Fields) -> Adapted:
 
 def _falcon(c: Fields) -> Adapted:
     """Falcon: fused qkv; multi-query (7B), grouped KV with ``new_decoder_architecture`` (40B/180B)."""
-    h, a = c.size("hidden_size", "n_embed"), c.size("num_attention_heads", "n_head")
+    h, a = c.size("hidden_size"), c.size("num_attention_heads")  # n_embed: FalconConfig's keyword for hidden_size
     whole_heads(c, h, a, ("hidden_size", "num_attention_heads"))
     new, parallel = c.flag("new_decoder_architecture", False), c.flag("parallel_attn", True)
     norms = c.get("num_ln_in_parallel_attn", 2 if new else 1)
@@ -117,7 +116,7 @@ def _falcon(c: Fields) -> Adapted:
                    positions="alibi" if c.flag("alibi", False) else "rotary", qkv_bias=bias, out_bias=bias,
                    mlp_bias=bias, parallel_block=parallel, shared_norm=parallel and norms == 1,
                    tied_embeddings=c.flag("tie_word_embeddings", True))
-    sizes = {"h": h, "a": a, "a_kv": a_kv, "l": c.size("num_hidden_layers", "n_layer"), "V": c.size("vocab_size"),
+    sizes = {"h": h, "a": a, "a_kv": a_kv, "l": c.size("num_hidden_layers"), "V": c.size("vocab_size"),
              "f": c.size("ffn_hidden_size", default=4 * h)}
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
@@ -134,8 +133,7 @@ def _bloom(c: Fields) -> Adapted:
     """BLOOM: ALiBi, LayerNorm on the embeddings, biases everywhere, FFN fixed at 4h."""
     # NOTE: apply_residual_connection_post_layernorm moves where the residual branches off; an add
     # saves nothing, so parameters and saved tensors are the same either way.
-    sizes = _gpt_sizes(c, ("hidden_size", "n_embed"), ("n_head", "num_attention_heads"),
-                       ("n_layer", "num_hidden_layers"), f_keys=())
+    sizes = _gpt_sizes(c, "hidden_size", "n_head", "n_layer", f_keys=())
     arch = replace(GPT, family="bloom", positions="alibi", embed_norm=True,
                    tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {}
@@ -152,8 +150,7 @@ def _mpt(c: Fields) -> Adapted:
     attn.refuse("alibi", lambda v: v is True, "transformers' MPT always uses ALiBi (no learned positions)")
     attn.refuse("qk_ln", lambda v: v is False, "transformers' MPT has no q/k LayerNorm")
     attn.refuse("attn_type", lambda v: v == "multihead_attention", "transformers' MPT is multi-head attention")
-    sizes = _gpt_sizes(c, ("d_model", "hidden_size"), ("n_heads", "num_attention_heads"),
-                       ("n_layers", "num_hidden_layers"), f_keys=())
+    sizes = _gpt_sizes(c, "d_model", "n_heads", "n_layers", f_keys=())
     arch = replace(GPT, family="mpt", positions="alibi", norm_bias=False, qkv_bias=False, out_bias=False,
                    mlp_bias=False, tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {"max_positions": c.get("max_seq_len", None)}
@@ -170,8 +167,7 @@ def _neo_layers(c: Fields) -> int:
 
 
 def _gpt_neo(c: Fields) -> Adapted:
-    sizes = _gpt_sizes(c, ("hidden_size",), ("num_heads", "num_attention_heads"),
-                       ("num_layers", "num_hidden_layers"), ("intermediate_size",))
+    sizes = _gpt_sizes(c, "hidden_size", "num_heads", "num_layers", ("intermediate_size",))
     if _neo_layers(c) != sizes["l"]:
         c.fail("attention_types", f"lists {_neo_layers(c)} layers, not num_layers = {sizes['l']}; transformers "
                                   "refuses this too")
@@ -185,11 +181,10 @@ def _gpt_neo(c: Fields) -> Adapted:
 def _gpt_bigcode(c: Fields) -> Adapted:
     """StarCoder/SantaCoder: GPT-2 with one shared key/value head (``multi_query``)."""
     c.refuse("add_cross_attention", lambda v: v is False, "cross-attention layers are not modelled")
-    sizes = _gpt_sizes(c, ("n_embd", "hidden_size"), ("n_head", "num_attention_heads"),
-                       ("n_layer", "num_hidden_layers"))
+    sizes = _gpt_sizes(c, "n_embd", "n_head", "n_layer")
     arch = replace(GPT, family="gpt_bigcode", mlp=mlp_kind(c, "activation_function", "gelu_pytorch_tanh"),
                    tied_embeddings=c.flag("tie_word_embeddings", True))
-    n_ctx = c.size("n_positions", "max_position_embeddings")
+    n_ctx = c.size("n_positions")
     a_kv = 1 if c.flag("multi_query", True) else sizes["a"]
     return arch, {**sizes, "a_kv": a_kv, "n_ctx": n_ctx}, {"max_positions": n_ctx}
 

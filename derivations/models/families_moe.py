@@ -17,11 +17,12 @@ from memderive.derivations.models.config_fields import Adapted, ConfigError, Fie
 __all__ = ["MOE_ADAPTERS"]
 
 
-def _experts(c: Fields, keys: tuple[str, ...], experts: int, top_k: int | None, width: int) -> dict[str, int]:
-    """``E``, ``k`` and ``f_e``; ``width`` is the expert width already read."""
-    sizes = {"E": c.size(*keys, default=experts), "k": c.size("num_experts_per_tok", default=top_k), "f_e": width}
+def _experts(c: Fields, key: str, experts: int, top_k: int | None, width: int) -> dict[str, int]:
+    """``E`` (the config class's field ``key``, or the alias it maps onto it: ``FAMILY_ALIASES``), ``k`` and
+    ``f_e``; ``width`` is the expert width already read."""
+    sizes = {"E": c.size(key, default=experts), "k": c.size("num_experts_per_tok", default=top_k), "f_e": width}
     if sizes["k"] > sizes["E"]:
-        c.fail("num_experts_per_tok", f"is more than the {sizes['E']} experts ({keys[0]})")
+        c.fail("num_experts_per_tok", f"is more than the {sizes['E']} experts ({c.value(key)[0]})")
     return sizes
 
 
@@ -51,7 +52,7 @@ def _mixtral(c: Fields) -> Adapted:
     arch = replace(LLAMA, family="mixtral", mlp=mlp_kind(c, "hidden_act", "silu", gated=True),
                    tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, kv_heads=8)
-    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 8, 2, sizes["f"]))
+    sizes.update(_experts(c, "num_local_experts", 8, 2, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, Moe(), 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
 
@@ -65,7 +66,7 @@ def _qwen_moe(family: str, kv_heads: int, experts: int, top_k: int, width: int, 
                        out_bias=bias and not shared, qk_norm=not shared,
                        tied_embeddings=c.flag("tie_word_embeddings", False))
         sizes = decoder_sizes(c, kv_heads=kv_heads)
-        sizes.update(_experts(c, ("num_experts", "num_local_experts"), experts, top_k,
+        sizes.update(_experts(c, "num_experts", experts, top_k,
                               c.size("moe_intermediate_size", default=width)))
         if shared:
             sizes["f_s"] = c.size("shared_expert_intermediate_size", default=5632)
@@ -88,7 +89,11 @@ def _olmoe(c: Fields) -> Adapted:
     arch = replace(LLAMA, family="olmoe", mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias,
                    out_bias=bias, qk_norm=True, qk_norm_width="all", tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c)
-    sizes.update(_experts(c, ("num_experts", "num_local_experts"), 64, 8, sizes["f"]))
+    if sizes.get("d_h", sizes["h"] // sizes["a"]) * sizes["a"] != sizes["h"]:  # OlmoeConfig declares no head_dim
+        c.fail("head_dim", f"is not supported: transformers' OLMoE normalizes q over hidden_size = {sizes['h']} "
+                           f"and k over hidden_size / num_attention_heads per head, so its attention runs only with "
+                           f"head_dim = hidden_size / num_attention_heads; remove head_dim")
+    sizes.update(_experts(c, "num_experts", 64, 8, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, Moe(renormalize=c.flag("norm_topk_prob", False)), 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
@@ -114,7 +119,7 @@ def _deepseek(version: int) -> Callable[[Fields], Adapted]:
         if q_lora:
             sizes["d_cq"] = c.size("q_lora_rank", default=1536)
         width = c.size("moe_intermediate_size", default=defaults["width"])
-        sizes.update(_experts(c, ("n_routed_experts", "num_local_experts", "num_experts"), defaults["experts"],
+        sizes.update(_experts(c, "n_routed_experts", defaults["experts"],
                               defaults["top_k"], width))
         shared = c.count("n_shared_experts", defaults["shared"])
         if shared:
@@ -141,7 +146,7 @@ def _gpt_oss(c: Fields) -> Adapted:
     arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
                    tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
-    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 128, 4, sizes["f"]))
+    sizes.update(_experts(c, "num_local_experts", 128, 4, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, moe, 0)
     window = sliding(128, slides=lambda c, l: (l + 1) // 2)(c, sizes["l"])  # even layers (0, 2, ...) slide
     notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; the "
@@ -156,7 +161,7 @@ def _phimoe(c: Fields) -> Adapted:
                    mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias, out_bias=bias,
                    lm_head_bias=c.flag("lm_head_bias", False), tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, kv_heads=8)
-    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 16, 2, sizes["f"]))
+    sizes.update(_experts(c, "num_local_experts", 16, 2, sizes["f"]))
     moe = Moe(renormalize=False, note="Phi-MoE's sparsemixer router saves other tensors than the softmax top-k router")
     arch, sizes = _with_moe(arch, sizes, moe, 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
@@ -168,7 +173,7 @@ def _granitemoe(c: Fields) -> Adapted:
     arch = replace(LLAMA, family="granitemoe", mlp=mlp_kind(c, "hidden_act", "silu", gated=True), qkv_bias=bias,
                    out_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c)
-    sizes.update(_experts(c, ("num_local_experts", "num_experts"), 8, 2, sizes["f"]))
+    sizes.update(_experts(c, "num_local_experts", 8, 2, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, Moe(), 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
