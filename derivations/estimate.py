@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from memderive.derivations.memo import Keyed
+from memderive.derivations.quantities.runtime import runtime_json
+from memderive.derivations.quantities.serving import vllm_json
 from memderive.derivations.models.implementations import describe as describe_implementation
 from memderive.derivations.models.implementations import hf_layers
 from memderive.derivations.models.model import Model
@@ -112,6 +114,8 @@ class Estimate:
         if self.options.mode == "train":
             out["implementation"] = self.implementation()
         out.update(time_json(self))  # step_time_s, tokens_per_s, mfu / prefill and decode times (with --gpu)
+        out.update(runtime_json(self))  # allocated, reserved and device bytes on the --gpu, with their terms
+        out.update(vllm_json(self))  # vLLM's KV blocks and concurrency (with --framework vllm --gpu)
         return out
 
     def implementation(self) -> str:

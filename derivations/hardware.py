@@ -8,13 +8,15 @@ Conventions (NOTE(memderive)):
   reports 81,920 MiB): ``80 * 2**30`` bytes. What a program can allocate is slightly less.
 * Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
   has no such link), the total of both directions; a collective moves data at half of it each way.
+* V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
+  there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
 >>> gpu("H100-SXM").bf16_flops, gpu("a100-80gb").memory_bytes
 (989500000000000, 85899345920)
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
 """
 
 from __future__ import annotations
@@ -45,6 +47,21 @@ _L40S = Citation("nvidia-l40s-datasheet",
 _ADA = Citation("nvidia-ada-whitepaper",
                 "Appendix A, Table 2 (GeForce RTX 4090): BF16 with FP32 "
                 "accumulate 165.2, FP8 330.3 dense TFLOPS; 24 GB GDDR6X, 1,008 GB/s; PCIe Gen4 x16 64 GB/s")
+_V100 = Citation("nvidia-v100-datasheet",
+                 "V100 SXM2: Tensor Performance 125 TFLOPS (FP16, no BF16); 16 or 32 GB HBM2, 900 GB/s; NVLink 300 GB/s")
+_A10 = Citation("nvidia-a10-datasheet",
+                "BF16/FP16 Tensor Core 125 TFLOPS (250 with sparsity); 24 GB GDDR6, 600 GB/s; PCIe Gen4 64 GB/s")
+_A6000 = Citation("nvidia-rtx-a6000-datasheet",
+                  "Tensor Performance 309.7 TFLOPS with sparsity (FP16/BF16, FP32 accumulate: 154.8 dense); 48 GB "
+                  "GDDR6, 768 GB/s; NVLink bridge 112.5 GB/s", also=(Citation("nvidia-ga102-whitepaper", "Table 9"),))
+_L4 = Citation("nvidia-l4-datasheet",
+               "FP16/BF16 Tensor Core 242 TFLOPS, FP8 485 TFLOPS, both with sparsity; 24 GB GDDR6, 300 GB/s; "
+               "PCIe Gen4 x16 64 GB/s")
+_T4 = Citation("nvidia-t4-datasheet",
+               "Mixed precision (FP16/FP32) 65 TFLOPS (no BF16); 16 GB GDDR6, 320+ GB/s; PCIe Gen3 x16 32 GB/s")
+_RTX3090 = Citation("nvidia-ga102-whitepaper",
+                    "Table 9 (GeForce RTX 3090): peak FP16/BF16 Tensor TFLOPS with FP32 accumulate 71 (142 with "
+                    "sparsity); 24 GB GDDR6X, 936 GB/s; PCIe Gen4 x16 64 GB/s")
 _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
@@ -92,6 +109,14 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
         "PCIe 4.0 x16", _ADA),
+    GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G, "NVLink 2", _V100),
+    GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G, "NVLink 2", _V100),
+    GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10),
+    GPU("a6000", "NVIDIA RTX A6000 48GB", 1548 * T // 10, None, 48 * GIB, 768 * G, 1125 * G // 10, "NVLink bridge",
+        _A6000),
+    GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4),
+    GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4),
+    GPU("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 71 * T, None, 24 * GIB, 936 * G, 64 * G, "PCIe 4.0 x16", _RTX3090),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
         "Infinity Fabric", _MI300X),
 )}

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.sizes import parse_size, size_text
 from memderive.symbolic.dims import by_name, sym
 from memderive.symbolic.expr import Expr
@@ -185,6 +186,22 @@ OPTIONS: tuple[Option, ...] = (
        "fraction of dense peak FLOP/s reached (default: the matmul efficiency calibrated on published runs)",
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--efficiency", "0.4")),
+    _o("framework", "choice", None, "set the options to a framework's defaults, each overridable: hf-trainer, "
+       "torchtune, torchtitan, megatron, deepspeed (training), vllm (serving)", choices=tuple(FRAMEWORKS),
+       commands=_PLANNED, echo="set", example=(*_TRAIN_STEP, "--framework", "torchtune")),
+    _o("cuda_module_loading", "choice", "lazy", "CUDA_MODULE_LOADING of the run, for device memory with --gpu: "
+       "lazy (CUDA >= 11.7, PyTorch's default) or eager (older CUDA: every kernel loaded, a larger context)",
+       choices=("lazy", "eager"), commands=_PLANNED, echo="never",
+       example=(*_TRAIN_STEP, "--gpu", "v100-16gb", "--cuda-module-loading", "eager")),
+    _o("gpu_memory_utilization", "float", None, "vLLM: fraction of the GPU's memory the engine may use (vllm: 0.9)",
+       modes=_INFER, commands=_PLANNED, echo="set",
+       example=(*_INFER_STEP, "--framework", "vllm", "--gpu-memory-utilization", "0.8")),
+    _o("max_num_batched_tokens", "int", None, "vLLM: tokens of one forward, the size of the profiling run "
+       "(default: as vllm serve sets it for the GPU)", modes=_INFER, commands=_PLANNED, echo="set",
+       example=(*_INFER_STEP, "--framework", "vllm", "--max-num-batched-tokens", "4096")),
+    _o("max_num_seqs", "int", None, "vLLM: sequences decoded at once, the rows of the profiled sampler "
+       "(default: as vllm serve sets it for the GPU)", modes=_INFER, commands=_PLANNED, echo="set",
+       example=(*_INFER_STEP, "--framework", "vllm", "--max-num-seqs", "64")),
     _o("lora_rank", "int", None, "LoRA rank r (with --lora-targets)", modes=_TRAIN, symbol="r", shared=True,
        echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj")),

@@ -135,6 +135,12 @@ class Options:
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
     efficiency: float | None = None  # fraction of dense peak (derivations.quantities.timing.DEFAULT_EFFICIENCY)
+    # the framework's defaults (derivations.frameworks) and the runtime around the step
+    framework: str | None = None  # a name of derivations.frameworks.FRAMEWORKS (applied by from_keywords)
+    cuda_module_loading: str = "lazy"  # lazy | eager: the CUDA context in device memory
+    gpu_memory_utilization: float | None = None  # vLLM: fraction of the GPU the engine takes (vllm: 0.9)
+    max_num_batched_tokens: int | None = None  # vLLM: tokens of the profiling forward (None: vllm serve's)
+    max_num_seqs: int | None = None  # vLLM: sequences at once (None: vllm serve's)
 
     @classmethod
     def check_names(cls, given: Mapping[str, Any]) -> None:
@@ -146,9 +152,16 @@ class Options:
 
     @classmethod
     def from_keywords(cls, given: Mapping[str, Any]) -> Options:
-        """``Options(**given)``, names checked first."""
+        """``Options(**given)``, names checked first and the ``framework``'s defaults filled in where
+        ``given`` sets nothing (``derivations.frameworks``).
+
+        >>> Options.from_keywords({"mode": "train", "batch": 1, "seq": 8, "framework": "torchtune"}).recompute
+        'full'
+        """
+        from memderive.derivations.frameworks import apply_framework
+
         cls.check_names(given)
-        return cls(**given)
+        return cls(**apply_framework(given))
 
     def _check_types(self) -> None:
         """Each field's type as annotated: ``offload="false"`` or ``zero=True`` is an error, not a truthy value."""
@@ -209,6 +222,33 @@ class Options:
         self._check_implementation()
         self._check_finetuning()
         self._check_experts()
+        self._check_framework()
+
+    def _check_framework(self) -> None:
+        from memderive.derivations.frameworks import FRAMEWORKS
+
+        if self.framework is not None:
+            if self.framework not in FRAMEWORKS:
+                raise OptionsError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
+            if self.mode != FRAMEWORKS[self.framework].mode:
+                kind = "serves" if FRAMEWORKS[self.framework].mode == "infer" else "trains"
+                raise OptionsError(f"--framework {self.framework} {kind}: use it with --mode "
+                                   f"{FRAMEWORKS[self.framework].mode}")
+        from memderive.derivations.quantities.model_states import OPTIMIZERS
+
+        if self.optimizer not in OPTIMIZERS:  # checked here, not as a KeyError deep in the derivation
+            raise OptionsError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.cuda_module_loading not in ("lazy", "eager"):
+            raise OptionsError(f"--cuda-module-loading must be lazy or eager, got {self.cuda_module_loading!r}")
+        _positive("max-num-batched-tokens", self.max_num_batched_tokens)
+        _positive("max-num-seqs", self.max_num_seqs)
+        util = self.gpu_memory_utilization
+        if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+            raise OptionsError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {util!r}")
+        given = [f"--{n.replace('_', '-')}" for n in ("gpu_memory_utilization", "max_num_batched_tokens",
+                                                     "max_num_seqs") if getattr(self, n) is not None]
+        if given and self.framework != "vllm":
+            raise OptionsError(f"{', '.join(given)} describe vLLM's engine; add --framework vllm")
 
     def _check_experts(self) -> None:
         if self.dp % self.ep:

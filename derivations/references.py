@@ -234,6 +234,38 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("amd-mi300x-datasheet", "AMD MI300X datasheet", "AMD", "AMD Instinct MI300X datasheet", None,
               "amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf",
               "datasheet"),
+    Reference("nvidia-v100-datasheet", "NVIDIA V100 datasheet", _NV, "NVIDIA Tesla V100 GPU datasheet", None,
+              "images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf",
+              "datasheet"),
+    Reference("nvidia-a10-datasheet", "NVIDIA A10 datasheet", _NV, "NVIDIA A10 Tensor Core GPU datasheet", None,
+              "nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf",
+              "datasheet"),
+    Reference("nvidia-rtx-a6000-datasheet", "NVIDIA RTX A6000 datasheet", _NV, "NVIDIA RTX A6000 datasheet", None,
+              "nvidia.com/content/dam/en-zz/Solutions/design-visualization/quadro-product-literature/"
+              "proviz-print-nvidia-rtx-a6000-datasheet-us-nvidia-1454980-r9-web.pdf", "datasheet"),
+    Reference("nvidia-ga102-whitepaper", "NVIDIA Ampere GA102 whitepaper", _NV, "NVIDIA Ampere GA102 GPU "
+              "Architecture whitepaper", None, "images.nvidia.com/aem-dam/en-zz/Solutions/geforce/ampere/pdf/"
+              "NVIDIA-ampere-GA102-GPU-Architecture-Whitepaper-V1.pdf", "datasheet"),
+    Reference("nvidia-l4-datasheet", "NVIDIA L4 datasheet", _NV, "NVIDIA L4 Tensor Core GPU datasheet", None,
+              "nvidia.com/en-us/data-center/l4/", "datasheet"),
+    Reference("nvidia-t4-datasheet", "NVIDIA T4 datasheet", _NV, "NVIDIA T4 Tensor Core GPU datasheet", None,
+              "nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
+              "datasheet"),
+    # --- the runtime around a step (derivations/quantities/runtime.py, serving.py) ---------------------------
+    Reference("pytorch-cublas-handle-pool", "PyTorch", "PyTorch", "PyTorch: aten/src/ATen/cuda/CublasHandlePool.cpp",
+              None, "github.com/pytorch/pytorch/blob/main/aten/src/ATen/cuda/CublasHandlePool.cpp", "code"),
+    Reference("pytorch-caching-allocator", "PyTorch", "PyTorch", "PyTorch: c10/cuda/CUDACachingAllocator.cpp", None,
+              "github.com/pytorch/pytorch/blob/main/c10/cuda/CUDACachingAllocator.cpp", "code"),
+    Reference("nccl-memory-964", "NVIDIA/nccl#964", "ConnollyLeon", "NCCL issue 964: Question about GPU memory "
+              "consumption of NCCL (4 A100, NVLink)", 2023, "github.com/NVIDIA/nccl/issues/964", "report"),
+    Reference("nccl-alltoall-1685", "NVIDIA/nccl#1685", "kwen2501", "NCCL issue 1685: all-to-all triggers many "
+              "channels and a large memory usage (8 H100)", 2025, "github.com/NVIDIA/nccl/issues/1685", "report"),
+    Reference("vllm-gpu-worker", "vLLM", "vLLM project", "vLLM: vllm/v1/worker/gpu_worker.py", None,
+              "github.com/vllm-project/vllm/blob/main/vllm/v1/worker/gpu_worker.py", "code"),
+    Reference("vllm-kv-cache-utils", "vLLM", "vLLM project", "vLLM: vllm/v1/core/kv_cache_utils.py", None,
+              "github.com/vllm-project/vllm/blob/main/vllm/v1/core/kv_cache_utils.py", "code"),
+    Reference("vllm-arg-utils", "vLLM", "vLLM project", "vLLM: vllm/engine/arg_utils.py", None,
+              "github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py", "code"),
     Reference("nvidia-dgx-h100-guide", "NVIDIA DGX H100 user guide", _NV, "NVIDIA DGX H100/H200 User Guide: "
               "Introduction to the NVIDIA DGX H100/H200 System", None,
               "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html", "docs"),

@@ -108,10 +108,36 @@ def add_model_options(parser: argparse.ArgumentParser, required: bool = True) ->
 _TYPES = {"int": whole_number, "float": float}
 
 
+class _DefaultStr(str):
+    """A default argparse filled in (not given): a framework's preset may replace it."""
+
+
+class _DefaultInt(int):
+    """A default argparse filled in (not given): a framework's preset may replace it."""
+
+
+class _DefaultFloat(float):
+    """A default argparse filled in (not given): a framework's preset may replace it."""
+
+
+_DEFAULTS = ((str, _DefaultStr), (int, _DefaultInt), (float, _DefaultFloat))
+
+
+def _marked(value: Any) -> Any:
+    """``value`` as a default that prints and compares as itself but is known not to be given."""
+    if isinstance(value, bool) or value is None:
+        return value
+    return next((cls(value) for kind, cls in _DEFAULTS if type(value) is kind), value)
+
+
+def _is_default(value: Any) -> bool:
+    return isinstance(value, (_DefaultStr, _DefaultInt, _DefaultFloat))
+
+
 def _argument(option: Option, required: bool, help: str | None) -> dict[str, Any]:
-    if option.kind == "bool":
-        return {"action": "store_true", "help": help or option.help or None}
-    spec: dict[str, Any] = {"default": option.argument_default, "help": help or option.help or None}
+    if option.kind == "bool":  # None unless given: a framework's preset applies to switches not given
+        return {"action": "store_const", "const": True, "default": None, "help": help or option.help or None}
+    spec: dict[str, Any] = {"default": _marked(option.argument_default), "help": help or option.help or None}
     if option.kind in _TYPES:
         spec["type"] = _TYPES[option.kind]
     if option.choices:
@@ -131,6 +157,14 @@ def add_options(parser: argparse.ArgumentParser, command: str, required: Iterabl
             continue
         group = groups.get(option.group) or groups.setdefault(option.group, parser.add_argument_group(option.group))
         group.add_argument(option.flag, **_argument(option, option.name in required, (helps or {}).get(option.name)))
+        if option.kind == "bool":  # the opposite spelling, to override a framework's preset: --no-sp, --dropout
+            group.add_argument(_opposite(option), dest=option.dest, action="store_const", const=False,
+                               help=argparse.SUPPRESS)
+
+
+def _opposite(option: Option) -> str:
+    """The flag that turns a switch the other way: ``--no-sp`` for ``--sp``, ``--dropout`` for ``--no-dropout``."""
+    return "--" + option.key if option.negated else "--no-" + option.flag[2:]
 
 
 def add_output_options(parser: argparse.ArgumentParser, what: str = "write the report to this file",
@@ -175,7 +209,7 @@ def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> None:
 def _value(option: Option, raw: Any) -> Any:
     """The ``Options`` value of a parsed argument (a size read, a negated switch turned over)."""
     if option.negated:
-        return not raw
+        return not raw  # --no-dropout: True (dropout off); --dropout: False (on)
     if option.kind == "size":
         from memderive.derivations.sizes import parse_size
 
@@ -184,12 +218,12 @@ def _value(option: Option, raw: Any) -> Any:
 
 
 def option_values(args: argparse.Namespace, skip: Iterable[str] = ("mode",)) -> dict[str, Any]:
-    """The ``Options`` fields the command line gives (those its command takes; ``None``, not given, left
-    out so that ``Options`` supplies the default)."""
+    """The ``Options`` fields the command line gives (those its command takes; defaults argparse filled in
+    are left out, so that ``Options`` or a framework's preset supplies them)."""
     out = {}
     for option in OPTIONS:
         raw = getattr(args, option.dest, None)
-        if option.name not in skip and hasattr(args, option.dest) and raw is not None:
+        if option.name not in skip and hasattr(args, option.dest) and raw is not None and not _is_default(raw):
             out[option.name] = _value(option, raw)
     return out
 
@@ -202,7 +236,7 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None, strict:
     mode = mode or args.mode or "params"
     if strict:
         _refuse_not_applicable(args, mode)
-    return Options(mode=mode, **{**option_values(args), **fixed})
+    return Options.from_keywords({"mode": mode, **option_values(args), **fixed})
 
 
 def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> list[str]:
@@ -212,16 +246,21 @@ def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
     >>> option_argv({"mode": "train", "tp": 8, "dropout": False, "overhead_bytes": 2**31, "lora_targets": ("q", "v")})
     ['--mode', 'train', '--tp', '8', '--no-dropout', '--overhead', '2GiB', '--lora-targets', 'q,v']
     """
+    from memderive.derivations.frameworks import FRAMEWORKS, preset_values
+
     out: list[str] = []
+    framework = values.get("framework")
+    preset = preset_values(framework, values) if framework in FRAMEWORKS else {}
+    base = {**{o.name: o.default for o in OPTIONS}, **(defaults or {}), **preset}
     for option in OPTIONS:
         if option.name not in values:
             continue
         value = values[option.name]
-        default = option.default if defaults is None else defaults.get(option.name, option.default)
+        default = base.get(option.name, option.default)
         if value is None or (value == default and option.name != "mode"):
             continue
-        if option.kind == "bool":
-            out += [option.flag] if value != option.negated else []
+        if option.kind == "bool":  # set against the default (or the framework's preset), either way
+            out.append(option.flag if value != option.negated else _opposite(option))
         else:
             out += [option.flag, value_text(option, value)]
     return out

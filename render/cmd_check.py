@@ -45,8 +45,13 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     """The strategy options given on the command line (the quantity decides the mode): every
     ``Options`` field but ``mode`` that is set (a test holds this to ``Options``); not
     ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
-    quantity decides its own (a parameter count ignores ``--zero``)."""
-    return option_values(args)
+    quantity decides its own (a parameter count ignores ``--zero``). A ``--framework``'s preset fills the
+    options not given; the others not given take the table's defaults (those without one stay unset)."""
+    from memderive.derivations.frameworks import apply_framework
+    from memderive.derivations.option_table import options_for
+
+    defaults = {o.name: o.default for o in options_for("check") if o.name != "mode" and o.argument_default is not None}
+    return {**defaults, **apply_framework(option_values(args))}
 
 
 def _render(result: Any, fmt: str) -> str:

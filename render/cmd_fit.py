@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
     print(f"largest {solve_for}: {result.value:,} ({result.method})")
-    print(f"  {solve_for} {result.value:,} needs {format_bytes(result.bytes_at)}")
+    what = " of device memory (the runtime included)" if result.budget == "device_bytes" else ""
+    print(f"  {solve_for} {result.value:,} needs {format_bytes(result.bytes_at)}{what}")
     if result.bytes_next is None:
         print(f"  {solve_for} {result.value + 1:,} is past the model's {model.max_positions:,} learned positions")
     else:

@@ -146,8 +146,10 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
     timed = layouts[0].timing is not None
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
              f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model),
-             f"NOTE: memory budget {format_bytes(capacity * 9 // 10)}: 90% of each GPU, 10% left to the runtime "
-             "(vLLM's gpu_memory_utilization 0.9)", "",
+             (f"NOTE: memory budget {format_bytes(capacity)}: device bytes (CUDA context, cuBLAS workspace, NCCL, "
+              "allocator reserve modelled) against the whole GPU" if args.gpu else
+              f"NOTE: memory budget {format_bytes(capacity * 9 // 10)}: 90% of each GPU, 10% left to the runtime "
+              "(vLLM's gpu_memory_utilization 0.9)"), "",
              "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)" +
              ("  prefill (s)  decode step (s)  decode tok/s  end-to-end tok/s" if timed else "")]
     for i, x in enumerate(layouts, 1):

@@ -55,12 +55,36 @@ def time_lines(est: Estimate) -> list[str]:
     values = time_json(est)
     lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
     if not values["fits_gpu"]:
-        lines.append(f"  does not fit: {format_bytes(est.number('total_bytes'))} per GPU is more than the "
+        from memderive.derivations.quantities.runtime import runtime
+
+        device = runtime(est).device_bytes  # type: ignore[union-attr]
+        lines.append(f"  does not fit: {format_bytes(device)} of device memory per GPU is more than the "
                      f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
                      "that would hold it")
     lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items()
               if key not in ("gpu", "efficiency", "fits_gpu")]
     return lines + [f"  model: {line}" for line in timing.model()]
+
+
+def runtime_lines(est: Estimate) -> list[str]:
+    """Allocated, reserved and device memory on ``--gpu`` with the terms and assumptions of each (none
+    without ``--gpu``); under ``--framework vllm`` also the KV blocks and concurrency vLLM would print."""
+    from memderive.derivations.quantities.runtime import runtime
+    from memderive.derivations.quantities.serving import vllm_startup
+
+    r = runtime(est)
+    if r is None:
+        return []
+    lines = ["", f"on {r.gpu}: allocated {format_bytes(r.allocated_bytes)} (torch.cuda.max_memory_allocated), "
+                 f"reserved {format_bytes(r.reserved_bytes)} (max_memory_reserved), device "
+                 f"{format_bytes(r.device_bytes)} (nvidia-smi)"]
+    lines += [f"  {t.path:<28} {format_bytes(t.bytes):>12}  ({t.counted_in}) {t.source}" for t in r.terms]
+    lines += [f"  assumes: {x}" for x in r.assumptions]
+    v = vllm_startup(est)
+    if v is not None:
+        lines += [f"  vLLM: # GPU blocks {v.kv_cache_blocks:,}, GPU KV cache size {v.kv_cache_tokens:,} tokens, "
+                  f"maximum concurrency for {v.max_model_len:,} tokens per request {v.max_concurrent_sequences:.2f}x"]
+    return lines
 
 
 def _seconds(key: str, value: float) -> str:
@@ -141,7 +165,8 @@ def summary_report(est: Estimate, precision: int = 2) -> str:
     lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})", f"inputs: {inputs_text(est)}"]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
-    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + time_lines(est))
+    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + time_lines(est)
+                     + runtime_lines(est))
 
 
 def _summary(est: Estimate, precision: int) -> list[str]:
@@ -156,7 +181,7 @@ def _summary(est: Estimate, precision: int) -> list[str]:
 def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = _header(est)
     lines += _summary(est, precision)
-    lines += time_lines(est)
+    lines += time_lines(est) + runtime_lines(est)
     for q in est.quantities:
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {plain(q.closed_form())}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]

@@ -150,5 +150,7 @@ def test_check_passes_every_option_field() -> None:
                                       "0", "--virtual-stages", "2", "--weight-dtype", "int8", "--kv-dtype", "fp8",
                                       "--attention", "eager", "--kv-block", "16", "--capacity-factor", "1.25",
                                       "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4",
-                                      "--gpu", "h100-sxm", "--efficiency", "0.4"])
+                                      "--gpu", "h100-sxm", "--efficiency", "0.4", "--framework", "vllm",
+                                      "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "64",
+                                      "--max-num-seqs", "4"])
     assert set(_options(args)) == {f.name for f in fields(Options)} - {"mode"}

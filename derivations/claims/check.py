@@ -235,7 +235,7 @@ def _options(spec: QuantitySpec, given: Mapping[str, Any], seq: int) -> Options:
     if spec.mode == "params":
         fields = {k: v for k, v in fields.items() if k in PARAM_FIELDS}
     try:
-        return Options(**fields)
+        return Options.from_keywords(fields)  # a framework= key fills in its preset, as on the command line
     except TypeError as exc:
         raise ClaimError(f"unknown option: {exc}") from None
 

@@ -363,7 +363,9 @@ def time_json(est: Evaluated) -> dict[str, Any]:
     timing = time_of(est)
     if timing is None:
         return {}
-    return {**timing.to_json(), "fits_gpu": est.number("total_bytes") <= timing.gpu.memory_bytes}
+    from memderive.derivations.quantities.runtime import fits_gpu
+
+    return {**timing.to_json(), "fits_gpu": fits_gpu(est)}  # device bytes (runtime included) against memory
 
 
 def implied_mfu(flops_per_token: int, tokens: int, gpu_hours: float, gpu: GPU | str) -> float:

@@ -23,6 +23,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
 from memderive.derivations.quantity import exact_int
 from memderive.symbolic.dims import b, s
 from memderive.symbolic.errors import DerivationError
@@ -49,7 +50,9 @@ class DoesNotFit(FitError):
 
 @dataclass(frozen=True, slots=True)
 class Fit:
-    """The answer: ``value`` of ``solve_for`` fits ``capacity`` bytes; ``value + 1`` does not.
+    """The answer: ``value`` of ``solve_for`` fits ``capacity`` bytes; ``value + 1`` does not. With a GPU
+    named (``options.gpu``) the bytes are device bytes (``quantities.runtime``: the CUDA context, cuBLAS
+    workspace, NCCL buffers and the allocator's reserve included), else ``total_bytes``.
 
     ``fixed`` and ``per_unit`` are the closed form's parts (``total = fixed + per_unit * b``),
     set only when ``method`` is ``closed form``.
@@ -63,11 +66,12 @@ class Fit:
     method: str
     fixed: int | None = None
     per_unit: Fraction | int | None = None
+    budget: str = "total_bytes"  # what bytes_at counts: total_bytes, or device_bytes with a GPU named
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
                                "total_bytes": self.bytes_at, "next_total_bytes": self.bytes_next,
-                               "method": self.method}
+                               "method": self.method, "budget": self.budget}
         if self.fixed is not None and self.per_unit is not None:
             per = Fraction(self.per_unit)
             out["fixed_bytes"] = self.fixed
@@ -82,7 +86,7 @@ def _terms_in(model: Model, options: Options, symbol: Expr) -> list[Expr]:
     """The per-GPU total's terms with every size bound except ``symbol``."""
     est = estimate(model, options)
     values = {k: v for k, v in est.values.items() if k != symbol}
-    terms = [t.expr.subs(values) for t in est.quantity("total_bytes").breakdown.terms]
+    terms = [t.expr.subs(values) for t in budget_terms(est)]  # the runtime's too when a GPU is named
     left = set().union(*(t.free_symbols for t in terms)) - {symbol}
     if left:
         raise FitError(f"cannot solve: {', '.join(map(str, left))} left unbound")
@@ -160,13 +164,23 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
                          f"more than {capacity:,}", cost(1))
     limit = max_context(model, options) if solve_for == "seq" else None
     if limit is not None and value >= limit:
-        at = estimate(model, replace(options, seq=limit)).number("total_bytes")
-        return Fit(solve_for, limit, capacity, at, None, "the model's learned positions end the search")
-    at, nxt = (estimate(model, replace(options, **{solve_for: x})).number("total_bytes") for x in (value, value + 1))
+        at = _needed(model, replace(options, seq=limit))
+        return Fit(solve_for, limit, capacity, at, None, "the model's learned positions end the search",
+                   budget=_budget(options))
+    at, nxt = (_needed(model, replace(options, **{solve_for: x})) for x in (value, value + 1))
     if not at <= capacity < nxt:  # pragma: no cover - a bug, not bad input
         raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")
     return Fit(solve_for, value, capacity, at, nxt, method,
-               None if fixed is None else exact_int(fixed, "fixed"), per_unit)
+               None if fixed is None else exact_int(fixed, "fixed"), per_unit, _budget(options))
+
+
+def _needed(model: Model, options: Options) -> int:
+    """The bytes held against the capacity: device bytes with a GPU named, else ``total_bytes``."""
+    return budget_bytes(estimate(model, options))[0]
+
+
+def _budget(options: Options) -> str:
+    return "device_bytes" if options.gpu is not None else "total_bytes"
 
 
 def _candidates(model: Model, options: Options, solve_for: str) -> list[tuple[str, Options]]:
@@ -207,7 +221,7 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
         if tp_found and label.startswith("--tp"):
             continue
         try:
-            needed = estimate(model, changed).number("total_bytes")
+            needed = _needed(model, changed)
         except DerivationError:
             continue
         if needed <= capacity:
@@ -222,7 +236,7 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
                                                       "kv_dtype") if getattr(changed, k) != getattr(one, k)}
             try:
                 combined, labels = replace(combined, **diff), [*labels, label]
-                needed = estimate(model, combined).number("total_bytes")
+                needed = _needed(model, combined)
             except DerivationError:
                 continue
             if needed <= capacity:

@@ -7,6 +7,9 @@ FlashAttention, and the micro-batch size b and count m with b * m * d = the glob
 ``estimate``'s ``total_bytes`` (the first pipeline stage), evaluated for all layouts of one structure at
 once (``derivations.search.sweep``), so a plan derives each structure once and never calls ``estimate``
 per layout; the rows it returns carry ``estimate``'s option names and re-run through it to the same bytes.
+With a GPU named, a layout fits when its device bytes (``quantities.runtime.budget_terms``: the CUDA
+context, cuBLAS workspace, NCCL buffers of its parallel groups and the allocator's reserve added) fit
+the GPU's memory.
 
 With a GPU (``options.gpu``, a name of ``derivations.hardware.GPUS``), layouts are ranked by the compute
 model's step time (``derivations.search.step_timer.plan_step_time``, i.e. ``step_time``: the busiest stage's
@@ -37,6 +40,7 @@ from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
 from memderive.derivations.search.step_timer import plan_step_time
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 from memderive.symbolic.grid import grid_plan
@@ -128,13 +132,16 @@ def _axes(row: dict) -> list[Option]:
     return [o for o in OPTIONS if o.name in row and o.shared and o.symbol is not None]
 
 
-def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
-    """``total_bytes`` of every row: one derivation per structure, the layouts of it evaluated at once."""
+def _memory(model: Model, base: Options, rows: list[dict], device: bool = False) -> np.ndarray:
+    """``total_bytes`` of every row (with ``device``, the device bytes: ``runtime.budget_terms``): one
+    derivation per structure, the layouts of it evaluated at once."""
     groups: dict[tuple, list[int]] = {}
     a_kv = model.sizes["a_kv"]
     for i, row in enumerate(rows):  # the switches of structure_key that rows vary (the rest is base's)
         key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"],
-               row["virtual_stages"] is None, row["sp"], row["flash"])
+               row["virtual_stages"] is None, row["sp"], row["flash"],
+               # NCCL's buffers differ for groups of 2 and of more ranks (runtime.nccl_bytes)
+               *((min(row["tp"], 3), min(row["pp"], 3), min(row["dp"], 3)) if device else ()))
         groups.setdefault(key, []).append(i)
     out = np.empty(len(rows), dtype=object)
     axes = _axes(rows[0])
@@ -142,7 +149,8 @@ def _memory(model: Model, base: Options, rows: list[dict]) -> np.ndarray:
     for indices in groups.values():
         est = estimate(model, replace(base, **rows[indices[0]]))
         bound = {k: val for k, val in est.values.items() if k not in free}
-        terms = grid_plan([x.expr.subs(bound) for x in est.quantity("total_bytes").breakdown.terms])
+        counted = budget_terms(est) if device else est.quantity("total_bytes").breakdown.terms
+        terms = grid_plan([x.expr.subs(bound) for x in counted])
         env = {o.symbol: [1 if rows[i][o.name] is None else rows[i][o.name] for i in indices] for o in axes}
         values = terms.run({k: np.asarray(x, dtype=np.int64) for k, x in env.items()})
         out[indices] = np.broadcast_to(values, (len(indices),))
@@ -198,9 +206,11 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
     memory = _memory(resolved, base, rows)
-    fits = [(row, int(mem)) for row, mem in zip(rows, memory) if mem <= capacity]
+    # with a GPU named, device bytes (the runtime's terms too) are held against its memory
+    held = _memory(resolved, base, rows, device=True) if base.gpu is not None else memory
+    fits = [(row, int(mem)) for row, mem, need in zip(rows, memory, held) if need <= capacity]
     if not fits:
-        least = min(int(x) for x in memory)
+        least = min(int(x) for x in held)
         would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
@@ -297,7 +307,10 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
                    new_tokens=new_tokens)
-    budget = capacity - capacity * RUNTIME_RESERVE.numerator // RUNTIME_RESERVE.denominator
+    # with a GPU named, fit holds device bytes (the runtime modelled) against the whole memory; without one,
+    # the derived bytes against the memory less a reserve for the runtime
+    budget = capacity if base.gpu is not None else capacity - capacity * RUNTIME_RESERVE.numerator // \
+        RUNTIME_RESERVE.denominator
     out = [x for tp in _tp_degrees(resolved, gpus) for x in _serving(resolved, replace(base, tp=tp), budget, gpus, fit,
                                                                    FitError)]
     if not out:
@@ -322,10 +335,11 @@ def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gp
 
     degrees = [tp for tp in _tp_degrees(model, gpus) if _valid(model, replace(base, tp=tp))] or [1]
     widest = replace(base, tp=max(degrees))
-    needed = estimate(model, widest).number("total_bytes")
+    needed = budget_bytes(estimate(model, widest))[0]
     changes = [(c, n) for c, n in smallest_changes(model, widest, budget, "batch") if not c.startswith("--tp")]
     return NothingFits(f"{model.name}: batch 1 at seq {seq} fits no tensor-parallel degree in {budget:,} bytes per "
-                       f"GPU (the memory less the runtime reserve); tp {widest.tp} needs {needed:,} bytes", needed,
+                       f"GPU ({'device bytes against the whole memory' if base.gpu else 'the memory less the runtime reserve'}); "
+                       f"tp {widest.tp} needs {needed:,} bytes", needed,
                        changes)
 
 

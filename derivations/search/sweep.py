@@ -121,7 +121,7 @@ def _evaluate(model: Any, point: dict[str, Any], axes: dict[str, np.ndarray], or
     """The quantities at one layout, over the step-size axes (checked at their extremes, as estimate checks)."""
     probe = {**point, **{k: int(v.max()) for k, v in axes.items()}}
     try:
-        options = Options(**probe)
+        options = Options.from_keywords(probe)
     except TypeError as exc:
         raise OptionsError(str(exc)) from None
     est = estimate(model, options)

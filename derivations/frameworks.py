@@ -1,0 +1,129 @@
+"""What each framework runs unless told otherwise: ``--framework`` sets the options to its defaults.
+
+A preset is a table of settings, each an option, the value the framework's own defaults give it and
+the config file or source line that says so. Options given explicitly win over the preset (a flag on
+the command line, a keyword of ``estimate``, a key of a notes marker); every value, preset or given,
+is echoed in the inputs. Presets are applied where options are read from keywords
+(``Options.from_keywords``, the CLI, notes markers); ``Options(...)`` itself takes its fields as given.
+
+>>> apply_framework({"framework": "torchtune", "mode": "train", "recompute": "none"})["recompute"]
+'none'
+>>> apply_framework({"framework": "torchtune", "mode": "train"})["recompute"]
+'full'
+>>> sorted(FRAMEWORKS)
+['deepspeed', 'hf-trainer', 'megatron', 'torchtitan', 'torchtune', 'vllm']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values"]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One default of a framework: ``option`` (an ``Options`` field) set to ``value``, as ``source``
+    says; ``when``, if given, says for which other given options it applies (e.g. FSDP shards only over
+    more than one data-parallel rank)."""
+
+    option: str
+    value: Any
+    source: str
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    name: str
+    title: str
+    mode: str  # the mode its defaults describe: "train" or "infer"
+    settings: tuple[Setting, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _dp(given: Mapping[str, Any]) -> bool:
+    return int(given.get("dp") or 1) > 1
+
+
+_TA = "transformers src/transformers/training_args.py, TrainingArguments"
+_TT = "torchtune recipes/configs/llama3_1/8B_full_single_device.yaml"
+_TITAN = "torchtitan torchtitan/config_manager.py (JobConfig defaults) and train_configs/llama3_8b.toml"
+_MEG = "Megatron-LM megatron/training/arguments.py"
+_DS = "DeepSpeed deepspeed/runtime/zero/config.py and deepspeed/runtime/config.py"
+_VLLM = "vLLM vllm/config/cache.py (CacheConfig) and vllm/platforms/cuda.py (attention backend)"
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework("hf-trainer", "Hugging Face Trainer (transformers)", "train", (
+        Setting("implementation", "hf", "the Trainer trains the transformers model; attn_implementation defaults "
+                "to sdpa (modeling_utils)"),
+        Setting("dtype", "fp32", f"{_TA}: bf16=False, fp16=False (bf16=True runs torch.autocast)"),
+        Setting("optimizer", "adamw", f"{_TA}: optim='adamw_torch'"),
+        Setting("recompute", "none", f"{_TA}: gradient_checkpointing=False"),
+    ), ("dropout as the model's config has it (model.train())",)),
+    Framework("torchtune", "torchtune full fine-tune recipe", "train", (
+        Setting("implementation", "hf", "torchtune's modules: F.scaled_dot_product_attention, RMSNorm in fp32 "
+                "(torchtune/modules/attention.py, rms_norm.py); transformers' sdpa graph saves the same"),
+        Setting("dtype", "bf16", f"{_TT}: dtype: bf16"),
+        Setting("optimizer", "paged-adamw-8bit", f"{_TT}: optimizer: bitsandbytes.optim.PagedAdamW8bit (the "
+                "LoRA and distributed configs use torch.optim.AdamW)"),
+        Setting("recompute", "full", f"{_TT}: enable_activation_checkpointing: True (each transformer layer "
+                "wrapped whole)"),
+        Setting("dropout", False, "torchtune's Llama layers have no dropout (attn_dropout=0.0)"),
+    ), ("batch_size: 2 and gradient_accumulation_steps: 1 in the same config",)),
+    Framework("torchtitan", "torchtitan pre-training", "train", (
+        Setting("implementation", "megatron", "torchtitan's Llama (torchtitan/models/llama/model.py): fused SDPA, "
+                "no dropout"),
+        Setting("dtype", "bf16", f"{_TITAN}: training.mixed_precision_param='bfloat16' (FSDP2 keeps fp32 "
+                "sharded parameters)"),
+        Setting("attention", "flash", f"{_TITAN}: F.scaled_dot_product_attention (flash kernel)"),
+        Setting("recompute", "selective", f"{_TITAN}: activation_checkpoint.mode='selective' (op-level: "
+                "matmul outputs kept, every other one recomputed; Megatron's selective is the nearest)"),
+        Setting("zero", 3, f"{_TITAN}: training.data_parallel_shard_degree=-1 (FSDP over every data-parallel "
+                "rank)", when=_dp),
+        Setting("dropout", False, "torchtitan's Llama has no dropout"),
+    )),
+    Framework("megatron", "Megatron-LM pre-training", "train", (
+        Setting("implementation", "megatron", f"{_MEG}: the default GPT model (fused kernels)"),
+        Setting("dtype", "bf16", "Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh passes --bf16 "
+                "(the parser's default is fp32)"),
+        Setting("attention", "flash", f"{_MEG}: --attention-backend auto (Transformer Engine flash/fused)"),
+        Setting("recompute", "none", f"{_MEG}: --recompute-granularity None"),
+        Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
+    )),
+    Framework("deepspeed", "DeepSpeed ZeRO", "train", (
+        Setting("dtype", "fp32", f"{_DS}: fp16.enabled and bf16.enabled default false"),
+        Setting("zero", 0, f"{_DS}: zero_optimization.stage default 0"),
+        Setting("offload", False, f"{_DS}: offload_optimizer.device default none"),
+        Setting("optimizer", "adamw", f"{_DS}: optimizer Adam with adam_w_mode True (FusedAdam)"),
+    ), ("a ZeRO stage and precision come from the user's ds_config; give --zero and --dtype",)),
+    Framework("vllm", "vLLM serving", "infer", (
+        Setting("kv_block", 16, f"{_VLLM}: block_size=16"),
+        Setting("attention", "flash", f"{_VLLM}: FLASH_ATTN backend on CUDA"),
+        Setting("gpu_memory_utilization", 0.9, f"{_VLLM}: gpu_memory_utilization=0.9"),
+    ), ("max_num_batched_tokens and max_num_seqs by GPU as vllm serve sets them "
+        "(vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults)",)),
+)}
+
+
+def preset_values(name: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The option values framework ``name`` sets (those whose condition ``given`` meets).
+
+    >>> preset_values("torchtitan", {"dp": 8})["zero"], "zero" in preset_values("torchtitan", {"dp": 1})
+    (3, False)
+    """
+    given = given or {}
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
+    return {s.option: s.value for s in FRAMEWORKS[name].settings if s.when is None or s.when(given)}
+
+
+def apply_framework(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` with the defaults of its ``framework`` filled in where it sets nothing itself (an
+    unknown framework is left for ``Options`` to refuse)."""
+    name = given.get("framework")
+    if name is None or name not in FRAMEWORKS:
+        return dict(given)
+    return {**preset_values(name, given), **given}
