@@ -63,7 +63,7 @@ class Estimate:
         """The quantity of estimate key ``key`` (``total_bytes``) or of a name ``derivations.quantity_table``
         gives it in this estimate's mode (``train.total``, or an alias such as ``train-total``)."""
         row = SPELLINGS.get(key) if isinstance(key, str) else None
-        if row is not None and not row.per_position and public_name(self.options.mode, row.key) == row.name:
+        if row is not None and not row.claim_only and public_name(self.options.mode, row.key) == row.name:
             key = row.key
         for q in self.quantities:
             if isinstance(key, str) and q.key == key:

@@ -36,6 +36,12 @@ class QuantityName:
 
     ``checkable``: ``check`` has claims about it (the others ``derive`` and ``estimate`` show, and
     ``check`` refuses by name). ``per_position``: the value divided by the cached length ``s + n``.
+
+    A claim may be about a *part* of the key's quantity (``derivations.claims.parts``): the terms of some
+    nodes (``select``) or all but some (``exclude``), ``per`` layer or adapted ``matrix``, a ``derived``
+    figure (``bits`` per stored weight), our symbols substituted (``substitute``: ``[a_kv=a]``), or a ratio
+    of two quantities (``parts``). Such a row is a claim's quantity only: ``derive`` and ``estimate`` show
+    the whole key.
     """
 
     name: str
@@ -45,11 +51,32 @@ class QuantityName:
     aliases: tuple[str, ...] = ()
     checkable: bool = True
     per_position: bool = False
+    select: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    per: str | None = None
+    derived: str | None = None
+    substitute: tuple[tuple[str, str], ...] = ()
+    parts: tuple[QuantityName, ...] = ()
+
+    @property
+    def claim_only(self) -> bool:
+        """A part of the key's quantity that only claims name (``derive`` shows the whole key)."""
+        return self.per_position or bool(self.select or self.exclude or self.per or self.derived
+                                         or self.substitute or self.parts)
+
+    @property
+    def counting(self) -> bool:
+        """A count (parameters, FLOPs, a ratio, bits): ``21B`` after a number is a billion, not bytes."""
+        return self.unit != "bytes"
 
 
 def _q(name: str, mode: str, key: str, unit: str, *aliases: str, checkable: bool = True,
-       per_position: bool = False) -> QuantityName:
-    return QuantityName(name, mode, key, unit, aliases, checkable, per_position)
+       per_position: bool = False, **part: object) -> QuantityName:
+    return QuantityName(name, mode, key, unit, aliases, checkable, per_position, **part)  # type: ignore[arg-type]
+
+
+#: The vocabulary and position matrices: what "non-embedding" parameters leave out (kaplan-2020 §2.1's N).
+EMBEDDING = ("embed", "head/lm_head")
 
 
 #: Every quantity, in the order ``derive --help`` lists them. Aliases: the older spellings (``derive``'s
@@ -61,6 +88,11 @@ QUANTITY_NAMES: tuple[QuantityName, ...] = (
     _q("params.trainable", "params", "trainable_parameters", "elements", "trainable", "params-trainable",
        "trainable_parameters"),
     _q("params.active", "params", "active_parameters", "elements", "params-active", "active_parameters"),
+    # parts of a count, for claims: every parameter but the vocabulary and position matrices (model cards'
+    # "non-embedding"), those matrices alone, and one adapted matrix of one layer
+    _q("params.non_embedding", "params", "parameters", "elements", "non_embedding", exclude=EMBEDDING),
+    _q("params.embedding", "params", "parameters", "elements", select=EMBEDDING),
+    _q("params.lora_per_matrix", "params", "trainable_parameters", "elements", per="matrix"),
     _q("activations.per_layer", "train", "activation_bytes_per_layer", "bytes", "activations",
        "activation_bytes_per_layer"),
     _q("activations.total", "train", "activation_bytes", "bytes", "activations-total", "activation_bytes"),
@@ -72,11 +104,15 @@ QUANTITY_NAMES: tuple[QuantityName, ...] = (
     _q("kv_cache.per_token", "infer", "kv_cache_bytes_per_token", "bytes", "kv_cache_bytes_per_token"),
     _q("kv_cache.per_position", "infer", "kv_cache_bytes", "bytes", per_position=True),
     _q("weights.total", "infer", "weight_bytes", "bytes", "weights", "weight_bytes"),
+    _q("weights.bits_per_parameter", "infer", "weight_bytes", "bits", "bits_per_parameter", derived="bits"),
     _q("activations.transient", "infer", "activation_bytes", "bytes", checkable=False),
     _q("infer.prefill", "infer", "prefill_bytes", "bytes", "prefill_bytes", checkable=False),
     _q("infer.decode", "infer", "decode_bytes", "bytes", "decode_bytes", checkable=False),
     _q("infer.total", "infer", "total_bytes", "bytes", "infer-total"),
     _q("flops.forward", "train", "forward_flops", "FLOPs", "flops-forward", "forward_flops"),
+    # the score and value products of attention (QK^T and AV), forward, as kernel benchmarks count them
+    _q("flops.attention", "train", "forward_flops", "FLOPs", select=("attn/core",)),
+    _q("flops.attention_per_layer", "train", "forward_flops", "FLOPs", select=("attn/core",), per="layer"),
     _q("flops.step", "train", "model_flops", "FLOPs", "flops", "model_flops"),
     _q("flops.hardware", "train", "hardware_flops", "FLOPs", "flops-hardware", "hardware_flops"),
     _q("flops.per_token", "train", "model_flops_per_token", "FLOPs", "flops-per-token", "model_flops_per_token"),
@@ -128,5 +164,5 @@ def quantity_name(spelling: str) -> QuantityName:
 def public_name(mode: str, key: str) -> str | None:
     """The public name of estimate key ``key`` in ``mode`` (a key of another mode's row where this mode
     has none, e.g. training's ``weight_bytes`` is ``weights.total``); None for a key no row names."""
-    rows = sorted((q for q in QUANTITY_NAMES if q.key == key and not q.per_position), key=lambda q: q.mode != mode)
+    rows = sorted((q for q in QUANTITY_NAMES if q.key == key and not q.claim_only), key=lambda q: q.mode != mode)
     return rows[0].name if rows else None

@@ -61,7 +61,7 @@ def _example(result: CheckResult) -> str:
         return ""
     sizes = ", ".join(f"{k}={v:,}" for k, v in ce.values.items())
     word = "numbers" if result.holds else "counterexample"
-    return (f"{word} ({ce.model}: {sizes}): ours {ce.ours:,}, claim {_number(ce.claim)}"
+    return (f"{word} ({ce.model}: {sizes}): ours {_number(sp.Rational(ce.ours))}, claim {_number(ce.claim)}"
             f" (claim/ours = {ce.ratio:.6g})")
 
 

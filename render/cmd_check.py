@@ -17,11 +17,11 @@ import argparse
 import json
 from typing import Any
 
-from memderive.arguments import add_model_options, add_options, fail, option_values
+from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
 from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
-VERDICTS = ("exact", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_options(parser, "check")
     parser.add_argument("--json", action="store_true", help="JSON: verdict, difference, counterexample, ...")
     parser.add_argument("--format", choices=("text", "md", "latex"), default="text")
+    add_output_options(parser, "write the report to this file (text, JSON, Markdown or LaTeX, as asked)")
     parser.set_defaults(func=run)
 
 
@@ -61,6 +62,7 @@ def _render(result: Any, fmt: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_output(args.output, args.force)  # refused before any work, as every -o is
     if args.file:
         if args.claim or args.quantity:
             fail("give either --file or --quantity with --claim, not both")
@@ -72,13 +74,14 @@ def run(args: argparse.Namespace) -> int:
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        text = json.dumps(result.to_json(), indent=2)
     elif args.format == "latex":
         from memderive.check_report import latex_document
 
-        print(latex_document([("", result, "")], f"{result.spec.name}: {args.claim}"), end="")
+        text = latex_document([("", result, "")], f"{result.spec.name}: {args.claim}").rstrip("\n")
     else:
-        print(_render(result, args.format))
+        text = _render(result, args.format)
+    emit(text, args.output, args.force)
     return 0 if result.holds else 1
 
 
@@ -143,18 +146,20 @@ def _run_file(args: argparse.Namespace) -> int:
             found.append((marked, None, f"internal error on this claim ({type(exc).__name__}: {exc}); "
                                         "please report it"))
     if args.json:
-        print(json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
-                          for m, r, e in found], indent=2))
+        text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
+                           for m, r, e in found], indent=2)
     elif args.format == "latex":
         from memderive.check_report import latex_document
 
-        print(latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found], f"Claims in {args.file}"), end="")
+        text = latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found],
+                              f"Claims in {args.file}").rstrip("\n")
     elif args.format != "text":
-        print("\n\n".join(_section(args.file, m.line, _render(r, args.format) if r else _error(e, args.format))
-                            for m, r, e in found))
+        text = "\n\n".join(_section(args.file, m.line, _render(r, args.format) if r else _error(e, args.format))
+                           for m, r, e in found)
     else:
-        print("\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims "
-              "(see README, 'Checking formulas')")
+        text = "\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims " \
+            "(see README, 'Checking formulas')"
+    emit(text, args.output, args.force)
     if any(r is None for _, r, _ in found):
         return 2
     return 0 if all(r.holds for _, r, _ in found) else 1

@@ -6,7 +6,7 @@ import argparse
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
 from memderive.cmd_estimate import add_writeup_options, render_options
-from memderive.derivations.quantity_table import QUANTITY_NAMES, UnknownName, quantity_name
+from memderive.derivations.quantity_table import QUANTITY_NAMES, UnknownName, public_name, quantity_name
 
 #: spellings that print several quantities in text (``derive flops``: forward, model and hardware FLOPs)
 GROUPS = {"flops": ("forward_flops", "model_flops", "hardware_flops")}
@@ -43,13 +43,16 @@ def _spelling(text: str) -> str:
     if row.per_position:
         raise argparse.ArgumentTypeError(f"{row.name} is a check quantity (the KV cache over s + n); derive "
                                          "kv_cache.total or kv_cache.per_token")
+    if row.claim_only:
+        whole = public_name(row.mode, row.key)
+        raise argparse.ArgumentTypeError(f"{row.name} is a check quantity (a part of {whole}); derive {whole}")
     return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("derive", help="print the closed form of a quantity")
     parser.add_argument("quantity", type=_spelling, metavar="QUANTITY",
-                        help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if not q.per_position)
+                        help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if not q.claim_only)
                         + " (older spellings such as params-per-layer, kv-cache, flops are accepted)")
     add_model_options(parser, required=False)
     add_options(parser, "derive")

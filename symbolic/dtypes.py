@@ -1,4 +1,5 @@
-"""Element types and their sizes in bytes (exact: ``int``, or a ``Fraction`` for int4's 1/2 byte)."""
+"""Element types and their sizes in bytes (exact: ``int``, or a ``Fraction`` for int4's 1/2 byte; NF4's
+4-bit codes are 1/2 byte too, its quantization constants are counted by the quantized weights' rule)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ DTYPES: dict[str, DType] = {
     name: DType(name, size)
     for name, size in (
         ("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1), ("int8", 1),
-        ("int4", Fraction(1, 2)), ("bool", 1), ("int64", 8),
+        ("int4", Fraction(1, 2)), ("nf4", Fraction(1, 2)), ("bool", 1), ("int64", 8),
     )
 }
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",

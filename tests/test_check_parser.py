@@ -57,7 +57,7 @@ def test_annotations() -> None:
     ("(h+a+s+b+l)^8*(h+a+s+b+l)^8", "more than 10,000 terms"),
     ("1/0", "division by zero"), ("h/(h-h)", "division by zero"), ("9" * 31, "more than 30 digits"),
     ("s" * 10_000, "10,000 characters"), ("", "empty formula"), ("sbh +", "ends too early"),
-    ("3 bytes", "unknown symbol 'bytes'"), ("s\\", "lone backslash"), ("ĥ", "unexpected character"),
+    ("3 widgets", "unknown symbol 'widgets'"), ("s\\", "lone backslash"), ("ĥ", "unexpected character"),
 ])
 def test_refuses_with_one_line(text: str, fragment: str) -> None:
     with pytest.raises(FormulaError) as info:

@@ -239,8 +239,13 @@ CASES = [
             options={"weight_dtype": "nf4"}),
 ]
 
-#: Cases judged wrong today, with why (the closing note lists them); none so far.
-KNOWN_MISSES: dict[int, str] = {}
+#: Cases judged otherwise than decided before the run, with why (the closing note lists them).
+KNOWN_MISSES: dict[int, str] = {
+    # decided "rounded" from the previous round's 3.61B, which tests/test_moe_params.py counts WITHOUT the input
+    # embedding (REFERENCES §10.2); our active count includes it (4,187,440,704), and the checker answers
+    # "different: the claim is ours without embed/tokens/weight (579,133,440)", the card's own convention
+    13: "gpt-oss-20b's 3.6B active: the expectation, not the checker, left out the embedding convention",
+}
 
 
 def _check(case: Printed):
@@ -260,9 +265,10 @@ def _judged_right(case: Printed) -> tuple[bool, str]:
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c.quantity}:{c.formula[:30]}" for c in CASES])
 def test_printed(index: int) -> None:
-    if index in KNOWN_MISSES:
-        pytest.xfail(KNOWN_MISSES[index])
     ok, what = _judged_right(CASES[index])
+    if index in KNOWN_MISSES:  # strict: a miss that comes right must leave the list
+        assert not ok, f"judged right now: remove {index} from KNOWN_MISSES ({KNOWN_MISSES[index]})"
+        return
     assert ok, what
 
 

@@ -249,7 +249,8 @@ def _fewest_units(goal: dict[sp.Expr, sp.Expr], usable: Sequence[tuple[Piece, sp
             seen.add(idx)
             units.append((idx, tuple(sum(usable[i][2].get(k, 0) for i in idx) for k in keys), prefix))
     # each unit once, in sums of 1 to MAX_PIECES units; only then twice, in sums of one or two
-    tries = [(size, 1) for size in range(1, MAX_PIECES + 1)] + [(1, 2), (2, 2)]
+    half = sp.Rational(1, 2)  # a causal count halves the attention core; a packed 4-bit weight is half an element
+    tries = [(size, 1) for size in range(1, MAX_PIECES + 1)] + [(1, 2), (2, 2), (1, half), (2, half)]
     for size, times in tries:
         found = [_unit_match(usable, combo, times) for combo in combinations(units, size)
                  if _fits(combo, times, target)]
@@ -338,11 +339,14 @@ def _describe(match: Match) -> str:
         if subtree:
             inside = [(p, q) for p, q in pairs if p.path.startswith(subtree + "/")]
             pairs = [x for x in pairs if x not in inside]
-            out.append(f"{subtree} {sp.factor(sp.Add(*(q for _, q in inside)))}" + (f" (x{times})" if times > 1 else ""))
+            whole = sp.factor(sp.Add(*(q for _, q in inside)))
+            out.append(f"half of {subtree} {whole}" if times == sp.Rational(1, 2) else
+                       f"{subtree} {whole}" + (f" (x{times})" if times > 1 else ""))
         else:
             p, q = pairs.pop(0)
-            out.append(f"{p.path}" + (f" [{p.what}]" if p.what else "") + f" {sp.factor(q)}"
-                       + (f" (x{times})" if times > 1 else ""))
+            named = f"{p.path}" + (f" [{p.what}]" if p.what else "") + f" {sp.factor(q)}"
+            out.append(f"half of {named}" if times == sp.Rational(1, 2) else
+                       named + (f" (x{times})" if times > 1 else ""))
     return " + ".join(out)
 
 

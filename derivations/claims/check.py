@@ -35,103 +35,22 @@ from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanaly
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
 from memderive.derivations.claims.conditions import conditions
-from memderive.derivations.claims.parser import FUNCTIONS, FormulaError, ParsedFormula, normalize_name, parse_formula
+from memderive.derivations.claims.numbers import model_pins, number_lines
+from memderive.derivations.claims.parser import ParsedFormula, parse_formula
+from memderive.derivations.claims.symbols import HINTS, OURS, context_notes, default_symbols, parse_symbols
 from memderive.derivations.options import Options
 from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims import DIMS
-from memderive.symbolic.dims_sympy import Psi, V, a, a_kv, b, d, d_h, f, h, l, l_w, n, n_ctx, p, s, t, w
+from memderive.symbolic.dims_sympy import Psi, b, d, l_w, n, p, s, t, w
 from memderive.symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
 
-VERDICTS = ("exact", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
 DEFAULT_MODEL = "gpt3-175b"
 #: family names accepted for --model, with the bundled model that stands for them
 FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral": "mistral-7b", "bert": "bert-base"}
-
-
-#: Our symbols by name, for the right-hand sides of a mapping (``D=h/a``).
-OURS: dict[str, sp.Expr] = {dim.name: dim.symbol for dim in DIMS}
-#: Letters and names the literature uses, onto ours: the papers' own (korthikanti-2022's s b h a L t p v,
-#: rajbhandari-2020's Psi N_d K, kaplan-2020's n_layer d_model n_ctx d_attn) and the calculators' argument names.
-COMMON: dict[str, sp.Expr] = {
-    **{name: OURS[name] for name in ("b", "s", "h", "a", "l", "t", "p", "d", "V", "f", "n", "d_h", "a_kv", "n_type")},
-    "B": b, "S": s, "L": l, "v": V, "n_vocab": V, "d_ff": f, "N_d": d, "d_head": d_h, "d_k": d_h,
-    "d_model": h, "n_embd": h, "d_attn": a * d_h, "n_kv_heads": a_kv, "n_kv": a_kv, "n_layers": l, "n_layer": l,
-    "n_heads": a, "n_head": a, "n_ctx": s, "Psi": Psi, "Phi": Psi, "psi": Psi, "phi": Psi,
-    # mixture of experts (symbolic/dims.py), with transformers' config names
-    **{name: OURS[name] for name in ("E", "k", "f_e", "f_s", "l_d", "r") if name in OURS},
-    **({"num_local_experts": OURS["E"], "num_experts": OURS["E"], "n_routed_experts": OURS["E"],
-        "num_experts_per_tok": OURS["k"], "top_k": OURS["k"]} if "E" in OURS and "k" in OURS else {})}
-#: In parameter counts the sequence letter counts learned positions (Narayanan Eq. 2: (V + s)h).
-_PARAM_COMMON: dict[str, sp.Expr] = {"s": n_ctx, "S": n_ctx, "n_ctx": n_ctx}
-#: In model-state formulas these letters are the parameter count (ZeRO's Psi, Zhihu's Phi).
-_STATE_COMMON: dict[str, sp.Expr] = {"P": Psi, "N": Psi, "params": Psi}
-#: In FLOPs formulas too: Kaplan et al. 2020's C = 6N, "2N per token" at inference, Chinchilla's 6ND.
-#: NOTE(claims): read as the whole model's parameter count (embeddings included; Kaplan's N leaves them
-#: out, a difference below the leading order for large models), never the share one GPU holds.
-_FLOPS_COMMON: dict[str, sp.Expr] = dict(_STATE_COMMON)
-#: In KV-cache formulas (and the inference total that holds the cache): the sliding window and the
-#: layers that have one (Mistral, Gemma 2); ``n`` (generated tokens) is already common.
-_KV_COMMON: dict[str, sp.Expr] = {"w": w, "l_w": l_w}
-
-
-def default_symbols(spec: QuantitySpec, k_bytes: int | None = None) -> dict[str, sp.Expr]:
-    """The author's letters read without a mapping: ``L -> l``, ``v -> V``, ``\\Psi -> Psi``, ...
-
-    ``K`` (ZeRO's optimizer bytes per parameter) is a number, given for model states.
-    """
-    table = dict(COMMON)
-    if spec.name.startswith("params"):
-        table.update(_PARAM_COMMON)
-    if spec.name.startswith(("model_states", "train")):
-        table.update(_STATE_COMMON)
-    if spec.name.startswith("kv_cache") or spec.name == "infer.total":
-        table.update(_KV_COMMON)
-    if spec.name.startswith("flops"):
-        table.update(_FLOPS_COMMON)
-    out = dict(table)
-    if k_bytes is not None:
-        out["K"] = sp.Integer(k_bytes)
-    return out
-
-
-def parse_symbols(mapping: str | Mapping[str, str | int | sp.Expr] | None) -> dict[str, sp.Expr]:
-    """``"R=l, N=a, D=h/a"`` (or a dict) into ``{author name: our expression}``.
-
-    >>> parse_symbols("R=l, N=a, D=h/a, b=1")
-    {'R': l, 'N': a, 'D': h/a, 'b': 1}
-    """
-    if mapping is None or mapping == "":
-        return {}
-    if isinstance(mapping, str):
-        pairs = []
-        for item in filter(None, (x.strip() for x in mapping.split(","))):
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise ClaimError(f"symbol mapping {item!r} needs the form NAME=EXPR, e.g. R=l")
-            pairs.append((name.strip(), value.strip()))
-    elif isinstance(mapping, Mapping):
-        pairs = list(mapping.items())
-    else:
-        raise ClaimError(f"symbols must be text like 'R=l,N=a' or a dict, not {type(mapping).__name__}")
-    out: dict[str, sp.Expr] = {}
-    for name, value in pairs:
-        key = normalize_name(str(name))
-        if not key or not key.replace("_", "").isalnum() or not key[0].isalpha():
-            raise ClaimError(f"symbol name {name!r} is not a name like R, d_h or \\Psi")
-        if key in FUNCTIONS:
-            raise ClaimError(f"symbol name {name!r} is a function of formulas (min(x, y), max(x, y)), not a symbol")
-        if isinstance(value, sp.Expr):
-            out[key] = value
-            continue
-        try:
-            out[key] = parse_formula(str(value), OURS).expr
-        except FormulaError as exc:
-            raise ClaimError(f"symbol {name}: {exc}; our symbols are {', '.join(OURS)}") from None
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +78,7 @@ class Counterexample:
 
     model: str
     values: Mapping[str, int | float]
-    ours: int
+    ours: int | sp.Rational  # whole bytes, elements or FLOPs; bits and ratios exactly
     claim: sp.Rational
     exact: sp.Rational | None = None  # ours before rounding up to whole bytes: the ratio uses it
 
@@ -171,7 +90,8 @@ class Counterexample:
 
     def to_json(self) -> dict[str, Any]:
         claim = int(self.claim) if self.claim.q == 1 else str(self.claim)
-        return {"model": self.model, "values": dict(self.values), "ours": self.ours, "claim": claim,
+        ours = self.ours if isinstance(self.ours, int) else (int(self.ours) if self.ours.q == 1 else str(self.ours))
+        return {"model": self.model, "values": dict(self.values), "ours": ours, "claim": claim,
                 "ratio": round(self.ratio, 6)}
 
 
@@ -202,7 +122,8 @@ class CheckResult:
         """Exact; or leading-order when the author wrote an approximation (``\\approx``) or expected it."""
         if self.claim.expect is not None:
             return self.verdict == self.claim.expect
-        return self.verdict == "exact" or (self.verdict == "leading-order" and self.parsed.relation == "approx")
+        return self.verdict in ("exact", "rounded") or (self.verdict == "leading-order"
+                                                         and self.parsed.relation == "approx")
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "holds": self.holds, "quantity": self.spec.name, "unit": self.spec.unit,
@@ -278,7 +199,8 @@ def check_claim(claim: Claim) -> CheckResult:
     seq = int(claim.options.get("seq") or _default_seq(model, claim.options))
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     mapping = parse_symbols(claim.symbols)
-    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax)
+    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax,
+                           counting=spec.counting, hints=HINTS)
     sides = parsed.chain or (parsed,)
     results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
@@ -289,7 +211,8 @@ def check_claim(claim: Claim) -> CheckResult:
         head = (f"every step of the chain holds ({steps})" if bad is None else
                 f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} (steps: {steps})")
         lines.insert(0, head)
-    notes = _mapping_notes(mapping, parsed, pick.pins) + list(pick.notes)
+    notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
+             + list(parsed.readings) + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
 
 
@@ -307,7 +230,11 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     notes += [x for x in (unit_note, cmp.note) if x]
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, side, "exact", cmp, notes, ["identical for all sizes"])
-    return _judge(claim, spec, ctx, side, cmp, notes, expr * factor)
+    if not cmp.theirs.is_Number and (fixed := model_pins(ctx, cmp)) is not None:
+        sizes = ", ".join(f"{x} = {v:,}" for x, v in fixed.items())
+        return _result(claim, ctx, side, "exact", cmp, notes,
+                       [f"exact for the sizes of {ctx.model.name} ({sizes}), not for every size"])
+    return _judge(claim, spec, ctx, side, cmp, notes, expr * factor, factor)
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
@@ -329,7 +256,7 @@ def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
 
 
 #: Options that, when given, pin their symbol on both sides (0 new tokens included: a prompt-only cache).
-_PINNED_BY = {"new_tokens": n, "lora_rank": OURS["r"]}
+_PINNED_BY = {"new_tokens": n, "lora_rank": OURS["r"], "batch": b, "seq": s}
 
 
 #: Bytes per parameter a bare number may stand for (16 for mixed-precision Adam, 20 for the widest accountings).
@@ -395,27 +322,38 @@ def _exact_under(spec: QuantitySpec, ctx: Context, expr: sp.Expr, cmp: Compariso
     return labels
 
 
-#: Quantities a claim is often about by mistake (per layer vs all layers, per token vs per position).
+#: Quantities a claim is often about by mistake (per layer vs all layers, per token vs per position, model
+#: FLOPs vs hardware FLOPs).
 SIBLINGS = {"kv_cache.per_token": ("kv_cache.per_position", "kv_cache.total"),
             "kv_cache.per_position": ("kv_cache.per_token", "kv_cache.total"),
             "kv_cache.total": ("kv_cache.per_position", "kv_cache.per_token"),
             "activations.per_layer": ("activations.total",), "activations.total": ("activations.per_layer",),
-            "params.per_layer": ("params.total",), "params.total": ("params.per_layer", "params.active"),
-            "params.active": ("params.total",)}
+            "params.per_layer": ("params.total",),
+            "params.total": ("params.per_layer", "params.active", "params.non_embedding"),
+            "params.non_embedding": ("params.total",), "params.active": ("params.total",),
+            "flops.step": ("flops.hardware", "flops.forward"), "flops.hardware": ("flops.step",),
+            "flops.forward": ("flops.step", "flops.attention"), "flops.attention": ("flops.forward",),
+            "flops.per_token": ("flops.decode_per_token",), "flops.decode_per_token": ("flops.per_token",)}
 
 
 def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
-    """``exact for kv_cache.per_position instead`` when the claim fits a neighbouring quantity."""
+    """``exact for kv_cache.per_position instead`` when the claim fits a neighbouring quantity; for FLOPs
+    also under one changed option (Narayanan's Eq. 3 is the hardware FLOPs of a full-recompute step)."""
     found = []
     for name in SIBLINGS.get(spec.name, ()):
         try:
-            cmp = replace(build_context(QUANTITIES[name], ctx.model, ctx.options), pins=ctx.pins).compare(expr)
+            sibling = replace(build_context(QUANTITIES[name], ctx.model, ctx.options), pins=ctx.pins)
+            cmp = sibling.compare(expr)
         except (DerivationError, ValueError):
             continue
         if _is_zero(cmp.ours - cmp.theirs):
             found.append(f"exact for {name} instead: the claim counts another quantity")
         elif _limits(cmp, None)[0]:
             found.append(f"leading-order for {name} instead: the claim counts another quantity")
+        elif name.startswith("flops"):
+            found += [f"exact for {name} {label} instead: the claim counts another quantity"
+                      for label, alt in alternatives(QUANTITIES[name], sibling)
+                      if _is_zero((other := alt.compare(expr)).ours - other.theirs)][:1]
     return found
 
 
@@ -441,13 +379,15 @@ def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
 
 
 def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
-                  notes: list[str]) -> CheckResult:
-    """A claim that is a number (``12.9\\times10^9``): compared with ours for the model's sizes."""
-    if _counterexample(ctx, cmp.ours, cmp.theirs) is None:  # equal at the model's sizes
-        return _result(claim, ctx, parsed, "exact", cmp, notes,
-                       [f"the claim is a number, equal to ours for the sizes of {ctx.model.name}"])
-    lines = ["the claim is a number, not a formula: compared with ours for the sizes of " + ctx.model.name]
-    return _result(claim, ctx, parsed, "different", cmp, notes, lines)
+                  notes: list[str], factor: sp.Expr) -> CheckResult:
+    """A claim that is a number (``12.9B``, ``4,194,304``): compared with ours for the model's sizes, to the
+    precision it is printed with (``derivations.claims.numbers``)."""
+    verdict, lines = number_lines(ctx, cmp, parsed, factor, ctx.values)
+    if verdict == "different" and cmp.ours.free_symbols & set(WIDTH):
+        lead, more = _limits(cmp, None)  # a constant can be ours as the model grows (HFU/MFU -> 4/3)
+        if lead:
+            verdict, lines = "leading-order", lines + more
+    return _result(claim, ctx, parsed, verdict, cmp, notes, lines)
 
 
 def _said(value: sp.Expr) -> str:
@@ -456,9 +396,9 @@ def _said(value: sp.Expr) -> str:
 
 
 def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
-           notes: list[str], expr: sp.Expr) -> CheckResult:
+           notes: list[str], expr: sp.Expr, factor: sp.Expr = sp.S.One) -> CheckResult:
     if cmp.theirs.is_Number:
-        return _number_claim(claim, ctx, parsed, cmp, notes)
+        return _number_claim(claim, ctx, parsed, cmp, notes, factor)
     k = constant_factor(cmp.theirs, cmp.ours)
     lines = [f"the claim is {k} times ours"] if k is not None else []
     lead, more = _limits(cmp, k)
@@ -519,7 +459,9 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
     # a fractional Psi (parameters per GPU, averaged) is shown as it was used, not rounded
     exact = {str(x): sp.Rational(values[x]) for x in used if x in values}
     shown = {k: int(v) if v.q == 1 else float(v) for k, v in exact.items()}
-    return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)), sp.Rational(claimed), sp.Rational(mine))
+    whole = ctx.spec.unit in ("bytes", "elements", "FLOPs")  # counts are whole units; bits and ratios are not
+    return Counterexample(ctx.model.name, shown, int(sp.ceiling(mine)) if whole else sp.Rational(mine),
+                          sp.Rational(claimed), sp.Rational(mine))
 
 
 def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp: Comparison, notes: list[str],

@@ -23,6 +23,7 @@ from typing import Any
 import sympy as sp
 
 from memderive.derivations.claims.analysis import Piece
+from memderive.derivations.claims.parts import bits_quantity, narrow, with_adapters
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
@@ -30,7 +31,7 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, RECOMPUTE, Options
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, evaluate, saved_tensors
-from memderive.symbolic.dims_sympy import Psi, d, l, m, p, t, v
+from memderive.symbolic.dims_sympy import Psi, Psi_a, d, l, m, p, t, v
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.graph import Graph, Op
@@ -67,6 +68,7 @@ class Context:
     notes: tuple[str, ...] = ()
     #: our symbols pinned to a value on both sides (``--new-tokens 0`` pins n = 0; ``--symbols f=8*h/3``)
     pins: Mapping[sp.Symbol, sp.Expr] = field(default_factory=dict)
+    active: sp.Expr | None = None  # the parameters one token uses (Psi_a), relations applied
 
     def pin(self, expr: sp.Expr) -> sp.Expr:
         """``expr`` with the pins substituted and each min/max of given degrees settled by their
@@ -105,11 +107,17 @@ class Context:
                 ours = sp.expand(sp.Add(*(x.expr for x in pieces)))
                 return Comparison(ours, theirs, pieces, ours,
                                   "compared per parameter: Psi = parameters held by one GPU")
-        note = ""
+        notes = []
         if Psi in theirs.free_symbols:
             theirs = sp.expand(theirs.xreplace({Psi: self.params}))
             held = "of the model" if self.spec.unit == "FLOPs" else "held by one GPU"
-            note = f"Psi = parameters {held} = {sp.collect(self.params, l)}"
+            notes.append(f"Psi = parameters {held} = {sp.collect(self.params, l)}")
+        if Psi_a in theirs.free_symbols:
+            active = self.params if self.active is None else self.active
+            theirs = sp.expand(theirs.xreplace({Psi_a: active}))
+            notes.append(f"active parameters = {sp.collect(active, l)}" + (
+                "" if self.active is not None else f" (every parameter: {self.model.name} has no routed experts)"))
+        note = "; ".join(notes)
         ours = sp.expand(self.pin(self.quantity.breakdown.total.xreplace(rel)))
         display = self.quantity.closed_form()
         return Comparison(ours, theirs, self._size_pieces(), self.pin(display) if self.pins else display, note)
@@ -197,7 +205,10 @@ def _what(op: Op, x: Tensor, kind: str | None) -> str:
 
 
 def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> Context:
-    """Derive ``spec``'s quantity for ``model`` under ``options`` (n, g, w kept as letters)."""
+    """Derive ``spec``'s quantity for ``model`` under ``options`` (n, g, w kept as letters); a ratio is
+    the quotient of its two parts, each derived in its own mode."""
+    if spec.parts:
+        return _ratio_context(spec, model, options)
     est = estimate(model, options)
     values: dict[sp.Symbol, int | sp.Rational] = _in_sympy(est.values)
     if spec.mode == "infer":
@@ -215,6 +226,9 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
             ": nothing is fine-tuned (give --lora-rank and --lora-targets, or --train-only)"
             if spec.key == "trainable_parameters" else f" under these options ({spec.key} is not derived)"))
     q = _sympy_quantity(quantities[spec.key])
+    if spec.key == "parameters" and "trainable_parameters" in quantities and options.lora_rank is not None:
+        q = with_adapters(q, _sympy_quantity(quantities["trainable_parameters"]))
+    q = bits_quantity(q, graph, options) if spec.derived == "bits" else narrow(spec, q, est.model.name)
     if spec.per_position:
         from memderive.derivations.quantities.inference import cached_length
 
@@ -235,7 +249,35 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
         raise DerivationError(f"parameters per GPU did not evaluate to a number: {psi}")
     values[Psi] = int(psi) if psi.is_Integer else psi
     params = sp.expand(raw.xreplace(q.relations))
-    return Context(spec, est.model, options, graph, q, params, raw, values, _notes(spec, q))
+    active = quantities.get("active_parameters")
+    active_expr = None if active is None else sp.expand(sp.sympify(active.breakdown.total).xreplace(q.relations))
+    return Context(spec, est.model, options, graph, q, params, raw, values, _notes(spec, q), active=active_expr)
+
+
+def _part_options(options: Options, mode: str) -> Options:
+    """The options of a ratio's part in its own mode (a parameter count keeps what counts parameters)."""
+    if options.mode == mode:
+        return options
+    from dataclasses import fields as dataclass_fields
+
+    keep = ("dtype", "lora_rank", "lora_targets", "dora", "train_only", "freeze_embeddings", "batch", "seq")
+    given = {f.name: getattr(options, f.name) for f in dataclass_fields(Options) if f.name in keep}
+    try:
+        return Options(**given, mode=mode)
+    except (TypeError, ValueError) as exc:
+        raise ClaimError(f"the parts of the ratio need options of two modes ({options.mode}, {mode}): {exc}") from None
+
+
+def _ratio_context(spec: QuantitySpec, model: str | Model, options: Options) -> Context:
+    num, den = (build_context(part, model, _part_options(options, part.mode)) for part in spec.parts)
+    relations = {**den.quantity.relations, **num.quantity.relations}
+    top, bottom = (sp.sympify(x.quantity.breakdown.total) for x in (num, den))
+    if sp.expand(bottom.xreplace(relations)) == 0:
+        raise ClaimError(f"{spec.name}: the denominator is 0 for {num.model.name}")
+    q = Quantity("ratio", f"{num.quantity.title} / {den.quantity.title}", Breakdown((Term("ratio", top / bottom),),
+                 spec.unit), relations, num.quantity.citation, num.quantity.assumptions)
+    return replace(num, spec=spec, quantity=q, values={**den.values, **num.values},
+                   notes=tuple(dict.fromkeys(num.notes + den.notes)))
 
 
 def _in_sympy(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
@@ -281,6 +323,9 @@ def _option_flips(spec: QuantitySpec, o: Options) -> list[tuple[str, dict[str, A
         if o.tp > 1:
             flips += [("without sequence parallelism" if o.sp else "with sequence parallelism", {"sp": not o.sp}),
                       ("without tensor parallelism (t = 1)", {"tp": 1, "sp": False})]
+    if spec.mode == "train" and spec.key in ("hardware_flops", "hardware_flops_per_gpu"):
+        flips += [("without recompute" if r == "none" else f"with {r} recompute", {"recompute": r})
+                  for r in RECOMPUTE if r != o.recompute]
     if spec.mode == "train" and spec.key in ("model_state_bytes", "total_bytes"):
         if o.dp > 1:
             flips += [(f"with ZeRO stage {z}" if z else "without ZeRO", {"zero": z}) for z in range(4) if z != o.zero]
@@ -326,11 +371,22 @@ def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, s
     """The factor that puts a claim in ``unit`` into the quantity's unit, and a note saying so."""
 
     unit = {"flops": "FLOPs", "FLOP": "FLOPs", "flop": "FLOPs"}.get(unit, unit)
-    if unit not in ("bytes", "elements", "FLOPs"):
-        raise ClaimError(f"units must be bytes, elements or FLOPs, not {unit!r}")
+    if unit not in ("bytes", "elements", "FLOPs", "bits", "ratio"):
+        raise ClaimError(f"units must be bytes, elements, bits or FLOPs, not {unit!r}")
     if unit == spec.unit:
         return sp.Integer(1), ""
-    if "FLOPs" in (unit, spec.unit):
+    if "ratio" in (unit, spec.unit):
+        if unit == "ratio" and spec.parts:
+            return sp.Integer(1), ""
+        if unit == "ratio":
+            raise ClaimError(f"the claim is a ratio or a percentage; {spec.name} is in {spec.unit}: check a ratio "
+                             "of two quantities, e.g. params.trainable/params.total or kv_cache.per_token[a_kv=a]/"
+                             "kv_cache.per_token")
+        return sp.Integer(1), ""  # a ratio claim in the numerator's unit (bytes per parameter)
+    if {unit, spec.unit} == {"bits", "bytes"}:
+        return (sp.Rational(1, 8), "claim in bits, divided by 8") if unit == "bits" else (sp.Integer(8),
+                                                                                       "claim in bytes, times 8 bits")
+    if "FLOPs" in (unit, spec.unit) or "bits" in (unit, spec.unit):
         raise ClaimError(f"{spec.name} is in {spec.unit}; a claim in {unit} is about another quantity")
     if spec.unit == "elements":
         raise ClaimError(f"{spec.name} counts parameters (elements); a claim in bytes of weights is weights.total "

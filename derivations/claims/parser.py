@@ -1,18 +1,23 @@
-"""A restricted reader for formulas people write in notes: Python syntax or LaTeX.
+"""A restricted reader for formulas people write in notes: Python syntax or LaTeX, and figures as printed.
 
-The input is untrusted. Nothing here calls ``eval`` or ``sympify`` on it: the text is cut
-into tokens against a whitelist, names are looked up in a table given by the caller (the
-author's letters mapped onto ours), and SymPy expressions are built from those tokens only.
+The input is untrusted. Nothing here calls ``eval`` or ``sympify`` on it: the text is cut into tokens
+against a whitelist (``derivations.claims.lexer``), names are looked up in a table given by the caller
+(the author's letters mapped onto ours), and SymPy expressions are built from those tokens only.
 
-Accepted: integers and decimals (exact rationals), names from the table, ``+ - * / ^ **``,
-parentheses ``( ) [ ] { }``; in LaTeX ``\\frac{}{}``, ``\\cdot``, ``\\times``, ``\\left( \\right)``,
-spacing commands, Greek letters (``\\Psi``), subscripts (``d_h``, ``a_{kv}``, ``n_{\\text{layers}}``),
-a trailing unit (``\\text{bytes}``), and ``min``/``max`` of two or more comma-separated arguments
-(``min(s + n, w)``, ``Max(a, b)``; in LaTeX ``\\min(..)``, ``\\max\\{..\\}``, ``\\operatorname{min}(..)``).
-Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and juxtaposition binds tighter than ``/``:
-``5as/ht`` reads as ``(5as)/(ht)``. A name the table knows as a whole (``n_layers``) is read
-whole before it is read letter by letter.
-Anything else is a ``FormulaError`` with one line saying where.
+Accepted: numbers as printed (``39,976,960``, ``8e9``, ``12.9B``, ``320 MB``, ``0.5898%``, ``70 亿``; see
+``derivations.claims.figures``), names from the table, ``+ - * / // ^ **``, parentheses ``( ) [ ] { }``;
+in LaTeX ``\\frac{}{}``, ``\\cdot``, ``\\times``, ``\\left( \\right)``, spacing commands, Greek letters
+(``\\Psi``), subscripts (``d_h``, ``a_{kv}``, ``n_{\\text{layers}}``), a superscript that is part of a name
+(``d_h^R``), a trailing unit (``\\text{bytes}``); ``min``/``max`` of two or more arguments; code's
+``int(...)``, ``math.ceil(...)``, ``round``, ``\\lceil..\\rceil``, ``sizeof(FP16)``, dotted names and
+``#`` comments. Juxtaposed letters multiply (``sbh`` is ``s*b*h``) and juxtaposition binds tighter than
+``/``: ``5as/ht`` reads as ``(5as)/(ht)``. A name the table knows as a whole (``n_layers``) is read whole
+before it is read letter by letter. A label before ``=`` or ``:`` is kept, never parsed (``trainable%:``
+makes the figure a percentage). A formula never silently reads as 0.
+
+Each side also carries the interval its printed figures stand for (``bounds``): ``12.9\\times10^9`` is
+12.85-12.95 x 10^9, computed through the arithmetic; and what was read other than as typed
+(``readings``), for the report to echo.
 
 >>> from memderive.symbolic.dims_sympy import a, b, h, s
 >>> names = {"s": s, "b": b, "h": h, "a": a}
@@ -20,10 +25,12 @@ Anything else is a ``FormulaError`` with one line saying where.
 b*h*s*(5*a*s/h + 34)
 >>> parse_formula(r"b \\min(s, a)", names).expr
 b*Min(a, s)
+>>> parse_formula("46.7B", {}).bounds
+(46650000000, 46750000000)
 >>> parse_formula("__import__('os')", names)
 Traceback (most recent call last):
 ...
-memderive.derivations.claims.parser.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
+memderive.derivations.claims.lexer.FormulaError: unexpected character '_' at column 1 in "__import__('os')"
 """
 
 from __future__ import annotations
@@ -31,9 +38,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy as sp
+
+from memderive.derivations.claims.figures import Figure
+from memderive.derivations.claims.lexer import (FUNCTIONS, UNIT_SCALES, FormulaError, Lexer, Source, Tok, clean,
+                                                normalize_name)
 
 __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS", "FUNCTIONS"]
 
@@ -47,37 +58,11 @@ __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "
 LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
           "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
           "expanded_terms": 60}
-UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
-              "parameters": "elements", "FLOPs": "FLOPs", "flops": "FLOPs", "FLOP": "FLOPs",
-              **{k: "bytes" for k in ("KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}}
-#: Byte units that scale the number before them (``28\,\mathrm{GB}`` is 28 * 10^9 bytes).
-UNIT_SCALES = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "kappa", "lambda", "mu", "nu", "rho", "sigma", "tau",
-         "theta", "phi", "psi", "omega", "Gamma", "Delta", "Theta", "Lambda", "Sigma", "Phi", "Psi", "Omega")
-_SKIP = {"left", "right", "big", "Big", "bigg", "Bigg", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl",
-         "Biggr", "quad", "qquad", "displaystyle", "textstyle", ",", ";", ":", "!", " "}
-_DELIMITED = {"left", "right", "bigl", "bigr", "Bigl", "Bigr", "biggl", "biggr", "Biggl", "Biggr"}
-_TEXT = {"text", "mathrm", "textrm", "mathit", "textit", "operatorname", "mathsf", "textsf"}
-_UNICODE = {"−": "-", "×": r"\times", "·": r"\cdot", "⋅": r"\cdot", "Ψ": r"\Psi", "Φ": r"\Phi",
-            "≈": r"\approx", " ": " "}
-_DIGITS = "0123456789"  # ASCII only: other Unicode digits (full-width, superscript) are not numbers here
-#: Unicode superscripts: a run of them (``h¹²``, ``h⁻¹``) is one exponent
-_SUPERSCRIPT = re.compile("[⁺⁻]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
-_SUPERSCRIPT_DIGITS = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻", "0123456789+-")
-_RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|=")
-#: ``4{,}096`` is how our LaTeX printer groups digits; it reads back as 4096
-_NUMBER = re.compile(r"\d{1,3}(?:\{,\}\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+")
-_RUN = re.compile(r"[A-Za-z][A-Za-z0-9]*")
-#: one letter with an optional one-character or braced subscript, or a run of digits
-_LETTER = re.compile(r"([A-Za-z])(_(?:\{[^{}]*\}|\\[A-Za-z]+(?:\{[^{}]*\})?|[A-Za-z0-9]))?|(\d+)")
+_RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|=|(?:(?<=\s)|^)~(?=[\s\d.])")
 _OPEN = {"(": ")", "[": "]", "{": "}", r"\{": r"\}"}
-#: Functions a formula may call, as written in Python (SymPy's spelling too) and in LaTeX.
-FUNCTIONS: dict[str, type[sp.Expr]] = {"min": sp.Min, "max": sp.Max, "Min": sp.Min, "Max": sp.Max}
-
-
-class FormulaError(ValueError):
-    """A formula outside the accepted grammar; the message is one line and says where."""
+#: ``trainable params:``, ``Number of Parameters (Non-Embedding):``, ``trainable%:``: a label before a colon
+_COLON_LABEL = re.compile(r"\s*([A-Za-z\u4e00-\u9fff][^:=$\\]{0,79}?)\s*:(?![=:])\s*")
+_UNIT_RANK = ("bytes", "bits", "FLOPs", "elements", "ratio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +71,9 @@ class ParsedFormula:
 
     ``label`` is the left-hand side (``M`` in ``M = 34sbh``), kept as text and never parsed;
     ``relation`` the sign before the formula (``=`` or ``approx``); ``unit`` a trailing
-    ``\\text{bytes}`` or ``\\text{elements}``.
+    ``\\text{bytes}`` or a unit after a figure (``bytes``, ``bits``, ``elements``, ``ratio``).
+    ``bounds``: the interval a claim that is a number stands for (its figures rounded as printed);
+    ``shape``: how a lone figure was printed (``(10**9, "B")``) and ``figure`` the figure itself.
     """
 
     text: str
@@ -96,248 +83,25 @@ class ParsedFormula:
     relation: str = ""
     unit: str | None = None
     chain: tuple[ParsedFormula, ...] = ()  # every side of ``M = A = B`` (A and B), when there are two or more
-
-
-@dataclass(frozen=True, slots=True)
-class _Source:
-    """The text as typed, and for each character of the cleaned text the column it came from."""
-
-    text: str
-    where: list[int]
-
-    def column(self, i: int) -> int:
-        return self.where[min(max(i, 0), len(self.where) - 1)] + 1
-
-
-def _clean(text: str) -> tuple[str, _Source]:
-    """Unicode signs as the LaTeX they stand for (``·`` -> ``\\cdot``, followed by a space when a
-    letter follows: ``l·h`` is not the command ``\\cdoth``) and ``\\_`` as ``_``; with the column map."""
-    out: list[str] = []
-    where: list[int] = []
-    i = 0
-    while i < len(text):
-        superscript = _SUPERSCRIPT.match(text, i)
-        if text.startswith("\\_", i):
-            rep, width = "_", 2
-        elif superscript:  # a run of Unicode superscripts is one exponent: h¹² is h^(12)
-            rep, width = "^(" + superscript.group().translate(_SUPERSCRIPT_DIGITS) + ")", len(superscript.group())
-        else:
-            rep, width = _UNICODE.get(text[i], text[i]), 1
-            if rep.startswith("\\") and rep[1:].isalpha() and text[i + 1:i + 2].isascii() and text[i + 1:i + 2].isalpha():
-                rep += " "
-        out.append(rep)
-        where += [i] * len(rep)
-        i += width
-    where.append(len(text))
-    return "".join(out), _Source(text, where)
-
-
-@dataclass(frozen=True, slots=True)
-class _Tok:
-    kind: str  # num name func comma op open close frac text unit note end
-    text: str
-    col: int
-    value: object = None
-
-
-def _excerpt(text: str) -> str:
-    short = text if len(text) <= 48 else text[:45] + "..."
-    return '"' + short.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
-
-
-def normalize_name(raw: str) -> str:
-    r"""The table key of a written name: braces, ``\text`` and spaces removed.
-
-    >>> normalize_name(r"n_{\text{layers}}"), normalize_name(r"\Psi"), normalize_name("a_{kv}")
-    ('n_layers', 'Psi', 'a_kv')
-    """
-    name = re.sub(r"\\(?:%s)\b" % "|".join(sorted(_TEXT)), "", raw)
-    name = name.replace("{", "").replace("}", "").replace(" ", "").lstrip("\\")
-    return name
-
-
-class _Lexer:
-    """Cuts the text into tokens; names are resolved against the table as they are read."""
-
-    def __init__(self, text: str, names: Mapping[str, sp.Expr], strict: bool, source: _Source | None = None,
-                 offset: int = 0) -> None:
-        self.text, self.names, self.strict = text, names, strict
-        self.source, self.offset = source or _Source(text, list(range(len(text) + 1))), offset
-        self.tokens: list[_Tok] = []
-        self.used: list[str] = []
-        self.i = 0
-
-    def fail(self, message: str, col: int | None = None) -> FormulaError:
-        """One line: the message, the column (``col=-1`` for none) and an excerpt of the input,
-        both in the text the user typed (``·``, not the ``\\cdot`` it is read as)."""
-        where = "" if col == -1 else f" at column {self.source.column(self.offset + (self.i if col is None else col))}"
-        return FormulaError(f"{message}{where} in {_excerpt(self.source.text)}")
-
-    def run(self) -> list[_Tok]:
-        text = self.text
-        while self.i < len(text):
-            ch = text[self.i]
-            if ch.isspace() or ch == "~":
-                self.i += 1
-            elif ch in _DIGITS or (ch == "." and text[self.i + 1:self.i + 2] in tuple(_DIGITS)):
-                self._number()
-            elif ch.isascii() and ch.isalpha():
-                self._name(_RUN.match(text, self.i).group(), self.i)
-            elif ch == "\\":
-                self._command()
-            elif ch == "*" and text.startswith("**", self.i):
-                self._emit("op", "**", 2)  # kept apart from ^: LaTeX's one-character rule is not Python's
-            elif ch in "+-*/^":
-                self._emit("op", ch, 1)
-            elif ch in "([{":
-                self._emit("open", ch, 1)
-            elif ch in ")]}":
-                self._emit("close", ch, 1)
-            elif ch == ",":
-                self._emit("comma", ch, 1)
-            else:
-                raise self.fail(f"unexpected character {ch!r}")
-            if len(self.tokens) > LIMITS["tokens"]:
-                raise self.fail(f"more than {LIMITS['tokens']} tokens; split the formula", -1)
-        self.tokens.append(_Tok("end", "", len(text)))
-        return self.tokens
-
-    def _emit(self, kind: str, text: str, width: int, value: object = None) -> None:
-        if self.strict and (kind in ("frac", "text", "unit", "note") or text in "{}[]" and kind != "op"):
-            raise self.fail(f"{text!r} is not Python syntax; leave out --syntax python to read LaTeX")
-        self.tokens.append(_Tok(kind, text, self.i, value))
-        self.i += width
-
-    def _number(self) -> None:
-        match = _NUMBER.match(self.text, self.i)
-        written = match.group()
-        digits = written.replace("{,}", "")
-        if len(digits.replace(".", "")) > LIMITS["digits"]:
-            raise self.fail(f"number with more than {LIMITS['digits']} digits")
-        self._emit("num", digits, len(written), sp.Rational(digits))
-
-    def _subscript(self, start: int) -> int:
-        """End of a subscript starting at ``start`` (just after ``_``)."""
-        text = self.text
-        if text.startswith("{", start):
-            depth, j = 0, start
-            while j < len(text):
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                if depth == 0:
-                    return j + 1
-                j += 1
-            raise self.fail("unbalanced '{' in a subscript", start)
-        if text.startswith("\\", start):
-            match = re.compile(r"\\([A-Za-z]+)\s*(\{[^{}]*\})?").match(text, start)
-            return match.end() if match else start + 1
-        match = re.compile(r"[A-Za-z0-9]").match(text, start)
-        if not match:
-            raise self.fail("empty subscript", start)
-        return start + 1
-
-    def _name(self, head: str, col: int) -> None:
-        """A run of letters with subscripts: the whole name if known, else letter by letter."""
-        text, j = self.text, col + len(head)
-        if self.strict:
-            j = re.compile(r"[A-Za-z0-9_]*").match(text, j).end()
-        while not self.strict and text.startswith("_", j):
-            run = _RUN.match(text, j + 1)
-            j = run.end() if run else self._subscript(j + 1)
-        raw = text[col:j]
-        whole = normalize_name(raw)
-        self.i = j
-        if raw in FUNCTIONS:
-            self.tokens.append(_Tok("func", raw.lower(), col, FUNCTIONS[raw]))
-            return
-        if whole in self.names or self.strict:
-            self._known(whole, col)
-            return
-        for match in _LETTER.finditer(raw):
-            if match.group(3):
-                self.tokens.append(_Tok("num", match.group(3), col + match.start(), sp.Integer(match.group(3))))
-                continue
-            piece = normalize_name(match.group())
-            if piece not in self.names:
-                raise self.fail(f"unknown symbol {whole!r} (read letter by letter, {piece!r} is unknown); "
-                                f"map it onto ours, e.g. {piece}=h", col)
-            self._known(piece, col + match.start())
-
-    def _known(self, name: str, col: int) -> None:
-        if name not in self.names:
-            raise self.fail(f"unknown symbol {name!r}; map it onto ours, e.g. {name}=h", col)
-        self.used.append(name)
-        self.tokens.append(_Tok("name", name, col, self.names[name]))
-
-    def _command(self) -> None:
-        text, col = self.text, self.i
-        match = re.compile(r"\\([A-Za-z]+|.)").match(text, col)
-        if not match:
-            raise self.fail("a lone backslash")
-        word = match.group(1)
-        if self.strict:
-            raise self.fail(f"\\{word} is not Python syntax; leave out --syntax python to read LaTeX")
-        if word in _SKIP:
-            self.i = match.end()
-            if word in _DELIMITED and text.startswith(".", self.i):  # \left. \right.: no delimiter
-                self.i += 1
-        elif word in ("cdot", "times", "ast"):
-            self._emit("op", "*", match.end() - col)
-        elif word in ("min", "max"):
-            self._emit("func", word, match.end() - col, FUNCTIONS[word])
-        elif word in ("frac", "dfrac", "tfrac"):
-            self._emit("frac", "\\frac", match.end() - col)
-        elif word in ("{", "}"):
-            self._emit("open" if word == "{" else "close", "\\" + word, 2)
-        elif word in GREEK:
-            j = match.end()
-            while text.startswith("_", j):
-                j = self._subscript(j + 1)
-            self._known(normalize_name(text[col:j]), col)
-            self.i = j
-        elif word in _TEXT:
-            self._text(match.end(), col)
-        elif word == "tag":
-            end = self._braced_end(match.end())
-            self.i = end
-        else:
-            raise self.fail(f"unsupported LaTeX command \\{word}")
-
-    def _braced_end(self, j: int) -> int:
-        while j < len(self.text) and self.text[j].isspace():
-            j += 1
-        if not self.text.startswith("{", j):
-            raise self.fail("expected '{'", j)
-        end = self.text.find("}", j)
-        if end < 0 or "{" in self.text[j + 1:end]:
-            raise self.fail("unbalanced '{'", j)
-        return end + 1
-
-    def _text(self, j: int, col: int) -> None:
-        end = self._braced_end(j)
-        content = self.text[self.text.index("{", j) + 1:end - 1].strip()
-        self.i = end
-        if content in UNIT_WORDS:
-            self.tokens.append(_Tok("unit", content, col, UNIT_WORDS[content]))
-        elif content in ("min", "max"):  # \operatorname{min}
-            self.tokens.append(_Tok("func", content, col, FUNCTIONS[content]))
-        elif re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", content):
-            letters = re.findall(r"[A-Za-z]", content)
-            if content not in self.names and len(letters) > 1 and "_" not in content \
-                    and all(x in self.names for x in letters):
-                raise self.fail(f"unknown symbol {content!r}: a product of letters is written without \\text "
-                                f"({content}), or mapped: {content}={'*'.join(letters)}", col)
-            self._known(content, col)
-        else:
-            self.tokens.append(_Tok("note", content, col))
+    bounds: tuple[sp.Rational, sp.Rational] | None = None
+    readings: tuple[str, ...] = ()
+    shape: tuple[object, str] | None = None
+    figure: Figure | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Val:
-    """An expression with bounds on its expanded size (terms) and total degree."""
+    """An expression with bounds on its expanded size (terms) and total degree; for a number, the
+    interval its printed figures stand for (``lo``, ``hi``), and whether it is a lone literal or a
+    power of ten (scientific notation: the mantissa's last digit is its precision)."""
 
     expr: sp.Expr
     terms: int
     degree: int
+    lo: sp.Rational | None = None
+    hi: sp.Rational | None = None
+    literal: Figure | None = None
+    ten: int | None = None
 
 
 def _leaf(expr: sp.Expr) -> _Val:
@@ -347,12 +111,26 @@ def _leaf(expr: sp.Expr) -> _Val:
     return _Val(expr, len(monomials), degree)
 
 
+def _number(value: sp.Rational, half: object = 0, figure: Figure | None = None) -> _Val:
+    h = sp.Rational(half) if half else sp.Integer(0)
+    return _Val(value, 1, 0, value - h, value + h, figure)
+
+
+def _span(a: _Val, b: _Val, op) -> tuple[sp.Rational | None, sp.Rational | None]:
+    """The interval of ``a op b`` when both are numbers (corners: the operations are monotone
+    in each argument on an interval that keeps its sign)."""
+    if a.lo is None or b.lo is None:
+        return None, None
+    corners = [op(x, y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
+    return min(corners), max(corners)
+
+
 def _digits(number: sp.Rational) -> float:
     """Decimal digits of a rational's numerator and denominator together (``log10``, without printing it)."""
     return sum(math.log10(abs(int(x))) for x in (number.p, number.q) if x)
 
 
-def _bounded(expr: sp.Expr, lexer: _Lexer) -> None:
+def _bounded(expr: sp.Expr, lexer: Lexer) -> None:
     """The checker gives up at once on a claim whose expansion would take it long to judge."""
     terms = sp.Add.make_args(sp.expand(expr))
     if len(terms) > LIMITS["expanded_terms"]:
@@ -366,22 +144,22 @@ def _bounded(expr: sp.Expr, lexer: _Lexer) -> None:
 class _Parser:
     """Recursive descent over tokens; juxtaposition binds tighter than ``*`` and ``/``."""
 
-    STARTS = ("num", "name", "func", "open", "frac")
+    STARTS = ("num", "name", "func", "call", "open", "frac")
 
-    def __init__(self, lexer: _Lexer, tokens: list[_Tok]) -> None:
+    def __init__(self, lexer: Lexer, tokens: list[Tok]) -> None:
         self.lexer, self.tokens, self.k, self.depth = lexer, tokens, 0, 0
         self.arguments, self.argument_terms = 0, 0  # of min/max, over the formula (LIMITS)
 
     @property
-    def tok(self) -> _Tok:
+    def tok(self) -> Tok:
         return self.tokens[self.k]
 
-    def take(self) -> _Tok:
+    def take(self) -> Tok:
         tok = self.tokens[self.k]
         self.k += 1
         return tok
 
-    def fail(self, message: str, tok: _Tok | None = None) -> FormulaError:
+    def fail(self, message: str, tok: Tok | None = None) -> FormulaError:
         return self.lexer.fail(message, (tok or self.tok).col)
 
     def check(self, val: _Val) -> _Val:
@@ -401,12 +179,22 @@ class _Parser:
             tok = self.take()
             unit = tok.value if tok.kind == "unit" else unit
             if tok.text in UNIT_SCALES:
-                val = _Val(val.expr * UNIT_SCALES[tok.text], val.terms, val.degree)
+                val = self.scaled(val, UNIT_SCALES[tok.text], tok.text)
         if self.tok.kind != "end":
             tok = self.tok
             what = "unbalanced " + repr(tok.text) if tok.kind == "close" else f"unexpected {tok.text!r}"
             raise self.fail(what)
         return val, unit
+
+    @staticmethod
+    def scaled(val: _Val, scale: int, unit: str) -> _Val:
+        """A trailing byte unit (``28\\,\\mathrm{GB}``): a lone figure is rounded to its last digit in it."""
+        if val.literal is not None and val.literal.half == 0:
+            figure = val.literal.scaled(scale, f"{val.literal.written} {unit}")
+            return _number(val.expr * scale, figure.half, figure)
+        factor = sp.Integer(scale)
+        return replace(val, expr=val.expr * factor, lo=None if val.lo is None else val.lo * factor,
+                       hi=None if val.hi is None else val.hi * factor, literal=None)
 
     def expr(self) -> _Val:
         self.depth += 1
@@ -416,30 +204,50 @@ class _Parser:
         while self.tok.kind == "op" and self.tok.text in "+-":
             sign = -1 if self.take().text == "-" else 1
             rhs = self.term()
-            val = self.check(_Val(val.expr + sign * rhs.expr, val.terms + rhs.terms, max(val.degree, rhs.degree)))
+            lo, hi = _span(val, rhs, (lambda x, y: x + y) if sign > 0 else (lambda x, y: x - y))
+            val = self.check(_Val(val.expr + sign * rhs.expr, val.terms + rhs.terms, max(val.degree, rhs.degree),
+                                  lo, hi))
         self.depth -= 1
         return val
 
     def term(self) -> _Val:
         val = self.implicit()
-        while self.tok.kind == "op" and self.tok.text in "*/":
-            div = self.take().text == "/"
+        while self.tok.kind == "op" and self.tok.text in ("*", "/", "//"):
+            op = self.take().text
             rhs = self.implicit()
-            expr = val.expr / rhs.expr if div else val.expr * rhs.expr
-            val = self.check(_Val(expr, val.terms * rhs.terms, val.degree + rhs.degree))
+            val = self.check(self.product(val, rhs, op))
         return val
+
+    def product(self, val: _Val, rhs: _Val, op: str) -> _Val:
+        """``val * rhs``, ``val / rhs`` or ``val // rhs`` with the interval of numbers; a literal times a
+        power of ten is scientific notation (``12.9\\times10^9``, ``7 \\times 10^9``: 6.5-7.5 x 10^9)."""
+        if op == "*":
+            if val.literal is not None and rhs.ten is not None and val.literal.half == 0:
+                figure = val.literal.scaled(10**rhs.ten, f"{val.literal.written}e{rhs.ten}")
+                return _number(val.expr * rhs.expr, figure.half, figure)
+            lo, hi = _span(val, rhs, lambda x, y: x * y)
+            return _Val(val.expr * rhs.expr, val.terms * rhs.terms, val.degree + rhs.degree, lo, hi)
+        if rhs.expr == 0:
+            raise self.lexer.fail("division by zero", -1)
+        if op == "//" and val.expr.is_Number and rhs.expr.is_Number:
+            return _number(sp.floor(val.expr / rhs.expr))
+        if op == "//":
+            self.lexer.readings.append("read a // b as a / b (exact when b divides a, as sizes of a model do)")
+        lo, hi = (None, None) if rhs.lo is not None and rhs.lo <= 0 <= rhs.hi else _span(val, rhs, lambda x, y: x / y)
+        return _Val(val.expr / rhs.expr, val.terms * rhs.terms, val.degree + rhs.degree, lo, hi)
 
     def implicit(self) -> _Val:
         if self.tok.kind == "op" and self.tok.text in "+-":
             negative = self.take().text == "-"
             val = self.implicit()
-            return _Val(-val.expr, val.terms, val.degree) if negative else val
+            return replace(val, expr=-val.expr, lo=None if val.lo is None else -val.hi,
+                           hi=None if val.hi is None else -val.lo, literal=None) if negative else val
         val = self.power()
         while self.tok.kind in self.STARTS:
             if self.lexer.strict:
                 raise self.fail(f"missing operator before {self.tok.text!r} (write * in Python syntax)")
             rhs = self.power()
-            val = self.check(_Val(val.expr * rhs.expr, val.terms * rhs.terms, val.degree + rhs.degree))
+            val = self.check(self.product(val, rhs, "*"))
         return val
 
     def power(self) -> _Val:
@@ -450,9 +258,9 @@ class _Parser:
         negative = self.tok.kind == "op" and self.tok.text == "-"
         if negative:
             self.take()
-        if tok.text == "^" and not self.lexer.strict and base.expr != 10:
-            # LaTeX: s^22 is s^2 times 2 (Python's s**22 is s to the 22nd); but 10^12 in notes is
-            # scientific notation, ten to the twelfth, never 10 * 2
+        if tok.text == "^" and not self.lexer.strict and not base.expr.is_Number:
+            # LaTeX: s^22 is s^2 times 2 (Python's s**22 is s to the 22nd); a number to a power of
+            # several digits (10^12, 2^20) is never read as 2^2 times 0
             self.split_digits()
         exponent = self.atom(exponent=True).expr * (-1 if negative else 1)
         limit = LIMITS["numeric_power"] if base.expr.is_Number else LIMITS["power"]
@@ -462,13 +270,18 @@ class _Parser:
             raise self.fail(f"gives up: the power is a number of more than {LIMITS['result_digits']} digits", tok)
         if self.tok.kind == "op" and self.tok.text in ("^", "**"):
             raise self.fail("a power of a power needs parentheses")
-        n = abs(int(exponent))
-        return self.check(_Val(base.expr ** exponent, base.terms ** n, base.degree * n))
+        n = int(exponent)
+        if base.expr.is_Number:
+            value = base.expr ** exponent
+            corners = sorted([base.lo ** n, base.hi ** n]) if base.lo and base.hi else [value, value]
+            ten = n if base.expr == 10 and base.lo == base.hi else None
+            return self.check(_Val(value, 1, 0, corners[0], corners[1], None, ten))
+        return self.check(_Val(base.expr ** exponent, base.terms ** abs(n), base.degree * abs(n)))
 
     def atom(self, exponent: bool = False) -> _Val:
         tok = self.take()
         if tok.kind == "num":
-            return _Val(tok.value, 1, 0)
+            return _number(tok.value, tok.half, tok.figure)
         if tok.kind == "name" and not exponent:
             return self.check(_leaf(tok.value))
         if tok.kind == "open":
@@ -478,19 +291,34 @@ class _Parser:
                 raise self.fail("a comma outside min(...) or max(...)", close)
             if close.kind != "close" or close.text != _OPEN[tok.text]:
                 raise self.fail(f"unbalanced {tok.text!r} (closed by {close.text or 'the end'!r})", tok)
-            return val
+            return replace(val, literal=None)
         if tok.kind == "func" and not exponent:
             return self.call(tok)
+        if tok.kind == "call" and not exponent:
+            return self.unary(tok)
         if tok.kind == "frac" and not exponent:
             num, den = self.argument(), self.argument()
-            return self.check(_Val(num.expr / den.expr, num.terms * den.terms, num.degree + den.degree))
+            return self.check(self.product(num, den, "/"))
         if tok.kind == "end":
             raise self.fail("the formula ends too early", tok)
         if exponent:
             raise self.fail("exponents must be integers", tok)
         raise self.fail(f"unexpected {tok.text!r}", tok)
 
-    def call(self, func: _Tok) -> _Val:
+    def unary(self, func: Tok) -> _Val:
+        """``int(x)``, ``math.ceil(x)``, ``round(x)``: exact on numbers; on a formula of sizes, the
+        formula itself (a rounding to a whole number, at most one unit), said in the readings."""
+        if self.tok.kind != "open":
+            raise self.fail(f"{func.text} needs its argument in brackets", func)
+        val = self.atom()
+        if val.expr.is_Number:
+            how = {"floor": sp.floor, "ceil": sp.ceiling, "round": lambda x: sp.floor(x + sp.Rational(1, 2))}
+            return _number(how.get(func.value, lambda x: x)(val.expr))
+        self.lexer.readings.append(f"read {func.text}(...) as its argument: a rounding to a whole number, at most "
+                                   "one unit")
+        return replace(val, literal=None)
+
+    def call(self, func: Tok) -> _Val:
         """``min(x, y, ...)`` or ``max(...)``: two or more arguments in brackets, comma-separated."""
         name, usage = func.text, f"e.g. {func.text}(s + n, w)"
         open_ = self.take()
@@ -520,14 +348,17 @@ class _Parser:
                                   f"{LIMITS['argument_terms']} terms in all; that is not a memory formula", -1)
         # Expanded arguments: the SymPy functions that later expand a product leave Min/Max as built.
         expr = func.value(*(sp.expand(x.expr) for x in args))
+        if all(x.lo is not None for x in args):
+            pick = min if name == "min" else max
+            return self.check(_Val(expr, 1, 0, pick(x.lo for x in args), pick(x.hi for x in args)))
         return self.check(_Val(expr, 1, max(x.degree for x in args)))
 
     def split_digits(self) -> None:
         """A LaTeX argument without braces is one character: ``\\frac12``, ``s^22``."""
         tok = self.tok
         if tok.kind == "num" and len(tok.text) > 1 and tok.text.isdigit():
-            self.tokens[self.k:self.k + 1] = [_Tok("num", tok.text[0], tok.col, sp.Integer(tok.text[0])),
-                                              _Tok("num", tok.text[1:], tok.col + 1, sp.Integer(tok.text[1:]))]
+            self.tokens[self.k:self.k + 1] = [Tok("num", tok.text[0], tok.col, sp.Integer(tok.text[0])),
+                                              Tok("num", tok.text[1:], tok.col + 1, sp.Integer(tok.text[1:]))]
 
     def argument(self) -> _Val:
         """An argument of ``\\frac``: a braced group, or a single digit or name (``\\frac12``)."""
@@ -542,13 +373,19 @@ class _Parser:
 
 def _sides(text: str) -> list[tuple[int, str, str]]:
     """``M = A ≈ B`` -> ``[(0, "", "M "), (k, "=", " A "), (j, "approx", " B")]``: each side with its
-    offset in ``text`` and the relation sign before it."""
+    offset in ``text`` and the relation sign before it; ``= ~46B`` is one relation, an approximation."""
     out, start, sign = [], 0, ""
     for match in _RELATION.finditer(text):
         out.append((start, sign, text[start:match.start()]))
         start, sign = match.end(), "=" if match.group() in ("=", "\\equiv") else "approx"
     out.append((start, sign, text[start:]))
-    return out
+    merged: list[tuple[int, str, str]] = []
+    for at, sign, side in out:
+        if merged and merged[-1][2].strip() == "" and len(merged) > 1:
+            prev = merged.pop()
+            sign = "approx" if "approx" in (prev[1], sign) else sign
+        merged.append((at, sign, side))
+    return merged
 
 
 #: A name with an optional subscript: ``M``, ``M_{fp16}``, ``P_{7B}``, ``\\text{KV\\_bytes}``, ``\\Psi_{total}``.
@@ -561,23 +398,63 @@ def _is_formula(side: str) -> bool:
     return not _LABEL.fullmatch(side) and bool(re.search(r"\d|[+\-*/^]|\\(?:frac|cdot|times)", side))
 
 
-def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], syntax: str,
-               source: _Source) -> ParsedFormula:
-    lexer = _Lexer(side, names, strict=syntax == "python", source=source, offset=offset)
-    val, unit = _Parser(lexer, lexer.run()).formula()
+def _side_unit(trailing: str | None, seen: list[str]) -> str | None:
+    """The unit of a side: a trailing ``\\text{bytes}``, else the strongest unit its figures name
+    (``7B params x 2 bytes`` is bytes)."""
+    if trailing is not None:
+        return trailing
+    return next((u for u in _UNIT_RANK if u in seen), None)
+
+
+def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], syntax: str, source: Source,
+               counting: bool, hints: Mapping[str, str]) -> ParsedFormula:
+    lexer = Lexer(side, names, strict=syntax == "python", source=source, offset=offset, counting=counting,
+                  hints=hints)
+    tokens = lexer.run()
+    val, unit = _Parser(lexer, tokens).formula()
     _bounded(val.expr, lexer)
     shown = source.text[source.column(offset) - 1:source.column(offset + len(side)) - 1].strip()
-    return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, unit)
+    nums = [t for t in tokens if t.kind not in ("end", "unit", "note")]
+    lone = nums[0] if len(nums) == 1 and nums[0].kind == "num" else None
+    bounds = (val.lo, val.hi) if val.lo is not None and val.lo != val.hi else None
+    if val.expr == 0 and re.search(r"[1-9A-Za-z\\]", side):
+        raise lexer.fail("the formula reads as 0; a claim of nothing is not what was meant (check its powers and "
+                         "products)", -1)
+    return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, _side_unit(unit, lexer.units),
+                         (), bounds, tuple(lexer.readings), lone.shape if lone else None,
+                         lone.figure if lone else None)
 
 
-def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto") -> ParsedFormula:
+def _labels(body: str) -> tuple[str, str, int]:
+    """Leading ``name:`` labels (``trainable params:``, ``Output: trainable%:``): the last one, the rest
+    and how far it starts."""
+    label, skipped = "", 0
+    while (match := _COLON_LABEL.match(body)) and body[match.end():].strip() \
+            and match.group(1).count("(") == match.group(1).count(")"):
+        label, body, skipped = match.group(1), body[match.end():], skipped + match.end()
+    return label, body, skipped
+
+
+def _percent(read: ParsedFormula) -> ParsedFormula:
+    """A side under a ``...%:`` label: the figure is a percentage."""
+    hundred = sp.Integer(100)
+    bounds = None if read.bounds is None else (read.bounds[0] / hundred, read.bounds[1] / hundred)
+    shape = (sp.Rational(1, 100), "%") if read.shape is not None else None
+    return replace(read, expr=read.expr / hundred, bounds=bounds, unit="ratio", shape=shape,
+                   readings=(*read.readings, f"read {read.text} as {read.expr / hundred} (the label says percent)"))
+
+
+def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto", *, counting: bool = True,
+                  hints: Mapping[str, str] | None = None) -> ParsedFormula:
     """Read ``text`` into a SymPy expression over the values of ``names``.
 
     Args:
-        text: the formula, Python (``4*R*N**2``) or LaTeX (``4RN^2``, ``\\frac{a}{b}``).
+        text: the formula, Python (``4*R*N**2``) or LaTeX (``4RN^2``, ``\\frac{a}{b}``), or a figure.
         names: the author's symbols (normalized: ``d_h``, ``Psi``) mapped onto our expressions.
         syntax: ``auto`` (the LaTeX grammar, a superset of Python's arithmetic) or ``python``
             (explicit ``*``, no LaTeX commands, no juxtaposition).
+        counting: the claim counts parameters, FLOPs or a ratio (``21B`` is 21 x 10^9); else bytes.
+        hints: what to say for a name the table lacks (``D``: tokens).
 
     A chain ``M = A = B`` (notes write their steps so) is read side by side: ``chain`` holds A and
     B, and the result itself is the last side. A first side without digits or operators is a label.
@@ -595,18 +472,23 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto")
         raise FormulaError(f"a formula must be text, not {type(text).__name__}")
     if len(text) > LIMITS["chars"]:
         raise FormulaError(f"formula of {len(text):,} characters; the limit is {LIMITS['chars']:,}")
-    clean, source = _clean(text)
-    body = clean.strip().strip("$").strip()
-    start = clean.find(body) if body else 0
+    cleaned, source = clean(text)
+    body = cleaned.strip().strip("$").strip()
+    start = cleaned.find(body) if body else 0
     if body.startswith("\\[") and body.endswith("\\]"):
         body, start = body[2:-2], start + 2
+    label, body, skipped = _labels(body)
+    start += skipped
     sides = _sides(body)
-    label = ""
     if len(sides) > 1 and not (sides[0][2].strip() and _is_formula(sides[0][2])):
         label = sides[0][2].strip()
         sides = sides[1:]
-    read = [_read_side(side, start + at, sign, names, syntax, source) for at, sign, side in sides]
+    read = [_read_side(side, start + at, sign, names, syntax, source, counting, hints or {})
+            for at, sign, side in sides]
+    if label.rstrip().endswith("%"):
+        read = [_percent(x) for x in read]
     last = read[-1]
     used = tuple(dict.fromkeys(x for side in read for x in side.names))
-    return ParsedFormula(text, last.expr, used, label[:80], last.relation, last.unit,
-                         tuple(read) if len(read) > 1 else ())
+    readings = tuple(dict.fromkeys(x for side in read for x in side.readings))
+    return replace(last, text=text, names=used, label=label[:80], chain=tuple(read) if len(read) > 1 else (),
+                   readings=readings)

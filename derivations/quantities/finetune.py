@@ -32,7 +32,7 @@ from memderive.symbolic.strategies import Freeze, Strategy
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "train_only", "ALL_LINEAR", "finetune_steps",
-           "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits",
+           "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits", "quantized_bytes",
            "QLORA_CITATION", "INT8_CITATION", "LORA_CITATION"]
 
 ALL_LINEAR = "all-linear"
@@ -192,7 +192,7 @@ def _weight_terms(graph: Graph, opts: Options) -> list[Term]:
         for x in op.params:
             copies, n = blk.repeat * op.share, x.numel
             if _quantized(blk, op, x, graph, base):
-                parts = [(key, copies * value) for key, value in _quantized_bytes(base, n, x.shape[0])]
+                parts = [(key, copies * value) for key, value in quantized_bytes(base, n, x.shape[0])]
             elif graph.trainable(blk.name, x.name):
                 parts = [("trainable", copies * n * train)]
             else:
@@ -203,7 +203,7 @@ def _weight_terms(graph: Graph, opts: Options) -> list[Term]:
     return [Term(f"model_states/weights/{k}", const(sums[k])) for k in order if k in sums]
 
 
-def _quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
+def quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
     """Bytes of one quantized matrix of ``n`` weights as bitsandbytes stores it.
 
     NF4 (``Params4bit``, double quantization): two weights per byte, one 8-bit absmax per block of
@@ -211,7 +211,7 @@ def _quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
     weight). LLM.int8() (``Int8Params``): one byte per weight and one fp32 scale per row (SCB).
 
     >>> from memderive.symbolic.dims import h
-    >>> _quantized_bytes("nf4", 4096 * 4096, 4096)  # 16,777,216 weights * 4.126953125 / 8
+    >>> quantized_bytes("nf4", 4096 * 4096, 4096)  # 16,777,216 weights * 4.126953125 / 8
     [('nf4', 8388608), ('nf4_constants', 266240)]
     """
     if base == "int8":

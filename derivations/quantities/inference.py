@@ -61,9 +61,10 @@ from memderive.symbolic.tensor import Tensor
 __all__ = ["infer_quantities", "check_inference", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
            "GENERATE_CITATION", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
            "kv_cache", "weight_bytes", "transient_bytes", "ReplicatedKVHeads", "serving_dtypes", "rule_of_thumb_tokens",
-           "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION"]
+           "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION",
+           "linear_weight_bytes"]
 
-WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 #: Group-wise formats: one fp16 scale per group of g consecutive input weights of a row.
 GROUPWISE = frozenset({"int8", "int4"})
@@ -287,11 +288,36 @@ def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DTyp
     path, repeat = f"{blk.name}/{op.path}", blk.repeat * op.share
     if not (blk.name == "layer" and op.kind in ("linear", "experts") and x.role == "weight"):
         return [Term(f"weights/{path}", repeat * x.numel * other.nbytes)]
+    if linear.name == "nf4":  # bitsandbytes' 4-bit base as QLoRA loads it: codes and double-quantized absmax
+        from memderive.derivations.quantities.finetune import quantized_bytes
+
+        codes, constants = quantized_bytes("nf4", x.numel, x.shape[0])
+        return [Term(f"weights/{path}", repeat * codes[1]), Term(f"weights/scales/{path}", repeat * constants[1])]
     terms = [Term(f"weights/{path}", repeat * x.numel * linear.nbytes)]
     if linear.name in GROUPWISE:
         *rows, cols = x.shape  # experts: (E, out, in), E * out rows
         terms.append(Term(f"weights/scales/{path}", repeat * prod(rows) * ceiling(cols / group) * SCALE.nbytes))
     return terms
+
+
+def linear_weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: Expr | int = g) -> tuple[Expr, Expr]:
+    """``(bytes, count)`` of the weight matrices of the layers' linears (and experts), the ones a
+    quantized dtype stores, with their scales or constants: 8 bytes / count is their bits per weight.
+
+    >>> from memderive.derivations.models.presets import preset
+    >>> graph = preset("llama-2-7b").graph(dropout=False)
+    >>> size, count = linear_weight_bytes(graph, serving_dtypes(Options(mode="infer", batch=1, seq=1, weight_dtype="nf4")))
+    >>> values = {dims.h: 4096, dims.a: 32, dims.a_kv: 32, dims.d_h: 128, dims.f: 11008, dims.l: 32}
+    >>> float(8 * size.evaluate(values) / count.evaluate(values))  # 4 + 8/64 + 32/(64 x 256)
+    4.126953125
+    """
+    size, count = const(0), const(0)
+    for blk, op in graph.ops():
+        for x in op.params:
+            if blk.name == "layer" and op.kind in ("linear", "experts") and x.role == "weight":
+                size = size + sum((term.expr for term in _param_bytes(blk, op, x, dtypes, group)), const(0))
+                count = count + blk.repeat * op.share * x.numel
+    return size, count
 
 
 def weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: Expr | int = g) -> Breakdown:
@@ -463,6 +489,9 @@ def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DTy
         notes.append(f"paged KV cache: whole blocks of {options.kv_block} tokens per sequence (as vLLM allocates)")
     if linear.name in GROUPWISE:
         notes.append(f"group-wise {linear}: one fp16 scale per {options.quant_group} weights, symmetric (no zero points)")
+    if linear.name == "nf4":
+        notes.append("NF4 linears (bitsandbytes, double quantization, as QLoRA loads them): 4-bit codes, an 8-bit "
+                     "absmax per 64 weights and one fp32 per 256 blocks (4.127 bits per weight)")
     return tuple(notes)
 
 
