@@ -48,6 +48,7 @@ def test_bad_claims_in_process(tmp_path: Path, capsys: pytest.CaptureFixture, cl
     assert not target.exists()
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_exit_codes_and_json(capsys: pytest.CaptureFixture) -> None:
     assert main(["check", "--quantity", "activations.per_layer", "--claim", "sbh(34 + 5as/h)"]) == 0
     assert capsys.readouterr().out.startswith("exact (holds)")
@@ -91,6 +92,7 @@ $this is an example in a code block, not a claim$
 """
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_file_mode(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     notes = tmp_path / "NOTES.md"
     notes.write_text(NOTES)
@@ -121,6 +123,7 @@ def test_python_power_is_not_split_like_latex() -> None:
     assert json.loads(result.stdout)["verdict"] == "different"
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_overhead_counts_in_totals(capsys: pytest.CaptureFixture) -> None:
     """--overhead 2GiB adds 2 * 2**30 = 2,147,483,648 bytes to ours for train.total (it used to be dropped
     silently), so the same claim differs from ours by 2**31 bytes more than without it."""

@@ -207,6 +207,7 @@ PIPE = {"tp": 8, "sp": True, "pp": 8}
 EQ5 = r"\frac{sbhl}{t}\left(34 + \frac{5as}{h}\right) + \frac{sbhp}{t}"  # Korthikanti et al. 2022, Eq. 5 (+ §4.3)
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_2_options_settle_min_and_max() -> None:
     # 1F1B: the first stage holds min(m, p) micro-batches; with m = 16 >= p = 8 that is p, as Eq. 5 says
     assert check("activations.total", EQ5, micro_batches=16, **PIPE).verdict == "exact"
@@ -221,6 +222,7 @@ def test_2_options_settle_min_and_max() -> None:
     assert not any(("missing", d) in kinds and ("extra", d) in kinds for _, d in kinds)
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_3_attribution_names_what_is_missing() -> None:
     # 2 + 2 + 4 + 4 bytes per parameter lacks the fp32 master copy, not "weights and gradients"
     result = check("model_states.total", r"(2+2+4+4)\Psi")
@@ -326,6 +328,7 @@ NOTES_VERDICTS = {12: ("exact", True), 16: ("conditional", False), 22: ("exact",
                   49: ("exact", True)}
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_notes_file_line_by_line(capsys: pytest.CaptureFixture) -> None:
     from memderive.cli import main
 

@@ -199,6 +199,7 @@ def test_counterexample_past_a_wide_window() -> None:
     assert result.counterexample.values["s"] == 2 * 16384
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_window_letters_on_models_without_them() -> None:
     # LLaMA 2 has no window: min(s + n, w) is right only for w >= s + n, a size the model lacks
     result = check("kv_cache.total", r"4 b l a_{kv} d_h \min(s+n, w)", model="llama-2-7b")
@@ -221,6 +222,7 @@ def test_leading_order_through_a_fixed_min() -> None:
     assert any(x.startswith("claim/ours → 1 as a, a_kv, f, h, l, l_w") for x in result.explanation)
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_undecidable_max_says_so() -> None:
     # the inference total's transient buffer is a max of buffers that all grow with the model: which one
     # wins depends on the sizes, so the leading order is not decided (and not guessed)

@@ -46,6 +46,7 @@ def test_json_echoes_every_input(capsys) -> None:
         "tp": 8, "pp": 1, "dp": 4, "zero": 1, "sp": True, "recompute": "selective", "attention": "eager"}
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_text_and_writeups_say_the_same(capsys, tmp_path) -> None:
     _, text, _ = run(capsys, "estimate", *TRAIN)
     line = "inputs: mode train, batch 1, seq 4,096, dtype bf16, optimizer adamw, tp 8, pp 1, dp 4, sp on, zero 1"
@@ -85,7 +86,7 @@ def test_small_sizes_in_kb_and_mb(capsys) -> None:
 @pytest.mark.parametrize(("command", "name"), [
     (("estimate", *TRAIN), "out.txt"),
     (("derive", "activations"), "act.txt"),
-    (("plot", "--model", "gpt2", "--batch", "1", "--seq", "128"), "bars.pdf"),
+    pytest.param(("plot", "--model", "gpt2", "--batch", "1", "--seq", "128"), "bars.pdf", marks=pytest.mark.slow),
 ])
 def test_one_overwrite_rule(capsys, tmp_path, command: tuple[str, ...], name: str) -> None:
     path = tmp_path / name
@@ -238,6 +239,7 @@ def test_api_raises_at_the_call(capsys) -> None:
 
 # -- 9. plots ----------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_bars_that_differ_tenfold_use_a_log_axis() -> None:
     from memderive.derivations.estimate import estimate
     from memderive.plots import breakdown_data, draw

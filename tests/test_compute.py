@@ -181,6 +181,7 @@ def test_derive_flops_prints_forward_model_and_hardware(capsys: pytest.CaptureFi
     assert code == 0 and out.splitlines()[2].endswith("6*V*b*h*s + 96*b*h^2*l*s + 16*b*h*l*s^2")
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_writeups_and_plots_show_compute_as_they_show_memory() -> None:
     from memderive.plots import plot_data
     from memderive.writeup import estimate_document

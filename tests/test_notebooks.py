@@ -22,6 +22,7 @@ def _sources(nb) -> list[tuple[str, str]]:
     return [(cell.cell_type, cell.source) for cell in nb.cells]
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 @pytest.mark.parametrize(("model", "kwargs"), BUNDLED, ids=MODELS)
 def test_committed_notebook_is_not_stale(model, kwargs) -> None:
     path = bundled_path(model)

@@ -128,6 +128,7 @@ $16\\Psi$
 """
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_check_file_reads_every_option_key(tmp_path, capsys) -> None:
     """Keys that ``check --file`` refused as unknown before the table (attention, ep, kv-block,
     implementation, lora-dropout, capacity-factor, overhead, gpu) reach the claim, typed."""

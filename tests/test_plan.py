@@ -15,6 +15,7 @@ from memderive.derivations.search.plan import PlanError, plan, smallest_gpu_coun
 GB80 = 80 * 10**9
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_llama_70b_on_1024_gpus_rows_rerun_to_the_same_bytes() -> None:
     layouts = plan("llama-2-70b", GB80, 1024, 4096, 1024, top=8)
     assert layouts
@@ -27,6 +28,7 @@ def test_llama_70b_on_1024_gpus_rows_rerun_to_the_same_bytes() -> None:
     assert times == sorted(times)
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_pipeline_layouts_rerun_too() -> None:
     """A budget that needs pipelining: every row's bytes are estimate's (first stage, m micro-batches)."""
     layouts = plan("llama-2-70b", 40 * 10**9, 64, 4096, 64, top=40)
@@ -35,6 +37,7 @@ def test_pipeline_layouts_rerun_too() -> None:
         assert estimate("llama-2-70b", **x.options).number("total_bytes") == x.total_bytes <= 40 * 10**9
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_fewest_gpus_is_the_fewest() -> None:
     fewest = smallest_gpu_count("llama-2-7b", 24 * 10**9, 64, 2048)
     smaller = [n for n in (1, 2, 4, 8, 16, 32) if n < fewest]
@@ -107,6 +110,7 @@ def _flags(options: dict) -> list[str]:
     return flags
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_gpu_plan_ranks_by_the_step_time_estimate_reports() -> None:
     """Every row's step time, tokens/s and MFU are what ``estimate`` with its options reports; rows come
     fastest first; and the top row is no slower than the proxy's favourite timed the same way (the proxy

@@ -73,6 +73,7 @@ def test_colours_group_model_states_and_layers() -> None:
     assert len(set(palette)) == 4 and palette[0].startswith("#08")
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 @pytest.mark.parametrize(("suffix", "magic"), [("png", b"\x89PNG"), ("svg", b"<"), ("pdf", b"%PDF")])
 def test_files_are_written(est, tmp_path, suffix, magic) -> None:
     path = save(draw(sweep_data(est, "b", points=[1, 2, 4], capacity=80 * 10**9)), tmp_path / f"plot.{suffix}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import json
 import pkgutil
@@ -25,6 +26,7 @@ PY_FILES = sorted(p for folder in ("symbolic", "derivations", "render", "tests",
 TABLE = ROOT / "derivations" / "references.py"
 
 
+@functools.lru_cache(maxsize=1)
 def _literal_keys() -> dict[str, list[str]]:
     """Each string-literal key of a ``Citation(...)`` call in the tree, with where it is written."""
     found: dict[str, list[str]] = {}
@@ -77,6 +79,7 @@ ESTIMATES = [
 ]
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_every_literal_citation_key_is_a_reference() -> None:
     keys = _literal_keys()
     unknown = {k: v for k, v in keys.items() if k not in REFERENCES}
@@ -102,11 +105,13 @@ def test_every_citation_held_at_run_time_resolves() -> None:
         k for c in held for k in c.keys()}
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_every_reference_is_cited_somewhere() -> None:
     """An entry is cited by a ``Citation`` or named by its key in a source or test file (a comment that says
     where an expected number comes from); the table itself does not count."""
     text = "\n".join(p.read_text() for p in PY_FILES if p != TABLE)
-    unused = [k for k in REFERENCES if k not in _literal_keys() and not re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", text)]
+    literal = _literal_keys()  # once, not once per key (that parsed the tree 62 times: 68 s)
+    unused = [k for k in REFERENCES if k not in literal and not re.search(rf"(?<![\w-]){re.escape(k)}(?![\w-])", text)]
     assert not unused, f"entries nothing cites: {unused}"
 
 

@@ -22,7 +22,9 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", params=list(CASES))
+#: The GPT-3 case takes seconds per test (measured): slow, the others fast.
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=pytest.mark.slow) if name.startswith("gpt3") else name
+                                        for name in CASES])
 def est(request):
     model, kwargs = CASES[request.param]
     return estimate(model, **kwargs)

@@ -128,6 +128,7 @@ def test_inference_quantities_render_through_the_same_path(fmt) -> None:
         assert f"{est.number(q.key):,}" in doc
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_detail_modes_and_precision() -> None:
     est = train_7b()
     symbolic = estimate_document(est, "md", RenderOptions(detail="symbolic"))

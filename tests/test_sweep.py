@@ -28,6 +28,7 @@ def _check_points(model: str, fixed: dict, axes: dict, count: int = 6, seed: int
         assert set(out) == {q.key for q in est.quantities}
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_llama_training_grid_equals_estimate() -> None:
     _check_points("llama-2-7b", {"mode": "train"}, {"batch": range(1, 1001), "seq": range(128, 131073, 128)})
 
