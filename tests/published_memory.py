@@ -162,7 +162,7 @@ _TT_README = ("pytorch/torchtune README.md at 30b8519e8 (2024-09-24, 'Memory and
 _TT_COMMON = ("batch size 2, no gradient accumulation, dataset packed to 2048 tokens, torch.compile on (the "
               "table's note); bf16 weights (dtype: bf16), chunked cross-entropy (CEWithChunkedOutputLoss)")
 #: What torchtune's recipes run that memderive expresses with options not all of which exist yet.
-_TT_PENDING = {"precision": "pure", "loss_chunks": 8, "compile": True}
+_TT_PENDING = {"precision": "pure", "loss_chunks": 8, "compile": "layers"}
 _LORA_8B = {"lora_rank": 8, "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
             "optimizer": "adamw"}
 _QLORA_8B = {**_LORA_8B, "lora_targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "base_dtype": "nf4"}
@@ -219,10 +219,10 @@ def _flags(name: str, gib: float, pending: dict, **options: Any) -> Measurement:
 
 TORCHTUNE_FLAGS = [
     _flags("+ packed dataset", 60.0, {}, recompute="none"),
-    _flags("+ compile", 51.0, {"compile": True}, recompute="none"),
-    _flags("+ chunked cross-entropy", 42.9, {"compile": True, "loss_chunks": 8}, recompute="none"),
-    _flags("+ activation checkpointing", 24.9, {"compile": True, "loss_chunks": 8}),
-    _flags("+ optimizer step in backward", 23.1, {"compile": True, "loss_chunks": 8, "optimizer_in_backward": True}),
+    _flags("+ compile", 51.0, {"compile": "layers"}, recompute="none"),
+    _flags("+ chunked cross-entropy", 42.9, {"compile": "layers", "loss_chunks": 8}, recompute="none"),
+    _flags("+ activation checkpointing", 24.9, {"compile": "layers", "loss_chunks": 8}),
+    _flags("+ optimizer step in backward", 23.1, {"compile": "layers", "loss_chunks": 8, "optimizer_in_backward": True}),
 ]
 
 _TITAN = ("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torchtitan 9dec370, torch 1963fc8, "
@@ -250,7 +250,7 @@ TORCHTITAN = [
     _titan("FSDP, 8 GPUs, seq 32768", 83.9, 8, "Table 2: FSDP 8, CP 1, local batch 1, seq 32768, full activation "
            "checkpointing, torch.compile, Float8 linears", "The loss path at 32,768 tokens holds several V x s "
            "buffers (bf16 logits, their fp32 upcast, the fp32 gradient), one in the derivation (issue 21, item "
-           "1); the allocator grows its reserve towards the 96 GB it has.", {"compile": True, "fp8": True},
+           "1); the allocator grows its reserve towards the 96 GB it has.", {"compile": "layers", "fp8": "tensorwise"},
            batch=1, seq=32768, recompute="full"),
 ]
 
