@@ -85,6 +85,34 @@ def test_marker_key_round_trips(option) -> None:
     assert from_marker == from_cli
 
 
+#: The flags of ``estimate`` that are not options of an estimate: what to print and where (never a marker key).
+OUTPUT_FLAGS = {"-h", "--help", "--json", "--format", "--convention", "--summary", "--precision", "--detail",
+                "--units", "-o", "--output", "--force"}
+
+
+def test_every_estimate_flag_is_a_table_option_and_a_marker_key() -> None:
+    """Enumerated from the parser itself: each flag of ``estimate`` is ``--model``, an output flag above, or
+    an entry of the table whose key a notes marker takes (``--mode`` aside: a claim's quantity decides it);
+    a switch's either spelling (``--sp``, ``--no-sp``) is a bare marker word setting the same field. A flag
+    added to ``estimate`` by hand, outside the table, fails here."""
+    parser = _PARSER._subparsers._group_actions[0].choices["estimate"]
+    by_dest = {o.dest: o for o in options_for("estimate")}
+    seen = set()
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if flag in OUTPUT_FLAGS or flag == "--model":
+                assert flag != "--model" or "model" in KEYS
+                continue
+            option = by_dest.get(action.dest)
+            assert option is not None, f"{flag} is a flag of estimate but not an entry of derivations/option_table.py"
+            seen.add(option.name)
+            if action.nargs == 0:  # a switch, either spelling
+                assert set(marker_fields(flag[2:])) == {option.name}, flag
+            else:
+                assert flag == option.flag and (option.key in KEYS or option.name == "mode"), flag
+    assert seen == {o.name for o in options_for("estimate")}  # and every entry for estimate is a flag of it
+
+
 @pytest.mark.parametrize("option", options_for("estimate"), ids=lambda o: o.name)
 def test_rebuilt_command_line_parses_to_the_same_options(option) -> None:
     """``cli_command`` (writeups, notebooks) and ``option_argv`` (plan rows) give a command line that
