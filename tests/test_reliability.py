@@ -213,8 +213,9 @@ def test_a_claim_of_hundreds_of_terms_gives_up() -> None:
     from memderive.derivations.claims.check import check
     from memderive.derivations.claims.parser import FormulaError
 
-    # 10 symbols to the 4th power: C(13, 4) = 715 terms; it took 19 s before
-    with pytest.raises(FormulaError, match="gives up: the claim expands to 715 terms"):
+    # 9 symbols to the 4th power (d is the hidden size h in a parameter count since issue 23, so h and d
+    # are one symbol): C(12, 4) = 495 terms; it took 19 s before
+    with pytest.raises(FormulaError, match="gives up: the claim expands to 495 terms"):
         check("params.total", "(h+l+a+V+s+b+t+d+p+f)**4", model="gpt2")
 
 

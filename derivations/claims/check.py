@@ -410,7 +410,8 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
         except Unanalysable as exc:
             lines.append(f"the gap is not traced to our terms: {exc}")
     lines += [g.text() for g in gaps]
-    lines = _siblings(spec, ctx, expr) + lines
+    # a sibling that is only leading-order says nothing new when the claim is leading-order for this one
+    lines = [x for x in _siblings(spec, ctx, expr) if not (lead and x.startswith("leading-order"))] + lines
     holds_under = _exact_under(spec, ctx, expr, cmp)
     if holds_under:
         verdict = "conditional"
