@@ -27,7 +27,7 @@ from memderive.derivations.models.implementations import hf_layers
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import shared_names, symbol_values
-from memderive.derivations.options import ArgumentError, Options
+from memderive.derivations.options import ArgumentError, Options, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
 from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
 from memderive.derivations.quantities.parameters import parameter_quantities
@@ -128,9 +128,7 @@ def _options(options: Options | None, kwargs: Mapping[str, Any]) -> Options:
     """The options of a call: an ``Options``, or its fields as keywords (not both, nothing else)."""
     if options is None:
         return Options.from_keywords(kwargs)
-    if not isinstance(options, Options):
-        raise ArgumentError(f"options must be an Options, got {shown(options)} ({type(options).__name__}); give "
-                            "fields as keywords, e.g. estimate(model, mode=\"train\", batch=1, seq=2048)")
+    given_options(options)
     if kwargs:
         raise ArgumentError(f"give options=Options(...) or keyword options ({', '.join(kwargs)}), not both")
     return options

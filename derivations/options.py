@@ -18,7 +18,7 @@ from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
 from memderive.symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -79,11 +79,40 @@ MAX_OPTION = 10**15
 MAX_BYTES = 10**30
 
 
-def _positive(name: str, value: int | None) -> None:
+def positive_option(name: str, value: int | None, required: bool = False) -> None:
+    """A positive integer up to ``MAX_OPTION`` (or None), else an ``OptionsError`` naming ``--name``.
+
+    >>> positive_option("global-batch", 10**16)
+    Traceback (most recent call last):
+    ...
+    memderive.derivations.options.OptionsError: --global-batch = 1.000e+16 is past the bound of 1,000,000,000,000,000 (10^15)
+    """
+    if value is None and required:
+        raise OptionsError(f"--{name} is needed: a positive integer")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise OptionsError(f"--{name} must be a positive integer, got {shown(value)}")
     if value is not None and value > MAX_OPTION:
         raise OptionsError(f"--{name} = {value:.3e} is past the bound of {MAX_OPTION:,} (10^15)")
+
+
+_positive = positive_option
+
+
+def capacity_bytes(capacity: Any) -> int:
+    """One GPU's memory as a search takes it: whole bytes, 1 to 10^30, else an ``OptionsError``."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 < capacity <= MAX_BYTES:
+        raise OptionsError(f"the GPU memory must be a whole number of bytes, 1 to 10^30, got {shown(capacity)} "
+                           "(e.g. 80 * 10**9; --gpu-memory 80GB)")
+    return capacity
+
+
+def given_options(options: Any, call: str = "estimate") -> Any:
+    """``options`` as a call takes it: an ``Options`` or None; anything else (``sweep("gpt2", "train")``) is an
+    ``ArgumentError`` that says how to call ``call``."""
+    if options is not None and not isinstance(options, Options):
+        raise ArgumentError(f"options must be an Options, got {shown(options)} ({type(options).__name__}); give "
+                            f"fields as keywords, e.g. {call}(model, mode=\"train\", batch=1, seq=2048)")
+    return options
 
 
 def _check_gpu(name: str | None, efficiency: float | None) -> None:

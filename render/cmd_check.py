@@ -127,24 +127,32 @@ def _error(message: str, fmt: str) -> str:
     return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
 
 
+def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
+    """A claim's result, or why it could not be checked (one claim's failure never aborts the others')."""
+    try:
+        return check_claim(claim), ""
+    except ValueError as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 -- reported on that claim, in the file's report
+        return None, f"internal error on this claim ({type(exc).__name__}: {exc}); please report it"
+
+
 def _run_file(args: argparse.Namespace) -> int:
-    from memderive.derivations.claims.markers import find_claims
+    from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
     from memderive.derivations.claims.check import check_claim
     from memderive.check_report import file_lines
 
     text = read_notes(args.file)
     found = []
-    for marked in find_claims(text, _defaults(args)):
+    verdicts: dict[str, tuple[Any, str]] = {}  # a claim repeated word for word is checked once
+    for marked in find_claims(text, _defaults(args), MAX_CLAIMS):
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
-        try:
-            found.append((marked, check_claim(marked.claim), ""))
-        except ValueError as exc:
-            found.append((marked, None, str(exc)))
-        except Exception as exc:  # noqa: BLE001 -- one claim's failure never aborts the others' report
-            found.append((marked, None, f"internal error on this claim ({type(exc).__name__}: {exc}); "
-                                        "please report it"))
+        key = repr(marked.claim)
+        if key not in verdicts:
+            verdicts[key] = _verdict(check_claim, marked.claim)
+        found.append((marked, *verdicts[key]))
     if args.json:
         text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                            for m, r, e in found], indent=2)

@@ -32,10 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_range(flag: str, text: str) -> list[int]:
-    """``"1:4"`` -> [1, 2, 3, 4]; ``"128:512:128"`` -> [128, 256, 384, 512]; ``"1,2,8"`` -> [1, 2, 8].
+#: The most rows the command line writes: a CSV of more takes seconds (memderive.sweep returns arrays up to
+#: derivations.search.sweep.MAX_POINTS points).
+MAX_CSV_ROWS = 2**17
 
-    >>> parse_range("--seq", "128:600:128")
+
+def parse_range(flag: str, text: str) -> list[int] | range:
+    """``"1:4"`` -> range(1, 5); ``"128:512:128"`` -> 128, 256, 384, 512; ``"1,2,8"`` -> [1, 2, 8]. A range
+    is not built (``1:10000000000`` costs nothing until the grid's size is checked).
+
+    >>> list(parse_range("--seq", "128:600:128"))
     [128, 256, 384, 512]
     """
     text = str(text)
@@ -52,8 +58,7 @@ def parse_range(flag: str, text: str) -> list[int]:
         fail(f"{flag} {text}: the step must be positive")
     if stop < start:
         fail(f"{flag} {text}: the stop is below the start; write start:stop[:step] with start <= stop")
-    values = list(range(start, stop + 1, step))
-    return values
+    return range(start, stop + 1, step)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
         fail(f"{args.output} exists; give --force to overwrite it or choose another --output")
     grids = {dest: parse_range(flag, getattr(args, dest)) for dest, flag in RANGES.items()
              if getattr(args, dest) is not None}
-    first = copy.copy(args)
-    for dest, values in grids.items():
-        setattr(first, dest, values[0])
-    base = options_from_args(first)  # checks every other option once
     swept = {k: v for k, v in grids.items() if len(v) > 1}
+    _check_size(swept)
+    first = copy.copy(args)
+    for dest, values in grids.items():  # the largest pp: a range with pipelines makes --micro-batches apply
+        setattr(first, dest, max(values) if dest == "pp" else values[0])
+    base = options_from_args(first)  # checks every other option once
     fixed = {k: v[0] for k, v in grids.items() if len(v) == 1}
     result = sweep(args.model, base, **fixed, **swept)
     stream = open(args.output, "w") if args.output else sys.stdout
@@ -77,6 +83,20 @@ def run(args: argparse.Namespace) -> int:
         if args.output:
             stream.close()
     return 0
+
+
+def _check_size(swept: dict[str, list[int] | range]) -> None:
+    """The grid's size against the sweep's limits, then the CSV's, before a value is built."""
+    import math
+
+    from memderive.derivations.search.sweep import MAX_POINTS, check_grid_size
+
+    check_grid_size({k: len(v) for k, v in swept.items()})
+    rows = math.prod(len(v) for v in swept.values())
+    if rows > MAX_CSV_ROWS:
+        asked = " x ".join(f"{RANGES[k]} {len(v):,} values" for k, v in swept.items())
+        fail(f"the sweep writes {rows:,} CSV rows ({asked}); the limit of the command line is {MAX_CSV_ROWS:,} "
+             f"rows: sweep coarser steps, or call memderive.sweep in Python (arrays up to {MAX_POINTS:,} points)")
 
 
 def write_csv(stream, swept: dict[str, list[int]], result: dict) -> None:

@@ -34,13 +34,17 @@ from typing import Any
 from memderive.derivations.claims.check import Claim
 from memderive.derivations.option_table import Option, options_for, value_from_text
 
-__all__ = ["Marked", "find_claims", "marker_fields", "KEYS"]
+__all__ = ["Marked", "find_claims", "marker_fields", "KEYS", "MAX_CLAIMS"]
 
 _MARKER = re.compile(r"<!--\s*memderive(-defaults)?\s*:")
 _BLANK = re.compile(r"\n[ \t]*\n")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
 _FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
                       r"|`(?P<code>[^`\n]+)`", re.DOTALL)
+#: Inline formulas and code alone (``_FORMULA``'s last two branches): no lazy scan across lines.
+_INLINE = re.compile(r"(?<![\\$])\$[^$\n]+?\$|`[^`\n]+`")
+#: The most markers ``check --file`` reads in one document (each distinct claim is checked on its own, ~0.1 s).
+MAX_CLAIMS = 500
 _CLAIM_KEYS = ("quantity", "symbols", "model", "units", "syntax", "expect")
 #: The options a marker sets: those of ``check`` but the mode (a claim's quantity decides it).
 _OPTIONS = {o.key: o for o in options_for("check") if o.name != "mode"}
@@ -132,20 +136,21 @@ def _markers(text: str) -> list[_Marker]:
 
 
 def _formula_after(text: str, start: int, stop: int) -> re.Match | None:
-    """The first formula opening before the next blank line. Each opening is tried once, and a
-    ``$$`` or ``\\[`` only where its closing sign occurs later, so the scan is linear."""
+    """The first formula opening before the next blank line, found without a step per character: a ``$$``
+    or ``\\[`` block opens at its first occurrence if its closing sign follows (then the nearest one closes
+    it), inline ``$...$`` and code by one regex search each (a failed try ends at the line's end or the next
+    ``$`` or backtick; a run of backticks is skipped by the engine), so 3 MB of backticks is one scan."""
     blank = _BLANK.search(text, start, stop)
     limit = blank.start() if blank else stop
-    closes = {"$$": text.rfind("$$", start, stop), "\\[": text.rfind("\\]", start, stop)}
-    ahead = {c: text.find(c, start, limit) for c in "$\\`"}  # next occurrence of each opening sign
-    while (opening := min((j for j in ahead.values() if j >= 0), default=-1)) >= 0:
-        pair = text[opening:opening + 2]
-        if pair not in closes or closes[pair] > opening + 2:
-            match = _FORMULA.match(text, opening, stop)
-            if match:
-                return match
-        ahead[text[opening]] = text.find(text[opening], opening + 1, limit)
-    return None
+    openings = []
+    for sign, close in (("$$", "$$"), ("\\[", "\\]")):
+        j = text.find(sign, start, limit)
+        if j >= 0 and text.rfind(close, j + 2, stop) > j + 2:
+            openings.append(j)
+    inline = _INLINE.search(text, start, stop)
+    if inline and inline.start() < limit:
+        openings.append(inline.start())
+    return _FORMULA.match(text, min(openings), stop) if openings else None
 
 
 class _Lines:
@@ -158,15 +163,19 @@ class _Lines:
         return bisect.bisect_left(self.newlines, offset) + 1
 
 
-def find_claims(text: str, defaults: Mapping[str, Any] | None = None) -> list[Marked]:
+def find_claims(text: str, defaults: Mapping[str, Any] | None = None, limit: int | None = None) -> list[Marked]:
     """Every marked claim of a Markdown document, in order.
 
     Args:
         text: the document.
         defaults: keys that apply to every marker (a marker's own keys win), e.g. from the CLI.
+        limit: the most markers read (``check --file``: ``MAX_CLAIMS``); more is a ``ValueError`` at once.
     """
     masked = _mask_fences(text)
     markers = _markers(masked)
+    if limit is not None and len(markers) > limit:
+        raise ValueError(f"{len(markers):,} memderive markers; the limit is {limit:,} per document: split the "
+                         "file")
     line_of = _Lines(masked)
     current = dict(defaults or {})
     found: list[Marked] = []

@@ -22,11 +22,11 @@ from typing import Any
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options
+from memderive.derivations.options import ArgumentError, Options, capacity_bytes, given_options
 from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
 from memderive.derivations.quantity import exact_int
 from memderive.symbolic.dims import b, s
-from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr, Number, total
 
 __all__ = ["Fit", "FitError", "DoesNotFit", "fit", "SOLVE_FOR", "smallest_changes"]
@@ -141,8 +141,12 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
     Raises:
         FitError: not even 1 fits, or memory does not bound the answer.
     """
-    if solve_for not in SOLVE_FOR:
-        raise ValueError(f"solve for batch or seq, not {solve_for!r}")
+    if not isinstance(solve_for, str) or solve_for not in SOLVE_FOR:
+        raise ArgumentError(f"solve for batch or seq, not {shown(solve_for)}")
+    if given_options(options, "fit") is None:
+        raise ArgumentError("fit needs options: fit(model, Options(mode=\"train\", batch=1, seq=2048), capacity, "
+                            "\"batch\")")
+    capacity_bytes(capacity)
     model, symbol = resolve_model(model), SOLVE_FOR[solve_for]
     terms = _terms_in(model, options, symbol)
 

@@ -27,10 +27,11 @@ modelled: the time is a lower bound and the MFU an upper bound.
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 import numpy as np
@@ -39,16 +40,18 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS, Option
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, capacity_bytes, given_options, positive_option
 from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
 from memderive.derivations.search.step_timer import plan_step_time
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 from memderive.symbolic.grid import grid_plan
 
 __all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
-           "NODE_SIZE"]
+           "NODE_SIZE", "MAX_LAYOUTS"]
 
 NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
+#: The most layouts a plan compares (a global batch with many divisors, no --gpus, has millions).
+MAX_LAYOUTS = 2**17
 #: The share of each GPU's memory an inference plan leaves to the runtime (CUDA context, the engine's buffers,
 #: fragmentation): vLLM's ``gpu_memory_utilization`` defaults to 0.9 (vLLM engine arguments).
 RUNTIME_RESERVE = Fraction(1, 10)
@@ -88,8 +91,20 @@ class Layout:
                 "flops_per_gpu": self.flops_per_gpu, "pipeline_bubble": self.bubble}
 
 
-def _divisors(x: int) -> list[int]:
-    return [k for k in range(1, x + 1) if x % k == 0]
+@lru_cache(maxsize=64)
+def _divisors(x: int) -> tuple[int, ...]:
+    """The divisors of ``x``, increasing: trial division up to sqrt(x), SymPy's factorization past 10^10 (a
+    global batch may be 10^15).
+
+    >>> _divisors(12), len(_divisors(10**15))
+    ((1, 2, 3, 4, 6, 12), 256)
+    """
+    if x > 10**10:
+        from sympy import divisors
+
+        return tuple(int(k) for k in divisors(x))
+    low = [k for k in range(1, math.isqrt(x) + 1) if x % k == 0]
+    return tuple(low + [x // k for k in reversed(low) if k * k != x])
 
 
 def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int]]:
@@ -108,17 +123,23 @@ def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[in
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); with ``ep``, data-parallel degrees it divides."""
-    out = []
+    out: list[dict] = []
     recomputes = ("none", "full") if flash else ("none", "selective", "full")
+    batches = _divisors(global_batch)
     for tp, pp, vs in _degrees(model, base, gpus):
-        dps = [gpus // (tp * pp)] if gpus is not None else _divisors(global_batch)
+        dps = [gpus // (tp * pp)] if gpus is not None else batches
         for dp in dps:
             if global_batch % dp or dp % ep:
                 continue
-            for mb in _divisors(global_batch // dp):
+            for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
                 count = global_batch // (dp * mb)
                 if vs > 1 and count % pp:
                     continue  # Megatron's interleaved schedule needs m divisible by p
+                if len(out) > MAX_LAYOUTS:
+                    raise PlanError(f"{model.name}: more than {MAX_LAYOUTS:,} layouts to compare (the limit): a "
+                                    f"global batch of {global_batch:,} has {len(batches):,} divisors, each a "
+                                    "data-parallel degree and micro-batch size; give --gpus, or a global batch "
+                                    "with fewer divisors")
                 for zero, recompute in itertools.product(range(4) if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": tp > 1, "zero": zero, "recompute": recompute,
                                 "flash": flash, "batch": mb, "micro_batches": count, "ep": ep,
@@ -198,6 +219,10 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
             the layouts on; None: 8 GPUs per node, 400 Gb/s per GPU between nodes.
     """
+    given_options(options, "plan")
+    capacity_bytes(capacity)
+    for name, value in (("global-batch", global_batch), ("seq", seq), ("gpus", gpus), ("top", top)):
+        positive_option(name, value, required=name != "gpus")
     resolved = resolve_model(model)
     experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, sp=False, zero=0)

@@ -21,6 +21,7 @@ The step sizes ``batch``, ``seq`` and ``new_tokens`` are array axes; the layout 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import asdict
 from functools import lru_cache
@@ -31,15 +32,19 @@ import numpy as np
 from memderive.derivations.estimate import estimate, structure_key
 from memderive.derivations.memo import Keyed
 from memderive.derivations.models.resolve import resolve_model
-from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.options import Options, OptionsError, given_options
 from memderive.symbolic.dims import b, n, s
 from memderive.symbolic.grid import INT64_MAX, GridError, GridPlan, grid_plan
 
-__all__ = ["sweep", "SWEEPABLE", "SweepError"]
+__all__ = ["sweep", "SWEEPABLE", "SweepError", "MAX_POINTS", "MAX_LAYOUTS", "check_grid_size"]
 
 #: Options that may be given as 1-D sequences; the first three are array axes, the others loops.
 SWEEPABLE = ("batch", "seq", "new_tokens", "tp", "pp", "dp", "micro_batches")
 AXES = {"batch": b, "seq": s, "new_tokens": n}
+#: The most grid points a sweep evaluates (every quantity is an array of them: about 120 MB of int64 at the
+#: limit), and the most layouts (each combination of tp, pp, dp, micro_batches is an estimate of its own).
+MAX_POINTS = 2**20
+MAX_LAYOUTS = 1024
 
 
 class SweepError(OptionsError):
@@ -63,6 +68,34 @@ def _grid_values(name: str, value: Any) -> np.ndarray:
     return np.asarray(items, dtype=np.int64)
 
 
+def _flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def check_grid_size(lengths: dict[str, int]) -> None:
+    """Refuse a grid of more than ``MAX_POINTS`` points or ``MAX_LAYOUTS`` layouts before anything is built,
+    saying the size asked (``lengths``: values per swept option) and the limit.
+
+    >>> check_grid_size({"batch": 10**10})
+    Traceback (most recent call last):
+    ...
+    memderive.derivations.search.sweep.SweepError: the sweep has 10,000,000,000 points (--batch 10,000,000,000 values); the limit is 1,048,576 points: sweep coarser steps (start:stop:step) or fewer values
+    """
+    points = math.prod(lengths.values())
+    asked = " x ".join(f"{_flag(k)} {v:,} values" for k, v in lengths.items())
+    if points > MAX_POINTS:
+        raise SweepError(f"the sweep has {points:,} points ({asked}); the limit is {MAX_POINTS:,} points: sweep "
+                         "coarser steps (start:stop:step) or fewer values")
+    layouts = math.prod(v for k, v in lengths.items() if k not in AXES)
+    if layouts > MAX_LAYOUTS:
+        raise SweepError(f"the sweep has {layouts:,} layouts ({asked}), each derived on its own; the limit is "
+                         f"{MAX_LAYOUTS:,} layouts: give fewer --tp/--pp/--dp/--micro-batches values")
+
+
+def _length(value: Any) -> int:
+    return int(value.size) if isinstance(value, np.ndarray) else len(value)
+
+
 def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
     """Every quantity of ``estimate(model, ...)`` over the grid of the sequence-valued options.
 
@@ -74,11 +107,12 @@ def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str
     Returns:
         ``{quantity key: array}``, axes in the keyword order of the sequence-valued options.
     """
-    fields = asdict(options) if options is not None else {}
+    fields = asdict(given_options(options, "sweep")) if options is not None else {}
     swept = [k for k, v in kwargs.items() if _is_sequence(v)]
     for k in swept:
         if k not in SWEEPABLE:
             raise SweepError(f"{k} cannot be swept; sweep any of {', '.join(SWEEPABLE)}")
+    check_grid_size({k: _length(kwargs[k]) for k in swept})  # before a value is read: range(1, 10**12) is cheap
     grids = {k: _grid_values(k, kwargs[k]) for k in swept}
     fields.update({k: v for k, v in kwargs.items() if k not in grids})
     resolved = resolve_model(model)
