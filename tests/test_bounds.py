@@ -43,6 +43,7 @@ def test_plan_past_the_bound_is_refused(capsys) -> None:
     assert "--global-batch" in line and "10^15" in line
 
 
+@pytest.mark.slow  # seconds on a loaded machine: a plan, a 3 MB file
 def test_plan_at_the_bound_answers(capsys) -> None:
     # 10^15 = 2^15 5^15 has 256 divisors: the micro-batch sizes of each layout of 8 GPUs
     code, out, err, elapsed = _timed(capsys, "plan", "--model", "gpt2", "--seq", "128", "--gpus", "8",
@@ -50,6 +51,7 @@ def test_plan_at_the_bound_answers(capsys) -> None:
     assert code in (0, 1) and "Traceback" not in err and elapsed < 5 + SLACK, (code, err[-2000:], elapsed)
 
 
+@pytest.mark.slow  # seconds on a loaded machine: a plan, a 3 MB file
 def test_plan_with_too_many_layouts_says_so(capsys) -> None:
     # 963,761,198,400 has 6,720 divisors: every data-parallel degree and micro-batch size of them
     line = _refused(capsys, "plan", "--model", "gpt2", "--seq", "128", "--gpu-memory", "80GB",
@@ -93,6 +95,7 @@ def test_the_api_bounds_the_grid() -> None:
 CLAIM = "<!-- memderive: quantity=params.total model=gpt2 -->\n$N = 12lh^2$\n\n"
 
 
+@pytest.mark.slow  # seconds on a loaded machine: a plan, a 3 MB file
 def test_forty_thousand_claims_are_refused_at_once(capsys, tmp_path) -> None:
     notes = tmp_path / "notes.md"
     notes.write_text(CLAIM * 40_000)  # 2.7 MB, under the 4 MB file limit
@@ -100,6 +103,7 @@ def test_forty_thousand_claims_are_refused_at_once(capsys, tmp_path) -> None:
     assert "40,000" in line and "limit" in line
 
 
+@pytest.mark.slow  # seconds on a loaded machine: a plan, a 3 MB file
 def test_a_marker_before_three_megabytes_of_backticks(capsys, tmp_path) -> None:
     notes = tmp_path / "ticks.md"
     notes.write_text("<!-- memderive: quantity=params.total model=gpt2 -->\n" + "`" * 3_000_000)
@@ -107,6 +111,7 @@ def test_a_marker_before_three_megabytes_of_backticks(capsys, tmp_path) -> None:
     assert code == 2 and "without a formula" in out and elapsed < 1 + SLACK, (code, out[:300], err, elapsed)
 
 
+@pytest.mark.slow  # seconds on a loaded machine: a plan, a 3 MB file
 def test_repeated_claims_are_checked_once(capsys, tmp_path, monkeypatch) -> None:
     import importlib
 
