@@ -1,4 +1,5 @@
-"""The notebooks in notebooks/: regenerated sources match, they execute cleanly, their totals equal --json."""
+"""The notebooks in notebooks/: regenerated sources match, they execute cleanly, their totals equal --json; the tour
+is built from notebooks/tour.md and shows what the code prints today."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import nbformat
 import pytest
 
 from memderive.derivations.estimate import estimate
-from memderive.notebooks import BUNDLED, ROOT, bundled_path, execute, notebook
+from memderive.notebooks import BUNDLED, ROOT, bundled_path, execute, notebook, write
+from memderive.tour import TOUR, tour
 from memderive.writeup import cli_command
 
 MODELS = [model for model, _ in BUNDLED]
@@ -76,3 +78,42 @@ def test_cli_notebook_writes_and_refuses_to_overwrite(tmp_path) -> None:
     assert _cli(*args, "--force").returncode == 0
     bad = _cli("--model", "gpt2", "--batch", "1", "--seq", "8", "-o", str(tmp_path / "x.txt"))
     assert bad.returncode == 2 and "ipynb" in bad.stderr
+
+
+# -- the tour (notebooks/tour.ipynb from notebooks/tour.md) --------------------------------------------------------
+
+def _texts(nb) -> list[list[str]]:
+    """Each code cell's printed text (its streams joined: the kernel splits them where it likes) and displayed
+    text (plain text and Markdown; not images)."""
+    out = []
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        outputs = cell.get("outputs", [])
+        texts = ["".join(o.text for o in outputs if o.output_type == "stream")]
+        for o in outputs:
+            if o.output_type in ("execute_result", "display_data"):
+                texts += [o.data[k] for k in ("text/markdown", "text/plain") if k in o.data]
+        out.append(texts)
+    return out
+
+
+def test_tour_is_built_from_its_source() -> None:
+    committed = nbformat.read(TOUR, as_version=4)
+    assert _sources(committed) == _sources(tour()), "notebooks/tour.ipynb is stale; run python -m memderive.tour"
+
+
+def test_tour_runs_and_shows_what_the_code_prints_today(update_golden: bool) -> None:
+    """Every cell runs without an error, every command line exits 0, 1 (an answer) or, where the tour shows bad
+    input, 2; and the outputs equal the committed ones (``--update-golden`` rewrites the notebook)."""
+    fresh = execute(tour())
+    errors = [o.get("evalue") for c in fresh.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, errors
+    printed = "".join(t for cell in _texts(fresh) for t in cell)
+    commands = [line for c in fresh.cells if c.cell_type == "code" for line in c.source.splitlines()
+                if line.startswith("%memderive ")]
+    assert len(commands) > 40 and printed.count("$ memderive ") == len(commands)
+    # exit code 2 only in the section on bad input, each with its one-line error
+    assert printed.count("[exit code 2]") == printed.count("memderive: error:") == 3
+    if update_golden:
+        write(fresh, TOUR, force=True)
+    committed = nbformat.read(TOUR, as_version=4)
+    assert _texts(committed) == _texts(fresh), "notebooks/tour.ipynb outputs are stale; run python -m memderive.tour"

@@ -160,6 +160,7 @@ def test_references_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert err.count("\n") == 1 and "no reference 'flash'" in err
 
 
+@pytest.mark.slow  # a whole writeup, about a second
 @pytest.mark.parametrize("fmt", ["md", "latex"])
 def test_writeup_lists_exactly_the_works_it_cites(fmt: str) -> None:
     doc = estimate_document(estimate("llama-2-7b", mode="train", batch=1, seq=1024, tp=8, sp=True, dp=2, zero=1), fmt)
