@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import transformers
 
-__all__ = ["Shape", "FAMILIES", "SavedModel", "config_for", "measure_model"]
+__all__ = ["Shape", "FAMILIES", "SavedModel", "config_for", "build_model", "measure_model", "measure_config"]
 
 
 @dataclass(frozen=True)
@@ -75,15 +75,39 @@ class SavedModel:
 
 def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
                   dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False) -> SavedModel:
-    """Forward of a ``family`` model in ``dtype`` (bf16), training mode (dropout on where the config has it).
+    """Forward of a ``family`` model (``FAMILIES``) in ``dtype`` (bf16), training mode (dropout on where
+    the config has it); see ``measure_config``."""
+    return measure_config(config_for(family, attention), shape, seed, dtype, lora, cast_first)
+
+
+def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
+    """``AutoModelForCausalLM`` of ``config`` (random weights); an encoder without a causal-LM head
+    (BERT, as memderive models it: ``BertModel`` with its pooler) is built with ``AutoModel``."""
+    transformers.logging.set_verbosity_error()
+    if config.model_type == "bert":
+        return transformers.AutoModel.from_config(config)
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The LM loss; an encoder's outputs summed (a sum saves nothing for backward)."""
+    if isinstance(model, transformers.BertModel):
+        out = model(input_ids=ids)
+        return out.last_hidden_state.sum() + out.pooler_output.sum()
+    return model(input_ids=ids, labels=ids).loss
+
+
+def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
+                   dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False) -> SavedModel:
+    """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
+    has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
     ``lora``: a ``peft.LoraConfig`` to wrap the model with (``peft.get_peft_model``: base frozen). PEFT
     keeps the adapters of a model it wraps in 16 bits in fp32 (``autocast_adapter_dtype``), so by
     default the model is wrapped first and cast whole (adapters in ``dtype``); ``cast_first`` casts
     the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters."""
     torch.manual_seed(seed)
-    config = config_for(family, attention)
-    model = transformers.AutoModelForCausalLM.from_config(config)
+    model = build_model(config)
     if cast_first:
         model = model.to(dtype)
     if lora is not None:
@@ -110,7 +134,7 @@ def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
     ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            loss = model(input_ids=ids, labels=ids).loss
+            loss = _loss(model, ids)
     finally:
         for handle in handles:
             handle.remove()
