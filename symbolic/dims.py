@@ -18,7 +18,7 @@ from typing import Any
 
 from memderive.symbolic.expr import Expr, symbol
 
-__all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "f", "l", "V", "n_ctx", "n_type",
+__all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
            "d_v", "ep", "Psi_a"]
 
@@ -52,6 +52,7 @@ DIMS: tuple[Dim, ...] = (
     Dim("a", "attention (query) heads", "a"),
     Dim("a_kv", "key/value heads", "a_{kv}"),
     Dim("d_h", "head dimension", "d_{h}"),
+    Dim("d_r", "rotary dimensions of each head (partial rotary; d_h when every dimension rotates)", "d_{r}"),
     Dim("f", "FFN (MLP) width", "f"),
     Dim("l", "transformer layers", "l"),
     Dim("V", "vocabulary size", "V"),
@@ -101,5 +102,5 @@ def sym(name: str) -> Expr:
     return _BY_NAME[name].expr
 
 
-(b, s, h, a, a_kv, d_h, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, r, t, p, d, m,
- v, ep, Psi, Psi_a) = (dim.expr for dim in DIMS)
+(b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, r, t, p,
+ d, m, v, ep, Psi, Psi_a) = (dim.expr for dim in DIMS)

@@ -73,6 +73,10 @@ class Op:
     names what an inference cache keeps for this op when that is not the attention's own k and v
     (MLA's key/value latent and rotary key).
 
+    ``reads`` names tensors the op reads that are neither its inputs nor parameters: tables made once
+    per forward and shared by every layer (RoPE's cos/sin); they are saved only where an
+    implementation's code keeps them (``symbolic.huggingface``).
+
     ``inputs`` names the activations the op reads and ``saved_for`` says, per saved tensor name,
     whose gradients need it (names of inputs or parameters): a linear saves its input only for its
     weight's gradient. ``symbolic.strategies.RequiresGrad`` reads them to drop what frozen weights
@@ -90,6 +94,7 @@ class Op:
     flops: tuple[Flop, ...] = ()
     inputs: tuple[str, ...] = ()
     saved_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    reads: tuple[Tensor, ...] = ()
 
     def needs(self, tensor: Tensor) -> tuple[str, ...] | None:
         """Whose gradients need saved ``tensor`` (None: not declared, always kept)."""
@@ -97,7 +102,7 @@ class Op:
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
         return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
-                       output=fn(self.output), cached=tuple(map(fn, self.cached)),
+                       output=fn(self.output), cached=tuple(map(fn, self.cached)), reads=tuple(map(fn, self.reads)),
                        flops=tuple(x.map_tensors(fn) for x in self.flops))
 
     def recomputed(self) -> Op:

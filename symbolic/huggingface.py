@@ -13,7 +13,14 @@ The graph of ``derivations.models.architectures`` describes fused kernels as Meg
 * Rotary ``cos``/``sin`` (s, d_h) are computed once per forward and saved by every layer's muls (counted
   once, in the ``head`` block, which is live whenever anything trains).
 * ``gelu_new`` (NewGELUActivation, Python) saves its input, ``0.5*x``, ``tanh(.)`` and ``1 + tanh(.)``.
-* SDPA saves q, k, v (a_kv heads: ``enable_gqa``), the output and the fp32 logsumexp (b, a, s).
+* SDPA saves q, k, v (a_kv heads: ``enable_gqa``), the output and the fp32 logsumexp (b, a, s)
+  (``symbolic.hf_attention``: the math fallback, head-major outputs).
+
+Where a family's code differs from LLaMA's, ``HfCode`` (``symbolic.hf_code``) names the rule it follows:
+fp32-keeping RMSNorms (OLMo 2, gpt-oss) and Gemma's fp32 ``(1 + w)``, Cohere's Python LayerNorm, a
+16-bit eager softmax (GPT-2, Falcon) or fp32 scores (GPT-J), GPT-J's per-call rotary tables, Gemma 2's
+softcapping, Falcon's direct SDPA call and list-index head split. Partial rotary reads narrower
+cos/sin tables (``d_r`` wide: the rotary op's ``reads``).
 
 CPU and CUDA differ (``device``): on CPU ``F.dropout`` saves a mask in the input's dtype (CUDA's
 ``native_dropout``: 1-byte bool); ``F.layer_norm`` with bf16 weights returns bf16 mean/rstd on CPU
@@ -31,42 +38,40 @@ saves two 8-byte RNG tensors (seed, offset) per layer: neglected.
 >>> g = HuggingFace("eager")(Graph("toy", (bb.build(),)))
 >>> [(x.name, x.dtype.name) for x in g.block("layer").ops[0].saved]
 [('norm.x_fp32', 'fp32'), ('norm.rstd', 'fp32'), ('norm.normed', 'bf16')]
+>>> g = HuggingFace("eager", code=HfCode(rms_norm="offset"))(Graph("toy", (bb.build(),)))
+>>> [(x.name, x.dtype.name) for x in g.block("layer").ops[0].saved][2:]
+[('norm.normed', 'fp32'), ('norm.one_plus_w', 'fp32')]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
+from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["HuggingFace", "ATTENTION_KERNELS", "DEVICES"]
+__all__ = ["HuggingFace", "HfCode", "ATTENTION_KERNELS", "DEVICES"]
 
-ATTENTION_KERNELS = ("eager", "sdpa", "flash")
-DEVICES = ("cuda", "cpu")
-FP32, BOOL = dtype("fp32"), dtype("bool")
-SCORES = "attention-scores"
-
-
-def _like(x: Tensor, name: str, dt: DType | None = None, shape: tuple | None = None, role: str | None = None) -> Tensor:
-    return Tensor(name, x.shape if shape is None else shape, dt or x.dtype, role=role or x.role,
-                  tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+FP32, INT64 = dtype("fp32"), dtype("int64")
 
 
 @dataclass(frozen=True, slots=True)
 class HuggingFace(Strategy):
-    """transformers' modeling code: ``attention`` kernel, ``device`` (cuda | cpu), per-family details.
+    """transformers' modeling code: ``attention`` kernel, ``device`` (cuda | cpu), the family's ``code``.
 
-    ``python_gelu``: the MLP's GeLU is ``gelu_new`` (Python tanh formula, GPT-2); ``fp32_softmax``:
-    eager attention upcasts the softmax (LLaMA, Mistral, Qwen2; not GPT-2).
+    ``fewer_kv`` (a_kv < a) and ``value_differs`` (a value head size apart from q's) are the model's
+    sizes where they decide the kernel (``symbolic.hf_attention``).
     """
 
     attention: str = "sdpa"
     device: str = "cuda"
-    python_gelu: bool = False
-    fp32_softmax: bool = True
+    code: HfCode = field(default_factory=HfCode)
+    fewer_kv: bool = False
+    value_differs: bool = False
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KERNELS:
@@ -80,93 +85,113 @@ class HuggingFace(Strategy):
         return f"transformers layers (hf-{self.attention}{where})"
 
     def __call__(self, graph: Graph) -> Graph:
-        blocks = tuple(blk.map_ops(self._op) for blk in graph.blocks)
-        rotary = [op for blk in blocks for op in blk.ops if op.kind == "rotary"]
-        if rotary and any(blk.name == "head" for blk in blocks):  # held while any layer's backward may need them
-            blocks = tuple(_with_rotary_tables(blk, rotary[0]) if blk.name == "head" else blk for blk in blocks)
+        blocks = tuple(replace(blk, ops=tuple(self._ops(blk))) for blk in graph.blocks)
+        if self.code.rotary_tables != "per-call" and any(blk.name == "head" for blk in blocks):
+            dt = FP32 if self.code.rotary_tables == "shared-fp32" else None
+            tables = {x.name + suffix: like(x, x.name + suffix, dt) for blk in graph.blocks for op in blk.ops
+                      for x in op.reads for suffix in ("", "_local")[:self.code.rotary_sets]}
+            blocks = tuple(_with_once(blk, tuple(tables.values())) if blk.name == "head" else blk for blk in blocks)
+        if self.code.bool_mask and self.attention == "eager":
+            blocks = tuple(_with_once(blk, (_bool_mask(graph),)) if blk.name == "head" else blk for blk in blocks)
         note = (f"implementation: transformers' modeling code, {self.attention} attention"
                 f"{' (CPU kernels)' if self.device == 'cpu' else ' (CUDA kernels)'}")
+        rules = tuple(f"transformers' code: {rule}" for rule in self.code.rules())
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
-                       assumptions=graph.assumptions + (note,))
+                       assumptions=graph.assumptions + (note, *rules))
 
     # --- per op ----------------------------------------------------------------------------------
+    def _ops(self, blk: Block) -> list[Op]:
+        out: list[Op] = []
+        for op in blk.ops:
+            out.append(self._op(op))
+            if op.path == "lm_head" and self.code.logit_softcap:
+                tanh = like(op.output, "lm_head.softcap_tanh", role="logits")
+                out.append(Op("lm_head/softcap", "softcap", (), (tanh,), op.output, "final logits: c tanh(x / c)",
+                              inputs=(op.output.name,), saved_for=((tanh.name, (op.output.name,)),)))
+        return out
+
     def _op(self, op: Op) -> Op:
         if op.kind == "rms_norm":
-            return self._rms_norm(op)
-        if op.kind == "layer_norm" and self.device == "cpu":
-            return replace(op, saved=tuple(_like(x, x.name, op.output.dtype) if x.role == "norm-stats" else x
-                                           for x in op.saved))
+            return _rms_norm(op, self.code.rms_norm)
+        if op.kind == "layer_norm":
+            return self._layer_norm(op)
         if op.kind == "dropout" and self.device == "cpu":
-            return replace(op, saved=tuple(_like(x, x.name, op.output.dtype) for x in op.saved))
-        if op.kind == "gelu" and self.python_gelu:
+            return replace(op, saved=tuple(like(x, x.name, op.output.dtype) for x in op.saved))
+        if op.kind == "gelu" and self.code.python_gelu:
             x = op.saved[0]
-            parts = tuple(_like(x, f"{op.path}.{k}", role="activation") for k in ("half_x", "tanh", "one_plus_tanh"))
-            return _needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
+            parts = tuple(like(x, f"{op.path}.{k}", role="activation") for k in ("half_x", "tanh", "one_plus_tanh"))
+            return needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
         if op.kind == "attention":
             return self._attention(op)
+        if op.kind == "embedding" and op.path == "positions" and self.code.position_buffer:
+            return replace(op, saved=(), saved_for=(), note="position ids: a slice of a registered buffer")
+        if op.kind == "rotary" and self.code.rotary_tables == "per-call":
+            return replace(op, saved=tuple(replace(x, name=f"{op.path}.{x.name.rsplit('.', 1)[-1]}") for x in op.reads),
+                           note="sin/cos repeat_interleave'd per call (GPT-J's apply_rotary_pos_emb)")
         return op
-
-    def _rms_norm(self, op: Op) -> Op:
-        """``LlamaRMSNorm``: fp32 copy of the input, fp32 rsqrt, 16-bit normalized value."""
-        x, rstd = op.saved[0], op.saved[1]
-        upcast = _like(x, f"{op.path}.x_fp32", FP32, role="activation")
-        normed = _like(x, f"{op.path}.normed", op.output.dtype, role="activation")
-        weights = tuple(w.name for w in op.params)
-        saved_for = ((upcast.name, (x.name,)), (rstd.name, (x.name,)), (normed.name, weights))  # weight * normed
-        return replace(op, kind="rms_norm", saved=(upcast, rstd, normed), note="LlamaRMSNorm (Python, fp32 copy)",
-                       saved_for=saved_for if op.saved_for else ())
 
     def _attention(self, op: Op) -> Op:
-        q = next(x for x in op.saved if x.role == "q")
-        k = next(x for x in op.saved if x.role == "k")
-        v = next(x for x in op.saved if x.role == "v")
-        dropout = any(x.name.endswith(".dropout.mask") for x in op.saved)
-        if self.attention == "eager":
-            return self._eager(op, q, dropout, q.dtype, self.fp32_softmax, "eager_attention_forward")
-        if self.device == "cpu" and dropout:  # no fused CPU kernel with dropout: math backend, fp32
-            return self._eager(op, q, dropout, FP32, False, "SDPA math backend (CPU, dropout): fp32")
-        lse = Tensor(f"{op.path}.logsumexp", q.shape[:3], FP32, role="softmax-stats", tp_axis=q.tp_axis,
-                     seq_axis=q.seq_axis)
-        return _needs_inputs(replace(op, kind="sdpa", saved=(q, k, v, op.output, lse),
-                                     note="scaled_dot_product_attention"))
+        ctx = Context(self.attention, self.device, self.code, self.fewer_kv, self.value_differs)
+        new = rewrite(op, ctx)
+        if not self.code.head_split_indices:
+            return new
+        index = tuple(Tensor(f"{op.path}.split_index{i}", (1,), INT64, role="token-ids")
+                      for i in range(self.code.head_split_indices))
+        return replace(new, saved=new.saved + index, saved_for=new.saved_for + tuple((x.name, ()) for x in index)
+                       if new.saved_for else ())
 
-    def _eager(self, op: Op, q: Tensor, dropout: bool, dt: DType, fp32_softmax: bool, note: str) -> Op:
-        """q, K and V repeated to a heads (``repeat_kv``), probabilities (fp32 and 16-bit), dropout.
-
-        ``saved_for`` follows autograd: ``q k^T`` saves each for the other's gradient, softmax its output
-        for the scores' (q's and k's), the cast 16-bit copy only as ``P v``'s operand (v's gradient).
-        """
-        bsz, heads, seq, d_head = q.shape
-        full, scores = (bsz, heads, seq, d_head), (bsz, heads, seq, seq)
-        qn, kn, vn = op.inputs if len(op.inputs) == 3 else ("q", "k", "v")
-        q_in = _like(q, f"{op.path}.q_in", dt, full, "q") if dt != q.dtype else q
-        saved: list[tuple[Tensor, tuple[str, ...]]] = [(q_in, (kn,)), (_like(q, f"{op.path}.k_rep", dt, full, "k"), (qn,))]
-        upcast = fp32_softmax and dt != FP32  # in an fp32 model .to(float32) returns the same tensor
-        if upcast:
-            saved.append((_like(q, f"{op.path}.softmax_fp32", FP32, scores, SCORES), (qn, kn)))
-        if not (upcast and dropout):  # the cast copy is saved only by P v; softmax's own output always
-            probs = _like(q, f"{op.path}.softmax", dt, scores, SCORES)
-            saved.append((probs, (vn,) if upcast else (qn, kn) if dropout else (qn, kn, vn)))
-        if dropout:
-            mask_dt = BOOL if self.device == "cuda" else dt
-            saved += [(_like(q, f"{op.path}.dropout.mask", mask_dt, scores, SCORES), (qn, kn)),
-                      (_like(q, f"{op.path}.dropout.out", dt, scores, SCORES), (vn,))]
-        saved.append((_like(q, f"{op.path}.v_rep", dt, full, "v"), (qn, kn)))
-        return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note=note,
-                       saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())
-
-
-def _needs_inputs(op: Op) -> Op:
-    """Every saved tensor serves the gradients of the op's inputs (where the op declares them)."""
-    if not op.saved_for:
+    def _layer_norm(self, op: Op) -> Op:
+        if self.code.layer_norm == "python-fp32":
+            return _python_layer_norm(op)
+        if self.device == "cpu":  # F.layer_norm with 16-bit weights returns 16-bit mean and rstd on CPU
+            return replace(op, saved=tuple(like(x, x.name, op.output.dtype) if x.role == "norm-stats" else x
+                                           for x in op.saved))
         return op
-    return replace(op, saved_for=tuple((x.name, op.inputs) for x in op.saved))
 
 
-def _with_rotary_tables(blk: Block, rotary: Op) -> Block:
-    """cos and sin (s, d_h), 16-bit, made once per forward by the model's rotary embedding."""
-    seq, d_head, act = blk.input.shape[1], rotary.output.shape[-1], rotary.output.dtype
-    cos, sin = (Tensor(f"rotary.{k}", (seq, d_head), act, role="rotary-tables", seq_axis=0) for k in ("cos", "sin"))
-    op = Op("rotary_tables", "rotary-tables", (), (cos, sin), sin,
-            "cos/sin computed once per forward (by the model, before the layers), saved by every layer")
+def _rms_norm(op: Op, variant: str) -> Op:
+    """An RMSNorm in Python: fp32 copy of the input and fp32 rsqrt (saved by ``pow`` and ``mul``), then
+    the weight product: ``llama`` saves the 16-bit normed value, ``fp32-product`` the fp32 one,
+    ``offset`` the fp32 normed value and the fp32 ``1 + w`` (Gemma)."""
+    x, rstd = op.saved[0], op.saved[1]
+    upcast = like(x, f"{op.path}.x_fp32", FP32, role="activation")
+    normed = like(x, f"{op.path}.normed", op.output.dtype if variant == "llama" else FP32, role="activation")
+    weights = tuple(w.name for w in op.params)
+    saved = [(upcast, (x.name,)), (rstd, (x.name,)), (normed, weights)]  # weight * normed
+    if variant == "offset" and op.params:
+        saved.append((Tensor(f"{op.path}.one_plus_w", op.params[0].shape, FP32, role="norm-weight"), (x.name,)))
+    names = {"llama": "LlamaRMSNorm", "fp32-product": "RMSNorm, weight product in fp32",
+             "offset": "GemmaRMSNorm, x * (1 + w) in fp32"}
+    return replace(op, saved=tuple(t for t, _ in saved), note=f"{names[variant]} (Python, fp32 copy)",
+                   saved_for=tuple((t.name, g) for t, g in saved) if op.saved_for else ())
+
+
+def _python_layer_norm(op: Op) -> Op:
+    """Cohere's LayerNorm written out in fp32: ``x - mean`` twice (for ``pow`` and for the product with
+    rstd), the fp32 rsqrt, the fp32 copy of the weight and the fp32 normed value."""
+    x = op.saved[0]
+    centred = [like(x, f"{op.path}.centred{i}", FP32, role="activation") for i in (1, 2)]
+    rstd = Tensor(f"{op.path}.rstd", x.shape[:-1], FP32, role="norm-stats", seq_axis=x.seq_axis)
+    normed = like(x, f"{op.path}.normed", FP32, role="activation")
+    weights = tuple(w.name for w in op.params)
+    saved = [(centred[0], (x.name,)), (rstd, (x.name,)), (centred[1], (x.name,)), (normed, weights)]
+    if op.params:
+        saved.append((Tensor(f"{op.path}.weight_fp32", op.params[0].shape, FP32, role="norm-weight"), (x.name,)))
+    return replace(op, saved=tuple(t for t, _ in saved), note="Python LayerNorm in fp32 (CohereLayerNorm)",
+                   saved_for=tuple((t.name, g) for t, g in saved) if op.saved_for else ())
+
+
+def _bool_mask(graph: Graph) -> Tensor:
+    bsz, seq = graph.blocks[0].input.shape[:2]
+    return Tensor("attention_mask", (bsz, 1, seq, seq), dtype("bool"), role="attention-mask", seq_axis=2)
+
+
+def _with_once(blk: Block, tensors: tuple[Tensor, ...]) -> Block:
+    """Tensors the model makes once per forward, before the layers, and every layer saves (cos and sin
+    (s, d_r), MPT's bool mask), held in the ``head`` block, which is live whenever anything trains."""
+    if not tensors:
+        return blk
+    path = "rotary_tables" if tensors[0].role == "rotary-tables" else "attention_mask"
+    op = Op(path, path.replace("_", "-"), (), tensors, tensors[-1],
+            "computed once per forward (by the model, before the layers), saved by every layer")
     return replace(blk, ops=(*blk.ops, op))

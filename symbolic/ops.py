@@ -44,7 +44,7 @@ Parallel = Literal["column", "row", "vocab", None]
 #: written (softmax 3: Hoffmann et al. 2022, App. F). NOTE(memderive): a convention, not a
 #: measurement (FlopCounterMode counts matmuls only); backward is counted as twice the forward,
 #: except a residual add's (its gradient passes through).
-ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "gelu": 8, "silu": 4,
+ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "tanh": 1, "gelu": 8, "silu": 4,
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
 
 
@@ -146,8 +146,9 @@ class BlockBuilder:
         if bias:
             params.append(_param(f"{path}.bias", (out_features,), "bias",
                                  0 if parallel in ("column", "vocab") else None))
-        out_axis = len(x.shape) - 1 if parallel in ("column", "vocab") else None
-        out = self._act(f"{path}.out", (*x.shape[:-1], out_features), tp_axis=out_axis)
+        out_axis = len(x.shape if rows is None else (*rows, 1)) - 1 if parallel in ("column", "vocab") else None
+        out = self._act(f"{path}.out", (*(x.shape[:-1] if rows is None else rows), out_features), tp_axis=out_axis,
+                        seq_axis=1 if rows is None else None)
         flops = linear_flops(path, matmul_rows(path, x, rows, over_cache), weight, params[-1] if bias else None)
         w_name = (weight if weight is not None else params[0]).name
         return self._add(Op(path, "linear", tuple(params), (x,), out, note, flops=flops, inputs=(x.name,),
@@ -178,9 +179,9 @@ class BlockBuilder:
 
     # --- pointwise --------------------------------------------------------------------------
     def activation(self, path: str, x: Tensor, kind: str) -> Tensor:
-        """GeLU / ReLU / SiLU: saves its input (ReLU saves its output: same size)."""
+        """GeLU / ReLU / SiLU / tanh: saves its input (ReLU and tanh save their output: same size)."""
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
-        saved = out if kind == "relu" else x
+        saved = out if kind in ("relu", "tanh") else x
         return self._add(Op(path, kind, (), (saved,), out, flops=pointwise_flops(path, kind, out), inputs=(x.name,)))
 
     def gated(self, path: str, gate: Tensor, up: Tensor, kind: str) -> Tensor:
@@ -212,11 +213,16 @@ class BlockBuilder:
         return tuple(self._act(f"{path}.{name}", (bsz, n_heads, seq, d_head), role=name, tp_axis=1, seq_axis=2)
                      for name, n_heads in zip(names, heads))
 
-    def rotary(self, path: str, x: Tensor) -> Tensor:
-        """RoPE: ``x*cos + rotate_half(x)*sin`` saves only the cos/sin buffers (not activations)."""
+    def rotary(self, path: str, x: Tensor, width: Size | None = None) -> Tensor:
+        """RoPE: ``x*cos + rotate_half(x)*sin`` saves no activation; it reads the cos/sin tables
+        ``(s, width)`` made once per forward (``width``: the rotated part of each head, all of it
+        unless partial rotary, e.g. GPT-NeoX's ``rotary_pct``)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+        seq, cols = x.shape[-2], x.shape[-1] if width is None else width
+        tables = tuple(Tensor(f"rotary.{k}", (seq, cols), self.act, role="rotary-tables", seq_axis=0)
+                       for k in ("cos", "sin"))
         return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
-                            flops=pointwise_flops(path, "rotary", out), inputs=(x.name,)))
+                            flops=pointwise_flops(path, "rotary", out), inputs=(x.name,), reads=tables))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""

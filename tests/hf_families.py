@@ -21,7 +21,7 @@ import torch
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from memderive.derivations.estimate import resolve_model
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.implementations import hf_layers
 from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import b, s
@@ -44,8 +44,8 @@ TINY: dict[str, dict] = {
     "qwen2": dict(_L),
     "qwen3": dict(_L, head_dim=24),
     "gemma": dict(_L, num_key_value_heads=1, head_dim=24),
-    "gemma2": dict(_L, head_dim=24, sliding_window=16),
-    "gemma3_text": dict(_L, head_dim=24, sliding_window=16, sliding_window_pattern=2),
+    "gemma2": dict(_L, head_dim=24, sliding_window=64),
+    "gemma3_text": dict(_L, head_dim=24, sliding_window=64, sliding_window_pattern=2),
     "phi3": dict(_L),
     "olmo2": dict(_L),
     "granite": dict(_L),
@@ -75,7 +75,7 @@ TINY: dict[str, dict] = {
                         moe_intermediate_size=32, first_k_dense_replace=1, **_MLA),
     "deepseek_v3": dict(_MOE, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=32, first_k_dense_replace=1, n_group=2, topk_group=1, **_MLA),
-    "gpt_oss": dict(_MOE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=16),
+    "gpt_oss": dict(_MOE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=64),
     "phimoe": dict(_MOE, num_local_experts=4, num_experts_per_tok=2),
     "granitemoe": dict(_MOE, num_local_experts=4, num_experts_per_tok=2),
 }
@@ -119,7 +119,7 @@ def derive(model_type: str, attention: str, shape: Shape, experts: str | None = 
            per_repeat: bool = False) -> dict[str, int]:
     """memderive's bytes per op path for the same step (transformers' CPU kernels, exact profile)."""
     model = resolve_model(config(model_type, attention, experts).to_dict())
-    graph = hf_layers(model.arch, attention, "cpu")(model.graph("bf16", dropout=True))
+    graph = hf_layers(model, attention, "cpu")(model.graph("bf16", dropout=True))
     values = {**model.values(), b: shape.b, s: shape.s}
     terms = activations(graph, blocks=blocks, per_repeat=per_repeat).terms
     return {t.path: int(evaluate(t.expr, values)) for t in terms}

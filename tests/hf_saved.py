@@ -90,9 +90,10 @@ def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
 
 
 def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """The LM loss; an encoder's outputs summed (a sum saves nothing for backward)."""
+    """The LM loss; an encoder's outputs summed (a sum saves nothing for backward), given the
+    token type ids (b, s) its tokenizer returns."""
     if isinstance(model, transformers.BertModel):
-        out = model(input_ids=ids)
+        out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
         return out.last_hidden_state.sum() + out.pooler_output.sum()
     return model(input_ids=ids, labels=ids).loss
 

@@ -19,15 +19,6 @@ from tests.hf_families import TINY, Case, cases, derive, measure
 #: missing. Strict: a case listed here that becomes exact fails, so the list only shrinks.
 _MOE = "MoE: fp32 router saves, experts kernel, mixed dense/MoE norms"
 OPEN: dict[str, str] = {
-    "gemma-": "fp32 (1 + w) RMSNorm", "gemma2-": "fp32 (1 + w) RMSNorm, softcapping",
-    "gemma3_text-": "fp32 (1 + w) RMSNorm", "olmo2-": "fp32 normed RMSNorm output",
-    "cohere-": "Python LayerNorm in fp32", "stablelm-": "fp32 eager softmax, partial rotary",
-    "starcoder2-sdpa": "dropout by place", "phi-": "gelu_new, dropout by place, partial rotary",
-    "phi3-sdpa": "attention output copy (q built by torch.cat)",
-    "gptj-": "fp32 q k scores, per-call rotary tables", "codegen-": "fp32 q k scores, per-call rotary tables",
-    "opt-": "fp32 softmax, dropout by place, (b, s) positions", "falcon-": "split-head indices, SDPA math fallback",
-    "bloom-": "fp32 eager softmax", "mpt-": "fp32 eager softmax, saved bool mask", "gpt_neo-": "fp32 q k scores",
-    "gpt_bigcode-eager": "fp32 softmax", "gpt_neox-": "dropout rates 0, partial rotary", "bert-": "BertModel head",
     "mixtral-": _MOE, "qwen2_moe-": _MOE, "qwen3_moe-eager-grouped_mm": _MOE, "qwen3_moe-sdpa-grouped_mm": _MOE,
     "olmoe-eager-grouped_mm": _MOE, "olmoe-sdpa-grouped_mm": _MOE, "deepseek_v2-": _MOE, "deepseek_v3-": _MOE,
     "gpt_oss-": _MOE, "phimoe-": _MOE, "granitemoe-": _MOE,

@@ -61,7 +61,7 @@ def derived(family: str, attention: str, targets: tuple[str, ...], device: str =
     transformers' layers for ``device`` (dropout on). On CPU, SDPA with dropout runs the math backend,
     which the CPU graph models, so the estimate's memory-efficient kernel step is not applied here."""
     model = resolve_model(config_for(family, attention))
-    graph = hf_layers(model.arch, attention, device)(model.graph("bf16", dropout=True))
+    graph = hf_layers(model, attention, device)(model.graph("bf16", dropout=True))
     for step in [*finetune_steps(model, options(attention, targets)), RequiresGrad()]:
         graph = step(graph)
     return int(evaluate(activations(graph).total, {**model.values(), b: SHAPE.b, s: SHAPE.s, r: RANK}))

@@ -30,7 +30,7 @@ FAMILIES = ("llama-gqa", "llama-mha", "mistral", "qwen2", "gpt2")
 def derived(family: str, attention: str, shape: Shape, device: str = "cpu", blocks=None, per_repeat=False,
             act: str = "bf16"):
     model = resolve_model(config_for(family, attention))
-    graph = hf_layers(model.arch, attention, device)(model.graph(act, dropout=True))
+    graph = hf_layers(model, attention, device)(model.graph(act, dropout=True))
     values = {**model.values(), b: shape.b, s: shape.s}
     terms = activations(graph, blocks=blocks, per_repeat=per_repeat).terms
     return {t.path: int(evaluate(t.expr, values)) for t in terms}, values

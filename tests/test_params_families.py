@@ -176,19 +176,23 @@ def test_opt_positions_have_two_extra_rows() -> None:
     assert (opt.sizes["n_ctx"], opt.max_positions) == (66, 64)
 
 
-@pytest.mark.parametrize(("model_type", "fields", "dropout", "noted"), [
-    ("gptj", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500), False, False),  # rates 0: identity
+@pytest.mark.parametrize(("model_type", "fields", "dropout", "off"), [
+    ("gptj", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500), False, ()),  # rates 0: identity
+    # OPTConfig's dropout 0.1 on both residual branches, attention_dropout 0; OPT drops out no embedding
     ("opt", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, ffn_dim=200, vocab_size=500,
-                 max_position_embeddings=64), True, True),  # OPTConfig's dropout 0.1, attention_dropout 0
-    ("phi", dict(LLAMA_SIZES, resid_pdrop=0.1), True, True),  # phi-2: residual dropout only
-    ("gpt_bigcode", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500, n_positions=64), True, False),
+                 max_position_embeddings=64), True, ("embed", "attention")),
+    ("phi", dict(LLAMA_SIZES, resid_pdrop=0.1), True, ("embed", "attention")),  # phi-2: residual dropout only
+    ("stablelm", dict(LLAMA_SIZES, num_key_value_heads=8, hidden_dropout=0.1), True,
+     ("embed", "attention", "attn_out")),  # StableLM's hidden_dropout: the MLP output only
+    ("llama", dict(LLAMA_SIZES, attention_dropout=0.1), True, ("embed", "attn_out", "mlp_out")),
+    ("gpt_bigcode", dict(n_embd=96, n_head=4, n_layer=2, vocab_size=500, n_positions=64), True, ()),
 ])
-def test_dropout_follows_the_configured_rates(model_type: str, fields: dict, dropout: bool, noted: bool) -> None:
+def test_dropout_follows_the_configured_rates(model_type: str, fields: dict, dropout: bool, off: tuple) -> None:
+    """Dropout layers where a rate is non-zero, at the places that rate's modeling code drops out."""
     config = _config(model_type, fields)
     for written in (config.to_dict(), {**config.to_diff_dict(), "model_type": model_type}):
         model = from_config(written)
-        assert model.arch.dropout is dropout
-        assert any("dropout rates differ" in note for note in model.notes) is noted
+        assert (model.arch.dropout, model.arch.no_dropout_at) == (dropout, off)
 
 
 def test_mpt_dropout_is_read_from_attn_config() -> None:

@@ -19,15 +19,18 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from memderive.derivations.models.moe_mla import mla_attention, moe_mlp
-from memderive.symbolic.dims import V, a, a_kv, b, d_h, f, h, l, n_ctx, n_type, s
+from memderive.symbolic.dims import V, a, a_kv, b, d_h, d_r, f, h, l, n_ctx, n_type, s
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph
 from memderive.symbolic.ops import INT64, BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["Arch", "Moe", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "build_graph"]
+__all__ = ["Arch", "Moe", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "DROPOUT_PLACES", "build_graph"]
 
 Norm = Literal["layernorm", "rmsnorm"]
+#: Where the graph drops out: the embeddings, the attention probabilities, the attention and MLP outputs.
+DROPOUT_PLACES = ("embed", "attention", "attn_out", "mlp_out")
+Places = frozenset[str]
 Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
 
 
@@ -74,6 +77,11 @@ class Arch:
     token_types: bool = False  # BERT segment embeddings
     pooler: bool = False  # BERT pooler (h x h dense)
     dropout: bool = True  # dropout layers in training (GPT-2, BERT); LLaMA-style families have none
+    no_dropout_at: tuple[str, ...] = ()  # DROPOUT_PLACES whose rate is 0 while others drop out (OPT's embeddings)
+    partial_rotary: bool = False  # RoPE on the first d_r of each head's d_h dimensions (GPT-NeoX rotary_pct)
+    position_ids: Literal["shared", "per-sequence"] = "shared"  # learned-position ids (s,) or (b, s) (OPT's cumsum)
+    attn_softcap: bool = False  # scores capped by c tanh(x / c) before the softmax (Gemma 2)
+    logit_softcap: bool = False  # final logits capped likewise (Gemma 2)
     moe: Moe | None = None  # mixture-of-experts MLP (the MLP kind is the experts')
     attention: Literal["mha", "mla"] = "mha"  # mla: multi-head latent attention (DeepSeek-V2/V3)
     q_lora: bool = True  # MLA only: low-rank query (q_lora_rank); False: one h -> a(d_h + d_hR) projection
@@ -87,6 +95,8 @@ class Arch:
             raise ValueError("sublayer_norm 'output'/'both' is for sequential pre-norm blocks")
         if self.qk_norm_width != "head" and not self.qk_norm:
             raise ValueError("qk_norm_width needs qk_norm")
+        if not set(self.no_dropout_at) <= set(DROPOUT_PLACES):
+            raise ValueError(f"no_dropout_at names places outside {DROPOUT_PLACES}")
 
 
 GPT = Arch("gpt")
@@ -115,7 +125,7 @@ def _qkv_normed_whole(bb: BlockBuilder, arch: Arch, x: Tensor) -> tuple[Tensor, 
     return tuple(bb.split_heads(f"attn/{n}", proj[n], (n_heads,), d_h, names=(n,))[0] for n, n_heads in heads.items())
 
 
-def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
     if arch.attention == "mla":
         return _mla(bb, arch, x, dropout)
     if arch.sinks:
@@ -129,13 +139,14 @@ def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor
         q = bb.head_norm("attn/q_norm", q, "rms_norm")
         k = bb.head_norm("attn/k_norm", k, "rms_norm")
     if arch.positions == "rotary":
-        q, k = bb.rotary("attn/rotary_q", q), bb.rotary("attn/rotary_k", k)
-    ctx = bb.attention("attn/core", q, k, v, dropout=dropout)
+        width = d_r if arch.partial_rotary else None
+        q, k = bb.rotary("attn/rotary_q", q, width), bb.rotary("attn/rotary_k", k, width)
+    ctx = bb.attention("attn/core", q, k, v, dropout="attention" in dropout)
     out = bb.linear("attn/proj", ctx, h, bias=arch.out_bias, parallel="row")
-    return bb.dropout("attn/dropout", out) if dropout else out
+    return bb.dropout("attn/dropout", out) if "attn_out" in dropout else out
 
 
-def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, width: object = f, prefix: str = "mlp") -> Tensor:
+def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places, width: object = f, prefix: str = "mlp") -> Tensor:
     if arch.moe is not None and prefix == "mlp":
         return moe_mlp(bb, arch, x, dropout, _mlp)
     if arch.mlp in ("swiglu", "geglu"):
@@ -146,14 +157,14 @@ def _mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, width: object =
         hidden = bb.activation(f"{prefix}/act", bb.linear(f"{prefix}/fc1", x, width, bias=arch.mlp_bias,
                                                           parallel="column"), arch.mlp)
     out = bb.linear(f"{prefix}/fc2", hidden, h, bias=arch.mlp_bias, parallel="row")
-    return bb.dropout(f"{prefix}/dropout", out) if dropout else out
+    return bb.dropout(f"{prefix}/dropout", out) if "mlp_out" in dropout else out
 
 
-def _mla(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+def _mla(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
     return mla_attention(bb, arch, x, dropout)
 
 
-def _layer(arch: Arch, act: DType, dropout: bool) -> Block:
+def _layer(arch: Arch, act: DType, dropout: Places) -> Block:
     bb = BlockBuilder("layer", (b, s, h), act)
     x = bb.input
     if arch.post_norm:
@@ -171,7 +182,7 @@ def _layer(arch: Arch, act: DType, dropout: bool) -> Block:
 
 
 def _sublayer(bb: BlockBuilder, arch: Arch, body: Callable[..., Tensor], norms: tuple[str, str], x: Tensor,
-              dropout: bool) -> Tensor:
+              dropout: Places) -> Tensor:
     """A pre-norm sublayer: norm its input (``sublayer_norm`` input/both), its output (output/both), or both."""
     if arch.sublayer_norm in ("input", "both"):
         x = _norm(bb, arch, norms[0], x)
@@ -179,18 +190,19 @@ def _sublayer(bb: BlockBuilder, arch: Arch, body: Callable[..., Tensor], norms: 
     return _norm(bb, arch, norms[1], y) if arch.sublayer_norm in ("output", "both") else y
 
 
-def _embed(arch: Arch, act: DType, dropout: bool) -> Block:
+def _embed(arch: Arch, act: DType, dropout: Places) -> Block:
     bb = BlockBuilder("embed", (b, s), act, input_dtype=INT64, input_role="token-ids")
     x = bb.embedding("tokens", bb.input, V, h, parallel="vocab")
     if arch.positions == "learned":
-        positions = Tensor("positions", (s,), INT64, role="token-ids")
+        ids = (s,) if arch.position_ids == "shared" else (b, s)  # OPT counts positions per sequence
+        positions = Tensor("positions", ids, INT64, role="token-ids")
         x = bb.add("add_positions", x, bb.embedding("positions", positions, n_ctx, h))
     if arch.token_types:
         types = Tensor("token_types", (b, s), INT64, role="token-ids")
         x = bb.add("add_token_types", x, bb.embedding("token_types", types, n_type, h))
     if arch.embed_norm:
         x = _norm(bb, arch, "norm", x)
-    if dropout:
+    if "embed" in dropout:
         bb.dropout("dropout", x)
     return bb.build()
 
@@ -199,7 +211,8 @@ def _head(arch: Arch, act: DType) -> Block:
     bb = BlockBuilder("head", (b, s, h), act)
     x = _norm(bb, arch, "final_norm", bb.input) if arch.final_norm else bb.input
     if arch.pooler:
-        bb.linear("pooler", x, h, bias=True, rows=(b,))  # reads the first token of each sequence
+        pooled = bb.linear("pooler", x, h, bias=True, rows=(b,))  # reads the first token of each sequence
+        bb.activation("pooler_act", pooled, "tanh")  # BertPooler's Tanh saves its output (b, h)
     if arch.lm_head:
         tied = Tensor("embed/tokens.weight", (V, h), dtype("fp32"), role="weight", tp_axis=0)
         logits = bb.linear("lm_head", x, V, bias=arch.lm_head_bias, parallel="vocab",
@@ -220,8 +233,8 @@ def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: 
         relations: size relations used to print closed forms (e.g. ``{d_h: h/a}``).
     """
     act = dtype(activation_dtype)
-    dropout = dropout and arch.dropout
-    blocks = (_embed(arch, act, dropout), _layer(arch, act, dropout), _head(arch, act))
+    places = frozenset(DROPOUT_PLACES) - set(arch.no_dropout_at) if dropout and arch.dropout else frozenset()
+    blocks = (_embed(arch, act, places), _layer(arch, act, places), _head(arch, act))
     return Graph(name or arch.family, blocks, relations=dict(relations or {}))
 
 

@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from memderive.derivations.models.architectures import Arch
+from memderive.derivations.models.architectures import DROPOUT_PLACES, Arch
 from memderive.derivations.models.defaults import FAMILY_ALIASES, FAMILY_DEFAULTS
 from memderive.derivations.models.model import ModelError
 from memderive.symbolic.errors import shown
 
 __all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LOOKALIKES", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
-           "kv_head_count", "mlp_kind", "no_window", "sliding", "whole_heads", "with_dropout"]
+           "kv_head_count", "mlp_kind", "activation", "rotary_dims", "no_window", "sliding", "whole_heads", "with_dropout"]
 
 
 class ConfigError(ModelError):
@@ -144,6 +144,35 @@ Adapted = tuple[Arch, dict[str, int], dict[str, Any]]
 GELUS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
 
 
+def activation(c: Fields, key: str, default: str, gated: bool = False) -> dict[str, str]:
+    """``mlp`` (the MLP kind) and ``act_fn`` (the config's activation name, whose transformers code
+    decides what it saves: ``gelu_new`` is a Python formula) of an ``Arch``."""
+    return {"mlp": mlp_kind(c, key, default, gated), "act_fn": c.get(key, default)}
+
+
+def rotary_dims(c: Fields, d_head: int, key: str, default: float | None) -> dict[str, Any]:
+    """Partial rotary as transformers computes it: ``int(d_h * partial_rotary_factor)`` dimensions of
+    each head, the factor from ``rope_parameters`` (what transformers 5 writes), else the config's own
+    ``key`` (``rotary_pct``, ``partial_rotary_factor``), else ``default``; ``key`` ``rotary_dim`` is a
+    count (GPT-J, CodeGen; null: all). ``{}`` when every dimension rotates, else
+    ``{"partial_rotary": True, "d_r": n}``."""
+    rope = c.get("rope_parameters", None)
+    if key == "rotary_dim":  # more than the head rotates the whole head (transformers' slice q[..., :rotary_dim])
+        given = c.config.get(key, default) if key in c.config else default
+        if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
+            c.fail(key, "must be a positive number of rotary dimensions or null")
+        count = d_head if given is None else min(given, d_head)
+    else:
+        factor = rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None
+        factor = c.get(key, default) if factor is None else factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+            c.fail(key, "must be a fraction of the head size in (0, 1]")
+        count = int(d_head * factor)
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= d_head:
+        c.fail(key, f"must give between 1 and the head size {d_head} rotary dimensions")
+    return {} if count == d_head else {"partial_rotary": True, "d_r": count}
+
+
 def mlp_kind(c: Fields, key: str, default: str, gated: bool = False) -> str:
     """The MLP kind for an activation name; a name the graph has no op for is refused."""
     act = c.get(key, default)
@@ -174,41 +203,48 @@ def kv_head_count(c: Fields, a: int, key: str = "num_key_value_heads", default: 
     return a_kv
 
 
-#: Dropout rates each family's modeling code reads (dotted: nested), with its config class's defaults.
-DROPOUT_RATES: dict[str, dict[str, float]] = {
-    **dict.fromkeys(("gptj", "codegen"), {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}),
-    "opt": {"dropout": 0.1, "attention_dropout": 0.0},
-    "phi": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
-    "falcon": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
-    "starcoder2": {"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
-    "bloom": {"hidden_dropout": 0.0, "attention_dropout": 0.0},
-    "mpt": {"attn_config.attn_pdrop": 0.0},  # transformers' MPT uses it for every dropout
-    "gpt_neo": {"resid_dropout": 0.0, "embed_dropout": 0.0, "attention_dropout": 0.0},
-    "gpt_bigcode": {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
+_E, _A, _O, _M = ("embed",), ("attention",), ("attn_out",), ("mlp_out",)
+_R = _O + _M
+_LLAMA_DROPOUT = {"attention_dropout": (0.0, _A)}
+#: Dropout rates each family's modeling code reads (dotted: nested), with its config class's default and
+#: the places (``architectures.DROPOUT_PLACES``) it drops out at.
+DROPOUT_RATES: dict[str, dict[str, tuple[float, tuple[str, ...]]]] = {
+    "gpt2": {"resid_pdrop": (0.1, _R), "embd_pdrop": (0.1, _E), "attn_pdrop": (0.1, _A)},
+    **dict.fromkeys(("gptj", "codegen"), {"resid_pdrop": (0.0, _R), "embd_pdrop": (0.0, _E), "attn_pdrop": (0.0, _A)}),
+    "opt": {"dropout": (0.1, _R), "attention_dropout": (0.0, _A)},  # OPTDecoder drops out no embedding
+    "phi": {"resid_pdrop": (0.0, _R), "embd_pdrop": (0.0, _E), "attention_dropout": (0.0, _A)},
+    "phi3": {"resid_pdrop": (0.0, _R), "embd_pdrop": (0.0, _E), "attention_dropout": (0.0, _A)},
+    "falcon": {"hidden_dropout": (0.0, _R), "attention_dropout": (0.0, _A)},
+    "starcoder2": {"residual_dropout": (0.0, _R), "embedding_dropout": (0.0, _E), "attention_dropout": (0.0, _A)},
+    "bloom": {"hidden_dropout": (0.0, _R), "attention_dropout": (0.0, _A)},
+    "mpt": {"attn_config.attn_pdrop": (0.0, _A + _R)},  # transformers' MPT uses it for every dropout of a block
+    "gpt_neo": {"resid_dropout": (0.0, _R), "embed_dropout": (0.0, _E), "attention_dropout": (0.0, _A)},
+    "gpt_bigcode": {"resid_pdrop": (0.1, _R), "embd_pdrop": (0.1, _E), "attn_pdrop": (0.1, _A)},
+    "gpt_neox": {"hidden_dropout": (0.0, _E + _R), "attention_dropout": (0.0, _A)},
+    "bert": {"hidden_dropout_prob": (0.1, _E + _R), "attention_probs_dropout_prob": (0.1, _A)},
+    "stablelm": {"hidden_dropout": (0.0, _M), "attention_dropout": (0.0, _A)},  # the MLP output only
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "granite",
+                     "cohere", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                     "phimoe", "granitemoe"), _LLAMA_DROPOUT),
 }
 
 
 def with_dropout(c: Fields, arch: Arch, extra: dict[str, Any]) -> tuple[Arch, dict[str, Any]]:
-    """Dropout is in the graph when a rate is non-zero (p = 0 is the identity and saves nothing).
-
-    The graph drops out at GPT-2's places (embeddings, attention probabilities, both residual
-    branches); rates that differ by place are said in a note.
-    """
+    """Dropout is in the graph where a rate is non-zero (p = 0 is the identity and saves nothing):
+    at the places each rate's modeling code drops out (the rates' values change no byte)."""
     defaults = DROPOUT_RATES.get(c.config["model_type"])
     if defaults is None:
         return arch, extra
-    rates = {}
-    for key, default in defaults.items():
+    places: set[str] = set()
+    for key, (default, where) in defaults.items():
         outer, _, inner = key.rpartition(".")
         rate = Fields(c.get(outer, {}), c.name).get(inner, default) if outer else c.get(key, default)
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             c.fail(key, "must be a dropout rate in [0, 1)")
-        rates[key] = rate
-    notes = tuple(extra.get("notes", ()))
-    if 0 < sum(rate > 0 for rate in rates.values()) < len(rates):
-        notes += ("dropout rates differ by place (" + ", ".join(f"{k} = {v}" for k, v in rates.items())
-                  + "); the graph drops out at every place",)
-    return replace(arch, dropout=any(rate > 0 for rate in rates.values())), {**extra, "notes": notes}
+        if rate > 0:
+            places.update(where)
+    off = tuple(p for p in DROPOUT_PLACES if p not in places)
+    return replace(arch, dropout=bool(places), no_dropout_at=off if places else ()), extra
 
 
 def decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None = None) -> dict[str, int]:
@@ -272,6 +308,14 @@ def no_window(c: Fields, l: int) -> dict[str, Any]:
     return {}
 
 
+def _number_or_none(c: Fields, key: str) -> bool:
+    """Whether a capping field is set: a positive number on, null off."""
+    value = c.get(key, None)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+        c.fail(key, "must be a positive number or null")
+    return value is not None
+
+
 @dataclass(frozen=True, slots=True)
 class LlamaLike:
     """Families with LLaMA's field names.
@@ -286,6 +330,8 @@ class LlamaLike:
     kv_heads: int | None = None
     act: str = "hidden_act"
     window: WindowRule = no_window
+    rotary: tuple[str, float] | None = None  # (config key, default) of a partial rotary factor (Phi-3)
+    softcap: bool = False  # reads attn_logit_softcapping and final_logit_softcapping (Gemma 2 / 3)
 
     def __call__(self, c: Fields) -> Adapted:
         arch = self.arch
@@ -296,4 +342,12 @@ class LlamaLike:
         chosen = replace(arch, mlp=mlp, tied_embeddings=c.flag("tie_word_embeddings", arch.tied_embeddings),
                          qkv_bias=arch.qkv_bias or attn_bias, out_bias=arch.out_bias or attn_bias, mlp_bias=mlp_bias)
         sizes = decoder_sizes(c, self.head_dim, self.kv_heads)
+        if self.softcap:
+            chosen = replace(chosen, attn_softcap=_number_or_none(c, "attn_logit_softcapping"),
+                             logit_softcap=_number_or_none(c, "final_logit_softcapping"))
+        if self.rotary is not None:
+            d_head = sizes.get("d_h") or sizes["h"] // sizes["a"]
+            part = rotary_dims(c, d_head, *self.rotary)
+            chosen = replace(chosen, partial_rotary=bool(part))
+            sizes.update({k: v for k, v in part.items() if k == "d_r"})
         return chosen, sizes, {"max_positions": c.get("max_position_embeddings", None), **self.window(c, sizes["l"])}

@@ -41,7 +41,8 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation":
         "gelu_pytorch_tanh", "max_position_embeddings": 8192, "tie_word_embeddings": True, "attention_bias": False,
-        "attention_dropout": 0.0, "sliding_window": 4096, "layer_types": None},
+        "attention_dropout": 0.0, "sliding_window": 4096, "layer_types": None, "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0},
     "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation":
         "gelu_pytorch_tanh", "max_position_embeddings": 131072, "tie_word_embeddings": True, "attention_bias":

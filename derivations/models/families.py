@@ -12,8 +12,9 @@ from typing import NoReturn
 
 from memderive.derivations.models.architectures import BERT, GPT, LLAMA
 from memderive.derivations.models.families_moe import MOE_ADAPTERS
-from memderive.derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, decoder_sizes, kv_head_count,
-                                       mlp_kind, sliding, whole_heads)
+from memderive.derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, activation,
+                                                        decoder_sizes, kv_head_count, rotary_dims, sliding,
+                                                        whole_heads)
 
 __all__ = ["ADAPTERS", "REFUSED", "SUPPORTED_MODEL_TYPES"]
 
@@ -23,19 +24,22 @@ def _gpt2(c: Fields) -> Adapted:
     sizes = {"h": h, "a": c.size("n_head"), "l": c.size("n_layer"), "V": c.size("vocab_size"),
              "n_ctx": c.size("n_positions"),
              "f": c.size("n_inner", default=4 * h)}
-    arch = replace(GPT, mlp=mlp_kind(c, "activation_function", "gelu_new"),
-                   tied_embeddings=c.flag("tie_word_embeddings", True), act_fn=c.get("activation_function", "gelu_new"))
+    arch = replace(GPT, **activation(c, "activation_function", "gelu_new"),
+                   tied_embeddings=c.flag("tie_word_embeddings", True))
     return arch, sizes, {"max_positions": sizes["n_ctx"]}
 
 
 def _gpt_neox(c: Fields) -> Adapted:
     bias = c.flag("attention_bias", True)
     parallel = c.flag("use_parallel_residual", True)
-    arch = replace(GPT, family="gpt_neox", mlp=mlp_kind(c, "hidden_act", "gelu"), positions="rotary",
-                   tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, out_bias=bias,
-                   parallel_block=parallel)
     sizes = {"h": c.size("hidden_size"), "a": c.size("num_attention_heads"), "l": c.size("num_hidden_layers"),
              "V": c.size("vocab_size"), "f": c.size("intermediate_size")}
+    whole_heads(c, sizes["h"], sizes["a"], ("hidden_size", "num_attention_heads"))
+    part = rotary_dims(c, sizes["h"] // sizes["a"], "rotary_pct", 0.25)
+    arch = replace(GPT, family="gpt_neox", **activation(c, "hidden_act", "gelu"), positions="rotary",
+                   tied_embeddings=c.flag("tie_word_embeddings", False), qkv_bias=bias, out_bias=bias,
+                   parallel_block=parallel, partial_rotary=bool(part))
+    sizes.update({k: v for k, v in part.items() if k == "d_r"})
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
@@ -60,9 +64,11 @@ def _gpt_sizes(c: Fields, h_key: str, a_key: str, l_key: str, f_keys: tuple[str,
 def _gptj(c: Fields) -> Adapted:
     """GPT-J and CodeGen: one LayerNorm feeds attention and MLP in parallel; q/k/v/out have no bias."""
     sizes = _gpt_sizes(c, "n_embd", "n_head", "n_layer")
-    arch = replace(GPT, family=c.config["model_type"], mlp=mlp_kind(c, "activation_function", "gelu_new"),
+    part = rotary_dims(c, sizes["h"] // sizes["a"], "rotary_dim", 64)
+    arch = replace(GPT, family=c.config["model_type"], **activation(c, "activation_function", "gelu_new"),
                    positions="rotary", qkv_bias=False, out_bias=False, parallel_block=True, shared_norm=True,
-                   lm_head_bias=True, tied_embeddings=c.flag("tie_word_embeddings", False))
+                   lm_head_bias=True, tied_embeddings=c.flag("tie_word_embeddings", False), partial_rotary=bool(part))
+    sizes.update({k: v for k, v in part.items() if k == "d_r"})
     return arch, sizes, {"max_positions": c.get("n_positions", None)}
 
 
@@ -75,8 +81,8 @@ def _opt(c: Fields) -> Adapted:
     c.refuse("layer_norm_elementwise_affine", lambda v: v is True, "LayerNorm without weight and bias is not modelled")
     before, bias = c.flag("do_layer_norm_before", True), c.flag("enable_bias", True)
     final = before and not c.flag("_remove_final_layer_norm", False)
-    arch = replace(GPT, family="opt", mlp=mlp_kind(c, "activation_function", "relu"), qkv_bias=bias, out_bias=bias,
-                   mlp_bias=bias, post_norm=not before, final_norm=final,
+    arch = replace(GPT, family="opt", **activation(c, "activation_function", "relu"), qkv_bias=bias, out_bias=bias,
+                   mlp_bias=bias, post_norm=not before, final_norm=final, position_ids="per-sequence",
                    tied_embeddings=c.flag("tie_word_embeddings", True))
     positions = c.size("max_position_embeddings")
     # NOTE: OPTLearnedPositionalEmbedding has max_position_embeddings + 2 rows (ids are offset by 2).
@@ -87,9 +93,11 @@ def _phi(c: Fields) -> Adapted:
     """Phi-1/1.5/2: one LayerNorm, parallel attention and MLP, partial rotary, biases, lm_head bias."""
     c.refuse("qk_layernorm", lambda v: v is False, "per-head LayerNorm on q and k (with bias) is not modelled")
     sizes = decoder_sizes(c)
-    arch = replace(GPT, family="phi", mlp=mlp_kind(c, "hidden_act", "gelu_new"), positions="rotary",
+    part = rotary_dims(c, sizes.get("d_h") or sizes["h"] // sizes["a"], "partial_rotary_factor", 0.5)
+    arch = replace(GPT, family="phi", **activation(c, "hidden_act", "gelu_new"), positions="rotary",
                    parallel_block=True, shared_norm=True, lm_head_bias=True,
-                   tied_embeddings=c.flag("tie_word_embeddings", False))
+                   tied_embeddings=c.flag("tie_word_embeddings", False), partial_rotary=bool(part))
+    sizes.update({k: v for k, v in part.items() if k == "d_r"})
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
@@ -112,7 +120,7 @@ def _falcon(c: Fields) -> Adapted:
     if parallel and c.get("hidden_dropout", 0.0) not in (0, 0.0):
         c.fail("hidden_dropout", "is not supported: parallel Falcon drops out attention+MLP as one sum")
     bias = c.flag("bias", False)
-    arch = replace(GPT, family="falcon", mlp=mlp_kind(c, "activation", "gelu"),
+    arch = replace(GPT, family="falcon", **activation(c, "activation", "gelu"),
                    positions="alibi" if c.flag("alibi", False) else "rotary", qkv_bias=bias, out_bias=bias,
                    mlp_bias=bias, parallel_block=parallel, shared_norm=parallel and norms == 1,
                    tied_embeddings=c.flag("tie_word_embeddings", True))
@@ -123,7 +131,7 @@ def _falcon(c: Fields) -> Adapted:
 
 def _starcoder2(c: Fields) -> Adapted:
     bias = c.flag("use_bias", True)
-    arch = replace(GPT, family="starcoder2", mlp=mlp_kind(c, "hidden_act", "gelu_pytorch_tanh"), positions="rotary",
+    arch = replace(GPT, family="starcoder2", **activation(c, "hidden_act", "gelu_pytorch_tanh"), positions="rotary",
                    qkv_bias=bias, out_bias=bias, mlp_bias=bias, tied_embeddings=c.flag("tie_word_embeddings", True))
     sizes = decoder_sizes(c, kv_heads=2)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
@@ -171,7 +179,7 @@ def _gpt_neo(c: Fields) -> Adapted:
     if _neo_layers(c) != sizes["l"]:
         c.fail("attention_types", f"lists {_neo_layers(c)} layers, not num_layers = {sizes['l']}; transformers "
                                   "refuses this too")
-    arch = replace(GPT, family="gpt_neo", mlp=mlp_kind(c, "activation_function", "gelu_new"), qkv_bias=False,
+    arch = replace(GPT, family="gpt_neo", **activation(c, "activation_function", "gelu_new"), qkv_bias=False,
                    tied_embeddings=c.flag("tie_word_embeddings", True))
     n_ctx = c.size("max_position_embeddings")
     notes = ("local-attention layers see a window of window_size tokens; the graph treats every layer as global",)
@@ -182,7 +190,7 @@ def _gpt_bigcode(c: Fields) -> Adapted:
     """StarCoder/SantaCoder: GPT-2 with one shared key/value head (``multi_query``)."""
     c.refuse("add_cross_attention", lambda v: v is False, "cross-attention layers are not modelled")
     sizes = _gpt_sizes(c, "n_embd", "n_head", "n_layer")
-    arch = replace(GPT, family="gpt_bigcode", mlp=mlp_kind(c, "activation_function", "gelu_pytorch_tanh"),
+    arch = replace(GPT, family="gpt_bigcode", **activation(c, "activation_function", "gelu_pytorch_tanh"),
                    tied_embeddings=c.flag("tie_word_embeddings", True))
     n_ctx = c.size("n_positions")
     a_kv = 1 if c.flag("multi_query", True) else sizes["a"]
@@ -198,9 +206,12 @@ def _stablelm(c: Fields) -> Adapted:
     sizes.pop("d_h", None)  # StableLM's head size is hidden/heads; its o_proj is hidden x hidden
     whole_heads(c, sizes["h"], sizes["a"], ("hidden_size", "num_attention_heads"))
     parallel = c.flag("use_parallel_residual", False)
-    arch = replace(LLAMA, family="stablelm", norm="layernorm", norm_bias=True, mlp=mlp_kind(c, "hidden_act", "silu", True),
-                   qkv_bias=c.flag("use_qkv_bias", False), parallel_block=parallel, shared_norm=parallel,
-                   tied_embeddings=c.flag("tie_word_embeddings", False))
+    part = rotary_dims(c, sizes["h"] // sizes["a"], "partial_rotary_factor", 0.25)
+    arch = replace(LLAMA, family="stablelm", norm="layernorm", norm_bias=True,
+                   **activation(c, "hidden_act", "silu", True), qkv_bias=c.flag("use_qkv_bias", False),
+                   parallel_block=parallel, shared_norm=parallel, tied_embeddings=c.flag("tie_word_embeddings", False),
+                   partial_rotary=bool(part))
+    sizes.update({k: v for k, v in part.items() if k == "d_r"})
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
 
 
@@ -212,7 +223,7 @@ def _gemma2(family: str, qk_norm: bool, every: int | None) -> LlamaLike:
 
     arch = replace(LLAMA, family=family, mlp="geglu", tied_embeddings=True, sublayer_norm="both", qk_norm=qk_norm)
     return LlamaLike(arch, reads=("attention_bias",), head_dim=256, kv_heads=4, act="hidden_activation",
-                      window=sliding(4096, slides=slides))
+                      window=sliding(4096, slides=slides), softcap=True)
 
 
 def _cohere(c: Fields) -> Adapted:
@@ -247,7 +258,7 @@ ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "gemma": LlamaLike(_GEMMA, reads=("attention_bias",), head_dim=256, kv_heads=16),
     "gemma2": _gemma2("gemma2", qk_norm=False, every=2),
     "gemma3_text": _gemma2("gemma3_text", qk_norm=True, every=None),
-    "phi3": LlamaLike(replace(LLAMA, family="phi3"), reads=(), window=sliding()),
+    "phi3": LlamaLike(replace(LLAMA, family="phi3"), reads=(), window=sliding(), rotary=("partial_rotary_factor", 1.0)),
     "olmo2": LlamaLike(_OLMO2, reads=("attention_bias",)),
     "granite": LlamaLike(replace(LLAMA, family="granite")),
     "cohere": _cohere,

@@ -5,8 +5,8 @@ Korthikanti et al. 2022 (fused RMSNorm/LayerNorm, a 16-bit softmax, grouped K/V 
 ``hf`` is transformers' own modeling code (``symbolic.huggingface.HuggingFace``), with its
 attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the kernel.
 
->>> from memderive.derivations.models.architectures import GPT, LLAMA
->>> hf_layers(LLAMA, "eager").fp32_softmax, hf_layers(GPT, "sdpa").fp32_softmax
+>>> from memderive.derivations.models.presets import preset
+>>> hf_layers(preset("llama-2-7b"), "eager").code.softmax_fp32, hf_layers(preset("gpt2"), "sdpa").code.softmax_fp32
 (True, False)
 >>> parse_implementation("hf-eager")
 ('hf', 'eager')
@@ -14,10 +14,14 @@ attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the 
 
 from __future__ import annotations
 
-from memderive.derivations.models.architectures import Arch
+from dataclasses import replace
+
+from memderive.derivations.models.model import Model
+from memderive.symbolic.hf_code import HfCode
 from memderive.symbolic.huggingface import HuggingFace
 
-__all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "parse_implementation", "hf_layers", "describe"]
+__all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "parse_implementation", "hf_layers",
+           "hf_code", "describe"]
 
 IMPLEMENTATIONS = ("megatron", "hf")
 SHORTHANDS = {"hf-eager": ("hf", "eager"), "hf-sdpa": ("hf", "sdpa")}
@@ -39,11 +43,49 @@ def parse_implementation(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-def hf_layers(arch: Arch, attention: str, device: str = "cuda") -> HuggingFace:
-    """The transform for ``arch`` in transformers: LLaMA-style (RMSNorm) families upcast the eager
-    softmax to fp32 (``softmax(dtype=float32)``), GPT-2's stays 16-bit; ``gelu_new`` is Python."""
-    return HuggingFace(attention, device, python_gelu=arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS,
-                       fp32_softmax=arch.norm == "rmsnorm")
+_M = "transformers/models/{0}/modeling_{0}.py (v5.24)"
+#: Where each family's modeling code departs from LLaMA's (``HfCode``'s defaults), read in its file
+#: (``_M``); families absent follow LLaMA's code (RMSNorm ``w * x.to(dt)``, fp32 eager softmax,
+#: cos/sin shared, ``sdpa_attention_forward``).
+FAMILY_CODE: dict[str, HfCode] = {
+    "gpt": HfCode(softmax_fp32=False),  # GPT2Attention: softmax(attn_weights) in the activation dtype
+    "bert": HfCode(softmax_fp32=False, position_buffer=True),  # softmax without dtype; self.position_ids[:, :s]
+    "gemma": HfCode(rms_norm="offset"),  # GemmaRMSNorm: output * (1.0 + self.weight.float())
+    "gemma2": HfCode(rms_norm="offset"),
+    "gemma3_text": HfCode(rms_norm="offset"),
+    "olmo2": HfCode(rms_norm="fp32-product", rotary_tables="shared-fp32"),  # (self.weight * x).to(dt); cos, sin
+    "gpt_oss": HfCode(rms_norm="fp32-product"),
+    "cohere": HfCode(layer_norm="python-fp32"),  # CohereLayerNorm: mean-centred, in fp32
+    "phi3": HfCode(q_head_major=True),  # apply_rotary_pos_emb: torch.cat([rotated, pass]) on (b, a, s, d)
+    "gpt_neox": HfCode(q_head_major=True),
+    "stablelm": HfCode(q_head_major=True),  # StableLmAttention: torch.cat((query_rot, query_pass))
+    "phi": HfCode(q_head_major=True),  # PhiAttention: torch.cat((query_rot, query_pass))
+    "gptj": HfCode(scores_fp32=True, rotary_tables="per-call"),  # matmul(query.to(float32), key.to(float32))
+    "codegen": HfCode(scores_fp32=True, rotary_tables="per-call"),
+    "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
+    "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
+    "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
+}
+
+
+def hf_code(model: Model) -> HfCode:
+    """The rules ``model``'s family code follows, with what its config switches on (Gemma 2's
+    softcapping, GeLU written in Python, Falcon's list-index head split with one K/V head)."""
+    arch, z = model.arch, model.sizes
+    code = FAMILY_CODE.get(arch.family, HfCode())
+    python_gelu = arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS
+    split = 2 if arch.family == "falcon" and z["a_kv"] < z["a"] else 0  # fused_qkv[..., [-2], :]
+    mixed = arch.family == "gemma3_text" and 0 < model.windowed_layers < z["l"]  # rotary_emb_local beside rotary_emb
+    return replace(code, python_gelu=python_gelu, attn_softcap=arch.attn_softcap, logit_softcap=arch.logit_softcap,
+                   head_split_indices=split, rotary_sets=2 if mixed else 1)
+
+
+def hf_layers(model: Model, attention: str, device: str = "cuda") -> HuggingFace:
+    """The transform of ``model`` in transformers: its family's code (``hf_code``), the kernel and
+    device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value head size)."""
+    z = model.sizes
+    value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
+    return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs)
 
 
 def describe(implementation: str, attention: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from memderive.derivations.models.architectures import Arch, build_graph
-from memderive.symbolic.dims import a, a_kv, d_h, f, h, sym
+from memderive.symbolic.dims import a, a_kv, d_h, d_r, f, h, sym
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
@@ -77,6 +77,10 @@ class Model:
                 raise ModelError(f"{self.name}: learned positions need the number of positions (n_ctx)")
         if self.arch.token_types:
             sizes.setdefault("n_type", 2)
+        if self.arch.partial_rotary:
+            sizes.setdefault("d_r", sizes["d_h"])
+            if sizes["d_r"] > sizes["d_h"]:
+                raise ModelError(f"{self.name}: {sizes['d_r']} rotary dimensions exceed the head size {sizes['d_h']}")
         self._check_experts(sizes)
         if self.arch.attention == "mla":
             for key in ("d_c", "d_hR", "d_v") + (("d_cq",) if self.arch.q_lora else ()):
@@ -131,6 +135,8 @@ class Model:
             rel[a_kv] = a
         if z["f"] == 4 * z["h"]:
             rel[f] = 4 * h
+        if z.get("d_r") == z["d_h"]:
+            rel[d_r] = d_h
         return rel
 
     def graph(self, activation_dtype: str = "bf16", dropout: bool = True) -> Graph:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["moe_mlp", "mla_attention"]
 
 
-def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, dense: Callable[..., Tensor]) -> Tensor:
+def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[str], dense: Callable[..., Tensor]) -> Tensor:
     """Router, E routed experts (k per token), shared experts; in ``l_d`` of the ``l`` layers a dense
     MLP instead (its ops hold share ``l_d/l`` of the layer block, the MoE ops ``(l - l_d)/l``)."""
     moe, plain = arch.moe, replace(arch, moe=None)
@@ -39,7 +39,7 @@ def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, dense: Calla
     bb.router("moe/router", x, E, k, bias=moe.router_bias, renormalize=moe.renormalize)
     out = bb.experts("moe/experts", x, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note)
     if moe.shared:
-        shared = dense(bb, replace(plain, mlp_bias=False), x, False, width=f_s, prefix="moe/shared")
+        shared = dense(bb, replace(plain, mlp_bias=False), x, frozenset(), width=f_s, prefix="moe/shared")
         if moe.shared_gate:
             bb.linear("moe/shared_gate", x, 1, bias=False)
             shared = bb.scale("moe/shared_scale", shared)
@@ -48,7 +48,7 @@ def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool, dense: Calla
     return out
 
 
-def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Tensor:
+def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[str]) -> Tensor:
     """Multi-head latent attention (DeepSeek-V2, arXiv:2405.04434 §2.1), as transformers builds it.
 
     Query: ``h -> d_c'`` (RMSNorm) ``-> a (d_h + d_h^R)``, or one ``h -> a (d_h + d_h^R)``
@@ -72,6 +72,6 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: bool) -> Ten
     (k_nope,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_h, names=("k_nope",))
     (v,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_v, names=("v",))
     keys = bb.mla_keys("attn/keys", k_nope, bb.rotary("attn/rotary_k", rope_key))
-    ctx = bb.attention("attn/core", bb.rotary("attn/rotary_q", q_heads), keys, v, dropout=dropout)
+    ctx = bb.attention("attn/core", bb.rotary("attn/rotary_q", q_heads, d_hR), keys, v, dropout="attention" in dropout)
     out = bb.linear("attn/proj", ctx, h, bias=arch.out_bias, parallel="row")
-    return bb.dropout("attn/dropout", out) if dropout else out
+    return bb.dropout("attn/dropout", out) if "attn_out" in dropout else out

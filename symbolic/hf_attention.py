@@ -1,0 +1,126 @@
+"""transformers' attention, eager or SDPA, as what it saves for backward (``symbolic.huggingface``).
+
+Eager (``eager_attention_forward``): q and K repeated to ``a`` heads (``repeat_kv``) saved by
+``q k^T`` (fp32 copies where the code casts them: ``scores_fp32``), the softcap's tanh, the
+probabilities (fp32, and the 16-bit copy ``P v`` saves, or their dropout mask and output) and V
+repeated to ``a`` heads, at the value head size.
+
+SDPA (``torch.nn.functional.scaled_dot_product_attention``): the fused kernel saves q, k, v, its
+output and the fp32 logsumexp. It falls back to the math backend, which casts q, k and v to fp32
+(``_scaled_dot_product_attention_math``: "Keep query, key, value in high precision") and saves what
+eager attention saves in fp32, when no fused kernel applies: on CPU with dropout or with a value
+head size apart from the query/key one (DeepSeek's MLA); on either device when the family passes
+fewer K/V heads than query heads without ``enable_gqa`` (Falcon's multi-query). On CUDA a value head
+size of its own is the memory-efficient kernel (logsumexp rows padded to 32). CPU's flash kernel and
+CUDA's (``flash_api.cpp`` ``mha_fwd``: ``out = empty_like(q)``) return the output in q's memory
+layout, so a q made contiguous head-major (``torch.cat`` of the rotated part) leaves an output that
+``transpose(1, 2).contiguous()`` copies for the output projection: both are saved.
+
+>>> from memderive.symbolic.dims import a, a_kv, b, d_h, s
+>>> from memderive.symbolic.dtypes import dtype
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> bb = BlockBuilder("layer", (b, s, a * d_h), dtype("bf16"))
+>>> q, k, v = bb.split_heads("attn/qkv", bb.input, (a, a_kv, a_kv), d_h)
+>>> _ = bb.attention("attn/core", q, k, v, dropout=False)
+>>> [x.name for x in rewrite(bb.ops[-1], Context("sdpa", "cpu", HfCode())).saved]
+['attn/qkv.q', 'attn/qkv.k', 'attn/qkv.v', 'attn/core.out', 'attn/core.logsumexp']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.expr import ceiling
+from memderive.symbolic.graph import Op
+from memderive.symbolic.hf_code import HfCode
+from memderive.symbolic.tensor import Tensor
+
+__all__ = ["Context", "rewrite", "like", "needs_inputs"]
+
+FP32, BOOL = dtype("fp32"), dtype("bool")
+SCORES = "attention-scores"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The kernel, the device, the family's code and what the model's sizes decide: fewer K/V heads
+    than query heads (``fewer_kv``), a value head size apart from q's and k's (``value_differs``)."""
+
+    attention: str
+    device: str
+    code: HfCode
+    fewer_kv: bool = False
+    value_differs: bool = False
+
+
+def like(x: Tensor, name: str, dt: DType | None = None, shape: tuple | None = None, role: str | None = None) -> Tensor:
+    return Tensor(name, x.shape if shape is None else shape, dt or x.dtype, role=role or x.role,
+                  tp_axis=x.tp_axis, seq_axis=x.seq_axis)
+
+
+def needs_inputs(op: Op) -> Op:
+    """Every saved tensor serves the gradients of the op's inputs (where the op declares them)."""
+    if not op.saved_for:
+        return op
+    return replace(op, saved_for=tuple((x.name, op.inputs) for x in op.saved))
+
+
+def rewrite(op: Op, ctx: Context) -> Op:
+    """The attention op as transformers runs it under ``ctx``."""
+    q = next(x for x in op.saved if x.role == "q")
+    v = next(x for x in op.saved if x.role == "v")
+    dropout = any(x.name.endswith(".dropout.mask") for x in op.saved)
+    if ctx.attention == "eager":
+        return _eager(op, q, v, dropout, ctx, math=False)
+    if (ctx.device == "cpu" and (dropout or ctx.value_differs)) or (ctx.code.sdpa_kv == "direct" and ctx.fewer_kv):
+        return _eager(op, q, v, dropout, ctx, math=True)
+    return _sdpa(op, q, v, ctx)
+
+
+def _sdpa(op: Op, q: Tensor, v: Tensor, ctx: Context) -> Op:
+    k = next(x for x in op.saved if x.role == "k")
+    bsz, heads, seq, _ = q.shape
+    efficient = ctx.device == "cuda" and ctx.value_differs  # CUDA's memory-efficient kernel
+    rows = ceiling(seq / 32) * 32 if efficient else seq
+    lse = Tensor(f"{op.path}.logsumexp", (bsz, heads, rows), FP32, role="softmax-stats", tp_axis=q.tp_axis,
+                 seq_axis=None if efficient else q.seq_axis)
+    out = op.output
+    note = "scaled_dot_product_attention" + (" (memory-efficient kernel)" if efficient else "")
+    if ctx.code.q_head_major and not efficient:  # the output keeps q's layout: copied for the projection
+        out = like(op.output, f"{op.path}.sdpa_out", shape=(bsz, heads, seq, v.shape[-1]), role="attention-output")
+        note += "; output in q's head-major layout, copied for the output projection"
+    return needs_inputs(replace(op, kind="sdpa", saved=(q, k, v, out, lse), note=note))
+
+
+def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool) -> Op:
+    """q, K and V repeated to a heads (``repeat_kv``), probabilities (fp32 and 16-bit), dropout.
+
+    ``saved_for`` follows autograd: ``q k^T`` saves each for the other's gradient, softmax its output
+    for the scores' (q's and k's), the cast 16-bit copy only as ``P v``'s operand (v's gradient).
+    """
+    code, act = ctx.code, q.dtype
+    bsz, heads, seq, d_qk = q.shape
+    scores = (bsz, heads, seq, seq)
+    dt = FP32 if math else act  # the math backend computes in fp32
+    sdt = FP32 if math or code.scores_fp32 else act  # dtype of q k^T
+    qn, kn, vn = op.inputs if len(op.inputs) == 3 else ("q", "k", "v")
+    q_in = q if sdt == q.dtype else like(q, f"{op.path}.q_in", sdt, role="q")
+    saved: list[tuple[Tensor, tuple[str, ...]]] = [(q_in, (kn,)),
+                                                   (like(q, f"{op.path}.k_rep", sdt, (bsz, heads, seq, d_qk), "k"), (qn,))]
+    if code.attn_softcap and not math:
+        saved.append((like(q, f"{op.path}.softcap_tanh", sdt, scores, SCORES), (qn, kn)))
+    upcast = not math and (code.softmax_fp32 or sdt == FP32) and act != FP32  # fp32 probabilities, then a cast
+    if upcast:
+        saved.append((like(q, f"{op.path}.softmax_fp32", FP32, scores, SCORES), (qn, kn)))
+    if not (upcast and dropout):  # the cast copy is saved only by P v; softmax's own output always
+        probs = like(q, f"{op.path}.softmax", dt, scores, SCORES)
+        saved.append((probs, (vn,) if upcast else (qn, kn) if dropout else (qn, kn, vn)))
+    if dropout:
+        mask_dt = BOOL if ctx.device == "cuda" else dt
+        saved += [(like(q, f"{op.path}.dropout.mask", mask_dt, scores, SCORES), (qn, kn)),
+                  (like(q, f"{op.path}.dropout.out", dt, scores, SCORES), (vn,))]
+    saved.append((like(q, f"{op.path}.v_rep", dt, (bsz, heads, seq, v.shape[-1]), "v"), (qn, kn)))
+    note = "SDPA math backend: fp32" if math else "eager_attention_forward"
+    return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note=note,
+                   saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())

@@ -1,0 +1,84 @@
+"""What a family's transformers modeling code does, as the rules ``symbolic.huggingface`` applies.
+
+Each field is one rule, named by what the code computes (not by family); the defaults are LLaMA's
+code (``modeling_llama.py``, transformers 5.24). ``derivations.models.implementations`` says which
+rules each family's code follows, citing its modeling file.
+
+>>> HfCode().softmax_fp32, HfCode(rms_norm="offset").rules()
+(True, ('RMSNorm: x * (1 + w) in fp32, cast after (the fp32 (1 + w) and normed value saved)',))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["HfCode", "RMS_NORMS", "LAYER_NORMS", "ROTARY_TABLES", "SDPA_KV", "ATTENTION_KERNELS", "DEVICES"]
+
+ATTENTION_KERNELS = ("eager", "sdpa", "flash")
+DEVICES = ("cuda", "cpu")
+#: How an RMSNorm multiplies by its weight: ``llama`` ``w * x.to(dt)`` (16-bit normed value saved),
+#: ``fp32-product`` ``(w * x).to(dt)`` (fp32 normed value saved: OLMo 2, gpt-oss), ``offset``
+#: ``(x * (1 + w.float())).to(dt)`` (fp32 normed value and the fp32 ``1 + w`` saved: Gemma).
+RMS_NORMS = ("llama", "fp32-product", "offset")
+#: ``fused``: ``nn.LayerNorm`` (``F.layer_norm``); ``python-fp32``: Cohere's mean-centred LayerNorm
+#: written out in fp32 (two centred copies, rstd, the fp32 weight and the normed value saved).
+LAYER_NORMS = ("fused", "python-fp32")
+#: ``shared``: cos/sin made once per forward, read by every layer (LLaMA); ``per-call``: each
+#: ``apply_rotary_pos_emb`` call repeats them (``repeat_interleave``, GPT-J): saved per q and k per layer;
+#: ``shared-fp32``: shared, kept in fp32 (OLMo 2's rotary embedding returns them uncast).
+ROTARY_TABLES = ("shared", "shared-fp32", "per-call")
+#: ``transformers``: ``sdpa_attention_forward`` (``enable_gqa`` when no mask, K/V at a_kv heads);
+#: ``direct``: the family calls ``F.scaled_dot_product_attention`` itself without ``enable_gqa``
+#: (Falcon): fewer K/V heads than query heads is the math backend.
+SDPA_KV = ("transformers", "direct")
+
+_RULES = {
+    ("rms_norm", "fp32-product"): "RMSNorm: (w * x) in fp32, cast after (fp32 normed value saved)",
+    ("rms_norm", "offset"): "RMSNorm: x * (1 + w) in fp32, cast after (the fp32 (1 + w) and normed value saved)",
+    ("layer_norm", "python-fp32"): "LayerNorm written out in fp32 (centred copies, rstd, fp32 weight, normed value)",
+    ("softmax_fp32", False): "eager softmax in the activation dtype (no fp32 copy)",
+    ("scores_fp32", True): "eager scores from fp32 copies of q and k (fp32 q, k and probabilities saved)",
+    ("python_gelu", True): "GeLU is gelu_new, a Python formula (input, x/2, tanh and 1 + tanh saved)",
+    ("rotary_tables", "per-call"): "rotary sin/cos repeated per call (saved per q and k per layer)",
+    ("rotary_tables", "shared-fp32"): "rotary cos/sin kept in fp32",
+    ("q_head_major", True): "q made contiguous head-major (torch.cat): SDPA's output copied before the output "
+                            "projection (CPU and CUDA flash follow q's layout)",
+    ("attn_softcap", True): "attention scores softcapped, c tanh(x / c): the tanh saved",
+    ("logit_softcap", True): "final logits softcapped: the tanh of the logits saved",
+    ("sdpa_kv", "direct"): "F.scaled_dot_product_attention called directly, without enable_gqa",
+    ("head_split_indices", 2): "K and V split off the fused projection by a list index (int64 index saved)",
+    ("rotary_sets", 2): "two rotary tables, local (sliding layers) and global RoPE bases",
+    ("position_buffer", True): "position ids are a registered buffer (not saved as an activation)",
+    ("bool_mask", True): "eager scores masked_fill'ed with a (b, 1, s, s) bool mask, saved once per forward",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HfCode:
+    """The rules one family's modeling code follows (defaults: LLaMA's)."""
+
+    rms_norm: str = "llama"
+    layer_norm: str = "fused"
+    softmax_fp32: bool = True  # eager ``softmax(dtype=float32)``: fp32 probabilities beside the 16-bit copy
+    scores_fp32: bool = False  # eager q k^T on fp32 copies (GPT-J, CodeGen, GPT-Neo)
+    python_gelu: bool = False  # the MLP's GeLU is gelu_new (NewGELUActivation)
+    rotary_tables: str = "shared"
+    q_head_major: bool = False
+    attn_softcap: bool = False  # Gemma 2: tanh of the scores
+    logit_softcap: bool = False  # Gemma 2: tanh of the final logits
+    sdpa_kv: str = "transformers"
+    head_split_indices: int = 0  # int64 (1,) index tensors the head split saves per layer (Falcon)
+    rotary_sets: int = 1  # cos/sin tables made per forward: 2 with local and global RoPE bases (Gemma 3)
+    position_buffer: bool = False  # position ids sliced from a registered buffer: not an activation (BERT)
+    bool_mask: bool = False  # eager scores masked_fill'ed with the model's (b, 1, s, s) bool mask (MPT)
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),
+                              ("rotary_tables", ROTARY_TABLES), ("sdpa_kv", SDPA_KV)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+
+    def rules(self) -> tuple[str, ...]:
+        """The rules that differ from LLaMA's code, one line each (for a derivation's assumptions)."""
+        return tuple(_RULES[(f.name, getattr(self, f.name))] for f in fields(self)
+                     if (f.name, getattr(self, f.name)) in _RULES)
