@@ -186,7 +186,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
     if options.mode == "train" and options.implementation_kind == "hf":
         base = hf_layers(resolved, options.hf_attention)(base)
-    quantities = parameter_quantities(base)
+    moe = resolved.arch.moe
+    quantities = parameter_quantities(base, moe is None or moe.active_embedding)
     graph = base
     if options.mode == "params" and options.finetuning:
         graph = transformed(base, options, resolved)

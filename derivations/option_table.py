@@ -131,7 +131,8 @@ OPTIONS: tuple[Option, ...] = (
        example=("--mode", "train", "--batch", "1", "--seq", "16")),
     _o("new_tokens", "int", 0, "tokens generated per sequence (inference)", modes=_INFER, symbol="n", binds=_INFER,
        shared=True, commands=_PLANNED, cli_default=None, example=(*_INFER_STEP, "--new-tokens", "4")),
-    _o("weight_dtype", "dtype", None, "inference weight dtype (fp16, int8, int4, fp8, ...)", modes=_INFER,
+    _o("weight_dtype", "dtype", None, "inference weight dtype (fp16, int8, int4, fp8, nf4; mxfp4: routed experts as "
+       "gpt-oss ships them)", modes=_INFER,
        commands=_PLANNED, example=(*_INFER_STEP, "--weight-dtype", "int8")),
     _o("kv_dtype", "dtype", None, "inference KV-cache dtype", modes=_INFER, commands=_PLANNED,
        example=(*_INFER_STEP, "--kv-dtype", "fp8")),

@@ -27,7 +27,7 @@ MODES = ("params", "train", "infer")
 ATTENTION = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16")
 #: The dtypes each dtype option accepts (its error lists only these).
-ACCEPTED_DTYPES = {"dtype": TRAIN_DTYPES, "weight_dtype": ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4"),
+ACCEPTED_DTYPES = {"dtype": TRAIN_DTYPES, "weight_dtype": ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4", "mxfp4"),
                    "kv_dtype": ("fp32", "fp16", "bf16", "fp8", "int8")}
 RECOMPUTE = ("none", "selective", "full")
 #: Activation profiles: which saved tensors a profile neglects, and why.

@@ -84,6 +84,7 @@ EMBEDDING = ("embed", "head/lm_head")
 QUANTITY_NAMES: tuple[QuantityName, ...] = (
     _q("params.total", "params", "parameters", "elements", "params", "parameters"),
     _q("params.per_layer", "params", "parameters_per_layer", "elements", "params-per-layer", "parameters_per_layer"),
+    _q("params.per_dense_layer", "params", "parameters_per_dense_layer", "elements", "parameters_per_dense_layer"),
     _q("params.per_gpu", "train", "parameters_per_gpu", "elements", "parameters_per_gpu"),
     _q("params.trainable", "params", "trainable_parameters", "elements", "trainable", "params-trainable",
        "trainable_parameters"),

@@ -211,6 +211,11 @@ _ENTRIES: tuple[Reference, ...] = (
               None, "github.com/huggingface/accelerate/blob/v1.15.0/src/accelerate/commands/estimate.py", "code"),
     Reference("accelerate-estimator-docs", "Hugging Face accelerate docs", _HF, "Accelerate documentation: Model memory "
               "estimator", None, "huggingface.co/docs/accelerate/usage_guides/model_size_estimator", "docs"),
+    Reference("transformers-mxfp4", "transformers 5.24", _HF, "transformers: src/transformers/integrations/mxfp4.py",
+              None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/integrations/mxfp4.py", "code"),
+    Reference("ocp-2023-mx", "OCP 2023 (MX v1.0)", "Open Compute Project (AMD, Arm, Intel, Meta, Microsoft, NVIDIA, "
+              "Qualcomm)", "OCP Microscaling Formats (MX) Specification, Version 1.0", 2023,
+              "www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf", "report"),
     Reference("transformers-generate", "transformers 5.x", _HF, "transformers: src/transformers/generation/utils.py",
               None, "github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py", "code"),
     Reference("transformers-cache-utils", "transformers 5.x", _HF, "transformers: src/transformers/cache_utils.py",

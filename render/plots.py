@@ -32,8 +32,8 @@ __all__ = ["PlotData", "KINDS", "strategy_ladder", "breakdown_data", "sweep_data
 
 KINDS = ("breakdown", "seq", "batch")
 GIB = 2**30
-#: Largest ratio of bar totals a linear axis shows readably.
-LOG_RATIO = 10
+#: Largest ratio of bar totals one linear axis shows readably (past it, ``draw`` adds a panel of shares).
+WIDE_RATIO = 10
 #: Colours by the first component of a part's path: model states in blues, layer activations in distinct
 #: hues, everything else (embedding, output layer, overhead) in greys and teal.
 PALETTE = {"model_states": ("#08519c", "#4292c6", "#9ecae1"),
@@ -62,10 +62,10 @@ class PlotData:
         return tuple(sum(row) for row in self.values)
 
     @property
-    def log_scale(self) -> bool:
-        """Bars that differ by more than 10x are drawn on a log axis, so the small layouts stay readable."""
+    def wide(self) -> bool:
+        """Bars that differ by more than 10x: ``draw`` adds a panel of each bar's parts as shares of it."""
         totals = [x for x in self.totals if x > 0]
-        return self.kind == "breakdown" and len(totals) > 1 and max(totals) > LOG_RATIO * min(totals)
+        return self.kind == "breakdown" and len(totals) > 1 and max(totals) > WIDE_RATIO * min(totals)
 
     def part(self, name: str) -> tuple[int, ...]:
         j = self.parts.index(name)
@@ -199,7 +199,9 @@ MAX_DRAWN = 10**300
 
 
 def draw(data: PlotData) -> Any:
-    """A matplotlib ``Figure`` of ``data``: stacked bars for layouts, stacked areas for sweeps."""
+    """A matplotlib ``Figure`` of ``data``: stacked bars for layouts, stacked areas for sweeps. Axes are linear
+    (a stacked segment on a log axis would not show its share); when bars differ by more than 10x, a second
+    panel shows each bar's parts as shares of it, so the small layouts stay readable."""
     if max([*data.totals, data.capacity or 0], default=0) > MAX_DRAWN:
         raise DerivationError("values past 10^300 cannot be drawn (a float overflows); use estimate --json "
                                  "for the exact integers")
@@ -207,43 +209,56 @@ def draw(data: PlotData) -> Any:
     # and harmless inside a notebook whose user has chosen another backend).
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 5.2), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(9, 8.4 if data.wide else 5.2), dpi=100, layout="constrained")
+    axes = fig.subplots(2, 1, sharex=True) if data.wide else (fig.add_subplot(),)
+    ax = axes[0]
     scale, unit = {"bytes": (GIB, "GiB"), "FLOPs": (10**12, "TFLOPs")}.get(data.unit, (10**9, "billion"))
     palette = colors(data.parts)
-    series = [[row[j] / scale for row in data.values] for j in range(len(data.parts))]
     if data.kind == "breakdown":
-        x = list(range(len(data.labels)))
-        bottom = [0.0] * len(data.labels)
-        for j, part in enumerate(data.parts):
-            ax.bar(x, series[j], bottom=bottom, label=part, color=palette[j], width=0.7)
-            bottom = [b + v for b, v in zip(bottom, series[j])]
+        _bars(ax, data, [[row[j] / scale for row in data.values] for j in range(len(data.parts))], palette)
         for i, total in enumerate(data.totals):
             ax.annotate(f"{total / scale:.1f}", (i, total / scale), ha="center", va="bottom", fontsize=8,
                         xytext=(0, 2), textcoords="offset points")
-        ax.set_xticks(x, data.labels, rotation=25, ha="right", fontsize=8)
-        if data.log_scale:
-            ax.set_yscale("log", nonpositive="clip")
-            lowest = min(next(v for v in row if v > 0) for row in data.values if any(row))  # each bar's first part
-            ax.set_ylim(bottom=lowest / scale / 2)
+        if data.wide:
+            shares = [[100 * row[j] / (sum(row) or 1) for row in data.values] for j in range(len(data.parts))]
+            _bars(axes[1], data, shares, palette, legend=False)
+            axes[1].set_ylabel("share of each bar (%): the bars differ by more than 10x")
+            axes[1].set_ylim(0, 100)
+        axes[-1].set_xticks(range(len(data.labels)), data.labels, rotation=25, ha="right", fontsize=8)
     else:
-        x = [int(label) for label in data.labels]
-        ax.stackplot(x, *series, labels=data.parts, colors=palette)
-        ax.plot(x, [t / scale for t in data.totals], color="black", linewidth=1, marker=".", label="total")
-        if data.kind == "seq":
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(x, data.labels)
-        ax.set_xlim(x[0], x[-1])
+        _areas(ax, data, scale, palette)
     if data.capacity and data.unit == "bytes":
         ax.axhline(data.capacity / scale, color="crimson", linestyle="--", linewidth=1.2,
                    label=f"GPU memory {scaled_bytes(data.capacity)[1]}")
-    ax.set_xlabel(data.xlabel)
-    ax.set_ylabel(f"per GPU ({unit}" + (", log scale: bars differ by more than 10x)" if data.log_scale else ")"))
+    axes[-1].set_xlabel(data.xlabel)
+    ax.set_ylabel(f"per GPU ({unit})")
     ax.set_title(data.title, fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
     handles, names = ax.get_legend_handles_labels()  # top of the stack first, as drawn
     ax.legend(handles[::-1], names[::-1], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return fig
+
+
+def _bars(ax: Any, data: PlotData, series: list[list[float]], palette: Sequence[str], legend: bool = True) -> None:
+    """Stacked bars, one segment per part, each as tall as its value (a linear axis)."""
+    bottom = [0.0] * len(data.labels)
+    for j, part in enumerate(data.parts):
+        ax.bar(range(len(data.labels)), series[j], bottom=bottom, label=part if legend else None, color=palette[j],
+               width=0.7)
+        bottom = [b + v for b, v in zip(bottom, series[j])]
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _areas(ax: Any, data: PlotData, scale: int, palette: Sequence[str]) -> None:
+    """Stacked areas over a swept size, with the total as a line."""
+    x = [int(label) for label in data.labels]
+    ax.stackplot(x, *[[row[j] / scale for row in data.values] for j in range(len(data.parts))], labels=data.parts,
+                 colors=palette)
+    ax.plot(x, [t / scale for t in data.totals], color="black", linewidth=1, marker=".", label="total")
+    if data.kind == "seq":
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, data.labels)
+    ax.set_xlim(x[0], x[-1])
+    ax.grid(axis="y", alpha=0.3)
 
 
 def save(fig: Any, path: str | Path) -> Path:

@@ -142,6 +142,9 @@ def inputs_text(est: Estimate) -> str:
     pairs = [f"{o.label} {_word(o, inputs[o.name])}" for o in OPTIONS
              if mode in o.modes and o.echo != "never" and inputs.get(o.name) is not None
              and not (o.echo == "set" and not inputs[o.name])]
+    if not est.model.arch.dropout:  # --no-dropout or not, a model without dropout layers drops nothing out
+        pairs = [f"dropout none ({est.model.arch.family} has no dropout layers)" if p.startswith("dropout ") else p
+                 for p in pairs]
     return f"mode {mode}, " + ", ".join(pairs)
 
 

@@ -57,7 +57,22 @@ def _on_experts(graph: Graph, fn: Any, name: str, *assumptions: str) -> Graph:
 @dataclass(frozen=True, slots=True)
 class ActiveExperts(Strategy):
     """The parameters a token uses: in every MoE layer k of the E routed experts (the router,
-    shared experts, attention, embeddings and head stay whole)."""
+    shared experts, attention, embeddings and head stay whole). ``input_embedding=False`` also leaves
+    out the embedding tables, a lookup rather than a product (the gpt-oss model card's count), unless the
+    head shares the weight (tied: it is then the unembedding, which such counts keep).
+
+    >>> from memderive.symbolic.derive import parameters
+    >>> from memderive.symbolic.dims import V, h
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> bb = BlockBuilder("embed", (1, 1), dtype("bf16"))
+    >>> _ = bb.embedding("tokens", bb.input, V, h)
+    >>> g = Graph("toy", (bb.build(),))
+    >>> parameters(ActiveExperts()(g)).total, parameters(ActiveExperts(input_embedding=False)(g)).total
+    (V*h, 0)
+    """
+
+    input_embedding: bool = True
 
     @property
     def name(self) -> str:
@@ -67,7 +82,19 @@ class ActiveExperts(Strategy):
         def keep_k(x: Tensor) -> Tensor:
             return replace(x, shape=(dims.k, *x.shape[1:]))
 
-        return _on_experts(graph, keep_k, self.name)
+        active = _on_experts(graph, keep_k, self.name)
+        if self.input_embedding:
+            return active
+        return active.map_blocks(lambda blk: blk.map_ops(lambda op: _untied_dropped(blk.name, op, graph)),
+                                 "input embedding not counted")
+
+
+def _untied_dropped(block: str, op: Op, graph: Graph) -> Op:
+    """An embedding op without the tables no other op reads (a tied head reads ``embed/tokens.weight``)."""
+    if op.kind != "embedding":
+        return op
+    read = {w for blk, other in graph.ops() if other.kind != "embedding" for _, ws in other.saved_for for w in ws}
+    return replace(op, params=tuple(x for x in op.params if f"{block}/{x.name}" in read))
 
 
 @dataclass(frozen=True, slots=True)

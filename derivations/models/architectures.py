@@ -49,6 +49,9 @@ class Moe:
     dense_layers: bool = False
     renormalize: bool = True  # the k routing weights renormalised to sum to 1 (norm_topk_prob)
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
+    # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
+    # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)
+    active_embedding: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,7 +141,7 @@ def _gpt_oss(c: Fields) -> Adapted:
     """gpt-oss: attention sinks, biases on attention, router and experts; layers alternate a sliding
     window (128) and full attention."""
     bias = c.flag("attention_bias", True)
-    moe = Moe(router_bias=True, expert_bias=True,
+    moe = Moe(router_bias=True, expert_bias=True, active_embedding=False,
               note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as the graph's SwiGLU")
     arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
                    tied_embeddings=c.flag("tie_word_embeddings", False))
@@ -150,7 +150,9 @@ def _gpt_oss(c: Fields) -> Adapted:
     arch, sizes = _with_moe(arch, sizes, moe, 0)
     window = sliding(128, slides=lambda c, l: (l + 1) // 2)(c, sizes["l"])  # even layers (0, 2, ...) slide
     notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; the "
-             "graph's softmax top-k router saves the scores of all E experts")
+             "graph's softmax top-k router saves the scores of all E experts",
+             "weights: gpt-oss ships its routed experts in MXFP4; inference with --weight-dtype mxfp4 weighs them as "
+             "stored, the default bf16 as transformers loads them without its MXFP4 kernels (dequantized)")
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
 
 

@@ -64,10 +64,16 @@ __all__ = ["infer_quantities", "check_inference", "peak_phase", "estimate_infer"
            "FORMULAS", "WEIGHT_DTYPES", "KV_DTYPES", "KV_CITATION", "QUANT_CITATION", "RULE_CITATION",
            "linear_weight_bytes"]
 
-WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4")
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4", "mxfp4")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8")
 #: Group-wise formats: one fp16 scale per group of g consecutive input weights of a row.
 GROUPWISE = frozenset({"int8", "int4"})
+#: Microscaling formats: values per block sharing one 8-bit (E8M0) scale. MXFP4 stores the routed experts only
+#: (gpt-oss's checkpoint: the experts' ``*_blocks`` and ``*_scales``; attention, router, embeddings in bf16).
+MICROSCALED = {"mxfp4": 32}
+MX_CITATION = Citation("ocp-2023-mx", "MXFP4: 32 FP4 (E2M1) elements share one E8M0 scale", also=(
+    Citation("transformers-mxfp4", "gate_up_proj/down_proj _blocks (two FP4 values a byte) and _scales"),
+    Citation("openai-2025-gpt-oss", "MoE weights quantized to MXFP4, 4.25 bits per parameter")))
 SCALE = dtype("fp16")
 #: Tensors that stay in 16 bit when the linear layers are quantized.
 HIGH = dtype("bf16")
@@ -206,6 +212,9 @@ def check_inference(model: Model, options: Options) -> None:
     for flag, used in training_only:
         if used:
             raise OptionsError(f"{flag} is a training option; inference is modelled with --tp only")
+    if options.weight_dtype in MICROSCALED and model.arch.moe is None:
+        raise OptionsError(f"--weight-dtype {options.weight_dtype} applies to routed experts (the format gpt-oss's "
+                           f"checkpoint stores them in); {model.name} has none: use int4, nf4 or fp8")
     kv_heads, tp = model.sizes["a_kv"], options.tp
     if (tp % kv_heads) if tp > kv_heads else (kv_heads % tp):
         raise InvalidLayoutError(f"{model.name}: {kv_heads} key/value heads cannot be spread over tensor-parallel "
@@ -288,6 +297,8 @@ def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DTyp
     path, repeat = f"{blk.name}/{op.path}", blk.repeat * op.share
     if not (blk.name == "layer" and op.kind in ("linear", "experts") and x.role == "weight"):
         return [Term(f"weights/{path}", repeat * x.numel * other.nbytes)]
+    if linear.name in MICROSCALED:
+        return _microscaled(path, repeat, op, x, linear, other)
     if linear.name == "nf4":  # bitsandbytes' 4-bit base as QLoRA loads it: codes and double-quantized absmax
         from memderive.derivations.quantities.finetune import quantized_bytes
 
@@ -298,6 +309,16 @@ def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DTyp
         *rows, cols = x.shape  # experts: (E, out, in), E * out rows
         terms.append(Term(f"weights/scales/{path}", repeat * prod(rows) * ceiling(cols / group) * SCALE.nbytes))
     return terms
+
+
+def _microscaled(path: str, repeat: Expr, op: Op, x: Tensor, linear: DType, other: DType) -> list[Term]:
+    """A routed expert's weight matrix in a microscaling format: its values, and one byte of scale per block
+    along the input features; other linears stay in ``other`` (as gpt-oss's checkpoint stores them)."""
+    if op.kind != "experts":
+        return [Term(f"weights/{path}", repeat * x.numel * other.nbytes)]
+    *rows, cols = x.shape  # (E, out, in)
+    return [Term(f"weights/{path}", repeat * x.numel * linear.nbytes),
+            Term(f"weights/scales/{path}", repeat * prod(rows) * ceiling(cols / MICROSCALED[linear.name]))]
 
 
 def linear_weight_bytes(graph: Graph, dtypes: tuple[DType, DType, DType], group: Expr | int = g) -> tuple[Expr, Expr]:
@@ -441,7 +462,8 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
         Quantity("weight_bytes", f"Weights per GPU ({dtypes[0]})", weights, rel,
-                 QUANT_CITATION if dtypes[0].name in GROUPWISE else None, notes),
+                 QUANT_CITATION if dtypes[0].name in GROUPWISE else MX_CITATION if dtypes[0].name in MICROSCALED
+                 else None, notes),
         Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes,
                  form=_by_group(graph, groups, dtypes[2])),
         Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
@@ -478,7 +500,11 @@ def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DTy
         held = "s + n tokens in the l - l_w full-attention layers, min(s + n, w) in the l_w sliding-window layers"
     else:
         held = "min(s + n, w) tokens (sliding window)" if model.window else "s + n tokens"
-    notes = [f"weights: linear layers of the transformer layers in {linear}, everything else in {other}",
+    weights = (f"weights: the routed experts' weight matrices in MXFP4 (4-bit E2M1 values, one 8-bit E8M0 scale per "
+               f"{MICROSCALED[linear.name]} along the input: 4.25 bits each), everything else in {other}, as gpt-oss's "
+               "checkpoint stores them" if linear.name in MICROSCALED else
+               f"weights: linear layers of the transformer layers in {linear}, everything else in {other}")
+    notes = [weights,
              f"KV cache in {kv}, {held}",
              "peak: the larger of the prefill (KV cache of the s prompt tokens in every layer, sliding-window "
              "layers included) and the last decode step (the KV cache above)",

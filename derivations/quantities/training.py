@@ -99,7 +99,9 @@ def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, l
     offloaded = [] if cpu is None else [Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or "
                                                  "paged) to CPU memory", cpu, rel, OFFLOAD_CITATION)]
     return graph, [
-        Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
+        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
+                 "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
+                 parameters(graph), rel),
         *tuned,
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
                  assumptions, form=_sbh_factored),
