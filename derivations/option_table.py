@@ -187,6 +187,16 @@ OPTIONS: tuple[Option, ...] = (
        "fraction of dense peak FLOP/s reached (default: the matmul efficiency calibrated on published runs)",
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--efficiency", "0.4")),
+    _o("gpus_per_node", "int", 8, "GPUs per node for times: tensor parallelism stays inside one, collectives past it "
+       "cross the network (DGX/HGX and Grand Teton: 8)", shared=True, echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--gpus-per-node", "4")),
+    _o("inter_node_bandwidth", "float", 400.0, "network bandwidth per GPU between nodes, Gb/s each way (DGX H100: "
+       "one 400 Gb/s NDR port per GPU; Llama 3's clusters 400 Gb/s)", shared=True, echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--inter-node-bandwidth", "200")),
+    _o("intra_node_link", "choice", None, "link between the GPUs of a node for times: nvlink (NVLink/NVSwitch, the "
+       "datasheet's) or pcie (the GPU's PCIe x16 slot; default: the GPU's own link)", choices=("nvlink", "pcie"),
+       shared=True, echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "a100-80gb", "--intra-node-link", "pcie")),
     _o("framework", "choice", None, "set the options to a framework's defaults, each overridable: hf-trainer, "
        "torchtune, torchtitan, megatron, deepspeed (training), vllm (serving)", choices=tuple(FRAMEWORKS),
        commands=_PLANNED, echo="set", example=(*_TRAIN_STEP, "--framework", "torchtune")),

@@ -164,6 +164,10 @@ class Options:
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
     efficiency: float | None = None  # fraction of dense peak (derivations.quantities.timing.DEFAULT_EFFICIENCY)
+    # the cluster the times run on (derivations.quantities.cluster)
+    gpus_per_node: int = 8
+    inter_node_bandwidth: float = 400.0  # Gb/s per GPU, each way
+    intra_node_link: str | None = None  # nvlink | pcie (None: the GPU's own link)
     # the framework's defaults (derivations.frameworks) and the runtime around the step
     framework: str | None = None  # a name of derivations.frameworks.FRAMEWORKS (applied by from_keywords)
     cuda_module_loading: str = "lazy"  # lazy | eager: the CUDA context in device memory
@@ -246,12 +250,29 @@ class Options:
         if self.kv_block is not None and self.mode != "infer":
             raise OptionsError("--kv-block sizes the paged KV cache of inference; use it with --mode infer")
         _check_gpu(self.gpu, self.efficiency)
+        self._check_cluster()
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()
         self._check_finetuning()
         self._check_experts()
         self._check_framework()
+
+    def _check_cluster(self) -> None:
+        _positive("gpus-per-node", self.gpus_per_node)
+        bw = self.inter_node_bandwidth
+        if isinstance(bw, bool) or not isinstance(bw, int | float) or not 0 < bw <= 10**6:
+            raise OptionsError(f"--inter-node-bandwidth is Gb/s per GPU each way, a number in (0, 10^6], got {bw!r}")
+        if self.intra_node_link not in (None, "nvlink", "pcie"):
+            raise OptionsError(f"--intra-node-link must be nvlink or pcie, got {self.intra_node_link!r}")
+        if self.intra_node_link == "pcie" and self.gpu is not None:
+            from memderive.derivations.hardware import gpu
+            from memderive.derivations.quantities.cluster import intra_bandwidth
+
+            try:
+                intra_bandwidth(gpu(self.gpu), "pcie")
+            except ValueError as exc:
+                raise OptionsError(str(exc)) from None
 
     def _check_framework(self) -> None:
         from memderive.derivations.frameworks import FRAMEWORKS

@@ -149,7 +149,12 @@ class BlockBuilder:
         out_axis = len(x.shape if rows is None else (*rows, 1)) - 1 if parallel in ("column", "vocab") else None
         out = self._act(f"{path}.out", (*(x.shape[:-1] if rows is None else rows), out_features), tp_axis=out_axis,
                         seq_axis=1 if rows is None else None)
-        flops = linear_flops(path, matmul_rows(path, x, rows, over_cache), weight, params[-1] if bias else None)
+        product_rows = matmul_rows(path, x, rows, over_cache)
+        if parallel is None and rows is None and not over_cache and x.tp_axis is None:
+            # replicated on every tensor-parallel rank: under sequence parallelism each rank multiplies its own
+            # s/t tokens (Megatron-Core's 'duplicated' MLA down-projections read the sequence-parallel input)
+            product_rows = replace(product_rows, seq_axis=x.seq_axis)
+        flops = linear_flops(path, product_rows, weight, params[-1] if bias else None)
         w_name = (weight if weight is not None else params[0]).name
         return self._add(Op(path, "linear", tuple(params), (x,), out, note, flops=flops, inputs=(x.name,),
                             saved_for=((x.name, (w_name,)),)))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from memderive.derivations.hardware import GPU
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "group_span"]
+__all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth"]
 
 GPUS_PER_NODE = 8
 #: 400 Gb/s per GPU each way, in bytes/s.
@@ -38,6 +38,27 @@ INTER_NODE_BANDWIDTH = 400 * 10**9 // 8
 INTER_NODE = Citation("nvidia-dgx-h100-guide", "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs",
                       also=(Citation("dubey-2024", "§3.3.1: 'both fabrics use 400 Gbps interconnects between GPUs'"),))
 NCCL = Citation("nccl-tests-performance", "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
+#: The PCIe x16 slot of GPUs whose intra-node link is NVLink (both directions, bytes/s; ``--intra-node-link pcie``:
+#: a node without NVLink/NVSwitch, the GPUs reaching each other through PCIe switches), from their datasheets.
+PCIE: dict[str, tuple[int, Citation]] = {
+    **{name: (64 * 10**9, Citation("nvidia-a100-datasheet", "PCIe Gen4: 64 GB/s")) for name in ("a100-40gb", "a100-80gb")},
+    **{name: (128 * 10**9, Citation("nvidia-h100-datasheet", "PCIe Gen5: 128 GB/s")) for name in ("h100-sxm", "h100-pcie")},
+    "h200": (128 * 10**9, Citation("nvidia-h200-datasheet", "PCIe Gen5: 128 GB/s")),
+    **{name: (32 * 10**9, Citation("nvidia-v100-datasheet", "V100 PCIe: interconnect 32 GB/s"))
+       for name in ("v100-16gb", "v100-32gb")},
+}
+
+
+def intra_bandwidth(gpu: GPU, link: str | None) -> int:
+    """Both directions of the link between the GPUs of a node: the GPU's own (``link`` None or ``nvlink``), or its
+    PCIe slot (``pcie``; a GPU whose own link is PCIe already is that). Raises ``ValueError`` for a GPU without a
+    PCIe figure."""
+    if link != "pcie" or gpu.link.startswith("PCIe"):
+        return gpu.link_bandwidth
+    if gpu.name not in PCIE:
+        raise ValueError(f"--intra-node-link pcie: no PCIe figure for {gpu.name} in the table (it has "
+                         f"{', '.join(PCIE)}); leave the link at the GPU's own ({gpu.link})")
+    return PCIE[gpu.name][0]
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
@@ -53,11 +74,16 @@ class Cluster:
     gpu: GPU
     gpus_per_node: int = GPUS_PER_NODE
     inter_node_bandwidth: int = INTER_NODE_BANDWIDTH  # bytes/s per GPU, each way
+    intra_link: str | None = None  # None or "nvlink": the GPU's own link; "pcie": its PCIe slot (``PCIE``)
 
     @property
     def intra(self) -> float:
         """Bytes/s each way over the intra-node link."""
-        return self.gpu.link_bandwidth / 2
+        return intra_bandwidth(self.gpu, self.intra_link) / 2
+
+    @property
+    def link_name(self) -> str:
+        return "PCIe" if self.intra_link == "pcie" and not self.gpu.link.startswith("PCIe") else self.gpu.link
 
     def _phases(self, nbytes: float, n: int, stride: int, factor: int) -> float:
         """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank, hierarchical."""
@@ -91,5 +117,5 @@ class Cluster:
         return max((inside - 1) / n * nbytes / self.intra, (n - inside) / n * nbytes / self.inter_node_bandwidth)
 
     def describe(self) -> str:
-        return (f"{self.gpus_per_node} GPUs per node on {self.gpu.link} ({self.intra / 1e9:,.0f} GB/s each way), "
+        return (f"{self.gpus_per_node} GPUs per node on {self.link_name} ({self.intra / 1e9:,.0f} GB/s each way), "
                 f"{self.inter_node_bandwidth * 8 / 1e9:,.0f} Gb/s per GPU between nodes")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import GPUS_PER_NODE, INTER_NODE_BANDWIDTH, NCCL, Cluster
+from memderive.derivations.quantities.cluster import NCCL, Cluster
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.derivations.options import Options
@@ -70,6 +70,31 @@ def _bytes(expr: Any, values: Mapping[Any, int]) -> int:
     return int(evaluate(expr, values))
 
 
+def dispatched_bytes(graph: Graph, values: Mapping[Any, int]) -> int:
+    """Bytes of token-expert pairs one micro-batch sends to its routed experts, all MoE layers of the whole-model
+    graph: each expert op's gathered inputs (b s k h, or E C h padded to capacity), the volume of one all-to-all."""
+    total: Any = 0
+    for blk in graph.blocks:
+        for op in blk.ops:
+            if op.kind == "experts":
+                gathered = next(x for x in op.saved if x.name.endswith(".gathered"))
+                total += blk.repeat * op.share * gathered.nbytes
+    return _bytes(total, values) if total else 0
+
+
+def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float:
+    """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
+    its tokens to their experts and combines the outputs (two all-to-alls forward, two for their gradients in
+    backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher),
+    over the ep ranks ``t`` apart (Megatron's order tp-cp-ep-dp); each rank sends its s/t tokens under sequence
+    parallelism."""
+    if opts.ep <= 1 or not dispatched:
+        return 0.0
+    per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1)
+    count = 4 + (2 if opts.recompute == "full" else 0)
+    return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
+
+
 def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
@@ -83,6 +108,9 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool) -> t
             axes = {x.tp_axis for x in op.params if x.role == "weight"}
             if op.kind == "embedding" and 0 in axes:
                 out += op.output.nbytes
+            elif op.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
+                out += op.share * op.output.nbytes
+                inputs[op.path] = op.share * op.output.nbytes
             elif op.kind == "linear":
                 rows, weight = op.flops[0].operands  # the forward product: rows x weight
                 width = rows.numel * rows.dtype.nbytes
@@ -112,10 +140,11 @@ class StepTime:
     gpus: int
     cluster: Cluster | None = None
     calibrated: bool = False  # efficiency from the matmul curve (``matmul_efficiency``), not given
+    ep_s: float = 0.0  # expert-parallel all-to-alls
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s
+        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -133,13 +162,15 @@ class StepTime:
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
-                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)})",
+                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
+                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden",
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)")
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
-                "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "tokens_per_s": self.tokens_per_s,
+                "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
+                "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
 
@@ -185,9 +216,9 @@ def elementwise_flops(est: Evaluated) -> int:
 
 
 def cluster_of(options: Options, hw: GPU) -> Cluster:
-    """The cluster the options describe (``gpus_per_node``, ``inter_node_bandwidth``) of ``hw`` GPUs."""
-    return Cluster(hw, getattr(options, "gpus_per_node", None) or GPUS_PER_NODE,
-                   getattr(options, "inter_node_bandwidth", None) or INTER_NODE_BANDWIDTH)
+    """The cluster the options describe (``--gpus-per-node``, ``--inter-node-bandwidth`` in Gb/s per GPU each way,
+    ``--intra-node-link``) of ``hw`` GPUs."""
+    return Cluster(hw, options.gpus_per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
 
 
 def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int, m: int, micro_s: float) -> float:
@@ -235,19 +266,21 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             / hw.memory_bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
     tp_micro = pp_micro = 0.0
+    whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:
-        fwd, bwd = tp_bytes(whole_model(base, opts), values, opts.recompute == "full")
+        fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p, t, 1)
+    ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole, values), opts) if opts.ep > 1 else 0.0
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1)
         pp_micro = 2 * v * cluster.send(boundary, t * d)
-    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro)
+    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro + ep_micro)
     grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
     dp_s = data_parallel_s(cluster, grads, d, t, opts.zero, m, micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops, t * p * d,
-                    cluster, efficiency is None)
+                    cluster, efficiency is None, m * ep_micro)
 
 
 def _sym(name: str) -> Any:

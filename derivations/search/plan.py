@@ -49,7 +49,7 @@ from memderive.symbolic.grid import grid_plan
 __all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
 
-NODE_SIZE = 8  # GPUs per node: tensor parallelism stays within one
+NODE_SIZE = 8  # GPUs per node by default (``--gpus-per-node``): tensor parallelism stays within one
 #: The most layouts a plan compares (a global batch with many divisors, no --gpus, has millions).
 MAX_LAYOUTS = 2**17
 #: The share of each GPU's memory an inference plan leaves to the runtime (CUDA context, the engine's buffers,
@@ -110,7 +110,7 @@ def _divisors(x: int) -> tuple[int, ...]:
 def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int]]:
     """Valid (t, p, v): t within a node and dividing what it splits, p dividing l, p*v dividing l."""
     for tp, pp in itertools.product(_divisors(model.sizes["a"]), _divisors(model.sizes["l"])):
-        if tp > NODE_SIZE or (gpus is not None and gpus % (tp * pp)):
+        if tp > base.gpus_per_node or (gpus is not None and gpus % (tp * pp)):
             continue
         for vs in VIRTUAL if pp > 1 else (1,):
             try:
@@ -336,8 +336,8 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     # the derived bytes against the memory less a reserve for the runtime
     budget = capacity if base.gpu is not None else capacity - capacity * RUNTIME_RESERVE.numerator // \
         RUNTIME_RESERVE.denominator
-    out = [x for tp in _tp_degrees(resolved, gpus) for x in _serving(resolved, replace(base, tp=tp), budget, gpus, fit,
-                                                                   FitError)]
+    degrees = _tp_degrees(resolved, gpus, base.gpus_per_node)
+    out = [x for tp in degrees for x in _serving(resolved, replace(base, tp=tp), budget, gpus, fit, FitError)]
     if not out:
         raise _serving_nothing_fits(resolved, base, budget, seq, gpus)
     if gpus is None:
@@ -350,15 +350,15 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     return out[:top]
 
 
-def _tp_degrees(model: Model, gpus: int | None) -> list[int]:
-    return [tp for tp in _divisors(model.sizes["a"]) if tp <= NODE_SIZE and (gpus is None or gpus % tp == 0)]
+def _tp_degrees(model: Model, gpus: int | None, node: int = NODE_SIZE) -> list[int]:
+    return [tp for tp in _divisors(model.sizes["a"]) if tp <= node and (gpus is None or gpus % tp == 0)]
 
 
 def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gpus: int | None) -> NothingFits:
     """Batch 1 fits no tensor-parallel degree: the least it needs, and the smallest changes that would fit."""
     from memderive.derivations.search.fit import smallest_changes
 
-    degrees = [tp for tp in _tp_degrees(model, gpus) if _valid(model, replace(base, tp=tp))] or [1]
+    degrees = [tp for tp in _tp_degrees(model, gpus, base.gpus_per_node) if _valid(model, replace(base, tp=tp))] or [1]
     widest = replace(base, tp=max(degrees))
     needed = budget_bytes(estimate(model, widest))[0]
     changes = [(c, n) for c, n in smallest_changes(model, widest, budget, "batch") if not c.startswith("--tp")]
