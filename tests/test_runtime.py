@@ -128,6 +128,7 @@ def test_fit_budgets_against_device_bytes() -> None:
     assert with_gpu.value < plain.value
 
 
+@pytest.mark.slow
 def test_plan_budgets_against_device_bytes() -> None:
     """Every training layout plan returns for a named GPU has device bytes within its memory; the rows still
     re-run through estimate to the same total_bytes."""
