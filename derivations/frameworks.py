@@ -48,9 +48,14 @@ def _dp(given: Mapping[str, Any]) -> bool:
     return int(given.get("dp") or 1) > 1
 
 
+def _tp(given: Mapping[str, Any]) -> bool:
+    return int(given.get("tp") or 1) > 1
+
+
 _TA = "transformers src/transformers/training_args.py, TrainingArguments"
 _TT = "torchtune recipes/configs/llama3_1/8B_full_single_device.yaml"
 _TITAN = "torchtitan torchtitan/config_manager.py (JobConfig defaults) and train_configs/llama3_8b.toml"
+_TITAN_TOML = "torchtitan train_configs/llama3_8b.toml at 0011fb9"
 _MEG = "Megatron-LM megatron/training/arguments.py"
 _DS = "DeepSpeed deepspeed/runtime/zero/config.py and deepspeed/runtime/config.py"
 _VLLM = "vLLM vllm/config/cache.py (CacheConfig) and vllm/platforms/cuda.py (attention backend)"
@@ -79,8 +84,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("dtype", "bf16", f"{_TITAN}: training.mixed_precision_param='bfloat16' (FSDP2 keeps fp32 "
                 "sharded parameters)"),
         Setting("attention", "flash", f"{_TITAN}: F.scaled_dot_product_attention (flash kernel)"),
-        Setting("recompute", "selective", f"{_TITAN}: activation_checkpoint.mode='selective' (op-level: "
-                "matmul outputs kept, every other one recomputed; Megatron's selective is the nearest)"),
+        Setting("recompute", "selective-op", f"{_TITAN_TOML}: [activation_checkpoint] mode = 'selective', "
+                "selective_ac_option = 'op' (the policy: torchtitan/parallelisms/parallelize_llama.py at 004b314, "
+                "_save_list)"),
+        Setting("sp", True, "torchtitan/parallelisms/parallelize_llama.py apply_tp: the norms run "
+                "SequenceParallel() and wo/w2 are RowwiseParallel(output_layouts=Shard(1))", when=_tp),
         Setting("zero", 3, f"{_TITAN}: training.data_parallel_shard_degree=-1 (FSDP over every data-parallel "
                 "rank)", when=_dp),
         Setting("dropout", False, "torchtitan's Llama has no dropout"),

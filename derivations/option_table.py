@@ -156,7 +156,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("offload", "bool", False, "ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU "
        "memory; the GPU keeps the 16-bit weights", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--offload")),
-    _o("recompute", "choice", "none", choices=("none", "selective", "full"), modes=_TRAIN,
+    _o("recompute", "choice", "none", "activation recompute: selective (Megatron: the attention core), full (each "
+       "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
+       "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,
        example=(*_TRAIN_STEP, "--recompute", "full")),
     _o("flash", "bool", False, "short for --attention flash", echo="never",
        example=(*_TRAIN_STEP, "--flash")),

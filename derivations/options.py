@@ -15,6 +15,7 @@ from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
+from memderive.symbolic.op_checkpoint import OpSelectiveRecompute
 from memderive.symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
@@ -29,7 +30,7 @@ TRAIN_DTYPES = ("fp32", "bf16", "fp16")
 #: The dtypes each dtype option accepts (its error lists only these).
 ACCEPTED_DTYPES = {"dtype": TRAIN_DTYPES, "weight_dtype": ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4", "mxfp4"),
                    "kv_dtype": ("fp32", "fp16", "bf16", "fp8", "int8")}
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 #: Activation profiles: which saved tensors a profile neglects, and why.
 PROFILES = {
     "exact": ((), "every tensor autograd saves"),
@@ -327,7 +328,7 @@ class Options:
             kind, _ = parse_implementation(self.implementation)
         except ValueError as exc:
             raise OptionsError(str(exc)) from None
-        if kind == "hf" and (self.tp > 1 or self.pp > 1 or self.sp or self.recompute == "selective"):
+        if kind == "hf" and (self.tp > 1 or self.pp > 1 or self.sp or self.recompute in ("selective", "selective-op")):
             raise OptionsError("transformers' layers run whole on each GPU and checkpoint whole layers: tensor, "
                                "sequence and pipeline parallelism and selective recompute are Megatron's; use "
                                "--implementation megatron with them")
@@ -412,6 +413,8 @@ class Options:
             out.append(SelectiveRecompute())
         elif self.recompute == "full":
             out.append(FullRecompute())
+        elif self.recompute == "selective-op":
+            out.append(OpSelectiveRecompute(self.sp))
         # Degrees enter as symbols (t, p, m, v) so closed forms keep them; values come later.
         if self.capacity_factor is not None:
             out.append(ExpertCapacity(self.capacity()))

@@ -238,15 +238,16 @@ def _titan(name: str, gib: float, gpus: int, setup: str, note: str, pending: dic
                        "derived reserved bytes do not depend on the capacity)".strip())
 
 
-_SAC = ("torchtitan's selective checkpointing is op-level: the outputs of the ops in _save_list (matmuls "
-        "but every second one, SDPA) are saved, everything else recomputed (torchtitan/parallelisms/"
-        "parallelize_llama.py at 9dec370); Megatron's selective recompute, which stands in, saves every layer "
-        "tensor but the attention core's: more.")
+_LOSS = ("torchtitan's op-level checkpointing is modelled (--recompute selective-op, the preset); what is left "
+         "is the loss path: torchtitan's loss, cross_entropy(pred.flatten(0, 1).float(), ...), holds in backward "
+         "log_softmax's fp32 output, the fp32 gradient nll_loss gives it and the fp32 gradient it gives back, "
+         "3 x b s V x 4 B = 23.5 GiB at b 2, s 8192 (the step's peak), where the derivation holds the first, "
+         "7.8 GiB (issue 21 item 1: the step timeline).")
 TORCHTITAN = [
     _titan("FSDP, 8 GPUs", 82.4, 8, "Table 1: FSDP over 8 H100s, local batch 2, seq 8192 (llama3_8b.toml), "
-           "selective activation checkpointing, bf16 params / fp32 reduce, AdamW", _SAC, batch=2, seq=8192),
+           "selective activation checkpointing, bf16 params / fp32 reduce, AdamW", _LOSS, batch=2, seq=8192),
     _titan("FSDP, 128 GPUs", 67.0, 128, "Table 3: FSDP over 128 H100s, local batch 2, seq 8192, selective "
-           "activation checkpointing", _SAC, batch=2, seq=8192),
+           "activation checkpointing", _LOSS, batch=2, seq=8192),
     _titan("FSDP, 8 GPUs, seq 32768", 83.9, 8, "Table 2: FSDP 8, CP 1, local batch 1, seq 32768, full activation "
            "checkpointing, torch.compile, Float8 linears", "The loss path at 32,768 tokens holds several V x s "
            "buffers (bf16 logits, their fp32 upcast, the fp32 gradient), one in the derivation (issue 21, item "

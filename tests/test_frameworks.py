@@ -36,14 +36,14 @@ def test_every_setting_is_a_cited_option() -> None:
 @pytest.mark.parametrize(("name", "expected"), [
     ("hf-trainer", {"dtype": "fp32", "optimizer": "adamw", "recompute": "none", "implementation": "hf"}),
     ("torchtune", {"dtype": "bf16", "optimizer": "paged-adamw-8bit", "recompute": "full", "dropout": False}),
-    ("torchtitan", {"dtype": "bf16", "recompute": "selective", "attention": "flash", "dropout": False}),
+    ("torchtitan", {"dtype": "bf16", "recompute": "selective-op", "attention": "flash", "dropout": False}),
     ("megatron", {"implementation": "megatron", "recompute": "none", "dropout": True}),
     ("deepspeed", {"dtype": "fp32", "zero": 0}),
 ])
 def test_presets_are_the_frameworks_defaults(name: str, expected: dict) -> None:
     """The values of the cited configs: TrainingArguments (fp32 unless bf16=True, optim adamw_torch,
     gradient_checkpointing False); torchtune's 8B_full_single_device.yaml (dtype bf16, PagedAdamW8bit,
-    enable_activation_checkpointing True); torchtitan's JobConfig (mode 'selective'); Megatron's parser
+    enable_activation_checkpointing True); torchtitan's llama3_8b.toml (mode 'selective', selective_ac_option 'op'); Megatron's parser
     (no recompute, dropout 0.1); DeepSpeed's config (stage 0, fp16/bf16 off)."""
     opts = Options.from_keywords({**TRAIN, "framework": name})
     assert {k: getattr(opts, k) for k in expected} == expected
