@@ -31,6 +31,7 @@ from memderive.derivations.options import ArgumentError, Options, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
 from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
 from memderive.derivations.quantities.parameters import parameter_quantities
+from memderive.derivations.quantities.step import not_covered, peak_quantity, timeline_of
 from memderive.derivations.quantities.timing import time_json
 from memderive.derivations.quantities.training import train_quantities, transformed
 from memderive.derivations.quantity import Quantity
@@ -38,8 +39,12 @@ from memderive.derivations.quantity_table import SPELLINGS, public_name
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.timeline import Timeline
 
-__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "VALUE_FIELDS"]
+__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "VALUE_FIELDS", "PEAK"]
+
+#: The key of the step's high-water mark, derived on demand from the step timeline.
+PEAK = "peak_bytes"
 
 
 class UnknownQuantity(DerivationError, KeyError):
@@ -65,10 +70,23 @@ class Estimate:
         row = SPELLINGS.get(key) if isinstance(key, str) else None
         if row is not None and not row.claim_only and public_name(self.options.mode, row.key) == row.name:
             key = row.key
-        for q in self.quantities:
+        for q in self.reported_quantities() if key == PEAK else self.quantities:
             if isinstance(key, str) and q.key == key:
                 return q
-        raise UnknownQuantity(f"no quantity {shown(key)}; have {', '.join(q.key for q in self.quantities)}")
+        have = ", ".join(q.key for q in self.reported_quantities())
+        raise UnknownQuantity(f"no quantity {shown(key)}; have {have}")
+
+    def timeline(self) -> Timeline | None:
+        """The training step over time (``symbolic.timeline``), or None: not training, or options the
+        timeline does not model (``quantities.step.not_covered`` says which)."""
+        if self.options.mode != "train" or not_covered(self.options):
+            return None
+        return timeline_of(self)
+
+    def reported_quantities(self) -> tuple[Quantity, ...]:
+        """The derived quantities, then ``peak_bytes`` (the step's high-water mark, derived on demand)."""
+        tl = self.timeline()
+        return self.quantities if tl is None else (*self.quantities, peak_quantity(self, tl))
 
     def number(self, key: str) -> int:
         return self.quantity(key).value(self.values)
@@ -91,6 +109,11 @@ class Estimate:
         """Warnings about the inputs (a context past the model's trained positions), as text and JSON show them."""
         return context_notes(self.model, self.options)
 
+    def peak_note(self) -> str | None:
+        """Why a training estimate has no ``peak_bytes`` (options the step timeline does not model), or None."""
+        missing = not_covered(self.options) if self.options.mode == "train" else None
+        return f"{missing}: no peak_bytes" if missing else None
+
     def peak_phase(self) -> str | None:
         """``prefill`` or ``decode``: the phase whose memory is the inference total (None otherwise)."""
         keys = {q.key for q in self.quantities}
@@ -102,14 +125,19 @@ class Estimate:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.model.name, "mode": self.options.mode, "inputs": self.inputs()}
-        out.update({q.key: self.number(q.key) for q in self.quantities})
+        reported = self.reported_quantities()
+        out.update({q.key: q.value(self.values) for q in reported})
         if self.peak_phase() is not None:
             out["peak_phase"] = self.peak_phase()
-        out["notes"] = self.notes()
+        tl = self.timeline()
+        if tl is not None:
+            out["peak_at"] = tl.peak_at
+            out["timeline"] = tl.summary()
+        out["notes"] = self.notes() + ([self.peak_note()] if self.peak_note() else [])
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
-        out["formulas"] = {q.key: q.formula() for q in self.quantities}
+        out["formulas"] = {q.key: q.formula() for q in reported}
         # Each key's public name (derive NAME, check --quantity NAME): derivations.quantity_table.
-        out["names"] = {q.key: public_name(self.options.mode, q.key) for q in self.quantities}
+        out["names"] = {q.key: public_name(self.options.mode, q.key) for q in reported}
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()

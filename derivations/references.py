@@ -271,6 +271,27 @@ _ENTRIES: tuple[Reference, ...] = (
               "github.com/vllm-project/vllm/blob/main/vllm/v1/core/kv_cache_utils.py", "code"),
     Reference("vllm-arg-utils", "vLLM", "vLLM project", "vLLM: vllm/engine/arg_utils.py", None,
               "github.com/vllm-project/vllm/blob/main/vllm/engine/arg_utils.py", "code"),
+    # --- the step timeline (symbolic/timeline.py, kernels.py, hf_programs.py) -----------------------------
+    Reference("pytorch-derivatives", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: tools/autograd/derivatives.yaml "
+              "(what each autograd node saves and computes)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/tools/autograd/derivatives.yaml", "code"),
+    Reference("pytorch-autograd-engine", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/csrc/autograd/engine.cpp "
+              "(ready queue by sequence number, validate_outputs) and input_buffer.cpp, accumulate_grad.h", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/csrc/autograd/engine.cpp", "code"),
+    Reference("pytorch-adam", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/adam.py (_multi_tensor_adam, "
+              "_fused_adam)", None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/adam.py", "code"),
+    Reference("transformers-llama", "transformers 5.24", _HF, "transformers 5.24: src/transformers/models/llama/"
+              "modeling_llama.py", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/"
+              "llama/modeling_llama.py", "code"),
+    Reference("transformers-gpt2", "transformers 5.24", _HF, "transformers 5.24: src/transformers/models/gpt2/"
+              "modeling_gpt2.py", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/"
+              "gpt2/modeling_gpt2.py", "code"),
+    Reference("transformers-loss-utils", "transformers 5.24", _HF, "transformers 5.24: src/transformers/loss/"
+              "loss_utils.py (ForCausalLMLoss)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/"
+              "transformers/loss/loss_utils.py", "code"),
+    Reference("megatron-fp16-optimizer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/optimizer/optimizer.py "
+              "(Float16OptimizerWithFloat16Params)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/optimizer.py", "code"),
     Reference("nvidia-dgx-h100-guide", "NVIDIA DGX H100 user guide", _NV, "NVIDIA DGX H100/H200 User Guide: "
               "Introduction to the NVIDIA DGX H100/H200 System", None,
               "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html", "docs"),

@@ -106,7 +106,7 @@ class Result:
 
     def numbers(self) -> dict[str, int]:
         """Every quantity's exact value, as ``memderive estimate --json`` prints them."""
-        return {q.key: self.estimate.number(q.key) for q in self.estimate.quantities}
+        return {q.key: self.estimate.number(q.key) for q in self.estimate.reported_quantities()}
 
     def steps(self, key: str | None = None) -> tuple[Step, ...]:
         est = self.estimate

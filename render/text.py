@@ -173,9 +173,14 @@ def summary_report(est: Estimate, precision: int = 2) -> str:
 
 
 def _summary(est: Estimate, precision: int) -> list[str]:
+    """One line a quantity; the step's peak joins the total's line (a sum and a moment of one step)."""
     width = max(len(q.title) for q in est.quantities)
     lines = ["", "summary:"]
-    lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}" for q in est.quantities]
+    timeline = est.timeline()
+    peak = {} if timeline is None else {"total_bytes": f"; step peak {format_bytes(timeline.peak_bytes)} at "
+                                                       f"{timeline.peak_at}"}
+    lines += [f"  {q.title:<{width}}  {_amount(q.value(est.values), q.unit, precision)}{peak.get(q.key, '')}"
+              for q in est.quantities]
     if est.peak_phase() is not None:
         lines.append(f"  peak: {est.peak_phase()} (the total is the larger of the prefill and decode phases)")
     return lines
@@ -185,7 +190,7 @@ def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
     lines = _header(est)
     lines += _summary(est, precision)
     lines += time_lines(est) + runtime_lines(est)
-    for q in est.quantities:
+    for q in est.reported_quantities():
         lines += ["", f"{q.title} [{q.key}]", f"  closed form: {plain(q.closed_form())}",
                   f"  value: {_amount(q.value(est.values), q.unit, precision)}"]
         if q.citation:
@@ -196,4 +201,5 @@ def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
             lines.append("  breakdown (by graph node):")
             lines += [f"    {path:<28} {value:>22,}" for path, value in rows]
     lines += [f"assumes: {note}" for note in est.graph.assumptions]
+    lines += [f"note: {note}" for note in (est.peak_note(),) if note]
     return "\n".join(lines)

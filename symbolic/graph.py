@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memderive.symbolic.expr import Expr, const, prod
+from memderive.symbolic.kernels import Kernel
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["Flop", "Op", "Block", "Graph", "FLOP_KINDS", "FLOP_PHASES"]
@@ -81,6 +82,11 @@ class Op:
     whose gradients need it (names of inputs or parameters): a linear saves its input only for its
     weight's gradient. ``symbolic.strategies.RequiresGrad`` reads them to drop what frozen weights
     alone would need; an op that declares neither keeps everything it saves.
+
+    ``program`` spells out the op's forward as ATen calls (``symbolic.kernels.Kernel``): what each
+    makes, how long Python holds it, and through ``symbolic.kernels.KINDS`` what autograd saves and
+    what backward allocates. The step timeline (``symbolic.timeline``) runs it; an op without one is
+    one fused call that makes its output and its saved tensors.
     """
 
     path: str
@@ -95,6 +101,7 @@ class Op:
     inputs: tuple[str, ...] = ()
     saved_for: tuple[tuple[str, tuple[str, ...]], ...] = ()
     reads: tuple[Tensor, ...] = ()
+    program: tuple[Kernel, ...] = ()
 
     def needs(self, tensor: Tensor) -> tuple[str, ...] | None:
         """Whose gradients need saved ``tensor`` (None: not declared, always kept)."""
@@ -103,7 +110,8 @@ class Op:
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Op:
         return replace(self, params=tuple(map(fn, self.params)), saved=tuple(map(fn, self.saved)),
                        output=fn(self.output), cached=tuple(map(fn, self.cached)), reads=tuple(map(fn, self.reads)),
-                       flops=tuple(x.map_tensors(fn) for x in self.flops))
+                       flops=tuple(x.map_tensors(fn) for x in self.flops),
+                       program=tuple(k.map_tensors(fn) for k in self.program))
 
     def recomputed(self) -> Op:
         """The op with its forward FLOPs done once more in backward (activation recompute)."""

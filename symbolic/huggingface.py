@@ -51,6 +51,7 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
 from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
+from memderive.symbolic.hf_programs import with_programs
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -64,7 +65,8 @@ class HuggingFace(Strategy):
     """transformers' modeling code: ``attention`` kernel, ``device`` (cuda | cpu), the family's ``code``.
 
     ``fewer_kv`` (a_kv < a) and ``value_differs`` (a value head size apart from q's) are the model's
-    sizes where they decide the kernel (``symbolic.hf_attention``).
+    sizes where they decide the kernel (``symbolic.hf_attention``); ``fused_qkv``: GPT-2's ``c_attn``.
+    Ops of LLaMA's and GPT-2's code get the program of ATen calls they run (``symbolic.hf_programs``).
     """
 
     attention: str = "sdpa"
@@ -72,6 +74,7 @@ class HuggingFace(Strategy):
     code: HfCode = field(default_factory=HfCode)
     fewer_kv: bool = False
     value_differs: bool = False
+    fused_qkv: bool = False  # one Conv1D makes q, k and v (GPT-2's c_attn); else q_proj, k_proj, v_proj
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KERNELS:
@@ -96,8 +99,11 @@ class HuggingFace(Strategy):
         note = (f"implementation: transformers' modeling code, {self.attention} attention"
                 f"{' (CPU kernels)' if self.device == 'cpu' else ' (CUDA kernels)'}")
         rules = tuple(f"transformers' code: {rule}" for rule in self.code.rules())
-        return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
+        done = replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note, *rules))
+        if replace(self.code, softmax_fp32=True, python_gelu=False) != HfCode():  # programs: LLaMA's, GPT-2's code
+            return done
+        return with_programs(graph, done, self.attention, self.code.softmax_fp32, self.fused_qkv)
 
     # --- per op ----------------------------------------------------------------------------------
     def _ops(self, blk: Block) -> list[Op]:

@@ -85,7 +85,8 @@ def hf_layers(model: Model, attention: str, device: str = "cuda") -> HuggingFace
     device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value head size)."""
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
-    return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs)
+    return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
+                       fused_qkv=model.arch.family == "gpt")
 
 
 def describe(implementation: str, attention: str) -> str:

@@ -34,6 +34,9 @@ from memderive.symbolic.strategies import RequiresGrad
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
 
 KORTHIKANTI = Citation("korthikanti-2022", "Eq. 1, Table 2")
+#: What total_bytes is: a sum, not a moment of the step.
+SUM_NOTE = ("total_bytes is a sum: every model state and every saved activation counted at once; the step's "
+            "high-water mark, a moment, is peak_bytes")
 
 
 def _sbh_factored(expr: Any) -> Any:
@@ -107,6 +110,7 @@ def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, l
                  assumptions, form=_sbh_factored),
         Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
         Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
-        Quantity("total_bytes", "Training memory per GPU", total, rel, None, assumptions),
+        Quantity("total_bytes", "Training memory per GPU (sum of model states and saved activations)", total, rel,
+                 None, assumptions + (SUM_NOTE,)),
         *offloaded,
     ]

@@ -1,0 +1,89 @@
+"""The step timeline of an estimate: its recipe read off the options, its peak as a quantity.
+
+``step_recipe`` says how a step holds model states and updates them (``symbolic.timeline.StepRecipe``)
+for these options: 16-bit weights and gradients with an fp32 master copy and fp32 AdamW states under
+``--dtype bf16``/``fp16`` (Megatron-LM's ``Float16OptimizerWithFloat16Params``), fp32 everything under
+``--dtype fp32``; ZeRO-1 shards the master copy and the optimizer states over the d ranks; torch's
+foreach AdamW (its default on CUDA) makes one state-sized temporary per parameter in the update.
+``peak_bytes`` is the high-water mark of allocated memory, what ``torch.cuda.max_memory_allocated``
+reports after the step (each block rounded up to 512 bytes by the CUDA caching allocator); the
+``total_bytes`` of ``quantities.training`` stays the sum of model states and saved activations.
+
+>>> from memderive.derivations.estimate import estimate
+>>> e = estimate("gpt2", mode="train", batch=1, seq=1024)
+>>> t = timeline_of(e)
+>>> t.peak_at, t.peak_bytes < e.number("total_bytes") + 2 * 2**30
+('loss (backward)', True)
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from memderive.derivations.memo import Keyed
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Quantity
+from memderive.symbolic.dims import d
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.timeline import StepRecipe, Timeline, step_timeline
+
+__all__ = ["step_recipe", "not_covered", "timeline_of", "peak_quantity", "ALLOCATOR_BLOCK", "PEAK_CITATION"]
+
+#: The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes
+#: (``c10/cuda/CUDACachingAllocator.cpp``: ``kMinBlockSize = 512``, ``round_size``).
+ALLOCATOR_BLOCK = {"cuda": 512, "cpu": 1}
+PEAK_CITATION = Citation("pytorch-autograd-engine", "the node order, validate_outputs, gradient accumulation", also=(
+    Citation("pytorch-derivatives", "each node's saved tensors and backward"),
+    Citation("pytorch-adam", "_multi_tensor_adam: exp_avg_sq_sqrt"),
+    Citation("pytorch-caching-allocator", "kMinBlockSize = 512")))
+#: How many state-sized temporaries each optimizer's update makes per parameter (torch's foreach AdamW:
+#: ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)``; SGD with momentum updates in place;
+#: bitsandbytes' 8-bit Adam is one fused kernel).
+UPDATE_TEMPORARIES = {"adamw": 1, "adam": 1, "adam-8bit": 0, "sgd-momentum": 0, "sgd": 0}
+STATE_DTYPES = {"adamw": ("fp32", "fp32"), "adam": ("fp32", "fp32"), "adam-8bit": ("int8", "int8"),
+                "sgd-momentum": ("fp32",), "sgd": ()}
+
+
+def not_covered(opts: Options) -> str | None:
+    """Why the step timeline does not describe these options (None: it does)."""
+    reasons = [(opts.pp > 1, "pipeline stages (micro-batches in flight)"), (opts.zero >= 2, f"ZeRO stage {opts.zero}"),
+               (opts.offload, "ZeRO-Offload"), (opts.recompute != "none", f"{opts.recompute} recompute"),
+               (opts.base_dtype in ("nf4", "int8"), f"a {opts.base_dtype} base"), (opts.ep > 1, "expert parallelism"),
+               (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer (states paged to the CPU)")]
+    missing = [why for flag, why in reasons if flag]
+    return None if not missing else "the step timeline does not model " + ", ".join(missing)
+
+
+def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
+    """The recipe of ``opts`` (``values`` binds d for ZeRO-1's shards)."""
+    weight = dtype(opts.dtype)
+    master = dtype("fp32") if weight.nbytes < 4 else None
+    states = tuple(dtype(x) for x in STATE_DTYPES[opts.optimizer])
+    shard = int(d.evaluate(values)) if opts.zero >= 1 else 1
+    return StepRecipe(weight=weight, master=master, states=states, step_scalars=device == "cpu" and bool(states),
+                      update="foreach", temporaries=UPDATE_TEMPORARIES[opts.optimizer],
+                      granularity=ALLOCATOR_BLOCK[device], state_shards=shard)
+
+
+def timeline_of(est: Any, device: str = "cuda") -> Timeline:
+    """The step timeline of a training estimate (memoized per structure and values)."""
+    key = (repr(est.model), est.options, tuple(sorted((str(k), v) for k, v in est.values.items())), device)
+    return _timeline(Keyed(key, (est, device)))
+
+
+@lru_cache(maxsize=64)
+def _timeline(item: Keyed) -> Timeline:
+    est, device = item.value
+    return step_timeline(est.graph, est.values, step_recipe(est.options, est.values, device))
+
+
+def peak_quantity(est: Any, timeline: Timeline) -> Quantity:
+    """``peak_bytes``: the tensors alive at the step's high-water mark, one term per (what, op, tensor)."""
+    notes = (f"the high-water mark of allocated memory during one training step, at {timeline.peak_at}",
+             "allocated memory as torch.cuda.max_memory_allocated counts it: every tensor, each rounded up to "
+             "512 bytes by the CUDA caching allocator; no CUDA context, workspaces or allocator reserve",
+             "the step: forward with the loss, loss.backward(), the optimizer step, zero_grad(set_to_none=True)")
+    return Quantity("peak_bytes", "Peak allocated memory per GPU (high-water mark of the step)",
+                    timeline.live_at_peak, est.graph.relations, PEAK_CITATION, notes)
