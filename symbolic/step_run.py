@@ -279,7 +279,8 @@ class Run:
         for sid in call.saved:
             self.unref(sid)
         call.saved.clear()
-        for key, sid, view in made:
+        order = {key: i for i, key in enumerate(call.ins)}  # the engine hands gradients on in input order
+        for key, sid, view in sorted(made, key=lambda item: order[item[0]]):
             self._deliver(key, sid, view)
 
     def _validate(self, key: tuple, sid: int) -> int:
@@ -339,8 +340,7 @@ class Run:
         if r.master is not None:
             for key in keys:
                 self._to_master(key)
-        if r.update == "foreach" and r.step_scalars:  # steps on the CPU: += torch.tensor(1.0, device="cpu")
-            self.unref(self.alloc(("upd", "one"), Tensor("torch.tensor(1.0)", (), FP32, role="temporary")))
+        self._step_increment()
         if r.update == "foreach":
             temps = [self.alloc(("upd", j, key), self._temporary(key, j)) for key in keys for j in range(r.temporaries)]
             for sid in temps:
@@ -351,6 +351,12 @@ class Run:
         self.where = "zero_grad"
         for key in keys:
             self.unref(self.param_grads.pop(key))
+
+    def _step_increment(self) -> None:
+        """Steps on the CPU under foreach: ``torch._foreach_add_(device_state_steps, torch.tensor(1.0,
+        device="cpu"), alpha=1.0)`` makes a 0-dim fp32 tensor once per ``step()``."""
+        if self.recipe.update == "foreach" and self.recipe.step_scalars:
+            self.unref(self.alloc(("upd", "one"), Tensor("torch.tensor(1.0)", (), FP32, role="temporary")))
 
     def _temporary(self, key: tuple, j: int) -> Tensor:
         w, r = self.params[key][0], self.recipe
@@ -381,6 +387,7 @@ class Run:
         r = self.recipe
         if r.master is not None:
             self._to_master(key)
+        self._step_increment()
         if r.update != "fused":
             self._temporaries(key)
         self.unref(self.param_grads.pop(key))

@@ -29,7 +29,8 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.timeline import StepRecipe, Timeline, step_timeline
 
-__all__ = ["step_recipe", "not_covered", "timeline_of", "peak_quantity", "ALLOCATOR_BLOCK", "PEAK_CITATION"]
+__all__ = ["step_recipe", "not_covered", "timeline_of", "peak_quantity", "peak_citation", "ALLOCATOR_BLOCK",
+           "PEAK_CITATION"]
 
 #: The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes
 #: (``c10/cuda/CUDACachingAllocator.cpp``: ``kMinBlockSize = 512``, ``round_size``).
@@ -38,6 +39,11 @@ PEAK_CITATION = Citation("pytorch-autograd-engine", "the node order, validate_ou
     Citation("pytorch-derivatives", "each node's saved tensors and backward"),
     Citation("pytorch-adam", "_multi_tensor_adam: exp_avg_sq_sqrt"),
     Citation("pytorch-caching-allocator", "kMinBlockSize = 512")))
+#: The code each implementation's calls are read off (``symbolic.hf_programs``), by family.
+PROGRAM_CITATIONS = {"llama": Citation("transformers-llama", "LlamaRMSNorm, LlamaAttention, LlamaMLP, apply_rotary_pos_emb"),
+                     "gpt": Citation("transformers-gpt2", "GPT2Attention, GPT2MLP, Conv1D")}
+LOSS_CITATION = Citation("transformers-loss-utils", "ForCausalLMLoss")
+MASTER_CITATION = Citation("megatron-fp16-optimizer", "_copy_model_grads_to_main_grads")
 #: How many state-sized temporaries each optimizer's update makes per parameter (torch's foreach AdamW:
 #: ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)``; SGD with momentum updates in place;
 #: bitsandbytes' 8-bit Adam is one fused kernel).
@@ -79,6 +85,18 @@ def _timeline(item: Keyed) -> Timeline:
     return step_timeline(est.graph, est.values, step_recipe(est.options, est.values, device))
 
 
+def peak_citation(est: Any, recipe: StepRecipe) -> Citation:
+    """What the peak rests on: autograd, the update, the allocator; transformers' code when the graph runs
+    it call by call; Megatron-LM's gradient copy when there is an fp32 master copy."""
+    extra: list[Citation] = []
+    if any(op.program for blk in est.graph.blocks for op in blk.ops):
+        family = getattr(est.model.arch, "family", "")
+        extra += [PROGRAM_CITATIONS.get(family, PROGRAM_CITATIONS["llama"]), LOSS_CITATION]
+    if recipe.master is not None:
+        extra.append(MASTER_CITATION)
+    return Citation(PEAK_CITATION.key, PEAK_CITATION.locus, also=(*PEAK_CITATION.also, *extra))
+
+
 def peak_quantity(est: Any, timeline: Timeline) -> Quantity:
     """``peak_bytes``: the tensors alive at the step's high-water mark, one term per (what, op, tensor)."""
     notes = (f"the high-water mark of allocated memory during one training step, at {timeline.peak_at}",
@@ -86,4 +104,5 @@ def peak_quantity(est: Any, timeline: Timeline) -> Quantity:
              "512 bytes by the CUDA caching allocator; no CUDA context, workspaces or allocator reserve",
              "the step: forward with the loss, loss.backward(), the optimizer step, zero_grad(set_to_none=True)")
     return Quantity("peak_bytes", "Peak allocated memory per GPU (high-water mark of the step)",
-                    timeline.live_at_peak, est.graph.relations, PEAK_CITATION, notes)
+                    timeline.live_at_peak, est.graph.relations,
+                    peak_citation(est, step_recipe(est.options, est.values)), notes)
