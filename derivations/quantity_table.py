@@ -101,6 +101,7 @@ QUANTITY_NAMES: tuple[QuantityName, ...] = (
        "model_state_bytes"),
     _q("model_states.offloaded", "train", "offloaded_bytes", "bytes", "offloaded_bytes", checkable=False),
     _q("train.total", "train", "total_bytes", "bytes", "train-total"),
+    _q("train.peak", "train", "peak_bytes", "bytes", "train-peak", "peak_bytes"),
     _q("kv_cache.total", "infer", "kv_cache_bytes", "bytes", "kv-cache", "kv_cache", "kv_cache_bytes"),
     _q("kv_cache.per_token", "infer", "kv_cache_bytes_per_token", "bytes", "kv_cache_bytes_per_token"),
     _q("kv_cache.per_position", "infer", "kv_cache_bytes", "bytes", per_position=True),

@@ -75,8 +75,11 @@ def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
 
 def timeline_of(est: Any, device: str = "cuda") -> Timeline:
     """The step timeline of a training estimate (memoized per structure and values)."""
-    key = (repr(est.model), est.options, tuple(sorted((str(k), v) for k, v in est.values.items())), device)
-    return _timeline(Keyed(key, (est, device)))
+    return _timeline(Keyed(_key(est, device), (est, device)))
+
+
+def _key(est: Any, device: str) -> tuple:
+    return (repr(est.model), est.options, tuple(sorted((str(k), v) for k, v in est.values.items())), device)
 
 
 @lru_cache(maxsize=64)
@@ -98,7 +101,14 @@ def peak_citation(est: Any, recipe: StepRecipe) -> Citation:
 
 
 def peak_quantity(est: Any, timeline: Timeline) -> Quantity:
-    """``peak_bytes``: the tensors alive at the step's high-water mark, one term per (what, op, tensor)."""
+    """``peak_bytes``: the tensors alive at the step's high-water mark, one term per (what, op, tensor)
+    (memoized with the timeline: one estimate's peak is one object)."""
+    return _peak(Keyed(_key(est, "cuda"), (est, timeline)))
+
+
+@lru_cache(maxsize=64)
+def _peak(item: Keyed) -> Quantity:
+    est, timeline = item.value
     notes = (f"the high-water mark of allocated memory during one training step, at {timeline.peak_at}",
              "allocated memory as torch.cuda.max_memory_allocated counts it: every tensor, each rounded up to "
              "512 bytes by the CUDA caching allocator; no CUDA context, workspaces or allocator reserve",
