@@ -168,6 +168,10 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--attention", "sdpa")),
     _o("kv_block", "int", None, "inference: paged KV cache, whole blocks of this many tokens per sequence (vLLM: 16)",
        modes=_INFER, example=(*_INFER_STEP, "--kv-block", "16")),
+    _o("mla_decode", "choice", None, "multi-head latent attention's decode step: absorbed (kv_b folded into the "
+       "query and the output, attention over the cached latent: vLLM, SGLang; default) or expanded (every cached "
+       "latent expanded through kv_b each step: transformers)", choices=("absorbed", "expanded"), modes=_INFER,
+       commands=_PLANNED, echo="set", example=("--model", "deepseek-v2", *_INFER_STEP, "--mla-decode", "expanded")),
     _o("dropout", "bool", True, flag="--no-dropout", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--no-dropout")),
     _o("micro_batches", "int", None, modes=_TRAIN, symbol="m", shared=True,

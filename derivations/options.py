@@ -126,6 +126,12 @@ def _check_gpu(name: str | None, efficiency: float | None) -> None:
         raise OptionsError(f"--efficiency must be a fraction of peak FLOP/s in (0, 1], got {efficiency!r}")
 
 
+#: Multi-head latent attention's decode forms (``--mla-decode``): ``absorbed``, kv_b folded into the query
+#: and the output as vLLM and SGLang run it (the default); ``expanded``, every cached latent expanded through
+#: kv_b at each step as transformers' DeepseekV3Attention does.
+MLA_DECODE = ("absorbed", "expanded")
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     mode: str = "params"
@@ -144,6 +150,7 @@ class Options:
     flash: bool = False  # shorthand for attention="flash"
     attention: str | None = None  # None: the mode's default, see ``attention_kernel``
     kv_block: int | None = None  # inference: paged KV cache, tokens per block
+    mla_decode: str | None = None  # inference, MLA: absorbed (None: the default, serving engines') or expanded
     dropout: bool = True
     micro_batches: int | None = None
     virtual_stages: int | None = None
@@ -248,6 +255,10 @@ class Options:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):
             raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
+        if self.mla_decode is not None and self.mla_decode not in MLA_DECODE:
+            raise OptionsError(f"--mla-decode must be one of {', '.join(MLA_DECODE)}, got {self.mla_decode!r}")
+        if self.mla_decode is not None and self.mode != "infer":
+            raise OptionsError("--mla-decode is the form of an inference decode step; use it with --mode infer")
         if self.kv_block is not None and self.mode != "infer":
             raise OptionsError("--kv-block sizes the paged KV cache of inference; use it with --mode infer")
         _check_gpu(self.gpu, self.efficiency)

@@ -265,6 +265,8 @@ _ENTRIES: tuple[Reference, ...] = (
               "consumption of NCCL (4 A100, NVLink)", 2023, "github.com/NVIDIA/nccl/issues/964", "report"),
     Reference("nccl-alltoall-1685", "NVIDIA/nccl#1685", "kwen2501", "NCCL issue 1685: all-to-all triggers many "
               "channels and a large memory usage (8 H100)", 2025, "github.com/NVIDIA/nccl/issues/1685", "report"),
+    Reference("vllm-mla-common", "vLLM", "vLLM project", "vLLM: vllm/v1/attention/backends/mla/common.py", None,
+              "github.com/vllm-project/vllm/blob/main/vllm/v1/attention/backends/mla/common.py", "code"),
     Reference("vllm-gpu-worker", "vLLM", "vLLM project", "vLLM: vllm/v1/worker/gpu_worker.py", None,
               "github.com/vllm-project/vllm/blob/main/vllm/v1/worker/gpu_worker.py", "code"),
     Reference("vllm-kv-cache-utils", "vLLM", "vLLM project", "vLLM: vllm/v1/core/kv_cache_utils.py", None,

@@ -374,6 +374,37 @@ class BlockBuilder:
                      seq_axis=2)
         return self._add(Op(path, "concat", (), (), out))
 
+    def mla_absorbed(self, path: str, q: Tensor, latent: Tensor, rope_key: Tensor, d_nope: Size, d_value: Size,
+                     *, dropout: bool) -> Tensor:
+        """MLA's decode form as serving engines run it, its key and value up-projection absorbed (vLLM's
+        ``_forward_decode``, vllm/v1/attention/backends/mla/common.py): ``kv_b`` (``a (d_h + d_v)`` by ``d_c``,
+        one parameter) is read as ``W_UK`` (per head ``d_h -> d_c``) and ``W_UV`` (per head ``d_c -> d_v``); the
+        query's no-rope part goes through ``W_UK`` into the latent space (``ql_nope``, 2 b s a d_h d_c FLOPs),
+        attention is multi-query over the cached rows themselves (keys: latent and rotary key, ``d_c + d_h^R``
+        wide; values: the latent, ``d_c``), and each head's ``d_c``-wide output goes through ``W_UV``
+        (2 b s a d_c d_v, op ``{path}_uv``) before the output projection. No cached position is expanded. ``q`` is
+        ``(b, a, s, d_h + d_h^R)`` with the rotary part applied; ``latent`` ``(b, s, d_c)`` normed; ``rope_key``
+        ``(b, 1, s, d_h^R)``. Forward FLOPs only: a decode-step graph (``derivations.quantities.compute``),
+        never trained. Returns the context ``(b, s, a d_v)``."""
+        bsz, heads, seq, _ = q.shape
+        rank = latent.shape[-1]
+        weight = _param(f"{path}.weight", (heads * (d_nope + d_value), rank), "weight", 0)
+        w_uk = Tensor(f"{path}.W_UK", (heads, rank, d_nope), PARAM_DTYPE, role="weight", tp_axis=0)
+        w_uv = Tensor(f"{path}.W_UV", (heads, d_value, rank), PARAM_DTYPE, role="weight", tp_axis=0)
+        rows = Tensor(f"{path}.rows", (bsz, seq), self.act, role="rows")
+        q_latent = self._act(f"{path}.q_latent", (bsz, heads, seq, rank + rope_key.shape[-1]), "q", tp_axis=1,
+                             seq_axis=2)
+        self._add(Op(path, "mla-absorb-q", (weight,), (), q_latent, "q_nope @ W_UK: the query in the latent space",
+                     flops=(Flop(f"{path} q@W_UK", (rows, w_uk)),), inputs=(q.name,)))
+        keys = Tensor(f"{path}.latent_keys", (bsz, 1, seq, rank + rope_key.shape[-1]), self.act, role="k",
+                      seq_axis=2)
+        values = Tensor(f"{path}.latent_values", (bsz, 1, seq, rank), self.act, role="v", seq_axis=2)
+        self._add(Op(f"{path}_keys", "concat", (), (), keys, inputs=(latent.name, rope_key.name)))
+        ctx = self.attention("attn/core", q_latent, keys, values, dropout=dropout)
+        out = self._act(f"{path}.o", (bsz, seq, heads * d_value), "attention-output", tp_axis=2)
+        return self._add(Op(f"{path}_uv", "mla-absorb-o", (), (), out, f"each head's latent output @ W_UV ({path}'s weight)",
+                            flops=(Flop(f"{path} o@W_UV", (rows, w_uv)),), inputs=(ctx.name,)))
+
     def attention_sinks(self, path: str, heads: Size) -> None:
         """gpt-oss attention sinks: one learned logit per head joins each softmax (weight (a,))."""
         weight = _param(f"{path}.weight", (heads,), "weight", 0)

@@ -87,6 +87,7 @@ class Arch:
     logit_softcap: bool = False  # final logits capped likewise (Gemma 2)
     moe: Moe | None = None  # mixture-of-experts MLP (the MLP kind is the experts')
     attention: Literal["mha", "mla"] = "mha"  # mla: multi-head latent attention (DeepSeek-V2/V3)
+    mla_absorbed: bool = False  # MLA only: the decode form with kv_b absorbed (vLLM/SGLang), not transformers'
     q_lora: bool = True  # MLA only: low-rank query (q_lora_rank); False: one h -> a(d_h + d_hR) projection
     sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
     act_fn: str = ""  # the config's activation name where transformers' code for it matters (gelu_new: Python)

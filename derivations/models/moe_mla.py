@@ -55,7 +55,9 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[st
     projection without ``q_lora``. Keys and values: ``h -> d_c + d_h^R`` (the latent and one
     rotary key shared by all heads), RMSNorm on the latent, ``d_c -> a (d_h + d_v)``; each head's
     key is its ``d_h`` part and the shared rotary key. Output ``a d_v -> h``. The KV cache keeps
-    the latent and the rotary key, ``d_c + d_h^R`` per token per layer (``kv_latent``).
+    the latent and the rotary key, ``d_c + d_h^R`` per token per layer (``kv_latent``). With
+    ``arch.mla_absorbed`` the decode form serving engines run (``BlockBuilder.mla_absorbed``): the same
+    parameters, ``kv_b`` absorbed into the query and the output, attention over the cached latent itself.
     """
     qk = d_h + d_hR
     if arch.q_lora:
@@ -65,6 +67,13 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[st
         q = bb.linear("attn/q", x, a * qk, bias=False, parallel="column")
     kv = bb.linear("attn/kv_a", x, d_c + d_hR, bias=arch.qkv_bias)
     latent, rope_key = bb.kv_latent("attn/latent", kv, d_c, d_hR)
+    if arch.mla_absorbed:  # the decode form of vLLM and SGLang: kv_b absorbed into the query and the output
+        (q_heads,) = bb.split_heads("attn/q", q, (a,), qk, names=("q",))
+        ctx = bb.mla_absorbed("attn/kv_b", bb.rotary("attn/rotary_q", q_heads, d_hR),
+                              bb.rms_norm("attn/kv_a_norm", latent), bb.rotary("attn/rotary_k", rope_key), d_h, d_v,
+                              dropout="attention" in dropout)
+        out = bb.linear("attn/proj", ctx, h, bias=arch.out_bias, parallel="row")
+        return bb.dropout("attn/dropout", out) if "attn_out" in dropout else out
     # transformers caches the latent and expands every cached position again at each decode step
     kv_b = bb.linear("attn/kv_b", bb.rms_norm("attn/kv_a_norm", latent), a * (d_h + d_v), bias=False,
                      parallel="column", over_cache=True)

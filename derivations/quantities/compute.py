@@ -42,9 +42,15 @@ from memderive.symbolic.expr import Size, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 
-__all__ = ["train_flops", "infer_flops", "decode_step", "whole_model", "KAPLAN", "NARAYANAN", "PALM", "HARDWARE"]
+__all__ = ["train_flops", "infer_flops", "decode_step", "decode_graph", "whole_model", "KAPLAN", "KAPLAN_FORWARD",
+           "MLA_ABSORBED", "NARAYANAN", "PALM", "HARDWARE"]
 
 KAPLAN = Citation("kaplan-2020", "§2.1, Table 1: C ≈ 6N per token")
+#: Inference is forward only: Kaplan et al.'s forward pass, 2N + 2 n_layer n_ctx d_attn FLOPs per token.
+KAPLAN_FORWARD = Citation("kaplan-2020", "§2.1, Table 1: C_forward ≈ 2N + 2 n_layer n_ctx d_attn per token")
+#: MLA's decode step as serving engines run it (``--mla-decode absorbed``, the default).
+MLA_ABSORBED = Citation("vllm-mla-common", "module docstring, 'Data-Movement Friendly Approach (i.e. "
+                        "\"_forward_decode\")': ql_nope = q_nope W_UK, MQA over [kv_c, k_pe], o = spda_o W_UV")
 NARAYANAN = Citation("narayanan-2021", "§5.1, Eq. 3")
 PALM = Citation("chowdhery-2022", "App. B: model FLOPs utilization")
 FORWARD = ("forward",)
@@ -140,8 +146,25 @@ def last_logits(graph: Graph) -> Graph:
     return replace(graph, blocks=tuple(map(head, graph.blocks)))
 
 
+def absorbed(model: Model, options: Options) -> bool:
+    """Whether a decode step runs MLA in its absorbed form (``--mla-decode``: absorbed unless expanded)."""
+    return model.arch.attention == "mla" and options.mla_decode != "expanded"
+
+
+def decode_graph(model: Model, options: Options, graph: Graph) -> Graph:
+    """The graph a decode step runs on one GPU: ``graph`` (the inference graph of ``options``), or for
+    multi-head latent attention decoded absorbed (``absorbed``) the same model with ``kv_b`` absorbed
+    (``models.moe_mla.mla_attention``: the same parameters, no cached position expanded)."""
+    from memderive.derivations.quantities.inference import inference_graph
+
+    if not absorbed(model, options):
+        return graph
+    return inference_graph(replace(model, arch=replace(model.arch, mla_absorbed=True)), options)
+
+
 def infer_flops(model: Model, options: Options, graph: Graph) -> list[Quantity]:
-    """Prefill and decode FLOPs, whole model and per GPU (``graph``: one tensor-parallel rank)."""
+    """Prefill and decode FLOPs, whole model and per GPU (``graph``: one tensor-parallel rank): a forward
+    pass, 2N-style (``KAPLAN_FORWARD``); an MLA decode step absorbed unless ``--mla-decode expanded``."""
     from memderive.derivations.quantities.inference import inference_graph, layer_groups
 
     whole = inference_graph(model, replace(options, tp=1))
@@ -149,17 +172,26 @@ def infer_flops(model: Model, options: Options, graph: Graph) -> list[Quantity]:
     notes = (MATMUL,)
     decode = ("one decode step: one token per sequence attending to its s + n cached keys (its own included)"
               + ("; min(s + n, w) in sliding-window layers" if model.window is not None else ""),)
+    if model.arch.attention == "mla":
+        decode += ((ABSORBED_NOTE if absorbed(model, options) else EXPANDED_NOTE),)
     prefill_note = ("prefill: b prompts of s tokens, logits of the last position only (generate's "
                     "logits_to_keep = 1)",)
 
     def per_token(g: Graph) -> Breakdown:
-        return flops(decode_step(g, groups[0].length, groups)).scaled(1 / b)
+        return flops(decode_step(decode_graph(model, options, g), groups[0].length, groups)).scaled(1 / b)
 
     return [
-        _q("prefill_flops", "Prefill FLOPs", flops(last_logits(whole)), whole, notes + prefill_note),
+        _q("prefill_flops", "Prefill FLOPs", flops(last_logits(whole)), whole, notes + prefill_note, KAPLAN_FORWARD),
         _q("decode_flops_per_token", "Decode FLOPs per generated token", per_token(whole), whole, notes + decode,
-           KAPLAN),
+           KAPLAN_FORWARD),
         _q("prefill_flops_per_gpu", "Prefill FLOPs per GPU", flops(last_logits(graph)), graph, notes + prefill_note),
         _q("decode_flops_per_token_per_gpu", "Decode FLOPs per generated token per GPU", per_token(graph), graph,
            notes + decode),
     ]
+
+
+ABSORBED_NOTE = ("multi-head latent attention decoded absorbed, as vLLM and SGLang run it (--mla-decode absorbed): "
+                 "q_nope W_UK into the latent space, attention over the cached latent and rotary key (d_c + d_hR wide, "
+                 "values d_c), each head's output through W_UV; no cached position expanded")
+EXPANDED_NOTE = ("multi-head latent attention decoded expanded, as transformers runs it (--mla-decode expanded): "
+                 "every cached latent through kv_b at each step")

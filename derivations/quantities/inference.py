@@ -215,6 +215,9 @@ def check_inference(model: Model, options: Options) -> None:
     if options.weight_dtype in MICROSCALED and model.arch.moe is None:
         raise OptionsError(f"--weight-dtype {options.weight_dtype} applies to routed experts (the format gpt-oss's "
                            f"checkpoint stores them in); {model.name} has none: use int4, nf4 or fp8")
+    if options.mla_decode is not None and model.arch.attention != "mla":
+        raise OptionsError(f"--mla-decode is the decode form of multi-head latent attention; {model.name} has none "
+                           "(DeepSeek-V2/V3 have it)")
     kv_heads, tp = model.sizes["a_kv"], options.tp
     if (tp % kv_heads) if tp > kv_heads else (kv_heads % tp):
         raise InvalidLayoutError(f"{model.name}: {kv_heads} key/value heads cannot be spread over tensor-parallel "
