@@ -1,0 +1,71 @@
+"""The cold path of a number: ``memderive estimate --json`` in a fresh interpreter imports none of SymPy,
+NumPy or matplotlib (sys.modules read at exit), reads no installed metadata for the version, and builds only
+the command it runs. (The text writeup still simplifies its formulas with SymPy.) ``python benchmarks/speed.py`` times it against llm-analysis."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs the CLI's main as ``python -m memderive.cli ...`` does, then prints the top-level modules loaded.
+_PROBE = """
+import json, sys
+from memderive.cli import main
+sys.argv = ["memderive", *{args!r}]
+code = main()
+sys.stdout.flush()
+loaded = sorted({{name.split(".")[0] for name in sys.modules}} | {{name for name in sys.modules if name.startswith(("importlib.metadata", "memderive.cmd_"))}})
+print("\\nMODULES " + json.dumps(loaded), file=sys.stderr)
+raise SystemExit(code)
+"""
+
+
+def _loaded(*args: str, model: str = "llama-2-7b") -> tuple[str, set[str]]:
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(args=["estimate", "--model", model, *args])],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    return done.stdout, set(json.loads(line.removeprefix("MODULES ")))
+
+
+def test_cold_estimate_imports_no_sympy_numpy_matplotlib(tmp_path: Path) -> None:
+    # a dense config.json and a MoE preset, training with a layout and inference: the number's path only
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16,
+                                  "num_key_value_heads": 4, "num_hidden_layers": 6, "intermediate_size": 2816,
+                                  "vocab_size": 32000, "max_position_embeddings": 4096}))
+    runs = [_loaded("--mode", "train", "--batch", "2", "--seq", "1024", "--tp", "2", "--sp", "--recompute",
+                    "selective", "--json", model=str(config)),
+            _loaded("--mode", "infer", "--batch", "1", "--seq", "512", "--new-tokens", "64", "--json",
+                    model="mixtral-8x7b")]
+    for stdout, loaded in runs:
+        assert stdout.strip(), "the estimate printed nothing"
+        assert not loaded & {"sympy", "numpy", "matplotlib", "mpmath", "torch", "transformers"}, loaded
+        assert "importlib.metadata" not in loaded
+        # only the command that runs is imported and built
+        assert {m for m in loaded if m.startswith("memderive.cmd_")} == {"memderive.cmd_estimate"}
+
+
+def test_probe_sees_an_import() -> None:
+    # the probe itself: a run that does import NumPy (sweep evaluates over NumPy arrays) is seen doing so
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(args=["sweep", "--model", "gpt2", "--mode", "train", "--batch", "1:3",
+                                                                     "--seq", "128"])],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    assert "numpy" in json.loads(line.removeprefix("MODULES "))
+
+
+def test_version_is_pyproject_version() -> None:
+    from memderive.version import __version__
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert __version__ == declared
+    done = subprocess.run([sys.executable, "-m", "memderive.cli", "--version"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.stdout.strip() == f"memderive {declared}"
