@@ -140,7 +140,8 @@ OPTIONS: tuple[Option, ...] = (
        commands=_PLANNED, example=(*_INFER_STEP, "--weight-dtype", "int4", "--quant-group", "64")),
     _o("dtype", "dtype", "bf16", "training parameter/compute dtype (bf16 = mixed precision)", modes=_TRAIN,
        commands=_PLANNED, example=(*_TRAIN_STEP, "--dtype", "fp32")),
-    _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd",
+    _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
+       "adafactor (factored second moments)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),
     _o("tp", "int", 1, symbol="t", shared=True, example=(*_TRAIN_STEP, "--tp", "2")),
     _o("pp", "int", 1, modes=_TRAIN, symbol="p", shared=True, example=(*_TRAIN_STEP, "--pp", "2")),

@@ -288,6 +288,14 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("transformers-gpt2", "transformers 5.24", _HF, "transformers 5.24: src/transformers/models/gpt2/"
               "modeling_gpt2.py", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/"
               "gpt2/modeling_gpt2.py", "code"),
+    _paper("shazeer-2018", "Shazeer & Stern 2018 (Adafactor)", "N. Shazeer, M. Stern", "Adafactor: Adaptive Learning "
+           "Rates with Sublinear Memory Cost", 2018, "1804.04235", "ICML 2018"),
+    Reference("pytorch-adafactor", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/_adafactor.py (Adafactor."
+              "_init_group: row_var, col_var, variance)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/_adafactor.py", "code"),
+    Reference("transformers-adafactor", "transformers 5.24", _HF, "transformers 5.24: src/transformers/optimization.py "
+              "(Adafactor)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/"
+              "optimization.py", "code"),
     Reference("transformers-loss-utils", "transformers 5.24", _HF, "transformers 5.24: src/transformers/loss/"
               "loss_utils.py (ForCausalLMLoss)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/"
               "transformers/loss/loss_utils.py", "code"),

@@ -22,7 +22,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import offloaded_breakdown, states_breakdown
+from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
+                                                           states_breakdown)
 
 __all__ = ["EP_CITATION", "expert_split_states"]
 
@@ -38,18 +39,23 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over d ranks,
     the routed experts' over d/ep ranks. Without experts, one breakdown over d as before."""
     params = parameters(graph)
+    factored = OPTIMIZERS[opts.optimizer].factored
     if not has_experts(graph):
-        states = states_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
-        cpu = offloaded_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d) if opts.offload else None
+        f = factored_state_elements(graph) if factored else 0
+        states = states_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f)
+        cpu = offloaded_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, f) if opts.offload else None
         return states, cpu
     routed = set(expert_ops(graph))
     dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
+    f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
+    f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
     expert_dp = d / ep if opts.ep > 1 else d
-    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload)
-              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload),
-                         "experts"))
+    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f_dense)
+              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload,
+                                          f_experts), "experts"))
     if not opts.offload:
         return states, None
-    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d)
-           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp), "experts"))
+    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, f_dense)
+           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, f_experts),
+                      "experts"))
     return states, cpu

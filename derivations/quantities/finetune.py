@@ -20,7 +20,8 @@ from typing import Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
-from memderive.derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
+from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements,
+                                                           optimizer_state_bytes)
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import a, a_kv, d, d_h, r
 from memderive.symbolic.dtypes import dtype
@@ -240,7 +241,9 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     shard = {0: (1, 1, 1), 1: (1, 1, d), 2: (1, d, d), 3: (d, d, d)}[opts.zero]
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
     grads = Term("model_states/gradients", trainable.total * width / shard[1])
-    states = Term("model_states/optimizer", trainable.total * k / shard[2])
+    factored = (factored_state_elements(graph, lambda blk, op, x: graph.trainable(blk.name, x.name))
+                if OPTIMIZERS[opts.optimizer].factored else 0)
+    states = Term("model_states/optimizer", (trainable.total * k + factored * FACTORED_STATE_BYTES) / shard[2])
     on_gpu, off = [*weights, grads, states], []
     if opts.offload:
         on_gpu, off = weights, [grads, states]

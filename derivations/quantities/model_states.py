@@ -12,15 +12,18 @@ data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
-from memderive.symbolic.expr import Expr
+from memderive.symbolic.expr import Expr, prod, total
 from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.tensor import Tensor
 
 __all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
-           "ZERO_CITATION", "OFFLOAD_CITATION"]
+           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 
@@ -32,6 +35,7 @@ class Optimizer:
     states: str
     source: str
     paged: bool = False  # bitsandbytes paged optimizer: states in unified memory, evicted to the CPU
+    factored: bool = False  # Adafactor: second moments per matrix row and column (``factored_state_elements``)
 
 
 OPTIMIZERS = {
@@ -45,43 +49,93 @@ OPTIMIZERS = {
                                   "bitsandbytes PagedAdamW8bit", paged=True),
     "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)"),
     "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
+    "adafactor": Optimizer("adafactor", 0, "fp32 factored second moments: a row and a column vector per matrix, "
+                           "the whole second moment of a vector; no first moment (beta1=None)",
+                           "Shazeer & Stern 2018 §3; torch.optim.Adafactor, transformers' Adafactor", factored=True),
 }
+
+ADAFACTOR_CITATION = Citation("shazeer-2018", "§3, Algorithm 4: row and column sums of the second moment per matrix",
+                              also=(Citation("pytorch-adafactor", "_init_group: row_var, col_var, variance"),
+                                    Citation("transformers-adafactor", "Adafactor.step: exp_avg_sq_row, "
+                                             "exp_avg_sq_col, exp_avg_sq")))
+#: Adafactor's states are fp32: the optimizer runs over the fp32 master copy under mixed precision
+#: (torch's ``p.grad.new_zeros``), and transformers' casts 16-bit gradients to fp32 first (``grad.float()``).
+FACTORED_STATE_BYTES = 4
+
+
+def stored_parameters(op: Op) -> tuple[Tensor, ...]:
+    """The parameter tensors of ``op`` as the model stores them: the parts a ``parameters`` kernel splits a
+    fused weight into (transformers' ``q_proj``, ``k_proj``, ``v_proj`` of the graph's ``attn/qkv``), else
+    the op's own."""
+    split = next((k for k in op.program if k.kind == "parameters"), None)
+    return split.outputs if split is not None else op.params
+
+
+def _factored(shape: tuple[Expr, ...]) -> Expr:
+    """Second-moment elements Adafactor keeps for one parameter of ``shape`` (torch.optim.Adafactor: a
+    matrix's ``row_var`` of shape[:-1] and ``col_var`` of shape[:-2] + shape[-1:]; a vector's ``variance``
+    whole). ``(m, n)``: m + n; ``(n,)``: n."""
+    if len(shape) < 2:
+        return prod(shape)
+    lead = prod(shape[:-2])
+    return lead * shape[-2] + lead * shape[-1]
+
+
+def factored_state_elements(graph: Graph, keep: Callable[[Block, Op, Tensor], bool] | None = None) -> Expr:
+    """Elements of Adafactor's second moments over the graph's parameters (those ``keep`` accepts), read
+    off each stored parameter's shape.
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> factored_state_elements(Graph("toy", (bb.build(repeat=l),)))  # rows 4h + columns h, the bias 4h
+    9*h*l
+    """
+    parts = [blk.repeat * op.share * _factored(x.shape) for blk, op in graph.ops()
+             for x in stored_parameters(op) if keep is None or keep(blk, op, x)]
+    return total(parts)
 
 
 OFFLOAD_CITATION = Citation("ren-2021",
                             "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
 
 
-def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int) -> list[Term]:
-    """Weights, gradients and optimizer states (ZeRO's K, master weights included), sharded per stage."""
+def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
+           factored: Expr | int = 0) -> list[Term]:
+    """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
+    ``factored`` second-moment elements), sharded per stage."""
     width = dtype(param_dtype).nbytes
     k = optimizer_state_bytes(optimizer, param_dtype)
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
     return [Term("model_states/weights", params * width / shard[0]),
             Term("model_states/gradients", params * width / shard[1]),
-            Term("model_states/optimizer", params * k / shard[2])]
+            Term("model_states/optimizer", (params * k + factored * FACTORED_STATE_BYTES) / shard[2])]
 
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-                     offload: bool = False) -> Breakdown:
+                     offload: bool = False, factored: Expr | int = 0) -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
-    the gradients and the optimizer states live in CPU memory: only the weights stay.
+    the gradients and the optimizer states live in CPU memory: only the weights stay. ``factored``:
+    the elements of Adafactor's second moments (``factored_state_elements``), fp32.
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp)
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored)
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
-def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int) -> Breakdown:
+def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
+                        factored: Expr | int = 0) -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
 
     >>> from memderive.symbolic.dims import Psi
     >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
     14*Psi
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp)[1:]
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored)[1:]
     return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
 
 

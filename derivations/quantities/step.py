@@ -57,7 +57,9 @@ def not_covered(opts: Options) -> str | None:
     reasons = [(opts.pp > 1, "pipeline stages (micro-batches in flight)"), (opts.zero >= 2, f"ZeRO stage {opts.zero}"),
                (opts.offload, "ZeRO-Offload"), (opts.recompute != "none", f"{opts.recompute} recompute"),
                (opts.base_dtype in ("nf4", "int8"), f"a {opts.base_dtype} base"), (opts.ep > 1, "expert parallelism"),
-               (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer (states paged to the CPU)")]
+               (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer ("
+                + ("factored states and their update temporaries" if opts.optimizer == "adafactor"
+                   else "states paged to the CPU") + ")")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)
 

@@ -22,7 +22,8 @@ from memderive.derivations.options import PROFILES, Options
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
-from memderive.derivations.quantities.model_states import OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION
+from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, OFFLOAD_CITATION, OPTIMIZERS,
+                                                           ZERO_CITATION)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations, parameters
 from memderive.symbolic.dims import b, h, s
@@ -79,6 +80,23 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     return states, cpu, None
 
 
+def _states_citation(opts: Options) -> Citation:
+    if not OPTIMIZERS[opts.optimizer].factored:
+        return ZERO_CITATION
+    return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=(ADAFACTOR_CITATION,))
+
+
+def _states_notes(opts: Options) -> tuple[str, ...]:
+    """What the optimizer's states are, when they are not K bytes per parameter."""
+    if not OPTIMIZERS[opts.optimizer].factored:
+        return ()
+    return ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
+            "factored per stored matrix, rows + columns elements for an (m, n) weight, n for a vector, read off "
+            "each parameter's shape; q, k and v as the implementation stores them (one fused matrix in "
+            "Megatron-LM, q_proj/k_proj/v_proj in transformers); step counts on the host (torch) and "
+            "transformers' per-tensor fp32 RMS scalar (4 B per parameter tensor) neglected",)
+
+
 def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
     """The transformed graph and the training quantities per GPU (``base``: the untransformed graph)."""
     graph = transformed(base, opts, model)
@@ -109,7 +127,8 @@ def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, l
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
                  assumptions, form=_sbh_factored),
         Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
-        Quantity("model_state_bytes", "Model states per GPU", states, rel, ZERO_CITATION),
+        Quantity("model_state_bytes", "Model states per GPU", states, rel, _states_citation(opts),
+                 _states_notes(opts)),
         Quantity("total_bytes", "Training memory per GPU (sum of model states and saved activations)", total, rel,
                  None, assumptions + (SUM_NOTE,)),
         *offloaded,
