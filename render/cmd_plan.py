@@ -163,6 +163,7 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
 
 def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
+    from memderive.derivations.models.resolve import resolve_model
     from memderive.units import format_bytes
 
     gpus = layouts[0].gpus
@@ -170,14 +171,17 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
             ("" if args.gpus else " (the fewest with a layout that fits)") +
             f"; global batch {args.global_batch} x {args.seq} tokens")
     bound = "" if args.gpu else "<="  # the proxy's MFU is an upper bound
+    experts = "E" in resolve_model(args.model).sizes  # an ep column for a model with routed experts
     lines = [head, *(f"NOTE: {x}" for x in model), "",
-             f"rank  tp pp  v   dp zero recompute  mb    m  memory/GPU (GiB)  step time   tokens/s  MFU{bound:2s}  bubble"]
+             f"rank  tp pp  v   dp{'  ep' if experts else ''} zero recompute  mb    m  memory/GPU (GiB)  step time   "
+             f"tokens/s  MFU{bound:2s}  bubble"]
     for i, x in enumerate(layouts, 1):
         o = x.options
         time = f"{x.step_time_s:9.3f}s" if x.step_time_s is not None else "        -"
         rate = f"{x.tokens_per_s:10,.0f}" if x.tokens_per_s is not None else "         -"
+        ep = f" {o.get('ep', 1):3d}" if experts else ""
         lines.append(f"{i:4d} {o.get('tp', 1):3d} {o.get('pp', 1):2d} {o.get('virtual_stages') or 1:2d} "
-                     f"{o.get('dp', 1):4d} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
+                     f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}")
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options))]

@@ -270,7 +270,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if t > 1:
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p, t, 1)
-    ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole, values), opts) if opts.ep > 1 else 0.0
+    # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
+    ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, replace(opts, recompute="none")), values),
+                                 opts) if opts.ep > 1 else 0.0
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1)
         pp_micro = 2 * v * cluster.send(boundary, t * d)

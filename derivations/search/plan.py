@@ -2,7 +2,8 @@
 
 Layouts: tensor parallelism t (within a node, dividing the heads, the KV heads and the FFN width; with
 sequence parallelism), pipeline parallelism p (dividing the layers; interleaved with v virtual stages where
-p*v divides them and the micro-batch count divides by p), data parallelism d, ZeRO stages 0-3, recompute,
+p*v divides them and the micro-batch count divides by p), data parallelism d, for a model with routed experts
+expert parallelism ep (every degree dividing E and d, unless ``options.ep`` pins one), ZeRO stages 0-3, recompute,
 FlashAttention, and the micro-batch size b and count m with b * m * d = the global batch. Memory per GPU is
 ``estimate``'s ``total_bytes`` (the first pipeline stage), evaluated for all layouts of one structure at
 once (``derivations.search.sweep``), so a plan derives each structure once and never calls ``estimate``
@@ -46,7 +47,7 @@ from memderive.derivations.search.step_timer import plan_step_time
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 from memderive.symbolic.grid import grid_plan
 
-__all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
+__all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
 
 NODE_SIZE = 8  # GPUs per node by default (``--gpus-per-node``): tensor parallelism stays within one
@@ -120,15 +121,32 @@ def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[in
             yield tp, pp, vs
 
 
+def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
+    """The expert-parallel degrees a plan compares: ``ep`` when given (> 1), else for a model with routed experts
+    every degree dividing E (1 included), else 1 alone.
+
+    >>> from memderive.derivations.models.resolve import resolve_model
+    >>> expert_degrees(resolve_model("mixtral-8x7b")), expert_degrees(resolve_model("mixtral-8x7b"), 4)
+    ((1, 2, 4, 8), (4,))
+    >>> expert_degrees(resolve_model("gpt2"))
+    (1,)
+    """
+    if ep > 1 or "E" not in model.sizes:
+        return (ep,)
+    return _divisors(model.sizes["E"])
+
+
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1) -> list[dict]:
-    """Every layout as ``Options`` fields (memory not yet checked); with ``ep``, data-parallel degrees it divides."""
+    """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
+    ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides."""
     out: list[dict] = []
+    eps = expert_degrees(model, ep)
     recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
     for tp, pp, vs in _degrees(model, base, gpus):
         dps = [gpus // (tp * pp)] if gpus is not None else batches
-        for dp in dps:
+        for dp, ep in ((dp, ep) for dp in dps for ep in eps):
             if global_batch % dp or dp % ep:
                 continue
             for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
@@ -159,7 +177,7 @@ def _memory(model: Model, base: Options, rows: list[dict], device: bool = False)
     groups: dict[tuple, list[int]] = {}
     a_kv = model.sizes["a_kv"]
     for i, row in enumerate(rows):  # the switches of structure_key that rows vary (the rest is base's)
-        key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"],
+        key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"], row["ep"],
                row["virtual_stages"] is None, row["sp"], row["flash"],
                # NCCL's buffers differ for groups of 2 and of more ranks (runtime.nccl_bytes)
                *((min(row["tp"], 3), min(row["pp"], 3), min(row["dp"], 3)) if device else ()))
@@ -213,7 +231,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         seq: tokens per sequence.
         gpus: GPU count; None plans every count and keeps the smallest that fits.
         options: base options (dtype, optimizer, profile, implementation, overhead, LoRA, ep, gpu, efficiency);
-            layout fields are set here (``ep`` kept: each row's dp is a multiple of it). With ``gpu``, layouts are ranked by the compute model's step time.
+            layout fields are set here (``ep`` > 1 kept: each row's dp is a multiple of it; else, for a model with routed experts, every ep dividing E and dp compared). With ``gpu``, layouts are ranked by the compute model's step time.
         peak_flops: one GPU's peak FLOP/s, for the proxy's step time in seconds (without ``gpu``).
         flash: plan with FlashAttention (it never costs memory); False plans without it.
         cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
@@ -273,8 +291,8 @@ _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 def _rank(item: tuple) -> tuple:
     (per_gpu, _, bubble, time, _), row, mem = item
-    return (per_gpu * (1 + bubble) if time is None else time, row["zero"], row["tp"], row["pp"], _RECOMPUTE_ORDER[row["recompute"]],
-            -row["batch"], mem)
+    return (per_gpu * (1 + bubble) if time is None else time, row["zero"], row["tp"], row["pp"], row["ep"],
+            _RECOMPUTE_ORDER[row["recompute"]], -row["batch"], mem)
 
 
 def smallest_gpu_count(model: Any, capacity: int, global_batch: int, seq: int, **kwargs: Any) -> int:
