@@ -185,6 +185,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("implementation", "text", "megatron", "whose layers save the activations: megatron (fused kernels, the "
        "published formulas; default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention",
        modes=_TRAIN, example=(*_TRAIN_STEP, "--implementation", "hf")),
+    _o("experts_implementation", "choice", "grouped_mm", "with --implementation hf, transformers' experts kernel of a "
+       "MoE model: grouped_mm (its default: tokens sorted by expert, the scaled outputs not saved) or eager (a loop "
+       "over the experts)", choices=("grouped_mm", "eager"), modes=_TRAIN, echo="never",
+       example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--implementation", "hf", "--experts-implementation", "eager")),
     _o("overhead_bytes", "size", 0, "allowance for framework overhead, with a unit: 2GiB, 500MB", flag="--overhead",
        commands=_PLANNED, example=(*_TRAIN_STEP, "--overhead", "2GiB")),
     _o("gpu", "text", None, "accelerator for times and memory budget (memderive gpus lists them), e.g. h100-sxm",

@@ -160,6 +160,7 @@ class Options:
     kv_dtype: str | None = None  # inference
     quant_group: int = 128
     implementation: str = "megatron"  # megatron | hf | hf-eager | hf-sdpa (derivations.models.implementations)
+    experts_implementation: str = "grouped_mm"  # transformers' experts kernel under hf (symbolic.hf_experts)
     # fine-tuning (derivations.quantities.finetune)
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] = ()
@@ -335,10 +336,18 @@ class Options:
     def _check_implementation(self) -> None:
         from memderive.derivations.models.implementations import parse_implementation
 
+        from memderive.symbolic.hf_experts import EXPERTS_KERNELS
+
         try:
             kind, _ = parse_implementation(self.implementation)
         except ValueError as exc:
             raise OptionsError(str(exc)) from None
+        if self.experts_implementation not in EXPERTS_KERNELS:
+            raise OptionsError(f"--experts-implementation must be one of {', '.join(EXPERTS_KERNELS)} (transformers' "
+                               f"experts_implementation), got {self.experts_implementation!r}")
+        if self.experts_implementation != "grouped_mm" and kind != "hf":
+            raise OptionsError("--experts-implementation is the experts kernel of transformers' code; add "
+                               "--implementation hf (Megatron's grouped experts are the graph as built)")
         if kind == "hf" and (self.tp > 1 or self.pp > 1 or self.sp or self.recompute in ("selective", "selective-op")):
             raise OptionsError("transformers' layers run whole on each GPU and checkpoint whole layers: tensor, "
                                "sequence and pipeline parallelism and selective recompute are Megatron's; use "

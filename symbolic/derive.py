@@ -98,6 +98,19 @@ def _unique_saved(block: Block, ignore_roles: frozenset[str]) -> list[tuple[Op, 
     return out
 
 
+def _tensor_shares(block: Block) -> dict[str, Expr]:
+    """The fraction of the block's repeats that hold each saved tensor: 1 when an op of every repeat
+    saves it, else the sum of the distinct shares of the ops that save it (a norm output read by the
+    dense MLP of ``l_d`` layers and by the router of the other ``l - l_d`` is in every layer)."""
+    shares: dict[str, list[Expr]] = {}
+    for op in block.ops:
+        for tensor in op.saved:
+            got = shares.setdefault(tensor.name, [])
+            if const(op.share) not in got:
+                got.append(const(op.share))
+    return {name: const(1) if const(1) in got else _sum(got) for name, got in shares.items()}
+
+
 def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable[str] | None = None,
                 per_repeat: bool = False) -> Breakdown:
     """Bytes autograd holds for backward, one term per op that saves something.
@@ -112,8 +125,9 @@ def activations(graph: Graph, ignore_roles: Iterable[str] = (), blocks: Iterable
             continue
         scale = blk.in_flight * (const(1) if per_repeat else blk.repeat)
         by_op: dict[str, Expr] = {}
+        shares = _tensor_shares(blk)
         for op, tensor in _unique_saved(blk, ignore):
-            by_op[op.path] = by_op.get(op.path, const(0)) + op.share * tensor.nbytes
+            by_op[op.path] = by_op.get(op.path, const(0)) + shares[tensor.name] * tensor.nbytes
         terms += [Term(f"{blk.name}/{path}", scale * expr) for path, expr in by_op.items()]
     return Breakdown(tuple(terms), "bytes")
 

@@ -22,7 +22,7 @@ DTYPES: dict[str, DType] = {
     name: DType(name, size)
     for name, size in (
         ("fp32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1), ("int8", 1),
-        ("int4", Fraction(1, 2)), ("nf4", Fraction(1, 2)), ("mxfp4", Fraction(1, 2)), ("bool", 1), ("int64", 8),
+        ("int4", Fraction(1, 2)), ("nf4", Fraction(1, 2)), ("mxfp4", Fraction(1, 2)), ("bool", 1), ("int32", 4), ("int64", 8),
     )
 }
 _ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16",

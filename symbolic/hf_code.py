@@ -50,6 +50,8 @@ _RULES = {
     ("rotary_sets", 2): "two rotary tables, local (sliding layers) and global RoPE bases",
     ("position_buffer", True): "position ids are a registered buffer (not saved as an activation)",
     ("bool_mask", True): "eager scores masked_fill'ed with a (b, 1, s, s) bool mask, saved once per forward",
+    ("routing_fp32", True): "the router's top-k weights stay fp32: the experts' outputs are scaled by (and save) "
+                            "fp32 weights",
 }
 
 
@@ -71,6 +73,7 @@ class HfCode:
     rotary_sets: int = 1  # cos/sin tables made per forward: 2 with local and global RoPE bases (Gemma 3)
     position_buffer: bool = False  # position ids sliced from a registered buffer: not an activation (BERT)
     bool_mask: bool = False  # eager scores masked_fill'ed with the model's (b, 1, s, s) bool mask (MPT)
+    routing_fp32: bool = False  # the router's top-k weights left in fp32 (Mixtral): the experts save them so
 
     def __post_init__(self) -> None:
         for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),

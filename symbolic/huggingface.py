@@ -51,11 +51,12 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
 from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
+from memderive.symbolic.hf_experts import EXPERTS_KERNELS, grouped_mm, routing_dtype
 from memderive.symbolic.hf_programs import with_programs
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["HuggingFace", "HfCode", "ATTENTION_KERNELS", "DEVICES"]
+__all__ = ["HuggingFace", "HfCode", "ATTENTION_KERNELS", "DEVICES", "EXPERTS_KERNELS"]
 
 FP32, INT64 = dtype("fp32"), dtype("int64")
 
@@ -75,8 +76,11 @@ class HuggingFace(Strategy):
     fewer_kv: bool = False
     value_differs: bool = False
     fused_qkv: bool = False  # one Conv1D makes q, k and v (GPT-2's c_attn); else q_proj, k_proj, v_proj
+    experts: str = "grouped_mm"  # transformers' experts_implementation (symbolic.hf_experts)
 
     def __post_init__(self) -> None:
+        if self.experts not in EXPERTS_KERNELS:
+            raise ValueError(f"experts must be one of {', '.join(EXPERTS_KERNELS)}, not {self.experts!r}")
         if self.attention not in ATTENTION_KERNELS:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_KERNELS)}, not {self.attention!r}")
         if self.device not in DEVICES:
@@ -99,6 +103,10 @@ class HuggingFace(Strategy):
         note = (f"implementation: transformers' modeling code, {self.attention} attention"
                 f"{' (CPU kernels)' if self.device == 'cpu' else ' (CUDA kernels)'}")
         rules = tuple(f"transformers' code: {rule}" for rule in self.code.rules())
+        if any(op.kind == "experts" for _, op in graph.ops()):
+            rules += (f"routed experts: experts_implementation={self.experts}"
+                      + (" (sorted by expert: int64 permutations and int32 offsets saved, the scaled outputs not)"
+                         if self.experts == "grouped_mm" else " (a loop over the experts, index_add_ back)"),)
         done = replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note, *rules))
         if replace(self.code, softmax_fp32=True, python_gelu=False) != HfCode():  # programs: LLaMA's, GPT-2's code
@@ -129,6 +137,9 @@ class HuggingFace(Strategy):
             return needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
         if op.kind == "attention":
             return self._attention(op)
+        if op.kind == "experts":
+            op = routing_dtype(op, FP32) if self.code.routing_fp32 else op
+            return grouped_mm(op) if self.experts == "grouped_mm" else op
         if op.kind == "embedding" and op.path == "positions" and self.code.position_buffer:
             return replace(op, saved=(), saved_for=(), note="position ids: a slice of a registered buffer")
         if op.kind == "rotary" and self.code.rotary_tables == "per-call":

@@ -119,7 +119,7 @@ def derive(model_type: str, attention: str, shape: Shape, experts: str | None = 
            per_repeat: bool = False) -> dict[str, int]:
     """memderive's bytes per op path for the same step (transformers' CPU kernels, exact profile)."""
     model = resolve_model(config(model_type, attention, experts).to_dict())
-    graph = hf_layers(model, attention, "cpu")(model.graph("bf16", dropout=True))
+    graph = hf_layers(model, attention, "cpu", experts or "grouped_mm")(model.graph("bf16", dropout=True))
     values = {**model.values(), b: shape.b, s: shape.s}
     terms = activations(graph, blocks=blocks, per_repeat=per_repeat).terms
     return {t.path: int(evaluate(t.expr, values)) for t in terms}

@@ -17,11 +17,12 @@ from tests.hf_families import TINY, Case, cases, derive, measure
 
 #: Cases not yet modelled to the byte (issue 22), by case-id prefix, with what the measurement shows is
 #: missing. Strict: a case listed here that becomes exact fails, so the list only shrinks.
-_MOE = "MoE: fp32 router saves, experts kernel, mixed dense/MoE norms"
 OPEN: dict[str, str] = {
-    "mixtral-": _MOE, "qwen2_moe-": _MOE, "qwen3_moe-eager-grouped_mm": _MOE, "qwen3_moe-sdpa-grouped_mm": _MOE,
-    "olmoe-eager-grouped_mm": _MOE, "olmoe-sdpa-grouped_mm": _MOE, "deepseek_v2-": _MOE, "deepseek_v3-": _MOE,
-    "gpt_oss-": _MOE, "phimoe-": _MOE, "granitemoe-": _MOE,
+    "deepseek_v2-": "fp32 router (copies of its input and weight), MLA's fp32 rotary (view_as_complex)",
+    "deepseek_v3-": "fp32 router (copies of its input and weight), group-limited top-k, SDPA math fallback",
+    "gpt_oss-": "clamped SwiGLU experts with biases, sinks: a 16-bit softmax over s + 1 columns",
+    "phimoe-": "sparsemixer router: its saved tensors depend on the routing drawn",
+    "granitemoe-": "GraniteMoe's parallel experts (its own MoE module, not the experts interface)",
 }
 
 

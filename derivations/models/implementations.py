@@ -65,6 +65,7 @@ FAMILY_CODE: dict[str, HfCode] = {
     "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
     "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
     "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
+    "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
 }
 
 
@@ -80,13 +81,14 @@ def hf_code(model: Model) -> HfCode:
                    head_split_indices=split, rotary_sets=2 if mixed else 1)
 
 
-def hf_layers(model: Model, attention: str, device: str = "cuda") -> HuggingFace:
-    """The transform of ``model`` in transformers: its family's code (``hf_code``), the kernel and
-    device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value head size)."""
+def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str = "grouped_mm") -> HuggingFace:
+    """The transform of ``model`` in transformers: its family's code (``hf_code``), the attention and
+    experts kernels, the device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value
+    head size)."""
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
-                       fused_qkv=model.arch.family == "gpt")
+                       fused_qkv=model.arch.family == "gpt", experts=experts)
 
 
 def describe(implementation: str, attention: str) -> str:
