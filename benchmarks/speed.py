@@ -171,6 +171,7 @@ def sweep_throughput() -> None:
     count = 1000 * 1024
     out = sweep("llama-2-7b", mode="train", **axes)  # warm-up: derivation and evaluation plan
     wide = sorted(k for k, v in out.items() if v.dtype == object)
+    limbs = sorted(k for k, v in out.items() if v.dtype == "int128")
     best = None
     for _ in range(5):
         start, cpu = time.perf_counter(), time.process_time()
@@ -180,7 +181,8 @@ def sweep_throughput() -> None:
     wall, cpu = best
     print(f"sweep: {count:,} llama-2-7b training configurations x {len(out)} outputs (every output, FLOPs "
           f"included) in {wall:.4f} s wall ({count / wall:,.0f}/s), {cpu:.4f} s CPU ({count / max(cpu, 1e-9):,.0f}"
-          f"/s), best of 5 after one warm-up; outputs held as Python-int object arrays: {len(wide)}"
+          f"/s), best of 5 after one warm-up; outputs past int64 in two limbs (WideArray): {len(limbs)}"
+          + (f" ({', '.join(limbs)})" if limbs else "") + f"; Python-int object arrays: {len(wide)}"
           + (f" ({', '.join(wide)})" if wide else ""))
 
 

@@ -99,6 +99,15 @@ def _check_size(swept: dict[str, list[int] | range]) -> None:
              f"rows: sweep coarser steps, or call memderive.sweep in Python (arrays up to {MAX_POINTS:,} points)")
 
 
+def _column(values, shape: tuple[int, ...]):
+    """One output as a flat column: int64, or Python ints for values past int64 (a ``WideArray``)."""
+    import numpy as np
+
+    if hasattr(values, "broadcast_to"):  # WideArray: two limbs per cell
+        return values.broadcast_to(shape).ravel().astype(object)
+    return np.broadcast_to(values, shape).ravel()
+
+
 def write_csv(stream, swept: dict[str, list[int]], result: dict) -> None:
     """Header, then one row per grid point in C order (the last swept option varies fastest)."""
     import numpy as np
@@ -107,7 +116,7 @@ def write_csv(stream, swept: dict[str, list[int]], result: dict) -> None:
     stream.write(",".join([*swept, *keys]) + "\n")
     shape = tuple(len(v) for v in swept.values())
     axes = np.meshgrid(*(np.asarray(v, dtype=np.int64) for v in swept.values()), indexing="ij") if swept else []
-    columns = [a.ravel() for a in axes] + [np.broadcast_to(result[k], shape).ravel() for k in keys]
+    columns = [a.ravel() for a in axes] + [_column(result[k], shape) for k in keys]
     if all(c.dtype != object for c in columns):
         np.savetxt(stream, np.column_stack(columns) if columns else np.empty((1, 0)), fmt="%d", delimiter=",")
         return

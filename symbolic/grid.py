@@ -1,7 +1,12 @@
 """``Expr`` evaluated exactly over NumPy grids of sizes: integer terms summed into one polynomial first
 (rounding an integer changes nothing), each fractional term (a ZeRO shard ``P/d``, an int4 byte count)
 rounded up on its own, as ``Quantity.term_ints`` does; ``int64`` where a bound computed in Python
-integers proves every intermediate value fits, else ``object`` arrays of Python ints.
+integers proves every intermediate value fits. A polynomial past int64 (FLOPs of long sequences) is a
+``WideArray``: its value modulo 2^64 computed exactly in wrapping ``uint64`` arithmetic (a polynomial with
+integer coefficients commutes with reduction modulo 2^64), and the multiple of 2^64 read off the same
+polynomial evaluated in float64, whose error a bound in Python integers proves below 2^61 (so rounding
+``(value_float - low) / 2^64`` to the nearest integer is exact). Only beyond about 2^100 (a bound the
+float error cannot meet), or inside a ``Min``/``Max``/ceiling, does an ``object`` array of Python ints remain.
 
 >>> import numpy as np
 >>> from memderive.symbolic.dims import b, d, s
@@ -23,9 +28,94 @@ import numpy as np
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr, Node, Sym
 
-__all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX"]
+__all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX", "WideArray"]
 
 INT64_MAX = 2**63 - 1
+_TWO64 = 2**64
+
+
+class WideArray:
+    """Exact integers past int64 over a grid, without Python objects per cell: ``hi * 2^64 + lo`` with
+    ``hi`` int64 and ``lo`` uint64 arrays of one shape. Indexing a cell gives a Python int; a slice gives a
+    ``WideArray``; ``tolist()`` gives nested Python ints, ``astype(object)`` an object array.
+
+    >>> w = WideArray(np.array([1, -1]), np.array([5, 2**64 - 1], dtype=np.uint64))
+    >>> w[0] == 2**64 + 5, w[1], w.tolist()
+    (True, -1, [18446744073709551621, -1])
+    """
+
+    __slots__ = ("hi", "lo")
+    __array_ufunc__ = None  # ``int64_array + wide`` comes here (__radd__), not to NumPy's object loop
+
+    def __init__(self, hi: np.ndarray, lo: np.ndarray) -> None:
+        hi, lo = np.broadcast_arrays(np.asarray(hi, dtype=np.int64), np.asarray(lo, dtype=np.uint64))
+        self.hi, self.lo = hi, lo
+
+    @staticmethod
+    def of(values: Any) -> WideArray:
+        """An int64 array or a Python int (any size) as a ``WideArray``."""
+        if isinstance(values, WideArray):
+            return values
+        if isinstance(values, np.ndarray):
+            return WideArray(values >> 63, values.astype(np.uint64))
+        v = int(values)
+        return WideArray(np.asarray(v >> 64), np.asarray(v & (_TWO64 - 1), dtype=np.uint64))
+
+    shape = property(lambda self: self.hi.shape)
+    ndim = property(lambda self: self.hi.ndim)
+    size = property(lambda self: self.hi.size)
+    #: Each cell is two 8-byte limbs; ``dtype`` says so (it is no NumPy dtype: no ``object`` cells).
+    dtype = "int128"
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    def __getitem__(self, index: Any) -> Any:
+        hi, lo = self.hi[index], self.lo[index]
+        if np.ndim(hi) == 0:
+            return (int(hi) << 64) + int(lo)
+        return WideArray(hi, lo)
+
+    def __setitem__(self, index: Any, values: Any) -> None:
+        other = WideArray.of(values)
+        self.hi[index], self.lo[index] = other.hi, other.lo
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, np.ndarray) and other.dtype == object:
+            return self.astype(object) + other
+        o = WideArray.of(other)
+        lo = self.lo + o.lo
+        return WideArray(self.hi + o.hi + (lo < self.lo), lo)
+
+    __radd__ = __add__
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> WideArray:
+        return WideArray(np.broadcast_to(self.hi, shape), np.broadcast_to(self.lo, shape))
+
+    def reshape(self, *shape: Any) -> WideArray:
+        return WideArray(self.hi.reshape(*shape), self.lo.reshape(*shape))
+
+    def ravel(self) -> WideArray:
+        return WideArray(self.hi.ravel(), self.lo.ravel())
+
+    def copy(self) -> WideArray:
+        return WideArray(self.hi.copy(), self.lo.copy())
+
+    def max(self) -> int:
+        """The largest value (exact): the largest high limb, then the largest low limb under it."""
+        top = self.hi.max()
+        return (int(top) << 64) + int(self.lo[self.hi == top].max())
+
+    def tolist(self) -> Any:
+        return self.astype(object).tolist()
+
+    def astype(self, dtype: Any) -> np.ndarray:
+        if dtype is not object:
+            raise TypeError("a WideArray holds integers past int64: astype(object) gives Python ints")
+        return self.hi.astype(object) * _TWO64 + self.lo.astype(object)
+
+    def __repr__(self) -> str:
+        return f"WideArray({self.tolist()!r})"
 
 
 class GridError(DerivationError):
@@ -57,7 +147,7 @@ class GridPlan:
         return GridPlan(whole, tuple(fractional))
 
     def run(self, env: Mapping[str, np.ndarray]) -> Any:
-        total = _rational(self.whole, env)[0]
+        total = _rational(self.whole, env, wide=True)[0]
         for term in self.fractional:
             num, den = _rational(term, env)
             total = total + (-((-num) // den))
@@ -75,7 +165,7 @@ def _integral(x: Expr) -> bool:
     return True
 
 
-def _rational(x: Expr, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
+def _rational(x: Expr, env: Mapping[str, np.ndarray], wide: bool = False) -> tuple[Any, Any]:
     """``x`` over the grid as ``(numerators, denominators)``: integer arrays or ints. Division by a swept
     size (``l/p``, ``P/d``) moves into the denominator: each monomial is multiplied by the highest power
     of that size the term divides by."""
@@ -104,7 +194,7 @@ def _rational(x: Expr, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
     denominator: Any = den
     for atom, k in shift.items():
         denominator = denominator * env[atom.name] ** k
-    return _polynomial(ints, values), denominator
+    return _polynomial(ints, values, wide and denominator == 1), denominator
 
 
 def _shifted(mono: tuple, shift: Mapping[Any, int]) -> tuple:
@@ -132,18 +222,39 @@ def _node(atom: Node, env: Mapping[str, np.ndarray]) -> tuple[Any, Any]:
     return out, den
 
 
-def _polynomial(coeffs: dict[tuple, int], values: Mapping[Any, Any]) -> Any:
-    """An integer polynomial over the grid, exact: int64 when a bound in Python ints proves it fits."""
+def _polynomial(coeffs: dict[tuple, int], values: Mapping[Any, Any], wide: bool = False) -> Any:
+    """An integer polynomial over the grid, exact: int64 when a bound in Python ints proves it fits; with
+    ``wide`` a ``WideArray`` while the float64 evaluation's error bound stays below 2^61; else Python ints."""
     if not coeffs:
         return 0
+    if any(isinstance(v, np.ndarray) and v.dtype == object for v in values.values()):
+        return _horner(coeffs, {a: v if isinstance(v, np.ndarray) else int(v) for a, v in values.items()})
     high = {atom: int(np.max(np.abs(v))) if isinstance(v, np.ndarray) else abs(int(v)) for atom, v in values.items()}
     bound = sum(abs(c) * math.prod(high[atom] ** e for atom, e in mono) for mono, c in coeffs.items())
-    if bound > INT64_MAX:
-        values = {atom: v.astype(object) if isinstance(v, np.ndarray) else int(v) for atom, v in values.items()}
+    if bound <= INT64_MAX:
+        return _horner(coeffs, values)
+    # float64 Horner: each of at most ``ops`` roundings errs by 2^-53 of a partial sum bounded by ``bound``
+    # (coefficients rounded to float count as one more), so the error is below ops * 2^-52 * bound.
+    ops = sum(2 + sum(e for _, e in mono) for mono in coeffs) + 2
+    if wide and ops * bound < 2**113 and all(isinstance(v, np.ndarray) or abs(v) <= INT64_MAX
+                                             for v in values.values()):
+        return _wide(coeffs, {a: np.asarray(v, dtype=np.int64) for a, v in values.items()})
+    values = {atom: v.astype(object) if isinstance(v, np.ndarray) else int(v) for atom, v in values.items()}
     return _horner(coeffs, values)
 
 
-def _horner(coeffs: dict[tuple, int], values: Mapping[Any, Any]) -> Any:
+def _wide(coeffs: dict[tuple, int], values: Mapping[Any, np.ndarray]) -> WideArray:
+    """The polynomial as ``hi * 2^64 + lo``: ``lo`` exact modulo 2^64 (uint64 wraps), ``hi`` from float64."""
+    with np.errstate(over="ignore"):
+        low = _horner({m: np.uint64(c % _TWO64) for m, c in coeffs.items()},
+                      {a: v.astype(np.uint64) for a, v in values.items()})
+    approx = _horner({m: float(c) for m, c in coeffs.items()}, {a: v.astype(np.float64) for a, v in values.items()})
+    low = np.asarray(low, dtype=np.uint64)
+    high = np.rint((approx - low.astype(np.float64)) * (1.0 / _TWO64)).astype(np.int64)
+    return WideArray(high, low)
+
+
+def _horner(coeffs: Mapping[tuple, Any], values: Mapping[Any, Any]) -> Any:
     """Group by the powers of the atom with the fewest distinct powers (ties: the longest axis), so that
     the inner sums stay on fewer axes and the full grid is touched once per power."""
     atoms = {atom for mono in coeffs for atom, _ in mono}
@@ -156,7 +267,7 @@ def _horner(coeffs: dict[tuple, int], values: Mapping[Any, Any]) -> Any:
         return len(powers), -size
 
     pivot = min(atoms, key=cost)
-    groups: dict[int, dict[tuple, int]] = {}
+    groups: dict[int, dict[tuple, Any]] = {}
     for mono, c in coeffs.items():
         powers = dict(mono)
         e = powers.pop(pivot, 0)

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memderive.derivations.estimate import derivation, estimate
 from memderive.derivations.memo import Keyed
 from memderive.derivations.options import OptionsError
 from memderive.derivations.search.sweep import sweep
+from memderive.symbolic.grid import WideArray
 
 
 def _check_points(model: str, fixed: dict, axes: dict, count: int = 6, seed: int = 0) -> None:
@@ -53,7 +55,8 @@ def test_axes_follow_keyword_order_and_values_beyond_int64_stay_exact() -> None:
     assert out["total_bytes"].shape == (3, 2)
     huge = sweep("llama-2-7b", mode="train", batch=[1, 2**40], seq=[2**20])
     value = huge["total_bytes"][1, 0]
-    assert huge["total_bytes"].dtype == object and value > 2**63
+    # two int64-sized limbs per cell, no Python object per cell
+    assert isinstance(huge["total_bytes"], WideArray) and type(value) is int and value > 2**63
     assert value == estimate("llama-2-7b", mode="train", batch=2**40, seq=2**20).number("total_bytes")
 
 
@@ -101,3 +104,34 @@ def test_derived_once_per_structure_and_the_same_as_fresh() -> None:
     assert graph is not second.graph and quantities is not second.quantities
     assert [(q.key, q.value(second.values)) for q in quantities] == [
         (q.key, second.number(q.key)) for q in second.quantities]
+
+
+def test_every_output_past_int64_equals_estimate_at_random_points() -> None:
+    """The 1,024,000-configuration LLaMA-2 7B grid with every output, FLOPs included: at 12 random points every
+    quantity equals ``estimate``'s exact Python int (an independent path: the derivation's Expr evaluated with
+    Python integers), to the byte; the FLOPs of long sequences pass 2^63 (6 * 6.7e9 parameters * 1000 * 131072
+    tokens alone is 5.3e18, the attention's b s^2 terms add more) and are compared too; no output holds Python
+    objects per cell."""
+    axes = {"batch": range(1, 1001), "seq": range(128, 131073, 128)}
+    out = sweep("llama-2-7b", mode="train", **axes)
+    assert not [k for k, v in out.items() if isinstance(v, np.ndarray) and v.dtype == object]
+    rng = random.Random(25)
+    points = [(999, 1023), (0, 0)] + [(rng.randrange(1000), rng.randrange(1024)) for _ in range(10)]
+    beyond = 0
+    for i, j in points:
+        est = estimate("llama-2-7b", mode="train", batch=i + 1, seq=128 * (j + 1))
+        assert set(out) == {q.key for q in est.quantities}
+        for q in est.quantities:
+            value = out[q.key][i, j]
+            assert isinstance(value, int | np.integer) and int(value) == est.number(q.key), (q.key, i, j)
+            beyond += value > 2**63
+    assert beyond >= 6  # the last point's FLOPs (and more): the wide path was checked, not only int64
+
+
+def test_outputs_computes_only_what_is_asked() -> None:
+    full = sweep("gpt2", mode="train", batch=[1, 3], seq=[128, 1000])
+    some = sweep("gpt2", mode="train", batch=[1, 3], seq=[128, 1000], outputs=["model_flops", "total_bytes"])
+    assert list(some) == ["model_flops", "total_bytes"]
+    assert all(np.array_equal(np.asarray(some[k]), np.asarray(full[k])) for k in some)
+    with pytest.raises(OptionsError, match="no quantity 'bogus'"):
+        sweep("gpt2", mode="train", batch=[1, 3], seq=128, outputs=["bogus"])

@@ -6,7 +6,9 @@ evaluates each node's term as a polynomial over the grid with NumPy: integer ter
 polynomial first (rounding an integer changes nothing), each fractional term (a ZeRO shard ``P/d``, an
 int4 byte count) is rounded up on its own, as ``Quantity.term_ints`` does, so every entry equals
 ``estimate(...).number(key)`` at that point, to the byte. Arrays are ``int64`` where a bound computed in
-Python integers proves every intermediate value fits, else ``object`` arrays of Python ints.
+Python integers proves every intermediate value fits, else ``WideArray`` (two int64-sized limbs per cell,
+``symbolic/grid.py``: FLOPs of long sequences), and ``object`` arrays of Python ints only past about 2^100.
+``outputs=["flops", ...]`` evaluates only the quantities named.
 
 The step sizes ``batch``, ``seq`` and ``new_tokens`` are array axes; the layout degrees ``tp``, ``pp``,
 ``dp`` and ``micro_batches`` are looped over (each combination is checked as ``estimate`` checks it).
@@ -34,7 +36,7 @@ from memderive.derivations.memo import Keyed
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options, OptionsError, given_options
 from memderive.symbolic.dims import b, n, s
-from memderive.symbolic.grid import INT64_MAX, GridError, GridPlan, grid_plan
+from memderive.symbolic.grid import INT64_MAX, GridError, GridPlan, WideArray, grid_plan
 
 __all__ = ["sweep", "SWEEPABLE", "SweepError", "MAX_POINTS", "MAX_LAYOUTS", "check_grid_size"]
 
@@ -96,17 +98,23 @@ def _length(value: Any) -> int:
     return int(value.size) if isinstance(value, np.ndarray) else len(value)
 
 
-def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str, np.ndarray]:
-    """Every quantity of ``estimate(model, ...)`` over the grid of the sequence-valued options.
+def sweep(model: Any, options: Options | None = None, outputs: Sequence[str] | None = None,
+          **kwargs: Any) -> dict[str, Any]:
+    """Every quantity of ``estimate(model, ...)`` (or the ``outputs`` named) over the grid of the
+    sequence-valued options.
 
     Args:
         model: anything ``estimate`` accepts.
         options: base ``Options`` (its fields are overridden by ``kwargs``).
+        outputs: quantity keys to evaluate (``estimate(...).quantities``' keys); None: all of them.
         **kwargs: ``Options`` fields; any of ``SWEEPABLE`` may be a 1-D sequence.
 
     Returns:
-        ``{quantity key: array}``, axes in the keyword order of the sequence-valued options.
+        ``{quantity key: array}`` (``int64``, ``WideArray`` past int64, or ``object``), axes in the keyword
+        order of the sequence-valued options.
     """
+    if outputs is not None and (isinstance(outputs, str) or not all(isinstance(k, str) for k in outputs)):
+        raise SweepError("outputs: give a list of quantity keys, e.g. outputs=['total_bytes']")
     fields = asdict(given_options(options, "sweep")) if options is not None else {}
     swept = [k for k, v in kwargs.items() if _is_sequence(v)]
     for k in swept:
@@ -121,11 +129,11 @@ def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str
     axes = [k for k in swept if k in AXES]
     out: dict[str, np.ndarray] = {}
     if not loops:  # one layout: the arrays as evaluated (a quantity constant along an axis is a broadcast view)
-        sub = _evaluate(resolved, fields, grids, axes)
+        sub = _evaluate(resolved, fields, grids, axes, outputs)
         return {key: _full(values, shape) for key, values in sub.items()}
     for combo in itertools.product(*(range(len(grids[k])) for k in loops)):
         point = {**fields, **{k: int(grids[k][i]) for k, i in zip(loops, combo)}}
-        sub = _evaluate(resolved, point, {k: grids[k] for k in axes}, axes)
+        sub = _evaluate(resolved, point, {k: grids[k] for k in axes}, axes, outputs)
         where = dict(zip(loops, combo))
         index = tuple(where.get(k, slice(None)) for k in swept)
         for key, values in sub.items():
@@ -133,7 +141,9 @@ def sweep(model: Any, options: Options | None = None, **kwargs: Any) -> dict[str
     return out
 
 
-def _full(values: Any, shape: tuple[int, ...]) -> np.ndarray:
+def _full(values: Any, shape: tuple[int, ...]) -> Any:
+    if isinstance(values, WideArray):
+        return values if values.shape == shape else values.broadcast_to(shape)
     if isinstance(values, np.ndarray):
         return values if values.shape == shape else np.broadcast_to(values, shape)
     wide = abs(int(values)) > INT64_MAX
@@ -141,17 +151,32 @@ def _full(values: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _place(out: dict[str, np.ndarray], key: str, shape: tuple[int, ...], index: tuple, values: Any) -> None:
-    arr = out.get(key)
-    wide = values.dtype == object if isinstance(values, np.ndarray) else abs(int(values)) > INT64_MAX
-    dtype = object if wide else np.int64
-    if arr is None:
-        arr = out[key] = np.empty(shape, dtype=dtype)
-    elif dtype is object and arr.dtype != object:
-        arr = out[key] = arr.astype(object)
-    arr[index] = values
+    arr: Any = out.get(key)
+    if isinstance(values, np.ndarray):
+        kind = "object" if values.dtype == object else "int64"
+    elif isinstance(values, WideArray):
+        kind = "wide"
+    else:
+        kind = "int64" if abs(int(values)) <= INT64_MAX else "wide" if abs(int(values)) < 2**126 else "object"
+    rank = {"int64": 0, "wide": 1, "object": 2}
+    have = None if arr is None else "wide" if isinstance(arr, WideArray) else "object" if arr.dtype == object else "int64"
+    if have is None or rank[kind] > rank[have]:
+        if kind == "object":
+            new: Any = np.empty(shape, dtype=object) if arr is None else arr.astype(object)
+        elif kind == "wide":
+            new = WideArray(np.zeros(shape, np.int64), np.zeros(shape, np.uint64)) if arr is None else (
+                WideArray.of(arr).copy())
+        else:
+            new = np.empty(shape, dtype=np.int64)
+        arr = out[key] = new
+    if isinstance(arr, WideArray):
+        arr[index] = values
+    else:
+        arr[index] = values.astype(object) if isinstance(values, WideArray) else values
 
 
-def _evaluate(model: Any, point: dict[str, Any], axes: dict[str, np.ndarray], order: list[str]) -> dict[str, Any]:
+def _evaluate(model: Any, point: dict[str, Any], axes: dict[str, np.ndarray], order: list[str],
+              outputs: Sequence[str] | None = None) -> dict[str, Any]:
     """The quantities at one layout, over the step-size axes (checked at their extremes, as estimate checks)."""
     probe = {**point, **{k: int(v.max()) for k, v in axes.items()}}
     try:
@@ -164,10 +189,17 @@ def _evaluate(model: Any, point: dict[str, Any], axes: dict[str, np.ndarray], or
     key = (structure_key(est.model, options), tuple(sorted((x.name, v) for x, v in bound.items())),
            tuple(order))
     plans = _plans(Keyed(key, (est.quantities, bound)))
+    if outputs is not None:
+        unknown = [k for k in outputs if k not in plans]
+        if unknown:
+            raise SweepError(f"outputs: no quantity {', '.join(map(repr, unknown))} in this estimate; it has "
+                             f"{', '.join(plans)}")
+        plans = {k: plans[k] for k in dict.fromkeys(outputs)}
     env = {AXES[k].name: axes[k].reshape([-1 if j == i else 1 for j in range(len(order))])
            for i, k in enumerate(order)}
+    done: dict[GridPlan, Any] = {}  # quantities equal once the sizes are bound (per GPU at t = 1) run once
     try:
-        return {k: plan.run(env) for k, plan in plans.items()}
+        return {k: done[plan] if plan in done else done.setdefault(plan, plan.run(env)) for k, plan in plans.items()}
     except GridError as exc:
         raise SweepError(str(exc)) from None
 
