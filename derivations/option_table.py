@@ -157,6 +157,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("offload", "bool", False, "ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU "
        "memory; the GPU keeps the 16-bit weights", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--offload")),
+    _o("offload_params", "bool", False, "FSDP CPU offload of the parameters themselves (CPUOffloadPolicy, "
+       "DeepSpeed offload_param): parameters, gradients and optimizer states in CPU memory, sharded over --dp; the "
+       "GPU holds the gathered 16-bit weights of the root and of one layer", modes=_TRAIN, echo="set",
+       example=(*_TRAIN_STEP, "--offload-params")),
     _o("recompute", "choice", "none", "activation recompute: selective (Megatron: the attention core), full (each "
        "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
        "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,

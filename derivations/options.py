@@ -146,6 +146,7 @@ class Options:
     sp: bool = False
     zero: int = 0
     offload: bool = False
+    offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
     flash: bool = False  # shorthand for attention="flash"
     attention: str | None = None  # None: the mode's default, see ``attention_kernel``
@@ -270,6 +271,24 @@ class Options:
         self._check_finetuning()
         self._check_experts()
         self._check_framework()
+        self._check_offload_params()
+
+    def _check_offload_params(self) -> None:
+        """--offload-params shards every state over the d ranks as ZeRO-3/FSDP do (DeepSpeed's offload_param is
+        valid only with stage 3); the cases the derivation does not model are refused in one line."""
+        if not self.offload_params:
+            return
+        if self.mode != "train":
+            raise OptionsError("--offload-params offloads a training run's parameters; use it with --mode train")
+        if self.zero in (1, 2):
+            raise OptionsError(f"--offload-params shards parameters, gradients and optimizer states as ZeRO-3 does "
+                               f"(DeepSpeed: offload_param only with stage 3); give --zero 3 or no --zero, not "
+                               f"--zero {self.zero}")
+        unmodelled = [(self.finetuning, "fine-tuning options"), (self.ep > 1, "--ep"),
+                      (self.optimizer.startswith("paged"), f"--optimizer {self.optimizer}")]
+        for flag, what in unmodelled:
+            if flag:
+                raise OptionsError(f"--offload-params is not modelled with {what}")
 
     def _check_cluster(self) -> None:
         _positive("gpus-per-node", self.gpus_per_node)

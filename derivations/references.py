@@ -296,6 +296,12 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("transformers-adafactor", "transformers 5.24", _HF, "transformers 5.24: src/transformers/optimization.py "
               "(Adafactor)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/"
               "optimization.py", "code"),
+    Reference("pytorch-fsdp-offload", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
+              "_fsdp_api.py (CPUOffloadPolicy) and _fully_shard.py (fully_shard: reshard_after_forward, the root)",
+              None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_api.py", "code"),
+    Reference("deepspeed-offload-config", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/zero/"
+              "offload_config.py (DeepSpeedZeroOffloadParamConfig: offload_param, valid only with stage 3)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/offload_config.py", "code"),
     Reference("transformers-loss-utils", "transformers 5.24", _HF, "transformers 5.24: src/transformers/loss/"
               "loss_utils.py (ForCausalLMLoss)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/"
               "transformers/loss/loss_utils.py", "code"),

@@ -55,7 +55,7 @@ STATE_DTYPES = {"adamw": ("fp32", "fp32"), "adam": ("fp32", "fp32"), "adam-8bit"
 def not_covered(opts: Options) -> str | None:
     """Why the step timeline does not describe these options (None: it does)."""
     reasons = [(opts.pp > 1, "pipeline stages (micro-batches in flight)"), (opts.zero >= 2, f"ZeRO stage {opts.zero}"),
-               (opts.offload, "ZeRO-Offload"), (opts.recompute != "none", f"{opts.recompute} recompute"),
+               (opts.offload, "ZeRO-Offload"), (opts.offload_params, "FSDP parameter offload"), (opts.recompute != "none", f"{opts.recompute} recompute"),
                (opts.base_dtype in ("nf4", "int8"), f"a {opts.base_dtype} base"), (opts.ep > 1, "expert parallelism"),
                (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer ("
                 + ("factored states and their update temporaries" if opts.optimizer == "adafactor"

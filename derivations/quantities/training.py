@@ -24,6 +24,8 @@ from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITAT
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, OFFLOAD_CITATION, OPTIMIZERS,
                                                            ZERO_CITATION)
+from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
+                                                            offload_params_states)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations, parameters
 from memderive.symbolic.dims import b, h, s
@@ -73,6 +75,9 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
 def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, Breakdown | None]:
     """GPU model states, what is offloaded or paged to CPU memory (None: nothing) and, when some
     parameters are frozen or the optimizer is paged, the trainable parameters."""
+    if opts.offload_params:
+        gpu, host = offload_params_states(graph, opts)
+        return gpu, host, None
     if opts.finetuning or OPTIMIZERS[opts.optimizer].paged:
         states, cpu, trainable = finetune_states(graph, opts)
         return states, cpu if cpu.terms else None, trainable
@@ -81,6 +86,8 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
 
 
 def _states_citation(opts: Options) -> Citation:
+    if opts.offload_params:
+        return PARAM_OFFLOAD_CITATION
     if not OPTIMIZERS[opts.optimizer].factored:
         return ZERO_CITATION
     return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=(ADAFACTOR_CITATION,))
@@ -88,6 +95,8 @@ def _states_citation(opts: Options) -> Citation:
 
 def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the optimizer's states are, when they are not K bytes per parameter."""
+    if opts.offload_params:
+        return PARAM_OFFLOAD_NOTES
     if not OPTIMIZERS[opts.optimizer].factored:
         return ()
     return ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
@@ -117,8 +126,11 @@ def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, l
     tuned = [] if trainable is None else [
         Quantity("trainable_parameters", "Trainable parameters per GPU", trainable, rel, LORA_CITATION),
         Quantity("weight_bytes", "Weights per GPU", weights, rel, cite, assumptions)]
-    offloaded = [] if cpu is None else [Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or "
-                                                 "paged) to CPU memory", cpu, rel, OFFLOAD_CITATION)]
+    offloaded = [] if cpu is None else [
+        Quantity("offloaded_bytes", "Parameters, gradients and optimizer states in CPU memory (FSDP CPU offload)",
+                 cpu, rel, PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES) if opts.offload_params else
+        Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
+                 OFFLOAD_CITATION)]
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",

@@ -1,0 +1,70 @@
+"""``--offload-params``: FSDP CPU offload of the parameters themselves.
+
+torch FSDP2's ``CPUOffloadPolicy`` (``torch/distributed/fsdp/_fully_shard/_fsdp_api.py``, class
+``CPUOffloadPolicy``: "offloads parameters, gradients, and optimizer states to CPU. Sharded parameters are copied
+host-to-device before all-gather. The all-gathered parameters are freed according to ``reshard_after_forward``.
+Sharded gradients are copied device-to-host in backward, and the optimizer step runs on CPU"), FSDP1's
+``CPUOffload(offload_params=True)`` (``torch/distributed/fsdp/api.py``) and DeepSpeed ZeRO-3's ``offload_param``
+(``deepspeed/runtime/zero/offload_config.py``, ``DeepSpeedZeroOffloadParamConfig``: "valid only with stage 3").
+
+What lives where, per GPU, with every transformer layer its own FSDP unit and the root holding the rest
+(torchtune's and torchtitan's wrapping, ``fully_shard`` on each layer, then on the model):
+
+* host: the sharded parameters (fp32 under mixed precision: FSDP's ``MixedPrecisionPolicy`` casts them to
+  ``param_dtype`` when it all-gathers, so the sharded fp32 parameters are the master copy), their sharded
+  gradients (fp32) and the optimizer states, each 1/d;
+* GPU: the gathered 16-bit weights of the root (embeddings, final norm, head: the root is not resharded after
+  forward, ``fully_shard``'s docstring) and of the one layer computing.
+
+>>> from memderive.derivations.estimate import estimate
+>>> e = estimate("llama-2-7b", mode="train", batch=1, seq=8, offload_params=True)
+>>> [t.path for t in e.quantity("model_state_bytes").breakdown.terms]
+['model_states/gathered_weights/root', 'model_states/gathered_weights/layer']
+>>> e.number("offloaded_bytes") == 16 * e.number("parameters")
+True
+"""
+
+from __future__ import annotations
+
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements)
+from memderive.symbolic.derive import Breakdown, Term, parameters
+from memderive.symbolic.dims import d
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.expr import Max, const, total
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
+
+__all__ = ["offload_params_states", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES"]
+
+PARAM_OFFLOAD_CITATION = Citation("pytorch-fsdp-offload", "CPUOffloadPolicy; fully_shard: the root not resharded "
+                                  "after forward", also=(Citation("deepspeed-offload-config",
+                                                                  "DeepSpeedZeroOffloadParamConfig"),))
+PARAM_OFFLOAD_NOTES = (
+    "--offload-params (FSDP CPUOffloadPolicy, DeepSpeed ZeRO-3 offload_param): parameters, gradients and "
+    "optimizer states in CPU memory, each sharded over the d ranks, reported as offloaded_bytes; the GPU holds "
+    "the gathered weights of the root (embeddings, final norm, head) and of the one layer computing",
+    "each layer its own FSDP unit (torchtune, torchtitan); a layer's unsharded gradient before its "
+    "reduce-scatter and copy to the host, and a next layer prefetched on another CUDA stream, are not counted",
+)
+
+
+def _is_layer(repeat: object) -> bool:
+    return repeat != const(1)
+
+
+def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown]:
+    """``(GPU model states, host bytes)`` under ``--offload-params``."""
+    width = dtype(opts.dtype).nbytes
+    root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _is_layer(b.repeat))
+    layers = [parameters(graph, blocks=[b.name], per_repeat=True).total for b in graph.blocks if _is_layer(b.repeat)]
+    layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
+    gpu = Breakdown((Term("model_states/gathered_weights/root", root * width),
+                     Term("model_states/gathered_weights/layer", layer * width)), "bytes")
+    n = parameters(graph).total
+    own = OPTIMIZERS[opts.optimizer]
+    factored = factored_state_elements(graph) if own.factored else 0
+    host = Breakdown((Term("offload/parameters", n * 4 / d),  # fp32: the master copy, or the fp32 model itself
+                      Term("offload/gradients", n * 4 / d),
+                      Term("offload/optimizer", (n * own.state_bytes + factored * FACTORED_STATE_BYTES) / d)), "bytes")
+    return gpu, host
