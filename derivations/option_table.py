@@ -155,7 +155,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,
        example=(*_TRAIN_STEP, "--dp", "2", "--zero", "3")),
     _o("offload", "bool", False, "ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU "
-       "memory; the GPU keeps the 16-bit weights", modes=_TRAIN,
+       "memory; the GPU keeps the 16-bit weights (plan: every layout offloads; the CPU step and the copies are "
+       "not timed)", modes=_TRAIN, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--offload")),
     _o("offload_params", "bool", False, "FSDP CPU offload of the parameters themselves (CPUOffloadPolicy, "
        "DeepSpeed offload_param): parameters, gradients and optimizer states in CPU memory, sharded over --dp; the "

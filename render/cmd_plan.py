@@ -124,10 +124,12 @@ def _infer(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, _ = _capacity(args)
-    base = options_from_args(args, "infer", batch=1)
+    # --weight-dtype and --kv-dtype take comma lists here: each pair is compared
+    weights, kv = _dtype_list(args.weight_dtype), _dtype_list(args.kv_dtype)
+    base = options_from_args(args, "infer", batch=1, weight_dtype=weights[0], kv_dtype=kv[0])
     try:
         layouts = plan_infer(args.model, capacity, args.seq, args.gpus, new_tokens=base.new_tokens, options=base,
-                             top=args.top)
+                             top=args.top, weight_dtypes=weights, kv_dtypes=kv)
     except NothingFits as exc:
         return _nothing_fits(args, capacity, exc)
     model = list(layouts[0].timing.model()) if layouts[0].timing is not None else [INFER_PROXY]
@@ -140,20 +142,33 @@ def _infer(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dtype_list(value: str | None) -> tuple[str | None, ...]:
+    """``bf16,fp8`` -> ('bf16', 'fp8'); unset -> (None,) (the default dtype)."""
+    if value is None:
+        return (None,)
+    items = tuple(dict.fromkeys(x.strip() for x in value.split(",")))
+    if not all(items):
+        fail(f"a dtype list is comma-separated names (e.g. bf16,fp8), got {value!r}")
+    return items
+
+
 def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
     from memderive.units import format_bytes
 
     timed = layouts[0].timing is not None
+    searched = "," in (args.weight_dtype or "") + (args.kv_dtype or "")  # dtype columns when dtypes are compared
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
              f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model),
              (f"NOTE: memory budget {format_bytes(capacity)}: device bytes (CUDA context, cuBLAS workspace, NCCL, "
               "allocator reserve modelled) against the whole GPU" if args.gpu else
               f"NOTE: memory budget {format_bytes(capacity * 9 // 10)}: 90% of each GPU, 10% left to the runtime "
               "(vLLM's gpu_memory_utilization 0.9)"), "",
-             "rank  tp  batch  sequences/step  memory/GPU (GiB)  read/step (GiB)" +
-             ("  prefill (s)  decode step (s)  decode tok/s  end-to-end tok/s" if timed else "")]
+             "rank  tp" + ("  weights      kv" if searched else "") + "  batch  sequences/step  memory/GPU (GiB)  "
+             "read/step (GiB)" + ("  prefill (s)  decode step (s)  decode tok/s  end-to-end tok/s" if timed else "")]
     for i, x in enumerate(layouts, 1):
-        row = (f"{i:4d} {x.options.get('tp', 1):3d} {x.options['batch']:6d} {x.tokens_per_step:15d} "
+        dtypes = (f" {x.options.get('weight_dtype') or 'bf16':>8s} {x.options.get('kv_dtype') or 'bf16':>7s}"
+                  if searched else "")
+        row = (f"{i:4d} {x.options.get('tp', 1):3d}{dtypes} {x.options['batch']:6d} {x.tokens_per_step:15d} "
                f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
         if timed:
             row += (f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:13,.0f} "

@@ -4,6 +4,9 @@ re-runs through estimate to the same bytes (and, with --gpu, the same step time)
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -65,3 +68,64 @@ def test_expert_all_to_alls_under_full_recompute_are_timed() -> None:
     plain = estimate(TINY_MOE, **common).to_json()["ep_comm_time_s"]
     full = estimate(TINY_MOE, recompute="full", **common).to_json()["ep_comm_time_s"]
     assert plain > 0 and abs(full - 1.5 * plain) <= 1e-12 * full
+
+
+# --- serving: weight and KV dtypes compared (plan --mode infer --weight-dtype bf16,fp8 --kv-dtype bf16,fp8) ---
+
+def _plan_json(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memderive.cli", "plan", *argv], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.slow  # subprocesses
+def test_serving_plan_compares_weight_and_kv_dtypes() -> None:
+    """llama-2-70b on 8 H100s, 4096 + 512 tokens, weights bf16 or fp8, KV cache bf16 or fp8: every pair is planned;
+    fp8 weights are 1 byte per matrix element where bf16 are 2, so at the same tp and batch fp8 reads fewer bytes;
+    rows re-run through estimate to the same bytes; end to end never above decode alone."""
+    argv = ["--model", "llama-2-70b", "--mode", "infer", "--gpus", "8", "--gpu", "h100-sxm", "--seq", "4096",
+            "--new-tokens", "512", "--top", "100", "--json"]
+    rows = json.loads(_plan_json(*argv, "--weight-dtype", "bf16,fp8", "--kv-dtype", "bf16,fp8").stdout)["layouts"]
+    pairs = {(r["options"].get("weight_dtype", "bf16"), r["options"].get("kv_dtype", "bf16")) for r in rows}
+    assert pairs == {("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8")}
+    for r in rows:
+        assert r["end_to_end_tokens_per_s"] < r["tokens_per_s"]
+        again = estimate("llama-2-70b", **r["options"]).to_json()
+        assert again["total_bytes"] == r["total_bytes"]
+    e2e = [r["end_to_end_tokens_per_s"] for r in rows]
+    assert e2e == sorted(e2e, reverse=True)
+    # one pair only is what --weight-dtype fp8 --kv-dtype fp8 plans
+    only = json.loads(_plan_json(*argv, "--weight-dtype", "fp8", "--kv-dtype", "fp8").stdout)["layouts"]
+    assert [r["total_bytes"] for r in only] == [r["total_bytes"] for r in rows
+                                                 if r["options"].get("weight_dtype") == "fp8"
+                                                 and r["options"].get("kv_dtype") == "fp8"]
+
+
+def test_a_dtype_the_kv_cache_does_not_take_is_refused_not_skipped() -> None:
+    """int4 is a weight format, not a KV-cache dtype: one line, exit 2 (it was silently planned as 'does not fit')."""
+    proc = _plan_json("--model", "gpt2", "--mode", "infer", "--gpus", "1", "--gpu", "h100-sxm", "--seq", "64",
+                      "--kv-dtype", "bf16,int4")
+    assert proc.returncode == 2 and "--kv-dtype must be one of" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# --- nothing fits: what would (more GPUs, --offload, another dtype) ---
+
+def test_training_nothing_fits_names_offload() -> None:
+    """llama-2-13b on 2 H100s, global batch 8 of 2048: no layout fits 80 GiB (16 bytes per parameter of
+    mixed-precision AdamW are 13.0e9 * 16 / 2 = 104 GB per GPU even split over both); ZeRO-Offload keeps the
+    16-bit weights, 2 bytes per parameter, 13.0e9 * 2 / 2 = 13 GB per GPU over tp 2, and fits: --offload is named."""
+    proc = _plan_json("--model", "llama-2-13b", "--gpus", "2", "--gpu", "h100-sxm", "--seq", "2048",
+                      "--global-batch", "8", "--json")
+    assert proc.returncode == 1
+    would = {x["change"]: x["total_bytes"] for x in json.loads(proc.stdout)["would_fit"]}
+    assert "--offload" in would and 13 * 10**9 < would["--offload"] < 80 * 2**30
+    assert "--gpus 4" in would
+
+
+def test_serving_nothing_fits_names_more_gpus() -> None:
+    """llama-2-70b in bf16 on one H100: 69.0e9 * 2 = 138 GB of weights; tp 2 holds 69 GB per GPU and fits: --gpus 2."""
+    proc = _plan_json("--model", "llama-2-70b", "--mode", "infer", "--gpus", "1", "--gpu", "h100-sxm", "--seq",
+                      "4096", "--json")
+    assert proc.returncode == 1
+    would = [x["change"] for x in json.loads(proc.stdout)["would_fit"]]
+    assert would[0] == "--gpus 2" and "--weight-dtype fp8" in would

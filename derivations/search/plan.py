@@ -255,6 +255,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     if not fits:
         least = min(int(x) for x in held)
         would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
+        would += _offloaded(resolved, capacity, global_batch, seq, gpus, base, flash)
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
@@ -275,6 +276,20 @@ def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: O
     except PlanError:
         return []
     return [(f"--gpus {best.gpus}", best.total_bytes)]
+
+
+def _offloaded(model: Model, capacity: int, global_batch: int, seq: int, gpus: int | None, base: Options,
+               flash: bool) -> list[tuple[str, int]]:
+    """ZeRO-Offload (``--offload``: gradients and optimizer states in CPU memory) on the same GPUs, as a change
+    that would fit, with the bytes of its least-memory layout (none when already offloading or still too big)."""
+    if base.offload:
+        return []
+    try:
+        best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, offload=True, gpu=None),
+                    flash=flash, top=10**6)
+    except PlanError:
+        return []
+    return [("--offload", min(x.total_bytes for x in best))]
 
 
 def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
@@ -336,7 +351,8 @@ class ServingLayout:
 
 
 def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, new_tokens: int = 0,
-               options: Options | None = None, top: int = 10) -> list[ServingLayout]:
+               options: Options | None = None, top: int = 10, weight_dtypes: tuple[str | None, ...] | None = None,
+               kv_dtypes: tuple[str | None, ...] | None = None) -> list[ServingLayout]:
     """Tensor-parallel degrees and, for each, the largest batch that fits (``fit``), ranked by decode
     throughput (end to end, prefill included, when ``new_tokens`` are generated; decode alone otherwise), within
     the memory less ``RUNTIME_RESERVE``. With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
@@ -344,7 +360,9 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     TP all-reduces), tokens/s = sequences decoded at once over all replicas / decode step time. Without
     one, a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so tokens/s is
     proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to rank; none
-    is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits."""
+    is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits. ``weight_dtypes`` and
+    ``kv_dtypes``: the weight and KV-cache dtypes to compare (each pair a layout; default: ``options``' own)."""
+    from memderive.derivations.quantities.inference import serving_dtypes
     from memderive.derivations.search.fit import FitError, fit
 
     resolved = resolve_model(model)
@@ -355,7 +373,12 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     budget = capacity if base.gpu is not None else capacity - capacity * RUNTIME_RESERVE.numerator // \
         RUNTIME_RESERVE.denominator
     degrees = _tp_degrees(resolved, gpus, base.gpus_per_node)
-    out = [x for tp in degrees for x in _serving(resolved, replace(base, tp=tp), budget, gpus, fit, FitError)]
+    dtypes = list(itertools.product(weight_dtypes or (base.weight_dtype,), kv_dtypes or (base.kv_dtype,)))
+    for weights, kv in dtypes:  # each pair refused as estimate refuses it (one line), not skipped as not fitting
+        serving_dtypes(replace(base, weight_dtype=weights, kv_dtype=kv))
+    out = [x for weights, kv in dtypes for tp in degrees
+           for x in _serving(resolved, replace(base, tp=tp, weight_dtype=weights, kv_dtype=kv), budget, gpus, fit,
+                             FitError)]
     if not out:
         raise _serving_nothing_fits(resolved, base, budget, seq, gpus)
     if gpus is None:
@@ -380,6 +403,10 @@ def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gp
     widest = replace(base, tp=max(degrees))
     needed = budget_bytes(estimate(model, widest))[0]
     changes = [(c, n) for c, n in smallest_changes(model, widest, budget, "batch") if not c.startswith("--tp")]
+    if gpus is not None:  # more GPUs: the smallest tensor-parallel degree within a node that holds batch 1
+        wider = [(tp, budget_bytes(estimate(model, replace(base, tp=tp)))[0]) for tp in _tp_degrees(model, None,
+                 base.gpus_per_node) if tp > max(degrees) and _valid(model, replace(base, tp=tp))]
+        changes = [(f"--gpus {tp}", n) for tp, n in wider if n <= budget][:1] + changes
     return NothingFits(f"{model.name}: batch 1 at seq {seq} fits no tensor-parallel degree in {budget:,} bytes per "
                        f"GPU ({'device bytes against the whole memory' if base.gpu else 'the memory less the runtime reserve'}); "
                        f"tp {widest.tp} needs {needed:,} bytes", needed,
