@@ -19,12 +19,12 @@ from tests.step_cases import CASES, derived, measured  # noqa: E402
 
 
 def main() -> int:
-    print(f"{'case':34} {'derived peak':>13} {'measured peak':>13} {'ratio':>7}  peak at (derived | measured)")
+    print(f"{'case':46} {'derived peak':>13} {'measured peak':>13} {'ratio':>7}  peak at (derived | measured)")
     bad = 0
     for case in CASES:
         got, want = derived(case), measured(case)
         bad += got.peak_bytes != want.peak
-        print(f"{str(case):34} {got.peak_bytes:>13,} {want.peak:>13,} {got.peak_bytes / want.peak:>7.4f}  "
+        print(f"{str(case):46} {got.peak_bytes:>13,} {want.peak:>13,} {got.peak_bytes / want.peak:>7.4f}  "
               f"{got.peak_at} | {want.peak_at}")
     return 1 if bad else 0
 

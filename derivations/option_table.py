@@ -46,8 +46,8 @@ class Option:
     ``modes``: the modes it applies to (the CLI refuses it, given, in another). ``symbol``: the name of
     the ``symbolic.dims`` size its value binds (in the modes ``binds``). ``shared``: the derivation does
     not depend on the value (a symbol, or times only), so the estimate cache key leaves it out.
-    ``echo``: ``always`` or ``set`` (only when true/non-empty) in the inputs line of a report, or
-    ``never``. ``example``: command-line words that set it to a value other than its default (the
+    ``echo``: ``always``, ``set`` (only when true/non-empty) or ``changed`` (only when not the default)
+    in the inputs line of a report, or ``never`` (the JSON inputs hold every option). ``example``: command-line words that set it to a value other than its default (the
     table's round-trip test runs them through the CLI and a notes marker)."""
 
     name: str
@@ -69,7 +69,7 @@ class Option:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"option {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        if not self.flag.startswith("--") or self.echo not in ("always", "set", "never"):
+        if not self.flag.startswith("--") or self.echo not in ("always", "set", "changed", "never"):
             raise ValueError(f"option {self.name}: flag {self.flag!r} or echo {self.echo!r} malformed")
         if self.symbol is not None:
             by_name(self.symbol)  # an undeclared dimension raises KeyError
@@ -140,9 +140,20 @@ OPTIONS: tuple[Option, ...] = (
        commands=_PLANNED, example=(*_INFER_STEP, "--weight-dtype", "int4", "--quant-group", "64")),
     _o("dtype", "dtype", "bf16", "training parameter/compute dtype (bf16 = mixed precision)", modes=_TRAIN,
        commands=_PLANNED, example=(*_TRAIN_STEP, "--dtype", "fp32")),
+    _o("precision", "choice", "master", "mixed-precision recipe with a 16-bit --dtype: master (16-bit weights and "
+       "gradients, fp32 master copy and optimizer states: Megatron-LM, DeepSpeed), autocast (torch.autocast: fp32 "
+       "weights, gradients and states, 16-bit casts saved for backward: HF Trainer), pure (16-bit weights, gradients "
+       "and states, no master: torchtune)", choices=("master", "autocast", "pure"), modes=_TRAIN, commands=_PLANNED,
+       echo="changed", example=(*_TRAIN_STEP, "--precision", "pure")),
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
        "adafactor (factored second moments)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),
+    _o("optimizer_in_backward", "bool", False, "each parameter updated as its gradient is ready, the gradient freed "
+       "at once (torchtune's optimizer_in_bwd)", modes=_TRAIN, echo="set", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--optimizer-in-backward")),
+    _o("loss_chunks", "int", 1, "chunked cross-entropy: the output layer and the loss run on 1/N of the tokens at a "
+       "time (torchtune's CEWithChunkedOutputLoss: 8)", modes=_TRAIN, commands=_PLANNED, echo="changed",
+       example=(*_TRAIN_STEP, "--loss-chunks", "2")),
     _o("tp", "int", 1, symbol="t", shared=True, example=(*_TRAIN_STEP, "--tp", "2")),
     _o("pp", "int", 1, modes=_TRAIN, symbol="p", shared=True, example=(*_TRAIN_STEP, "--pp", "2")),
     _o("dp", "int", 1, modes=_TRAIN, symbol="d", shared=True, example=(*_TRAIN_STEP, "--dp", "2")),

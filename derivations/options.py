@@ -139,7 +139,10 @@ class Options:
     seq: int | None = None
     new_tokens: int = 0
     dtype: str = "bf16"  # parameter / compute dtype in training
+    precision: str = "master"  # master | autocast | pure (derivations.quantities.model_states.PRECISIONS)
     optimizer: str = "adamw"
+    optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
+    loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -222,7 +225,7 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep"):
+                     "ep", "loss_chunks"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -253,6 +256,7 @@ class Options:
         if self.mode == "train" and dtype(self.dtype).name not in TRAIN_DTYPES:
             raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
+        self._check_precision()
         if self.attention is not None and self.attention not in ATTENTION:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):
@@ -289,6 +293,18 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--offload-params is not modelled with {what}")
+
+    def _check_precision(self) -> None:
+        from memderive.derivations.quantities.model_states import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise OptionsError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.mode == "train" and self.precision != "master" and dtype(self.dtype).nbytes >= 4:
+            raise OptionsError(f"--precision {self.precision} trains in 16 bits (autocast: fp32 weights, 16-bit "
+                               "compute; pure: 16-bit everything); give --dtype bf16 or fp16")
+        if self.mode == "train" and self.loss_chunks > 1 and self.seq is not None and self.seq < self.loss_chunks:
+            raise OptionsError(f"--loss-chunks {self.loss_chunks} splits the sequence into chunks of tokens; "
+                               f"it is more than --seq {self.seq}")
 
     def _check_cluster(self) -> None:
         _positive("gpus-per-node", self.gpus_per_node)

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_writeup_options(parser: argparse.ArgumentParser) -> None:
     """Render settings of the Markdown/LaTeX writeups (``render.units.RenderOptions``)."""
     g = parser.add_argument_group("writeup")
-    g.add_argument("--precision", type=whole_number, help="decimals of rounded GB/GiB figures (default 2)")
+    g.add_argument("--decimals", type=whole_number, help="decimals of rounded GB/GiB figures (default 2)")
     g.add_argument("--detail", choices=("symbolic", "substituted", "numeric"),
                    help="formula only; formula = numbers = result (default); formula = result")
     g.add_argument("--units", choices=("both", "SI", "IEC"), help="rounded bytes in GB, GiB or both (default)")
@@ -47,7 +47,7 @@ def render_options(args: argparse.Namespace, **defaults: object):
     """``RenderOptions``: the built-in defaults, then ``defaults``, then what the user gave."""
     from memderive.units import RenderOptions
 
-    return RenderOptions().merge(**defaults).merge(precision=args.precision, detail=args.detail, units=args.units)
+    return RenderOptions().merge(**defaults).merge(precision=args.decimals, detail=args.detail, units=args.units)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -130,7 +130,8 @@ def _word(option: Option, value: object) -> str:
 
 def inputs_text(est: Estimate) -> str:
     """The inputs of the estimate on one line, as the JSON's ``inputs`` holds them (None left out): the
-    options of the mode that ``OPTIONS`` echoes (``set`` ones, such as fine-tuning's, only when set).
+    options of the mode that ``OPTIONS`` echoes (``set`` ones, such as fine-tuning's, only when set;
+    ``changed`` ones, such as the precision recipe, only when not the default).
 
     A parameter count depends on the model only, so its inputs are the mode alone."""
     inputs = est.inputs()
@@ -141,7 +142,8 @@ def inputs_text(est: Estimate) -> str:
         inputs.pop("quant_group", None)
     pairs = [f"{o.label} {_word(o, inputs[o.name])}" for o in OPTIONS
              if mode in o.modes and o.echo != "never" and inputs.get(o.name) is not None
-             and not (o.echo == "set" and not inputs[o.name])]
+             and not (o.echo == "set" and not inputs[o.name])
+             and not (o.echo == "changed" and inputs[o.name] == o.default)]
     if not est.model.arch.dropout:  # --no-dropout or not, a model without dropout layers drops nothing out
         pairs = [f"dropout none ({est.model.arch.family} has no dropout layers)" if p.startswith("dropout ") else p
                  for p in pairs]

@@ -322,13 +322,17 @@ def estimate_document(est: Estimate, fmt: str, options: RenderOptions | None = N
     return _render("estimate", fmt, _document_context(est, keys, form, options, headline_key(est), command))
 
 
+#: Render settings whose flag is not their field's name (``--precision`` is the training recipe).
+_RENDER_FLAGS = {"precision": "decimals"}
+
+
 def _flags(fmt: str, options: RenderOptions) -> list[str]:
     """``--format`` and the render settings that differ from the defaults."""
     flags = ["--format", fmt]
     for f in fields(RenderOptions):
         value = getattr(options, f.name)
         if value != f.default and f.name != "line_width":
-            flags += [f"--{f.name}", str(value)]
+            flags += [f"--{_RENDER_FLAGS.get(f.name, f.name)}", str(value)]
     return flags
 
 

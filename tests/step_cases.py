@@ -17,7 +17,6 @@ from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.step import step_recipe
 from memderive.symbolic.dims import b, s
-from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.timeline import StepRecipe, Timeline, step_timeline
 from tests.hf_saved import Shape
 from tests.hf_step import Measured, config_for_step, measure_step
@@ -32,31 +31,33 @@ class Case:
     attention: str
     shape: Shape
     precision: str = "master"
+    in_backward: bool = False
 
     def __str__(self) -> str:
-        return f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
+        return (f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
+                + ("-in-backward" if self.in_backward else ""))
 
 
 SMALL, LARGER = Shape(2, 24), Shape(4, 64)
 #: Each family and kernel at two shapes and both precisions: peaks in the optimizer step, the loss's forward
 #: and backward, and a layer's backward.
+#: With the optimizer in backward: each family and kernel, both precisions.
 CASES = tuple(Case(f, a, z, p) for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa")
-              for z, p in ((SMALL, "master"), (SMALL, "pure"), (LARGER, "pure")))
+              for z, p in ((SMALL, "master"), (SMALL, "pure"), (LARGER, "pure"))) + tuple(
+    Case(f, a, SMALL, p, in_backward=True) for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa")
+    for p in ("master", "pure"))
 
 
 @functools.cache
 def measured(case: Case) -> Measured:
-    return measure_step(case.family, case.attention, case.shape, Run(case.precision))
+    return measure_step(case.family, case.attention, case.shape, Run(case.precision, in_backward=case.in_backward))
 
 
 def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
-    """The options' recipe; ``pure`` until ``--precision`` exists: 16-bit states, no master (written out)."""
-    recipe = step_recipe(Options(mode="train", batch=case.shape.b, seq=case.shape.s), values, device)
-    if case.precision == "pure":
-        bf16 = dtype("bf16")
-        recipe = StepRecipe(weight=bf16, master=None, states=(bf16, bf16), step_scalars=recipe.step_scalars,
-                            granularity=recipe.granularity)
-    return recipe
+    """The recipe the options give (``--precision``, ``--optimizer-in-backward``)."""
+    opts = Options(mode="train", batch=case.shape.b, seq=case.shape.s, precision=case.precision,
+                   optimizer_in_backward=case.in_backward)
+    return step_recipe(opts, values, device)
 
 
 @functools.cache

@@ -86,7 +86,7 @@ def test_marker_key_round_trips(option) -> None:
 
 
 #: The flags of ``estimate`` that are not options of an estimate: what to print and where (never a marker key).
-OUTPUT_FLAGS = {"-h", "--help", "--json", "--format", "--convention", "--summary", "--precision", "--detail",
+OUTPUT_FLAGS = {"-h", "--help", "--json", "--format", "--convention", "--summary", "--decimals", "--detail",
                 "--units", "-o", "--output", "--force"}
 
 

@@ -152,7 +152,7 @@ def test_cli_derive_writes_markdown_and_latex(tmp_path) -> None:
     assert run.returncode == 0, run.stderr
     text = out.read_text()
     assert text.startswith(r"\documentclass") and text.rstrip().endswith(r"\end{document}")
-    md = cli("derive", "params", "--model", "gpt2", "--format", "md", "--precision", "1")
+    md = cli("derive", "params", "--model", "gpt2", "--format", "md", "--decimals", "1")
     assert md.returncode == 0 and "124,439,808" in md.stdout and "(124.4 million)" in md.stdout
 
 

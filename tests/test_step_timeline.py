@@ -1,8 +1,9 @@
 """The step timeline against a measured training step on CPU, to the byte.
 
 Each case (``tests/step_cases.py``) runs a whole steady-state step of a small transformers model
-(LLaMA-style GQA and GPT-2, eager and SDPA attention, the master and pure recipes): forward with
-the loss, ``loss.backward()``, AdamW's foreach update, ``zero_grad(set_to_none=True)``, counting
+(LLaMA-style GQA and GPT-2, eager and SDPA attention, ``--precision`` master and pure, the update after
+backward or in it, ``--optimizer-in-backward``): forward with the loss, ``loss.backward()``, AdamW's
+foreach update, ``zero_grad(set_to_none=True)``, counting
 the bytes of every live tensor storage (``tests/hf_step.py``). memderive derives the same step from
 its graph of the config under transformers' CPU layers (``symbolic.timeline``): the high-water mark
 must be equal, and so must every allocation of forward and backward, in order, with the bytes

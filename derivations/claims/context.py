@@ -26,7 +26,7 @@ from memderive.derivations.claims.analysis import Piece
 from memderive.derivations.claims.parts import bits_quantity, narrow, with_adapters
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.model_states import OPTIMIZERS, optimizer_state_bytes
+from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes, optimizer_state_bytes
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, RECOMPUTE, Options
 from memderive.derivations.quantity import Quantity
@@ -95,7 +95,7 @@ class Context:
         """ZeRO's K: optimizer-state bytes per parameter, master weights included."""
         if self.options.mode != "train":
             return None
-        return optimizer_state_bytes(self.options.optimizer, self.options.dtype)
+        return optimizer_state_bytes(self.options.optimizer, self.options.dtype, self.options.precision)
 
     def compare(self, expr: sp.Expr) -> Comparison:
         """Our quantity and ``expr`` side by side; model states stay per parameter when the claim is."""
@@ -152,14 +152,16 @@ def _split_optimizer(piece: Piece, options: Options) -> list[Piece]:
     optimizer's own states (Adam's momentum and variance), so a gap names the part it lacks."""
     if not piece.path.endswith("model_states/optimizer") or options.mode != "train":
         return [piece]
-    k = optimizer_state_bytes(options.optimizer, options.dtype)
+    k = optimizer_state_bytes(options.optimizer, options.dtype, options.precision)
     own = OPTIMIZERS[options.optimizer]
-    master = k - own.state_bytes
+    master = master_bytes(options.dtype, options.precision)
     parts = [("master", master, "fp32 master weights")] if master else []
     if options.optimizer in ("adam", "adamw") and own.state_bytes == 8:
-        parts += [("momentum", 4, "fp32 momentum"), ("variance", 4, "fp32 variance")]
-    elif own.state_bytes:
-        parts.append(("states", own.state_bytes, own.states))
+        half = (k - master) // 2
+        word = "fp32" if half == 4 else options.dtype
+        parts += [("momentum", half, f"{word} momentum"), ("variance", half, f"{word} variance")]
+    elif k - master:
+        parts.append(("states", k - master, own.states))
     if len(parts) < 2:
         return [piece]
     return [Piece(f"{piece.path}/{name}", sp.expand(piece.expr * sp.Rational(share, k)), what)

@@ -40,22 +40,33 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     the routed experts' over d/ep ranks. Without experts, one breakdown over d as before."""
     params = parameters(graph)
     factored = OPTIMIZERS[opts.optimizer].factored
+    args = (opts.dtype, opts.optimizer, opts.zero)
+    on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision)  # noqa: E731
+    on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision)  # noqa: E731
     if not has_experts(graph):
         f = factored_state_elements(graph) if factored else 0
-        states = states_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f)
-        cpu = offloaded_breakdown(params.total, opts.dtype, opts.optimizer, opts.zero, d, f) if opts.offload else None
-        return states, cpu
+        return on_gpu(params.total, d, f), on_cpu(params.total, d, f) if opts.offload else None
     routed = set(expert_ops(graph))
     dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
     f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
     f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
     expert_dp = d / ep if opts.ep > 1 else d
-    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f_dense)
-              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload,
-                                          f_experts), "experts"))
+    states = on_gpu(dense, d, f_dense) + _renamed(on_gpu(experts, expert_dp, f_experts), "experts")
     if not opts.offload:
         return states, None
-    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, f_dense)
-           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, f_experts),
+    return states, on_cpu(dense, d, f_dense) + _renamed(on_cpu(experts, expert_dp, f_experts), "experts")
+    routed = set(expert_ops(graph))
+    dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
+    f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
+    f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
+    expert_dp = d / ep if opts.ep > 1 else d
+    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f_dense, opts.precision)
+              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload,
+                                          f_experts, opts.precision), "experts"))
+    if not opts.offload:
+        return states, None
+    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, f_dense, opts.precision)
+           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, f_experts,
+                                              opts.precision),
                       "experts"))
     return states, cpu

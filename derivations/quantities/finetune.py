@@ -21,7 +21,7 @@ from typing import Any
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements,
-                                                           optimizer_state_bytes)
+                                                           state_widths)
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import a, a_kv, d, d_h, r
 from memderive.symbolic.dtypes import dtype
@@ -185,8 +185,8 @@ def _quantized(blk: Block, op: Op, x: Tensor, graph: Graph, base: str) -> bool:
 
 def _weight_terms(graph: Graph, opts: Options) -> list[Term]:
     """Bytes of every parameter one GPU holds: quantized base, 16-bit frozen parts, trainable ones."""
-    train = dtype(opts.dtype).nbytes
-    base = opts.base_dtype or opts.dtype
+    train = state_widths(opts.dtype, opts.optimizer, opts.precision)[0]  # autocast: fp32 trainable weights
+    base = opts.base_dtype or ("fp32" if opts.precision == "autocast" else opts.dtype)
     frozen = dtype(base).nbytes if base not in ("nf4", "int8") else train
     sums: dict[str, object] = {}
     for blk, op in graph.ops():
@@ -236,8 +236,7 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     """``(GPU model states, CPU/paged states, trainable parameters)``: every weight, gradients and
     optimizer states of the trainable parameters only; ZeRO shards them as in full training."""
     trainable = trainable_parameters(graph)
-    k = optimizer_state_bytes(opts.optimizer, opts.dtype)
-    width = dtype(opts.dtype).nbytes
+    _, width, k = state_widths(opts.dtype, opts.optimizer, opts.precision)
     shard = {0: (1, 1, 1), 1: (1, 1, d), 2: (1, d, d), 3: (d, d, d)}[opts.zero]
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
     grads = Term("model_states/gradients", trainable.total * width / shard[1])

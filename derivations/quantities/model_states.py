@@ -5,9 +5,19 @@ Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054 §3.1, §5): mixed-precision Ada
 variance) per parameter: 16 bytes. ZeRO stage 1 shards the optimizer states over the d
 data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
 
+The precision recipe (``--precision``) says which copies exist. ``master`` (Megatron-LM's
+``Float16OptimizerWithFloat16Params``, ZeRO's accounting): 16-bit weights and gradients, an fp32 master
+copy and fp32 states. ``pure`` (torchtune's default, ``dtype: bf16``): 16-bit weights and gradients and
+no master; torch's optimizers make their states ``zeros_like(param)``, so in the weights' dtype
+(bitsandbytes' 8-bit and 32-bit states keep theirs). ``autocast`` (``torch.autocast``, the HF Trainer's
+``bf16=True``): fp32 weights, fp32 gradients (AccumulateGrad casts to the leaf's dtype) and fp32 states;
+the 16-bit casts are activations, not model states.
+
 >>> from memderive.symbolic.dims import Psi, d
 >>> [states_breakdown(Psi, "bf16", "adamw", zero, d).total for zero in range(4)]
 [16*Psi, 4*Psi + 12*Psi/d, 2*Psi + 14*Psi/d, 16*Psi/d]
+>>> [states_breakdown(Psi, "bf16", "adamw", 0, d, precision=p).total for p in PRECISIONS]
+[16*Psi, 16*Psi, 8*Psi]
 """
 
 from __future__ import annotations
@@ -22,10 +32,12 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["OPTIMIZERS", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
+__all__ = ["PRECISIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
+#: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
+PRECISIONS = ("master", "autocast", "pure")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +47,23 @@ class Optimizer:
     states: str
     source: str
     paged: bool = False  # bitsandbytes paged optimizer: states in unified memory, evicted to the CPU
+    like_param: bool = False  # torch.optim: states are zeros_like(param), in the parameter's dtype
     factored: bool = False  # Adafactor: second moments per matrix row and column (``factored_state_elements``)
 
 
 OPTIMIZERS = {
-    "adamw": Optimizer("adamw", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1 (K = 12 with master)"),
-    "adam": Optimizer("adam", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1"),
+    "adamw": Optimizer("adamw", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1 (K = 12 with master)",
+                          like_param=True),
+    "adam": Optimizer("adam", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1",
+                          like_param=True),
     "adam-8bit": Optimizer("adam-8bit", 2, "8-bit momentum + 8-bit variance (block scales neglected)",
                            "Dettmers et al. 2022, arXiv:2110.02861"),
     "paged-adamw": Optimizer("paged-adamw", 8, "fp32 momentum + fp32 variance, paged",
                              "bitsandbytes PagedAdamW32bit; Dettmers et al. 2023 (QLoRA) §3", paged=True),
     "paged-adamw-8bit": Optimizer("paged-adamw-8bit", 2, "8-bit momentum + 8-bit variance, paged",
                                   "bitsandbytes PagedAdamW8bit", paged=True),
-    "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)"),
+    "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)",
+                                  like_param=True),
     "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
     "adafactor": Optimizer("adafactor", 0, "fp32 factored second moments: a row and a column vector per matrix, "
                            "the whole second moment of a vector; no first moment (beta1=None)",
@@ -102,45 +118,76 @@ OFFLOAD_CITATION = Citation("ren-2021",
                             "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
 
 
-def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-           factored: Expr | int = 0) -> list[Term]:
-    """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
-    ``factored`` second-moment elements), sharded per stage."""
+def state_widths(param_dtype: str, optimizer: str, precision: str = "master") -> tuple[int, int, int]:
+    """Bytes per parameter of the weights, the gradients and ZeRO's K (master copy included) under a
+    precision recipe (see the module docstring).
+
+    >>> [state_widths("bf16", "adamw", p) for p in PRECISIONS]
+    [(2, 2, 12), (4, 4, 8), (2, 2, 4)]
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     width = dtype(param_dtype).nbytes
-    k = optimizer_state_bytes(optimizer, param_dtype)
+    if precision == "autocast":
+        return 4, 4, optimizer_state_bytes(optimizer, "fp32")
+    return width, width, optimizer_state_bytes(optimizer, param_dtype, precision)
+
+
+def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
+           factored: Expr | int = 0, precision: str = "master") -> list[Term]:
+    """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
+    ``factored`` second-moment elements), sharded per stage, under a ``precision`` recipe."""
+    width, grad, k = state_widths(param_dtype, optimizer, precision)
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
     return [Term("model_states/weights", params * width / shard[0]),
-            Term("model_states/gradients", params * width / shard[1]),
+            Term("model_states/gradients", params * grad / shard[1]),
             Term("model_states/optimizer", (params * k + factored * FACTORED_STATE_BYTES) / shard[2])]
 
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-                     offload: bool = False, factored: Expr | int = 0) -> Breakdown:
+                     offload: bool = False, factored: Expr | int = 0, precision: str = "master") -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
     the gradients and the optimizer states live in CPU memory: only the weights stay. ``factored``:
-    the elements of Adafactor's second moments (``factored_state_elements``), fp32.
+    the elements of Adafactor's second moments (``factored_state_elements``), fp32. ``precision``: the
+    recipe (``PRECISIONS``).
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored)
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision)
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
 def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-                        factored: Expr | int = 0) -> Breakdown:
+                        factored: Expr | int = 0, precision: str = "master") -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
 
     >>> from memderive.symbolic.dims import Psi
     >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
     14*Psi
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored)[1:]
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision)[1:]
     return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
 
 
-def optimizer_state_bytes(optimizer: str, param_dtype: str) -> int:
-    """K of the ZeRO paper: optimizer-state bytes per parameter (master copy included)."""
+def optimizer_state_bytes(optimizer: str, param_dtype: str, precision: str = "master") -> int:
+    """K of the ZeRO paper: optimizer-state bytes per parameter (master copy included). Under ``pure``
+    there is no master and torch's optimizers keep their states in the parameters' dtype; under
+    ``autocast`` the parameters are fp32.
+
+    >>> optimizer_state_bytes("adamw", "bf16"), optimizer_state_bytes("adamw", "bf16", "pure")
+    (12, 4)
+    """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[optimizer].state_bytes + (4 if dtype(param_dtype).nbytes < 4 else 0)
+    own = OPTIMIZERS[optimizer]
+    if precision == "autocast":
+        param_dtype = "fp32"
+    width = dtype(param_dtype).nbytes
+    states = own.state_bytes * width // 4 if own.like_param and precision == "pure" else own.state_bytes
+    return states + master_bytes(param_dtype, precision)
+
+
+def master_bytes(param_dtype: str, precision: str = "master") -> int:
+    """Bytes per parameter of the fp32 master copy: 4 under ``master`` with 16-bit weights, else none."""
+    return 4 if precision == "master" and dtype(param_dtype).nbytes < 4 else 0

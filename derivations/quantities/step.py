@@ -3,7 +3,9 @@
 ``step_recipe`` says how a step holds model states and updates them (``symbolic.timeline.StepRecipe``)
 for these options: 16-bit weights and gradients with an fp32 master copy and fp32 AdamW states under
 ``--dtype bf16``/``fp16`` (Megatron-LM's ``Float16OptimizerWithFloat16Params``), fp32 everything under
-``--dtype fp32``; ZeRO-1 shards the master copy and the optimizer states over the d ranks; torch's
+``--dtype fp32``; under ``--precision pure`` no master and torch's optimizer states in the weights' dtype
+(torchtune's ``dtype: bf16``); with ``--optimizer-in-backward`` each parameter is updated from its
+post-accumulate-grad hook and its gradient freed at once (torchtune's ``optimizer_in_bwd``); ZeRO-1 shards the master copy and the optimizer states over the d ranks; torch's
 foreach AdamW (its default on CUDA) makes one state-sized temporary per parameter in the update.
 ``peak_bytes`` is the high-water mark of allocated memory, what ``torch.cuda.max_memory_allocated``
 reports after the step (each block rounded up to 512 bytes by the CUDA caching allocator); the
@@ -23,6 +25,7 @@ from typing import Any
 
 from memderive.derivations.memo import Keyed
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.dims import d
 from memderive.symbolic.dtypes import dtype
@@ -59,20 +62,26 @@ def not_covered(opts: Options) -> str | None:
                (opts.base_dtype in ("nf4", "int8"), f"a {opts.base_dtype} base"), (opts.ep > 1, "expert parallelism"),
                (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer ("
                 + ("factored states and their update temporaries" if opts.optimizer == "adafactor"
-                   else "states paged to the CPU") + ")")]
+                   else "states paged to the CPU") + ")"),
+               (opts.precision == "autocast", "torch.autocast (the 16-bit casts are not ops of the graph yet)"),
+               (opts.loss_chunks > 1, "chunked cross-entropy")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)
 
 
 def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
-    """The recipe of ``opts`` (``values`` binds d for ZeRO-1's shards)."""
-    weight = dtype(opts.dtype)
-    master = dtype("fp32") if weight.nbytes < 4 else None
-    states = tuple(dtype(x) for x in STATE_DTYPES[opts.optimizer])
+    """The recipe of ``opts`` (``values`` binds d for ZeRO-1's shards): the weights' dtype, a master copy
+    and the states' dtypes by ``--precision`` (``quantities.model_states``: under ``pure`` torch's optimizers
+    keep their states in the weights' dtype), the update in backward by ``--optimizer-in-backward``."""
+    weight = dtype("fp32" if opts.precision == "autocast" else opts.dtype)
+    master = dtype("fp32") if master_bytes(opts.dtype, opts.precision) else None
+    like = OPTIMIZERS[opts.optimizer].like_param and opts.precision == "pure"
+    states = tuple(weight if like else dtype(x) for x in STATE_DTYPES[opts.optimizer])
     shard = int(d.evaluate(values)) if opts.zero >= 1 else 1
     return StepRecipe(weight=weight, master=master, states=states, step_scalars=device == "cpu" and bool(states),
                       update="foreach", temporaries=UPDATE_TEMPORARIES[opts.optimizer],
-                      granularity=ALLOCATOR_BLOCK[device], state_shards=shard)
+                      in_backward=opts.optimizer_in_backward, granularity=ALLOCATOR_BLOCK[device],
+                      state_shards=shard)
 
 
 def timeline_of(est: Any, device: str = "cuda") -> Timeline:
