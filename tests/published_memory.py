@@ -71,6 +71,14 @@ PENDING_WHY = {
 }
 
 
+#: Settings ``Options`` takes whose effect is modelled only in part, and what is left out.
+PARTIAL_WHY = {
+    ("precision", "autocast"): "torch.autocast's model states (fp32 weights, gradients, states) are modelled; the "
+                               "16-bit casts autograd saves beside the fp32 tensors are not ops of the graph yet, "
+                               "and the step timeline leaves autocast out (the sum stands in for the peak)",
+}
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One published measurement: ``measured`` bytes (or blocks) of kind ``kind`` for ``model`` run as
@@ -98,6 +106,11 @@ class Measurement:
         """The pending settings ``Options`` does not take yet (the entry is evaluated without them)."""
         return {k: v for k, v in self.pending.items() if not self._takes(k, v)}
 
+    @property
+    def partial(self) -> dict:
+        """The settings applied whose effect is modelled only in part (``PARTIAL_WHY``)."""
+        return {k: v for k, v in self.options_used().items() if (k, v) in PARTIAL_WHY}
+
     def options_used(self) -> dict:
         return {**self.options, **{k: v for k, v in self.pending.items() if k not in self.unmodelled}}
 
@@ -122,6 +135,7 @@ class Measurement:
     def reason(self) -> str:
         """Why the ratio may be off: the settings not modelled yet and the entry's note."""
         parts = [f"not modelled: {key}={value} ({PENDING_WHY[key]})" for key, value in self.unmodelled.items()]
+        parts += [f"in part: {key}={value} ({PARTIAL_WHY[key, value]})" for key, value in self.partial.items()]
         return "; ".join([*parts, *([self.note] if self.note else [])])
 
 

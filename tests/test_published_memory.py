@@ -48,8 +48,10 @@ def test_every_case_outside_the_band_says_why() -> None:
 def test_what_memderive_models_whole_is_close() -> None:
     """Where no setting of the run is pending and the note names no gap (transformers' bert-large fp32,
     gradient-checkpointing and 8-bit Adam runs with nvidia-smi; octocoder's generate peaks; vLLM's KV budget
-    of Llama-3-8B and Llama-2-7B), measured / derived is within 0.95-1.2."""
-    whole = [m for m in MEASUREMENTS if not m.unmodelled and (m.name.startswith(("bert-large", "octocoder"))
+    of Llama-3-8B and Llama-2-7B), measured / derived is within 0.95-1.2. The fp16 runs (torch.autocast) are
+    left out as before: ``--precision autocast`` gives their model states, not yet the casts they save
+    (``PARTIAL_WHY``)."""
+    whole = [m for m in MEASUREMENTS if not m.unmodelled and not m.partial and (m.name.startswith(("bert-large", "octocoder"))
                                                                 or m.name in ("vLLM Llama-3-8B, H100",
                                                                               "vLLM Llama-2-7B, A100"))]
     assert len(whole) >= 9
