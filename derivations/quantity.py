@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memderive.symbolic.derive import Breakdown, evaluate
-from memderive.symbolic.expr import Expr
+from memderive.symbolic.expr import Expr, named_values
 from memderive.symbolic.formula import Citation
 
 if TYPE_CHECKING:
@@ -71,7 +71,8 @@ class Quantity:
 
     def term_ints(self, values: Mapping[Any, int]) -> list[tuple[str, int]]:
         """Each term's value in whole units (rounded up): the one rounding rule of every total and row."""
-        return [(t.path, exact_int(evaluate(t.expr, values), t.path)) for t in self.breakdown.terms]
+        named = named_values(values)  # keyed by name once, not once per term
+        return [(t.path, exact_int(evaluate(t.expr, named), t.path)) for t in self.breakdown.terms]
 
     def term_values(self, values: Mapping[Any, int]) -> list[tuple[str, Any, int]]:
         """``term_ints`` with each term's closed form (SymPy), for tables."""

@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["Expr", "Number", "Size", "Sym", "Node", "Atom", "Min", "Max", "ceiling", "prod", "total", "const", "symbol",
-           "to_sympy", "evaluate", "is_expr", "shifted_nonnegative"]
+__all__ = ["Expr", "NamedValues", "named_values", "Number", "Size", "Sym", "Node", "Atom", "Min", "Max", "ceiling",
+           "prod", "total", "const", "symbol", "to_sympy", "evaluate", "is_expr", "shifted_nonnegative"]
 
 Number = int | Fraction
 _NUMBER = (int, Fraction)
@@ -428,8 +428,9 @@ class Expr:
         return Expr({m: _norm(v) for m, v in out.items() if v})
 
     def evaluate(self, values: Mapping[Any, Any]) -> Number:
-        """The exact value (``int`` or ``Fraction``) with every symbol bound by ``values``."""
-        vals = {_key_name(k): v for k, v in values.items()}
+        """The exact value (``int`` or ``Fraction``) with every symbol bound by ``values`` (``named_values``
+        converts a mapping once for many evaluations)."""
+        vals = values if type(values) is NamedValues else {_key_name(k): v for k, v in values.items()}
         try:
             return _norm(self._value(vals))
         except _Unbound:
@@ -514,6 +515,25 @@ def _print_term(mono: Mono, c: Number) -> str:
         return top
     bottom = den[0] if len(den) == 1 else "(" + "*".join(den) + ")"
     return f"{top}/{bottom}"
+
+
+class NamedValues(dict):
+    """Sizes keyed by symbol name, as ``Expr.evaluate`` reads them (``named_values``)."""
+
+    __slots__ = ()
+
+
+def named_values(values: Mapping[Any, Any]) -> NamedValues:
+    """``values`` (keyed by symbols, their names or SymPy symbols) keyed by name, once: ``Expr.evaluate`` of many
+    expressions under the same sizes then skips the conversion.
+
+    >>> from memderive.symbolic.dims import h, l
+    >>> (l * h).evaluate(named_values({h: 3, l: 4}))
+    12
+    """
+    if type(values) is NamedValues:
+        return values
+    return NamedValues({_key_name(k): v for k, v in values.items()})
 
 
 def _key_name(key: Any) -> str:

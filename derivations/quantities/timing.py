@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from memderive.derivations.hardware import GPU, gpu as lookup
@@ -46,9 +47,11 @@ from memderive.derivations.quantities.cluster import NCCL, Cluster
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.derivations.options import Options
+from memderive.derivations.memo import Keyed
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.derivations.references import cite
+from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
@@ -191,20 +194,29 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
 def _stage_flops(est: Evaluated) -> int:
     """Hardware FLOPs per GPU of the busiest pipeline stage: the first (the estimate's graph) or
     the last (layers and the LM head)."""
+    first = est.number("hardware_flops_per_gpu")
+    if est.options.pp == 1:
+        return first
+    from memderive.derivations.estimate import structure_key
+
+    return max(first, int(evaluate(_last_stage_flops(Keyed(structure_key(est.model, est.options), est)), est.values)))
+
+
+@lru_cache(maxsize=256)
+def _last_stage_flops(structure: Keyed) -> Expr:
+    """The last pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure (the sizes
+    and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
     from memderive.derivations.quantities.compute import HARDWARE
     from memderive.symbolic.derive import flops
     from memderive.symbolic.strategies import PipelineParallel
 
-    first = est.number("hardware_flops_per_gpu")
-    if est.options.pp == 1:
-        return first
-    base = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
-    graph = base
+    est = structure.value
+    graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
     for strategy in est.options.strategies():
         if isinstance(strategy, PipelineParallel):
             strategy = replace(strategy, stage="last")
         graph = strategy(graph)
-    return max(first, int(evaluate(flops(graph, phases=HARDWARE).total, est.values)))
+    return flops(graph, phases=HARDWARE).total
 
 
 def elementwise_flops(est: Evaluated) -> int:
