@@ -438,6 +438,36 @@ class Expr:
             raise ValueError(f"no value for {', '.join(missing)}; give it with the model or the options") from None
 
     def _value(self, vals: Mapping[str, Any]) -> Number:
+        """The exact value: integer numerators and denominators multiplied out and summed over one common
+        denominator, reduced once at the end (a ``Fraction`` per operation costs a gcd each); a value that
+        is neither ``int`` nor ``Fraction`` takes ``_value_mixed``'s general arithmetic."""
+        num, den = 0, 1
+        for mono, c in self._t.items():
+            n, d = (c, 1) if type(c) is int else (c.numerator, c.denominator)
+            for atom, e in mono:
+                v = atom.value(vals)
+                if type(v) is int:
+                    vn, vd = v, 1
+                elif type(v) is Fraction:
+                    vn, vd = v.numerator, v.denominator
+                else:
+                    return self._value_mixed(vals)
+                if e < 0:
+                    if vn == 0:
+                        raise ZeroDivisionError("a size of 0 under a negative power")
+                    vn, vd, e = vd, vn, -e
+                n *= vn if e == 1 else vn**e
+                if vd != 1:
+                    d *= vd**e
+            if d == den:
+                num += n
+            elif d == 1:
+                num += n * den
+            else:
+                num, den = num * d + n * den, den * d
+        return num if den == 1 else _norm(Fraction(num, den))
+
+    def _value_mixed(self, vals: Mapping[str, Any]) -> Number:
         total: Number = 0
         for mono, c in self._t.items():
             x = c
