@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from types import MappingProxyType
 
+from memderive.derivations.memo import Keyed
 from memderive.derivations.models.architectures import Arch, build_graph
 from memderive.symbolic.dims import a, a_kv, d_h, d_r, f, h, sym
 from memderive.symbolic.errors import DerivationError
@@ -140,5 +142,12 @@ class Model:
         return rel
 
     def graph(self, activation_dtype: str = "bf16", dropout: bool = True) -> Graph:
-        return build_graph(self.arch, activation_dtype=activation_dtype, dropout=dropout,
-                           relations=self.relations(), name=self.name)
+        """The model's graph (built once per model, dtype and dropout within a process: graphs are immutable)."""
+        return _graph(Keyed((repr(self), activation_dtype, dropout), self))
+
+
+@lru_cache(maxsize=128)
+def _graph(key: Keyed) -> Graph:
+    model, (_, activation_dtype, dropout) = key.value, key.key
+    return build_graph(model.arch, activation_dtype=activation_dtype, dropout=dropout,
+                       relations=model.relations(), name=model.name)
