@@ -52,6 +52,15 @@ def _tp(given: Mapping[str, Any]) -> bool:
     return int(given.get("tp") or 1) > 1
 
 
+def _sixteen_bit(default: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The run trains in 16 bits: the given --dtype, else the framework's own (``default``)."""
+    return lambda given: given.get("dtype", default) in ("bf16", "fp16")
+
+
+def _chunks(given: Mapping[str, Any]) -> bool:
+    return int(given.get("seq") or 0) >= 8  # CEWithChunkedOutputLoss chunks the sequence 8 ways
+
+
 _TA = "transformers src/transformers/training_args.py, TrainingArguments"
 _TT = "torchtune recipes/configs/llama3_1/8B_full_single_device.yaml"
 _TITAN = "torchtitan torchtitan/config_manager.py (JobConfig defaults) and train_configs/llama3_8b.toml"
@@ -65,6 +74,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("implementation", "hf", "the Trainer trains the transformers model; attn_implementation defaults "
                 "to sdpa (modeling_utils)"),
         Setting("dtype", "fp32", f"{_TA}: bf16=False, fp16=False (bf16=True runs torch.autocast)"),
+        Setting("precision", "autocast", f"{_TA}: bf16=True / fp16=True make the Trainer's Accelerator run the "
+                "forward under torch.autocast over the fp32 model (accelerate/accelerator.py, native_amp)",
+                when=_sixteen_bit("fp32")),
         Setting("optimizer", "adamw", f"{_TA}: optim='adamw_torch'"),
         Setting("recompute", "none", f"{_TA}: gradient_checkpointing=False"),
     ), ("dropout as the model's config has it (model.train())",)),
@@ -72,6 +84,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("implementation", "hf", "torchtune's modules: F.scaled_dot_product_attention, RMSNorm in fp32 "
                 "(torchtune/modules/attention.py, rms_norm.py); transformers' sdpa graph saves the same"),
         Setting("dtype", "bf16", f"{_TT}: dtype: bf16"),
+        Setting("precision", "pure", f"{_TT}: dtype: bf16 (recipes/full_finetune_single_device.py: the model built in "
+                "bf16, the optimizer over its parameters: no fp32 copy)", when=_sixteen_bit("bf16")),
+        Setting("optimizer_in_backward", True, f"{_TT}: optimizer_in_bwd: True (register_optim_in_bwd_hooks)"),
+        Setting("loss_chunks", 8, f"{_TT}: loss: torchtune.modules.loss.CEWithChunkedOutputLoss "
+                "(torchtune/modules/loss/ce_chunked_output_loss.py: num_output_chunks: int = 8)", when=_chunks),
         Setting("optimizer", "paged-adamw-8bit", f"{_TT}: optimizer: bitsandbytes.optim.PagedAdamW8bit (the "
                 "LoRA and distributed configs use torch.optim.AdamW)"),
         Setting("recompute", "full", f"{_TT}: enable_activation_checkpointing: True (each transformer layer "
@@ -81,6 +98,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("torchtitan", "torchtitan pre-training", "train", (
         Setting("implementation", "megatron", "torchtitan's Llama (torchtitan/models/llama/model.py): fused SDPA, "
                 "no dropout"),
+        Setting("precision", "master", f"{_TITAN}: FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, "
+                "reduce_dtype=float32) over fp32 sharded parameters, the optimizer's copy"),
         Setting("dtype", "bf16", f"{_TITAN}: training.mixed_precision_param='bfloat16' (FSDP2 keeps fp32 "
                 "sharded parameters)"),
         Setting("attention", "flash", f"{_TITAN}: F.scaled_dot_product_attention (flash kernel)"),
@@ -98,12 +117,16 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("dtype", "bf16", "Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh passes --bf16 "
                 "(the parser's default is fp32)"),
         Setting("attention", "flash", f"{_MEG}: --attention-backend auto (Transformer Engine flash/fused)"),
+        Setting("precision", "master", "Megatron-LM megatron/core/optimizer/optimizer.py: "
+                "Float16OptimizerWithFloat16Params keeps fp32 main params and grads for 16-bit models"),
         Setting("recompute", "none", f"{_MEG}: --recompute-granularity None"),
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
     )),
     Framework("deepspeed", "DeepSpeed ZeRO", "train", (
         Setting("dtype", "fp32", f"{_DS}: fp16.enabled and bf16.enabled default false"),
         Setting("zero", 0, f"{_DS}: zero_optimization.stage default 0"),
+        Setting("precision", "master", "DeepSpeed deepspeed/runtime/fp16/fused_optimizer.py and bf16_optimizer.py: "
+                "fp32 master weights for fp16/bf16 (given --dtype bf16 or fp16)", when=_sixteen_bit("fp32")),
         Setting("offload", False, f"{_DS}: offload_optimizer.device default none"),
         Setting("optimizer", "adamw", f"{_DS}: optimizer Adam with adam_w_mode True (FusedAdam)"),
     ), ("a ZeRO stage and precision come from the user's ds_config; give --zero and --dtype",)),

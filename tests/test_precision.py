@@ -84,3 +84,20 @@ def test_cli_refuses_an_unknown_precision_in_one_line() -> None:
                           "--batch", "1", "--seq", "8", "--precision", "fp8"], capture_output=True, text=True)
     assert out.returncode != 0 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
+
+
+def test_framework_presets_set_the_recipe_and_are_overridable() -> None:
+    """torchtune's llama3_1/8B_full_single_device.yaml: dtype: bf16 (pure), optimizer_in_bwd: True,
+    CEWithChunkedOutputLoss (num_output_chunks 8); the HF Trainer's bf16=True runs torch.autocast; Megatron-LM
+    keeps fp32 main params. Each is echoed in the inputs and an explicit option wins."""
+    step = {"mode": "train", "batch": 2, "seq": 2048}
+    tt = Options.from_keywords({**step, "framework": "torchtune"})
+    assert (tt.precision, tt.optimizer_in_backward, tt.loss_chunks) == ("pure", True, 8)
+    mine = Options.from_keywords({**step, "framework": "torchtune", "precision": "master", "loss_chunks": 1,
+                                  "optimizer_in_backward": False})
+    assert (mine.precision, mine.optimizer_in_backward, mine.loss_chunks) == ("master", False, 1)
+    assert Options.from_keywords({**step, "framework": "hf-trainer"}).precision == "master"  # fp32: no autocast
+    assert Options.from_keywords({**step, "framework": "hf-trainer", "dtype": "bf16"}).precision == "autocast"
+    assert Options.from_keywords({**step, "framework": "megatron"}).precision == "master"
+    est = estimate("llama-3-8b", framework="torchtune", **step)
+    assert est.inputs()["precision"] == "pure" and est.inputs()["loss_chunks"] == 8
