@@ -177,8 +177,11 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
         from memderive.derivations.quantities.inference import check_inference
 
         check_inference(resolved, options)  # value checks run on every call, cached derivation or not
-    graph, quantities = _derived(resolved, options)
     values = {**resolved.values(), **symbol_values(options)}
+    graph, quantities = _derived(resolved, options)
+    if options.mode == "train" and options.uneven_stages:  # the largest stage bounds each GPU's memory
+        stages = [_derived(resolved, options, stage) for stage in pipeline_stages(resolved, options)[1:]]
+        graph, quantities = max([(graph, quantities), *stages], key=lambda gq: _total(gq[1], values))
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import inference_values
 
@@ -196,20 +199,37 @@ def structure_key(model: Model, options: Options) -> tuple:
     """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
     degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
     fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
-    flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
+    flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp if options.uneven_stages else options.pp > 1,
+             options.dp > 1,
              options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None)
     return repr(model), fixed, flags
 
 
-def _derived(resolved: Model, options: Options) -> tuple[Graph, tuple[Quantity, ...]]:
-    return derivation(Keyed(structure_key(resolved, options), (resolved, options)))
+def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
+    """The pipeline stages whose memory can differ: first, the second (``middle``: one micro-batch less in flight)
+    when the first holds layers of its own, and the last when it holds its own (uneven stages); first alone
+    otherwise (the most loaded under 1F1B, Korthikanti et al. 2022 §4.2.3)."""
+    if options.pp == 1 or not options.uneven_stages:
+        return ("first",)
+    _, middle, _ = options.stage_layers(model.sizes["l"])
+    more = ("middle",) if middle is not None and options.first_stage_layers is not None else ()
+    return ("first", *more, *(("last",) if options.last_stage_layers is not None else ()))
+
+
+def _total(quantities: tuple[Quantity, ...], values: Mapping[Expr, int]) -> int:
+    return next(q for q in quantities if q.key == "total_bytes").value(values)
+
+
+def _derived(resolved: Model, options: Options, stage: str = "first") -> tuple[Graph, tuple[Quantity, ...]]:
+    key = structure_key(resolved, options) + ((stage,) if stage != "first" else ())
+    return derivation(Keyed(key, (resolved, options, stage)))
 
 
 @lru_cache(maxsize=1024)
 def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     """The graph and quantities of ``structure.value`` (a model and options), derived once per
     ``structure_key`` within a process (never read from disk); ``derivation.__wrapped__`` derives anew."""
-    resolved, options = structure.value
+    resolved, options, stage = structure.value
     act = options.dtype if options.mode == "train" else "bf16"
     base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
     if options.mode == "train" and options.implementation_kind == "hf":
@@ -222,7 +242,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         quantities.append(Quantity("trainable_parameters", "Trainable parameters", trainable_parameters(graph),
                                    graph.relations, LORA_CITATION))
     if options.mode == "train":
-        graph, more = train_quantities(resolved, options, base)
+        graph, more = train_quantities(resolved, options, base, stage)
         quantities += more + train_flops(resolved, options, base, graph, lambda g, o: transformed(g, o, resolved))
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import infer_quantities

@@ -195,6 +195,12 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--pp", "2", "--micro-batches", "4")),
     _o("virtual_stages", "int", None, modes=_TRAIN, symbol="v", shared=True,
        example=(*_TRAIN_STEP, "--pp", "2", "--virtual-stages", "2")),
+    _o("first_stage_layers", "int", None, "uneven pipeline stages: layers on the first stage (Megatron-LM "
+       "--decoder-first-pipeline-num-layers), the rest evenly over the others", modes=_TRAIN, echo="set",
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--pp", "3", "--first-stage-layers", "2")),
+    _o("last_stage_layers", "int", None, "uneven pipeline stages: layers on the last stage (Megatron-LM "
+       "--decoder-last-pipeline-num-layers)", modes=_TRAIN, echo="set", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--pp", "3", "--last-stage-layers", "2")),
     _o("profile", "choice", "korthikanti", "activation profile: the paper's (norm stats neglected) or every saved tensor",
        choices=("korthikanti", "exact"), modes=_TRAIN, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--profile", "exact")),

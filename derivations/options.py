@@ -158,6 +158,8 @@ class Options:
     dropout: bool = True
     micro_batches: int | None = None
     virtual_stages: int | None = None
+    first_stage_layers: int | None = None  # uneven pipeline stages (Megatron-LM --decoder-first-pipeline-num-layers)
+    last_stage_layers: int | None = None  # (--decoder-last-pipeline-num-layers); the rest evenly over the others
     profile: str = "korthikanti"
     overhead_bytes: int = 0
     weight_dtype: str | None = None  # inference
@@ -225,7 +227,7 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep", "loss_chunks"):
+                     "ep", "loss_chunks", "first_stage_layers", "last_stage_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -241,6 +243,7 @@ class Options:
             raise OptionsError(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.zero and self.dp == 1:
             raise OptionsError(f"ZeRO stage {self.zero} shards over data parallelism; give --dp greater than 1")
+        self._check_stages()
         if self.sp and self.tp == 1:
             raise OptionsError("sequence parallelism splits over the tensor-parallel ranks; give --tp greater than 1")
         if self.profile not in PROFILES:
@@ -305,6 +308,42 @@ class Options:
         if self.mode == "train" and self.loss_chunks > 1 and self.seq is not None and self.seq < self.loss_chunks:
             raise OptionsError(f"--loss-chunks {self.loss_chunks} splits the sequence into chunks of tokens; "
                                f"it is more than --seq {self.seq}")
+    @property
+    def uneven_stages(self) -> bool:
+        """Whether the first or last pipeline stage holds a number of layers of its own."""
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    def _check_stages(self) -> None:
+        if not self.uneven_stages:
+            return
+        given = sum(x is not None for x in (self.first_stage_layers, self.last_stage_layers))
+        if self.pp < given + (0 if given == 2 else 1) or self.pp == 1:
+            raise OptionsError(f"--first-stage-layers/--last-stage-layers set the layers of pipeline stages; give "
+                               f"--pp greater than {max(given, 1)}")
+        if self.virtual_stages not in (None, 1):
+            raise OptionsError("uneven pipeline stages (--first-stage-layers/--last-stage-layers) run without "
+                               "--virtual-stages (Megatron-LM refuses the two together)")
+
+    def stage_layers(self, layers: int) -> tuple[int, int | None, int]:
+        """Layers of (the first, each middle (None: no middle stage), the last) pipeline stage of ``layers``;
+        ``layers/p`` each without uneven stages. Raises ``OptionsError`` when the rest does not divide evenly."""
+        p = self.pp
+        if not self.uneven_stages:
+            return layers // p, layers // p if p > 2 else None, layers // p
+        fixed = [x for x in (self.first_stage_layers, self.last_stage_layers) if x is not None]
+        rest, others = layers - sum(fixed), p - len(fixed)
+        if others == 0:
+            if rest:
+                raise OptionsError(f"--first-stage-layers {self.first_stage_layers} and --last-stage-layers "
+                                   f"{self.last_stage_layers} on --pp 2 must add up to the {layers} layers")
+            return self.first_stage_layers, None, self.last_stage_layers
+        if rest < others or rest % others:
+            raise OptionsError(f"{layers} layers less {sum(fixed)} on the first/last stage leave {rest}, not "
+                               f"divisible over the other {others} pipeline stages")
+        middle = rest // others
+        first = middle if self.first_stage_layers is None else self.first_stage_layers
+        last = middle if self.last_stage_layers is None else self.last_stage_layers
+        return first, (middle if p - 2 > 0 else None), last
 
     def _check_cluster(self) -> None:
         _positive("gpus-per-node", self.gpus_per_node)
@@ -458,9 +497,10 @@ class Options:
             raise OptionsError("fine-tuning options are for --mode train or params; inference quantization is "
                                "--weight-dtype")
 
-    def strategies(self) -> tuple[Strategy, ...]:
+    def strategies(self, stage: str = "first") -> tuple[Strategy, ...]:
         """The graph transforms these options apply, in order (``sdpa`` and ``flash`` both save no
-        s x s scores: the memory-efficient kernels keep the logsumexp, as FlashAttention does)."""
+        s x s scores: the memory-efficient kernels keep the logsumexp, as FlashAttention does); ``stage``: the
+        pipeline stage seen (first, middle or last)."""
         out: list[Strategy] = []
         if self.attention_kernel != "eager":
             out.append(FlashAttention(self.attention_kernel))
@@ -479,9 +519,11 @@ class Options:
             out.append(ExpertParallel(dims.ep))
         if self.sp:
             out.append(SequenceParallel(dims.t))
-        if self.pp > 1:
-            out.append(PipelineParallel(dims.p, None if self.virtual_stages in (None, 1) else dims.v,
-                                        None if self.micro_batches is None else dims.m))
+        if self.pp > 1:  # uneven stages: p as a number (the layers of each stage are numbers)
+            out.append(PipelineParallel(self.pp if self.uneven_stages else dims.p,
+                                        None if self.virtual_stages in (None, 1) else dims.v,
+                                        None if self.micro_batches is None else dims.m, stage=stage,
+                                        first_layers=self.first_stage_layers, last_layers=self.last_stage_layers))
         return tuple(out)
 
     def strategy_names(self) -> tuple[str, ...]:

@@ -102,7 +102,8 @@ class Row:
 def single_device(est: Estimate) -> Estimate:
     """The same estimate with every parallel degree set to 1 (recompute, dtype, profile kept)."""
     opts = est.options
-    flat = replace(opts, tp=1, pp=1, dp=1, sp=False, zero=0, micro_batches=None, virtual_stages=None)
+    flat = replace(opts, tp=1, pp=1, dp=1, sp=False, zero=0, micro_batches=None, virtual_stages=None,
+                   first_stage_layers=None, last_stage_layers=None)
     return est if flat == opts else estimate(est.model, flat)
 
 

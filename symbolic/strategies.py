@@ -184,22 +184,60 @@ class PipelineParallel(Strategy):
     embedding and l/p layers, with p micro-batches in flight (min(p, m) when m is given); the
     interleaved schedule with v virtual stages multiplies that by ``1 + (p-1)/(p v)``.
     ``stage="last"`` holds l/p layers, one micro-batch in flight, and the output layer.
+
+    Uneven stages (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``; Llama 3 405B: 126 layers on 16 stages, one fewer on the
+    first and the last, Dubey et al. 2024 §3.3.2): ``first_layers`` / ``last_layers`` layers on the
+    first / last stage, the rest ``(l - first - last)/(p - stages given)`` on each other stage.
+    ``stage="middle"`` is the second stage: those layers with p - 1 micro-batches in flight
+    (min(p - 1, m)), the most a middle stage holds under 1F1B.
+
+    >>> from memderive.symbolic.dims import l
+    >>> PipelineParallel(16, stage="middle", first_layers=7, last_layers=7).layers(l)
+    l/14 - 1
     """
 
     p: int | Expr
     virtual: int | Expr | None = None
     micro_batches: int | Expr | None = None
     stage: str = "first"
+    first_layers: int | None = None
+    last_layers: int | None = None
 
     @property
     def name(self) -> str:
         degree = "" if self.p == dims.p else f"p={self.p}, "
         virtual = "" if self.virtual in (None, 1) else ("interleaved, " if self.virtual == dims.v
                                                         else f"interleaved v={self.virtual}, ")
-        return f"pipeline parallel ({degree}{virtual}{self.stage} stage)"
+        uneven = "" if self.uneven is None else f"{self.uneven}, "
+        return f"pipeline parallel ({degree}{virtual}{uneven}{self.stage} stage)"
+
+    @property
+    def uneven(self) -> str | None:
+        """How the layers are split when not evenly (None: l/p on every stage)."""
+        if self.first_layers is None and self.last_layers is None:
+            return None
+        given = [f"{k} {n}" for k, n in (("first", self.first_layers), ("last", self.last_layers)) if n is not None]
+        return " and ".join(given) + " layers"
+
+    def layers(self, total: Expr) -> Expr:
+        """Layers this stage holds of ``total``."""
+        p = _degree(self.p)
+        if self.uneven is None:
+            return total / p
+        own = self.first_layers if self.stage == "first" else self.last_layers if self.stage == "last" else None
+        if own is not None:
+            return const(own)
+        fixed = [n for n in (self.first_layers, self.last_layers) if n is not None]
+        if not isinstance(self.p, int) or self.p <= len(fixed):
+            raise ValueError(f"uneven pipeline stages need a number of stages past the {len(fixed)} given, "
+                             f"not {self.p}")
+        return (total - sum(fixed)) / (self.p - len(fixed))
 
     def in_flight(self) -> Expr:
         p = _degree(self.p)
+        if self.stage == "middle":
+            return p - 1 if self.micro_batches is None else Min(p - 1, _degree(self.micro_batches))
         held = p if self.micro_batches is None else Min(p, _degree(self.micro_batches))
         if self.virtual not in (None, 1):  # Korthikanti et al. 2022 §4.2.3 (interleaved schedule)
             held = held * (1 + (p - 1) / (p * _degree(self.virtual)))
@@ -209,20 +247,23 @@ class PipelineParallel(Strategy):
         p = _degree(self.p)
         if p == 1:
             return graph
-        if self.stage not in ("first", "last"):
-            raise ValueError(f"stage must be 'first' or 'last', not {self.stage!r}")
-        first = self.stage == "first"
-        kept = {"embed", "layer"} if first else {"layer", "head"}
-        flight = self.in_flight() if first else const(1)
+        if self.stage not in ("first", "middle", "last"):
+            raise ValueError(f"stage must be 'first', 'middle' or 'last', not {self.stage!r}")
+        kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "head"}}[self.stage]
+        flight = const(1) if self.stage == "last" else self.in_flight()
         blocks = []
         for blk in graph.blocks:
             if blk.name not in kept:
                 continue
             if blk.name == "layer":
-                blk = replace(blk, repeat=blk.repeat / p)
+                blk = replace(blk, repeat=self.layers(blk.repeat))
             blocks.append(replace(blk, in_flight=blk.in_flight * flight))
-        note = ("first pipeline stage: embedding and l/p layers, p micro-batches in flight (1F1B)" if first
-                else "last pipeline stage: l/p layers and the output layer")
+        count = "l/p" if self.uneven is None else "its"
+        note = {"first": f"first pipeline stage: embedding and {count} layers, p micro-batches in flight (1F1B)",
+                "middle": f"second pipeline stage: {count} layers, p - 1 micro-batches in flight (1F1B)",
+                "last": f"last pipeline stage: {count} layers and the output layer"}[self.stage]
+        if self.uneven is not None:
+            note += f" (uneven stages: {self.uneven}, the rest evenly over the other stages)"
         return replace(graph, blocks=tuple(blocks), strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
 

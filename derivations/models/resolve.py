@@ -64,7 +64,11 @@ def check_layout(model: Model, opts: Options) -> None:
               (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
                f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
               (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
-              (z["l"] % opts.pp, f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp}")]
+              (0 if opts.uneven_stages else z["l"] % opts.pp,
+               f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp} (uneven stages: "
+               "--first-stage-layers, --last-stage-layers)")]
+    if opts.uneven_stages:
+        opts.stage_layers(z["l"])  # the rest must divide over the other stages (an OptionsError says why not)
     if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
     if opts.virtual_stages not in (None, 1) and z["l"] % (opts.pp * opts.virtual_stages):

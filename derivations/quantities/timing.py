@@ -192,29 +192,31 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
 
 
 def _stage_flops(est: Evaluated) -> int:
-    """Hardware FLOPs per GPU of the busiest pipeline stage: the first (the estimate's graph) or
-    the last (layers and the LM head)."""
+    """Hardware FLOPs per GPU of the busiest pipeline stage (the slowest sets the pipeline's pace): the first
+    (embedding and its layers), the last (its layers and the LM head) and, with uneven stages, a middle one."""
     first = est.number("hardware_flops_per_gpu")
     if est.options.pp == 1:
         return first
     from memderive.derivations.estimate import structure_key
 
-    return max(first, int(evaluate(_last_stage_flops(Keyed(structure_key(est.model, est.options), est)), est.values)))
+    stages = ["first", "last"]
+    if est.options.uneven_stages and est.options.stage_layers(est.model.sizes["l"])[1] is not None:
+        stages.append("middle")
+    structure = Keyed(structure_key(est.model, est.options), est)
+    out = [int(evaluate(_stage_flops_form(structure, stage), est.values)) for stage in stages]
+    return max(out) if est.options.uneven_stages else max(first, *out[1:])
 
 
 @lru_cache(maxsize=256)
-def _last_stage_flops(structure: Keyed) -> Expr:
-    """The last pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure (the sizes
-    and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
+def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
+    """One pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure and stage (the
+    sizes and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
     from memderive.derivations.quantities.compute import HARDWARE
     from memderive.symbolic.derive import flops
-    from memderive.symbolic.strategies import PipelineParallel
 
     est = structure.value
     graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
-    for strategy in est.options.strategies():
-        if isinstance(strategy, PipelineParallel):
-            strategy = replace(strategy, stage="last")
+    for strategy in est.options.strategies(stage):
         graph = strategy(graph)
     return flops(graph, phases=HARDWARE).total
 

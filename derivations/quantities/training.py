@@ -48,11 +48,11 @@ def _sbh_factored(expr: Any) -> Any:
     return factor_out(expr, s * b * h)
 
 
-def transformed(base: Graph, opts: Options, model: Model) -> Graph:
-    """Fine-tuning transforms (adapters, frozen weights) first, then the layout, then what frozen weights
-    no longer need saved (``RequiresGrad`` sees the final graph)."""
+def transformed(base: Graph, opts: Options, model: Model, stage: str = "first") -> Graph:
+    """Fine-tuning transforms (adapters, frozen weights) first, then the layout (``stage``: the pipeline stage
+    seen), then what frozen weights no longer need saved (``RequiresGrad`` sees the final graph)."""
     graph = base
-    steps = [*finetune_steps(model, opts), *opts.strategies()]
+    steps = [*finetune_steps(model, opts), *opts.strategies(stage)]
     for strategy in steps + ([RequiresGrad()] if opts.finetuning else []):
         graph = strategy(graph)
     return graph
@@ -106,9 +106,10 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
             "transformers' per-tensor fp32 RMS scalar (4 B per parameter tensor) neglected",)
 
 
-def train_quantities(model: Model, opts: Options, base: Graph) -> tuple[Graph, list[Quantity]]:
-    """The transformed graph and the training quantities per GPU (``base``: the untransformed graph)."""
-    graph = transformed(base, opts, model)
+def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "first") -> tuple[Graph, list[Quantity]]:
+    """The transformed graph and the training quantities per GPU of pipeline stage ``stage`` (``base``: the
+    untransformed graph)."""
+    graph = transformed(base, opts, model, stage)
     ignore, why = PROFILES[opts.profile]
     rel = graph.relations
     states, cpu, trainable = _states(graph, opts)
