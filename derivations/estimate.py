@@ -200,7 +200,7 @@ def structure_key(model: Model, options: Options) -> tuple:
     degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
     fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
     flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp if options.uneven_stages else options.pp > 1,
-             options.dp > 1,
+             options.dp > 1, options.cp > 1,
              options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None)
     return repr(model), fixed, flags
 

@@ -157,6 +157,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("tp", "int", 1, symbol="t", shared=True, example=(*_TRAIN_STEP, "--tp", "2")),
     _o("pp", "int", 1, modes=_TRAIN, symbol="p", shared=True, example=(*_TRAIN_STEP, "--pp", "2")),
     _o("dp", "int", 1, modes=_TRAIN, symbol="d", shared=True, example=(*_TRAIN_STEP, "--dp", "2")),
+    _o("cp", "int", 1, "context parallelism: ring attention over cp ranks, each holding s/cp of every sequence "
+       "(Megatron-Core --context-parallel-size, torchtitan context_parallel_degree; a fused attention kernel)",
+       modes=_TRAIN, symbol="cp", shared=True, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--flash", "--cp", "2")),
     _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",

@@ -16,7 +16,8 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
 from memderive.symbolic.op_checkpoint import OpSelectiveRecompute
-from memderive.symbolic.strategies import (FlashAttention, FullRecompute, PipelineParallel, SelectiveRecompute,
+from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
+                                          SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
 __all__ = ["ArgumentError", "Options", "OptionsError", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
@@ -146,6 +147,7 @@ class Options:
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    cp: int = 1  # context-parallel degree: ring attention over cp ranks, s/cp tokens each
     sp: bool = False
     zero: int = 0
     offload: bool = False
@@ -227,7 +229,7 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep", "loss_chunks", "first_stage_layers", "last_stage_layers"):
+                     "ep", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -244,6 +246,7 @@ class Options:
         if self.zero and self.dp == 1:
             raise OptionsError(f"ZeRO stage {self.zero} shards over data parallelism; give --dp greater than 1")
         self._check_stages()
+        self._check_context()
         if self.sp and self.tp == 1:
             raise OptionsError("sequence parallelism splits over the tensor-parallel ranks; give --tp greater than 1")
         if self.profile not in PROFILES:
@@ -308,6 +311,21 @@ class Options:
         if self.mode == "train" and self.loss_chunks > 1 and self.seq is not None and self.seq < self.loss_chunks:
             raise OptionsError(f"--loss-chunks {self.loss_chunks} splits the sequence into chunks of tokens; "
                                f"it is more than --seq {self.seq}")
+
+    def _check_context(self) -> None:
+        if self.cp == 1:
+            return
+        if self.mode != "train":
+            raise OptionsError("--cp (context parallelism, ring attention) splits training sequences; use it "
+                               "with --mode train")
+        if self.attention_kernel == "eager" or self.implementation_kind == "hf":
+            raise OptionsError("--cp runs ring attention on a fused kernel (Megatron-Core: Transformer Engine's "
+                               "flash/fused attention; torchtitan: SDPA); give --attention flash or sdpa "
+                               "(--flash)")
+        if self.seq % (2 * self.cp):
+            raise OptionsError(f"--cp {self.cp}: --seq {self.seq} must divide into 2 x cp = {2 * self.cp} chunks "
+                               "(Megatron-Core's load balancing gives each rank two, from both ends)")
+
     @property
     def uneven_stages(self) -> bool:
         """Whether the first or last pipeline stage holds a number of layers of its own."""
@@ -513,6 +531,8 @@ class Options:
         # Degrees enter as symbols (t, p, m, v) so closed forms keep them; values come later.
         if self.capacity_factor is not None:
             out.append(ExpertCapacity(self.capacity()))
+        if self.cp > 1:  # before tensor and sequence parallelism: those split the s/cp tokens further
+            out.append(ContextParallel(dims.cp))
         if self.tp > 1:
             out.append(TensorParallel(dims.t))
         if self.ep > 1:

@@ -311,6 +311,22 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("nvidia-dgx-h100-guide", "NVIDIA DGX H100 user guide", _NV, "NVIDIA DGX H100/H200 User Guide: "
               "Introduction to the NVIDIA DGX H100/H200 System", None,
               "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html", "docs"),
+    _paper("liu-2023-ring-attention", "Liu et al. 2023 (Ring Attention)", "H. Liu, M. Zaharia, P. Abbeel",
+           "Ring Attention with Blockwise Transformers for Near-Infinite Context", 2023, "2310.01889", "ICLR 2024"),
+    Reference("megatron-core-context-parallel", "Megatron Core docs", _NV, "Megatron Core user guide: context "
+              "parallelism package (ring of K/V chunks over the cp ranks, overlapped with attention; each rank "
+              "holds two of 2 cp sequence chunks)", None,
+              "docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/context_parallel.html", "docs"),
+    Reference("megatron-arguments", "Megatron-LM", _NV, "Megatron-LM: megatron/training/arguments.py "
+              "(--context-parallel-size, --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers)",
+              None, "github.com/NVIDIA/Megatron-LM/blob/main/megatron/training/arguments.py", "code"),
+    Reference("te-context-parallel", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/"
+              "attention/dot_product_attention/context_parallel.py (AttnFuncWithCPAndKVP2P)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/attention/"
+              "dot_product_attention/context_parallel.py", "code"),
+    Reference("pytorch-context-parallel", "PyTorch tutorials", "PyTorch", "Introduction to Context Parallel "
+              "(torch.distributed.tensor.experimental.context_parallel; torchtitan's 1M-token training)", None,
+              "docs.pytorch.org/tutorials/prototype/context_parallel.html", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
 )

@@ -20,7 +20,7 @@ from memderive.symbolic.expr import Expr, symbol
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
-           "d_v", "ep", "Psi_a"]
+           "d_v", "ep", "cp", "Psi_a"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,7 @@ DIMS: tuple[Dim, ...] = (
     Dim("m", "micro-batches per step", "m"),
     Dim("v", "virtual pipeline stages per device", "v"),
     Dim("ep", "expert-parallel degree", "e_{p}"),
+    Dim("cp", "context-parallel degree", "c_{p}"),
     # aggregate: the parameter count, as papers write model-state formulas (ZeRO's Psi)
     Dim("Psi", "parameters held by one GPU", "\\Psi"),
     # the parameters one token uses (a mixture of experts' "active parameters": Psi of a dense model)
@@ -103,4 +104,4 @@ def sym(name: str) -> Expr:
 
 
 (b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, r, t, p,
- d, m, v, ep, Psi, Psi_a) = (dim.expr for dim in DIMS)
+ d, m, v, ep, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)

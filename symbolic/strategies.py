@@ -25,7 +25,7 @@ from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
            "RequiresGrad",
-           "PipelineParallel", "Strategy"]
+           "PipelineParallel", "ContextParallel", "Strategy"]
 
 PARAM_ROLES = frozenset({"weight", "bias"})
 SCORE_ROLE = "attention-scores"
@@ -95,6 +95,42 @@ class SequenceParallel(Strategy):
             return tensor.split(tensor.seq_axis, t)
 
         return graph.map_blocks(lambda blk: blk.map_tensors(split), self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextParallel(Strategy):
+    """Context parallelism over c ranks (Megatron-Core's ``--context-parallel-size``, torchtitan's
+    ``context_parallel_degree``): each rank holds s/c of every sequence's tokens in every block (embedding, layers,
+    loss), weights whole; ring attention (Liu et al. 2023) passes the K/V chunks round the c ranks so each rank's
+    queries attend to all s keys. Every activation's first sequence axis is divided by c: a score tensor
+    ``b a s s`` keeps its key axis (the rank's s/c queries against all s keys), so the attention's FLOPs per rank
+    are 1/c of the whole, as every other product's are. The K/V chunks in flight are a working buffer of the
+    attention (``training.context_parallel_buffers``), not saved.
+
+    >>> from memderive.symbolic.dims import b, a, s, cp
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> ContextParallel(cp)._split(Tensor("scores", (b, a, s, s), dtype("bf16"))).shape
+    (b, a, s/cp, s)
+    """
+
+    c: int | Expr
+
+    @property
+    def name(self) -> str:
+        return "context parallel (ring attention)" if self.c == dims.cp else f"context parallel (c={self.c})"
+
+    def _split(self, tensor: Tensor) -> Tensor:
+        if tensor.role in PARAM_ROLES:
+            return tensor
+        for axis, size in enumerate(tensor.shape):
+            if size == dims.s:
+                return tensor.split(axis, _degree(self.c))
+        return tensor
+
+    def __call__(self, graph: Graph) -> Graph:
+        if _degree(self.c) == 1:
+            return graph
+        return graph.map_blocks(lambda blk: blk.map_tensors(self._split), self.name)
 
 
 def _drop_saved(op: Op, roles: frozenset[str]) -> Op:

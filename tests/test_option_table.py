@@ -136,7 +136,7 @@ def test_symbol_bindings_and_cache_key() -> None:
     opts = Options(mode="train", batch=3, seq=64, tp=2, pp=2, dp=4, micro_batches=5, virtual_stages=2,
                    lora_rank=8, lora_targets="q_proj")
     bound = {str(k): v for k, v in symbol_values(opts).items()}
-    assert bound == {"b": 3, "s": 64, "t": 2, "p": 2, "d": 4, "m": 5, "v": 2, "r": 8, "ep": 1}  # n, g: inference
+    assert bound == {"b": 3, "s": 64, "t": 2, "p": 2, "d": 4, "m": 5, "v": 2, "r": 8, "ep": 1, "cp": 1}  # n, g: inference
     infer = {str(k): v for k, v in symbol_values(Options(mode="infer", batch=1, seq=8, new_tokens=7)).items()}
     assert infer["n"] == 7 and infer["g"] == 128
     assert VALUE_FIELDS == {o.name for o in OPTIONS if o.shared}

@@ -155,7 +155,8 @@ def parallel_groups(options: Any) -> list[tuple[str, int]]:
     [('tensor', 8), ('data', 4)]
     """
     mode = getattr(options, "mode", "train")
-    sizes = [("tensor", options.tp), ("pipeline", options.pp if mode == "train" else 1),
+    sizes = [("tensor", options.tp), ("context", getattr(options, "cp", 1) if mode == "train" else 1),
+             ("pipeline", options.pp if mode == "train" else 1),
              ("data", options.dp if mode == "train" else 1), ("expert", options.ep)]
     return [(name, size) for name, size in sizes if size > 1]
 

@@ -43,7 +43,7 @@ from functools import lru_cache
 from typing import Any
 
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import NCCL, Cluster
+from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.derivations.options import Options
@@ -93,7 +93,7 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float
     parallelism."""
     if opts.ep <= 1 or not dispatched:
         return 0.0
-    per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1)
+    per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
     count = 4 + (2 if opts.recompute == "full" else 0)
     return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
 
@@ -144,10 +144,11 @@ class StepTime:
     cluster: Cluster | None = None
     calibrated: bool = False  # efficiency from the matmul curve (``matmul_efficiency``), not given
     ep_s: float = 0.0  # expert-parallel all-to-alls
+    cp_s: float = 0.0  # context-parallel ring exchange not hidden behind the attention
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s
+        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
 
     @property
     def tokens_per_s(self) -> float:
@@ -166,13 +167,15 @@ class StepTime:
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
                 f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
-                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden",
+                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden; "
+                "context parallelism: the ring's K/V chunk sends, each behind its step's attention",
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)")
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
+                "cp_comm_time_s": self.cp_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
@@ -235,6 +238,35 @@ def cluster_of(options: Options, hw: GPU) -> Cluster:
     return Cluster(hw, options.gpus_per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
 
 
+CP_SOURCE = Citation("megatron-core-context-parallel", "ring of K/V chunks overlapped with attention",
+                     also=(Citation("liu-2023-ring-attention", "§3: blockwise attention overlapped with the ring's "
+                                    "send and receive"), Citation("te-context-parallel", "AttnFuncWithCPAndKVP2P")))
+
+
+def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> float:
+    """The ring exchange of one micro-batch on the busiest stage's layers, not hidden: each layer's attention runs
+    cp steps, each on the K/V chunk at hand while the next arrives from the neighbour (Liu et al. 2023; Megatron-Core
+    and Transformer Engine's AttnFuncWithCPAndKVP2P, torchtitan's rotate); cp - 1 sends of this rank's k and v in
+    forward, cp - 1 of k, v and their gradients in backward (twice the bytes), a forward more under full recompute.
+    A step's send hides behind that step's share (1/cp) of the attention's products; the ranks are t apart
+    (Megatron's order tp-cp-dp-pp), on NVLink while the group stays in a node, else on the network."""
+    opts = est.options
+    c = opts.cp
+    layer = est.graph.block("layer")
+    attention = [op for op in layer.ops if "attention" in op.kind]
+    chunk = _bytes(sum((x.nbytes for op in attention for x in op.saved if x.role in ("k", "v")), 0) or 0, est.values)
+    products = [f for op in attention for f in op.flops if f.kind == "matmul"]
+    forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
+    backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
+    _, nodes = group_span(c, opts.tp, cluster.gpus_per_node)
+    link = cluster.inter_node_bandwidth if nodes > 1 else cluster.intra
+    exposed = (c - 1) * (max(0.0, chunk / link - forward / c / flops_per_s)
+                         + max(0.0, 2 * chunk / link - backward / c / flops_per_s))
+    if opts.recompute == "full":
+        exposed += (c - 1) * max(0.0, chunk / link - forward / c / flops_per_s)
+    return _bytes(layer.repeat, est.values) * exposed
+
+
 def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int, m: int, micro_s: float) -> float:
     """Data-parallel communication not hidden behind compute, one step.
 
@@ -281,22 +313,24 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
-    if t > 1:
+    if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
-        tp_micro = cluster.all_reduce((fwd + bwd) / p, t, 1)
+        tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, replace(opts, recompute="none")), values),
                                  opts) if opts.ep > 1 else 0.0
     if p > 1:
-        boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1)
+        boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * d)
-    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro + ep_micro)
+    cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
+    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
-    dp_s = data_parallel_s(cluster, grads, d, t, opts.zero, m, micro)
+    # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
+    dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
-    return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops, t * p * d,
-                    cluster, efficiency is None, m * ep_micro)
+    return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
+                    t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro)
 
 
 def _sym(name: str) -> Any:

@@ -28,6 +28,7 @@ from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATI
                                                             offload_params_states)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations, parameters
+from memderive.symbolic import dims
 from memderive.symbolic.dims import b, h, s
 from memderive.symbolic.expr import const
 from memderive.symbolic.formula import Citation
@@ -106,6 +107,21 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
             "transformers' per-tensor fp32 RMS scalar (4 B per parameter tensor) neglected",)
 
 
+CP_NOTE = ("context parallelism: each rank holds s/cp tokens of every sequence; the peak adds the K/V chunks its "
+           "ring attention receives, cp - 1 of them held until the attention returns (Transformer Engine's "
+           "AttnFuncWithCPAndKVP2P keeps each ring step's in p2p_comm_buffers)")
+
+
+def context_parallel_buffers(graph: Graph) -> Breakdown:
+    """The K/V chunks ring attention holds during one layer's attention: the cp - 1 received from the other ranks
+    of the ring, each the size of this rank's own k and v (Transformer Engine's ``p2p_comm_buffers``, one per ring
+    step, live until the forward of the attention returns)."""
+    layer = graph.block("layer")
+    chunk = sum((x.nbytes for op in layer.ops if "attention" in op.kind for x in op.saved if x.role in ("k", "v")),
+                const(0))
+    return Breakdown((Term("context_parallel/kv_chunks", chunk * (dims.cp - 1)),), "bytes")
+
+
 def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "first") -> tuple[Graph, list[Quantity]]:
     """The transformed graph and the training quantities per GPU of pipeline stage ``stage`` (``base``: the
     untransformed graph)."""
@@ -120,6 +136,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore, model)
         assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
+    if opts.cp > 1:
+        total += context_parallel_buffers(graph)
+        assumptions += (CP_NOTE,)
     if opts.overhead_bytes:
         total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
     cite = QLORA_CITATION if opts.base_dtype == "nf4" else INT8_CITATION if opts.base_dtype == "int8" else None

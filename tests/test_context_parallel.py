@@ -1,0 +1,60 @@
+"""Context parallelism (``--cp``: ring attention as Megatron-Core and torchtitan run it): memory of s/cp tokens per
+rank and the K/V chunks in flight, FLOPs divided by cp, and the ring's sends timed on the links the group spans,
+each behind its step's attention. Expected values by hand in each test's comment."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.timing import step_time
+
+STEP = dict(mode="train", batch=1, seq=4096, flash=True)
+
+
+def test_each_rank_holds_s_over_cp_tokens_and_the_chunks_it_receives() -> None:
+    """llama-2-7b, t = 2 with SP, flash (no scores): per layer b s (4 a + 8 f + 16 h)/t bytes (the per-layer form
+    the graph gives llama at t with SP, checked against PyTorch elsewhere) = 4,096 (128 + 88,064 + 65,536)/2 =
+    314,834,944 at s = 4,096; each of cp = 4 ranks holds s/4 tokens: a quarter, exactly. The K/V chunks: 32/2 = 16 KV heads per rank x 4096/4 = 1,024 tokens x 128 x 2 bytes
+    = 4,194,304 each for k and v; cp - 1 = 3 received chunks of both: 25,165,824 bytes."""
+    one = estimate("llama-2-7b", **STEP, tp=2, sp=True)
+    four = estimate("llama-2-7b", **STEP, tp=2, sp=True, cp=4)
+    assert one.number("activation_bytes_per_layer") == 4 * four.number("activation_bytes_per_layer")
+    assert one.number("activation_bytes_per_layer") == 4096 * (4 * 32 + 8 * 11008 + 16 * 4096) // 2 == 314_834_944
+    chunks = dict(four.quantity("total_bytes").term_ints(four.values))["context_parallel/kv_chunks"]
+    assert chunks == 3 * 2 * 16 * 1024 * 128 * 2 == 25_165_824
+    assert four.number("parameters_per_gpu") == one.number("parameters_per_gpu")  # weights whole on each cp rank
+
+
+def test_per_gpu_flops_times_t_and_cp_are_the_whole() -> None:
+    """Every product runs on s/cp rows; the attention's rank's s/cp queries against all s keys: a 1/cp share."""
+    est = estimate("llama-2-7b", **STEP, tp=2, sp=True, cp=4)
+    for key in ("forward_flops", "model_flops", "hardware_flops"):
+        assert est.number(f"{key}_per_gpu") * 2 * 4 == est.number(key)
+
+
+def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
+    """llama-2-7b, s 4,096, H100 at efficiency 0.5 (494.75 TFLOP/s), 32 layers. t = 8, cp = 2: the cp ranks are 8
+    apart, in two nodes: sends at 50 GB/s. Per layer a chunk (k and v) is 4 heads x 2,048 tokens x 128 x 2 B x 2 =
+    4,194,304 B: 83.886 us forward, twice (with dK, dV) in backward; a step's attention products are 1/cp of
+    4 a b d_h s^2/(cp t) = 17,179,869,184 forward, 34,359,738,368 backward: 17.362 us and 34.725 us. Exposed per
+    layer (cp - 1) x ((83.886 - 17.362) + (167.772 - 34.725)) us, x 32 layers: 6.3857 ms.
+    t = 4, cp = 2: both ranks in one node (NVLink 450 GB/s each way), 8 heads: 8,388,608 B in 18.641 us behind
+    34.725 us of attention: hidden (0)."""
+    across = step_time(estimate("llama-2-7b", **STEP, tp=8, sp=True, cp=2), "h100-sxm", efficiency=0.5)
+    flops = 989.5e12 * 0.5
+    by_hand = 32 * ((4_194_304 / 50e9 - 8_589_934_592 / flops) + (8_388_608 / 50e9 - 17_179_869_184 / flops))
+    assert across.cp_s == pytest.approx(by_hand, rel=1e-9)
+    assert across.gpus == 16
+    inside = step_time(estimate("llama-2-7b", **STEP, tp=4, sp=True, cp=2), "h100-sxm", efficiency=0.5)
+    assert inside.cp_s == 0.0
+
+
+@pytest.mark.parametrize(("extra", "fragment"), [
+    ({"flash": False}, "fused kernel"),
+    ({"seq": 4100}, "2 x cp = 8 chunks"),
+])
+def test_context_parallelism_needs_a_fused_kernel_and_a_divisible_sequence(extra: dict, fragment: str) -> None:
+    with pytest.raises(OptionsError, match=fragment):
+        estimate("llama-2-7b", **{**STEP, **extra}, cp=4)
