@@ -17,23 +17,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.published_runs import RUNS, Run, predict  # noqa: E402
+from tests.published_runs import FITTED, HELD_OUT, RUNS, Run, predict  # noqa: E402
+
+
+def _rows(title: str, runs: list[Run]) -> list[float]:
+    print(f"{title}\n{'run':26s} {'source':52s} {'layout':21s} {'GPUs':>6s} {'batch':>6s} {'seq':>7s} "
+          f"{'measured s':>11s} {'predicted s':>12s} {'error':>7s}")
+    errors = []
+    for run in runs:
+        p = predict(run)
+        errors.append(abs(p.error))
+        lay = run.layout
+        layout = (f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} v{lay.get('virtual_stages') or 1} c{lay.get('cp', 1)} "
+                  f"d{lay.get('dp', 1)}")
+        print(f"{run.name:26s} {run.source[:52]:52s} {layout:21s} {run.gpus:6d} {run.global_batch:6d} {run.seq:7d} "
+              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
+    print(f"{len(runs)} runs: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}\n")
+    return errors
 
 
 def table() -> list[float]:
-    print(f"{'run':24s} {'source':42s} {'layout':17s} {'GPUs':>6s} {'batch':>6s} {'seq':>6s} {'measured s':>11s} "
-          f"{'predicted s':>12s} {'error':>7s}")
-    errors = []
-    for run in RUNS:
-        p = predict(run)
-        errors.append(p.error)
-        lay = run.layout
-        layout = f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} v{lay.get('virtual_stages') or 1} d{lay.get('dp', 1)}"
-        print(f"{run.name:24s} {run.source:42s} {layout:17s} {run.gpus:6d} {run.global_batch:6d} {run.seq:6d} "
-              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
-    absolute = [abs(x) for x in errors]
-    print(f"\n{len(RUNS)} runs: median |error| {statistics.median(absolute):.1%}, worst {max(absolute):.1%}")
-    return absolute
+    fitted = _rows("In sample: the runs the A100 constants (efficiency.CALIBRATIONS) were fitted on", FITTED)
+    held = _rows("Held out: never used to fit anything", HELD_OUT)
+    return fitted + held
 
 
 def _parts(run: Run) -> tuple:
@@ -70,7 +76,7 @@ def _fit(rows: list[tuple]) -> tuple[float, float, float]:
 
 
 def refit() -> None:
-    runs = [r for r in RUNS if r.gpu.startswith("a100")]
+    runs = [r for r in FITTED if r.gpu.startswith("a100")]  # never the held-out runs
     rows = [_parts(r) for r in runs]
     ceiling, per_flop, half = _fit(rows)
     print(f"A100 fit on {len(rows)} runs: ceiling {ceiling:.2f}, bytes per elementwise FLOP {per_flop:g}, "

@@ -327,6 +327,12 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("pytorch-context-parallel", "PyTorch tutorials", "PyTorch", "Introduction to Context Parallel "
               "(torch.distributed.tensor.experimental.context_parallel; torchtitan's 1M-token training)", None,
               "docs.pytorch.org/tutorials/prototype/context_parallel.html", "docs"),
+    Reference("torchtitan-h100-benchmarks", "torchtitan", "PyTorch", "torchtitan: benchmarks/"
+              "llama3_h100_202412_torchtitan.md (Llama 3.1 8B-405B on Grand Teton H100s, TPS/GPU, torchtitan 9dec370)",
+              2024, "github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md", "docs"),
+    Reference("torchtitan-a100-performance", "torchtitan", "PyTorch", "torchtitan: docs/performance.md (Llama 2 and 3 "
+              "with FSDP2 on 64 A100 80GB, WPS and MFU)", 2024,
+              "github.com/pytorch/torchtitan/blob/041336434916bdc0f88c1f89fda176fd3c2092e4/docs/performance.md", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
 )

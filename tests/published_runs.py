@@ -1,5 +1,9 @@
 """Published training runs with their measured step time or throughput, and what memderive predicts for them.
 
+Sources (``derivations/references.py``): narayanan-2021, korthikanti-2022, jiang-2024-megascale (fitted on);
+dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance (held out). Tokens/s per GPU
+turn into a step time as ``global batch x seq / (tokens/s per GPU x GPUs)``.
+
 Each run names its source (paper, table), model shape, layout (t, p, v, d), global batch, sequence, the cluster's
 GPU and network, and what was measured. Throughputs published as TFLOP/s per GPU are turned into the step time they
 imply with the paper's own FLOPs count (Narayanan et al. 2021 Eq. 3, hardware FLOPs with full recompute; Llama 3's
@@ -40,10 +44,13 @@ class Run:
     tflops_per_gpu: float | None = None  # or the published throughput, with ``flops`` counting it
     flops: str = "hardware"  # which FLOPs the throughput counts: "hardware" (Eq. 3) or "model"
     note: str = ""
+    held_out: bool = False  # True: not among the runs ``efficiency.CALIBRATIONS`` was fitted on
+    tokens_per_s_per_gpu: float | None = None  # or the published tokens per second per GPU
 
     @property
     def gpus(self) -> int:
-        return self.layout.get("tp", 1) * self.layout.get("pp", 1) * self.layout.get("dp", 1)
+        return (self.layout.get("tp", 1) * self.layout.get("pp", 1) * self.layout.get("dp", 1)
+                * self.layout.get("cp", 1))
 
     @property
     def global_batch(self) -> int:
@@ -56,6 +63,8 @@ class Run:
         """The measured step time in seconds (or the one the published throughput implies)."""
         if self.measured_s is not None:
             return self.measured_s
+        if self.tokens_per_s_per_gpu is not None:
+            return self.global_batch * self.seq / (self.tokens_per_s_per_gpu * self.gpus)
         est = self.estimate()
         key = "hardware_flops" if self.flops == "hardware" else "model_flops"
         per_step = est.number(key) * self.layout.get("micro_batches", 1) * self.layout.get("dp", 1)
@@ -119,7 +128,79 @@ MEGASCALE = [
              "micro-batch 1, SP + selective recompute, distributed optimizer (assumed)"),
 ]
 
-RUNS = KORTHIKANTI + NARAYANAN + MEGASCALE
+#: Llama 3 405B (Dubey et al. 2024, Table 3): h 16,384, 128 heads, 8 KV heads, 126 layers, FFN 53,248, V 128,256.
+LLAMA_405B = {"model_type": "llama", "hidden_size": 16384, "num_attention_heads": 128, "num_key_value_heads": 8,
+              "num_hidden_layers": 126, "intermediate_size": 53248, "vocab_size": 128256,
+              "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu"}
+#: BLOOM (BigScience 2022, Table 3; bigscience/bloom config.json): h 14,336, 112 heads, 70 layers, V 250,880, ALiBi.
+BLOOM_176B = {"model_type": "bloom", "n_embed": 14336, "n_head": 112, "n_layer": 70, "vocab_size": 250880}
+
+
+def _llama3(gpus: int, cp: int, dp: int, seq: int, per_dp: int, tflops: float, mfu: str) -> Run:
+    """Dubey et al. 2024 (arXiv:2407.21783) Table 4: Llama 3 405B on H100s (Grand Teton, 8 per node on NVLink,
+    400 Gb/s RoCE per GPU, §3.3.1), TP 8, PP 16 with one layer less on the first and last stage (§3.3.2), CP and DP
+    as the row gives, 16M tokens per batch, BF16 MFU over model FLOPs. Not said: micro-batch 1 (batch per DP as
+    micro-batches), interleaving (v = 1 assumed: memderive's uneven stages run without it, as Megatron-LM's), full
+    recompute off, FSDP sharding optimizer states and gradients (ZeRO-2, §3.3.2), flash attention."""
+    layout = {"tp": 8, "pp": 16, "dp": dp, "cp": cp, "batch": 1, "micro_batches": per_dp, "sp": True, "zero": 2,
+              "flash": True, "first_stage_layers": 7, "last_stage_layers": 7}
+    return Run(f"405B t8 p16 c{cp} d{dp}", "Dubey et al. 2024 (Llama 3), Table 4", LLAMA_405B, layout, seq,
+               "h100-sxm", NDR, tflops_per_gpu=tflops, flops="model", held_out=True,
+               note=f"{gpus:,} H100s, {tflops:g} TFLOP/s per GPU, MFU {mfu}; micro-batch 1, v = 1, ZeRO-2 (assumed)")
+
+
+LLAMA3 = [
+    _llama3(8192, 1, 64, 8192, 32, 430, "43%"),
+    _llama3(16384, 1, 128, 8192, 16, 400, "41%"),
+    _llama3(16384, 16, 8, 131072, 16, 380, "38%"),
+]
+
+BLOOM = [
+    Run("BLOOM 176B t4 p12 d8", "BigScience 2022 (BLOOM), §3.4; model card", BLOOM_176B,
+        {"tp": 4, "pp": 12, "dp": 8, "batch": 2, "micro_batches": 128, "recompute": "full", "zero": 1, "flash": False,
+         "first_stage_layers": 5, "last_stage_layers": 5},
+        2048, "a100-80gb", 4 * 100 * 10**9 // 8 // 8, tflops_per_gpu=150, held_out=True,
+        note="384 A100 80GB on Jean Zay, 4 Omni-Path 100 Gb/s per 8 GPUs (50 Gb/s per GPU), global batch 2,048 of "
+             "2,048 tokens, 'about 150 TFLOPs' (Megatron-DeepSpeed's count with recompute); micro-batch 2, full "
+             "activation checkpointing, ZeRO-1, 70 layers as 5 + 10 x 6 + 5 (DeepSpeed's partition counts the embedding "
+             "on the first and last stage as a layer each: 72/12; bigscience tr11-176B-ml, assumed)"),
+]
+
+_TT_H100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
+_TT_A100 = "torchtitan docs/performance.md (64 A100 80GB)"
+_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm, 700 W and 3.35 TB/s, stands in: "
+            "the source says its peak lies between SXM and NVL), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
+_A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA; the network is not given: 200 Gb/s HDR per GPU "
+              "assumed (DGX A100)")
+
+
+def _titan(name: str, source: str, model: str, gpus: int, batch: int, seq: int, recompute: str, tps: float,
+           hw: str, net: int, note: str) -> Run:
+    layout = {"dp": gpus, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute, "flash": True}
+    return Run(name, source, model, layout, seq, hw, net, tokens_per_s_per_gpu=tps, held_out=True, note=note)
+
+
+TORCHTITAN = [
+    _titan("8B FSDP d8", f"{_TT_H100}, Table 1", "llama-3-8b", 8, 2, 8192, "selective-op", 5762, "h100-sxm", NDR,
+           _TT_NOTE + "; selective (op) activation checkpointing, no compile"),
+    _titan("8B FSDP d128", f"{_TT_H100}, Table 3", "llama-3-8b", 128, 2, 8192, "selective-op", 5605, "h100-sxm",
+           NDR, _TT_NOTE + "; selective (op) activation checkpointing, no compile"),
+    _titan("L3 8B FSDP d64 sel-op", _TT_A100, "llama-3-8b", 64, 1, 8192, "selective-op", 2973, "a100-80gb", HDR,
+           _A100_NOTE),
+    _titan("L3 70B FSDP d64 full", _TT_A100, "llama-3-70b", 64, 1, 8192, "full", 331, "a100-80gb", HDR, _A100_NOTE),
+    _titan("L2 13B FSDP d64 none", _TT_A100, "llama-2-13b", 64, 2, 4096, "none", 2162, "a100-80gb", HDR,
+           _A100_NOTE),
+    _titan("L2 13B FSDP d64 sel-op", _TT_A100, "llama-2-13b", 64, 2, 4096, "selective-op", 1904, "a100-80gb", HDR,
+           _A100_NOTE),
+    _titan("L2 70B FSDP d64 full", _TT_A100, "llama-2-70b", 64, 2, 4096, "full", 353, "a100-80gb", HDR,
+           _A100_NOTE),
+]
+
+#: The runs the A100 constants were fitted on (in-sample).
+FITTED = KORTHIKANTI + NARAYANAN + MEGASCALE
+#: Runs never used to fit anything (held out): their errors test the model.
+HELD_OUT = LLAMA3 + BLOOM + TORCHTITAN
+RUNS = FITTED + HELD_OUT
 
 
 @dataclass

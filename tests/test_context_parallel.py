@@ -5,6 +5,8 @@ each behind its step's attention. Expected values by hand in each test's comment
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import OptionsError
@@ -58,3 +60,29 @@ def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
 def test_context_parallelism_needs_a_fused_kernel_and_a_divisible_sequence(extra: dict, fragment: str) -> None:
     with pytest.raises(OptionsError, match=fragment):
         estimate("llama-2-7b", **{**STEP, **extra}, cp=4)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(["gpt2", "llama-2-7b", "mixtral-8x7b"]), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 8]), st.sampled_from([1, 3]), st.sampled_from([0, 1, 3]),
+       st.sampled_from(["none", "full"]), st.sampled_from(["a100-80gb", "h100-sxm"]))
+def test_mfu_never_exceeds_the_efficiency_and_per_gpu_flops_times_t_cp_are_the_whole(
+        name: str, t: int, cp: int, d: int, p: int, zero: int, recompute: str, hw: str) -> None:
+    """Issue 24's property with context parallelism and pipeline stages (uneven where the layers do not divide):
+    MFU never exceeds the matmul efficiency the model assumes; without a pipeline, per-GPU FLOPs x t x cp are the
+    whole model's (data parallelism repeats it)."""
+    z = estimate(name).model.sizes
+    if z["a"] % t or (zero and d == 1):
+        return  # a layout the model does not divide (refused elsewhere)
+    stages = {} if z["l"] % p == 0 else {"first_stage_layers": (z["l"] - (p - 2) * (z["l"] // p + 1)) // 2}
+    if stages and (z["l"] - 2 * stages["first_stage_layers"]) % (p - 2):
+        return
+    if stages:
+        stages["last_stage_layers"] = stages["first_stage_layers"]
+    est = estimate(name, mode="train", batch=1, seq=512, tp=t, cp=cp, pp=p, dp=d, sp=t > 1, zero=zero, flash=True,
+                   recompute=recompute, micro_batches=4, **stages)
+    timing = step_time(est, hw)
+    assert 0 < timing.mfu <= timing.efficiency
+    if p == 1:
+        for key in ("model_flops", "hardware_flops"):
+            assert est.number(f"{key}_per_gpu") * t * cp == est.number(key)

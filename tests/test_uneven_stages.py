@@ -1,6 +1,7 @@
 """Uneven pipeline stages (``--first-stage-layers``, ``--last-stage-layers``: Megatron-LM's
 ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``): the rest of the layers evenly
-over the other stages; the largest stage bounds each GPU's memory, the slowest sets the pipeline's pace.
+over the other stages (megatron-arguments); the largest stage bounds each GPU's memory, the slowest sets the
+pipeline's pace.
 Expected values by hand in each test's comment."""
 
 from __future__ import annotations

@@ -145,6 +145,7 @@ class StepTime:
     calibrated: bool = False  # efficiency from the matmul curve (``matmul_efficiency``), not given
     ep_s: float = 0.0  # expert-parallel all-to-alls
     cp_s: float = 0.0  # context-parallel ring exchange not hidden behind the attention
+    cp: int = 1  # context-parallel degree
 
     @property
     def step_s(self) -> float:
@@ -167,8 +168,9 @@ class StepTime:
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
                 f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
-                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden; "
-                "context parallelism: the ring's K/V chunk sends, each behind its step's attention",
+                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
+                + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
+                   f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)")
 
     def to_json(self) -> dict[str, Any]:
@@ -240,7 +242,9 @@ def cluster_of(options: Options, hw: GPU) -> Cluster:
 
 CP_SOURCE = Citation("megatron-core-context-parallel", "ring of K/V chunks overlapped with attention",
                      also=(Citation("liu-2023-ring-attention", "§3: blockwise attention overlapped with the ring's "
-                                    "send and receive"), Citation("te-context-parallel", "AttnFuncWithCPAndKVP2P")))
+                                    "send and receive"), Citation("te-context-parallel", "AttnFuncWithCPAndKVP2P"),
+                           Citation("pytorch-context-parallel", "torchtitan's context_parallel, ring rotation"),
+                           Citation("megatron-arguments", "--context-parallel-size")))
 
 
 def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> float:
@@ -330,7 +334,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
-                    t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro)
+                    t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp)
 
 
 def _sym(name: str) -> Any:
