@@ -159,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("dp", "int", 1, modes=_TRAIN, symbol="d", shared=True, example=(*_TRAIN_STEP, "--dp", "2")),
     _o("cp", "int", 1, "context parallelism: ring attention over cp ranks, each holding s/cp of every sequence "
        "(Megatron-Core --context-parallel-size, torchtitan context_parallel_degree; a fused attention kernel)",
-       modes=_TRAIN, symbol="cp", shared=True, commands=_PLANNED,
+       modes=_TRAIN, symbol="cp", shared=True, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--flash", "--cp", "2")),
     _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
