@@ -155,5 +155,6 @@ def test_check_passes_every_option_field() -> None:
                                       "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4",
                                       "--gpu", "h100-sxm", "--efficiency", "0.4", "--framework", "vllm",
                                       "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "64",
-                                      "--max-num-seqs", "4", "--intra-node-link", "pcie", "--mla-decode", "expanded"])
+                                      "--max-num-seqs", "4", "--intra-node-link", "pcie", "--mla-decode", "expanded",
+                                          "--first-stage-layers", "2", "--last-stage-layers", "2"])
     assert set(_options(args)) == {f.name for f in fields(Options)} - {"mode"}
