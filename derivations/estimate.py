@@ -14,7 +14,7 @@ quantities (parameters, then training's or inference's: ``quantities.training``,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,11 @@ from memderive.derivations.memo import Keyed
 from memderive.derivations.quantities.runtime import runtime_json
 from memderive.derivations.quantities.serving import vllm_json
 from memderive.derivations.models.implementations import describe as describe_implementation
-from memderive.derivations.models.implementations import hf_layers
+from memderive.derivations.models.implementations import hf_kernel, hf_layers
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import shared_names, symbol_values
-from memderive.derivations.options import ArgumentError, Options, given_options
+from memderive.derivations.options import ArgumentError, Options, OptionsError, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
 from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
 from memderive.derivations.quantities.parameters import parameter_quantities
@@ -173,6 +173,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     options = _options(options, kwargs)
     resolved = resolve_model(model)
     check_layout(resolved, options)
+    options = _hf_kernel(resolved, options)
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import check_inference
 
@@ -187,6 +188,18 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 
         values.update(inference_values(resolved, options))
     return Estimate(resolved, options, graph, quantities, values)
+
+
+def _hf_kernel(model: Model, options: Options) -> Options:
+    """Under ``--implementation hf``, the attention kernel the family's transformers class runs (eager where
+    sdpa was only the default and the class lacks it); a kernel asked for that it refuses is one line."""
+    if options.mode != "train" or options.implementation_kind != "hf":
+        return options
+    try:
+        kernel = hf_kernel(model, options.hf_attention, options.hf_attention_given)
+    except ValueError as exc:
+        raise OptionsError(str(exc)) from None
+    return options if kernel == options.hf_attention else replace(options, attention=kernel)
 
 
 #: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v, r) or only the times (gpu,

@@ -468,6 +468,13 @@ class Options:
         return kernel or chosen or ("flash" if self.flash else "sdpa")
 
     @property
+    def hf_attention_given(self) -> bool:
+        """Whether the kernel of ``hf_attention`` was asked for (a shorthand, ``--attention``, ``--flash``)."""
+        from memderive.derivations.models.implementations import parse_implementation
+
+        return bool(parse_implementation(self.implementation)[1] or getattr(self, "attention", None) or self.flash)
+
+    @property
     def attention_kernel(self) -> str:
         """The attention kernel: ``flash`` under ``--flash``, else ``--attention``, else the mode's
         default: ``sdpa`` in inference (transformers' default ``attn_implementation``, and what

@@ -41,3 +41,36 @@ def test_whole_model_saves_what_the_hf_graph_says(case: Case) -> None:
     got = measure(case.model_type, case.attention, case.shape, case.experts)
     want = sum(derive(case.model_type, case.attention, case.shape, case.experts).values())
     assert want == got.nbytes, f"ratio {want / got.nbytes:.4f}\n{got.describe()}"
+
+
+def test_refused_kernels_are_the_installed_classes_flags() -> None:
+    # every family's *ForCausalLM class (BertModel for BERT), as installed: _supports_sdpa / _supports_flash_attn
+    from memderive.derivations.models.implementations import UNSUPPORTED_KERNELS
+    from memderive.derivations.models.resolve import resolve_model
+    from tests.hf_families import _model_class, config
+
+    got = {}
+    for model_type in TINY:
+        cls = _model_class(model_type)
+        refused = tuple(k for k, ok in (("sdpa", cls._supports_sdpa), ("flash", cls._supports_flash_attn)) if not ok)
+        if refused:
+            got[resolve_model(config(model_type).to_dict()).arch.family] = refused
+    assert got == UNSUPPORTED_KERNELS
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gpt_oss"])
+def test_an_explicit_refused_kernel_is_one_line_and_the_default_falls_back_to_eager(model_type: str) -> None:
+    import transformers
+
+    from memderive.derivations import estimate
+    from memderive.derivations.options import OptionsError
+    from tests.hf_families import config
+
+    cfg = config(model_type).to_dict()
+    with pytest.raises(ValueError, match="does not support"):  # what transformers itself does
+        transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(model_type, **TINY[model_type]),
+                                                      attn_implementation="sdpa")
+    with pytest.raises(OptionsError, match="refuses attn_implementation='sdpa'"):
+        estimate(cfg, mode="train", batch=1, seq=8, implementation="hf", attention="sdpa")
+    default = estimate(cfg, mode="train", batch=1, seq=8, implementation="hf")
+    assert default.options.attention_kernel == "eager"

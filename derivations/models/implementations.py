@@ -20,8 +20,8 @@ from memderive.derivations.models.model import Model
 from memderive.symbolic.hf_code import HfCode
 from memderive.symbolic.huggingface import HuggingFace
 
-__all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "parse_implementation", "hf_layers",
-           "hf_code", "describe"]
+__all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "UNSUPPORTED_KERNELS", "parse_implementation",
+           "hf_layers", "hf_code", "hf_kernel", "describe"]
 
 IMPLEMENTATIONS = ("megatron", "hf")
 SHORTHANDS = {"hf-eager": ("hf", "eager"), "hf-sdpa": ("hf", "sdpa")}
@@ -67,6 +67,33 @@ FAMILY_CODE: dict[str, HfCode] = {
     "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
     "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
 }
+
+
+#: Attention kernels a family's model class refuses (``_supports_sdpa = False``,
+#: ``_supports_flash_attn = False`` in its modeling file, transformers v5.24; ``tests/test_hf_families.py``
+#: compares this table with the installed classes). Asked explicitly, transformers raises; asked nothing,
+#: ``get_correct_attn_implementation`` falls back from sdpa to eager.
+UNSUPPORTED_KERNELS: dict[str, tuple[str, ...]] = {
+    "gemma2": ("sdpa",), "gpt_neo": ("sdpa",), "gpt_oss": ("sdpa",), "bloom": ("sdpa", "flash"),
+    "mpt": ("sdpa", "flash"),
+}
+
+
+def hf_kernel(model: Model, attention: str, explicit: bool) -> str:
+    """The attention kernel transformers runs ``model`` with: ``attention`` where its class supports it;
+    eager where sdpa was only the default and the class does not support it.
+
+    Raises:
+        ValueError: one line, for a kernel asked explicitly that the family's class refuses.
+    """
+    refused = UNSUPPORTED_KERNELS.get(model.arch.family, ())
+    if attention not in refused:
+        return attention
+    if explicit:
+        name = {"sdpa": "sdpa", "flash": "flash_attention_2"}[attention]
+        raise ValueError(f"transformers refuses attn_implementation={name!r} for {model.arch.family} (its model class "
+                         f"does not support it); use --attention eager")
+    return "eager"
 
 
 def hf_code(model: Model) -> HfCode:
