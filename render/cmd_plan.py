@@ -187,17 +187,22 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
             f"; global batch {args.global_batch} x {args.seq} tokens")
     bound = "" if args.gpu else "<="  # the proxy's MFU is an upper bound
     experts = "E" in resolve_model(args.model).sizes  # an ep column for a model with routed experts
+    context = any(x.options.get("cp", 1) > 1 for x in layouts)  # a cp column when a row splits the sequence
+    uneven = any(x.options.get("first_stage_layers") is not None for x in layouts)
     lines = [head, *(f"NOTE: {x}" for x in model), "",
-             f"rank  tp pp  v   dp{'  ep' if experts else ''} zero recompute  mb    m  memory/GPU (GiB)  step time   "
-             f"tokens/s  MFU{bound:2s}  bubble"]
+             f"rank  tp{'  cp' if context else ''} pp  v   dp{'  ep' if experts else ''} zero recompute  mb    m  "
+             f"memory/GPU (GiB)  step time   tokens/s  MFU{bound:2s}  bubble{'  first/last layers' if uneven else ''}"]
     for i, x in enumerate(layouts, 1):
         o = x.options
         time = f"{x.step_time_s:9.3f}s" if x.step_time_s is not None else "        -"
         rate = f"{x.tokens_per_s:10,.0f}" if x.tokens_per_s is not None else "         -"
         ep = f" {o.get('ep', 1):3d}" if experts else ""
-        lines.append(f"{i:4d} {o.get('tp', 1):3d} {o.get('pp', 1):2d} {o.get('virtual_stages') or 1:2d} "
+        cp = f" {o.get('cp', 1):3d}" if context else ""
+        stages = ("" if o.get("first_stage_layers") is None else
+                  f"  {o['first_stage_layers']}/{o['last_stage_layers']}")
+        lines.append(f"{i:4d} {o.get('tp', 1):3d}{cp} {o.get('pp', 1):2d} {o.get('virtual_stages') or 1:2d} "
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
-                     f"{x.bubble:6.3f}")
+                     f"{x.bubble:6.3f}{stages}")
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options))]
     return "\n".join(lines)

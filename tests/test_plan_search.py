@@ -56,7 +56,7 @@ def test_expert_parallelism_holds_a_share_of_the_experts() -> None:
     rows = plan(TINY_MOE, 80 * GIB, 4, 64, 4, options=Options(gpu="a100-80gb"), top=10**6)
     same = {row.options.get("ep", 1): row.total_bytes for row in rows
             if (row.options.get("tp", 1), row.options.get("pp", 1), row.options.get("zero", 0), row.options["batch"],
-                row.options.get("recompute", "none")) == (1, 1, 0, 1, "none")}
+                row.options.get("recompute", "none"), row.options.get("cp", 1)) == (1, 1, 0, 1, "none", 1)}
     assert same[1] - same[2] == 786_432 and same[2] - same[4] == 393_216
 
 

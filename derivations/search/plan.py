@@ -1,8 +1,10 @@
 """A layout planner: every training layout of a model on N GPUs, those that fit, ranked by step time.
 
 Layouts: tensor parallelism t (within a node, dividing the heads, the KV heads and the FFN width; with
-sequence parallelism), pipeline parallelism p (dividing the layers; interleaved with v virtual stages where
-p*v divides them and the micro-batch count divides by p), data parallelism d, for a model with routed experts
+sequence parallelism), context parallelism cp (1, 2, 4, 8, 16 with FlashAttention, seq divisible by 2 cp),
+pipeline parallelism p (dividing the layers; interleaved with v virtual stages where p*v divides them and the
+micro-batch count divides by p; with a GPU count, also p dividing the GPUs with the layers split unevenly:
+``uneven_split``), data parallelism d, for a model with routed experts
 expert parallelism ep (every degree dividing E and d, unless ``options.ep`` pins one), ZeRO stages 0-3, recompute,
 FlashAttention, and the micro-batch size b and count m with b * m * d = the global batch. Memory per GPU is
 ``estimate``'s ``total_bytes`` (the first pipeline stage), evaluated for all layouts of one structure at
@@ -16,7 +18,8 @@ With a GPU (``options.gpu``, a name of ``derivations.hardware.GPUS``), layouts a
 model's step time (``derivations.search.step_timer.plan_step_time``, i.e. ``step_time``: the busiest stage's
 hardware FLOPs at ``efficiency`` x dense peak, the pipeline bubble, and tensor-, pipeline- and data-parallel
 communication that is not hidden); each row's ``step_time_s`` is what ``estimate`` with the row's options
-reports. Among equal times, lower ZeRO stages, fewer tensor and pipeline ranks and less recompute rank first.
+reports. Among equal times, lower ZeRO stages, fewer tensor, context and pipeline ranks, even stages and less
+recompute rank first.
 
 NOTE(plan): without a GPU, step time is a stated proxy (``STEP_TIME``, ``proxy_step_time``): hardware FLOPs
 per GPU at ``peak_flops``, stretched by the pipeline bubble (1 + (p - 1)/(m v)), with FLOPs 6 N per token
@@ -108,17 +111,47 @@ def _divisors(x: int) -> tuple[int, ...]:
     return tuple(low + [x // k for k in reversed(low) if k * k != x])
 
 
-def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int]]:
-    """Valid (t, p, v): t within a node and dividing what it splits, p dividing l, p*v dividing l."""
-    for tp, pp in itertools.product(_divisors(model.sizes["a"]), _divisors(model.sizes["l"])):
-        if tp > base.gpus_per_node or (gpus is not None and gpus % (tp * pp)):
+def uneven_split(layers: int, pp: int) -> tuple[int, int] | None:
+    """(first, last) stage layers when ``pp`` stages do not divide ``layers`` evenly: every other stage holds
+    ceil(l/p), the first and last split the rest (Llama 3 405B: 126 over 16 = 7 + 14 x 8 + 7, Dubey et al. 2024
+    §3.3.2); None when p divides l or no such split exists.
+
+    >>> uneven_split(126, 16), uneven_split(70, 12), uneven_split(32, 4)
+    ((7, 7), (5, 5), None)
+    """
+    if layers % pp == 0 or pp < 3 or pp > layers:
+        return None
+    middle = -(-layers // pp)
+    rest = layers - (pp - 2) * middle
+    if rest < 2:
+        return None
+    return rest // 2, rest - rest // 2
+
+
+def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int, tuple | None]]:
+    """Valid (t, p, v, uneven): t within a node and dividing what it splits, p dividing l (p*v dividing l), or,
+    with a GPU count, p dividing the GPUs left by t with the layers split unevenly (``uneven_split``, v = 1)."""
+    layers = model.sizes["l"]
+    for tp in _divisors(model.sizes["a"]):
+        if tp > base.gpus_per_node or (gpus is not None and gpus % tp):
             continue
-        for vs in VIRTUAL if pp > 1 else (1,):
-            try:
-                check_layout(model, replace(base, tp=tp, pp=pp, sp=tp > 1, virtual_stages=None if vs == 1 else vs))
-            except (InvalidLayoutError, DerivationError):
+        stages = set(_divisors(layers)) | (set() if gpus is None else set(_divisors(gpus // tp)))
+        for pp in sorted(stages):
+            split = None if layers % pp == 0 else uneven_split(layers, pp)
+            if (layers % pp and split is None) or (gpus is not None and gpus % (tp * pp)):
                 continue
-            yield tp, pp, vs
+            for vs in VIRTUAL if pp > 1 and split is None else (1,):
+                extra = {} if split is None else {"first_stage_layers": split[0], "last_stage_layers": split[1]}
+                try:
+                    check_layout(model, replace(base, tp=tp, pp=pp, sp=tp > 1,
+                                                virtual_stages=None if vs == 1 else vs, **extra))
+                except (InvalidLayoutError, DerivationError):
+                    continue
+                yield tp, pp, vs, split
+
+
+#: Context-parallel degrees a plan compares (with a fused attention kernel, seq divisible by 2 cp).
+CONTEXT = (1, 2, 4, 8, 16)
 
 
 def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
@@ -144,9 +177,13 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     eps = expert_degrees(model, ep)
     recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
-    for tp, pp, vs in _degrees(model, base, gpus):
-        dps = [gpus // (tp * pp)] if gpus is not None else batches
-        for dp, ep in ((dp, ep) for dp in dps for ep in eps):
+    cps = [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
+    for tp, pp, vs, split in _degrees(model, base, gpus):
+        pairs = [(gpus // (tp * pp * cp), cp) for cp in cps if gpus % (tp * pp * cp) == 0] if gpus is not None \
+            else [(dp, cp) for dp in batches for cp in cps]
+        stages = {"first_stage_layers": None, "last_stage_layers": None} if split is None else \
+            {"first_stage_layers": split[0], "last_stage_layers": split[1]}
+        for dp, cp, ep in ((dp, cp, ep) for dp, cp in pairs for ep in eps):
             if global_batch % dp or dp % ep:
                 continue
             for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
@@ -160,8 +197,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     "with fewer divisors")
                 for zero, recompute in itertools.product(range(4) if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": tp > 1, "zero": zero, "recompute": recompute,
-                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep,
-                                "virtual_stages": None if vs == 1 else vs})
+                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": cp,
+                                "virtual_stages": None if vs == 1 else vs, **stages})
     return out
 
 
@@ -175,14 +212,21 @@ def _memory(model: Model, base: Options, rows: list[dict], device: bool = False)
     """``total_bytes`` of every row (with ``device``, the device bytes: ``runtime.budget_terms``): one
     derivation per structure, the layouts of it evaluated at once."""
     groups: dict[tuple, list[int]] = {}
+    out_rows: dict[int, int] = {}
     a_kv = model.sizes["a_kv"]
     for i, row in enumerate(rows):  # the switches of structure_key that rows vary (the rest is base's)
+        if row.get("first_stage_layers") is not None:  # uneven stages: the largest stage, row by row
+            est = estimate(model, replace(base, **row))
+            out_rows[i] = budget_bytes(est)[0] if device else est.number("total_bytes")
+            continue
         key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"], row["ep"],
-               row["virtual_stages"] is None, row["sp"], row["flash"],
+               row["virtual_stages"] is None, row["sp"], row["flash"], row.get("cp", 1) > 1,
                # NCCL's buffers differ for groups of 2 and of more ranks (runtime.nccl_bytes)
                *((min(row["tp"], 3), min(row["pp"], 3), min(row["dp"], 3)) if device else ()))
         groups.setdefault(key, []).append(i)
     out = np.empty(len(rows), dtype=object)
+    for i, value in out_rows.items():
+        out[i] = value
     axes = _axes(rows[0])
     free = {o.dim for o in axes}
     for indices in groups.values():
@@ -207,7 +251,7 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
     # recomputed per sequence: the attention core's forward (selective) or the whole forward (full)
     extra = {"none": 0, "selective": attention // 3, "full": 2 * params * seq + attention // 3}
     hardware = model_flops + global_batch * extra[row["recompute"]]
-    gpus = row["tp"] * row["pp"] * row["dp"]
+    gpus = row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1)
     bubble = (row["pp"] - 1) / (row["micro_batches"] * (row["virtual_stages"] or 1))
     per_gpu = -(-hardware // gpus)
     time = per_gpu * (1 + bubble) / peak_flops if peak_flops else None
@@ -306,8 +350,8 @@ _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
 
 def _rank(item: tuple) -> tuple:
     (per_gpu, _, bubble, time, _), row, mem = item
-    return (per_gpu * (1 + bubble) if time is None else time, row["zero"], row["tp"], row["pp"], row["ep"],
-            _RECOMPUTE_ORDER[row["recompute"]], -row["batch"], mem)
+    return (per_gpu * (1 + bubble) if time is None else time, row["zero"], row["tp"], row.get("cp", 1), row["pp"],
+            row["first_stage_layers"] is not None, row["ep"], _RECOMPUTE_ORDER[row["recompute"]], -row["batch"], mem)
 
 
 def smallest_gpu_count(model: Any, capacity: int, global_batch: int, seq: int, **kwargs: Any) -> int:

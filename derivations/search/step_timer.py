@@ -39,7 +39,7 @@ def plan_step_time(model: Model, base: Options, row: dict, global_batch: int, pe
     bubble = (p - 1) / (m * v)
     per_gpu = est.number("hardware_flops_per_gpu") * m
     model_flops = est.number("model_flops") * m * row["dp"]
-    gpus = row["tp"] * row["pp"] * row["dp"]
+    gpus = row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1)
     if base.gpu is not None:
         timing = step_time(est, cluster or base.gpu, base.efficiency)
     elif not peak_flops:
