@@ -21,7 +21,7 @@ def test_llama_70b_on_1024_gpus_rows_rerun_to_the_same_bytes() -> None:
     assert layouts
     for x in layouts:
         o = x.options
-        assert o["tp"] * o.get("pp", 1) * o["dp"] == 1024
+        assert o["tp"] * o.get("pp", 1) * o["dp"] * o.get("cp", 1) == 1024  # GPUs = t p d cp
         assert o["batch"] * o["micro_batches"] * o["dp"] == 1024  # b * m * d = the global batch
         assert estimate("llama-2-70b", **o).number("total_bytes") == x.total_bytes <= GB80
     times = [x.flops_per_gpu * (1 + x.bubble) for x in layouts]
