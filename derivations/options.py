@@ -54,6 +54,22 @@ class OptionsError(DerivationError):
     """Options that contradict each other or the model."""
 
 
+def _peft_target_list(value: object) -> None:
+    """``--lora-targets`` as PEFT reads ``target_modules``: a name matches a module's last components exactly
+    (``'q_proj '`` matches nothing), and ``all-linear`` is a shorthand only as the whole value (in a list it is a
+    name no module has: PEFT adapts the other names only)."""
+    items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
+    for item in items:
+        if isinstance(item, str) and item.strip() and item != item.strip() and not isinstance(value, str):
+            raise OptionsError(f"--lora-targets: {item!r} has spaces around it; PEFT matches module names exactly "
+                               f"(it would match nothing): write {item.strip()!r}")
+    names = [x.strip() for x in items if isinstance(x, str) and x.strip()]
+    if "all-linear" in names and len(names) > 1:
+        raise OptionsError("--lora-targets: all-linear is PEFT's shorthand for the whole target list; beside other "
+                           "names PEFT reads it as a module name that no module has and adapts only the others: "
+                           "give all-linear alone, or the names")
+
+
 class ArgumentError(OptionsError):
     """An option of the wrong type or an unknown name (Python API misuse), said as the CLI says it."""
 
@@ -499,6 +515,7 @@ class Options:
 
     def _check_finetuning(self) -> None:
         _positive("lora-rank", self.lora_rank)
+        _peft_target_list(self.lora_targets)
         object.__setattr__(self, "lora_targets", _names(self.lora_targets))
         object.__setattr__(self, "train_only", _names(self.train_only))
         if (self.lora_rank is None) != (not self.lora_targets):
