@@ -1,7 +1,8 @@
 """A layout planner: every training layout of a model on N GPUs, those that fit, ranked by step time.
 
 Layouts: tensor parallelism t (within a node, dividing the heads, the KV heads and the FFN width; with
-sequence parallelism), context parallelism cp (1, 2, 4, 8, 16 with FlashAttention, seq divisible by 2 cp),
+sequence parallelism), with a GPU count context parallelism cp (1, 2, 4, 8, 16 with FlashAttention, seq divisible
+by 2 cp; without one, the fewest GPUs are searched with cp 1),
 pipeline parallelism p (dividing the layers; interleaved with v virtual stages where p*v divides them and the
 micro-batch count divides by p; with a GPU count, also p dividing the GPUs with the layers split unevenly:
 ``uneven_split``), data parallelism d, for a model with routed experts
@@ -180,7 +181,7 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     cps = [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
     for tp, pp, vs, split in _degrees(model, base, gpus):
         pairs = [(gpus // (tp * pp * cp), cp) for cp in cps if gpus % (tp * pp * cp) == 0] if gpus is not None \
-            else [(dp, cp) for dp in batches for cp in cps]
+            else [(dp, 1) for dp in batches]  # the fewest GPUs: cp 1 (cp x the divisors passes the layout limit)
         stages = {"first_stage_layers": None, "last_stage_layers": None} if split is None else \
             {"first_stage_layers": split[0], "last_stage_layers": split[1]}
         for dp, cp, ep in ((dp, cp, ep) for dp, cp in pairs for ep in eps):
