@@ -92,6 +92,15 @@ def _paper(key: str, label: str, authors: str, title: str, year: int, arxiv: str
 
 _NV = "NVIDIA"
 _HF = "Hugging Face"
+
+
+def _transformers_file(key: str, path: str, detail: str = "") -> Reference:
+    """A source file of transformers 5.24 (``path`` under ``src/transformers/``), pinned to its v5.24.0 tag."""
+    title = f"transformers 5.24: src/transformers/{path}" + (f" ({detail})" if detail else "")
+    return Reference(key, "transformers 5.24", _HF, title, None,
+                     f"github.com/huggingface/transformers/blob/v5.24.0/src/transformers/{path}", "code")
+
+
 _ENTRIES: tuple[Reference, ...] = (
     # --- training memory, parallelism, compute ---------------------------------------------------------------
     _paper("korthikanti-2022", "Korthikanti et al. 2022", "V. A. Korthikanti, J. Casper, S. Lym, L. McAfee, "
@@ -282,29 +291,21 @@ _ENTRIES: tuple[Reference, ...] = (
               "github.com/pytorch/pytorch/blob/v2.13.0/torch/csrc/autograd/engine.cpp", "code"),
     Reference("pytorch-adam", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/adam.py (_multi_tensor_adam, "
               "_fused_adam)", None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/adam.py", "code"),
-    Reference("transformers-llama", "transformers 5.24", _HF, "transformers 5.24: src/transformers/models/llama/"
-              "modeling_llama.py", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/"
-              "llama/modeling_llama.py", "code"),
-    Reference("transformers-gpt2", "transformers 5.24", _HF, "transformers 5.24: src/transformers/models/gpt2/"
-              "modeling_gpt2.py", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/models/"
-              "gpt2/modeling_gpt2.py", "code"),
+    _transformers_file("transformers-llama", "models/llama/modeling_llama.py"),
+    _transformers_file("transformers-gpt2", "models/gpt2/modeling_gpt2.py"),
     _paper("shazeer-2018", "Shazeer & Stern 2018 (Adafactor)", "N. Shazeer, M. Stern", "Adafactor: Adaptive Learning "
            "Rates with Sublinear Memory Cost", 2018, "1804.04235", "ICML 2018"),
     Reference("pytorch-adafactor", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/_adafactor.py (Adafactor."
               "_init_group: row_var, col_var, variance)", None,
               "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/_adafactor.py", "code"),
-    Reference("transformers-adafactor", "transformers 5.24", _HF, "transformers 5.24: src/transformers/optimization.py "
-              "(Adafactor)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/transformers/"
-              "optimization.py", "code"),
+    _transformers_file("transformers-adafactor", "optimization.py", "Adafactor"),
     Reference("pytorch-fsdp-offload", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
               "_fsdp_api.py (CPUOffloadPolicy) and _fully_shard.py (fully_shard: reshard_after_forward, the root)",
               None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_api.py", "code"),
     Reference("deepspeed-offload-config", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/zero/"
               "offload_config.py (DeepSpeedZeroOffloadParamConfig: offload_param, valid only with stage 3)", None,
               "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/offload_config.py", "code"),
-    Reference("transformers-loss-utils", "transformers 5.24", _HF, "transformers 5.24: src/transformers/loss/"
-              "loss_utils.py (ForCausalLMLoss)", None, "github.com/huggingface/transformers/blob/v5.24.0/src/"
-              "transformers/loss/loss_utils.py", "code"),
+    _transformers_file("transformers-loss-utils", "loss/loss_utils.py", "ForCausalLMLoss"),
     Reference("megatron-fp16-optimizer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/optimizer/optimizer.py "
               "(Float16OptimizerWithFloat16Params)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/optimizer.py", "code"),
