@@ -52,6 +52,9 @@ _RULES = {
     ("bool_mask", True): "eager scores masked_fill'ed with a (b, 1, s, s) bool mask, saved once per forward",
     ("routing_fp32", True): "the router's top-k weights stay fp32: the experts' outputs are scaled by (and save) "
                             "fp32 weights",
+    ("router_fp32", True): "the router's linear runs on fp32 copies of its input and weight "
+                           "(F.linear(x.float(), w.float())): both copies saved",
+    ("router_group_mask", True): "group-limited routing masks the scores (masked_fill): its bool (b, s, E) mask saved",
 }
 
 
@@ -74,6 +77,8 @@ class HfCode:
     position_buffer: bool = False  # position ids sliced from a registered buffer: not an activation (BERT)
     bool_mask: bool = False  # eager scores masked_fill'ed with the model's (b, 1, s, s) bool mask (MPT)
     routing_fp32: bool = False  # the router's top-k weights left in fp32 (Mixtral): the experts save them so
+    router_fp32: bool = False  # the router's linear on fp32 copies of its input and weight (DeepSeek)
+    router_group_mask: bool = False  # DeepSeek-V2's group_limited_greedy: scores.masked_fill(~mask, 0) saves the mask
 
     def __post_init__(self) -> None:
         for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),

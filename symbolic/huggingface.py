@@ -137,6 +137,8 @@ class HuggingFace(Strategy):
             return needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
         if op.kind == "attention":
             return self._attention(op)
+        if op.kind == "router" and (self.code.router_fp32 or self.code.router_group_mask):
+            return _router(op, self.code)
         if op.kind == "experts":
             op = routing_dtype(op, FP32) if self.code.routing_fp32 else op
             return grouped_mm(op) if self.experts == "grouped_mm" else op
@@ -181,6 +183,27 @@ def _rms_norm(op: Op, variant: str) -> Op:
              "offset": "GemmaRMSNorm, x * (1 + w) in fp32"}
     return replace(op, saved=tuple(t for t, _ in saved), note=f"{names[variant]} (Python, fp32 copy)",
                    saved_for=tuple((t.name, g) for t, g in saved) if op.saved_for else ())
+
+
+def _router(op: Op, code: HfCode) -> Op:
+    """DeepSeek's ``TopkRouter``: ``F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))``
+    saves the fp32 copies of its input (in place of the 16-bit input) and of its weight (E, h), the cast a
+    new tensor once the model is in 16 bits; ``group_limited_greedy`` (DeepSeek-V2) then
+    ``scores.masked_fill(~score_mask.bool(), 0.0)``, which saves the bool mask (b, s, E) of the experts
+    outside the chosen groups. DeepSeek-V3's group choice reads the scores only for their top-k indices:
+    that branch needs no gradient and what it saves is freed during the forward."""
+    x, rest = op.saved[0], op.saved[1:]
+    saved = [x]
+    if code.router_fp32:
+        weight = op.params[0]
+        saved = [like(x, f"{op.path}.x_fp32", FP32, role="activation"),
+                 Tensor(f"{op.path}.weight_fp32", weight.shape, FP32, role="weight-copy")]
+    if code.router_group_mask:
+        scores = rest[0]
+        rest = (rest[0], like(scores, f"{op.path}.group_mask", dtype("bool"), role="router"), *rest[1:])
+    return replace(op, saved=(*saved, *rest), note=(op.note + "; " if op.note else "") +
+                   ("router on fp32 copies of its input and weight" if code.router_fp32 else "")
+                   + ("; group-limited scores masked" if code.router_group_mask else ""))
 
 
 def _python_layer_norm(op: Op) -> Op:

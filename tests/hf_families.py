@@ -83,11 +83,13 @@ TINY: dict[str, dict] = {
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss", "phimoe", "granitemoe")
 
 
-def config(model_type: str, attention: str = "eager", experts: str | None = None) -> transformers.PretrainedConfig:
-    """The tiny config of ``model_type`` with the attention (and experts) implementation set."""
+def config(model_type: str, attention: str = "eager", experts: str | None = None,
+           fields: tuple[tuple[str, object], ...] = ()) -> transformers.PretrainedConfig:
+    """The tiny config of ``model_type`` with the attention (and experts) implementation set, and
+    ``fields`` (name, value) pairs over ``TINY``'s."""
     transformers.logging.set_verbosity_error()
     ids = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)  # inside the small vocabularies
-    cfg = transformers.AutoConfig.for_model(model_type, **{**ids, **TINY[model_type]})
+    cfg = transformers.AutoConfig.for_model(model_type, **{**ids, **TINY[model_type], **dict(fields)})
     cfg._attn_implementation = attention
     if experts is not None:
         cfg._experts_implementation = experts
@@ -111,14 +113,15 @@ def experts_kernels(model_type: str) -> tuple[str | None, ...]:
 
 
 @functools.cache
-def measure(model_type: str, attention: str, shape: Shape, experts: str | None = None) -> SavedModel:
-    return measure_config(config(model_type, attention, experts), shape)
+def measure(model_type: str, attention: str, shape: Shape, experts: str | None = None,
+            fields: tuple[tuple[str, object], ...] = ()) -> SavedModel:
+    return measure_config(config(model_type, attention, experts, fields), shape)
 
 
 def derive(model_type: str, attention: str, shape: Shape, experts: str | None = None, blocks=None,
-           per_repeat: bool = False) -> dict[str, int]:
+           per_repeat: bool = False, fields: tuple[tuple[str, object], ...] = ()) -> dict[str, int]:
     """memderive's bytes per op path for the same step (transformers' CPU kernels, exact profile)."""
-    model = resolve_model(config(model_type, attention, experts).to_dict())
+    model = resolve_model(config(model_type, attention, experts, fields).to_dict())
     graph = hf_layers(model, attention, "cpu", experts or "grouped_mm")(model.graph("bf16", dropout=True))
     values = {**model.values(), b: shape.b, s: shape.s}
     terms = activations(graph, blocks=blocks, per_repeat=per_repeat).terms

@@ -2,14 +2,17 @@
 
 ``measure_model`` builds a small ``*ForCausalLM`` from its config class (random weights, no downloads),
 casts it to bf16, runs ``model(ids, labels=ids)`` in training mode under
-``torch.autograd.graph.saved_tensors_hooks`` and counts every saved storage once, parameters and
-buffers excluded (as ``tests/reference_layers.measure`` does for single layers). Each storage is
+``torch.autograd.graph.saved_tensors_hooks`` and counts every saved storage the graph still holds
+when the forward ends once (a branch freed during the forward, whose result needs no gradient,
+frees what it saved), parameters and buffers excluded (as ``tests/reference_layers.measure`` does
+for single layers). Each storage is
 attributed to the innermost module running when it was first saved (forward pre/post hooks keep a
 stack), with its dtype and shapes, so a test can compare one decoder layer op group by op group.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,22 +125,41 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     for name, module in model.named_modules():
         handles.append(module.register_forward_pre_hook(lambda _m, _a, name=name: stack.append(name)))
         handles.append(module.register_forward_hook(lambda _m, _a, _o: None if stack.pop() else None))
-    result = SavedModel()
+    held: list[tuple[weakref.ref, str]] = []
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        ptr = storage.data_ptr()
-        if ptr not in owned:
-            entry = result.storages.setdefault(ptr, (storage.nbytes(), tensor.dtype, stack[-1], []))
-            entry[3].append(tuple(tensor.shape))
-        return tensor
+    def pack(tensor: torch.Tensor) -> _Held:
+        box = _Held(tensor)
+        held.append((weakref.ref(box), stack[-1]))
+        return box
 
     ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
             loss = _loss(model, ids)
     finally:
         for handle in handles:
             handle.remove()
+    result = SavedModel()
+    for ref, module in held:  # what the graph still holds when the backward starts
+        box = ref()
+        if box is None:
+            continue
+        storage = box.tensor.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in owned:
+            entry = result.storages.setdefault(ptr, (storage.nbytes(), box.tensor.dtype, module, []))
+            entry[3].append(tuple(box.tensor.shape))
     loss.backward()  # the graph is a real one
     return result
+
+
+class _Held:
+    """A saved tensor as the graph holds it: a node freed during the forward (a branch whose result
+    needs no gradient, such as a router's top-k over scores used only for their indices) frees it,
+    and with it this box, so only tensors alive at the end of the forward are counted (a freed
+    storage's address may be reused by a later tensor: counting by address alone would merge them)."""
+
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor

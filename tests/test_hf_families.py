@@ -18,8 +18,6 @@ from tests.hf_families import TINY, Case, cases, derive, measure
 #: Cases not yet modelled to the byte (issue 22), by case-id prefix, with what the measurement shows is
 #: missing. Strict: a case listed here that becomes exact fails, so the list only shrinks.
 OPEN: dict[str, str] = {
-    "deepseek_v2-": "fp32 router (copies of its input and weight), MLA's fp32 rotary (view_as_complex)",
-    "deepseek_v3-": "fp32 router (copies of its input and weight), group-limited top-k, SDPA math fallback",
     "gpt_oss-": "clamped SwiGLU experts with biases, sinks: a 16-bit softmax over s + 1 columns",
     "phimoe-": "sparsemixer router: its saved tensors depend on the routing drawn",
     "granitemoe-": "GraniteMoe's parallel experts (its own MoE module, not the experts interface)",
@@ -41,6 +39,19 @@ def test_whole_model_saves_what_the_hf_graph_says(case: Case) -> None:
     got = measure(case.model_type, case.attention, case.shape, case.experts)
     want = sum(derive(case.model_type, case.attention, case.shape, case.experts).values())
     assert want == got.nbytes, f"ratio {want / got.nbytes:.4f}\n{got.describe()}"
+
+
+def test_deepseek_v2_group_limited_routing_saves_its_score_mask() -> None:
+    # DeepseekV2TopkRouter with topk_method="group_limited_greedy" runs scores.masked_fill(~score_mask.bool(), 0.0)
+    # before its top-k: the bool mask (b s, E) is saved, 1 B per token per routed expert in each MoE layer. By hand,
+    # b2s24 with 4 experts in the 2 MoE layers (first_k_dense_replace=1 of 3): 2 x 48 x 4 x 1 B = 384 B over greedy.
+    from tests.hf_families import SHAPES
+
+    group = (("topk_method", "group_limited_greedy"), ("n_group", 2), ("topk_group", 1))
+    greedy = measure("deepseek_v2", "eager", SHAPES[0], "grouped_mm")
+    masked = measure("deepseek_v2", "eager", SHAPES[0], "grouped_mm", group)
+    assert masked.nbytes - greedy.nbytes == 384
+    assert sum(derive("deepseek_v2", "eager", SHAPES[0], "grouped_mm", fields=group).values()) == masked.nbytes
 
 
 def test_refused_kernels_are_the_installed_classes_flags() -> None:

@@ -48,6 +48,8 @@ class Moe:
     shared_gate: bool = False
     dense_layers: bool = False
     renormalize: bool = True  # the k routing weights renormalised to sum to 1 (norm_topk_prob)
+    # the router zeroes the scores outside its top groups before the top-k (DeepSeek-V2's group_limited_greedy)
+    group_masked: bool = False
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)

@@ -124,14 +124,16 @@ def _deepseek(version: int) -> Callable[[Fields], Adapted]:
         shared = c.count("n_shared_experts", defaults["shared"])
         if shared:
             sizes["f_s"] = shared * width
-        arch, sizes = _with_moe(arch, sizes, Moe(shared=bool(shared)), c.count("first_k_dense_replace", defaults["dense"]))
+        # DeepseekV2TopkRouter never renormalises its top-k weights; DeepseekV3TopkRouter does with norm_topk_prob
+        renormalize = version == 3 and c.flag("norm_topk_prob", True)
+        masked = version == 2 and c.get("topk_method", "greedy") == "group_limited_greedy"
+        moe = Moe(shared=bool(shared), renormalize=renormalize, group_masked=masked)
+        arch, sizes = _with_moe(arch, sizes, moe, c.count("first_k_dense_replace", defaults["dense"]))
         if mlp_bias and arch.moe is not None:
             raise ConfigError(f"{c.name}: config field 'mlp_bias' = True is not supported: the routed experts "
                               "have no biases while the dense and shared MLPs would")
         notes = ("multi-head latent attention: the KV cache holds the latent (d_c) and the rotary key (d_hR) per "
-                 "token per layer, as transformers and serving engines keep it",
-                 "activations: the router is modelled as a softmax top-k router; DeepSeek's sigmoid, group-limited "
-                 "router runs in fp32 and saves somewhat more")
+                 "token per layer, as transformers and serving engines keep it",)
         return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), "notes": notes}
 
     return adapt

@@ -66,6 +66,9 @@ FAMILY_CODE: dict[str, HfCode] = {
     "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
     "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
     "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
+    # DeepseekV2/V3TopkRouter: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+    "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True),
+    "deepseek_v3": HfCode(routing_fp32=True, router_fp32=True),
 }
 
 
@@ -104,8 +107,9 @@ def hf_code(model: Model) -> HfCode:
     python_gelu = arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS
     split = 2 if arch.family == "falcon" and z["a_kv"] < z["a"] else 0  # fused_qkv[..., [-2], :]
     mixed = arch.family == "gemma3_text" and 0 < model.windowed_layers < z["l"]  # rotary_emb_local beside rotary_emb
+    masked = arch.moe is not None and arch.moe.group_masked  # scores.masked_fill(~score_mask.bool(), 0.0)
     return replace(code, python_gelu=python_gelu, attn_softcap=arch.attn_softcap, logit_softcap=arch.logit_softcap,
-                   head_split_indices=split, rotary_sets=2 if mixed else 1)
+                   head_split_indices=split, rotary_sets=2 if mixed else 1, router_group_mask=masked)
 
 
 def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str = "grouped_mm") -> HuggingFace:
