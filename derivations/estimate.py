@@ -246,7 +246,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     act = options.dtype if options.mode == "train" else "bf16"
     base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
     if options.mode == "train" and options.implementation_kind == "hf":
-        base = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation)(base)
+        base = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation,
+                         loss_chunks=options.loss_chunks)(base)
     moe = resolved.arch.moe
     quantities = parameter_quantities(base, moe is None or moe.active_embedding)
     graph = base

@@ -37,7 +37,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.kernels import Kernel
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["with_programs", "MODEL_LOCAL"]
+__all__ = ["with_programs", "chunked_loss", "MODEL_LOCAL"]
 
 FP32, INT64, BOOL = dtype("fp32"), dtype("int64"), dtype("bool")
 #: ``LlamaModel.forward`` / ``GPT2Model.forward`` hold their locals until the final norm returns.
@@ -256,6 +256,101 @@ def _loss(op: Op) -> Op:
         Kernel("const", ("@labels",), (padded,), keep="op"), Kernel("const", (padded.name,), (labels,), keep="op"),
         Kernel("log_softmax", (up.name,), (log_probs,)),
         Kernel("nll_loss", (log_probs.name, labels.name), (op.output, total_weight))))
+
+
+def chunked_loss(graph: Graph, chunks: int) -> Graph:
+    """The head with its output layer and loss run chunk by chunk, as torchtune's chunked output
+    (``TransformerDecoder.chunked_output``: ``[self.output(chunk) for chunk in h.chunk(n, dim=1)]``) and
+    ``CEWithChunkedOutputLoss.forward`` run them::
+
+        total_elements = (labels != self.ignore_index).sum()
+        labels = [target_chunk.reshape(-1) for target_chunk in labels.chunk(self.num_output_chunks, dim=1)]
+        logits = [logit_chunk.reshape(-1, logit_chunk.size(-1)) for logit_chunk in logits]
+        total_loss = 0.0
+        for logits_chunk, labels_chunk in zip(logits, labels):
+            total_loss += F.cross_entropy(logits_chunk.float(), labels_chunk, ignore_index=..., reduction="sum")
+        return total_loss / total_elements
+
+    Each chunk of the hidden states is copied by ``reshape`` (a slice along the sequence is strided unless
+    b = 1) and the output layer saves that copy; the 16-bit logits of every chunk live until the loss
+    returns, one chunk's fp32 upcast at a time; the first ``+=`` makes ``total_loss`` a tensor, the
+    others add in place. The base model's output object (the ``DynamicCache``) is dropped as soon as the
+    base model returns (``base_model(...).last_hidden_state``; torchtune's decoder keeps no cache). The labels come shifted with the batch (torchtune's recipes shift them). The
+    hidden states are held until the loss returns (as the measured step holds them,
+    ``tests/hf_step._chunked_loss``; torchtune's decoder lets go of them when its forward returns, one
+    b x s x h tensor earlier). Saved bytes equal the unchunked head's (the same tensors, in pieces), so
+    the op's ``saved`` stays; only the programs change. A head without programs is returned as it is
+    (one fused call shows no per-chunk transients to reduce)."""
+    if chunks == 1:
+        return graph
+    blocks = []
+    for blk in graph.blocks:
+        lm = next((op for op in blk.ops if op.kind == "linear" and op.program), None) if blk.name == "head" else None
+        loss = next((op for op in blk.ops if op.kind == "cross_entropy" and op.program), None) if lm else None
+        if lm is None or loss is None or loss.inputs[0] != lm.output.name:
+            blocks.append(blk.map_ops(_model_output_dropped))
+            continue
+        new_lm, logits = _chunked_output(lm, chunks)
+        new_loss = _chunked_cross_entropy(loss, logits, chunks)
+        blocks.append(replace(blk, ops=tuple(new_lm if op is lm else new_loss if op is loss else op for op in blk.ops)))
+    return replace(graph, blocks=tuple(blocks))
+
+
+def _model_output_dropped(op: Op) -> Op:
+    """The base model's output object (its ``DynamicCache``) is dropped when the base model returns: the
+    chunked head reads only ``last_hidden_state``, so what the output held lives until the final norm."""
+    if not any(k.keep == "forward" for k in op.program):
+        return op
+    return replace(op, program=tuple(replace(k, keep=MODEL_LOCAL) if k.keep == "forward" else k for k in op.program))
+
+
+def _chunked_output(op: Op, chunks: int) -> tuple[Op, list[Tensor]]:
+    x = op.saved[0]
+    bsz, seq, width = x.shape
+    piece, vocab = seq / chunks, op.output.shape[-1]
+    held = replace(x, name=f"{op.path}.hidden_held")
+    views = tuple(Tensor(f"{op.path}.chunk{i}", (bsz, piece, width), x.dtype) for i in range(chunks))
+    program = [Kernel("hold", (x.name,), (held,), alias=True, keep="forward"),
+               Kernel("split", (x.name,), views, alias=True)]
+    logits = []
+    for i, view in enumerate(views):
+        rows = Tensor(f"{op.path}.chunk{i}_rows", (bsz * piece, width), x.dtype)
+        out = Tensor(f"{op.path}.logits{i}", (bsz, piece, vocab), op.output.dtype, role=op.output.role)
+        mm = _linear(op, rows.name)[0]
+        program += [Kernel("chunk_copy", (view.name,), (rows,)), replace(mm, outputs=(out,), keep="forward")]
+        logits.append(out)
+    return replace(op, program=tuple(program)), logits
+
+
+def _chunked_cross_entropy(op: Op, logits: list[Tensor], chunks: int) -> Op:
+    log_probs, labels, total_weight = op.saved
+    bsz, seq = labels.shape
+    piece = seq / chunks
+    given = Tensor("@labels", (bsz, seq), INT64, role="batch")
+    mask = Tensor(f"{op.path}.labelled", (bsz, seq), BOOL, role="token-ids")
+    total = Tensor(f"{op.path}.total_elements", (), INT64, role="token-ids")
+    views = tuple(Tensor(f"{op.path}.labels{i}_view", (bsz, piece), INT64, role="token-ids") for i in range(chunks))
+    program = [Kernel("const", (), (given,)), Kernel("const", (given.name,), (mask,)),
+               Kernel("const", (mask.name,), (total,), keep="forward"), Kernel("split", (given.name,), views, alias=True)]
+    rows = []
+    for i, view in enumerate(views):
+        row = Tensor(f"{op.path}.labels{i}", (bsz * piece,), INT64, role="token-ids")
+        program.append(Kernel("chunk_copy", (view.name,), (row,), keep="forward"))
+        rows.append(row)
+    acc = None
+    for i, (chunk, row) in enumerate(zip(logits, rows)):
+        up = Tensor(f"{op.path}.logits{i}_fp32", chunk.shape, FP32, role="logits")
+        lp = replace(log_probs, name=f"{op.path}.log_softmax{i}", shape=chunk.shape)
+        ce, tw = Tensor(f"{op.path}.chunk{i}", (), FP32, role="loss"), replace(total_weight, name=f"{total_weight.name}{i}")
+        program += [_to(chunk.name, up, chunk.dtype, keep=f"={ce.name}"), Kernel("log_softmax", (up.name,), (lp,)),
+                    Kernel("nll_loss", (lp.name, row.name), (ce, tw))]
+        summed = Tensor(f"{op.path}.total_loss{i}", (), FP32, role="loss")
+        program.append(Kernel("add", (ce.name,), (summed,), keep="forward") if acc is None else
+                       Kernel("add", (acc.name, ce.name), (summed,), alias=True))  # 0.0 + loss, then +=
+        acc = summed
+    assert acc is not None
+    program.append(Kernel("div", (acc.name, total.name), (op.output,)))
+    return replace(op, program=tuple(program))
 
 
 def _embedding(op: Op, keep: str) -> Op:

@@ -52,7 +52,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
 from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
 from memderive.symbolic.hf_experts import EXPERTS_KERNELS, grouped_mm, routing_dtype
-from memderive.symbolic.hf_programs import with_programs
+from memderive.symbolic.hf_programs import chunked_loss, with_programs
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -77,6 +77,7 @@ class HuggingFace(Strategy):
     value_differs: bool = False
     fused_qkv: bool = False  # one Conv1D makes q, k and v (GPT-2's c_attn); else q_proj, k_proj, v_proj
     experts: str = "grouped_mm"  # transformers' experts_implementation (symbolic.hf_experts)
+    loss_chunks: int = 1  # the output layer and the loss per chunk of the sequence (hf_programs.chunked_loss)
 
     def __post_init__(self) -> None:
         if self.experts not in EXPERTS_KERNELS:
@@ -111,7 +112,8 @@ class HuggingFace(Strategy):
                        assumptions=graph.assumptions + (note, *rules))
         if replace(self.code, softmax_fp32=True, python_gelu=False) != HfCode():  # programs: LLaMA's, GPT-2's code
             return done
-        return with_programs(graph, done, self.attention, self.code.softmax_fp32, self.fused_qkv)
+        programs = with_programs(graph, done, self.attention, self.code.softmax_fp32, self.fused_qkv)
+        return chunked_loss(programs, self.loss_chunks)
 
     # --- per op ----------------------------------------------------------------------------------
     def _ops(self, blk: Block) -> list[Op]:

@@ -199,6 +199,8 @@ KINDS: dict[str, Rule] = {
                   source=_MATMUL + "; bias: maybe_multiply(grad, beta).sum(0)"),
     "mul": Rule(_cross, _mul_grads, source="derivatives.yaml: mul.Tensor (mul_tensor_backward)"),
     "mul_scalar": Rule(_none, _each(_alloc), source="derivatives.yaml: mul.Scalar (grad * other)"),
+    "div": Rule(_saves("in1"), _each(_alloc), source="derivatives.yaml: div.Tensor (self: grad / other; other "
+                "saved; self saved only when other needs a gradient)"),
     "add": Rule(_none, _each(_pass), source="derivatives.yaml: add.Tensor (grad, maybe_multiply(grad, alpha))"),
     # pointwise
     "to": Rule(_none, _each(_cast_grad), source="derivatives.yaml: _to_copy (_to_copy_backward)"),
@@ -216,6 +218,9 @@ KINDS: dict[str, Rule] = {
                         source="derivatives.yaml: _log_softmax (_log_softmax_backward_data)"),
     # layout: copies and views
     "clone": Rule(_none, _each(_pass), source="derivatives.yaml: clone (grad)"),
+    # a slice along axis 1 reshaped (``x.chunk(n, dim=1)[i].reshape(...)``): a copy, unless every axis before
+    # axis 1 has size 1 (then the slice is contiguous and reshape returns a view; the timeline decides)
+    "chunk_copy": Rule(_none, _each(_pass), source="derivatives.yaml: clone / _reshape_alias (grad)"),
     "cat": Rule(_none, _each(_view), source="derivatives.yaml: cat (cat_tensors_backward: narrow views)"),
     "view": Rule(_none, _each(_view), source="derivatives.yaml: view/transpose/_unsafe_view (grad.reshape)"),
     "slice": Rule(_none, _each(_alloc), source="derivatives.yaml: slice.Tensor (slice_backward_wrapper: zeros)"),

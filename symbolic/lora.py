@@ -132,7 +132,7 @@ class LoRA(Strategy):
         by_path = {op.path: op for op in blk.ops}
         ops: list[Op] = []
         for op in blk.ops:
-            ops.append(replace(op, output=replace(op.output, name=f"{op.path}.base.out")) if op.path in wrapped else op)
+            ops.append(_renamed(op, f"{op.path}.base.out") if op.path in wrapped else op)
             if op.path in last:
                 ops += self._adapter(last[op.path], [by_path[p] for p in last[op.path].paths])
         return replace(blk, ops=tuple(ops))
@@ -184,3 +184,11 @@ class LoRA(Strategy):
                 *pointwise_flops(f"{op.path}.dora", "add", op.output))
         return Op(f"{op.path}.dora", "dora", (magnitude,), saved, op.output, inputs=(base_out.name, lora_out.name),
                   saved_for=needs, flops=work)
+
+
+def _renamed(op: Op, name: str) -> Op:
+    """The base layer's output under a new name, in its program too (the kernel making it: the step
+    timeline follows the program's names)."""
+    old = op.output.name
+    rename = lambda t: replace(t, name=name) if t.name == old else t  # noqa: E731
+    return replace(op, output=rename(op.output), program=tuple(k.map_tensors(rename) for k in op.program))

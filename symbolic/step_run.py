@@ -215,8 +215,9 @@ class Run:
         for key, t in zip(call.outs, k.outputs):
             if t.role in BASELINE_ROLES:
                 continue
-            if k.alias or (k.kind == "expand_clone" and self.nbytes(t) == self.nbytes(self.like(call.ins[0]))):
-                # repeat_kv returns its input when a_kv = a
+            if k.alias or (k.kind == "expand_clone" and self.nbytes(t) == self.nbytes(self.like(call.ins[0]))) \
+                    or (k.kind == "chunk_copy" and self._contiguous_slice(self.like(call.ins[0]))):
+                # repeat_kv returns its input when a_kv = a; a contiguous slice is reshaped as a view
                 self.sid[key], self.tensor[key] = self.ref(self.sid[call.ins[0]]), t
             else:
                 self.alloc(key, t)
@@ -230,6 +231,10 @@ class Run:
                  else rule.saves(k, lambda name: self.needs(names[name])))
         for key in dict.fromkeys(names[x] for x in saved if x in names and names[x][0] != "param"):
             call.saved.append(self.ref(self.sid[key]))
+
+    def _contiguous_slice(self, t: Tensor) -> bool:
+        """A slice along axis 1 is contiguous when the axes before it have size 1 (``chunk_copy``)."""
+        return int(t.shape[0].evaluate(self.values)) == 1
 
     def _backward(self, calls: list[Call], loss: tuple) -> None:
         self.where = "loss.backward()"

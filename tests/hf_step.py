@@ -118,7 +118,7 @@ def _chunked_loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tenso
     """torchtune: ``TransformerDecoder`` with ``num_output_chunks`` (the output projection per chunk of
     the sequence) and ``CEWithChunkedOutputLoss.forward`` (``cross_entropy(logits.float(), labels,
     reduction="sum")`` per chunk, summed, divided by the number of labelled tokens)."""
-    hidden = model.model(input_ids=ids).last_hidden_state
+    hidden = model.base_model(input_ids=ids).last_hidden_state
     logits = [model.lm_head(chunk) for chunk in hidden.chunk(chunks, dim=1)]
     total_elements = (labels != -100).sum()
     labels_chunks = [target.reshape(-1) for target in labels.chunk(chunks, dim=1)]

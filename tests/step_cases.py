@@ -32,37 +32,46 @@ class Case:
     shape: Shape
     precision: str = "master"
     in_backward: bool = False
+    loss_chunks: int = 1
 
     def __str__(self) -> str:
         return (f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
-                + ("-in-backward" if self.in_backward else ""))
+                + ("-in-backward" if self.in_backward else "")
+                + (f"-loss-chunks{self.loss_chunks}" if self.loss_chunks > 1 else ""))
 
 
 SMALL, LARGER = Shape(2, 24), Shape(4, 64)
 #: Each family and kernel at two shapes and both precisions: peaks in the optimizer step, the loss's forward
 #: and backward, and a layer's backward.
-#: With the optimizer in backward: each family and kernel, both precisions.
+#: With the optimizer in backward: each family and kernel, both precisions. With the loss in chunks: below.
 CASES = tuple(Case(f, a, z, p) for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa")
               for z, p in ((SMALL, "master"), (SMALL, "pure"), (LARGER, "pure"))) + tuple(
     Case(f, a, SMALL, p, in_backward=True) for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa")
-    for p in ("master", "pure"))
+    for p in ("master", "pure")) + tuple(
+    # torchtune's chunked output and loss (--loss-chunks): each family and kernel, at the small shape and at the
+    # larger one with the optimizer in backward (its peak in the loss or the head's backward); one at b = 1
+    # (the chunks of the hidden states and labels are contiguous: views, no copies)
+    Case(f, a, z, "pure", in_backward=z == LARGER, loss_chunks=n) for f in ("llama-gqa", "gpt2")
+    for a in ("eager", "sdpa") for z, n in ((SMALL, 4), (LARGER, 8))) + (
+    Case("llama-gqa", "sdpa", Shape(1, 24), "pure", loss_chunks=4),)
 
 
 @functools.cache
 def measured(case: Case) -> Measured:
-    return measure_step(case.family, case.attention, case.shape, Run(case.precision, in_backward=case.in_backward))
+    return measure_step(case.family, case.attention, case.shape,
+                        Run(case.precision, in_backward=case.in_backward, loss_chunks=case.loss_chunks))
 
 
 def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
     """The recipe the options give (``--precision``, ``--optimizer-in-backward``)."""
     opts = Options(mode="train", batch=case.shape.b, seq=case.shape.s, precision=case.precision,
-                   optimizer_in_backward=case.in_backward)
+                   optimizer_in_backward=case.in_backward, loss_chunks=case.loss_chunks)
     return step_recipe(opts, values, device)
 
 
 @functools.cache
 def derived(case: Case, device: str = "cpu") -> Timeline:
     model = resolve_model(config_for_step(case.family, case.attention))
-    graph = hf_layers(model, case.attention, device)(model.graph("bf16", dropout=False))
+    graph = hf_layers(model, case.attention, device, loss_chunks=case.loss_chunks)(model.graph("bf16", dropout=False))
     values = {**model.values(), b: case.shape.b, s: case.shape.s}
     return step_timeline(graph, values, recipe_for(case, values, device))

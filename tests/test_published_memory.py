@@ -2,8 +2,10 @@
 measurements of real runs (``tests/published_memory.py``; ``python benchmarks/published_memory.py`` prints
 the table, the distribution and the reason for every case outside 0.8-1.25).
 
-The bounds are those achieved (median 1.01, range 0.56-1.68, 20 of 32 within 0.8-1.25 when they were last set,
-with --precision, --optimizer-in-backward, --loss-chunks and --offload-params applied; median 0.99, range 0.10-1.68,
+The bounds are those achieved (median 1.01, range 0.56-1.68, 21 of 32 within 0.8-1.25 when they were last set,
+with the step's peak as allocated memory where the timeline runs transformers' code call by call, torchtune's
+chunked loss in it; 20 of 32 before that, with --precision, --optimizer-in-backward, --loss-chunks and
+--offload-params applied; median 0.99, range 0.10-1.68,
 16 of 32 on main just before them; median 0.85 and 15 of 32 when the corpus was first bounded):
 settings memderive cannot express yet are listed per entry (``pending``) and applied as soon as ``Options``
 takes them, which moves the torchtune entries towards 1; a change that moves the distribution outside these
@@ -38,7 +40,7 @@ def test_the_distribution_stays_within_its_bounds() -> None:
     inside = sum(BAND[0] <= x <= BAND[1] for x in ratios)
     assert 0.90 <= statistics.median(ratios) <= 1.10
     assert min(ratios) >= 0.55 and max(ratios) <= 1.70
-    assert inside >= 20
+    assert inside >= 21
 
 
 def test_every_case_outside_the_band_says_why() -> None:

@@ -2,7 +2,8 @@
 
 Each case (``tests/step_cases.py``) runs a whole steady-state step of a small transformers model
 (LLaMA-style GQA and GPT-2, eager and SDPA attention, ``--precision`` master and pure, the update after
-backward or in it, ``--optimizer-in-backward``): forward with the loss, ``loss.backward()``, AdamW's
+backward or in it, ``--optimizer-in-backward``; the output layer and loss whole or in chunks as torchtune's
+``CEWithChunkedOutputLoss``, ``--loss-chunks``): forward with the loss, ``loss.backward()``, AdamW's
 foreach update, ``zero_grad(set_to_none=True)``, counting
 the bytes of every live tensor storage (``tests/hf_step.py``). memderive derives the same step from
 its graph of the config under transformers' CPU layers (``symbolic.timeline``): the high-water mark
@@ -35,7 +36,8 @@ def _allocations(moments: list[tuple[str, int, int]]) -> tuple[list[tuple[int, i
     return steps, update
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.shape == SMALL and c.precision == "pure"], ids=str)
+@pytest.mark.parametrize("case", [c for c in CASES if (c.shape == SMALL or c.loss_chunks > 1 and c.shape.b == 1)
+                                  and c.precision == "pure"], ids=str)
 def test_every_allocation_in_order(case: Case) -> None:
     """Forward (each op's ATen calls and how long Python holds their results) and backward (autograd's
     node order, each node's gradients and temporaries, accumulation) allocate exactly as measured."""

@@ -112,14 +112,15 @@ def hf_code(model: Model) -> HfCode:
                    head_split_indices=split, rotary_sets=2 if mixed else 1, router_group_mask=masked)
 
 
-def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str = "grouped_mm") -> HuggingFace:
+def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str = "grouped_mm",
+              loss_chunks: int = 1) -> HuggingFace:
     """The transform of ``model`` in transformers: its family's code (``hf_code``), the attention and
     experts kernels, the device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value
     head size)."""
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
-                       fused_qkv=model.arch.family == "gpt", experts=experts)
+                       fused_qkv=model.arch.family == "gpt", experts=experts, loss_chunks=loss_chunks)
 
 
 def describe(implementation: str, attention: str) -> str:

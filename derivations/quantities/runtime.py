@@ -1,7 +1,7 @@
 """The runtime around a step: what ``torch.cuda.max_memory_reserved`` and nvidia-smi show on a named GPU.
 
 The graph gives the bytes tensors hold at the peak of a step (``peak_bytes`` where the step timeline
-gives it, else ``total_bytes``). Around them (NOTE(memderive), each term with its source):
+gives it and runs transformers' code call by call, else ``total_bytes``). Around them (NOTE(memderive), each term with its source):
 
 * **allocated** (``torch.cuda.max_memory_allocated``): that peak plus the cuBLAS workspace PyTorch
   allocates through its caching allocator, one per (handle, stream) in use;
@@ -171,13 +171,22 @@ def nccl_bytes(group: str, ranks: int) -> int:
     return base + (NCCL_ALL_TO_ALL_PER_PEER * (ranks - 1) if group == "expert" else 0)
 
 
-#: Paths of the per-GPU total whose tensors are allocated once and kept (the rest is transient).
-PERSISTENT = ("model_states/", "weights/", "overhead")
+#: Paths of the per-GPU total (and of the step peak's breakdown) whose tensors are allocated once and
+#: kept, or again at the same sizes every step (the rest is transient).
+PERSISTENT = ("model_states/", "weights/", "overhead", "master weights/", "optimizer states/", "gradients/",
+              "batch and buffers/")
 
 
 def _peak_quantity(est: Any) -> str:
-    keys = {q.key for q in est.quantities}
-    return "peak_bytes" if "peak_bytes" in keys else "total_bytes"
+    """``peak_bytes`` where the step timeline gives it and runs the step call by call (transformers'
+    code, ``quantities.step.runs_calls``: checked to the byte against real steps on CPU,
+    ``tests/test_step_timeline.py``), else ``total_bytes``: where ops are single fused calls their
+    backward's temporaries are not modelled, and the sum stands in for the high-water mark."""
+    from memderive.derivations.quantities.step import runs_calls
+
+    if est.options.mode == "train" and runs_calls(est.graph) and est.timeline() is not None:
+        return "peak_bytes"
+    return "total_bytes"
 
 
 def overhead_breakdown(est: Any) -> Breakdown:

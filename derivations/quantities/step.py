@@ -6,7 +6,9 @@ for these options: 16-bit weights and gradients with an fp32 master copy and fp3
 ``--dtype fp32``; under ``--precision pure`` no master and torch's optimizer states in the weights' dtype
 (torchtune's ``dtype: bf16``); with ``--optimizer-in-backward`` each parameter is updated from its
 post-accumulate-grad hook and its gradient freed at once (torchtune's ``optimizer_in_bwd``); ZeRO-1 shards the master copy and the optimizer states over the d ranks; torch's
-foreach AdamW (its default on CUDA) makes one state-sized temporary per parameter in the update.
+foreach AdamW (its default on CUDA) makes one state-sized temporary per parameter in the update;
+``--loss-chunks N`` (under ``--implementation hf``) runs the output layer and the loss per chunk of the
+sequence, as torchtune's ``CEWithChunkedOutputLoss`` (``symbolic.hf_programs.chunked_loss``).
 ``peak_bytes`` is the high-water mark of allocated memory, what ``torch.cuda.max_memory_allocated``
 reports after the step (each block rounded up to 512 bytes by the CUDA caching allocator); the
 ``total_bytes`` of ``quantities.training`` stays the sum of model states and saved activations.
@@ -32,7 +34,7 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.timeline import StepRecipe, Timeline, step_timeline
 
-__all__ = ["step_recipe", "not_covered", "timeline_of", "peak_quantity", "peak_citation", "ALLOCATOR_BLOCK",
+__all__ = ["step_recipe", "not_covered", "runs_calls", "timeline_of", "peak_quantity", "peak_citation", "ALLOCATOR_BLOCK",
            "PEAK_CITATION"]
 
 #: The CUDA caching allocator rounds every allocation up to a multiple of 512 bytes
@@ -64,7 +66,10 @@ def not_covered(opts: Options) -> str | None:
                 + ("factored states and their update temporaries" if opts.optimizer == "adafactor"
                    else "states paged to the CPU") + ")"),
                (opts.precision == "autocast", "torch.autocast (the 16-bit casts are not ops of the graph yet)"),
-               (opts.loss_chunks > 1, "chunked cross-entropy")]
+               (opts.loss_chunks > 1 and opts.implementation_kind != "hf",
+                "chunked cross-entropy outside --implementation hf (the loss is one fused call there)"),
+               (opts.loss_chunks > 1 and opts.seq is not None and opts.seq % opts.loss_chunks != 0,
+                f"chunked cross-entropy over {opts.seq} tokens in {opts.loss_chunks} chunks of unequal size")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)
 
@@ -99,11 +104,17 @@ def _timeline(item: Keyed) -> Timeline:
     return step_timeline(est.graph, est.values, step_recipe(est.options, est.values, device))
 
 
+def runs_calls(graph: Any) -> bool:
+    """Whether the graph's ops run their ATen calls one by one (``symbolic.hf_programs``: transformers'
+    LLaMA-style and GPT-2 code), rather than as one fused call each."""
+    return any(op.program for blk in graph.blocks for op in blk.ops)
+
+
 def peak_citation(est: Any, recipe: StepRecipe) -> Citation:
     """What the peak rests on: autograd, the update, the allocator; transformers' code when the graph runs
     it call by call; Megatron-LM's gradient copy when there is an fp32 master copy."""
     extra: list[Citation] = []
-    if any(op.program for blk in est.graph.blocks for op in blk.ops):
+    if runs_calls(est.graph):
         family = getattr(est.model.arch, "family", "")
         extra += [PROGRAM_CITATIONS.get(family, PROGRAM_CITATIONS["llama"]), LOSS_CITATION]
     if recipe.master is not None:
