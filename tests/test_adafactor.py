@@ -13,20 +13,20 @@ from tests.hf_saved import FAMILIES
 transformers.logging.set_verbosity_error()
 
 
-def _optimizer_bytes(family: str, implementation: str, dtype: str = "fp32") -> int:
+def _optimizer_bytes(family: str, implementation: str, dtype: str = "fp32", precision: str = "master") -> int:
     cls, kwargs = FAMILIES[family]
     e = estimate(getattr(transformers, cls)(**kwargs), mode="train", batch=1, seq=8, dtype=dtype,
-                 optimizer="adafactor", implementation=implementation)
+                 optimizer="adafactor", implementation=implementation, precision=precision)
     term = next(t for t in e.quantity("model_state_bytes").breakdown.terms if t.path == "model_states/optimizer")
     return int(term.expr.evaluate(e.values))
 
 
-def _measured(family: str, which: str) -> tuple[int, int]:
+def _measured(family: str, which: str, dtype: torch.dtype = torch.float32) -> tuple[int, int]:
     """(bytes of the state tensors but the step count and transformers' RMS scalar, parameter tensors) after
-    one step of the real optimizer over an fp32 model."""
+    one step of the real optimizer over a model in ``dtype`` (fp32; bf16: ``--precision pure``)."""
     cls, kwargs = FAMILIES[family]
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**kwargs)).float()
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**kwargs)).to(dtype)
     params = list(model.parameters())
     opt = (torch.optim.Adafactor(params) if which == "torch"
            else transformers.optimization.Adafactor(params, lr=1e-3, relative_step=False))
@@ -71,3 +71,16 @@ def test_transformers_adds_one_rms_scalar_per_parameter_tensor() -> None:
     opt.step()
     rms = sum(st["RMS"].untyped_storage().nbytes() for st in opt.state.values())
     assert (len(params), rms) == (21, 84)
+
+
+@pytest.mark.parametrize("family", ["llama-gqa", "gpt2"])
+def test_pure_bf16_states_take_the_gradients_dtype(family: str) -> None:
+    """``--precision pure``: torch.optim.Adafactor over bf16 parameters makes its states ``p.grad.new_zeros``,
+    bf16: 2 bytes per element (llama-gqa: 2,944 elements, by hand above: 5,888 B). transformers' Adafactor
+    casts the 16-bit gradient to fp32 first (``grad.float()``) and keeps fp32 states: twice that, which
+    ``--precision pure`` does not describe."""
+    derived = _optimizer_bytes(family, "hf", "bf16", "pure")
+    assert derived == _measured(family, "torch", torch.bfloat16)[0]
+    assert _measured(family, "transformers", torch.bfloat16)[0] == 2 * derived
+    if family == "llama-gqa":
+        assert derived == 2 * 2_944

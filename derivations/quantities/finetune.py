@@ -20,7 +20,7 @@ from typing import Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
-from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements,
+from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
                                                            state_widths)
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import a, a_kv, d, d_h, r
@@ -242,7 +242,8 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     grads = Term("model_states/gradients", trainable.total * width / shard[1])
     factored = (factored_state_elements(graph, lambda blk, op, x: graph.trainable(blk.name, x.name))
                 if OPTIMIZERS[opts.optimizer].factored else 0)
-    states = Term("model_states/optimizer", (trainable.total * k + factored * FACTORED_STATE_BYTES) / shard[2])
+    states = Term("model_states/optimizer", (trainable.total * k + factored * factored_state_bytes(
+        opts.dtype, opts.precision)) / shard[2])
     on_gpu, off = [*weights, grads, states], []
     if opts.offload:
         on_gpu, off = weights, [grads, states]

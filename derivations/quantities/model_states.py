@@ -33,7 +33,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["PRECISIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
-           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
+           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 #: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
@@ -65,7 +65,8 @@ OPTIMIZERS = {
     "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)",
                                   like_param=True),
     "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
-    "adafactor": Optimizer("adafactor", 0, "fp32 factored second moments: a row and a column vector per matrix, "
+    "adafactor": Optimizer("adafactor", 0, "fp32 factored second moments (the gradients' dtype under "
+                           "--precision pure): a row and a column vector per matrix, "
                            "the whole second moment of a vector; no first moment (beta1=None)",
                            "Shazeer & Stern 2018 §3; torch.optim.Adafactor, transformers' Adafactor", factored=True),
 }
@@ -77,6 +78,19 @@ ADAFACTOR_CITATION = Citation("shazeer-2018", "§3, Algorithm 4: row and column 
 #: Adafactor's states are fp32: the optimizer runs over the fp32 master copy under mixed precision
 #: (torch's ``p.grad.new_zeros``), and transformers' casts 16-bit gradients to fp32 first (``grad.float()``).
 FACTORED_STATE_BYTES = 4
+
+
+def factored_state_bytes(param_dtype: str, precision: str = "master") -> int:
+    """Bytes per element of Adafactor's factored second moments: fp32 (``FACTORED_STATE_BYTES``), but under
+    ``--precision pure`` torch.optim.Adafactor runs over the 16-bit parameters themselves and makes its
+    states ``p.grad.new_zeros(...)``, in the gradients' dtype. (transformers' Adafactor casts a 16-bit
+    gradient to fp32 first and keeps fp32 states, 2 bytes more per element: ``tests/test_adafactor.py``
+    measures both.)
+
+    >>> factored_state_bytes("bf16"), factored_state_bytes("bf16", "pure"), factored_state_bytes("fp32", "pure")
+    (4, 2, 4)
+    """
+    return dtype(param_dtype).nbytes if precision == "pure" else FACTORED_STATE_BYTES
 
 
 def stored_parameters(op: Op) -> tuple[Tensor, ...]:
@@ -141,7 +155,8 @@ def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr |
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
     return [Term("model_states/weights", params * width / shard[0]),
             Term("model_states/gradients", params * grad / shard[1]),
-            Term("model_states/optimizer", (params * k + factored * FACTORED_STATE_BYTES) / shard[2])]
+            Term("model_states/optimizer", (params * k + factored * factored_state_bytes(param_dtype, precision))
+                 / shard[2])]
 
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
