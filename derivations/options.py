@@ -354,9 +354,6 @@ class Options:
         if self.pp < given + (0 if given == 2 else 1) or self.pp == 1:
             raise OptionsError(f"--first-stage-layers/--last-stage-layers set the layers of pipeline stages; give "
                                f"--pp greater than {max(given, 1)}")
-        if self.virtual_stages not in (None, 1):
-            raise OptionsError("uneven pipeline stages (--first-stage-layers/--last-stage-layers) run without "
-                               "--virtual-stages (Megatron-LM refuses the two together)")
 
     def stage_layers(self, layers: int) -> tuple[int, int | None, int]:
         """Layers of (the first, each middle (None: no middle stage), the last) pipeline stage of ``layers``;
@@ -377,7 +374,23 @@ class Options:
         middle = rest // others
         first = middle if self.first_stage_layers is None else self.first_stage_layers
         last = middle if self.last_stage_layers is None else self.last_stage_layers
+        self._check_chunks(first, middle if p - 2 > 0 else None, last)
         return first, (middle if p - 2 > 0 else None), last
+
+    def _check_chunks(self, first: int, middle: int | None, last: int) -> None:
+        """Interleaved uneven stages: each stage's layers split into v model chunks, as Megatron-Core's
+        TransformerConfig requires (the first and last stage's layers divisible by v), or with the embedding and the
+        loss as one chunk slot each, as Llama 3 405B ran (Dubey et al. 2024 §3.3.2: 'the first model chunk on the
+        first stage has only the embedding'; Megatron-Core's account_for_embedding/loss_in_pipeline_split)."""
+        v = self.virtual_stages
+        if v in (None, 1):
+            return
+        bad = [f"{name} {n}" for name, n, slot in (("first", first, 1), ("middle", middle, 0), ("last", last, 1))
+               if n is not None and n % v and (n + slot) % v]
+        if bad:
+            raise OptionsError(f"--virtual-stages {v} with uneven stages: {', '.join(bad)} layers do not split into "
+                               f"{v} model chunks (a stage's layers divisible by v, or the first/last stage's layers "
+                               "plus its embedding/loss slot)")
 
     def _check_cluster(self) -> None:
         _positive("gpus-per-node", self.gpus_per_node)

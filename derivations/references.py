@@ -334,6 +334,9 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("torchtitan-a100-performance", "torchtitan", "PyTorch", "torchtitan: docs/performance.md (Llama 2 and 3 "
               "with FSDP2 on 64 A100 80GB, WPS and MFU)", 2024,
               "github.com/pytorch/torchtitan/blob/041336434916bdc0f88c1f89fda176fd3c2092e4/docs/performance.md", "docs"),
+    Reference("llm-foundry-benchmarks", "llm-foundry", "MosaicML", "llm-foundry: scripts/train/benchmarking/README.md "
+              "(MPT 760M-70B with FSDP FULL_SHARD and FlashAttention on 8-64 H100 80GB, BF16: throughput, MFU, HFU)",
+              2023, "github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/scripts/train/benchmarking/README.md", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
 )

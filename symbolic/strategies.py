@@ -226,7 +226,8 @@ class PipelineParallel(Strategy):
     first and the last, Dubey et al. 2024 §3.3.2): ``first_layers`` / ``last_layers`` layers on the
     first / last stage, the rest ``(l - first - last)/(p - stages given)`` on each other stage.
     ``stage="middle"`` is the second stage: those layers with p - 1 micro-batches in flight
-    (min(p - 1, m)), the most a middle stage holds under 1F1B.
+    (min(p - 1, m)), the most a middle stage holds under 1F1B; interleaved, p + (p - 3)/v (Megatron-LM's
+    warm-up on rank 1: 2(p - 2) + (v - 1)p chunk micro-batches and the one in flight, each 1/v of the layers).
 
     >>> from memderive.symbolic.dims import l
     >>> PipelineParallel(16, stage="middle", first_layers=7, last_layers=7).layers(l)
@@ -272,11 +273,16 @@ class PipelineParallel(Strategy):
 
     def in_flight(self) -> Expr:
         p = _degree(self.p)
-        if self.stage == "middle":
+        if self.stage == "middle" and self.virtual in (None, 1):
             return p - 1 if self.micro_batches is None else Min(p - 1, _degree(self.micro_batches))
         held = p if self.micro_batches is None else Min(p, _degree(self.micro_batches))
-        if self.virtual not in (None, 1):  # Korthikanti et al. 2022 §4.2.3 (interleaved schedule)
-            held = held * (1 + (p - 1) / (p * _degree(self.virtual)))
+        if self.virtual not in (None, 1):
+            # Korthikanti et al. 2022 §4.2.3 (interleaved schedule): the first stage holds 1 + (p-1)/(p v) times p.
+            # Megatron-LM's interleaved warm-up on rank r, 2(p - r - 1) + (v - 1) p chunk micro-batches and the one
+            # in flight, each chunk 1/v of the stage's layers: p + (p - 1)/v on the first, p + (p - 3)/v on the
+            # second (the middle stage).
+            ahead = p - 3 if self.stage == "middle" else p - 1
+            held = held * (1 + ahead / (p * _degree(self.virtual)))
         return held
 
     def __call__(self, graph: Graph) -> Graph:
@@ -295,11 +301,17 @@ class PipelineParallel(Strategy):
                 blk = replace(blk, repeat=self.layers(blk.repeat))
             blocks.append(replace(blk, in_flight=blk.in_flight * flight))
         count = "l/p" if self.uneven is None else "its"
+        interleaved = self.virtual not in (None, 1)
         note = {"first": f"first pipeline stage: embedding and {count} layers, p micro-batches in flight (1F1B)",
-                "middle": f"second pipeline stage: {count} layers, p - 1 micro-batches in flight (1F1B)",
+                "middle": f"second pipeline stage: {count} layers, "
+                          + ("p + (p-3)/v micro-batches in flight (interleaved warm-up)" if interleaved
+                             else "p - 1 micro-batches in flight (1F1B)"),
                 "last": f"last pipeline stage: {count} layers and the output layer"}[self.stage]
         if self.uneven is not None:
             note += f" (uneven stages: {self.uneven}, the rest evenly over the other stages)"
+            if interleaved:  # a chunk of the embedding or loss alone holds more in flight than the layers' chunks
+                note += "; interleaved: each chunk counted at the stage's average, an upper bound when a first or " \
+                        "last chunk holds only the embedding or the loss"
         return replace(graph, blocks=tuple(blocks), strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
 

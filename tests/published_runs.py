@@ -1,7 +1,8 @@
 """Published training runs with their measured step time or throughput, and what memderive predicts for them.
 
 Sources (``derivations/references.py``): narayanan-2021, korthikanti-2022, jiang-2024-megascale (fitted on);
-dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance (held out). Tokens/s per GPU
+dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance (held out); llm-foundry-benchmarks
+(the H100's fraction of peak over the A100's, ``MPT_HFU_*``). Tokens/s per GPU
 turn into a step time as ``global batch x seq / (tokens/s per GPU x GPUs)``.
 
 Each run names its source (paper, table), model shape, layout (t, p, v, d), global batch, sequence, the cluster's
@@ -13,7 +14,7 @@ MFU over model FLOPs): ``measured_s = FLOPs per step / (TFLOP/s x GPUs)``. Assum
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memderive.derivations.estimate import estimate
@@ -46,6 +47,7 @@ class Run:
     note: str = ""
     held_out: bool = False  # True: not among the runs ``efficiency.CALIBRATIONS`` was fitted on
     tokens_per_s_per_gpu: float | None = None  # or the published tokens per second per GPU
+    memory_bandwidth: int | None = None  # the GPUs' HBM bytes/s where the source gives other than ``gpu``'s
 
     @property
     def gpus(self) -> int:
@@ -71,7 +73,10 @@ class Run:
         return per_step / (self.tflops_per_gpu * 1e12 * self.gpus)
 
     def cluster(self) -> Cluster:
-        return Cluster(gpu(self.gpu), 8, self.network)
+        hw = gpu(self.gpu)
+        if self.memory_bandwidth is not None:
+            hw = replace(hw, memory_bandwidth=self.memory_bandwidth)
+        return Cluster(hw, 8, self.network)
 
 
 def _korthikanti(size: str, model: Model, t: int, p: int, v: int, batch: int, micro: int, sel: float,
@@ -139,14 +144,17 @@ BLOOM_176B = {"model_type": "bloom", "n_embed": 14336, "n_head": 112, "n_layer":
 def _llama3(gpus: int, cp: int, dp: int, seq: int, per_dp: int, tflops: float, mfu: str) -> Run:
     """Dubey et al. 2024 (arXiv:2407.21783) Table 4: Llama 3 405B on H100s (Grand Teton, 8 per node on NVLink,
     400 Gb/s RoCE per GPU, §3.3.1), TP 8, PP 16 with one layer less on the first and last stage (§3.3.2), CP and DP
-    as the row gives, 16M tokens per batch, BF16 MFU over model FLOPs. Not said: micro-batch 1 (batch per DP as
-    micro-batches), interleaving (v = 1 assumed: memderive's uneven stages run without it, as Megatron-LM's), full
+    as the row gives, 16M tokens per batch, BF16 MFU over model FLOPs. The interleaved schedule with V model chunks
+    per rank (§3.3.2) and 'the first model chunk on the first stage has only the embedding, and the last model chunk
+    on the last stage has only output projection and loss calculation' once one layer is taken from each: a chunk
+    holds one layer, so V = (126 + 2)/16 = 8. Not said: micro-batch 1 (batch per DP as micro-batches), full
     recompute off, FSDP sharding optimizer states and gradients (ZeRO-2, §3.3.2), flash attention."""
     layout = {"tp": 8, "pp": 16, "dp": dp, "cp": cp, "batch": 1, "micro_batches": per_dp, "sp": True, "zero": 2,
-              "flash": True, "first_stage_layers": 7, "last_stage_layers": 7}
+              "flash": True, "first_stage_layers": 7, "last_stage_layers": 7, "virtual_stages": 8}
     return Run(f"405B t8 p16 c{cp} d{dp}", "Dubey et al. 2024 (Llama 3), Table 4", LLAMA_405B, layout, seq,
                "h100-sxm", NDR, tflops_per_gpu=tflops, flops="model", held_out=True,
-               note=f"{gpus:,} H100s, {tflops:g} TFLOP/s per GPU, MFU {mfu}; micro-batch 1, v = 1, ZeRO-2 (assumed)")
+               note=f"{gpus:,} H100s, {tflops:g} TFLOP/s per GPU, MFU {mfu}; v = 8 from §3.3.2 (one layer per model "
+                    "chunk); micro-batch 1, ZeRO-2 (assumed)")
 
 
 LLAMA3 = [
@@ -168,8 +176,10 @@ BLOOM = [
 
 _TT_H100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 _TT_A100 = "torchtitan docs/performance.md (64 A100 80GB)"
-_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm, 700 W and 3.35 TB/s, stands in: "
-            "the source says its peak lies between SXM and NVL), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
+_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's 700 W peak stands in: the source "
+            "says its peak lies between SXM and NVL; its 2.4 TB/s is used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
+#: torchtitan's H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (torchtitan-h100-benchmarks, Hardware).
+_TT_HBM = 2400 * 10**9
 _A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA; the network is not given: 200 Gb/s HDR per GPU "
               "assumed (DGX A100)")
 
@@ -177,7 +187,8 @@ _A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA; the network is 
 def _titan(name: str, source: str, model: str, gpus: int, batch: int, seq: int, recompute: str, tps: float,
            hw: str, net: int, note: str) -> Run:
     layout = {"dp": gpus, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute, "flash": True}
-    return Run(name, source, model, layout, seq, hw, net, tokens_per_s_per_gpu=tps, held_out=True, note=note)
+    return Run(name, source, model, layout, seq, hw, net, tokens_per_s_per_gpu=tps, held_out=True, note=note,
+               memory_bandwidth=_TT_HBM if hw == "h100-sxm" else None)
 
 
 TORCHTITAN = [
@@ -195,6 +206,40 @@ TORCHTITAN = [
     _titan("L2 70B FSDP d64 full", _TT_A100, "llama-2-70b", 64, 2, 4096, "full", 353, "a100-80gb", HDR,
            _A100_NOTE),
 ]
+
+#: llm-foundry (MosaicML 2023), scripts/train/benchmarking/README.md: the HFU (%) of MPT 760M-70B with Composer FSDP,
+#: FlashAttention and BF16 on each GPU, as (model, SeqLen, # GPUs, HFU): every row of the "H100 80GB BF16" table and
+#: the rows of the "A100 80GB" table for the same models. ``efficiency.H100_OVER_A100`` is the median H100/A100 ratio
+#: over the (model, SeqLen, # GPUs) in both.
+MPT_HFU_H100 = [
+    ("70b", 2048, 64, 56.76), ("70b", 2048, 32, 48.2), ("30b", 8192, 8, 39.9), ("30b", 4096, 8, 47.81),
+    ("30b", 2048, 32, 58.57), ("30b", 2048, 16, 57.42), ("30b", 2048, 8, 50.82), ("30b", 1024, 8, 51.68),
+    ("13b", 32768, 8, 42.24), ("13b", 16384, 8, 47.4), ("13b", 4096, 8, 55.47), ("13b", 2048, 64, 39.86),
+    ("13b", 2048, 32, 39.95), ("13b", 2048, 16, 39.58), ("13b", 2048, 8, 39.79), ("13b", 1024, 8, 59.03),
+    ("7b", 65536, 8, 38.13), ("7b", 32768, 8, 41.25), ("7b", 8192, 8, 49.52), ("7b", 4096, 8, 53.9),
+    ("7b", 2048, 8, 46.44), ("7b", 1024, 8, 57.11), ("3b", 65536, 8, 35.74), ("3b", 32768, 8, 38.46),
+    ("3b", 16384, 8, 36.34), ("3b", 8192, 8, 40.31), ("3b", 4096, 8, 42.31), ("3b", 2048, 64, 40.8),
+    ("3b", 2048, 32, 41.7), ("3b", 2048, 16, 43.73), ("3b", 1024, 8, 46.2), ("3b", 512, 8, 46.32),
+    ("1b", 65536, 8, 35.12), ("1b", 32768, 8, 33.54), ("1b", 16384, 8, 35.22), ("1b", 8192, 8, 37.73),
+    ("1b", 4096, 8, 40.26), ("1b", 2048, 64, 40.85), ("1b", 2048, 32, 41.52), ("1b", 2048, 16, 42.36),
+    ("1b", 2048, 8, 41.82), ("1b", 1024, 8, 41.95), ("1b", 512, 8, 43.21), ("760m", 32768, 8, 31.84),
+    ("760m", 16384, 8, 33.57), ("760m", 8192, 8, 34.84), ("760m", 4096, 8, 35.83), ("760m", 2048, 32, 37.57),
+    ("760m", 2048, 16, 37.89), ("760m", 2048, 8, 34.9), ("760m", 1024, 8, 39.76), ("760m", 512, 8, 40.42),
+]
+MPT_HFU_A100 = [
+    ("70b", 2048, 64, 71.1), ("70b", 2048, 32, 64.75), ("30b", 8192, 8, 52.5), ("30b", 4096, 8, 68.49),
+    ("30b", 2048, 8, 73.74), ("30b", 1024, 8, 74.43), ("30b", 512, 8, 75.2), ("13b", 32768, 8, 68.92),
+    ("13b", 16384, 8, 72.1), ("13b", 8192, 8, 74.76), ("13b", 4096, 8, 76.82), ("13b", 2048, 8, 59.57),
+    ("13b", 1024, 8, 79.3), ("7b", 65536, 8, 62.63), ("7b", 32768, 8, 65.94), ("7b", 16384, 8, 69.28),
+    ("7b", 8192, 8, 72.62), ("7b", 4096, 8, 73.12), ("7b", 2048, 8, 64.23), ("7b", 1024, 8, 77.35),
+    ("3b", 65536, 8, 61.41), ("3b", 32768, 8, 62.91), ("3b", 16384, 8, 57.13), ("3b", 8192, 8, 59.34),
+    ("3b", 4096, 8, 60.53), ("3b", 2048, 8, 62.11), ("3b", 1024, 8, 62.73), ("3b", 512, 8, 63.71),
+    ("1b", 65536, 8, 61.57), ("1b", 32768, 8, 55.52), ("1b", 16384, 8, 56.6), ("1b", 8192, 8, 56.69),
+    ("1b", 4096, 8, 59.0), ("1b", 2048, 8, 59.86), ("1b", 1024, 8, 60.15), ("1b", 512, 8, 60.68),
+    ("760m", 65536, 8, 60.45), ("760m", 32768, 8, 54.57), ("760m", 16384, 8, 54.64), ("760m", 8192, 8, 55.31),
+    ("760m", 4096, 8, 56.05), ("760m", 2048, 8, 56.85), ("760m", 1024, 8, 47.76), ("760m", 512, 8, 45.07),
+]
+
 
 #: The runs the A100 constants were fitted on (in-sample).
 FITTED = KORTHIKANTI + NARAYANAN + MEGASCALE

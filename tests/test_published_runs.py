@@ -1,9 +1,10 @@
 """memderive's step time against published measured runs (``tests/published_runs.py``; the table prints with
 ``python benchmarks/published_runs.py``): at least 8 runs from at least 3 papers, each with its layout, batch,
 sequence and measured time. The constants of the time model (``efficiency.CALIBRATIONS``) are fitted once per GPU
-over the in-sample runs (``FITTED``), never per run: there the median error is at most 10%, the worst at most 20%.
+over the in-sample A100 runs (``FITTED``), never per run: there the median error is at most 10%, the worst at most 20%.
+The H100 has no fitted run: its constants are the A100's times the H100/A100 ratio of llm-foundry's MPT benchmarks.
 The held-out runs (``HELD_OUT``: Llama 3 405B, BLOOM, torchtitan) were never fitted on; issue 24 asks the same bounds
-of them, which the model does not meet today (the strict xfail below says by how much and why)."""
+of them: the worst is met, the median is not (the strict xfail below says by how much and why)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import statistics
 
 import pytest
 
-from tests.published_runs import FITTED, HELD_OUT, RUNS, predict
+from memderive.derivations.quantities.efficiency import CALIBRATIONS, H100_OVER_A100
+from tests.published_runs import FITTED, HELD_OUT, MPT_HFU_A100, MPT_HFU_H100, RUNS, predict
 
 
 def test_the_table_names_its_runs() -> None:
@@ -36,21 +38,39 @@ def test_the_held_out_runs_are_named_and_kept_out_of_the_fit() -> None:
 
 
 def test_held_out_errors_do_not_grow() -> None:
-    """A guard, not the issue's demand: the held-out figures measured when the table was added (median 17.0%, worst
-    44.7%, python benchmarks/published_runs.py) must not get worse."""
+    """A guard, not the issue's demand: the held-out figures must not get worse than measured (python
+    benchmarks/published_runs.py): median 17.0%, worst 44.7% when the table was added; median 12.6%, worst 18.6%
+    once Llama 3 runs interleaved (V = 8, §3.3.2) and the H100 takes the A100's constants times its measured ratio."""
     errors = [abs(predict(run).error) for run in HELD_OUT]
-    assert statistics.median(errors) <= 0.18
-    assert max(errors) <= 0.45
+    assert statistics.median(errors) <= 0.13
+    assert max(errors) <= 0.19
 
 
-@pytest.mark.xfail(strict=True, reason="held out, the model misses issue 24's bounds: Llama 3 405B +18% to +45% "
-                   "(its interleaving is not published: v = 1 leaves a 47-94% bubble), torchtitan's 500 W H100s "
-                   "-39% (no H100 run is fitted: the A100 constants scaled by the ridge point give 73% matmul "
-                   "efficiency), torchtitan's A100 FSDP runs -10% to -17%")
-def test_held_out_runs_meet_the_issues_bounds() -> None:
+def test_the_held_out_runs_meet_the_issues_worst_bound() -> None:
+    errors = [abs(predict(run).error) for run in HELD_OUT]
+    assert max(errors) <= 0.20
+
+
+@pytest.mark.xfail(strict=True, reason="held out, the median error is 12.6%, over issue 24's 10%: every FSDP run "
+                   "is predicted fast, torchtitan's A100 runs by 10-17% and its 500 W H100s by 16-19% (eager "
+                   "PyTorch: torchtitan's own Table 1 gains 15.7% from torch.compile, the elementwise traffic memderive "
+                   "times at fused kernels' bytes per FLOP; the 500 W part's peak is not published), BLOOM by 15.5%")
+def test_held_out_runs_meet_the_issues_median_bound() -> None:
     errors = [abs(predict(run).error) for run in HELD_OUT]
     assert statistics.median(errors) <= 0.10
-    assert max(errors) <= 0.20
+
+
+def test_the_h100_ratio_is_the_median_over_the_rows_both_tables_hold() -> None:
+    """llm-foundry's MPT benchmarks: the H100's HFU over the A100's on the same (model, sequence, GPUs). The 39 rows in
+    both tables, by hand from the two columns (e.g. 7b at 2,048 tokens on 8 GPUs: 46.44 / 64.23 = 0.723), run from
+    0.570 (1b at 65,536: 35.12 / 61.57) to 0.897 (760m at 512: 40.42 / 45.07); their median, the 20th of 39 sorted,
+    is 1b at 4,096: 40.26 / 59.0 = 0.6824 (between 7b at 8,192, 49.52 / 72.62 = 0.6819, and 30b at 2,048,
+    50.82 / 73.74 = 0.6892). The time model's H100 ceiling is the A100's 0.83 times it."""
+    a100 = {row[:3]: row[3] for row in MPT_HFU_A100}
+    ratios = sorted(row[3] / a100[row[:3]] for row in MPT_HFU_H100 if row[:3] in a100)
+    assert len(ratios) == 39
+    assert abs(statistics.median(ratios) - H100_OVER_A100) < 0.0005
+    assert CALIBRATIONS["h100-sxm"].ceiling == pytest.approx(0.83 * H100_OVER_A100, abs=1e-4)
 
 
 def test_a_throughput_turns_into_the_step_time_it_implies() -> None:

@@ -61,8 +61,27 @@ def test_the_slowest_stage_sets_the_pace() -> None:
 @pytest.mark.parametrize(("extra", "fragment"), [
     ({"pp": 16, "first_stage_layers": 7}, "leave 119, not divisible over the other 15"),
     ({"pp": 1, "first_stage_layers": 7}, "give --pp greater than 1"),
-    ({"pp": 16, "first_stage_layers": 7, "last_stage_layers": 7, "virtual_stages": 2}, "without --virtual-stages"),
+    # 7 and 8 layers: 7 % 3, (7 + 1) % 3 and 8 % 3 are all non-zero
+    ({"pp": 16, "first_stage_layers": 7, "last_stage_layers": 7, "virtual_stages": 3},
+     "first 7, middle 8, last 7 layers do not split into 3 model chunks"),
 ])
 def test_uneven_stages_that_do_not_divide_are_refused(extra: dict, fragment: str) -> None:
     with pytest.raises(OptionsError, match=fragment):
         estimate(LLAMA_405B, **{**META, **extra})
+
+
+def test_llama_3_405b_interleaved_with_one_layer_per_model_chunk() -> None:
+    """Dubey et al. 2024 §3.3.2: 'the first model chunk on the first stage has only the embedding' once a layer is
+    taken from the first and the last stage, so a chunk holds one layer and V = (126 + 2)/16 = 8; the first and last
+    stage's 7 layers plus the embedding/loss slot make 8 = V chunks. The second stage (the largest) holds Megatron-LM's
+    interleaved warm-up on rank 1, 2(p - 2) + (v - 1) p chunk micro-batches and the one in flight, each 1/v of its 8
+    layers: (2 * 14 + 7 * 16 + 1)/8 = 141/8 = 17.625 micro-batches (p + (p - 3)/v = 16 + 13/8), so 8 * 17.625 = 141
+    layer-copies of activations (against 8 x 15 = 120 without interleaving); the bubble shrinks to
+    (p - 1)/(m v) = 15/(32 * 8) of the micro-batches' time."""
+    interleaved = estimate(LLAMA_405B, **META, first_stage_layers=7, last_stage_layers=7, virtual_stages=8)
+    plain = estimate(LLAMA_405B, **META, first_stage_layers=7, last_stage_layers=7)
+    for est, copies in ((interleaved, 141), (plain, 120)):
+        layers = sum(v for k, v in est.quantity("activation_bytes").term_ints(est.values) if k.startswith("layer/"))
+        assert layers == copies * est.number("activation_bytes_per_layer")
+    st = step_time(interleaved, "h100-sxm", efficiency=0.5)
+    assert st.bubble_s == pytest.approx(15 / (32 * 8) * (st.compute_s + st.tp_s + st.pp_s + st.cp_s), rel=1e-12)

@@ -71,7 +71,7 @@ def check_layout(model: Model, opts: Options) -> None:
         opts.stage_layers(z["l"])  # the rest must divide over the other stages (an OptionsError says why not)
     if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
-    if opts.virtual_stages not in (None, 1) and z["l"] % (opts.pp * opts.virtual_stages):
+    if opts.virtual_stages not in (None, 1) and not opts.uneven_stages and z["l"] % (opts.pp * opts.virtual_stages):
         checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
     for remainder, message in checks:
         if remainder:

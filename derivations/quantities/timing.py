@@ -188,8 +188,8 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
     if not calibrated:
         return f"compute: the busiest stage's hardware FLOPs at {efficiency:.0%} (given) of {peak}"
     c = calibration(hw)
-    stand_in = ("" if c.fitted_on == hw.name else
-                f"; no measured runs on this GPU: the {c.fitted_on} constants, half width scaled by the ridge point")
+    stand_in = ("" if c.scaled is None else
+                f"; no fitted runs on this GPU: the {c.fitted_on} constants, {c.scaled[0]} ({cite(c.scaled[1])})")
     return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
             f"{c.ceiling:g} w/(w + {c.half_width:,.0f}) at per-GPU width w = h/t, and its elementwise FLOPs at "
             f"{c.bytes_per_flop:g} bytes each over the memory bandwidth (fitted to the published runs of "
