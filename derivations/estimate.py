@@ -238,16 +238,44 @@ def _derived(resolved: Model, options: Options, stage: str = "first") -> tuple[G
     return derivation(Keyed(key, (resolved, options, stage)))
 
 
+def _autocast(model: Model, options: Options, hf: Any, dropout: bool) -> Graph | None:
+    """Under ``--precision autocast``, transformers' layers built in fp32 and run under ``torch.autocast``
+    (``symbolic.autocast``: the 16-bit casts saved beside the fp32 tensors), where the graph's op kinds
+    are written out there; None otherwise (the activations in ``--dtype`` stand in)."""
+    if options.precision != "autocast" or options.dtype == "fp32":
+        return None
+    from memderive.symbolic.autocast import Autocast
+    from memderive.symbolic.dtypes import dtype
+
+    strategy = Autocast("cuda", dtype(options.dtype), separate_qkv=model.arch.family != "gpt",
+                        attention=options.hf_attention)
+    graph = hf(model.graph(activation_dtype="fp32", dropout=dropout))
+    return strategy(graph) if strategy.covers(graph) else None
+
+
+def _cast_in_part(options: Options, graph: Graph) -> Graph:
+    """The graph as built in ``--dtype``, saying under ``--precision autocast`` that autocast's casts are not
+    written out for its op kinds."""
+    if options.precision != "autocast" or options.dtype == "fp32":
+        return graph
+    note = (f"torch.autocast: the {options.dtype} casts autograd saves beside fp32 tensors are not written out "
+            "for this model's layers (symbolic.autocast covers embeddings, layer norms, linears, eager attention, "
+            f"GELU, tanh, dropout): activations in {options.dtype} stand in")
+    return replace(graph, assumptions=graph.assumptions + (note,))
+
+
 @lru_cache(maxsize=1024)
 def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     """The graph and quantities of ``structure.value`` (a model and options), derived once per
     ``structure_key`` within a process (never read from disk); ``derivation.__wrapped__`` derives anew."""
     resolved, options, stage = structure.value
     act = options.dtype if options.mode == "train" else "bf16"
-    base = resolved.graph(activation_dtype=act, dropout=options.dropout and options.mode == "train")
+    dropout = options.dropout and options.mode == "train"
+    base = resolved.graph(activation_dtype=act, dropout=dropout)
     if options.mode == "train" and options.implementation_kind == "hf":
-        base = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation,
-                         loss_chunks=options.loss_chunks)(base)
+        hf = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation,
+                       loss_chunks=options.loss_chunks)
+        base = _autocast(resolved, options, hf, dropout) or _cast_in_part(options, hf(base))
     moe = resolved.arch.moe
     quantities = parameter_quantities(base, moe is None or moe.active_embedding)
     graph = base

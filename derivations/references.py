@@ -295,6 +295,9 @@ _ENTRIES: tuple[Reference, ...] = (
     _transformers_file("transformers-gpt2", "models/gpt2/modeling_gpt2.py"),
     _paper("shazeer-2018", "Shazeer & Stern 2018 (Adafactor)", "N. Shazeer, M. Stern", "Adafactor: Adaptive Learning "
            "Rates with Sublinear Memory Cost", 2018, "1804.04235", "ICML 2018"),
+    Reference("pytorch-autocast", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: aten/src/ATen/autocast_mode.cpp "
+              "(the lower-precision and fp32 op lists of CUDA and CPU autocast; cached_cast)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/aten/src/ATen/autocast_mode.cpp", "code"),
     Reference("pytorch-adafactor", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/_adafactor.py (Adafactor."
               "_init_group: row_var, col_var, variance)", None,
               "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/_adafactor.py", "code"),

@@ -102,14 +102,17 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
-                   dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False) -> SavedModel:
+                   dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
+                   autocast: bool = False) -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
     ``lora``: a ``peft.LoraConfig`` to wrap the model with (``peft.get_peft_model``: base frozen). PEFT
     keeps the adapters of a model it wraps in 16 bits in fp32 (``autocast_adapter_dtype``), so by
     default the model is wrapped first and cast whole (adapters in ``dtype``); ``cast_first`` casts
-    the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters."""
+    the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters.
+    ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
+    16-bit casts of the weights it saves are counted: they are not the parameters' storages)."""
     torch.manual_seed(seed)
     model = build_model(config)
     if cast_first:
@@ -118,7 +121,7 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
         import peft
 
         model = peft.get_peft_model(model, lora)
-    model = model.to(dtype).train() if not cast_first else model.train()
+    model = model.train() if cast_first or autocast else model.to(dtype).train()
     owned = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
     stack: list[str] = [""]
     handles = []
@@ -134,7 +137,8 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
 
     ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor), \
+                torch.autocast("cpu", dtype=dtype, enabled=autocast):
             loss = _loss(model, ids)
     finally:
         for handle in handles:

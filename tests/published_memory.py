@@ -74,8 +74,9 @@ PENDING_WHY = {
 #: Settings ``Options`` takes whose effect is modelled only in part, and what is left out.
 PARTIAL_WHY = {
     ("precision", "autocast"): "torch.autocast's model states (fp32 weights, gradients, states) are modelled; the "
-                               "16-bit casts autograd saves beside the fp32 tensors are not ops of the graph yet, "
-                               "and the step timeline leaves autocast out (the sum stands in for the peak)",
+                               "16-bit casts autograd saves beside the fp32 tensors are written out only for "
+                               "layers symbolic.autocast covers, and the step timeline leaves autocast out (the "
+                               "sum stands in for the peak)",
 }
 
 
@@ -108,8 +109,11 @@ class Measurement:
 
     @property
     def partial(self) -> dict:
-        """The settings applied whose effect is modelled only in part (``PARTIAL_WHY``)."""
-        return {k: v for k, v in self.options_used().items() if (k, v) in PARTIAL_WHY}
+        """The settings applied whose effect is modelled only in part (``PARTIAL_WHY``): autocast where the
+        graph's layers are not run under ``symbolic.autocast``."""
+        cast = any(x.startswith("torch.autocast") for x in self.estimate().graph.strategies)
+        return {k: v for k, v in self.options_used().items() if (k, v) in PARTIAL_WHY
+                and not (cast and (k, v) == ("precision", "autocast"))}
 
     def options_used(self) -> dict:
         return {**self.options, **{k: v for k, v in self.pending.items() if k not in self.unmodelled}}
@@ -133,10 +137,25 @@ class Measurement:
         return self.measured / self.derived()
 
     def reason(self) -> str:
-        """Why the ratio may be off: the settings not modelled yet and the entry's note."""
+        """Why the ratio may be off: the settings not modelled yet, the step's peak where the sum stands in
+        for it (what the step timeline does not model, or ops run as fused calls), and the entry's note."""
         parts = [f"not modelled: {key}={value} ({PENDING_WHY[key]})" for key, value in self.unmodelled.items()]
         parts += [f"in part: {key}={value} ({PARTIAL_WHY[key, value]})" for key, value in self.partial.items()]
-        return "; ".join([*parts, *([self.note] if self.note else [])])
+        return "; ".join([*parts, *([self.sum_why()] if self.sum_why() else []), *([self.note] if self.note else [])])
+
+    def sum_why(self) -> str:
+        """For a training measurement whose derived side is ``total_bytes`` (the sum of model states and saved
+        tensors) rather than the step's high-water mark: why (``quantities.runtime``)."""
+        from memderive.derivations.quantities.step import runs_calls
+
+        est = self.estimate()
+        if est.options.mode != "train" or self.kind.startswith("vllm"):
+            return ""
+        if est.peak_note():
+            return f"the sum stands in for the peak: {est.peak_note().removesuffix(': no peak_bytes')}"
+        if not runs_calls(est.graph):
+            return "the sum stands in for the peak: the step runs as fused calls (no backward temporaries)"
+        return ""
 
 
 def _bert(name: str, measured_mib: int, batch: int, note: str = "", **options: Any) -> Measurement:
@@ -253,11 +272,12 @@ def _titan(name: str, gib: float, gpus: int, setup: str, note: str, pending: dic
                        "derived reserved bytes do not depend on the capacity)".strip())
 
 
-_LOSS = ("torchtitan's op-level checkpointing is modelled (--recompute selective-op, the preset); what is left "
-         "is the loss path: torchtitan's loss, cross_entropy(pred.flatten(0, 1).float(), ...), holds in backward "
-         "log_softmax's fp32 output, the fp32 gradient nll_loss gives it and the fp32 gradient it gives back, "
-         "3 x b s V x 4 B = 23.5 GiB at b 2, s 8192 (the step's peak), where the derivation holds the first, "
-         "7.8 GiB (issue 21 item 1: the step timeline).")
+_LOSS = ("torchtitan's op-level checkpointing is modelled in the sum (--recompute selective-op, the preset); "
+         "what is left is the loss path: torchtitan's loss, cross_entropy(pred.flatten(0, 1).float(), ...), "
+         "holds in backward log_softmax's fp32 output, the fp32 gradient nll_loss gives it and the fp32 gradient "
+         "it gives back, 3 x b s V x 4 B = 23.5 GiB at b 2, s 8192 (the step's peak), where the sum holds the "
+         "first, 7.8 GiB. The step timeline would hold all three (as it does for transformers' loss, checked on "
+         "CPU), but not under FSDP (ZeRO-3) with selective recompute, so the sum stands in.")
 TORCHTITAN = [
     _titan("FSDP, 8 GPUs", 82.4, 8, "Table 1: FSDP over 8 H100s, local batch 2, seq 8192 (llama3_8b.toml), "
            "selective activation checkpointing, bf16 params / fp32 reduce, AdamW", _LOSS, batch=2, seq=8192),
