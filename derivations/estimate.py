@@ -214,7 +214,8 @@ def structure_key(model: Model, options: Options) -> tuple:
     fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
     flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp if options.uneven_stages else options.pp > 1,
              options.dp > 1, options.cp > 1,
-             options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None)
+             options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None,
+             (options.batch, options.seq) if options.compile else None)  # the partition is cut at the sizes
     return repr(model), fixed, flags
 
 

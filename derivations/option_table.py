@@ -181,6 +181,10 @@ OPTIONS: tuple[Option, ...] = (
        "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
        "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,
        example=(*_TRAIN_STEP, "--recompute", "full")),
+    _o("compile", "bool", False, "torch.compile: the activations AOTAutograd's min-cut partitioner (Inductor's) "
+       "saves for backward, derived from transformers' ATen calls (with --implementation hf: LLaMA-style and GPT-2 "
+       "code, no dropout)", modes=_TRAIN, echo="set",
+       example=("--model", "llama-3-8b", *_TRAIN_STEP, "--implementation", "hf", "--compile")),
     _o("flash", "bool", False, "short for --attention flash", echo="never",
        example=(*_TRAIN_STEP, "--flash")),
     _o("attention", "choice", None, "attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not "

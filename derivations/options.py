@@ -169,6 +169,7 @@ class Options:
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
+    compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
     flash: bool = False  # shorthand for attention="flash"
     attention: str | None = None  # None: the mode's default, see ``attention_kernel``
     kv_block: int | None = None  # inference: paged KV cache, tokens per block
@@ -298,6 +299,23 @@ class Options:
         self._check_experts()
         self._check_framework()
         self._check_offload_params()
+        self._check_compile()
+
+    def _check_compile(self) -> None:
+        """--compile partitions transformers' ATen calls (``symbolic.compile_partition``); what has none is refused."""
+        if not self.compile:
+            return
+        if self.mode != "train":
+            raise OptionsError("--compile derives what a compiled training step saves for backward; use it with "
+                               "--mode train")
+        if self.implementation_kind != "hf":
+            raise OptionsError("--compile partitions transformers' ATen calls (torch.compile of a transformers "
+                               "model); add --implementation hf (Megatron's fused kernels are not what it compiles)")
+        unmodelled = [(self.recompute != "none", f"--recompute {self.recompute}"), (self.finetuning, "fine-tuning options"),
+                      (self.loss_chunks > 1, "--loss-chunks"), (self.precision == "autocast", "--precision autocast")]
+        for flag, what in unmodelled:
+            if flag:
+                raise OptionsError(f"--compile is not modelled with {what}")
 
     def _check_offload_params(self) -> None:
         """--offload-params shards every state over the d ranks as ZeRO-3/FSDP do (DeepSpeed's offload_param is

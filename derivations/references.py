@@ -289,6 +289,10 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("pytorch-autograd-engine", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/csrc/autograd/engine.cpp "
               "(ready queue by sequence number, validate_outputs) and input_buffer.cpp, accumulate_grad.h", None,
               "github.com/pytorch/pytorch/blob/v2.13.0/torch/csrc/autograd/engine.cpp", "code"),
+    Reference("pytorch-min-cut-partitioner", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: "
+              "torch/_functorch/partitioners.py (min_cut_rematerialization_partition, solve_min_cut, "
+              "get_default_op_list; AOTAutograd's joint-graph partition, used by Inductor)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/_functorch/partitioners.py", "code"),
     Reference("pytorch-adam", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/optim/adam.py (_multi_tensor_adam, "
               "_fused_adam)", None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/optim/adam.py", "code"),
     _transformers_file("transformers-llama", "models/llama/modeling_llama.py"),

@@ -253,7 +253,7 @@ def _loss(op: Op) -> Op:
     return replace(op, program=(
         Kernel("const", (), (given,)),
         Kernel("to", (logits,), (up,), keep="op"),
-        Kernel("const", ("@labels",), (padded,), keep="op"), Kernel("const", (padded.name,), (labels,), keep="op"),
+        Kernel("pad", ("@labels",), (padded,), keep="op"), Kernel("const", (padded.name,), (labels,), keep="op"),
         Kernel("log_softmax", (up.name,), (log_probs,)),
         Kernel("nll_loss", (log_probs.name, labels.name), (op.output, total_weight))))
 

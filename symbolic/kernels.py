@@ -238,6 +238,7 @@ KINDS: dict[str, Rule] = {
     "fused": Rule(_none, _each(_alloc), source="the op's declared saved tensors; one gradient per input"),
     # no gradient: masks, positions, label shifts
     "const": Rule(_none, _each(_alloc), differentiable=False, source="no autograd node"),
+    "pad": Rule(_none, _each(_alloc), differentiable=False, source="constant_pad_nd of labels: no autograd node"),
     # not a call: a Python variable that holds a tensor (a module's argument, held by its caller)
     "hold": Rule(_none, _each(_alloc), differentiable=False, source="a Python reference"),
     # not a call: the op's parameters as the implementation holds them (LLaMA's q_proj, k_proj, v_proj

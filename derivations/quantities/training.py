@@ -132,6 +132,12 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     acts = activations(graph, ignore)
     per_layer = one_layer(graph, ignore)
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)
+    act_cite = KORTHIKANTI
+    if opts.compile:  # what torch.compile's partitioner saves instead
+        from memderive.derivations.quantities.compiled import COMPILE_CITATION, COMPILE_NOTES, compiled_activations
+
+        acts, per_layer = compiled_activations(graph, opts, model)
+        act_cite, assumptions = COMPILE_CITATION, assumptions + COMPILE_NOTES
     total = states + acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore, model)
@@ -156,9 +162,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
                  parameters(graph), rel),
         *tuned,
-        Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, KORTHIKANTI,
+        Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, act_cite,
                  assumptions, form=_sbh_factored),
-        Quantity("activation_bytes", "Activation memory per GPU", acts, rel, KORTHIKANTI, assumptions),
+        Quantity("activation_bytes", "Activation memory per GPU", acts, rel, act_cite, assumptions),
         Quantity("model_state_bytes", "Model states per GPU", states, rel, _states_citation(opts),
                  _states_notes(opts)),
         Quantity("total_bytes", "Training memory per GPU (sum of model states and saved activations)", total, rel,
