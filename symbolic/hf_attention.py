@@ -101,6 +101,8 @@ def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool
     """
     code, act = ctx.code, q.dtype
     bsz, heads, seq, d_qk = q.shape
+    if code.sinks and not math:
+        return _eager_sinks(op, q, v, dropout, ctx)
     scores = (bsz, heads, seq, seq)
     dt = FP32 if math else act  # the math backend computes in fp32
     sdt = FP32 if math or code.scores_fp32 else act  # dtype of q k^T
@@ -123,4 +125,25 @@ def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool
     saved.append((like(q, f"{op.path}.v_rep", dt, (bsz, heads, seq, v.shape[-1]), "v"), (qn, kn)))
     note = "SDPA math backend: fp32" if math else "eager_attention_forward"
     return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note=note,
+                   saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())
+
+
+def _eager_sinks(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context) -> Op:
+    """gpt-oss's ``eager_attention_forward``: ``torch.cat([attn_weights, sinks], dim=-1)`` (s + 1 columns),
+    ``combined_logits - combined_logits.max(dim=-1, keepdim=True).values`` (the max saves its int64
+    indices (b, a, s, 1)), ``F.softmax(combined_logits, dtype=combined_logits.dtype)`` in the activation
+    dtype (its output saved, (b, a, s, s + 1)); ``probs[..., :-1]`` is a view of it, which ``P v`` saves."""
+    bsz, heads, seq, d_qk = q.shape
+    qn, kn, vn = op.inputs if len(op.inputs) == 3 else ("q", "k", "v")
+    wide = (bsz, heads, seq, seq + 1)
+    saved: list[tuple[Tensor, tuple[str, ...]]] = [
+        (q, (kn,)), (like(q, f"{op.path}.k_rep", shape=(bsz, heads, seq, d_qk), role="k"), (qn,)),
+        (like(q, f"{op.path}.max_indices", dtype("int64"), (bsz, heads, seq, 1), SCORES), (qn, kn)),
+        (like(q, f"{op.path}.softmax", shape=wide, role=SCORES), (qn, kn) if dropout else (qn, kn, vn))]
+    if dropout:
+        mask_dt = BOOL if ctx.device == "cuda" else q.dtype
+        saved += [(like(q, f"{op.path}.dropout.mask", mask_dt, (bsz, heads, seq, seq), SCORES), (qn, kn)),
+                  (like(q, f"{op.path}.dropout.out", shape=(bsz, heads, seq, seq), role=SCORES), (vn,))]
+    saved.append((like(q, f"{op.path}.v_rep", shape=(bsz, heads, seq, v.shape[-1]), role="v"), (qn, kn)))
+    return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note="eager_attention_forward with sinks",
                    saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())

@@ -54,6 +54,19 @@ _RULES = {
                             "fp32 weights",
     ("router_fp32", True): "the router's linear runs on fp32 copies of its input and weight "
                            "(F.linear(x.float(), w.float())): both copies saved",
+    ("sinks", True): "attention sinks: the scores cat'ed with each head's sink logit, their row max subtracted "
+                     "(its int64 indices saved), a 16-bit softmax over s + 1 columns (no fp32 copy)",
+    ("router_topk_first", True): "the router takes the top-k of its logits, then a 16-bit softmax over those k: "
+                                 "the k indices and weights saved, not E-wide scores",
+    ("clamped_glu", True): "experts' clamped SwiGLU: gate and up clamped, gate * sigmoid(alpha gate), (up + 1) * "
+                           "glu (the gate_up output, clamped gate, sigmoid, glu and up + 1 saved)",
+    ("rotary_half", True): "rotary cos/sin of the d/2 frequencies only (emb = freqs, no cat): tables half as wide",
+    ("router_logits_fp32", True): "the router's logits cast to fp32 before its top-k: the softmax over the k "
+                                  "saves fp32",
+    ("sparsemixer", True): "sparsemixer router: per pick of two, the masked_fill mask (bool), the 16-bit softmax "
+                           "(b, s, E), the chosen index and its multiplier saved",
+    ("input_jitter", True): "input jitter: the MoE block and its router each multiply the input in place by uniform "
+                            "noise (both 16-bit noise tensors saved)",
     ("router_group_mask", True): "group-limited routing masks the scores (masked_fill): its bool (b, s, E) mask saved",
 }
 
@@ -79,6 +92,13 @@ class HfCode:
     routing_fp32: bool = False  # the router's top-k weights left in fp32 (Mixtral): the experts save them so
     router_fp32: bool = False  # the router's linear on fp32 copies of its input and weight (DeepSeek)
     router_group_mask: bool = False  # DeepSeek-V2's group_limited_greedy: scores.masked_fill(~mask, 0) saves the mask
+    sinks: bool = False  # gpt-oss's eager attention with sinks: a 16-bit softmax over s + 1 columns
+    router_topk_first: bool = False  # gpt-oss's router: top-k of the logits, then softmax over the k
+    router_logits_fp32: bool = False  # GraniteMoE's router: F.linear(...).float(), then top-k and softmax in fp32
+    clamped_glu: bool = False  # gpt-oss's experts: clamped SwiGLU, (up + 1) * gate * sigmoid(alpha gate)
+    rotary_half: bool = False  # gpt-oss's rotary: cos/sin (s, d/2), each half rotated by the same table
+    sparsemixer: bool = False  # Phi-MoE's router: sparsemixer (two masked softmaxes, PhimoeMultiplier)
+    input_jitter: bool = False  # Phi-MoE with input_jitter_noise > 0: two in-place noise products saved
 
     def __post_init__(self) -> None:
         for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),

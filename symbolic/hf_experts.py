@@ -31,7 +31,7 @@ from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["EXPERTS_KERNELS", "grouped_mm", "routing_dtype"]
+__all__ = ["EXPERTS_KERNELS", "grouped_mm", "routing_dtype", "clamped_glu"]
 
 #: transformers' names (``experts_implementation``); the first is its default.
 EXPERTS_KERNELS = ("grouped_mm", "eager")
@@ -49,7 +49,9 @@ def grouped_mm(op: Op) -> Op:
     experts = op.params[0].shape[0]
     offsets = Tensor(f"{op.path}.offsets", (experts,), INT32, role="token-ids")
     kept = tuple(x for x in op.saved if x.name.rsplit(".", 1)[1] not in ("tokens", "slots", "weighted"))
-    return replace(op, saved=(index[0], index[1], offsets, *kept, index[2]),
+    if any(p.role == "bias" for p in op.params):  # gate_up_proj_bias[expert_ids_g], down_proj_bias[expert_ids_g]
+        index += (replace(tokens, name=f"{op.path}.expert_ids"),)
+    return replace(op, saved=(index[0], index[1], offsets, *kept, *index[2:]),
                    note=(op.note + "; " if op.note else "") + "grouped_mm_experts_forward (sorted by expert)")
 
 
@@ -59,3 +61,23 @@ def routing_dtype(op: Op, dt: DType) -> Op:
     weights = _named(op, "weights")
     return replace(op, saved=tuple(replace(x, dtype=dt) if x is weights else x for x in op.saved))
 
+
+
+def clamped_glu(op: Op) -> Op:
+    """gpt-oss's experts (``GptOssExperts._apply_gate``): ``gate, up = gate_up[..., ::2], gate_up[..., 1::2]``;
+    ``gate.clamp(max=limit)`` and ``up.clamp(-limit, limit)`` save their inputs, views of the whole gate_up output
+    (2 f_e wide); ``glu = gate * torch.sigmoid(gate * alpha)`` saves the clamped gate and the sigmoid;
+    ``(up + 1) * glu`` saves both factors. In place of SwiGLU's gate, act(gate) and up (the product, the
+    down projection's input, is saved by both)."""
+    gate = _named(op, "gate")
+    width = gate.shape[-1]
+    made = [replace(gate, name=f"{op.path}.gate_up_out", shape=(*gate.shape[:-1], 2 * width))]
+    made += [replace(gate, name=f"{op.path}.{name}") for name in ("gate_clamped", "sigmoid", "glu", "up_plus_one")]
+    saved: list[Tensor] = []
+    for x in op.saved:
+        suffix = x.name.rsplit(".", 1)[1]
+        if suffix == "gate":
+            saved += made
+        elif suffix not in ("act", "up"):
+            saved.append(x)
+    return replace(op, saved=tuple(saved), note=(op.note + "; " if op.note else "") + "clamped SwiGLU (gpt-oss)")

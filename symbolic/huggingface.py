@@ -19,8 +19,9 @@ The graph of ``derivations.models.architectures`` describes fused kernels as Meg
 Where a family's code differs from LLaMA's, ``HfCode`` (``symbolic.hf_code``) names the rule it follows:
 fp32-keeping RMSNorms (OLMo 2, gpt-oss) and Gemma's fp32 ``(1 + w)``, Cohere's Python LayerNorm, a
 16-bit eager softmax (GPT-2, Falcon) or fp32 scores (GPT-J), GPT-J's per-call rotary tables, Gemma 2's
-softcapping, Falcon's direct SDPA call and list-index head split. Partial rotary reads narrower
-cos/sin tables (``d_r`` wide: the rotary op's ``reads``).
+softcapping, Falcon's direct SDPA call and list-index head split, DeepSeek's router on fp32 copies,
+gpt-oss's sinks (a 16-bit softmax over s + 1 columns), top-k-first router, clamped SwiGLU experts and
+half-width cos/sin. Partial rotary reads narrower cos/sin tables (``d_r`` wide: the rotary op's ``reads``).
 
 CPU and CUDA differ (``device``): on CPU ``F.dropout`` saves a mask in the input's dtype (CUDA's
 ``native_dropout``: 1-byte bool); ``F.layer_norm`` with bf16 weights returns bf16 mean/rstd on CPU
@@ -32,7 +33,7 @@ saves two 8-byte RNG tensors (seed, offset) per layer: neglected.
 >>> from memderive.symbolic.ops import BlockBuilder
 >>> from memderive.symbolic.graph import Graph
 >>> from memderive.symbolic.dims import b, s, h
->>> from memderive.symbolic.dtypes import dtype
+>>> from memderive.symbolic.dtypes import DType, dtype
 >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
 >>> _ = bb.rms_norm("norm", bb.input)
 >>> g = HuggingFace("eager")(Graph("toy", (bb.build(),)))
@@ -47,11 +48,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
 from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
-from memderive.symbolic.hf_experts import EXPERTS_KERNELS, grouped_mm, routing_dtype
+from memderive.symbolic.hf_experts import EXPERTS_KERNELS, clamped_glu, grouped_mm, routing_dtype
 from memderive.symbolic.hf_programs import chunked_loss, with_programs
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
@@ -96,7 +97,8 @@ class HuggingFace(Strategy):
         blocks = tuple(replace(blk, ops=tuple(self._ops(blk))) for blk in graph.blocks)
         if self.code.rotary_tables != "per-call" and any(blk.name == "head" for blk in blocks):
             dt = FP32 if self.code.rotary_tables == "shared-fp32" else None
-            tables = {x.name + suffix: like(x, x.name + suffix, dt) for blk in graph.blocks for op in blk.ops
+            half = (lambda x: (*x.shape[:-1], x.shape[-1] / 2)) if self.code.rotary_half else (lambda x: x.shape)
+            tables = {x.name + suffix: like(x, x.name + suffix, dt, half(x)) for blk in graph.blocks for op in blk.ops
                       for x in op.reads for suffix in ("", "_local")[:self.code.rotary_sets]}
             blocks = tuple(_with_once(blk, tuple(tables.values())) if blk.name == "head" else blk for blk in blocks)
         if self.code.bool_mask and self.attention == "eager":
@@ -141,8 +143,13 @@ class HuggingFace(Strategy):
             return self._attention(op)
         if op.kind == "router" and (self.code.router_fp32 or self.code.router_group_mask):
             return _router(op, self.code)
+        if op.kind == "router" and self.code.router_topk_first:
+            return _router_topk_first(op, FP32 if self.code.router_logits_fp32 else op.output.dtype)
+        if op.kind == "router" and self.code.sparsemixer:
+            return _sparsemixer(op, self.code.input_jitter)
         if op.kind == "experts":
             op = routing_dtype(op, FP32) if self.code.routing_fp32 else op
+            op = clamped_glu(op) if self.code.clamped_glu else op
             return grouped_mm(op) if self.experts == "grouped_mm" else op
         if op.kind == "embedding" and op.path == "positions" and self.code.position_buffer:
             return replace(op, saved=(), saved_for=(), note="position ids: a slice of a registered buffer")
@@ -206,6 +213,38 @@ def _router(op: Op, code: HfCode) -> Op:
     return replace(op, saved=(*saved, *rest), note=(op.note + "; " if op.note else "") +
                    ("router on fp32 copies of its input and weight" if code.router_fp32 else "")
                    + ("; group-limited scores masked" if code.router_group_mask else ""))
+
+
+def _router_topk_first(op: Op, dt: DType) -> Op:
+    """gpt-oss's ``GptOssTopKRouter`` and GraniteMoE's: ``torch.topk(router_logits, k)`` saves its int64
+    indices (b, s, k), the softmax of the k values its output (b, s, k) in ``dt`` (gpt-oss: the logits'
+    16 bits; GraniteMoE: fp32, ``F.linear(hidden_states, self.weight).float()``), the linear its input:
+    no E-wide scores, no renormalisation."""
+    x, indices = op.saved[0], next(t for t in op.saved if t.name == f"{op.path}.indices")
+    weights = like(indices, f"{op.path}.top_softmax", dt, role="router")
+    return replace(op, saved=(x, indices, weights), note=(op.note + "; " if op.note else "") +
+                   "top-k of the logits, then a softmax over the k")
+
+
+def _sparsemixer(op: Op, jitter: bool) -> Op:
+    """Phi-MoE's ``PhimoeTopKRouter``: the linear saves its input; ``sparsemixer`` picks two experts, each
+    ``scores.masked_fill(mask_logits_threshold, -inf)`` (its bool mask (b, s, E) saved), ``torch.softmax``
+    (its 16-bit output saved, and by ``PhimoeMultiplier``), ``gather(index=selected_experts)`` (the int64
+    index (b, s, 1), also saved by the second pick's ``torch.scatter`` and by ``PhimoeMultiplier``) and the
+    gathered multiplier (b, s, 1) that ``PhimoeMultiplier`` saves. The Gumbel sampling's ``max`` and the
+    midpoint mask's ``max`` are read only for indices: their nodes are freed during the forward. With
+    ``input_jitter_noise`` > 0 the block and the router each run ``hidden_states *= noise``: the noise saved."""
+    x = op.saved[0]
+    lead, act, experts = x.shape[:-1], op.output.dtype, op.params[0].shape[0]
+    saved = [x]
+    if jitter:
+        saved += [like(x, f"{op.path}.{name}_noise", act, role="activation") for name in ("block", "router")]
+    for i in (1, 2):
+        saved += [like(x, f"{op.path}.mask{i}", dtype("bool"), (*lead, experts), "router"),
+                  like(x, f"{op.path}.softmax{i}", act, (*lead, experts), "router"),
+                  like(x, f"{op.path}.index{i}", INT64, (*lead, 1), "router"),
+                  like(x, f"{op.path}.multiplier{i}", act, (*lead, 1), "router")]
+    return replace(op, saved=tuple(saved), note=(op.note + "; " if op.note else "") + "sparsemixer")
 
 
 def _python_layer_norm(op: Op) -> Op:

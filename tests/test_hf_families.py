@@ -13,14 +13,11 @@ from __future__ import annotations
 import pytest
 
 from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES
-from tests.hf_families import TINY, Case, cases, derive, measure
+from tests.hf_families import SHAPES, TINY, Case, cases, derive, measure
 
 #: Cases not yet modelled to the byte (issue 22), by case-id prefix, with what the measurement shows is
 #: missing. Strict: a case listed here that becomes exact fails, so the list only shrinks.
 OPEN: dict[str, str] = {
-    "gpt_oss-": "clamped SwiGLU experts with biases, sinks: a 16-bit softmax over s + 1 columns",
-    "phimoe-": "sparsemixer router: its saved tensors depend on the routing drawn",
-    "granitemoe-": "GraniteMoe's parallel experts (its own MoE module, not the experts interface)",
 }
 
 
@@ -45,13 +42,42 @@ def test_deepseek_v2_group_limited_routing_saves_its_score_mask() -> None:
     # DeepseekV2TopkRouter with topk_method="group_limited_greedy" runs scores.masked_fill(~score_mask.bool(), 0.0)
     # before its top-k: the bool mask (b s, E) is saved, 1 B per token per routed expert in each MoE layer. By hand,
     # b2s24 with 4 experts in the 2 MoE layers (first_k_dense_replace=1 of 3): 2 x 48 x 4 x 1 B = 384 B over greedy.
-    from tests.hf_families import SHAPES
-
     group = (("topk_method", "group_limited_greedy"), ("n_group", 2), ("topk_group", 1))
     greedy = measure("deepseek_v2", "eager", SHAPES[0], "grouped_mm")
     masked = measure("deepseek_v2", "eager", SHAPES[0], "grouped_mm", group)
     assert masked.nbytes - greedy.nbytes == 384
     assert sum(derive("deepseek_v2", "eager", SHAPES[0], "grouped_mm", fields=group).values()) == masked.nbytes
+
+
+@pytest.mark.parametrize("shape", [pytest.param(x, id=f"b{x.b}s{x.s}") for x in SHAPES])
+def test_gpt_oss_sinks_with_attention_dropout(shape) -> None:
+    # attention_dropout (0 in GptOssConfig's defaults) drops probs[..., :-1], the s columns without the sink
+    fields = (("attention_dropout", 0.1),)
+    got = measure("gpt_oss", "eager", shape, "grouped_mm", fields)
+    assert sum(derive("gpt_oss", "eager", shape, "grouped_mm", fields=fields).values()) == got.nbytes
+
+
+def test_phimoe_input_jitter_saves_two_noise_tensors() -> None:
+    # input_jitter_noise > 0: PhimoeSparseMoeBlock and PhimoeTopKRouter each run hidden_states *= noise (uniform, the
+    # input's shape and dtype), and the in-place mul saves the noise. By hand, b2s24, h 64, bf16, 3 MoE layers:
+    # 3 x 2 x 48 x 64 x 2 B = 36,864 B over no jitter.
+    fields = (("input_jitter_noise", 0.01),)
+    plain = measure("phimoe", "eager", SHAPES[0], "grouped_mm")
+    jitter = measure("phimoe", "eager", SHAPES[0], "grouped_mm", fields)
+    assert jitter.nbytes - plain.nbytes == 36_864
+    assert sum(derive("phimoe", "eager", SHAPES[0], "grouped_mm", fields=fields).values()) == jitter.nbytes
+
+
+def test_phimoe_measures_the_same_bytes_whatever_the_routing_drawn() -> None:
+    # sparsemixer samples its experts (Gumbel noise, a random midpoint mask): the seeds draw other routings, but the
+    # tensors the graph holds have the same sizes. Saved tensors of nodes freed during the forward (the sampling's max,
+    # read for its indices) are not counted: their storages' addresses, reused by later tensors, once merged two
+    # storages and made the bytes vary from run to run (616,132 against 616,116 B).
+    from tests.hf_families import config
+    from tests.hf_saved import measure_config
+
+    cfg = config("phimoe", "eager", "eager")
+    assert len({measure_config(cfg, SHAPES[0], seed=seed).nbytes for seed in range(3)}) == 1
 
 
 def test_refused_kernels_are_the_installed_classes_flags() -> None:

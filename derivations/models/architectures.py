@@ -50,6 +50,7 @@ class Moe:
     renormalize: bool = True  # the k routing weights renormalised to sum to 1 (norm_topk_prob)
     # the router zeroes the scores outside its top groups before the top-k (DeepSeek-V2's group_limited_greedy)
     group_masked: bool = False
+    input_jitter: bool = False  # training multiplies the MoE input by uniform noise (Phi-MoE's input_jitter_noise > 0)
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)

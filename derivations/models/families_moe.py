@@ -144,15 +144,16 @@ def _gpt_oss(c: Fields) -> Adapted:
     window (128) and full attention."""
     bias = c.flag("attention_bias", True)
     moe = Moe(router_bias=True, expert_bias=True, active_embedding=False,
-              note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as the graph's SwiGLU")
+              note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as SwiGLU "
+                   "except under --implementation hf (its code's tensors)")
     arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
                    tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
     sizes.update(_experts(c, "num_local_experts", 128, 4, sizes["f"]))
     arch, sizes = _with_moe(arch, sizes, moe, 0)
     window = sliding(128, slides=lambda c, l: (l + 1) // 2)(c, sizes["l"])  # even layers (0, 2, ...) slide
-    notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; the "
-             "graph's softmax top-k router saves the scores of all E experts",
+    notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; "
+             "outside --implementation hf the graph's softmax top-k router saves the scores of all E experts",
              "weights: gpt-oss ships its routed experts in MXFP4; inference with --weight-dtype mxfp4 weighs them as "
              "stored, the default bf16 as transformers loads them without its MXFP4 kernels (dequantized)")
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
@@ -166,7 +167,12 @@ def _phimoe(c: Fields) -> Adapted:
                    lm_head_bias=c.flag("lm_head_bias", False), tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, kv_heads=8)
     sizes.update(_experts(c, "num_local_experts", 16, 2, sizes["f"]))
-    moe = Moe(renormalize=False, note="Phi-MoE's sparsemixer router saves other tensors than the softmax top-k router")
+    jitter = c.get("input_jitter_noise", 0.0)
+    if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or jitter < 0:
+        c.fail("input_jitter_noise", "must be a number >= 0")
+    moe = Moe(renormalize=False, input_jitter=jitter > 0,
+              note="Phi-MoE's sparsemixer router saves other tensors than the softmax top-k router, "
+                   "except under --implementation hf (its code's tensors)")
     arch, sizes = _with_moe(arch, sizes, moe, 0)
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **sliding()(c, sizes["l"])}
 

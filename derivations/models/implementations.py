@@ -54,7 +54,10 @@ FAMILY_CODE: dict[str, HfCode] = {
     "gemma2": HfCode(rms_norm="offset"),
     "gemma3_text": HfCode(rms_norm="offset"),
     "olmo2": HfCode(rms_norm="fp32-product", rotary_tables="shared-fp32"),  # (self.weight * x).to(dt); cos, sin
-    "gpt_oss": HfCode(rms_norm="fp32-product"),
+    # GptOssRMSNorm: (self.weight * hidden_states).to(input_dtype); eager_attention_forward: torch.cat([attn_weights,
+    # sinks]), combined_logits.max, F.softmax(..., dtype=combined_logits.dtype); GptOssTopKRouter: torch.topk(router_logits)
+    # then softmax of the top-k values; GptOssExperts._apply_gate; GptOssRotaryEmbedding: emb = freqs
+    "gpt_oss": HfCode(rms_norm="fp32-product", sinks=True, router_topk_first=True, clamped_glu=True, rotary_half=True),
     "cohere": HfCode(layer_norm="python-fp32"),  # CohereLayerNorm: mean-centred, in fp32
     "phi3": HfCode(q_head_major=True),  # apply_rotary_pos_emb: torch.cat([rotated, pass]) on (b, a, s, d)
     "gpt_neox": HfCode(q_head_major=True),
@@ -65,6 +68,9 @@ FAMILY_CODE: dict[str, HfCode] = {
     "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
     "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
     "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
+    "phimoe": HfCode(sparsemixer=True),  # PhimoeTopKRouter: sparsemixer(router_logits, ...), PhimoeMultiplier
+    # GraniteMoeTopKRouter: F.linear(hidden_states, self.weight).float().topk(k), softmax, .type_as(hidden_states)
+    "granitemoe": HfCode(router_topk_first=True, router_logits_fp32=True),
     "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
     # DeepseekV2/V3TopkRouter: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
     "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True),
@@ -108,8 +114,10 @@ def hf_code(model: Model) -> HfCode:
     split = 2 if arch.family == "falcon" and z["a_kv"] < z["a"] else 0  # fused_qkv[..., [-2], :]
     mixed = arch.family == "gemma3_text" and 0 < model.windowed_layers < z["l"]  # rotary_emb_local beside rotary_emb
     masked = arch.moe is not None and arch.moe.group_masked  # scores.masked_fill(~score_mask.bool(), 0.0)
+    jitter = arch.moe is not None and arch.moe.input_jitter  # hidden_states *= torch.empty_like(...).uniform_(...)
     return replace(code, python_gelu=python_gelu, attn_softcap=arch.attn_softcap, logit_softcap=arch.logit_softcap,
-                   head_split_indices=split, rotary_sets=2 if mixed else 1, router_group_mask=masked)
+                   head_split_indices=split, rotary_sets=2 if mixed else 1, router_group_mask=masked,
+                   input_jitter=jitter)
 
 
 def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str = "grouped_mm",
