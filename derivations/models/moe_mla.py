@@ -65,10 +65,11 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[st
         q = bb.linear("attn/q_b", q, a * qk, bias=False, parallel="column")
     else:
         q = bb.linear("attn/q", x, a * qk, bias=False, parallel="column")
+    q_path = "attn/q_b" if arch.q_lora else "attn/q"  # the heads are views of what this linear made
     kv = bb.linear("attn/kv_a", x, d_c + d_hR, bias=arch.qkv_bias)
     latent, rope_key = bb.kv_latent("attn/latent", kv, d_c, d_hR)
     if arch.mla_absorbed:  # the decode form of vLLM and SGLang: kv_b absorbed into the query and the output
-        (q_heads,) = bb.split_heads("attn/q", q, (a,), qk, names=("q",))
+        (q_heads,) = bb.split_heads(q_path, q, (a,), qk, names=("q",))
         ctx = bb.mla_absorbed("attn/kv_b", bb.rotary("attn/rotary_q", q_heads, d_hR),
                               bb.rms_norm("attn/kv_a_norm", latent), bb.rotary("attn/rotary_k", rope_key), d_h, d_v,
                               dropout="attention" in dropout)
@@ -77,7 +78,7 @@ def mla_attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[st
     # transformers caches the latent and expands every cached position again at each decode step
     kv_b = bb.linear("attn/kv_b", bb.rms_norm("attn/kv_a_norm", latent), a * (d_h + d_v), bias=False,
                      parallel="column", over_cache=True)
-    (q_heads,) = bb.split_heads("attn/q", q, (a,), qk, names=("q",))
+    (q_heads,) = bb.split_heads(q_path, q, (a,), qk, names=("q",))
     (k_nope,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_h, names=("k_nope",))
     (v,) = bb.split_heads("attn/kv_b", kv_b, (a,), d_v, names=("v",))
     keys = bb.mla_keys("attn/keys", k_nope, bb.rotary("attn/rotary_k", rope_key))
