@@ -23,7 +23,7 @@ from memderive.derivations.memo import Keyed
 from memderive.derivations.quantities.runtime import runtime_json
 from memderive.derivations.quantities.serving import vllm_json
 from memderive.derivations.models.implementations import describe as describe_implementation
-from memderive.derivations.models.implementations import hf_kernel, hf_layers
+from memderive.derivations.models.implementations import float8_layers, hf_kernel, hf_layers
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import shared_names, symbol_values
@@ -277,6 +277,12 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         hf = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation,
                        loss_chunks=options.loss_chunks)
         base = _autocast(resolved, options, hf, dropout) or _cast_in_part(options, hf(base))
+        if options.fp8 != "none":
+            base = float8_layers(resolved, options.fp8)(base)
+            if not base.float8:
+                raise OptionsError(f"--fp8 {options.fp8}: no linear of {resolved.name} has both dims divisible by "
+                                   "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
+                                   "would run in 8 bits")
     moe = resolved.arch.moe
     quantities = parameter_quantities(base, moe is None or moe.active_embedding)
     graph = base

@@ -145,6 +145,13 @@ OPTIONS: tuple[Option, ...] = (
        "weights, gradients and states, 16-bit casts saved for backward: HF Trainer), pure (16-bit weights, gradients "
        "and states, no master: torchtune)", choices=("master", "autocast", "pure"), modes=_TRAIN, commands=_PLANNED,
        echo="changed", example=(*_TRAIN_STEP, "--precision", "pure")),
+    _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
+       "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
+       "16-bit input and weight stay saved, the 8-bit casts are transients, their matmuls run at the GPU's fp8 "
+       "peak; with --implementation hf and a 16-bit --dtype", choices=("none", "tensorwise", "rowwise",
+                                                                        "rowwise_with_gw_hp"),
+       modes=_TRAIN, commands=_PLANNED, echo="changed",
+       example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise")),
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
        "adafactor (factored second moments)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),

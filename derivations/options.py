@@ -159,6 +159,7 @@ class Options:
     precision: str = "master"  # master | autocast | pure (derivations.quantities.model_states.PRECISIONS)
     optimizer: str = "adamw"
     optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
+    fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
     loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
     pp: int = 1
@@ -300,6 +301,7 @@ class Options:
         self._check_framework()
         self._check_offload_params()
         self._check_compile()
+        self._check_fp8()
 
     def _check_compile(self) -> None:
         """--compile partitions transformers' ATen calls (``symbolic.compile_partition``); what has none is refused."""
@@ -316,6 +318,31 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--compile is not modelled with {what}")
+
+    def _check_fp8(self) -> None:
+        """--fp8 converts transformers' nn.Linear modules as torchao does; what is not modelled is refused in one
+        line (the divisibility of the dims is checked against the model: ``estimate``)."""
+        from memderive.symbolic.float8 import RECIPES
+
+        if self.fp8 == "none":
+            return
+        if self.fp8 not in RECIPES:
+            raise OptionsError(f"--fp8 must be none or one of {', '.join(RECIPES)} (torchao's "
+                               f"Float8LinearRecipeName), got {self.fp8!r}")
+        if self.mode != "train":
+            raise OptionsError("--fp8 trains Float8 linears; use it with --mode train")
+        if self.implementation_kind != "hf":
+            raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
+                               "--implementation hf; Megatron-Core's linears are Transformer Engine's, whose fp8 "
+                               "recipe is not modelled")
+        if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
+            raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
+                               f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")
+        unmodelled = [(self.finetuning, "fine-tuning options"), (self.offload_params, "--offload-params"),
+                      (self.loss_chunks > 1, "--loss-chunks"), (self.compile, "--compile")]
+        for flag, what in unmodelled:
+            if flag:
+                raise OptionsError(f"--fp8 is not modelled with {what}")
 
     def _check_offload_params(self) -> None:
         """--offload-params shards every state over the d ranks as ZeRO-3/FSDP do (DeepSpeed's offload_param is

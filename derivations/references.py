@@ -344,6 +344,13 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("llm-foundry-benchmarks", "llm-foundry", "MosaicML", "llm-foundry: scripts/train/benchmarking/README.md "
               "(MPT 760M-70B with FSDP FULL_SHARD and FlashAttention on 8-64 H100 80GB, BF16: throughput, MFU, HFU)",
               2023, "github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/scripts/train/benchmarking/README.md", "docs"),
+    Reference("torchao-float8", "torchao 0.18", "PyTorch", "torchao 0.18.0: torchao/float8/float8_linear.py "
+              "(matmul_with_hp_or_float8_args), config.py (Float8LinearConfig.from_recipe_name), float8_ops.py "
+              "(preprocess_addmm, addmm_float8_unwrapped), float8_utils.py (tensor_to_amax, amax_to_scale)", None,
+              "github.com/pytorch/ao/tree/v0.18.0/torchao/float8", "code"),
+    Reference("torchtitan-float8", "torchtitan", "PyTorch", "torchtitan: the float8 converter's filter_fqns "
+              "(\"nn.Linear modules with any dim size not divisible by 16 are always skipped\") and docs/float8.md",
+              None, "github.com/pytorch/torchtitan/blob/main/docs/float8.md", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
 )

@@ -161,6 +161,7 @@ class Graph:
     strategies: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
     frozen: frozenset[str] = frozenset()  # parameters without gradients, as ``block/param`` names
+    float8: frozenset[str] = frozenset()  # weights of Float8 linears (``symbolic.float8``), as ``block/param``
 
     def trainable(self, block: str, param: str) -> bool:
         """Whether parameter ``param`` of ``block`` gets a gradient (tied weights carry ``embed/...`` names)."""

@@ -89,6 +89,11 @@ class Rule:
     backward: Callable[[Kernel, Like, Needs], tuple[tuple[Tensor, ...], tuple[tuple[str, Grad], ...]]]
     differentiable: bool = True
     source: str = ""
+    #: An autograd function whose forward and backward run several calls (``symbolic.float8``): each gives the
+    #: events in order, ("alloc", key, tensor), ("free", key, None), ("output", "", None): the kernel's output
+    #: made, ("grad", input, tensor): that input's gradient made (``backward`` is then not used).
+    script: Callable | None = None
+    backward_script: Callable | None = None
 
 
 def promote(*dts: DType) -> DType:

@@ -212,7 +212,11 @@ class Run:
     def _forward(self, call: Call) -> None:
         k, rule = call.kernel, KINDS[call.kernel.kind]
         self.where = call.where
+        if rule.script is not None:
+            self._script(call, rule.script, {})
         for key, t in zip(call.outs, k.outputs):
+            if rule.script is not None:
+                break
             if t.role in BASELINE_ROLES:
                 continue
             if k.alias or (k.kind == "expand_clone" and self.nbytes(t) == self.nbytes(self.like(call.ins[0]))) \
@@ -235,6 +239,25 @@ class Run:
     def _contiguous_slice(self, t: Tensor) -> bool:
         """A slice along axis 1 is contiguous when the axes before it have size 1 (``chunk_copy``)."""
         return int(t.shape[0].evaluate(self.values)) == 1
+
+    def _script(self, call: Call, script: Any, made: dict[str, tuple[tuple, int]]) -> None:
+        """An autograd function's calls in order (``Rule.script``): temporaries made and freed, the output
+        made (forward) or each input's gradient (backward, into ``made``)."""
+        k = call.kernel
+        names = dict(zip(k.inputs, call.ins))
+        temps: dict[str, int] = {}
+        for act, key, t in script(k, lambda name: self.like(names[name])):
+            if act == "alloc":
+                temps[key] = self.alloc(("tmp", id(call), self.phase, key), t)
+            elif act == "free":
+                self.unref(temps.pop(key))
+            elif act == "output":
+                for out, tensor in zip(call.outs, k.outputs):
+                    self.alloc(out, tensor)
+            else:  # "grad": key is the input's name
+                made[key] = (names[key], self.alloc(("grad", call.where, t.name), t))
+        if temps:
+            raise ValueError(f"{k.kind}: the script leaves {', '.join(temps)} allocated")
 
     def _backward(self, calls: list[Call], loss: tuple) -> None:
         self.where = "loss.backward()"
@@ -266,11 +289,22 @@ class Run:
         k = call.kernel
         self.where = call.where
         names = dict(zip(k.inputs, call.ins)) | {t.name: key for t, key in zip(k.outputs, call.outs)}
-        temps, grads = KINDS[k.kind].backward(k, lambda name: self.like(names[name]),
-                                              lambda name: self.needs(names[name]))
-        temp_ids = [self.alloc(("tmp", call.where, t.name), t) for t in temps]
-        incoming = got[0][1]
+        rule = KINDS[k.kind]
         made: list[tuple[tuple, int, bool]] = []
+        temp_ids: list[int] = []
+        if rule.backward_script is not None:  # every gradient is computed; the engine drops the unneeded
+            scripted: dict[str, tuple[tuple, int]] = {}
+            self._script(call, rule.backward_script, scripted)
+            for key, sid in scripted.values():
+                if self.needs(key):
+                    made.append((key, sid, False))
+                else:
+                    self.unref(sid)
+            grads: tuple = ()
+        else:
+            temps, grads = rule.backward(k, lambda name: self.like(names[name]), lambda name: self.needs(names[name]))
+            temp_ids = [self.alloc(("tmp", call.where, t.name), t) for t in temps]
+        incoming = got[0][1]
         for name, g in grads:
             if isinstance(g, str):  # PASS or VIEW: the incoming gradient's storage
                 made.append((names[name], self.ref(incoming), g == VIEW))

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import transformers
 
-__all__ = ["Shape", "FAMILIES", "SavedModel", "config_for", "build_model", "measure_model", "measure_config"]
+__all__ = ["Shape", "FAMILIES", "SavedModel", "config_for", "build_model", "measure_model", "measure_config", "to_float8"]
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,11 @@ class SavedModel:
 
 
 def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
-                  dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False) -> SavedModel:
+                  dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
+                  fp8: str = "none") -> SavedModel:
     """Forward of a ``family`` model (``FAMILIES``) in ``dtype`` (bf16), training mode (dropout on where
     the config has it); see ``measure_config``."""
-    return measure_config(config_for(family, attention), shape, seed, dtype, lora, cast_first)
+    return measure_config(config_for(family, attention), shape, seed, dtype, lora, cast_first, fp8=fp8)
 
 
 def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
@@ -90,6 +91,17 @@ def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     if config.model_type == "bert":
         return transformers.AutoModel.from_config(config)
     return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def to_float8(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
+    """torchao's ``convert_to_float8_training`` with ``Float8LinearConfig.from_recipe_name(recipe)``:
+    every ``nn.Linear`` whose in and out features are multiples of 16 becomes a ``Float8Linear``
+    (torchtitan's filter: "nn.Linear modules with any dim size not divisible by 16 are always skipped")."""
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    return convert_to_float8_training(
+        model, config=Float8LinearConfig.from_recipe_name(recipe),
+        module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0)
 
 
 def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -103,7 +115,7 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
                    dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
-                   autocast: bool = False) -> SavedModel:
+                   autocast: bool = False, fp8: str = "none") -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
@@ -112,9 +124,12 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     default the model is wrapped first and cast whole (adapters in ``dtype``); ``cast_first`` casts
     the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters.
     ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
-    16-bit casts of the weights it saves are counted: they are not the parameters' storages)."""
+    16-bit casts of the weights it saves are counted: they are not the parameters' storages).
+    ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first."""
     torch.manual_seed(seed)
     model = build_model(config)
+    if fp8 != "none":
+        model = to_float8(model, fp8)
     if cast_first:
         model = model.to(dtype)
     if lora is not None:

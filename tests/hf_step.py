@@ -39,7 +39,7 @@ import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tests.hf_saved import FAMILIES, Shape
+from tests.hf_saved import FAMILIES, Shape, to_float8
 
 __all__ = ["StepRecipe", "Measured", "measure_step", "config_for_step"]
 
@@ -50,6 +50,7 @@ class StepRecipe:
     update: str = "foreach"  # foreach | fused
     in_backward: bool = False
     loss_chunks: int = 1
+    fp8: str = "none"  # none | a torchao Float8LinearRecipeName (tensorwise, rowwise, rowwise_with_gw_hp)
 
 
 @dataclass
@@ -98,11 +99,26 @@ class _Tracker(TorchDispatchMode):
             self.peak, self.peak_at = self.now, f"{where}: {func}"
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
+        wrapper = next((t for t in types if t is not torch.Tensor and hasattr(t, "__tensor_flatten__")), None)
+        if wrapper is not None:  # a wrapper subclass (torchao's Float8TrainingTensor): its own dispatch
+            with self:  # runs under this mode again, so the ATen calls it makes are counted too
+                out = wrapper.__torch_dispatch__(func, types, args, kwargs or {})
+        else:
+            out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                self._track(t, func.__name__)
+                for inner in _storages_of(t):
+                    self._track(inner, func.__name__)
         return out
+
+
+def _storages_of(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors holding ``t``'s storage: ``t`` itself, or a wrapper subclass's inner tensors
+    (``__tensor_flatten__``: a ``Float8TrainingTensor``'s 8-bit ``_data`` and fp32 ``_scale``)."""
+    if type(t) is torch.Tensor or not hasattr(t, "__tensor_flatten__"):
+        return [t]
+    names, _ = t.__tensor_flatten__()
+    return [x for name in names for x in _storages_of(getattr(t, name))]
 
 
 def config_for_step(family: str, attention: str) -> transformers.PretrainedConfig:
@@ -197,6 +213,8 @@ def measure_step(family: str, attention: str, shape: Shape, recipe: StepRecipe =
     torch.manual_seed(seed)
     config = config_for_step(family, attention)
     model = transformers.AutoModelForCausalLM.from_config(config)
+    if recipe.fp8 != "none":
+        model = to_float8(model, recipe.fp8)
     model = (model if recipe.precision == "autocast" else model.to(torch.bfloat16)).train()
     ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
     labels = ids.clone()

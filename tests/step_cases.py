@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from memderive.derivations.models.implementations import hf_layers
+from memderive.derivations.models.implementations import float8_layers, hf_layers
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.step import step_recipe
@@ -22,7 +22,7 @@ from tests.hf_saved import Shape
 from tests.hf_step import Measured, config_for_step, measure_step
 from tests.hf_step import StepRecipe as Run
 
-__all__ = ["Case", "CASES", "measured", "derived", "recipe_for"]
+__all__ = ["Case", "CASES", "FP8_CASES", "measured", "derived", "recipe_for"]
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,13 @@ class Case:
     precision: str = "master"
     in_backward: bool = False
     loss_chunks: int = 1
+    fp8: str = "none"  # torchao's Float8Linear recipe (tests/hf_step.to_float8; symbolic.float8)
 
     def __str__(self) -> str:
         return (f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
                 + ("-in-backward" if self.in_backward else "")
-                + (f"-loss-chunks{self.loss_chunks}" if self.loss_chunks > 1 else ""))
+                + (f"-loss-chunks{self.loss_chunks}" if self.loss_chunks > 1 else "")
+                + ("" if self.fp8 == "none" else f"-fp8-{self.fp8}"))
 
 
 SMALL, LARGER = Shape(2, 24), Shape(4, 64)
@@ -54,12 +56,21 @@ CASES = tuple(Case(f, a, z, p) for f in ("llama-gqa", "gpt2") for a in ("eager",
     Case(f, a, z, "pure", in_backward=z == LARGER, loss_chunks=n) for f in ("llama-gqa", "gpt2")
     for a in ("eager", "sdpa") for z, n in ((SMALL, 4), (LARGER, 8))) + (
     Case("llama-gqa", "sdpa", Shape(1, 24), "pure", loss_chunks=4),)
+#: Float8 linears (torchao, each recipe): LLaMA eager and SDPA, GPT-2 (its Conv1D layers stay 16-bit, the tied
+#: head converts); peaks in a Float8 linear's forward cast and backward matmul, in an elementwise backward and
+#: in the update.
+FP8_CASES = tuple(Case("llama-gqa", a, SMALL, "pure", fp8=r) for a in ("eager", "sdpa")
+                  for r in ("tensorwise", "rowwise", "rowwise_with_gw_hp")) + (
+    Case("gpt2", "eager", SMALL, "pure", fp8="rowwise"), Case("gpt2", "eager", SMALL, "pure", fp8="rowwise_with_gw_hp"),
+    Case("llama-gqa", "eager", LARGER, "master", fp8="tensorwise"),
+    Case("llama-gqa", "eager", SMALL, "pure", in_backward=True, fp8="rowwise"))
 
 
 @functools.cache
 def measured(case: Case) -> Measured:
     return measure_step(case.family, case.attention, case.shape,
-                        Run(case.precision, in_backward=case.in_backward, loss_chunks=case.loss_chunks))
+                        Run(case.precision, in_backward=case.in_backward, loss_chunks=case.loss_chunks,
+                            fp8=case.fp8))
 
 
 def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
@@ -73,5 +84,7 @@ def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
 def derived(case: Case, device: str = "cpu") -> Timeline:
     model = resolve_model(config_for_step(case.family, case.attention))
     graph = hf_layers(model, case.attention, device, loss_chunks=case.loss_chunks)(model.graph("bf16", dropout=False))
+    if case.fp8 != "none":
+        graph = float8_layers(model, case.fp8)(graph)
     values = {**model.values(), b: case.shape.b, s: case.shape.s}
     return step_timeline(graph, values, recipe_for(case, values, device))

@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 
-from tests.step_cases import CASES, SMALL, Case, derived, measured
+from tests.step_cases import CASES, FP8_CASES, SMALL, Case, derived, measured
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
@@ -54,3 +54,19 @@ def test_peaks_fall_at_different_moments() -> None:
     layer's backward: the equality above checks each kind of moment."""
     where = {derived(c).peak_at.split(" of ")[0] for c in CASES}
     assert {"optimizer step", "loss (forward)", "loss (backward)", "backward"} <= where
+
+
+@pytest.mark.parametrize("case", FP8_CASES, ids=str)
+def test_float8_step_to_the_byte(case: Case) -> None:
+    """``--fp8``: torchao 0.18's Float8Linear (real ``torch._scaled_mm`` on CPU, not emulated) in the measured
+    step; memderive's Float8 linears (``symbolic.float8``: the casts, the scaled matmuls' copies, scales and
+    reciprocals, the 16-bit input and weight saved) in the derived one. Same high-water mark, and every
+    allocation of forward and backward in order with the bytes allocated after it."""
+    got, want = derived(case), measured(case)
+    assert got.baseline == want.baseline  # Float8 linears keep the weights and states as they are
+    assert got.peak_bytes == want.peak, (got.peak_at, want.peak_at)
+    phases = {"forward": "forward", "optimizer": "optimizer"}
+    mine = _allocations([(m.phase, m.change, m.bytes) for m in got.moments[1:]])
+    theirs = _allocations([(phases.get(where, "backward" if where.startswith("backward") else where), change, now)
+                           for where, _, change, now in want.moments])
+    assert mine == theirs

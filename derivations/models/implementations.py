@@ -17,10 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from memderive.derivations.models.model import Model
+from memderive.symbolic.float8 import Float8Training
 from memderive.symbolic.hf_code import HfCode
 from memderive.symbolic.huggingface import HuggingFace
 
-__all__ = ["IMPLEMENTATIONS", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "UNSUPPORTED_KERNELS", "parse_implementation",
+__all__ = ["IMPLEMENTATIONS", "float8_layers", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "UNSUPPORTED_KERNELS", "parse_implementation",
            "hf_layers", "hf_code", "hf_kernel", "describe"]
 
 IMPLEMENTATIONS = ("megatron", "hf")
@@ -129,6 +130,13 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
                        fused_qkv=model.arch.family == "gpt", experts=experts, loss_chunks=loss_chunks)
+
+
+def float8_layers(model: Model, recipe: str) -> Float8Training:
+    """torchao's ``convert_to_float8_training`` of ``model`` as transformers builds it: its ``nn.Linear``
+    modules whose dims divide by 16 (torchtitan's filter); GPT-2's layers are ``Conv1D``, which torchao does
+    not swap (``swap_linear_layers`` converts ``nn.Linear`` instances only)."""
+    return Float8Training(recipe, model.values(), conv1d=model.arch.family == "gpt")
 
 
 def describe(implementation: str, attention: str) -> str:

@@ -120,6 +120,9 @@ def peak_citation(est: Any, recipe: StepRecipe) -> Citation:
         extra += [PROGRAM_CITATIONS.get(family, PROGRAM_CITATIONS["llama"]), LOSS_CITATION]
     if recipe.master is not None:
         extra.append(MASTER_CITATION)
+    if est.graph.float8:
+        extra += [Citation("torchao-float8", "matmul_with_hp_or_float8_args: the casts and scaled matmuls"),
+                  Citation("torchtitan-float8", "linears whose dims divide by 16")]
     return Citation(PEAK_CITATION.key, PEAK_CITATION.locus, also=(*PEAK_CITATION.also, *extra))
 
 

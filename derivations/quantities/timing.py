@@ -55,7 +55,7 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
-__all__ = ["StepTime", "InferenceTime", "step_time", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
+__all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu"]
 
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
@@ -146,6 +146,7 @@ class StepTime:
     ep_s: float = 0.0  # expert-parallel all-to-alls
     cp_s: float = 0.0  # context-parallel ring exchange not hidden behind the attention
     cp: int = 1  # context-parallel degree
+    fp8_share: float = 0.0  # of the compute FLOPs, the part that runs as Float8 matmuls (``--fp8``)
 
     @property
     def step_s(self) -> float:
@@ -162,7 +163,12 @@ class StepTime:
     def model(self) -> tuple[str, ...]:
         """How the time was modelled, one line per cause (for writeups)."""
         cluster = self.cluster or Cluster(self.gpu)
-        return (compute_line(self.gpu, self.efficiency, self.calibrated),
+        fp8 = () if not self.fp8_share else (
+            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the same "
+            f"efficiency of the dense FP8 peak ({self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
+            + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
+            + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
+        return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
@@ -310,7 +316,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     t, p, d, m, v = opts.tp, opts.pp, opts.dp, opts.micro_batches or 1, opts.virtual_stages or 1
     eff = efficiency if efficiency is not None else matmul_efficiency(hw, est.model.sizes["h"] // t)
     stage = _stage_flops(est)
-    micro = stage / (hw.bf16_flops * eff)
+    fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
+    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
     if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
         micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
             / hw.memory_bandwidth
@@ -334,7 +341,20 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
-                    t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp)
+                    t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
+                    fp8 / stage if stage else 0.0)
+
+
+def float8_flops(est: Evaluated) -> int:
+    """Hardware FLOPs per micro-batch of the Float8 linears' scaled 8-bit matmuls (``--fp8``), read off the graph:
+    each Float8 linear's matmul terms, forward, input and weight gradients and recompute, less the weight gradient
+    that ``rowwise_with_gw_hp`` keeps 16-bit (``symbolic.float8.float8_matmul_flops``); 0 without ``--fp8``."""
+    if est.options.fp8 == "none":
+        return 0
+    from memderive.derivations.quantities.compute import HARDWARE
+    from memderive.symbolic.float8 import float8_matmul_flops
+
+    return int(evaluate(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values))
 
 
 def _sym(name: str) -> Any:
