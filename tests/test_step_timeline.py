@@ -62,6 +62,7 @@ def test_float8_step_to_the_byte(case: Case) -> None:
     step; memderive's Float8 linears (``symbolic.float8``: the casts, the scaled matmuls' copies, scales and
     reciprocals, the 16-bit input and weight saved) in the derived one. Same high-water mark, and every
     allocation of forward and backward in order with the bytes allocated after it."""
+    pytest.importorskip("torchao", reason="torchao is in the test extra: pip install -e '.[test]'")
     got, want = derived(case), measured(case)
     assert got.baseline == want.baseline  # Float8 linears keep the weights and states as they are
     assert got.peak_bytes == want.peak, (got.peak_at, want.peak_at)
