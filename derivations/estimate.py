@@ -274,7 +274,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     dropout = options.dropout and options.mode == "train"
     base = resolved.graph(activation_dtype=act, dropout=dropout)
     if options.mode == "train" and options.implementation_kind == "hf":
-        hf = hf_layers(resolved, options.hf_attention, experts=options.experts_implementation,
+        hf = hf_layers(resolved, options.hf_attention, options.device, experts=options.experts_implementation,
                        loss_chunks=options.loss_chunks)
         base = _autocast(resolved, options, hf, dropout) or _cast_in_part(options, hf(base))
         if options.fp8 != "none":

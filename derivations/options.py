@@ -187,6 +187,7 @@ class Options:
     quant_group: int = 128
     implementation: str = "megatron"  # megatron | hf | hf-eager | hf-sdpa (derivations.models.implementations)
     experts_implementation: str = "grouped_mm"  # transformers' experts kernel under hf (symbolic.hf_experts)
+    device: str = "cuda"  # cuda | cpu: the kernels transformers' layers run under hf (symbolic.huggingface)
     # fine-tuning (derivations.quantities.finetune)
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] = ()
@@ -502,6 +503,7 @@ class Options:
     def _check_implementation(self) -> None:
         from memderive.derivations.models.implementations import parse_implementation
 
+        from memderive.symbolic.hf_code import DEVICES
         from memderive.symbolic.hf_experts import EXPERTS_KERNELS
 
         try:
@@ -514,6 +516,11 @@ class Options:
         if self.experts_implementation != "grouped_mm" and kind != "hf":
             raise OptionsError("--experts-implementation is the experts kernel of transformers' code; add "
                                "--implementation hf (Megatron's grouped experts are the graph as built)")
+        if self.device not in DEVICES:
+            raise OptionsError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.device != "cuda" and kind != "hf":
+            raise OptionsError("--device is where transformers' kernels run; add --implementation hf (Megatron's "
+                               "fused kernels are CUDA's)")
         if kind == "hf" and (self.tp > 1 or self.pp > 1 or self.sp or self.recompute in ("selective", "selective-op")):
             raise OptionsError("transformers' layers run whole on each GPU and checkpoint whole layers: tensor, "
                                "sequence and pipeline parallelism and selective recompute are Megatron's; use "
@@ -603,7 +610,7 @@ class Options:
         pipeline stage seen (first, middle or last)."""
         out: list[Strategy] = []
         if self.attention_kernel != "eager":
-            out.append(FlashAttention(self.attention_kernel))
+            out.append(FlashAttention(self.attention_kernel, chosen=self.implementation_kind == "hf"))
         if self.recompute == "selective":
             out.append(SelectiveRecompute())
         elif self.recompute == "full":

@@ -27,7 +27,8 @@ CPU and CUDA differ (``device``): on CPU ``F.dropout`` saves a mask in the input
 ``native_dropout``: 1-byte bool); ``F.layer_norm`` with bf16 weights returns bf16 mean/rstd on CPU
 (fp32 on CUDA); SDPA with dropout has no CPU fused kernel and falls back to the math backend, which
 upcasts to fp32 and saves what eager attention saves, in fp32, with K and V repeated. The default is
-CUDA (what users train on); the tests measure CPU and pin the difference. CUDA's flash kernel also
+CUDA (what users train on); ``--device cpu`` gives CPU's kernels, which the tests compare with CPU
+measurements (``tests/test_hf_families.py``: the command line itself, every family). CUDA's flash kernel also
 saves two 8-byte RNG tensors (seed, offset) per layer: neglected.
 
 >>> from memderive.symbolic.ops import BlockBuilder

@@ -184,6 +184,9 @@ class FlashAttention(Strategy):
     ``sdpa_backward_flop_count``: five products where eager attention's backward has four)."""
 
     kernel: str = "flash"
+    #: the attention ops are already as transformers runs them (``symbolic.huggingface``): one still of kind
+    #: ``attention`` is SDPA's math fallback (fp32 scores saved), kept as it is
+    chosen: bool = False
 
     @property
     def name(self) -> str:
@@ -191,7 +194,7 @@ class FlashAttention(Strategy):
 
     def __call__(self, graph: Graph) -> Graph:
         def flash(op: Op) -> Op:
-            if op.kind != "attention":
+            if op.kind != "attention" or self.chosen:
                 return op
             q = next(x for x in op.saved if x.role == "q")
             lse = Tensor(f"{op.path}.logsumexp", q.shape[:3], _fp32(), role="softmax-stats",

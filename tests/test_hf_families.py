@@ -80,6 +80,40 @@ def test_phimoe_measures_the_same_bytes_whatever_the_routing_drawn() -> None:
     assert len({measure_config(cfg, SHAPES[0], seed=seed).nbytes for seed in range(3)}) == 1
 
 
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in cases() if c.shape == SHAPES[0]
+                                  and c.experts in (None, "grouped_mm")])
+def test_the_cli_with_device_cpu_prints_the_measurement(case: Case, tmp_path, capsys) -> None:
+    # the command line itself, given the tiny config as a file and --device cpu, against the CPU measurement
+    import json
+
+    from memderive.cli import main
+    from tests.hf_families import config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config(case.model_type).to_dict(), default=str))
+    assert main(["estimate", "--model", str(path), "--mode", "train", "--batch", str(case.shape.b), "--seq",
+                 str(case.shape.s), "--implementation", "hf", "--attention", case.attention, "--profile", "exact",
+                 "--device", "cpu", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["activation_bytes"]
+    assert printed == measure(case.model_type, case.attention, case.shape, case.experts).nbytes
+
+
+def test_device_is_refused_without_hf_and_cuda_is_the_default() -> None:
+    from memderive.derivations import estimate
+    from memderive.derivations.options import Options, OptionsError
+
+    with pytest.raises(OptionsError, match="--implementation hf"):
+        Options(mode="train", batch=1, seq=8, device="cpu")
+    with pytest.raises(OptionsError, match="must be one of cuda, cpu"):
+        Options(mode="train", batch=1, seq=8, implementation="hf", device="tpu")
+    # CUDA and CPU differ where the docs say: GPT-2's dropout masks (1 B on CUDA, the 16-bit dtype on CPU)
+    cfg = dict(model_type="gpt2", n_embd=64, n_head=4, n_layer=2, vocab_size=128, n_positions=128)
+    bytes_on = {dev: estimate(cfg, mode="train", batch=1, seq=8, implementation="hf", attention="eager",
+                              profile="exact", **({} if dev is None else {"device": dev})) for dev in (None, "cuda", "cpu")}
+    values = {dev: int(e.quantity("activation_bytes").value(e.values)) for dev, e in bytes_on.items()}
+    assert values[None] == values["cuda"] < values["cpu"]
+
+
 def test_refused_kernels_are_the_installed_classes_flags() -> None:
     # every family's *ForCausalLM class (BertModel for BERT), as installed: _supports_sdpa / _supports_flash_attn
     from memderive.derivations.models.implementations import UNSUPPORTED_KERNELS
