@@ -26,6 +26,9 @@ The recipes are written out as the frameworks run them:
   torchtune's ``register_optim_in_bwd_hooks``;
 * ``loss_chunks``: the output layer and the cross-entropy applied per chunk of the sequence, as
   torchtune's ``CEWithChunkedOutputLoss`` with ``num_output_chunks`` (labels shifted as its recipes do).
+* ``fp8``: the model's linears converted by torchao (``hf_saved.to_float8``); its ``Float8TrainingTensor``
+  is a wrapper subclass, so the tracker runs its dispatch under the mode again (the ATen calls inside
+  ``_scaled_mm``'s preprocessing are counted) and counts a wrapper by its inner 8-bit data and fp32 scale.
 """
 
 from __future__ import annotations

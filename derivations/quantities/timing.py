@@ -17,7 +17,8 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute; hierarchical rings on the
   links the group spans.
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
-  (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed.
+  (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
+  linears' scaled matmuls run at the fp8 peak (``float8_flops``) while MFU stays against the 16-bit one.
 
 Inference, one GPU of t (roofline, Williams et al. 2009): each phase takes the longer of its FLOPs at the matmul
 efficiency x peak and its bytes at the memory bandwidth (the prefill reads the weights once; a decode step the
