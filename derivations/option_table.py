@@ -271,6 +271,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("lora_targets", "names", (), "modules as PEFT names them (q_proj,v_proj) or all-linear", modes=_TRAIN,
        echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj,v_proj")),
+    _o("lora_target_parameters", "names", (), "parameters as PEFT's target_parameters names them: MoE expert "
+       "stacks (gate_up_proj,down_proj) or a router's mlp.gate.weight", modes=_TRAIN, echo="set", group=_TUNING,
+       commands=_PLANNED, example=("--model", "mixtral-8x7b", "--mode", "train", "--batch", "1", "--seq", "512",
+                                   "--lora-rank", "8", "--lora-target-parameters", "gate_up_proj,down_proj")),
     _o("lora_dropout", "float", 0.0, "adapter dropout (> 0 saves a mask)", modes=_TRAIN, echo="set", group=_TUNING,
        commands=_PLANNED, example=(*_TRAIN_STEP, "--lora-rank", "8",
                                    "--lora-targets", "q_proj", "--lora-dropout", "0.1")),

@@ -54,14 +54,14 @@ class OptionsError(DerivationError):
     """Options that contradict each other or the model."""
 
 
-def _peft_target_list(value: object) -> None:
+def _peft_target_list(value: object, option: str = "--lora-targets") -> None:
     """``--lora-targets`` as PEFT reads ``target_modules``: a name matches a module's last components exactly
     (``'q_proj '`` matches nothing), and ``all-linear`` is a shorthand only as the whole value (in a list it is a
     name no module has: PEFT adapts the other names only)."""
     items = value.split(",") if isinstance(value, str) else list(value)  # type: ignore[call-overload]
     for item in items:
         if isinstance(item, str) and item.strip() and item != item.strip() and not isinstance(value, str):
-            raise OptionsError(f"--lora-targets: {item!r} has spaces around it; PEFT matches module names exactly "
+            raise OptionsError(f"{option}: {item!r} has spaces around it; PEFT matches module names exactly "
                                f"(it would match nothing): write {item.strip()!r}")
     names = [x.strip() for x in items if isinstance(x, str) and x.strip()]
     if "all-linear" in names and len(names) > 1:
@@ -191,6 +191,7 @@ class Options:
     # fine-tuning (derivations.quantities.finetune)
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] = ()
+    lora_target_parameters: tuple[str, ...] = ()  # PEFT's target_parameters (MoE expert stacks, routers)
     lora_dropout: float = 0.0
     dora: bool = False
     base_dtype: str | None = None  # frozen base weights: fp32, fp16, bf16, int8 (LLM.int8()), nf4 (QLoRA)
@@ -582,8 +583,13 @@ class Options:
         _positive("lora-rank", self.lora_rank)
         _peft_target_list(self.lora_targets)
         object.__setattr__(self, "lora_targets", _names(self.lora_targets))
+        _peft_target_list(self.lora_target_parameters, "--lora-target-parameters")
+        object.__setattr__(self, "lora_target_parameters", _names(self.lora_target_parameters))
+        if "all-linear" in self.lora_target_parameters:
+            raise OptionsError("--lora-target-parameters names parameters (gate_up_proj, mlp.gate.weight); "
+                               "all-linear is a --lora-targets shorthand")
         object.__setattr__(self, "train_only", _names(self.train_only))
-        if (self.lora_rank is None) != (not self.lora_targets):
+        if (self.lora_rank is None) != (not self.lora_targets and not self.lora_target_parameters):
             raise OptionsError("--lora-rank and --lora-targets go together (e.g. --lora-rank 8 --lora-targets "
                                "q_proj,v_proj, or all-linear)")
         if not isinstance(self.lora_dropout, int | float) or not 0 <= self.lora_dropout < 1:

@@ -39,20 +39,29 @@ from memderive.symbolic.ops import PARAM_DTYPE, linear_flops, matmul_rows, point
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["Adapter", "LoRA", "SplitFused", "ADAPTER_MARK"]
+__all__ = ["Adapter", "LoRA", "ParamLoRA", "SplitFused", "ADAPTER_MARK"]
 
 #: Adapter parameters carry this in their names; everything else is the frozen base.
 ADAPTER_MARK = ".lora_"
 BOOL = dtype("bool")
 
 
+def _adapted(graph: Graph, blocks: tuple[Block, ...], name: str) -> Graph:
+    """``graph`` with its adapted ``blocks``, every parameter but the adapters' frozen."""
+    frozen = {f"{blk.name}/{x.name}" for blk in blocks for op in blk.ops for x in op.params
+              if ADAPTER_MARK not in x.name}
+    return replace(graph, blocks=blocks, frozen=graph.frozen | frozenset(frozen), strategies=graph.strategies + (name,))
+
+
 @dataclass(frozen=True, slots=True)
 class Adapter:
-    """One PEFT-wrapped module: its ``name`` (``q_proj``), the linear ops it computes, its block."""
+    """One PEFT-wrapped module: its ``name`` (``q_proj``), the linear ops it computes, its block;
+    ``kind`` ``embedding``: PEFT's ``lora.Embedding`` on an embedding op."""
 
     name: str
     paths: tuple[str, ...]
     block: str = "layer"
+    kind: str = "linear"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +126,7 @@ class LoRA(Strategy):
         return f"{kind}{rank} on {', '.join(dict.fromkeys(x.name for x in self.adapters))}"
 
     def __call__(self, graph: Graph) -> Graph:
-        blocks = tuple(self._wrap(blk) for blk in graph.blocks)
-        frozen = {f"{blk.name}/{x.name}" for blk in blocks for op in blk.ops for x in op.params
-                  if ADAPTER_MARK not in x.name}
-        return replace(graph, blocks=blocks, frozen=graph.frozen | frozenset(frozen),
-                       strategies=graph.strategies + (self.name,))
+        return _adapted(graph, tuple(self._wrap(blk) for blk in graph.blocks), self.name)
 
     def _wrap(self, blk: Block) -> Block:
         mine = [x for x in self.adapters if x.block == blk.name]
@@ -138,9 +143,13 @@ class LoRA(Strategy):
         return replace(blk, ops=tuple(ops))
 
     def _adapter(self, adapter: Adapter, bases: list[Op]) -> list[Op]:
+        if adapter.kind == "embedding":
+            return self._embedding(adapter, bases[0])
         x, prefix = bases[0].saved[0], bases[0].path.rsplit("/", 1)[0] + "/" + adapter.name
         outs = [op.output for op in bases]
         width = sum((o.shape[-1] for o in outs[1:]), outs[0].shape[-1])
+        if bases[0].kind == "router":  # an nn.Linear router (Phi-MoE): its logits are (.., E), the weight's rows
+            width = bases[0].params[0].shape[0]
         row = outs[0].tp_axis is None and bases[0].params[0].tp_axis == 1
         ops: list[Op] = []
         h_in = x
@@ -164,7 +173,27 @@ class LoRA(Strategy):
             ops.append(self._dora(op, base_out, b_out, w_a, w_b) if self.dora else
                        Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name),
                           flops=pointwise_flops(f"{op.path}.lora_add", "add", op.output)))
-        return ops
+        return [replace(o, share=bases[0].share) for o in ops]
+
+    def _embedding(self, adapter: Adapter, op: Op) -> list[Op]:
+        """PEFT's ``lora.Embedding``: ``embedding(ids, A^T) @ B^T * alpha/r`` with ``lora_embedding_A``
+        (r, V) and ``lora_embedding_B`` (h, r); A's gradient needs the ids, B's the gathered rows (b, s, r)."""
+        ids, prefix = op.saved[0], f"{op.path.rsplit('/', 1)[0]}/{adapter.name}" if "/" in op.path else adapter.name
+        vocab = op.params[0].shape[0]
+        w_a = Tensor(f"{prefix}.lora_embedding_A.weight", (self.rank, vocab), PARAM_DTYPE, "weight")
+        a_out = replace(op.output, name=f"{prefix}.lora_embedding_A.out",
+                        shape=(*op.output.shape[:-1], self.rank), tp_axis=None)
+        w_b = Tensor(f"{prefix}.lora_embedding_B.weight", (op.output.shape[-1], self.rank), PARAM_DTYPE, "weight")
+        b_out = replace(op.output, name=f"{prefix}.lora_embedding_B.out")
+        base_out = replace(op.output, name=f"{op.path}.base.out")
+        ops = [Op(f"{prefix}.lora_embedding_A", "embedding", (w_a,), (ids,), a_out, inputs=(ids.name,),
+                  saved_for=((ids.name, (w_a.name,)),)),
+               Op(f"{prefix}.lora_embedding_B", "linear", (w_b,), (a_out,), b_out, inputs=(a_out.name,),
+                  saved_for=((a_out.name, (w_b.name,)),),
+                  flops=linear_flops(f"{prefix}.lora_embedding_B", matmul_rows(prefix, a_out), w_b, None)),
+               Op(f"{op.path}.lora_add", "add", (), (), op.output, inputs=(base_out.name, b_out.name),
+                  flops=pointwise_flops(f"{op.path}.lora_add", "add", op.output))]
+        return [replace(o, share=op.share) for o in ops]
 
     def _dora(self, op: Op, base_out: Tensor, lora_out: Tensor, w_a: Tensor, w_b: Tensor) -> Op:
         """PEFT's DoRA: ``(m/n - 1) * W x + (m/n) * (B A x) * scale`` with ``n`` detached (Liu et al. 2024 §4.3)."""
@@ -192,3 +221,61 @@ def _renamed(op: Op, name: str) -> Op:
     old = op.output.name
     rename = lambda t: replace(t, name=name) if t.name == old else t  # noqa: E731
     return replace(op, output=rename(op.output), program=tuple(k.map_tensors(rename) for k in op.program))
+
+
+@dataclass(frozen=True, slots=True)
+class ParamLoRA(Strategy):
+    """PEFT's ``ParamWrapper`` (``target_parameters``): LoRA on a parameter itself, 2-D ``(out, in)`` or a
+    3-D expert stack ``(E, out, in)``, with A ``(m r E, in)`` and B ``(out, m r E)`` (E = 1 for 2-D; ``m``
+    the rank multiple PEFT's rank pattern gives a fused ``gate_up_proj``). Each forward PEFT forms
+    ``W' = W + (alpha/r) B A`` per expert (``torch.baddbmm``, or ``W + B A`` in 2-D) under
+    ``nn.utils.parametrize.cached()`` and the module runs on ``W'``: a new tensor the size of the whole
+    parameter, which the module's op saves for its input gradient where it saved nothing for the frozen
+    ``W``. The factors are views of A and B (adapters in the parameter's dtype), saved at no cost. Every
+    base parameter is frozen; the op's weight gradient (now of ``W'``) is computed for A's and B's.
+
+    ``targets`` are ``(block, op path, parameter name, rank multiple)``.
+    """
+
+    rank: Any
+    targets: tuple[tuple[str, str, str, int], ...]
+
+    @property
+    def name(self) -> str:
+        rank = f" (r={self.rank})" if isinstance(self.rank, int) else ""
+        return f"LoRA{rank} on parameters {', '.join(dict.fromkeys(t[2] for t in self.targets))}"
+
+    def __call__(self, graph: Graph) -> Graph:
+        return _adapted(graph, tuple(self._wrap(blk) for blk in graph.blocks), self.name)
+
+    def _wrap(self, blk: Block) -> Block:
+        mine = [t for t in self.targets if t[0] == blk.name]
+        if not mine:
+            return blk
+        ops: list[Op] = []
+        for op in blk.ops:
+            wrapped = [t for t in mine if t[1] == op.path]
+            for _, _, param, multiple in wrapped:
+                delta, op = self._delta(op, param, multiple)
+                ops.append(delta)
+            ops.append(op)
+        return replace(blk, ops=tuple(ops))
+
+    def _delta(self, op: Op, name: str, multiple: int) -> tuple[Op, Op]:
+        w = next(x for x in op.params if x.name == name)
+        experts, (out, inp) = (w.shape[0], w.shape[1:]) if len(w.shape) == 3 else (1, w.shape)
+        rank = multiple * self.rank * experts
+        w_a = Tensor(f"{name}{ADAPTER_MARK}A.weight", (rank, inp), PARAM_DTYPE, "weight")
+        w_b = Tensor(f"{name}{ADAPTER_MARK}B.weight", (out, rank), PARAM_DTYPE, "weight")
+        adapted = Tensor(f"{name}.adapted", w.shape, op.output.dtype, "adapted-weight")
+        product = Tensor(f"{name}.delta", w.shape, op.output.dtype, "rows")
+        r_each = Tensor(f"{name}.rank", (multiple * self.rank,), op.output.dtype, "rows")
+        work = (Flop(f"{name} W+BA", (product, r_each)),
+                Flop(f"{name} W+BA", (product, r_each), phase="weight-grad", param=w_a.name),
+                Flop(f"{name} W+BA", (product, r_each), phase="weight-grad", param=w_b.name))
+        delta = Op(f"{name}.lora", "lora_delta", (w_a, w_b), (), adapted, share=op.share, flops=work)
+        # the module's op now saves W' for its input's gradient, and computes W''s gradient for A and B
+        needs = tuple((t, tuple(w_a.name if g == w.name else g for g in grads)) for t, grads in op.saved_for)
+        needs += ((adapted.name, op.inputs or (w_a.name,)),)
+        flops = tuple(replace(f, param=w_a.name) if f.param == w.name else f for f in op.flops)
+        return delta, replace(op, saved=(*op.saved, adapted), saved_for=needs, flops=flops)

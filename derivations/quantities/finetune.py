@@ -28,7 +28,8 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
-from memderive.symbolic.lora import Adapter, LoRA, SplitFused
+from memderive.derivations.quantities.peft_modules import PeftChoice, peft_choose
+from memderive.symbolic.lora import Adapter, LoRA, ParamLoRA, SplitFused
 from memderive.symbolic.strategies import Freeze, Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -124,12 +125,41 @@ def _has(groups: tuple[str, ...], present: set[str]) -> bool:
 
 def resolve_adapters(model: Model, targets: Sequence[str]) -> tuple[list[Strategy], list[Adapter]]:
     """``SplitFused`` steps and one ``Adapter`` per wrapped module, for PEFT ``target_modules``."""
-    splits, groups = module_paths(model, targets)
-    adapters = []
-    for name, paths in groups:
-        block = paths[0].split("/", 1)[0]
-        adapters.append(Adapter(name, tuple(p.split("/", 1)[1] for p in paths), block))
+    return _module_steps(model, peft_choose(model, targets))
+
+
+def _module_steps(model: Model, choice: PeftChoice) -> tuple[list[Strategy], list[Adapter]]:
+    ops = {f"{blk.name}/{op.path}" for blk, op in model.graph(dropout=False).ops()}
+    splits: list[Strategy] = []
+    used = [p for m in (*choice.modules, *(m for m, _, _ in choice.params)) for p in m.ops]
+    if _QKV in ops and any(p in ("layer/attn/q", "layer/attn/k", "layer/attn/v") for p in used):
+        splits.append(SplitFused("attn/qkv", (("attn/q", a * d_h), ("attn/k", a_kv * d_h), ("attn/v", a_kv * d_h))))
+    adapters = [Adapter(m.name.rsplit(".", 1)[-1], tuple(p.split("/", 1)[1] for p in m.ops), m.ops[0].split("/")[0],
+                        m.kind) for m in choice.modules]
     return splits, adapters
+
+
+def lora_steps(model: Model, opts: Options) -> list[Strategy]:
+    """PEFT's adapters for ``--lora-targets`` and ``--lora-target-parameters``: ``lora.Linear`` and
+    ``lora.Embedding`` modules (``LoRA``), ``ParamWrapper`` parameters (``ParamLoRA``)."""
+    choice = peft_choose(model, opts.lora_targets, opts.lora_target_parameters)
+    if choice.params and (opts.lora_dropout or opts.dora):
+        raise OptionsError("PEFT's ParamWrapper (target parameters, MoE experts and routers) works with neither "
+                           "--lora-dropout nor --dora (lora.ParamWrapper raises)")
+    if opts.dora and any(m.kind == "embedding" for m in choice.modules):
+        raise OptionsError("--dora on an embedding (lora.Embedding with DoRA) is not modelled; adapt linear modules")
+    splits, adapters = _module_steps(model, choice)
+    steps: list[Strategy] = [*splits]
+    if adapters:
+        steps.append(LoRA(r, tuple(adapters), dropout=opts.lora_dropout > 0, dora=opts.dora))
+    if choice.params:
+        targets = []
+        for module, param, multiple in choice.params:
+            block, name = param.split("/", 1)
+            op = next(p for p in module.ops if name.startswith(p.split("/", 1)[1] + "."))
+            targets.append((block, op.split("/", 1)[1], name, multiple))
+        steps.append(ParamLoRA(r, tuple(targets)))
+    return steps
 
 
 def train_only(model: Model, names: Sequence[str]) -> list[Strategy]:
@@ -165,8 +195,7 @@ def finetune_steps(model: Model, opts: Options) -> list[Strategy]:
     """The graph transforms of the fine-tuning options, applied before every other strategy."""
     steps: list[Strategy] = []
     if opts.lora_rank is not None:
-        splits, adapters = resolve_adapters(model, opts.lora_targets)
-        steps += [*splits, LoRA(r, tuple(adapters), dropout=opts.lora_dropout > 0, dora=opts.dora)]
+        steps += lora_steps(model, opts)
     if opts.train_only:
         steps += train_only(model, opts.train_only)
     if opts.freeze_embeddings:
@@ -223,13 +252,16 @@ def quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
 
 
 def trainable_parameters(graph: Graph) -> Breakdown:
-    """Parameters that get gradients, one term per op that owns some (per GPU after TP/PP)."""
-    terms = []
+    """Parameters that get gradients, one term per op that owns some (per GPU after TP/PP). The first layer
+    that ``RequiresGrad`` splits off holds the same parameters as the others: its terms join theirs, so that
+    an op held by a fraction of the layers (a MoE layer after ``l_d`` dense ones) is one whole number."""
+    sums: dict[str, Any] = {}
     for blk, op in graph.ops():
         n = total(x.numel for x in op.params if graph.trainable(blk.name, x.name))
         if op.params and any(graph.trainable(blk.name, x.name) for x in op.params):
-            terms.append(Term(f"{blk.name}/{op.path}", blk.repeat * op.share * n))
-    return Breakdown(tuple(terms), "elements")
+            path = f"{'layer' if blk.name == 'first_layer' else blk.name}/{op.path}"
+            sums[path] = sums.get(path, 0) + blk.repeat * op.share * n
+    return Breakdown(tuple(Term(path, expr) for path, expr in sums.items()), "elements")
 
 
 def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, Breakdown]:
@@ -266,7 +298,8 @@ def dequantized_weight(graph: Graph, opts: Options) -> Breakdown:
 def finetune_notes(opts: Options) -> tuple[str, ...]:
     notes = []
     if opts.lora_rank is not None:
-        notes.append(f"{'DoRA' if opts.dora else 'LoRA'} rank {opts.lora_rank} on {', '.join(opts.lora_targets)}: "
+        on = ", ".join((*opts.lora_targets, *opts.lora_target_parameters))
+        notes.append(f"{'DoRA' if opts.dora else 'LoRA'} rank {opts.lora_rank} on {on}: "
                      "adapters computed in the activation dtype; base weights frozen (no gradients, no optimizer "
                      "states)")
     if opts.base_dtype == "nf4":
