@@ -9,7 +9,7 @@ op but the family has separate modules, the op is split first (``SplitFused``).
 
 >>> from memderive.derivations.models.presets import preset
 >>> [a.name for a in resolve_adapters(preset("gpt2"), ("all-linear",))[1]]
-['c_attn', 'c_proj', 'c_proj', 'c_fc']
+['c_attn', 'c_proj', 'c_fc', 'c_proj']
 """
 
 from __future__ import annotations
