@@ -28,7 +28,7 @@ the transformers model built on the meta device). PEFT 0.21.2 then chooses as it
 
 >>> from memderive.derivations.models.presets import preset
 >>> sorted(m.name for m in peft_modules(preset("mixtral-8x7b")) if m.kind != "linear")[:3]
-['lm_head', 'model.embed_tokens', 'model.layers.{i}.mlp.experts']
+['model.embed_tokens', 'model.layers.{i}.mlp.experts', 'model.layers.{i}.mlp.gate']
 """
 
 from __future__ import annotations
