@@ -79,9 +79,16 @@ class Estimate:
     def timeline(self) -> Timeline | None:
         """The training step over time (``symbolic.timeline``), or None: not training, or options the
         timeline does not model (``quantities.step.not_covered`` says which)."""
-        if self.options.mode != "train" or not_covered(self.options):
+        if self.options.mode != "train" or not_covered(self.options) or self._fused_recompute():
             return None
         return timeline_of(self)
+
+    def _fused_recompute(self) -> bool:
+        """Full recompute of layers whose ops run as single fused calls: the timeline recomputes a layer
+        from its calls' saves, which fused calls do not spell out."""
+        from memderive.derivations.quantities.step import runs_calls
+
+        return self.options.recompute == "full" and not runs_calls(self.graph)
 
     def reported_quantities(self) -> tuple[Quantity, ...]:
         """The derived quantities, then ``peak_bytes`` (the step's high-water mark, derived on demand)."""
@@ -112,6 +119,8 @@ class Estimate:
     def peak_note(self) -> str | None:
         """Why a training estimate has no ``peak_bytes`` (options the step timeline does not model), or None."""
         missing = not_covered(self.options) if self.options.mode == "train" else None
+        if missing is None and self.options.mode == "train" and self._fused_recompute():
+            missing = "the step timeline does not model full recompute of layers run as fused calls"
         return f"{missing}: no peak_bytes" if missing else None
 
     def peak_phase(self) -> str | None:

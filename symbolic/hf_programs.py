@@ -37,7 +37,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.kernels import Kernel
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["with_programs", "chunked_loss", "MODEL_LOCAL"]
+__all__ = ["with_programs", "chunked_loss", "without_cache", "MODEL_LOCAL"]
 
 FP32, INT64, BOOL = dtype("fp32"), dtype("int64"), dtype("bool")
 #: ``LlamaModel.forward`` / ``GPT2Model.forward`` hold their locals until the final norm returns.
@@ -294,6 +294,36 @@ def chunked_loss(graph: Graph, chunks: int) -> Graph:
         new_loss = _chunked_cross_entropy(loss, logits, chunks)
         blocks.append(replace(blk, ops=tuple(new_lm if op is lm else new_loss if op is loss else op for op in blk.ops)))
     return replace(graph, blocks=tuple(blocks))
+
+
+def without_cache(graph: Graph) -> Graph:
+    """The decoder layers as transformers runs them under activation checkpointing: no cache
+    (``GradientCheckpointingLayer`` sets ``use_cache=False``), so attention reads k and v themselves."""
+    def cache(k: Kernel) -> bool:  # DynamicLayer.update's copies (symbolic.hf_programs._cache)
+        return k.kind == "cat" and bool(k.outputs) and k.outputs[0].name.endswith(("k_cache", "v_cache"))
+
+    def drop(op: Op) -> Op:
+        if not any(cache(k) for k in op.program):
+            return op
+        program = [Kernel("view", k.inputs, k.outputs, alias=True) if cache(k) else k for k in op.program]
+        reps = [k for k in program if k.kind == "expand_clone"]  # eager: repeat_kv of k, of v
+        if len(reps) == 2:  # k and v strided views now: matmul copies them unless repeat_kv did
+            k_rep, v_rep = (k.outputs[0] for k in reps)
+            k_t = next(k.outputs[0] for k in program if k.kind == "view" and k.inputs == (k_rep.name,))
+            copies = {k_t.name: (replace(k_t, name=f"{k_t.name}:contiguous", role="k"), reps[0]),
+                      v_rep.name: (replace(v_rep, name=f"{v_rep.name}:contiguous", role="v"), reps[1])}
+            out = []
+            for k in program:
+                if k.kind == "bmm" and k.inputs[-1] in copies:
+                    t, rep = copies[k.inputs[-1]]
+                    note = f"{rep.outputs[0].name}|{rep.inputs[0]}"
+                    out += [Kernel("matmul_copy", (k.inputs[-1],), (t,), note=note),
+                            replace(k, inputs=(*k.inputs[:-1], t.name))]
+                else:
+                    out.append(k)
+            program = out
+        return replace(op, program=tuple(program))
+    return replace(graph, blocks=tuple(blk.map_ops(drop) if blk.name == "layer" else blk for blk in graph.blocks))
 
 
 def _model_output_dropped(op: Op) -> Op:

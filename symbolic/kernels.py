@@ -226,6 +226,9 @@ KINDS: dict[str, Rule] = {
     # a slice along axis 1 reshaped (``x.chunk(n, dim=1)[i].reshape(...)``): a copy, unless every axis before
     # axis 1 has size 1 (then the slice is contiguous and reshape returns a view; the timeline decides)
     "chunk_copy": Rule(_none, _each(_pass), source="derivatives.yaml: clone / _reshape_alias (grad)"),
+    # matmul's reshape of a strided operand (``at::matmul`` folds batch axes with ``reshape``): a copy, unless
+    # the operand is a fresh contiguous copy already (``repeat_kv``'s when a_kv < a; the timeline decides)
+    "matmul_copy": Rule(_none, _each(_pass), source="derivatives.yaml: clone / _reshape_alias (grad)"),
     "cat": Rule(_none, _each(_view), source="derivatives.yaml: cat (cat_tensors_backward: narrow views)"),
     "view": Rule(_none, _each(_view), source="derivatives.yaml: view/transpose/_unsafe_view (grad.reshape)"),
     "slice": Rule(_none, _each(_alloc), source="derivatives.yaml: slice.Tensor (slice_backward_wrapper: zeros)"),

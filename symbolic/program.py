@@ -130,6 +130,8 @@ def _block_calls(blk: Block, scope: str, scopes: dict[str, str], block_in: tuple
     previous: str | None = blk.input.name
     first = len(calls)
     for op in blk.ops:
+        if op.kind == "checkpoint":  # full recompute's marker: the step timeline checkpoints the layer itself
+            continue
         for kernel in op.program or fused_program(op, previous):
             if kernel.kind == "parameters":
                 _held_as(kernel, scope, params)

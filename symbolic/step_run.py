@@ -35,7 +35,11 @@ class StepRecipe:
     parameter, all at once: ``_foreach_sqrt`` in ``_multi_tensor_adam``), fused (none) or for-loop
     (``temporaries`` for one parameter at a time); ``in_backward``: the update runs from each
     parameter's post-accumulate-grad hook; ``granularity``: allocation rounding (CUDA: 512 B);
-    ``state_shards``: ZeRO-1's d ranks, each holding and updating 1/d of the master copy and states.
+    ``state_shards``: ZeRO-1's d ranks, each holding and updating 1/d of the master copy and states;
+    ``recompute``: every decoder layer checkpointed as transformers' activation checkpointing runs it
+    (``torch.utils.checkpoint``, ``use_reentrant=False``, early stop): its forward saves nothing but keeps its
+    input and what it reads from outside; backward recomputes it at the first node that unpacks a saved
+    tensor, up to the last tensor it saves.
     """
 
     weight: DType = dtype("bf16")
@@ -47,6 +51,7 @@ class StepRecipe:
     in_backward: bool = False
     granularity: int = 1
     state_shards: int = 1  # ZeRO-1: the master copy, the states and the update over d ranks
+    recompute: bool = False  # each decoder layer checkpointed (torch.utils.checkpoint, non-reentrant)
 
     def __post_init__(self) -> None:
         if self.update not in UPDATES:
@@ -79,6 +84,17 @@ class _Storage:
     phase: str
 
 
+@dataclass(slots=True)
+class _Frame:
+    """A checkpointed layer: its calls' indices, the refs its frame holds (its input, what it reads from
+    outside), whether backward has recomputed it, and the index of its first call that saves anything."""
+
+    calls: list[int]
+    refs: list[int]
+    recomputed: bool = False
+    first_saving: int = -1
+
+
 class Run:
     """One simulated step; ``stop`` halts it after that many moments (to read the live set)."""
 
@@ -97,6 +113,7 @@ class Run:
         self.moments: list[Moment] = []
         self.counter, self.now, self.baseline = 0, 0, 0
         self.phase, self.where = "forward", "before the step"
+        self.frames: dict[str, _Frame] = {}  # checkpointed layers by scope
 
     # --- storages ----------------------------------------------------------------------------
     def nbytes(self, t: Tensor) -> int:
@@ -174,8 +191,11 @@ class Run:
         self._baseline(calls)
         releases_at = releases(calls)
         loss = next((c.outs[0] for c in reversed(calls) if c.op.kind == "cross_entropy"), calls[-1].outs[0])
+        self.calls, self.releases_at = calls, releases_at
+        self.index = {id(c): i for i, c in enumerate(calls)}
         for i, call in enumerate(calls):
-            self._forward(call)
+            frame = self._frame_of(i, call)
+            self._forward(call, save=frame is None)
             for key in releases_at.get(i, ()):
                 if key != loss:  # the step's ``loss`` variable holds it to the end
                     self.unref(self.sid[key])
@@ -209,7 +229,26 @@ class Run:
         self.baseline = self.now
         self.moments.append(Moment("forward", "before the step", self.now, 0, ""))
 
-    def _forward(self, call: Call) -> None:
+    def _frame_of(self, i: int, call: Call) -> _Frame | None:
+        """The checkpoint frame of a call in a decoder layer under ``recompute`` (made at the layer's first
+        call: the frame keeps the layer's input, ``_NoopSaveInputs``, and what its calls read from outside
+        the layer: the rotary tables, and its keyword arguments position ids and mask, held by the
+        checkpointed ``partial`` until the frame goes)."""
+        if not self.recipe.recompute or call.scope.rstrip("0123456789") != "layer":
+            return None
+        frame = self.frames.get(call.scope)
+        if frame is None:  # the layer's keyword arguments, held by the checkpointed partial: position ids, mask
+            frame = self.frames[call.scope] = _Frame([], [])
+            frame.refs += [self.ref(self.sid[key]) for key in (("@", "@position_ids"), ("@", "@mask")) if key in self.sid]
+        frame.calls.append(i)
+        made = {key for j in frame.calls for key in self.calls[j].outs}
+        for key in call.ins:
+            if key[0] != "param" and key not in made and key in self.sid:
+                frame.refs.append(self.ref(self.sid[key]))
+                made.add(key)
+        return frame
+
+    def _forward(self, call: Call, save: bool = True) -> None:
         k, rule = call.kernel, KINDS[call.kernel.kind]
         self.where = call.where
         if rule.script is not None:
@@ -220,7 +259,8 @@ class Run:
             if t.role in BASELINE_ROLES:
                 continue
             if k.alias or (k.kind == "expand_clone" and self.nbytes(t) == self.nbytes(self.like(call.ins[0]))) \
-                    or (k.kind == "chunk_copy" and self._contiguous_slice(self.like(call.ins[0]))):
+                    or (k.kind == "chunk_copy" and self._contiguous_slice(self.like(call.ins[0]))) \
+                    or (k.kind == "matmul_copy" and self._fresh_copy(call)):
                 # repeat_kv returns its input when a_kv = a; a contiguous slice is reshaped as a view
                 self.sid[key], self.tensor[key] = self.ref(self.sid[call.ins[0]]), t
             else:
@@ -230,11 +270,63 @@ class Run:
             self.requires[key] = call.rg
         if not call.rg:
             return
+        if save:
+            for key in self._saved_keys(call):
+                call.saved.append(self.ref(self.sid[key]))
+
+    def _saved_names(self, call: Call) -> tuple[str, ...]:
+        """What the call's node saves, parameters included."""
+        k = call.kernel
         names = dict(zip(k.inputs, call.ins)) | {t.name: key for t, key in zip(k.outputs, call.outs)}
         saved = (tuple(x.name for x in call.op.saved) if k.kind == "fused"
-                 else rule.saves(k, lambda name: self.needs(names[name])))
-        for key in dict.fromkeys(names[x] for x in saved if x in names and names[x][0] != "param"):
-            call.saved.append(self.ref(self.sid[key]))
+                 else KINDS[k.kind].saves(k, lambda name: self.needs(names[name])))
+        return tuple(x for x in saved if x in names)
+
+    def _saved_keys(self, call: Call) -> list[tuple]:
+        k = call.kernel
+        names = dict(zip(k.inputs, call.ins)) | {t.name: key for t, key in zip(k.outputs, call.outs)}
+        return list(dict.fromkeys(names[x] for x in self._saved_names(call) if names[x][0] != "param"))
+
+    def _recompute(self, frame: _Frame) -> None:
+        """The layer's forward once more, from its first call to the pack of the last tensor it saves
+        (early stop: a node packs its inputs before its kernel runs, its outputs after); what Python held
+        in the recomputation is freed when it stops."""
+        frame.recomputed = True
+        saving = [i for i in frame.calls if self.calls[i].rg and self._saved_names(self.calls[i])]
+        if not saving:
+            return
+        frame.first_saving, last = saving[0], saving[-1]
+        held: list[tuple] = []
+        mine = set(frame.calls)
+        for i in frame.calls:
+            call = self.calls[i]
+            if i == last and not self._saves_output(call):  # stops at the pack of its inputs
+                for key in self._saved_keys(call):
+                    call.saved.append(self.ref(self.sid[key]))
+                break
+            self._forward(call)
+            held += [key for key in call.outs if key in self.sid]
+            if i == last:
+                break
+            for key in self.releases_at.get(i, ()):
+                if key in held and self._made_in(key, mine):
+                    held.remove(key)
+                    self.unref(self.sid[key])
+        for key in held:  # the recomputation's locals, gone with the stop
+            self.unref(self.sid[key])
+
+    def _made_in(self, key: tuple, calls: set[int]) -> bool:
+        return any(key in self.calls[j].outs for j in calls)
+
+    def _saves_output(self, call: Call) -> bool:
+        outs = {t.name for t in call.kernel.outputs}
+        return any(x in outs for x in self._saved_names(call))
+
+    def _fresh_copy(self, call: Call) -> bool:
+        """Whether ``repeat_kv`` copied the operand (a_kv < a: its output larger than its input; the kernel's
+        ``note`` names both), so that matmul reads a contiguous tensor and copies nothing."""
+        rep, src = call.kernel.note.split("|")
+        return self.nbytes(self.tensor[(call.scope, rep)]) != self.nbytes(self.tensor[(call.scope, src)])
 
     def _contiguous_slice(self, t: Tensor) -> bool:
         """A slice along axis 1 is contiguous when the axes before it have size 1 (``chunk_copy``)."""
@@ -288,6 +380,9 @@ class Run:
             return
         k = call.kernel
         self.where = call.where
+        frame = self.frames.get(call.scope) if self.recipe.recompute else None
+        if frame is not None and not frame.recomputed and self._saved_names(call):
+            self._recompute(frame)
         names = dict(zip(k.inputs, call.ins)) | {t.name: key for t, key in zip(k.outputs, call.outs)}
         rule = KINDS[k.kind]
         made: list[tuple[tuple, int, bool]] = []
@@ -318,6 +413,10 @@ class Run:
         for sid in call.saved:
             self.unref(sid)
         call.saved.clear()
+        if frame is not None and frame.recomputed and self.index[id(call)] == frame.first_saving:
+            for sid in frame.refs:  # the frame's last saved tensor is gone: its input and reads go too
+                self.unref(sid)
+            frame.refs.clear()
         order = {key: i for i, key in enumerate(call.ins)}  # the engine hands gradients on in input order
         for key, sid, view in sorted(made, key=lambda item: order[item[0]]):
             self._deliver(key, sid, view)

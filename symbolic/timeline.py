@@ -109,6 +109,10 @@ def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | 
         recipe: model states and the update.
     """
     recipe = recipe or StepRecipe()
+    if recipe.recompute:
+        from memderive.symbolic.hf_programs import without_cache
+
+        graph = without_cache(graph)
     run = _run(graph, values, recipe, None)
     peak = max(range(len(run.moments)), key=lambda i: run.moments[i].bytes)
     replay = _run(graph, values, recipe, peak)

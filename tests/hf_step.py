@@ -54,6 +54,7 @@ class StepRecipe:
     in_backward: bool = False
     loss_chunks: int = 1
     fp8: str = "none"  # none | a torchao Float8LinearRecipeName (tensorwise, rowwise, rowwise_with_gw_hp)
+    recompute: bool = False  # transformers' activation checkpointing: each decoder layer, non-reentrant
 
 
 @dataclass
@@ -219,6 +220,8 @@ def measure_step(family: str, attention: str, shape: Shape, recipe: StepRecipe =
     if recipe.fp8 != "none":
         model = to_float8(model, recipe.fp8)
     model = (model if recipe.precision == "autocast" else model.to(torch.bfloat16)).train()
+    if recipe.recompute:
+        model.activation_checkpointing_enable()  # torch.utils.checkpoint, use_reentrant=False
     ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
     labels = ids.clone()
     if recipe.loss_chunks > 1:  # torchtune's recipes shift the labels before the loss

@@ -34,12 +34,14 @@ class Case:
     in_backward: bool = False
     loss_chunks: int = 1
     fp8: str = "none"  # torchao's Float8Linear recipe (tests/hf_step.to_float8; symbolic.float8)
+    recompute: bool = False
 
     def __str__(self) -> str:
         return (f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
                 + ("-in-backward" if self.in_backward else "")
                 + (f"-loss-chunks{self.loss_chunks}" if self.loss_chunks > 1 else "")
-                + ("" if self.fp8 == "none" else f"-fp8-{self.fp8}"))
+                + ("" if self.fp8 == "none" else f"-fp8-{self.fp8}")
+                + ("-recompute" if self.recompute else ""))
 
 
 SMALL, LARGER = Shape(2, 24), Shape(4, 64)
@@ -55,7 +57,13 @@ CASES = tuple(Case(f, a, z, p) for f in ("llama-gqa", "gpt2") for a in ("eager",
     # (the chunks of the hidden states and labels are contiguous: views, no copies)
     Case(f, a, z, "pure", in_backward=z == LARGER, loss_chunks=n) for f in ("llama-gqa", "gpt2")
     for a in ("eager", "sdpa") for z, n in ((SMALL, 4), (LARGER, 8))) + (
-    Case("llama-gqa", "sdpa", Shape(1, 24), "pure", loss_chunks=4),)
+    Case("llama-gqa", "sdpa", Shape(1, 24), "pure", loss_chunks=4),) + tuple(
+    # transformers' activation checkpointing (--recompute full): each family and kernel at the small shape (peak in
+    # the update) and at the larger one with the optimizer in backward and the loss in chunks (peak inside a
+    # layer's recomputation); LLaMA with as many K/V heads as heads (matmul copies the strided k and v itself)
+    Case(f, a, z, "pure", in_backward=z == LARGER, loss_chunks=8 if z == LARGER else 1, recompute=True)
+    for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa") for z in (SMALL, LARGER)) + (
+    Case("llama-mha", "eager", LARGER, "pure", in_backward=True, recompute=True),)
 #: Float8 linears (torchao, each recipe): LLaMA eager and SDPA, GPT-2 (its Conv1D layers stay 16-bit, the tied
 #: head converts); peaks in a Float8 linear's forward cast and backward matmul, in an elementwise backward and
 #: in the update.
@@ -70,13 +78,14 @@ FP8_CASES = tuple(Case("llama-gqa", a, SMALL, "pure", fp8=r) for a in ("eager", 
 def measured(case: Case) -> Measured:
     return measure_step(case.family, case.attention, case.shape,
                         Run(case.precision, in_backward=case.in_backward, loss_chunks=case.loss_chunks,
-                            fp8=case.fp8))
+                            fp8=case.fp8, recompute=case.recompute))
 
 
 def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
     """The recipe the options give (``--precision``, ``--optimizer-in-backward``)."""
     opts = Options(mode="train", batch=case.shape.b, seq=case.shape.s, precision=case.precision,
-                   optimizer_in_backward=case.in_backward, loss_chunks=case.loss_chunks)
+                   optimizer_in_backward=case.in_backward, loss_chunks=case.loss_chunks,
+                   recompute="full" if case.recompute else "none")
     return step_recipe(opts, values, device)
 
 

@@ -2,8 +2,9 @@
 measurements of real runs (``tests/published_memory.py``; ``python benchmarks/published_memory.py`` prints
 the table, the distribution and the reason for every case outside 0.8-1.25).
 
-The bounds are those achieved (median 1.01, range 0.56-1.68, 22 of 32 within 0.8-1.25 when they were last set,
-with BERT's layers run under torch.autocast (symbolic.autocast) for the fp16 runs; 21 of 32 with the step's peak as
+The bounds are those achieved (median 1.01, range 0.56-1.68, 23 of 32 within 0.8-1.25 when they were last set,
+with transformers' activation checkpointing in the step timeline (--recompute full under --implementation hf);
+22 of 32 with BERT's layers run under torch.autocast (symbolic.autocast) for the fp16 runs; 21 of 32 with the step's peak as
 allocated memory where the timeline runs transformers' code call by call, torchtune's chunked loss in it; 20 of 32
 before that, with --precision, --optimizer-in-backward, --loss-chunks and
 --offload-params applied; median 0.99, range 0.10-1.68,
@@ -41,7 +42,7 @@ def test_the_distribution_stays_within_its_bounds() -> None:
     inside = sum(BAND[0] <= x <= BAND[1] for x in ratios)
     assert 0.90 <= statistics.median(ratios) <= 1.10
     assert min(ratios) >= 0.55 and max(ratios) <= 1.70
-    assert inside >= 22
+    assert inside >= 23
 
 
 def test_every_case_outside_the_band_says_why() -> None:

@@ -3,7 +3,8 @@
 Each case (``tests/step_cases.py``) runs a whole steady-state step of a small transformers model
 (LLaMA-style GQA and GPT-2, eager and SDPA attention, ``--precision`` master and pure, the update after
 backward or in it, ``--optimizer-in-backward``; the output layer and loss whole or in chunks as torchtune's
-``CEWithChunkedOutputLoss``, ``--loss-chunks``): forward with the loss, ``loss.backward()``, AdamW's
+``CEWithChunkedOutputLoss``, ``--loss-chunks``; every decoder layer checkpointed as transformers'
+``activation_checkpointing_enable`` runs it, ``--recompute full``): forward with the loss, ``loss.backward()``, AdamW's
 foreach update, ``zero_grad(set_to_none=True)``, counting
 the bytes of every live tensor storage (``tests/hf_step.py``). memderive derives the same step from
 its graph of the config under transformers' CPU layers (``symbolic.timeline``): the high-water mark
@@ -37,10 +38,12 @@ def _allocations(moments: list[tuple[str, int, int]]) -> tuple[list[tuple[int, i
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if (c.shape == SMALL or c.loss_chunks > 1 and c.shape.b == 1)
-                                  and c.precision == "pure"], ids=str)
+                                  and c.precision == "pure" and not c.recompute], ids=str)
 def test_every_allocation_in_order(case: Case) -> None:
     """Forward (each op's ATen calls and how long Python holds their results) and backward (autograd's
-    node order, each node's gradients and temporaries, accumulation) allocate exactly as measured."""
+    node order, each node's gradients and temporaries, accumulation) allocate exactly as measured. (Not the
+    recompute cases: without a cache transformers' mask code first checks for packed sequences, a few
+    transient int64 tensors of b x s the timeline leaves out; their peaks are equal above.)"""
     got = _allocations([(m.phase, m.change, m.bytes) for m in derived(case).moments[1:]])
     phases = {"forward": "forward", "optimizer": "optimizer"}
     want = _allocations([(phases.get(where, "backward" if where.startswith("backward") else where), change, now)

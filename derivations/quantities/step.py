@@ -60,7 +60,8 @@ STATE_DTYPES = {"adamw": ("fp32", "fp32"), "adam": ("fp32", "fp32"), "adam-8bit"
 def not_covered(opts: Options) -> str | None:
     """Why the step timeline does not describe these options (None: it does)."""
     reasons = [(opts.pp > 1, "pipeline stages (micro-batches in flight)"), (opts.zero >= 2, f"ZeRO stage {opts.zero}"),
-               (opts.offload, "ZeRO-Offload"), (opts.offload_params, "FSDP parameter offload"), (opts.recompute != "none", f"{opts.recompute} recompute"),
+               (opts.offload, "ZeRO-Offload"), (opts.offload_params, "FSDP parameter offload"), (opts.recompute not in ("none", "full") or opts.recompute == "full" and opts.implementation_kind != "hf",
+                f"{opts.recompute} recompute" + (" outside --implementation hf" if opts.recompute == "full" else "")),
                (opts.base_dtype in ("nf4", "int8"), f"a {opts.base_dtype} base"), (opts.ep > 1, "expert parallelism"),
                (opts.optimizer not in UPDATE_TEMPORARIES, f"the {opts.optimizer} optimizer ("
                 + ("factored states and their update temporaries" if opts.optimizer == "adafactor"
@@ -87,7 +88,7 @@ def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
     return StepRecipe(weight=weight, master=master, states=states, step_scalars=device == "cpu" and bool(states),
                       update="foreach", temporaries=UPDATE_TEMPORARIES[opts.optimizer],
                       in_backward=opts.optimizer_in_backward, granularity=ALLOCATOR_BLOCK[device],
-                      state_shards=shard)
+                      state_shards=shard, recompute=opts.recompute == "full")
 
 
 def timeline_of(est: Any, device: str = "cuda") -> Timeline:
