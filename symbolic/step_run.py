@@ -297,7 +297,6 @@ class Run:
             return
         frame.first_saving, last = saving[0], saving[-1]
         held: list[tuple] = []
-        mine = set(frame.calls)
         for i in frame.calls:
             call = self.calls[i]
             if i == last and not self._saves_output(call):  # stops at the pack of its inputs
@@ -309,14 +308,11 @@ class Run:
             if i == last:
                 break
             for key in self.releases_at.get(i, ()):
-                if key in held and self._made_in(key, mine):
+                if key in held:
                     held.remove(key)
                     self.unref(self.sid[key])
         for key in held:  # the recomputation's locals, gone with the stop
             self.unref(self.sid[key])
-
-    def _made_in(self, key: tuple, calls: set[int]) -> bool:
-        return any(key in self.calls[j].outs for j in calls)
 
     def _saves_output(self, call: Call) -> bool:
         outs = {t.name for t in call.kernel.outputs}
