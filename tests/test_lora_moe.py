@@ -157,3 +157,41 @@ def test_the_cli_takes_target_parameters() -> None:
 
 def test_tiny_configs_cover_every_moe_family() -> None:
     assert set(MOE) <= set(TINY)
+
+
+@pytest.mark.parametrize("experts", ["eager", "grouped_mm"])
+def test_param_wrapper_saves_the_adapted_expert_stack(experts: str) -> None:
+    """PEFT's ParamWrapper forms W' = W + B A under ``parametrize.cached()`` and the experts run on W': a new
+    tensor the size of the parameter, saved for the input's gradient, where the frozen W was not saved. Tiny
+    Mixtral (E = 4, h = 64, f = 96), b = 2, s = 24, bf16, PEFT on q_proj plus target_parameters gate_up_proj,
+    down_proj (``tests/hf_saved.py``: saved_tensors_hooks over a whole forward on CPU). The first layer's
+    experts module saves what the graph's experts op saves, to the byte; against frozen experts it saves, by
+    hand, W' of gate_up 4 x 192 x 64 x 2 = 98,304 B and of down 4 x 64 x 96 x 2 = 49,152 B, and again the
+    inputs of the weight gradients: the gathered rows 96 x 64 x 2 = 12,288 B and the hidden 96 x 96 x 2 =
+    18,432 B (b s k = 96 token-expert pairs): 178,176 B."""
+    from memderive.derivations.models.implementations import hf_layers
+    from memderive.derivations.options import Options
+    from memderive.derivations.quantities.finetune import finetune_steps
+    from memderive.symbolic.derive import activations, evaluate
+    from memderive.symbolic.dims import b, r, s
+    from memderive.symbolic.strategies import RequiresGrad
+    from tests.hf_saved import Shape, measure_config
+
+    shape, cfg = Shape(2, 24), config("mixtral", "eager", experts)
+
+    def experts_bytes(parameters: tuple[str, ...]) -> int:
+        lora = peft.LoraConfig(r=RANK, target_modules=["q_proj"], target_parameters=list(parameters) or None)
+        saved = measure_config(cfg, shape, lora=lora).by_module("base_model.model.model.layers.0.mlp.experts")
+        return sum(saved.values())
+
+    model = resolve_model(cfg.to_dict())
+    graph = hf_layers(model, "eager", "cpu", experts)(model.graph("bf16", dropout=True))
+    opts = Options(mode="train", batch=shape.b, seq=shape.s, lora_rank=RANK, lora_targets=("q_proj",),
+                   lora_target_parameters=("gate_up_proj", "down_proj"), implementation="hf-eager", profile="exact")
+    for step in [*finetune_steps(model, opts), RequiresGrad()]:
+        graph = step(graph)
+    terms = {t.path: t.expr for t in activations(graph).terms}
+    derived = int(evaluate(terms["first_layer/moe/experts"], {**model.values(), b: shape.b, s: shape.s, r: RANK}))
+    wrapped = experts_bytes(("gate_up_proj", "down_proj"))
+    assert wrapped == derived
+    assert wrapped - experts_bytes(()) == 98_304 + 49_152 + 12_288 + 18_432
