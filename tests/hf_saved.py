@@ -93,6 +93,20 @@ def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
+def need_torchao() -> None:
+    """torchao is in the test extra (pyproject.toml): under CI (a fresh install) its absence fails the test; a
+    local venv installed before it joined the extra skips, saying what to run."""
+    import importlib.util
+    import os
+
+    import pytest
+
+    if importlib.util.find_spec("torchao") is None:
+        if os.environ.get("CI"):
+            pytest.fail("torchao is missing: pip install -e '.[test]' installs it (see .ci/run)")
+        pytest.skip("torchao is in the test extra: pip install -e '.[test]'")
+
+
 def to_float8(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
     """torchao's ``convert_to_float8_training`` with ``Float8LinearConfig.from_recipe_name(recipe)``:
     every ``nn.Linear`` whose in and out features are multiples of 16 becomes a ``Float8Linear``

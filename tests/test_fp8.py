@@ -20,17 +20,14 @@ from memderive.derivations.quantities.timing import float8_flops, step_time
 from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import b, s
 from memderive.symbolic.float8 import RECIPES
-from tests.hf_saved import Shape, config_for, measure_model
+from tests.hf_saved import Shape, config_for, measure_model, need_torchao
 from tests.hf_step import _Tracker, to_float8
 
 SHAPE = Shape(2, 24)
-#: torchao is in the test extra (pyproject.toml); a venv installed before it was added skips the measured tests
-#: until ``pip install -e '.[test]'`` is run again.
-NEEDS = "torchao is in the test extra: pip install -e '.[test]'"
 
 
 def _torchao() -> None:
-    pytest.importorskip("torchao", reason=NEEDS)
+    need_torchao()
 CASES = [("llama-gqa", "eager"), ("qwen2", "sdpa"), ("gpt2", "eager")]
 
 

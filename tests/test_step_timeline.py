@@ -18,6 +18,7 @@ from collections import Counter
 
 import pytest
 
+from tests.hf_saved import need_torchao
 from tests.step_cases import CASES, FP8_CASES, SMALL, Case, derived, measured
 
 
@@ -65,7 +66,7 @@ def test_float8_step_to_the_byte(case: Case) -> None:
     step; memderive's Float8 linears (``symbolic.float8``: the casts, the scaled matmuls' copies, scales and
     reciprocals, the 16-bit input and weight saved) in the derived one. Same high-water mark, and every
     allocation of forward and backward in order with the bytes allocated after it."""
-    pytest.importorskip("torchao", reason="torchao is in the test extra: pip install -e '.[test]'")
+    need_torchao()
     got, want = derived(case), measured(case)
     assert got.baseline == want.baseline  # Float8 linears keep the weights and states as they are
     assert got.peak_bytes == want.peak, (got.peak_at, want.peak_at)
