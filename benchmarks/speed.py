@@ -199,10 +199,12 @@ def plan_time(runs: int) -> None:
                                         "1024", "--gpu", "h100-sxm", *extra, "--json"], OURS_ENV)
             times.append((cpu, wall))
         data = json.loads(stdout)
-        evaluated = data.get("layouts_evaluated")
-        rate = f", {evaluated:,} layouts evaluated" if isinstance(evaluated, int) else ""
+        evaluated, fit = data["layouts_evaluated"], data["layouts_fit"]
+        walls = [w for _, w in times]
         print(f"cold plan --gpu h100-sxm {model} on 1,024 GPUs ({' '.join(extra)}): wall "
-              f"{_range([w for _, w in times])} s, CPU {_range([c for c, _ in times])} s ({runs} runs){rate}")
+              f"{_range(walls)} s, CPU {_range([c for c, _ in times])} s ({runs} runs); {evaluated:,} layouts "
+              f"evaluated ({fit:,} fit, each timed): {evaluated / statistics.median(walls):,.0f} layouts/s of cold wall "
+              f"(median), {data['layouts_per_s']:,.0f} layouts/s inside plan (the last run)")
 
 
 def main(runs: int = 5) -> None:

@@ -41,7 +41,7 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.timeline import Timeline
 
-__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "VALUE_FIELDS", "PEAK"]
+__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS", "PEAK"]
 
 #: The key of the step's high-water mark, derived on demand from the step timeline.
 PEAK = "peak_bytes"
@@ -188,10 +188,8 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 
         check_inference(resolved, options)  # value checks run on every call, cached derivation or not
     values = {**resolved.values(), **symbol_values(options)}
-    graph, quantities = _derived(resolved, options)
-    if options.mode == "train" and options.uneven_stages:  # the largest stage bounds each GPU's memory
-        stages = [_derived(resolved, options, stage) for stage in pipeline_stages(resolved, options)[1:]]
-        graph, quantities = max([(graph, quantities), *stages], key=lambda gq: _total(gq[1], values))
+    stages = stage_derivations(resolved, options)  # the largest stage bounds each GPU's memory
+    graph, quantities = stages[0] if len(stages) == 1 else max(stages, key=lambda gq: _total(gq[1], values))
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import inference_values
 
@@ -221,11 +219,23 @@ def structure_key(model: Model, options: Options) -> tuple:
     """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
     degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
     fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
-    flags = (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp if options.uneven_stages else options.pp > 1,
-             options.dp > 1, options.cp > 1,
-             options.micro_batches is None, options.virtual_stages in (None, 1), options.lora_rank is None,
-             (options.batch, options.seq) if options.compile else None)  # the partition is cut at the sizes
+    # bool(): the flags of columns of layouts of one structure (``search.columns``) are one value each
+    flags = tuple(map(bool, (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
+                             options.cp > 1, options.micro_batches is None, options.virtual_stages in (None, 1),
+                             options.lora_rank is None)))
+    if options.uneven_stages:
+        flags += (options.pp,)
+    if options.compile:
+        flags += ((options.batch, options.seq),)  # the partition is cut at the sizes
     return repr(model), fixed, flags
+
+
+def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple[Quantity, ...]]]:
+    """The (graph, quantities) of each pipeline stage whose memory can differ (``pipeline_stages``), first stage
+    first: ``estimate`` reports the one with the most ``total_bytes`` (the first of equal ones)."""
+    if options.mode != "train" or not options.uneven_stages:
+        return [_derived(model, options)]
+    return [_derived(model, options, stage) for stage in pipeline_stages(model, options)]
 
 
 def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:

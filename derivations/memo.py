@@ -11,11 +11,12 @@ function of the value once per key (the derivation cache of ``estimate``, the Nu
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import lru_cache, wraps
 from typing import Any
 
-__all__ = ["Keyed"]
+__all__ = ["Keyed", "applied", "per_graph", "clear"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +25,54 @@ class Keyed:
 
     key: Hashable
     value: Any = field(compare=False)
+
+
+def applied(graph: Any, steps: Any) -> Any:
+    """``graph`` through the transforms ``steps`` in order, once per graph object and steps (strategies are frozen
+    values: structures that apply the same ones, e.g. every ZeRO stage of a layout, share the graph)."""
+    steps = tuple(steps)
+    try:
+        key = (id(graph), steps)
+        hash(key)
+    except TypeError:  # a transform holding an unhashable value: applied anew
+        return _apply(graph, steps)
+    return _applied(Keyed(key, (graph, steps)))  # the key's value holds the graph: its id stays its own
+
+
+def _apply(graph: Any, steps: tuple) -> Any:
+    for step in steps:
+        graph = step(graph)
+    return graph
+
+
+@lru_cache(maxsize=4096)
+def _applied(item: Keyed) -> Any:
+    return _apply(*item.value)
+
+
+_MEMOS: list[Any] = [_applied]
+
+
+def per_graph(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(graph, **keywords)`` once per graph object and keywords (graphs are immutable; the memo holds the graph,
+    so its id is not reused while cached)."""
+
+    @lru_cache(maxsize=4096)
+    def cached(item: Keyed) -> Any:
+        graph, keywords = item.value
+        return fn(graph, **dict(keywords))
+
+    _MEMOS.append(cached)
+    @wraps(fn)
+    def call(graph: Any, **keywords: Any) -> Any:
+        items = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in keywords.items()))
+        return cached(Keyed((id(graph), items), (graph, items)))
+
+    return call
+
+
+def clear() -> None:
+    """Forget every transformed graph and every result ``per_graph`` holds (a derivation made afresh then
+    rebuilds them: tests compare it with the memoized one)."""
+    for memo in _MEMOS:
+        memo.cache_clear()

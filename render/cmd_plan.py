@@ -86,11 +86,24 @@ def run(args: argparse.Namespace) -> int:
     model = _time_model(args.model, layouts[0]) if args.gpu else [PROXY]
     if args.json:
         text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
-                           "step_time_model": model, "layouts": [x.to_json() for x in layouts]}, indent=2)
+                           "step_time_model": model, "layouts": [x.to_json() for x in layouts],
+                           **_evaluated_json(layouts)}, indent=2)
     else:
         text = _table(args, capacity, layouts, model)
     emit(text, args.output, args.force)
     return 0
+
+
+def _evaluated_json(layouts: Any) -> dict[str, Any]:
+    """How many layouts the plan evaluated (memory of every candidate), how many fit (each timed), its seconds
+    and the rate (layouts evaluated per second; wall time of ``plan``, so it differs run to run)."""
+    return {"layouts_evaluated": layouts.evaluated, "layouts_fit": layouts.fit, "plan_seconds": layouts.seconds,
+            "layouts_per_s": layouts.rate}
+
+
+def _evaluated_line(layouts: Any) -> str:
+    return (f"evaluated {layouts.evaluated:,} layouts ({layouts.fit:,} fit, each timed) in {layouts.seconds:.2f} s: "
+            f"{layouts.rate:,.0f} layouts/s")
 
 
 def _nothing_fits(args: argparse.Namespace, capacity: int, exc: Any) -> int:
@@ -204,5 +217,6 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}{stages}")
-    lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options))]
+    lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options)),
+              _evaluated_line(layouts)]
     return "\n".join(lines)

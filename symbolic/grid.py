@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -28,7 +27,7 @@ import numpy as np
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr, Node, Sym
 
-__all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX", "WideArray"]
+__all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX", "WideArray", "rational"]
 
 INT64_MAX = 2**63 - 1
 _TWO64 = 2**64
@@ -123,35 +122,93 @@ class GridError(DerivationError):
 
 
 def grid_plan(terms: list[Expr]) -> GridPlan:
-    """The terms of one quantity, ready to evaluate over a grid (``GridPlan.run``)."""
-    return GridPlan.build(terms)
+    """The terms of one quantity, ready to evaluate over a grid (``GridPlan.run``); built once per list of term
+    objects (a plan evaluates the terms of one derivation for many structures' layouts)."""
+    key = tuple(map(id, terms))
+    held = _PLANS.get(key)
+    if held is None:
+        held = _PLANS[key] = (tuple(terms), GridPlan.build(terms))  # the terms held: their ids stay theirs
+        _bound(_PLANS)
+    return held[1]
 
 
-@dataclass(frozen=True, slots=True)
+#: Memos keyed by object ids (expressions are immutable), each entry holding its objects; emptied past ``_MEMO``.
+_PLANS: dict[tuple, tuple] = {}
+_PREPARED: dict[tuple, tuple] = {}
+_MEMO = 1 << 14
+
+
+def _bound(memo: dict) -> None:
+    if len(memo) > _MEMO:
+        memo.clear()
+
+
 class GridPlan:
     """One quantity, ready to evaluate: the integer terms summed into one polynomial, the fractional
-    terms (rounded up one by one) kept apart."""
+    terms (rounded up one by one) kept apart. Two plans are equal when their sums are (``whole``)."""
 
-    whole: Expr
-    fractional: tuple[Expr, ...]
+    __slots__ = ("integral", "fractional", "_whole")
+
+    def __init__(self, integral: tuple[Expr, ...], fractional: tuple[Expr, ...]) -> None:
+        self.integral, self.fractional, self._whole = integral, fractional, None
 
     @staticmethod
     def build(terms: list[Expr]) -> GridPlan:
-        whole = Expr({})
-        fractional = []
+        integral, fractional = [], []
         for term in terms:
-            if _integral(term):
+            (integral if _integral(term) else fractional).append(term)
+        return GridPlan(tuple(integral), tuple(fractional))
+
+    @property
+    def whole(self) -> Expr:
+        """The integer terms' sum."""
+        if self._whole is None:
+            whole = Expr({})
+            for term in self.integral:
                 whole = whole + term
-            else:
-                fractional.append(term)
-        return GridPlan(whole, tuple(fractional))
+            self._whole = whole
+        return self._whole
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GridPlan) and (self.whole, self.fractional) == (other.whole, other.fractional)
+
+    def __hash__(self) -> int:
+        return hash((self.whole, self.fractional))
+
+    def __repr__(self) -> str:
+        return f"GridPlan({self.whole!r}, {self.fractional!r})"
 
     def run(self, env: Mapping[str, np.ndarray]) -> Any:
-        total = _rational(self.whole, env, wide=True)[0]
+        """The sum over the grid: each integer term's coefficients prepared once (``_prepared``, per term and the
+        numbers bound), added into one polynomial evaluated once; each fractional term rounded up on its own."""
+        signature = _signature(env)
+        merged: dict[tuple, int] = {}
+        nodes: set = set()
+        for term in self.integral:
+            ints, den, shift, swept = _prepare(term, env, signature)
+            if den != 1 or shift:  # not reached for whole-valued terms; the sum as one expression then
+                merged = None
+                break
+            for mono, c in ints.items():
+                merged[mono] = merged.get(mono, 0) + c
+            nodes.update(swept)
+        if merged is None:
+            total = _rational(self.whole, env, wide=True)[0]
+        else:
+            merged = {mono: c for mono, c in merged.items() if c}
+            values = {atom: _node(atom, env)[0] for atom in nodes}
+            values.update({atom: env[atom.name] for mono in merged for atom, _ in mono if type(atom) is Sym})
+            total = _polynomial(merged, values, True)
         for term in self.fractional:
             num, den = _rational(term, env)
             total = total + (-((-num) // den))
         return total
+
+
+def rational(x: Expr, env: Mapping[str, Any]) -> tuple[Any, Any]:
+    """``x``'s exact value over the grid as ``(numerators, denominators)`` (integer arrays or ints; Python ints in
+    ``object`` arrays past int64), unrounded: ``x`` = numerators / denominators cell by cell."""
+    return _rational(x, env)
 
 
 def _integral(x: Expr) -> bool:
@@ -168,33 +225,74 @@ def _integral(x: Expr) -> bool:
 def _rational(x: Expr, env: Mapping[str, np.ndarray], wide: bool = False) -> tuple[Any, Any]:
     """``x`` over the grid as ``(numerators, denominators)``: integer arrays or ints. Division by a swept
     size (``l/p``, ``P/d``) moves into the denominator: each monomial is multiplied by the highest power
-    of that size the term divides by."""
-    nodes: dict[Any, tuple[Any, Any]] = {}
-    coeffs: dict[tuple, Fraction | int] = {}
-    shift: dict[Any, int] = {}
-    for mono, c in x.monomials():
-        scaled: Fraction | int = c
-        for atom, e in mono:
-            if type(atom) is Node:
-                if atom not in nodes:
-                    nodes[atom] = _node(atom, env)
-                den = nodes[atom][1]
-                if e < 0 or isinstance(den, np.ndarray):
-                    raise GridError(f"cannot sweep: a term divides by {atom.kind}(...) or by a fraction in it")
-                scaled = scaled / Fraction(den) ** e if den != 1 else scaled
-            elif e < 0:
-                shift[atom] = max(shift.get(atom, 0), -e)
-        coeffs[mono] = scaled
-    if shift:
-        coeffs = {_shifted(mono, shift): c for mono, c in coeffs.items()}
-    den = math.lcm(*(Fraction(c).denominator for c in coeffs.values())) if coeffs else 1
-    ints = {mono: int(c * den) for mono, c in coeffs.items()}
-    values = {atom: vals for atom, (vals, _) in nodes.items()}
+    of that size the term divides by. Sizes bound to one number fold into the coefficients, once per expression
+    and such numbers (``_prepared``); the swept sizes are read at each call."""
+    ints, den, shift, nodes = _prepare(x, env, _signature(env))
+    values = {atom: _node(atom, env)[0] for atom in nodes}
     values.update({atom: env[atom.name] for mono in ints for atom, _ in mono if type(atom) is Sym})
     denominator: Any = den
     for atom, k in shift.items():
         denominator = denominator * env[atom.name] ** k
     return _polynomial(ints, values, wide and denominator == 1), denominator
+
+
+def _signature(env: Mapping[str, Any]) -> tuple:
+    """Which sizes are swept and the others' numbers: what ``_prepared`` depends on (read once per env object)."""
+    if _LAST[0] is not env:
+        _LAST[:] = [env, tuple(sorted((k, None if isinstance(v, np.ndarray) else v) for k, v in env.items()))]
+    return _LAST[1]
+
+
+_LAST: list[Any] = [None, ()]  # the last env (held) and its signature
+
+
+def _prepare(x: Expr, env: Mapping[str, Any], signature: tuple) -> tuple[dict, int, dict, tuple]:
+    key = (id(x), signature)
+    held = _PREPARED.get(key)
+    if held is None:
+        held = _PREPARED[key] = (x, _prepared(x, env))  # the expression held: its id stays its own
+        _bound(_PREPARED)
+    return held[1]
+
+
+def _prepared(x: Expr, env: Mapping[str, Any]) -> tuple[dict, int, dict, tuple]:
+    """``_rational``'s work that depends only on which sizes are swept and the others' numbers: the integer
+    coefficients over the swept atoms, the common denominator, the swept sizes divided by, the nodes over swept
+    sizes (evaluated at each call)."""
+    nodes: dict[Any, tuple[Any, Any]] = {}
+    coeffs: dict[tuple, Fraction | int] = {}
+    shift: dict[Any, int] = {}
+    for mono, c in x.monomials():
+        scaled: Fraction | int = c
+        kept = []
+        for atom, e in mono:
+            if type(atom) is Node:
+                if atom not in nodes:
+                    nodes[atom] = _node(atom, env)
+                vals, den = nodes[atom]
+                if e < 0 or isinstance(den, np.ndarray):
+                    raise GridError(f"cannot sweep: a term divides by {atom.kind}(...) or by a fraction in it")
+                if not isinstance(vals, np.ndarray):  # one value over the grid: into the coefficient
+                    scaled = scaled * Fraction(vals, den) ** e
+                    continue
+                scaled = scaled / Fraction(den) ** e if den != 1 else scaled
+            else:
+                value = env[atom.name]
+                if not isinstance(value, np.ndarray):  # a size bound to one number: into the coefficient
+                    scaled = scaled * Fraction(int(value)) ** e if e < 0 else scaled * int(value) ** e
+                    continue
+                if e < 0:
+                    shift[atom] = max(shift.get(atom, 0), -e)
+            kept.append((atom, e))
+        key = tuple(kept)
+        coeffs[key] = coeffs.get(key, 0) + scaled
+    coeffs = {mono: c for mono, c in coeffs.items() if c}
+    if shift:
+        coeffs = {_shifted(mono, shift): c for mono, c in coeffs.items()}
+    den = math.lcm(*(Fraction(c).denominator for c in coeffs.values())) if coeffs else 1
+    ints = {mono: int(c * den) for mono, c in coeffs.items()}
+    swept = tuple(atom for atom, (vals, _) in nodes.items() if isinstance(vals, np.ndarray))
+    return ints, den, shift, swept
 
 
 def _shifted(mono: tuple, shift: Mapping[Any, int]) -> tuple:

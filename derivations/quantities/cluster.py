@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memderive.derivations.columns import maximum, minimum, where
 from memderive.derivations.hardware import GPU
 from memderive.symbolic.formula import Citation
 
@@ -62,8 +63,9 @@ def intra_bandwidth(gpu: GPU, link: str | None) -> int:
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:
-    """(ranks of the group inside one node, nodes the group spans) for ``n`` ranks ``stride`` apart."""
-    inside = 1 if stride >= gpus_per_node else max(1, min(n, gpus_per_node // stride))
+    """(ranks of the group inside one node, nodes the group spans) for ``n`` ranks ``stride`` apart (cell by cell
+    on columns of layouts: ``derivations.columns``)."""
+    inside = where(stride >= gpus_per_node, 1, maximum(1, minimum(n, gpus_per_node // stride)))
     return inside, -(-n // inside)
 
 
@@ -105,7 +107,7 @@ class Cluster:
 
     def send(self, nbytes: float, stride: int) -> float:
         """A point-to-point send to the rank ``stride`` away (the next pipeline stage)."""
-        link = self.intra if stride < self.gpus_per_node else self.inter_node_bandwidth
+        link = where(stride < self.gpus_per_node, self.intra, self.inter_node_bandwidth)
         return nbytes / link
 
     def all_to_all(self, nbytes: float, n: int, stride: int) -> float:
@@ -114,7 +116,7 @@ class Cluster:
         if n <= 1 or nbytes <= 0:
             return 0.0
         inside, _ = group_span(n, stride, self.gpus_per_node)
-        return max((inside - 1) / n * nbytes / self.intra, (n - inside) / n * nbytes / self.inter_node_bandwidth)
+        return maximum((inside - 1) / n * nbytes / self.intra, (n - inside) / n * nbytes / self.inter_node_bandwidth)
 
     def describe(self) -> str:
         return (f"{self.gpus_per_node} GPUs per node on {self.link_name} ({self.intra / 1e9:,.0f} GB/s each way), "

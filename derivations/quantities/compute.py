@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
@@ -42,7 +43,7 @@ from memderive.symbolic.expr import Size, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 
-__all__ = ["train_flops", "infer_flops", "decode_step", "decode_graph", "whole_model", "KAPLAN", "KAPLAN_FORWARD",
+__all__ = ["train_flops", "graph_flops", "infer_flops", "decode_step", "decode_graph", "whole_model", "KAPLAN", "KAPLAN_FORWARD",
            "MLA_ABSORBED", "NARAYANAN", "PALM", "HARDWARE"]
 
 KAPLAN = Citation("kaplan-2020", "§2.1, Table 1: C ≈ 6N per token")
@@ -66,10 +67,7 @@ def whole_model(base: Graph, options: Options, transform: Callable[[Graph, Optio
                     last_stage_layers=None)
     if transform is not None:
         return transform(base, whole)
-    graph = base
-    for strategy in whole.strategies():
-        graph = strategy(graph)
-    return graph
+    return applied(base, whole.strategies())
 
 
 def decode_step(graph: Graph, length: Size, groups: tuple = ()) -> Graph:
@@ -106,12 +104,18 @@ def _q(key: str, title: str, breakdown: Breakdown, graph: Graph, notes: tuple[st
     return Quantity(key, title, breakdown, graph.relations, citation, notes)
 
 
+#: ``flops`` once per graph object and keywords: structures that share a graph (the ZeRO stages of a layout) share
+#: its FLOPs.
+graph_flops = per_graph(flops)
+
+
 def train_flops(model: Model, options: Options, base: Graph, graph: Graph,
                 transform: Callable[[Graph, Options], Graph] | None = None) -> list[Quantity]:
     """Training FLOPs of one micro-batch: whole model (t = p = 1) and per GPU (``graph``, the
     layout's graph: a tensor-parallel rank of the first pipeline stage); ``transform`` is the
     estimate's pipeline of transforms (fine-tuning's adapters and frozen weights included)."""
     whole = whole_model(base, options, transform)
+    flops = graph_flops
     notes = (MATMUL, "one micro-batch of b sequences of s tokens")
     gpu_notes = notes + graph.assumptions
     model_flops = flops(whole, phases=TRAINING_PHASES)

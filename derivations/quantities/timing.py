@@ -43,12 +43,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from memderive.derivations.columns import maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.derivations.options import Options
-from memderive.derivations.memo import Keyed
+from memderive.derivations.memo import Keyed, applied
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.derivations.references import cite
@@ -71,7 +72,10 @@ def _ring(n: int) -> float:
 
 
 def _bytes(expr: Any, values: Mapping[Any, int]) -> int:
-    return int(evaluate(expr, values))
+    """``int(evaluate(expr, values))``; over the layouts of one structure (``search.columns.ColumnValues``), of
+    each at once."""
+    whole = getattr(values, "whole", None)
+    return int(evaluate(expr, values)) if whole is None else whole(expr)
 
 
 def dispatched_bytes(graph: Graph, values: Mapping[Any, int]) -> int:
@@ -215,22 +219,19 @@ def _stage_flops(est: Evaluated) -> int:
     if est.options.uneven_stages and est.options.stage_layers(est.model.sizes["l"])[1] is not None:
         stages.append("middle")
     structure = Keyed(structure_key(est.model, est.options), est)
-    out = [int(evaluate(_stage_flops_form(structure, stage), est.values)) for stage in stages]
-    return max(out) if est.options.uneven_stages else max(first, *out[1:])
+    out = [_bytes(_stage_flops_form(structure, stage), est.values) for stage in stages]
+    return maximum(*out) if est.options.uneven_stages else maximum(first, *out[1:])
 
 
 @lru_cache(maxsize=256)
 def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
     """One pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure and stage (the
     sizes and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
-    from memderive.derivations.quantities.compute import HARDWARE
-    from memderive.symbolic.derive import flops
+    from memderive.derivations.quantities.compute import HARDWARE, graph_flops as flops
 
     est = structure.value
     graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
-    for strategy in est.options.strategies(stage):
-        graph = strategy(graph)
-    return flops(graph, phases=HARDWARE).total
+    return flops(applied(graph, est.options.strategies(stage)), phases=HARDWARE).total
 
 
 def elementwise_flops(est: Evaluated) -> int:
@@ -270,11 +271,11 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
     _, nodes = group_span(c, opts.tp, cluster.gpus_per_node)
-    link = cluster.inter_node_bandwidth if nodes > 1 else cluster.intra
-    exposed = (c - 1) * (max(0.0, chunk / link - forward / c / flops_per_s)
-                         + max(0.0, 2 * chunk / link - backward / c / flops_per_s))
+    link = where(nodes > 1, cluster.inter_node_bandwidth, cluster.intra)
+    exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
+                         + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
     if opts.recompute == "full":
-        exposed += (c - 1) * max(0.0, chunk / link - forward / c / flops_per_s)
+        exposed += (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     return _bytes(layer.repeat, est.values) * exposed
 
 
@@ -291,11 +292,11 @@ def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int
         return 0.0
     if zero == 3:
         per_micro = 3 * cluster.reduce_scatter(grads, d, stride)
-        return m * max(0.0, per_micro - micro_s)
+        return m * maximum(0.0, per_micro - micro_s)
     if zero == 0:
-        return max(0.0, cluster.all_reduce(grads, d, stride) - micro_s * 2 / 3)
+        return maximum(0.0, cluster.all_reduce(grads, d, stride) - micro_s * 2 / 3)
     scatter = gather = cluster.reduce_scatter(grads, d, stride)
-    return max(0.0, scatter - micro_s * 2 / 3) + max(0.0, gather - micro_s / 3)
+    return maximum(0.0, scatter - micro_s * 2 / 3) + maximum(0.0, gather - micro_s / 3)
 
 
 def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> StepTime:
@@ -304,7 +305,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 
     Micro-batches per step: ``options.micro_batches`` (1 when not given). ``efficiency``: a fraction of dense peak
     to use instead of the calibrated matmul efficiency (``matmul_efficiency``). The plan search ranks layouts by
-    ``step_time(...).step_s``.
+    ``step_time(...).step_s``, evaluated for the layouts of one structure at once (``search.columns``: the
+    estimate's options and values columns of them, ``derivations.columns`` for what differs row by row).
     """
     if isinstance(gpu, Cluster):
         cluster, hw = gpu, gpu.gpu

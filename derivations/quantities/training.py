@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, Options
 from memderive.derivations.quantities.expert_states import expert_split_states
@@ -52,15 +53,17 @@ def _sbh_factored(expr: Any) -> Any:
 def transformed(base: Graph, opts: Options, model: Model, stage: str = "first") -> Graph:
     """Fine-tuning transforms (adapters, frozen weights) first, then the layout (``stage``: the pipeline stage
     seen), then what frozen weights no longer need saved (``RequiresGrad`` sees the final graph)."""
-    graph = base
     steps = [*finetune_steps(model, opts), *opts.strategies(stage)]
-    for strategy in steps + ([RequiresGrad()] if opts.finetuning else []):
-        graph = strategy(graph)
-    return graph
+    return applied(base, steps + ([RequiresGrad()] if opts.finetuning else []))  # once per graph and steps
 
 
 def one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
-    """Activations of one layer for one micro-batch."""
+    """Activations of one layer for one micro-batch (once per graph and profile)."""
+    return _one_layer(graph, ignore=tuple(ignore))
+
+
+@per_graph
+def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
     layer = replace(graph.block("layer"), in_flight=const(1))
     return activations(replace(graph, blocks=(layer,)), ignore, per_repeat=True)
 
@@ -122,6 +125,9 @@ def context_parallel_buffers(graph: Graph) -> Breakdown:
     return Breakdown((Term("context_parallel/kv_chunks", chunk * (dims.cp - 1)),), "bytes")
 
 
+_activations = per_graph(activations)
+
+
 def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "first") -> tuple[Graph, list[Quantity]]:
     """The transformed graph and the training quantities per GPU of pipeline stage ``stage`` (``base``: the
     untransformed graph)."""
@@ -129,7 +135,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     ignore, why = PROFILES[opts.profile]
     rel = graph.relations
     states, cpu, trainable = _states(graph, opts)
-    acts = activations(graph, ignore)
+    acts = _activations(graph, ignore_roles=tuple(ignore))
     per_layer = one_layer(graph, ignore)
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)
     act_cite = KORTHIKANTI

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from fractions import Fraction
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -47,11 +48,12 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.options import Options, capacity_bytes, given_options, positive_option
 from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
-from memderive.derivations.search.step_timer import plan_step_time
+from memderive.derivations.search.columns import cells, layout_columns
+from memderive.derivations.search.step_timer import layout_times
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 from memderive.symbolic.grid import grid_plan
 
-__all__ = ["Layout", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
+__all__ = ["Layout", "Plan", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
 
 NODE_SIZE = 8  # GPUs per node by default (``--gpus-per-node``): tensor parallelism stays within one
@@ -232,11 +234,11 @@ def _memory(model: Model, base: Options, rows: list[dict], device: bool = False)
     free = {o.dim for o in axes}
     for indices in groups.values():
         est = estimate(model, replace(base, **rows[indices[0]]))
-        bound = {k: val for k, val in est.values.items() if k not in free}
+        bound = {k.name: val for k, val in est.values.items() if k not in free}  # one number each: folded by the grid
         counted = budget_terms(est) if device else est.quantity("total_bytes").breakdown.terms
-        terms = grid_plan([x.expr.subs(bound) for x in counted])
+        terms = grid_plan([x.expr for x in counted])
         env = {o.symbol: [1 if rows[i][o.name] is None else rows[i][o.name] for i in indices] for o in axes}
-        values = terms.run({k: np.asarray(x, dtype=np.int64) for k, x in env.items()})
+        values = terms.run({**bound, **{k: np.asarray(x, dtype=np.int64) for k, x in env.items()}})
         out[indices] = np.broadcast_to(values, (len(indices),))
     return out
 
@@ -264,9 +266,23 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
 STEP_TIME: Callable[..., tuple[int, int, float, float | None, float]] = proxy_step_time
 
 
+class Plan(list):
+    """The layouts a plan returns (a list, fastest first), with how many it evaluated (``evaluated``: every
+    candidate's memory), how many fit (``fit``: each timed) and the seconds the plan took (``seconds``)."""
+
+    def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float) -> None:
+        super().__init__(layouts)
+        self.evaluated, self.fit, self.seconds = evaluated, fit, seconds
+
+    @property
+    def rate(self) -> float:
+        """Layouts evaluated per second of the plan."""
+        return self.evaluated / self.seconds if self.seconds > 0 else float("inf")
+
+
 def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
-         top: int = 10, cluster: Any = None) -> list[Layout]:
+         top: int = 10, cluster: Any = None) -> Plan:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -282,6 +298,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
             the layouts on; None: 8 GPUs per node, 400 Gb/s per GPU between nodes.
     """
+    start = time.perf_counter()
     given_options(options, "plan")
     capacity_bytes(capacity)
     for name, value in (("global-batch", global_batch), ("seq", seq), ("gpus", gpus), ("top", top)):
@@ -306,11 +323,26 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     if gpus is None:
         fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
         fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
-    params = estimate(resolved, base).number("parameters")
-    timer = STEP_TIME if base.gpu is None else partial(plan_step_time, cluster=cluster)
-    timed = [(timer(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
+    if base.gpu is None:
+        params = estimate(resolved, base).number("parameters")
+        timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
+    else:
+        timed = _timed(resolved, base, fits, peak_flops, cluster)
     timed.sort(key=_rank)
-    return [_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]]
+    return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
+                len(rows), len(fits), time.perf_counter() - start)
+
+
+def _timed(model: Model, base: Options, fits: list[tuple[dict, int]], peak_flops: float | None,
+           cluster: Any) -> list[tuple[tuple, dict, int]]:
+    """(times, row, bytes) of each row that fits, in order: the compute model (``step_timer.layout_times``) run once
+    per structure on the columns of its rows (``search.columns``), each row's times ``estimate``'s to the bit."""
+    out: list[Any] = [None] * len(fits)
+    for indices, columns in layout_columns(model, base, [row for row, _ in fits]):
+        times = layout_times(columns, base, peak_flops, cluster)
+        for i, row_times in zip(indices, zip(*(cells(x, len(indices)) for x in times))):
+            out[i] = (row_times, *fits[i])
+    return out
 
 
 def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: Options,

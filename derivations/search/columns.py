@@ -1,0 +1,232 @@
+"""The layouts of one structure as columns: one derivation, each number of every layout evaluated at once.
+
+``plan`` compares thousands of layouts that share a few hundred structures (``estimate.structure_key``: what fixes
+the graph). ``layout_columns`` groups rows by structure and gives, per group, a ``LayoutColumns``: an estimate
+(``quantity.Evaluated``) whose options and values hold, for each field the rows vary (b, t, p, d, m, v, cp), a
+``Column`` (a NumPy ``object`` array of the rows' Python ints). Its numbers are the grid evaluation
+(``symbolic.grid``) of the structure's closed forms, exact. The time model (``quantities.timing.step_time``) then
+runs once per group on the columns: the same code ``estimate --gpu`` runs on one layout, each cell computed by the
+same Python operation (object arrays apply Python's ``+``, ``*``, ``/`` cell by cell), so a row's time equals
+``estimate``'s to the bit.
+
+A plain ``if`` on a column holds when every row agrees (``Column.__bool__``) and raises ``ColumnBranch``
+otherwise; branches that differ row by row go through ``derivations.columns`` (``where``, ``maximum``, ``minimum``).
+
+>>> import numpy as np
+>>> c = column([2, 4, 8])
+>>> bool(c > 1), (c * 3 / 4).tolist(), type(c[0]).__name__
+(True, [1.5, 3.0, 6.0], 'int')
+>>> bool(c > 2)
+Traceback (most recent call last):
+...
+memderive.derivations.search.columns.ColumnBranch: a branch on a value the layouts of one structure do not share
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from memderive.derivations.columns import is_column, where
+from memderive.derivations.estimate import Estimate, estimate, stage_derivations, structure_key
+from memderive.derivations.models.model import Model
+from memderive.derivations.option_table import OPTIONS
+from memderive.derivations.options import Options
+from memderive.derivations.quantity import Quantity, exact_int
+from memderive.symbolic.derive import evaluate
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.expr import const
+from memderive.symbolic.grid import GridError, grid_plan, rational
+
+__all__ = ["Column", "ColumnBranch", "ColumnOptions", "ColumnValues", "LayoutColumns", "column", "layout_columns",
+           "cells"]
+
+
+class ColumnBranch(DerivationError):
+    """A branch on a per-layout value that the rows of one structure do not share."""
+
+
+class Column(np.ndarray):
+    """Per-layout values of one structure's rows: an ``object`` array of Python numbers. Its truth value is its
+    rows' when they all agree (a branch the structure fixes), else ``ColumnBranch``."""
+
+    def __bool__(self) -> bool:
+        truths = {bool(x) for x in self.flat}
+        if len(truths) != 1:
+            raise ColumnBranch("a branch on a value the layouts of one structure do not share")
+        return truths.pop()
+
+
+def column(values: Sequence[Any]) -> Column:
+    """``values`` (Python numbers) as a ``Column``."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out.view(Column)
+
+
+def cells(x: Any, n: int) -> list[Any]:
+    """The ``n`` rows' values of a column or of one value shared by all (a Python number each)."""
+    return list(x) if is_column(x) else [x] * n
+
+
+def _as_column(values: Any) -> Any:
+    """A grid result (int, int64 array, ``WideArray``, object array) as a Python int or a ``Column`` of them."""
+    if isinstance(values, int) or np.ndim(values) == 0:
+        return int(values)
+    return values.astype(object).view(Column)
+
+
+class ColumnOptions:
+    """``Options`` of the rows of one structure: ``columns`` for the fields the rows vary, the representative's
+    value for the rest; its methods and properties are ``Options``' own, run on the columns. ``dataclasses.replace``
+    works on it (``__dataclass_fields__``), as the time model replaces fields (``whole_model``)."""
+
+    __dataclass_fields__ = Options.__dataclass_fields__
+
+    def __init__(self, **values: Any) -> None:
+        columns = {k: v for k, v in values.items() if is_column(v)}
+        rep = Options(**{k: (v[0] if k in columns else v) for k, v in values.items()})
+        object.__setattr__(self, "_rep", rep)
+        object.__setattr__(self, "_columns", columns)
+
+    @staticmethod
+    def of(rep: Options, columns: Mapping[str, Column]) -> ColumnOptions:
+        out = object.__new__(ColumnOptions)
+        object.__setattr__(out, "_rep", rep)
+        object.__setattr__(out, "_columns", dict(columns))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        columns = object.__getattribute__(self, "_columns")
+        if name in columns:
+            return columns[name]
+        attr = getattr(Options, name, None)
+        if isinstance(attr, property):
+            return attr.fget(self)
+        if isinstance(attr, types.FunctionType):
+            return types.MethodType(attr, self)
+        return getattr(object.__getattribute__(self, "_rep"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ColumnOptions is frozen")
+
+    def __repr__(self) -> str:
+        return f"ColumnOptions({self._rep!r}, columns={sorted(self._columns)})"
+
+
+class ColumnValues(dict):
+    """Symbol -> value of the rows of one structure (a ``Column`` where the rows differ); ``whole`` evaluates an
+    expression as ``int(evaluate(expr, values))`` does, for every row at once."""
+
+    def __init__(self, values: Mapping[Any, Any], n: int) -> None:
+        super().__init__(values)
+        self.n = n
+        self.env = {k.name: (np.asarray(list(v), dtype=np.int64) if is_column(v) else v) for k, v in values.items()}
+
+    def rows(self) -> Iterator[dict[Any, Any]]:
+        """Each row's values as ``estimate`` binds them (for what the grid cannot evaluate)."""
+        for i in range(self.n):
+            yield {k: (v[i] if is_column(v) else v) for k, v in self.items()}
+
+    def whole(self, expr: Any) -> Any:
+        """``int(evaluate(expr, row))`` of every row (truncated toward zero)."""
+        try:
+            num, den = rational(const(expr), self.env)
+        except GridError:
+            return _as_column(np.array([int(evaluate(expr, row)) for row in self.rows()], dtype=object))
+        num, den = _as_column(num), _as_column(den)
+        if not is_column(num) and not is_column(den):
+            return int(Fraction(num, den))
+        return where((num >= 0) == (den > 0), num // den, -((-num) // den))
+
+    def ceiled(self, exprs: Sequence[Any], what: str) -> Any:
+        """The sum of each expression rounded up (``Quantity.value``'s rule) of every row."""
+        try:
+            return _as_column(grid_plan([const(x) for x in exprs]).run(self.env))
+        except GridError:
+            return _as_column(np.array([sum(exact_int(evaluate(x, row), what) for x in exprs)
+                                        for row in self.rows()], dtype=object))
+
+
+class ColumnQuantity:
+    """A ``Quantity`` read over the rows of one structure."""
+
+    def __init__(self, quantity: Quantity) -> None:
+        self.quantity = quantity
+        self.key = quantity.key
+        self.breakdown = quantity.breakdown
+
+    def value(self, values: ColumnValues) -> Any:
+        return values.ceiled([t.expr for t in self.breakdown.terms], self.key)
+
+    def term_ints(self, values: ColumnValues) -> list[tuple[str, Any]]:
+        return [(t.path, values.ceiled([t.expr], t.path)) for t in self.breakdown.terms]
+
+
+class LayoutColumns:
+    """The rows of one structure (and, with uneven stages, one reported stage) as one estimate of columns."""
+
+    def __init__(self, est: Estimate, columns: Mapping[str, Column], n: int) -> None:
+        self.structure = est  # the representative row's estimate (its graph and quantities are every row's)
+        self.model, self.graph, self.quantities = est.model, est.graph, est.quantities
+        self.options = ColumnOptions.of(est.options, columns)
+        values = dict(est.values)
+        for o in OPTIONS:
+            if o.name in columns and o.symbol is not None and o.dim in values:
+                values[o.dim] = columns[o.name]
+        self.values = ColumnValues(values, n)
+        self.n = n
+
+    def quantity(self, key: str) -> ColumnQuantity:
+        return ColumnQuantity(self.structure.quantity(key))
+
+    def number(self, key: str) -> Any:
+        return self.quantity(key).value(self.values)
+
+
+def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]]
+                   ) -> Iterator[tuple[list[int], LayoutColumns]]:
+    """The rows (``Options`` fields over ``base``) grouped by structure (``estimate.structure_key``): (their
+    indices, their columns). With uneven pipeline stages a group splits further by the stage ``estimate`` reports
+    (the most ``total_bytes``, the first of equal ones)."""
+    groups: dict[tuple, list[int]] = {}
+    keys: dict[tuple, tuple] = {}
+    for i, row in enumerate(rows):
+        # rows that differ only in b and m's value share a structure (values of VALUE_FIELDS enter as symbols;
+        # the key reads m only as given or not): the key read once for them, off a view of base and the row
+        short = tuple((k, v) for k, v in row.items() if k not in ("batch", "micro_batches")) + \
+            (row.get("micro_batches") is None,)
+        if short not in keys:
+            keys[short] = structure_key(model, ColumnOptions.of(base, row))
+        groups.setdefault(keys[short], []).append(i)
+    for indices in groups.values():
+        rep = estimate(model, replace(base, **rows[indices[0]]))
+        columns = {}
+        for name in rows[indices[0]]:
+            values = [rows[i][name] for i in indices]
+            if any(v != values[0] for v in values[1:]):
+                columns[name] = column(values)
+        stages = stage_derivations(model, rep.options)
+        if len(stages) == 1:
+            yield indices, LayoutColumns(rep, columns, len(indices))
+            continue
+        # estimate's max(stages, key=total_bytes), row by row
+        everyone = LayoutColumns(rep, columns, len(indices))
+        totals = [ColumnQuantity(next(q for q in qs if q.key == "total_bytes")).value(everyone.values)
+                  for _, qs in stages]
+        best, most = 0, totals[0]
+        for j, t in enumerate(totals[1:], 1):
+            more = t > most
+            best, most = where(more, j, best), where(more, t, most)
+        chosen = cells(best, len(indices))
+        for j, (graph, quantities) in enumerate(stages):
+            mine = [k for k, c in enumerate(chosen) if c == j]
+            if mine:
+                est = Estimate(rep.model, rep.options, graph, quantities, rep.values)
+                sub = {name: column([c[k] for k in mine]) for name, c in columns.items()}
+                yield [indices[k] for k in mine], LayoutColumns(est, sub, len(mine))

@@ -1,0 +1,72 @@
+"""A plan evaluates the layouts of one structure as columns (``derivations.search.columns``): one derivation per
+structure, memory and the time model over NumPy arrays. Its rows must be what ``estimate --gpu`` says of each layout
+on its own: random rows of every layout that fits, re-run one by one through the scalar path (``estimate``, its
+``step_time``), bytes and FLOPs to the exact integer, times within 1e-9 relative."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.timing import time_of
+from memderive.derivations.search.columns import ColumnBranch, column
+from memderive.derivations.search.plan import plan
+
+#: (model, GPUs, global batch, seq): tensor, pipeline (interleaved), data and context parallelism, ZeRO 0-3 and
+#: recompute (llama-2-7b); routed experts over ep ranks (mixtral-8x7b); pipeline stages the layers do not divide,
+#: 48 layers over 5 and 10 stages (gpt2-xl on 20 GPUs, tests/test_plan_context.py).
+PLANS = [("llama-2-7b", 16, 64, 4096), ("mixtral-8x7b", 16, 16, 2048), ("gpt2-xl", 20, 20, 1024)]
+
+
+@pytest.mark.parametrize("model, gpus, batch, seq", PLANS)
+def test_random_rows_of_a_vectorized_plan_equal_estimate_one_by_one(model, gpus, batch, seq) -> None:
+    rows = plan(model, 80 * 10**9, batch, seq, gpus, options=Options(gpu="h100-sxm"), top=10**6)
+    assert rows.fit == len(rows) > 20 and rows.evaluated >= rows.fit
+    picked = []
+    if model == "gpt2-xl":  # the uneven stages are among the rows compared
+        picked = [x for x in rows if x.options.get("first_stage_layers")][:4]
+        assert {x.options["pp"] for x in picked} & {5, 10}
+    if model == "mixtral-8x7b":  # and expert parallelism
+        picked = [x for x in rows if x.options.get("ep", 1) > 1][:4]
+        assert len(picked) == 4
+    picked += random.Random(25).sample(list(rows), 12)
+    for x in picked:
+        est = estimate(model, **x.options)
+        timing = time_of(est)
+        m = x.options.get("micro_batches", 1)
+        assert x.total_bytes == est.number("total_bytes")
+        assert x.flops_per_gpu == est.number("hardware_flops_per_gpu") * m
+        for got, want in ((x.step_time_s, timing.step_s), (x.mfu, timing.mfu), (x.tokens_per_s, timing.tokens_per_s)):
+            assert math.isclose(got, want, rel_tol=1e-9), (x.options, got, want)
+
+
+def test_the_cli_reports_the_layouts_evaluated_and_the_rate() -> None:
+    args = ["plan", "--model", "llama-2-7b", "--gpus", "8", "--gpu", "h100-sxm", "--seq", "2048", "--global-batch",
+            "16"]
+    data = json.loads(_cli(*args, "--json"))
+    assert data["layouts_evaluated"] >= data["layouts_fit"] >= len(data["layouts"]) > 0
+    assert data["layouts_per_s"] == pytest.approx(data["layouts_evaluated"] / data["plan_seconds"])
+    text = _cli(*args)
+    assert f"evaluated {data['layouts_evaluated']:,} layouts ({data['layouts_fit']:,} fit" in text
+    assert "layouts/s" in text
+
+
+def test_a_branch_the_layouts_do_not_share_is_refused() -> None:
+    """A column's truth value is its rows' when they agree; a branch that differs row by row raises, never picks
+    one side for all (the time model's per-layout choices go through derivations.columns' where/maximum)."""
+    t = column([2, 4, 8])
+    assert bool(t > 1) and not bool(t > 8)
+    with pytest.raises(ColumnBranch):
+        bool(t > 2)
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, check=True)
+    return done.stdout
