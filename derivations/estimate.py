@@ -41,7 +41,8 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.timeline import Timeline
 
-__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS", "PEAK"]
+__all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS",
+           "PEAK"]
 
 #: The key of the step's high-water mark, derived on demand from the step timeline.
 PEAK = "peak_bytes"

@@ -69,6 +69,10 @@ class Quantity:
         is ceil(P/d) of them), so the rows add up to the total shown."""
         return sum(value for _, value in self.term_ints(values))
 
+    def value_where(self, values: Mapping[Any, int], keep: Any) -> int:
+        """The sum of the ``term_ints`` whose path ``keep`` accepts."""
+        return sum(value for path, value in self.term_ints(values) if keep(path))
+
     def term_ints(self, values: Mapping[Any, int]) -> list[tuple[str, int]]:
         """Each term's value in whole units (rounded up): the one rounding rule of every total and row."""
         named = named_values(values)  # keyed by name once, not once per term

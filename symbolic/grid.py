@@ -327,10 +327,10 @@ def _polynomial(coeffs: dict[tuple, int], values: Mapping[Any, Any], wide: bool 
         return 0
     if any(isinstance(v, np.ndarray) and v.dtype == object for v in values.values()):
         return _horner(coeffs, {a: v if isinstance(v, np.ndarray) else int(v) for a, v in values.items()})
-    high = {atom: int(np.max(np.abs(v))) if isinstance(v, np.ndarray) else abs(int(v)) for atom, v in values.items()}
+    high = {atom: _high(v) if isinstance(v, np.ndarray) else abs(int(v)) for atom, v in values.items()}
     bound = sum(abs(c) * math.prod(high[atom] ** e for atom, e in mono) for mono, c in coeffs.items())
     if bound <= INT64_MAX:
-        return _horner(coeffs, values)
+        return _direct(coeffs, values) if _small(values) else _horner(coeffs, values)
     # float64 Horner: each of at most ``ops`` roundings errs by 2^-53 of a partial sum bounded by ``bound``
     # (coefficients rounded to float count as one more), so the error is below ops * 2^-52 * bound.
     ops = sum(2 + sum(e for _, e in mono) for mono in coeffs) + 2
@@ -338,7 +338,41 @@ def _polynomial(coeffs: dict[tuple, int], values: Mapping[Any, Any], wide: bool 
                                              for v in values.values()):
         return _wide(coeffs, {a: np.asarray(v, dtype=np.int64) for a, v in values.items()})
     values = {atom: v.astype(object) if isinstance(v, np.ndarray) else int(v) for atom, v in values.items()}
-    return _horner(coeffs, values)
+    return _direct(coeffs, values) if _small(values) else _horner(coeffs, values)
+
+
+#: Arrays of at most this many cells (a plan's layouts of one structure) are summed monomial by monomial
+#: (``_direct``): Horner's grouping saves passes over large grids and costs more than it saves on small ones.
+SMALL = 4096
+
+
+def _small(values: Mapping[Any, Any]) -> bool:
+    return all(not isinstance(v, np.ndarray) or v.size <= SMALL for v in values.values())
+
+
+def _direct(coeffs: Mapping[tuple, Any], values: Mapping[Any, Any]) -> Any:
+    """The polynomial summed monomial by monomial (exact in int64 under ``_polynomial``'s bound, or in Python
+    ints)."""
+    total: Any = 0
+    for mono, c in coeffs.items():
+        term: Any = c
+        for atom, e in mono:
+            term = term * (values[atom] if e == 1 else values[atom] ** e)
+        total = total + term
+    return total
+
+
+def _high(v: np.ndarray) -> int:
+    """The largest absolute value of an array, once per array object (a plan evaluates many terms over the same
+    columns)."""
+    held = _HIGHS.get(id(v))
+    if held is None or held[0] is not v:
+        held = _HIGHS[id(v)] = (v, int(np.max(np.abs(v))))
+        _bound(_HIGHS)
+    return held[1]
+
+
+_HIGHS: dict[int, tuple] = {}
 
 
 def _wide(coeffs: dict[tuple, int], values: Mapping[Any, np.ndarray]) -> WideArray:

@@ -15,6 +15,7 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.runtime import budget_bytes
 from memderive.derivations.quantities.timing import time_of
 from memderive.derivations.search.columns import ColumnBranch, column
 from memderive.derivations.search.plan import plan
@@ -70,3 +71,19 @@ def test_a_branch_the_layouts_do_not_share_is_refused() -> None:
 def _cli(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, check=True)
     return done.stdout
+
+
+def test_a_row_fits_when_estimate_says_its_device_bytes_fit() -> None:
+    """Device bytes count NCCL's buffers of each communicator, fewer for a group of 2 ranks than for a larger one
+    (runtime.nccl_bytes). A plan once timed rows of cp 4 with those of a structure's first row (cp 2), so this
+    llama-2-13b layout on 32 H100s passed as fitting: estimate puts its device bytes past the 80 GiB."""
+    capacity = 80 * 2**30
+    row = {"mode": "train", "batch": 4, "seq": 4096, "pp": 2, "dp": 4, "cp": 4, "zero": 2, "flash": True,
+           "micro_batches": 16, "virtual_stages": 2, "gpu": "h100-sxm"}
+    assert budget_bytes(estimate("llama-2-13b", **row))[0] > capacity
+    rows = plan("llama-2-13b", capacity, 256, 4096, 32, options=Options(gpu="h100-sxm"), top=10**6)
+    assert row not in [x.options for x in rows]
+    context = [x for x in rows if x.options.get("cp", 1) > 1]
+    assert {x.options["cp"] for x in context} >= {2, 4}
+    for x in random.Random(13).sample(context, 8):
+        assert budget_bytes(estimate("llama-2-13b", **x.options))[0] <= capacity

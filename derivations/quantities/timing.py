@@ -237,9 +237,8 @@ def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
 def elementwise_flops(est: Evaluated) -> int:
     """Elementwise FLOPs of one micro-batch, whole model, that move memory: all of them, less the attention core's
     under a fused kernel (FlashAttention and SDPA keep the scores on chip)."""
-    terms = est.quantity("elementwise_flops").term_ints(est.values)
     fused = est.options.attention_kernel != "eager"
-    return sum(v for k, v in terms if not (fused and "attn/core/" in k))
+    return est.quantity("elementwise_flops").value_where(est.values, lambda path: not (fused and "attn/core/" in path))
 
 
 def cluster_of(options: Options, hw: GPU) -> Cluster:

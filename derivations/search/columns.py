@@ -24,6 +24,7 @@ memderive.derivations.search.columns.ColumnBranch: a branch on a value the layou
 
 from __future__ import annotations
 
+import copy
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -44,7 +45,7 @@ from memderive.symbolic.expr import const
 from memderive.symbolic.grid import GridError, grid_plan, rational
 
 __all__ = ["Column", "ColumnBranch", "ColumnOptions", "ColumnValues", "LayoutColumns", "column", "layout_columns",
-           "cells"]
+           "cells", "options_view"]
 
 
 class ColumnBranch(DerivationError):
@@ -164,6 +165,10 @@ class ColumnQuantity:
     def value(self, values: ColumnValues) -> Any:
         return values.ceiled([t.expr for t in self.breakdown.terms], self.key)
 
+    def value_where(self, values: ColumnValues, keep: Any) -> Any:
+        """``Quantity.value_where`` of every row: the kept terms, each rounded up, summed in one evaluation."""
+        return values.ceiled([t.expr for t in self.breakdown.terms if keep(t.path)], self.key)
+
     def term_ints(self, values: ColumnValues) -> list[tuple[str, Any]]:
         return [(t.path, values.ceiled([t.expr], t.path)) for t in self.breakdown.terms]
 
@@ -185,8 +190,22 @@ class LayoutColumns:
     def quantity(self, key: str) -> ColumnQuantity:
         return ColumnQuantity(self.structure.quantity(key))
 
+    def take(self, keep: Sequence[int]) -> LayoutColumns:
+        """The rows at positions ``keep`` (of this structure and stage)."""
+        columns = {name: column([c[k] for k in keep]) for name, c in self.options._columns.items()}
+        return LayoutColumns(self.structure, columns, len(keep))
+
     def number(self, key: str) -> Any:
         return self.quantity(key).value(self.values)
+
+
+def options_view(base: Options, row: Mapping[str, Any]) -> Options:
+    """``replace(base, **row)`` without ``Options``' checks, for reading the structure key (each group's
+    representative row is checked, as ``estimate`` checks it)."""
+    out = copy.copy(base)
+    for name, value in row.items():
+        object.__setattr__(out, name, value)
+    return out
 
 
 def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]]
@@ -202,7 +221,7 @@ def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]
         short = tuple((k, v) for k, v in row.items() if k not in ("batch", "micro_batches")) + \
             (row.get("micro_batches") is None,)
         if short not in keys:
-            keys[short] = structure_key(model, ColumnOptions.of(base, row))
+            keys[short] = structure_key(model, options_view(base, row))
         groups.setdefault(keys[short], []).append(i)
     for indices in groups.values():
         rep = estimate(model, replace(base, **rows[indices[0]]))

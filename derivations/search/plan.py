@@ -38,6 +38,7 @@ from fractions import Fraction
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -45,13 +46,13 @@ import numpy as np
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.options import Options, capacity_bytes, given_options, positive_option
-from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
-from memderive.derivations.search.columns import cells, layout_columns
+from memderive.derivations.quantities.runtime import budget_bytes, budget_terms, nccl_bytes, parallel_groups
+from memderive.derivations.quantity import exact_int
+from memderive.derivations.search.columns import LayoutColumns, cells, layout_columns
 from memderive.derivations.search.step_timer import layout_times
+from memderive.symbolic.derive import evaluate
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
-from memderive.symbolic.grid import grid_plan
 
 __all__ = ["Layout", "Plan", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
@@ -205,41 +206,41 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     return out
 
 
-def _axes(row: dict) -> list[Option]:
-    """The options a row sets whose values enter the closed forms as symbols (b, t, p, d, m, v): left free in
-    the derivation and evaluated per row (``shared`` in ``derivations.option_table``)."""
-    return [o for o in OPTIONS if o.name in row and o.shared and o.symbol is not None]
+def _memory(groups: list[tuple[list[int], LayoutColumns]], count: int) -> np.ndarray:
+    """``total_bytes`` of every row: per structure (``search.columns``), the layouts of it evaluated at once."""
+    out = np.empty(count, dtype=object)
+    for indices, columns in groups:
+        out[indices] = cells(columns.number("total_bytes"), len(indices))
+    return out
 
 
-def _memory(model: Model, base: Options, rows: list[dict], device: bool = False) -> np.ndarray:
-    """``total_bytes`` of every row (with ``device``, the device bytes: ``runtime.budget_terms``): one
-    derivation per structure, the layouts of it evaluated at once."""
-    groups: dict[tuple, list[int]] = {}
-    out_rows: dict[int, int] = {}
-    a_kv = model.sizes["a_kv"]
-    for i, row in enumerate(rows):  # the switches of structure_key that rows vary (the rest is base's)
-        if row.get("first_stage_layers") is not None:  # uneven stages: the largest stage, row by row
-            est = estimate(model, replace(base, **row))
-            out_rows[i] = budget_bytes(est)[0] if device else est.number("total_bytes")
-            continue
-        key = (row["tp"] > 1, row["tp"] > a_kv, row["pp"] > 1, row["dp"] > 1, row["zero"], row["recompute"], row["ep"],
-               row["virtual_stages"] is None, row["sp"], row["flash"], row.get("cp", 1) > 1,
-               # NCCL's buffers differ for groups of 2 and of more ranks (runtime.nccl_bytes)
-               *((min(row["tp"], 3), min(row["pp"], 3), min(row["dp"], 3)) if device else ()))
-        groups.setdefault(key, []).append(i)
+#: The runtime's NCCL terms (``runtime.overhead_breakdown``): one per communicator, by its name and ranks.
+NCCL_TERMS = "runtime/nccl/"
+_DEGREES = ("tp", "cp", "pp", "dp", "ep")
+
+
+def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], LayoutColumns]]) -> np.ndarray:
+    """The device bytes of every row (``runtime.budget_terms``: the runtime's terms added): the budget's terms but
+    NCCL's over the structure's columns, plus the NCCL buffers of the row's own communicators
+    (``runtime.parallel_groups``, ``nccl_bytes``: a group of 2 ranks holds fewer than a larger one, the expert
+    group's grow with its ranks), as ``overhead_breakdown`` adds them for it."""
+    buffers: dict[tuple, int] = {}
+
+    def nccl(degrees: Any) -> int:
+        return sum(nccl_bytes(name, ranks) for name, ranks in parallel_groups(degrees))
+
     out = np.empty(len(rows), dtype=object)
-    for i, value in out_rows.items():
-        out[i] = value
-    axes = _axes(rows[0])
-    free = {o.dim for o in axes}
-    for indices in groups.values():
-        est = estimate(model, replace(base, **rows[indices[0]]))
-        bound = {k.name: val for k, val in est.values.items() if k not in free}  # one number each: folded by the grid
-        counted = budget_terms(est) if device else est.quantity("total_bytes").breakdown.terms
-        terms = grid_plan([x.expr for x in counted])
-        env = {o.symbol: [1 if rows[i][o.name] is None else rows[i][o.name] for i in indices] for o in axes}
-        values = terms.run({**bound, **{k: np.asarray(x, dtype=np.int64) for k, x in env.items()}})
-        out[indices] = np.broadcast_to(values, (len(indices),))
+    for indices, columns in groups:
+        terms = budget_terms(columns.structure)
+        own = sum(exact_int(evaluate(t.expr, {}), t.path) for t in terms if t.path.startswith(NCCL_TERMS))
+        if own != nccl(columns.structure.options):
+            raise DerivationError(f"the runtime's NCCL terms ({own:,} B) are not parallel_groups' nccl_bytes")
+        rest = columns.values.ceiled([t.expr for t in terms if not t.path.startswith(NCCL_TERMS)], "device_bytes")
+        for i, value in zip(indices, cells(rest, len(indices))):
+            key = tuple(rows[i][name] for name in _DEGREES)
+            if key not in buffers:  # the row's degrees as parallel_groups reads them (the rest is base's)
+                buffers[key] = nccl(SimpleNamespace(mode=base.mode, **dict(zip(_DEGREES, key))))
+            out[i] = value + buffers[key]
     return out
 
 
@@ -310,10 +311,12 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
-    memory = _memory(resolved, base, rows)
+    groups = list(layout_columns(resolved, base, rows))  # one derivation per structure
+    memory = _memory(groups, len(rows))
     # with a GPU named, device bytes (the runtime's terms too) are held against its memory
-    held = _memory(resolved, base, rows, device=True) if base.gpu is not None else memory
-    fits = [(row, int(mem)) for row, mem, need in zip(rows, memory, held) if need <= capacity]
+    held = _device(base, rows, groups) if base.gpu is not None else memory
+    fitting = [i for i, need in enumerate(held) if need <= capacity]
+    fits = [(rows[i], int(memory[i])) for i in fitting]
     if not fits:
         least = min(int(x) for x in held)
         would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
@@ -322,26 +325,33 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
         fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
-        fits = [(row, mem) for row, mem in fits if row["tp"] * row["pp"] * row["dp"] == fewest]
+        fitting = [i for i in fitting if rows[i]["tp"] * rows[i]["pp"] * rows[i]["dp"] == fewest]
+        fits = [(rows[i], int(memory[i])) for i in fitting]
     if base.gpu is None:
         params = estimate(resolved, base).number("parameters")
         timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
     else:
-        timed = _timed(resolved, base, fits, peak_flops, cluster)
+        timed = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, fits, peak_flops, cluster)
     timed.sort(key=_rank)
     return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
                 len(rows), len(fits), time.perf_counter() - start)
 
 
-def _timed(model: Model, base: Options, fits: list[tuple[dict, int]], peak_flops: float | None,
-           cluster: Any) -> list[tuple[tuple, dict, int]]:
-    """(times, row, bytes) of each row that fits, in order: the compute model (``step_timer.layout_times``) run once
-    per structure on the columns of its rows (``search.columns``), each row's times ``estimate``'s to the bit."""
+def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int],
+           fits: list[tuple[dict, int]], peak_flops: float | None, cluster: Any) -> list[tuple[tuple, dict, int]]:
+    """(times, row, bytes) of each row that fits (``position``: row index -> place in ``fits``), in order: the
+    compute model (``step_timer.layout_times``) run once per structure on the columns of its rows that fit
+    (``search.columns``), each row's times ``estimate``'s to the bit."""
     out: list[Any] = [None] * len(fits)
-    for indices, columns in layout_columns(model, base, [row for row, _ in fits]):
-        times = layout_times(columns, base, peak_flops, cluster)
-        for i, row_times in zip(indices, zip(*(cells(x, len(indices)) for x in times))):
-            out[i] = (row_times, *fits[i])
+    for indices, columns in groups:
+        keep = [k for k, i in enumerate(indices) if i in position]
+        if not keep:
+            continue
+        part = columns if len(keep) == len(indices) else columns.take(keep)
+        times = layout_times(part, base, peak_flops, cluster)
+        for k, row_times in zip(keep, zip(*(cells(x, len(keep)) for x in times))):
+            at = position[indices[k]]
+            out[at] = (row_times, *fits[at])
     return out
 
 
