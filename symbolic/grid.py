@@ -154,7 +154,8 @@ class GridPlan:
 
     @staticmethod
     def build(terms: list[Expr]) -> GridPlan:
-        integral, fractional = [], []
+        integral: list[Expr] = []
+        fractional: list[Expr] = []
         for term in terms:
             (integral if _integral(term) else fractional).append(term)
         return GridPlan(tuple(integral), tuple(fractional))
@@ -183,16 +184,17 @@ class GridPlan:
         numbers bound), added into one polynomial evaluated once; each fractional term rounded up on its own."""
         signature = _signature(env)
         merged: dict[tuple, int] = {}
+        one_polynomial = True
         nodes: set = set()
         for term in self.integral:
             ints, den, shift, swept = _prepare(term, env, signature)
             if den != 1 or shift:  # not reached for whole-valued terms; the sum as one expression then
-                merged = None
+                one_polynomial = False
                 break
             for mono, c in ints.items():
                 merged[mono] = merged.get(mono, 0) + c
             nodes.update(swept)
-        if merged is None:
+        if not one_polynomial:
             total = _rational(self.whole, env, wide=True)[0]
         else:
             merged = {mono: c for mono, c in merged.items() if c}
