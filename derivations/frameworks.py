@@ -106,6 +106,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("recompute", "selective-op", f"{_TITAN_TOML}: [activation_checkpoint] mode = 'selective', "
                 "selective_ac_option = 'op' (the policy: torchtitan/parallelisms/parallelize_llama.py at 004b314, "
                 "_save_list)"),
+        Setting("kernels", "eager", f"{_TITAN_TOML}: [training] compile = false, [model] norm_type = 'rmsnorm' "
+                "(torchtitan/models/norms.py RMSNorm, eager PyTorch ops); torchtitan/optimizer.py: AdamW foreach"),
         Setting("sp", True, "torchtitan/parallelisms/parallelize_llama.py apply_tp: the norms run "
                 "SequenceParallel() and wo/w2 are RowwiseParallel(output_layouts=Shard(1))", when=_tp),
         Setting("zero", 3, f"{_TITAN}: training.data_parallel_shard_degree=-1 (FSDP over every data-parallel "

@@ -192,6 +192,11 @@ OPTIONS: tuple[Option, ...] = (
        "saves for backward, derived from transformers' ATen calls (with --implementation hf: LLaMA-style and GPT-2 "
        "code, no dropout)", modes=_TRAIN, echo="set",
        example=("--model", "llama-3-8b", *_TRAIN_STEP, "--implementation", "hf", "--compile")),
+    _o("kernels", "choice", "fused", "elementwise kernels, for times: fused (Megatron-LM's fused norms, SwiGLU and "
+       "rotary, torch.compile's Inductor) or eager (PyTorch without torch.compile, one kernel per operation and "
+       "fp32 upcasts, the AdamW step as foreach kernels: torchtitan's compile = false, transformers)",
+       choices=("fused", "eager"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--kernels", "eager")),
     _o("flash", "bool", False, "short for --attention flash", echo="never",
        example=(*_TRAIN_STEP, "--flash")),
     _o("attention", "choice", None, "attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not "

@@ -171,6 +171,7 @@ class Options:
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
+    kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
     flash: bool = False  # shorthand for attention="flash"
     attention: str | None = None  # None: the mode's default, see ``attention_kernel``
     kv_block: int | None = None  # inference: paged KV cache, tokens per block
@@ -287,6 +288,8 @@ class Options:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):
             raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
+        if self.kernels not in ("fused", "eager"):
+            raise OptionsError(f"--kernels must be fused or eager, got {self.kernels!r}")
         if self.mla_decode is not None and self.mla_decode not in MLA_DECODE:
             raise OptionsError(f"--mla-decode must be one of {', '.join(MLA_DECODE)}, got {self.mla_decode!r}")
         if self.mla_decode is not None and self.mode != "infer":

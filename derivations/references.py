@@ -341,6 +341,24 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("torchtitan-a100-performance", "torchtitan", "PyTorch", "torchtitan: docs/performance.md (Llama 2 and 3 "
               "with FSDP2 on 64 A100 80GB, WPS and MFU)", 2024,
               "github.com/pytorch/torchtitan/blob/041336434916bdc0f88c1f89fda176fd3c2092e4/docs/performance.md", "docs"),
+    Reference("torchtitan-llama3-8b-toml", "torchtitan", "PyTorch", "torchtitan: train_configs/llama3_8b.toml (the "
+              "preset for 64 A100 GPUs: norm_type = 'rmsnorm', compile = false, selective op activation checkpointing)",
+              None, "github.com/pytorch/torchtitan/blob/0011fb905e9561a51af0f265e35d989f7448b1d8/train_configs/"
+              "llama3_8b.toml", "code"),
+    Reference("torchtitan-norms", "torchtitan", "PyTorch", "torchtitan: torchtitan/models/norms.py (RMSNorm: "
+              "self._norm(x.float()).type_as(x) * self.weight; FusedRMSNorm, a Triton kernel, only with "
+              "norm_type = 'fused_rmsnorm')", None,
+              "github.com/pytorch/torchtitan/blob/026e23a981dee27d41a8637baad651656698b6f8/torchtitan/models/norms.py",
+              "code"),
+    Reference("torchtitan-optimizer", "torchtitan", "PyTorch", "torchtitan: torchtitan/optimizer.py (AdamW with "
+              "'fused': fused, 'foreach': not fused; optimizer.fused defaults to False)", None,
+              "github.com/pytorch/torchtitan/blob/5cffd5ac430304f604fb4f171add4fdf61d1ef23/torchtitan/optimizer.py",
+              "code"),
+    Reference("pytorch-fsdp2-collectives", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/"
+              "_fully_shard/_fsdp_collectives.py (foreach_all_gather_copy_out: split_with_sizes_copy of the gathered "
+              "output; foreach_reduce: _chunk_cat of the gradients into the reduce-scatter input)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+              "code"),
     Reference("llm-foundry-benchmarks", "llm-foundry", "MosaicML", "llm-foundry: scripts/train/benchmarking/README.md "
               "(MPT 760M-70B with FSDP FULL_SHARD and FlashAttention on 8-64 H100 80GB, BF16: throughput, MFU, HFU)",
               2023, "github.com/mosaicml/llm-foundry/blob/061f2c7ce64e655100286584a7629e2a09f827ba/scripts/train/benchmarking/README.md", "docs"),

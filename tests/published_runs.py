@@ -180,13 +180,16 @@ _TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's
             "says its peak lies between SXM and NVL; its 2.4 TB/s is used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
 #: torchtitan's H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (torchtitan-h100-benchmarks, Hardware).
 _TT_HBM = 2400 * 10**9
-_A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA; the network is not given: 200 Gb/s HDR per GPU "
-              "assumed (DGX A100)")
+_A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA, eager (the 64-A100 presets: compile = false); "
+              "the network is not given: 200 Gb/s HDR per GPU assumed (DGX A100)")
 
 
 def _titan(name: str, source: str, model: str, gpus: int, batch: int, seq: int, recompute: str, tps: float,
-           hw: str, net: int, note: str) -> Run:
-    layout = {"dp": gpus, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute, "flash": True}
+           hw: str, net: int, note: str, kernels: str = "eager") -> Run:
+    """torchtitan's benchmark configs run eager PyTorch (train_configs/*.toml: compile = false, norm_type = 'rmsnorm')
+    unless the row says torch.compile (``kernels="fused"``: Inductor fuses each block's elementwise ops)."""
+    layout = {"dp": gpus, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute, "flash": True,
+              "kernels": kernels}
     return Run(name, source, model, layout, seq, hw, net, tokens_per_s_per_gpu=tps, held_out=True, note=note,
                memory_bandwidth=_TT_HBM if hw == "h100-sxm" else None)
 
@@ -196,6 +199,12 @@ TORCHTITAN = [
            _TT_NOTE + "; selective (op) activation checkpointing, no compile"),
     _titan("8B FSDP d128", f"{_TT_H100}, Table 3", "llama-3-8b", 128, 2, 8192, "selective-op", 5605, "h100-sxm",
            NDR, _TT_NOTE + "; selective (op) activation checkpointing, no compile"),
+    _titan("8B FSDP+compile d8", f"{_TT_H100}, Table 1", "llama-3-8b", 8, 2, 8192, "selective-op", 6667, "h100-sxm",
+           NDR, _TT_NOTE + "; selective (op) activation checkpointing, torch.compile (--kernels fused; its AdamW step "
+           "stays foreach, timed fused)", kernels="fused"),
+    _titan("8B FSDP+compile d128", f"{_TT_H100}, Table 3", "llama-3-8b", 128, 2, 8192, "selective-op", 6514,
+           "h100-sxm", NDR, _TT_NOTE + "; selective (op) activation checkpointing, torch.compile (--kernels fused; "
+           "its AdamW step stays foreach, timed fused)", kernels="fused"),
     _titan("L3 8B FSDP d64 sel-op", _TT_A100, "llama-3-8b", 64, 1, 8192, "selective-op", 2973, "a100-80gb", HDR,
            _A100_NOTE),
     _titan("L3 70B FSDP d64 full", _TT_A100, "llama-3-70b", 64, 1, 8192, "full", 331, "a100-80gb", HDR, _A100_NOTE),

@@ -48,6 +48,7 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
+from memderive.derivations.quantities.memory_bound import eager_extra_bytes, optimizer_bytes, zero3_copy_bytes
 from memderive.derivations.options import Options
 from memderive.derivations.memo import Keyed, applied
 from memderive.derivations.quantity import Evaluated
@@ -152,10 +153,15 @@ class StepTime:
     cp_s: float = 0.0  # context-parallel ring exchange not hidden behind the attention
     cp: int = 1  # context-parallel degree
     fp8_share: float = 0.0  # of the compute FLOPs, the part that runs as Float8 matmuls (``--fp8``)
+    eager_s: float = 0.0  # unfused elementwise kernels' extra HBM traffic (``--kernels eager``; memory_bound.py)
+    zero3_copy_s: float = 0.0  # ZeRO-3's copies of the gathered parameters and of the gradients to reduce
+    optimizer_s: float = 0.0  # the optimizer step over this GPU's shard, and the gradient clipping
+    kernels: str = "fused"
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
+        return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
+                + self.eager_s + self.zero3_copy_s + self.optimizer_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -173,7 +179,8 @@ class StepTime:
             f"efficiency of the dense FP8 peak ({self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
-        return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8,
+        memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
+        return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
@@ -188,7 +195,8 @@ class StepTime:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
-                "cp_comm_time_s": self.cp_s,
+                "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
+                "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
@@ -205,6 +213,19 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
             f"{c.ceiling:g} w/(w + {c.half_width:,.0f}) at per-GPU width w = h/t, and its elementwise FLOPs at "
             f"{c.bytes_per_flop:g} bytes each over the memory bandwidth (fitted to the published runs of "
             f"{cite(MATMUL_SOURCE)}{stand_in})")
+
+
+def memory_line(hw: GPU, kernels: str) -> str:
+    """How the memory-bound work outside the calibration was timed, in words."""
+    from memderive.derivations.quantities.memory_bound import EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
+
+    eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
+             f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
+    adam = "foreach" if kernels == "eager" else "fused"
+    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: {eager}ZeRO-3's copy-out of each gathered "
+            f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
+            f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
+            "other optimizers, offload and fine-tuning: not timed)")
 
 
 def _stage_flops(est: Evaluated) -> int:
@@ -320,9 +341,15 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
+    eager_micro = copy_micro = optimizer = 0.0
     if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
         micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
             / hw.memory_bandwidth
+        # memory-bound work the calibration leaves out (memory_bound.py): unfused kernels, on the busiest stage
+        extra = eager_extra_bytes(est) if opts.kernels == "eager" else 0
+        eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / hw.memory_bandwidth if extra else 0.0
+        copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / hw.memory_bandwidth, 0.0)
+        optimizer = optimizer_bytes(est) / hw.memory_bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
@@ -336,15 +363,15 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * d)
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
-    bubble = (p - 1) / (m * v) * m * (micro + tp_micro + pp_micro + ep_micro + cp_micro)
+    bubble = (p - 1) / (m * v) * m * (micro + eager_micro + copy_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
-    dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro)
+    dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + eager_micro + copy_micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
-                    fp8 / stage if stage else 0.0)
+                    fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels)
 
 
 def float8_flops(est: Evaluated) -> int:

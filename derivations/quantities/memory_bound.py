@@ -1,0 +1,142 @@
+"""Memory-bound work of a training step that the calibrated compute time (``efficiency``) leaves out, each as the
+bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lower bound: no kernel reaches it).
+
+* **Unfused elementwise kernels** (``--kernels eager``: PyTorch without torch.compile, as torchtitan's benchmark
+  configs run, ``compile = false``). The calibration was fitted on Megatron-LM, whose norms, activations and rotary
+  embeddings are fused kernels: one read of the inputs and one write of the output. Eager PyTorch runs each
+  operation of the module's code as its own kernel, every intermediate a round trip through HBM, and in fp32 where
+  the code upcasts. ``EAGER_EXTRA`` holds, per op kind and phase, the element reads and writes eager kernels make
+  beyond the fused kernel's, counted from the modules' code (torchtitan ``torchtitan/models/norms.py`` RMSNorm,
+  ``models/llama/model.py`` ``apply_rotary_emb`` and ``FeedForward``; transformers' ``LlamaRMSNorm`` is the same
+  code). Ops whose eager form is already one kernel (``F.layer_norm``, ``F.gelu``, dropout, residual adds) and the
+  cross-entropy (Megatron's is eager too, so the calibration holds it) add nothing.
+* **The optimizer step**, once per step over the parameters this GPU updates (its 1/(d cp) shard under ZeRO 1-3):
+  AdamW as ``torch.optim.AdamW(foreach=True)`` runs it (torchtitan's default) with ``--kernels eager`` (``_multi_tensor_adam``: eight
+  foreach kernels, 21 fp32 element reads and writes per parameter), as a fused kernel otherwise (apex/Transformer
+  Engine ``FusedAdam``, ``torch.optim.AdamW(fused=True)``: parameter, gradient and both moments read, three
+  written, 7), plus the gradient-norm clipping (``clip_grad_norm_``: a norm read and a scaling, 3) and, with the
+  fp32 master copy outside ZeRO-3, the copy into the 16-bit weights (Megatron-LM's
+  ``_copy_main_params_to_model_params``: 4 + 2 bytes).
+* **ZeRO-3's copies** (FSDP2), each micro-batch: each all-gather's output copied out into the parameters
+  (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, one read and one write of every gathered 16-bit
+  parameter), for the forward and again for the backward (``reshard_after_forward=True``), and the gradients
+  copied into the reduce-scatter's input (``foreach_reduce``: ``_chunk_cat``, a read and a write).
+
+>>> round(EAGER_EXTRA["rms_norm"]["forward"].nbytes(2))  # eager RMSNorm forward: 36 bytes/element, fused 4
+32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memderive.derivations.quantity import Evaluated
+from memderive.symbolic.formula import Citation
+
+__all__ = ["Moves", "EAGER_EXTRA", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+           "optimizer_bytes", "zero3_copy_bytes", "adam_moves"]
+
+EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
+    Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
+    Citation("torchtitan-h100-benchmarks", "Table 1: FSDP 5,762 TPS/GPU, FSDP + torch.compile 6,667")))
+OPTIMIZER_SOURCE = Citation("pytorch-adam", "_multi_tensor_adam (foreach) and _fused_adam", also=(
+    Citation("torchtitan-optimizer", "'foreach': not fused, fused False"),
+    Citation("megatron-fp16-optimizer", "_copy_main_params_to_model_params")))
+FSDP_SOURCE = Citation("pytorch-fsdp2-collectives", "foreach_all_gather_copy_out, foreach_reduce (_chunk_cat)")
+
+
+@dataclass(frozen=True, slots=True)
+class Moves:
+    """Element reads plus writes per element of the op's tensor: ``act`` in its own dtype, ``fp32`` upcast."""
+
+    act: int
+    fp32: int = 0
+
+    def nbytes(self, act_bytes: Any) -> Any:
+        return self.act * act_bytes + 4 * self.fp32
+
+
+#: Reads and writes eager kernels make beyond a fused kernel's, per element of the op's tensor, by phase
+#: (``recompute`` repeats the forward). NOTE(fsdptime): counted from the code, op by op:
+#: RMSNorm ``self._norm(x.float()).type_as(x) * self.weight``, ``_norm = x * rsqrt(x.pow(2).mean(-1) + eps)``:
+#: forward float (r 1 act, w 1 fp32), pow (r w fp32), mean (r fp32), mul (r w fp32), type_as (r fp32, w act),
+#: * weight (r w act) = 4 act + 7 fp32; fused: r x, w y = 2 act. Input gradient: g * weight (r w act), type_as's
+#: (r act, w fp32), g * rsqrt (r w fp32), (g * x).sum (r 2 w 1 fp32, then r 1), mean's expand (w fp32), pow's 2 x g
+#: (r 2 w 1 fp32), the two gradients of x summed (r 2 w 1 fp32), float's (r fp32, w act) = 4 act + 16 fp32; fused:
+#: r g, x, w dx = 3 act. Weight gradient (g * out).sum: r 2 w 1 act, r 1 act = 4; fused: inside the same kernel.
+#: Rotary (torchtitan ``apply_rotary_emb``): x.float() (r act, w fp32), the complex product (r w fp32), type_as
+#: (r fp32, w act) = 2 act + 4 fp32 each way; fused: 2 act. SwiGLU ``silu(a) * b`` per element of a: forward silu
+#: (r w) and the product (r 2 w 1) = 5, fused 3; backward the product's two gradients (r 2 w 1 each) and silu's
+#: (r 2 w 1) = 9, fused (r g, a, b, w da, db) 5.
+EAGER_EXTRA: dict[str, dict[str, Moves]] = {
+    "rms_norm": {"forward": Moves(2, 7), "recompute": Moves(2, 7), "input-grad": Moves(1, 16),
+                 "weight-grad": Moves(4)},
+    "rotary": {"forward": Moves(0, 4), "recompute": Moves(0, 4), "input-grad": Moves(0, 4)},
+    "silu-glu": {"forward": Moves(2), "recompute": Moves(2), "input-grad": Moves(4)},
+}
+#: The silu-glu op declares a term for the gate's silu and one for the product, both over (b, s, f): the extra
+#: moves ride on the silu term alone.
+_SKIP = ("glu",)
+
+
+def eager_extra_bytes(est: Evaluated) -> Any:
+    """Extra HBM bytes of one micro-batch's unfused elementwise kernels on one GPU of the first pipeline stage (the
+    layout's graph: each op's tensors as the rank holds them), frozen weights' gradient terms left out."""
+    from memderive.derivations.quantities.timing import _bytes
+
+    graph = est.graph
+    total: Any = 0
+    for blk in graph.blocks:
+        for op in blk.ops:
+            table = EAGER_EXTRA.get(op.kind)
+            if table is None:
+                continue
+            for f in op.flops:
+                moves = table.get(f.phase)
+                if f.kind != "elementwise" or moves is None or f.name.rsplit(" ", 1)[-1] in _SKIP:
+                    continue
+                if f.param is not None and (f.param in graph.frozen or f"{blk.name}/{f.param}" in graph.frozen):
+                    continue
+                x = f.operands[0]
+                total += blk.repeat * op.share * x.numel * moves.nbytes(x.dtype.nbytes)
+    return _bytes(total, est.values) if total else 0
+
+
+def adam_moves(eager: bool) -> int:
+    """fp32 element reads and writes per parameter of one AdamW step (weight decay on) and its gradient clipping.
+
+    Foreach (``torch.optim.adam._multi_tensor_adam``, AdamW's): p *= 1 - lr wd (r w), lerp_(m, g) (r 2 w 1),
+    v *= beta2 (r w), addcmul_(v, g, g) (r 3 w 1), sqrt(v) (r w), div_ (r w), add_ eps (r w), addcdiv_(p, m, denom)
+    (r 3 w 1) = 21; fused: r p, g, m, v, w p, m, v = 7. Clipping (``clip_grad_norm_``): the norm (r 1) and the
+    scaling (r w) = 3.
+
+    >>> adam_moves(True), adam_moves(False)
+    (24, 10)
+    """
+    return (21 if eager else 7) + 3
+
+
+def optimizer_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one optimizer step on one GPU (AdamW/Adam over all its parameters, none offloaded); 0 for the
+    other optimizers, fine-tuning and offload (not modelled: said in the time model's note)."""
+    o = est.options
+    if (o.optimizer not in ("adamw", "adam") or o.offload or o.offload_params or o.lora_rank is not None
+            or o.train_only or o.freeze_embeddings or o.base_dtype is not None):
+        return 0
+    state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
+    params = est.number("parameters_per_gpu")
+    shard = -(-params // (o.dp * o.cp)) if o.zero >= 1 else params  # FSDP pads the last shard: the ceiling
+    copy = 6 if o.precision == "master" and o.zero != 3 else 0  # fp32 main params into the 16-bit model's
+    return shard * (adam_moves(o.kernels == "eager") * state + copy)
+
+
+def zero3_copy_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one micro-batch's ZeRO-3 copies on one GPU: the forward's and the backward's all-gather outputs
+    copied out into the parameters, and the gradients copied into the reduce-scatter's input, a read and a write of
+    every 16-bit parameter the GPU gathers each (6 moves); 0 without ZeRO-3."""
+    o = est.options
+    if o.zero != 3:
+        return 0
+    width = 4 if o.dtype == "fp32" else 2
+    return est.number("parameters_per_gpu") * 6 * width
