@@ -28,14 +28,16 @@ bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lowe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from memderive.derivations.quantity import Evaluated
+from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Moves", "EAGER_EXTRA", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
-           "optimizer_bytes", "zero3_copy_bytes", "adam_moves"]
+           "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
     Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
@@ -80,11 +82,16 @@ EAGER_EXTRA: dict[str, dict[str, Moves]] = {
 _SKIP = ("glu",)
 
 
+def layout_int(expr: Any, values: Mapping[Any, int]) -> Any:
+    """``int(evaluate(expr, values))``; over the layouts of one structure (``search.columns.ColumnValues``), of
+    each at once."""
+    whole = getattr(values, "whole", None)
+    return int(evaluate(expr, values)) if whole is None else whole(expr)
+
+
 def eager_extra_bytes(est: Evaluated) -> Any:
     """Extra HBM bytes of one micro-batch's unfused elementwise kernels on one GPU of the first pipeline stage (the
     layout's graph: each op's tensors as the rank holds them), frozen weights' gradient terms left out."""
-    from memderive.derivations.quantities.timing import _bytes
-
     graph = est.graph
     total: Any = 0
     for blk in graph.blocks:
@@ -100,7 +107,7 @@ def eager_extra_bytes(est: Evaluated) -> Any:
                     continue
                 x = f.operands[0]
                 total += blk.repeat * op.share * x.numel * moves.nbytes(x.dtype.nbytes)
-    return _bytes(total, est.values) if total else 0
+    return layout_int(total, est.values) if total else 0
 
 
 def adam_moves(eager: bool) -> int:

@@ -48,7 +48,8 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
-from memderive.derivations.quantities.memory_bound import eager_extra_bytes, optimizer_bytes, zero3_copy_bytes
+from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, layout_int as _bytes, optimizer_bytes,
+                                                            zero3_copy_bytes)
 from memderive.derivations.options import Options
 from memderive.derivations.memo import Keyed, applied
 from memderive.derivations.quantity import Evaluated
@@ -70,13 +71,6 @@ EFFICIENCY_SOURCE = Citation("narayanan-2021", "Abstract, Table 1: 52% of peak p
 def _ring(n: int) -> float:
     """Fraction of the data each rank sends in a ring reduce-scatter or all-gather."""
     return (n - 1) / n
-
-
-def _bytes(expr: Any, values: Mapping[Any, int]) -> int:
-    """``int(evaluate(expr, values))``; over the layouts of one structure (``search.columns.ColumnValues``), of
-    each at once."""
-    whole = getattr(values, "whole", None)
-    return int(evaluate(expr, values)) if whole is None else whole(expr)
 
 
 def dispatched_bytes(graph: Graph, values: Mapping[Any, int]) -> int:
