@@ -89,20 +89,35 @@ def refit() -> None:
         print(f"  without {source} ({c[0]:.2f}, {c[1]:g}, {c[2]}): {errs}")
 
 
-def against_plan() -> None:
-    from memderive.derivations.hardware import gpu
-    from memderive.derivations.options import Options
-    from memderive.derivations.search.plan import plan
+def _shown(options: dict) -> str:
+    """A layout as t p v c d, ZeRO, micro-batch size x count (and uneven first/last stages)."""
+    o = options
+    out = (f"t{o.get('tp', 1)} p{o.get('pp', 1)} v{o.get('virtual_stages') or 1} c{o.get('cp', 1)} d{o.get('dp', 1)} "
+           f"z{o.get('zero', 0)} b{o.get('batch')}x{o.get('micro_batches') or 1}")
+    if o.get("first_stage_layers") is not None:
+        out += f" {o['first_stage_layers']}/{o.get('last_stage_layers')}"
+    return out
 
+
+def against_plan() -> None:
+    """Each published layout's predicted time beside the planner's best on its cluster (``plan_against``)."""
+    from memderive.derivations.search.plan import PlanError
+    from tests.published_runs import PLAN_SLACK, plan_against
+
+    print(f"The published layout against the planner's best on the same cluster (within: published <= {PLAN_SLACK:g} "
+          "x best)\n"
+          f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")
+    within = 0
     for run in RUNS:
-        p = predict(run)
-        base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu)
-        best = plan(run.model, gpu(run.gpu).memory_bytes, run.global_batch, run.seq, run.gpus, options=base,
-                    flash=run.layout.get("flash", True), top=1, cluster=run.cluster())[0]
-        keys = ("tp", "pp", "virtual_stages", "dp", "zero", "recompute", "batch")
-        shown = " ".join(f"{k}={best.options.get(k)}" for k in keys if best.options.get(k) is not None)
-        print(f"{run.name:24s} published {p.predicted_s:8.2f} s, planner's best {best.step_time_s:8.2f} s "
-              f"({p.predicted_s / best.step_time_s - 1:+.1%}): {shown}")
+        try:
+            c = plan_against(run)
+        except PlanError as exc:
+            print(f"{run.name:24s} {_shown(run.layout):34s} {predict(run).predicted_s:8.2f} no layout fits: {exc}")
+            continue
+        within += c.within
+        print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
+              f"{c.best.step_time_s:8.2f} {c.ratio:6.3f}{'' if c.within else ' over'}")
+    print(f"{within} of {len(RUNS)} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best")
 
 
 if __name__ == "__main__":

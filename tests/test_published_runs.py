@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from memderive.derivations.quantities.efficiency import CALIBRATIONS, H100_OVER_A100
-from tests.published_runs import FITTED, HELD_OUT, MPT_HFU_A100, MPT_HFU_H100, RUNS, predict
+from tests.published_runs import FITTED, HELD_OUT, MPT_HFU_A100, MPT_HFU_H100, PLAN_SLACK, RUNS, plan_against, predict
 
 
 def test_the_table_names_its_runs() -> None:
@@ -86,3 +86,59 @@ def test_tokens_per_second_turn_into_the_step_time_they_imply() -> None:
     16 * 8192 / (5762 * 8) = 2.8434 s per step."""
     run = next(r for r in HELD_OUT if r.name == "8B FSDP d8")
     assert abs(run.measured() - 16 * 8192 / (5762 * 8)) < 1e-12
+
+
+#: The runs whose published layout the planner's best beats by more than 15% (python benchmarks/published_runs.py
+#: --plan prints each), each investigated: why the planner's pick is faster in the time model than on the cluster.
+#: Megatron-LM keeps its gradients in fp32 (the main_grad buffer, forced under bf16: megatron-arguments; an fp32 copy
+#: at the step under fp16) where memderive's model states count 2 bytes (16 B per parameter, not 18): the memory
+#: figures below add those 2 B per parameter to the pick's device bytes.
+PLAN_OFF = {
+    "1T t8 p64 full": "a layout held to compare recompute (its sp+sel row is the planner's best): under full recompute "
+                      "the planner halves p with v 4 and d 2, a bubble of 3% against the uninterleaved 12%",
+    "18.4B t8 p1 d32": "the pick (t2 p2 v4 d64) fits at memderive's 16 B per parameter (74.3 GiB) but not with "
+                       "Megatron-LM's fp32 gradients (83.1 GiB); there its matmuls at w 3,072 run 0.76 of peak vs 0.60",
+    "39.1B t8 p2 d32": "the pick (t4 p2 v2 d64) fits at memderive's 16 B per parameter (79.1 GiB) but not with "
+                       "Megatron-LM's fp32 gradients (88.3 GiB)",
+    "175B t8 p8 d192": "the pick (t4 p4 v8 d768, ZeRO-1) fits at memderive's 2-byte gradients (69.5 GiB) but not with the "
+                       "distributed optimizer's fp32 gradient buffer (90.1 GiB)",
+}
+#: Runs where the planner finds nothing that fits (``NothingFits``), with why.
+PLAN_NOTHING_FITS = {
+    "405B t8 p16 c16 d8": "memderive puts every layout at 131K tokens past 80 GiB (the published one 115.5 GiB device): "
+                          "Meta ran it without activation checkpointing by freeing each stage's input and output "
+                          "tensors (Dubey et al. 2024 §3.3.2), which the pipeline memory model does not",
+}
+
+
+def _against_plan(run):  # noqa: ANN001, ANN202 (a Run; pytest.param)
+    from memderive.derivations.search.plan import NothingFits
+
+    if run.name in PLAN_OFF:
+        return pytest.param(run, id=run.name, marks=pytest.mark.xfail(strict=True, reason=PLAN_OFF[run.name]))
+    if run.name in PLAN_NOTHING_FITS:
+        return pytest.param(run, id=run.name, marks=pytest.mark.xfail(strict=True, raises=NothingFits,
+                                                                      reason=PLAN_NOTHING_FITS[run.name]))
+    return pytest.param(run, id=run.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [_against_plan(r) for r in RUNS])
+def test_the_published_layout_is_within_15_percent_of_the_planners_best(run) -> None:  # noqa: ANN001
+    """Issue 24: for each run, the published layout within 15% of the planner's best for that cluster
+    (``published_runs.plan_against``: the planner on the run's GPUs, network, batch and recipe, recompute fixed at the
+    run's). The published layout's time is its own estimate's (``predict``), the planner's its best row's. About
+    0.5-1.5 s a run (slow: 30 plans, some thousand layouts each)."""
+    comparison = plan_against(run)
+    assert comparison.ratio <= PLAN_SLACK, (
+        f"{run.name}: published {comparison.published_s:.2f} s, planner's best {comparison.best.step_time_s:.2f} s "
+        f"({comparison.ratio:.3f}x) with {comparison.best.options}")
+
+
+def test_the_planner_compares_the_published_layout_it_passes() -> None:
+    """On Korthikanti et al.'s 1T with selective recompute the published t8 p64 m512 is in the planner's space and
+    nothing else fits as fast: the planner's best is that layout, at the published layout's own time (ratio 1)."""
+    one_t = next(r for r in RUNS if r.name == "1T t8 p64 sp+sel")
+    comparison = plan_against(one_t)
+    assert comparison.ratio == pytest.approx(1.0, abs=1e-9)
+    assert comparison.best.options["pp"] == 64 and comparison.best.options["tp"] == 8

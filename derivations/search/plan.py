@@ -1,7 +1,7 @@
 """A layout planner: every training layout of a model on N GPUs, those that fit, ranked by step time.
 
-Layouts: tensor parallelism t (within a node, dividing the heads, the KV heads and the FFN width; with
-sequence parallelism), with a GPU count context parallelism cp (1, 2, 4, 8, 16 with FlashAttention, seq divisible
+Layouts: tensor parallelism t (within a node, dividing the node's GPUs past one node, the heads, the KV heads and
+the FFN width; with sequence parallelism), with a GPU count context parallelism cp (1, 2, 4, 8, 16 with FlashAttention, seq divisible
 by 2 cp; without one, the fewest GPUs are searched with cp 1),
 pipeline parallelism p (dividing the layers; interleaved with v virtual stages where p*v divides them and the
 micro-batch count divides by p; with a GPU count, also p dividing the GPUs with the layers split unevenly:
@@ -133,11 +133,18 @@ def uneven_split(layers: int, pp: int) -> tuple[int, int] | None:
 
 
 def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int, tuple | None]]:
-    """Valid (t, p, v, uneven): t within a node and dividing what it splits, p dividing l (p*v dividing l), or,
+    """Valid (t, p, v, uneven): t within a node (dividing it, past one node) and dividing what it splits, p dividing l
+    (p*v dividing l), or,
     with a GPU count, p dividing the GPUs left by t with the layers split unevenly (``uneven_split``, v = 1)."""
     layers = model.sizes["l"]
+    node = base.gpus_per_node
     for tp in _divisors(model.sizes["a"]):
-        if tp > base.gpus_per_node or (gpus is not None and gpus % tp):
+        if tp > node or (gpus is not None and gpus % tp):
+            continue
+        # ranks are numbered tensor-first (Megatron-LM's parallel_state), so a t that does not divide the node puts
+        # groups across two nodes once there are more GPUs than a node (t 6 of 8: ranks 6-11), all-reducing over
+        # the network where the time model (``cluster.group_span``) has them on NVLink: not a layout to run
+        if node % tp and (gpus is None or gpus > node):
             continue
         stages = set(_divisors(layers)) | (set() if gpus is None else set(_divisors(gpus // tp)))
         for pp in sorted(stages):
@@ -174,12 +181,16 @@ def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
 
 
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
-                ep: int = 1) -> list[dict]:
+                ep: int = 1, recomputes: tuple[str, ...] | None = None,
+                zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
-    ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides."""
+    ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the recompute
+    modes ``recomputes`` (None: none and full, and selective without FlashAttention) and the ZeRO stages ``zeros``
+    (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off."""
     out: list[dict] = []
     eps = expert_degrees(model, ep)
-    recomputes = ("none", "full") if flash else ("none", "selective", "full")
+    if recomputes is None:
+        recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
     cps = [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
     for tp, pp, vs, split in _degrees(model, base, gpus):
@@ -199,8 +210,9 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     f"global batch of {global_batch:,} has {len(batches):,} divisors, each a "
                                     "data-parallel degree and micro-batch size; give --gpus, or a global batch "
                                     "with fewer divisors")
-                for zero, recompute in itertools.product(range(4) if dp > 1 else (0,), recomputes):
-                    out.append({"tp": tp, "pp": pp, "dp": dp, "sp": tp > 1, "zero": zero, "recompute": recompute,
+                for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
+                    out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sequence_parallel and tp > 1, "zero": zero,
+                                "recompute": recompute,
                                 "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": cp,
                                 "virtual_stages": None if vs == 1 else vs, **stages})
     return out
@@ -283,7 +295,8 @@ class Plan(list):
 
 def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
-         top: int = 10, cluster: Any = None) -> Plan:
+         top: int = 10, cluster: Any = None, recomputes: tuple[str, ...] | None = None,
+         zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True) -> Plan:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -298,6 +311,10 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         flash: plan with FlashAttention (it never costs memory); False plans without it.
         cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
             the layouts on; None: 8 GPUs per node, 400 Gb/s per GPU between nodes.
+        recomputes: the recompute modes to compare (``Options.recompute``'s names); None: none and full, and
+            selective without FlashAttention (it recomputes the attention core FlashAttention never saves).
+        zeros: the ZeRO stages to compare with data parallelism (a framework without sharding: (0,)).
+        sequence_parallel: sequence parallelism with tensor parallelism (False: a framework without it).
     """
     start = time.perf_counter()
     given_options(options, "plan")
@@ -307,7 +324,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     resolved = resolve_model(model)
     experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, sp=False, zero=0)
-    rows = _candidates(resolved, base, global_batch, gpus, flash, experts)
+    rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
+                       sequence_parallel)
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
@@ -388,7 +406,7 @@ def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> La
                   None if time is None else tokens / time)
 
 
-_RECOMPUTE_ORDER = {"none": 0, "selective": 1, "full": 2}
+_RECOMPUTE_ORDER = {"none": 0, "selective": 1, "selective-op": 1, "full": 2}
 
 
 def _rank(item: tuple) -> tuple:
