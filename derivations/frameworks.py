@@ -57,6 +57,10 @@ def _sixteen_bit(default: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda given: given.get("dtype", default) in ("bf16", "fp16")
 
 
+def _eager(given: Mapping[str, Any]) -> bool:
+    return not given.get("compile")  # --compile: Inductor's fused kernels
+
+
 def _chunks(given: Mapping[str, Any]) -> bool:
     return int(given.get("seq") or 0) >= 8  # CEWithChunkedOutputLoss chunks the sequence 8 ways
 
@@ -79,6 +83,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                 when=_sixteen_bit("fp32")),
         Setting("optimizer", "adamw", f"{_TA}: optim='adamw_torch'"),
         Setting("recompute", "none", f"{_TA}: gradient_checkpointing=False"),
+        Setting("kernels", "eager", f"{_TA}: torch_compile=False (the model's PyTorch ops run one kernel each: "
+                "LlamaRMSNorm's fp32 upcast, rotate_half, act_fn(gate) * up)", when=_eager),
     ), ("dropout as the model's config has it (model.train())",)),
     Framework("torchtune", "torchtune full fine-tune recipe", "train", (
         Setting("implementation", "hf", "torchtune's modules: F.scaled_dot_product_attention, RMSNorm in fp32 "
@@ -94,6 +100,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("recompute", "full", f"{_TT}: enable_activation_checkpointing: True (each transformer layer "
                 "wrapped whole)"),
         Setting("dropout", False, "torchtune's Llama layers have no dropout (attn_dropout=0.0)"),
+        Setting("kernels", "eager", f"{_TT}: compile: False (torchtune/modules/rms_norm.py upcasts to fp32 op by "
+                "op)", when=_eager),
     ), ("batch_size: 2 and gradient_accumulation_steps: 1 in the same config",)),
     Framework("torchtitan", "torchtitan pre-training", "train", (
         Setting("implementation", "megatron", "torchtitan's Llama (torchtitan/models/llama/model.py): fused SDPA, "
