@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from memderive.derivations.memo import Keyed
+from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.quantities.runtime import runtime_json
 from memderive.derivations.quantities.serving import vllm_json
 from memderive.derivations.models.implementations import describe as describe_implementation
@@ -42,7 +42,7 @@ from memderive.symbolic.graph import Graph
 from memderive.symbolic.timeline import Timeline
 
 __all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS",
-           "PEAK"]
+           "FIXED_FIELDS", "SWITCHES", "PEAK"]
 
 #: The key of the step's high-water mark, derived on demand from the step timeline.
 PEAK = "peak_bytes"
@@ -210,25 +210,49 @@ def _hf_kernel(model: Model, options: Options) -> Options:
     return options if kernel == options.hf_attention else replace(options, attention=kernel)
 
 
-#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, m, v, r) or only the times (gpu,
+#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, cp, ep, m, v, r) or only the times (gpu,
 #: efficiency): graphs differ only by the flags in ``structure_key``, so a derivation is shared by every value
 #: with the same flags (``shared`` in ``derivations.option_table``).
 VALUE_FIELDS = shared_names()
 
 
+#: The ``Options`` fields a derivation reads by value (every field but ``VALUE_FIELDS``), in field order.
+FIXED_FIELDS = tuple(f.name for f in fields(Options) if f.name not in VALUE_FIELDS)
+
+
 def structure_key(model: Model, options: Options) -> tuple:
     """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
-    degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, m given, v > 1)."""
-    fixed = tuple((f.name, getattr(options, f.name)) for f in fields(options) if f.name not in VALUE_FIELDS)
+    degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, cp > 1, ep > 1, m given,
+    v > 1)."""
+    fixed = tuple((name, getattr(options, name)) for name in FIXED_FIELDS)
     # bool(): the flags of columns of layouts of one structure (``search.columns``) are one value each
     flags = tuple(map(bool, (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
                              options.cp > 1, options.micro_batches is None, options.virtual_stages in (None, 1),
-                             options.lora_rank is None)))
+                             options.lora_rank is None, options.ep > 1)))
     if options.uneven_stages:
         flags += (options.pp,)
     if options.compile:
         flags += ((options.batch, options.seq),)  # the partition is cut at the sizes
-    return repr(model), fixed, flags
+    return _model_key(model), fixed, flags
+
+
+#: Value fields ``structure_key`` reads only through a switch, each with it (b only under ``compile``): layouts that
+#: differ only in these values, with equal switches, share a structure (``search.columns`` groups rows by them).
+SWITCHES: dict[str, Any] = {"batch": lambda v: None, "micro_batches": lambda v: v is None,
+                            "dp": lambda v: v > 1, "cp": lambda v: v > 1, "ep": lambda v: v > 1}
+
+
+def _model_key(model: Model) -> str:
+    """``repr(model)`` (models are frozen values), once per model object."""
+    held = _MODEL_KEYS.get(id(model))
+    if held is None or held[0] is not model:
+        if len(_MODEL_KEYS) > 256:
+            _MODEL_KEYS.clear()
+        held = _MODEL_KEYS[id(model)] = (model, repr(model))  # the model held: its id stays its own
+    return held[1]
+
+
+_MODEL_KEYS: dict[int, tuple[Model, str]] = {}
 
 
 def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple[Quantity, ...]]]:
@@ -285,6 +309,10 @@ def _cast_in_part(options: Options, graph: Graph) -> Graph:
     return replace(graph, assumptions=graph.assumptions + (note,))
 
 
+#: ``parameter_quantities`` once per graph: every structure of a model derives from the same base graph.
+_parameters = per_graph(parameter_quantities)
+
+
 @lru_cache(maxsize=1024)
 def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     """The graph and quantities of ``structure.value`` (a model and options), derived once per
@@ -304,7 +332,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
                                    "would run in 8 bits")
     moe = resolved.arch.moe
-    quantities = parameter_quantities(base, moe is None or moe.active_embedding)
+    quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base
     if options.mode == "params" and options.finetuning:
         graph = transformed(base, options, resolved)

@@ -171,7 +171,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
-       echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
+       shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
        modes=_ALL, echo="never", example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--capacity-factor", "1.25")),
     _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,

@@ -37,7 +37,7 @@ from memderive.symbolic.formula import Citation
 
 __all__ = ["Runtime", "RuntimeTerm", "runtime", "runtime_json", "overhead_breakdown", "PERSISTENT", "cublas_workspace_bytes", "context_bytes",
            "nccl_bytes", "parallel_groups", "fits_gpu",
-           "budget_terms", "budget_bytes", "FRAGMENTATION", "MODULE_LOADING", "CONTEXT_SOURCES",
+           "budget_terms", "budget_bytes", "peak_key", "FRAGMENTATION", "MODULE_LOADING", "CONTEXT_SOURCES",
            "CUBLAS", "ALLOCATOR", "NCCL"]
 
 MIB = 2**20
@@ -261,6 +261,11 @@ def runtime(est: Any, loading: str | None = None) -> Runtime | None:
                    f"device: reserved plus the CUDA context ({loading} module loading) and "
                    f"{len(parallel_groups(o))} NCCL communicator(s), one per parallel group of more than one rank")
     return Runtime(gpu, tuple(terms), assumptions)
+
+
+def peak_key(est: Any) -> str:
+    """The quantity whose terms ``budget_terms`` starts with: ``peak_bytes`` or ``total_bytes``."""
+    return _peak_quantity(est)
 
 
 def budget_terms(est: Any) -> list[Term]:

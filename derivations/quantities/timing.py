@@ -51,7 +51,7 @@ from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibrati
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, layout_int as _bytes, optimizer_bytes,
                                                             zero3_copy_bytes)
 from memderive.derivations.options import Options
-from memderive.derivations.memo import Keyed, applied
+from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.derivations.references import cite
@@ -242,11 +242,18 @@ def _stage_flops(est: Evaluated) -> int:
 def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
     """One pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure and stage (the
     sizes and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
-    from memderive.derivations.quantities.compute import HARDWARE, graph_flops as flops
-
     est = structure.value
     graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
-    return flops(applied(graph, est.options.strategies(stage)), phases=HARDWARE).total
+    return _hardware_total(applied(graph, est.options.strategies(stage)))
+
+
+@per_graph
+def _hardware_total(graph: Graph) -> Expr:
+    """A graph's hardware FLOPs as one expression, once per graph (structures of one stage's graph, e.g. the ZeRO
+    stages of a layout, share the expression, so the grid prepares it once)."""
+    from memderive.derivations.quantities.compute import HARDWARE, graph_flops
+
+    return graph_flops(graph, phases=HARDWARE).total
 
 
 def elementwise_flops(est: Evaluated) -> int:

@@ -25,6 +25,8 @@ memderive.derivations.search.columns.ColumnBranch: a branch on a value the layou
 from __future__ import annotations
 
 import copy
+import itertools
+import operator
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from memderive.derivations.columns import is_column, where
-from memderive.derivations.estimate import Estimate, estimate, stage_derivations, structure_key
+from memderive.derivations.estimate import SWITCHES, Estimate, estimate, stage_derivations, structure_key
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS
 from memderive.derivations.options import Options
@@ -57,7 +59,7 @@ class Column(np.ndarray):
     rows' when they all agree (a branch the structure fixes), else ``ColumnBranch``."""
 
     def __bool__(self) -> bool:
-        truths = {bool(x) for x in self.flat}
+        truths = set(map(bool, self.ravel().tolist()))
         if len(truths) != 1:
             raise ColumnBranch("a branch on a value the layouts of one structure do not share")
         return truths.pop()
@@ -128,6 +130,14 @@ class ColumnValues(dict):
         super().__init__(values)
         self.n = n
         self.env = {k.name: (np.asarray(list(v), dtype=np.int64) if is_column(v) else v) for k, v in values.items()}
+        # equal values (the rows of the ZeRO stages of one layout, say) share one key: results are memoized by it
+        key = tuple(sorted((k, (v.tobytes(),) if isinstance(v, np.ndarray) else v) for k, v in self.env.items()))
+        if key not in _ENV_KEYS:
+            if len(_ENV_KEYS) > _MEMO:
+                _ENV_KEYS.clear()
+                _RESULTS.clear()
+            _ENV_KEYS[key] = next(_KEY_IDS)
+        self.key = _ENV_KEYS[key]
 
     def rows(self) -> Iterator[dict[Any, Any]]:
         """Each row's values as ``estimate`` binds them (for what the grid cannot evaluate)."""
@@ -136,6 +146,9 @@ class ColumnValues(dict):
 
     def whole(self, expr: Any) -> Any:
         """``int(evaluate(expr, row))`` of every row (truncated toward zero)."""
+        return _memo(("whole", id(expr), self.key), expr, lambda: self._whole(expr))
+
+    def _whole(self, expr: Any) -> Any:
         try:
             num, den = rational(const(expr), self.env)
         except GridError:
@@ -148,10 +161,32 @@ class ColumnValues(dict):
     def ceiled(self, exprs: Sequence[Any], what: str) -> Any:
         """The sum of each expression rounded up (``Quantity.value``'s rule) of every row."""
         try:
-            return _as_column(grid_plan([const(x) for x in exprs]).run(self.env))
+            plan = grid_plan([const(x) for x in exprs])
+            return _memo(("ceiled", id(plan), self.key), plan, lambda: _as_column(plan.run(self.env)))
         except GridError:
             return _as_column(np.array([sum(exact_int(evaluate(x, row), what) for x in exprs)
                                         for row in self.rows()], dtype=object))
+
+
+#: Interned keys of ``ColumnValues`` (their sizes and columns) and results by (what, object id, key), each entry
+#: holding its object (so that the id stays its own); emptied past ``_MEMO`` entries.
+_ENV_KEYS: dict[tuple, int] = {}
+_KEY_IDS = itertools.count()  # never reused, so that a key emptied from _ENV_KEYS matches no held result
+_RESULTS: dict[tuple, tuple] = {}
+_MEMO = 1 << 15
+
+
+def _memo(key: tuple, held: Any, compute: Any) -> Any:
+    """``compute()`` once per key; a column result is made read-only, since callers share it."""
+    hit = _RESULTS.get(key)
+    if hit is None:
+        if len(_RESULTS) > _MEMO:
+            _RESULTS.clear()
+        value = compute()
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        hit = _RESULTS[key] = (held, value)
+    return hit[1]
 
 
 class ColumnQuantity:
@@ -215,11 +250,17 @@ def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]
     (the most ``total_bytes``, the first of equal ones)."""
     groups: dict[tuple, list[int]] = {}
     keys: dict[tuple, tuple] = {}
+    # rows that differ only in values the key reads through a switch (estimate.SWITCHES: m given or not, d, cp, ep
+    # > 1), with equal switches, share a structure: the key read once for them, off a view of base and the row
+    switches = {} if base.compile else SWITCHES
+    names: Any = None
     for i, row in enumerate(rows):
-        # rows that differ only in b and m's value share a structure (values of VALUE_FIELDS enter as symbols;
-        # the key reads m only as given or not): the key read once for them, off a view of base and the row
-        short = tuple((k, v) for k, v in row.items() if k not in ("batch", "micro_batches")) + \
-            (row.get("micro_batches") is None,)
+        if names is None or row.keys() != names:  # the fields of the rows (a plan's rows all have the same)
+            names, fields = row.keys(), tuple(row)
+            kept = [k for k in fields if k not in switches]
+            plain = operator.itemgetter(*kept) if kept else (lambda _: ())
+            read = [(k, switches[k]) for k in fields if k in switches]
+        short = (fields, plain(row), *[f(row[k]) for k, f in read])
         if short not in keys:
             keys[short] = structure_key(model, options_view(base, row))
         groups.setdefault(keys[short], []).append(i)

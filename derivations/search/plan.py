@@ -47,7 +47,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, capacity_bytes, given_options, positive_option
-from memderive.derivations.quantities.runtime import budget_bytes, budget_terms, nccl_bytes, parallel_groups
+from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
+                                                     parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
 from memderive.derivations.search.columns import LayoutColumns, cells, layout_columns
 from memderive.derivations.search.step_timer import layout_times
@@ -231,11 +232,14 @@ NCCL_TERMS = "runtime/nccl/"
 _DEGREES = ("tp", "cp", "pp", "dp", "ep")
 
 
-def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], LayoutColumns]]) -> np.ndarray:
+def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], LayoutColumns]],
+            memory: np.ndarray) -> np.ndarray:
     """The device bytes of every row (``runtime.budget_terms``: the runtime's terms added): the budget's terms but
     NCCL's over the structure's columns, plus the NCCL buffers of the row's own communicators
     (``runtime.parallel_groups``, ``nccl_bytes``: a group of 2 ranks holds fewer than a larger one, the expert
-    group's grow with its ranks), as ``overhead_breakdown`` adds them for it."""
+    group's grow with its ranks), as ``overhead_breakdown`` adds them for it. Where the budget starts from
+    ``total_bytes`` (``runtime.peak_key``), its terms are ``memory``'s (each term rounded up on its own, so the sum
+    is ``total_bytes`` plus the runtime's terms)."""
     buffers: dict[tuple, int] = {}
 
     def nccl(degrees: Any) -> int:
@@ -243,11 +247,14 @@ def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], Layou
 
     out = np.empty(len(rows), dtype=object)
     for indices, columns in groups:
-        terms = budget_terms(columns.structure)
+        total = peak_key(columns.structure) == "total_bytes"
+        terms = overhead_breakdown(columns.structure).terms if total else budget_terms(columns.structure)
         own = sum(exact_int(evaluate(t.expr, {}), t.path) for t in terms if t.path.startswith(NCCL_TERMS))
         if own != nccl(columns.structure.options):
             raise DerivationError(f"the runtime's NCCL terms ({own:,} B) are not parallel_groups' nccl_bytes")
         rest = columns.values.ceiled([t.expr for t in terms if not t.path.startswith(NCCL_TERMS)], "device_bytes")
+        if total:
+            rest = memory[indices] + (rest if isinstance(rest, int) else np.asarray(rest, dtype=object))
         for i, value in zip(indices, cells(rest, len(indices))):
             key = tuple(rows[i][name] for name in _DEGREES)
             if key not in buffers:  # the row's degrees as parallel_groups reads them (the rest is base's)
@@ -332,7 +339,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     groups = list(layout_columns(resolved, base, rows))  # one derivation per structure
     memory = _memory(groups, len(rows))
     # with a GPU named, device bytes (the runtime's terms too) are held against its memory
-    held = _device(base, rows, groups) if base.gpu is not None else memory
+    held = _device(base, rows, groups, memory) if base.gpu is not None else memory
     fitting = [i for i, need in enumerate(held) if need <= capacity]
     fits = [(rows[i], int(memory[i])) for i in fitting]
     if not fits:
