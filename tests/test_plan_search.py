@@ -129,3 +129,28 @@ def test_serving_nothing_fits_names_more_gpus() -> None:
     assert proc.returncode == 1
     would = [x["change"] for x in json.loads(proc.stdout)["would_fit"]]
     assert would[0] == "--gpus 2" and "--weight-dtype fp8" in would
+
+
+def test_tensor_parallel_groups_stay_inside_a_node() -> None:
+    """GPT-2 has 12 heads, so t may be 1, 2, 3, 4 or 6 within 8 GPUs a node. Past one node a t that does not divide
+    8 puts groups across two nodes (ranks numbered tp-first: t 6 on 12 GPUs makes ranks 6-11 one group, over nodes 0
+    and 1; t 3 ranks 6-8), so on 12 GPUs the planner keeps t 1, 2, 4; on 6 GPUs, one node, t 3 and 6 stay."""
+    across = plan("gpt2", 80 * 2**30, 12, 256, 12, top=10**6)
+    assert {x.options.get("tp", 1) for x in across} == {1, 2, 4}
+    inside = plan("gpt2", 80 * 2**30, 6, 256, 6, top=10**6)
+    assert {3, 6} <= {x.options.get("tp", 1) for x in inside}
+
+
+def test_the_planner_takes_the_recompute_zero_stages_and_sequence_parallelism_it_is_given() -> None:
+    """``plan(recomputes=, zeros=, sequence_parallel=)``: only those are compared (the published-runs comparison
+    plans a run under its framework's features); the defaults compare ZeRO 0-3, none and full recompute under
+    FlashAttention, and sequence parallelism with every t > 1."""
+    rows = plan("gpt2", 80 * 2**30, 16, 1024, 8, top=10**6, recomputes=("selective",), zeros=(0, 1),
+                sequence_parallel=False)
+    assert {x.options.get("recompute") for x in rows} == {"selective"}
+    assert {x.options.get("zero", 0) for x in rows} == {0, 1}
+    assert not any(x.options.get("sp") for x in rows) and any(x.options.get("tp", 1) > 1 for x in rows)
+    default = plan("gpt2", 80 * 2**30, 16, 1024, 8, top=10**6)
+    assert {x.options.get("recompute", "none") for x in default} == {"none", "full"}
+    assert {x.options.get("zero", 0) for x in default} == {0, 1, 2, 3}
+    assert all(x.options.get("sp") for x in default if x.options.get("tp", 1) > 1)
