@@ -43,7 +43,8 @@ def table() -> list[float]:
 
 
 def _parts(run: Run) -> tuple:
-    """The prediction's pieces at efficiency 1 with no elementwise time: refit without re-deriving."""
+    """The prediction's pieces at efficiency 1 with no elementwise time: refit without re-deriving. The memory-bound
+    terms (eager kernels, ZeRO-3's copies: per micro-batch, in the bubble; the optimizer step: once) ride along."""
     from memderive.derivations.quantities.timing import elementwise_flops, step_time
 
     est = run.estimate()
@@ -53,7 +54,10 @@ def _parts(run: Run) -> tuple:
     share = t.compute_s * t.gpu.bf16_flops / m / est.number("hardware_flops")
     memory = elementwise_flops(est) * share * m / t.gpu.memory_bandwidth
     width = run.model.sizes["h"] // o.tp
-    return t.compute_s, t.tp_s + t.pp_s, t.dp_s, (o.pp - 1) / (m * v), memory, width, run.measured()
+    fixed = step_time(est, run.cluster())  # memory_bound.py's terms: bytes from the graph, nothing fitted
+    per_micro = fixed.eager_s + fixed.zero3_copy_s
+    return (t.compute_s, t.tp_s + t.pp_s + per_micro, t.dp_s + fixed.optimizer_s, (o.pp - 1) / (m * v), memory,
+            width, run.measured())
 
 
 def _predicted(parts: tuple, ceiling: float, bytes_per_flop: float, half: float) -> float:

@@ -8,7 +8,8 @@ about ``bytes_per_flop`` bytes of HBM per elementwise FLOP the graph counts (``c
 attention core's are left out under FlashAttention, which keeps the scores on chip). ``E``, ``w_half`` and
 ``bytes_per_flop`` are fitted once per GPU, by least squares over the published measured runs on that GPU
 (``tests/published_runs.py``; ``benchmarks/published_runs.py --fit`` refits them and prints the residuals), never
-per run. A GPU without measured runs takes the A100's constants with ``w_half`` scaled by its ridge point (peak
+per run, with the memory-bound terms derived from the graph (``memory_bound``: the optimizer step, ZeRO-3's copies,
+eager kernels) in the prediction they fit (2.75 bytes per FLOP before the optimizer step was timed, 2.5 with it). A GPU without measured runs takes the A100's constants with ``w_half`` scaled by its ridge point (peak
 FLOP/s over memory bandwidth), said in the time model's note. The H100 SXM's runs in the table are held out, so its
 constants are the A100's with the ceiling scaled by ``H100_OVER_A100``: the fraction of peak the H100 reaches over the
 A100's on the same code, models and GPU counts (llm-foundry's MPT benchmarks on both GPUs).
@@ -55,10 +56,10 @@ class Calibration:
 
 
 CALIBRATIONS: dict[str, Calibration] = {
-    "a100-80gb": Calibration(0.83, 300, 2.75, "a100-80gb"),
+    "a100-80gb": Calibration(0.83, 300, 2.5, "a100-80gb"),
 }
 CALIBRATIONS["a100-40gb"] = CALIBRATIONS["a100-80gb"]
-CALIBRATIONS["h100-sxm"] = Calibration(round(0.83 * H100_OVER_A100, 4), 300, 2.75, "a100-80gb",
+CALIBRATIONS["h100-sxm"] = Calibration(round(0.83 * H100_OVER_A100, 4), 300, 2.5, "a100-80gb",
                                        (f"ceiling x {H100_OVER_A100:g}, the H100's fraction of peak over the A100's on "
                                         "the same code", H100_SOURCE))
 #: The measured GPU whose constants stand in for one without measured runs.
