@@ -22,8 +22,6 @@ from typing import Any
 from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.quantities.runtime import runtime_json
 from memderive.derivations.quantities.serving import vllm_json
-from memderive.derivations.models.implementations import describe as describe_implementation
-from memderive.derivations.models.implementations import float8_layers, hf_kernel, hf_layers
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import shared_names, symbol_values
@@ -159,7 +157,9 @@ class Estimate:
     def implementation(self) -> str:
         """Which code the activations describe, e.g. ``hf-sdpa (transformers' modeling code)``."""
         o = self.options
-        return describe_implementation(o.implementation_kind, o.hf_attention)
+        from memderive.derivations.models.implementations import describe
+
+        return describe(o.implementation_kind, o.hf_attention)
 
 
 def _options(options: Options | None, kwargs: Mapping[str, Any]) -> Options:
@@ -203,6 +203,8 @@ def _hf_kernel(model: Model, options: Options) -> Options:
     sdpa was only the default and the class lacks it); a kernel asked for that it refuses is one line."""
     if options.mode != "train" or options.implementation_kind != "hf":
         return options
+    from memderive.derivations.models.implementations import hf_kernel
+
     try:
         kernel = hf_kernel(model, options.hf_attention, options.hf_attention_given)
     except ValueError as exc:
@@ -321,7 +323,9 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     act = options.dtype if options.mode == "train" else "bf16"
     dropout = options.dropout and options.mode == "train"
     base = resolved.graph(activation_dtype=act, dropout=dropout)
-    if options.mode == "train" and options.implementation_kind == "hf":
+    if options.mode == "train" and options.implementation_kind == "hf":  # transformers' code (imported for it)
+        from memderive.derivations.models.implementations import float8_layers, hf_layers
+
         hf = hf_layers(resolved, options.hf_attention, options.device, experts=options.experts_implementation,
                        loss_chunks=options.loss_chunks)
         base = _autocast(resolved, options, hf, dropout) or _cast_in_part(options, hf(base))

@@ -29,8 +29,12 @@ class Keyed:
 
 def applied(graph: Any, steps: Any) -> Any:
     """``graph`` through the transforms ``steps`` in order, once per graph object and steps (strategies are frozen
-    values: structures that apply the same ones, e.g. every ZeRO stage of a layout, share the graph)."""
+    values: structures that apply the same ones, e.g. every ZeRO stage of a layout, share the graph), each prefix of
+    the steps once too (layouts that differ only in their last transforms, the pipeline stage seen or a parallel
+    degree's switch, share the graph before them)."""
     steps = tuple(steps)
+    if not steps:
+        return graph
     try:
         key = (id(graph), steps)
         hash(key)
@@ -47,7 +51,8 @@ def _apply(graph: Any, steps: tuple) -> Any:
 
 @lru_cache(maxsize=4096)
 def _applied(item: Keyed) -> Any:
-    return _apply(*item.value)
+    graph, steps = item.value
+    return steps[-1](applied(graph, steps[:-1]))
 
 
 _MEMOS: list[Any] = [_applied]

@@ -20,7 +20,7 @@ from memderive.symbolic.strategies import (ContextParallel, FlashAttention, Full
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -646,3 +646,28 @@ class Options:
 
     def strategy_names(self) -> tuple[str, ...]:
         return tuple(x.name for x in self.strategies())
+
+
+def derived(options: Any, **changes: Any) -> Any:
+    """``dataclasses.replace(options, **changes)`` without ``Options``' checks, for options made from checked ones
+    only to be read (a layout's whole model at t = p = 1, the same layout without recompute: their transforms).
+    A ``search.columns.ColumnOptions`` (the layouts of one structure) derives its own (``derived``).
+
+    >>> from dataclasses import replace
+    >>> o = Options(mode="train", batch=1, seq=8, tp=2, sp=True, recompute="full")
+    >>> w = derived(o, tp=1, sp=False, recompute="none")
+    >>> (w.tp, w.sp, w.recompute, w.seq) == (1, False, "none", 8), w == replace(o, tp=1, sp=False, recompute="none")
+    (True, True)
+    """
+    if type(options) is not Options:
+        return options.derived(**changes)
+    unknown = set(changes).difference(_FIELD_NAMES)
+    if unknown:
+        raise TypeError(f"Options has no field {', '.join(sorted(unknown))}")
+    out = object.__new__(Options)
+    for name in _FIELD_NAMES:
+        object.__setattr__(out, name, changes[name] if name in changes else getattr(options, name))
+    return out
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Options))

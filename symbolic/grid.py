@@ -180,27 +180,10 @@ class GridPlan:
         return f"GridPlan({self.whole!r}, {self.fractional!r})"
 
     def run(self, env: Mapping[str, np.ndarray]) -> Any:
-        """The sum over the grid: each integer term's coefficients prepared once (``_prepared``, per term and the
-        numbers bound), added into one polynomial evaluated once; each fractional term rounded up on its own."""
-        signature = _signature(env)
-        merged: dict[tuple, int] = {}
-        one_polynomial = True
-        nodes: set = set()
-        for term in self.integral:
-            ints, den, shift, swept = _prepare(term, env, signature)
-            if den != 1 or shift:  # not reached for whole-valued terms; the sum as one expression then
-                one_polynomial = False
-                break
-            for mono, c in ints.items():
-                merged[mono] = merged.get(mono, 0) + c
-            nodes.update(swept)
-        if not one_polynomial:
-            total = _rational(self.whole, env, wide=True)[0]
-        else:
-            merged = {mono: c for mono, c in merged.items() if c}
-            values = {atom: _node(atom, env)[0] for atom in nodes}
-            values.update({atom: env[atom.name] for mono in merged for atom, _ in mono if type(atom) is Sym})
-            total = _polynomial(merged, values, True)
+        """The sum over the grid: the integer terms' sum (``whole``) as one polynomial, its coefficients prepared
+        once per plan and the numbers bound (``_prepared``), evaluated once; each fractional term rounded up on its
+        own."""
+        total: Any = _rational(self.whole, env, wide=True)[0] if self.integral else 0
         for term in self.fractional:
             num, den = _rational(term, env)
             total = total + (-((-num) // den))

@@ -35,7 +35,7 @@ from typing import Any
 
 from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, derived
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import TRAINING_PHASES, Breakdown, flops
 from memderive.symbolic.dims import b, s
@@ -63,7 +63,7 @@ def whole_model(base: Graph, options: Options, transform: Callable[[Graph, Optio
     """The graph one model replica runs without model parallelism (t = p = 1), with the
     options' other transforms (recompute, FlashAttention; fine-tuning through ``transform``, the
     estimate's own pipeline of transforms, when given)."""
-    whole = replace(options, tp=1, pp=1, cp=1, sp=False, virtual_stages=None, first_stage_layers=None,
+    whole = derived(options, tp=1, pp=1, cp=1, sp=False, virtual_stages=None, first_stage_layers=None,
                     last_stage_layers=None)
     if transform is not None:
         return transform(base, whole)

@@ -15,13 +15,14 @@ et al. 2022 §5). ``ep`` must divide both d and E.
 
 from __future__ import annotations
 
-from memderive.symbolic.derive import Breakdown, Term, parameters
+from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import d, ep
 from memderive.symbolic.experts import expert_ops, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
                                                            states_breakdown)
 
@@ -38,7 +39,7 @@ def _renamed(breakdown: Breakdown, part: str) -> Breakdown:
 def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None]:
     """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over d ranks,
     the routed experts' over d/ep ranks. Without experts, one breakdown over d as before."""
-    params = parameters(graph)
+    params = graph_parameters(graph)
     factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
     on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision)  # noqa: E731

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memderive.derivations.memo import per_graph
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dims import l, l_d
@@ -18,7 +19,7 @@ from memderive.symbolic.experts import ActiveExperts, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
-__all__ = ["parameter_quantities", "MOE_CITATION", "ACTIVE_DEFINITION", "CARD_DEFINITION", "CARD_CITATION"]
+__all__ = ["parameter_quantities", "graph_parameters", "MOE_CITATION", "ACTIVE_DEFINITION", "CARD_DEFINITION", "CARD_CITATION"]
 
 MOE_CITATION = Citation("lepikhin-2020", "top-k routing over E experts", also=(Citation("dai-2024", "shared experts"),))
 ACTIVE_DEFINITION = ("active parameters: the total less, in each MoE layer, the E - k routed experts a token does not "
@@ -27,6 +28,11 @@ ACTIVE_DEFINITION = ("active parameters: the total less, in each MoE layer, the 
 CARD_DEFINITION = ("active parameters as the gpt-oss model card counts them: the total less the E - k routed experts "
                    "a token does not use and less the input embedding (a lookup; the unembedding counts)")
 CARD_CITATION = Citation("openai-2025-gpt-oss", "Table 1: unembedding parameters counted as active, embeddings not")
+
+
+#: ``parameters`` once per graph object: the structures of a layout that share a graph (its ZeRO stages) share the
+#: breakdown, so their numbers are one evaluation (``search.columns``).
+graph_parameters = per_graph(parameters)
 
 
 def _collected_in_l(expr: Any) -> Any:

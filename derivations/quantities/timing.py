@@ -50,7 +50,7 @@ from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, layout_int as _bytes, optimizer_bytes,
                                                             zero3_copy_bytes)
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -76,13 +76,20 @@ def _ring(n: int) -> float:
 def dispatched_bytes(graph: Graph, values: Mapping[Any, int]) -> int:
     """Bytes of token-expert pairs one micro-batch sends to its routed experts, all MoE layers of the whole-model
     graph: each expert op's gathered inputs (b s k h, or E C h padded to capacity), the volume of one all-to-all."""
+    total = _dispatched_form(graph)
+    return _bytes(total, values) if total else 0
+
+
+@per_graph
+def _dispatched_form(graph: Graph) -> Any:
+    """``dispatched_bytes``' expression, once per graph (structures that share the graph share it)."""
     total: Any = 0
     for blk in graph.blocks:
         for op in blk.ops:
             if op.kind == "experts":
                 gathered = next(x for x in op.saved if x.name.endswith(".gathered"))
                 total += blk.repeat * op.share * gathered.nbytes
-    return _bytes(total, values) if total else 0
+    return total
 
 
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float:
@@ -104,6 +111,18 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool) -> t
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
     gradients) in backward, each distinct tensor once per repeat of its block."""
     forward = backward = 0
+    for name, out, back in _tp_forms(graph):
+        layer_fwd = _bytes(out, values) if out else 0
+        forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
+        backward += _bytes(back, values) if back else 0
+    return forward, backward
+
+
+@per_graph
+def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any], ...]:
+    """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
+    backward's input gradients, times the block's repeat; 0 when none), once per graph."""
+    forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
         out: Any = 0
@@ -121,10 +140,8 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool) -> t
                     out += width * weight.shape[0]
                 elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
                     inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
-        layer_fwd = _bytes(blk.repeat * out, values) if out else 0
-        forward += layer_fwd * (2 if recompute_full and blk.name == "layer" else 1)
-        backward += _bytes(blk.repeat * sum(inputs.values()), values) if inputs else 0
-    return forward, backward
+        forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * sum(inputs.values()) if inputs else 0))
+    return tuple(forms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +304,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     c = opts.cp
     layer = est.graph.block("layer")
     attention = [op for op in layer.ops if "attention" in op.kind]
-    chunk = _bytes(sum((x.nbytes for op in attention for x in op.saved if x.role in ("k", "v")), 0) or 0, est.values)
+    chunk = _bytes(_kv_chunk(est.graph), est.values)
     products = [f for op in attention for f in op.flops if f.kind == "matmul"]
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
@@ -298,6 +315,14 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     if opts.recompute == "full":
         exposed += (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     return _bytes(layer.repeat, est.values) * exposed
+
+
+@per_graph
+def _kv_chunk(graph: Graph) -> Any:
+    """The k and v one rank of the ring sends per layer (``context_parallel_s``), once per graph."""
+    layer = graph.block("layer")
+    return sum((x.nbytes for op in layer.ops if "attention" in op.kind for x in op.saved if x.role in ("k", "v")),
+               0) or 0
 
 
 def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int, m: int, micro_s: float) -> float:
@@ -358,7 +383,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
-    ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, replace(opts, recompute="none")), values),
+    ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
                                  opts) if opts.ep > 1 else 0.0
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp

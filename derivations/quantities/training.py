@@ -19,16 +19,17 @@ from typing import Any
 
 from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import PROFILES, Options
+from memderive.derivations.options import PROFILES, Options, derived
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, OFFLOAD_CITATION, OPTIMIZERS,
                                                            ZERO_CITATION)
+from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
                                                             offload_params_states)
 from memderive.derivations.quantity import Quantity
-from memderive.symbolic.derive import Breakdown, Term, activations, parameters
+from memderive.symbolic.derive import Breakdown, Term, activations
 from memderive.symbolic import dims
 from memderive.symbolic.dims import b, h, s
 from memderive.symbolic.expr import const
@@ -72,7 +73,7 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
                            model: Model) -> Breakdown:
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
     (what it would save without recompute, less what recompute already keeps) add to the stored ones."""
-    plain = one_layer(transformed(base, replace(opts, recompute="none"), model), ignore).total
+    plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
     return Breakdown((Term("recompute/working_layer", plain - stored.total),), "bytes")
 
 
@@ -166,7 +167,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
-                 parameters(graph), rel),
+                 graph_parameters(graph), rel),
         *tuned,
         Quantity("activation_bytes_per_layer", "Activation memory per layer", per_layer, rel, act_cite,
                  assumptions, form=_sbh_factored),

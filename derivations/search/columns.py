@@ -24,7 +24,6 @@ memderive.derivations.search.columns.ColumnBranch: a branch on a value the layou
 
 from __future__ import annotations
 
-import copy
 import itertools
 import operator
 import types
@@ -39,7 +38,7 @@ from memderive.derivations.columns import is_column, where
 from memderive.derivations.estimate import SWITCHES, Estimate, estimate, stage_derivations, structure_key
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, derived
 from memderive.derivations.quantity import Quantity, exact_int
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.errors import DerivationError
@@ -105,15 +104,28 @@ class ColumnOptions:
         return out
 
     def __getattr__(self, name: str) -> Any:
+        """A column, a property or method of ``Options`` run on the columns, or the representative's value; kept in
+        the instance's ``__dict__`` (it is frozen), so that the next read is a plain attribute's."""
         columns = object.__getattribute__(self, "_columns")
         if name in columns:
-            return columns[name]
-        attr = getattr(Options, name, None)
-        if isinstance(attr, property):
-            return attr.fget(self)
-        if isinstance(attr, types.FunctionType):
-            return types.MethodType(attr, self)
-        return getattr(object.__getattribute__(self, "_rep"), name)
+            value = columns[name]
+        else:
+            attr = getattr(Options, name, None)
+            if isinstance(attr, property):
+                value = attr.fget(self)
+            elif isinstance(attr, types.FunctionType):
+                value = types.MethodType(attr, self)
+            else:
+                value = getattr(object.__getattribute__(self, "_rep"), name)
+        self.__dict__[name] = value
+        return value
+
+    def derived(self, **changes: Any) -> ColumnOptions:
+        """``options.derived``: the representative's options derived, the columns of the fields changed dropped."""
+        columns = {k: v for k, v in self._columns.items() if k not in changes}
+        columns.update((k, v) for k, v in changes.items() if is_column(v))
+        rep = derived(self._rep, **{k: (v[0] if is_column(v) else v) for k, v in changes.items()})
+        return ColumnOptions.of(rep, columns)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ColumnOptions is frozen")
@@ -237,10 +249,7 @@ class LayoutColumns:
 def options_view(base: Options, row: Mapping[str, Any]) -> Options:
     """``replace(base, **row)`` without ``Options``' checks, for reading the structure key (each group's
     representative row is checked, as ``estimate`` checks it)."""
-    out = copy.copy(base)
-    for name, value in row.items():
-        object.__setattr__(out, name, value)
-    return out
+    return derived(base, **row)
 
 
 def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]]
@@ -267,9 +276,10 @@ def layout_columns(model: Model, base: Options, rows: Sequence[Mapping[str, Any]
     for indices in groups.values():
         rep = estimate(model, replace(base, **rows[indices[0]]))
         columns = {}
+        members = [rows[i] for i in indices]
         for name in rows[indices[0]]:
-            values = [rows[i][name] for i in indices]
-            if any(v != values[0] for v in values[1:]):
+            values = list(map(operator.itemgetter(name), members))
+            if values.count(values[0]) != len(values):
                 columns[name] = column(values)
         stages = stage_derivations(model, rep.options)
         if len(stages) == 1:

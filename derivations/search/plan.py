@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 import time
 from fractions import Fraction
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ from memderive.derivations.options import Options, capacity_bytes, given_options
 from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
                                                      parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
+from memderive.derivations.columns import is_column
 from memderive.derivations.search.columns import LayoutColumns, cells, layout_columns
 from memderive.derivations.search.step_timer import layout_times
 from memderive.symbolic.derive import evaluate
@@ -241,6 +243,7 @@ def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], Layou
     ``total_bytes`` (``runtime.peak_key``), its terms are ``memory``'s (each term rounded up on its own, so the sum
     is ``total_bytes`` plus the runtime's terms)."""
     buffers: dict[tuple, int] = {}
+    degrees = operator.itemgetter(*_DEGREES)
 
     def nccl(degrees: Any) -> int:
         return sum(nccl_bytes(name, ranks) for name, ranks in parallel_groups(degrees))
@@ -255,11 +258,12 @@ def _device(base: Options, rows: list[dict], groups: list[tuple[list[int], Layou
         rest = columns.values.ceiled([t.expr for t in terms if not t.path.startswith(NCCL_TERMS)], "device_bytes")
         if total:
             rest = memory[indices] + (rest if isinstance(rest, int) else np.asarray(rest, dtype=object))
-        for i, value in zip(indices, cells(rest, len(indices))):
-            key = tuple(rows[i][name] for name in _DEGREES)
-            if key not in buffers:  # the row's degrees as parallel_groups reads them (the rest is base's)
-                buffers[key] = nccl(SimpleNamespace(mode=base.mode, **dict(zip(_DEGREES, key))))
-            out[i] = value + buffers[key]
+        keys = [degrees(rows[i]) for i in indices]
+        for key in set(keys).difference(buffers):  # the rows' degrees as parallel_groups reads them (the rest: base's)
+            buffers[key] = nccl(SimpleNamespace(mode=base.mode, **dict(zip(_DEGREES, key))))
+        own = np.empty(len(keys), dtype=object)
+        own[:] = [buffers[key] for key in keys]
+        out[indices] = own + (rest if isinstance(rest, int) else np.asarray(rest, dtype=object))
     return out
 
 
@@ -355,29 +359,42 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     if base.gpu is None:
         params = estimate(resolved, base).number("parameters")
         timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
+        timed.sort(key=_rank)
     else:
-        timed = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, fits, peak_flops, cluster)
-    timed.sort(key=_rank)
+        times = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, len(fits), peak_flops, cluster)
+        timed = [(tuple(x[i] for x in times), *fits[i]) for i in _ranked(times, fits)[:top]]
     return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
                 len(rows), len(fits), time.perf_counter() - start)
 
 
-def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int],
-           fits: list[tuple[dict, int]], peak_flops: float | None, cluster: Any) -> list[tuple[tuple, dict, int]]:
-    """(times, row, bytes) of each row that fits (``position``: row index -> place in ``fits``), in order: the
-    compute model (``step_timer.layout_times``) run once per structure on the columns of its rows that fit
-    (``search.columns``), each row's times ``estimate``'s to the bit."""
-    out: list[Any] = [None] * len(fits)
+def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int], count: int,
+           peak_flops: float | None, cluster: Any) -> list[np.ndarray]:
+    """The times of the ``count`` rows that fit (``position``: row index -> place among them), as five ``object``
+    arrays in that order (hardware FLOPs per GPU, model FLOPs, bubble, step time, MFU): the compute model
+    (``step_timer.layout_times``) run once per structure on the columns of its rows that fit (``search.columns``),
+    each row's times ``estimate``'s to the bit."""
+    out = [np.empty(count, dtype=object) for _ in range(5)]
     for indices, columns in groups:
         keep = [k for k, i in enumerate(indices) if i in position]
         if not keep:
             continue
         part = columns if len(keep) == len(indices) else columns.take(keep)
-        times = layout_times(part, base, peak_flops, cluster)
-        for k, row_times in zip(keep, zip(*(cells(x, len(keep)) for x in times))):
-            at = position[indices[k]]
-            out[at] = (row_times, *fits[at])
+        at = [position[indices[k]] for k in keep]
+        for column, values in zip(out, layout_times(part, base, peak_flops, cluster)):
+            column[at] = values if is_column(values) else [values] * len(at)
     return out
+
+
+def _ranked(times: list[np.ndarray], fits: list[tuple[dict, int]]) -> np.ndarray:
+    """The rows' places, fastest first, in ``_rank``'s order (a stable sort on the same keys: step time, then
+    ZeRO, tp, cp, pp, uneven stages, ep, recompute, the larger micro-batch, bytes), over arrays of the keys."""
+    rows = [row for row, _ in fits]
+    keys = ([mem for _, mem in fits], [-row["batch"] for row in rows],
+            [_RECOMPUTE_ORDER[row["recompute"]] for row in rows], [row["ep"] for row in rows],
+            [row["first_stage_layers"] is not None for row in rows], [row["pp"] for row in rows],
+            [row.get("cp", 1) for row in rows], [row["tp"] for row in rows], [row["zero"] for row in rows])
+    step = np.asarray(times[3].tolist(), dtype=np.float64)  # Python floats: the same doubles
+    return np.lexsort((*(np.asarray(k, dtype=np.int64) for k in keys), step))
 
 
 def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: Options,
