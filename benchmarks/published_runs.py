@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.published_runs import FITTED, HELD_OUT, RUNS, Run, predict  # noqa: E402
+from tests.published_runs import FITTED, HELD_OUT, RUNS, ZERO3_2021, ZERO3_GAP, Run, predict  # noqa: E402
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -39,7 +39,21 @@ def _rows(title: str, runs: list[Run]) -> list[float]:
 def table() -> list[float]:
     fitted = _rows("In sample: the runs the A100 constants (efficiency.CALIBRATIONS) were fitted on", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
+    zero3()
     return fitted + held
+
+
+def zero3() -> None:
+    """Narayanan et al. 2021 Table 2's DeepSpeed ZeRO-3 rows, held out and outside the bounds (``ZERO3_GAP``), with
+    the per-GPU rate of ZeRO-3's traffic the measured step implies: 3 x 2 B x parameters over the step."""
+    _rows(f"Held out, not modelled (outside the bounds): {ZERO3_GAP}", ZERO3_2021)
+    for run in ZERO3_2021:
+        p = predict(run)
+        traffic = 3 * 2 * run.estimate().number("parameters")
+        print(f"{run.name:26s} ZeRO-3 traffic 3 x 2 B x P = {traffic / 1e9:7.1f} GB per GPU per step: "
+              f"{traffic / p.measured_s / 1e9:5.1f} GB/s over the measured step; the model's dp time "
+              f"{p.parts['dp_comm_time_s']:.2f} s (hidden), compute {p.parts['compute_time_s']:.2f} s")
+    print()
 
 
 def _parts(run: Run) -> tuple:
