@@ -57,6 +57,10 @@ def _sixteen_bit(default: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda given: given.get("dtype", default) in ("bf16", "fp16")
 
 
+def _bf16_below_zero2(given: Mapping[str, Any]) -> bool:
+    return given.get("dtype") == "bf16" and int(given.get("zero") or 0) < 2
+
+
 def _eager(given: Mapping[str, Any]) -> bool:
     return not given.get("compile")  # --compile: Inductor's fused kernels
 
@@ -139,6 +143,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                 "fp32 master weights for fp16/bf16 (given --dtype bf16 or fp16)", when=_sixteen_bit("fp32")),
         Setting("offload", False, f"{_DS}: offload_optimizer.device default none"),
         Setting("optimizer", "adamw", f"{_DS}: optimizer Adam with adam_w_mode True (FusedAdam)"),
+        Setting("grad_sync", "deepspeed", "DeepSpeed deepspeed/runtime/engine.py: bf16 under ZeRO 0-1 runs "
+                "BF16_Optimizer (bf16_optimizer.py: fp32 gradients, update_hp_grads after each backward; reduced at "
+                "the accumulation boundary)", when=_bf16_below_zero2),
     ), ("a ZeRO stage and precision come from the user's ds_config; give --zero and --dtype",)),
     Framework("vllm", "vLLM serving", "infer", (
         Setting("kv_block", 16, f"{_VLLM}: block_size=16"),

@@ -197,6 +197,13 @@ OPTIONS: tuple[Option, ...] = (
        "fp32 upcasts, the AdamW step as foreach kernels: torchtitan's compile = false, transformers)",
        choices=("fused", "eager"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--kernels", "eager")),
+    _o("grad_sync", "choice", "overlapped", "how gradients are accumulated and reduced, for times: overlapped "
+       "(DDP/FSDP buckets and Megatron-LM's --overlap-grad-reduce behind the last backward, accumulation fused into "
+       "the weight-gradient GEMM) or deepspeed (DeepSpeed's engine with its bf16 optimizer, as Megatron-DeepSpeed "
+       "trained BLOOM: each micro-batch's gradients added into fp32 ones, the fp32 gradients and the tied embedding's "
+       "all-reduced after the last backward, ZeRO-1's gather after the step, none overlapped)",
+       choices=("overlapped", "deepspeed"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--gpu", "a100-80gb", "--grad-sync", "deepspeed")),
     _o("flash", "bool", False, "short for --attention flash", echo="never",
        example=(*_TRAIN_STEP, "--flash")),
     _o("attention", "choice", None, "attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not "

@@ -172,6 +172,7 @@ class Options:
     recompute: str = "none"
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
+    grad_sync: str = "overlapped"  # overlapped | deepspeed: gradient accumulation and reduction, for times
     flash: bool = False  # shorthand for attention="flash"
     attention: str | None = None  # None: the mode's default, see ``attention_kernel``
     kv_block: int | None = None  # inference: paged KV cache, tokens per block
@@ -290,6 +291,8 @@ class Options:
             raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
         if self.kernels not in ("fused", "eager"):
             raise OptionsError(f"--kernels must be fused or eager, got {self.kernels!r}")
+        if self.grad_sync not in ("overlapped", "deepspeed"):
+            raise OptionsError(f"--grad-sync must be overlapped or deepspeed, got {self.grad_sync!r}")
         if self.mla_decode is not None and self.mla_decode not in MLA_DECODE:
             raise OptionsError(f"--mla-decode must be one of {', '.join(MLA_DECODE)}, got {self.mla_decode!r}")
         if self.mla_decode is not None and self.mode != "infer":

@@ -354,6 +354,15 @@ _ENTRIES: tuple[Reference, ...] = (
               "'fused': fused, 'foreach': not fused; optimizer.fused defaults to False)", None,
               "github.com/pytorch/torchtitan/blob/5cffd5ac430304f604fb4f171add4fdf61d1ef23/torchtitan/optimizer.py",
               "code"),
+    Reference("deepspeed-pipe-engine", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/pipe/engine.py "
+              "(PipelineEngine: _exec_backward_pass calls the bf16 optimizer's update_hp_grads after each micro-batch; "
+              "the schedule's ReduceTiedGrads and ReduceGrads after the last backward, the fp32 gradients all-reduced "
+              "by buffered_allreduce_fallback under ZeRO 0-1)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/pipe/engine.py", "code"),
+    Reference("deepspeed-bf16-optimizer", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/bf16_optimizer.py "
+              "(BF16_Optimizer, written for BigScience's BLOOM: fp32 gradients of every parameter, update_hp_grads "
+              "adds each 16-bit gradient into them)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/bf16_optimizer.py", "code"),
     Reference("pytorch-fsdp2-collectives", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/"
               "_fully_shard/_fsdp_collectives.py (foreach_all_gather_copy_out: split_with_sizes_copy of the gathered "
               "output; foreach_reduce: _chunk_cat of the gradients into the reduce-scatter input)", None,

@@ -173,10 +173,13 @@ LLAMA3 = [
 BLOOM = [
     Run("BLOOM 176B t4 p12 d8", "BigScience 2022 (BLOOM), §3.4; model card", BLOOM_176B,
         {"tp": 4, "pp": 12, "dp": 8, "batch": 2, "micro_batches": 128, "recompute": "full", "zero": 1, "flash": False,
+         "grad_sync": "deepspeed",
          "first_stage_layers": 5, "last_stage_layers": 5},
         2048, "a100-80gb", 4 * 100 * 10**9 // 8 // 8, tflops_per_gpu=150, held_out=True,
         note="384 A100 80GB on Jean Zay, 4 Omni-Path 100 Gb/s per 8 GPUs (50 Gb/s per GPU), global batch 2,048 of "
-             "2,048 tokens, 'about 150 TFLOPs' (Megatron-DeepSpeed's count with recompute); micro-batch 2, full "
+             "2,048 tokens, 'about 150 TFLOPs' (Megatron-DeepSpeed's count with recompute); DeepSpeed's pipeline engine "
+             "with its bf16 optimizer (--grad-sync deepspeed: fp32 gradient accumulation, reductions after the last "
+             "backward); micro-batch 2, full "
              "activation checkpointing, ZeRO-1, 70 layers as 5 + 10 x 6 + 5 (DeepSpeed's partition counts the embedding "
              "on the first and last stage as a layer each: 72/12; bigscience tr11-176B-ml, assumed)",
         zero_stages=(0, 1)),

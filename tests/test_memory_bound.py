@@ -97,3 +97,23 @@ def test_torchtitans_compile_gain_is_the_eager_term() -> None:
     assert measured == pytest.approx(16 * 8192 / 8 * (1 / 5762 - 1 / 6667), rel=1e-12)
     predicted = predict(eager).predicted_s - predict(compiled).predicted_s
     assert predicted == pytest.approx(measured, rel=0.10)
+
+
+def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
+    """GPT-2 (81,911,040 parameters on the first of 2 stages, tied embedding 50,257 x 768 = 38,597,376; positions
+    1,024 x 768 not tied), dp 2, ZeRO-1, --grad-sync deepspeed on one A100 node (NVLink 300 GB/s each way):
+    each micro-batch 18 bytes per parameter at 2,039 GB/s; after the last backward, not hidden, the fp32 gradients'
+    all-reduce 2 (1/2) 4 P / 300e9 = 1.092154e-3 s, the tied embedding's between the two stages 2 (1/2) 4 x
+    38,597,376 / 300e9 = 5.146317e-4 s, ZeRO-1's gather of the 16-bit shards (1/2) 2 P / 300e9 = 2.730368e-4 s."""
+    from memderive.derivations.quantities.memory_bound import fp32_accumulation_bytes
+
+    e = estimate("gpt2", mode="train", batch=1, seq=8, dp=2, pp=2, zero=1, grad_sync="deepspeed", micro_batches=4)
+    p = 81_911_040
+    assert e.number("parameters_per_gpu") == p and fp32_accumulation_bytes(e) == 18 * p
+    st = step_time(e, "a100-80gb")
+    assert st.fp32_accumulation_s == pytest.approx(4 * 18 * p / 2039e9, rel=1e-12)
+    assert st.dp_s == pytest.approx(4 * p / 300e9 + 4 * 38_597_376 / 300e9 + p / 300e9, rel=1e-12)
+    overlapped = step_time(estimate("gpt2", mode="train", batch=1, seq=8, dp=2, pp=2, zero=1, micro_batches=4),
+                           "a100-80gb")
+    assert overlapped.fp32_accumulation_s == 0 and overlapped.dp_s < st.dp_s
+    assert st.to_json()["fp32_grad_accumulation_time_s"] == st.fp32_accumulation_s

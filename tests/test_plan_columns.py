@@ -89,14 +89,19 @@ def test_a_row_fits_when_estimate_says_its_device_bytes_fit() -> None:
         assert budget_bytes(estimate("llama-2-13b", **x.options))[0] <= capacity
 
 
-def test_rows_of_an_eager_plan_equal_estimate_one_by_one() -> None:
+@pytest.mark.parametrize("given", [{"kernels": "eager"}, {"grad_sync": "deepspeed"}])
+def test_rows_of_an_eager_or_deepspeed_plan_equal_estimate_one_by_one(given) -> None:
     """--kernels eager adds the unfused kernels' traffic per micro-batch (memory_bound.py), and ZeRO-3 rows their
-    copies: the columns' time is the scalar path's, ZeRO-3 rows among those compared."""
-    rows = plan("llama-2-7b", 80 * 10**9, 64, 4096, 16, options=Options(gpu="h100-sxm", kernels="eager"), top=10**6)
+    copies; --grad-sync deepspeed the fp32 accumulation and the reductions after the last backward: the columns'
+    time is the scalar path's, ZeRO-3 rows among those compared."""
+    rows = plan("llama-2-7b", 80 * 10**9, 64, 4096, 16, options=Options(gpu="h100-sxm", **given), top=10**6)
     picked = [x for x in rows if x.options.get("zero") == 3][:4] + random.Random(24).sample(list(rows), 8)
     assert len(picked) == 12
     for x in picked:
-        est = estimate("llama-2-7b", **{"kernels": "eager", **x.options})
+        est = estimate("llama-2-7b", **{**given, **x.options})
         timing = time_of(est)
-        assert timing.eager_s > 0 and (timing.zero3_copy_s > 0) == (x.options.get("zero") == 3)
+        if "kernels" in given:
+            assert timing.eager_s > 0 and (timing.zero3_copy_s > 0) == (x.options.get("zero") == 3)
+        else:
+            assert timing.fp32_accumulation_s > 0
         assert math.isclose(x.step_time_s, timing.step_s, rel_tol=1e-9), (x.options, x.step_time_s, timing.step_s)

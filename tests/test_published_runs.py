@@ -45,10 +45,11 @@ def test_held_out_errors_do_not_grow() -> None:
     median 5.7%, worst 16.1% (BLOOM) over 13 runs once torchtitan's runs are timed as the eager kernels they ran
     (``--kernels eager``, memory_bound.py), ZeRO-3's copies and the optimizer step are timed and the A100 constants
     refit with them (bytes per elementwise FLOP 2.75 -> 2.5, in sample only), with torchtitan's two torch.compile rows
-    added."""
+    added; median 5.7%, worst 9.7% (Llama 3 405B on 8,192 GPUs) once BLOOM is timed as DeepSpeed's engine ran it
+    (``--grad-sync deepspeed``: fp32 gradient accumulation per micro-batch, reductions after the last backward)."""
     errors = [abs(predict(run).error) for run in HELD_OUT]
     assert statistics.median(errors) <= 0.06
-    assert max(errors) <= 0.17
+    assert max(errors) <= 0.10
 
 
 def test_the_held_out_runs_meet_the_issues_worst_bound() -> None:

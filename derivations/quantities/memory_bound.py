@@ -17,6 +17,9 @@ bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lowe
   written, 7), plus the gradient-norm clipping (``clip_grad_norm_``: a norm read and a scaling, 3) and, with the
   fp32 master copy outside ZeRO-3, the copy into the 16-bit weights (Megatron-LM's
   ``_copy_main_params_to_model_params``: 4 + 2 bytes).
+* **DeepSpeed's fp32 gradient accumulation** (``--grad-sync deepspeed``: its engine with the bf16 optimizer, as
+  BigScience's Megatron-DeepSpeed trained BLOOM), each micro-batch: ``BF16_Optimizer.update_hp_grads`` casts every
+  16-bit gradient to fp32 and adds it into the fp32 gradients (the pipeline engine calls it after each backward).
 * **ZeRO-3's copies** (FSDP2), each micro-batch: each all-gather's output copied out into the parameters
   (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, one read and one write of every gathered 16-bit
   parameter), for the forward and again for the backward (``reshard_after_forward=True``), and the gradients
@@ -37,7 +40,8 @@ from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Moves", "EAGER_EXTRA", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
-           "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int"]
+           "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
+           "DEEPSPEED_SOURCE"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
     Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
@@ -45,6 +49,9 @@ EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
 OPTIMIZER_SOURCE = Citation("pytorch-adam", "_multi_tensor_adam (foreach) and _fused_adam", also=(
     Citation("torchtitan-optimizer", "'foreach': not fused, fused False"),
     Citation("megatron-fp16-optimizer", "_copy_main_params_to_model_params")))
+DEEPSPEED_SOURCE = Citation("deepspeed-pipe-engine", "_exec_backward_pass: update_hp_grads after each micro-batch; "
+                            "_exec_reduce_grads: buffered_allreduce_fallback of the fp32 gradients; "
+                            "_exec_reduce_tied_grads", also=(Citation("deepspeed-bf16-optimizer", "update_hp_grads"),))
 FSDP_SOURCE = Citation("pytorch-fsdp2-collectives", "foreach_all_gather_copy_out, foreach_reduce (_chunk_cat)")
 
 
@@ -147,3 +154,13 @@ def zero3_copy_bytes(est: Evaluated) -> Any:
         return 0
     width = 4 if o.dtype == "fp32" else 2
     return est.number("parameters_per_gpu") * 6 * width
+
+
+def fp32_accumulation_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one micro-batch's fp32 gradient accumulation under ``--grad-sync deepspeed`` on one GPU:
+    ``hp_grad.add_(lp.grad.to(fp32))``, the cast (r 2, w 4) and the add (r 4 + 4, w 4), 18 bytes per parameter of
+    the first stage (``parameters_per_gpu``); 0 otherwise, and in fp32 (no 16-bit gradient to upcast)."""
+    o = est.options
+    if o.grad_sync != "deepspeed" or o.dtype == "fp32":
+        return 0
+    return est.number("parameters_per_gpu") * 18

@@ -48,8 +48,8 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
-from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, layout_int as _bytes, optimizer_bytes,
-                                                            zero3_copy_bytes)
+from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes,
+                                                            layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.options import Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
@@ -168,11 +168,13 @@ class StepTime:
     zero3_copy_s: float = 0.0  # ZeRO-3's copies of the gathered parameters and of the gradients to reduce
     optimizer_s: float = 0.0  # the optimizer step over this GPU's shard, and the gradient clipping
     kernels: str = "fused"
+    fp32_accumulation_s: float = 0.0  # --grad-sync deepspeed: each micro-batch's gradients added into fp32 ones
+    grad_sync: str = "overlapped"
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
-                + self.eager_s + self.zero3_copy_s + self.optimizer_s)
+                + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -191,6 +193,13 @@ class StepTime:
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
+        if self.grad_sync == "deepspeed":
+            from memderive.derivations.quantities.memory_bound import DEEPSPEED_SOURCE
+
+            memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
+                       "(18 bytes per parameter at the memory bandwidth); the fp32 gradients all-reduced, the tied "
+                       "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
+                       f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
         return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
@@ -208,6 +217,7 @@ class StepTime:
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
                 "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
+                "fp32_grad_accumulation_time_s": self.fp32_accumulation_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
@@ -345,6 +355,34 @@ def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int
     return maximum(0.0, scatter - micro_s * 2 / 3) + maximum(0.0, gather - micro_s / 3)
 
 
+#: The token embedding's weight, the one a tied LM head shares (``models.architectures``).
+TIED_WEIGHT = "embed/tokens.weight"
+
+
+def deepspeed_data_parallel_s(est: Evaluated, cluster: Cluster) -> float:
+    """Data-parallel communication of DeepSpeed's engine (``--grad-sync deepspeed``), none of it hidden: after the
+    last micro-batch's backward the pipeline schedule reduces the tied embedding's fp32 gradient between the first
+    and last stage (ReduceTiedGrads) and all-reduces the fp32 gradients over the data-parallel ranks (ReduceGrads:
+    ``buffered_allreduce_fallback`` of the bf16 optimizer's fp32 gradients, ZeRO 0-1; a reduce-scatter from ZeRO-2);
+    under ZeRO 1-2 each rank's updated 16-bit shard is then all-gathered (the bf16 optimizer's
+    ``update_lp_params``)."""
+    o = est.options
+    t, d, p = o.tp, o.dp * o.cp, o.pp
+    params = est.number("parameters_per_gpu")
+    width = 4  # the bf16 optimizer's fp32 gradients
+    if o.zero >= 2:
+        reduce = cluster.reduce_scatter(params * width, d, t)
+    else:
+        reduce = cluster.all_reduce(params * width, d, t)
+    gather = cluster.all_gather(params * 2, d, t) if o.zero >= 1 else 0.0
+    tied = 0.0
+    if p > 1 and est.model.arch.tied_embeddings:
+        embedding = sum((x.numel for blk in est.graph.blocks for op in blk.ops if op.kind == "embedding"
+                         for x in op.params if f"{blk.name}/{x.name}" == TIED_WEIGHT), 0)  # not the positions
+        tied = cluster.all_reduce(_bytes(embedding, est.values) * width, 2, t * d * (p - 1))
+    return reduce + gather + tied
+
+
 def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> StepTime:
     """Time of one optimizer step of a training estimate (``mode="train"``) on ``gpu`` (a name, a ``GPU`` or a
     ``Cluster``; a name or GPU takes the cluster of the estimate's options).
@@ -367,7 +405,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
-    eager_micro = copy_micro = optimizer = 0.0
+    eager_micro = copy_micro = optimizer = accumulate_micro = 0.0
     if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
         micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
             / hw.memory_bandwidth
@@ -376,6 +414,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / hw.memory_bandwidth if extra else 0.0
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / hw.memory_bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / hw.memory_bandwidth
+        accumulate_micro = fp32_accumulation_bytes(est) / hw.memory_bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
@@ -389,15 +428,20 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * d)
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
-    bubble = (p - 1) / (m * v) * m * (micro + eager_micro + copy_micro + tp_micro + pp_micro + ep_micro + cp_micro)
+    memory_micro = eager_micro + copy_micro + accumulate_micro
+    bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
-    dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + eager_micro + copy_micro)
+    if opts.grad_sync == "deepspeed":
+        dp_s = deepspeed_data_parallel_s(est, cluster)
+    else:
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + memory_micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
-                    fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels)
+                    fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels,
+                    m * accumulate_micro, opts.grad_sync)
 
 
 def float8_flops(est: Evaluated) -> int:
