@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.memo import per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
@@ -99,7 +100,13 @@ def layout_int(expr: Any, values: Mapping[Any, int]) -> Any:
 def eager_extra_bytes(est: Evaluated) -> Any:
     """Extra HBM bytes of one micro-batch's unfused elementwise kernels on one GPU of the first pipeline stage (the
     layout's graph: each op's tensors as the rank holds them), frozen weights' gradient terms left out."""
-    graph = est.graph
+    total = _eager_form(est.graph)
+    return layout_int(total, est.values) if total else 0
+
+
+@per_graph
+def _eager_form(graph: Any) -> Any:
+    """``eager_extra_bytes``' expression, once per graph (the layouts of one structure share it)."""
     total: Any = 0
     for blk in graph.blocks:
         for op in blk.ops:
@@ -114,7 +121,7 @@ def eager_extra_bytes(est: Evaluated) -> Any:
                     continue
                 x = f.operands[0]
                 total += blk.repeat * op.share * x.numel * moves.nbytes(x.dtype.nbytes)
-    return layout_int(total, est.values) if total else 0
+    return total
 
 
 def adam_moves(eager: bool) -> int:
