@@ -1,6 +1,7 @@
 """The cold path of a number: ``memderive estimate --json`` in a fresh interpreter imports none of SymPy,
 NumPy or matplotlib (sys.modules read at exit), reads no installed metadata for the version, and builds only
-the command it runs. (The text writeup still simplifies its formulas with SymPy.) ``python benchmarks/speed.py`` times it against llm-analysis."""
+the command it runs; nor does ``--summary`` (numbers only). (The text writeup still simplifies its formulas with
+SymPy.) ``python benchmarks/speed.py`` times it against llm-analysis."""
 
 from __future__ import annotations
 
@@ -49,6 +50,19 @@ def test_cold_estimate_imports_no_sympy_numpy_matplotlib(tmp_path: Path) -> None
         assert "importlib.metadata" not in loaded
         # only the command that runs is imported and built
         assert {m for m in loaded if m.startswith("memderive.cmd_")} == {"memderive.cmd_estimate"}
+
+
+def test_summary_imports_no_sympy_numpy_matplotlib() -> None:
+    # --summary prints numbers only (the breakdown, times, the runtime on a --gpu, vLLM's blocks): no formula, so
+    # none of SymPy, NumPy or matplotlib; the full text writeup (no --summary) simplifies its formulas with SymPy
+    runs = [_loaded("--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8", "--sp", "--recompute",
+                    "selective", "--dp", "16", "--zero", "1", "--micro-batches", "16", "--gpu", "h100-sxm",
+                    "--summary"),
+            _loaded("--mode", "infer", "--batch", "1", "--seq", "4096", "--framework", "vllm", "--gpu", "h100-sxm",
+                    "--summary", model="llama-3-8b")]
+    for stdout, loaded in runs:
+        assert "summary:" in stdout, stdout[:500]
+        assert not loaded & {"sympy", "numpy", "matplotlib", "mpmath", "torch", "transformers"}, loaded
 
 
 def test_probe_sees_an_import() -> None:

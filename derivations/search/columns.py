@@ -43,7 +43,7 @@ from memderive.derivations.quantity import Quantity, exact_int
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import const
-from memderive.symbolic.grid import GridError, grid_plan, rational
+from memderive.symbolic.grid import INT64_MAX, GridError, grid_plan, rational
 
 __all__ = ["Column", "ColumnBranch", "ColumnOptions", "ColumnValues", "LayoutColumns", "column", "layout_columns",
            "cells", "options_view"]
@@ -74,6 +74,13 @@ def column(values: Sequence[Any]) -> Column:
 def cells(x: Any, n: int) -> list[Any]:
     """The ``n`` rows' values of a column or of one value shared by all (a Python number each)."""
     return list(x) if is_column(x) else [x] * n
+
+
+def _int64(x: Any) -> bool:
+    """An int64 array, or a Python int whose value and negation int64 holds."""
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.int64
+    return isinstance(x, int) and -INT64_MAX <= x <= INT64_MAX
 
 
 def _as_column(values: Any) -> Any:
@@ -165,6 +172,9 @@ class ColumnValues(dict):
             num, den = rational(const(expr), self.env)
         except GridError:
             return _as_column(np.array([int(evaluate(expr, row)) for row in self.rows()], dtype=object))
+        if _int64(num) and _int64(den) and (isinstance(num, np.ndarray) or isinstance(den, np.ndarray)):
+            # int64 (the grid proved the numerators fit): truncated in int64, then Python ints, as below
+            return np.where((num >= 0) == (den > 0), num // den, -((-num) // den)).astype(object).view(Column)
         num, den = _as_column(num), _as_column(den)
         if not is_column(num) and not is_column(den):
             return int(Fraction(num, den))

@@ -199,8 +199,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     for tp, pp, vs, split in _degrees(model, base, gpus):
         pairs = [(gpus // (tp * pp * cp), cp) for cp in cps if gpus % (tp * pp * cp) == 0] if gpus is not None \
             else [(dp, 1) for dp in batches]  # the fewest GPUs: cp 1 (cp x the divisors passes the layout limit)
-        stages = {"first_stage_layers": None, "last_stage_layers": None} if split is None else \
-            {"first_stage_layers": split[0], "last_stage_layers": split[1]}
+        first, last = (None, None) if split is None else split
+        sp, virtual = sequence_parallel and tp > 1, None if vs == 1 else vs
         for dp, cp, ep in ((dp, cp, ep) for dp, cp in pairs for ep in eps):
             if global_batch % dp or dp % ep:
                 continue
@@ -214,10 +214,9 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     "data-parallel degree and micro-batch size; give --gpus, or a global batch "
                                     "with fewer divisors")
                 for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
-                    out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sequence_parallel and tp > 1, "zero": zero,
-                                "recompute": recompute,
+                    out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
                                 "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": cp,
-                                "virtual_stages": None if vs == 1 else vs, **stages})
+                                "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
 
 
