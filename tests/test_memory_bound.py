@@ -116,4 +116,4 @@ def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
     overlapped = step_time(estimate("gpt2", mode="train", batch=1, seq=8, dp=2, pp=2, zero=1, micro_batches=4),
                            "a100-80gb")
     assert overlapped.fp32_accumulation_s == 0 and overlapped.dp_s < st.dp_s
-    assert st.to_json()["fp32_grad_accumulation_time_s"] == st.fp32_accumulation_s
+    assert st.to_json()["grad_accum_time_s"] == st.fp32_accumulation_s

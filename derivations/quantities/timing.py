@@ -217,7 +217,7 @@ class StepTime:
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
                 "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
-                "fp32_grad_accumulation_time_s": self.fp32_accumulation_s,
+                "grad_accum_time_s": self.fp32_accumulation_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
