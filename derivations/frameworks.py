@@ -61,6 +61,12 @@ def _bf16_below_zero2(given: Mapping[str, Any]) -> bool:
     return given.get("dtype") == "bf16" and int(given.get("zero") or 0) < 2
 
 
+def _master_in(dt: str) -> Callable[[Mapping[str, Any]], bool]:
+    """The run keeps an fp32 master copy of ``dt`` weights: that --dtype (Megatron-LM's default bf16 for "bf16")
+    and no other --precision given."""
+    return lambda given: given.get("dtype", "bf16") == dt and given.get("precision", "master") == "master"
+
+
 def _eager(given: Mapping[str, Any]) -> bool:
     return not given.get("compile")  # --compile: Inductor's fused kernels
 
@@ -133,6 +139,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("attention", "flash", f"{_MEG}: --attention-backend auto (Transformer Engine flash/fused)"),
         Setting("precision", "master", "Megatron-LM megatron/core/optimizer/optimizer.py: "
                 "Float16OptimizerWithFloat16Params keeps fp32 main params and grads for 16-bit models"),
+        Setting("grad_buffer", "fp32", f"{_MEG}: validate_args, if args.bf16: accumulate_allreduce_grads_in_fp32 = True "
+                "(unless --grad-reduce-in-bf16); megatron/core/distributed/distributed_data_parallel.py: grad_dtype = "
+                "torch.float if grad_reduce_in_fp32 (the main_grad buffer; docs/source/distrib_optimizer.md: 18 "
+                "bytes per parameter, 6 + 12/d distributed)", when=_master_in("bf16")),
+        Setting("grad_buffer", "param+fp32", "Megatron-LM under --fp16: a 16-bit main_grad buffer (no fp32 "
+                "accumulation by default), copied to fp32 each step by main_param.grad = model_param.main_grad.float() "
+                "(megatron/core/optimizer/optimizer.py _copy_model_grads_to_main_grads; docs/source/"
+                "distrib_optimizer.md: 20 bytes per parameter, 4 + 16/d distributed)", when=_master_in("fp16")),
         Setting("recompute", "none", f"{_MEG}: --recompute-granularity None"),
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
     )),
@@ -146,7 +160,15 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("grad_sync", "deepspeed", "DeepSpeed deepspeed/runtime/engine.py: bf16 under ZeRO 0-1 runs "
                 "BF16_Optimizer (bf16_optimizer.py: fp32 gradients, update_hp_grads after each backward; reduced at "
                 "the accumulation boundary)", when=_bf16_below_zero2),
-    ), ("a ZeRO stage and precision come from the user's ds_config; give --zero and --dtype",)),
+        Setting("grad_buffer", "fp32", "DeepSpeed deepspeed/runtime/bf16_optimizer.py: BF16_Optimizer allocates "
+                "fp32_groups_gradients_flat, torch.zeros_like(bf16_groups_flat, dtype=grad_acc_dtype): fp32 gradients of "
+                "the whole model, the fp32 master partition and the optimizer over 1/d",
+                when=lambda given: _bf16_below_zero2(given) and given.get("precision", "master") == "master"),
+    ), ("a ZeRO stage and precision come from the user's ds_config; give --zero and --dtype",
+        "BF16_Optimizer runs where engine.py's _do_optimizer_sanity_check returns BFLOAT16: bf16 with fp32 gradient "
+        "accumulation (data_types.grad_accum_dtype; its default is the model's dtype in today's get_data_types, fp32 "
+        "without ZeRO in earlier releases) under ZeRO stage 0 or 1; at stage 0 it still partitions the master and "
+        "states over the d ranks as stage 1 does (give --zero 1: --zero 0 counts them whole)",)),
     Framework("vllm", "vLLM serving", "infer", (
         Setting("kv_block", 16, f"{_VLLM}: block_size=16"),
         Setting("attention", "flash", f"{_VLLM}: FLASH_ATTN backend on CUDA"),

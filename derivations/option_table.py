@@ -145,6 +145,11 @@ OPTIONS: tuple[Option, ...] = (
        "weights, gradients and states, 16-bit casts saved for backward: HF Trainer), pure (16-bit weights, gradients "
        "and states, no master: torchtune)", choices=("master", "autocast", "pure"), modes=_TRAIN, commands=_PLANNED,
        echo="changed", example=(*_TRAIN_STEP, "--precision", "pure")),
+    _o("grad_buffer", "choice", "param", "the gradients' buffer under --precision master: param (the weights' dtype: "
+       "ZeRO's 16 bytes per parameter), fp32 (an fp32 buffer: Megatron-LM's main_grad, forced under --bf16; DeepSpeed's "
+       "BF16_Optimizer: 18 bytes), param+fp32 (a 16-bit buffer and the optimizer's fp32 copy, sharded with the states: "
+       "Megatron-LM under --fp16, 20 bytes); --framework megatron sets it", choices=("param", "fp32", "param+fp32"),
+       modes=_TRAIN, commands=_PLANNED, echo="changed", example=(*_TRAIN_STEP, "--grad-buffer", "fp32")),
     _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
        "16-bit input and weight stay saved, the 8-bit casts are transients, their matmuls run at the GPU's fp8 "

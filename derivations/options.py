@@ -157,6 +157,7 @@ class Options:
     new_tokens: int = 0
     dtype: str = "bf16"  # parameter / compute dtype in training
     precision: str = "master"  # master | autocast | pure (derivations.quantities.model_states.PRECISIONS)
+    grad_buffer: str = "param"  # param | fp32 | param+fp32: the gradients' buffer (quantities.model_states.GRAD_BUFFERS)
     optimizer: str = "adamw"
     optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
     fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
@@ -369,11 +370,32 @@ class Options:
             if flag:
                 raise OptionsError(f"--offload-params is not modelled with {what}")
 
+    def _check_grad_buffer(self) -> None:
+        """--grad-buffer fp32 / param+fp32 are the gradient buffers of 16-bit weights with an fp32 master copy
+        (Megatron-LM, DeepSpeed's BF16_Optimizer); elsewhere the gradients already are in the weights' dtype."""
+        from memderive.derivations.quantities.model_states import GRAD_BUFFERS
+
+        if self.grad_buffer not in GRAD_BUFFERS:
+            raise OptionsError(f"--grad-buffer must be one of {', '.join(GRAD_BUFFERS)}, got {self.grad_buffer!r}")
+        if self.grad_buffer == "param" or self.mode != "train":
+            return
+        if self.precision != "master" or dtype(self.dtype).nbytes >= 4:
+            raise OptionsError(f"--grad-buffer {self.grad_buffer} is the gradient buffer of 16-bit weights with an fp32 "
+                               f"master copy (--dtype bf16 or fp16, --precision master), not --dtype {self.dtype} "
+                               f"--precision {self.precision}")
+        unmodelled = [(self.finetuning, "fine-tuning options"), (self.offload, "--offload"),
+                      (self.offload_params, "--offload-params"),
+                      (self.optimizer.startswith("paged"), f"--optimizer {self.optimizer}")]
+        for flag, what in unmodelled:
+            if flag:
+                raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}")
+
     def _check_precision(self) -> None:
         from memderive.derivations.quantities.model_states import PRECISIONS
 
         if self.precision not in PRECISIONS:
             raise OptionsError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        self._check_grad_buffer()
         if self.mode == "train" and self.precision != "master" and dtype(self.dtype).nbytes >= 4:
             raise OptionsError(f"--precision {self.precision} trains in 16 bits (autocast: fp32 weights, 16-bit "
                                "compute; pure: 16-bit everything); give --dtype bf16 or fp16")

@@ -325,6 +325,13 @@ _ENTRIES: tuple[Reference, ...] = (
               "parallelism package (ring of K/V chunks over the cp ranks, overlapped with attention; each rank "
               "holds two of 2 cp sequence chunks)", None,
               "docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/context_parallel.html", "docs"),
+    Reference("megatron-distrib-optimizer", "Megatron-LM docs", _NV, "Megatron-LM: docs/source/distrib_optimizer.md "
+              "(theoretical bytes per parameter: fp16 param and grads 20, 4 + 16/d distributed; 16-bit param, fp32 "
+              "grads 18, 6 + 12/d; fp32 16, 8 + 8/d)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/40ce7c8/docs/source/distrib_optimizer.md", "docs"),
+    Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
+              "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/distributed/distributed_data_parallel.py", "code"),
     Reference("megatron-arguments", "Megatron-LM", _NV, "Megatron-LM: megatron/training/arguments.py "
               "(--context-parallel-size, --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers)",
               None, "github.com/NVIDIA/Megatron-LM/blob/main/megatron/training/arguments.py", "code"),

@@ -21,10 +21,18 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.architectures import GPT
 from memderive.derivations.models.model import Model
 from memderive.derivations.quantities.cluster import Cluster
+from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
 
 HDR = 200 * 10**9 // 8  # one 200 Gb/s HDR InfiniBand port per A100 (DGX A100: 8 ConnectX-6 per 8 GPUs; Selene)
 NDR = 400 * 10**9 // 8  # one 400 Gb/s port per H100 (Llama 3 §3.3.1)
+
+
+def megatron_states(dt: str) -> dict:
+    """The dtype and gradient buffer of a Megatron-LM run in ``dt``, as ``--framework megatron`` sets them
+    (``derivations.frameworks``): under --bf16 an fp32 main_grad buffer (arguments.py forces
+    accumulate_allreduce_grads_in_fp32), under --fp16 a 16-bit buffer and the optimizer's fp32 copy in the step."""
+    return {"dtype": dt, "grad_buffer": preset_values("megatron", {"dtype": dt})["grad_buffer"]}
 
 
 def gpt(h: int, a: int, l: int, vocab: int = 51200, ctx: int = 2048) -> Model:
@@ -109,11 +117,12 @@ KORTHIKANTI = [
 
 def _narayanan(size: str, h: int, a: int, l: int, t: int, p: int, gpus: int, batch: int, tflops: float) -> Run:
     """Narayanan et al. 2021 (arXiv:2104.04473) Table 1: weak scaling on A100 80GB (Selene, 8 HDR ports per node),
-    s 2048, V 51,200, full recompute; TFLOP/s per GPU counted with Eq. 3. Not said in the table: micro-batch 1,
-    no interleaving (assumed)."""
+    s 2048, V 51,200, full recompute; TFLOP/s per GPU counted with Eq. 3. fp16: the paper's scripts
+    (Megatron-LM examples/academic_paper_scripts/sc21/CONFIG.sh) pass --fp16 --loss-scale 8192. Not said in the
+    table: micro-batch 1, no interleaving (assumed)."""
     d = gpus // (t * p)
     layout = {"tp": t, "pp": p, "dp": d, "batch": 1, "micro_batches": batch // d, "recompute": "full",
-              "flash": False}
+              "flash": False, **megatron_states("fp16")}
     return Run(f"{size} t{t} p{p} d{d}", "Narayanan et al. 2021, Table 1", gpt(h, a, l), layout, 2048,
                "a100-80gb", HDR, tflops_per_gpu=tflops, note="micro-batch 1, no interleaving (assumed)",
                zero_stages=(0,), sequence_parallel=False)
@@ -135,9 +144,11 @@ NARAYANAN = [
 MEGASCALE = [
     Run("175B t8 p8 d192", "Jiang et al. 2024 (MegaScale), Table 2", gpt(12288, 96, 96),
         {"tp": 8, "pp": 8, "virtual_stages": 3, "dp": 192, "batch": 1, "micro_batches": 32, "sp": True,
-         "recompute": "selective", "zero": 1}, 2048, "a100-80gb", HDR, 6.34,
+         "recompute": "selective", "zero": 1, **megatron_states("bf16")}, 2048, "a100-80gb", HDR, 6.34,
         note="12,288 A100s, batch 6,144; interleaved 1F1B (MegaScale §3.2) with v = 3 as Korthikanti et al. ran this model, "
-             "micro-batch 1, SP + selective recompute, distributed optimizer (assumed)", zero_stages=(0, 1)),
+             "micro-batch 1, SP + selective recompute, distributed optimizer, bf16 with Megatron-LM's fp32 gradient "
+             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16)",
+        zero_stages=(0, 1)),
 ]
 
 #: Llama 3 405B (Dubey et al. 2024, Table 3): h 16,384, 128 heads, 8 KV heads, 126 layers, FFN 53,248, V 128,256.
@@ -173,13 +184,13 @@ LLAMA3 = [
 BLOOM = [
     Run("BLOOM 176B t4 p12 d8", "BigScience 2022 (BLOOM), §3.4; model card", BLOOM_176B,
         {"tp": 4, "pp": 12, "dp": 8, "batch": 2, "micro_batches": 128, "recompute": "full", "zero": 1, "flash": False,
-         "grad_sync": "deepspeed",
+         "grad_sync": "deepspeed", "grad_buffer": preset_values("deepspeed", {"dtype": "bf16", "zero": 1})["grad_buffer"],
          "first_stage_layers": 5, "last_stage_layers": 5},
         2048, "a100-80gb", 4 * 100 * 10**9 // 8 // 8, tflops_per_gpu=150, held_out=True,
         note="384 A100 80GB on Jean Zay, 4 Omni-Path 100 Gb/s per 8 GPUs (50 Gb/s per GPU), global batch 2,048 of "
              "2,048 tokens, 'about 150 TFLOPs' (Megatron-DeepSpeed's count with recompute); DeepSpeed's pipeline engine "
              "with its bf16 optimizer (--grad-sync deepspeed: fp32 gradient accumulation, reductions after the last "
-             "backward); micro-batch 2, full "
+             "backward; its fp32 gradient buffer of the whole model, --grad-buffer fp32, 6 + 12/d); micro-batch 2, full "
              "activation checkpointing, ZeRO-1, 70 layers as 5 + 10 x 6 + 5 (DeepSpeed's partition counts the embedding "
              "on the first and last stage as a layer each: 72/12; bigscience tr11-176B-ml, assumed)",
         zero_stages=(0, 1)),

@@ -42,8 +42,9 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     params = graph_parameters(graph)
     factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
-    on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision)  # noqa: E731
-    on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision)  # noqa: E731
+    on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision,  # noqa: E731
+                                               opts.grad_buffer)
+    on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision, opts.grad_buffer)  # noqa: E731
     if not has_experts(graph):
         f = factored_state_elements(graph) if factored else 0
         return on_gpu(params.total, d, f), on_cpu(params.total, d, f) if opts.offload else None

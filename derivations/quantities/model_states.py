@@ -5,19 +5,33 @@ Rajbhandari et al. 2020 (ZeRO, arXiv:1910.02054 §3.1, §5): mixed-precision Ada
 variance) per parameter: 16 bytes. ZeRO stage 1 shards the optimizer states over the d
 data-parallel ranks, stage 2 the gradients too, stage 3 the weights too.
 
-The precision recipe (``--precision``) says which copies exist. ``master`` (Megatron-LM's
-``Float16OptimizerWithFloat16Params``, ZeRO's accounting): 16-bit weights and gradients, an fp32 master
-copy and fp32 states. ``pure`` (torchtune's default, ``dtype: bf16``): 16-bit weights and gradients and
+The precision recipe (``--precision``) says which copies exist. ``master`` (ZeRO's accounting; the copies
+of Megatron-LM's ``Float16OptimizerWithFloat16Params`` and DeepSpeed's optimizers): 16-bit weights and
+gradients, an fp32 master copy and fp32 states. ``pure`` (torchtune's default, ``dtype: bf16``): 16-bit weights and gradients and
 no master; torch's optimizers make their states ``zeros_like(param)``, so in the weights' dtype
 (bitsandbytes' 8-bit and 32-bit states keep theirs). ``autocast`` (``torch.autocast``, the HF Trainer's
 ``bf16=True``): fp32 weights, fp32 gradients (AccumulateGrad casts to the leaf's dtype) and fp32 states;
 the 16-bit casts are activations, not model states.
+
+The gradient buffer (``--grad-buffer``) says where the optimizer reads its gradients from under ``master``.
+``param`` (the default, ZeRO's accounting of 16 bytes): in the weights' dtype. ``fp32``: an fp32 buffer the
+backward accumulates into and the data-parallel reduction runs on: Megatron-LM's ``main_grad``, which
+``megatron/training/arguments.py`` forces under ``--bf16`` (``accumulate_allreduce_grads_in_fp32 = True``;
+``distributed_data_parallel.py``: ``grad_dtype = torch.float if self.ddp_config.grad_reduce_in_fp32 else
+param.dtype``), and DeepSpeed's ``BF16_Optimizer`` (``fp32_groups_gradients_flat``, the whole model's size in
+``grad_acc_dtype``); 2 + 4 + 12 = 18 bytes. ``param+fp32``: a 16-bit buffer and the optimizer's fp32 copy of
+it, ``main_param.grad = model_param.main_grad.float()`` (Megatron-LM under ``--fp16``, where ``.float()``
+copies; of an fp32 buffer it is the buffer itself); 2 + 2 + 4 + 12 = 20 bytes. The copy is the optimizer's:
+ZeRO shards it with the optimizer states, as Megatron-LM's distributed optimizer copies only its shard
+(docs/source/distrib_optimizer.md: 4 + 16/d with fp16 gradients, 6 + 12/d with fp32 ones).
 
 >>> from memderive.symbolic.dims import Psi, d
 >>> [states_breakdown(Psi, "bf16", "adamw", zero, d).total for zero in range(4)]
 [16*Psi, 4*Psi + 12*Psi/d, 2*Psi + 14*Psi/d, 16*Psi/d]
 >>> [states_breakdown(Psi, "bf16", "adamw", 0, d, precision=p).total for p in PRECISIONS]
 [16*Psi, 16*Psi, 8*Psi]
+>>> [states_breakdown(Psi, "bf16", "adamw", 1, d, grad_buffer=g).total for g in GRAD_BUFFERS]
+[4*Psi + 12*Psi/d, 6*Psi + 12*Psi/d, 4*Psi + 16*Psi/d]
 """
 
 from __future__ import annotations
@@ -32,12 +46,26 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
+__all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 #: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
 PRECISIONS = ("master", "autocast", "pure")
+#: Where the optimizer's gradients live under ``master``: the weights' dtype (ZeRO's accounting), an fp32
+#: buffer (Megatron-LM under --bf16, DeepSpeed's BF16_Optimizer), a 16-bit buffer and an fp32 copy (Megatron-LM
+#: under --fp16).
+GRAD_BUFFERS = ("param", "fp32", "param+fp32")
+#: Where each gradient buffer's bytes come from (Megatron-LM's table; the code that allocates them).
+GRAD_BUFFER_CITATIONS = {
+    "fp32": Citation("megatron-distrib-optimizer", "the bytes-per-parameter table: 18, 6 + 12/d", also=(
+        Citation("megatron-arguments", "validate_args: if args.bf16, accumulate_allreduce_grads_in_fp32 = True"),
+        Citation("megatron-ddp", "grad_dtype = torch.float if grad_reduce_in_fp32 else param.dtype"),
+        Citation("deepspeed-bf16-optimizer", "fp32_groups_gradients_flat in grad_acc_dtype"))),
+    "param+fp32": Citation("megatron-distrib-optimizer", "the bytes-per-parameter table: 20, 4 + 16/d", also=(
+        Citation("megatron-fp16-optimizer", "_copy_model_grads_to_main_grads: main_param.grad = "
+                 "model_param.main_grad.float()"),)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,40 +176,46 @@ def state_widths(param_dtype: str, optimizer: str, precision: str = "master") ->
 
 
 def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-           factored: Expr | int = 0, precision: str = "master") -> list[Term]:
+           factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> list[Term]:
     """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
-    ``factored`` second-moment elements), sharded per stage, under a ``precision`` recipe."""
+    ``factored`` second-moment elements), sharded per stage, under a ``precision`` recipe; the gradients
+    in the ``grad_buffer``'s dtype, its fp32 copy sharded with the optimizer states."""
     width, grad, k = state_widths(param_dtype, optimizer, precision)
+    if grad_buffer not in GRAD_BUFFERS:
+        raise ValueError(f"unknown gradient buffer {grad_buffer!r}; choose one of {', '.join(GRAD_BUFFERS)}")
+    grad = 4 if grad_buffer == "fp32" else grad
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
+    copy = [Term("model_states/fp32_gradient_copy", params * 4 / shard[2])] if grad_buffer == "param+fp32" else []
     return [Term("model_states/weights", params * width / shard[0]),
-            Term("model_states/gradients", params * grad / shard[1]),
+            Term("model_states/gradients", params * grad / shard[1]), *copy,
             Term("model_states/optimizer", (params * k + factored * factored_state_bytes(param_dtype, precision))
                  / shard[2])]
 
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-                     offload: bool = False, factored: Expr | int = 0, precision: str = "master") -> Breakdown:
+                     offload: bool = False, factored: Expr | int = 0, precision: str = "master",
+                     grad_buffer: str = "param") -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
     the gradients and the optimizer states live in CPU memory: only the weights stay. ``factored``:
     the elements of Adafactor's second moments (``factored_state_elements``), fp32. ``precision``: the
-    recipe (``PRECISIONS``).
+    recipe (``PRECISIONS``). ``grad_buffer``: the gradients' buffer (``GRAD_BUFFERS``).
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision)
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
 def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-                        factored: Expr | int = 0, precision: str = "master") -> Breakdown:
+                        factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
 
     >>> from memderive.symbolic.dims import Psi
     >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
     14*Psi
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision)[1:]
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)[1:]
     return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
 
 

@@ -71,7 +71,8 @@ def not_covered(opts: Options) -> str | None:
                 "chunked cross-entropy outside --implementation hf (the loss is one fused call there)"),
                (opts.loss_chunks > 1 and opts.seq is not None and opts.seq % opts.loss_chunks != 0,
                 f"chunked cross-entropy over {opts.seq} tokens in {opts.loss_chunks} chunks of unequal size"),
-               (opts.compile, "torch.compile (the partitioned graphs' recompute in backward)")]
+               (opts.compile, "torch.compile (the partitioned graphs' recompute in backward)"),
+               (opts.grad_buffer != "param", f"--grad-buffer {opts.grad_buffer} (Megatron-LM's gradient buffers)")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)
 

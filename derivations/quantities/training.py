@@ -23,8 +23,8 @@ from memderive.derivations.options import PROFILES, Options, derived
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
-from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, OFFLOAD_CITATION, OPTIMIZERS,
-                                                           ZERO_CITATION)
+from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, GRAD_BUFFER_CITATIONS, OFFLOAD_CITATION,
+                                                           OPTIMIZERS, ZERO_CITATION)
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
                                                             offload_params_states)
@@ -32,7 +32,7 @@ from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations
 from memderive.symbolic import dims
 from memderive.symbolic.dims import b, h, s
-from memderive.symbolic.expr import const
+from memderive.symbolic.expr import Max, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
@@ -90,21 +90,54 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     return states, cpu, None
 
 
+#: The fp32 gradient copy of --grad-buffer param+fp32 (``quantities.model_states``).
+COPY = "model_states/fp32_gradient_copy"
+
+
+def _held_states(states: Breakdown, acts: Breakdown) -> Breakdown:
+    """The model states the sum holds beside ``acts`` (the activations and the other buffers of forward and
+    backward). The fp32 copy of 16-bit gradients (``--grad-buffer param+fp32``) lives only in the optimizer step:
+    Megatron-LM's train_step calls optimizer.zero_grad() (set_to_none) before the next forward, and the step runs
+    after the backward has freed the activations; so it adds only what it exceeds them by: the sum is
+    max(16-bit states + activations, states with the copy)."""
+    copy = states.where(lambda path: path == COPY)
+    if not copy.terms:
+        return states
+    held = states.where(lambda path: path != COPY)
+    step = Max(const(0), copy.total - acts.total)
+    return held + Breakdown((Term("optimizer_step/fp32_gradient_copy_over_activations", step),), "bytes")
+
+
 def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
-    if not OPTIMIZERS[opts.optimizer].factored:
-        return ZERO_CITATION
-    return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=(ADAFACTOR_CITATION,))
+    also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
+        (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ())
+    return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=also) if also else ZERO_CITATION
+
+
+#: What each gradient buffer models (``--grad-buffer``; ``quantities.model_states``).
+GRAD_BUFFER_NOTES = {
+    "param": (),
+    "fp32": ("gradients: an fp32 buffer, 4 bytes per parameter, accumulated over the micro-batches and reduced in "
+             "fp32, sharded from ZeRO stage 2 (Megatron-LM's main_grad: arguments.py forces "
+             "accumulate_allreduce_grads_in_fp32 under --bf16; DeepSpeed's BF16_Optimizer with grad_accum_dtype "
+             "fp32); Megatron-LM's docs give 18 bytes per parameter, 6 + 12/d with the distributed optimizer",),
+    "param+fp32": ("gradients: a 16-bit buffer and the optimizer's fp32 copy of it, made each step by "
+                   "main_grad.float() (Megatron-LM under --fp16) and sharded with the optimizer states; "
+                   "Megatron-LM's docs give 20 bytes per parameter, 4 + 16/d with the distributed optimizer; the copy "
+                   "lives in the optimizer step only, so total_bytes adds only what it exceeds the activations by",),
+}
 
 
 def _states_notes(opts: Options) -> tuple[str, ...]:
-    """What the optimizer's states are, when they are not K bytes per parameter."""
+    """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
         return PARAM_OFFLOAD_NOTES
+    grads = GRAD_BUFFER_NOTES[opts.grad_buffer]
     if not OPTIMIZERS[opts.optimizer].factored:
-        return ()
-    return ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
+        return grads
+    return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
             "factored per stored matrix, rows + columns elements for an (m, n) weight, n for a vector, read off "
             "each parameter's shape; q, k and v as the implementation stores them (one fused matrix in "
             "Megatron-LM, q_proj/k_proj/v_proj in transformers); step counts on the host (torch) and "
@@ -145,13 +178,14 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
 
         acts, per_layer = compiled_activations(graph, opts, model)
         act_cite, assumptions = COMPILE_CITATION, assumptions + COMPILE_NOTES
-    total = states + acts + dequantized_weight(graph, opts)
+    total = acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore, model)
         assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
     if opts.cp > 1:
         total += context_parallel_buffers(graph)
         assumptions += (CP_NOTE,)
+    total = _held_states(states, total) + total
     if opts.overhead_bytes:
         total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
     cite = QLORA_CITATION if opts.base_dtype == "nf4" else INT8_CITATION if opts.base_dtype == "int8" else None
