@@ -182,8 +182,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,
        example=(*_TRAIN_STEP, "--dp", "2", "--zero", "3")),
     _o("offload", "bool", False, "ZeRO-Offload: gradients and optimizer states (fp32 master weights, moments) in CPU "
-       "memory; the GPU keeps the 16-bit weights (plan: every layout offloads; the CPU step and the copies are "
-       "not timed)", modes=_TRAIN, commands=_PLANNED,
+       "memory; the GPU keeps the 16-bit weights (plan: every layout offloads). Timed as DeepSpeed runs it: the "
+       "gradients to the CPU over PCIe behind the last backward, the CPU Adam step at --host-memory-bandwidth and "
+       "the parameters back, each a line of the time breakdown", modes=_TRAIN, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--offload")),
     _o("offload_params", "bool", False, "FSDP CPU offload of the parameters themselves (CPUOffloadPolicy, "
        "DeepSpeed offload_param): parameters, gradients and optimizer states in CPU memory, sharded over --dp; the "
@@ -262,6 +263,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("inter_node_bandwidth", "float", 400.0, "network bandwidth per GPU between nodes, Gb/s each way (DGX H100: "
        "one 400 Gb/s NDR port per GPU; Llama 3's clusters 400 Gb/s)", shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--inter-node-bandwidth", "200")),
+    _o("host_memory_bandwidth", "float", 76.8, "host DRAM bandwidth per GPU, GB/s, for ZeRO-Offload's CPU Adam step "
+       "(--offload; default: a DGX H100's two Xeon 8480C, 2 x 8 DDR5-4800 channels, over its 8 GPUs)", shared=True,
+       echo="never", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--offload", "--gpu", "h100-sxm", "--host-memory-bandwidth", "50")),
     _o("intra_node_link", "choice", None, "link between the GPUs of a node for times: nvlink (NVLink/NVSwitch, the "
        "datasheet's) or pcie (the GPU's PCIe x16 slot; default: the GPU's own link)", choices=("nvlink", "pcie"),
        shared=True, echo="never", commands=_PLANNED,

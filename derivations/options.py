@@ -208,6 +208,7 @@ class Options:
     gpus_per_node: int = 8
     inter_node_bandwidth: float = 400.0  # Gb/s per GPU, each way
     intra_node_link: str | None = None  # nvlink | pcie (None: the GPU's own link)
+    host_memory_bandwidth: float = 76.8  # GB/s of host DRAM per GPU: ZeRO-Offload's CPU Adam step (offload_time.py)
     # the framework's defaults (derivations.frameworks) and the runtime around the step
     framework: str | None = None  # a name of derivations.frameworks.FRAMEWORKS (applied by from_keywords)
     cuda_module_loading: str = "lazy"  # lazy | eager: the CUDA context in device memory
@@ -472,6 +473,10 @@ class Options:
         bw = self.inter_node_bandwidth
         if isinstance(bw, bool) or not isinstance(bw, int | float) or not 0 < bw <= 10**6:
             raise OptionsError(f"--inter-node-bandwidth is Gb/s per GPU each way, a number in (0, 10^6], got {bw!r}")
+        hm = self.host_memory_bandwidth
+        if isinstance(hm, bool) or not isinstance(hm, int | float) or not 0 < hm <= 10**5:
+            raise OptionsError(f"--host-memory-bandwidth is GB/s of host memory per GPU, a number in (0, 10^5], "
+                               f"got {hm!r}")
         if self.intra_node_link not in (None, "nvlink", "pcie"):
             raise OptionsError(f"--intra-node-link must be nvlink or pcie, got {self.intra_node_link!r}")
         if self.intra_node_link == "pcie" and self.gpu is not None:

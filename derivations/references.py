@@ -316,6 +316,25 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("megatron-fp16-optimizer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/optimizer/optimizer.py "
               "(Float16OptimizerWithFloat16Params)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/optimizer.py", "code"),
+    Reference("deepspeed-stage12-offload", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
+              "stage_1_and_2.py (cpu_offload: async_inplace_copy_grad_to_fp32_buffer_from_gpu, step)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/zero/"
+              "stage_1_and_2.py", "code"),
+    Reference("deepspeed-stage3-offload", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
+              "stage3.py (offload_optimizer: partition_grads, _reassign_or_swap_out_partitioned_parameters)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/zero/"
+              "stage3.py", "code"),
+    Reference("deepspeed-cpu-adam", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: csrc/includes/cpu_adam.h "
+              "(Adam_Optimizer::Step_AVX)", None, "github.com/deepspeedai/DeepSpeed/blob/"
+              "38327e07f6cd39b63418f60cedd1651b0be3e7c3/csrc/includes/cpu_adam.h", "code"),
+    Reference("pytorch-copy-cu", "PyTorch", "PyTorch", "PyTorch: aten/src/ATen/native/cuda/Copy.cu (copy_kernel_cuda)",
+              None, "github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/Copy.cu", "code"),
+    Reference("nvidia-dgx-basepod-components", "NVIDIA DGX BasePOD", _NV, "NVIDIA DGX BasePOD reference architecture: "
+              "Core Components", None, "docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-"
+              "enterprise-ai/latest/core-components.html", "docs"),
+    Reference("sth-xeon-8480-memory", "ServeTheHome", "ServeTheHome", "Intel Xeon Max 9480 deep-dive, p. 3: the Xeon "
+              "Platinum 8480+ conceptual diagram", None, "servethehome.com/intel-xeon-max-9480-deep-dive-intel-has-64gb-"
+              "hbm2e-onboard-like-a-gpu-or-ai-accelerator/3/", "blog"),
     Reference("nvidia-dgx-h100-guide", "NVIDIA DGX H100 user guide", _NV, "NVIDIA DGX H100/H200 User Guide: "
               "Introduction to the NVIDIA DGX H100/H200 System", None,
               "docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html", "docs"),

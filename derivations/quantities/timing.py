@@ -170,11 +170,16 @@ class StepTime:
     kernels: str = "fused"
     fp32_accumulation_s: float = 0.0  # --grad-sync deepspeed: each micro-batch's gradients added into fp32 ones
     grad_sync: str = "overlapped"
+    offload_copy_s: float = 0.0  # ZeRO-Offload's PCIe copies not hidden (offload_time.py)
+    cpu_optimizer_s: float = 0.0  # ZeRO-Offload's CPU Adam step (offload_time.py)
+    host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload
+    zero: int = 0
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
-                + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s)
+                + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
+                + self.offload_copy_s + self.cpu_optimizer_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -200,6 +205,10 @@ class StepTime:
                        "(18 bytes per parameter at the memory bandwidth); the fp32 gradients all-reduced, the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
+        if self.host_memory_bandwidth is not None:
+            from memderive.derivations.quantities.offload_time import offload_line
+
+            memory += (offload_line(self.gpu, self.zero, self.host_memory_bandwidth),)
         return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
@@ -218,6 +227,7 @@ class StepTime:
                 "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
+                "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
@@ -246,7 +256,7 @@ def memory_line(hw: GPU, kernels: str) -> str:
     return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: {eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
-            "other optimizers, offload and fine-tuning: not timed)")
+            "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
 
 
 def _stage_flops(est: Evaluated) -> int:
@@ -438,10 +448,18 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + memory_micro)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
+    offload = None
+    if opts.offload:  # ZeRO-Offload's copies and CPU step (offload_time.py)
+        from memderive.derivations.quantities.offload_time import offload_time
+
+        n = d * opts.cp
+        reduce_s = cluster.reduce_scatter(grads, n, t) if opts.zero else cluster.all_reduce(grads, n, t)
+        offload = offload_time(est, cluster, (micro + memory_micro) * 2 / 3, reduce_s)
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
                     fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels,
-                    m * accumulate_micro, opts.grad_sync)
+                    m * accumulate_micro, opts.grad_sync,
+                    *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth, opts.zero) if offload else ()))
 
 
 def float8_flops(est: Evaluated) -> int:

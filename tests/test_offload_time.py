@@ -1,0 +1,88 @@
+"""ZeRO-Offload's time (derivations/quantities/offload_time.py): the PCIe copies of this GPU's shard and the CPU Adam
+step, against seconds computed by hand from DeepSpeed's code (bytes per element) and the datasheets (PCIe)."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+import sys
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.timing import step_time, time_of
+from memderive.derivations.search.plan import plan
+
+#: llama-2-7b: 6,738,415,616 parameters (its preset's count, tests/derivations).
+P = 6_738_415_616
+
+
+def test_zero3_over_8_h100s_by_hand() -> None:
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, zero=3, dp=8, offload=True, gpu="h100-sxm")
+    st = time_of(e)
+    n = P // 8  # 842,301,952 elements this GPU updates
+    # CPU Adam: Step_AVX loads 16 B and stores 12 B, the unscale 4 + 4, the fp32 -> bf16 cast for the copy back
+    # 4 + 2 = 42 B per element at 76.8 GB/s: 842,301,952 x 42 / 76.8e9 = 0.46063 s
+    assert st.cpu_optimizer_s == pytest.approx(n * 42 / 76.8e9, rel=1e-12)
+    assert round(st.cpu_optimizer_s, 4) == 0.4606
+    # the bf16 parameters back over PCIe Gen5 x16, 64 GB/s each way: 842,301,952 x 2 / 64e9 = 0.026322 s; the fp32
+    # gradients down (4 B: 0.0526 s) hide behind the backward (2/3 of 0.537 s, less no reduce-scatter on NVLink
+    # worth 0.3 s)
+    assert st.offload_copy_s == pytest.approx(n * 2 / 64e9, rel=1e-12)
+    # both are lines of the step: twice the host bandwidth takes 0.23032 s off the step, nothing else
+    fast = time_of(estimate("llama-2-7b", mode="train", batch=1, seq=4096, zero=3, dp=8, offload=True,
+                            gpu="h100-sxm", host_memory_bandwidth=153.6))
+    assert st.step_s - fast.step_s == pytest.approx(n * 42 / 153.6e9, rel=1e-9)
+    keys = time_of(e).to_json()
+    assert keys["cpu_optimizer_time_s"] == st.cpu_optimizer_s and keys["offload_copy_time_s"] == st.offload_copy_s
+
+
+def test_zero2_on_one_a100_the_gradient_copy_is_exposed() -> None:
+    # a tiny step (8 tokens): the backward cannot hide the gradients' copy (one GPU, --zero 0: DeepSpeed's stage-2
+    # code on one rank)
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, host_memory_bandwidth=50.0)
+    st = step_time(e, "a100-80gb")
+    n = P  # one GPU: the whole model
+    # 36 B per element (no cast: ZeRO 1-2 copy fp32 up) at 50 GB/s: 6,738,415,616 x 36 / 50e9 = 4.8517 s
+    assert st.cpu_optimizer_s == pytest.approx(n * 36 / 50e9, rel=1e-12)
+    # PCIe Gen4 x16, 32 GB/s each way: fp32 up 4n / 32e9 = 0.84230 s; fp32 down 0.84230 s less 2/3 of the one
+    # micro-batch's compute (no eager kernels, no ZeRO-3 copies, no reduction on one GPU)
+    down = max(0.0, 4 * n / 32e9 - st.compute_s * 2 / 3)
+    assert 0 < down < 4 * n / 32e9
+    assert st.offload_copy_s == pytest.approx(4 * n / 32e9 + down, rel=1e-12)
+
+
+def test_nothing_without_offload_or_cpu_adam() -> None:
+    for kw in ({}, {"optimizer": "sgd"}):
+        st = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, zero=2, dp=2,
+                                offload=bool(kw), **kw), "h100-sxm")
+        assert st.offload_copy_s == st.cpu_optimizer_s == 0.0
+    st = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, zero=2, dp=2), "h100-sxm")
+    assert not any("ZeRO-Offload (DeepSpeed" in line for line in st.model())
+
+
+def test_a_gpu_without_a_pcie_figure_times_the_cpu_step_and_says_so() -> None:
+    st = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, zero=2, dp=8, offload=True), "b200")
+    assert st.offload_copy_s == 0.0 and st.cpu_optimizer_s == pytest.approx(P // 8 * 36 / 76.8e9, rel=1e-12)
+    assert any("no PCIe figure for this GPU: the copies are not timed" in line for line in st.model())
+
+
+def test_plan_rows_with_offload_equal_estimate_one_by_one() -> None:
+    rows = plan("llama-2-7b", 80 * 10**9, 64, 4096, 16, options=Options(gpu="h100-sxm", offload=True), top=10**6)
+    assert rows.fit == len(rows) > 20
+    rng = random.Random(24)
+    picked = [x for z in (0, 1, 2, 3) for x in rng.sample([x for x in rows if x.options.get("zero", 0) == z], 3)]
+    for x in picked:
+        timing = time_of(estimate("llama-2-7b", **x.options))
+        assert timing.cpu_optimizer_s > 0
+        assert math.isclose(x.step_time_s, timing.step_s, rel_tol=1e-9), (x.options, x.step_time_s, timing.step_s)
+
+
+def test_bad_host_memory_bandwidth_is_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", "llama-2-7b", "--mode", "train",
+                        "--batch", "1", "--seq", "8", "--offload", "--gpu", "h100-sxm", "--host-memory-bandwidth",
+                        "-3"], capture_output=True, text=True)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "--host-memory-bandwidth is GB/s of host memory per GPU" in r.stderr
