@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, peak = _capacity(args)
-    base = options_from_args(args, "train", batch=1, dp=args.ep)  # plan picks dp (a multiple of ep)
+    if args.cp > 1 and args.no_flash:
+        fail(f"--cp {args.cp} runs ring attention on a fused kernel; plan it with FlashAttention (drop --no-flash)")
+    # plan picks dp (a multiple of ep); a given cp is every row's, on FlashAttention (plan's kernel)
+    base = options_from_args(args, "train", batch=1, dp=args.ep, **({"flash": True} if args.cp > 1 else {}))
     try:
         layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
                        flash=not args.no_flash, top=args.top)

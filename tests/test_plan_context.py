@@ -4,10 +4,12 @@ row re-runs through estimate to the same bytes."""
 
 from __future__ import annotations
 
+import pytest
+
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
-from memderive.derivations.search.plan import _candidates, plan, uneven_split
+from memderive.derivations.search.plan import PlanError, _candidates, plan, uneven_split
 
 
 def test_uneven_splits_by_hand() -> None:
@@ -44,3 +46,18 @@ def test_a_long_sequence_that_fits_only_split_over_cp() -> None:
     assert rows and all(r.options.get("cp", 1) > 1 for r in rows)
     for r in rows[:5]:
         assert estimate(TINY, **r.options).number("total_bytes") == r.total_bytes < without
+
+
+def test_a_given_cp_is_every_rows_and_needs_flash() -> None:
+    """``plan --cp 4`` (options cp 4) keeps cp 4 in every row, as ``--ep`` keeps its ep: the small LLaMA on 8 GPUs,
+    one per node, at 16,384 tokens: dp = 8 / (pp x 4) with pp in 1, 2, so dp is 2 or 1; each row re-runs through
+    estimate to its bytes. Without FlashAttention ring attention has no kernel: a PlanError, not a plan."""
+    rows = plan(TINY, 10**12, 4, 16384, 8, top=10**6, options=Options(mode="train", batch=1, seq=16384, cp=4,
+                                                                      flash=True, gpus_per_node=1))
+    assert rows and {r.options["cp"] for r in rows} == {4}
+    assert {r.options.get("dp", 1) * r.options.get("pp", 1) for r in rows} == {2}
+    for r in rows[:3]:
+        assert estimate(TINY, **r.options).number("total_bytes") == r.total_bytes
+    with pytest.raises(PlanError, match="--cp 4 runs ring attention on a fused kernel"):
+        plan(TINY, 10**12, 4, 16384, 8, options=Options(mode="train", batch=1, seq=16384, cp=4, flash=True),
+             flash=False)

@@ -185,9 +185,10 @@ def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
 
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1, recomputes: tuple[str, ...] | None = None,
-                zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True) -> list[dict]:
+                zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp: int = 1) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
-    ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the recompute
+    ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the
+    context-parallel degrees of ``CONTEXT`` (``cp`` > 1 given: that one); the recompute
     modes ``recomputes`` (None: none and full, and selective without FlashAttention) and the ZeRO stages ``zeros``
     (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off."""
     out: list[dict] = []
@@ -195,13 +196,13 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
-    cps = [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
+    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
     for tp, pp, vs, split in _degrees(model, base, gpus):
-        pairs = [(gpus // (tp * pp * cp), cp) for cp in cps if gpus % (tp * pp * cp) == 0] if gpus is not None \
-            else [(dp, 1) for dp in batches]  # the fewest GPUs: cp 1 (cp x the divisors passes the layout limit)
+        pairs = [(gpus // (tp * pp * c), c) for c in cps if gpus % (tp * pp * c) == 0] if gpus is not None \
+            else [(dp, cp) for dp in batches]  # the fewest GPUs: cp 1 unless given (cp x the divisors passes the layout limit)
         first, last = (None, None) if split is None else split
         sp, virtual = sequence_parallel and tp > 1, None if vs == 1 else vs
-        for dp, cp, ep in ((dp, cp, ep) for dp, cp in pairs for ep in eps):
+        for dp, c, ep in ((dp, c, ep) for dp, c in pairs for ep in eps):
             if global_batch % dp or dp % ep:
                 continue
             for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
@@ -215,7 +216,7 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     "with fewer divisors")
                 for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
-                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": cp,
+                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
 
@@ -315,7 +316,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         global_batch: sequences per optimizer step (b * m * d).
         seq: tokens per sequence.
         gpus: GPU count; None plans every count and keeps the smallest that fits.
-        options: base options (dtype, optimizer, profile, implementation, overhead, LoRA, ep, gpu, efficiency);
+        options: base options (dtype, optimizer, profile, implementation, overhead, LoRA, ep, cp, gpu, efficiency);
             layout fields are set here (``ep`` > 1 kept: each row's dp is a multiple of it; else, for a model with routed experts, every ep dividing E and dp compared). With ``gpu``, layouts are ranked by the compute model's step time.
         peak_flops: one GPU's peak FLOP/s, for the proxy's step time in seconds (without ``gpu``).
         flash: plan with FlashAttention (it never costs memory); False plans without it.
@@ -333,9 +334,14 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         positive_option(name, value, required=name != "gpus")
     resolved = resolve_model(model)
     experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
-    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, sp=False, zero=0)
+    context = (options or Options()).cp  # > 1: every row splits its sequences over that many ranks
+    if context > 1 and not flash:
+        raise PlanError(f"--cp {context} runs ring attention on a fused kernel; plan it with FlashAttention "
+                        "(drop --no-flash)")
+    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, cp=1, sp=False,
+                   zero=0)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
-                       sequence_parallel)
+                       sequence_parallel, context)
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
