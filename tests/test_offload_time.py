@@ -70,10 +70,10 @@ def test_a_gpu_without_a_pcie_figure_times_the_cpu_step_and_says_so() -> None:
 
 
 def test_plan_rows_with_offload_equal_estimate_one_by_one() -> None:
-    rows = plan("llama-2-7b", 80 * 10**9, 64, 4096, 16, options=Options(gpu="h100-sxm", offload=True), top=10**6)
+    rows = plan("llama-2-7b", 80 * 10**9, 16, 4096, 8, options=Options(gpu="h100-sxm", offload=True), top=10**6)
     assert rows.fit == len(rows) > 20
-    rng = random.Random(24)
-    picked = [x for z in (0, 1, 2, 3) for x in rng.sample([x for x in rows if x.options.get("zero", 0) == z], 3)]
+    rng = random.Random(24)  # two rows of each ZeRO stage
+    picked = [x for z in (0, 1, 2, 3) for x in rng.sample([x for x in rows if x.options.get("zero", 0) == z], 2)]
     for x in picked:
         timing = time_of(estimate("llama-2-7b", **x.options))
         assert timing.cpu_optimizer_s > 0

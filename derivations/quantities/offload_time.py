@@ -125,18 +125,17 @@ def offload_time(est: Evaluated, cluster: Cluster, backward_s: Any, reduce_s: An
     return OffloadTime(where(n > 0, exposed + n * up / each_way, 0.0), cpu_s)
 
 
-def offload_line(hw: GPU, zero: int, host_gbs: float) -> str:
-    """How the offload terms were timed, in words."""
+def offload_line(hw: GPU, host_gbs: float) -> str:
+    """How the offload terms were timed, in words (the same for every ZeRO stage, as ``plan`` prints it once)."""
     pcie = pcie_bandwidth(hw)
-    down, up = pcie_bytes_per_element(zero)
     link = ("no PCIe figure for this GPU: the copies are not timed" if pcie is None else
             f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if hw.link.startswith('PCIe') else 'x16 slot'}"
             f"{'' if hw.link.startswith('PCIe') else ', ' + cite(PCIE[hw.name][1])})")
     return (f"ZeRO-Offload (DeepSpeed offload_optimizer cpu, overlap_comm): this GPU's shard's fp32 gradients to the CPU "
-            f"({down} B each) behind the last micro-batch's backward, less its gradient reduction, and the updated "
-            f"parameters back ({up} B each) on the critical path, {link}; the CPU Adam step "
-            f"({cpu_bytes_per_element(zero)} B per element of host-memory traffic: {cite(CPU_ADAM_SOURCE)}; the "
-            f"unscale{', the 16-bit cast' if zero == 3 else ''}) at {host_gbs:g} GB/s of host memory per GPU "
-            f"(--host-memory-bandwidth; default a DGX H100's 2 x 8 DDR5-4800 channels over 8 GPUs, "
+            f"(4 B each) behind the last micro-batch's backward, less its gradient reduction, and the updated "
+            f"parameters back (fp32 under ZeRO 1-2, 16-bit under ZeRO-3) on the critical path, {link}; the CPU Adam "
+            f"step ({cpu_bytes_per_element(2)} B per element of host-memory traffic, {cpu_bytes_per_element(3)} under "
+            f"ZeRO-3: {cite(CPU_ADAM_SOURCE)}; the unscale; ZeRO-3's cast to 16 bits) at {host_gbs:g} GB/s of host "
+            f"memory per GPU (--host-memory-bandwidth; default a DGX H100's 2 x 8 DDR5-4800 channels over 8 GPUs, "
             f"{cite(HOST_SOURCE)}), rated DRAM bandwidth: a lower bound ({cite(OFFLOAD_SOURCE)}; delayed parameter "
             "update and accumulation through the CPU not timed)")

@@ -173,7 +173,6 @@ class StepTime:
     offload_copy_s: float = 0.0  # ZeRO-Offload's PCIe copies not hidden (offload_time.py)
     cpu_optimizer_s: float = 0.0  # ZeRO-Offload's CPU Adam step (offload_time.py)
     host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload
-    zero: int = 0
 
     @property
     def step_s(self) -> float:
@@ -208,7 +207,7 @@ class StepTime:
         if self.host_memory_bandwidth is not None:
             from memderive.derivations.quantities.offload_time import offload_line
 
-            memory += (offload_line(self.gpu, self.zero, self.host_memory_bandwidth),)
+            memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
@@ -459,7 +458,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
                     fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels,
                     m * accumulate_micro, opts.grad_sync,
-                    *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth, opts.zero) if offload else ()))
+                    *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()))
 
 
 def float8_flops(est: Evaluated) -> int:
