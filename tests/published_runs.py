@@ -119,7 +119,8 @@ def _narayanan(size: str, h: int, a: int, l: int, t: int, p: int, gpus: int, bat
     """Narayanan et al. 2021 (arXiv:2104.04473) Table 1: weak scaling on A100 80GB (Selene, 8 HDR ports per node),
     s 2048, V 51,200, full recompute; TFLOP/s per GPU counted with Eq. 3. fp16: the paper's scripts
     (Megatron-LM examples/academic_paper_scripts/sc21/CONFIG.sh) pass --fp16 --loss-scale 8192. Not said in the
-    table: micro-batch 1, no interleaving (assumed)."""
+    table: micro-batch 1, no interleaving (assumed; §5.1 says Table 1 ran "the interleaved pipeline schedule with the
+    scatter/gather optimization enabled" but gives no v, and the sends are timed at full size, bsh, not §4.1's bsh/t)."""
     d = gpus // (t * p)
     layout = {"tp": t, "pp": p, "dp": d, "batch": 1, "micro_batches": batch // d, "recompute": "full",
               "flash": False, **megatron_states("fp16")}

@@ -102,12 +102,17 @@ PLAN_OFF = {
     "1T t8 p64 full": "a layout held to compare recompute (its sp+sel row is the planner's best): under full recompute "
                       "the planner halves p with v 4 and d 2, a bubble of 3% against the uninterleaved 12%",
     "18.4B t8 p1 d32": "the pick (t2 p4 v2 d32, 45.4 GiB with Megatron-LM's fp16 states) runs at 7.50 s in the time "
-                       "model against the published layout's 9.40 s (measured 9.40): wider matmuls at t2 and a 4.7% "
-                       "bubble beat t8's all-reduces there, where Narayanan et al. §5.4.1 (Takeaway #1) measured "
-                       "tensor parallelism up to the node's 8 GPUs first",
-    "39.1B t8 p2 d32": "the pick (t2 p8 v2 d32, 49.2 GiB with Megatron-LM's fp16 states, the same pick as with 16 B "
-                       "per parameter) runs at 11.52 s in the time model against the published layout's 13.53 s: the "
-                       "same preference for t2 with pipelining over t8 that Narayanan et al. §5.4.1 measured the other way",
+                       "model against the published layout's 9.40 s (measured 9.40). Of the 1.90 s: compute 8.01 "
+                       "against 6.82 s (matmul efficiency 0.597 at w = h/t = 768 against 0.756 at 3072), TP "
+                       "all-reduces 1.14 against 0.16 s, DP 0.19 against 0 s; the pick pays 0.33 s of bubble and 0.13 "
+                       "s of sends. Narayanan et al. §5.4.1 measured t8 first (161B on 64 GPUs, which the model now "
+                       "ranks so: tests/test_pipeline_span.py); the w = h/t curve is fitted on Table 1, where t grows "
+                       "with h, so its t-dependence at fixed h is not identified by the runs it is fitted on",
+    "39.1B t8 p2 d32": "the pick (t2 p8 v2 d32, 49.2 GiB with Megatron-LM's fp16 states) runs at 11.52 s in the time "
+                       "model against the published layout's 13.53 s: compute 11.48 against 10.23 s (efficiency 0.642 "
+                       "at w 1024 against 0.773 at 4096), TP 1.36 against 0.20 s, DP 0.23 against 0 s; the pick pays "
+                       "0.78 s of bubble and 0.26 s of sends. The same extrapolation of the w = h/t curve to t2 at "
+                       "fixed h as the 18.4B's",
 }
 #: Runs where the planner finds nothing that fits (``NothingFits``), with why.
 PLAN_NOTHING_FITS = {

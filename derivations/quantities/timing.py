@@ -11,7 +11,7 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   forward and each column-parallel layer's input gradient in backward (sequence parallelism turns each into a
   reduce-scatter plus an all-gather: the same bytes), full recompute repeats the forward ones, inside a node; the
   pipeline sends each micro-batch's activations and their gradients to the next stage (``v`` times interleaved),
-  across nodes when the stage's ranks fill one;
+  across nodes when the pipeline spans nodes (some boundary then crosses one, and every stage waits on it);
 * pipeline bubble: ``(p - 1)/(m v)`` of the micro-batches' time (§2.2, interleaved schedule §2.2.2);
 * data parallelism: what is not hidden behind compute (``data_parallel_s``): the gradient reduction behind the
   last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute; hierarchical rings on the
@@ -435,7 +435,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                  opts) if opts.ep > 1 else 0.0
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
-        pp_micro = 2 * v * cluster.send(boundary, t * d)
+        pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
     memory_micro = eager_micro + copy_micro + accumulate_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
