@@ -20,17 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from memderive.derivations.memo import Keyed, per_graph
-from memderive.derivations.quantities.runtime import runtime_json
-from memderive.derivations.quantities.serving import vllm_json
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import shared_names, symbol_values
 from memderive.derivations.options import ArgumentError, Options, OptionsError, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
-from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
 from memderive.derivations.quantities.parameters import parameter_quantities
 from memderive.derivations.quantities.step import not_covered, peak_quantity, timeline_of
-from memderive.derivations.quantities.timing import time_json
 from memderive.derivations.quantities.training import train_quantities, transformed
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.quantity_table import SPELLINGS, public_name
@@ -149,9 +145,14 @@ class Estimate:
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()
-        out.update(time_json(self))  # step_time_s, tokens_per_s, mfu / prefill and decode times (with --gpu)
-        out.update(runtime_json(self))  # allocated, reserved and device bytes on the --gpu, with their terms
-        out.update(vllm_json(self))  # vLLM's KV blocks and concurrency (with --framework vllm --gpu)
+        if self.options.gpu is not None:  # each is {} without a --gpu: imported only with one
+            from memderive.derivations.quantities.runtime import runtime_json
+            from memderive.derivations.quantities.serving import vllm_json
+            from memderive.derivations.quantities.timing import time_json
+
+            out.update(time_json(self))  # step_time_s, tokens_per_s, mfu / prefill and decode times
+            out.update(runtime_json(self))  # allocated, reserved and device bytes on the --gpu, with their terms
+            out.update(vllm_json(self))  # vLLM's KV blocks and concurrency (with --framework vllm)
         return out
 
     def implementation(self) -> str:
@@ -339,6 +340,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base
     if options.mode == "params" and options.finetuning:
+        from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
+
         graph = transformed(base, options, resolved)
         quantities.append(Quantity("trainable_parameters", "Trainable parameters", trainable_parameters(graph),
                                    graph.relations, LORA_CITATION))

@@ -332,10 +332,10 @@ class Options:
     def _check_fp8(self) -> None:
         """--fp8 converts transformers' nn.Linear modules as torchao does; what is not modelled is refused in one
         line (the divisibility of the dims is checked against the model: ``estimate``)."""
-        from memderive.symbolic.float8 import RECIPES
-
         if self.fp8 == "none":
             return
+        from memderive.symbolic.float8 import RECIPES  # imported only when asked for (a dataclass-heavy module)
+
         if self.fp8 not in RECIPES:
             raise OptionsError(f"--fp8 must be none or one of {', '.join(RECIPES)} (torchao's "
                                f"Float8LinearRecipeName), got {self.fp8!r}")
@@ -537,13 +537,17 @@ class Options:
     def _check_implementation(self) -> None:
         from memderive.derivations.models.implementations import parse_implementation
 
-        from memderive.symbolic.hf_code import DEVICES
-        from memderive.symbolic.hf_experts import EXPERTS_KERNELS
-
         try:
             kind, _ = parse_implementation(self.implementation)
         except ValueError as exc:
             raise OptionsError(str(exc)) from None
+        # the defaults (transformers' grouped_mm on cuda) are in both tables: the tables' modules (transformers'
+        # code, dataclass-heavy) are imported only for another choice
+        if (self.experts_implementation, self.device) != ("grouped_mm", "cuda"):
+            from memderive.symbolic.hf_code import DEVICES
+            from memderive.symbolic.hf_experts import EXPERTS_KERNELS
+        else:
+            DEVICES, EXPERTS_KERNELS = ("cuda",), ("grouped_mm",)
         if self.experts_implementation not in EXPERTS_KERNELS:
             raise OptionsError(f"--experts-implementation must be one of {', '.join(EXPERTS_KERNELS)} (transformers' "
                                f"experts_implementation), got {self.experts_implementation!r}")

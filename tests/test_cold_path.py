@@ -20,7 +20,7 @@ from memderive.cli import main
 sys.argv = ["memderive", *{args!r}]
 code = main()
 sys.stdout.flush()
-loaded = sorted({{name.split(".")[0] for name in sys.modules}} | {{name for name in sys.modules if name.startswith(("importlib.metadata", "memderive.cmd_"))}})
+loaded = sorted({{name.split(".")[0] for name in sys.modules}} | {{name for name in sys.modules if name.startswith(("importlib.metadata", "memderive."))}})
 print("\\nMODULES " + json.dumps(loaded), file=sys.stderr)
 raise SystemExit(code)
 """
@@ -50,6 +50,34 @@ def test_cold_estimate_imports_no_sympy_numpy_matplotlib(tmp_path: Path) -> None
         assert "importlib.metadata" not in loaded
         # only the command that runs is imported and built
         assert {m for m in loaded if m.startswith("memderive.cmd_")} == {"memderive.cmd_estimate"}
+
+
+#: Modules a plain estimate (no --gpu, Megatron's kernels, no fine-tuning table asked for) does not import: the
+#: time model, the runtime and vLLM's start-up (each empty without --gpu), transformers' code and torchao's Float8.
+_ON_ASK = {"memderive.derivations.quantities.timing", "memderive.derivations.quantities.runtime",
+           "memderive.derivations.quantities.serving", "memderive.derivations.quantities.efficiency",
+           "memderive.symbolic.huggingface", "memderive.symbolic.hf_code", "memderive.symbolic.hf_experts",
+           "memderive.symbolic.hf_attention", "memderive.symbolic.hf_programs", "memderive.symbolic.float8"}
+
+
+def test_plain_estimate_imports_only_its_path(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16,
+                                  "num_key_value_heads": 4, "num_hidden_layers": 6, "intermediate_size": 2816,
+                                  "vocab_size": 32000, "max_position_embeddings": 4096}))
+    for args, model in [(("--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "2", "--sp", "--recompute",
+                          "selective", "--json"), str(config)),
+                        (("--mode", "infer", "--batch", "1", "--seq", "512", "--json"), "mixtral-8x7b")]:
+        stdout, loaded = _loaded(*args, model=model)
+        assert json.loads(stdout)["model"]
+        assert not loaded & _ON_ASK, sorted(loaded & _ON_ASK)
+    # the probe sees them where they are needed: a --gpu imports the time model and the runtime; --implementation
+    # hf with --fp8 imports transformers' code and torchao's Float8
+    _, loaded = _loaded("--mode", "train", "--batch", "1", "--seq", "4096", "--gpu", "h100-sxm", "--json")
+    assert {"memderive.derivations.quantities.timing", "memderive.derivations.quantities.runtime"} <= loaded
+    _, loaded = _loaded("--mode", "train", "--batch", "1", "--seq", "4096", "--implementation", "hf-eager", "--fp8",
+                        "rowwise", "--json")
+    assert {"memderive.symbolic.huggingface", "memderive.symbolic.hf_code", "memderive.symbolic.float8"} <= loaded
 
 
 def test_summary_imports_no_sympy_numpy_matplotlib() -> None:

@@ -15,13 +15,17 @@ attention kernel: ``hf-eager`` and ``hf-sdpa`` are shorthands that also set the 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
+from typing import TYPE_CHECKING
 
 from memderive.derivations.models.model import Model
-from memderive.symbolic.float8 import Float8Training
-from memderive.symbolic.hf_code import HfCode
-from memderive.symbolic.huggingface import HuggingFace
 
-__all__ = ["IMPLEMENTATIONS", "float8_layers", "SHORTHANDS", "PYTHON_GELUS", "FAMILY_CODE", "UNSUPPORTED_KERNELS", "parse_implementation",
+if TYPE_CHECKING:  # imported where used: a plain estimate (Megatron's kernels) needs none of them
+    from memderive.symbolic.float8 import Float8Training
+    from memderive.symbolic.hf_code import HfCode
+    from memderive.symbolic.huggingface import HuggingFace
+
+__all__ = ["IMPLEMENTATIONS", "float8_layers", "SHORTHANDS", "PYTHON_GELUS", "family_code", "UNSUPPORTED_KERNELS", "parse_implementation",
            "hf_layers", "hf_code", "hf_kernel", "describe"]
 
 IMPLEMENTATIONS = ("megatron", "hf")
@@ -48,35 +52,40 @@ _M = "transformers/models/{0}/modeling_{0}.py (v5.24)"
 #: Where each family's modeling code departs from LLaMA's (``HfCode``'s defaults), read in its file
 #: (``_M``); families absent follow LLaMA's code (RMSNorm ``w * x.to(dt)``, fp32 eager softmax,
 #: cos/sin shared, ``sdpa_attention_forward``).
-FAMILY_CODE: dict[str, HfCode] = {
-    "gpt": HfCode(softmax_fp32=False),  # GPT2Attention: softmax(attn_weights) in the activation dtype
-    "bert": HfCode(softmax_fp32=False, position_buffer=True),  # softmax without dtype; self.position_ids[:, :s]
-    "gemma": HfCode(rms_norm="offset"),  # GemmaRMSNorm: output * (1.0 + self.weight.float())
-    "gemma2": HfCode(rms_norm="offset"),
-    "gemma3_text": HfCode(rms_norm="offset"),
-    "olmo2": HfCode(rms_norm="fp32-product", rotary_tables="shared-fp32"),  # (self.weight * x).to(dt); cos, sin
-    # GptOssRMSNorm: (self.weight * hidden_states).to(input_dtype); eager_attention_forward: torch.cat([attn_weights,
-    # sinks]), combined_logits.max, F.softmax(..., dtype=combined_logits.dtype); GptOssTopKRouter: torch.topk(router_logits)
-    # then softmax of the top-k values; GptOssExperts._apply_gate; GptOssRotaryEmbedding: emb = freqs
-    "gpt_oss": HfCode(rms_norm="fp32-product", sinks=True, router_topk_first=True, clamped_glu=True, rotary_half=True),
-    "cohere": HfCode(layer_norm="python-fp32"),  # CohereLayerNorm: mean-centred, in fp32
-    "phi3": HfCode(q_head_major=True),  # apply_rotary_pos_emb: torch.cat([rotated, pass]) on (b, a, s, d)
-    "gpt_neox": HfCode(q_head_major=True),
-    "stablelm": HfCode(q_head_major=True),  # StableLmAttention: torch.cat((query_rot, query_pass))
-    "phi": HfCode(q_head_major=True),  # PhiAttention: torch.cat((query_rot, query_pass))
-    "gptj": HfCode(scores_fp32=True, rotary_tables="per-call"),  # matmul(query.to(float32), key.to(float32))
-    "codegen": HfCode(scores_fp32=True, rotary_tables="per-call"),
-    "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
-    "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
-    "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
-    "phimoe": HfCode(sparsemixer=True),  # PhimoeTopKRouter: sparsemixer(router_logits, ...), PhimoeMultiplier
-    # GraniteMoeTopKRouter: F.linear(hidden_states, self.weight).float().topk(k), softmax, .type_as(hidden_states)
-    "granitemoe": HfCode(router_topk_first=True, router_logits_fp32=True),
-    "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
-    # DeepseekV2/V3TopkRouter: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
-    "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True),
-    "deepseek_v3": HfCode(routing_fp32=True, router_fp32=True),
-}
+@cache
+def family_code() -> dict[str, HfCode]:
+    """The table, built on first use (``symbolic.hf_code`` is imported only under ``--implementation hf``)."""
+    from memderive.symbolic.hf_code import HfCode
+
+    return {
+        "gpt": HfCode(softmax_fp32=False),  # GPT2Attention: softmax(attn_weights) in the activation dtype
+        "bert": HfCode(softmax_fp32=False, position_buffer=True),  # softmax without dtype; self.position_ids[:, :s]
+        "gemma": HfCode(rms_norm="offset"),  # GemmaRMSNorm: output * (1.0 + self.weight.float())
+        "gemma2": HfCode(rms_norm="offset"),
+        "gemma3_text": HfCode(rms_norm="offset"),
+        "olmo2": HfCode(rms_norm="fp32-product", rotary_tables="shared-fp32"),  # (self.weight * x).to(dt); cos, sin
+        # GptOssRMSNorm: (self.weight * hidden_states).to(input_dtype); eager_attention_forward: torch.cat([attn_weights,
+        # sinks]), combined_logits.max, F.softmax(..., dtype=combined_logits.dtype); GptOssTopKRouter: torch.topk(router_logits)
+        # then softmax of the top-k values; GptOssExperts._apply_gate; GptOssRotaryEmbedding: emb = freqs
+        "gpt_oss": HfCode(rms_norm="fp32-product", sinks=True, router_topk_first=True, clamped_glu=True, rotary_half=True),
+        "cohere": HfCode(layer_norm="python-fp32"),  # CohereLayerNorm: mean-centred, in fp32
+        "phi3": HfCode(q_head_major=True),  # apply_rotary_pos_emb: torch.cat([rotated, pass]) on (b, a, s, d)
+        "gpt_neox": HfCode(q_head_major=True),
+        "stablelm": HfCode(q_head_major=True),  # StableLmAttention: torch.cat((query_rot, query_pass))
+        "phi": HfCode(q_head_major=True),  # PhiAttention: torch.cat((query_rot, query_pass))
+        "gptj": HfCode(scores_fp32=True, rotary_tables="per-call"),  # matmul(query.to(float32), key.to(float32))
+        "codegen": HfCode(scores_fp32=True, rotary_tables="per-call"),
+        "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
+        "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
+        "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
+        "phimoe": HfCode(sparsemixer=True),  # PhimoeTopKRouter: sparsemixer(router_logits, ...), PhimoeMultiplier
+        # GraniteMoeTopKRouter: F.linear(hidden_states, self.weight).float().topk(k), softmax, .type_as(hidden_states)
+        "granitemoe": HfCode(router_topk_first=True, router_logits_fp32=True),
+        "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
+        # DeepseekV2/V3TopkRouter: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
+        "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True),
+        "deepseek_v3": HfCode(routing_fp32=True, router_fp32=True),
+    }
 
 
 #: Attention kernels a family's model class refuses (``_supports_sdpa = False``,
@@ -110,7 +119,9 @@ def hf_code(model: Model) -> HfCode:
     """The rules ``model``'s family code follows, with what its config switches on (Gemma 2's
     softcapping, GeLU written in Python, Falcon's list-index head split with one K/V head)."""
     arch, z = model.arch, model.sizes
-    code = FAMILY_CODE.get(arch.family, HfCode())
+    from memderive.symbolic.hf_code import HfCode
+
+    code = family_code().get(arch.family, HfCode())
     python_gelu = arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS
     split = 2 if arch.family == "falcon" and z["a_kv"] < z["a"] else 0  # fused_qkv[..., [-2], :]
     mixed = arch.family == "gemma3_text" and 0 < model.windowed_layers < z["l"]  # rotary_emb_local beside rotary_emb
@@ -126,6 +137,8 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
     """The transform of ``model`` in transformers: its family's code (``hf_code``), the attention and
     experts kernels, the device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value
     head size)."""
+    from memderive.symbolic.huggingface import HuggingFace
+
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
@@ -136,6 +149,8 @@ def float8_layers(model: Model, recipe: str) -> Float8Training:
     """torchao's ``convert_to_float8_training`` of ``model`` as transformers builds it: its ``nn.Linear``
     modules whose dims divide by 16 (torchtitan's filter); GPT-2's layers are ``Conv1D``, which torchao does
     not swap (``swap_linear_layers`` converts ``nn.Linear`` instances only)."""
+    from memderive.symbolic.float8 import Float8Training
+
     return Float8Training(recipe, model.values(), conv1d=model.arch.family == "gpt")
 
 
@@ -143,3 +158,4 @@ def describe(implementation: str, attention: str) -> str:
     """One line for reports: ``hf-sdpa: transformers' modeling code``."""
     label = implementation if implementation == "megatron" else f"{implementation}-{attention}"
     return f"{label} ({DESCRIPTIONS[implementation]})"
+
