@@ -15,7 +15,6 @@ from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
-from memderive.symbolic.op_checkpoint import OpSelectiveRecompute
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
@@ -659,6 +658,8 @@ class Options:
         elif self.recompute == "full":
             out.append(FullRecompute())
         elif self.recompute == "selective-op":
+            from memderive.symbolic.op_checkpoint import OpSelectiveRecompute  # imported for this choice only
+
             out.append(OpSelectiveRecompute(self.sp))
         # Degrees enter as symbols (t, p, m, v) so closed forms keep them; values come later.
         if self.capacity_factor is not None:

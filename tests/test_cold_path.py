@@ -57,7 +57,9 @@ def test_cold_estimate_imports_no_sympy_numpy_matplotlib(tmp_path: Path) -> None
 _ON_ASK = {"memderive.derivations.quantities.timing", "memderive.derivations.quantities.runtime",
            "memderive.derivations.quantities.serving", "memderive.derivations.quantities.efficiency",
            "memderive.symbolic.huggingface", "memderive.symbolic.hf_code", "memderive.symbolic.hf_experts",
-           "memderive.symbolic.hf_attention", "memderive.symbolic.hf_programs", "memderive.symbolic.float8"}
+           "memderive.symbolic.hf_attention", "memderive.symbolic.hf_programs", "memderive.symbolic.float8",
+           "memderive.symbolic.lora", "memderive.derivations.quantities.peft_modules",
+           "memderive.symbolic.op_checkpoint"}
 
 
 def test_plain_estimate_imports_only_its_path(tmp_path: Path) -> None:
@@ -78,6 +80,11 @@ def test_plain_estimate_imports_only_its_path(tmp_path: Path) -> None:
     _, loaded = _loaded("--mode", "train", "--batch", "1", "--seq", "4096", "--implementation", "hf-eager", "--fp8",
                         "rowwise", "--json")
     assert {"memderive.symbolic.huggingface", "memderive.symbolic.hf_code", "memderive.symbolic.float8"} <= loaded
+    # LoRA imports PEFT's module table and the adapters; --recompute selective-op its checkpoint transform
+    _, loaded = _loaded("--mode", "train", "--batch", "1", "--seq", "1024", "--lora-rank", "8", "--lora-targets", "q_proj,v_proj", "--recompute",
+                        "selective-op", "--json")
+    assert {"memderive.symbolic.lora", "memderive.derivations.quantities.peft_modules",
+            "memderive.symbolic.op_checkpoint"} <= loaded
 
 
 def test_summary_imports_no_sympy_numpy_matplotlib() -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
@@ -28,10 +28,12 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
-from memderive.derivations.quantities.peft_modules import PeftChoice, peft_choose
-from memderive.symbolic.lora import Adapter, LoRA, ParamLoRA, SplitFused
 from memderive.symbolic.strategies import Freeze, Strategy
 from memderive.symbolic.tensor import Tensor
+
+if TYPE_CHECKING:  # PEFT's module table and the adapters are imported for --lora-rank / --train-only only
+    from memderive.derivations.quantities.peft_modules import PeftChoice
+    from memderive.symbolic.lora import Adapter
 
 __all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "train_only", "ALL_LINEAR", "finetune_steps",
            "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits", "quantized_bytes",
@@ -94,6 +96,8 @@ def module_paths(model: Model, names: Sequence[str]) -> tuple[list[Strategy], li
     Raises:
         OptionsError: a name the family does not have, or whose op this model lacks.
     """
+    from memderive.symbolic.lora import SplitFused
+
     table = _names(model)
     if ALL_LINEAR in names:
         names = list(dict.fromkeys([*(n for n in names if n != ALL_LINEAR), *table]))
@@ -125,10 +129,14 @@ def _has(groups: tuple[str, ...], present: set[str]) -> bool:
 
 def resolve_adapters(model: Model, targets: Sequence[str]) -> tuple[list[Strategy], list[Adapter]]:
     """``SplitFused`` steps and one ``Adapter`` per wrapped module, for PEFT ``target_modules``."""
+    from memderive.derivations.quantities.peft_modules import peft_choose
+
     return _module_steps(model, peft_choose(model, targets))
 
 
 def _module_steps(model: Model, choice: PeftChoice) -> tuple[list[Strategy], list[Adapter]]:
+    from memderive.symbolic.lora import Adapter, SplitFused
+
     ops = {f"{blk.name}/{op.path}" for blk, op in model.graph(dropout=False).ops()}
     splits: list[Strategy] = []
     used = [p for m in (*choice.modules, *(m for m, _, _ in choice.params)) for p in m.ops]
@@ -142,6 +150,9 @@ def _module_steps(model: Model, choice: PeftChoice) -> tuple[list[Strategy], lis
 def lora_steps(model: Model, opts: Options) -> list[Strategy]:
     """PEFT's adapters for ``--lora-targets`` and ``--lora-target-parameters``: ``lora.Linear`` and
     ``lora.Embedding`` modules (``LoRA``), ``ParamWrapper`` parameters (``ParamLoRA``)."""
+    from memderive.derivations.quantities.peft_modules import peft_choose
+    from memderive.symbolic.lora import LoRA, ParamLoRA
+
     choice = peft_choose(model, opts.lora_targets, opts.lora_target_parameters)
     if choice.params and (opts.lora_dropout or opts.dora):
         raise OptionsError("PEFT's ParamWrapper (target parameters, MoE experts and routers) works with neither "
