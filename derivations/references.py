@@ -19,7 +19,6 @@ memderive.derivations.references.UnknownReference: no reference 'korthikanti'; m
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -418,6 +417,8 @@ def reference(key: str) -> Reference:
     """The entry of ``key``; ``UnknownReference`` (one line, with the nearest keys) otherwise."""
     if key in REFERENCES:
         return REFERENCES[key]
+    import difflib  # only for the error's hint
+
     near = difflib.get_close_matches(key, REFERENCES, n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
     raise UnknownReference(f"no reference {key!r}; memderive references lists the keys{hint}")

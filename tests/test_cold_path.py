@@ -73,6 +73,7 @@ def test_plain_estimate_imports_only_its_path(tmp_path: Path) -> None:
         stdout, loaded = _loaded(*args, model=model)
         assert json.loads(stdout)["model"]
         assert not loaded & _ON_ASK, sorted(loaded & _ON_ASK)
+        assert "difflib" not in loaded  # references' did-you-mean hint, on an unknown key only
     # the probe sees them where they are needed: a --gpu imports the time model and the runtime; --implementation
     # hf with --fp8 imports transformers' code and torchao's Float8
     _, loaded = _loaded("--mode", "train", "--batch", "1", "--seq", "4096", "--gpu", "h100-sxm", "--json")
