@@ -220,6 +220,21 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}{stages}")
+    lines += _zero3_cautions(layouts) if args.gpu else []
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options)),
               _evaluated_line(layouts)]
     return "\n".join(lines)
+
+
+def _zero3_cautions(layouts: list) -> list[str]:
+    """A caution line for the rows below the first that shard ZeRO-3 past the ranks the time model is checked on
+    (the first row's is among the NOTE lines, from its estimate)."""
+    from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, zero3_caution
+
+    ranks = {i: x.options.get("dp", 1) * x.options.get("cp", 1) for i, x in enumerate(layouts, 1)
+             if i > 1 and x.options.get("zero", 0) == 3}
+    rows = [i for i, n in ranks.items() if n > ZERO3_CHECKED_RANKS]
+    if not rows:
+        return []
+    return ["", f"caution (row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))}): "
+            f"{zero3_caution(max(ranks[i] for i in rows))}"]
