@@ -77,9 +77,8 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     capacity, peak = _capacity(args)
-    if args.cp > 1 and args.no_flash:
-        fail(f"--cp {args.cp} runs ring attention on a fused kernel; plan it with FlashAttention (drop --no-flash)")
-    # plan picks dp (a multiple of ep); a given cp is every row's, on FlashAttention (plan's kernel)
+    # plan picks dp (a multiple of ep); a given cp is every row's, on FlashAttention (plan's kernel; without it
+    # plan refuses the cp)
     base = options_from_args(args, "train", batch=1, dp=args.ep, **({"flash": True} if args.cp > 1 else {}))
     try:
         layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
