@@ -347,6 +347,14 @@ _ENTRIES: tuple[Reference, ...] = (
               "(theoretical bytes per parameter: fp16 param and grads 20, 4 + 16/d distributed; 16-bit param, fp32 "
               "grads 18, 6 + 12/d; fp32 16, 8 + 8/d)", None,
               "github.com/NVIDIA/Megatron-LM/blob/40ce7c8/docs/source/distrib_optimizer.md", "docs"),
+    Reference("megatron-optimizer-init", "Megatron-LM", _NV, "Megatron-LM: megatron/core/optimizer/__init__.py "
+              "(get_megatron_optimizer: the distributed optimizer over intra_dp_cp_group, the data- and "
+              "context-parallel ranks together)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/__init__.py", "code"),
+    Reference("megatron-schedules", "Megatron-LM", _NV, "Megatron-LM: megatron/core/pipeline_parallel/schedules.py "
+              "(forward_backward_pipelining_with_interleaving: num_warmup_microbatches = 2(p - rank - 1) + "
+              "(v - 1)p, capped at the m v chunk micro-batches, all of them when m = p)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/pipeline_parallel/schedules.py", "code"),
     Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
               "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/distributed/distributed_data_parallel.py", "code"),

@@ -221,7 +221,7 @@ class PipelineParallel(Strategy):
 
     ``stage="first"`` (the most loaded under 1F1B, Korthikanti et al. 2022 §4.2.3) holds the
     embedding and l/p layers, with p micro-batches in flight (min(p, m) when m is given); the
-    interleaved schedule with v virtual stages multiplies that by ``1 + (p-1)/(p v)``.
+    interleaved schedule with v virtual stages holds p + (p-1)/v, never more than m (``in_flight``).
     ``stage="last"`` holds l/p layers, one micro-batch in flight, and the output layer.
 
     Uneven stages (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
@@ -230,7 +230,8 @@ class PipelineParallel(Strategy):
     first / last stage, the rest ``(l - first - last)/(p - stages given)`` on each other stage.
     ``stage="middle"`` is the second stage: those layers with p - 1 micro-batches in flight
     (min(p - 1, m)), the most a middle stage holds under 1F1B; interleaved, p + (p - 3)/v (Megatron-LM's
-    warm-up on rank 1: 2(p - 2) + (v - 1)p chunk micro-batches and the one in flight, each 1/v of the layers).
+    warm-up on rank 1: 2(p - 2) + (v - 1)p chunk micro-batches and the one in flight, each 1/v of the layers),
+    at most m.
 
     >>> from memderive.symbolic.dims import l
     >>> PipelineParallel(16, stage="middle", first_layers=7, last_layers=7).layers(l)
@@ -275,18 +276,22 @@ class PipelineParallel(Strategy):
         return (total - sum(fixed)) / (self.p - len(fixed))
 
     def in_flight(self) -> Expr:
+        """Micro-batches whose activations the stage holds at once, in units of all its layers.
+
+        1F1B: p on the first stage, p - 1 on the second. Interleaved (Korthikanti et al. 2022 §4.2.3: the first
+        stage holds 1 + (p-1)/(p v) times p): Megatron-LM's warm-up on rank r runs 2(p - r - 1) + (v - 1) p chunk
+        micro-batches, each 1/v of the stage's layers, and the steady state holds one more: p + (p - 1)/v on the
+        first rank, p + (p - 3)/v on the second. Either way never more than the m micro-batches of the step: the
+        schedule caps its warm-up at all m v chunk micro-batches (and runs every forward first when m = p;
+        ``forward_backward_pipelining_with_interleaving``, references ``megatron-schedules``), so with m given
+        the count is the smaller of the two."""
         p = _degree(self.p)
-        if self.stage == "middle" and self.virtual in (None, 1):
-            return p - 1 if self.micro_batches is None else Min(p - 1, _degree(self.micro_batches))
-        held = p if self.micro_batches is None else Min(p, _degree(self.micro_batches))
-        if self.virtual not in (None, 1):
-            # Korthikanti et al. 2022 §4.2.3 (interleaved schedule): the first stage holds 1 + (p-1)/(p v) times p.
-            # Megatron-LM's interleaved warm-up on rank r, 2(p - r - 1) + (v - 1) p chunk micro-batches and the one
-            # in flight, each chunk 1/v of the stage's layers: p + (p - 1)/v on the first, p + (p - 3)/v on the
-            # second (the middle stage).
+        if self.virtual in (None, 1):
+            held = p - 1 if self.stage == "middle" else p
+        else:
             ahead = p - 3 if self.stage == "middle" else p - 1
-            held = held * (1 + ahead / (p * _degree(self.virtual)))
-        return held
+            held = p + ahead / _degree(self.virtual)
+        return held if self.micro_batches is None else Min(held, _degree(self.micro_batches))
 
     def __call__(self, graph: Graph) -> Graph:
         p = _degree(self.p)
@@ -307,7 +312,7 @@ class PipelineParallel(Strategy):
         interleaved = self.virtual not in (None, 1)
         note = {"first": f"first pipeline stage: embedding and {count} layers, p micro-batches in flight (1F1B)",
                 "middle": f"second pipeline stage: {count} layers, "
-                          + ("p + (p-3)/v micro-batches in flight (interleaved warm-up)" if interleaved
+                          + ("p + (p-3)/v micro-batches in flight, at most m (interleaved warm-up)" if interleaved
                              else "p - 1 micro-batches in flight (1F1B)"),
                 "last": f"last pipeline stage: {count} layers and the output layer"}[self.stage]
         if self.uneven is not None:

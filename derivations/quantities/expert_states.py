@@ -16,7 +16,7 @@ et al. 2022 §5). ``ep`` must divide both d and E.
 from __future__ import annotations
 
 from memderive.symbolic.derive import Breakdown, Term
-from memderive.symbolic.dims import d, ep
+from memderive.symbolic.dims import ep
 from memderive.symbolic.experts import expert_ops, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
@@ -24,7 +24,7 @@ from memderive.symbolic.graph import Graph
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
-                                                           states_breakdown)
+                                                           states_breakdown, zero_ranks)
 
 __all__ = ["EP_CITATION", "expert_split_states"]
 
@@ -37,9 +37,11 @@ def _renamed(breakdown: Breakdown, part: str) -> Breakdown:
 
 
 def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None]:
-    """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over d ranks,
-    the routed experts' over d/ep ranks. Without experts, one breakdown over d as before."""
+    """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over the d ranks
+    (d x cp under context parallelism, ``zero_ranks``), the routed experts' over 1/ep of them. Without experts,
+    one breakdown over d (x cp) as before."""
     params = graph_parameters(graph)
+    d = zero_ranks(opts.cp)
     factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
     on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision,  # noqa: E731

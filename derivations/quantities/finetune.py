@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
-                                                           state_widths)
+                                                           state_widths, zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term
-from memderive.symbolic.dims import a, a_kv, d, d_h, r
+from memderive.symbolic.dims import a, a_kv, d_h, r
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
 from memderive.symbolic.formula import Citation
@@ -280,7 +280,8 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     optimizer states of the trainable parameters only; ZeRO shards them as in full training."""
     trainable = trainable_parameters(graph)
     _, width, k = state_widths(opts.dtype, opts.optimizer, opts.precision)
-    shard = {0: (1, 1, 1), 1: (1, 1, d), 2: (1, d, d), 3: (d, d, d)}[opts.zero]
+    n = zero_ranks(opts.cp)  # d, or d x cp under context parallelism
+    shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[opts.zero]
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
     grads = Term("model_states/gradients", trainable.total * width / shard[1])
     factored = (factored_state_elements(graph, lambda blk, op, x: graph.trainable(blk.name, x.name))

@@ -46,10 +46,14 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "optimizer_state_bytes",
+__all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
+#: ZeRO under context parallelism: the cp ranks of one data-parallel replica hold the same weights and reduce their
+#: gradients together, so the shards are over d x cp (Megatron-LM's distributed optimizer over intra_dp_cp_group).
+CP_ZERO_CITATION = Citation("megatron-optimizer-init", "get_megatron_optimizer: DistributedOptimizer's "
+                            "data_parallel_group = intra_dp_cp_group")
 #: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
 PRECISIONS = ("master", "autocast", "pure")
 #: Where the optimizer's gradients live under ``master``: the weights' dtype (ZeRO's accounting), an fp32
@@ -217,6 +221,19 @@ def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: in
     """
     terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)[1:]
     return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
+
+
+def zero_ranks(cp: int) -> Expr:
+    """The ranks ZeRO shards the model states over: the d data-parallel ranks, and under context parallelism
+    (``cp`` > 1) the cp ranks of each, which hold the same weights and see other tokens of the same sequences
+    (``CP_ZERO_CITATION``; the time model reduces the gradients over the same d x cp ranks, ``timing.step_time``).
+
+    >>> zero_ranks(1), zero_ranks(16)
+    (d, cp*d)
+    """
+    from memderive.symbolic import dims
+
+    return dims.d * dims.cp if cp > 1 else dims.d
 
 
 def optimizer_state_bytes(optimizer: str, param_dtype: str, precision: str = "master") -> int:

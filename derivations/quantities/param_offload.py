@@ -27,9 +27,9 @@ True
 from __future__ import annotations
 
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements)
+from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements,
+                                                           zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term, parameters
-from memderive.symbolic.dims import d
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, const, total
 from memderive.symbolic.formula import Citation
@@ -64,6 +64,7 @@ def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Break
     n = parameters(graph).total
     own = OPTIMIZERS[opts.optimizer]
     factored = factored_state_elements(graph) if own.factored else 0
+    d = zero_ranks(opts.cp)  # d, or d x cp under context parallelism
     host = Breakdown((Term("offload/parameters", n * 4 / d),  # fp32: the master copy, or the fp32 model itself
                       Term("offload/gradients", n * 4 / d),
                       Term("offload/optimizer", (n * own.state_bytes + factored * FACTORED_STATE_BYTES) / d)), "bytes")

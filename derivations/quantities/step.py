@@ -27,9 +27,8 @@ from typing import Any
 
 from memderive.derivations.memo import Keyed
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes
+from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes, zero_ranks
 from memderive.derivations.quantity import Quantity
-from memderive.symbolic.dims import d
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.timeline import StepRecipe, Timeline, step_timeline
@@ -85,7 +84,7 @@ def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
     master = dtype("fp32") if master_bytes(opts.dtype, opts.precision) else None
     like = OPTIMIZERS[opts.optimizer].like_param and opts.precision == "pure"
     states = tuple(weight if like else dtype(x) for x in STATE_DTYPES[opts.optimizer])
-    shard = int(d.evaluate(values)) if opts.zero >= 1 else 1
+    shard = int(zero_ranks(opts.cp).evaluate(values)) if opts.zero >= 1 else 1
     return StepRecipe(weight=weight, master=master, states=states, step_scalars=device == "cpu" and bool(states),
                       update="foreach", temporaries=UPDATE_TEMPORARIES[opts.optimizer],
                       in_backward=opts.optimizer_in_backward, granularity=ALLOCATOR_BLOCK[device],

@@ -23,8 +23,8 @@ from memderive.derivations.options import PROFILES, Options, derived
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
-from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, GRAD_BUFFER_CITATIONS, OFFLOAD_CITATION,
-                                                           OPTIMIZERS, ZERO_CITATION)
+from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
+                                                           OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION)
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
                                                             offload_params_states)
@@ -112,7 +112,8 @@ def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
-        (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ())
+        (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
+        (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ())
     return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=also) if also else ZERO_CITATION
 
 

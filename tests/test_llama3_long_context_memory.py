@@ -1,0 +1,84 @@
+"""Llama 3 405B at 131,072 tokens on 16,384 H100s (Dubey et al. 2024, arXiv:2407.21783, Table 4: TP 8, CP 16, PP 16,
+DP 8; ``tests/published_runs.LLAMA3[2]``), its per-GPU bytes taken apart, and the two corrections they led to:
+
+- ZeRO shards over the data- and context-parallel ranks together, d x cp (Megatron-LM's distributed optimizer over
+  ``intra_dp_cp_group``, references ``megatron-optimizer-init``), as the time model already reduced the gradients;
+- the interleaved schedule holds at most the step's m micro-batches (Megatron-LM's warm-up is capped at the m v
+  chunk micro-batches, all of them when m = p; references ``megatron-schedules``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.symbolic.strategies import PipelineParallel
+from tests.published_runs import LLAMA3
+
+T, CP, D = 8, 16, 8  # Table 4: h 16,384, f 53,248, 128 heads, 8 KV heads of 128 (Table 3)
+
+
+def _run():
+    run = LLAMA3[2]
+    assert (run.seq, run.layout["tp"], run.layout["cp"], run.layout["pp"], run.layout["dp"]) == (131072, T, CP, 16, D)
+    return run.estimate()
+
+
+@pytest.mark.parametrize("stage,m,expected", [
+    # Megatron-LM's interleaved warm-up on rank r: 2(p - r - 1) + (v - 1) p chunk micro-batches, the steady state one
+    # more, each chunk 1/v of the stage; never past the m v chunk micro-batches of the step. p 4, v 2:
+    ("first", 8, "11/2"),   # rank 0: 2*3 + 1*4 = 10, + 1 = 11 chunks = 5.5 stages' worth (of m v = 16: not capped)
+    ("middle", 8, "9/2"),  # rank 1: 2*2 + 4 = 8, + 1 = 9 chunks = 4.5
+    ("first", 4, "4"),     # m = p: every forward first, all m v = 8 chunks = 4 (was 4 * (1 + 3/8) = 5.5)
+    ("middle", 4, "4"),    # the same 8 chunks on rank 1 (was 4.5)
+    ("first", 5, "5"),     # rank 0 would run 10 of the 10 chunks: capped at m v, 5
+])
+def test_interleaved_in_flight_is_capped_at_the_steps_micro_batches(stage, m, expected) -> None:  # noqa: ANN001
+    assert str(PipelineParallel(4, virtual=2, micro_batches=m, stage=stage).in_flight()) == expected
+
+
+def test_one_f_one_b_in_flight_is_unchanged() -> None:
+    """1F1B without interleaving: p on the first stage, p - 1 on the second, at most m (as before)."""
+    counts = [str(PipelineParallel(4, micro_batches=m, stage=s).in_flight()) for s in ("first", "middle") for m in (2, 8)]
+    assert counts == ["2", "4", "2", "3"]
+
+
+def test_the_published_layouts_activations() -> None:
+    """One layer, one micro-batch, on one GPU: s/cp = 8,192 tokens, t = 8 with sequence parallelism, so every
+    h-wide tensor holds 8,192 x 2,048 elements. Saved in bf16: the two norms' inputs, their outputs (the QKV and
+    gate/up inputs), q and the attention output O: 6 x 2 B x 8,192 x 2,048 = 201,326,592; k and v: 2 x 2 B x 8,192 x
+    (8 x 128 / 8) = 4,194,304; FlashAttention's fp32 logsumexp: 4 B x 8,192 x 128/8 = 524,288; SwiGLU's gate, silu(gate),
+    up and the product fc2 reads: 4 x 2 B x 8,192 x 53,248/8 = 436,207,616. Sum 642,252,800 B per layer.
+    The middle stages hold 112/14 = 8 layers, one per chunk (v 8); with m = p = 16 Megatron-LM's interleaved
+    schedule runs all 16 x 8 chunk forwards first, so 128 layer-micro-batches are held: 128 x 642,252,800 =
+    82,208,358,400 B (the uncapped p + (p - 3)/v = 17.625 stages' worth gave 141 x 642,252,800 = 90,557,644,800)."""
+    est = _run()
+    assert est.number("activation_bytes_per_layer") == 642_252_800
+    assert est.number("activation_bytes") == 128 * 642_252_800 == 82_208_358_400
+
+
+def test_zero_shards_over_data_and_context_parallel_ranks() -> None:
+    """The middle stage's 8 layers over t = 8: per layer 3 f h + 2 h^2 + 2 a_kv h^2/a = 2,617,245,696 +
+    536,870,912 + 33,554,432 = 3,187,671,040 matrix parameters, 1/8 each, and the two norms' 2 h = 32,768 whole:
+    8 x (398,458,880 + 32,768) = 3,187,933,184 parameters. ZeRO-2 (bf16 weights, gradients, 12 B of Adam and master
+    per parameter) over d x cp = 8 x 16 = 128 ranks: weights 2 x 3,187,933,184 = 6,375,866,368, gradients
+    6,375,866,368/128 = 49,811,456, optimizer 12 x 3,187,933,184/128 = 298,868,736; 6,724,546,560 B in all (over d = 8
+    alone it was 6,375,866,368 + 796,983,296 + 4,781,899,776 = 11,954,749,440)."""
+    est = _run()
+    assert est.number("parameters_per_gpu") == 3_187_933_184
+    terms = {t.path: t for t in est.quantity("model_state_bytes").breakdown.terms}
+    assert est.number("model_state_bytes") == 6_724_546_560
+    assert str(terms["model_states/optimizer"].expr).count("cp*d") >= 1
+    # cp 16 x d 8 shards as d 128 without context parallelism (the 8K run of Table 4 on 16,384 GPUs)
+    assert LLAMA3[1].estimate().number("model_state_bytes") == 6_724_546_560
+    # and without context parallelism nothing changes: the formula has no cp
+    assert "cp" not in str(LLAMA3[1].estimate().quantity("model_state_bytes").breakdown.total)
+
+
+def test_the_published_layout_is_still_past_80_gib() -> None:
+    """Activations 82,208,358,400 + model states 6,724,546,560 + ring attention's cp - 1 = 15 received K/V chunks of
+    one layer (2 x 2 B x 8,192 x 128 each: 15 x 4,194,304 = 62,914,560) = 88,995,819,520 B, 82.88 GiB: past the
+    H100's 80 GiB (85,899,345,920) by 3,096,473,600 B, 24,191,200 B per held layer-micro-batch (3.8% of 642,252,800).
+    Meta ran it (the reason PLAN_NOTHING_FITS gives in tests/test_published_runs.py names what is left)."""
+    est = _run()
+    assert est.number("total_bytes") == 82_208_358_400 + 6_724_546_560 + 62_914_560 == 88_995_819_520
+    assert est.number("total_bytes") - 80 * 2**30 == 3_096_473_600
