@@ -57,8 +57,11 @@ def zero3() -> None:
 
 
 def _parts(run: Run) -> tuple:
-    """The prediction's pieces at efficiency 1 with no elementwise time: refit without re-deriving. The memory-bound
-    terms (eager kernels, ZeRO-3's copies: per micro-batch, in the bubble; the optimizer step: once) ride along."""
+    """The prediction's pieces at efficiency 1 with no elementwise time, and the layers' products (FLOPs, narrow
+    side; ``efficiency.gemm_widths``): refit without re-deriving. The memory-bound terms (eager kernels, ZeRO-3's
+    copies: per micro-batch, in the bubble; the optimizer step: once) ride along."""
+    from memderive.derivations.quantities.efficiency import gemm_widths
+    from memderive.derivations.quantities.memory_bound import layout_int
     from memderive.derivations.quantities.timing import elementwise_flops, step_time
 
     est = run.estimate()
@@ -67,16 +70,19 @@ def _parts(run: Run) -> tuple:
     m, v = o.micro_batches or 1, o.virtual_stages or 1
     share = t.compute_s * t.gpu.bf16_flops / m / est.number("hardware_flops")
     memory = elementwise_flops(est) * share * m / t.gpu.memory_bandwidth
-    width = run.model.sizes["h"] // o.tp
+    gemms = [(flops, min(rows, cols)) for flops, rows, cols in
+             ((layout_int(x, est.values) for x in form) for form in gemm_widths(est.graph))]
     fixed = step_time(est, run.cluster())  # memory_bound.py's terms: bytes from the graph, nothing fitted
     per_micro = fixed.eager_s + fixed.zero3_copy_s
     return (t.compute_s, t.tp_s + t.pp_s + per_micro, t.dp_s + fixed.optimizer_s, (o.pp - 1) / (m * v), memory,
-            width, run.measured())
+            gemms, run.measured())
 
 
 def _predicted(parts: tuple, ceiling: float, bytes_per_flop: float, half: float) -> float:
-    compute, comm, dp, bubble, memory, width, _ = parts
-    eff = ceiling * width / (width + half)
+    from memderive.derivations.quantities.efficiency import weighted_efficiency
+
+    compute, comm, dp, bubble, memory, gemms, _ = parts
+    eff = weighted_efficiency(gemms, ceiling, half)
     return (compute / eff + bytes_per_flop * memory + comm) * (1 + bubble) + dp
 
 
@@ -85,7 +91,7 @@ def _fit(rows: list[tuple]) -> tuple[float, float, float]:
     best = None
     for i in range(45):
         for j in range(40):
-            for half in (0, 100, 200, 300, 400, 600):
+            for half in (0, 100, 200, 300, 400, 500, 600, 800):
                 c = (0.5 + 0.01 * i, 0.25 * j, half)
                 cost = sum((_predicted(r, *c) / r[-1] - 1) ** 2 for r in rows)
                 if best is None or cost < best[0]:
@@ -98,7 +104,7 @@ def refit() -> None:
     rows = [_parts(r) for r in runs]
     ceiling, per_flop, half = _fit(rows)
     print(f"A100 fit on {len(rows)} runs: ceiling {ceiling:.2f}, bytes per elementwise FLOP {per_flop:g}, "
-          f"half width {half}")
+          f"half width {half} (of a product's narrow side)")
     for source in sorted({r.source for r in runs}):
         kept = [x for x, r in zip(rows, runs) if r.source != source]
         held = [(r.name, x) for x, r in zip(rows, runs) if r.source == source]

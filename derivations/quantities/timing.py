@@ -4,9 +4,9 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
 (``cluster.Cluster``: GPUs per node, the intra-node link, the network per GPU):
 
 * compute, per micro-batch on the busiest pipeline stage: its hardware FLOPs (recompute included) at the GPU's
-  matmul efficiency for the per-GPU layer width h/t, plus its elementwise work at the memory bandwidth
-  (``efficiency``: both calibrated on published runs, never per run); ``efficiency=`` given instead: FLOPs at that
-  fraction of the dense peak alone;
+  matmul efficiency of the layers' per-GPU products (each at a curve of its narrow side), plus its elementwise work
+  at the memory bandwidth (``efficiency``: both calibrated on published runs, never per run); ``efficiency=`` given
+  instead: FLOPs at that fraction of the dense peak alone;
 * communication per micro-batch, not hidden: tensor parallelism all-reduces each row-parallel layer's output in
   forward and each column-parallel layer's input gradient in backward (sequence parallelism turns each into a
   reduce-scatter plus an all-gather: the same bytes), full recompute repeats the forward ones, inside a node; the
@@ -28,8 +28,11 @@ all-reduces.
 >>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
 >>> st = step_time(e, "a100-80gb")
->>> round(st.efficiency, 4)  # the A100's matmul efficiency at h = 4096: 0.83 * 4096 / (4096 + 300)
-0.7734
+>>> # the A100's matmul efficiency (efficiency.py): the linears at their narrow side h = 4096, 0.77 * 4096 / 4596
+>>> # = 0.6862; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, at the head dim 128,
+>>> # 0.77 * 128 / 628 = 0.1569: 1.1658 / (1 / 0.6862 + 0.1658 / 0.1569) = 0.4638
+>>> round(st.efficiency, 4)
+0.4638
 >>> st.mfu < st.efficiency  # one GPU: compute only, the elementwise work at the memory bandwidth on top
 True
 >>> step_time(e, "a100-80gb", efficiency=0.5).mfu  # a given efficiency: the FLOPs alone, at half the peak
@@ -47,7 +50,7 @@ from memderive.derivations.columns import maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
-from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, matmul_efficiency
+from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, gemm_efficiency
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes,
                                                             layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.options import Options, derived
@@ -159,7 +162,7 @@ class StepTime:
     model_flops_per_step: int
     gpus: int
     cluster: Cluster | None = None
-    calibrated: bool = False  # efficiency from the matmul curve (``matmul_efficiency``), not given
+    calibrated: bool = False  # efficiency from the products' shapes (``gemm_efficiency``), not given
     ep_s: float = 0.0  # expert-parallel all-to-alls
     cp_s: float = 0.0  # context-parallel ring exchange not hidden behind the attention
     cp: int = 1  # context-parallel degree
@@ -243,7 +246,8 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
     stand_in = ("" if c.scaled is None else
                 f"; no fitted runs on this GPU: the {c.fitted_on} constants, {c.scaled[0]} ({cite(c.scaled[1])})")
     return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
-            f"{c.ceiling:g} w/(w + {c.half_width:,.0f}) at per-GPU width w = h/t, and its elementwise FLOPs at "
+            f"each product at {c.ceiling:g} w/(w + {c.half_width:,.0f}) of the narrow side w of its per-GPU weight "
+            "(the attention core's: the head dim), FLOP-weighted, and its elementwise FLOPs at "
             f"{c.bytes_per_flop:g} bytes each over the memory bandwidth (fitted to the published runs of "
             f"{cite(MATMUL_SOURCE)}{stand_in})")
 
@@ -420,7 +424,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     ``Cluster``; a name or GPU takes the cluster of the estimate's options).
 
     Micro-batches per step: ``options.micro_batches`` (1 when not given). ``efficiency``: a fraction of dense peak
-    to use instead of the calibrated matmul efficiency (``matmul_efficiency``). The plan search ranks layouts by
+    to use instead of the calibrated matmul efficiency (``gemm_efficiency``). The plan search ranks layouts by
     ``step_time(...).step_s``, evaluated for the layouts of one structure at once (``search.columns``: the
     estimate's options and values columns of them, ``derivations.columns`` for what differs row by row).
     """
@@ -433,7 +437,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         raise ValueError(f"--efficiency must be a fraction of peak in (0, 1], got {efficiency!r}")
     opts, values = est.options, est.values
     t, p, d, m, v = opts.tp, opts.pp, opts.dp, opts.micro_batches or 1, opts.virtual_stages or 1
-    eff = efficiency if efficiency is not None else matmul_efficiency(hw, est.model.sizes["h"] // t)
+    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
@@ -580,7 +584,7 @@ def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float |
         hw = lookup(gpu) if isinstance(gpu, str) else gpu
         cluster = cluster_of(est.options, hw)
     opts, values = est.options, est.values
-    eff = efficiency if efficiency is not None else matmul_efficiency(hw, est.model.sizes["h"] // opts.tp)
+    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     peak = hw.peak_flops(serving_dtypes(opts)[0].name) * eff
     batch = values[_sym("b")]
     memory, touched = decode_bytes(est, batch)
