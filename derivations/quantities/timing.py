@@ -245,10 +245,12 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
     c = calibration(hw)
     stand_in = ("" if c.scaled is None else
                 f"; no fitted runs on this GPU: the {c.fitted_on} constants, {c.scaled[0]} ({cite(c.scaled[1])})")
+    elementwise = (f"its elementwise FLOPs at {c.bytes_per_flop:g} bytes each over the memory bandwidth" if c.bytes_per_flop
+                   else "no separate time for its elementwise FLOPs (the fit puts them at 0 bytes each: the unfused "
+                        "attention core's rate carries them)")
     return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
             f"each product at {c.ceiling:g} w/(w + {c.half_width:,.0f}) of the narrow side w of its per-GPU weight "
-            "(the attention core's: the head dim), FLOP-weighted, and its elementwise FLOPs at "
-            f"{c.bytes_per_flop:g} bytes each over the memory bandwidth (fitted to the published runs of "
+            f"(the attention core's: the head dim), FLOP-weighted, and {elementwise} (fitted to the published runs of "
             f"{cite(MATMUL_SOURCE)}{stand_in})")
 
 
