@@ -125,6 +125,7 @@ def _shown(options: dict) -> str:
 
 def against_plan() -> None:
     """Each published layout's predicted time beside the planner's best on its cluster (``plan_against``)."""
+    from memderive.derivations.hardware import gpu
     from memderive.derivations.search.plan import PlanError
     from tests.published_runs import PLAN_SLACK, plan_against
 
@@ -136,7 +137,9 @@ def against_plan() -> None:
         try:
             c = plan_against(run)
         except PlanError as exc:
-            print(f"{run.name:24s} {_shown(run.layout):34s} {predict(run).predicted_s:8.2f} no layout fits: {exc}")
+            need = run.estimate().number("total_bytes")
+            print(f"{run.name:24s} {_shown(run.layout):34s} {predict(run).predicted_s:8.2f} no layout fits: {exc}; "
+                  f"the published layout needs {need:,} bytes, {need - gpu(run.gpu).memory_bytes:,} over")
             continue
         within += c.within
         print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
