@@ -352,8 +352,9 @@ _ENTRIES: tuple[Reference, ...] = (
               "context-parallel ranks together)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/__init__.py", "code"),
     Reference("megatron-schedules", "Megatron-LM", _NV, "Megatron-LM: megatron/core/pipeline_parallel/schedules.py "
-              "(forward_backward_pipelining_with_interleaving: num_warmup_microbatches = 2(p - rank - 1) + "
-              "(v - 1)p, capped at the m v chunk micro-batches, all of them when m = p)", None,
+              "(forward_backward_pipelining_with_interleaving, get_pp_rank_microbatches: num_warmup_microbatches = "
+              "2(p - rank - 1) + (v - 1)p, capped at the m v chunk micro-batches; before commit 4295be1a6c, "
+              "November 2024, all of them when m = p)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/pipeline_parallel/schedules.py", "code"),
     Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
               "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,

@@ -222,7 +222,8 @@ class PipelineParallel(Strategy):
     ``stage="first"`` (the most loaded under 1F1B, Korthikanti et al. 2022 §4.2.3) holds the
     embedding and l/p layers, with p micro-batches in flight (min(p, m) when m is given); the
     interleaved schedule with v virtual stages holds p + (p-1)/v, never more than m (``in_flight``).
-    ``stage="last"`` holds l/p layers, one micro-batch in flight, and the output layer.
+    ``stage="last"`` holds l/p layers, one micro-batch in flight (interleaved, p - (p-1)/v, at most m), and the
+    output layer, one micro-batch in flight either way.
 
     Uneven stages (Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
     ``--decoder-last-pipeline-num-layers``; Llama 3 405B: 126 layers on 16 stages, one fewer on the
@@ -278,19 +279,24 @@ class PipelineParallel(Strategy):
     def in_flight(self) -> Expr:
         """Micro-batches whose activations the stage holds at once, in units of all its layers.
 
-        1F1B: p on the first stage, p - 1 on the second. Interleaved (Korthikanti et al. 2022 §4.2.3: the first
-        stage holds 1 + (p-1)/(p v) times p): Megatron-LM's warm-up on rank r runs 2(p - r - 1) + (v - 1) p chunk
-        micro-batches, each 1/v of the stage's layers, and the steady state holds one more: p + (p - 1)/v on the
-        first rank, p + (p - 3)/v on the second. Either way never more than the m micro-batches of the step: the
-        schedule caps its warm-up at all m v chunk micro-batches (and runs every forward first when m = p;
-        ``forward_backward_pipelining_with_interleaving``, references ``megatron-schedules``), so with m given
-        the count is the smaller of the two."""
+        The stage is rank r = 0 (first), 1 (middle) or p - 1 (last). 1F1B: the warm-up runs p - r - 1 micro-batches
+        and the steady state holds one more, p - r: p on the first stage, p - 1 on the second, 1 on the last.
+        Interleaved (Korthikanti et al. 2022 §4.2.3: the first stage holds 1 + (p-1)/(p v) times p): Megatron-LM's
+        warm-up on rank r runs 2(p - r - 1) + (v - 1) p chunk micro-batches (the micro-batch group is p unless
+        ``--microbatch-group-size-per-virtual-stage`` says otherwise), each 1/v of the stage's layers, and the
+        steady state holds one more: p + (p - 2r - 1)/v, so p + (p - 1)/v on the first rank, p + (p - 3)/v on the
+        second, p - (p - 1)/v on the last. Either way never more than the m micro-batches of the step: the warm-up
+        stops at all m v chunk micro-batches (``get_pp_rank_microbatches``, references ``megatron-schedules``), so
+        with m given the count is the smaller of the two. (Before Megatron-LM's tunable schedule, commit 4295be1a6c
+        of November 2024, m = p ran every forward first: m on every rank, more than p - (p - 1)/v on the last.)"""
         p = _degree(self.p)
         if self.virtual in (None, 1):
-            held = p - 1 if self.stage == "middle" else p
+            if self.stage == "last":  # one micro-batch, and m >= 1
+                return const(1)
+            held = p - (1 if self.stage == "middle" else 0)
         else:
-            ahead = p - 3 if self.stage == "middle" else p - 1
-            held = p + ahead / _degree(self.virtual)
+            rank = {"first": const(0), "middle": const(1)}.get(self.stage, p - 1)
+            held = p + (p - 2 * rank - 1) / _degree(self.virtual)
         return held if self.micro_batches is None else Min(held, _degree(self.micro_batches))
 
     def __call__(self, graph: Graph) -> Graph:
@@ -300,21 +306,27 @@ class PipelineParallel(Strategy):
         if self.stage not in ("first", "middle", "last"):
             raise ValueError(f"stage must be 'first', 'middle' or 'last', not {self.stage!r}")
         kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "head"}}[self.stage]
-        flight = const(1) if self.stage == "last" else self.in_flight()
+        flight = self.in_flight()
         blocks = []
         for blk in graph.blocks:
             if blk.name not in kept:
                 continue
             if blk.name == "layer":
                 blk = replace(blk, repeat=self.layers(blk.repeat))
-            blocks.append(replace(blk, in_flight=blk.in_flight * flight))
+            # NOTE(lastinflight): the output layer is in the last rank's last chunk, whose backward of a micro-batch
+            # runs straight after its forward (1F1B, and interleaved: the warm-up fills the other v - 1 chunks), so
+            # it holds one micro-batch whatever the stage's layers hold.
+            own = const(1) if blk.name == "head" else flight
+            blocks.append(replace(blk, in_flight=blk.in_flight * own))
         count = "l/p" if self.uneven is None else "its"
         interleaved = self.virtual not in (None, 1)
         note = {"first": f"first pipeline stage: embedding and {count} layers, p micro-batches in flight (1F1B)",
                 "middle": f"second pipeline stage: {count} layers, "
                           + ("p + (p-3)/v micro-batches in flight, at most m (interleaved warm-up)" if interleaved
                              else "p - 1 micro-batches in flight (1F1B)"),
-                "last": f"last pipeline stage: {count} layers and the output layer"}[self.stage]
+                "last": f"last pipeline stage: {count} layers and the output layer"
+                        + (", p - (p-1)/v micro-batches in flight, at most m (interleaved warm-up)" if interleaved
+                           else "")}[self.stage]
         if self.uneven is not None:
             note += f" (uneven stages: {self.uneven}, the rest evenly over the other stages)"
             if interleaved:  # a chunk of the embedding or loss alone holds more in flight than the layers' chunks

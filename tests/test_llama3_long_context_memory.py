@@ -4,7 +4,9 @@ DP 8; ``tests/published_runs.LLAMA3[2]``), its per-GPU bytes taken apart, and th
 - ZeRO shards over the data- and context-parallel ranks together, d x cp (Megatron-LM's distributed optimizer over
   ``intra_dp_cp_group``, references ``megatron-optimizer-init``), as the time model already reduced the gradients;
 - the interleaved schedule holds at most the step's m micro-batches (Megatron-LM's warm-up is capped at the m v
-  chunk micro-batches, all of them when m = p; references ``megatron-schedules``).
+  chunk micro-batches; references ``megatron-schedules``);
+- and the last stage, interleaved, holds the warm-up's (v - 1) p chunk micro-batches and one more, not one micro-batch
+  (its output layer still one).
 """
 
 from __future__ import annotations
@@ -34,6 +36,42 @@ def _run():
 ])
 def test_interleaved_in_flight_is_capped_at_the_steps_micro_batches(stage, m, expected) -> None:  # noqa: ANN001
     assert str(PipelineParallel(4, virtual=2, micro_batches=m, stage=stage).in_flight()) == expected
+
+
+@pytest.mark.parametrize("m,expected", [
+    # Megatron-LM main (get_pp_rank_microbatches), last rank r = p - 1 = 3 of p 4, v 2: warm-up 2(4 - 3 - 1) + (2 - 1) 4
+    # = 4 chunk micro-batches (chunk 0's micro-batches 0-3), the steady state's forward of chunk 1 one more: 5 chunks of
+    # l/(p v) layers = 2.5 stages' worth, p - (p - 1)/v = 4 - 3/2.
+    (8, "5/2"),  # 4 < m v = 16: not capped
+    (4, "5/2"),  # m = p: 4 < m v = 8, still 5 chunks (before Megatron-LM 4295be1a6c every forward ran first: 4)
+    (2, "2"),    # m 2 (below p, as memderive allows): 4 >= m v = 4, all 4 chunks = 2
+])
+def test_interleaved_last_stage_holds_the_warm_up(m, expected) -> None:  # noqa: ANN001
+    assert str(PipelineParallel(4, virtual=2, micro_batches=m, stage="last").in_flight()) == expected
+
+
+def test_interleaved_last_stage_symbolic_and_without_interleaving() -> None:
+    """((v - 1) p + 1)/v = p - (p - 1)/v in general; 1F1B's last rank warms up 0 and holds 1, whatever m."""
+    from memderive.symbolic.dims import p, v
+
+    assert str(PipelineParallel(p, virtual=v, stage="last").in_flight()) == "p - p/v + 1/v"
+    assert [str(PipelineParallel(4, micro_batches=m, stage="last").in_flight()) for m in (1, 8)] == ["1", "1"]
+
+
+def test_the_published_layouts_last_stage() -> None:
+    """The last stage's 7 layers (v 8, m = p = 16): rank 15 warms up 2 x 0 + 7 x 16 = 112 chunk micro-batches of the
+    m v = 128, and holds 113 chunks = 113/8 = 14.125 stages' worth: 7 x 14.125 = 98.875 layer-micro-batches x 642,252,800
+    = 63,502,745,600 B. The output layer, in the last chunk, runs each backward straight after its forward: one
+    micro-batch of the final norm's and the LM head's inputs (2 B x 8,192 x 16,384/8 = 33,554,432 each) and the fp32
+    logits (4 B x 8,192 x 128,256/8 = 525,336,576), 592,445,440 B. 64,095,191,040 B in all (it was 7 x 642,252,800 +
+    592,445,440 = 5,088,215,040); still below the middle stage's 82,208,358,400, which stays the peak."""
+    from memderive.derivations.estimate import stage_derivations
+
+    est = _run()
+    acts = {g.strategies[-1].rsplit(", ", 1)[1]: next(q for q in qs if q.key == "activation_bytes").value(est.values)
+            for g, qs in stage_derivations(est.model, est.options)}
+    assert acts == {"first stage)": 71_932_313_600, "middle stage)": 82_208_358_400, "last stage)": 64_095_191_040}
+    assert est.number("activation_bytes") == 82_208_358_400
 
 
 def test_one_f_one_b_in_flight_is_unchanged() -> None:
