@@ -296,7 +296,12 @@ class PipelineParallel(Strategy):
             held = p - (1 if self.stage == "middle" else 0)
         else:
             rank = {"first": const(0), "middle": const(1)}.get(self.stage, p - 1)
-            held = p + (p - 2 * rank - 1) / _degree(self.virtual)
+            v = _degree(self.virtual)
+            chunks = p * v + p - 2 * rank - 1  # chunk micro-batches held: the warm-up and one more
+            # NOTE(in_flight): the cap as min(chunks, m v)/v, not min(chunks/v, m): the same number, but a minimum of
+            # whole numbers, which the layout grid sweeps in int64 (a fraction inside Min sends every row of a plan
+            # through the per-row evaluator)
+            return chunks / v if self.micro_batches is None else Min(chunks, _degree(self.micro_batches) * v) / v
         return held if self.micro_batches is None else Min(held, _degree(self.micro_batches))
 
     def __call__(self, graph: Graph) -> Graph:
