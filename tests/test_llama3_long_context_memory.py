@@ -120,3 +120,23 @@ def test_the_published_layout_is_still_past_80_gib() -> None:
     est = _run()
     assert est.number("total_bytes") == 82_208_358_400 + 6_724_546_560 + 62_914_560 == 88_995_819_520
     assert est.number("total_bytes") - 80 * 2**30 == 3_096_473_600
+
+
+@pytest.mark.parametrize("stage", ["first", "middle", "last"])
+def test_the_capped_interleaved_count_sweeps_on_the_layout_grid(stage: str) -> None:
+    """The plan evaluates each structure's layouts as int64 columns (``symbolic.grid``); a term it cannot sweep sends
+    every row through the per-row evaluator (34fc43c's min(p + (p-1)/v, m) did: cold plans 2.5-4x slower). The
+    capped count must sweep, and give Megatron's numbers row by row: p 4, v 2 on the first rank, m 8 and m 3:
+    min(4 + 3/2, 8) = 11/2 and min(11/2, 3) = 3; on the last rank min(4 - 3/2, 3) = 5/2."""
+    import numpy as np
+
+    from memderive.symbolic.dims import m, p, v
+    from memderive.symbolic.grid import grid_plan
+
+    count = PipelineParallel(p, virtual=v, micro_batches=m, stage=stage).in_flight()
+    env = {"p": np.array([4, 4, 8]), "v": np.array([2, 2, 4]), "m": np.array([8, 3, 16])}
+    got = grid_plan([count * 2]).run(env)  # twice the count: whole numbers here, ceiled as a quantity is
+    # by hand, each row 2 min((p v + p - 2r - 1)/v, m): p 8, v 4, m 16: first 8 + 7/4 = 39/4, middle 8 + 5/4 = 37/4,
+    # last 8 - 7/4 = 25/4, each under 16, doubled and rounded up: 20, 19, 13
+    expected = {"first": [11, 6, 20], "middle": [9, 6, 19], "last": [5, 5, 13]}[stage]
+    assert [int(x) for x in np.asarray(got).ravel()] == expected
