@@ -323,6 +323,9 @@ _ENTRIES: tuple[Reference, ...] = (
               "stage3.py (offload_optimizer: partition_grads, _reassign_or_swap_out_partitioned_parameters)", None,
               "github.com/deepspeedai/DeepSpeed/blob/38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/zero/"
               "stage3.py", "code"),
+    Reference("deepspeed-engine-dtypes", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/engine.py "
+              "(DeepSpeedEngine.get_data_types)", None, "github.com/deepspeedai/DeepSpeed/blob/"
+              "38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/engine.py", "code"),
     Reference("deepspeed-cpu-adam", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: csrc/includes/cpu_adam.h "
               "(Adam_Optimizer::Step_AVX)", None, "github.com/deepspeedai/DeepSpeed/blob/"
               "38327e07f6cd39b63418f60cedd1651b0be3e7c3/csrc/includes/cpu_adam.h", "code"),

@@ -35,6 +35,27 @@ def _storages(tensors) -> int:
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
+def _host(model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]:
+    """Host bytes after a step: the sharded parameters, their gradients and the optimizer's states."""
+    return {"parameters": _storages(p.to_local() for p in model.parameters()),
+            "gradients": _storages(p.grad.to_local() for p in model.parameters()),
+            "optimizer": _storages(v.to_local() for st in opt.state.values() for k, v in st.items() if k != "step")}
+
+
+def _pure_run(cls: str, kwargs: dict) -> dict[str, int]:
+    """--precision pure: a bf16 model under CPUOffloadPolicy, no MixedPrecisionPolicy; one step's host bytes."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**kwargs)).bfloat16()
+    for layer in model.model.layers:
+        fully_shard(layer, offload_policy=CPUOffloadPolicy(pin_memory=False))
+    fully_shard(model, offload_policy=CPUOffloadPolicy(pin_memory=False))
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, 128, (1, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    return _host(model, opt)
+
+
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/store", rank=0, world_size=1)
@@ -61,10 +82,8 @@ def fsdp_run(tmp_path_factory):
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         local = [p.to_local() for p in model.parameters()]
-        host = {"parameters": _storages(local),
-                "gradients": _storages(p.grad.to_local() for p in model.parameters()),
-                "optimizer": _storages(v.to_local() for st in opt.state.values() for k, v in st.items() if k != "step")}
-        yield peak[0], host, {str(t.device) for t in local}, {t.dtype for t in local}
+        host = _host(model, opt)
+        yield peak[0], host, {str(t.device) for t in local}, {t.dtype for t in local}, _pure_run(cls, kwargs)
     finally:
         dist.destroy_process_group()
 
@@ -76,7 +95,7 @@ def _estimate():
 
 
 def test_gathered_weights_on_the_gpu(fsdp_run) -> None:
-    peak, _, devices, dtypes = fsdp_run
+    peak, _, devices, dtypes, _ = fsdp_run
     e = _estimate()
     # By hand: the root (embeddings 128 x 64, lm_head 128 x 64, final norm 64: 16,448 parameters) and one layer
     # (q 4,096, k and v 2,048 each, o 4,096, gate, up, down 10,240 each, norms 128: 43,136) in bf16:
@@ -86,12 +105,25 @@ def test_gathered_weights_on_the_gpu(fsdp_run) -> None:
 
 
 def test_host_holds_parameters_gradients_and_states(fsdp_run) -> None:
-    _, host, _, _ = fsdp_run
+    _, host, _, _, _ = fsdp_run
     terms = {t.path: int(t.expr.evaluate(_estimate().values)) for t in _estimate().quantity("offloaded_bytes")
              .breakdown.terms}
     # 102,720 parameters: fp32 sharded parameters, fp32 gradients, AdamW's two fp32 moments.
     assert host == {"parameters": 4 * 102_720, "gradients": 4 * 102_720, "optimizer": 8 * 102_720}
     assert {k.removeprefix("offload/"): v for k, v in terms.items()} == host
+
+
+def test_pure_bf16_host_holds_16_bit_parameters_gradients_and_states(fsdp_run) -> None:
+    pure = fsdp_run[4]
+    cls, kwargs = FAMILIES["llama-gqa"]
+    e = estimate(getattr(transformers, cls)(**kwargs), mode="train", batch=1, seq=8, offload_params=True,
+                 implementation="hf", precision="pure")
+    terms = {t.path.removeprefix("offload/"): int(t.expr.evaluate(e.values))
+             for t in e.quantity("offloaded_bytes").breakdown.terms}
+    # 102,720 parameters, all bf16 (foreach_reduce casts the gradients to the parameters' dtype, AdamW's moments are
+    # zeros_like them): 2 x 102,720 = 205,440 each, 4 x 102,720 = 410,880 for the two moments.
+    assert pure == {"parameters": 205_440, "gradients": 205_440, "optimizer": 410_880}
+    assert terms == pure
 
 
 @pytest.mark.parametrize(("options", "says"), [

@@ -47,7 +47,8 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
-           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION"]
+           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
+           "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 #: ZeRO under context parallelism: the cp ranks of one data-parallel replica hold the same weights and reduce their
@@ -162,6 +163,37 @@ def factored_state_elements(graph: Graph, keep: Callable[[Block, Op, Tensor], bo
 
 OFFLOAD_CITATION = Citation("ren-2021",
                             "§4.1: 16-bit parameters on the GPU; gradients, fp32 master weights and optimizer states on the CPU")
+_OFFLOAD_GRADIENT_SOURCES = {
+    "stage12": Citation("deepspeed-stage12-offload", "initialize_optimizer_states: single_partition_of_fp32_groups[i]"
+                        ".grad = torch.zeros(partition_size[i], dtype=single_partition_of_fp32_groups[i].dtype, "
+                        "device=self.device), self.device 'cpu' under cpu_offload; "
+                        "async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.float()"),
+    "stage3": Citation("deepspeed-stage3-offload", "initialize_optimizer_states: fp32_partitioned_groups_flat[i].grad "
+                       "= torch.zeros(num_elements, dtype=fp32_partitioned_groups_flat[0].dtype, device=self.device); "
+                       "grad_partitions_flat_buffer in gradient_accumulation_dtype on self.device, the CPU under "
+                       "offload_optimizer", also=(Citation("deepspeed-engine-dtypes", "get_data_types: grad_accum_dtype "
+                                                           "= model_dtype under ZeRO unless set"),)),
+}
+
+
+def offload_host_citation(zero: int) -> Citation:
+    """Where the host bytes of ``--offload`` come from: Ren et al.'s split, and DeepSpeed's ZeRO-Offload
+    (``offload_optimizer: {device: cpu}``) code for the gradients it keeps on the CPU (``offload_gradient_widths``):
+    stage_1_and_2.py for ZeRO 0-2, stage3.py (and the engine's gradient-accumulation dtype) for ZeRO-3."""
+    code = _OFFLOAD_GRADIENT_SOURCES["stage3" if zero == 3 else "stage12"]
+    return Citation(OFFLOAD_CITATION.key, "§4.1: gradients, fp32 master weights and optimizer states on the CPU",
+                    also=(code,))
+
+
+#: What ``offloaded_bytes`` models under ``--offload`` (``offload_gradient_widths``), and what it leaves out.
+OFFLOAD_HOST_NOTE = (
+    "--offload (DeepSpeed ZeRO-Offload, offload_optimizer device cpu): CPU memory holds this GPU's partition of the "
+    "fp32 master weights and optimizer states and of the gradients, 1/d from ZeRO stage 1 on (one partition per rank "
+    "in stages 1-2 alike); the gradients in fp32, 4 B per element (the fp32 partition's own .grad, the 16-bit GPU "
+    "gradients copied in with .float()), and under ZeRO-3 also its 16-bit gradient partitions, in the model's dtype "
+    "(grad_partitions_flat_buffer, on the CPU with offload_optimizer); not counted: the GPU's reduce buckets "
+    "(reduce_bucket_size 16-bit elements, two under overlap_comm) and ZeRO 1-2's 16-bit CPU buffers for gradient "
+    "accumulation over micro-batches (accumulated_grads_in_cpu)")
 
 
 def state_widths(param_dtype: str, optimizer: str, precision: str = "master") -> tuple[int, int, int]:
@@ -211,16 +243,46 @@ def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, 
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 
+def offload_gradient_widths(param_dtype: str, precision: str, zero: int) -> tuple[int, int]:
+    """Bytes per element of the gradients ZeRO-Offload keeps in CPU memory (``offload_host_citation``): the
+    optimizer's gradient and, under ZeRO-3, the 16-bit partition the reduce-scatter writes (0 otherwise).
+
+    DeepSpeed gives its fp32 partition (the master copy, ``.float()`` of the weights, an fp32 clone of fp32 ones) a
+    gradient of the partition's own dtype on the CPU; ZeRO-3 also keeps ``grad_partitions_flat_buffer`` there, in
+    the model's dtype (the weights': 16-bit, fp32 under ``autocast``). Under ``pure`` there is no fp32 copy: the
+    optimizer's gradient is in the weights' dtype, and no second buffer.
+
+    >>> [offload_gradient_widths("bf16", "master", z) for z in (1, 2, 3)]
+    [(4, 0), (4, 0), (4, 2)]
+    >>> offload_gradient_widths("bf16", "autocast", 3), offload_gradient_widths("bf16", "pure", 3)
+    ((4, 4), (2, 0))
+    """
+    width = dtype("fp32" if precision == "autocast" else param_dtype).nbytes  # the model's weights
+    if precision == "pure":
+        return width, 0
+    return dtype("fp32").nbytes, width if zero == 3 else 0
+
+
 def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
                         factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> Breakdown:
-    """CPU bytes that ZeRO-Offload moves off the GPU: gradients and optimizer states (with master weights).
+    """CPU bytes that ZeRO-Offload moves off the GPU: the gradients as DeepSpeed keeps them on the host
+    (``offload_gradient_widths``), sharded with the optimizer states (the rank's partition from stage 1 on), and the
+    optimizer states (with master weights).
 
-    >>> from memderive.symbolic.dims import Psi
-    >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 2 + 12 of Ren et al.'s 16 bytes per parameter
-    14*Psi
+    >>> from memderive.symbolic.dims import Psi, d
+    >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 4 (fp32 gradients) + 12 bytes per parameter
+    16*Psi
+    >>> [offloaded_breakdown(Psi, "bf16", "adamw", z, d).total for z in (1, 2, 3)]
+    [16*Psi/d, 16*Psi/d, 18*Psi/d]
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)[1:]
-    return Breakdown(tuple(Term(t.path.replace("model_states/", "offload/"), t.expr) for t in terms), "bytes")
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)
+    states = next(t for t in terms if t.path == "model_states/optimizer")
+    grads, partitions = offload_gradient_widths(param_dtype, precision, zero)
+    shard = dp if zero else 1  # the optimizer's partition
+    host = [Term("offload/gradients", params * grads / shard), *(
+        [Term("offload/gradient_partitions", params * partitions / shard)] if partitions else []),
+        Term("offload/optimizer", states.expr)]
+    return Breakdown(tuple(host), "bytes")
 
 
 def zero_ranks(cp: int) -> Expr:

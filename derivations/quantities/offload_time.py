@@ -47,6 +47,7 @@ from memderive.derivations.columns import maximum, where
 from memderive.derivations.hardware import GPU
 from memderive.derivations.quantities.cluster import PCIE, Cluster
 from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.model_states import offload_gradient_widths
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
@@ -72,9 +73,10 @@ CPU_ADAM_SOURCE = Citation("deepspeed-cpu-adam", "Adam_Optimizer::Step_AVX: load
 
 def shard_elements(est: Evaluated) -> Any:
     """Elements of the parameters this GPU updates on the CPU: the offloaded gradient bytes (the model-states
-    graph's ``offload/gradients`` term) over the gradient width."""
+    graph's ``offload/gradients`` term) over their width on the host (fp32, ``offload_gradient_widths``)."""
+    o = est.options
     term = next(t for t in est.quantity("offloaded_bytes").breakdown.terms if t.path == "offload/gradients")
-    return layout_int(term.expr, est.values) // (4 if est.options.dtype == "fp32" else 2)
+    return layout_int(term.expr, est.values) // offload_gradient_widths(o.dtype, o.precision, o.zero)[0]
 
 
 def cpu_bytes_per_element(zero: int) -> int:

@@ -12,7 +12,11 @@ What lives where, per GPU, with every transformer layer its own FSDP unit and th
 
 * host: the sharded parameters (fp32 under mixed precision: FSDP's ``MixedPrecisionPolicy`` casts them to
   ``param_dtype`` when it all-gathers, so the sharded fp32 parameters are the master copy), their sharded
-  gradients (fp32) and the optimizer states, each 1/d;
+  gradients and the optimizer states, each 1/d. The gradients are in the sharded parameters' dtype
+  (``_fsdp_collectives.py`` ``foreach_reduce``: ``reduce_output = _to_dtype_if_needed(reduce_output, orig_dtype)``,
+  then ``new_sharded_grad.to(torch.device("cpu"))``) and torch's optimizers make their states ``zeros_like`` the
+  parameter: all fp32, except under ``--precision pure`` (a 16-bit model, no ``MixedPrecisionPolicy``), where all
+  three are in the weights' dtype;
 * GPU: the gathered 16-bit weights of the root (embeddings, final norm, head: the root is not resharded after
   forward, ``fully_shard``'s docstring) and of the one layer computing.
 
@@ -27,8 +31,8 @@ True
 from __future__ import annotations
 
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import (FACTORED_STATE_BYTES, OPTIMIZERS, factored_state_elements,
-                                                           zero_ranks)
+from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
+                                                           master_bytes, optimizer_state_bytes, zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, const, total
@@ -65,7 +69,13 @@ def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Break
     own = OPTIMIZERS[opts.optimizer]
     factored = factored_state_elements(graph) if own.factored else 0
     d = zero_ranks(opts.cp)  # d, or d x cp under context parallelism
-    host = Breakdown((Term("offload/parameters", n * 4 / d),  # fp32: the master copy, or the fp32 model itself
-                      Term("offload/gradients", n * 4 / d),
-                      Term("offload/optimizer", (n * own.state_bytes + factored * FACTORED_STATE_BYTES) / d)), "bytes")
+    # the sharded parameters: fp32 (the master copy, or the fp32 model itself), the 16-bit model under pure; the
+    # gradients in their dtype (foreach_reduce casts to orig_dtype); the states without the master copy
+    sharded = width if opts.precision == "pure" else dtype("fp32").nbytes
+    states = (optimizer_state_bytes(opts.optimizer, opts.dtype, opts.precision)
+              - master_bytes(opts.dtype, opts.precision))
+    host = Breakdown((Term("offload/parameters", n * sharded / d),
+                      Term("offload/gradients", n * sharded / d),
+                      Term("offload/optimizer", (n * states + factored * factored_state_bytes(opts.dtype, opts.precision))
+                           / d)), "bytes")
     return gpu, host

@@ -24,7 +24,8 @@ from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
-                                                           OFFLOAD_CITATION, OPTIMIZERS, ZERO_CITATION)
+                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
+                                                           offload_gradient_widths, offload_host_citation)
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
                                                             offload_params_states)
@@ -32,6 +33,7 @@ from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations
 from memderive.symbolic import dims
 from memderive.symbolic.dims import b, h, s
+from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
@@ -163,6 +165,16 @@ def context_parallel_buffers(graph: Graph) -> Breakdown:
 _activations = per_graph(activations)
 
 
+def _offloaded(cpu: Breakdown, rel: Any, opts: Options) -> Quantity:
+    """``offloaded_bytes`` under ``--offload``, its title naming the host gradients' dtype."""
+    width = offload_gradient_widths(opts.dtype, opts.precision, opts.zero)[0]
+    grads = "fp32" if width == dtype("fp32").nbytes else opts.dtype
+    note = OFFLOAD_HOST_NOTE if opts.precision != "pure" else (
+        "--offload under --precision pure: no fp32 copy, the gradients on the host in the weights' dtype")
+    return Quantity("offloaded_bytes", f"Gradients ({grads}) and optimizer states offloaded to CPU memory "
+                    "(ZeRO-Offload)", cpu, rel, offload_host_citation(opts.zero), (note,))
+
+
 def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "first") -> tuple[Graph, list[Quantity]]:
     """The transformed graph and the training quantities per GPU of pipeline stage ``stage`` (``base``: the
     untransformed graph)."""
@@ -197,6 +209,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     offloaded = [] if cpu is None else [
         Quantity("offloaded_bytes", "Parameters, gradients and optimizer states in CPU memory (FSDP CPU offload)",
                  cpu, rel, PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES) if opts.offload_params else
+        _offloaded(cpu, rel, opts) if opts.offload else
         Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
                  OFFLOAD_CITATION)]
     return graph, [
