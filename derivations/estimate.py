@@ -261,17 +261,21 @@ _MODEL_KEYS: dict[int, tuple[Model, str]] = {}
 def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple[Quantity, ...]]]:
     """The (graph, quantities) of each pipeline stage whose memory can differ (``pipeline_stages``), first stage
     first: ``estimate`` reports the one with the most ``total_bytes`` (the first of equal ones)."""
-    if options.mode != "train" or not options.uneven_stages:
+    if options.mode != "train" or options.pp == 1:
         return [_derived(model, options)]
     return [_derived(model, options, stage) for stage in pipeline_stages(model, options)]
 
 
 def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
     """The pipeline stages whose memory can differ: first, the second (``middle``: one micro-batch less in flight)
-    when the first holds layers of its own, and the last when it holds its own (uneven stages); first alone
-    otherwise (the most loaded under 1F1B, Korthikanti et al. 2022 §4.2.3)."""
-    if options.pp == 1 or not options.uneven_stages:
+    when the first holds layers of its own, and the last (uneven stages: when it holds its own layers); with even
+    stages the first and the last. The first holds the most micro-batches (Korthikanti et al. 2022 §4.2.3), the last
+    the output layer: its logits (s b V, fp32 for the loss) can outweigh the first's extra micro-batches, e.g. under
+    full recompute, where a layer keeps only its input."""
+    if options.pp == 1:
         return ("first",)
+    if not options.uneven_stages:
+        return ("first", "last")
     _, middle, _ = options.stage_layers(model.sizes["l"])
     more = ("middle",) if middle is not None and options.first_stage_layers is not None else ()
     return ("first", *more, *(("last",) if options.last_stage_layers is not None else ()))

@@ -23,7 +23,7 @@ from typing import Any
 from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.models.resolve import check_layout
 from memderive.derivations.options import Options
-from memderive.steps import breakdown_rows, headline_key, layout_text
+from memderive.steps import breakdown_rows, headline_key, layout_text, pipeline_stage
 from memderive.units import scaled_bytes
 from memderive.symbolic import dims
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
@@ -125,7 +125,7 @@ def breakdown_data(est: Estimate, capacity: int | None = None, key: str | None =
     q = est.quantity(key)
     opts = est.options
     title = f"{est.model.name}: {q.title} (b = {opts.batch}, s = {opts.seq})"
-    notes = [f"pipeline parallel p = {opts.pp}, first stage"] if opts.pp > 1 else []
+    notes = [f"pipeline parallel p = {opts.pp}, {pipeline_stage(est.graph)} stage"] if opts.pp > 1 else []
     zero = next((o for _, o in ladder if o.zero), None)
     notes += [f"ZeRO over data parallel d = {zero.dp}"] if zero else []
     xlabel = "layout" + (f" ({'; '.join(notes)})" if notes else "")
@@ -165,7 +165,7 @@ def sweep_data(est: Estimate, dim: str, points: Sequence[int] | None = None, cap
     opts = est.options
     fixed = f"b = {opts.batch}" if dim == "s" else f"s = {opts.seq}"
     recompute = f"; {opts.recompute} recompute" if opts.recompute != "none" else ""
-    title = f"{est.model.name}: {q.title} ({fixed})\n{layout_text(opts)}{recompute}"
+    title = f"{est.model.name}: {q.title} ({fixed})\n{layout_text(opts, pipeline_stage(est.graph))}{recompute}"
     xlabel = "sequence length s (tokens)" if dim == "s" else "micro-batch size b (sequences)"
     return PlotData("seq" if dim == "s" else "batch", title, xlabel, tuple(str(x) for x in xs), parts, values,
                     q.unit, capacity)

@@ -23,6 +23,7 @@ Steps are generic over ``Estimate.quantities``: nothing here names a particular 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -41,7 +42,7 @@ from memderive.symbolic.simplify import closed_form
 from memderive.latex import latex
 from memderive.units import RenderOptions
 
-__all__ = ["Step", "Row", "LEVELS", "derivation", "breakdown_rows", "single_device", "layout_text", "symbols_in",
+__all__ = ["Step", "Row", "LEVELS", "derivation", "breakdown_rows", "single_device", "layout_text", "pipeline_stage", "symbols_in",
            "headline_key", "GROUP_DEPTH"]
 
 LEVELS = ("term", "layer", "model", "gpu", "closed form")
@@ -107,14 +108,25 @@ def single_device(est: Estimate) -> Estimate:
     return est if flat == opts else estimate(est.model, flat)
 
 
-def layout_text(opts: Options) -> str:
-    """The parallel layout in words: ``t = 8 tensor parallel, sequence parallel, ZeRO-1 over d = 8``."""
+def pipeline_stage(graph: Graph) -> str:
+    """The pipeline stage the graph describes (``first``, ``middle`` or ``last``: the one ``estimate`` found the
+    largest), read from its ``PipelineParallel`` strategy's name; ``first`` without one."""
+    found = next((m.group(1) for name in graph.strategies if (m := _STAGE.search(name))), None)
+    return found or "first"
+
+
+_STAGE = re.compile(r"^pipeline parallel \(.*\b(first|middle|last) stage\)$")
+
+
+def layout_text(opts: Options, stage: str = "first") -> str:
+    """The parallel layout in words: ``t = 8 tensor parallel, sequence parallel, ZeRO-1 over d = 8``; ``stage``: the
+    pipeline stage the numbers are for (``pipeline_stage``)."""
     parts = []
     if opts.tp > 1:
         parts.append(f"tensor parallel t = {opts.tp}" + (" with sequence parallel" if opts.sp else ""))
     if opts.pp > 1:
         extra = f", v = {opts.virtual_stages} virtual stages" if opts.virtual_stages not in (None, 1) else ""
-        parts.append(f"pipeline parallel p = {opts.pp} (first stage{extra})")
+        parts.append(f"pipeline parallel p = {opts.pp} ({stage} stage{extra})")
     if opts.dp > 1:
         parts.append(f"ZeRO-{opts.zero} over data parallel d = {opts.dp}" if opts.zero
                      else f"data parallel d = {opts.dp} (replicated)")
@@ -230,8 +242,9 @@ def derivation(est: Estimate, key: str, options: RenderOptions | None = None,
         added = [name for name in est.graph.strategies if name not in base.graph.strategies]
         if est.options.zero:
             added.append(f"ZeRO stage {est.options.zero}")  # last, beside its citation
-        source = "; ".join(added) or layout_text(est.options)
-        steps.append(_Stepper(q, est.values, options)(f"one GPU, {layout_text(est.options)}", gpu, source, "gpu",
+        layout = layout_text(est.options, pipeline_stage(est.graph))
+        source = "; ".join(added) or layout
+        steps.append(_Stepper(q, est.values, options)(f"one GPU, {layout}", gpu, source, "gpu",
                                                       parts=gpu_parts,
                                                       citation=ZERO_CITATION if est.options.zero else None))
     basis = "" if q.citation else "the steps above, expanded and collected"

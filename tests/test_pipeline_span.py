@@ -49,3 +49,20 @@ def test_tensor_parallelism_up_to_the_node_then_pipeline(batch: int) -> None:
         run = _fig13(t, batch)
         times[t] = step_time(run.estimate(), run.cluster()).step_s
     assert min(times, key=times.__getitem__) == 8, times
+
+
+def test_the_last_stage_bounds_memory_when_its_logits_outweigh_the_first_stages_micro_batches() -> None:
+    """Even stages, 1F1B, full recompute (each layer keeps only its 16-bit input): Llama 3 8B (h 4,096, 32 layers,
+    V 128,256) on p 4 at s 4,096, b 1, FlashAttention. By hand: the first stage holds 4 micro-batches of its 8 layers'
+    inputs, 4 x 8 x 4,096 x 4,096 x 2 = 1,073,741,824 B; the last 1 micro-batch of its 8 layers, 268,435,456 B, and
+    the output layer: the final norm's input and output (2 x 4,096 x 4,096 x 2 = 67,108,864) and the fp32 logits
+    (4,096 x 128,256 x 4 = 2,101,346,304): 2,436,890,624 B. The last stage is the larger, so it is the GPU's."""
+    from memderive.derivations.estimate import estimate
+
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=4096, pp=4, flash=True, recompute="full")
+    assert "pipeline parallel (last stage)" in est.graph.strategies
+    assert est.number("activation_bytes") == 8 * 4096 * 4096 * 2 + 2 * 4096 * 4096 * 2 + 4096 * 128256 * 4 \
+        == 2_436_890_624
+    from memderive.steps import layout_text, pipeline_stage
+
+    assert layout_text(est.options, pipeline_stage(est.graph)) == "pipeline parallel p = 4 (last stage)"
