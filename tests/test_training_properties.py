@@ -138,10 +138,14 @@ def test_more_pipeline_stages_never_increase_model_states(model: Model, step: di
 @given(models(), steps)
 def test_first_stage_holds_l_layers_and_p_embeddings(model: Model, step: dict) -> None:
     """1F1B (Korthikanti §4.2.3): the first stage holds l/p layers for p micro-batches, l layers'
-    worth at every p; only the embedding's activations grow, p-fold."""
+    worth at every p; only the embedding's activations grow, p-fold. (The GPU's estimate is the larger of the first
+    and the last stage: the first is read from ``stage_derivations``, first stage first.)"""
+    from memderive.derivations.estimate import stage_derivations
+
     def blocks(pp: int) -> tuple[int, int]:
         e = estimate(model, mode="train", **step, pp=pp)
-        acts = e.quantity("activation_bytes").breakdown
+        first = Estimate(e.model, e.options, *stage_derivations(e.model, e.options)[0], e.values)
+        acts = first.quantity("activation_bytes").breakdown
         return tuple(int(evaluate(per_block(acts, name), e.values)) for name in ("layer", "embed"))
 
     (layer1, embed1), (layer4, embed4) = blocks(1), blocks(4)
@@ -216,11 +220,16 @@ def test_sharded_rows_add_up_when_shards_are_fractional() -> None:
 @given(models(), steps, layouts)
 def test_activation_total_is_layers_plus_embedding_plus_head(model: Model, step: dict, layout: dict) -> None:
     """Per GPU: (l/p) layers of per-layer activations times the micro-batches in flight, plus the
-    blocks outside the layers; the per-layer quantity is one layer, one micro-batch."""
+    blocks outside the layers; the per-layer quantity is one layer, one micro-batch. The GPU is the larger of the
+    pipeline's first stage (the embedding, p micro-batches in flight under 1F1B: l layers' worth) and its last (the
+    output layer, one micro-batch: l/p layers' worth)."""
+    from memderive.steps import pipeline_stage
+
     e = estimate(model, mode="train", **step, **layout)
     acts = e.quantity("activation_bytes").breakdown
     outside = sum(int(evaluate(per_block(acts, name), e.values)) for name in ("embed", "head"))
-    layers = model.sizes["l"] * e.number("activation_bytes_per_layer")  # l/p layers, p micro-batches in flight
+    held = model.sizes["l"] // layout["pp"] if pipeline_stage(e.graph) == "last" else model.sizes["l"]
+    layers = held * e.number("activation_bytes_per_layer")
     assert e.number("activation_bytes") == layers + outside
 
 
