@@ -9,9 +9,15 @@ SDPA (``torch.nn.functional.scaled_dot_product_attention``): the fused kernel sa
 output and the fp32 logsumexp. It falls back to the math backend, which casts q, k and v to fp32
 (``_scaled_dot_product_attention_math``: "Keep query, key, value in high precision") and saves what
 eager attention saves in fp32, when no fused kernel applies: on CPU with dropout or with a value
-head size apart from the query/key one (DeepSeek's MLA); on either device when the family passes
-fewer K/V heads than query heads without ``enable_gqa`` (Falcon's multi-query). On CUDA a value head
-size of its own is the memory-efficient kernel (logsumexp rows padded to 32). CPU's flash kernel and
+head size apart from the query/key one (DeepSeek's MLA). On CUDA a value head size of its own is the
+memory-efficient kernel (logsumexp rows padded to 32). A family that always hands SDPA its causal
+mask (``sdpa_mask``: Falcon's ``create_causal_mask(..., allow_is_causal_skip=False)``) gets K and V
+repeated to ``a`` heads (``use_gqa_in_sdpa`` is false with a mask: ``repeat_kv``, a copy unless
+a_kv is 1, where it is an expanded view of the one head) and the bool mask converted to q's dtype
+per call (``convert_boolean_attn_mask``), which the kernel saves: on CPU as it is, (b, 1, s, s); on
+CUDA the memory-efficient kernel (flash takes no mask) saves it padded to a last dimension that is
+a multiple of 8 (``preprocess_mask``/``pad_bias``, ``mem_eff_alignment = 8``, aten/src/ATen/native/
+transformers/cuda/attention.cpp). CPU's flash kernel and
 CUDA's (``flash_api.cpp`` ``mha_fwd``: ``out = empty_like(q)``) return the output in q's memory
 layout, so a q made contiguous head-major (``torch.cat`` of the rotated part) leaves an output that
 ``transpose(1, 2).contiguous()`` copies for the output projection: both are saved.
@@ -45,13 +51,15 @@ SCORES = "attention-scores"
 @dataclass(frozen=True, slots=True)
 class Context:
     """The kernel, the device, the family's code and what the model's sizes decide: fewer K/V heads
-    than query heads (``fewer_kv``), a value head size apart from q's and k's (``value_differs``)."""
+    than query heads (``fewer_kv``), one K/V head (``single_kv``), a value head size apart from q's
+    and k's (``value_differs``)."""
 
     attention: str
     device: str
     code: HfCode
     fewer_kv: bool = False
     value_differs: bool = False
+    single_kv: bool = False
 
 
 def like(x: Tensor, name: str, dt: DType | None = None, shape: tuple | None = None, role: str | None = None) -> Tensor:
@@ -73,7 +81,7 @@ def rewrite(op: Op, ctx: Context) -> Op:
     dropout = any(x.name.endswith(".dropout.mask") for x in op.saved)
     if ctx.attention == "eager":
         return _eager(op, q, v, dropout, ctx, math=False)
-    if (ctx.device == "cpu" and (dropout or ctx.value_differs)) or (ctx.code.sdpa_kv == "direct" and ctx.fewer_kv):
+    if ctx.device == "cpu" and (dropout or ctx.value_differs):
         return _eager(op, q, v, dropout, ctx, math=True)
     return _sdpa(op, q, v, ctx)
 
@@ -81,7 +89,8 @@ def rewrite(op: Op, ctx: Context) -> Op:
 def _sdpa(op: Op, q: Tensor, v: Tensor, ctx: Context) -> Op:
     k = next(x for x in op.saved if x.role == "k")
     bsz, heads, seq, _ = q.shape
-    efficient = ctx.device == "cuda" and ctx.value_differs  # CUDA's memory-efficient kernel
+    masked = ctx.code.sdpa_mask
+    efficient = ctx.device == "cuda" and (ctx.value_differs or masked)  # CUDA's memory-efficient kernel
     rows = ceiling(seq / 32) * 32 if efficient else seq
     lse = Tensor(f"{op.path}.logsumexp", (bsz, heads, rows), FP32, role="softmax-stats", tp_axis=q.tp_axis,
                  seq_axis=None if efficient else q.seq_axis)
@@ -90,7 +99,15 @@ def _sdpa(op: Op, q: Tensor, v: Tensor, ctx: Context) -> Op:
     if ctx.code.q_head_major and not efficient:  # the output keeps q's layout: copied for the projection
         out = like(op.output, f"{op.path}.sdpa_out", shape=(bsz, heads, seq, v.shape[-1]), role="attention-output")
         note += "; output in q's head-major layout, copied for the output projection"
-    return needs_inputs(replace(op, kind="sdpa", saved=(q, k, v, out, lse), note=note))
+    saved: tuple[Tensor, ...] = (q, k, v, out, lse)
+    if masked:
+        if ctx.fewer_kv and not ctx.single_kv:  # repeat_kv's copies to a heads
+            k, v = (like(x, f"{op.path}.{x.role}_rep", shape=(bsz, heads, *x.shape[2:])) for x in (k, v))
+        width = ceiling(seq / 8) * 8 if efficient else seq
+        mask = Tensor(f"{op.path}.mask", (bsz, 1, seq, width), q.dtype, role="attention-mask", seq_axis=q.seq_axis)
+        saved = (q, k, v, out, lse, mask)
+        note += "; the causal mask in q's dtype" + (", padded to a multiple of 8 columns" if efficient else "")
+    return needs_inputs(replace(op, kind="sdpa", saved=saved, note=note))
 
 
 def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool) -> Op:

@@ -1,7 +1,7 @@
 """What a family's transformers modeling code does, as the rules ``symbolic.huggingface`` applies.
 
 Each field is one rule, named by what the code computes (not by family); the defaults are LLaMA's
-code (``modeling_llama.py``, transformers 5.24). ``derivations.models.implementations`` says which
+code (``modeling_llama.py``, transformers 5.25). ``derivations.models.implementations`` says which
 rules each family's code follows, citing its modeling file.
 
 >>> HfCode().softmax_fp32, HfCode(rms_norm="offset").rules()
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-__all__ = ["HfCode", "RMS_NORMS", "LAYER_NORMS", "ROTARY_TABLES", "SDPA_KV", "ATTENTION_KERNELS", "DEVICES"]
+__all__ = ["HfCode", "RMS_NORMS", "LAYER_NORMS", "ROTARY_TABLES", "ATTENTION_KERNELS", "DEVICES"]
 
 ATTENTION_KERNELS = ("eager", "sdpa", "flash")
 DEVICES = ("cuda", "cpu")
@@ -27,10 +27,6 @@ LAYER_NORMS = ("fused", "python-fp32")
 #: ``apply_rotary_pos_emb`` call repeats them (``repeat_interleave``, GPT-J): saved per q and k per layer;
 #: ``shared-fp32``: shared, kept in fp32 (OLMo 2's rotary embedding returns them uncast).
 ROTARY_TABLES = ("shared", "shared-fp32", "per-call")
-#: ``transformers``: ``sdpa_attention_forward`` (``enable_gqa`` when no mask, K/V at a_kv heads);
-#: ``direct``: the family calls ``F.scaled_dot_product_attention`` itself without ``enable_gqa``
-#: (Falcon): fewer K/V heads than query heads is the math backend.
-SDPA_KV = ("transformers", "direct")
 
 _RULES = {
     ("rms_norm", "fp32-product"): "RMSNorm: (w * x) in fp32, cast after (fp32 normed value saved)",
@@ -45,8 +41,8 @@ _RULES = {
                             "projection (CPU and CUDA flash follow q's layout)",
     ("attn_softcap", True): "attention scores softcapped, c tanh(x / c): the tanh saved",
     ("logit_softcap", True): "final logits softcapped: the tanh of the logits saved",
-    ("sdpa_kv", "direct"): "F.scaled_dot_product_attention called directly, without enable_gqa",
-    ("head_split_indices", 2): "K and V split off the fused projection by a list index (int64 index saved)",
+    ("sdpa_mask", True): "SDPA always given the materialized causal mask (allow_is_causal_skip=False): K and V "
+                         "repeated to a heads (no enable_gqa), the mask converted to q's dtype and saved per layer",
     ("rotary_sets", 2): "two rotary tables, local (sliding layers) and global RoPE bases",
     ("position_buffer", True): "position ids are a registered buffer (not saved as an activation)",
     ("bool_mask", True): "eager scores masked_fill'ed with a (b, 1, s, s) bool mask, saved once per forward",
@@ -84,8 +80,7 @@ class HfCode:
     q_head_major: bool = False
     attn_softcap: bool = False  # Gemma 2: tanh of the scores
     logit_softcap: bool = False  # Gemma 2: tanh of the final logits
-    sdpa_kv: str = "transformers"
-    head_split_indices: int = 0  # int64 (1,) index tensors the head split saves per layer (Falcon)
+    sdpa_mask: bool = False  # Falcon: create_causal_mask(..., allow_is_causal_skip=False), so SDPA gets a mask
     rotary_sets: int = 1  # cos/sin tables made per forward: 2 with local and global RoPE bases (Gemma 3)
     position_buffer: bool = False  # position ids sliced from a registered buffer: not an activation (BERT)
     bool_mask: bool = False  # eager scores masked_fill'ed with the model's (b, 1, s, s) bool mask (MPT)
@@ -102,7 +97,7 @@ class HfCode:
 
     def __post_init__(self) -> None:
         for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),
-                              ("rotary_tables", ROTARY_TABLES), ("sdpa_kv", SDPA_KV)):
+                              ("rotary_tables", ROTARY_TABLES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
 

@@ -18,8 +18,8 @@ The graph of ``derivations.models.architectures`` describes fused kernels as Meg
 
 Where a family's code differs from LLaMA's, ``HfCode`` (``symbolic.hf_code``) names the rule it follows:
 fp32-keeping RMSNorms (OLMo 2, gpt-oss) and Gemma's fp32 ``(1 + w)``, Cohere's Python LayerNorm, a
-16-bit eager softmax (GPT-2, Falcon) or fp32 scores (GPT-J), GPT-J's per-call rotary tables, Gemma 2's
-softcapping, Falcon's direct SDPA call and list-index head split, DeepSeek's router on fp32 copies,
+16-bit eager softmax (GPT-2) or fp32 scores (GPT-J), GPT-J's per-call rotary tables, Gemma 2's
+softcapping, Falcon's causal mask always handed to SDPA, DeepSeek's router on fp32 copies,
 gpt-oss's sinks (a 16-bit softmax over s + 1 columns), top-k-first router, clamped SwiGLU experts and
 half-width cos/sin. Partial rotary reads narrower cos/sin tables (``d_r`` wide: the rotary op's ``reads``).
 
@@ -67,7 +67,8 @@ FP32, INT64 = dtype("fp32"), dtype("int64")
 class HuggingFace(Strategy):
     """transformers' modeling code: ``attention`` kernel, ``device`` (cuda | cpu), the family's ``code``.
 
-    ``fewer_kv`` (a_kv < a) and ``value_differs`` (a value head size apart from q's) are the model's
+    ``fewer_kv`` (a_kv < a), ``single_kv`` (a_kv = 1) and ``value_differs`` (a value head size apart
+    from q's) are the model's
     sizes where they decide the kernel (``symbolic.hf_attention``); ``fused_qkv``: GPT-2's ``c_attn``.
     Ops of LLaMA's and GPT-2's code get the program of ATen calls they run (``symbolic.hf_programs``).
     """
@@ -77,6 +78,7 @@ class HuggingFace(Strategy):
     code: HfCode = field(default_factory=HfCode)
     fewer_kv: bool = False
     value_differs: bool = False
+    single_kv: bool = False
     fused_qkv: bool = False  # one Conv1D makes q, k and v (GPT-2's c_attn); else q_proj, k_proj, v_proj
     experts: str = "grouped_mm"  # transformers' experts_implementation (symbolic.hf_experts)
     loss_chunks: int = 1  # the output layer and the loss per chunk of the sequence (hf_programs.chunked_loss)
@@ -160,14 +162,8 @@ class HuggingFace(Strategy):
         return op
 
     def _attention(self, op: Op) -> Op:
-        ctx = Context(self.attention, self.device, self.code, self.fewer_kv, self.value_differs)
-        new = rewrite(op, ctx)
-        if not self.code.head_split_indices:
-            return new
-        index = tuple(Tensor(f"{op.path}.split_index{i}", (1,), INT64, role="token-ids")
-                      for i in range(self.code.head_split_indices))
-        return replace(new, saved=new.saved + index, saved_for=new.saved_for + tuple((x.name, ()) for x in index)
-                       if new.saved_for else ())
+        ctx = Context(self.attention, self.device, self.code, self.fewer_kv, self.value_differs, self.single_kv)
+        return rewrite(op, ctx)
 
     def _layer_norm(self, op: Op) -> Op:
         if self.code.layer_norm == "python-fp32":

@@ -49,6 +49,19 @@ def test_deepseek_v2_group_limited_routing_saves_its_score_mask() -> None:
     assert sum(derive("deepseek_v2", "eager", SHAPES[0], "grouped_mm", fields=group).values()) == masked.nbytes
 
 
+@pytest.mark.parametrize("kv_heads", [2, 4])
+def test_falcon_sdpa_saves_its_mask_and_repeated_kv(kv_heads: int) -> None:
+    # Falcon (transformers 5.25) always hands SDPA a materialized causal mask, so no enable_gqa: repeat_kv copies
+    # K and V to a heads when 1 < a_kv < a, and SDPA saves the bool mask converted to bf16 in each layer. By hand,
+    # b2s24, a = 4 heads of 16 (h = 64), 2 layers: q, K, V (4 heads either way) and the output are 2 x 4 x 24 x 16
+    # x 2 B = 6,144 B each, the fp32 logsumexp 2 x 4 x 24 x 4 B = 768 B, the mask 2 x 1 x 24 x 24 x 2 B = 2,304 B:
+    # 27,648 B per layer, 55,296 B for the attention cores.
+    fields = (("new_decoder_architecture", True), ("num_kv_heads", kv_heads))
+    derived = derive("falcon", "sdpa", SHAPES[0], fields=fields)
+    assert derived["layer/attn/core"] == 2 * (4 * 6_144 + 768 + 2_304)
+    assert sum(derived.values()) == measure("falcon", "sdpa", SHAPES[0], None, fields).nbytes
+
+
 @pytest.mark.parametrize("shape", [pytest.param(x, id=f"b{x.b}s{x.s}") for x in SHAPES])
 def test_gpt_oss_sinks_with_attention_dropout(shape) -> None:
     # attention_dropout (0 in GptOssConfig's defaults) drops probs[..., :-1], the s columns without the sink

@@ -76,7 +76,8 @@ def family_code() -> dict[str, HfCode]:
         "gptj": HfCode(scores_fp32=True, rotary_tables="per-call"),  # matmul(query.to(float32), key.to(float32))
         "codegen": HfCode(scores_fp32=True, rotary_tables="per-call"),
         "gpt_neo": HfCode(scores_fp32=True),  # GPTNeoSelfAttention._attn: query.to(torch.float32)
-        "falcon": HfCode(softmax_fp32=False, sdpa_kv="direct"),  # softmax(dtype=hidden_states.dtype); F.sdpa
+        # v5.25: eager_attention_forward (fp32 softmax); create_causal_mask(..., allow_is_causal_skip=False)
+        "falcon": HfCode(sdpa_mask=True),
         "mpt": HfCode(bool_mask=True),  # MptAttention: attention_scores.masked_fill(attention_mask, min)
         "phimoe": HfCode(sparsemixer=True),  # PhimoeTopKRouter: sparsemixer(router_logits, ...), PhimoeMultiplier
         # GraniteMoeTopKRouter: F.linear(hidden_states, self.weight).float().topk(k), softmax, .type_as(hidden_states)
@@ -117,18 +118,17 @@ def hf_kernel(model: Model, attention: str, explicit: bool) -> str:
 
 def hf_code(model: Model) -> HfCode:
     """The rules ``model``'s family code follows, with what its config switches on (Gemma 2's
-    softcapping, GeLU written in Python, Falcon's list-index head split with one K/V head)."""
+    softcapping, GeLU written in Python, Gemma 3's two rotary tables)."""
     arch, z = model.arch, model.sizes
     from memderive.symbolic.hf_code import HfCode
 
     code = family_code().get(arch.family, HfCode())
     python_gelu = arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS
-    split = 2 if arch.family == "falcon" and z["a_kv"] < z["a"] else 0  # fused_qkv[..., [-2], :]
     mixed = arch.family == "gemma3_text" and 0 < model.windowed_layers < z["l"]  # rotary_emb_local beside rotary_emb
     masked = arch.moe is not None and arch.moe.group_masked  # scores.masked_fill(~score_mask.bool(), 0.0)
     jitter = arch.moe is not None and arch.moe.input_jitter  # hidden_states *= torch.empty_like(...).uniform_(...)
     return replace(code, python_gelu=python_gelu, attn_softcap=arch.attn_softcap, logit_softcap=arch.logit_softcap,
-                   head_split_indices=split, rotary_sets=2 if mixed else 1, router_group_mask=masked,
+                   rotary_sets=2 if mixed else 1, router_group_mask=masked,
                    input_jitter=jitter)
 
 
@@ -142,6 +142,7 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
+                       single_kv=z["a_kv"] == 1,
                        fused_qkv=model.arch.family == "gpt", experts=experts, loss_chunks=loss_chunks)
 
 
