@@ -17,7 +17,8 @@ from memderive.derivations.hardware import gpu
 from memderive.derivations.models.architectures import LLAMA, Moe
 from memderive.derivations.models.model import Model
 from memderive.derivations.quantities.cluster import Cluster, group_span
-from memderive.derivations.quantities.timing import data_parallel_s, experts_touched, inference_time, step_time
+from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, inference_time, reduced_bytes,
+                                                     step_time)
 
 H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datasheet)
 
@@ -47,6 +48,26 @@ def test_zero3_gathers_every_micro_batch() -> None:
         assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
     # ZeRO 0-2 reduce once per step, whatever m
     assert data_parallel_s(slow, grads, d, 8, 0, 32, 0.5) == data_parallel_s(slow, grads, d, 8, 0, 1, 0.5)
+
+
+def test_the_gradients_reduced_are_the_trainable_ones_in_the_buffers_dtype() -> None:
+    """Megatron-LM reduce-scatters its fp32 main_grad buffer (forced under --bf16) and all-gathers the bf16
+    weights; DDP reduces only what requires a gradient (LoRA's adapters). Llama-2-7B: P = 6,738,415,616
+    (Touvron et al. 2023; memderive's count equals transformers', tests/test_params_transformers.py)."""
+    step = dict(mode="train", batch=1, seq=1024, dp=8, zero=1)
+    P = 6_738_415_616
+    assert reduced_bytes(estimate("llama-2-7b", **step)) == (2 * P, 2 * P)
+    assert reduced_bytes(estimate("llama-2-7b", **step, grad_buffer="fp32")) == (4 * P, 2 * P)
+    assert reduced_bytes(estimate("llama-2-7b", **step, precision="autocast")) == (4 * P, 4 * P)
+    # LoRA r 8 on q_proj and v_proj: 32 layers x 2 matrices x 8 x (4,096 + 4,096) = 4,194,304 adapter weights,
+    # bf16 gradients under --precision master, fp32 under autocast (PEFT's fp32 adapters in an fp32 model)
+    for precision, width in (("master", 2), ("autocast", 4)):
+        lora = estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=8, lora_rank=8,
+                        lora_targets="q_proj,v_proj", precision=precision)
+        assert reduced_bytes(lora)[0] == 4_194_304 * width
+    slow = Cluster(H100, 1, 10**8)  # one GPU per node, 0.8 Gb/s: the reduce-scatter shows past the backward
+    fp32, bf16 = (step_time(estimate("llama-2-7b", **step, grad_buffer=g), slow) for g in ("fp32", "param"))
+    assert fp32.dp_s > bf16.dp_s
 
 
 def test_zero3_data_parallel_time_grows_with_micro_batches_in_step_time() -> None:

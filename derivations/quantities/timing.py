@@ -373,10 +373,12 @@ def _kv_chunk(graph: Graph) -> Any:
                0) or 0
 
 
-def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int, m: int, micro_s: float) -> float:
-    """Data-parallel communication not hidden behind compute, one step.
+def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
+                    weights: Any = None) -> Any:
+    """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
+    reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
-    ZeRO 0: one all-reduce of the 16-bit gradients, bucketed behind the last micro-batch's backward (about 2/3 of
+    ZeRO 0: one all-reduce of the gradients, bucketed behind the last micro-batch's backward (about 2/3 of
     its time; PyTorch DDP, Li et al. 2020 §3.2.3; Megatron-LM ``--overlap-grad-reduce``). ZeRO 1-2 (the distributed
     optimizer): a reduce-scatter behind that backward and the parameters' all-gather behind the next step's first
     forward (1/3). ZeRO-3: every micro-batch gathers the weights for its forward and again for its backward and
@@ -384,13 +386,32 @@ def data_parallel_s(cluster: Cluster, grads: int, d: int, stride: int, zero: int
     prefetched behind that micro-batch's compute (FSDP)."""
     if d <= 1:
         return 0.0
+    weights = grads if weights is None else weights
     if zero == 3:
-        per_micro = 3 * cluster.reduce_scatter(grads, d, stride)
+        per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
         return m * maximum(0.0, per_micro - micro_s)
     if zero == 0:
         return maximum(0.0, cluster.all_reduce(grads, d, stride) - micro_s * 2 / 3)
-    scatter = gather = cluster.reduce_scatter(grads, d, stride)
+    scatter, gather = cluster.reduce_scatter(grads, d, stride), cluster.all_gather(weights, d, stride)
     return maximum(0.0, scatter - micro_s * 2 / 3) + maximum(0.0, gather - micro_s / 3)
+
+
+def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
+    """(gradient bytes one GPU reduces over the data-parallel ranks, weight bytes it gathers) per step.
+
+    The gradients are those of the trainable parameters (DDP and FSDP reduce what requires a gradient: LoRA's
+    adapters, not the frozen base) in the gradient buffer's dtype: Megatron-LM's fp32 ``main_grad`` under
+    ``--grad-buffer fp32`` (``accumulate_allreduce_grads_in_fp32``, forced under ``--bf16``: the buffer it
+    reduce-scatters, megatron/core/distributed/param_and_grad_buffer.py), else the trainable weights' dtype
+    (fp32 under autocast). The weights gathered (ZeRO 1-3) are all the GPU's parameters in their dtype."""
+    from memderive.derivations.quantities.model_states import state_widths
+
+    o = est.options
+    params = est.number("parameters_per_gpu")
+    width, grad, _ = state_widths(o.dtype, o.optimizer, o.precision)
+    grad = 4 if o.grad_buffer == "fp32" and o.precision == "master" else grad
+    trained = est.number("trainable_parameters") if o.finetuning else params
+    return trained * grad, params * width
 
 
 #: The token embedding's weight, the one a tied LM head shares (``models.architectures``).
@@ -468,12 +489,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
     memory_micro = eager_micro + copy_micro + accumulate_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
-    grads = est.number("parameters_per_gpu") * (2 if opts.dtype in ("bf16", "fp16") else 4)
+    grads, weights = reduced_bytes(est)
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + memory_micro)
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + memory_micro, weights)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
