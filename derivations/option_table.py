@@ -263,8 +263,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("inter_node_bandwidth", "float", 400.0, "network bandwidth per GPU between nodes, Gb/s each way (DGX H100: "
        "one 400 Gb/s NDR port per GPU; Llama 3's clusters 400 Gb/s)", shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--inter-node-bandwidth", "200")),
-    _o("host_memory_bandwidth", "float", 76.8, "host DRAM bandwidth per GPU, GB/s, for ZeRO-Offload's CPU Adam step "
-       "(--offload; default: a DGX H100's two Xeon 8480C, 2 x 8 DDR5-4800 channels, over its 8 GPUs)", shared=True,
+    _o("host_memory_bandwidth", "float", 76.8, "host DRAM bandwidth per GPU, GB/s, for the CPU optimizer step "
+       "(--offload, --offload-params; default: a DGX H100's two Xeon 8480C, 2 x 8 DDR5-4800 channels, over its 8 GPUs)", shared=True,
        echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--offload", "--gpu", "h100-sxm", "--host-memory-bandwidth", "50")),
     _o("intra_node_link", "choice", None, "link between the GPUs of a node for times: nvlink (NVLink/NVSwitch, the "

@@ -86,3 +86,26 @@ def test_bad_host_memory_bandwidth_is_one_line() -> None:
                         "-3"], capture_output=True, text=True)
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "--host-memory-bandwidth is GB/s of host memory per GPU" in r.stderr
+
+
+def test_fsdp2_param_offload_over_8_h100s_by_hand() -> None:
+    """--offload-params (FSDP2 CPUOffloadPolicy): the host shard's AdamW step on the CPU, and with accumulation the
+    blocking gradient copies and CPU adds of micro-batches 2..m (PyTorch 2.13 _fsdp_collectives.foreach_reduce)."""
+    n, root = P // 8, (2 * 32_000 * 4_096 + 4_096) // 8  # the host shard; the root (embeddings, head, final norm)
+    one = time_of(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, offload_params=True, gpu="h100-sxm"))
+    # torch's AdamW on CPU tensors: 21 fp32 reads and writes per element plus the clipping's 3, 96 B at 76.8 GB/s:
+    # 842,301,952 x 96 / 76.8e9 = 1.05288 s
+    assert one.cpu_optimizer_s == pytest.approx(n * 96 / 76.8e9, rel=1e-12)
+    assert round(one.cpu_optimizer_s, 4) == 1.0529
+    # the fp32 shards up, (2 x 842,301,952 - 32,768,512) x 4 / 64e9 = 0.10324 s, and the gradients down, 0.05264 s,
+    # hide behind the 4,096-token micro-batch (0.6 s)
+    up = (2 * n - root) * 4 / 64e9
+    assert up < one.compute_s and one.offload_copy_s == 0
+    four = time_of(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, offload_params=True,
+                            gpu="h100-sxm", micro_batches=4))
+    # micro-batches 2-4: the blocking copy down (n x 4 / 64e9 each) and the CPU add (n x 12 / 76.8e9 each)
+    assert four.offload_copy_s == pytest.approx(3 * n * 4 / 64e9, rel=1e-12)
+    assert four.cpu_optimizer_s == pytest.approx(n * 96 / 76.8e9 + 3 * n * 12 / 76.8e9, rel=1e-12)
+    # FSDP shards as ZeRO-3 does: its copy-out and copy-in of the gathered bf16 weights, 6 x 2 B per parameter
+    assert one.zero3_copy_s == pytest.approx(P * 12 / 3_350e9, rel=1e-12)
+    assert "--offload-params (FSDP2 CPUOffloadPolicy" in " ".join(one.model())

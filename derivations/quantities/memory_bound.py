@@ -157,7 +157,7 @@ def zero3_copy_bytes(est: Evaluated) -> Any:
     copied out into the parameters, and the gradients copied into the reduce-scatter's input, a read and a write of
     every 16-bit parameter the GPU gathers each (6 moves); 0 without ZeRO-3."""
     o = est.options
-    if o.zero != 3:
+    if o.zero != 3 and not o.offload_params:  # FSDP's CPU offload gathers and reduces as ZeRO-3 does
         return 0
     width = 4 if o.dtype == "fp32" else 2
     return est.number("parameters_per_gpu") * 6 * width

@@ -175,7 +175,8 @@ class StepTime:
     grad_sync: str = "overlapped"
     offload_copy_s: float = 0.0  # ZeRO-Offload's PCIe copies not hidden (offload_time.py)
     cpu_optimizer_s: float = 0.0  # ZeRO-Offload's CPU Adam step (offload_time.py)
-    host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload
+    host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload and --offload-params
+    param_offload: str | None = None  # --offload-params: the optimizer the CPU steps (param_offload_time.py)
     zero3_ranks: Any = 0  # the ranks ZeRO-3 shards over (d x cp; a column in a plan); 0 below ZeRO-3
 
     @property
@@ -208,7 +209,11 @@ class StepTime:
                        "(18 bytes per parameter at the memory bandwidth); the fp32 gradients all-reduced, the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
-        if self.host_memory_bandwidth is not None:
+        if self.param_offload is not None and self.host_memory_bandwidth is not None:
+            from memderive.derivations.quantities.param_offload_time import param_offload_line
+
+            memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
+        elif self.host_memory_bandwidth is not None:
             from memderive.derivations.quantities.offload_time import offload_line
 
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
@@ -490,11 +495,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     memory_micro = eager_micro + copy_micro + accumulate_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads, weights = reduced_bytes(est)
+    zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, opts.zero, m, micro + memory_micro, weights)
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -504,12 +510,17 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         n = d * opts.cp
         reduce_s = cluster.reduce_scatter(grads, n, t) if opts.zero else cluster.all_reduce(grads, n, t)
         offload = offload_time(est, cluster, (micro + memory_micro) * 2 / 3, reduce_s)
+    elif opts.offload_params:  # FSDP2's CPU offload: copies each micro-batch, the CPU step (param_offload_time.py)
+        from memderive.derivations.quantities.param_offload_time import param_offload_time
+
+        offload = param_offload_time(est, cluster, micro + memory_micro, m)
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
                     fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels,
                     m * accumulate_micro, opts.grad_sync,
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
-                    zero3_ranks=d * opts.cp if opts.zero == 3 else 0)
+                    zero3_ranks=d * opts.cp if zero == 3 else 0,
+                    param_offload=opts.optimizer if opts.offload_params else None)
 
 
 def float8_flops(est: Evaluated) -> int:
