@@ -46,6 +46,13 @@ def test_a_long_sequence_that_fits_only_split_over_cp() -> None:
     assert rows and all(r.options.get("cp", 1) > 1 for r in rows)
     for r in rows[:5]:
         assert estimate(TINY, **r.options).number("total_bytes") == r.total_bytes < without
+    # every row spans the 4 GPUs asked for: t x p x d x cp (the cp factor was left out: cp 4 read as 1 GPU)
+    assert {r.gpus for r in rows} == {4}
+    # without a count (cp as given, 2 here), the fewest GPUs and each row's count include cp's factor
+    fewest = plan(TINY, without - 1, 4, 16384, None, top=50, options=Options(mode="train", batch=1, seq=16384, gpus_per_node=1, cp=2, flash=True))
+    assert fewest and {r.options["cp"] for r in fewest} == {2}
+    assert all(r.gpus == 2 * r.options.get("dp", 1) * r.options.get("pp", 1) for r in fewest)
+    assert len({r.gpus for r in fewest}) == 1
 
 
 def test_a_given_cp_is_every_rows_and_needs_flash() -> None:

@@ -278,7 +278,7 @@ def proxy_step_time(model: Model, base: Options, row: dict, global_batch: int, p
     # recomputed per sequence: the attention core's forward (selective) or the whole forward (full)
     extra = {"none": 0, "selective": attention // 3, "full": 2 * params * seq + attention // 3}
     hardware = model_flops + global_batch * extra[row["recompute"]]
-    gpus = row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1)
+    gpus = _gpus(row)
     bubble = (row["pp"] - 1) / (row["micro_batches"] * (row["virtual_stages"] or 1))
     per_gpu = -(-hardware // gpus)
     time = per_gpu * (1 + bubble) / peak_flops if peak_flops else None
@@ -358,8 +358,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
-        fewest = min(row["tp"] * row["pp"] * row["dp"] for row, _ in fits)
-        fitting = [i for i in fitting if rows[i]["tp"] * rows[i]["pp"] * rows[i]["dp"] == fewest]
+        fewest = min(_gpus(row) for row, _ in fits)
+        fitting = [i for i in fitting if _gpus(rows[i]) == fewest]
         fits = [(rows[i], int(memory[i])) for i in fitting]
     if base.gpu is None:
         params = estimate(resolved, base).number("parameters")
@@ -431,8 +431,13 @@ def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> La
     defaults = Options()
     opts = asdict(replace(base, **row))
     shown = {k: val for k, val in opts.items() if val != getattr(defaults, k) or k in ("mode", "batch", "seq")}
-    return Layout(shown, row["tp"] * row["pp"] * row["dp"], mem, per_gpu, model_flops, bubble, time, mfu,
+    return Layout(shown, _gpus(row), mem, per_gpu, model_flops, bubble, time, mfu,
                   None if time is None else tokens / time)
+
+
+def _gpus(row: dict) -> int:
+    """The GPUs a layout row spans: t x p x d x cp (expert parallelism runs inside the data-parallel ranks)."""
+    return row["tp"] * row["pp"] * row["dp"] * row.get("cp", 1)
 
 
 _RECOMPUTE_ORDER = {"none": 0, "selective": 1, "selective-op": 1, "full": 2}
