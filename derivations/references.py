@@ -316,12 +316,14 @@ _ENTRIES: tuple[Reference, ...] = (
               "(Float16OptimizerWithFloat16Params)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/optimizer.py", "code"),
     Reference("deepspeed-stage12-offload", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
-              "stage_1_and_2.py (cpu_offload: async_inplace_copy_grad_to_fp32_buffer_from_gpu, step)", None,
-              "github.com/deepspeedai/DeepSpeed/blob/38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/zero/"
-              "stage_1_and_2.py", "code"),
+              "stage_1_and_2.py (cpu_offload: copy_grads_in_partition, async_accumulate_grad_in_cpu_via_gpu, "
+              "async_inplace_copy_grad_to_fp32_buffer_from_gpu, param_buffer_of_bit16_for_cpu_offload_groups, step)",
+              None, "github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/deepspeed/runtime/"
+              "zero/stage_1_and_2.py", "code"),
     Reference("deepspeed-stage3-offload", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/zero/"
-              "stage3.py (offload_optimizer: partition_grads, _reassign_or_swap_out_partitioned_parameters)", None,
-              "github.com/deepspeedai/DeepSpeed/blob/38327e07f6cd39b63418f60cedd1651b0be3e7c3/deepspeed/runtime/zero/"
+              "stage3.py (offload_optimizer: partition_grads, _offload_grad_partition_at_boundary, "
+              "_reassign_or_swap_out_partitioned_parameters)", None,
+              "github.com/deepspeedai/DeepSpeed/blob/edaa7221267243c7be7fb49c5d5f5c4fb97b4641/deepspeed/runtime/zero/"
               "stage3.py", "code"),
     Reference("deepspeed-engine-dtypes", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: deepspeed/runtime/engine.py "
               "(DeepSpeedEngine.get_data_types)", None, "github.com/deepspeedai/DeepSpeed/blob/"
@@ -329,8 +331,6 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("deepspeed-cpu-adam", "DeepSpeed", "Microsoft DeepSpeed", "DeepSpeed: csrc/includes/cpu_adam.h "
               "(Adam_Optimizer::Step_AVX)", None, "github.com/deepspeedai/DeepSpeed/blob/"
               "38327e07f6cd39b63418f60cedd1651b0be3e7c3/csrc/includes/cpu_adam.h", "code"),
-    Reference("pytorch-copy-cu", "PyTorch", "PyTorch", "PyTorch: aten/src/ATen/native/cuda/Copy.cu (copy_kernel_cuda)",
-              None, "github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/Copy.cu", "code"),
     Reference("nvidia-dgx-basepod-components", "NVIDIA DGX BasePOD", _NV, "NVIDIA DGX BasePOD reference architecture: "
               "Core Components", None, "docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-"
               "enterprise-ai/latest/core-components.html", "docs"),

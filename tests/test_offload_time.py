@@ -11,7 +11,9 @@ import sys
 import pytest
 
 from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
 from memderive.derivations.options import Options
+from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.quantities.timing import step_time, time_of
 from memderive.derivations.search.plan import plan
 
@@ -45,13 +47,35 @@ def test_zero2_on_one_a100_the_gradient_copy_is_exposed() -> None:
     e = estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, host_memory_bandwidth=50.0)
     st = step_time(e, "a100-80gb")
     n = P  # one GPU: the whole model
-    # 36 B per element (no cast: ZeRO 1-2 copy fp32 up) at 50 GB/s: 6,738,415,616 x 36 / 50e9 = 4.8517 s
-    assert st.cpu_optimizer_s == pytest.approx(n * 36 / 50e9, rel=1e-12)
-    # PCIe Gen4 x16, 32 GB/s each way: fp32 up 4n / 32e9 = 0.84230 s; fp32 down 0.84230 s less 2/3 of the one
-    # micro-batch's compute (no eager kernels, no ZeRO-3 copies, no reduction on one GPU)
+    # 42 B per element (DeepSpeed 0.17.0 on: ZeRO 1-2 too cast to 16 bits on the CPU, into a pinned buffer, before
+    # the copy up) at 50 GB/s: 6,738,415,616 x 42 / 50e9 = 5.6603 s
+    assert st.cpu_optimizer_s == pytest.approx(n * 42 / 50e9, rel=1e-12)
+    # PCIe Gen4 x16, 32 GB/s each way: bf16 up 2n / 32e9 = 0.42115 s; fp32 down 4n / 32e9 = 0.84230 s less 2/3 of
+    # the one micro-batch's compute (no eager kernels, no ZeRO-3 copies, no reduction on one GPU)
     down = max(0.0, 4 * n / 32e9 - st.compute_s * 2 / 3)
     assert 0 < down < 4 * n / 32e9
-    assert st.offload_copy_s == pytest.approx(4 * n / 32e9 + down, rel=1e-12)
+    assert st.offload_copy_s == pytest.approx(2 * n / 32e9 + down, rel=1e-12)
+
+
+def test_gradient_accumulation_through_the_cpu_by_hand() -> None:
+    """DeepSpeed's copy_grads_in_partition (ZeRO 1-2) and partition_grads (ZeRO-3), read at edaa722: with m
+    micro-batches each saves its 16-bit running sum to the CPU (2 B down) and all but the first (ZeRO-3: all) bring
+    it back (2 B up); the last adds the fp32 copy (4 B down). On one A100 at 8 tokens nothing hides them."""
+    n, each_way = P, 32e9  # one GPU (--zero 0: stage-2 code), PCIe Gen4 x16
+    one = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True), "a100-80gb")
+    four = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, micro_batches=4), "a100-80gb")
+    window = one.compute_s * 2 / 3  # one micro-batch's backward; the same in both
+    # m = 1: fp32 down 4n less the window, bf16 up 2n after the step
+    assert one.offload_copy_s == pytest.approx(4 * n / each_way - window + 2 * n / each_way, rel=1e-12)
+    # m = 4: micro-batch 1 2n down, 2-3 2n each way (full duplex: 2n), 4 6n down and 2n up, then 2n up
+    want = 3 * (2 * n / each_way - window) + (6 * n / each_way - window) + 2 * n / each_way
+    assert four.offload_copy_s == pytest.approx(want, rel=1e-12)
+    # ZeRO-3 copies the 16-bit partition down and back in every micro-batch, m = 1 too: 6 B down (2 up alongside),
+    # then 2 B up after the step, over this GPU's half (d 2), the down copy behind 2/3 of the micro-batch (its
+    # compute and ZeRO-3's copies) less the reduce-scatter of the bf16 gradients on NVLink
+    z3 = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, zero=3, dp=2), "a100-80gb")
+    window = max(0.0, (z3.compute_s + z3.zero3_copy_s) * 2 / 3 - Cluster(gpu("a100-80gb")).reduce_scatter(2 * P, 2, 1))
+    assert z3.offload_copy_s == pytest.approx(6 * (P // 2) / each_way - window + 2 * (P // 2) / each_way, rel=1e-12)
 
 
 def test_nothing_without_offload_or_cpu_adam() -> None:
@@ -65,7 +89,7 @@ def test_nothing_without_offload_or_cpu_adam() -> None:
 
 def test_a_gpu_without_a_pcie_figure_times_the_cpu_step_and_says_so() -> None:
     st = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, zero=2, dp=8, offload=True), "b200")
-    assert st.offload_copy_s == 0.0 and st.cpu_optimizer_s == pytest.approx(P // 8 * 36 / 76.8e9, rel=1e-12)
+    assert st.offload_copy_s == 0.0 and st.cpu_optimizer_s == pytest.approx(P // 8 * 42 / 76.8e9, rel=1e-12)
     assert any("no PCIe figure for this GPU: the copies are not timed" in line for line in st.model())
 
 

@@ -17,7 +17,7 @@ def test_zero_offload_keeps_only_16_bit_weights_on_the_gpu() -> None:
     e = estimate("gpt2", mode="train", batch=1, seq=1024, offload=True)
     psi = 124_439_808  # nanoGPT's GPT-2 (124M) count
     assert e.number("model_state_bytes") == 2 * psi
-    assert e.number("offloaded_bytes") == 16 * psi  # 1,991,036,928
+    assert e.number("offloaded_bytes") == 18 * psi  # 2,239,916,544: and the pinned 16-bit copy the step casts into
 
 
 #: llama-2-7b: 6,738,415,616 parameters (its preset's count, tests/derivations).
@@ -26,9 +26,11 @@ P7B = 6_738_415_616
 
 @pytest.mark.parametrize("zero,gradients,partitions,total", [
     # ZeRO-1 and ZeRO-2 alike: the rank's fp32 partition (P/8) gets an fp32 .grad on the CPU:
-    # 6,738,415,616 x 4 / 8 = 3,369,207,808; master + m + v 12 x P / 8 = 10,107,623,424; 16 x P / 8 = 13,476,831,232
-    (1, 3_369_207_808, 0, 13_476_831_232),
-    (2, 3_369_207_808, 0, 13_476_831_232),
+    # 6,738,415,616 x 4 / 8 = 3,369,207,808; master + m + v 12 x P / 8 = 10,107,623,424; and (DeepSpeed 0.17.0 on)
+    # param_buffer_of_bit16_for_cpu_offload_groups, a pinned bf16 partition 2 x P / 8 = 1,684,603,904:
+    # 18 x P / 8 = 15,161,435,136
+    (1, 3_369_207_808, 0, 15_161_435_136),
+    (2, 3_369_207_808, 0, 15_161_435_136),
     # ZeRO-3 (stage3.py): the fp32 partition's .grad (4 x P / 8) and the bf16 grad_partitions_flat_buffer on the CPU
     # (gradient_accumulation_dtype = the model's bf16 under ZeRO): 2 x P / 8 = 1,684,603,904; 18 x P / 8 = 15,161,435,136
     (3, 3_369_207_808, 1_684_603_904, 15_161_435_136),
@@ -39,6 +41,7 @@ def test_zero_offload_host_gradients_are_deepspeeds_fp32_partition(zero: int, gr
     terms = {t.path: int(t.expr.evaluate(e.values)) for t in e.quantity("offloaded_bytes").breakdown.terms}
     assert terms["offload/gradients"] == gradients
     assert terms.get("offload/gradient_partitions", 0) == partitions
+    assert terms.get("offload/parameter_buffer", 0) == (1_684_603_904 if zero < 3 else 0)
     assert terms["offload/optimizer"] == 10_107_623_424
     assert e.number("offloaded_bytes") == total
     assert any("fp32, 4 B per element" in note for note in e.quantity("offloaded_bytes").assumptions)
@@ -49,7 +52,7 @@ def test_zero_offload_summary_prints_the_fp32_gradients() -> None:
                         "--batch", "1", "--seq", "2048", "--zero", "2", "--dp", "8", "--offload", "--summary"],
                        capture_output=True, text=True, check=True)
     row = next(line for line in r.stdout.splitlines() if "offloaded to CPU memory" in line)
-    assert "Gradients (fp32)" in row and "13,476,831,232 B" in row  # 16 x 6,738,415,616 / 8
+    assert "Gradients (fp32)" in row and "15,161,435,136 B" in row  # 18 x 6,738,415,616 / 8
 
 
 def test_full_recompute_peak_adds_the_rebuilt_layer() -> None:

@@ -167,7 +167,8 @@ _OFFLOAD_GRADIENT_SOURCES = {
     "stage12": Citation("deepspeed-stage12-offload", "initialize_optimizer_states: single_partition_of_fp32_groups[i]"
                         ".grad = torch.zeros(partition_size[i], dtype=single_partition_of_fp32_groups[i].dtype, "
                         "device=self.device), self.device 'cpu' under cpu_offload; "
-                        "async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.float()"),
+                        "async_inplace_copy_grad_to_fp32_buffer_from_gpu: src_tensor.to(master dtype); "
+                        "param_buffer_of_bit16_for_cpu_offload_groups: a pinned 16-bit partition (0.17.0, #7309)"),
     "stage3": Citation("deepspeed-stage3-offload", "initialize_optimizer_states: fp32_partitioned_groups_flat[i].grad "
                        "= torch.zeros(num_elements, dtype=fp32_partitioned_groups_flat[0].dtype, device=self.device); "
                        "grad_partitions_flat_buffer in gradient_accumulation_dtype on self.device, the CPU under "
@@ -191,7 +192,9 @@ OFFLOAD_HOST_NOTE = (
     "fp32 master weights and optimizer states and of the gradients, 1/d from ZeRO stage 1 on (one partition per rank "
     "in stages 1-2 alike); the gradients in fp32, 4 B per element (the fp32 partition's own .grad, the 16-bit GPU "
     "gradients copied in with .float()), and under ZeRO-3 also its 16-bit gradient partitions, in the model's dtype "
-    "(grad_partitions_flat_buffer, on the CPU with offload_optimizer); not counted: the GPU's reduce buckets "
+    "(grad_partitions_flat_buffer, on the CPU with offload_optimizer), under ZeRO 0-2 the pinned 16-bit copy of the "
+    "partition the step casts into before the copy back (param_buffer_of_bit16_for_cpu_offload_groups, DeepSpeed "
+    "0.17.0 on); not counted: the GPU's reduce buckets "
     "(reduce_bucket_size 16-bit elements, two under overlap_comm) and ZeRO 1-2's 16-bit CPU buffers for gradient "
     "accumulation over micro-batches (accumulated_grads_in_cpu)")
 
@@ -266,22 +269,27 @@ def offload_gradient_widths(param_dtype: str, precision: str, zero: int) -> tupl
 def offloaded_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
                         factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> Breakdown:
     """CPU bytes that ZeRO-Offload moves off the GPU: the gradients as DeepSpeed keeps them on the host
-    (``offload_gradient_widths``), sharded with the optimizer states (the rank's partition from stage 1 on), and the
-    optimizer states (with master weights).
+    (``offload_gradient_widths``), sharded with the optimizer states (the rank's partition from stage 1 on), the
+    optimizer states (with master weights) and, under ZeRO 0-2, the pinned buffer the updated partition is cast into
+    before it goes back to the GPU, in the model's dtype (``stage_1_and_2.py``
+    ``param_buffer_of_bit16_for_cpu_offload_groups``, DeepSpeed 0.17.0 on; ZeRO-3 casts into its own 16-bit
+    partition, which the GPU-side weights count).
 
     >>> from memderive.symbolic.dims import Psi, d
-    >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 4 (fp32 gradients) + 12 bytes per parameter
-    16*Psi
+    >>> offloaded_breakdown(Psi, "bf16", "adamw", 0, 1).total  # 4 (fp32 gradients) + 12 + 2 (the 16-bit buffer)
+    18*Psi
     >>> [offloaded_breakdown(Psi, "bf16", "adamw", z, d).total for z in (1, 2, 3)]
-    [16*Psi/d, 16*Psi/d, 18*Psi/d]
+    [18*Psi/d, 18*Psi/d, 18*Psi/d]
     """
     terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)
     states = next(t for t in terms if t.path == "model_states/optimizer")
     grads, partitions = offload_gradient_widths(param_dtype, precision, zero)
     shard = dp if zero else 1  # the optimizer's partition
+    model = dtype("fp32" if precision == "autocast" else param_dtype).nbytes  # the weights' (bit16 groups') dtype
     host = [Term("offload/gradients", params * grads / shard), *(
         [Term("offload/gradient_partitions", params * partitions / shard)] if partitions else []),
-        Term("offload/optimizer", states.expr)]
+        Term("offload/optimizer", states.expr), *(
+        [Term("offload/parameter_buffer", params * model / shard)] if zero < 3 else [])]
     return Breakdown(tuple(host), "bytes")
 
 

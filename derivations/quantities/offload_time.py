@@ -4,38 +4,43 @@ arXiv:2101.06840, §4.1 and Figure 5: gradients to the CPU during backward, the 
 parameters back to the GPU). Per GPU, over the shard of the parameters it updates (n elements: the offloaded
 gradient bytes of the model-states graph, ``offloaded_bytes``' ``offload/gradients`` term, over the gradient width):
 
-* **Gradients, GPU -> CPU** over the GPU's PCIe x16 slot (each way half the datasheet's two-way figure,
-  ``cluster.PCIE``). DeepSpeed casts them to fp32 on the GPU before the copy, so 4 bytes per element
-  (``stage_1_and_2.py`` ``async_inplace_copy_grad_to_fp32_buffer_from_gpu``: ``src_tensor.float()`` then
-  ``copy_(non_blocking=True)`` into the CPU fp32 partition's grad; ``stage3.py`` ``partition_grads``:
-  ``fp32_grad_tensor.copy_(grad_buffer.float())``). With ``overlap_comm`` the copies run on the reduction stream
-  after each bucket's reduce, so they hide behind the last micro-batch's backward (2/3 of its time), less what the
-  gradient reduction there already takes.
+* **Gradients, GPU <-> CPU during backward** over the GPU's PCIe x16 slot (each way half the datasheet's two-way
+  figure, ``cluster.PCIE``; full duplex, so the two directions overlap), per micro-batch, bytes per element
+  (``backward_copy_bytes``; DeepSpeed master, deepspeedai/DeepSpeed edaa722):
+  ZeRO 1-2 (``stage_1_and_2.py`` ``copy_grads_in_partition``): at the last micro-batch the gradient cast to fp32
+  on the GPU and copied into the CPU fp32 partition's grad (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``:
+  4 down); with m > 1 micro-batches every one also saves its 16-bit running sum to a pinned CPU buffer (2 down)
+  and every one but the first first brings it back and adds it on the GPU (2 up;
+  ``async_accumulate_grad_in_cpu_via_gpu``). ZeRO-3 (``stage3.py`` ``partition_grads``): every micro-batch copies
+  its 16-bit gradient partition into the CPU ``grad_partitions_flat_buffer`` (2 down) and back to the GPU (2 up:
+  ``grad_buffer.to(grad_partition.device)``, adding the earlier sum after the first), and the last also the fp32
+  cast into the optimizer's partition (``_offload_grad_partition_at_boundary``: 4 down), for any m. With
+  ``overlap_comm`` the copies run on the reduction stream after each bucket's reduce, so each micro-batch's hide
+  behind its backward (2/3 of its time), less what the gradient reduction there already takes.
 * **The CPU Adam step** (``csrc/includes/cpu_adam.h`` ``Adam_Optimizer::Step_AVX``: fp32 grad, exp_avg, exp_avg_sq
   and param loaded, param, exp_avg, exp_avg_sq stored: 16 + 12 bytes per element), after the unscale-and-clip of
-  the fp32 gradients on the host (``unscale_and_clip_grads``: ``grad.mul_(1 / combined_scale)``, 4 + 4), and under
-  ZeRO-3 the fp32 -> 16-bit cast the copy back makes on the CPU (PyTorch ``aten/src/ATen/native/cuda/Copy.cu``:
-  "type conversions are performed on the CPU for CPU-GPU copies", 4 + 2): memory-bound over the host memory
+  the fp32 gradients on the host (``unscale_and_clip_grads``: ``grad.mul_(1 / combined_scale)``, 4 + 4), and the
+  fp32 -> 16-bit cast for the copy back, on the CPU (4 + 2): memory-bound over the host memory
   bandwidth one GPU's process gets (``--host-memory-bandwidth``, GB/s per GPU; its default ``HOST_BANDWIDTH`` is a
   DGX H100's DRAM shared by its 8 GPUs). Rated DRAM bandwidth: the time is a lower bound (the threads of one
   process rarely stream at it). Nothing else runs meanwhile: on the critical path.
-* **Parameters, CPU -> GPU** after each group's step, synchronously, on the critical path: ZeRO 1-2 copy the fp32
-  partition and cast on the GPU (``bit16_partitions[partition_id].data.copy_(fp32_partition.to(device))``: 4 bytes
-  per element), ZeRO-3 copies into the 16-bit partition (``_reassign_or_swap_out_partitioned_parameters``:
-  ``fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)``: 2 bytes after the CPU cast).
-  The paper's 2 + 2 bytes per parameter over PCIe (16-bit each way) is the design; the code moves 4 + 4 (ZeRO 1-2)
-  or 4 + 2 (ZeRO-3).
+* **Parameters, CPU -> GPU** after each group's step, on the critical path, 16-bit after a cast on the CPU:
+  ZeRO 1-2 into a pinned 16-bit buffer, then up (``bit16_partition_buffer.data.copy_(fp32_partition.data)``,
+  ``bit16_partitions[partition_id].data.copy_(bit16_partition_buffer.data, non_blocking=True)``: DeepSpeed 0.17.0,
+  #7309; before it the fp32 partition went up, 4 bytes), ZeRO-3 into its 16-bit partition
+  (``_reassign_or_swap_out_partitioned_parameters``:
+  ``fp16_partitioned_groups_flat[i].data.copy_(fp32_partitioned_groups_flat[i].data)``): 2 bytes per element, the
+  paper's design.
 
-Not timed: the one-step delayed parameter update (DPU, the paper's §4.2, off by default), the per-micro-batch
-gradient accumulation through the CPU with more than one micro-batch (``async_accumulate_grad_in_cpu_via_gpu``,
-``partition_grads``' add), pinned-memory staging, and GPUs with no PCIe figure in ``cluster.PCIE``.
+Not timed: the one-step delayed parameter update (DPU, the paper's §4.2, off by default), pinned-memory staging,
+and GPUs with no PCIe figure in ``cluster.PCIE``.
 
 >>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, zero=3, dp=8, offload=True)
 >>> shard_elements(e)  # 6,738,415,616 / 8
 842301952
 >>> cpu_bytes_per_element(3), cpu_bytes_per_element(2), pcie_bytes_per_element(3), pcie_bytes_per_element(2)
-(42, 36, (4, 2), (4, 4))
+(42, 42, (4, 2), (4, 2))
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 
 __all__ = ["OffloadTime", "offload_time", "shard_elements", "cpu_bytes_per_element", "pcie_bytes_per_element",
+           "backward_copy_bytes", "backward_copy_s",
            "pcie_bandwidth", "offload_line", "HOST_BANDWIDTH", "HOST_SOURCE", "OFFLOAD_SOURCE", "CPU_ADAM_SOURCE"]
 
 #: Host DRAM per GPU, GB/s: a DGX H100 (two Xeon Platinum 8480C) has 2 sockets x 8 DDR5 channels; at DDR5-4800
@@ -62,11 +68,13 @@ HOST_SOURCE = Citation("nvidia-dgx-basepod-components", "DGX H100: dual Intel Xe
                        also=(Citation("sth-xeon-8480-memory", "8480+: four tiles, two DDR5 channels each, 8 channels"),))
 OFFLOAD_SOURCE = Citation("ren-2021", "§4.1, Figure 5: gradient offload overlapped with backward, CPU Adam, "
                           "parameters swapped back", also=(
-                              Citation("deepspeed-stage12-offload", "async_inplace_copy_grad_to_fp32_buffer_from_gpu; "
-                                       "step: fp32_partition.to(device)"),
-                              Citation("deepspeed-stage3-offload", "partition_grads; "
-                                       "_reassign_or_swap_out_partitioned_parameters"),
-                              Citation("pytorch-copy-cu", "type conversions on the CPU for CPU-GPU copies")))
+                              Citation("deepspeed-stage12-offload", "copy_grads_in_partition, "
+                                       "async_accumulate_grad_in_cpu_via_gpu, "
+                                       "async_inplace_copy_grad_to_fp32_buffer_from_gpu; step: "
+                                       "bit16_partition_buffer.data.copy_(fp32_partition.data)"),
+                              Citation("deepspeed-stage3-offload", "partition_grads, "
+                                       "_offload_grad_partition_at_boundary, "
+                                       "_reassign_or_swap_out_partitioned_parameters")))
 CPU_ADAM_SOURCE = Citation("deepspeed-cpu-adam", "Adam_Optimizer::Step_AVX: loads grad, exp_avg, exp_avg_sq, "
                            "param; stores param, exp_avg, exp_avg_sq")
 
@@ -81,14 +89,42 @@ def shard_elements(est: Evaluated) -> Any:
 
 def cpu_bytes_per_element(zero: int) -> int:
     """Host-memory bytes the CPU moves per element of the shard: Step_AVX's 16 loaded and 12 stored, the unscale's
-    read and write of the fp32 gradient (8), and under ZeRO-3 the fp32 -> 16-bit cast for the copy back (6)."""
-    return 28 + 8 + (6 if zero == 3 else 0)
+    read and write of the fp32 gradient (8), and the fp32 -> 16-bit cast for the copy back (6), at every stage
+    (ZeRO 1-2 into the pinned 16-bit buffer since DeepSpeed 0.17.0, ZeRO-3 into its 16-bit partition)."""
+    return 28 + 8 + 6
 
 
 def pcie_bytes_per_element(zero: int) -> tuple[int, int]:
-    """(GPU -> CPU, CPU -> GPU) bytes per element of the shard: fp32 gradients down; fp32 parameters up under ZeRO
-    1-2, 16-bit (cast on the CPU) under ZeRO-3."""
-    return 4, (2 if zero == 3 else 4)
+    """(GPU -> CPU, CPU -> GPU) bytes per element of the shard: the fp32 gradients down at the last micro-batch;
+    the parameters up after the step, 16-bit (cast on the CPU) at every stage."""
+    return 4, 2
+
+
+def backward_copy_bytes(zero: int, m: int) -> tuple[tuple[int, int, int], ...]:
+    """The gradient copies of a step's backward passes as (micro-batches, bytes down, bytes up) per element of the
+    shard, over ``m`` micro-batches (the module's docstring).
+
+    >>> backward_copy_bytes(2, 1), backward_copy_bytes(2, 4), backward_copy_bytes(3, 1)
+    (((1, 4, 0),), ((1, 2, 0), (2, 2, 2), (1, 6, 2)), ((1, 6, 2),))
+    """
+    if zero == 3:
+        groups = ((m - 1, 2, 2), (1, 6, 2))
+    elif m == 1:
+        groups = ((1, 4, 0),)
+    else:
+        groups = ((1, 2, 0), (m - 2, 2, 2), (1, 6, 2))
+    return tuple(g for g in groups if g[0])
+
+
+def backward_copy_s(zero: int, m: Any, one: Any, window: Any) -> Any:
+    """Seconds of ``backward_copy_bytes`` not hidden, with ``one`` the seconds of a byte per element each way and
+    ``window`` a micro-batch's backward less its reduction: each micro-batch's larger direction (PCIe is full
+    duplex) past the window. ``m`` may be a column of layouts (``derivations.columns``): no branch on it."""
+    both = maximum(0.0, 2 * one - window)  # 2 B a way: the 16-bit running sum
+    last = maximum(0.0, 6 * one - window)  # and the fp32 copy at the last micro-batch
+    if zero == 3:
+        return (m - 1) * both + last
+    return where(m > 1, (m - 1) * both + last, maximum(0.0, 4 * one - window))
 
 
 def pcie_bandwidth(hw: GPU) -> int | None:
@@ -120,10 +156,10 @@ def offload_time(est: Evaluated, cluster: Cluster, backward_s: Any, reduce_s: An
     pcie = pcie_bandwidth(cluster.gpu)
     if pcie is None:
         return OffloadTime(0.0, cpu_s)
-    down, up = pcie_bytes_per_element(o.zero)
+    _, up = pcie_bytes_per_element(o.zero)
     each_way = pcie / 2
     window = maximum(0.0, backward_s - reduce_s)
-    exposed = maximum(0.0, n * down / each_way - window)
+    exposed = backward_copy_s(o.zero, o.micro_batches or 1, n / each_way, window)
     return OffloadTime(where(n > 0, exposed + n * up / each_way, 0.0), cpu_s)
 
 
@@ -133,11 +169,12 @@ def offload_line(hw: GPU, host_gbs: float) -> str:
     link = ("no PCIe figure for this GPU: the copies are not timed" if pcie is None else
             f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if hw.link.startswith('PCIe') else 'x16 slot'}"
             f"{'' if hw.link.startswith('PCIe') else ', ' + cite(PCIE[hw.name][1])})")
-    return (f"ZeRO-Offload (DeepSpeed offload_optimizer cpu, overlap_comm): this GPU's shard's fp32 gradients to the CPU "
-            f"(4 B each) behind the last micro-batch's backward, less its gradient reduction, and the updated "
-            f"parameters back (fp32 under ZeRO 1-2, 16-bit under ZeRO-3) on the critical path, {link}; the CPU Adam "
-            f"step ({cpu_bytes_per_element(2)} B per element of host-memory traffic, {cpu_bytes_per_element(3)} under "
-            f"ZeRO-3: {cite(CPU_ADAM_SOURCE)}; the unscale; ZeRO-3's cast to 16 bits) at {host_gbs:g} GB/s of host "
+    return (f"ZeRO-Offload (DeepSpeed offload_optimizer cpu, overlap_comm): this GPU's shard's gradients to the CPU, "
+            f"fp32 (4 B each) at the last micro-batch, and the 16-bit running sums down and back each micro-batch "
+            f"under ZeRO-3 or gradient accumulation (2 B each way), each behind its micro-batch's backward less its "
+            f"gradient reduction, and the updated 16-bit parameters back on the critical path, {link}; the CPU Adam "
+            f"step ({cpu_bytes_per_element(2)} B per element of host-memory traffic: {cite(CPU_ADAM_SOURCE)}; the "
+            f"unscale; the cast to 16 bits) at {host_gbs:g} GB/s of host "
             f"memory per GPU (--host-memory-bandwidth; default a DGX H100's 2 x 8 DDR5-4800 channels over 8 GPUs, "
-            f"{cite(HOST_SOURCE)}), rated DRAM bandwidth: a lower bound ({cite(OFFLOAD_SOURCE)}; delayed parameter "
-            "update and accumulation through the CPU not timed)")
+            f"{cite(HOST_SOURCE)}), rated DRAM bandwidth: a lower bound ({cite(OFFLOAD_SOURCE)}; the delayed parameter "
+            "update not timed)")

@@ -171,7 +171,8 @@ def _offloaded(cpu: Breakdown, rel: Any, opts: Options) -> Quantity:
     grads = "fp32" if width == dtype("fp32").nbytes else opts.dtype
     note = OFFLOAD_HOST_NOTE if opts.precision != "pure" else (
         "--offload under --precision pure: no fp32 copy, the gradients on the host in the weights' dtype")
-    return Quantity("offloaded_bytes", f"Gradients ({grads}) and optimizer states offloaded to CPU memory "
+    buffer = ", 16-bit parameter buffer" if opts.zero < 3 else ""
+    return Quantity("offloaded_bytes", f"Gradients ({grads}){buffer} and optimizer states offloaded to CPU memory "
                     "(ZeRO-Offload)", cpu, rel, offload_host_citation(opts.zero), (note,))
 
 
