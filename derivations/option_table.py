@@ -190,8 +190,8 @@ OPTIONS: tuple[Option, ...] = (
        "DeepSpeed offload_param): parameters, gradients and optimizer states in CPU memory, sharded over --dp; the "
        "GPU holds the gathered 16-bit weights of the root and of one layer. Timed as FSDP2 runs it: the shards up "
        "before each all-gather and the gradients down over PCIe, torch's AdamW on the CPU at "
-       "--host-memory-bandwidth", modes=_TRAIN, echo="set",
-       example=(*_TRAIN_STEP, "--offload-params")),
+       "--host-memory-bandwidth (plan: every layout offloads, ZeRO-3 sharding)", modes=_TRAIN, commands=_PLANNED,
+       echo="set", example=(*_TRAIN_STEP, "--offload-params")),
     _o("recompute", "choice", "none", "activation recompute: selective (Megatron: the attention core), full (each "
        "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
        "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,

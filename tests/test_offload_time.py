@@ -15,7 +15,7 @@ from memderive.derivations.hardware import gpu
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.quantities.timing import step_time, time_of
-from memderive.derivations.search.plan import plan
+from memderive.derivations.search.plan import NothingFits, plan
 
 #: llama-2-7b: 6,738,415,616 parameters (its preset's count, tests/derivations).
 P = 6_738_415_616
@@ -133,3 +133,35 @@ def test_fsdp2_param_offload_over_8_h100s_by_hand() -> None:
     # FSDP shards as ZeRO-3 does: its copy-out and copy-in of the gathered bf16 weights, 6 x 2 B per parameter
     assert one.zero3_copy_s == pytest.approx(P * 12 / 3_350e9, rel=1e-12)
     assert "--offload-params (FSDP2 CPUOffloadPolicy" in " ".join(one.model())
+
+
+def test_plan_rows_with_offload_params_equal_estimate_one_by_one() -> None:
+    """plan --offload-params: every row shards as ZeRO-3 (or has one data-parallel rank), has no expert
+    parallelism, and re-runs through estimate to the same bytes and step time (the copies, the CPU step)."""
+    base = Options(mode="train", batch=1, seq=4096, gpu="h100-sxm", offload_params=True)
+    for model in ("llama-2-7b", "mixtral-8x7b"):
+        rows = plan(model, 80 * 10**9, 16, 4096, 8, options=base, top=10**6)
+        assert rows.fit == len(rows) > 20
+        assert all(x.options.get("zero", 0) == 3 or x.options.get("dp", 1) == 1 for x in rows)
+        assert all(x.options.get("ep", 1) == 1 for x in rows)
+        for x in random.Random(24).sample(list(rows), 4):
+            e = estimate(model, **x.options)
+            timing = time_of(e)
+            assert e.number("total_bytes") == x.total_bytes
+            assert timing.cpu_optimizer_s > 0
+            assert math.isclose(x.step_time_s, timing.step_s, rel_tol=1e-9), (x.options, x.step_time_s, timing.step_s)
+
+
+def test_nothing_fits_names_both_offloads_with_their_least_bytes() -> None:
+    """llama-2-70b on 8 GPUs of 40 GiB at 4,096 tokens fits no layout; each offload that would fit is named with the
+    least bytes of its own plan (ZeRO-Offload keeps the 16-bit weights on the GPU; FSDP's offload only the gathered
+    root and one layer)."""
+    base = Options(mode="train", batch=1, seq=4096)
+    with pytest.raises(NothingFits) as caught:
+        plan("llama-2-70b", 40 * 2**30, 16, 4096, 8, options=base)
+    would = dict(caught.value.would_fit)
+    for flag, change in (("--offload", {"offload": True}), ("--offload-params", {"offload_params": True})):
+        rows = plan("llama-2-70b", 40 * 2**30, 16, 4096, 8, options=Options(mode="train", batch=1, seq=4096, **change),
+                    top=10**6)
+        assert would[flag] == min(x.total_bytes for x in rows)
+    assert would["--offload-params"] < would["--offload"] < 40 * 2**30

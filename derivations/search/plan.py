@@ -47,7 +47,7 @@ import numpy as np
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options, capacity_bytes, given_options, positive_option
+from memderive.derivations.options import Options, OptionsError, capacity_bytes, given_options, positive_option
 from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
                                                      parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
@@ -192,7 +192,7 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     modes ``recomputes`` (None: none and full, and selective without FlashAttention) and the ZeRO stages ``zeros``
     (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off."""
     out: list[dict] = []
-    eps = expert_degrees(model, ep)
+    eps = (1,) if base.offload_params else expert_degrees(model, ep)  # Options refuses --ep with --offload-params
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
@@ -340,6 +340,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
                         "(drop --no-flash)")
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, cp=1, sp=False,
                    zero=0)
+    if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
+        zeros = (3,)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
                        sequence_parallel, context)
     if not rows:
@@ -414,16 +416,20 @@ def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: O
 
 def _offloaded(model: Model, capacity: int, global_batch: int, seq: int, gpus: int | None, base: Options,
                flash: bool) -> list[tuple[str, int]]:
-    """ZeRO-Offload (``--offload``: gradients and optimizer states in CPU memory) on the same GPUs, as a change
-    that would fit, with the bytes of its least-memory layout (none when already offloading or still too big)."""
-    if base.offload:
+    """ZeRO-Offload (``--offload``: gradients and optimizer states in CPU memory) and FSDP's CPU offload
+    (``--offload-params``: the parameters too) on the same GPUs, as changes that would fit, each with the bytes of
+    its least-memory layout (none when already offloading, where Options refuses it, or still too big)."""
+    if base.offload or base.offload_params:
         return []
-    try:
-        best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, offload=True, gpu=None),
-                    flash=flash, top=10**6)
-    except PlanError:
-        return []
-    return [("--offload", min(x.total_bytes for x in best))]
+    out = []
+    for flag, change in (("--offload", {"offload": True}), ("--offload-params", {"offload_params": True})):
+        try:
+            best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, gpu=None, **change),
+                        flash=flash, top=10**6)
+        except (PlanError, OptionsError):
+            continue
+        out.append((flag, min(x.total_bytes for x in best)))
+    return out
 
 
 def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
