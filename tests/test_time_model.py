@@ -70,6 +70,24 @@ def test_the_gradients_reduced_are_the_trainable_ones_in_the_buffers_dtype() -> 
     assert fp32.dp_s > bf16.dp_s
 
 
+def test_interleaved_chunks_reduce_and_gather_one_by_one() -> None:
+    """Megatron-LM's interleaved schedule syncs each model chunk on its own (schedules.py: grad_sync_func per chunk
+    after its last backward, param_sync_func per chunk before its first forward). By hand, on a network too slow
+    to hide anything: 1 B bf16 parameters over 16 ranks one per node at 0.8 Gb/s, one collective 15/16 x 2e9 / 1e8
+    = 18.75 s; a micro-batch of 3 s (backward 2, forward 1), p 4.
+    One chunk: reduce-scatter 18.75 - 2 = 16.75 past the backward, all-gather 18.75 - 1 = 17.75: 34.5 s.
+    Two chunks of 9.375 s each: chunk 1's reduction starts (4 + 1) chunk-backwards of 1 s before the end and ends
+    at -5 + 9.375 = 4.375; chunk 0's starts at -1 and waits for it: 4.375 + 9.375 = 13.75. Gathers: chunk 0's ends
+    at 9.375 against its first forward's 0.5: 8.875 late; chunk 1's (launched at the start too) ends at 18.75
+    against (4 + 1) x 0.5 + 8.875 = 11.375: 7.375 more; 16.25. Together 30.0 s."""
+    slow = Cluster(H100, 8, 10**8)
+    grads, d, micro = 2 * 10**9, 16, 3.0
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=1) == pytest.approx(34.5)
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=2) == pytest.approx(30.0)
+    # ZeRO 0: one all-reduce (twice the bytes' time, 37.5 s) in two chunks: -5 + 18.75 = 13.75, then 13.75 + 18.75
+    assert data_parallel_s(slow, grads, d, 8, 0, 8, micro, p=4, v=2) == pytest.approx(32.5)
+
+
 def test_zero3_data_parallel_time_grows_with_micro_batches_in_step_time() -> None:
     slow = Cluster(H100, 8, 10**8)
     times = [step_time(estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=16, zero=3, micro_batches=m),

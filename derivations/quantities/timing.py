@@ -41,12 +41,13 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from memderive.derivations.columns import maximum, where
+from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
@@ -222,7 +223,9 @@ class StepTime:
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
-                "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets), "
+                "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
+                "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
+                f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
                 f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
@@ -379,16 +382,17 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
     ZeRO 0: one all-reduce of the gradients, bucketed behind the last micro-batch's backward (about 2/3 of
     its time; PyTorch DDP, Li et al. 2020 §3.2.3; Megatron-LM ``--overlap-grad-reduce``). ZeRO 1-2 (the distributed
     optimizer): a reduce-scatter behind that backward and the parameters' all-gather behind the next step's first
-    forward (1/3). ZeRO-3: every micro-batch gathers the weights for its forward and again for its backward and
-    reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x the all-reduce's volume, per micro-batch),
-    prefetched behind that micro-batch's compute (FSDP)."""
+    forward (1/3). With ``v`` model chunks per GPU (the interleaved schedule over ``p`` stages) each chunk's share is
+    launched on its own (``chunked_reduce_s``, ``chunked_gather_s``). ZeRO-3: every micro-batch gathers the weights
+    for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
+    the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
@@ -396,9 +400,64 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
         return m * maximum(0.0, per_micro - micro_s)
     if zero == 0:
-        return maximum(0.0, cluster.all_reduce(grads, d, stride) - micro_s * 2 / 3)
-    scatter, gather = cluster.reduce_scatter(grads, d, stride), cluster.all_gather(weights, d, stride)
-    return maximum(0.0, scatter - micro_s * 2 / 3) + maximum(0.0, gather - micro_s / 3)
+        return chunked_reduce_s(cluster.all_reduce(grads, d, stride), micro_s, p, v)
+    return (chunked_reduce_s(cluster.reduce_scatter(grads, d, stride), micro_s, p, v)
+            + chunked_gather_s(cluster.all_gather(weights, d, stride), micro_s, p, v))
+
+
+#: Megatron-LM's per-chunk gradient and parameter syncs under the interleaved schedule (``chunked_reduce_s``).
+CHUNK_SYNC_SOURCE = Citation("megatron-schedules", "backward_step_helper_postprocess: grad_sync_func[chunk] after its "
+                             "last micro-batch; forward_step_helper_preprocess: param_sync_func[chunk + 1]")
+
+
+def chunked_reduce_s(reduce_s: Any, micro_s: Any, p: int, v: int) -> Any:
+    """Seconds of the gradient reduction (``reduce_s`` for all of a GPU's weights) past the end of its last backward.
+
+    Megatron-LM's interleaved schedule (``megatron/core/pipeline_parallel/schedules.py``,
+    ``backward_step_helper_postprocess``: ``grad_sync_func[chunk]`` once that chunk's last micro-batch is through
+    backward) reduces each of the ``v`` model chunks' gradients as soon as they are final; in the cooldown the
+    chunks finish ``p`` chunk-backwards apart, the last-numbered first. Each reduction (``reduce_s / v``) starts
+    behind its chunk's last backward (2/3 of a micro-batch's ``micro_s``, over ``v``; DDP's buckets) and they run
+    one after another on the data-parallel stream. One chunk (``v`` = 1): ``max(0, reduce_s - 2 micro_s / 3)``.
+
+    >>> [round(chunked_reduce_s(1.0, 0.6, 4, v), 6) for v in (1, 3)]  # 1 - 0.4; with 3 chunks the last's 1/3 - 2/15
+    [0.6, 0.2]
+    """
+    share, backward = reduce_s / v, micro_s * 2 / 3 / v
+    finish: Any = -math.inf
+    for k in reversed(range(_most(v))):  # chunk k's backward ends k p chunk-backwards before the step's last
+        ends = (k * p + 1) * backward  # before the step's last backward ends
+        finish = where(k < v, maximum(finish + share, share - ends), finish)  # max(finish, -ends) + share
+    return maximum(0.0, finish)
+
+
+def chunked_gather_s(gather_s: Any, micro_s: Any, p: int, v: int) -> Any:
+    """Seconds the next step's forward waits on the distributed optimizer's parameter all-gather (``gather_s`` for
+    all of a GPU's weights; Megatron-LM ``--overlap-param-gather``).
+
+    Each chunk's share (``gather_s / v``) is needed by that chunk's first forward, whose buckets it overlaps (1/3 of
+    ``micro_s``, over ``v``); the interleaved schedule starts chunk k's first forward after k p chunk-forwards
+    (``schedules.py``: ``param_sync_func`` for chunks 0 and 1 at the start, chunk k + 1's during chunk k's first
+    forward). The gathers run one after another; a wait delays every later deadline. One chunk:
+    ``max(0, gather_s - micro_s / 3)``.
+
+    >>> [round(chunked_gather_s(0.5, 0.6, 4, v), 6) for v in (1, 3)]  # 0.5 - 0.2; chunk 0's 1/6 - 1/15
+    [0.3, 0.1]
+    """
+    share, forward = gather_s / v, micro_s / 3 / v
+    finish: Any = 0.0
+    waited: Any = 0.0
+    for k in range(_most(v)):
+        launch = 0.0 if k < 2 else ((k - 1) * p) * forward + waited
+        done = maximum(finish, launch) + share
+        late = maximum(0.0, done - ((k * p + 1) * forward + waited))
+        finish, waited = where(k < v, done, finish), where(k < v, waited + late, waited)
+    return waited
+
+
+def _most(v: Any) -> int:
+    """The largest chunk count of ``v`` (a number, or a column of layouts: the loops above mask the others)."""
+    return int(v.max()) if is_column(v) else int(v)
 
 
 def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
@@ -500,7 +559,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights)
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
