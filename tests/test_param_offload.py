@@ -56,6 +56,32 @@ def _pure_run(cls: str, kwargs: dict) -> dict[str, int]:
     return _host(model, opt)
 
 
+def _gathered_peak(model: torch.nn.Module, ids: torch.Tensor) -> int:
+    """The most unsharded-parameter bytes alive at any module's forward or backward hook over one step."""
+    peak = [0]
+
+    def seen(*_):
+        peak[0] = max(peak[0], _gathered(model))
+
+    for module in model.modules():
+        module.register_forward_pre_hook(seen)
+        module.register_forward_hook(seen)
+        module.register_full_backward_pre_hook(seen)
+    model(input_ids=ids, labels=ids).loss.backward()
+    return peak[0]
+
+
+def _plain_run(cls: str, kwargs: dict) -> int:
+    """FSDP2 without offload (ZeRO-3), bf16 MixedPrecisionPolicy: the gathered peak of one step."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**kwargs)).float()
+    policy = dict(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+    for layer in model.model.layers:
+        fully_shard(layer, **policy)
+    fully_shard(model, **policy)
+    return _gathered_peak(model, torch.randint(0, 128, (1, 8)))
+
+
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/store", rank=0, world_size=1)
@@ -83,7 +109,8 @@ def fsdp_run(tmp_path_factory):
         opt.step()
         local = [p.to_local() for p in model.parameters()]
         host = _host(model, opt)
-        yield peak[0], host, {str(t.device) for t in local}, {t.dtype for t in local}, _pure_run(cls, kwargs)
+        yield (peak[0], host, {str(t.device) for t in local}, {t.dtype for t in local}, _pure_run(cls, kwargs),
+               _plain_run(cls, kwargs))
     finally:
         dist.destroy_process_group()
 
@@ -95,7 +122,7 @@ def _estimate():
 
 
 def test_gathered_weights_on_the_gpu(fsdp_run) -> None:
-    peak, _, devices, dtypes, _ = fsdp_run
+    peak, _, devices, dtypes, *_ = fsdp_run
     e = _estimate()
     # By hand: the root (embeddings 128 x 64, lm_head 128 x 64, final norm 64: 16,448 parameters) and one layer
     # (q 4,096, k and v 2,048 each, o 4,096, gate, up, down 10,240 each, norms 128: 43,136) in bf16:
@@ -104,8 +131,20 @@ def test_gathered_weights_on_the_gpu(fsdp_run) -> None:
     assert devices == {"cpu"} and dtypes == {torch.float32}  # sharded parameters: on the host, fp32
 
 
+def test_zero3_total_holds_the_gathered_root_and_one_layer(fsdp_run) -> None:
+    """FSDP2 without offload gathers the same units: the root and one layer at a time, 119,168 B (by hand above),
+    which ZeRO-3's total holds beside its 1/d shards (the shards' own bytes do not depend on the gathering)."""
+    plain = fsdp_run[5]
+    cls, kwargs = FAMILIES["llama-gqa"]
+    e = estimate(getattr(transformers, cls)(**kwargs), mode="train", batch=1, seq=8, dp=2, zero=3,
+                 implementation="hf")
+    gathered = {path: v for path, _, v in e.quantity("total_bytes").term_values(e.values) if path.startswith("zero3/")}
+    assert sum(gathered.values()) == plain == 119_168
+    assert set(gathered) == {"zero3/gathered_weights/root", "zero3/gathered_weights/layer"}
+
+
 def test_host_holds_parameters_gradients_and_states(fsdp_run) -> None:
-    _, host, _, _, _ = fsdp_run
+    _, host, *_ = fsdp_run
     terms = {t.path: int(t.expr.evaluate(_estimate().values)) for t in _estimate().quantity("offloaded_bytes")
              .breakdown.terms}
     # 102,720 parameters: fp32 sharded parameters, fp32 gradients, AdamW's two fp32 moments.

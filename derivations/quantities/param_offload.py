@@ -39,7 +39,7 @@ from memderive.symbolic.expr import Max, const, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 
-__all__ = ["offload_params_states", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES"]
+__all__ = ["offload_params_states", "gathered_weights", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES"]
 
 PARAM_OFFLOAD_CITATION = Citation("pytorch-fsdp-offload", "CPUOffloadPolicy; fully_shard: the root not resharded "
                                   "after forward", also=(Citation("deepspeed-offload-config",
@@ -57,14 +57,20 @@ def _is_layer(repeat: object) -> bool:
     return repeat != const(1)
 
 
-def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown]:
-    """``(GPU model states, host bytes)`` under ``--offload-params``."""
-    width = dtype(opts.dtype).nbytes
+def gathered_weights(graph: Graph, width: int, prefix: str = "model_states") -> Breakdown:
+    """The unsharded weights one GPU holds while computing, ``width`` bytes each: the root's (embeddings, final
+    norm, head: not resharded after forward) and one layer's (the largest), each layer its own FSDP unit."""
     root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _is_layer(b.repeat))
     layers = [parameters(graph, blocks=[b.name], per_repeat=True).total for b in graph.blocks if _is_layer(b.repeat)]
     layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
-    gpu = Breakdown((Term("model_states/gathered_weights/root", root * width),
-                     Term("model_states/gathered_weights/layer", layer * width)), "bytes")
+    return Breakdown((Term(f"{prefix}/gathered_weights/root", root * width),
+                      Term(f"{prefix}/gathered_weights/layer", layer * width)), "bytes")
+
+
+def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown]:
+    """``(GPU model states, host bytes)`` under ``--offload-params``."""
+    width = dtype(opts.dtype).nbytes
+    gpu = gathered_weights(graph, width)
     n = parameters(graph).total
     own = OPTIMIZERS[opts.optimizer]
     factored = factored_state_elements(graph) if own.factored else 0

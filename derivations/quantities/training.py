@@ -25,9 +25,9 @@ from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITAT
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
                                                            OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
-                                                           offload_gradient_widths, offload_host_citation)
+                                                           offload_gradient_widths, offload_host_citation, state_widths)
 from memderive.derivations.quantities.parameters import graph_parameters
-from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
+from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
                                                             offload_params_states)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations
@@ -94,6 +94,14 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
 
 #: The fp32 gradient copy of --grad-buffer param+fp32 (``quantities.model_states``).
 COPY = "model_states/fp32_gradient_copy"
+
+
+#: What ZeRO-3's gathered-weight terms of the total model (``param_offload.gathered_weights``).
+ZERO3_GATHERED_NOTE = (
+    "ZeRO-3: beside the 1/d shards, the gathered weights of the root (embeddings, final norm, head: FSDP does not "
+    "reshard the root after forward) and of the one layer computing (each layer its own unit, as torchtitan and "
+    "torchtune wrap it); a next layer prefetched on another stream and a layer's unsharded gradient before its "
+    "reduce-scatter are not counted")
 
 
 def _held_states(states: Breakdown, acts: Breakdown) -> Breakdown:
@@ -199,6 +207,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     if opts.cp > 1:
         total += context_parallel_buffers(graph)
         assumptions += (CP_NOTE,)
+    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None:
+        total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
+        assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
     if opts.overhead_bytes:
         total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
