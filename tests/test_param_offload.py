@@ -94,22 +94,12 @@ def fsdp_run(tmp_path_factory):
         for layer in model.model.layers:
             fully_shard(layer, **policy)
         fully_shard(model, **policy)
-        peak = [0]
-
-        def seen(*_):
-            peak[0] = max(peak[0], _gathered(model))
-
-        for module in model.modules():
-            module.register_forward_pre_hook(seen)
-            module.register_forward_hook(seen)
-            module.register_full_backward_pre_hook(seen)
         opt = torch.optim.AdamW(model.parameters())
-        ids = torch.randint(0, 128, (1, 8))
-        model(input_ids=ids, labels=ids).loss.backward()
+        peak = _gathered_peak(model, torch.randint(0, 128, (1, 8)))
         opt.step()
         local = [p.to_local() for p in model.parameters()]
         host = _host(model, opt)
-        yield (peak[0], host, {str(t.device) for t in local}, {t.dtype for t in local}, _pure_run(cls, kwargs),
+        yield (peak, host, {str(t.device) for t in local}, {t.dtype for t in local}, _pure_run(cls, kwargs),
                _plain_run(cls, kwargs))
     finally:
         dist.destroy_process_group()
