@@ -112,7 +112,7 @@ PLAN_OFF = {
 #: Runs where the planner finds nothing that fits (``NothingFits``), with why.
 PLAN_NOTHING_FITS = {
     "405B t8 p16 c16 d8": "without recompute (the run's recipe as assumed) memderive puts every layout at 131K tokens "
-                          "past 80 GiB (the planner's smallest 96,315,832,320 B; it has no interleaved uneven stages). "
+                          "past 80 GiB (the planner's smallest 97,280,701,236 B; it has no interleaved uneven stages). "
                           "The published layout needs 88,995,819,520 B (82.88 GiB; tests/"
                           "test_llama3_long_context_memory.py): 128 held layer-micro-batches of 642,252,800 B (m = p = "
                           "16: all 16 x 8 one-layer chunks held), 6,724,546,560 B of ZeRO-2 states over d x cp = 128 "
