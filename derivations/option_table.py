@@ -266,8 +266,8 @@ OPTIONS: tuple[Option, ...] = (
        "one 400 Gb/s NDR port per GPU; Llama 3's clusters 400 Gb/s)", shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--inter-node-bandwidth", "200")),
     _o("host_memory_bandwidth", "float", 76.8, "host DRAM bandwidth per GPU, GB/s, for the CPU optimizer step "
-       "(--offload, --offload-params; default: a DGX H100's two Xeon 8480C, 2 x 8 DDR5-4800 channels, over its 8 GPUs)", shared=True,
-       echo="never", commands=_PLANNED,
+       "(--offload, --offload-params; default: a DGX H100's two Xeon 8480C, 2 x 8 DDR5-4800 channels, over its 8 "
+       "GPUs)", shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--offload", "--gpu", "h100-sxm", "--host-memory-bandwidth", "50")),
     _o("intra_node_link", "choice", None, "link between the GPUs of a node for times: nvlink (NVLink/NVSwitch, the "
        "datasheet's) or pcie (the GPU's PCIe x16 slot; default: the GPU's own link)", choices=("nvlink", "pcie"),

@@ -207,7 +207,7 @@ class Options:
     gpus_per_node: int = 8
     inter_node_bandwidth: float = 400.0  # Gb/s per GPU, each way
     intra_node_link: str | None = None  # nvlink | pcie (None: the GPU's own link)
-    host_memory_bandwidth: float = 76.8  # GB/s of host DRAM per GPU: the CPU optimizer step (offload_time.py, param_offload_time.py)
+    host_memory_bandwidth: float = 76.8  # GB/s of host DRAM per GPU: the CPU optimizer step (*offload_time.py)
     # the framework's defaults (derivations.frameworks) and the runtime around the step
     framework: str | None = None  # a name of derivations.frameworks.FRAMEWORKS (applied by from_keywords)
     cuda_module_loading: str = "lazy"  # lazy | eager: the CUDA context in device memory

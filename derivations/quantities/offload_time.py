@@ -6,7 +6,7 @@ gradient bytes of the model-states graph, ``offloaded_bytes``' ``offload/gradien
 
 * **Gradients, GPU <-> CPU during backward** over the GPU's PCIe x16 slot (each way half the datasheet's two-way
   figure, ``cluster.PCIE``; full duplex, so the two directions overlap), per micro-batch, bytes per element
-  (``backward_copy_bytes``; DeepSpeed master, deepspeedai/DeepSpeed edaa722):
+  (``backward_copy_s``; DeepSpeed master, deepspeedai/DeepSpeed edaa722):
   ZeRO 1-2 (``stage_1_and_2.py`` ``copy_grads_in_partition``): at the last micro-batch the gradient cast to fp32
   on the GPU and copied into the CPU fp32 partition's grad (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``:
   4 down); with m > 1 micro-batches every one also saves its 16-bit running sum to a pinned CPU buffer (2 down)
@@ -39,8 +39,8 @@ and GPUs with no PCIe figure in ``cluster.PCIE``.
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, zero=3, dp=8, offload=True)
 >>> shard_elements(e)  # 6,738,415,616 / 8
 842301952
->>> cpu_bytes_per_element(3), cpu_bytes_per_element(2), pcie_bytes_per_element(3), pcie_bytes_per_element(2)
-(42, 42, (4, 2), (4, 2))
+>>> CPU_BYTES_PER_ELEMENT, PCIE_UP_BYTES
+(42, 2)
 """
 
 from __future__ import annotations
@@ -57,9 +57,8 @@ from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 
-__all__ = ["OffloadTime", "offload_time", "shard_elements", "cpu_bytes_per_element", "pcie_bytes_per_element",
-           "backward_copy_bytes", "backward_copy_s",
-           "pcie_bandwidth", "offload_line", "HOST_BANDWIDTH", "HOST_SOURCE", "OFFLOAD_SOURCE", "CPU_ADAM_SOURCE"]
+__all__ = ["OffloadTime", "offload_time", "shard_elements", "CPU_BYTES_PER_ELEMENT", "PCIE_UP_BYTES",
+           "backward_copy_s", "pcie_bandwidth", "pcie_link", "offload_line", "HOST_BANDWIDTH", "HOST_SOURCE", "OFFLOAD_SOURCE", "CPU_ADAM_SOURCE"]
 
 #: Host DRAM per GPU, GB/s: a DGX H100 (two Xeon Platinum 8480C) has 2 sockets x 8 DDR5 channels; at DDR5-4800
 #: (4,800 MT/s x 8 bytes = 38.4 GB/s a channel) that is 614.4 GB/s for its 8 GPUs, 76.8 GB/s each.
@@ -87,39 +86,25 @@ def shard_elements(est: Evaluated) -> Any:
     return layout_int(term.expr, est.values) // offload_gradient_widths(o.dtype, o.precision, o.zero)[0]
 
 
-def cpu_bytes_per_element(zero: int) -> int:
-    """Host-memory bytes the CPU moves per element of the shard: Step_AVX's 16 loaded and 12 stored, the unscale's
-    read and write of the fp32 gradient (8), and the fp32 -> 16-bit cast for the copy back (6), at every stage
-    (ZeRO 1-2 into the pinned 16-bit buffer since DeepSpeed 0.17.0, ZeRO-3 into its 16-bit partition)."""
-    return 28 + 8 + 6
-
-
-def pcie_bytes_per_element(zero: int) -> tuple[int, int]:
-    """(GPU -> CPU, CPU -> GPU) bytes per element of the shard: the fp32 gradients down at the last micro-batch;
-    the parameters up after the step, 16-bit (cast on the CPU) at every stage."""
-    return 4, 2
-
-
-def backward_copy_bytes(zero: int, m: int) -> tuple[tuple[int, int, int], ...]:
-    """The gradient copies of a step's backward passes as (micro-batches, bytes down, bytes up) per element of the
-    shard, over ``m`` micro-batches (the module's docstring).
-
-    >>> backward_copy_bytes(2, 1), backward_copy_bytes(2, 4), backward_copy_bytes(3, 1)
-    (((1, 4, 0),), ((1, 2, 0), (2, 2, 2), (1, 6, 2)), ((1, 6, 2),))
-    """
-    if zero == 3:
-        groups = ((m - 1, 2, 2), (1, 6, 2))
-    elif m == 1:
-        groups = ((1, 4, 0),)
-    else:
-        groups = ((1, 2, 0), (m - 2, 2, 2), (1, 6, 2))
-    return tuple(g for g in groups if g[0])
+#: Host-memory bytes the CPU moves per element of the shard: Step_AVX's 16 loaded and 12 stored, the unscale's read
+#: and write of the fp32 gradient (8), and the fp32 -> 16-bit cast for the copy back (6), at every stage (ZeRO 1-2
+#: into the pinned 16-bit buffer since DeepSpeed 0.17.0, ZeRO-3 into its 16-bit partition).
+CPU_BYTES_PER_ELEMENT = 16 + 12 + 8 + 6
+#: Bytes per element of the shard the updated parameters take up after the step: 16-bit, cast on the CPU.
+PCIE_UP_BYTES = 2
 
 
 def backward_copy_s(zero: int, m: Any, one: Any, window: Any) -> Any:
-    """Seconds of ``backward_copy_bytes`` not hidden, with ``one`` the seconds of a byte per element each way and
-    ``window`` a micro-batch's backward less its reduction: each micro-batch's larger direction (PCIe is full
-    duplex) past the window. ``m`` may be a column of layouts (``derivations.columns``): no branch on it."""
+    """Seconds of a step's backward gradient copies not hidden, with ``one`` the seconds of a byte per element each
+    way and ``window`` a micro-batch's backward less its reduction: each micro-batch's larger direction (PCIe is
+    full duplex) past the window. Per element of the shard (the module's docstring): ZeRO 1-2 with one micro-batch
+    4 B down; with m > 1, 2 B down in the first, 2 B each way in the middle ones, 2 + 4 B down and 2 B up in the
+    last; ZeRO-3, any m, 2 B each way in all but the last, 2 + 4 B down and 2 B up in it. ``m`` may be a column of
+    layouts (``derivations.columns``): no branch on it.
+
+    >>> [backward_copy_s(2, m, 1.0, 0.0) for m in (1, 4)], backward_copy_s(3, 1, 1.0, 0.0)  # 4; 2 + 2 x 2 + 6; 6
+    ([4.0, 12.0], 6.0)
+    """
     both = maximum(0.0, 2 * one - window)  # 2 B a way: the 16-bit running sum
     last = maximum(0.0, 6 * one - window)  # and the fp32 copy at the last micro-batch
     if zero == 3:
@@ -133,6 +118,16 @@ def pcie_bandwidth(hw: GPU) -> int | None:
     if hw.link.startswith("PCIe"):
         return hw.link_bandwidth
     return PCIE[hw.name][0] if hw.name in PCIE else None
+
+
+def pcie_link(hw: GPU) -> str:
+    """The PCIe link the host copies were timed on, in words (or that they were not timed)."""
+    pcie = pcie_bandwidth(hw)
+    if pcie is None:
+        return "no PCIe figure for this GPU: the copies are not timed"
+    own = hw.link.startswith("PCIe")
+    return (f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if own else 'x16 slot'}"
+            f"{'' if own else ', ' + cite(PCIE[hw.name][1])})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,28 +147,24 @@ def offload_time(est: Evaluated, cluster: Cluster, backward_s: Any, reduce_s: An
     if not o.offload or o.optimizer not in ("adam", "adamw"):
         return OffloadTime(0.0, 0.0)
     n = shard_elements(est)
-    cpu_s = n * cpu_bytes_per_element(o.zero) / (o.host_memory_bandwidth * 10**9)
+    cpu_s = n * CPU_BYTES_PER_ELEMENT / (o.host_memory_bandwidth * 10**9)
     pcie = pcie_bandwidth(cluster.gpu)
     if pcie is None:
         return OffloadTime(0.0, cpu_s)
-    _, up = pcie_bytes_per_element(o.zero)
     each_way = pcie / 2
     window = maximum(0.0, backward_s - reduce_s)
     exposed = backward_copy_s(o.zero, o.micro_batches or 1, n / each_way, window)
-    return OffloadTime(where(n > 0, exposed + n * up / each_way, 0.0), cpu_s)
+    return OffloadTime(where(n > 0, exposed + n * PCIE_UP_BYTES / each_way, 0.0), cpu_s)
 
 
 def offload_line(hw: GPU, host_gbs: float) -> str:
     """How the offload terms were timed, in words (the same for every ZeRO stage, as ``plan`` prints it once)."""
-    pcie = pcie_bandwidth(hw)
-    link = ("no PCIe figure for this GPU: the copies are not timed" if pcie is None else
-            f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if hw.link.startswith('PCIe') else 'x16 slot'}"
-            f"{'' if hw.link.startswith('PCIe') else ', ' + cite(PCIE[hw.name][1])})")
+    link = pcie_link(hw)
     return (f"ZeRO-Offload (DeepSpeed offload_optimizer cpu, overlap_comm): this GPU's shard's gradients to the CPU, "
             f"fp32 (4 B each) at the last micro-batch, and the 16-bit running sums down and back each micro-batch "
             f"under ZeRO-3 or gradient accumulation (2 B each way), each behind its micro-batch's backward less its "
             f"gradient reduction, and the updated 16-bit parameters back on the critical path, {link}; the CPU Adam "
-            f"step ({cpu_bytes_per_element(2)} B per element of host-memory traffic: {cite(CPU_ADAM_SOURCE)}; the "
+            f"step ({CPU_BYTES_PER_ELEMENT} B per element of host-memory traffic: {cite(CPU_ADAM_SOURCE)}; the "
             f"unscale; the cast to 16 bits) at {host_gbs:g} GB/s of host "
             f"memory per GPU (--host-memory-bandwidth; default a DGX H100's 2 x 8 DDR5-4800 channels over 8 GPUs, "
             f"{cite(HOST_SOURCE)}), rated DRAM bandwidth: a lower bound ({cite(OFFLOAD_SOURCE)}; the delayed parameter "

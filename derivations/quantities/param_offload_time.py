@@ -33,9 +33,9 @@ from typing import Any
 
 from memderive.derivations.columns import maximum
 from memderive.derivations.hardware import GPU
-from memderive.derivations.quantities.cluster import PCIE, Cluster
+from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.quantities.memory_bound import adam_moves, layout_int
-from memderive.derivations.quantities.offload_time import HOST_SOURCE, OffloadTime, pcie_bandwidth
+from memderive.derivations.quantities.offload_time import HOST_SOURCE, OffloadTime, pcie_bandwidth, pcie_link
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.symbolic.dtypes import dtype
@@ -86,10 +86,7 @@ def param_offload_time(est: Evaluated, cluster: Cluster, micro_s: Any, m: int) -
 
 def param_offload_line(hw: GPU, host_gbs: float, optimizer: str) -> str:
     """How ``--offload-params`` was timed, in words."""
-    pcie = pcie_bandwidth(hw)
-    link = ("no PCIe figure for this GPU: the copies are not timed" if pcie is None else
-            f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if hw.link.startswith('PCIe') else 'x16 slot'}"
-            f"{'' if hw.link.startswith('PCIe') else ', ' + cite(PCIE[hw.name][1])})")
+    link = pcie_link(hw)
     step = "AdamW" if optimizer in ("adam", "adamw") else f"no optimizer step timed (--optimizer {optimizer}); AdamW's"
     return (f"--offload-params (FSDP2 CPUOffloadPolicy, pinned): each unit's host shard to the GPU before every "
             f"all-gather (the layers' twice per micro-batch, the root's once) behind the micro-batch's compute, the "

@@ -96,7 +96,7 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
 COPY = "model_states/fp32_gradient_copy"
 
 
-#: What ZeRO-3's gathered-weight terms of the total model (``param_offload.gathered_weights``).
+#: What the ZeRO-3 gathered-weight terms of the total model (``param_offload.gathered_weights``).
 ZERO3_GATHERED_NOTE = (
     "ZeRO-3: beside the 1/d shards, the gathered weights of the root (embeddings, final norm, head: FSDP does not "
     "reshard the root after forward) and of the one layer computing (each layer its own unit, as torchtitan and "
