@@ -105,11 +105,14 @@ class Estimate:
 
             out["weight_dtype"], _, kv = (str(x) for x in serving_dtypes(o))
             out["kv_dtype"] = kv
+            if self.model.quantization is not None and o.weight_dtype is None:  # the checkpoint's, as stored
+                out["weight_dtype"] = f"as stored ({self.model.quantization.method})"
         return out
 
     def notes(self) -> list[str]:
         """Warnings about the inputs (a context past the model's trained positions), as text and JSON show them."""
-        return context_notes(self.model, self.options)
+        stored = self.model.checkpoint
+        return context_notes(self.model, self.options) + ([stored.line()] if stored is not None else [])
 
     def peak_note(self) -> str | None:
         """Why a training estimate has no ``peak_bytes`` (options the step timeline does not model), or None."""

@@ -224,6 +224,13 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("ocp-2023-mx", "OCP 2023 (MX v1.0)", "Open Compute Project (AMD, Arm, Intel, Meta, Microsoft, NVIDIA, "
               "Qualcomm)", "OCP Microscaling Formats (MX) Specification, Version 1.0", 2023,
               "www.opencompute.org/documents/ocp-microscaling-formats-mx-v1-0-spec-final-pdf", "report"),
+    Reference("transformers-quantizers", "transformers 5.25", _HF, "transformers: src/transformers/quantizers/ and "
+              "integrations/ (finegrained_fp8.py, fbgemm_fp8.py, bitsandbytes.py, mxfp4.py)", None,
+              "github.com/huggingface/transformers/tree/v5.25.0/src/transformers/integrations", "code"),
+    Reference("gguf-spec", "ggml", "ggml-org", "GGUF file format (ggml docs/gguf.md) and gguf-py constants.py "
+              "(GGML_QUANT_SIZES)", None, "github.com/ggml-org/ggml/blob/master/docs/gguf.md", "code"),
+    Reference("safetensors-format", "safetensors", _HF, "safetensors: the format (8-byte little-endian header "
+              "length, JSON header of dtype, shape, data_offsets)", None, "github.com/huggingface/safetensors", "code"),
     Reference("transformers-generate", "transformers 5.x", _HF, "transformers: src/transformers/generation/utils.py",
               None, "github.com/huggingface/transformers/blob/main/src/transformers/generation/utils.py", "code"),
     Reference("transformers-cache-utils", "transformers 5.x", _HF, "transformers: src/transformers/cache_utils.py",

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from memderive.derivations.models.checkpoint_files import read_checkpoint
 from memderive.derivations.models.config_fields import MAX_SIZE, ConfigError, Fields, with_dropout
 from memderive.derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
 from memderive.derivations.models.model import Model
+from memderive.derivations.models.quantization import read_quantization
 from memderive.symbolic.errors import shown
 
 __all__ = ["ConfigError", "from_config", "load_config", "config_name", "SUPPORTED_MODEL_TYPES"]
@@ -52,6 +55,10 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
                                   or not 0 < positions <= MAX_SIZE):
         raise ConfigError(f"{label}: the model's positions (max_position_embeddings, n_positions or max_seq_len) "
                           f"= {shown(positions)} must be a positive integer up to 10^12")
+    if config.get("quantization_config") is not None:  # the 16-bit dtype the checkpoint keeps scales in
+        given = config.get("dtype", config.get("torch_dtype"))
+        extra = {**extra, "quantization": read_quantization(config["quantization_config"],
+                                                            4 if given == "float32" else 2)}
     return Model(label, arch, sizes, source=source, **extra)
 
 
@@ -62,7 +69,8 @@ def _label(name: str) -> str:
 
 
 def load_config(path: str | Path, name: str | None = None) -> Model:
-    """Read a local ``config.json`` (or a folder holding one); no hub access."""
+    """Read a local ``config.json`` (or a folder holding one); no hub access. The safetensors (or GGUF) files
+    beside a ``config.json`` are read for their headers (``Model.checkpoint``)."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -76,7 +84,9 @@ def load_config(path: str | Path, name: str | None = None) -> Model:
     except RecursionError:  # '[' nested 100,000 deep: Python's reader gives up, and so do we, in one line
         raise ConfigError(f"{shown(str(p), 200)}: JSON nested too deeply to read; a config.json is a flat "
                           "object") from None
-    return from_config(config, name or config_name(config, p), source=str(p))
+    model = from_config(config, name or config_name(config, p), source=str(p))
+    stored = read_checkpoint(p.parent) if p.name == "config.json" else None
+    return replace(model, checkpoint=stored) if stored is not None else model
 
 
 def config_name(config: Any, path: Path) -> str:

@@ -12,13 +12,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from memderive.derivations.memo import Keyed
 from memderive.derivations.models.architectures import Arch, build_graph
+from memderive.derivations.models.quantization import Quantization
 from memderive.symbolic.dims import a, a_kv, d_h, d_r, f, h, sym
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
+
+if TYPE_CHECKING:  # checkpoint_files raises config_fields' ConfigError, and config_fields imports this module
+    from memderive.derivations.models.checkpoint_files import StoredTensors
 
 __all__ = ["Model", "ModelError"]
 
@@ -37,7 +42,7 @@ class Model:
     window (tokens) or None; ``window_layers`` how many of the ``l`` layers attend through it,
     ``l_w``, the others attending to the whole context (None: every layer; dropped without a
     window); ``max_positions`` the longest context the model supports; ``notes`` what the mapping
-    from a config says beyond sizes.
+    from a config says beyond sizes; ``quantization`` the scheme its ``quantization_config`` declares.
 
     >>> from dataclasses import replace
     >>> from memderive.derivations.models.architectures import LLAMA
@@ -54,6 +59,8 @@ class Model:
     max_positions: int | None = None
     source: str = ""
     notes: tuple[str, ...] = field(default=())
+    quantization: Quantization | None = None  # the checkpoint's quantization_config, as read
+    checkpoint: StoredTensors | None = None  # the tensors its local files store (headers only)
 
     def __post_init__(self) -> None:
         sizes = dict(self.sizes)

@@ -46,6 +46,8 @@ from typing import Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantities.stored import (STORED_CITATION, checkpoint_graph, checkpoint_scheme,
+                                                     stored_weight_bytes)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic import dims
 from memderive.symbolic.derive import Breakdown, Term, parameters
@@ -451,7 +453,12 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
 
     groups, first = bind(layer_groups(model)), bind(prefill_groups(model))
     length = cached_length(model).subs(bound)
-    weights, kv = weight_bytes(graph, dtypes, g.subs(bound)), kv_cache(graph, groups, dtypes[2])
+    scheme = checkpoint_scheme(model, options.weight_dtype)
+    if scheme is None:
+        weights = weight_bytes(graph, dtypes, g.subs(bound))
+    else:  # the checkpoint's modules as stored: q, k, v apart where it keeps them apart
+        weights = stored_weight_bytes(inference_graph(model, options, checkpoint_graph(model)), model, scheme)
+    kv = kv_cache(graph, groups, dtypes[2])
     fixed = weights.terms + ((Term("overhead", const(options.overhead_bytes)),) if options.overhead_bytes else ())
     phases = {"prefill": kv_cache(graph, first, dtypes[2]) + transient_bytes(graph, length, "prefill"),
               "decode": kv + transient_bytes(graph, length, "decode")}
@@ -459,14 +466,14 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
     total = Breakdown(fixed + (Term("kv_cache+transient/larger-phase", peak),), "bytes")
     # One cached token (of one sequence) in every layer: the KV cache's slope while s + n <= w.
     per_token = kv_cache(graph, const(1), dtypes[2]).scaled(1 / b)
-    rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes)
+    rel, notes = graph.relations, graph.assumptions + _assumptions(model, options, dtypes, scheme)
     phase_quantities = [Quantity(f"{name}_bytes", f"{name.capitalize()} memory per GPU", Breakdown(fixed, "bytes")
                                  + phases[name], rel, GENERATE_CITATION, notes) for name in PHASES]
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU", parameters(graph), rel),
-        Quantity("weight_bytes", f"Weights per GPU ({dtypes[0]})", weights, rel,
-                 QUANT_CITATION if dtypes[0].name in GROUPWISE else MX_CITATION if dtypes[0].name in MICROSCALED
-                 else None, notes),
+        Quantity("weight_bytes", f"Weights per GPU ({scheme.label if scheme else dtypes[0]})", weights, rel,
+                 STORED_CITATION if scheme else QUANT_CITATION if dtypes[0].name in GROUPWISE else MX_CITATION
+                 if dtypes[0].name in MICROSCALED else None, notes),
         Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes,
                  form=_by_group(graph, groups, dtypes[2])),
         Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
@@ -497,7 +504,8 @@ _KERNELS = {"eager": "eager attention (the b a s s scores materialised)",
             "flash": "FlashAttention (no s x s scores held)"}
 
 
-def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DType]) -> tuple[str, ...]:
+def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DType],
+                 scheme: Any = None) -> tuple[str, ...]:
     linear, other, kv = dtypes
     if model.window_layers is not None:
         held = "s + n tokens in the l - l_w full-attention layers, min(s + n, w) in the l_w sliding-window layers"
@@ -507,6 +515,12 @@ def _assumptions(model: Model, options: Options, dtypes: tuple[DType, DType, DTy
                f"{MICROSCALED[linear.name]} along the input: 4.25 bits each), everything else in {other}, as gpt-oss's "
                "checkpoint stores them" if linear.name in MICROSCALED else
                f"weights: linear layers of the transformer layers in {linear}, everything else in {other}")
+    if scheme is not None:
+        weights = (f"weights as the checkpoint stores them (its quantization_config; --weight-dtype overrides): "
+                   f"{scheme.label}; embeddings, norms, biases, the LM head, routers and the modules it leaves "
+                   f"unquantized in {other}")
+    elif model.quantization is not None:
+        weights += f" (--weight-dtype overrides the checkpoint's quantization_config: {model.quantization.label})"
     notes = [weights,
              f"KV cache in {kv}, {held}",
              "peak: the larger of the prefill (KV cache of the s prompt tokens in every layer, sliding-window "
