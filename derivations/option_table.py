@@ -309,6 +309,10 @@ OPTIONS: tuple[Option, ...] = (
        modes=_TRAIN, echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj",
                 "--base-dtype", "nf4")),
+    _o("no_double_quant", "bool", False, "NF4 base without double quantization: one fp32 absmax per 64 weights "
+       "(bnb_4bit_use_double_quant false)", modes=_TRAIN, echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4",
+                "--no-double-quant")),
     _o("freeze_embeddings", "bool", False, "no gradients for the embeddings", modes=_TRAIN, echo="set", group=_TUNING,
        commands=_PLANNED, example=(*_TRAIN_STEP, "--freeze-embeddings")),
     _o("train_only", "names", (), "freeze all but these modules (names, embeddings, lm_head, norms)", modes=_TRAIN,

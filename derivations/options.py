@@ -197,6 +197,7 @@ class Options:
     lora_dropout: float = 0.0
     dora: bool = False
     base_dtype: str | None = None  # frozen base weights: fp32, fp16, bf16, int8 (LLM.int8()), nf4 (QLoRA)
+    no_double_quant: bool = False  # an NF4 base with fp32 absmax (bnb_4bit_use_double_quant false)
     freeze_embeddings: bool = False
     train_only: tuple[str, ...] = ()
     ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
@@ -639,6 +640,8 @@ class Options:
         if self.base_dtype in ("nf4", "int8") and self.lora_rank is None and not self.train_only:
             raise OptionsError(f"a {self.base_dtype} base cannot be trained; add adapters (--lora-rank, "
                                "--lora-targets) or train other modules (--train-only)")
+        if self.no_double_quant and self.base_dtype != "nf4":
+            raise OptionsError("--no-double-quant is about an NF4 base's absmax; give --base-dtype nf4")
         if self.base_dtype is not None and not self.finetuning:
             raise OptionsError("--base-dtype is the dtype of frozen base weights; freeze some (--lora-rank, "
                                "--train-only, --freeze-embeddings)")

@@ -24,6 +24,7 @@ from memderive.symbolic.graph import Block, Flop, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
+           "KeepFrozenInputs",
            "RequiresGrad",
            "PipelineParallel", "ContextParallel", "Strategy"]
 
@@ -374,6 +375,46 @@ class Freeze(Strategy):
         frozen = {f"{blk.name}/{x.name}" for blk, op in graph.ops() for x in op.params if op.kind not in self.keep_kinds}
         frozen = {x for x in frozen if x.startswith(self.params) and not (self.keep and x.startswith(self.keep))}
         return replace(graph, frozen=graph.frozen | frozenset(frozen), strategies=graph.strategies + (self.name,))
+
+
+@dataclass(frozen=True, slots=True)
+class KeepFrozenInputs(Strategy):
+    """Linears that hold their input for backward though their weight is frozen: bitsandbytes' 4-bit linear
+    (``MatMul4Bit.forward``: ``if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``,
+    bitsandbytes/autograd/_functions.py) keeps A whenever A requires grad, where ``nn.Linear`` with a frozen
+    weight saves nothing. Applies to the frozen weight matrices of the linears in the blocks ``blocks``
+    (the layers: the output layer stays 16-bit); apply it after the frozen set is final (``Freeze``, LoRA).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> y = bb.linear("fc2", bb.linear("fc1", bb.input, h, bias=False), h, bias=False)
+    >>> g = Freeze(("layer/fc2",))(Graph("toy", (bb.build(),)))
+    >>> [[[x.name for x in op.saved] for op in RequiresGrad()(x).blocks[0].ops] for x in (g, KeepFrozenInputs()(g))]
+    [[['in'], []], [['in'], ['fc1.out']]]
+    """
+
+    blocks: tuple[str, ...] = ("layer", "first_layer")
+
+    @property
+    def name(self) -> str:
+        return "frozen 4-bit linears keep their inputs (bitsandbytes MatMul4Bit)"
+
+    def __call__(self, graph: Graph) -> Graph:
+        def keep(blk: Block) -> Block:
+            if blk.name not in self.blocks:
+                return blk
+            ops = []
+            for op in blk.ops:
+                weights = {f"{x.name}" for x in op.params if x.role == "weight" and not graph.trainable(blk.name, x.name)}
+                if op.kind == "linear" and weights:
+                    op = replace(op, saved_for=tuple((name, grads if not set(grads) <= weights else (*grads, name))
+                                                     for name, grads in op.saved_for))
+                ops.append(op)
+            return replace(blk, ops=tuple(ops))
+
+        return graph.map_blocks(keep, self.name, "bitsandbytes' 4-bit linears hold their inputs for backward")
 
 
 def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], bool]:

@@ -28,7 +28,7 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
-from memderive.symbolic.strategies import Freeze, Strategy
+from memderive.symbolic.strategies import Freeze, KeepFrozenInputs, Strategy
 from memderive.symbolic.tensor import Tensor
 
 if TYPE_CHECKING:  # PEFT's module table and the adapters are imported for --lora-rank / --train-only only
@@ -211,7 +211,15 @@ def finetune_steps(model: Model, opts: Options) -> list[Strategy]:
         steps += train_only(model, opts.train_only)
     if opts.freeze_embeddings:
         steps.append(Freeze(("embed/",)))
+    if bitsandbytes_base(opts):
+        steps.append(KeepFrozenInputs())
     return steps
+
+
+def bitsandbytes_base(opts: Options) -> bool:
+    """An NF4 base that bitsandbytes runs (PEFT's QLoRA; torchtune's NF4 is torchao's ``LinearNF4``, which
+    saves only the weight: ``ctx.save_for_backward(weight)``, torchao nf4_tensor.py)."""
+    return opts.base_dtype == "nf4" and opts.framework != "torchtune"
 
 
 def _quantized(blk: Block, op: Op, x: Tensor, graph: Graph, base: str) -> bool:
@@ -233,7 +241,8 @@ def _weight_terms(graph: Graph, opts: Options) -> list[Term]:
         for x in op.params:
             copies, n = blk.repeat * op.share, x.numel
             if _quantized(blk, op, x, graph, base):
-                parts = [(key, copies * value) for key, value in quantized_bytes(base, n, x.shape[0])]
+                parts = [(key, copies * value) for key, value in quantized_bytes(base, n, x.shape[0],
+                                                                                 not opts.no_double_quant)]
             elif graph.trainable(blk.name, x.name):
                 parts = [("trainable", copies * n * train)]
             else:
@@ -244,21 +253,27 @@ def _weight_terms(graph: Graph, opts: Options) -> list[Term]:
     return [Term(f"model_states/weights/{k}", const(sums[k])) for k in order if k in sums]
 
 
-def quantized_bytes(base: str, n: Any, rows: Any) -> list[tuple[str, Any]]:
+def quantized_bytes(base: str, n: Any, rows: Any, double_quant: bool = True) -> list[tuple[str, Any]]:
     """Bytes of one quantized matrix of ``n`` weights as bitsandbytes stores it.
 
     NF4 (``Params4bit``, double quantization): two weights per byte, one 8-bit absmax per block of
     64, one fp32 constant per 256 absmax values (QLoRA §3: 4 + 8/64 + 32/(64*256) = 4.127 bits per
-    weight). LLM.int8() (``Int8Params``): one byte per weight and one fp32 scale per row (SCB).
+    weight); without double quantization (``bnb_4bit_use_double_quant=False``) one fp32 absmax per block
+    of 64 (4 + 32/64 = 4.5 bits). LLM.int8() (``Int8Params``): one byte per weight and one fp32 scale
+    per row (SCB).
 
     >>> from memderive.symbolic.dims import h
     >>> quantized_bytes("nf4", 4096 * 4096, 4096)  # 16,777,216 weights * 4.126953125 / 8
     [('nf4', 8388608), ('nf4_constants', 266240)]
+    >>> quantized_bytes("nf4", 4096 * 4096, 4096, double_quant=False)  # 262,144 blocks x 4 B: 4.5 bits
+    [('nf4', 8388608), ('nf4_constants', 1048576)]
     """
     if base == "int8":
         return [("int8", const(n)), ("int8_scales", 4 * const(rows))]
     n = const(n)
     blocks = ceiling(n / 64)
+    if not double_quant:
+        return [("nf4", ceiling(n / 2)), ("nf4_constants", 4 * blocks)]
     return [("nf4", ceiling(n / 2)), ("nf4_constants", blocks + 4 * ceiling(blocks / 256))]
 
 
@@ -314,10 +329,17 @@ def finetune_notes(opts: Options) -> tuple[str, ...]:
         notes.append(f"{'DoRA' if opts.dora else 'LoRA'} rank {opts.lora_rank} on {on}: "
                      "adapters computed in the activation dtype; base weights frozen (no gradients, no optimizer "
                      "states)")
-    if opts.base_dtype == "nf4":
+    if opts.base_dtype == "nf4" and opts.no_double_quant:
+        notes.append("NF4 base (bitsandbytes, no double quantization): 4 bits + one fp32 absmax per 64 weights "
+                     "(4.5 bits); per-tensor code tables (64 B) neglected; embeddings, LM head, norms and biases "
+                     "in 16 bit")
+    elif opts.base_dtype == "nf4":
         notes.append("NF4 base (bitsandbytes, double quantization): 4 bits + 8-bit absmax per 64 weights + one fp32 "
                      "per 256 blocks; per-tensor code tables (about 1 KB) neglected; embeddings, LM head, norms "
                      "and biases in 16 bit")
+        notes.append("bitsandbytes' 4-bit linears keep their input for backward (MatMul4Bit: ctx.tensors = (A, B)) "
+                     "though the weight is frozen: counted in the saved activations" if bitsandbytes_base(opts) else
+                     "torchao's NF4 linears (torchtune) save only the weight: a frozen linear keeps no input")
     if opts.base_dtype == "int8":
         notes.append("LLM.int8() base: int8 weights and one fp32 scale per row; embeddings, LM head, norms and "
                      "biases in 16 bit")
