@@ -313,6 +313,11 @@ OPTIONS: tuple[Option, ...] = (
        "(bnb_4bit_use_double_quant false)", modes=_TRAIN, echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj", "--base-dtype", "nf4",
                 "--no-double-quant")),
+    _o("fsdp_flat_params", "bool", False, "FSDP1 with use_orig_params=True: a wrapped unit (a layer; the root: "
+       "embeddings, final norm, head) that holds any trainable parameter gets a gradient for all of it, frozen "
+       "parameters included (pytorch issue 91165)", modes=_TRAIN, echo="set", group=_TUNING, commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj", "--zero", "3", "--dp", "2",
+                "--fsdp-flat-params")),
     _o("freeze_embeddings", "bool", False, "no gradients for the embeddings", modes=_TRAIN, echo="set", group=_TUNING,
        commands=_PLANNED, example=(*_TRAIN_STEP, "--freeze-embeddings")),
     _o("train_only", "names", (), "freeze all but these modules (names, embeddings, lm_head, norms)", modes=_TRAIN,

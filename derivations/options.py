@@ -198,6 +198,7 @@ class Options:
     dora: bool = False
     base_dtype: str | None = None  # frozen base weights: fp32, fp16, bf16, int8 (LLM.int8()), nf4 (QLoRA)
     no_double_quant: bool = False  # an NF4 base with fp32 absmax (bnb_4bit_use_double_quant false)
+    fsdp_flat_params: bool = False  # FSDP1 FlatParameter (use_orig_params=True): whole units get gradients
     freeze_embeddings: bool = False
     train_only: tuple[str, ...] = ()
     ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
@@ -640,6 +641,12 @@ class Options:
         if self.base_dtype in ("nf4", "int8") and self.lora_rank is None and not self.train_only:
             raise OptionsError(f"a {self.base_dtype} base cannot be trained; add adapters (--lora-rank, "
                                "--lora-targets) or train other modules (--train-only)")
+        if self.fsdp_flat_params and (self.zero < 2 or not self.finetuning):
+            raise OptionsError("--fsdp-flat-params is FSDP1's gradient of a unit that mixes frozen and trainable "
+                               "parameters: give --zero 2 or 3 and fine-tuning options (--lora-rank, --train-only)")
+        if self.fsdp_flat_params and self.base_dtype in ("nf4", "int8"):
+            raise OptionsError("--fsdp-flat-params with a quantized base (its flat storage dtype) is not modelled; "
+                               "leave out --base-dtype or --fsdp-flat-params")
         if self.no_double_quant and self.base_dtype != "nf4":
             raise OptionsError("--no-double-quant is about an NF4 base's absmax; give --base-dtype nf4")
         if self.base_dtype is not None and not self.finetuning:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # PEFT's module table and the adapters are imported for --lor
 
 __all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "train_only", "ALL_LINEAR", "finetune_steps",
            "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits", "quantized_bytes",
-           "QLORA_CITATION", "INT8_CITATION", "LORA_CITATION"]
+           "QLORA_CITATION", "INT8_CITATION", "LORA_CITATION", "flat_unit_elements", "bitsandbytes_base"]
 
 ALL_LINEAR = "all-linear"
 _QKV = "layer/attn/qkv"
@@ -290,6 +290,22 @@ def trainable_parameters(graph: Graph) -> Breakdown:
     return Breakdown(tuple(Term(path, expr) for path, expr in sums.items()), "elements")
 
 
+def flat_unit_elements(graph: Graph) -> Any:
+    """Elements FSDP1 keeps gradients for with ``use_orig_params=True``: every parameter of a wrapped unit that
+    holds any trainable one, frozen ones included, since the unit's ``FlatParameter`` gets one gradient for all
+    of it (pytorch issue 91165; the FSDP docstring's warning, PR 104967: "the gradient memory usage will be
+    higher than expected (namely, equivalent to not freezing those parameters)"). Units as transformers'
+    auto-wrap policy makes them: each layer, and the root (embeddings, final norm, head)."""
+    units: dict[str, list[Any]] = {}
+    for blk, op in graph.ops():
+        unit = "layer" if blk.name in ("layer", "first_layer") else "root"
+        for x in op.params:
+            entry = units.setdefault(unit, [0, False])
+            entry[0] = entry[0] + blk.repeat * op.share * x.numel
+            entry[1] = entry[1] or graph.trainable(blk.name, x.name)
+    return total(n for n, trainable in units.values() if trainable)
+
+
 def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, Breakdown]:
     """``(GPU model states, CPU/paged states, trainable parameters)``: every weight, gradients and
     optimizer states of the trainable parameters only; ZeRO shards them as in full training."""
@@ -298,7 +314,8 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     n = zero_ranks(opts.cp)  # d, or d x cp under context parallelism
     shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[opts.zero]
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
-    grads = Term("model_states/gradients", trainable.total * width / shard[1])
+    graded = flat_unit_elements(graph) if opts.fsdp_flat_params else trainable.total
+    grads = Term("model_states/gradients", graded * width / shard[1])
     factored = (factored_state_elements(graph, lambda blk, op, x: graph.trainable(blk.name, x.name))
                 if OPTIMIZERS[opts.optimizer].factored else 0)
     states = Term("model_states/optimizer", (trainable.total * k + factored * factored_state_bytes(
