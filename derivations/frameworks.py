@@ -71,6 +71,10 @@ def _eager(given: Mapping[str, Any]) -> bool:
     return not given.get("compile")  # --compile: Inductor's fused kernels
 
 
+def _torch_adam(given: Mapping[str, Any]) -> bool:
+    return given.get("optimizer") in ("adamw", "adam")  # torchtune's configs with torch.optim.AdamW set fused: True
+
+
 def _chunks(given: Mapping[str, Any]) -> bool:
     return int(given.get("seq") or 0) >= 8  # CEWithChunkedOutputLoss chunks the sequence 8 ways
 
@@ -107,6 +111,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                 "(torchtune/modules/loss/ce_chunked_output_loss.py: num_output_chunks: int = 8)", when=_chunks),
         Setting("optimizer", "paged-adamw-8bit", f"{_TT}: optimizer: bitsandbytes.optim.PagedAdamW8bit (the "
                 "LoRA and distributed configs use torch.optim.AdamW)"),
+        Setting("optimizer_impl", "fused", "torchtune recipes/configs/llama3_1/8B_lora_single_device.yaml and the "
+                "distributed configs: optimizer torch.optim.AdamW with fused: True", when=_torch_adam),
         Setting("recompute", "full", f"{_TT}: enable_activation_checkpointing: True (each transformer layer "
                 "wrapped whole)"),
         Setting("dropout", False, "torchtune's Llama layers have no dropout (attn_dropout=0.0)"),

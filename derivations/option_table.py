@@ -160,6 +160,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
        "adafactor (factored second moments)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),
+    _o("optimizer_impl", "choice", "foreach", "torch's Adam/AdamW at the step: foreach (one state-sized temporary "
+       "per parameter, all at once: _multi_tensor_adam's exp_avg_sq_sqrt), fused (torch._fused_adamw_: none; "
+       "4-byte step counts on the device), for-loop (_single_tensor_adam: a parameter's square root and quotient)",
+       choices=("foreach", "fused", "for-loop"), modes=_TRAIN, echo="changed", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--optimizer-impl", "fused")),
     _o("optimizer_in_backward", "bool", False, "each parameter updated as its gradient is ready, the gradient freed "
        "at once (torchtune's optimizer_in_bwd)", modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--optimizer-in-backward")),

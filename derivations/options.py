@@ -159,6 +159,7 @@ class Options:
     grad_buffer: str = "param"  # param | fp32 | param+fp32: the gradients' buffer (quantities.model_states.GRAD_BUFFERS)
     optimizer: str = "adamw"
     optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
+    optimizer_impl: str = "foreach"  # torch's Adam/AdamW implementation: foreach | fused | for-loop
     fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
     loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
@@ -292,6 +293,11 @@ class Options:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):
             raise OptionsError(f"--flash is short for --attention flash; it contradicts --attention {self.attention}")
+        if self.optimizer_impl not in ("foreach", "fused", "for-loop"):
+            raise OptionsError(f"--optimizer-impl must be foreach, fused or for-loop, got {self.optimizer_impl!r}")
+        if self.optimizer_impl != "foreach" and self.optimizer not in ("adamw", "adam"):
+            raise OptionsError(f"--optimizer-impl chooses torch's Adam/AdamW code path; --optimizer {self.optimizer} "
+                               "has one update")
         if self.kernels not in ("fused", "eager"):
             raise OptionsError(f"--kernels must be fused or eager, got {self.kernels!r}")
         if self.grad_sync not in ("overlapped", "deepspeed"):

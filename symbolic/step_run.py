@@ -33,7 +33,8 @@ class StepRecipe:
     parameter (AdamW: two); ``step_scalars``: a 4-byte step count per parameter on the device (fused
     AdamW, or any AdamW on CPU); ``update``: foreach (``temporaries`` state-sized tensors per
     parameter, all at once: ``_foreach_sqrt`` in ``_multi_tensor_adam``), fused (none) or for-loop
-    (``temporaries`` for one parameter at a time); ``in_backward``: the update runs from each
+    (``_single_tensor_adam``: a parameter's square root and quotient at once, the quotient held until the next
+    parameter's is made); ``in_backward``: the update runs from each
     parameter's post-accumulate-grad hook; ``granularity``: allocation rounding (CUDA: 512 B);
     ``state_shards``: ZeRO-1's d ranks, each holding and updating 1/d of the master copy and states;
     ``recompute``: every decoder layer checkpointed as transformers' activation checkpointing runs it
@@ -479,9 +480,12 @@ class Run:
             temps = [self.alloc(("upd", j, key), self._temporary(key, j)) for key in keys for j in range(r.temporaries)]
             for sid in temps:
                 self.unref(sid)
-        elif r.update == "for-loop":
+        elif r.update == "for-loop":  # _single_tensor_adam: denom = (exp_avg_sq.sqrt() / bc2_sqrt).add_(eps)
+            previous = None
             for key in keys:
-                self._temporaries(key)
+                previous = self._denominator(key, previous)
+            if previous is not None:
+                self.unref(previous)
         self.where = "zero_grad"
         for key in keys:
             self.unref(self.param_grads.pop(key))
@@ -511,6 +515,18 @@ class Run:
         self.unref(self.param_grads[key])
         self.param_grads[key] = new
 
+    def _denominator(self, key: tuple, previous: Any) -> Any:
+        """One parameter of torch's for-loop Adam: ``exp_avg_sq.sqrt()`` and the quotient ``denom`` it gives, the
+        square root freed, the previous parameter's ``denom`` freed when the name is rebound; returns ``denom``."""
+        if not self.recipe.temporaries:
+            return previous
+        root = self.alloc(("upd", 0, key), self._temporary(key, 0))
+        denom = self.alloc(("upd", 1, key), self._temporary(key, 1))
+        self.unref(root)
+        if previous is not None:
+            self.unref(previous)
+        return denom
+
     def _temporaries(self, key: tuple) -> None:
         temps = [self.alloc(("upd", j, key), self._temporary(key, j)) for j in range(self.recipe.temporaries)]
         for sid in temps:
@@ -522,6 +538,10 @@ class Run:
         if r.master is not None:
             self._to_master(key)
         self._step_increment()
-        if r.update != "fused":
+        if r.update == "for-loop":
+            denom = self._denominator(key, None)
+            if denom is not None:
+                self.unref(denom)
+        elif r.update != "fused":
             self._temporaries(key)
         self.unref(self.param_grads.pop(key))

@@ -50,7 +50,7 @@ __all__ = ["StepRecipe", "Measured", "measure_step", "config_for_step"]
 @dataclass(frozen=True)
 class StepRecipe:
     precision: str = "master"  # master | pure | autocast
-    update: str = "foreach"  # foreach | fused
+    update: str = "foreach"  # foreach | fused | for-loop (torch.optim.AdamW's foreach=True, fused=True, foreach=False)
     in_backward: bool = False
     loss_chunks: int = 1
     fp8: str = "none"  # none | a torchao Float8LinearRecipeName (tensorwise, rowwise, rowwise_with_gw_hp)
@@ -157,7 +157,7 @@ class _Step:
         params = list(model.parameters())
         self.masters = [p.detach().float().requires_grad_() for p in params] if recipe.precision == "master" else []
         targets = self.masters or params
-        kind = dict(foreach=True) if recipe.update == "foreach" else dict(fused=True)
+        kind = {"foreach": dict(foreach=True), "fused": dict(fused=True), "for-loop": dict(foreach=False)}[recipe.update]
         if recipe.in_backward:
             self.optimizers = {p: torch.optim.AdamW([t], lr=1e-3, **kind) for p, t in zip(params, targets)}
             for p, t in zip(params, targets):

@@ -35,13 +35,15 @@ class Case:
     loss_chunks: int = 1
     fp8: str = "none"  # torchao's Float8Linear recipe (tests/hf_step.to_float8; symbolic.float8)
     recompute: bool = False
+    update: str = "foreach"  # torch's AdamW: foreach, fused or for-loop (--optimizer-impl)
 
     def __str__(self) -> str:
         return (f"{self.family}-{self.attention}-b{self.shape.b}s{self.shape.s}-{self.precision}"
                 + ("-in-backward" if self.in_backward else "")
                 + (f"-loss-chunks{self.loss_chunks}" if self.loss_chunks > 1 else "")
                 + ("" if self.fp8 == "none" else f"-fp8-{self.fp8}")
-                + ("-recompute" if self.recompute else ""))
+                + ("-recompute" if self.recompute else "")
+                + ("" if self.update == "foreach" else f"-{self.update}"))
 
 
 SMALL, LARGER = Shape(2, 24), Shape(4, 64)
@@ -63,7 +65,11 @@ CASES = tuple(Case(f, a, z, p) for f in ("llama-gqa", "gpt2") for a in ("eager",
     # layer's recomputation); LLaMA with as many K/V heads as heads (matmul copies the strided k and v itself)
     Case(f, a, z, "pure", in_backward=z == LARGER, loss_chunks=8 if z == LARGER else 1, recompute=True)
     for f in ("llama-gqa", "gpt2") for a in ("eager", "sdpa") for z in (SMALL, LARGER)) + (
-    Case("llama-mha", "eager", LARGER, "pure", in_backward=True, recompute=True),)
+    Case("llama-mha", "eager", LARGER, "pure", in_backward=True, recompute=True),) + tuple(
+    # torch's fused AdamW (no temporaries; step counts on the device) and its for-loop (one parameter's
+    # temporaries at a time): each family at the small shape, both precisions (peaks in the update)
+    Case(f, "sdpa", SMALL, p, update=u) for f in ("llama-gqa", "gpt2") for p in ("master", "pure")
+    for u in ("fused", "for-loop"))
 #: Float8 linears (torchao, each recipe): LLaMA eager and SDPA, GPT-2 (its Conv1D layers stay 16-bit, the tied
 #: head converts); peaks in a Float8 linear's forward cast and backward matmul, in an elementwise backward and
 #: in the update.
@@ -78,14 +84,14 @@ FP8_CASES = tuple(Case("llama-gqa", a, SMALL, "pure", fp8=r) for a in ("eager", 
 def measured(case: Case) -> Measured:
     return measure_step(case.family, case.attention, case.shape,
                         Run(case.precision, in_backward=case.in_backward, loss_chunks=case.loss_chunks,
-                            fp8=case.fp8, recompute=case.recompute))
+                            fp8=case.fp8, recompute=case.recompute, update=case.update))
 
 
 def recipe_for(case: Case, values: dict, device: str = "cpu") -> StepRecipe:
     """The recipe the options give (``--precision``, ``--optimizer-in-backward``)."""
     opts = Options(mode="train", batch=case.shape.b, seq=case.shape.s, precision=case.precision,
                    optimizer_in_backward=case.in_backward, loss_chunks=case.loss_chunks,
-                   recompute="full" if case.recompute else "none")
+                   recompute="full" if case.recompute else "none", optimizer_impl=case.update)
     return step_recipe(opts, values, device)
 
 

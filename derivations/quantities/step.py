@@ -85,8 +85,9 @@ def step_recipe(opts: Options, values: Any, device: str = "cuda") -> StepRecipe:
     like = OPTIMIZERS[opts.optimizer].like_param and opts.precision == "pure"
     states = tuple(weight if like else dtype(x) for x in STATE_DTYPES[opts.optimizer])
     shard = int(zero_ranks(opts.cp).evaluate(values)) if opts.zero >= 1 else 1
-    return StepRecipe(weight=weight, master=master, states=states, step_scalars=device == "cpu" and bool(states),
-                      update="foreach", temporaries=UPDATE_TEMPORARIES[opts.optimizer],
+    fused = opts.optimizer_impl == "fused"  # torch keeps the step counts of fused Adam on the device
+    return StepRecipe(weight=weight, master=master, states=states, step_scalars=(device == "cpu" or fused)
+                      and bool(states), update=opts.optimizer_impl, temporaries=UPDATE_TEMPORARIES[opts.optimizer],
                       in_backward=opts.optimizer_in_backward, granularity=ALLOCATOR_BLOCK[device],
                       state_shards=shard, recompute=opts.recompute == "full")
 
