@@ -187,7 +187,7 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     options = _options(options, kwargs)
     resolved = resolve_model(model)
     check_layout(resolved, options)
-    options = _hf_kernel(resolved, options)
+    options = _hf_kernel(resolved, _checkpoint_base(resolved, options))
     if options.mode == "infer":
         from memderive.derivations.quantities.inference import check_inference
 
@@ -200,6 +200,18 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
 
         values.update(inference_values(resolved, options))
     return Estimate(resolved, options, graph, quantities, values)
+
+
+def _checkpoint_base(model: Model, options: Options) -> Options:
+    """Fine-tuning a bitsandbytes checkpoint: its frozen base as the checkpoint stores it, NF4 (fp4 stores the
+    same bytes) with or without double quantization, or LLM.int8(), unless ``--base-dtype`` says otherwise."""
+    q = model.quantization
+    if (q is None or q.reason or q.scheme not in ("nf4", "fp4", "int8") or options.mode == "infer"
+            or not options.finetuning or options.base_dtype is not None):
+        return options
+    if q.scheme == "int8":
+        return replace(options, base_dtype="int8")
+    return replace(options, base_dtype="nf4", no_double_quant=not q.double_quant)
 
 
 def _hf_kernel(model: Model, options: Options) -> Options:

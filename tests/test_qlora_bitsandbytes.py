@@ -57,3 +57,17 @@ def test_no_double_quant_needs_nf4() -> None:
                           "--batch", "1", "--seq", "8", "--lora-rank", "8", "--lora-targets", "q_proj",
                           "--no-double-quant"], capture_output=True, text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "--base-dtype nf4" in run.stderr
+
+
+@pytest.mark.parametrize("double", [True, False])
+def test_bitsandbytes_checkpoint_is_its_own_base(double: bool) -> None:
+    # A config.json saved by transformers with BitsAndBytesConfig(load_in_4bit, nf4): fine-tuning it with LoRA
+    # holds the NF4 base with no --base-dtype, double-quantized as the config says.
+    config = dict(model_type="llama", hidden_size=192, num_attention_heads=6, num_key_value_heads=2,
+                  num_hidden_layers=2, intermediate_size=320, vocab_size=100, head_dim=32,
+                  quantization_config={"quant_method": "bitsandbytes", "_load_in_4bit": True,
+                                       "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": double})
+    implicit = estimate(from_config(config), **QV)
+    explicit = estimate(TINY, base_dtype="nf4", no_double_quant=not double, **QV)
+    assert implicit.number("total_bytes") == explicit.number("total_bytes")
+    assert implicit.options.base_dtype == "nf4" and implicit.options.no_double_quant is not double

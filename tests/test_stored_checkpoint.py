@@ -218,3 +218,22 @@ def test_bad_safetensors_is_one_line(tmp_path, content: bytes, message: str) -> 
     run = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(tmp_path), "--mode", "params"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr and message in run.stderr, run.stderr
+
+
+def test_fp8_experts_as_transformers_stores_them() -> None:
+    """Mixtral's routed experts (FP8Experts: gate_up_proj and down_proj with block scales) and router (left in
+    bf16) as transformers builds them on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    sizes = dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=2,
+                 intermediate_size=384, num_local_experts=4, num_experts_per_tok=2, vocab_size=100)
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**sizes)).to(torch.bfloat16)
+    model = replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"], pre_quantized=True,
+                                    quantization_config=transformers.FineGrainedFP8Config(weight_block_size=[128, 128]))
+    expected = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    config = {"model_type": "mixtral", **sizes, "quantization_config": {"quant_method": "fp8",
+                                                                         "weight_block_size": [128, 128]}}
+    assert _weights(config) == expected == 2_862_240
