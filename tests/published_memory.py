@@ -301,14 +301,19 @@ TRANSFORMERS_GENERATE = [
                 {"mode": "infer", "batch": 1, "seq": 20, "new_tokens": 60, "gpu": "a100-40gb"},
                 int(29.0260648727417 * GIB), "allocated"),
     Measurement("octocoder 8-bit generate", _OCTO, f"{_OCTO_SETUP}; load_in_8bit=True (LLM.int8(), fp16 rest)",
-                STARCODER, {"mode": "infer", "batch": 1, "seq": 20, "new_tokens": 60, "gpu": "a100-40gb",
-                            "weight_dtype": "int8"}, int(15.219234466552734 * GIB), "allocated",
-                note="LLM.int8() keeps one fp32 scale per row (memderive: one fp16 scale per 128 weights)"),
+                {**STARCODER, "quantization_config": {"quant_method": "bitsandbytes", "_load_in_8bit": True}},
+                {"mode": "infer", "batch": 1, "seq": 20, "new_tokens": 60, "gpu": "a100-40gb"},
+                int(15.219234466552734 * GIB), "allocated",
+                note="the quantization_config transformers writes for load_in_8bit: int8 weights, one fp32 scale "
+                     "per row (SCB)"),
     Measurement("octocoder 4-bit generate", _OCTO, f"{_OCTO_SETUP}; load_in_4bit=True (bitsandbytes FP4, blocks "
-                "of 64 with fp32 absmax, fp16 rest)", STARCODER,
-                {"mode": "infer", "batch": 1, "seq": 20, "new_tokens": 60, "gpu": "a100-40gb", "weight_dtype": "int4",
-                 "quant_group": 64}, int(9.543574333190918 * GIB), "allocated",
-                note="bitsandbytes' absmax is fp32 per 64 (memderive's int4: one fp16 scale per group)"),
+                "of 64 with fp32 absmax, fp16 rest)",
+                {**STARCODER, "quantization_config": {"quant_method": "bitsandbytes", "_load_in_4bit": True,
+                                                      "bnb_4bit_quant_type": "fp4"}},
+                {"mode": "infer", "batch": 1, "seq": 20, "new_tokens": 60, "gpu": "a100-40gb"},
+                int(9.543574333190918 * GIB), "allocated",
+                note="the quantization_config transformers writes for load_in_4bit: FP4 codes, one fp32 absmax per "
+                     "64 weights (no double quantization)"),
 ]
 
 VLLM = [

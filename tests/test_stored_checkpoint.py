@@ -237,3 +237,14 @@ def test_fp8_experts_as_transformers_stores_them() -> None:
     config = {"model_type": "mixtral", **sizes, "quantization_config": {"quant_method": "fp8",
                                                                          "weight_block_size": [128, 128]}}
     assert _weights(config) == expected == 2_862_240
+
+
+def test_bitsandbytes_prefill_holds_a_dequantized_weight() -> None:
+    # Linear4bit.forward: a prompt of several tokens goes through MatMul4Bit, which dequantizes the whole weight
+    # to the activations' dtype: the largest (gate, up, down: 320 x 192 = 61,440 weights) in bf16 is 122,880 B,
+    # more than any activation of a 2-token prompt of the tiny LLaMA.
+    config = {**TINY, "quantization_config": {"quant_method": "bitsandbytes", "_load_in_4bit": True,
+                                              "bnb_4bit_quant_type": "nf4"}}
+    est = estimate(from_config(config), mode="infer", batch=1, seq=2)
+    assert est.number("activation_bytes") == 122_880
+    assert estimate(from_config(TINY), mode="infer", batch=1, seq=2).number("activation_bytes") < 122_880

@@ -47,7 +47,7 @@ from typing import Any
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.quantities.stored import (STORED_CITATION, checkpoint_graph, checkpoint_scheme,
-                                                     stored_weight_bytes)
+                                                     dequantized_weight, stored_weight_bytes)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic import dims
 from memderive.symbolic.derive import Breakdown, Term, parameters
@@ -388,7 +388,8 @@ def phase_buffers(graph: Graph, phase: str, length: Expr) -> list[Tensor]:
     return [_decode(x, length) for x in buffers] if phase == "decode" else buffers
 
 
-def transient_bytes(graph: Graph, length: Expr, phase: str | None = None) -> Breakdown:
+def transient_bytes(graph: Graph, length: Expr, phase: str | None = None, prefill_extra: Sequence[Expr] = ()
+                    ) -> Breakdown:
     """The largest transient buffer of a prefill, of a decode step, or (``phase=None``) of either.
 
     NOTE(inference): one buffer, not the sum of what is live at once (transformers' MLP holds
@@ -397,6 +398,8 @@ def transient_bytes(graph: Graph, length: Expr, phase: str | None = None) -> Bre
     """
     phases = PHASES if phase is None else (phase,)
     sizes = {x.nbytes for p in phases for x in phase_buffers(graph, p, length)}
+    if "prefill" in phases:
+        sizes |= set(prefill_extra)
     # In the graph's letters (d_h = h/a, ... hold for the model's sizes), so that closed_form's
     # rewrite leaves the Max alone instead of re-evaluating it.
     rel = dict(graph.relations)
@@ -460,7 +463,8 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
         weights = stored_weight_bytes(inference_graph(model, options, checkpoint_graph(model)), model, scheme)
     kv = kv_cache(graph, groups, dtypes[2])
     fixed = weights.terms + ((Term("overhead", const(options.overhead_bytes)),) if options.overhead_bytes else ())
-    phases = {"prefill": kv_cache(graph, first, dtypes[2]) + transient_bytes(graph, length, "prefill"),
+    dequantized = dequantized_weight(graph, model, scheme, dtypes[1]) if scheme is not None else ()
+    phases = {"prefill": kv_cache(graph, first, dtypes[2]) + transient_bytes(graph, length, "prefill", dequantized),
               "decode": kv + transient_bytes(graph, length, "decode")}
     peak = _max({const(p.total).subs(dict(graph.relations)) for p in phases.values()})
     total = Breakdown(fixed + (Term("kv_cache+transient/larger-phase", peak),), "bytes")
@@ -477,7 +481,8 @@ def infer_quantities(model: Model, options: Options, base_graph: Graph | None = 
         Quantity("kv_cache_bytes", f"KV cache per GPU ({dtypes[2]})", kv, rel, KV_CITATION, notes,
                  form=_by_group(graph, groups, dtypes[2])),
         Quantity("kv_cache_bytes_per_token", "KV cache per cached token per GPU", per_token, rel, KV_CITATION),
-        Quantity("activation_bytes", "Largest transient buffer per GPU", transient_bytes(graph, length), rel, None,
+        Quantity("activation_bytes", "Largest transient buffer per GPU", transient_bytes(graph, length, None,
+                                                                                          dequantized), rel, None,
                  notes),
         *phase_quantities,
         Quantity("total_bytes", "Inference memory per GPU (the larger phase)", total, rel, GENERATE_CITATION, notes),

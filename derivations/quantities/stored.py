@@ -55,7 +55,7 @@ from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["module_bytes", "stored_weight_bytes", "checkpoint_scheme", "module_name", "checkpoint_splits",
-           "STORED_CITATION"]
+           "dequantized_weight", "STORED_CITATION"]
 
 STORED_CITATION = Citation("transformers-quantizers", "each method's linear module: packed weight, scales, zero "
                            "points, indices (transformers integrations/*.py, AutoGPTQ, AutoAWQ, bitsandbytes, "
@@ -209,3 +209,13 @@ def stored_weight_bytes(graph: Graph, model: Model, q: Quantization) -> Breakdow
             for part, size in module_bytes(q, rows, cols, count):
                 terms.append(Term(f"weights/{part + '/' if part else ''}{path}", repeat * size))
     return Breakdown(tuple(terms), "bytes")
+
+
+def dequantized_weight(graph: Graph, model: Model, q: Quantization, other: Any) -> tuple[Expr, ...]:
+    """The 16-bit copy of a 4-bit weight bitsandbytes makes for a prompt of several tokens (``Linear4bit.forward``:
+    one token goes through ``gemv_4bit`` with no copy; more through ``MatMul4Bit``, ``dequantize_4bit(B)`` in
+    the activations' dtype): the largest quantized linear's weight, a transient of the prefill."""
+    if q.scheme not in ("nf4", "fp4"):
+        return ()
+    sizes = {x.numel for blk, op in graph.ops() for x in op.params if op.kind == "linear" and _quantized(q, model, blk, op, x)}
+    return tuple(const(n) * other.nbytes for n in sizes)
