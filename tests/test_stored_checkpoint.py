@@ -248,3 +248,24 @@ def test_bitsandbytes_prefill_holds_a_dequantized_weight() -> None:
     est = estimate(from_config(config), mode="infer", batch=1, seq=2)
     assert est.number("activation_bytes") == 122_880
     assert estimate(from_config(TINY), mode="infer", batch=1, seq=2).number("activation_bytes") < 122_880
+
+
+def test_sharded_safetensors_by_their_index(tmp_path) -> None:
+    """transformers' save_pretrained with a small max_shard_size writes shards and model.safetensors.index.json;
+    the stored bytes are each shard less its header, summed, and the index's own total_size."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import struct
+
+    config = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
+    transformers.LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(tmp_path, max_shard_size="300KB")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    body = 0
+    for shard in shards:
+        data = shard.read_bytes()
+        body += len(data) - 8 - struct.unpack("<Q", data[:8])[0]
+    stored = estimate(str(tmp_path), mode="params").model.checkpoint
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    assert stored.total == body == index["metadata"]["total_size"] == 1_209_216
+    assert stored.files == len(shards) and stored.tensors == 21
