@@ -269,3 +269,11 @@ def test_sharded_safetensors_by_their_index(tmp_path) -> None:
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert stored.total == body == index["metadata"]["total_size"] == 1_209_216
     assert stored.files == len(shards) and stored.tensors == 21
+
+
+def test_a_checkpoint_file_as_model_is_one_line(tmp_path) -> None:
+    path = tmp_path / "model.gguf"
+    _gguf(path, [("output.weight", (256,), 0, 1024)])
+    run = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path)], capture_output=True,
+                         text=True)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "give the folder" in run.stderr, run.stderr

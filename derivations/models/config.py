@@ -77,6 +77,9 @@ def load_config(path: str | Path, name: str | None = None) -> Model:
     if not p.is_file():
         raise ConfigError(f"{shown(str(path), 200)}: no such file; give a local config.json path or a bundled "
                           "model name")
+    if p.suffix in (".gguf", ".safetensors"):
+        raise ConfigError(f"{shown(str(path), 200)}: a checkpoint file, not a config; give the folder that holds it "
+                          "with its config.json (memderive reads the file's header there for the stored bytes)")
     try:
         config = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
