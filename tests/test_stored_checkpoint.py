@@ -277,3 +277,18 @@ def test_a_checkpoint_file_as_model_is_one_line(tmp_path) -> None:
     run = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path)], capture_output=True,
                          text=True)
     assert run.returncode == 2 and "Traceback" not in run.stderr and "give the folder" in run.stderr, run.stderr
+
+
+def test_gpt_oss_mxfp4_config_as_its_flag() -> None:
+    # gpt-oss-20b's quantization_config (mxfp4; attention, router, embeddings and head left alone) gives what
+    # --weight-dtype mxfp4 gives (the routed experts' 4-bit blocks and e8m0 scales, the rest bf16).
+    from dataclasses import replace
+
+    from memderive.derivations.models.presets import preset
+    from memderive.derivations.models.quantization import read_quantization
+
+    model = preset("gpt-oss-20b")
+    q = read_quantization({"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]})
+    stored = estimate(replace(model, quantization=q), mode="infer", batch=1, seq=8).number("weight_bytes")
+    assert stored == estimate(model, mode="infer", batch=1, seq=8, weight_dtype="mxfp4").number("weight_bytes")
