@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
+from memderive.notes_formats import kind_of, to_markdown
 from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
@@ -29,7 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantity", help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if q.checkable)
                         + " (or an alias derive takes, e.g. activations, kv-cache)")
     parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
-    parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
+    parser.add_argument("--file", nargs="+", metavar="FILE",
+                        help="notes whose marked formulas are all checked: Markdown, LaTeX (.tex), reStructuredText "
+                             "(.rst), HTML or a notebook (.ipynb); several files give a summary line each")
+    parser.add_argument("--scan", metavar="FILE", help="list the candidate claims of unmarked notes, with the marker "
+                        "each would need (exit 0: it never fails a build)")
     parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")
     parser.add_argument("--units", choices=("bytes", "elements", "FLOPs", "flops"), help="unit of the claim (default: the quantity's)")
     parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
@@ -63,6 +68,10 @@ def _render(result: Any, fmt: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_output(args.output, args.force)  # refused before any work, as every -o is
+    if args.scan:
+        if args.file or args.claim or args.quantity:
+            fail("give --scan FILE alone (it lists candidate claims; --file checks marked ones)")
+        return _run_scan(args)
     if args.file:
         if args.claim or args.quantity:
             fail("give either --file or --quantity with --claim, not both")
@@ -137,15 +146,14 @@ def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
         return None, f"internal error on this claim ({type(exc).__name__}: {exc}); please report it"
 
 
-def _run_file(args: argparse.Namespace) -> int:
+def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[Any, str]]) -> list[tuple[Any, Any, str]]:
+    """Every marked claim of one notes file, with its result or why it could not be checked; ``verdicts``
+    holds the claims already checked (a claim repeated word for word is checked once)."""
     from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
     from memderive.derivations.claims.check import check_claim
-    from memderive.check_report import file_lines
 
-    text = read_notes(args.file)
     found = []
-    verdicts: dict[str, tuple[Any, str]] = {}  # a claim repeated word for word is checked once
-    for marked in find_claims(text, _defaults(args), MAX_CLAIMS):
+    for marked in find_claims(to_markdown(read_notes(path), kind_of(path)), defaults, MAX_CLAIMS):
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
@@ -153,21 +161,74 @@ def _run_file(args: argparse.Namespace) -> int:
         if key not in verdicts:
             verdicts[key] = _verdict(check_claim, marked.claim)
         found.append((marked, *verdicts[key]))
+    return found
+
+
+def summary_line(path: str, found: list[tuple[Any, Any, str]]) -> str:
+    """One line per file: how many claims, how many hold, do not, or could not be read.
+
+    >>> print(summary_line("notes.md", []))
+    notes.md: no marked claims (see README, 'Checking formulas')
+    """
+    if not found:
+        return f"{path}: no marked claims (see README, 'Checking formulas')"
+    holds = sum(1 for _, r, _ in found if r is not None and r.holds)
+    errors = sum(1 for _, r, _ in found if r is None)
+    fails = len(found) - holds - errors
+    parts = [f"{holds} hold{'s' * (holds == 1)}", f"{fails} {'does' if fails == 1 else 'do'} not hold"]
+    parts += [f"{errors} unreadable"] if errors else []
+    return f"{path}: {len(found)} claim{'s' * (len(found) != 1)}: " + ", ".join(parts)
+
+
+def _run_file(args: argparse.Namespace) -> int:
+    from memderive.check_report import file_lines
+
+    defaults = _defaults(args)
+    verdicts: dict[str, tuple[Any, str]] = {}
+    files = [(path, _check_file(path, defaults, verdicts)) for path in args.file]
+    every = [(path, *entry) for path, found in files for entry in found]
     if args.json:
-        text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
-                           for m, r, e in found], indent=2)
+        text = json.dumps([{"file": path, "line": m.line, "formula": m.formula,
+                            **({"error": e} if r is None else r.to_json())} for path, m, r, e in every], indent=2)
     elif args.format == "latex":
         from memderive.check_report import latex_document
 
-        text = latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found],
-                              f"Claims in {args.file}").rstrip("\n")
+        title = f"Claims in {', '.join(args.file)}"
+        text = latex_document([(f"{path}:{m.line}", r, e) for path, m, r, e in every], title).rstrip("\n")
     elif args.format != "text":
-        text = "\n\n".join(_section(args.file, m.line, _render(r, args.format) if r else _error(e, args.format))
-                           for m, r, e in found)
+        text = "\n\n".join(_section(path, m.line, _render(r, args.format) if r else _error(e, args.format))
+                           for path, m, r, e in every)
     else:
-        text = "\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims " \
-            "(see README, 'Checking formulas')"
+        text = "\n".join(line for path, found in files
+                         for line in [*file_lines(path, found), summary_line(path, found)])
     emit(text, args.output, args.force)
-    if any(r is None for _, r, _ in found):
+    if any(r is None for _, _, r, _ in every):
         return 2
-    return 0 if all(r.holds for _, r, _ in found) else 1
+    return 0 if all(r.holds for _, _, r, _ in every) else 1
+
+
+def _run_scan(args: argparse.Namespace) -> int:
+    """``check --scan FILE``: the candidate claims of unmarked notes and the marker each needs; exit 0."""
+    from memderive.derivations.claims.scan import marker_text, scan_claims
+
+    kind = kind_of(args.scan)
+    found = scan_claims(to_markdown(read_notes(args.scan), kind), read=True)
+    if args.json:
+        text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
+                            "model": c.model, "sizes": c.sizes, "readable": not c.reading, "reading": c.reading,
+                            "marker": marker_text(c, kind)} for c in found], indent=2)
+    else:
+        lines = []
+        for c in found:
+            sizes = "".join(f", {k}={v:,}" for k, v in c.sizes.items())
+            model = c.model or "no model named (the default, gpt3-175b)"
+            lines.append(f"{args.scan}:{c.line}: would check {c.quantity} ({model}{sizes}): {c.formula}")
+            if c.reading:
+                lines.append(f"    unsure: the checker cannot read it as written ({c.reading})")
+            lines.append(f"    add before it: {marker_text(c, kind)}")
+        readable = sum(1 for c in found if not c.reading)
+        lines.append(f"{args.scan}: {len(found)} candidate claim{'s' * (len(found) != 1)}, {readable} readable as "
+                     "written (a scan checks nothing: exit 0)")
+        text = "\n".join(lines)
+    emit(text, args.output, args.force)
+    return 0
