@@ -22,7 +22,7 @@ from memderive.notes_formats import kind_of, to_markdown
 from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
-VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,6 +12,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 * ``leading-order``: claim/ours -> 1 as the model grows (``derivations.claims.analysis``: h, a,
   a_kv, f and l -> oo together, d_h, b, s, V fixed); the missing lower-order terms are named
   with the breakdown nodes they come from;
+* ``bound``: an inequality ("less than 400 MB", "up to 1.7 GB") that ours satisfies at the model's sizes;
 * ``different``: anything else, with a constant factor where there is one, the terms that make
   the gap and a counterexample with the numbers of a bundled model.
 
@@ -35,19 +36,21 @@ from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanaly
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
 from memderive.derivations.claims.conditions import conditions
-from memderive.derivations.claims.numbers import model_pins, number_lines
+from memderive.derivations.claims.numbers import bound_lines, model_pins, number_lines
 from memderive.derivations.claims.parser import ParsedFormula, parse_formula
 from memderive.derivations.claims.symbols import HINTS, OURS, context_notes, default_symbols, parse_symbols
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
 from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims_sympy import Psi, b, d, l_w, n, p, s, t, w
+from memderive.symbolic.dims_sympy import Psi, b, d, l, l_w, n, p, s, t, w
 from memderive.symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
 
-VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 DEFAULT_MODEL = "gpt3-175b"
 #: family names accepted for --model, with the bundled model that stands for them
 FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral": "mistral-7b", "bert": "bert-base"}
@@ -122,7 +125,7 @@ class CheckResult:
         """Exact; or leading-order when the author wrote an approximation (``\\approx``) or expected it."""
         if self.claim.expect is not None:
             return self.verdict == self.claim.expect
-        return self.verdict in ("exact", "rounded") or (self.verdict == "leading-order"
+        return self.verdict in ("exact", "rounded", "bound") or (self.verdict == "leading-order"
                                                          and self.parsed.relation == "approx")
 
     def to_json(self) -> dict[str, Any]:
@@ -197,10 +200,12 @@ def check_claim(claim: Claim) -> CheckResult:
     if claim.expect is not None and claim.expect not in VERDICTS:
         raise ClaimError(f"expect must be one of {', '.join(VERDICTS)}, not {claim.expect!r}")
     seq = int(claim.options.get("seq") or _default_seq(model, claim.options))
+    model, past = _past_positions(model, claim.options, seq)
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     mapping = parse_symbols(claim.symbols)
     parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax,
                            counting=spec.counting, hints=HINTS)
+    spec, shared = _share_of_total(spec, parsed, claim)
     sides = parsed.chain or (parsed,)
     results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
@@ -212,8 +217,19 @@ def check_claim(claim: Claim) -> CheckResult:
                 f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} (steps: {steps})")
         lines.insert(0, head)
     notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
-             + list(parsed.readings) + list(pick.notes))
+             + list(parsed.readings) + shared + past + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
+
+
+def _share_of_total(spec: QuantitySpec, parsed: ParsedFormula, claim: Claim) -> tuple[QuantitySpec, list[str]]:
+    """A percentage claimed for a part of the parameter count (PEFT's ``trainable%: 0.59`` for
+    params.trainable) is that part's share of the total: the quantity becomes ``part/params.total``."""
+    if parsed.unit != "ratio" or spec.parts or spec.unit != "elements" or claim.units is not None \
+            or not spec.name.startswith("params.") or spec.name == "params.total":
+        return spec, []
+    share = quantity_spec(f"{spec.name}/params.total")
+    return share, [f"a percentage of a count: read as {share.name} (the share of all parameters, as PEFT prints "
+                   "trainable%)"]
 
 
 def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: ParsedFormula,
@@ -228,6 +244,12 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
+    if side.per:
+        cmp, per_note = _per_item(spec, ctx, cmp, side.per)
+        notes.append(per_note)
+    if side.relation in ("below", "above"):
+        verdict, lines = bound_lines(ctx, cmp, side, factor, ctx.values)
+        return _result(claim, ctx, side, verdict, cmp, notes, lines)
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, side, "exact", cmp, notes, ["identical for all sizes"])
     if not cmp.theirs.is_Number and (fixed := model_pins(ctx, cmp)) is not None:
@@ -235,6 +257,32 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
         return _result(claim, ctx, side, "exact", cmp, notes,
                        [f"exact for the sizes of {ctx.model.name} ({sizes}), not for every size"])
     return _judge(claim, spec, ctx, side, cmp, notes, expr * factor, factor)
+
+
+#: How many of an item a quantity counts, by the item a figure is given for (``5.3GB / sequence``).
+_PER_LAYER = ("per_layer", "attention_per_layer", "per_dense_layer")
+
+
+def _per_item(spec: QuantitySpec, ctx: Context, cmp: Comparison, item: str) -> tuple[Comparison, str]:
+    """Ours for one item (token, sequence, layer) when the claim is a figure per item: ours divided by the
+    items it counts (b sequences; b(s + n) cached tokens or bs tokens of a step; l layers), said in a note."""
+    held = cmp.ours.free_symbols
+    if item == "layer":
+        count = sp.Integer(1) if spec.name.endswith(_PER_LAYER) else l
+        what = "l layers"
+    elif item == "token":
+        count = sp.Integer(1) if spec.name.endswith("per_token") or spec.name.endswith("per_position") else (
+            b * (s + n) if spec.mode == "infer" and n in held else b * s)
+        what = "b(s + n) tokens" if count == b * (s + n) else "bs tokens"
+    else:
+        count, what = b, "b sequences"
+    count = ctx.pin(count)  # --batch 8 pins b on both sides
+    if count == 1 or not (count.is_Number or count.free_symbols & held):
+        return cmp, f"the figure is for one {item}; {spec.name} already counts one"
+    scaled = tuple(replace(p, expr=p.expr / count) for p in cmp.pieces)
+    ours = sp.expand(sp.cancel(cmp.ours / count))
+    return (replace(cmp, ours=ours, pieces=scaled, display=sp.cancel(cmp.display / count)),
+            f"the figure is for one {item}: compared with ours over {what} ({sp.factor(ours)})")
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
@@ -286,12 +334,24 @@ def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
     """2048, or as many positions as a model with learned positions has left after the new tokens."""
-    from memderive.derivations.models.resolve import resolve_model
-
     loaded = resolve_model(model)
     if loaded.arch.positions != "learned" or not loaded.max_positions:
         return 2048
     return max(1, min(2048, loaded.max_positions - int(given.get("new_tokens") or 0)))
+
+
+def _past_positions(model: str, given: Mapping[str, Any], seq: int) -> tuple[str | Model, list[str]]:
+    """A length past a model's learned positions ("at a hypothetical 16,000 tokens") is checked as the formula
+    reads it, on the model with as many positions as the length needs (its parameter count unchanged), and said."""
+    loaded = resolve_model(model)
+    tokens = seq + int(given.get("new_tokens") or 0)
+    if loaded.arch.positions != "learned" or not loaded.max_positions or tokens <= loaded.max_positions:
+        return model, []
+    longer = replace(loaded, max_positions=tokens, sizes={**loaded.sizes, "n_ctx": loaded.sizes.get(
+        "n_ctx", loaded.max_positions)})
+    return longer, [f"{tokens:,} tokens is past the {loaded.max_positions:,} learned positions {loaded.name} was "
+                    f"trained with: checked as the formula reads it (the model itself cannot run that length; its "
+                    f"position table keeps {loaded.max_positions:,} rows)"]
 
 
 def _window_notes(ctx: Context, expr: sp.Expr) -> list[str]:
@@ -468,7 +528,9 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
 def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp: Comparison, notes: list[str],
             lines: list[str], gaps: tuple[Gap, ...] = (), factor: sp.Expr | None = None,
             holds_under: tuple[str, ...] = ()) -> CheckResult:
-    example = None if verdict == "exact" else _counterexample(ctx, cmp.ours, cmp.theirs)
+    # a bound's line holds its numbers at the model's sizes (other sizes would not be the claim's)
+    bounded = parsed.relation in ("below", "above")
+    example = None if verdict == "exact" or bounded else _counterexample(ctx, cmp.ours, cmp.theirs)
     q = ctx.quantity
     return CheckResult(claim, ctx.spec, q.title, verdict, parsed, cmp.theirs, cmp.display,
                        sp.expand(cmp.ours - cmp.theirs), tuple(lines), gaps, factor, holds_under, example,
