@@ -121,3 +121,79 @@ def test_6_activation_total_that_is_one_layer() -> None:
     r = check("activations.total", "583 MB", batch=1, seq=2048, **LLAMA)
     assert r.verdict == "different"
     assert any("one layer's worth of ours: 583,008,256" in x and "(l = 32)" in x for x in r.explanation)
+
+
+# --- 1. a symbol the model defines is settled from the model ----------------------------------------------------------
+
+def test_1_window_from_the_model() -> None:
+    """A sliding-window note: "replace the sequence length by the window W". Mistral-7B at 32K tokens keeps W = 4,096
+    positions: 2 · 2 bytes · l · a_kv · d_h · W = 4 · 32 · 8 · 128 · 4,096 = 536,870,912 bytes = 512 MiB per sequence.
+    Before: "different, w/Min(32768, w) times ours" (and W itself unknown)."""
+    options = {"model": "mistral-7b", "seq": 32768, "new_tokens": 0, "kv_dtype": "fp16"}
+    r = check("kv_cache.total", r"2 \cdot 2 \cdot b \cdot l \cdot a_{kv} d_h \cdot W", **options)
+    assert r.verdict == "exact" and r.holds
+    assert any("exact once w = 4,096, mistral-7b's own" in x for x in r.explanation)
+    assert check("kv_cache.total", "512 MiB", **options).verdict == "exact"
+    # the user's pin wins: W = 8,192 is not the model's window, and ours then keeps 8,192 positions too
+    pinned = check("kv_cache.total", r"4 b l a_{kv} d_h W", symbols="w=8192", **options)
+    assert pinned.verdict == "exact" and not any("mistral-7b's own" in x for x in pinned.explanation)
+    # a model without a window: W is said to be the window, not guessed
+    with pytest.raises(ValueError, match="sliding window in most notes"):
+        check("kv_cache.total", r"4 b l h W", model="llama-2-7b", kv_dtype="fp16")
+
+
+# --- 2. leading order through min/max ---------------------------------------------------------------------------------
+
+def test_2_leading_order_through_max_at_the_notes_sizes() -> None:
+    """B·kv + params for LLaMA-2-7B serving a batch of 64 at 1,024 tokens: 2Ψ = 2 · 6,738,415,616 = 13,476,831,232
+    bytes of weights and 4·b·l·h·s = 4 · 64 · 32 · 4,096 · 1,024 = 34,359,738,368 of cache (47,836,569,600 in all).
+    Ours adds the larger phase's transient buffers, a max of growing arguments. Before: "different" with
+    "cannot decide leading order through min/max"."""
+    r = check("infer.total", r"M \approx 2\Psi + 4blh(s+n)", batch=64, seq=1024, new_tokens=0, **LLAMA)
+    assert r.verdict == "leading-order" and r.holds
+    assert not any("cannot decide" in x for x in r.explanation)
+    assert any("each min/max taken at the branch the sizes of llama-2-7b" in x for x in r.explanation)
+    assert r.counterexample.claim == 47_836_569_600
+
+
+# --- 7. nearby settings -----------------------------------------------------------------------------------------------
+
+def test_7_lora_printout_of_another_target_set() -> None:
+    """A note says r = 8 on q, k, v, o (4 · 8 · 8,192 · 32 = 8,388,608) but prints PEFT's "trainable params:
+    19,988,480": r = 8 on every linear, 8 · (4 · 8,192 + 2 · 15,104 + 15,104) · 32 = 19,988,480. Before: only
+    "different"."""
+    r = check("params.trainable", "trainable params: 19,988,480", lora_rank=8,
+              lora_targets="q_proj,k_proj,v_proj,o_proj", **LLAMA)
+    assert r.verdict == "different"
+    assert any("holds with --lora-targets all-linear (exactly)" in x for x in r.explanation)
+
+
+def test_7_kv_figure_in_another_dtype() -> None:
+    """4,096 tokens of LLaMA-2-7B's cache in fp32: 2 · 4 · 32 · 4,096 · 4,096 = 4,294,967,296 bytes ("4.29 GB");
+    in fp16 it is half."""
+    r = check("kv_cache.total", "4.29 GB", kv_dtype="fp16", seq=4096, new_tokens=0, **LLAMA)
+    assert r.verdict == "different"
+    assert any("holds with --kv-dtype fp32" in x for x in r.explanation)
+
+
+# --- 8. a per-layer chain given as the total; GB labelled GiB ---------------------------------------------------------
+
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
+def test_8_per_layer_chain_given_as_the_total() -> None:
+    """"the total across all layers: M = sbh(34 + 5as/h) = 34sbh + 5as²b" is Korthikanti's Eq. 1, one layer."""
+    r = check("activations.total", r"M_{total} = sbh(34 + 5as/h) = 34sbh + 5as^2b")
+    assert r.verdict == "different"
+    assert any("1/l of ours at leading order: one layer's worth" in x for x in r.explanation)
+    kv = check("kv_cache.total", "4bh(s+n)", kv_dtype="fp16")  # 2 · 2 · b · h · (s + n): one layer of the cache
+    assert any("the claim is 1/l of ours: one layer's worth" in x for x in kv.explanation)
+
+
+def test_8_gb_figure_labelled_gib() -> None:
+    """4,096 tokens of LLaMA-2-7B's fp16 cache: 524,288 · 4,096 = 2,147,483,648 bytes = 2.1 GB = 2.0 GiB; printed
+    "2.1 GiB" (2,201,170,739-2,308,544,921 bytes) it is a GB figure under a GiB label."""
+    options = {"kv_dtype": "fp16", "seq": 4096, "new_tokens": 0, **LLAMA}
+    r = check("kv_cache.total", "2.1 GiB", **options)
+    assert r.verdict == "different"
+    assert any("a figure in GB labelled GiB" in x for x in r.explanation)
+    other = check("kv_cache.total", "2.0 GB", **options)  # the other way round: holds, said
+    assert other.verdict == "rounded" and any("if its GB means GiB" in x for x in other.explanation)

@@ -25,7 +25,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -203,7 +203,9 @@ def check_claim(claim: Claim) -> CheckResult:
     model, past = _past_positions(model, claim.options, seq)
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     mapping = parse_symbols(claim.symbols)
-    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax,
+    # a model with a sliding window defines W: notes write W, w or sliding_window for it
+    window = {k: w for k in _WINDOW_NAMES} if w in probe.values else {}
+    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **window, **mapping}, claim.syntax,
                            counting=spec.counting, hints=HINTS)
     spec, shared = _share_of_total(spec, parsed, claim)
     sides = parsed.chain or (parsed,)
@@ -219,6 +221,10 @@ def check_claim(claim: Claim) -> CheckResult:
     notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
              + list(parsed.readings) + shared + past + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
+
+
+#: The names notes give a model's sliding window (Mistral's config field is sliding_window).
+_WINDOW_NAMES = ("W", "w", "sliding_window", "window", "window_size", "W_{window}")
 
 
 def _share_of_total(spec: QuantitySpec, parsed: ParsedFormula, claim: Claim) -> tuple[QuantitySpec, list[str]]:
@@ -252,6 +258,11 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
         return _result(claim, ctx, side, verdict, cmp, notes, lines)
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, side, "exact", cmp, notes, ["identical for all sizes"])
+    settled, named = _model_settles(ctx, cmp, mapping)
+    if named and _is_zero(settled.ours - settled.theirs):
+        return _result(claim, ctx, side, "exact", cmp, notes,
+                       [f"exact once {named}: the model defines it (--symbols pins another value), not for every "
+                        "value"])
     if not cmp.theirs.is_Number and (fixed := model_pins(ctx, cmp)) is not None:
         sizes = ", ".join(f"{x} = {v:,}" for x, v in fixed.items())
         return _result(claim, ctx, side, "exact", cmp, notes,
@@ -283,6 +294,52 @@ def _per_item(spec: QuantitySpec, ctx: Context, cmp: Comparison, item: str) -> t
     ours = sp.expand(sp.cancel(cmp.ours / count))
     return (replace(cmp, ours=ours, pieces=scaled, display=sp.cancel(cmp.display / count)),
             f"the figure is for one {item}: compared with ours over {what} ({sp.factor(ours)})")
+
+
+def _model_settles(ctx: Context, cmp: Comparison, mapping: Mapping[str, sp.Expr]) -> tuple[Comparison, str]:
+    """Both sides with the sizes the model defines (its window w, l_w, heads, layers, experts, the LoRA rank)
+    that sit inside a min/max given the model's values, where the user pinned none of them: a note's "replace
+    the sequence length by the window W" is W = 4,096 for Mistral-7B. Returns the comparison and the sizes said
+    (``w = 4,096``), or the comparison unchanged and "" when nothing is settled."""
+    calls = [x for side in (cmp.ours, cmp.theirs) for x in sp.preorder_traversal(side)
+             if isinstance(x, (sp.Min, sp.Max))]
+    inside = set().union(*(c.free_symbols for c in calls)) if calls else set()
+    steps = {b, s, n, t, p, d, Psi}
+    fixed = {x: ctx.values[x] for x in sorted(inside, key=str)
+             if x in ctx.values and x not in steps and x not in ctx.pins and x not in _mapped(mapping)}
+    if not fixed:
+        return cmp, ""
+    exact = {x: sp.Rational(v) for x, v in fixed.items()}
+    settled = replace(cmp, ours=sp.expand(ctx.pin(cmp.ours.xreplace(exact))),
+                      theirs=sp.expand(ctx.pin(cmp.theirs.xreplace(exact))))
+    return settled, ", ".join(f"{x} = {v:,}" for x, v in fixed.items()) + f", {ctx.model.name}'s own"
+
+
+def _at_sizes(ctx: Context, cmp: Comparison) -> tuple[Comparison, str]:
+    """Each min/max on either side replaced by the argument that wins at the model's and the step's sizes
+    (innermost first): where leading order cannot be decided through a min/max, the note's sizes decide
+    which branch it is on. Returns the comparison and a line naming the sizes, or "" when there is none."""
+    values = {x: sp.Rational(v) for x, v in ctx.values.items()}
+
+    def settle(call: sp.Expr) -> sp.Expr:
+        numbers = [evaluate(arg.xreplace(values), {}) for arg in call.args]
+        if not all(getattr(x, "is_Rational", False) for x in numbers):
+            return call
+        pick = min if isinstance(call, sp.Min) else max
+        return call.args[numbers.index(pick(numbers))]
+
+    def settled(expr: sp.Expr) -> sp.Expr:
+        return expr.replace(lambda x: isinstance(x, (sp.Min, sp.Max)), settle) if expr.has(sp.Min, sp.Max) else expr
+
+    ours, theirs = settled(cmp.ours), settled(cmp.theirs)
+    if ours.has(sp.Min, sp.Max) or theirs.has(sp.Min, sp.Max) or (ours, theirs) == (cmp.ours, cmp.theirs):
+        return cmp, ""
+    pieces = tuple(replace(x, expr=settled(x.expr)) for x in cmp.pieces)
+    steps = ", ".join(f"{x} = {ctx.values[x]:,}" for x in sorted((cmp.ours.free_symbols | cmp.theirs.free_symbols)
+                                                                    & {b, s, n}, key=str) if x in ctx.values)
+    return (replace(cmp, ours=sp.expand(ours), theirs=sp.expand(theirs), pieces=pieces),
+            f"each min/max taken at the branch the sizes of {ctx.model.name}{' (' + steps + ')' if steps else ''} "
+            "put it on: the analysis below holds there, not for every size")
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
@@ -447,7 +504,83 @@ def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Compar
         lead, more = _limits(cmp, None)  # a constant can be ours as the model grows (HFU/MFU -> 4/3)
         if lead:
             verdict, lines = "leading-order", lines + more
+    if verdict == "different":
+        lines += _nearby(ctx, cmp, parsed, factor)
     return _result(claim, ctx, parsed, verdict, cmp, notes, lines)
+
+
+def _layer_worth(cmp: Comparison, k: sp.Expr | None) -> list[str]:
+    """A per-layer formula given as the total (the claim is 1/l of ours, exactly or at leading order), or the
+    total given for one layer (l times ours): named, since the fix is the quantity, not the formula."""
+    ratio = k
+    if ratio is None:
+        try:
+            ratio = sp.cancel(leading(cmp.theirs, WIDTH)[1] / leading(cmp.ours, WIDTH)[1])
+        except (Unanalysable, ZeroDivisionError):
+            return []
+    how = "" if k is not None else " at leading order"
+    if ratio == 1 / l:
+        return [f"the claim is 1/l of ours{how}: one layer's worth, where ours counts all l layers (a per-layer "
+                "formula given as the total)"]
+    if ratio == l:
+        return [f"the claim is l times ours{how}: all l layers' worth, where ours counts one layer"]
+    return []
+
+
+#: LoRA target sets a printout is often made with (PEFT's names); "all-linear" is PEFT's shorthand.
+_LORA_TARGETS = ("q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear")
+#: Element types a figure in bytes may have been computed in.
+_DTYPES = {"kv_dtype": ("fp16", "fp32", "fp8"), "weight_dtype": ("fp16", "fp32", "int8", "int4"),
+           "dtype": ("fp32", "bf16")}
+
+
+def _nearby_settings(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Context]]:
+    """Contexts one setting away: the alternatives of ``alternatives`` (recompute, profile, FlashAttention,
+    window, GQA, tied embeddings, ...), other LoRA target sets and ranks, other element types, and the
+    neighbouring quantities (per layer vs total, per token vs total)."""
+    yield from alternatives(spec, ctx)
+    o = ctx.options
+    changes: list[tuple[str, dict[str, Any]]] = []
+    if o.lora_rank:
+        changes += [(f"with --lora-targets {x}", {"lora_targets": x}) for x in _LORA_TARGETS if x != o.lora_targets]
+        changes += [(f"with --lora-rank {r}", {"lora_rank": r}) for r in (o.lora_rank // 2, o.lora_rank * 2) if r]
+    for option, dtypes in _DTYPES.items():
+        if spec.mode in ("infer", "train") and getattr(o, option, None) is not None or (
+                option != "dtype" and spec.mode == "infer"):
+            changes += [(f"with --{option.replace('_', '-')} {x}", {option: x}) for x in dtypes
+                        if x != getattr(o, option, None)]
+    for label, change in changes:
+        try:
+            yield label, replace(build_context(spec, ctx.model, replace(o, **change)), pins=_unpinned(ctx, change))
+        except (DerivationError, ValueError, TypeError):
+            continue
+    for name in SIBLINGS.get(spec.name, ()):
+        try:
+            yield f"as {name}", replace(build_context(QUANTITIES[name], ctx.model, ctx.options), pins=ctx.pins)
+        except (DerivationError, ValueError):
+            continue
+
+
+def _unpinned(ctx: Context, change: Mapping[str, Any]) -> dict[sp.Symbol, sp.Expr]:
+    """The context's pins less the one a changed option sets (another rank is not r = 8)."""
+    return {x: v for x, v in ctx.pins.items() if not any(_PINNED_BY.get(k) == x for k in change)}
+
+
+def _nearby(ctx: Context, cmp: Comparison, parsed: ParsedFormula, factor: sp.Expr) -> list[str]:
+    """The nearby settings under which a figure that does not hold as given would hold, named (at most two)."""
+    found = []
+    for label, alt in _nearby_settings(ctx.spec, ctx):
+        try:
+            other = alt.compare(cmp.theirs)
+            verdict, _ = number_lines(alt, other, parsed, factor, alt.values)
+        except (DerivationError, ValueError, TypeError, ZeroDivisionError):
+            continue
+        if verdict in ("exact", "rounded"):
+            found.append(f"the figure holds {label} ({'exactly' if verdict == 'exact' else 'to its printed precision'}"
+                         f"): the claim was made under another setting than the one given")
+        if len(found) == 2:
+            break
+    return found
 
 
 def _said(value: sp.Expr) -> str:
@@ -461,7 +594,12 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
         return _number_claim(claim, ctx, parsed, cmp, notes, factor)
     k = constant_factor(cmp.theirs, cmp.ours)
     lines = [f"the claim is {k} times ours"] if k is not None else []
+    lines += _layer_worth(cmp, k)
     lead, more = _limits(cmp, k)
+    if any("through min/max" in x for x in more) and (at := _at_sizes(ctx, cmp))[1]:
+        cmp, k = at[0], constant_factor(at[0].theirs, at[0].ours)
+        lead, more = _limits(cmp, k)
+        more = [at[1]] + ([f"the claim is {k} times ours there"] if k is not None and not lines else []) + more
     lines += more
     gaps: list[Gap] = []
     if k is None or k.is_Number:

@@ -87,6 +87,12 @@ def number_lines(ctx: Context, cmp: Comparison, side: ParsedFormula, factor: sp.
         return "rounded", [f"the claim holds if its {side.shape[1].strip()} means "
                            f"{BINARY[side.shape[1].strip()]} (as many notes write it): {side.text} stands for "
                            f"{_shown(binary[0])}-{_shown(binary[1])} bytes; ours is {_shown(mine)}"]
+    decimal = _decimal(side, bounds)
+    if decimal is not None and decimal[0] <= mine <= decimal[1]:
+        unit = side.shape[1].strip()
+        return "different", [f"a figure in {_SI[unit]} labelled {unit}: {side.text} as {_SI[unit]} stands for "
+                             f"{_shown(decimal[0])}-{_shown(decimal[1])} bytes, and ours, {_shown(mine)}, lies within "
+                             f"it; as {unit} it is {int(bounds[0]):,}-{int(bounds[1]):,} bytes"]
     lines = [f"the claim is a figure; ours is {_shown(mine)} for the sizes of {name}"
              + (f", which rounds to {_like(mine / factor, side)} at the printed precision"
                 if side.shape is not None and side.figure is not None and side.bounds is not None else "")]
@@ -124,6 +130,19 @@ def _shown(value: sp.Rational) -> str:
 def _like(value: sp.Rational, side: ParsedFormula) -> str:
     scale, suffix = side.shape  # type: ignore[misc]
     return figure_text(Fraction(int(value.p), int(value.q)), side.figure, scale, suffix)  # type: ignore[arg-type]
+
+
+#: Binary byte units and the SI unit a figure labelled so may have been computed in.
+_SI = {"KiB": "kB", "MiB": "MB", "GiB": "GB", "TiB": "TB"}
+
+
+def _decimal(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None) -> tuple[sp.Rational, ...] | None:
+    """The interval of a figure in KiB/MiB/GiB/TiB read as kB/MB/GB/TB (a GB figure labelled GiB)."""
+    if bounds is None or side.shape is None or side.shape[1].strip() not in _SI:
+        return None
+    unit = side.shape[1].strip()
+    ratio = sp.Rational(BYTE_SCALES[_SI[unit]], BYTE_SCALES[unit])
+    return bounds[0] * ratio, bounds[1] * ratio
 
 
 def _binary(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None) -> tuple[sp.Rational, ...] | None:
