@@ -92,6 +92,12 @@ def test_9_restructuredtext_html_and_notebook(tmp_path: Path, capsys: pytest.Cap
     assert _verdicts(out, "notes.html") == {3: ("leading-order", True), 5: ("exact", True)}
     assert _verdicts(out, "notes.ipynb") == {2: ("exact", True)}
     assert f"{page}: 2 claims: 2 hold, 0 do not hold" in out
+    # a reading the checker is unsure of is said in the file's report, even where the claim holds
+    label = tmp_path / "labels.md"
+    label.write_text("<!-- memderive: quantity=kv_cache.per_token model=llama-2-7b kv-dtype=fp16 -->\n"
+                     "$2 (K,V) \\cdot 2 \\cdot 32 \\cdot 4096$\n")
+    assert main(["check", "--file", str(label)]) == 0
+    assert "    unsure: read (K,V) after 2 as the factor's label, not a product" in capsys.readouterr().out
 
 
 # --- 10. CI: the pre-commit hook, exit status, --json --------------------------------------------------------------

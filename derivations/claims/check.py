@@ -600,6 +600,8 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
         cmp, k = at[0], constant_factor(at[0].theirs, at[0].ours)
         lead, more = _limits(cmp, k)
         more = [at[1]] + ([f"the claim is {k} times ours there"] if k is not None and not lines else []) + more
+        notes = [*notes, f"unsure: leading order decided at the sizes of {ctx.model.name}, not for every size "
+                         "(a min/max of growing terms)"]
     lines += more
     gaps: list[Gap] = []
     if k is None or k.is_Number:

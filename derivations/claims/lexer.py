@@ -201,8 +201,8 @@ class Lexer:
             elif ch in "+-*/^":
                 self._emit("op", ch, 1)
             elif ch == "(" and (label := self._factor_label()):
-                self.readings.append(f"read ({label}) after {self.tokens[-1].text} as the factor's label, not a "
-                                     "product")
+                self.readings.append(f"unsure: read ({label}) after {self.tokens[-1].text} as the factor's label, "
+                                     "not a product")
             elif ch in "([{":
                 self._emit("open", ch, 1)
             elif ch in ")]}":
@@ -329,7 +329,7 @@ class Lexer:
             return self._unit(figure, w, word.end(), spaced)
         cased = _CASED_UNITS.get(w.lower())
         if cased is not None and not starts_product:
-            self.readings.append(f"read {w} as {cased}" + (" (bytes; a gigabit would be Gb written as a rate)"
+            self.readings.append(f"unsure: read {w} as {cased}" + (" (bytes; a gigabit would be Gb written as a rate)"
                                                           if w.lower().endswith("b") and w[-1] == "b" else ""))
             return self._unit(figure, cased, word.end(), spaced)
         return None

@@ -512,7 +512,8 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto",
     used = tuple(dict.fromkeys(x for side in read for x in side.names))
     readings = tuple(dict.fromkeys(x for side in read for x in side.readings))
     if named is not None:
-        readings += (f"read {label} as the left-hand side's name ({named.group('arg')} names what it is of)",)
+        readings += (f"unsure: read {label} as the left-hand side's name ({named.group('arg')} names what it is "
+                     "of)",)
     if last.relation in ("below", "above") and len(read) > 1:
         raise FormulaError("an inequality ends a chain only as its one step: check the bound alone (up to 1.7 GB)")
     return replace(last, text=text, names=used, label=label[:80], chain=tuple(read) if len(read) > 1 else (),
