@@ -82,12 +82,12 @@ def number_lines(ctx: Context, cmp: Comparison, side: ParsedFormula, factor: sp.
         return "rounded", [f"the claim is a rounded figure: {side.text} stands for "
                            f"{bounds_text(bounds, side.shape, side.figure.decimals if side.figure else 0)} (printed "
                            f"{_precision(side)}); ours, {_shown(mine)} for {name}, lies within it"]
-    binary = _binary(side, bounds)
+    binary = _relabelled(side, bounds, BINARY)
     if binary is not None and binary[0] <= mine <= binary[1]:
         return "rounded", [f"the claim holds if its {side.shape[1].strip()} means "
                            f"{BINARY[side.shape[1].strip()]} (as many notes write it): {side.text} stands for "
                            f"{_shown(binary[0])}-{_shown(binary[1])} bytes; ours is {_shown(mine)}"]
-    decimal = _decimal(side, bounds)
+    decimal = _relabelled(side, bounds, _SI)
     if decimal is not None and decimal[0] <= mine <= decimal[1]:
         unit = side.shape[1].strip()
         return "different", [f"a figure in {_SI[unit]} labelled {unit}: {side.text} as {_SI[unit]} stands for "
@@ -136,21 +136,14 @@ def _like(value: sp.Rational, side: ParsedFormula) -> str:
 _SI = {"KiB": "kB", "MiB": "MB", "GiB": "GB", "TiB": "TB"}
 
 
-def _decimal(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None) -> tuple[sp.Rational, ...] | None:
-    """The interval of a figure in KiB/MiB/GiB/TiB read as kB/MB/GB/TB (a GB figure labelled GiB)."""
-    if bounds is None or side.shape is None or side.shape[1].strip() not in _SI:
+def _relabelled(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None,
+                table: Mapping[str, str]) -> tuple[sp.Rational, ...] | None:
+    """The interval of a figure read in the other unit ``table`` gives for its own: KB/MB/GB/TB as
+    KiB/MiB/GiB/TiB (``BINARY``), or KiB/MiB/GiB/TiB as kB/MB/GB/TB (``_SI``: a GB figure labelled GiB)."""
+    if bounds is None or side.shape is None or side.shape[1].strip() not in table:
         return None
     unit = side.shape[1].strip()
-    ratio = sp.Rational(BYTE_SCALES[_SI[unit]], BYTE_SCALES[unit])
-    return bounds[0] * ratio, bounds[1] * ratio
-
-
-def _binary(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None) -> tuple[sp.Rational, ...] | None:
-    """The interval of a figure in KB/MB/GB/TB read as KiB/MiB/GiB/TiB."""
-    if bounds is None or side.shape is None or side.shape[1].strip() not in BINARY:
-        return None
-    unit = side.shape[1].strip()
-    ratio = sp.Rational(BYTE_SCALES[BINARY[unit]], BYTE_SCALES[unit])
+    ratio = sp.Rational(BYTE_SCALES[table[unit]], BYTE_SCALES[unit])
     return bounds[0] * ratio, bounds[1] * ratio
 
 
