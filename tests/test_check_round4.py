@@ -7,8 +7,6 @@ Mistral-7B h = 4,096, l = 32, a_kv = 8, d_h = 128, sliding window W = 4,096.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from memderive.derivations.claims.check import check

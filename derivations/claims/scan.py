@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from memderive.derivations.claims.check import check
-from memderive.derivations.claims.markers import _FORMULA, _Lines, _markers, _mask_fences
+from memderive.derivations.claims.markers import FORMULA, LineIndex, marker_comments, mask_fences
 from memderive.derivations.models.presets import preset_names
 
 __all__ = ["Candidate", "scan_claims", "marker_text"]
@@ -108,13 +108,13 @@ def _reading(formula: str, quantity: str) -> str:
 def scan_claims(text: str, *, read: bool = False) -> list[Candidate]:
     """The candidate claims of a Markdown text (``notes_formats.to_markdown`` for the others): formulas and
     figures near a quantity's words that no marker claims yet; ``read`` parses each as ``check`` would."""
-    masked = _mask_fences(text)
-    marked_until = [m.end for m in _markers(masked) if "quantity" in m.body]
+    masked = mask_fences(text)
+    marked_until = [m.end for m in marker_comments(masked) if "quantity" in m.body]
     models = _model_mentions(masked)
-    line_of = _Lines(masked)
+    line_of = LineIndex(masked)
     lines = masked.split("\n")
-    spans = [(m.start(), next(g for g in m.groups() if g is not None).strip()) for m in _FORMULA.finditer(masked)]
-    taken = [(m.start(), m.end()) for m in _FORMULA.finditer(masked)]
+    spans = [(m.start(), next(g for g in m.groups() if g is not None).strip()) for m in FORMULA.finditer(masked)]
+    taken = [(m.start(), m.end()) for m in FORMULA.finditer(masked)]
     taken += [(a, b) for a, b, _ in models]  # the 7B of LLaMA-2-7B is a name, not a figure
     spans += [(m.start(), m.group()) for m in _FIGURE.finditer(masked)
               if not any(a <= m.start() < b for a, b in taken)]
