@@ -153,7 +153,7 @@ def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[A
     from memderive.derivations.claims.check import check_claim
 
     found = []
-    for marked in find_claims(to_markdown(read_notes(path), kind_of(path)), defaults, MAX_CLAIMS):
+    for marked in find_claims(_markdown(path), defaults, MAX_CLAIMS):
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
@@ -162,6 +162,15 @@ def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[A
             verdicts[key] = _verdict(check_claim, marked.claim)
         found.append((marked, *verdicts[key]))
     return found
+
+
+def _markdown(path: str) -> str:
+    """A notes file as the Markdown the marker reader takes (``notes_formats``), its path named in any error."""
+    text = read_notes(path)
+    try:
+        return to_markdown(text, kind_of(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def summary_line(path: str, found: list[tuple[Any, Any, str]]) -> str:
@@ -212,7 +221,7 @@ def _run_scan(args: argparse.Namespace) -> int:
     from memderive.derivations.claims.scan import marker_text, scan_claims
 
     kind = kind_of(args.scan)
-    found = scan_claims(to_markdown(read_notes(args.scan), kind), read=True)
+    found = scan_claims(_markdown(args.scan), read=True)
     if args.json:
         text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
                             "model": c.model, "sizes": c.sizes, "readable": not c.reading, "reading": c.reading,

@@ -55,7 +55,8 @@ _TEX_MATH_ENVS = r"equation|align|gather|multline|flalign|eqnarray|displaymath|m
 _TEX_ENV = re.compile(rf"\\begin\{{(?P<env>(?:{_TEX_MATH_ENVS})\*?)\}}(?:\{{[^}}\n]*\}})?(?P<body>.*?)\\end\{{(?P=env)\}}",
                       re.DOTALL)
 _TEX_INLINE = re.compile(r"\\\((?P<body>.*?)\\\)", re.DOTALL)
-_TEX_DROP = re.compile(r"\\(?:label|tag\*?|eqref|ref)\{[^}\n]*\}|\\(?:nonumber|notag|displaystyle|quad|qquad)\b")
+_TEX_DROP = re.compile(r"\\(?:label|tag\*?|eqref|ref)\{[^}\n]*\}|\\(?:nonumber|notag|displaystyle|quad|qquad)\b"
+                       r"|\\(?:begin|end)\{(?:aligned|split|gathered|alignedat)\*?\}(?:\{\d+\})?|\\pause\b")
 
 
 def _tex_math(body: str) -> str:

@@ -61,10 +61,11 @@ def test_9_latex_markers_and_environments() -> None:
            "Costs 100\\% of ``the'' budget. % memderive: quantity=params.total\n"
            "\\begin{align*}\n  N &= 12lh^2 \\\\\n    &\\approx 12lh^2. \\nonumber\n\\end{align*}\n"
            "% memderive: quantity=params.total\n\\(N \\approx 12lh^2\\)\n"
+           "% memderive: quantity=params.total\n\\[\\begin{aligned} N &\\approx 12lh^2 \\end{aligned}\\]\n"
            "% a comment: $12lh^2$ % memderive: is not a marker here\n")
     found = find_claims(to_markdown(tex, "tex"))
     assert [(m.line, " ".join(m.formula.split())) for m in found] == [(3, "N = 12lh^2 \\approx 12lh^2"),
-                                                   (8, "N \\approx 12lh^2")]
+                                                   (8, "N \\approx 12lh^2"), (10, "N \\approx 12lh^2")]
     assert found[0].claim.model == "llama-2-7b"
 
 
