@@ -48,6 +48,8 @@ def test_3_trainable_percent_is_trainable_over_total() -> None:
     ("kv_cache.total", "2.1GB / sequence", {"kv_dtype": "fp16", "batch": 8, "seq": 4096, "new_tokens": 0},
      "rounded"),
     ("kv_cache.total", "0.5 MB per token", {"kv_dtype": "fp16"}, "rounded"),
+    # 2 (K, V) · 2 bytes · 4,096 = 16,384 bytes = 16 KiB per token per layer
+    ("kv_cache.total", "16 KiB per token per layer", {"kv_dtype": "fp16"}, "exact"),
     # N(llama2-7b) = 6,738,415,616 parameters (the model card's 6.74B)
     ("params.total", "N(llama2-7b) = 6.74B", {}, "rounded"),
     # inequalities: 2,147,483,648 bytes for one sequence of 4,096 tokens

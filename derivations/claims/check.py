@@ -250,8 +250,8 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
-    if side.per:
-        cmp, per_note = _per_item(spec, ctx, cmp, side.per)
+    for item in side.per:
+        cmp, per_note = _per_item(spec, ctx, cmp, item)
         notes.append(per_note)
     if side.relation in ("below", "above"):
         verdict, lines = bound_lines(ctx, cmp, side, factor, ctx.values)
@@ -278,6 +278,8 @@ def _per_item(spec: QuantitySpec, ctx: Context, cmp: Comparison, item: str) -> t
     """Ours for one item (token, sequence, layer) when the claim is a figure per item: ours divided by the
     items it counts (b sequences; b(s + n) cached tokens or bs tokens of a step; l layers), said in a note."""
     held = cmp.ours.free_symbols
+    if item == "GPU":
+        return cmp, f"the figure is for one GPU; {spec.name} is per GPU already"
     if item == "layer":
         count = sp.Integer(1) if spec.name.endswith(_PER_LAYER) else l
         what = "l layers"

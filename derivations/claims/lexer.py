@@ -56,7 +56,7 @@ _UNIT_TAIL = re.compile(r"\s*(?:(?:/|\s+per\s+)(?:param(?:eter)?s?|weights?|ÂèÇÊ
                         r"|\((?:FP|fp|BF|bf|INT|int|NF|nf)\d+\))")
 #: A unit per item (``5.3GB / sequence``, ``0.5 MB per token``): the figure counts one item.
 _PER_ITEM = re.compile(r"\s*(?:/|\bper\b|\\text\{\s*/\s*)\s*(?:\\text\{)?\s*(?P<item>tokens?|sequences?|seqs?|samples?|"
-                       r"requests?|prompts?|users?|layers?)(?![A-Za-z])\s*\}?\s*\}?")
+                       r"requests?|prompts?|users?|layers?|GPUs?|gpus?|devices?|cards?)(?![A-Za-z])\s*\}?\s*\}?")
 #: Words in parentheses that label the factor before them (``(K,V)``, ``(T)``, ``(n_layers)``).
 _FACTOR_LABEL = re.compile(r"\(\s*([A-Za-z][A-Za-z0-9_]*(?:\s*[, ]\s*[A-Za-z][A-Za-z0-9_]*)*)\s*\)")
 #: Byte units as notes also spell them (``kiB``, ``gb``, ``Mb``, ``GIB``): any case, read as the unit.
@@ -345,14 +345,14 @@ class Lexer:
         elif unit == "B":
             self.readings.append(f"read {figure.written}{sep}B as {figure.written} bytes")
         tail = _UNIT_TAIL.match(self.text, end)
-        item = None if tail else _PER_ITEM.match(self.text, end)
-        if item is not None:
+        j = tail.end() if tail else end
+        while not tail and (item := _PER_ITEM.match(self.text, j)):  # per token per layer: each item in turn
             word = item.group("item").lower().rstrip("s")
-            word = {"seq": "sequence"}.get(word, word)
+            word = {"seq": "sequence", "gpu": "GPU", "card": "GPU", "device": "GPU"}.get(word, word)
             self.per.append(word)
             self.readings.append(f"read {figure.written} {item.group().strip()} as the figure for one {word}")
-            tail = item
-        return figure, (tail.end() if tail else end), (scale, sep + unit)
+            j = item.end()
+        return figure, j, (scale, sep + unit)
 
     def _sizeof(self) -> None:
         match = _SIZEOF.match(self.text, self.i)

@@ -98,7 +98,7 @@ class ParsedFormula:
     readings: tuple[str, ...] = ()
     shape: tuple[object, str] | None = None
     figure: Figure | None = None
-    per: str | None = None  # a figure for one item: ``5.3GB / sequence`` (token, sequence, sample, layer, ...)
+    per: tuple[str, ...] = ()  # a figure for one item each: ``5.3GB / sequence`` (token, sequence, layer, GPU, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,7 +440,7 @@ def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], 
                          "products)", -1)
     return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, _side_unit(unit, lexer.units),
                          (), bounds, tuple(lexer.readings), lone.shape if lone else None,
-                         lone.figure if lone else None, lexer.per[-1] if lexer.per else None)
+                         lone.figure if lone else None, tuple(lexer.per))
 
 
 def _labels(body: str) -> tuple[str, str, int]:
