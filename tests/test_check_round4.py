@@ -199,3 +199,18 @@ def test_8_gb_figure_labelled_gib() -> None:
     assert any("a figure in GB labelled GiB" in x for x in r.explanation)
     other = check("kv_cache.total", "2.0 GB", **options)  # the other way round: holds, said
     assert other.verdict == "rounded" and any("if its GB means GiB" in x for x in other.explanation)
+
+
+def test_3_the_whole_peft_printout() -> None:
+    """PEFT's line for LLaMA-2-7B, r = 8 on q_proj and v_proj: 2 · 8 · 8,192 · 32 = 4,194,304 trainable, all params
+    6,738,415,616 + 4,194,304 = 6,742,609,920, trainable% 4,194,304 / 6,742,609,920 = 0.0622%. Before: "unexpected
+    character '|'"."""
+    line = "trainable params: 4,194,304 || all params: 6,742,609,920 || trainable%: 0.0622"
+    r = check("params.trainable", line, lora_rank=8, lora_targets="q_proj,v_proj", **LLAMA)
+    assert r.holds and r.verdict == "rounded"
+    assert "(trainable params: 4,194,304: exact; all params: 6,742,609,920: exact; trainable%: 0.0622: rounded)" \
+        in r.explanation[0]
+    # the same line under r = 16: the first figure that does not hold is the verdict, and r = 8 is named
+    wrong = check("params.trainable", line, lora_rank=16, lora_targets="q_proj,v_proj", **LLAMA)
+    assert wrong.verdict == "different" and wrong.parsed.text == "trainable params: 4,194,304"
+    assert any("holds with --lora-rank 8 (exactly)" in x for x in wrong.explanation)

@@ -195,6 +195,8 @@ def check_claim(claim: Claim) -> CheckResult:
     A chain ``M = A = B`` is checked step by step: the result is the first step that does not
     hold (never a pass because the last step holds), or the last step when every step holds.
     """
+    if "||" in claim.formula:
+        return _printout(claim)
     spec = quantity_spec(claim.quantity)
     model = _resolve_model(claim.model)
     if claim.expect is not None and claim.expect not in VERDICTS:
@@ -221,6 +223,27 @@ def check_claim(claim: Claim) -> CheckResult:
     notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
              + list(parsed.readings) + shared + past + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
+
+
+#: PEFT's print_trainable_parameters() line, "trainable params: X || all params: Y || trainable%: Z": the
+#: quantity each label names (the percentage is the trainable share: ``_share_of_total``).
+_PRINTOUT = (("trainable", "params.trainable"), ("all param", "params.total"), ("total param", "params.total"))
+
+
+def _printout(claim: Claim) -> CheckResult:
+    """A line of figures joined by ``||`` (PEFT's printout), each checked as the quantity its label names;
+    the result is the first figure that does not hold, or the last, with every figure's verdict said."""
+    parts = [x.strip() for x in claim.formula.split("||") if x.strip()]
+    results = []
+    for part in parts:
+        label = part.split(":", 1)[0].lower() if ":" in part else ""
+        quantity = next((q for key, q in _PRINTOUT if key in label), claim.quantity)
+        results.append(check_claim(replace(claim, quantity=quantity, formula=part)))
+    bad = next((r for r in results if not r.holds), None)
+    pick = bad or results[-1]
+    said = "; ".join(f"{r.parsed.text.strip()}: {r.verdict}" for r in results)
+    return replace(pick, explanation=(f"a printout of {len(results)} figures, each checked as its label names "
+                                      f"({said})", *pick.explanation))
 
 
 #: The names notes give a model's sliding window (Mistral's config field is sliding_window).
