@@ -229,7 +229,7 @@ def _run_scan(args: argparse.Namespace) -> int:
     else:
         lines = []
         for c in found:
-            sizes = "".join(f", {k}={v:,}" for k, v in c.sizes.items())
+            sizes = "".join(f", {k}={v:,}" if isinstance(v, int) else f", {k}={v}" for k, v in c.sizes.items())
             model = c.model or "no model named (the default, gpt3-175b)"
             lines.append(f"{args.scan}:{c.line}: would check {c.quantity} ({model}{sizes}): {c.formula}")
             if c.reading:

@@ -166,3 +166,19 @@ def test_11_scan_lists_candidates_and_never_fails(tmp_path: Path, capsys: pytest
     assert row["quantity"] == "activations.per_layer" and row["model"] == "gpt3-175b"
     assert row["marker"] == "% memderive: quantity=activations.per_layer model=gpt3-175b"
     assert not row["readable"] and "'q'" in row["reading"]  # a reading the checker is unsure of is said
+
+
+def test_11_scan_reads_settings_near_a_claim(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The element type, the LoRA rank and targets a sentence names go into the proposed marker; a size ("32K
+    tokens") is a size, not a candidate; each candidate is read with the marker proposed (W is Mistral's window)."""
+    notes = tmp_path / "mistral.md"
+    notes.write_text("# Serving Mistral-7B\n\nIn fp16, for a batch of 8 and 32K tokens, the KV cache is "
+                     "$4 b l a_{kv} d_h W$ bytes.\n\nA LoRA of rank 16 on every linear layer trains 0.59% of the "
+                     "parameters.\n")
+    assert main(["check", "--scan", str(notes)]) == 0
+    out = capsys.readouterr().out
+    assert "32K" not in out.split("\n")[0].rsplit(":", 1)[-1]
+    assert (f"{notes}:3: would check kv_cache.total (mistral-7b, kv-dtype=fp16, batch=8, seq=32,768): "
+            "4 b l a_{kv} d_h W") in out
+    assert "<!-- memderive: quantity=params.trainable model=mistral-7b lora-rank=16 lora-targets=all-linear -->" in out
+    assert out.rstrip().endswith("2 candidate claims, 2 readable as written (a scan checks nothing: exit 0)")

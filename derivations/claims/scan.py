@@ -33,12 +33,13 @@ _WORDS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     (r"flop", "flops.step", ((r"per[- ]token|/\s*token", "flops.per_token"), (r"forward", "flops.forward"),
                              (r"attention", "flops.attention"))),
     (r"optimi[sz]er states?|model states?|bytes per param|adam", "model_states.total", ()),
-    (r"trainable", "params.trainable", ()),
+    (r"trainable|lora|adapter", "params.trainable", ()),
     (r"param|weights", "params.total", ((r"per[- ]layer|each layer|one layer|a layer", "params.per_layer"),)),
 )
 #: A figure in prose: a number with a unit of memory, a count or FLOPs (``12.9 GB``, ``6.7B parameters``).
 _FIGURE = re.compile(r"(?<![\w.$-])\d[\d,_]*(?:\.\d+)?\s?(?:[kKMGTP]i?B|[Bb]ytes|[KMBT]\b|billion|million|"
-                     r"[GTPE]?FLOPs?)(?![\w])")
+                     r"[GTPE]?FLOPs?|%)(?![\w])(?!\s*(?:tokens?|context|sequences?|seq|layers?|heads?|GPUs?|steps?|"
+                     r"samples?|experts?)\b)")
 _BATCH = re.compile(r"batch(?:[- ]size)?\s*(?:of|=|:)?\s*(\d[\d,]*)", re.IGNORECASE)
 _SEQ = re.compile(r"(?:sequence(?:[- ]length)?|context(?:[- ]length)?|seq(?:_len)?|prompt)\s*(?:of|=|:)?\s*"
                   r"(\d[\d,]*)\s*([kK])?|(\d[\d,]*)\s*([kK])?[- ]tokens?", re.IGNORECASE)
@@ -52,7 +53,7 @@ class Candidate:
     formula: str
     quantity: str
     model: str | None
-    sizes: dict[str, int] = field(default_factory=dict)
+    sizes: dict[str, int | str] = field(default_factory=dict)
     reading: str = ""  # "" when it parses; else why not
 
 
@@ -86,8 +87,39 @@ def _number(digits: str, k: str | None) -> int:
     return int(digits.replace(",", "")) * (1024 if k else 1)
 
 
-def _sizes(context: str) -> dict[str, int]:
-    sizes = {}
+#: An element type named near a claim, and the option it sets for each kind of quantity.
+_DTYPE = re.compile(r"(?<![A-Za-z0-9])(fp32|fp16|bf16|fp8|int8|int4|nf4|float16|bfloat16|float32)(?![A-Za-z0-9])",
+                    re.IGNORECASE)
+_DTYPE_OPTION = {"kv_cache": "kv-dtype", "weights": "weight-dtype", "infer": "weight-dtype",
+                 "activations": "dtype", "model_states": "dtype"}
+_RANK = re.compile(r"(?:\br\s*=\s*|rank(?:\s+of|\s*=|\s*:)?\s*)(\d+)", re.IGNORECASE)
+
+
+def _targets(context: str) -> str:
+    """The LoRA targets a sentence names, as PEFT names them ("" when it names none)."""
+    if re.search(r"all[- ]linear|every linear|all (?:the )?linear", context, re.IGNORECASE):
+        return "all-linear"
+    named = re.findall(r"\b[a-z]+_proj\b", context)
+    if named:
+        return ",".join(dict.fromkeys(named))
+    if re.search(r"\bq,\s*k,\s*v,?\s*(?:and\s*)?o\b", context):
+        return "q_proj,k_proj,v_proj,o_proj"
+    if re.search(r"\bq\s*(?:and|,)\s*v\b", context):
+        return "q_proj,v_proj"
+    return ""
+
+
+def _sizes(context: str, quantity: str = "") -> dict[str, int | str]:
+    """Sizes and settings named near a claim: batch, sequence length, the element type, the LoRA rank."""
+    sizes: dict[str, int | str] = {}
+    option = _DTYPE_OPTION.get(quantity.split(".")[0])
+    if option and (m := _DTYPE.search(context)):
+        sizes[option] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(m.group(1).lower(),
+                                                                                      m.group(1).lower())
+    if quantity.startswith("params.trainable") and (m := _RANK.search(context)):
+        sizes["lora-rank"] = int(m.group(1))
+        if targets := _targets(context):
+            sizes["lora-targets"] = targets
     if m := _BATCH.search(context):
         sizes["batch"] = _number(m.group(1), None)
     if m := _SEQ.search(context):
@@ -96,10 +128,11 @@ def _sizes(context: str) -> dict[str, int]:
     return sizes
 
 
-def _reading(formula: str, quantity: str) -> str:
-    """"" when ``check`` would read the formula, else the reader's reason (its first line)."""
+def _reading(formula: str, quantity: str, model: str | None, sizes: dict[str, int | str]) -> str:
+    """"" when ``check`` would read the formula with the marker proposed, else the reader's reason (its first
+    line)."""
     try:
-        check(quantity, formula)
+        check(quantity, formula, model=model, **{k.replace("-", "_"): v for k, v in sizes.items()})
     except Exception as exc:  # noqa: BLE001 -- any refusal is the reason said to the author
         return str(exc).splitlines()[0]
     return ""
@@ -138,8 +171,9 @@ def scan_claims(text: str, *, read: bool = False) -> list[Candidate]:
             continue
         before = [name for offset, _, name in models if offset <= start]
         model = before[-1] if before else (models[0][2] if models else None)
-        reading = _reading(formula, quantity) if read else ""
-        found.append(Candidate(line, " ".join(formula.split()), quantity, model, _sizes(context), reading))
+        sizes = _sizes(context, quantity)
+        reading = _reading(formula, quantity, model, sizes) if read else ""
+        found.append(Candidate(line, " ".join(formula.split()), quantity, model, sizes, reading))
     return found
 
 
