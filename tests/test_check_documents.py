@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from memderive.cli import main
+from tests.test_check_notes import _compile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).parent.parent
@@ -182,3 +183,8 @@ def test_11_scan_reads_settings_near_a_claim(tmp_path: Path, capsys: pytest.Capt
             "4 b l a_{kv} d_h W") in out
     assert "<!-- memderive: quantity=params.trainable model=mistral-7b lora-rank=16 lora-targets=all-linear -->" in out
     assert out.rstrip().endswith("2 candidate claims, 2 readable as written (a scan checks nothing: exit 0)")
+
+
+def test_9_the_article_fixture_is_latex(tmp_path: Path) -> None:
+    """The article is a document a teacher compiles (pdflatex in CI; locally the test skips without it)."""
+    _compile(tmp_path, {"notes.tex": ARTICLE.read_text()})
