@@ -30,8 +30,8 @@ import re
 __all__ = ["KINDS", "kind_of", "to_markdown"]
 
 #: File endings and the reader each takes (anything else is read as Markdown).
-KINDS = {".md": "md", ".markdown": "md", ".tex": "tex", ".ltx": "tex", ".rst": "rst", ".html": "html", ".htm": "html",
-         ".ipynb": "ipynb"}
+KINDS = {".md": "md", ".markdown": "md", ".qmd": "md", ".rmd": "md", ".mdx": "md", ".tex": "tex", ".ltx": "tex",
+         ".rst": "rst", ".html": "html", ".htm": "html", ".ipynb": "ipynb"}
 
 
 def kind_of(path: str) -> str:
