@@ -367,6 +367,29 @@ def _at_sizes(ctx: Context, cmp: Comparison) -> tuple[Comparison, str]:
             "put it on: the analysis below holds there, not for every size")
 
 
+def _branches(expr: sp.Expr, limit: int = 64) -> list[sp.Expr]:
+    """``expr`` with each min/max replaced by one of its arguments, in every combination (at most ``limit``):
+    at any sizes, the expression equals one of these."""
+    call = next((x for x in sp.preorder_traversal(expr) if isinstance(x, (sp.Min, sp.Max))), None)
+    if call is None:
+        return [expr]
+    out: list[sp.Expr] = []
+    for arg in call.args:
+        out += _branches(expr.xreplace({call: arg}), limit)
+        if len(out) > limit:
+            raise Unanalysable(f"more than {limit} branches of min/max")
+    return out
+
+
+def _branches_agree(cmp: Comparison) -> bool:
+    """Whether every branch of the min/max on each side has the same leading part (bounding each branch decides
+    the leading order for every size: ours equals one branch at any sizes, and each grows alike)."""
+    try:
+        return all(len({leading(x, WIDTH) for x in _branches(side)}) == 1 for side in (cmp.ours, cmp.theirs))
+    except Unanalysable:
+        return False
+
+
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
     return {OURS[k] for k in mapping if k in OURS}
 
@@ -622,11 +645,15 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
     lines += _layer_worth(cmp, k)
     lead, more = _limits(cmp, k)
     if any("through min/max" in x for x in more) and (at := _at_sizes(ctx, cmp))[1]:
+        agree = _branches_agree(cmp)
         cmp, k = at[0], constant_factor(at[0].theirs, at[0].ours)
         lead, more = _limits(cmp, k)
-        more = [at[1]] + ([f"the claim is {k} times ours there"] if k is not None and not lines else []) + more
-        notes = [*notes, f"unsure: leading order decided at the sizes of {ctx.model.name}, not for every size "
-                         "(a min/max of growing terms)"]
+        head = (f"every branch of each min/max has the same leading part, so the leading order holds for every size; "
+                f"the lower orders are taken at the branch the sizes of {ctx.model.name} put it on") if agree else at[1]
+        more = [head] + ([f"the claim is {k} times ours there"] if k is not None and not lines else []) + more
+        if not agree:
+            notes = [*notes, f"unsure: leading order decided at the sizes of {ctx.model.name}, not for every size "
+                             "(a min/max of growing terms whose branches differ at leading order)"]
     lines += more
     gaps: list[Gap] = []
     if k is None or k.is_Number:
