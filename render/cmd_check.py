@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
-from memderive.notes_formats import kind_of, to_markdown
+from memderive.notes_formats import kind_of, line_map, to_markdown
 from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
@@ -153,7 +154,9 @@ def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[A
     from memderive.derivations.claims.check import check_claim
 
     found = []
-    for marked in find_claims(_markdown(path), defaults, MAX_CLAIMS):
+    text, lines = _markdown(path)
+    for marked in find_claims(text, defaults, MAX_CLAIMS):
+        marked = replace(marked, line=_in_file(marked.line, lines))
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
@@ -164,13 +167,18 @@ def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[A
     return found
 
 
-def _markdown(path: str) -> str:
-    """A notes file as the Markdown the marker reader takes (``notes_formats``), its path named in any error."""
+def _markdown(path: str) -> tuple[str, list[int] | None]:
+    """A notes file as the Markdown the marker reader takes (``notes_formats``) and the file's line of each of its
+    lines (None: the same lines), its path named in any error."""
     text = read_notes(path)
     try:
-        return to_markdown(text, kind_of(path))
+        return to_markdown(text, kind_of(path)), line_map(text, kind_of(path))
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _in_file(line: int, lines: list[int] | None) -> int:
+    return lines[line - 1] if lines and 0 < line <= len(lines) else line
 
 
 def summary_line(path: str, found: list[tuple[Any, Any, str]]) -> str:
@@ -221,7 +229,8 @@ def _run_scan(args: argparse.Namespace) -> int:
     from memderive.derivations.claims.scan import marker_text, scan_claims
 
     kind = kind_of(args.scan)
-    found = scan_claims(_markdown(args.scan), read=True)
+    text, lines = _markdown(args.scan)
+    found = [replace(c, line=_in_file(c.line, lines)) for c in scan_claims(text, read=True)]
     if args.json:
         text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
                             "model": c.model, "sizes": c.sizes, "readable": not c.reading, "reading": c.reading,

@@ -14,7 +14,8 @@ Each reader rewrites a document into the Markdown that ``markers.find_claims`` r
 * HTML: markers are the Markdown ones (``<!-- memderive: ... -->``); MathJax's ``\\(...\\)``, ``\\[...\\]``,
   ``$$...$$``, ``<script type="math/tex">`` and ``<code>`` hold claims; other tags are not read and entities
   (``&lt;``) are decoded.
-* Jupyter notebooks: the Markdown cells, one after another (a claim's line counts in the cells' text).
+* Jupyter notebooks: the Markdown cells, one after another; a claim's line is its line in the ``.ipynb`` file
+  (``line_map``), or in the cells' text for a notebook not written one source line per JSON line.
 
 >>> md = to_markdown("% memderive: quantity=params.total\\n\\\\begin{equation}N = 12lh^2\\\\end{equation}", "tex")
 >>> md.splitlines()[1]
@@ -27,7 +28,7 @@ import html
 import json
 import re
 
-__all__ = ["KINDS", "kind_of", "to_markdown"]
+__all__ = ["KINDS", "kind_of", "to_markdown", "line_map"]
 
 #: File endings and the reader each takes (anything else is read as Markdown).
 KINDS = {".md": "md", ".markdown": "md", ".qmd": "md", ".rmd": "md", ".mdx": "md", ".tex": "tex", ".ltx": "tex",
@@ -171,6 +172,32 @@ def _ipynb(text: str) -> str:
             source = cell.get("source", "")
             sources.append("".join(source) if isinstance(source, list) else str(source))
     return "\n\n".join(sources)
+
+
+def line_map(text: str, kind: str) -> list[int] | None:
+    """For a notebook, the line of the ``.ipynb`` file each line of its Markdown (``to_markdown``) comes from
+    (nbformat writes each source line as its own JSON string); None for the other kinds, or a notebook
+    written otherwise (its lines then count in the Markdown cells' text)."""
+    if kind != "ipynb":
+        return None
+    cells = [c for c in json.loads(text).get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "markdown"]
+    starts, kind_now = [], ""
+    for number, line in enumerate(text.split("\n"), 1):
+        if (match := re.match(r'\s*"cell_type":\s*"(\w+)"', line)) is not None:
+            kind_now = match.group(1)
+        elif kind_now == "markdown" and re.match(r'\s*"source":\s*\[\s*$', line):
+            starts.append(number + 1)
+            kind_now = ""
+    if len(starts) != len(cells):
+        return None
+    out: list[int] = []
+    for cell, start in zip(cells, starts):
+        source = cell.get("source", "")
+        count = len(("".join(source) if isinstance(source, list) else str(source)).split("\n"))
+        if out:
+            out.append(out[-1])  # the blank line between cells
+        out += [start + i for i in range(count)]
+    return out
 
 
 def to_markdown(text: str, kind: str) -> str:

@@ -92,7 +92,12 @@ def test_9_restructuredtext_html_and_notebook(tmp_path: Path, capsys: pytest.Cap
     # N = 12lh^2 written with '=' is GPT-3's leading order only: it does not hold as an equality
     assert _verdicts(out, "notes.rst") == {9: ("leading-order", False), 15: ("different", False)}
     assert _verdicts(out, "notes.html") == {3: ("leading-order", True), 5: ("exact", True)}
-    assert _verdicts(out, "notes.ipynb") == {2: ("exact", True)}
+    assert _verdicts(out, "notes.ipynb") == {2: ("exact", True)}  # one JSON line: the line in the cells' text
+    # as Jupyter writes it (indent 1, keys sorted, one source line per JSON line): the line of the .ipynb file
+    book.write_text(json.dumps(json.loads(book.read_text()), indent=1, sort_keys=True) + "\n")
+    claim_line = next(i for i, x in enumerate(book.read_text().split("\n"), 1) if "cdot" in x)
+    assert main(["check", "--file", str(book)]) == 0
+    assert _verdicts(capsys.readouterr().out, "notes.ipynb") == {claim_line: ("exact", True)}
     assert f"{page}: 2 claims: 2 hold, 0 do not hold" in out
     # a reading the checker is unsure of is said in the file's report, even where the claim holds
     label = tmp_path / "labels.md"
