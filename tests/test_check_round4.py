@@ -100,6 +100,10 @@ def test_5_past_the_learned_positions_is_checked_and_said() -> None:
               seq=16000, new_tokens=0)
     assert r.verdict == "exact"
     assert any("past the 1,024 learned positions gpt2 was trained with" in x for x in r.notes)
+    # rotary positions take any length; past the 4,096 LLaMA-2 was trained with, it is said too
+    rope = check("kv_cache.total", "2*2*32*4096*16_000", kv_dtype="fp16", seq=16000, new_tokens=0, **LLAMA)
+    assert rope.verdict == "exact"
+    assert any("past the 4,096 positions llama-2-7b was trained with" in x for x in rope.notes)
 
 
 # --- 6. FLOPs and activation figures decomposed into graph terms ------------------------------------------------------

@@ -450,8 +450,12 @@ def _past_positions(model: str, given: Mapping[str, Any], seq: int) -> tuple[str
     reads it, on the model with as many positions as the length needs (its parameter count unchanged), and said."""
     loaded = resolve_model(model)
     tokens = seq + int(given.get("new_tokens") or 0)
-    if loaded.arch.positions != "learned" or not loaded.max_positions or tokens <= loaded.max_positions:
+    if not loaded.max_positions or tokens <= loaded.max_positions:
         return model, []
+    if loaded.arch.positions != "learned":
+        return model, [f"{tokens:,} tokens is past the {loaded.max_positions:,} positions {loaded.name} was trained "
+                       f"with ({loaded.arch.positions} positions: the formula applies, the model was not trained "
+                       "that long)"]
     longer = replace(loaded, max_positions=tokens, sizes={**loaded.sizes, "n_ctx": loaded.sizes.get(
         "n_ctx", loaded.max_positions)})
     return longer, [f"{tokens:,} tokens is past the {loaded.max_positions:,} learned positions {loaded.name} was "
