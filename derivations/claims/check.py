@@ -594,7 +594,8 @@ def _nearby_settings(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Co
     o = ctx.options
     changes: list[tuple[str, dict[str, Any]]] = []
     if o.lora_rank:
-        changes += [(f"with --lora-targets {x}", {"lora_targets": x}) for x in _LORA_TARGETS if x != o.lora_targets]
+        given = ",".join(o.lora_targets) if isinstance(o.lora_targets, (tuple, list)) else str(o.lora_targets)
+        changes += [(f"with --lora-targets {x}", {"lora_targets": x}) for x in _LORA_TARGETS if x != given]
         changes += [(f"with --lora-rank {r}", {"lora_rank": r}) for r in (o.lora_rank // 2, o.lora_rank * 2) if r]
     for option, dtypes in _DTYPES.items():
         if spec.mode in ("infer", "train") and getattr(o, option, None) is not None or (
