@@ -77,6 +77,13 @@ def test_4_readings_are_said() -> None:
     assert parse_formula("2 (sbh)", {"s": s, "b": b, "h": h}).expr == 2 * s * b * h
 
 
+def test_4_a_model_named_on_the_left_hand_side() -> None:
+    """N(llama2-7b) = 6.74B checked with another model is said, not silently checked for the wrong one."""
+    assert not any("left-hand side names" in x for x in check("params.total", "N(llama2-7b) = 6.74B", **LLAMA).notes)
+    r = check("params.total", "N(llama2-13b) = 13.0B", **LLAMA)
+    assert "unsure: the left-hand side names llama2-13b; checked with llama-2-7b (--model checks another)" in r.notes
+
+
 def test_4_bracketed_node_path_with_a_slash() -> None:
     """params.total[attn/proj]: the output projection, h² weights and h biases per layer of GPT-2 (its c_proj).
     Before: "a ratio is two quantities, A/B ... not 'params.total[attn/proj]'"."""

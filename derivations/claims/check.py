@@ -25,6 +25,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -221,7 +222,7 @@ def check_claim(claim: Claim) -> CheckResult:
                 f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} (steps: {steps})")
         lines.insert(0, head)
     notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
-             + list(parsed.readings) + shared + past + list(pick.notes))
+             + list(parsed.readings) + shared + past + _label_model(parsed.label, pick.model) + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
 
 
@@ -248,6 +249,17 @@ def _printout(claim: Claim) -> CheckResult:
 
 #: The names notes give a model's sliding window (Mistral's config field is sliding_window).
 _WINDOW_NAMES = ("W", "w", "sliding_window", "window", "window_size", "W_{window}")
+
+
+def _label_model(label: str, model: str) -> list[str]:
+    """``N(llama2-7b) =`` checked with another model: said (the label names what the figure is of)."""
+    named = re.search(r"\(\s*([A-Za-z][\w.\- ]*?)\s*\)\s*$", label)
+    if named is None or not re.search(r"\d", named.group(1)):
+        return []
+    said, ours = (re.sub(r"[^a-z0-9]", "", x.lower()) for x in (named.group(1), model))
+    if said in ours or ours in said:
+        return []
+    return [f"unsure: the left-hand side names {named.group(1)}; checked with {model} (--model checks another)"]
 
 
 def _share_of_total(spec: QuantitySpec, parsed: ParsedFormula, claim: Claim) -> tuple[QuantitySpec, list[str]]:
