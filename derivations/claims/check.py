@@ -235,6 +235,8 @@ def _printout(claim: Claim) -> CheckResult:
     """A line of figures joined by ``||`` (PEFT's printout), each checked as the quantity its label names;
     the result is the first figure that does not hold, or the last, with every figure's verdict said."""
     parts = [x.strip() for x in claim.formula.split("||") if x.strip()]
+    if not parts:
+        raise ClaimError("a printout joined by '||' with no figure in it")
     results = []
     for part in parts:
         label = part.split(":", 1)[0].lower() if ":" in part else ""
@@ -359,7 +361,10 @@ def _at_sizes(ctx: Context, cmp: Comparison) -> tuple[Comparison, str]:
     values = {x: sp.Rational(v) for x, v in ctx.values.items()}
 
     def settle(call: sp.Expr) -> sp.Expr:
-        numbers = [evaluate(arg.xreplace(values), {}) for arg in call.args]
+        try:
+            numbers = [evaluate(arg.xreplace(values), {}) for arg in call.args]
+        except ValueError:  # a size the model lacks: the min/max stays
+            return call
         if not all(getattr(x, "is_Rational", False) for x in numbers):
             return call
         pick = min if isinstance(call, sp.Min) else max
