@@ -188,6 +188,7 @@ def file_lines(path: str, found: Sequence[tuple[Marked, CheckResult | None, str]
             continue
         formula = " ".join(marked.formula.split())
         lines.append(f"{where} {result.verdict} ({MARKS[result.holds]}) {result.spec.name}: {formula}")
+        lines += [f"    {note}" for note in result.notes if note.startswith("unsure:")]  # said even when it holds
         if not result.holds:
             lines += [f"    - {line}" for line in result.explanation]
             if result.counterexample is not None:

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
+from memderive.notes_formats import kind_of, line_map, to_markdown
 from memderive.derivations.quantity_table import QUANTITY_NAMES
 
 #: kept here (not imported) so that registering the command stays cheap
-VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--quantity", help="one of " + ", ".join(q.name for q in QUANTITY_NAMES if q.checkable)
                         + " (or an alias derive takes, e.g. activations, kv-cache)")
     parser.add_argument("--claim", help="the formula, Python (4*R*N**2) or LaTeX (sbh(34 + 5as/h), 16\\Psi)")
-    parser.add_argument("--file", help="a Markdown file whose marked formulas are all checked")
+    parser.add_argument("--file", nargs="+", metavar="FILE",
+                        help="notes whose marked formulas are all checked: Markdown, LaTeX (.tex), reStructuredText "
+                             "(.rst), HTML or a notebook (.ipynb); several files give a summary line each")
+    parser.add_argument("--scan", metavar="FILE", help="list the candidate claims of unmarked notes, with the marker "
+                        "each would need (exit 0: it never fails a build)")
     parser.add_argument("--symbols", default="", help="the author's symbols onto ours, e.g. R=l,N=a,D=h/a")
     parser.add_argument("--units", choices=("bytes", "elements", "FLOPs", "flops"), help="unit of the claim (default: the quantity's)")
     parser.add_argument("--syntax", choices=("auto", "python", "latex"), default="auto")
@@ -63,6 +69,10 @@ def _render(result: Any, fmt: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     check_output(args.output, args.force)  # refused before any work, as every -o is
+    if args.scan:
+        if args.file or args.claim or args.quantity:
+            fail("give --scan FILE alone (it lists candidate claims; --file checks marked ones)")
+        return _run_scan(args)
     if args.file:
         if args.claim or args.quantity:
             fail("give either --file or --quantity with --claim, not both")
@@ -137,15 +147,16 @@ def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
         return None, f"internal error on this claim ({type(exc).__name__}: {exc}); please report it"
 
 
-def _run_file(args: argparse.Namespace) -> int:
+def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[Any, str]]) -> list[tuple[Any, Any, str]]:
+    """Every marked claim of one notes file, with its result or why it could not be checked; ``verdicts``
+    holds the claims already checked (a claim repeated word for word is checked once)."""
     from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
     from memderive.derivations.claims.check import check_claim
-    from memderive.check_report import file_lines
 
-    text = read_notes(args.file)
     found = []
-    verdicts: dict[str, tuple[Any, str]] = {}  # a claim repeated word for word is checked once
-    for marked in find_claims(text, _defaults(args), MAX_CLAIMS):
+    text, lines = _markdown(path)
+    for marked in find_claims(text, defaults, MAX_CLAIMS):
+        marked = replace(marked, line=_in_file(marked.line, lines))
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
@@ -153,21 +164,89 @@ def _run_file(args: argparse.Namespace) -> int:
         if key not in verdicts:
             verdicts[key] = _verdict(check_claim, marked.claim)
         found.append((marked, *verdicts[key]))
+    return found
+
+
+def _markdown(path: str) -> tuple[str, list[int] | None]:
+    """A notes file as the Markdown the marker reader takes (``notes_formats``) and the file's line of each of its
+    lines (None: the same lines), its path named in any error."""
+    text = read_notes(path)
+    try:
+        return to_markdown(text, kind_of(path)), line_map(text, kind_of(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _in_file(line: int, lines: list[int] | None) -> int:
+    return lines[line - 1] if lines and 0 < line <= len(lines) else line
+
+
+def summary_line(path: str, found: list[tuple[Any, Any, str]]) -> str:
+    """One line per file: how many claims, how many hold, do not, or could not be read.
+
+    >>> print(summary_line("notes.md", []))
+    notes.md: no marked claims (see README, 'Checking formulas')
+    """
+    if not found:
+        return f"{path}: no marked claims (see README, 'Checking formulas')"
+    holds = sum(1 for _, r, _ in found if r is not None and r.holds)
+    errors = sum(1 for _, r, _ in found if r is None)
+    fails = len(found) - holds - errors
+    parts = [f"{holds} hold{'s' * (holds == 1)}", f"{fails} {'does' if fails == 1 else 'do'} not hold"]
+    parts += [f"{errors} unreadable"] if errors else []
+    return f"{path}: {len(found)} claim{'s' * (len(found) != 1)}: " + ", ".join(parts)
+
+
+def _run_file(args: argparse.Namespace) -> int:
+    from memderive.check_report import file_lines
+
+    defaults = _defaults(args)
+    verdicts: dict[str, tuple[Any, str]] = {}
+    files = [(path, _check_file(path, defaults, verdicts)) for path in args.file]
+    every = [(path, *entry) for path, found in files for entry in found]
     if args.json:
-        text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
-                           for m, r, e in found], indent=2)
+        text = json.dumps([{"file": path, "line": m.line, "formula": m.formula,
+                            **({"error": e} if r is None else r.to_json())} for path, m, r, e in every], indent=2)
     elif args.format == "latex":
         from memderive.check_report import latex_document
 
-        text = latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found],
-                              f"Claims in {args.file}").rstrip("\n")
+        title = f"Claims in {', '.join(args.file)}"
+        text = latex_document([(f"{path}:{m.line}", r, e) for path, m, r, e in every], title).rstrip("\n")
     elif args.format != "text":
-        text = "\n\n".join(_section(args.file, m.line, _render(r, args.format) if r else _error(e, args.format))
-                           for m, r, e in found)
+        text = "\n\n".join(_section(path, m.line, _render(r, args.format) if r else _error(e, args.format))
+                           for path, m, r, e in every)
     else:
-        text = "\n".join(file_lines(args.file, found)) if found else f"{args.file}: no marked claims " \
-            "(see README, 'Checking formulas')"
+        text = "\n".join(line for path, found in files
+                         for line in [*file_lines(path, found), summary_line(path, found)])
     emit(text, args.output, args.force)
-    if any(r is None for _, r, _ in found):
+    if any(r is None for _, _, r, _ in every):
         return 2
-    return 0 if all(r.holds for _, r, _ in found) else 1
+    return 0 if all(r.holds for _, _, r, _ in every) else 1
+
+
+def _run_scan(args: argparse.Namespace) -> int:
+    """``check --scan FILE``: the candidate claims of unmarked notes and the marker each needs; exit 0."""
+    from memderive.derivations.claims.scan import marker_text, scan_claims
+
+    kind = kind_of(args.scan)
+    text, lines = _markdown(args.scan)
+    found = [replace(c, line=_in_file(c.line, lines)) for c in scan_claims(text, read=True)]
+    if args.json:
+        text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
+                            "model": c.model, "sizes": c.sizes, "readable": not c.reading, "reading": c.reading,
+                            "marker": marker_text(c, kind)} for c in found], indent=2)
+    else:
+        lines = []
+        for c in found:
+            sizes = "".join(f", {k}={v:,}" if isinstance(v, int) else f", {k}={v}" for k, v in c.sizes.items())
+            model = c.model or "no model named (the default, gpt3-175b)"
+            lines.append(f"{args.scan}:{c.line}: would check {c.quantity} ({model}{sizes}): {c.formula}")
+            if c.reading:
+                lines.append(f"    unsure: the checker cannot read it as written ({c.reading})")
+            lines.append(f"    add before it: {marker_text(c, kind)}")
+        readable = sum(1 for c in found if not c.reading)
+        lines.append(f"{args.scan}: {len(found)} candidate claim{'s' * (len(found) != 1)}, {readable} readable as "
+                     "written (a scan checks nothing: exit 0)")
+        text = "\n".join(lines)
+    emit(text, args.output, args.force)
+    return 0

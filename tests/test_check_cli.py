@@ -97,8 +97,9 @@ def test_file_mode(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     notes = tmp_path / "NOTES.md"
     notes.write_text(NOTES)
     assert main(["check", "--file", str(notes)]) == 1
-    lines = [x for x in capsys.readouterr().out.splitlines() if not x.startswith(" ")]
+    *lines, summary = [x for x in capsys.readouterr().out.splitlines() if not x.startswith(" ")]
     assert [x.split(": ", 1)[1].split(" ")[0] for x in lines] == ["exact", "leading-order", "conditional"]
+    assert summary == f"{notes}: 3 claims: 2 hold, 1 does not hold"  # issue 40, item 10: a summary line per file
     assert lines[0].startswith(f"{notes}:7:") and lines[1].startswith(f"{notes}:9:")
     assert main(["check", "--file", str(notes), "--json"]) == 1
     assert [x["line"] for x in json.loads(capsys.readouterr().out)] == [7, 9, 13]

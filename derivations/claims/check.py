@@ -12,6 +12,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 * ``leading-order``: claim/ours -> 1 as the model grows (``derivations.claims.analysis``: h, a,
   a_kv, f and l -> oo together, d_h, b, s, V fixed); the missing lower-order terms are named
   with the breakdown nodes they come from;
+* ``bound``: an inequality ("less than 400 MB", "up to 1.7 GB") that ours satisfies at the model's sizes;
 * ``different``: anything else, with a constant factor where there is one, the terms that make
   the gap and a counterexample with the numbers of a bundled model.
 
@@ -24,7 +25,8 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,19 +37,21 @@ from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanaly
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
 from memderive.derivations.claims.conditions import conditions
-from memderive.derivations.claims.numbers import model_pins, number_lines
+from memderive.derivations.claims.numbers import bound_lines, model_pins, number_lines
 from memderive.derivations.claims.parser import ParsedFormula, parse_formula
 from memderive.derivations.claims.symbols import HINTS, OURS, context_notes, default_symbols, parse_symbols
+from memderive.derivations.models.model import Model
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
 from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims_sympy import Psi, b, d, l_w, n, p, s, t, w
+from memderive.symbolic.dims_sympy import Psi, b, d, l, l_w, n, p, s, t, w
 from memderive.symbolic.errors import DerivationError
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
 
-VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
+VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 DEFAULT_MODEL = "gpt3-175b"
 #: family names accepted for --model, with the bundled model that stands for them
 FAMILIES = {"gpt": "gpt3-175b", "gpt2": "gpt2", "llama": "llama-2-7b", "mistral": "mistral-7b", "bert": "bert-base"}
@@ -122,7 +126,7 @@ class CheckResult:
         """Exact; or leading-order when the author wrote an approximation (``\\approx``) or expected it."""
         if self.claim.expect is not None:
             return self.verdict == self.claim.expect
-        return self.verdict in ("exact", "rounded") or (self.verdict == "leading-order"
+        return self.verdict in ("exact", "rounded", "bound") or (self.verdict == "leading-order"
                                                          and self.parsed.relation == "approx")
 
     def to_json(self) -> dict[str, Any]:
@@ -192,15 +196,21 @@ def check_claim(claim: Claim) -> CheckResult:
     A chain ``M = A = B`` is checked step by step: the result is the first step that does not
     hold (never a pass because the last step holds), or the last step when every step holds.
     """
+    if "||" in claim.formula:
+        return _printout(claim)
     spec = quantity_spec(claim.quantity)
     model = _resolve_model(claim.model)
     if claim.expect is not None and claim.expect not in VERDICTS:
         raise ClaimError(f"expect must be one of {', '.join(VERDICTS)}, not {claim.expect!r}")
     seq = int(claim.options.get("seq") or _default_seq(model, claim.options))
+    model, past = _past_positions(model, claim.options, seq)
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     mapping = parse_symbols(claim.symbols)
-    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax,
+    # a model with a sliding window defines W: notes write W, w or sliding_window for it
+    window = {k: w for k in _WINDOW_NAMES} if w in probe.values else {}
+    parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **window, **mapping}, claim.syntax,
                            counting=spec.counting, hints=HINTS)
+    spec, shared = _share_of_total(spec, parsed, claim)
     sides = parsed.chain or (parsed,)
     results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
@@ -212,8 +222,57 @@ def check_claim(claim: Claim) -> CheckResult:
                 f"the chain does not hold at step {bad + 1} of {len(results)}, {sides[bad].text} (steps: {steps})")
         lines.insert(0, head)
     notes = (_mapping_notes(mapping, parsed, pick.pins) + context_notes(spec, parsed.names, mapping)
-             + list(parsed.readings) + list(pick.notes))
+             + list(parsed.readings) + shared + past + _label_model(parsed.label, pick.model) + list(pick.notes))
     return replace(pick, explanation=tuple(lines), notes=tuple(notes))
+
+
+#: PEFT's print_trainable_parameters() line, "trainable params: X || all params: Y || trainable%: Z": the
+#: quantity each label names (the percentage is the trainable share: ``_share_of_total``).
+_PRINTOUT = (("trainable", "params.trainable"), ("all param", "params.total"), ("total param", "params.total"))
+
+
+def _printout(claim: Claim) -> CheckResult:
+    """A line of figures joined by ``||`` (PEFT's printout), each checked as the quantity its label names;
+    the result is the first figure that does not hold, or the last, with every figure's verdict said."""
+    parts = [x.strip() for x in claim.formula.split("||") if x.strip()]
+    if not parts:
+        raise ClaimError("a printout joined by '||' with no figure in it")
+    results = []
+    for part in parts:
+        label = part.split(":", 1)[0].lower() if ":" in part else ""
+        quantity = next((q for key, q in _PRINTOUT if key in label), claim.quantity)
+        results.append(check_claim(replace(claim, quantity=quantity, formula=part)))
+    bad = next((r for r in results if not r.holds), None)
+    pick = bad or results[-1]
+    said = "; ".join(f"{r.parsed.text.strip()}: {r.verdict}" for r in results)
+    return replace(pick, explanation=(f"a printout of {len(results)} figures, each checked as its label names "
+                                      f"({said})", *pick.explanation))
+
+
+#: The names notes give a model's sliding window (Mistral's config field is sliding_window).
+_WINDOW_NAMES = ("W", "w", "sliding_window", "window", "window_size", "W_{window}")
+
+
+def _label_model(label: str, model: str) -> list[str]:
+    """``N(llama2-7b) =`` checked with another model: said (the label names what the figure is of)."""
+    named = re.search(r"\(\s*([A-Za-z][\w.\- ]*?)\s*\)\s*$", label)
+    if named is None or not re.search(r"\d", named.group(1)):
+        return []
+    said, ours = (re.sub(r"[^a-z0-9]", "", x.lower()) for x in (named.group(1), model))
+    if said in ours or ours in said:
+        return []
+    return [f"unsure: the left-hand side names {named.group(1)}; checked with {model} (--model checks another)"]
+
+
+def _share_of_total(spec: QuantitySpec, parsed: ParsedFormula, claim: Claim) -> tuple[QuantitySpec, list[str]]:
+    """A percentage claimed for a part of the parameter count (PEFT's ``trainable%: 0.59`` for
+    params.trainable) is that part's share of the total: the quantity becomes ``part/params.total``."""
+    if parsed.unit != "ratio" or spec.parts or spec.unit != "elements" or claim.units is not None \
+            or not spec.name.startswith("params.") or spec.name == "params.total":
+        return spec, []
+    share = quantity_spec(f"{spec.name}/params.total")
+    return share, [f"a percentage of a count: read as {share.name} (the share of all parameters, as PEFT prints "
+                   "trainable%)"]
 
 
 def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: ParsedFormula,
@@ -228,13 +287,124 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
+    for item in side.per:
+        cmp, per_note = _per_item(spec, ctx, cmp, item)
+        notes.append(per_note)
+    if side.relation in ("below", "above"):
+        verdict, lines = bound_lines(ctx, cmp, side, factor, ctx.values)
+        return _result(claim, ctx, side, verdict, cmp, notes, lines)
     if _is_zero(cmp.ours - cmp.theirs):
         return _result(claim, ctx, side, "exact", cmp, notes, ["identical for all sizes"])
+    settled, named = _model_settles(ctx, cmp, mapping)
+    if named and _is_zero(settled.ours - settled.theirs):
+        return _result(claim, ctx, side, "exact", cmp, notes,
+                       [f"exact once {named}: the model defines it (--symbols pins another value), not for every "
+                        "value"])
     if not cmp.theirs.is_Number and (fixed := model_pins(ctx, cmp)) is not None:
         sizes = ", ".join(f"{x} = {v:,}" for x, v in fixed.items())
         return _result(claim, ctx, side, "exact", cmp, notes,
                        [f"exact for the sizes of {ctx.model.name} ({sizes}), not for every size"])
     return _judge(claim, spec, ctx, side, cmp, notes, expr * factor, factor)
+
+
+#: How many of an item a quantity counts, by the item a figure is given for (``5.3GB / sequence``).
+_PER_LAYER = ("per_layer", "attention_per_layer", "per_dense_layer")
+
+
+def _per_item(spec: QuantitySpec, ctx: Context, cmp: Comparison, item: str) -> tuple[Comparison, str]:
+    """Ours for one item (token, sequence, layer) when the claim is a figure per item: ours divided by the
+    items it counts (b sequences; b(s + n) cached tokens or bs tokens of a step; l layers), said in a note."""
+    held = cmp.ours.free_symbols
+    if item == "GPU":
+        return cmp, f"the figure is for one GPU; {spec.name} is per GPU already"
+    if item == "layer":
+        count = sp.Integer(1) if spec.name.endswith(_PER_LAYER) else l
+        what = "l layers"
+    elif item == "token":
+        count = sp.Integer(1) if spec.name.endswith("per_token") or spec.name.endswith("per_position") else (
+            b * (s + n) if spec.mode == "infer" and n in held else b * s)
+        what = "b(s + n) tokens" if count == b * (s + n) else "bs tokens"
+    else:
+        count, what = b, "b sequences"
+    count = ctx.pin(count)  # --batch 8 pins b on both sides
+    if count == 1 or not (count.is_Number or count.free_symbols & held):
+        return cmp, f"the figure is for one {item}; {spec.name} already counts one"
+    scaled = tuple(replace(p, expr=p.expr / count) for p in cmp.pieces)
+    ours = sp.expand(sp.cancel(cmp.ours / count))
+    return (replace(cmp, ours=ours, pieces=scaled, display=sp.cancel(cmp.display / count)),
+            f"the figure is for one {item}: compared with ours over {what} ({sp.factor(ours)})")
+
+
+def _model_settles(ctx: Context, cmp: Comparison, mapping: Mapping[str, sp.Expr]) -> tuple[Comparison, str]:
+    """Both sides with the sizes the model defines (its window w, l_w, heads, layers, experts, the LoRA rank)
+    that sit inside a min/max given the model's values, where the user pinned none of them: a note's "replace
+    the sequence length by the window W" is W = 4,096 for Mistral-7B. Returns the comparison and the sizes said
+    (``w = 4,096``), or the comparison unchanged and "" when nothing is settled."""
+    calls = [x for side in (cmp.ours, cmp.theirs) for x in sp.preorder_traversal(side)
+             if isinstance(x, (sp.Min, sp.Max))]
+    inside = set().union(*(c.free_symbols for c in calls)) if calls else set()
+    steps = {b, s, n, t, p, d, Psi}
+    fixed = {x: ctx.values[x] for x in sorted(inside, key=str)
+             if x in ctx.values and x not in steps and x not in ctx.pins and x not in _mapped(mapping)}
+    if not fixed:
+        return cmp, ""
+    exact = {x: sp.Rational(v) for x, v in fixed.items()}
+    settled = replace(cmp, ours=sp.expand(ctx.pin(cmp.ours.xreplace(exact))),
+                      theirs=sp.expand(ctx.pin(cmp.theirs.xreplace(exact))))
+    return settled, ", ".join(f"{x} = {v:,}" for x, v in fixed.items()) + f", {ctx.model.name}'s own"
+
+
+def _at_sizes(ctx: Context, cmp: Comparison) -> tuple[Comparison, str]:
+    """Each min/max on either side replaced by the argument that wins at the model's and the step's sizes
+    (innermost first): where leading order cannot be decided through a min/max, the note's sizes decide
+    which branch it is on. Returns the comparison and a line naming the sizes, or "" when there is none."""
+    values = {x: sp.Rational(v) for x, v in ctx.values.items()}
+
+    def settle(call: sp.Expr) -> sp.Expr:
+        try:
+            numbers = [evaluate(arg.xreplace(values), {}) for arg in call.args]
+        except ValueError:  # a size the model lacks: the min/max stays
+            return call
+        if not all(getattr(x, "is_Rational", False) for x in numbers):
+            return call
+        pick = min if isinstance(call, sp.Min) else max
+        return call.args[numbers.index(pick(numbers))]
+
+    def settled(expr: sp.Expr) -> sp.Expr:
+        return expr.replace(lambda x: isinstance(x, (sp.Min, sp.Max)), settle) if expr.has(sp.Min, sp.Max) else expr
+
+    ours, theirs = settled(cmp.ours), settled(cmp.theirs)
+    if ours.has(sp.Min, sp.Max) or theirs.has(sp.Min, sp.Max) or (ours, theirs) == (cmp.ours, cmp.theirs):
+        return cmp, ""
+    pieces = tuple(replace(x, expr=settled(x.expr)) for x in cmp.pieces)
+    steps = ", ".join(f"{x} = {ctx.values[x]:,}" for x in sorted((cmp.ours.free_symbols | cmp.theirs.free_symbols)
+                                                                    & {b, s, n}, key=str) if x in ctx.values)
+    return (replace(cmp, ours=sp.expand(ours), theirs=sp.expand(theirs), pieces=pieces),
+            f"each min/max taken at the branch the sizes of {ctx.model.name}{' (' + steps + ')' if steps else ''} "
+            "put it on: the analysis below holds there, not for every size")
+
+
+def _branches(expr: sp.Expr, limit: int = 64) -> list[sp.Expr]:
+    """``expr`` with each min/max replaced by one of its arguments, in every combination (at most ``limit``):
+    at any sizes, the expression equals one of these."""
+    call = next((x for x in sp.preorder_traversal(expr) if isinstance(x, (sp.Min, sp.Max))), None)
+    if call is None:
+        return [expr]
+    out: list[sp.Expr] = []
+    for arg in call.args:
+        out += _branches(expr.xreplace({call: arg}), limit)
+        if len(out) > limit:
+            raise Unanalysable(f"more than {limit} branches of min/max")
+    return out
+
+
+def _branches_agree(cmp: Comparison) -> bool:
+    """Whether every branch of the min/max on each side has the same leading part (bounding each branch decides
+    the leading order for every size: ours equals one branch at any sizes, and each grows alike)."""
+    try:
+        return all(len({leading(x, WIDTH) for x in _branches(side)}) == 1 for side in (cmp.ours, cmp.theirs))
+    except Unanalysable:
+        return False
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
@@ -286,12 +456,28 @@ def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
     """2048, or as many positions as a model with learned positions has left after the new tokens."""
-    from memderive.derivations.models.resolve import resolve_model
-
     loaded = resolve_model(model)
     if loaded.arch.positions != "learned" or not loaded.max_positions:
         return 2048
     return max(1, min(2048, loaded.max_positions - int(given.get("new_tokens") or 0)))
+
+
+def _past_positions(model: str, given: Mapping[str, Any], seq: int) -> tuple[str | Model, list[str]]:
+    """A length past a model's learned positions ("at a hypothetical 16,000 tokens") is checked as the formula
+    reads it, on the model with as many positions as the length needs (its parameter count unchanged), and said."""
+    loaded = resolve_model(model)
+    tokens = seq + int(given.get("new_tokens") or 0)
+    if not loaded.max_positions or tokens <= loaded.max_positions:
+        return model, []
+    if loaded.arch.positions != "learned":
+        return model, [f"{tokens:,} tokens is past the {loaded.max_positions:,} positions {loaded.name} was trained "
+                       f"with ({loaded.arch.positions} positions: the formula applies, the model was not trained "
+                       "that long)"]
+    longer = replace(loaded, max_positions=tokens, sizes={**loaded.sizes, "n_ctx": loaded.sizes.get(
+        "n_ctx", loaded.max_positions)})
+    return longer, [f"{tokens:,} tokens is past the {loaded.max_positions:,} learned positions {loaded.name} was "
+                    f"trained with: checked as the formula reads it (the model itself cannot run that length; its "
+                    f"position table keeps {loaded.max_positions:,} rows)"]
 
 
 def _window_notes(ctx: Context, expr: sp.Expr) -> list[str]:
@@ -387,7 +573,84 @@ def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Compar
         lead, more = _limits(cmp, None)  # a constant can be ours as the model grows (HFU/MFU -> 4/3)
         if lead:
             verdict, lines = "leading-order", lines + more
+    if verdict == "different":
+        lines += _nearby(ctx, cmp, parsed, factor)
     return _result(claim, ctx, parsed, verdict, cmp, notes, lines)
+
+
+def _layer_worth(cmp: Comparison, k: sp.Expr | None) -> list[str]:
+    """A per-layer formula given as the total (the claim is 1/l of ours, exactly or at leading order), or the
+    total given for one layer (l times ours): named, since the fix is the quantity, not the formula."""
+    ratio = k
+    if ratio is None:
+        try:
+            ratio = sp.cancel(leading(cmp.theirs, WIDTH)[1] / leading(cmp.ours, WIDTH)[1])
+        except (Unanalysable, ZeroDivisionError):
+            return []
+    how = "" if k is not None else " at leading order"
+    if ratio == 1 / l:
+        return [f"the claim is 1/l of ours{how}: one layer's worth, where ours counts all l layers (a per-layer "
+                "formula given as the total)"]
+    if ratio == l:
+        return [f"the claim is l times ours{how}: all l layers' worth, where ours counts one layer"]
+    return []
+
+
+#: LoRA target sets a printout is often made with (PEFT's names); "all-linear" is PEFT's shorthand.
+_LORA_TARGETS = ("q_proj,v_proj", "q_proj,k_proj,v_proj,o_proj", "all-linear")
+#: Element types a figure in bytes may have been computed in.
+_DTYPES = {"kv_dtype": ("fp16", "fp32", "fp8"), "weight_dtype": ("fp16", "fp32", "int8", "int4"),
+           "dtype": ("fp32", "bf16")}
+
+
+def _nearby_settings(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Context]]:
+    """Contexts one setting away: the alternatives of ``alternatives`` (recompute, profile, FlashAttention,
+    window, GQA, tied embeddings, ...), other LoRA target sets and ranks, other element types, and the
+    neighbouring quantities (per layer vs total, per token vs total)."""
+    yield from alternatives(spec, ctx)
+    o = ctx.options
+    changes: list[tuple[str, dict[str, Any]]] = []
+    if o.lora_rank:
+        given = ",".join(o.lora_targets) if isinstance(o.lora_targets, (tuple, list)) else str(o.lora_targets)
+        changes += [(f"with --lora-targets {x}", {"lora_targets": x}) for x in _LORA_TARGETS if x != given]
+        changes += [(f"with --lora-rank {r}", {"lora_rank": r}) for r in (o.lora_rank // 2, o.lora_rank * 2) if r]
+    for option, dtypes in _DTYPES.items():
+        if spec.mode in ("infer", "train") and getattr(o, option, None) is not None or (
+                option != "dtype" and spec.mode == "infer"):
+            changes += [(f"with --{option.replace('_', '-')} {x}", {option: x}) for x in dtypes
+                        if x != getattr(o, option, None)]
+    for label, change in changes:
+        try:
+            yield label, replace(build_context(spec, ctx.model, replace(o, **change)), pins=_unpinned(ctx, change))
+        except (DerivationError, ValueError, TypeError):
+            continue
+    for name in SIBLINGS.get(spec.name, ()):
+        try:
+            yield f"as {name}", replace(build_context(QUANTITIES[name], ctx.model, ctx.options), pins=ctx.pins)
+        except (DerivationError, ValueError):
+            continue
+
+
+def _unpinned(ctx: Context, change: Mapping[str, Any]) -> dict[sp.Symbol, sp.Expr]:
+    """The context's pins less the one a changed option sets (another rank is not r = 8)."""
+    return {x: v for x, v in ctx.pins.items() if not any(_PINNED_BY.get(k) == x for k in change)}
+
+
+def _nearby(ctx: Context, cmp: Comparison, parsed: ParsedFormula, factor: sp.Expr) -> list[str]:
+    """The nearby settings under which a figure that does not hold as given would hold, named (at most two)."""
+    found = []
+    for label, alt in _nearby_settings(ctx.spec, ctx):
+        try:
+            other = alt.compare(cmp.theirs)
+            verdict, _ = number_lines(alt, other, parsed, factor, alt.values)
+        except (DerivationError, ValueError, TypeError, ZeroDivisionError):
+            continue
+        if verdict in ("exact", "rounded"):
+            found.append(f"the figure holds {label} ({'exactly' if verdict == 'exact' else 'to its printed precision'}"
+                         f"): the claim was made under another setting than the one given")
+        if len(found) == 2:
+            break
+    return found
 
 
 def _said(value: sp.Expr) -> str:
@@ -401,7 +664,18 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
         return _number_claim(claim, ctx, parsed, cmp, notes, factor)
     k = constant_factor(cmp.theirs, cmp.ours)
     lines = [f"the claim is {k} times ours"] if k is not None else []
+    lines += _layer_worth(cmp, k)
     lead, more = _limits(cmp, k)
+    if any("through min/max" in x for x in more) and (at := _at_sizes(ctx, cmp))[1]:
+        agree = _branches_agree(cmp)
+        cmp, k = at[0], constant_factor(at[0].theirs, at[0].ours)
+        lead, more = _limits(cmp, k)
+        head = (f"every branch of each min/max has the same leading part, so the leading order holds for every size; "
+                f"the lower orders are taken at the branch the sizes of {ctx.model.name} put it on") if agree else at[1]
+        more = [head] + ([f"the claim is {k} times ours there"] if k is not None and not lines else []) + more
+        if not agree:
+            notes = [*notes, f"unsure: leading order decided at the sizes of {ctx.model.name}, not for every size "
+                             "(a min/max of growing terms whose branches differ at leading order)"]
     lines += more
     gaps: list[Gap] = []
     if k is None or k.is_Number:
@@ -468,7 +742,9 @@ def _counterexample(ctx: Context, ours: sp.Expr, theirs: sp.Expr) -> Counterexam
 def _result(claim: Claim, ctx: Context, parsed: ParsedFormula, verdict: str, cmp: Comparison, notes: list[str],
             lines: list[str], gaps: tuple[Gap, ...] = (), factor: sp.Expr | None = None,
             holds_under: tuple[str, ...] = ()) -> CheckResult:
-    example = None if verdict == "exact" else _counterexample(ctx, cmp.ours, cmp.theirs)
+    # a bound's line holds its numbers at the model's sizes (other sizes would not be the claim's)
+    bounded = parsed.relation in ("below", "above")
+    example = None if verdict == "exact" or bounded else _counterexample(ctx, cmp.ours, cmp.theirs)
     q = ctx.quantity
     return CheckResult(claim, ctx.spec, q.title, verdict, parsed, cmp.theirs, cmp.display,
                        sp.expand(cmp.ours - cmp.theirs), tuple(lines), gaps, factor, holds_under, example,

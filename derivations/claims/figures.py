@@ -5,7 +5,8 @@ A *figure* is a number as written, with the precision its last printed digit imp
 integer before a suffix is not significant); a plain integer (``39,976,960``, ``4096``) is exact. The
 checker compares a figure with ours by that half unit (``derivations.claims.check``: verdict ``rounded``).
 
-* digit groups ``39,976,960`` and our printer's ``4{,}096``; decimals ``0.5898``; exponents ``8e9``;
+* digit groups ``39,976,960``, our printer's ``4{,}096`` and Python's ``16_000``; decimals ``0.5898``;
+  exponents ``8e9``;
 * magnitudes after a number: ``K M B T`` (B is a billion in a count, bytes in a byte count; a letter that
   starts a product, ``96 B s``, stays a letter), ``thousand million billion trillion bn``, and ``万 亿``;
 * units: ``B KB kB MB GB TB KiB MiB GiB TiB bytes 字节 bits elements params FLOPs``; ``%``.
@@ -26,7 +27,7 @@ __all__ = ["Figure", "read_number", "magnitude", "MAGNITUDES", "WORDS", "UNITS",
            "SCALE_NAMES", "decimal_text"]
 
 #: digit groups of three (``39,976,960``, ``4{,}096``), a decimal part, an exponent (``8e9``, ``1.5E-3``)
-_NUMBER = re.compile(r"(?P<int>\d{1,3}(?:(?:,|\{,\})\d{3})+(?![\d])|\d+)(?P<frac>\.\d+)?"
+_NUMBER = re.compile(r"(?P<int>\d{1,3}(?:(?:,|\{,\})\d{3})+(?![\d])|\d+(?:_\d+)+(?![\d_])|\d+)(?P<frac>\.\d+)?"
                      r"(?:(?P<exp>[eE][+-]?\d{1,3})(?![A-Za-z0-9_]))?|(?P<bare>\.\d+)")
 #: single letters after a number that scale it (in a count; ``B`` in a byte count is the unit)
 MAGNITUDES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
@@ -86,7 +87,7 @@ def read_number(text: str, i: int) -> tuple[Figure, int]:
     if match.group("bare"):
         frac = match.group("bare")
         return Figure(Fraction(frac), Fraction(1, 2 * 10 ** (len(frac) - 1)), written, len(frac) - 1), match.end()
-    digits = match.group("int").replace("{,}", "").replace(",", "")
+    digits = match.group("int").replace("{,}", "").replace(",", "").replace("_", "")  # 16_000: Python's separators
     frac = match.group("frac") or ""
     value = Fraction(digits + frac) if frac else int(digits)
     decimals = len(frac) - 1 if frac else 0

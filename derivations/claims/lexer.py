@@ -52,8 +52,15 @@ _LETTER = re.compile(r"([A-Za-z])(_(?:\{[^{}]*\}|\\[A-Za-z]+(?:\{[^{}]*\})?|[A-Z
 #: a superscript of letters that belongs to a name (``d_h^R``, ``d_{h}^{R}``)
 _SUPER_LETTERS = re.compile(r"\^(?:\{([A-Za-z]+)\}|([A-Za-z]))")
 #: what may follow a unit: ``per param``, ``/param``, a dtype in brackets ``(FP16)``
-_UNIT_TAIL = re.compile(r"\s*(?:(?:/|\s+per\s+)(?:param(?:eter)?s?|weights?|参数|tokens?|elements?)(?![A-Za-z])"
+_UNIT_TAIL = re.compile(r"\s*(?:(?:/|\s+per\s+)(?:param(?:eter)?s?|weights?|参数|elements?)(?![A-Za-z])"
                         r"|\((?:FP|fp|BF|bf|INT|int|NF|nf)\d+\))")
+#: A unit per item (``5.3GB / sequence``, ``0.5 MB per token``): the figure counts one item.
+_PER_ITEM = re.compile(r"\s*(?:/|\bper\b|\\text\{\s*/\s*)\s*(?:\\text\{)?\s*(?P<item>tokens?|sequences?|seqs?|samples?|"
+                       r"requests?|prompts?|users?|layers?|GPUs?|gpus?|devices?|cards?)(?![A-Za-z])\s*\}?\s*\}?")
+#: Words in parentheses that label the factor before them (``(K,V)``, ``(T)``, ``(n_layers)``).
+_FACTOR_LABEL = re.compile(r"\(\s*([A-Za-z][A-Za-z0-9_]*(?:\s*[, ]\s*[A-Za-z][A-Za-z0-9_]*)*)\s*\)")
+#: Byte units as notes also spell them (``kiB``, ``gb``, ``Mb``, ``GIB``): any case, read as the unit.
+_CASED_UNITS = {k.lower(): k for k in ("kB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}
 #: Functions a formula may call, as written in Python (SymPy's spelling too) and in LaTeX.
 FUNCTIONS: dict[str, type[sp.Expr]] = {"min": sp.Min, "max": sp.Max, "Min": sp.Min, "Max": sp.Max}
 #: One-argument calls of code: a whole number of the argument (``int``, ``math.ceil``) or the argument.
@@ -160,6 +167,7 @@ class Lexer:
     used: list[str] = field(default_factory=list)
     readings: list[str] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
+    per: list[str] = field(default_factory=list)  # a figure for one item (token, sequence, layer): ``5.3GB / sequence``
     i: int = 0
 
     def __post_init__(self) -> None:
@@ -192,6 +200,9 @@ class Lexer:
                 self._emit("op", text[self.i:self.i + 2], 2)  # ** kept apart from ^: LaTeX's one-character rule
             elif ch in "+-*/^":
                 self._emit("op", ch, 1)
+            elif ch == "(" and (label := self._factor_label()):
+                self.readings.append(f"unsure: read ({label}) after {self.tokens[-1].text} as the factor's label, "
+                                     "not a product")
             elif ch in "([{":
                 self._emit("open", ch, 1)
             elif ch in ")]}":
@@ -207,6 +218,26 @@ class Lexer:
         self._ratio_marker()
         self.tokens.append(Tok("end", "", len(text)))
         return self.tokens
+
+    def _factor_label(self) -> str:
+        """``8192\\ (T)``, ``2 (K,V)``, ``32 (layers)``: words in parentheses after a number and a space name
+        the factor; they are skipped (returned) when they are words only and either follow LaTeX's ``\\ ``,
+        hold a comma, or name something the table lacks. ``2 (s + n)`` and ``2(sbh)`` stay products."""
+        if not self.tokens or self.tokens[-1].kind != "num":
+            return ""
+        before = self.text[:self.i]
+        if not before[-1:].isspace():
+            return ""
+        match = _FACTOR_LABEL.match(self.text, self.i)
+        if match is None:
+            return ""
+        words = re.findall(r"[A-Za-z]+", match.group(1))
+        explicit = before.rstrip().endswith("\\")
+        known = [w in self.names or all(ch in self.names for ch in w) for w in words]  # sbh: letters we know
+        if explicit or "," in match.group(1) or not all(known):
+            self.i = match.end()
+            return match.group(1).strip()
+        return ""
 
     def _ratio_marker(self) -> None:
         """``8×`` or ``8x`` at the end: the figure is a ratio ("an 8x smaller cache")."""
@@ -229,6 +260,9 @@ class Lexer:
         figure, j = read_number(self.text, col)
         if len(re.sub(r"\D", "", figure.written)) > LIMIT_DIGITS:
             raise self.fail(f"number with more than {LIMIT_DIGITS} digits")
+        if "_" in figure.written:
+            self.readings.append(f"read {figure.written} as {figure.written.replace('_', '')} (Python's digit "
+                                 "separators)")
         shape: tuple[object, str] = (1, "")
         exponent = re.search(r"[eE]([+-]?\d+)$", figure.written)
         if exponent:
@@ -293,6 +327,11 @@ class Lexer:
                 return figure.scaled(scale, figure.written + w), word.end(), (scale, w)
         if w in UNITS and not (starts_product and len(w) == 1):
             return self._unit(figure, w, word.end(), spaced)
+        cased = _CASED_UNITS.get(w.lower())
+        if cased is not None and not starts_product:
+            self.readings.append(f"unsure: read {w} as {cased}" + (" (bytes; a gigabit would be Gb written as a rate)"
+                                                          if w.lower().endswith("b") and w[-1] == "b" else ""))
+            return self._unit(figure, cased, word.end(), spaced)
         return None
 
     def _unit(self, figure: Figure, unit: str, end: int, spaced: bool) -> tuple[Figure, int, tuple[object, str]]:
@@ -306,7 +345,14 @@ class Lexer:
         elif unit == "B":
             self.readings.append(f"read {figure.written}{sep}B as {figure.written} bytes")
         tail = _UNIT_TAIL.match(self.text, end)
-        return figure, (tail.end() if tail else end), (scale, sep + unit)
+        j = tail.end() if tail else end
+        while not tail and (item := _PER_ITEM.match(self.text, j)):  # per token per layer: each item in turn
+            word = item.group("item").lower().rstrip("s")
+            word = {"seq": "sequence", "gpu": "GPU", "card": "GPU", "device": "GPU"}.get(word, word)
+            self.per.append(word)
+            self.readings.append(f"read {figure.written} {item.group().strip()} as the figure for one {word}")
+            j = item.end()
+        return figure, j, (scale, sep + unit)
 
     def _sizeof(self) -> None:
         match = _SIZEOF.match(self.text, self.i)
@@ -472,6 +518,12 @@ class Lexer:
         end = self._braced_end(j)
         content = self.text[self.text.index("{", j) + 1:end - 1].strip()
         self.i = end
+        if self.text.startswith("_", end) and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", content):
+            sub_end = self._subscript(end + 1)  # \text{ffw}_\text{multiplier}: one name with its subscript
+            if sub_end > end + 1:
+                self.i = sub_end
+                self._known(normalize_name(content + "_" + self.text[end + 1:sub_end]), col)
+                return
         if content in UNIT_WORDS:
             self.tokens.append(Tok("unit", content, col, UNIT_WORDS[content]))
         elif content in ("min", "max"):  # \operatorname{min}

@@ -34,14 +34,15 @@ from typing import Any
 from memderive.derivations.claims.check import Claim
 from memderive.derivations.option_table import Option, options_for, value_from_text
 
-__all__ = ["Marked", "find_claims", "marker_fields", "KEYS", "MAX_CLAIMS"]
+__all__ = ["Marked", "find_claims", "marker_fields", "marker_comments", "mask_fences", "LineIndex", "FORMULA", "KEYS",
+           "MAX_CLAIMS"]
 
 _MARKER = re.compile(r"<!--\s*memderive(-defaults)?\s*:")
 _BLANK = re.compile(r"\n[ \t]*\n")
 _FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.DOTALL | re.MULTILINE)
-_FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
+FORMULA = re.compile(r"\$\$(?P<block>.+?)\$\$|\\\[(?P<display>.+?)\\\]|(?<![\\$])\$(?P<inline>[^$\n]+?)\$"
                       r"|`(?P<code>[^`\n]+)`", re.DOTALL)
-#: Inline formulas and code alone (``_FORMULA``'s last two branches): no lazy scan across lines.
+#: Inline formulas and code alone (``FORMULA``'s last two branches): no lazy scan across lines.
 _INLINE = re.compile(r"(?<![\\$])\$[^$\n]+?\$|`[^`\n]+`")
 #: The most markers ``check --file`` reads in one document (each distinct claim is checked on its own, ~0.1 s).
 MAX_CLAIMS = 500
@@ -107,7 +108,7 @@ def _merge(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _mask_fences(text: str) -> str:
+def mask_fences(text: str) -> str:
     """Fenced code blocks blanked out (newlines kept, so line numbers stay right)."""
     return _FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
 
@@ -120,7 +121,7 @@ class _Marker:
     body: str
 
 
-def _markers(text: str) -> list[_Marker]:
+def marker_comments(text: str) -> list[_Marker]:
     """The ``memderive`` comments, in one pass: an unclosed ``<!--`` ends the search (HTML reads the
     rest of the document as that comment), so nothing is scanned twice."""
     found, i = [], 0
@@ -150,10 +151,10 @@ def _formula_after(text: str, start: int, stop: int) -> re.Match | None:
     inline = _INLINE.search(text, start, stop)
     if inline and inline.start() < limit:
         openings.append(inline.start())
-    return _FORMULA.match(text, min(openings), stop) if openings else None
+    return FORMULA.match(text, min(openings), stop) if openings else None
 
 
-class _Lines:
+class LineIndex:
     """1-based line numbers of offsets, by bisection over the newline offsets (not a count per marker)."""
 
     def __init__(self, text: str) -> None:
@@ -171,12 +172,12 @@ def find_claims(text: str, defaults: Mapping[str, Any] | None = None, limit: int
         defaults: keys that apply to every marker (a marker's own keys win), e.g. from the CLI.
         limit: the most markers read (``check --file``: ``MAX_CLAIMS``); more is a ``ValueError`` at once.
     """
-    masked = _mask_fences(text)
-    markers = _markers(masked)
+    masked = mask_fences(text)
+    markers = marker_comments(masked)
     if limit is not None and len(markers) > limit:
         raise ValueError(f"{len(markers):,} memderive markers; the limit is {limit:,} per document: split the "
                          "file")
-    line_of = _Lines(masked)
+    line_of = LineIndex(masked)
     current = dict(defaults or {})
     found: list[Marked] = []
     for i, marker in enumerate(markers):

@@ -30,7 +30,7 @@ from memderive.derivations.claims.context import Comparison, Context
 from memderive.derivations.claims.figures import BINARY, BYTE_SCALES, figure_text
 from memderive.derivations.claims.parser import ParsedFormula
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims_sympy import Psi, Psi_a, b, d, ep, g, m, n, p, r, s, t, v
+from memderive.symbolic.dims_sympy import Psi, Psi_a, b, d, ep, g, l, m, n, p, r, s, t, v
 
 __all__ = ["number_lines", "model_pins", "bounds_text", "figure_gaps"]
 
@@ -82,15 +82,45 @@ def number_lines(ctx: Context, cmp: Comparison, side: ParsedFormula, factor: sp.
         return "rounded", [f"the claim is a rounded figure: {side.text} stands for "
                            f"{bounds_text(bounds, side.shape, side.figure.decimals if side.figure else 0)} (printed "
                            f"{_precision(side)}); ours, {_shown(mine)} for {name}, lies within it"]
-    binary = _binary(side, bounds)
+    binary = _relabelled(side, bounds, BINARY)
     if binary is not None and binary[0] <= mine <= binary[1]:
         return "rounded", [f"the claim holds if its {side.shape[1].strip()} means "
                            f"{BINARY[side.shape[1].strip()]} (as many notes write it): {side.text} stands for "
                            f"{_shown(binary[0])}-{_shown(binary[1])} bytes; ours is {_shown(mine)}"]
+    decimal = _relabelled(side, bounds, _SI)
+    if decimal is not None and decimal[0] <= mine <= decimal[1]:
+        unit = side.shape[1].strip()
+        return "different", [f"a figure in {_SI[unit]} labelled {unit}: {side.text} as {_SI[unit]} stands for "
+                             f"{_shown(decimal[0])}-{_shown(decimal[1])} bytes, and ours, {_shown(mine)}, lies within "
+                             f"it; as {unit} it is {int(bounds[0]):,}-{int(bounds[1]):,} bytes"]
     lines = [f"the claim is a figure; ours is {_shown(mine)} for the sizes of {name}"
              + (f", which rounds to {_like(mine / factor, side)} at the printed precision"
                 if side.shape is not None and side.figure is not None and side.bounds is not None else "")]
     return "different", lines + figure_gaps(ctx, cmp, mine, claim, bounds, values)
+
+
+def bound_lines(ctx: Context, cmp: Comparison, side: ParsedFormula, factor: sp.Expr,
+                values: Mapping[sp.Symbol, object]) -> tuple[str, list[str]]:
+    """``(verdict, explanation)`` of an inequality ("less than 400 MB", "up to 1.7 GB", ``M \\ge 2lh``) at the
+    model's sizes: ``bound`` when ours lies on the claimed side, ``rounded`` when it passes the figure by less
+    than its printed precision, else ``different``."""
+    mine, claim = _value(cmp.ours, values), _value(cmp.theirs, values)
+    name = ctx.model.name
+    if mine is None or claim is None:
+        return "different", [f"an inequality: ours or the claim is not a number for the sizes of {name}"]
+    below = side.relation == "below"
+    word = "at most" if below else "at least"
+    steps = ", ".join(f"{x} = {values[x]:,}" for x in sorted(cmp.ours.free_symbols & _STEP, key=str) if x in values)
+    name = f"{name} ({steps})" if steps else name
+    sizes = "" if cmp.theirs.is_Number else f" (both at the sizes of {name}: a bound checked there, not for every size)"
+    if (mine <= claim) if below else (mine >= claim):
+        return "bound", [f"the claim is a bound: ours, {_shown(mine)} for {name}, is {word} {_shown(claim)}{sizes}"]
+    bounds = None if side.bounds is None else (side.bounds[0] * factor, side.bounds[1] * factor)
+    if bounds is not None and ((mine <= bounds[1]) if below else (mine >= bounds[0])):
+        return "rounded", [f"the claim is a bound to its printed precision ({_precision(side)}): ours, {_shown(mine)}, "
+                           f"passes {_shown(claim)} by less than that"]
+    return "different", [f"the claim is a bound that does not hold: ours, {_shown(mine)} for {name}, is "
+                         f"{'more' if below else 'less'} than {_shown(claim)}{sizes}"]
 
 
 def _shown(value: sp.Rational) -> str:
@@ -102,12 +132,18 @@ def _like(value: sp.Rational, side: ParsedFormula) -> str:
     return figure_text(Fraction(int(value.p), int(value.q)), side.figure, scale, suffix)  # type: ignore[arg-type]
 
 
-def _binary(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None) -> tuple[sp.Rational, ...] | None:
-    """The interval of a figure in KB/MB/GB/TB read as KiB/MiB/GiB/TiB."""
-    if bounds is None or side.shape is None or side.shape[1].strip() not in BINARY:
+#: Binary byte units and the SI unit a figure labelled so may have been computed in.
+_SI = {"KiB": "kB", "MiB": "MB", "GiB": "GB", "TiB": "TB"}
+
+
+def _relabelled(side: ParsedFormula, bounds: tuple[sp.Rational, sp.Rational] | None,
+                table: Mapping[str, str]) -> tuple[sp.Rational, ...] | None:
+    """The interval of a figure read in the other unit ``table`` gives for its own: KB/MB/GB/TB as
+    KiB/MiB/GiB/TiB (``BINARY``), or KiB/MiB/GiB/TiB as kB/MB/GB/TB (``_SI``: a GB figure labelled GiB)."""
+    if bounds is None or side.shape is None or side.shape[1].strip() not in table:
         return None
     unit = side.shape[1].strip()
-    ratio = sp.Rational(BYTE_SCALES[BINARY[unit]], BYTE_SCALES[unit])
+    ratio = sp.Rational(BYTE_SCALES[table[unit]], BYTE_SCALES[unit])
     return bounds[0] * ratio, bounds[1] * ratio
 
 
@@ -127,14 +163,66 @@ def _units(ctx: Context, pieces: Sequence[Piece], values: Mapping[sp.Symbol, obj
                   for x in op.params if x.role == "weight"), 0)
     if linear:
         units["1/2 x the linear weights of the layers (4-bit weights packed two per byte)"] = sp.sympify(linear) / 2
+    if ctx.spec.name.startswith(("flops", "activations")):
+        units.update(_node_units(pieces))
     out = [(name, _value(expr, values)) for name, expr in units.items()]
     return [(name, value) for name, value in out if value]
+
+
+#: The parts of a FLOPs breakdown's leaf names that make the backward pass.
+_BACKWARD = {"input-grad": "the input gradients", "weight-grad": "the weight gradients"}
+
+
+def _node_units(pieces: Sequence[Piece]) -> dict[str, sp.Expr]:
+    """FLOPs and activations by graph node (``the attention core (layer/attn/core)``, ``head/lm_head``) and,
+    for FLOPs, the backward pass and its two halves: the units a figure for them leaves out or adds."""
+    nodes: dict[str, sp.Expr] = {}
+    for piece in pieces:
+        parts = piece.path.split("/")
+        for depth in range(2, len(parts)):
+            node = "/".join(parts[:depth])
+            nodes[node] = nodes.get(node, sp.Integer(0)) + piece.expr
+    named = {_NODE_NAMES.get(node.split("/", 1)[-1], node) + f" ({node})" if node.split("/", 1)[-1] in _NODE_NAMES
+             else node: expr for node, expr in nodes.items()}
+    kinds: dict[str, sp.Expr] = {}
+    for piece in pieces:
+        kind = piece.path.rsplit("/", 1)[-1]
+        if kind in _BACKWARD:
+            kinds[_BACKWARD[kind]] = kinds.get(_BACKWARD[kind], sp.Integer(0)) + piece.expr
+            kinds["the backward pass"] = kinds.get("the backward pass", sp.Integer(0)) + piece.expr
+    return {**named, **kinds}
+
+
+#: Readers' names of graph nodes (the path under ``layer/`` or ``head/``).
+_NODE_NAMES = {"attn/core": "the attention core", "attn": "attention", "mlp": "the MLP", "lm_head": "the LM head",
+               "loss": "the loss's logits", "attn/qkv": "the QKV projections", "attn/proj": "the output projection",
+               "final_norm": "the final norm"}
+
+
+def _one_layer(ctx: Context, cmp: Comparison, lo: sp.Rational, hi: sp.Rational,
+               values: Mapping[sp.Symbol, object]) -> list[str]:
+    """A total that is one layer's worth: the layers' terms over l (with or without the rest)."""
+    if l not in values or values[l] in (0, 1):
+        return []
+    layers = sum((p.expr for p in cmp.pieces if p.path.startswith(("layer/", "first_layer/"))), sp.Integer(0))
+    rest = sum((p.expr for p in cmp.pieces if not p.path.startswith(("layer/", "first_layer/"))), sp.Integer(0))
+    one = _value(layers / l, values)
+    other = _value(rest, values) or sp.Integer(0)
+    if one is None:
+        return []
+    for value, word in ((one, ""), (one + other, " (with the terms outside the layers)")):
+        if value and lo <= value <= hi:
+            return [f"the claim is one layer's worth of ours{word}: {_shown(value)}, 1/l of the layers' "
+                    f"{_shown(one * sp.Integer(values[l]))} (l = {values[l]:,}); a per-layer figure given as the total"]
+    return []
 
 
 def figure_gaps(ctx: Context, cmp: Comparison, mine: sp.Rational, claim: sp.Rational,
                 bounds: tuple[sp.Rational, sp.Rational] | None, values: Mapping[sp.Symbol, object]) -> list[str]:
     """The gap of a figure in graph terms: units it leaves out (or adds), or one size taken otherwise."""
     lo, hi = bounds if bounds is not None else (claim, claim)
+    if ctx.spec.per != "layer" and (layer := _one_layer(ctx, cmp, lo, hi, values)):
+        return layer
     units = _units(ctx, cmp.pieces, values)
     for size in (1, 2):
         found = []

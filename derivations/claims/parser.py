@@ -58,7 +58,18 @@ __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "
 LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
           "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
           "expanded_terms": 60}
-_RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|=|(?:(?<=\s)|^)~(?=[\s\d.])")
+_RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|<=|>=|≤|≥|\\(?:leq?|geq?|lt|gt)(?![A-Za-z])|<|>|="
+                       r"|(?:(?<=\s)|^)~(?=[\s\d.])")
+_BELOW = ("<=", "≤", "\\le", "\\leq", "<", "\\lt")
+_ABOVE = (">=", "≥", "\\ge", "\\geq", ">", "\\gt")
+#: An inequality or an approximation in words before a figure: "less than 400 MB", "up to 1.7 GB", "about 7B".
+_BOUND_WORDS = re.compile(r"\s*(?:(?P<below>less than|fewer than|smaller than|lower than|under|below|up to|at most|"
+                          r"no more than|not more than|within)|(?P<above>more than|greater than|larger than|over|above|"
+                          r"at least|no less than|not less than|in excess of|exceeds?)|(?P<approx>about|around|roughly|"
+                          r"approximately|approx\.?|nearly|almost|some))\s+(?=[\d.$\\(~])", re.IGNORECASE)
+#: ``N(llama2-7b) =``: a left-hand side named with a model (or a size) in parentheses is a label.
+_MODEL_LABEL = re.compile(r"\s*(?:\\[A-Za-z]+\{[^{}]*\}|\\?[A-Za-z]+)(?:_(?:\{[^{}]*\}|[A-Za-z0-9]+))?\s*"
+                          r"\(\s*(?P<arg>[A-Za-z0-9][\w.\- ]*?)\s*\)\s*")
 _OPEN = {"(": ")", "[": "]", "{": "}", r"\{": r"\}"}
 #: ``trainable params:``, ``Number of Parameters (Non-Embedding):``, ``trainable%:``: a label before a colon
 _COLON_LABEL = re.compile(r"\s*([A-Za-z\u4e00-\u9fff][^:=$\\]{0,79}?)\s*:(?![=:])\s*")
@@ -87,6 +98,7 @@ class ParsedFormula:
     readings: tuple[str, ...] = ()
     shape: tuple[object, str] | None = None
     figure: Figure | None = None
+    per: tuple[str, ...] = ()  # a figure for one item each: ``5.3GB / sequence`` (token, sequence, layer, GPU, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,13 +389,19 @@ def _sides(text: str) -> list[tuple[int, str, str]]:
     out, start, sign = [], 0, ""
     for match in _RELATION.finditer(text):
         out.append((start, sign, text[start:match.start()]))
-        start, sign = match.end(), "=" if match.group() in ("=", "\\equiv") else "approx"
+        sign = match.group()
+        start, sign = match.end(), ("=" if sign in ("=", "\\equiv") else "below" if sign in _BELOW
+                                    else "above" if sign in _ABOVE else "approx")
     out.append((start, sign, text[start:]))
     merged: list[tuple[int, str, str]] = []
     for at, sign, side in out:
         if merged and merged[-1][2].strip() == "" and len(merged) > 1:
             prev = merged.pop()
             sign = "approx" if "approx" in (prev[1], sign) else sign
+        words = _BOUND_WORDS.match(side)
+        if words is not None:  # "= less than 400 MB", "up to 1.7 GB": the words are the relation
+            at, side = at + words.end(), side[words.end():]
+            sign = next(k for k, v in words.groupdict().items() if v)
         merged.append((at, sign, side))
     return merged
 
@@ -422,7 +440,7 @@ def _read_side(side: str, offset: int, sign: str, names: Mapping[str, sp.Expr], 
                          "products)", -1)
     return ParsedFormula(shown, val.expr, tuple(dict.fromkeys(lexer.used)), "", sign, _side_unit(unit, lexer.units),
                          (), bounds, tuple(lexer.readings), lone.shape if lone else None,
-                         lone.figure if lone else None)
+                         lone.figure if lone else None, tuple(lexer.per))
 
 
 def _labels(body: str) -> tuple[str, str, int]:
@@ -480,7 +498,10 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto",
     label, body, skipped = _labels(body)
     start += skipped
     sides = _sides(body)
-    if len(sides) > 1 and not (sides[0][2].strip() and _is_formula(sides[0][2])):
+    named = _MODEL_LABEL.fullmatch(sides[0][2]) if len(sides) > 1 else None
+    if named is not None and not re.search(r"[-.]|\d\s*[BbMmKk]\b", named.group("arg")):
+        named = None  # M(s) = ... may be a product; N(llama2-7b) and P(7B) are names
+    if len(sides) > 1 and (named is not None or not (sides[0][2].strip() and _is_formula(sides[0][2]))):
         label = sides[0][2].strip()
         sides = sides[1:]
     read = [_read_side(side, start + at, sign, names, syntax, source, counting, hints or {})
@@ -490,5 +511,10 @@ def parse_formula(text: str, names: Mapping[str, sp.Expr], syntax: str = "auto",
     last = read[-1]
     used = tuple(dict.fromkeys(x for side in read for x in side.names))
     readings = tuple(dict.fromkeys(x for side in read for x in side.readings))
+    if named is not None:
+        readings += (f"unsure: read {label} as the left-hand side's name ({named.group('arg')} names what it is "
+                     "of)",)
+    if last.relation in ("below", "above") and len(read) > 1:
+        raise FormulaError("an inequality ends a chain only as its one step: check the bound alone (up to 1.7 GB)")
     return replace(last, text=text, names=used, label=label[:80], chain=tuple(read) if len(read) > 1 else (),
                    readings=readings)

@@ -44,8 +44,8 @@ def quantity_spec(name: str) -> QuantitySpec:
     substitutions in brackets, or a ratio ``A/B`` of two of them (see the module docstring)."""
     if not isinstance(name, str):
         raise ClaimError(f"unknown quantity {name!r}; choose one of {', '.join(QUANTITIES)}")
-    if "/" in name:
-        parts = name.split("/")
+    if "/" in re.sub(r"\[[^\[\]]*\]", "", name):  # a '/' inside brackets is a node path ([attn/proj])
+        parts = re.split(r"/(?![^\[]*\])", name)
         if len(parts) != 2 or not all(x.strip() for x in parts):
             raise ClaimError(f"a ratio is two quantities, A/B (params.trainable/params.total), not {name!r}")
         num, den = (_part(x) for x in parts)

@@ -73,7 +73,9 @@ _STEP_FLOPS = ("flops.step", "flops.forward", "flops.hardware", "flops.prefill",
 HINTS = {"D": "D counts tokens (Chinchilla's 6ND): per token write 6N, or check flops.step, where D = b s",
          "N": "N (and P, Psi) is the parameter count in model-state, weight and FLOPs claims; map N=... here",
          "P": "P (and N, Psi) is the parameter count in model-state, weight and FLOPs claims; map P=... here",
-         "T": "T is a length in tokens in most notes: map T=s"}
+         "T": "T is a length in tokens in most notes: map T=s",
+         "W": "W is a sliding window in most notes, and this model has none (Mistral-7B has): map W=... or check "
+              "the model the note is about (--model)"}
 
 
 def _prefix(spec: QuantitySpec) -> str:
