@@ -2,7 +2,7 @@
 
 Argparse for each command, the "does not apply to this mode" rule, ``Options`` from a parsed command
 line and the command line that reproduces an ``Options`` are all read from the declaration table
-``derivations.option_table``; the commands (``render/cmd_*.py``) import this module, never
+``derivations.option_table``; the commands (``render/commands/*.py``) import this module, never
 their dispatcher (``render.cli``).
 """
 

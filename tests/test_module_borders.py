@@ -57,12 +57,12 @@ def floor_violations(folder: str, source: str) -> list[str]:
 def test_the_checks_see_a_bad_module() -> None:
     bad = ("from memderive.symbolic.expr import _Node\n"
            "def f():\n    from memderive.derivations.quantities.inference import _check\n"
-           "from memderive.writeup import estimate_document\n")
+           "from memderive.documents.writeup import estimate_document\n")
     assert private_imports(bad) == ["line 1: _Node from memderive.symbolic.expr",
                                     "line 3: _check from memderive.derivations.quantities.inference"]
-    assert floor_violations("derivations", bad) == ["line 4: memderive.writeup"]
+    assert floor_violations("derivations", bad) == ["line 4: memderive.documents.writeup"]
     assert floor_violations("symbolic", bad) == ["line 3: memderive.derivations.quantities.inference",
-                                                 "line 4: memderive.writeup"]
+                                                 "line 4: memderive.documents.writeup"]
     assert private_imports("from memderive.symbolic.expr import Expr, __doc__\n") == []
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from memderive.latex import DerivationPrinter, latex, number, tex_escape, visible_width
-from memderive.units import RenderOptions, scaled_bytes, scaled_count
+from memderive.documents.latex import DerivationPrinter, latex, number, tex_escape, visible_width
+from memderive.documents.units import RenderOptions, scaled_bytes, scaled_count
 from memderive.symbolic.dims_sympy import V, a, a_kv, b, d_h, f, h, l, n_ctx, s, t
 from memderive.symbolic.simplify import factor_out
 

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from memderive.derivations.estimate import estimate
-    from memderive.units import parse_size
+    from memderive.documents.units import parse_size
 
     if not args.output.lower().endswith((".png", ".svg", ".pdf")):
         raise ValueError(f"-o must name a .png, .svg or .pdf file, got {args.output!r}")
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     capacity = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
-    from memderive.plots import draw, plot_data, save
+    from memderive.figures.plots import draw, plot_data, save
 
     save(draw(plot_data(est, args.kind, capacity, args.quantity)), args.output)
     return 0

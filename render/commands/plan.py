@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
     """Bytes of one GPU (--gpu-memory, else --gpu's) and the proxy's peak FLOP/s (--peak-tflops)."""
     from memderive.derivations.hardware import gpu
-    from memderive.units import parse_size
+    from memderive.documents.units import parse_size
 
     if args.gpu is not None and args.peak_tflops is not None:
         fail("--peak-tflops is for the proxy without --gpu; --gpu already gives the peak (use --efficiency to "
@@ -110,7 +110,7 @@ def _evaluated_line(layouts: Any) -> str:
 
 def _nothing_fits(args: argparse.Namespace, capacity: int, exc: Any) -> int:
     """No layout fits: an answer (exit 1, as ``fit``), with what would fit."""
-    from memderive.units import format_bytes
+    from memderive.documents.units import format_bytes
 
     if args.json:
         print(json.dumps({"model": args.model, "fits": False, "capacity_bytes": capacity, "needed_bytes": exc.needed,
@@ -168,7 +168,7 @@ def _dtype_list(value: str | None) -> tuple[str | None, ...]:
 
 
 def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
-    from memderive.units import format_bytes
+    from memderive.documents.units import format_bytes
 
     timed = layouts[0].timing is not None
     searched = "," in (args.weight_dtype or "") + (args.kv_dtype or "")  # dtype columns when dtypes are compared
@@ -194,7 +194,7 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
 def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
     from memderive.derivations.models.resolve import resolve_model
-    from memderive.units import format_bytes
+    from memderive.documents.units import format_bytes
 
     gpus = layouts[0].gpus
     head = (f"{args.model}: {gpus} GPUs of {format_bytes(capacity)}" +

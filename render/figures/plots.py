@@ -23,8 +23,8 @@ from typing import Any
 from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.models.resolve import check_layout
 from memderive.derivations.options import Options
-from memderive.steps import breakdown_rows, headline_key, layout_text, pipeline_stage
-from memderive.units import scaled_bytes
+from memderive.documents.steps import breakdown_rows, headline_key, layout_text, pipeline_stage
+from memderive.documents.units import scaled_bytes
 from memderive.symbolic import dims
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 

@@ -45,7 +45,7 @@ def check_formats(args: argparse.Namespace) -> None:
 
 def render_options(args: argparse.Namespace, **defaults: object):
     """``RenderOptions``: the built-in defaults, then ``defaults``, then what the user gave."""
-    from memderive.units import RenderOptions
+    from memderive.documents.units import RenderOptions
 
     return RenderOptions().merge(**defaults).merge(precision=args.decimals, detail=args.detail, units=args.units)
 
@@ -58,17 +58,17 @@ def run(args: argparse.Namespace) -> int:
     check_formats(args)
     est = estimate(args.model, options_from_args(args))
     if args.summary:
-        from memderive.text import summary_report
+        from memderive.documents.text import summary_report
 
         text = summary_report(est, precision=render_options(args).precision)
     elif args.json:
         text = json.dumps(est.to_json(), indent=2)
     elif args.format == "text":
-        from memderive.text import estimate_text
+        from memderive.documents.text import estimate_text
 
         text = estimate_text(est, precision=render_options(args).precision)
     else:
-        from memderive.writeup import estimate_document
+        from memderive.documents.writeup import estimate_document
 
         text = estimate_document(est, args.format, render_options(args))
     emit(text, args.output, args.force)
@@ -79,7 +79,7 @@ def _convention(args: argparse.Namespace) -> int:
     """Another tool's accounting of this model beside memderive's (the two rows of ``compare``)."""
     from memderive.derivations.conventions import CONVENTIONS, ConventionError, compare
     from memderive.derivations.models.resolve import resolve_model
-    from memderive.cmd_compare import compare_report
+    from memderive.commands.compare import compare_report
 
     if args.convention not in CONVENTIONS:
         raise ConventionError(f"--convention must be one of {', '.join(CONVENTIONS)}, got {args.convention!r}")

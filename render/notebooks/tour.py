@@ -3,7 +3,7 @@
 ``notebooks/tour.md`` is the tour's one source. Markdown between fences becomes Markdown cells; a fenced block
 whose info string is ``memderive`` (at the start of a line) becomes one code cell that runs each of its lines as
 ``%memderive LINE`` (a line magic the tour's first cell defines: the command line run in the kernel); a
-``python`` block becomes a code cell as written. ``python -m memderive.tour`` rebuilds and executes it;
+``python`` block becomes a code cell as written. ``python -m memderive.notebooks.tour`` rebuilds and executes it;
 ``tests/test_notebooks.py`` checks the committed notebook against a fresh build and a fresh run.
 
 >>> cells = tour_cells("Intro\\n\\n```memderive\\nmodels\\ngpus\\n```\\n\\n```python\\nx = 1\\n```\\n")
@@ -21,7 +21,7 @@ from typing import Any
 
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from memderive.notebooks import ROOT, execute, write
+from memderive.notebooks.bundled import ROOT, execute, write
 
 __all__ = ["SOURCE", "TOUR", "tour_cells", "tour", "build"]
 

@@ -39,8 +39,8 @@ from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.simplify import closed_form
-from memderive.latex import latex
-from memderive.units import RenderOptions
+from memderive.documents.latex import latex
+from memderive.documents.units import RenderOptions
 
 __all__ = ["Step", "Row", "LEVELS", "derivation", "breakdown_rows", "single_device", "layout_text", "pipeline_stage", "symbols_in",
            "headline_key", "GROUP_DEPTH"]

@@ -31,7 +31,7 @@ def rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.units import scaled_bytes, scaled_count
+    from memderive.documents.units import scaled_bytes, scaled_count
 
     table = rows()
     if args.json:

@@ -16,8 +16,8 @@ from memderive.derivations.claims.analysis import Gap
 from memderive.derivations.claims.markers import Marked
 from memderive.derivations.claims.check import CheckResult
 
-from memderive.latex import latex as tex
-from memderive.latex import tex_escape
+from memderive.documents.latex import latex as tex
+from memderive.documents.latex import tex_escape
 
 __all__ = ["check_text", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
            "MARKS"]
@@ -85,7 +85,7 @@ def check_text(result: CheckResult) -> str:
 
 def plain(expr: object) -> str:
     """A formula in a reader's notation (``h^2``, ``max``): ``render.text.plain``."""
-    from memderive.text import plain as words
+    from memderive.documents.text import plain as words
 
     return words(expr)
 

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from memderive.derivations.estimate import estimate
-    from memderive.units import parse_size
+    from memderive.documents.units import parse_size
 
     if not args.output.endswith(".ipynb"):
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
 
-    from memderive.notebooks import execute, notebook, write
+    from memderive.notebooks.bundled import execute, notebook, write
 
     nb = notebook(est, args.gpu_memory, command_line(args))
     if args.execute:

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _capacity(args: argparse.Namespace) -> int:
     """--gpu-memory, else the memory of --gpu (derivations.hardware)."""
     from memderive.derivations.hardware import gpu
-    from memderive.units import parse_size
+    from memderive.documents.units import parse_size
 
     if args.gpu_memory is not None:
         return parse_size(args.gpu_memory, "--gpu-memory")
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     from memderive.derivations.models.resolve import context_notes, resolve_model
     from memderive.derivations.search.fit import DoesNotFit, fit
-    from memderive.units import format_bytes
+    from memderive.documents.units import format_bytes
 
     mode = args.mode or "infer"
     if mode not in ("infer", "train"):
@@ -79,7 +79,7 @@ def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve
                   given: tuple[str, int], exc: Exception) -> int:
     """Not even 1 fits: say so (an answer: exit 1) and the smallest changes that would fit."""
     from memderive.derivations.search.fit import smallest_changes
-    from memderive.units import format_bytes
+    from memderive.documents.units import format_bytes
 
     needed = getattr(exc, "needed", None)
     changes = smallest_changes(model, options, capacity, solve_for)

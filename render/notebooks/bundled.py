@@ -3,7 +3,7 @@
 ``notebook(est)`` builds an ``nbformat`` notebook (cells only; ``execute`` runs it with nbclient):
 the symbols and their values, each derivation step, the breakdown, plots, a table of layouts and
 the totals, which equal ``memderive estimate ... --json``. ``BUNDLED`` lists the notebooks kept
-in ``notebooks/``; regenerate them with ``python -m render.notebooks``.
+in ``notebooks/``; regenerate them with ``python -m memderive.notebooks``.
 
 >>> from memderive.derivations.estimate import estimate
 >>> nb = notebook(estimate("gpt2", mode="train", batch=1, seq=1024))
@@ -27,13 +27,13 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.estimate import estimate as derive_estimate
 from memderive.derivations.options import Options
-from memderive.steps import derivation, headline_key, single_device
+from memderive.documents.steps import derivation, headline_key, single_device
 from memderive.derivations.references import cited
-from memderive.writeup import TITLES, cli_command, model_reference, references_markdown
+from memderive.documents.writeup import TITLES, cli_command, model_reference, references_markdown
 
 __all__ = ["notebook", "write", "execute", "BUNDLED", "bundled_path", "options_kwargs"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The notebooks kept in ``notebooks/``: model and training layout (Megatron-style, as in the papers).
 BUNDLED: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gpt3-175b", dict(mode="train", batch=1, seq=2048, tp=8, pp=8, sp=True, recompute="selective")),
@@ -150,7 +150,7 @@ def bundled_path(model: str) -> Path:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    """Regenerate and execute the bundled notebooks (``python -m render.notebooks [MODEL ...]``)."""
+    """Regenerate and execute the bundled notebooks (``python -m memderive.notebooks [MODEL ...]``)."""
     for model, kwargs in BUNDLED:
         if argv and model not in argv:
             continue

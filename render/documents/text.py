@@ -7,7 +7,7 @@ from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
-from memderive.units import format_bytes, format_count, scaled_bytes
+from memderive.documents.units import format_bytes, format_count, scaled_bytes
 
 __all__ = ["estimate_text", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
 

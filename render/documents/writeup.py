@@ -26,11 +26,11 @@ from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import Reference, cite, cited
 from memderive.arguments import option_argv
-from memderive.text import inputs_text, strategies_text
-from memderive.latex import latex, number, tex_escape
-from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
+from memderive.documents.text import inputs_text, strategies_text
+from memderive.documents.latex import latex, number, tex_escape
+from memderive.documents.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
 from memderive.derivations.quantity_table import public_name
-from memderive.units import RenderOptions, scaled_count, scaled_flops
+from memderive.documents.units import RenderOptions, scaled_count, scaled_flops
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
            "references_context", "references_markdown", "FORMATS"]

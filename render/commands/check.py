@@ -56,7 +56,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _render(result: Any, fmt: str) -> str:
-    from memderive.check_report import latex_report, markdown_report, check_text
+    from memderive.documents.check_report import latex_report, markdown_report, check_text
 
     return {"text": check_text, "md": markdown_report, "latex": latex_report}[fmt](result)
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps(result.to_json(), indent=2)
     elif args.format == "latex":
-        from memderive.check_report import latex_document
+        from memderive.documents.check_report import latex_document
 
         text = latex_document([("", result, "")], f"{result.spec.name}: {args.claim}").rstrip("\n")
     else:
@@ -121,8 +121,8 @@ def _section(path: str, line: int, body: str) -> str:
 
 
 def _error(message: str, fmt: str) -> str:
-    from memderive.check_report import md_text
-    from memderive.latex import tex_escape
+    from memderive.documents.check_report import md_text
+    from memderive.documents.latex import tex_escape
 
     return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
 
@@ -140,7 +140,7 @@ def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
 def _run_file(args: argparse.Namespace) -> int:
     from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
     from memderive.derivations.claims.check import check_claim
-    from memderive.check_report import file_lines
+    from memderive.documents.check_report import file_lines
 
     text = read_notes(args.file)
     found = []
@@ -157,7 +157,7 @@ def _run_file(args: argparse.Namespace) -> int:
         text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                            for m, r, e in found], indent=2)
     elif args.format == "latex":
-        from memderive.check_report import latex_document
+        from memderive.documents.check_report import latex_document
 
         text = latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found],
                               f"Claims in {args.file}").rstrip("\n")
