@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr, Node, Sym
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
 
 __all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX", "WideArray", "rational"]
 

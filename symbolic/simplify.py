@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from memderive.symbolic.lazy import lazy
 
-import sympy as sp
+sp = lazy("sympy")
+
 
 __all__ = ["closed_form", "factor_out", "collect_in"]
 

@@ -28,8 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import sympy as sp
-
 from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
                                         find_gaps, leading, ratio_limit)
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
@@ -43,6 +41,10 @@ from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.dims_sympy import Psi, b, d, l_w, n, p, s, t, w
 from memderive.symbolic.errors import DerivationError
+from memderive.derivations.models.resolve import resolve_model
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
@@ -286,8 +288,6 @@ def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
 
 def _default_seq(model: str, given: Mapping[str, Any]) -> int:
     """2048, or as many positions as a model with learned positions has left after the new tokens."""
-    from memderive.derivations.models.resolve import resolve_model
-
     loaded = resolve_model(model)
     if loaded.arch.positions != "learned" or not loaded.max_positions:
         return 2048

@@ -19,6 +19,12 @@ from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
 from memderive.derivations.quantity_table import QUANTITY_NAMES
+from memderive.derivations.frameworks import apply_framework
+from memderive.derivations.option_table import options_for
+from memderive.documents.check_report import (check_text, file_lines, latex_document, latex_report, markdown_report,
+                                              md_text)
+from memderive.derivations.options import Options
+from memderive.documents.latex import tex_escape
 
 #: kept here (not imported) so that registering the command stays cheap
 VERDICTS = ("exact", "rounded", "conditional", "leading-order", "different")
@@ -48,16 +54,20 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
     quantity decides its own (a parameter count ignores ``--zero``). A ``--framework``'s preset fills the
     options not given; the others not given take the table's defaults (those without one stay unset)."""
-    from memderive.derivations.frameworks import apply_framework
-    from memderive.derivations.option_table import options_for
-
     defaults = {o.name: o.default for o in options_for("check") if o.name != "mode" and o.argument_default is not None}
     return {**defaults, **apply_framework(option_values(args))}
 
 
-def _render(result: Any, fmt: str) -> str:
-    from memderive.documents.check_report import latex_report, markdown_report, check_text
+def _claims() -> tuple[Any, Any, Any]:
+    """``Claim``, ``check_claim`` and the notes' markers (``derivations.claims``), imported when a claim is checked."""
+    # lazy: the checker's modules build SymPy's symbols as they are imported (~0.4 s); registering this command,
+    # as ``memderive --help`` does for every command, stays without them
+    from memderive.derivations.claims import Claim, check_claim, markers
 
+    return Claim, check_claim, markers
+
+
+def _render(result: Any, fmt: str) -> str:
     return {"text": check_text, "md": markdown_report, "latex": latex_report}[fmt](result)
 
 
@@ -69,15 +79,13 @@ def run(args: argparse.Namespace) -> int:
         return _run_file(args)
     if not (args.quantity and args.claim):
         fail("give --quantity and --claim (or --file NOTES.md)")
-    from memderive.derivations.claims.check import Claim, check_claim
 
+    Claim, check_claim, _ = _claims()
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
     if args.json:
         text = json.dumps(result.to_json(), indent=2)
     elif args.format == "latex":
-        from memderive.documents.check_report import latex_document
-
         text = latex_document([("", result, "")], f"{result.spec.name}: {args.claim}").rstrip("\n")
     else:
         text = _render(result, args.format)
@@ -89,8 +97,6 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     """Command-line keys that apply to every marker of a file (a marker's own keys win): the
     claim keys given and the options that differ from ``Options``' defaults."""
     from dataclasses import fields
-
-    from memderive.derivations.options import Options
 
     keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
     defaults = {f.name: f.default for f in fields(Options)}
@@ -121,9 +127,6 @@ def _section(path: str, line: int, body: str) -> str:
 
 
 def _error(message: str, fmt: str) -> str:
-    from memderive.documents.check_report import md_text
-    from memderive.documents.latex import tex_escape
-
     return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
 
 
@@ -138,14 +141,11 @@ def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
 
 
 def _run_file(args: argparse.Namespace) -> int:
-    from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
-    from memderive.derivations.claims.check import check_claim
-    from memderive.documents.check_report import file_lines
-
     text = read_notes(args.file)
     found = []
     verdicts: dict[str, tuple[Any, str]] = {}  # a claim repeated word for word is checked once
-    for marked in find_claims(text, _defaults(args), MAX_CLAIMS):
+    _, check_claim, markers = _claims()
+    for marked in markers.find_claims(text, _defaults(args), markers.MAX_CLAIMS):
         if marked.claim is None:
             found.append((marked, None, marked.error))
             continue
@@ -157,8 +157,6 @@ def _run_file(args: argparse.Namespace) -> int:
         text = json.dumps([{"line": m.line, "formula": m.formula, **({"error": e} if r is None else r.to_json())}
                            for m, r, e in found], indent=2)
     elif args.format == "latex":
-        from memderive.documents.check_report import latex_document
-
         text = latex_document([(f"{args.file}:{m.line}", r, e) for m, r, e in found],
                               f"Claims in {args.file}").rstrip("\n")
     elif args.format != "text":

@@ -20,9 +20,10 @@ from memderive.version import __version__
 
 __all__ = ["main", "build_parser"]
 
-COMMAND_MODULES = tuple(f"memderive.commands.{name}" for name in (
-    "estimate", "derive", "fit", "plot", "notebook", "check", "compare", "sweep", "plan", "models", "gpus",
-    "references"))
+COMMAND_MODULES = ("memderive.commands.estimate", "memderive.commands.derive", "memderive.commands.fit",
+                   "memderive.commands.plot", "memderive.commands.notebook", "memderive.commands.check",
+                   "memderive.commands.compare", "memderive.commands.sweep", "memderive.commands.plan",
+                   "memderive.commands.models", "memderive.commands.gpus", "memderive.commands.references")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
