@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memderive.symbolic.expr import Expr, Number, const
 from memderive.symbolic.expr import total as _sum
@@ -28,7 +28,10 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic.lazy import lazy
 
-sp = lazy("sympy")
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
 
 __all__ = ["Term", "Breakdown", "parameters", "activations", "flops", "evaluate", "per_block", "TRAINING_PHASES"]
 

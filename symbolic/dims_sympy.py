@@ -15,7 +15,7 @@ from typing import Any
 
 from memderive.symbolic.dims import DIMS
 
-__all__ = ["SYMBOLS", "symbols", *(dim.name for dim in DIMS)]  # noqa: PLE0604
+__all__ = ["SYMBOLS", "symbols", *(dim.name for dim in DIMS)]  # noqa: F822, PLE0604 (SYMBOLS: __getattr__)
 
 
 @cache

@@ -35,10 +35,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from memderive.symbolic.lazy import lazy
 
-sp = lazy("sympy")
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
 
 __all__ = ["Expr", "NamedValues", "named_values", "Number", "Size", "Sym", "Node", "Atom", "Min", "Max", "ceiling",
            "prod", "total", "const", "symbol", "to_sympy", "evaluate", "is_expr", "shifted_nonnegative"]

@@ -4,7 +4,8 @@ A module that needs SymPy, NumPy, matplotlib, Jinja, nbformat, torch, transforme
 with ``sp = lazy("sympy")``: a stand-in that imports the real module at the first attribute read (``sp.Symbol``)
 and from then on holds its namespace. Every memderive module imports its memderive dependencies at its top and
 runs no third-party import while it is imported, so importing one is cheap, and a run imports only the heavy
-modules its path uses (the cold ``estimate`` path none: ``tests/test_cold_path.py``).
+modules its path uses (the cold ``estimate`` path none: ``tests/test_cold_path.py``). Where a type checker reads
+the module (symbolic/, under mypy), the binding sits under ``if TYPE_CHECKING: import sympy as sp`` / ``else:``.
 
 >>> colorsys = lazy("colorsys")  # any module: nothing imported yet
 >>> "rgb_to_hsv" in vars(colorsys)
