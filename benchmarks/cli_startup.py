@@ -19,7 +19,7 @@ def main(repeats: int = 5) -> None:
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "memderive.cli", *cmd], check=True, capture_output=True)
+            subprocess.run([sys.executable, "-m", "memderive.commands.cli", *cmd], check=True, capture_output=True)
             times.append(time.perf_counter() - start)
         print(f"{' '.join(cmd)}: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {repeats}")
 

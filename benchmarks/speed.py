@@ -115,7 +115,7 @@ def _write_configs(folder: Path, z: dict[str, int]) -> tuple[Path, Path]:
 
 
 def _ours_cmd(config: Path, tp: int, batch: int, seq: int) -> list[str]:
-    return [sys.executable, "-m", "memderive.cli", "estimate", "--model", str(config), "--mode", "train", "--batch",
+    return [sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", str(config), "--mode", "train", "--batch",
             str(batch), "--seq", str(seq), "--tp", str(tp), *(["--sp"] if tp > 1 else []), "--recompute",
             "selective", "--json"]
 
@@ -195,7 +195,7 @@ def plan_time(runs: int) -> None:
     for model, extra in PLANS.items():
         times = []
         for _ in range(runs):
-            cpu, wall, stdout = _child([sys.executable, "-m", "memderive.cli", "plan", "--model", model, "--gpus",
+            cpu, wall, stdout = _child([sys.executable, "-m", "memderive.commands.cli", "plan", "--model", model, "--gpus",
                                         "1024", "--gpu", "h100-sxm", *extra, "--json"], OURS_ENV)
             times.append((cpu, wall))
         data = json.loads(stdout)

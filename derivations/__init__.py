@@ -3,6 +3,7 @@
 ``derivations.sweep`` and ``derivations.plan`` load on first use (they import NumPy; estimates do not).
 """
 
+from importlib import import_module
 from typing import Any
 
 from memderive.derivations.estimate import Estimate, estimate
@@ -11,14 +12,12 @@ from memderive.derivations.options import Options
 
 __all__ = ["Estimate", "Model", "Options", "estimate", "sweep", "plan"]
 
+#: The names that load on first use, and their modules (the package's own, read as imports by
+#: ``tests/test_module_borders.py``).
+_HOMES = {"sweep": "memderive.derivations.search.sweep", "plan": "memderive.derivations.search.plan"}
+
 
 def __getattr__(name: str) -> Any:
-    if name == "sweep":
-        from memderive.derivations.search.sweep import sweep
-
-        return sweep
-    if name == "plan":
-        from memderive.derivations.search.plan import plan
-
-        return plan
-    raise AttributeError(f"module 'memderive.derivations' has no attribute {name!r}")
+    if name not in _HOMES:
+        raise AttributeError(f"module 'memderive.derivations' has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name]), name)

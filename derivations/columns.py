@@ -14,9 +14,15 @@ silently. No NumPy is imported unless a column is given (the cold path of ``esti
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-__all__ = ["maximum", "minimum", "where", "is_column"]
+from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
+
+__all__ = ["maximum", "minimum", "where", "is_column", "ColumnBranch", "column_class"]
 
 _SCALARS = (int, float)
 
@@ -30,8 +36,6 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     """``a if cond else b``, cell by cell on a column."""
     if not is_column(cond):
         return a if cond else b
-    import numpy as np
-
     return _column(np.where(cond, a, b))
 
 
@@ -53,6 +57,26 @@ def minimum(a: Any, *rest: Any) -> Any:
 
 def _column(values: Any) -> Any:
     """An ``object`` column of Python numbers (NumPy's int64/float64 cells converted exactly)."""
-    from memderive.derivations.search.columns import Column
+    return values.astype(object).view(column_class())
 
-    return values.astype(object).view(Column)
+
+class ColumnBranch(DerivationError):
+    """A branch on a per-layout value that the rows of one structure do not share."""
+
+
+@cache
+def column_class() -> type:
+    """``Column`` (``search.columns``), the class built on first use: it subclasses NumPy's array, and NumPy is
+    imported only when a column is (the cold path of ``estimate`` imports none)."""
+
+    class Column(np.ndarray):
+        """Per-layout values of one structure's rows: an ``object`` array of Python numbers. Its truth value is its
+        rows' when they all agree (a branch the structure fixes), else ``ColumnBranch``."""
+
+        def __bool__(self) -> bool:
+            truths = set(map(bool, self.ravel().tolist()))
+            if len(truths) != 1:
+                raise ColumnBranch("a branch on a value the layouts of one structure do not share")
+            return truths.pop()
+
+    return Column

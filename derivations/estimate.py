@@ -19,21 +19,27 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from memderive.derivations.choices import describe
 from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
-from memderive.derivations.option_table import shared_names, symbol_values
+from memderive.derivations.option_table import symbol_values
 from memderive.derivations.options import ArgumentError, Options, OptionsError, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
 from memderive.derivations.quantities.parameters import parameter_quantities
-from memderive.derivations.quantities.step import not_covered, peak_quantity, timeline_of
+from memderive.derivations.quantities.step import not_covered, peak_quantity, runs_calls, timeline_of
 from memderive.derivations.quantities.training import train_quantities, transformed
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.quantity_table import SPELLINGS, public_name
+from memderive.derivations.structure import FIXED_FIELDS, SWITCHES, VALUE_FIELDS, structure_key
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.timeline import Timeline
+from memderive.symbolic.dtypes import dtype
+from memderive.derivations.quantities.inference import (check_inference, infer_quantities, inference_values, peak_phase,
+                                                        serving_dtypes)
+from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
 
 __all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS",
            "FIXED_FIELDS", "SWITCHES", "PEAK"]
@@ -81,8 +87,6 @@ class Estimate:
     def _fused_recompute(self) -> bool:
         """Full recompute of layers whose ops run as single fused calls: the timeline recomputes a layer
         from its calls' saves, which fused calls do not spell out."""
-        from memderive.derivations.quantities.step import runs_calls
-
         return self.options.recompute == "full" and not runs_calls(self.graph)
 
     def reported_quantities(self) -> tuple[Quantity, ...]:
@@ -101,8 +105,6 @@ class Estimate:
         out.update({f.name: getattr(o, f.name) for f in fields(o) if f.name not in ("mode", "flash")})
         out["attention"] = o.attention_kernel
         if o.mode == "infer":
-            from memderive.derivations.quantities.inference import serving_dtypes
-
             out["weight_dtype"], _, kv = (str(x) for x in serving_dtypes(o))
             out["kv_dtype"] = kv
             if self.model.quantization is not None and o.weight_dtype is None:  # the checkpoint's, as stored
@@ -126,7 +128,6 @@ class Estimate:
         keys = {q.key for q in self.quantities}
         if not {"prefill_bytes", "decode_bytes"} <= keys:
             return None
-        from memderive.derivations.quantities.inference import peak_phase
 
         return peak_phase({key: self.number(key) for key in ("prefill_bytes", "decode_bytes")})
 
@@ -148,21 +149,22 @@ class Estimate:
         out["strategies"] = list(self.graph.strategies)
         if self.options.mode == "train":
             out["implementation"] = self.implementation()
-        if self.options.gpu is not None:  # each is {} without a --gpu: imported only with one
-            from memderive.derivations.quantities.runtime import runtime_json
-            from memderive.derivations.quantities.serving import vllm_json
-            from memderive.derivations.quantities.timing import time_json
+        if self.options.gpu is not None:
+            # lazy: the time model, the runtime and vLLM's start-up, {} without a --gpu, cost a plain estimate ~15%
+            from memderive.derivations.quantities.device import gpu_json
 
-            out.update(time_json(self))  # step_time_s, tokens_per_s, mfu / prefill and decode times
-            out.update(runtime_json(self))  # allocated, reserved and device bytes on the --gpu, with their terms
-            out.update(vllm_json(self))  # vLLM's KV blocks and concurrency (with --framework vllm)
+            out.update(gpu_json(self))
         return out
+
+    def variant(self, **changes: Any) -> Estimate:
+        """The estimate of this model under these options with ``changes`` (``Options`` fields): how a quantity
+        that needs another whole estimate (vLLM's profiling run, ``quantities.serving``) gets one without
+        importing this module."""
+        return estimate(self.model, replace(self.options, **changes))
 
     def implementation(self) -> str:
         """Which code the activations describe, e.g. ``hf-sdpa (transformers' modeling code)``."""
         o = self.options
-        from memderive.derivations.models.implementations import describe
-
         return describe(o.implementation_kind, o.hf_attention)
 
 
@@ -189,15 +191,11 @@ def estimate(model: str | Path | Model | Mapping[str, Any] | Any, options: Optio
     check_layout(resolved, options)
     options = _hf_kernel(resolved, _checkpoint_base(resolved, options))
     if options.mode == "infer":
-        from memderive.derivations.quantities.inference import check_inference
-
         check_inference(resolved, options)  # value checks run on every call, cached derivation or not
     values = {**resolved.values(), **symbol_values(options)}
     stages = stage_derivations(resolved, options)  # the largest stage bounds each GPU's memory
     graph, quantities = stages[0] if len(stages) == 1 else max(stages, key=lambda gq: _total(gq[1], values))
     if options.mode == "infer":
-        from memderive.derivations.quantities.inference import inference_values
-
         values.update(inference_values(resolved, options))
     return Estimate(resolved, options, graph, quantities, values)
 
@@ -219,6 +217,7 @@ def _hf_kernel(model: Model, options: Options) -> Options:
     sdpa was only the default and the class lacks it); a kernel asked for that it refuses is one line."""
     if options.mode != "train" or options.implementation_kind != "hf":
         return options
+    # lazy: transformers' code (symbolic.huggingface, hf_code, float8), imported under --implementation hf only
     from memderive.derivations.models.implementations import hf_kernel
 
     try:
@@ -226,51 +225,6 @@ def _hf_kernel(model: Model, options: Options) -> Options:
     except ValueError as exc:
         raise OptionsError(str(exc)) from None
     return options if kernel == options.hf_attention else replace(options, attention=kernel)
-
-
-#: Options whose values enter the closed forms as symbols (b, s, n, t, p, d, cp, ep, m, v, r) or only the times (gpu,
-#: efficiency): graphs differ only by the flags in ``structure_key``, so a derivation is shared by every value
-#: with the same flags (``shared`` in ``derivations.option_table``).
-VALUE_FIELDS = shared_names()
-
-
-#: The ``Options`` fields a derivation reads by value (every field but ``VALUE_FIELDS``), in field order.
-FIXED_FIELDS = tuple(f.name for f in fields(Options) if f.name not in VALUE_FIELDS)
-
-
-def structure_key(model: Model, options: Options) -> tuple:
-    """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
-    degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, cp > 1, ep > 1, m given,
-    v > 1)."""
-    fixed = tuple((name, getattr(options, name)) for name in FIXED_FIELDS)
-    # bool(): the flags of columns of layouts of one structure (``search.columns``) are one value each
-    flags = tuple(map(bool, (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
-                             options.cp > 1, options.micro_batches is None, options.virtual_stages in (None, 1),
-                             options.lora_rank is None, options.ep > 1)))
-    if options.uneven_stages:
-        flags += (options.pp,)
-    if options.compile:
-        flags += ((options.batch, options.seq),)  # the partition is cut at the sizes
-    return _model_key(model), fixed, flags
-
-
-#: Value fields ``structure_key`` reads only through a switch, each with it (b only under ``compile``): layouts that
-#: differ only in these values, with equal switches, share a structure (``search.columns`` groups rows by them).
-SWITCHES: dict[str, Any] = {"batch": lambda v: None, "micro_batches": lambda v: v is None,
-                            "dp": lambda v: v > 1, "cp": lambda v: v > 1, "ep": lambda v: v > 1}
-
-
-def _model_key(model: Model) -> str:
-    """``repr(model)`` (models are frozen values), once per model object."""
-    held = _MODEL_KEYS.get(id(model))
-    if held is None or held[0] is not model:
-        if len(_MODEL_KEYS) > 256:
-            _MODEL_KEYS.clear()
-        held = _MODEL_KEYS[id(model)] = (model, repr(model))  # the model held: its id stays its own
-    return held[1]
-
-
-_MODEL_KEYS: dict[int, tuple[Model, str]] = {}
 
 
 def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple[Quantity, ...]]]:
@@ -311,8 +265,8 @@ def _autocast(model: Model, options: Options, hf: Any, dropout: bool) -> Graph |
     are written out there; None otherwise (the activations in ``--dtype`` stand in)."""
     if options.precision != "autocast" or options.dtype == "fp32":
         return None
+    # lazy: torch.autocast's casts, for --precision autocast only (~2% of a cold estimate)
     from memderive.symbolic.autocast import Autocast
-    from memderive.symbolic.dtypes import dtype
 
     strategy = Autocast("cuda", dtype(options.dtype), separate_qkv=model.arch.family != "gpt",
                         attention=options.hf_attention)
@@ -344,6 +298,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     dropout = options.dropout and options.mode == "train"
     base = resolved.graph(activation_dtype=act, dropout=dropout)
     if options.mode == "train" and options.implementation_kind == "hf":  # transformers' code (imported for it)
+        # lazy: as in _hf_kernel (transformers' code: ~15% of a cold estimate's time when imported)
         from memderive.derivations.models.implementations import float8_layers, hf_layers
 
         hf = hf_layers(resolved, options.hf_attention, options.device, experts=options.experts_implementation,
@@ -359,8 +314,6 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base
     if options.mode == "params" and options.finetuning:
-        from memderive.derivations.quantities.finetune import LORA_CITATION, trainable_parameters
-
         graph = transformed(base, options, resolved)
         quantities.append(Quantity("trainable_parameters", "Trainable parameters", trainable_parameters(graph),
                                    graph.relations, LORA_CITATION))
@@ -368,8 +321,6 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         graph, more = train_quantities(resolved, options, base, stage)
         quantities += more + train_flops(resolved, options, base, graph, lambda g, o: transformed(g, o, resolved))
     if options.mode == "infer":
-        from memderive.derivations.quantities.inference import infer_quantities
-
         graph, more = infer_quantities(resolved, options, base, keep_symbols=True)
         quantities += more + infer_flops(resolved, options, graph)
     return graph, tuple(quantities)

@@ -27,7 +27,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
-__all__ = ["GPU", "GPUS", "gpu", "HardwareError"]
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -128,3 +128,26 @@ def gpu(name: str) -> GPU:
     if key not in GPUS:
         raise HardwareError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}")
     return GPUS[key]
+
+
+#: The PCIe x16 slot of GPUs whose intra-node link is NVLink (both directions, bytes/s; ``--intra-node-link pcie``:
+#: a node without NVLink/NVSwitch, the GPUs reaching each other through PCIe switches), from their datasheets.
+PCIE: dict[str, tuple[int, Citation]] = {
+    **{name: (64 * 10**9, Citation("nvidia-a100-datasheet", "PCIe Gen4: 64 GB/s")) for name in ("a100-40gb", "a100-80gb")},
+    **{name: (128 * 10**9, Citation("nvidia-h100-datasheet", "PCIe Gen5: 128 GB/s")) for name in ("h100-sxm", "h100-pcie")},
+    "h200": (128 * 10**9, Citation("nvidia-h200-datasheet", "PCIe Gen5: 128 GB/s")),
+    **{name: (32 * 10**9, Citation("nvidia-v100-datasheet", "V100 PCIe: interconnect 32 GB/s"))
+       for name in ("v100-16gb", "v100-32gb")},
+}
+
+
+def intra_bandwidth(gpu: GPU, link: str | None) -> int:
+    """Both directions of the link between the GPUs of a node: the GPU's own (``link`` None or ``nvlink``), or its
+    PCIe slot (``pcie``; a GPU whose own link is PCIe already is that). Raises ``ValueError`` for a GPU without a
+    PCIe figure."""
+    if link != "pcie" or gpu.link.startswith("PCIe"):
+        return gpu.link_bandwidth
+    if gpu.name not in PCIE:
+        raise ValueError(f"--intra-node-link pcie: no PCIe figure for {gpu.name} in the table (it has "
+                         f"{', '.join(PCIE)}); leave the link at the GPU's own ({gpu.link})")
+    return PCIE[gpu.name][0]

@@ -15,9 +15,13 @@ from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
+from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
+from memderive.derivations.hardware import gpu, intra_bandwidth
+from memderive.derivations.frameworks import FRAMEWORKS, apply_framework
+from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, parse_implementation
 
 __all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
@@ -134,8 +138,6 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 
 def _check_gpu(name: str | None, efficiency: float | None) -> None:
     if name is not None:
-        from memderive.derivations.hardware import gpu
-
         gpu(name)  # unknown names raise with the list of choices
     if efficiency is not None and (isinstance(efficiency, bool) or not isinstance(efficiency, int | float)
                                    or not 0 < efficiency <= 1):
@@ -234,8 +236,6 @@ class Options:
         >>> Options.from_keywords({"mode": "train", "batch": 1, "seq": 8, "framework": "torchtune"}).recompute
         'full'
         """
-        from memderive.derivations.frameworks import apply_framework
-
         cls.check_names(given)
         return cls(**apply_framework(given))
 
@@ -341,8 +341,6 @@ class Options:
         line (the divisibility of the dims is checked against the model: ``estimate``)."""
         if self.fp8 == "none":
             return
-        from memderive.symbolic.float8 import RECIPES  # imported only when asked for (a dataclass-heavy module)
-
         if self.fp8 not in RECIPES:
             raise OptionsError(f"--fp8 must be none or one of {', '.join(RECIPES)} (torchao's "
                                f"Float8LinearRecipeName), got {self.fp8!r}")
@@ -381,8 +379,6 @@ class Options:
     def _check_grad_buffer(self) -> None:
         """--grad-buffer fp32 / param+fp32 are the gradient buffers of 16-bit weights with an fp32 master copy
         (Megatron-LM, DeepSpeed's BF16_Optimizer); elsewhere the gradients already are in the weights' dtype."""
-        from memderive.derivations.quantities.model_states import GRAD_BUFFERS
-
         if self.grad_buffer not in GRAD_BUFFERS:
             raise OptionsError(f"--grad-buffer must be one of {', '.join(GRAD_BUFFERS)}, got {self.grad_buffer!r}")
         if self.grad_buffer == "param" or self.mode != "train":
@@ -399,8 +395,6 @@ class Options:
                 raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}")
 
     def _check_precision(self) -> None:
-        from memderive.derivations.quantities.model_states import PRECISIONS
-
         if self.precision not in PRECISIONS:
             raise OptionsError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         self._check_grad_buffer()
@@ -487,17 +481,12 @@ class Options:
         if self.intra_node_link not in (None, "nvlink", "pcie"):
             raise OptionsError(f"--intra-node-link must be nvlink or pcie, got {self.intra_node_link!r}")
         if self.intra_node_link == "pcie" and self.gpu is not None:
-            from memderive.derivations.hardware import gpu
-            from memderive.derivations.quantities.cluster import intra_bandwidth
-
             try:
                 intra_bandwidth(gpu(self.gpu), "pcie")
             except ValueError as exc:
                 raise OptionsError(str(exc)) from None
 
     def _check_framework(self) -> None:
-        from memderive.derivations.frameworks import FRAMEWORKS
-
         if self.framework is not None:
             if self.framework not in FRAMEWORKS:
                 raise OptionsError(f"--framework must be one of {', '.join(FRAMEWORKS)}, got {self.framework!r}")
@@ -505,7 +494,6 @@ class Options:
                 kind = "serves" if FRAMEWORKS[self.framework].mode == "infer" else "trains"
                 raise OptionsError(f"--framework {self.framework} {kind}: use it with --mode "
                                    f"{FRAMEWORKS[self.framework].mode}")
-        from memderive.derivations.quantities.model_states import OPTIMIZERS
 
         if self.optimizer not in OPTIMIZERS:  # checked here, not as a KeyError deep in the derivation
             raise OptionsError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
@@ -542,19 +530,10 @@ class Options:
         return factor
 
     def _check_implementation(self) -> None:
-        from memderive.derivations.models.implementations import parse_implementation
-
         try:
             kind, _ = parse_implementation(self.implementation)
         except ValueError as exc:
             raise OptionsError(str(exc)) from None
-        # the defaults (transformers' grouped_mm on cuda) are in both tables: the tables' modules (transformers'
-        # code, dataclass-heavy) are imported only for another choice
-        if (self.experts_implementation, self.device) != ("grouped_mm", "cuda"):
-            from memderive.symbolic.hf_code import DEVICES
-            from memderive.symbolic.hf_experts import EXPERTS_KERNELS
-        else:
-            DEVICES, EXPERTS_KERNELS = ("cuda",), ("grouped_mm",)
         if self.experts_implementation not in EXPERTS_KERNELS:
             raise OptionsError(f"--experts-implementation must be one of {', '.join(EXPERTS_KERNELS)} (transformers' "
                                f"experts_implementation), got {self.experts_implementation!r}")
@@ -579,16 +558,12 @@ class Options:
     @property
     def implementation_kind(self) -> str:
         """``megatron`` or ``hf`` (shorthands resolved)."""
-        from memderive.derivations.models.implementations import parse_implementation
-
         return parse_implementation(self.implementation)[0]
 
     @property
     def hf_attention(self) -> str:
         """The attention kernel transformers runs: the shorthand's, else ``--attention`` / ``--flash``, else
         sdpa (transformers' default ``attn_implementation``)."""
-        from memderive.derivations.models.implementations import parse_implementation
-
         kernel = parse_implementation(self.implementation)[1]
         chosen = getattr(self, "attention", None)
         return kernel or chosen or ("flash" if self.flash else "sdpa")
@@ -596,8 +571,6 @@ class Options:
     @property
     def hf_attention_given(self) -> bool:
         """Whether the kernel of ``hf_attention`` was asked for (a shorthand, ``--attention``, ``--flash``)."""
-        from memderive.derivations.models.implementations import parse_implementation
-
         return bool(parse_implementation(self.implementation)[1] or getattr(self, "attention", None) or self.flash)
 
     @property
@@ -674,7 +647,8 @@ class Options:
         elif self.recompute == "full":
             out.append(FullRecompute())
         elif self.recompute == "selective-op":
-            from memderive.symbolic.op_checkpoint import OpSelectiveRecompute  # imported for this choice only
+            # lazy: the op-level checkpoint transform, imported for this choice only (~1% of a cold estimate)
+            from memderive.symbolic.op_checkpoint import OpSelectiveRecompute
 
             out.append(OpSelectiveRecompute(self.sp))
         # Degrees enter as symbols (t, p, m, v) so closed forms keep them; values come later.

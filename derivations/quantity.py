@@ -7,15 +7,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from memderive.symbolic.derive import Breakdown, evaluate
 from memderive.symbolic.expr import Expr, named_values
 from memderive.symbolic.formula import Citation
-
-if TYPE_CHECKING:
-    from memderive.derivations.models.model import Model
-    from memderive.derivations.options import Options
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.symbolic.simplify import closed_form
 
 __all__ = ["Quantity", "Evaluated", "exact_int"]
 
@@ -54,8 +53,6 @@ class Quantity:
 
     def closed_form(self) -> Any:
         """The SymPy closed form in the literature's shape (imports SymPy)."""
-        from memderive.symbolic.simplify import closed_form
-
         expr = closed_form(self.breakdown.total, self.relations)
         return self.form(expr) if callable(self.form) else expr
 
@@ -80,8 +77,6 @@ class Quantity:
 
     def term_values(self, values: Mapping[Any, int]) -> list[tuple[str, Any, int]]:
         """``term_ints`` with each term's closed form (SymPy), for tables."""
-        from memderive.symbolic.simplify import closed_form
-
         return [(t.path, closed_form(t.expr, self.relations), value)
                 for t, (_, value) in zip(self.breakdown.terms, self.term_ints(values))]
 

@@ -1,6 +1,6 @@
 """``python -m memderive``: the same command line as the ``memderive`` script."""
 
-from memderive.cli import main
+from memderive.commands.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -24,11 +24,13 @@ from typing import Any
 
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.estimate import estimate as derive_estimate
-from memderive.latex import latex
-from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device
-from memderive.units import RenderOptions, parse_size, scaled_bytes, scaled_count
+from memderive.documents.latex import latex
+from memderive.documents.steps import Step, breakdown_rows, derivation, headline_key, single_device
+from memderive.documents.units import RenderOptions, parse_size, scaled_bytes, scaled_count
 from memderive.derivations.options import ArgumentError
 from memderive.symbolic.errors import DerivationError, shown
+from memderive.figures.plots import breakdown_data, draw, plot_data, save
+from memderive.documents.writeup import fragment_markdown, table_markdown, value_math
 
 __all__ = ["estimate", "Result", "View", "PlotView"]
 
@@ -81,8 +83,6 @@ class PlotView:
         return f"<PlotView {self.data.kind}: {self.data.title}>"
 
     def save(self, path: str) -> None:
-        from memderive.plots import save
-
         save(self.figure, path)
 
 
@@ -128,28 +128,19 @@ class Result:
 
         ``terms_as``: the title of an earlier quantity with the same per-op terms; their table is not repeated.
         """
-        from memderive.writeup import fragment_markdown
-
         return self._view(lambda est: View(self.steps(key), fragment_markdown(
             est, "section", key, self.options, self._single_device(), terms_as)))
 
     def symbols(self) -> View:
-        from memderive.writeup import fragment_markdown
-
         return self._view(lambda est: View(est.values, fragment_markdown(est, "symbols", None, self.options)))
 
     def breakdown(self, key: str | None = None) -> View:
         """Rows by graph path (the same rows the plots stack), shown as a table."""
-        from memderive.writeup import fragment_markdown
-
         return self._view(lambda est: View(breakdown_rows(est, key or headline_key(est)),
                                            fragment_markdown(est, "breakdown", key, self.options)))
 
     def strategies(self, gpu_memory: str | int | None = None) -> View:
         """Per-GPU totals under each layout of ``render.plots.strategy_ladder`` (the bars of the plot)."""
-        from memderive.plots import breakdown_data
-        from memderive.writeup import table_markdown
-
         def make(est: Estimate) -> View:
             data = breakdown_data(est, _capacity(gpu_memory))
             rows = [[label, f"{total:,}", " / ".join(scaled_bytes(total, self.options.precision))]
@@ -165,8 +156,6 @@ class Result:
     def plot(self, kind: str = "breakdown", gpu_memory: str | int | None = None, key: str | None = None) -> PlotView | View:
         """``breakdown`` (stacked bars across layouts), ``seq`` or ``batch`` (memory, or quantity ``key``
         such as ``hardware_flops_per_gpu``, against s or b)."""
-        from memderive.plots import draw, plot_data
-
         try:
             data = plot_data(self.estimate, kind, _capacity(gpu_memory), key)
         except DerivationError as exc:
@@ -189,8 +178,6 @@ class Result:
 
     def _repr_latex_(self) -> str:
         def render() -> str:
-            from memderive.writeup import value_math
-
             est = self.estimate
             q = est.quantity(headline_key(est))
             return f"$${latex(q.closed_form())} = {value_math(est.number(q.key), q.unit, self.options)}$$"

@@ -2,7 +2,7 @@
 
 Argparse for each command, the "does not apply to this mode" rule, ``Options`` from a parsed command
 line and the command line that reproduces an ``Options`` are all read from the declaration table
-``derivations.option_table``; the commands (``render/cmd_*.py``) import this module, never
+``derivations.option_table``; the commands (``render/commands/*.py``) import this module, never
 their dispatcher (``render.cli``).
 """
 
@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memderive.derivations.option_table import OPTIONS, Option, options_for, value_text
+from memderive.derivations.options import Options
+from memderive.derivations.frameworks import FRAMEWORKS, preset_values
+from memderive.derivations.sizes import parse_size
 
 __all__ = ["CliError", "Parser", "fail", "emit", "check_output", "one_line", "whole_number", "add_model_options",
            "add_options", "add_output_options", "not_applicable", "option_values",
@@ -211,8 +214,6 @@ def _value(option: Option, raw: Any) -> Any:
     if option.negated:
         return not raw  # --no-dropout: True (dropout off); --dropout: False (on)
     if option.kind == "size":
-        from memderive.derivations.sizes import parse_size
-
         return parse_size(raw, option.flag)
     return raw
 
@@ -231,8 +232,6 @@ def option_values(args: argparse.Namespace, skip: Iterable[str] = ("mode",)) -> 
 def options_from_args(args: argparse.Namespace, mode: str | None = None, strict: bool = True, **fixed: Any):
     """``Options`` from the command line (``fixed`` fields set by the command, e.g. plan's ``batch=1``); with
     ``strict``, options that do not apply to the mode are refused."""
-    from memderive.derivations.options import Options
-
     mode = mode or args.mode or "params"
     if strict:
         _refuse_not_applicable(args, mode)
@@ -246,8 +245,6 @@ def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
     >>> option_argv({"mode": "train", "tp": 8, "dropout": False, "overhead_bytes": 2**31, "lora_targets": ("q", "v")})
     ['--mode', 'train', '--tp', '8', '--no-dropout', '--overhead', '2GiB', '--lora-targets', 'q,v']
     """
-    from memderive.derivations.frameworks import FRAMEWORKS, preset_values
-
     out: list[str] = []
     framework = values.get("framework")
     preset = preset_values(framework, values) if framework in FRAMEWORKS else {}

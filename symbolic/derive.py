@@ -20,12 +20,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memderive.symbolic.expr import Expr, Number, const
 from memderive.symbolic.expr import total as _sum
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
+from memderive.symbolic.lazy import lazy
+
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
 
 __all__ = ["Term", "Breakdown", "parameters", "activations", "flops", "evaluate", "per_block", "TRAINING_PHASES"]
 
@@ -187,7 +193,6 @@ def evaluate(expr: Any, values: Mapping[Any, int]) -> Any:
     """
     if isinstance(expr, Expr | int | Fraction):
         return const(expr).evaluate(values)
-    import sympy as sp
 
     by_name = {getattr(k, "name", k): v for k, v in values.items()}
     expr = sp.sympify(expr)

@@ -14,9 +14,15 @@ integer) for closed forms and the checker, made on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memderive.symbolic.expr import Expr, symbol
+from memderive.symbolic.lazy import lazy
+
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
@@ -34,8 +40,6 @@ class Dim:
     @property
     def symbol(self) -> Any:
         """The SymPy symbol (positive, integer); imports SymPy."""
-        import sympy as sp
-
         return sp.Symbol(self.name, positive=True, integer=True)
 
     @property

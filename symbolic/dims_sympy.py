@@ -10,20 +10,25 @@ Every name declared in ``symbolic.dims.DIMS`` is importable from here (``from me
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
-
-import sympy as sp
 
 from memderive.symbolic.dims import DIMS
 
-#: ``{name: SymPy symbol}`` for every declared dimension.
-SYMBOLS: dict[str, sp.Symbol] = {dim.name: dim.symbol for dim in DIMS}
+__all__ = ["SYMBOLS", "symbols", *(dim.name for dim in DIMS)]  # noqa: F822, PLE0604 (SYMBOLS: __getattr__)
 
-__all__ = ["SYMBOLS", *SYMBOLS]  # noqa: PLE0604
+
+@cache
+def symbols() -> dict[str, Any]:
+    """``{name: SymPy symbol}`` for every declared dimension (``SYMBOLS``), built on first use: importing this
+    module imports no SymPy; reading a symbol does."""
+    return {dim.name: dim.symbol for dim in DIMS}
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SYMBOLS":
+        return symbols()
     try:
-        return SYMBOLS[name]
+        return symbols()[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -35,7 +35,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from memderive.symbolic.lazy import lazy
+
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
 
 __all__ = ["Expr", "NamedValues", "named_values", "Number", "Size", "Sym", "Node", "Atom", "Min", "Max", "ceiling",
            "prod", "total", "const", "symbol", "to_sympy", "evaluate", "is_expr", "shifted_nonnegative"]
@@ -719,8 +725,6 @@ def evaluate(x: Any, values: Mapping[Any, Any]) -> Number:
 
 def to_sympy(x: Any) -> Any:
     """The SymPy form (integer, positive symbols; ``Min``/``Max``/``ceiling``); imports SymPy."""
-    import sympy as sp
-
     if isinstance(x, _NUMBER) and not isinstance(x, bool):
         return sp.Integer(x) if type(x) is int else sp.Rational(x.numerator, x.denominator)
     if not isinstance(x, Expr):
@@ -735,8 +739,6 @@ def to_sympy(x: Any) -> Any:
 
 
 def _sympy_atom(atom: Atom) -> Any:
-    import sympy as sp
-
     if isinstance(atom, Sym):
         return sp.Symbol(atom.name, positive=True, integer=True)
     args = [to_sympy(x) for x in atom.args]

@@ -45,13 +45,12 @@ from typing import Any
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.expr import Expr, const, prod
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.kernel_choices import RECIPES
 from memderive.symbolic.kernels import KINDS, Kernel, Rule
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "SOURCE", "SAVED_NOTE"]
 
-#: torchao's ``Float8LinearRecipeName`` values.
-RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 SOURCE = ("torchao 0.18.0 torchao/float8/float8_linear.py (matmul_with_hp_or_float8_args), config.py "
           "(Float8LinearConfig.from_recipe_name), float8_ops.py (preprocess_addmm, addmm_float8_unwrapped)")
 SAVED_NOTE = ("Float8 linears (torchao): the 16-bit input and weight are saved for backward "

@@ -20,12 +20,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr, Node, Sym
+from memderive.symbolic.lazy import lazy
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy("numpy")
 
 __all__ = ["GridPlan", "grid_plan", "GridError", "INT64_MAX", "WideArray", "rational"]
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from memderive.symbolic.kernel_choices import DEVICES
+
 __all__ = ["HfCode", "RMS_NORMS", "LAYER_NORMS", "ROTARY_TABLES", "ATTENTION_KERNELS", "DEVICES"]
 
 ATTENTION_KERNELS = ("eager", "sdpa", "flash")
-DEVICES = ("cuda", "cpu")
 #: How an RMSNorm multiplies by its weight: ``llama`` ``w * x.to(dt)`` (16-bit normed value saved),
 #: ``fp32-product`` ``(w * x).to(dt)`` (fp32 normed value saved: OLMo 2, gpt-oss), ``offset``
 #: ``(x * (1 + w.float())).to(dt)`` (fp32 normed value and the fp32 ``1 + w`` saved: Gemma).

@@ -29,12 +29,11 @@ from dataclasses import replace
 
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Op
+from memderive.symbolic.kernel_choices import EXPERTS_KERNELS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["EXPERTS_KERNELS", "grouped_mm", "routing_dtype", "clamped_glu"]
 
-#: transformers' names (``experts_implementation``); the first is its default.
-EXPERTS_KERNELS = ("grouped_mm", "eager")
 INT32, INT64 = dtype("int32"), dtype("int64")
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from memderive.symbolic.dtypes import DType
+from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.kernels import Kernel
 from memderive.symbolic.tensor import Tensor
@@ -93,8 +93,6 @@ def _inputs_from_outside(calls: list[Call], params: Mapping[tuple, Any], batch: 
             t = next((x for x in call.op.saved if x.name == name), None)
             if t is None and call.op.kind == "embedding" and name in call.op.inputs:
                 # ids no op makes and none saves: BERT's ``position_ids`` buffer, read as ``[:, :s]``
-                from memderive.symbolic.dtypes import dtype
-
                 t = Tensor(name, call.op.output.shape[:-1], dtype("int64"), role="buffer")
             if t is None:
                 raise ValueError(f"{call.where}: reads {name!r}, which no op makes and the batch does not hold")

@@ -11,9 +11,14 @@ deterministic: expand, then factor a chosen monomial (``sbh``) or collect in a s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from memderive.symbolic.lazy import lazy
 
-import sympy as sp
+if TYPE_CHECKING:
+    import sympy as sp
+else:
+    sp = lazy("sympy")
+
 
 __all__ = ["closed_form", "factor_out", "collect_in"]
 

@@ -22,6 +22,7 @@ from memderive.symbolic import dims
 from memderive.symbolic.expr import Expr, Min, const
 from memderive.symbolic.graph import Block, Flop, Graph, Op
 from memderive.symbolic.tensor import Tensor
+from memderive.symbolic.dtypes import dtype
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
            "KeepFrozenInputs",
@@ -211,8 +212,6 @@ class FlashAttention(Strategy):
 
 
 def _fp32():
-    from memderive.symbolic.dtypes import dtype
-
     return dtype("fp32")
 
 

@@ -44,7 +44,7 @@ KINDS = ("fast", "reference", "slow")
 HEAVY = frozenset({"torch", "transformers", "peft", "accelerate"})
 #: Modules and names that run something in another process or kernel.
 SLOW_MODULES = frozenset({"subprocess", "nbclient", "nbconvert", "jupyter_client"})
-SLOW_NAMES = frozenset({("memderive.notebooks", "execute")})
+SLOW_NAMES = frozenset({("memderive.notebooks.bundled", "execute")})
 TESTS = Path(__file__).resolve().parent
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 
 SLACK = 2.0  # seconds a loaded machine may add to the second a refusal takes
 TRAIN = ("--mode", "train", "--batch", "1", "--seq", "128")

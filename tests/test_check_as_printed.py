@@ -164,7 +164,7 @@ def test_6_hints_for_d_D_and_P() -> None:
 
 
 def test_6_nf4_weights_and_check_output(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     args = ["check", "--quantity", "weights.bits_per_parameter", "--claim", "4.127", "--model", "llama-2-7b",
             "--weight-dtype", "nf4"]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "check", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "check", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -146,8 +146,8 @@ def test_check_passes_every_option_field() -> None:
     from dataclasses import fields
 
     from memderive.derivations.options import Options
-    from memderive.cli import build_parser
-    from memderive.cmd_check import _options
+    from memderive.commands.cli import build_parser
+    from memderive.commands.check import _options
 
     # --new-tokens passes when given (0 included: it pins n = 0), and only then
     args = build_parser().parse_args(["check", "--batch", "2", "--seq", "8", "--micro-batches", "2", "--new-tokens",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from tests.test_check_notes import _compile
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -55,7 +55,7 @@ def test_9_latex_article_and_beamer_deck(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_9_latex_markers_and_environments() -> None:
-    from memderive.notes_formats import to_markdown
+    from memderive.documents.notes_formats import to_markdown
     from memderive.derivations.claims.markers import find_claims
 
     tex = ("% memderive-defaults: model=llama-2-7b\n"

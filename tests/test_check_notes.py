@@ -288,7 +288,7 @@ def test_10_mixtral_active_parameters() -> None:
 
 
 def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     # r is read as the LoRA rank; a rank written as a number is fine too
     assert check("params.trainable", "4lhr", model="llama-2-7b", **LORA_QV).verdict == "exact"
@@ -302,7 +302,7 @@ def test_10_lora_trainable_parameters(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_9_counterexamples_show_the_error() -> None:
-    from memderive.check_report import markdown_report, check_text
+    from memderive.documents.check_report import markdown_report, check_text
 
     # drops b and halves the rest: the numbers must not use b = 1
     assert check("kv_cache.total", "2lhs", **PROMPT).counterexample.values["b"] > 1
@@ -330,7 +330,7 @@ NOTES_VERDICTS = {12: ("exact", True), 16: ("conditional", False), 22: ("exact",
 
 @pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_notes_file_line_by_line(capsys: pytest.CaptureFixture) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     assert main(["check", "--file", str(NOTES)]) == 1  # some claims do not hold
     out = capsys.readouterr().out
@@ -342,7 +342,7 @@ def test_notes_file_line_by_line(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_1_new_tokens_zero_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     args = ["check", "--quantity", "kv_cache.total", "--claim", "4blhs", "--kv-dtype", "fp16"]
     assert main([*args, "--new-tokens", "0"]) == 0
@@ -358,7 +358,7 @@ def _balanced(tex: str) -> bool:
 
 
 def test_11_latex_is_a_complete_document(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     assert main(["check", "--quantity", "params.total", "--claim", "8lh^2", "--format", "latex"]) == 1
     single = capsys.readouterr().out

@@ -104,7 +104,7 @@ def expressions(draw, depth: int = 3):
 @settings(max_examples=40, deadline=None)
 @given(expressions())
 def test_round_trip(expr: sp.Expr) -> None:
-    from memderive.latex import latex
+    from memderive.documents.latex import latex
 
     # Nested powers reach x**27; the reader refuses symbol powers beyond LIMITS["power"] (as it should).
     assume(all(abs(x.exp) <= LIMITS["power"] for x in expr.atoms(sp.Pow) if not x.base.is_Number))
@@ -122,7 +122,7 @@ def test_our_latex_reads_back(model: str, options: dict, key: str) -> None:
     """A closed form as our printer writes it (render/latex.py) is a claim the reader accepts."""
     from memderive.derivations.estimate import estimate
 
-    from memderive.latex import latex
+    from memderive.documents.latex import latex
     closed = estimate(model, **options).quantity(key).closed_form()
     assert sp.expand(parse_formula(latex(closed), OURS).expr - closed) == 0
 

@@ -19,7 +19,7 @@ import sympy as sp
 
 from memderive.derivations.claims.check import OURS, CheckResult, ClaimError, check, default_symbols, parse_symbols, quantity_spec
 from memderive.derivations.claims.parser import FormulaError, parse_formula
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.symbolic.dims_sympy import a, a_kv, b, d_h, h, l, l_w, n, s, t, w
 
 KV = {**default_symbols(quantity_spec("kv_cache.total")), **parse_symbols("h_kv=a_kv*d_h")}
@@ -54,7 +54,7 @@ def test_reads_min_and_max(text: str, syntax: str, expected: sp.Expr) -> None:
 ])
 def test_min_max_round_trip(expr: sp.Expr) -> None:
     """SymPy's str and LaTeX and our printer's LaTeX of a min/max read back as the same expression."""
-    from memderive.latex import latex
+    from memderive.documents.latex import latex
 
     for text, syntax in ((str(expr), "python"), (sp.latex(expr), "latex"), (latex(expr), "latex")):
         assert sp.expand(parse_formula(text, OURS, syntax).expr - expr) == 0, text
@@ -66,7 +66,7 @@ def test_our_kv_closed_form_reads_back(model: str) -> None:
     from memderive.derivations.quantities.inference import infer_quantities
     from memderive.derivations.options import Options
     from memderive.derivations.models.presets import preset
-    from memderive.latex import latex
+    from memderive.documents.latex import latex
 
     _, found = infer_quantities(preset(model), Options(mode="infer", batch=1, seq=1), keep_symbols=True)
     closed = {q.key: q for q in found}["kv_cache_bytes"].closed_form()
@@ -235,7 +235,7 @@ def test_undecidable_max_says_so() -> None:
 # -- command line ----------------------------------------------------------------------------------
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "check", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "check", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -271,7 +271,7 @@ def test_per_position_refused_for_mixed_layer_groups(capsys: pytest.CaptureFixtu
     """Gemma 2 caches min(s + n, w) positions in its l_w sliding layers and s + n in the others, so the
     whole cache over s + n is 4 b a_kv d_h (l_w min(s+n, w)/(s+n) + l - l_w): no per-position size.
     It used to be checked as if it were one; now it is refused in one line."""
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     with pytest.raises(ClaimError, match="not defined for gemma-2-9b: its layer groups cache different lengths"):
         check("kv_cache.per_position", r"4 b a_{kv} d_h l", **GEMMA)

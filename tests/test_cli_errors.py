@@ -10,7 +10,7 @@ import pytest
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def write(tmp_path, text: str) -> str:
@@ -74,7 +74,7 @@ def test_unknown_strategy_is_one_line() -> None:
 
 
 def test_output_piped_into_a_closed_pipe_is_not_an_error() -> None:
-    proc = subprocess.run(f"{sys.executable} -m memderive.cli estimate --model llama-2-7b | head -1", shell=True,
+    proc = subprocess.run(f"{sys.executable} -m memderive.commands.cli estimate --model llama-2-7b | head -1", shell=True,
                           capture_output=True, text=True, timeout=120)
     assert proc.stderr == "" and proc.stdout.startswith("model: llama-2-7b")
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from memderive.cli import build_parser, main
+from memderive.commands.cli import build_parser, main
 
 TRAIN = ("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8", "--sp",
          "--recompute", "selective", "--zero", "1", "--dp", "4")
@@ -111,10 +111,10 @@ def test_notebook_names_the_command_run(capsys, tmp_path) -> None:
 # -- 5. command-line habits --------------------------------------------------------------------------------------
 
 def test_version_and_models() -> None:
-    version = subprocess.run([sys.executable, "-m", "memderive.cli", "--version"], capture_output=True, text=True,
+    version = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "--version"], capture_output=True, text=True,
                              timeout=60)
     assert version.returncode == 0 and version.stdout.startswith("memderive 0.")
-    models = subprocess.run([sys.executable, "-m", "memderive.cli", "models", "--json"], capture_output=True, text=True,
+    models = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "models", "--json"], capture_output=True, text=True,
                             timeout=120)
     rows = {r["model"]: r for r in json.loads(models.stdout)}
     # LLaMA-3 8B: 8,030,261,248 parameters (Meta's model card: 8.03B), 32 layers, 8 KV heads, 8,192 positions
@@ -242,7 +242,7 @@ def test_api_raises_at_the_call(capsys) -> None:
 @pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_bars_that_differ_tenfold_get_a_panel_of_shares() -> None:
     from memderive.derivations.estimate import estimate
-    from memderive.plots import breakdown_data, draw
+    from memderive.figures.plots import breakdown_data, draw
 
     # GPT-3 175B unsharded needs 2.9 TiB per GPU (16 bytes a parameter alone is 2.6 TiB); with TP 8 and ZeRO-3
     # over 8 ranks about 50 GiB: more than 10x apart. Issue 20 item 10: a log axis distorted the stacked

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.options import Options

@@ -13,10 +13,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Runs the CLI's main as ``python -m memderive.cli ...`` does, then prints the top-level modules loaded.
+# Runs the CLI's main as ``python -m memderive.commands.cli ...`` does, then prints the top-level modules loaded.
 _PROBE = """
 import json, sys
-from memderive.cli import main
+from memderive.commands.cli import main
 sys.argv = ["memderive", *{args!r}]
 code = main()
 sys.stdout.flush()
@@ -49,7 +49,8 @@ def test_cold_estimate_imports_no_sympy_numpy_matplotlib(tmp_path: Path) -> None
         assert not loaded & {"sympy", "numpy", "matplotlib", "mpmath", "torch", "transformers"}, loaded
         assert "importlib.metadata" not in loaded
         # only the command that runs is imported and built
-        assert {m for m in loaded if m.startswith("memderive.cmd_")} == {"memderive.cmd_estimate"}
+        assert {m for m in loaded if m.startswith("memderive.commands.")} == {"memderive.commands.cli",
+                                                                              "memderive.commands.estimate"}
 
 
 #: Modules a plain estimate (no --gpu, Megatron's kernels, no fine-tuning table asked for) does not import: the
@@ -116,6 +117,6 @@ def test_version_is_pyproject_version() -> None:
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert __version__ == declared
-    done = subprocess.run([sys.executable, "-m", "memderive.cli", "--version"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "--version"], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert done.stdout.strip() == f"memderive {declared}"

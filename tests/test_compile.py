@@ -87,7 +87,7 @@ def test_refused_options(given, fragment) -> None:
 
 
 def test_cli_refusal_is_one_line() -> None:
-    result = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "llama-3-8b", "--mode",
+    result = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "llama-3-8b", "--mode",
                              "train", "--batch", "1", "--seq", "8", "--compile"], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr

@@ -19,7 +19,7 @@ from memderive.derivations.models.architectures import GPT, LLAMA
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import preset
 from memderive.derivations.quantities.timing import implied_mfu, inference_time, step_time
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.symbolic.derive import TRAINING_PHASES, flops
 from memderive.symbolic.dims import V, a, a_kv, b, d_h, h, l, s
 
@@ -185,8 +185,8 @@ def test_derive_flops_prints_forward_model_and_hardware(capsys: pytest.CaptureFi
 
 @pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_writeups_and_plots_show_compute_as_they_show_memory() -> None:
-    from memderive.plots import plot_data
-    from memderive.writeup import estimate_document
+    from memderive.figures.plots import plot_data
+    from memderive.documents.writeup import estimate_document
 
     est = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, gpu="h100-sxm", micro_batches=4)
     md = estimate_document(est, "md")

@@ -16,7 +16,7 @@ from memderive.derivations.conventions import COLUMNS, CONVENTIONS, compare, fig
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
-from memderive.cli import main
+from memderive.commands.cli import main
 
 TRAIN_7B = Options(mode="train", batch=1, seq=4096)
 INFER_70B = Options(mode="infer", batch=1, seq=4096, new_tokens=512)

@@ -21,7 +21,8 @@ from memderive.derivations.models.config import from_config
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.options import Options, OptionsError
-from memderive.derivations.quantities.finetune import finetune_states, resolve_adapters
+from memderive.derivations.quantities.adapters import resolve_adapters
+from memderive.derivations.quantities.finetune import finetune_states
 from memderive.symbolic.derive import evaluate, saved_tensors
 from memderive.symbolic.dims import r as R
 from memderive.symbolic.lora import LoRA

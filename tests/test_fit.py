@@ -61,7 +61,7 @@ def test_nothing_fits() -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "fit", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "fit", *args], capture_output=True, text=True,
                           timeout=120)
 
 

@@ -172,7 +172,7 @@ def test_cli_refuses_fp8_with_fp32_in_one_line() -> None:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "gpt2", "--mode", "train",
+    out = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "gpt2", "--mode", "train",
                           "--batch", "1", "--seq", "8", "--implementation", "hf", "--dtype", "fp32", "--fp8",
                           "tensorwise"], capture_output=True, text=True)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.frameworks import FRAMEWORKS, apply_framework, preset_values
 from memderive.derivations.hardware import gpu

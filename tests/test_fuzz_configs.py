@@ -135,7 +135,7 @@ def test_the_command_line_gives_a_number_or_one_line(tmp_path) -> None:
         path.write_bytes(text if isinstance(text, bytes) else text.encode())
         paths.append(path)
     for path in paths:
-        run = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", str(path), "--json"],
+        run = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", str(path), "--json"],
                              capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
         assert "Traceback" not in run.stderr, run.stderr[-3000:]
         if run.returncode == 0:
@@ -199,7 +199,7 @@ def _bound_cases(rng: random.Random) -> list[tuple[str, ...]]:
 
 
 def test_plan_sweep_and_check_bounds_answer_or_refuse_in_one_line(tmp_path, capsys, monkeypatch) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     claim = "<!-- memderive: quantity=params.total model=gpt2 -->\n$N = 12lh^2$\n\n"
     marker = "<!-- memderive: quantity=params.total model=gpt2 -->\n"

@@ -99,7 +99,7 @@ def test_the_cli_with_device_cpu_prints_the_measurement(case: Case, tmp_path, ca
     # the command line itself, given the tiny config as a file and --device cpu, against the CPU measurement
     import json
 
-    from memderive.cli import main
+    from memderive.commands.cli import main
     from tests.hf_families import config
 
     path = tmp_path / "config.json"

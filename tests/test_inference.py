@@ -114,7 +114,7 @@ def test_symbolic_kv_heads_replicated() -> None:
 # --- bad input: one line, exit code 2 ---------------------------------------------------------
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def config(tmp_path, **fields) -> str:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 
 GB = 10**9
 # llama-3-8b: 8,030,261,248 parameters (Meta's model card: 8.03B); 32 layers, 8 KV heads of 128, f 14,336,

@@ -143,13 +143,13 @@ def test_the_cli_takes_target_parameters() -> None:
     """mixtral-8x7b, r = 8 on the experts' gate_up_proj and down_proj (E = 8, h = 4,096, f = 14,336,
     32 layers): 8 x 8 x (2 x 14,336 + 4,096) + 8 x 8 x (4,096 + 14,336) = 2,097,152 + 1,179,648 =
     3,276,800 per layer, x 32 = 104,857,600."""
-    run = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "mixtral-8x7b",
+    run = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "mixtral-8x7b",
                           "--mode", "train", "--batch", "1", "--seq", "8", "--lora-rank", "8",
                           "--lora-target-parameters", "gate_up_proj,down_proj", "--json"],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert '104857600' in run.stdout.replace(",", "").replace("_", "")
-    bad = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "mixtral-8x7b",
+    bad = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "mixtral-8x7b",
                           "--mode", "train", "--batch", "1", "--seq", "8", "--lora-rank", "8",
                           "--lora-targets", "experts"], capture_output=True, text=True)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr

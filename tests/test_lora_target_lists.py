@@ -55,7 +55,7 @@ def test_a_name_with_spaces_is_refused_in_the_api() -> None:
 
 
 def test_the_cli_says_it_in_one_line() -> None:
-    run = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "llama-2-7b", "--mode",
+    run = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "llama-2-7b", "--mode",
                           "train", "--batch", "1", "--seq", "512", "--lora-rank", "8", "--lora-targets",
                           ",".join(MIXED)], capture_output=True, text=True)
     assert run.returncode == 2 and "all-linear" in run.stderr

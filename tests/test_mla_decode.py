@@ -64,7 +64,7 @@ def test_absorbed_decode_under_tensor_parallelism_by_hand() -> None:
 
 
 def test_mla_decode_refused_without_latent_attention() -> None:
-    proc = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "llama-2-7b", "--mode",
+    proc = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "llama-2-7b", "--mode",
                            "infer", "--batch", "1", "--seq", "8", "--mla-decode", "expanded"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""

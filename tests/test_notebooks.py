@@ -13,9 +13,9 @@ import nbformat
 import pytest
 
 from memderive.derivations.estimate import estimate
-from memderive.notebooks import BUNDLED, ROOT, bundled_path, execute, notebook, write
-from memderive.tour import TOUR, tour
-from memderive.writeup import cli_command
+from memderive.notebooks.bundled import BUNDLED, ROOT, bundled_path, execute, notebook, write
+from memderive.notebooks.tour import TOUR, tour
+from memderive.documents.writeup import cli_command
 
 MODELS = [model for model, _ in BUNDLED]
 
@@ -37,7 +37,7 @@ def test_committed_notebook_is_not_stale(model, kwargs) -> None:
 
 def _json_of(model: str, kwargs: dict) -> dict:
     argv = shlex.split(cli_command(estimate(model, **kwargs), ["--json"]))[1:]
-    run = subprocess.run([sys.executable, "-m", "memderive.cli", *argv], capture_output=True, text=True, timeout=120,
+    run = subprocess.run([sys.executable, "-m", "memderive.commands.cli", *argv], capture_output=True, text=True, timeout=120,
                          cwd=ROOT)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
@@ -60,7 +60,7 @@ def test_notebook_executes_and_prints_the_cli_totals(model, kwargs) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "notebook", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "notebook", *args], capture_output=True, text=True,
                           timeout=120)
 
 
@@ -98,7 +98,7 @@ def _texts(nb) -> list[list[str]]:
 
 def test_tour_is_built_from_its_source() -> None:
     committed = nbformat.read(TOUR, as_version=4)
-    assert _sources(committed) == _sources(tour()), "notebooks/tour.ipynb is stale; run python -m memderive.tour"
+    assert _sources(committed) == _sources(tour()), "notebooks/tour.ipynb is stale; run python -m memderive.notebooks.tour"
 
 
 def test_tour_runs_and_shows_what_the_code_prints_today(update_golden: bool) -> None:
@@ -116,4 +116,4 @@ def test_tour_runs_and_shows_what_the_code_prints_today(update_golden: bool) -> 
     if update_golden:
         write(fresh, TOUR, force=True)
     committed = nbformat.read(TOUR, as_version=4)
-    assert _texts(committed) == _texts(fresh), "notebooks/tour.ipynb outputs are stale; run python -m memderive.tour"
+    assert _texts(committed) == _texts(fresh), "notebooks/tour.ipynb outputs are stale; run python -m memderive.notebooks.tour"

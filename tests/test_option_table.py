@@ -16,13 +16,13 @@ from dataclasses import fields, replace
 import pytest
 
 from memderive.arguments import option_argv, options_from_args
-from memderive.cli import build_parser, main
+from memderive.commands.cli import build_parser, main
 from memderive.derivations.claims.markers import KEYS, find_claims, marker_fields
 from memderive.derivations.estimate import VALUE_FIELDS, estimate
 from memderive.derivations.option_table import OPTIONS, OPTIONS_BY_NAME, options_for, symbol_values
 from memderive.derivations.options import Options
-from memderive.text import inputs_text
-from memderive.writeup import cli_command
+from memderive.documents.text import inputs_text
+from memderive.documents.writeup import cli_command
 
 DEFAULT_MODEL = "llama-2-7b"
 _PARSER = build_parser()

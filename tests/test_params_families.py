@@ -158,8 +158,8 @@ def test_layer_types_the_graph_cannot_follow_are_refused(layer_types: object) ->
 
 def test_model_notes_are_shown() -> None:
     """What a config says beyond sizes (here: which layers slide) reaches the text report and the writeups."""
-    from memderive.text import estimate_text
-    from memderive.writeup import estimate_document
+    from memderive.documents.text import estimate_text
+    from memderive.documents.writeup import estimate_document
 
     config = _config("gemma2", dict(LLAMA_SIZES, head_dim=32, sliding_window=64))
     est = estimate(config.to_dict(), mode="infer", batch=1, seq=8)

@@ -63,6 +63,6 @@ def test_the_last_stage_bounds_memory_when_its_logits_outweigh_the_first_stages_
     assert "pipeline parallel (last stage)" in est.graph.strategies
     assert est.number("activation_bytes") == 8 * 4096 * 4096 * 2 + 2 * 4096 * 4096 * 2 + 4096 * 128256 * 4 \
         == 2_436_890_624
-    from memderive.steps import layout_text, pipeline_stage
+    from memderive.documents.steps import layout_text, pipeline_stage
 
     assert layout_text(est.options, pipeline_stage(est.graph)) == "pipeline parallel p = 4 (last stage)"

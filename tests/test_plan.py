@@ -48,7 +48,7 @@ def test_fewest_gpus_is_the_fewest() -> None:
 
 
 def test_cli_json_rows_rerun_through_estimate() -> None:
-    out = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+    out = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                           "--gpu-memory", "40GB", "--seq", "4096", "--global-batch", "64", "--json", "--top", "2"],
                          capture_output=True, text=True, check=True)
     for row in json.loads(out.stdout)["layouts"]:
@@ -58,7 +58,7 @@ def test_cli_json_rows_rerun_through_estimate() -> None:
                 flags.append("--" + key.replace("_", "-"))
             elif value is not False:
                 flags += ["--" + key.replace("_", "-"), str(value)]
-        again = subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "llama-2-7b", *flags,
+        again = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "llama-2-7b", *flags,
                                 "--json"], capture_output=True, text=True, check=True)
         assert json.loads(again.stdout)["total_bytes"] == row["total_bytes"]
 
@@ -66,7 +66,7 @@ def test_cli_json_rows_rerun_through_estimate() -> None:
 def test_nothing_fits_is_an_answer_with_what_would_fit() -> None:
     """As ``fit``: exit 1 (an answer, not bad input), and a GPU count that fits, which a plan of that many GPUs
     confirms."""
-    argv = [sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-70b", "--gpu-memory", "8GB", "--seq",
+    argv = [sys.executable, "-m", "memderive.commands.cli", "plan", "--model", "llama-2-70b", "--gpu-memory", "8GB", "--seq",
             "4096", "--global-batch", "8"]
     result = subprocess.run([*argv, "--gpus", "8"], capture_output=True, text=True)
     assert result.returncode == 1 and result.stderr == "" and "no layout fits" in result.stdout
@@ -95,7 +95,7 @@ H100_HBM_BYTES_PER_S = 3_350 * 10**9  # H100 SXM datasheet: 3.35 TB/s
 
 
 def _cli_json(*argv: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "memderive.cli", *argv, "--json"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "memderive.commands.cli", *argv, "--json"], capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout)
 
@@ -142,7 +142,7 @@ def test_gpu_cli_json_rows_rerun_to_the_same_bytes_and_step_time() -> None:
 
 
 def test_without_gpu_the_output_says_proxy() -> None:
-    out = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+    out = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                           "--gpu-memory", "40GB", "--seq", "4096", "--global-batch", "64", "--top", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "no --gpu: step time is a proxy" in out and "MFU<=" in out
@@ -150,7 +150,7 @@ def test_without_gpu_the_output_says_proxy() -> None:
 
 def test_gpu_errors_are_one_line() -> None:
     for extra in (["--gpu", "A100"], ["--gpu", "h100-sxm", "--peak-tflops", "989"], ["--efficiency", "0.4"]):
-        result = subprocess.run([sys.executable, "-m", "memderive.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
+        result = subprocess.run([sys.executable, "-m", "memderive.commands.cli", "plan", "--model", "llama-2-7b", "--gpus", "8",
                                  "--seq", "4096", "--global-batch", "64", *extra], capture_output=True, text=True)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, (extra, result.stderr)
 

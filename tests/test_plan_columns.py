@@ -69,7 +69,7 @@ def test_a_branch_the_layouts_do_not_share_is_refused() -> None:
 
 
 def _cli(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, check=True)
     return done.stdout
 
 

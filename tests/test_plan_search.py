@@ -73,7 +73,7 @@ def test_expert_all_to_alls_under_full_recompute_are_timed() -> None:
 # --- serving: weight and KV dtypes compared (plan --mode infer --weight-dtype bf16,fp8 --kv-dtype bf16,fp8) ---
 
 def _plan_json(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "plan", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "plan", *argv], capture_output=True, text=True,
                           timeout=300)
 
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from memderive.derivations.estimate import estimate
-from memderive.plots import breakdown_data, colors, draw, plot_data, save, strategy_ladder, sweep_data
-from memderive.steps import breakdown_rows
+from memderive.figures.plots import breakdown_data, colors, draw, plot_data, save, strategy_ladder, sweep_data
+from memderive.documents.steps import breakdown_rows
 from memderive.symbolic.dims import b, s
 
 
@@ -84,7 +84,7 @@ def test_files_are_written(est, tmp_path, suffix, magic) -> None:
 
 def test_cli_plot(tmp_path) -> None:
     out = tmp_path / "bars.png"
-    args = [sys.executable, "-m", "memderive.cli", "plot", "--model", "mistral-7b", "--batch", "1", "--seq", "4096",
+    args = [sys.executable, "-m", "memderive.commands.cli", "plot", "--model", "mistral-7b", "--batch", "1", "--seq", "4096",
             "--tp", "8", "--sp", "--kind", "breakdown", "--gpu-memory", "80GB"]
     run = subprocess.run([*args, "-o", str(out)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr

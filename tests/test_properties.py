@@ -54,7 +54,7 @@ def test_closed_form_equals_numeric_graph(model: Model) -> None:
 def test_breakdown_leaves_sum_to_total(model: Model) -> None:
     """The rows tables and plots show (render.steps, grouped by node) add up to the JSON total, and
     each leaf's closed form, evaluated on its own, gives its row (two code paths, one answer)."""
-    from memderive.steps import breakdown_rows
+    from memderive.documents.steps import breakdown_rows
 
     est = estimate(model)
     rows = breakdown_rows(est, "parameters")

@@ -112,7 +112,7 @@ def test_bad_fine_tuning_options(kwargs: dict, message: str) -> None:
 
 
 def test_fit_cli_prints_the_qlora_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    from memderive.cli import main
+    from memderive.commands.cli import main
 
     argv = ["fit", "--model", "llama-3-8b", "--gpu-memory", "24GB", "--mode", "train", "--seq", "2048", "--recompute",
             "full", "--flash", "--lora-rank", "16", "--lora-targets", "all-linear", "--base-dtype", "nf4",

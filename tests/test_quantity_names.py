@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.derivations.claims.spec import quantity_spec
 from memderive.derivations.estimate import UnknownQuantity, estimate
 from memderive.derivations.quantity_table import QUANTITY_NAMES, SPELLINGS, quantity_name, spellings
@@ -129,7 +129,7 @@ def test_check_takes_a_derive_name(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_the_writeup_rebuilds_derive_with_the_public_name_of_its_mode() -> None:
-    from memderive.writeup import quantity_document
+    from memderive.documents.writeup import quantity_document
 
     infer = estimate("gpt2", mode="infer", batch=1, seq=8)
     # the derive table named total_bytes twice; the first (train-total) was printed for an inference writeup

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

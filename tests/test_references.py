@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.references import REFERENCES, UnknownReference, cite, cited, reference
 from memderive.symbolic.formula import Citation
-from memderive.writeup import estimate_document
+from memderive.documents.writeup import estimate_document
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_FILES = sorted(p for folder in ("symbolic", "derivations", "render", "tests", "benchmarks")

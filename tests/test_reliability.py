@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def cli(*args: str, cwd: str | None = None, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": ROOT}
-    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, cwd=cwd,
                           env=env, input=stdin, timeout=timeout)
 
 
@@ -268,7 +268,7 @@ def test_one_bad_formula_never_aborts_the_file_report(tmp_path, fmt: tuple) -> N
 # --- 16. check --format md escapes what it quotes ----------------------------------------------
 
 def test_markdown_report_shows_html_as_text(tmp_path) -> None:
-    from memderive.check_report import md_code, md_text
+    from memderive.documents.check_report import md_code, md_text
 
     folder = tmp_path / "x`<img src=x onerror=alert(1)>`"  # the model's name is its folder's
     folder.mkdir()
@@ -316,7 +316,7 @@ def test_positions_must_be_a_positive_integer(tmp_path, positions: object) -> No
 def test_plots_refuse_values_a_float_cannot_hold() -> None:
     from dataclasses import replace
 
-    from memderive.plots import draw, plot_data
+    from memderive.figures.plots import draw, plot_data
     from memderive.symbolic.errors import DerivationError
 
     data = plot_data(estimate("gpt2", mode="train", batch=1, seq=8), "breakdown")
@@ -345,7 +345,7 @@ def test_options_are_bounded(args: tuple, fragment: str) -> None:
 def test_notebook_cells_parse_whatever_the_gpu_memory_text() -> None:
     import ast
 
-    from memderive.notebooks import notebook
+    from memderive.notebooks.bundled import notebook
 
     nb = notebook(estimate("gpt2", mode="train", batch=1, seq=8), '80GB\n"); import os; ("')
     for cell in nb.cells:
@@ -388,7 +388,7 @@ def test_cli_numbers_are_ascii_digits(value: str) -> None:
 def test_errors_never_echo_a_huge_value(tmp_path, args: tuple) -> None:
     big = tmp_path / "args"
     big.write_text(json.dumps(["estimate", *args]))  # too long for a command line: read from a file
-    code = "import json, sys; from memderive.cli import main; sys.exit(main(json.load(open(sys.argv[1]))))"
+    code = "import json, sys; from memderive.commands.cli import main; sys.exit(main(json.load(open(sys.argv[1]))))"
     result = subprocess.run([sys.executable, "-c", code, str(big)], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": ROOT})
     one_line_exit_2(result)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from memderive.latex import DerivationPrinter, latex, number, tex_escape, visible_width
-from memderive.units import RenderOptions, scaled_bytes, scaled_count
+from memderive.documents.latex import latex, number, printer_class, tex_escape, visible_width
+from memderive.documents.units import RenderOptions, scaled_bytes, scaled_count
 from memderive.symbolic.dims_sympy import V, a, a_kv, b, d_h, f, h, l, n_ctx, s, t
 from memderive.symbolic.simplify import factor_out
 
@@ -52,7 +52,7 @@ def test_labels_put_parts_under_braces() -> None:
 
 def test_unknown_printer_setting_is_refused() -> None:
     with pytest.raises(TypeError):
-        DerivationPrinter({"no_such_setting": 1})
+        printer_class()({"no_such_setting": 1})
 
 
 @pytest.mark.parametrize(("text", "expected"), [

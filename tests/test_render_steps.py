@@ -6,7 +6,7 @@ import pytest
 import sympy as sp
 
 from memderive.derivations.estimate import estimate
-from memderive.steps import LEVELS, Step, breakdown_rows, derivation, single_device
+from memderive.documents.steps import LEVELS, Step, breakdown_rows, derivation, single_device
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.simplify import closed_form
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from memderive.derivations.estimate import estimate
-from memderive.units import RenderOptions
-from memderive.writeup import estimate_document, quantity_document
+from memderive.documents.units import RenderOptions
+from memderive.documents.writeup import estimate_document, quantity_document
 
 GOLDEN = Path(__file__).parent / "golden"
 TRAIN = ["--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8", "--sp",
@@ -22,7 +22,7 @@ TRAIN = ["--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def train_7b():
@@ -157,7 +157,7 @@ def test_cli_derive_writes_markdown_and_latex(tmp_path) -> None:
 
 
 def test_text_and_json_paths_do_not_import_jinja_or_matplotlib() -> None:
-    code = ("import sys, io, contextlib; from memderive.cli import main\n"
+    code = ("import sys, io, contextlib; from memderive.commands.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             f"    main({['estimate', *TRAIN, '--json']!r}); main({['estimate', *TRAIN]!r})\n"
             "print(sorted(m for m in ('jinja2', 'matplotlib', 'nbformat') if m in sys.modules))")

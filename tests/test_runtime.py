@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from memderive.cli import main
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import GPUS, gpu
 from memderive.derivations.options import Options

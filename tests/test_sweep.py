@@ -70,7 +70,7 @@ def test_bad_sweeps_are_errors() -> None:
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "sweep", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "sweep", *args], capture_output=True, text=True,
                           cwd=cwd)
 
 

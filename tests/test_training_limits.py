@@ -77,7 +77,7 @@ def test_selective_recompute_peak_adds_one_layers_scores() -> None:
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from memderive.derivations.models.architectures import GPT, LLAMA, build_graph
 from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.models.model import Model
-from memderive.steps import breakdown_rows
+from memderive.documents.steps import breakdown_rows
 from memderive.symbolic.derive import evaluate, per_block
 from memderive.symbolic.dims_sympy import d, p, t
 from memderive.symbolic.errors import InvalidLayoutError
@@ -233,7 +233,7 @@ def test_activation_total_is_layers_plus_embedding_plus_head(model: Model, step:
     blocks outside the layers; the per-layer quantity is one layer, one micro-batch. The GPU is the larger of the
     pipeline's first stage (the embedding, p micro-batches in flight under 1F1B: l layers' worth) and its last (the
     output layer, one micro-batch: l/p layers' worth)."""
-    from memderive.steps import pipeline_stage
+    from memderive.documents.steps import pipeline_stage
 
     e = estimate(model, mode="train", **step, **layout)
     acts = e.quantity("activation_bytes").breakdown
@@ -253,7 +253,7 @@ def test_heads_not_divisible_by_t_are_refused(model: Model, tp: int) -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive.cli", "estimate", "--model", "gpt2", "--mode", "train",
+    return subprocess.run([sys.executable, "-m", "memderive.commands.cli", "estimate", "--model", "gpt2", "--mode", "train",
                            "--batch", "1", "--seq", "128", *args], capture_output=True, text=True, timeout=120)
 
 

@@ -96,7 +96,7 @@ def test_zero_3_says_each_gpu_stores_a_shard() -> None:
 
 
 def test_dropout_is_echoed_only_where_the_model_has_it() -> None:
-    from memderive.text import inputs_text
+    from memderive.documents.text import inputs_text
 
     llama = inputs_text(estimate("llama-2-7b", mode="train", batch=1, seq=128))
     assert "dropout on" not in llama and "dropout none (llama has no dropout layers)" in llama
@@ -104,7 +104,7 @@ def test_dropout_is_echoed_only_where_the_model_has_it() -> None:
 
 
 def test_breakdown_bars_keep_a_linear_axis() -> None:
-    from memderive.plots import breakdown_data, draw
+    from memderive.figures.plots import breakdown_data, draw
 
     # GPT-3 175B unsharded needs ~2.9 TiB per GPU, with TP 8 and ZeRO-3 about 50 GiB: more than 10x apart
     data = breakdown_data(estimate("gpt3-175b", mode="train", batch=1, seq=2048))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from memderive.cmd_plan import _zero3_cautions
+from memderive.commands.plan import _zero3_cautions
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, time_of
 from tests.published_runs import HELD_OUT, ZERO3_2021

@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-import sympy as sp
-
 from memderive.symbolic.dims_sympy import a, a_kv, f, f_e, f_s, h, l, l_d, l_w, n, s
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
            "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL"]

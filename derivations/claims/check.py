@@ -30,8 +30,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import sympy as sp
-
 from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
                                         find_gaps, leading, ratio_limit)
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
@@ -47,6 +45,9 @@ from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.dims_sympy import Psi, b, d, l, l_w, n, p, s, t, w
 from memderive.symbolic.errors import DerivationError
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]

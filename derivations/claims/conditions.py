@@ -27,12 +27,14 @@ and gradients, fp32 master weights, momentum and variance; a KV cache of ``s + n
 
 from __future__ import annotations
 
-import sympy as sp
-
 from memderive.derivations.claims.context import Comparison, Context
 from memderive.derivations.quantities.model_states import optimizer_state_bytes
 from memderive.symbolic.dims_sympy import n
 from memderive.symbolic.dtypes import dtype
+from memderive.derivations.claims.parts import path_matches
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["conditions"]
 
@@ -79,6 +81,4 @@ def conditions(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
 
 
 def _sum_where(cmp: Comparison, node: str) -> sp.Expr:
-    from memderive.derivations.claims.parts import path_matches
-
     return sp.expand(sp.Add(*(p.expr for p in cmp.pieces if path_matches(p.path, node))))

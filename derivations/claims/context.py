@@ -20,8 +20,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import sympy as sp
-
 from memderive.derivations.claims.analysis import Piece
 from memderive.derivations.claims.parts import bits_quantity, narrow, with_adapters
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
@@ -36,6 +34,10 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.graph import Graph, Op
 from memderive.symbolic.tensor import Tensor
+from memderive.derivations.quantities.inference import cached_length, infer_quantities, inference_values, serving_dtypes
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["Context", "Comparison", "build_context", "alternatives", "unit_factor"]
 
@@ -214,8 +216,6 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     est = estimate(model, options)
     values: dict[sp.Symbol, int | sp.Rational] = _in_sympy(est.values)
     if spec.mode == "infer":
-        from memderive.derivations.quantities.inference import infer_quantities, inference_values
-
         graph, found = infer_quantities(est.model, options, keep_symbols=True)
         quantities = {**{q.key: q for q in est.quantities}, **{q.key: q for q in found}}  # FLOPs: the estimate's
         values.update(_in_sympy(inference_values(est.model, options)))
@@ -232,8 +232,6 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
         q = with_adapters(q, _sympy_quantity(quantities["trainable_parameters"]))
     q = bits_quantity(q, graph, options) if spec.derived == "bits" else narrow(spec, q, est.model.name)
     if spec.per_position:
-        from memderive.derivations.quantities.inference import cached_length
-
         if est.model.window_layers is not None:
             raise ClaimError(f"{spec.name} is not defined for {est.model.name}: its layer groups cache different "
                              "lengths (l_w layers min(s + n, w), the others s + n); check kv_cache.total instead")
@@ -397,8 +395,6 @@ def unit_factor(spec: QuantitySpec, unit: str, ctx: Context) -> tuple[sp.Expr, s
     if spec.name.startswith("activations"):
         width = dtype(o.dtype)
     elif spec.name.startswith("kv_cache"):
-        from memderive.derivations.quantities.inference import serving_dtypes
-
         width = serving_dtypes(o)[2]
     else:
         raise ClaimError(f"{spec.name} mixes element sizes; state the claim in bytes")

@@ -19,13 +19,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-import sympy as sp
-
 from memderive.derivations.claims.figures import (BYTE_SCALES, MAGNITUDES, UNITS, WORDS, Figure, decimal_text, magnitude,
                                                  read_number)
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["FormulaError", "Lexer", "Tok", "Source", "clean", "excerpt", "normalize_name", "FUNCTIONS", "CALLS",
            "UNIT_WORDS", "UNIT_SCALES", "GREEK", "LIMIT_DIGITS"]
+
+#: Resource limits: a claim beyond them is refused before any algebra is done.
+#: ``arguments`` and ``argument_terms`` bound the min/max calls of a formula, counted over all of
+#: them: SymPy compares the arguments pairwise each time it builds (or substitutes into) a ``Min``,
+#: and a dozen long ones cost seconds per check.
+#: ``result_digits`` bounds every number the formula computes (``(2**64)**64`` is refused before it is
+#: built); ``expanded_terms`` the terms of the expanded claim, past which the verdict would take
+#: seconds per term and the checker gives up at once.
+LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
+          "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
+          "expanded_terms": 60}
 
 LIMIT_DIGITS = 30
 UNIT_WORDS = {"bytes": "bytes", "byte": "bytes", "B": "bytes", "elements": "elements", "params": "elements",
@@ -181,8 +193,6 @@ class Lexer:
         return FormulaError(f"{message}{where} in {excerpt(self.source.text)}")
 
     def run(self) -> list[Tok]:
-        from memderive.derivations.claims.parser import LIMITS
-
         text = self.text
         while self.i < len(text):
             ch = text[self.i]

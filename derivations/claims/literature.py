@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import sympy as sp
-
 from memderive.symbolic.dims_sympy import Psi, V, a, b, d, f, h, l, n_ctx, p, s, t
 from memderive.symbolic.formula import Citation, Formula
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["Published", "PUBLISHED"]
 

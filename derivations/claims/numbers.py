@@ -23,14 +23,15 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from itertools import combinations
 
-import sympy as sp
-
 from memderive.derivations.claims.analysis import Piece
 from memderive.derivations.claims.context import Comparison, Context
 from memderive.derivations.claims.figures import BINARY, BYTE_SCALES, figure_text
 from memderive.derivations.claims.parser import ParsedFormula
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.dims_sympy import Psi, Psi_a, b, d, ep, g, l, m, n, p, r, s, t, v
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["number_lines", "model_pins", "bounds_text", "figure_gaps"]
 

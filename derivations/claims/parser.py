@@ -40,24 +40,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from memderive.derivations.claims.figures import Figure
-from memderive.derivations.claims.lexer import (FUNCTIONS, UNIT_SCALES, FormulaError, Lexer, Source, Tok, clean,
+from memderive.derivations.claims.lexer import (LIMITS, FUNCTIONS, UNIT_SCALES, FormulaError, Lexer, Source, Tok, clean,
                                                 normalize_name)
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS", "FUNCTIONS"]
 
-#: Resource limits: a claim beyond them is refused before any algebra is done.
-#: ``arguments`` and ``argument_terms`` bound the min/max calls of a formula, counted over all of
-#: them: SymPy compares the arguments pairwise each time it builds (or substitutes into) a ``Min``,
-#: and a dozen long ones cost seconds per check.
-#: ``result_digits`` bounds every number the formula computes (``(2**64)**64`` is refused before it is
-#: built); ``expanded_terms`` the terms of the expanded claim, past which the verdict would take
-#: seconds per term and the checker gives up at once.
-LIMITS = {"chars": 2000, "tokens": 600, "depth": 40, "power": 8, "numeric_power": 64, "digits": 30,
-          "terms": 10_000, "degree": 32, "arguments": 6, "argument_terms": 24, "result_digits": 100,
-          "expanded_terms": 60}
 _RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|<=|>=|≤|≥|\\(?:leq?|geq?|lt|gt)(?![A-Za-z])|<|>|="
                        r"|(?:(?<=\s)|^)~(?=[\s\d.])")
 _BELOW = ("<=", "≤", "\\le", "\\leq", "<", "\\lt")

@@ -17,13 +17,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import sympy as sp
-
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import DIMS
 from memderive.symbolic.dims_sympy import l
+from memderive.derivations.quantities.inference import linear_weight_bytes, serving_dtypes
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["path_matches", "narrow", "bits_quantity", "with_adapters"]
 
@@ -86,8 +88,6 @@ def _one_matrix(spec: QuantitySpec, terms: list[Term], q: Quantity) -> tuple[lis
 
 def bits_quantity(q: Quantity, graph: Any, options: Any) -> Quantity:
     """Bits per weight of the layers' linear matrices, as stored: 8 x (codes + scales) / weights."""
-    from memderive.derivations.quantities.inference import linear_weight_bytes, serving_dtypes
-
     dtypes = serving_dtypes(options)
     size, count = linear_weight_bytes(graph, dtypes)
     ratio = 8 * sp.sympify(size) / sp.sympify(count)

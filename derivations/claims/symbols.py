@@ -24,12 +24,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import sympy as sp
-
 from memderive.derivations.claims.lexer import FUNCTIONS, FormulaError, normalize_name
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.symbolic.dims import DIMS
 from memderive.symbolic.dims_sympy import Psi, Psi_a, V, a, a_kv, b, d, d_h, f, h, l, l_w, n_ctx, s, w
+from memderive.derivations.claims.parser import parse_formula
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["OURS", "COMMON", "CONFIG_NAMES", "default_symbols", "parse_symbols", "context_notes", "HINTS"]
 
@@ -129,8 +131,6 @@ def parse_symbols(mapping: str | Mapping[str, str | int | sp.Expr] | None) -> di
     >>> parse_symbols("R=l, N=a, D=h/a, b=1")
     {'R': l, 'N': a, 'D': h/a, 'b': 1}
     """
-    from memderive.derivations.claims.parser import parse_formula
-
     if mapping is None or mapping == "":
         return {}
     if isinstance(mapping, str):

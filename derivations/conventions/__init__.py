@@ -13,11 +13,10 @@ that reason, and a difference without one is a bug (``tests/test_conventions.py`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from memderive.derivations.conventions import tools
+from memderive.derivations.conventions.tools import Figures, NotModelled
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
-from memderive.symbolic.formula import Citation
 
 __all__ = ["Figures", "COLUMNS", "CONVENTIONS", "figures", "compare", "gaps", "ConventionError"]
 
@@ -28,31 +27,7 @@ class ConventionError(ValueError):
     """An unknown convention name."""
 
 
-@dataclass(frozen=True, slots=True)
-class Figures:
-    """One tool's figures in bytes (parameters in elements); None where the tool has no such figure.
-
-    ``printed`` is how the tool prints its unit (``MB`` = 2^20 bytes for Megatron); ``why`` maps a
-    column to the term that makes it differ from memderive's.
-    """
-
-    convention: str
-    parameters: int
-    model_states: int | None
-    activations: int | None
-    kv_cache: int | None
-    total: int
-    source: Citation
-    printed: str
-    why: dict[str, str] = field(default_factory=dict)
-
-    def column(self, name: str) -> int | None:
-        return getattr(self, name)
-
-
 def _registry():
-    from memderive.derivations.conventions import tools
-
     return {"memderive": tools.memderive, "megatron": tools.megatron, "deepspeed": tools.deepspeed,
             "llm-analysis": tools.llm_analysis, "eleuther": tools.eleuther, "accelerate": tools.accelerate}
 
@@ -70,8 +45,6 @@ def figures(name: str, model: Model, opts: Options) -> Figures:
 def compare(model: Model, opts: Options,
             names: tuple[str, ...] = CONVENTIONS) -> tuple[list[Figures], list[tuple[str, str]]]:
     """Figures of each convention, and ``(name, why)`` for those without a figure in this mode."""
-    from memderive.derivations.conventions.tools import NotModelled
-
     rows, skipped = [], []
     for name in names:
         try:

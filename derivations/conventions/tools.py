@@ -11,17 +11,43 @@ are its arithmetic done exactly and rounded to whole bytes at the end.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from fractions import Fraction
 
-from memderive.derivations.conventions import Figures
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError
-from memderive.symbolic.derive import evaluate
+from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import V
 from memderive.symbolic.formula import Citation
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.architectures import GPT, build_graph
+from memderive.symbolic import dims
+from memderive.symbolic.strategies import SelectiveRecompute, SequenceParallel, TensorParallel
 
-__all__ = ["memderive", "megatron", "deepspeed", "llm_analysis", "eleuther", "accelerate", "NotModelled",
+__all__ = ["Figures", "memderive", "megatron", "deepspeed", "llm_analysis", "eleuther", "accelerate", "NotModelled",
            "graph_parameters", "largest_layer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One tool's figures in bytes (parameters in elements); None where the tool has no such figure.
+
+    ``printed`` is how the tool prints its unit (``MB`` = 2^20 bytes for Megatron); ``why`` maps a
+    column to the term that makes it differ from memderive's.
+    """
+
+    convention: str
+    parameters: int
+    model_states: int | None
+    activations: int | None
+    kv_cache: int | None
+    total: int
+    source: Citation
+    printed: str
+    why: dict[str, str] = field(default_factory=dict)
+
+    def column(self, name: str) -> int | None:
+        return getattr(self, name)
 
 MEGATRON = Citation("megatron-theoretical-memory", "compute_weight_and_optimizer_memory(), compute_activation_memory()")
 DEEPSPEED = Citation("deepspeed-zero2-estimator", "estimate_zero2_model_states_mem_needs()",
@@ -90,8 +116,6 @@ def largest_layer(model: Model) -> int:
 
 # --- memderive ---------------------------------------------------------------------------------
 def memderive(model: Model, opts: Options) -> Figures:
-    from memderive.derivations.estimate import estimate
-
     est = estimate(model, opts)
     train = opts.mode == "train"
     return Figures("memderive", est.number("parameters"),
@@ -152,11 +176,6 @@ def gpt_layer(model: Model, opts: Options, f: int, sp: bool) -> Fraction:
     """Megatron's per-layer activations are Korthikanti's GPT layer: our GPT graph (LayerNorm, GeLU MLP of
     width ``f``, dropout) with selective recompute and t-way tensor (and sequence) parallelism, the
     paper's profile, at the model's h, a, s, b: sbh(10 + 24/t) at f = 4h, sbh(18 + 4f/h)/t with SP."""
-    from memderive.derivations.models.architectures import GPT, build_graph
-    from memderive.symbolic import dims
-    from memderive.symbolic.derive import activations
-    from memderive.symbolic.strategies import SelectiveRecompute, SequenceParallel, TensorParallel
-
     graph = TensorParallel(dims.t)(SelectiveRecompute()(build_graph(GPT)))
     graph = SequenceParallel(dims.t)(graph) if sp else graph
     z = model.sizes

@@ -16,36 +16,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
-from typing import TYPE_CHECKING
 
+from memderive.derivations.choices import IMPLEMENTATIONS, SHORTHANDS, describe, parse_implementation
 from memderive.derivations.models.model import Model
-
-if TYPE_CHECKING:  # imported where used: a plain estimate (Megatron's kernels) needs none of them
-    from memderive.symbolic.float8 import Float8Training
-    from memderive.symbolic.hf_code import HfCode
-    from memderive.symbolic.huggingface import HuggingFace
+from memderive.symbolic.float8 import Float8Training
+from memderive.symbolic.hf_code import HfCode
+from memderive.symbolic.huggingface import HuggingFace
 
 __all__ = ["IMPLEMENTATIONS", "float8_layers", "SHORTHANDS", "PYTHON_GELUS", "family_code", "UNSUPPORTED_KERNELS", "parse_implementation",
            "hf_layers", "hf_code", "hf_kernel", "describe"]
 
-IMPLEMENTATIONS = ("megatron", "hf")
-SHORTHANDS = {"hf-eager": ("hf", "eager"), "hf-sdpa": ("hf", "sdpa")}
 #: Activations transformers implements as Python formulas (every intermediate saved).
 PYTHON_GELUS = frozenset({"gelu_new", "gelu_fast", "gelu_python_tanh"})
-DESCRIPTIONS = {
-    "megatron": "Megatron-LM fused kernels, as in Korthikanti et al. 2022",
-    "hf": "transformers' modeling code",
-}
-
-
-def parse_implementation(name: str) -> tuple[str, str | None]:
-    """``(implementation, attention kernel or None)`` for a name or shorthand; unknown names raise ValueError."""
-    if name in SHORTHANDS:
-        return SHORTHANDS[name]
-    if name not in IMPLEMENTATIONS:
-        raise ValueError(f"--implementation must be one of {', '.join(IMPLEMENTATIONS + tuple(SHORTHANDS))}, "
-                         f"got {name!r}")
-    return name, None
 
 
 _M = "transformers/models/{0}/modeling_{0}.py (v5.24)"
@@ -55,8 +37,6 @@ _M = "transformers/models/{0}/modeling_{0}.py (v5.24)"
 @cache
 def family_code() -> dict[str, HfCode]:
     """The table, built on first use (``symbolic.hf_code`` is imported only under ``--implementation hf``)."""
-    from memderive.symbolic.hf_code import HfCode
-
     return {
         "gpt": HfCode(softmax_fp32=False),  # GPT2Attention: softmax(attn_weights) in the activation dtype
         "bert": HfCode(softmax_fp32=False, position_buffer=True),  # softmax without dtype; self.position_ids[:, :s]
@@ -120,7 +100,6 @@ def hf_code(model: Model) -> HfCode:
     """The rules ``model``'s family code follows, with what its config switches on (Gemma 2's
     softcapping, GeLU written in Python, Gemma 3's two rotary tables)."""
     arch, z = model.arch, model.sizes
-    from memderive.symbolic.hf_code import HfCode
 
     code = family_code().get(arch.family, HfCode())
     python_gelu = arch.mlp == "gelu" and arch.act_fn in PYTHON_GELUS
@@ -137,8 +116,6 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
     """The transform of ``model`` in transformers: its family's code (``hf_code``), the attention and
     experts kernels, the device, and the sizes that choose SDPA's kernel (fewer K/V heads; MLA's value
     head size)."""
-    from memderive.symbolic.huggingface import HuggingFace
-
     z = model.sizes
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
@@ -150,13 +127,4 @@ def float8_layers(model: Model, recipe: str) -> Float8Training:
     """torchao's ``convert_to_float8_training`` of ``model`` as transformers builds it: its ``nn.Linear``
     modules whose dims divide by 16 (torchtitan's filter); GPT-2's layers are ``Conv1D``, which torchao does
     not swap (``swap_linear_layers`` converts ``nn.Linear`` instances only)."""
-    from memderive.symbolic.float8 import Float8Training
-
     return Float8Training(recipe, model.values(), conv1d=model.arch.family == "gpt")
-
-
-def describe(implementation: str, attention: str) -> str:
-    """One line for reports: ``hf-sdpa: transformers' modeling code``."""
-    label = implementation if implementation == "megatron" else f"{implementation}-{attention}"
-    return f"{label} ({DESCRIPTIONS[implementation]})"
-

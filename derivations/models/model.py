@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Any
 
 from memderive.derivations.memo import Keyed
 from memderive.derivations.models.architectures import Arch, build_graph
@@ -22,8 +22,6 @@ from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
 
-if TYPE_CHECKING:  # checkpoint_files raises config_fields' ConfigError, and config_fields imports this module
-    from memderive.derivations.models.checkpoint_files import StoredTensors
 
 __all__ = ["Model", "ModelError"]
 
@@ -60,7 +58,9 @@ class Model:
     source: str = ""
     notes: tuple[str, ...] = field(default=())
     quantization: Quantization | None = None  # the checkpoint's quantization_config, as read
-    checkpoint: StoredTensors | None = None  # the tensors its local files store (headers only)
+    # the tensors its local files store (headers only): a ``checkpoint_files.StoredTensors``, not imported here since
+    # checkpoint_files raises config_fields' ConfigError, and config_fields imports this module
+    checkpoint: Any = None
 
     def __post_init__(self) -> None:
         sizes = dict(self.sizes)

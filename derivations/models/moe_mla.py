@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any
 
 from memderive.symbolic.dims import E, a, d_c, d_cq, d_h, d_hR, d_v, f_e, f_s, h, k, l, l_d
 from memderive.symbolic.ops import BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-if TYPE_CHECKING:
-    from memderive.derivations.models.architectures import Arch
-
 __all__ = ["moe_mlp", "mla_attention"]
+
+#: ``architectures.Arch``, by its name only: ``architectures`` imports this module, not the other way.
+Arch = Any
 
 
 def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[str], dense: Callable[..., Tensor]) -> Tensor:

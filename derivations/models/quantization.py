@@ -62,7 +62,7 @@ class Quantization:
             return f"{self.method} (not modelled)"
         groups = f"groups of {self.group}" if self.group else "one group per row"
         return {
-            "fp8": f"fp8 (FineGrainedFP8), weight_scale_inv per "
+            "fp8": "fp8 (FineGrainedFP8), weight_scale_inv per "
                    + (f"{self.block[0]}x{self.block[1]} block" if self.block else "tensor")
                    + (", static input scale" if self.static_input else ""),
             "fbgemm_fp8": "fbgemm_fp8: fp8 weight, one fp32 scale per output channel",

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memderive.derivations.columns import maximum, minimum, where
-from memderive.derivations.hardware import GPU
+from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth"]
@@ -39,27 +39,6 @@ INTER_NODE_BANDWIDTH = 400 * 10**9 // 8
 INTER_NODE = Citation("nvidia-dgx-h100-guide", "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs",
                       also=(Citation("dubey-2024", "§3.3.1: 'both fabrics use 400 Gbps interconnects between GPUs'"),))
 NCCL = Citation("nccl-tests-performance", "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
-#: The PCIe x16 slot of GPUs whose intra-node link is NVLink (both directions, bytes/s; ``--intra-node-link pcie``:
-#: a node without NVLink/NVSwitch, the GPUs reaching each other through PCIe switches), from their datasheets.
-PCIE: dict[str, tuple[int, Citation]] = {
-    **{name: (64 * 10**9, Citation("nvidia-a100-datasheet", "PCIe Gen4: 64 GB/s")) for name in ("a100-40gb", "a100-80gb")},
-    **{name: (128 * 10**9, Citation("nvidia-h100-datasheet", "PCIe Gen5: 128 GB/s")) for name in ("h100-sxm", "h100-pcie")},
-    "h200": (128 * 10**9, Citation("nvidia-h200-datasheet", "PCIe Gen5: 128 GB/s")),
-    **{name: (32 * 10**9, Citation("nvidia-v100-datasheet", "V100 PCIe: interconnect 32 GB/s"))
-       for name in ("v100-16gb", "v100-32gb")},
-}
-
-
-def intra_bandwidth(gpu: GPU, link: str | None) -> int:
-    """Both directions of the link between the GPUs of a node: the GPU's own (``link`` None or ``nvlink``), or its
-    PCIe slot (``pcie``; a GPU whose own link is PCIe already is that). Raises ``ValueError`` for a GPU without a
-    PCIe figure."""
-    if link != "pcie" or gpu.link.startswith("PCIe"):
-        return gpu.link_bandwidth
-    if gpu.name not in PCIE:
-        raise ValueError(f"--intra-node-link pcie: no PCIe figure for {gpu.name} in the table (it has "
-                         f"{', '.join(PCIE)}); leave the link at the GPU's own ({gpu.link})")
-    return PCIE[gpu.name][0]
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:

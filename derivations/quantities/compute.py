@@ -42,6 +42,7 @@ from memderive.symbolic.dims import b, s
 from memderive.symbolic.expr import Size, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
+from memderive.derivations.quantities.inference import inference_graph, layer_groups
 
 __all__ = ["train_flops", "graph_flops", "infer_flops", "decode_step", "decode_graph", "whole_model", "KAPLAN", "KAPLAN_FORWARD",
            "MLA_ABSORBED", "NARAYANAN", "PALM", "HARDWARE"]
@@ -160,8 +161,6 @@ def decode_graph(model: Model, options: Options, graph: Graph) -> Graph:
     """The graph a decode step runs on one GPU: ``graph`` (the inference graph of ``options``), or for
     multi-head latent attention decoded absorbed (``absorbed``) the same model with ``kv_b`` absorbed
     (``models.moe_mla.mla_attention``: the same parameters, no cached position expanded)."""
-    from memderive.derivations.quantities.inference import inference_graph
-
     if not absorbed(model, options):
         return graph
     return inference_graph(replace(model, arch=replace(model.arch, mla_absorbed=True)), options)
@@ -170,8 +169,6 @@ def decode_graph(model: Model, options: Options, graph: Graph) -> Graph:
 def infer_flops(model: Model, options: Options, graph: Graph) -> list[Quantity]:
     """Prefill and decode FLOPs, whole model and per GPU (``graph``: one tensor-parallel rank): a forward
     pass, 2N-style (``KAPLAN_FORWARD``); an MLA decode step absorbed unless ``--mla-decode expanded``."""
-    from memderive.derivations.quantities.inference import inference_graph, layer_groups
-
     whole = inference_graph(model, replace(options, tp=1))
     groups = layer_groups(model)
     notes = (MATMUL,)

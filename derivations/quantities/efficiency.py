@@ -42,9 +42,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.hardware import GPU
+from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.memo import per_graph
 from memderive.symbolic.formula import Citation
+from memderive.derivations.columns import minimum
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.compute import HARDWARE
 
 __all__ = ["Calibration", "CALIBRATIONS", "calibration", "matmul_efficiency", "weighted_efficiency", "gemm_efficiency",
            "gemm_widths", "MATMUL_SOURCE", "H100_OVER_A100"]
@@ -92,7 +95,6 @@ def calibration(gpu: GPU) -> Calibration:
     FLOP/s over memory bandwidth: a GPU that computes faster per byte it reads needs wider products)."""
     if gpu.name in CALIBRATIONS:
         return CALIBRATIONS[gpu.name]
-    from memderive.derivations.hardware import gpu as lookup
 
     ref = lookup(REFERENCE)
     ridge = (gpu.bf16_flops / gpu.memory_bandwidth) / (ref.bf16_flops / ref.memory_bandwidth)
@@ -119,9 +121,6 @@ def weighted_efficiency(gemms: Iterable[tuple[Any, Any]], ceiling: float, half_w
 
 def gemm_efficiency(gpu: GPU, est: Any) -> Any:
     """The FLOP-weighted matmul efficiency of ``est``'s layers on ``gpu`` (``gemm_widths`` read off its graph)."""
-    from memderive.derivations.columns import minimum
-    from memderive.derivations.quantities.memory_bound import layout_int
-
     c = calibration(gpu)
     gemms = [(layout_int(count, est.values), minimum(layout_int(rows, est.values), layout_int(cols, est.values)))
              for count, rows, cols in gemm_widths(est.graph)]
@@ -134,8 +133,6 @@ def gemm_widths(graph: Any) -> tuple[tuple[Any, Any, Any], ...]:
     included, times the op's share of the repeats) and the per-GPU sides whose smaller is its narrow side: a
     linear's or an expert's weight ``(out, in)``, the attention core's head dim for both (FlashAttention's fused
     core and the router are left to the others' rate), once per graph."""
-    from memderive.derivations.quantities.compute import HARDWARE
-
     out = []
     for blk in graph.blocks:
         if blk.name in ("embed", "head"):

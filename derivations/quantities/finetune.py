@@ -7,23 +7,20 @@ the last component of a module's name): ``q_proj``, ``k_proj``, ``v_proj``, ``o_
 every linear layer except the output layer. Where the graph computes q, k and v as one fused
 op but the family has separate modules, the op is split first (``SplitFused``).
 
->>> from memderive.derivations.models.presets import preset
->>> [a.name for a in resolve_adapters(preset("gpt2"), ("all-linear",))[1]]
-['c_attn', 'c_proj', 'c_fc', 'c_proj']
+The adapters and module names themselves (PEFT's, ``SplitFused``) are ``quantities.adapters``, imported for
+``--lora-rank`` / ``--train-only`` only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
                                                            state_widths, zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term
-from memderive.symbolic.dims import a, a_kv, d_h, r
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
 from memderive.symbolic.formula import Citation
@@ -31,158 +28,9 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.strategies import Freeze, KeepFrozenInputs, Strategy
 from memderive.symbolic.tensor import Tensor
 
-if TYPE_CHECKING:  # PEFT's module table and the adapters are imported for --lora-rank / --train-only only
-    from memderive.derivations.quantities.peft_modules import PeftChoice
-    from memderive.symbolic.lora import Adapter
-
-__all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "train_only", "ALL_LINEAR", "finetune_steps",
+__all__ = ["finetune_steps",
            "finetune_states", "trainable_parameters", "dequantized_weight", "finetune_notes", "nf4_bits", "quantized_bytes",
            "QLORA_CITATION", "INT8_CITATION", "LORA_CITATION", "flat_unit_elements", "bitsandbytes_base"]
-
-ALL_LINEAR = "all-linear"
-_QKV = "layer/attn/qkv"
-_LLAMA = {"q_proj": ("layer/attn/q",), "k_proj": ("layer/attn/k",), "v_proj": ("layer/attn/v",),
-          "o_proj": ("layer/attn/proj",), "gate_proj": ("layer/mlp/gate",), "up_proj": ("layer/mlp/up",),
-          "down_proj": ("layer/mlp/fc2",)}
-_NEOX = {"query_key_value": (_QKV,), "dense": ("layer/attn/proj",), "dense_h_to_4h": ("layer/mlp/fc1",),
-         "dense_4h_to_h": ("layer/mlp/fc2",)}
-_QKV_SEPARATE = {"q_proj": ("layer/attn/q",), "k_proj": ("layer/attn/k",), "v_proj": ("layer/attn/v",)}
-
-#: Per family: PEFT module name -> the graph's linear ops it names, as ``block/op``; a name that
-#: several modules share (GPT-2's ``c_proj``) lists groups separated by ``|``; a fused module
-#: (Phi-3's ``gate_up_proj``) lists several ops in one group.
-PEFT_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
-    **{fam: _LLAMA for fam in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2",
-                               "granite", "cohere", "stablelm")},
-    "phi3": {"qkv_proj": (_QKV,), "o_proj": ("layer/attn/proj",), "gate_up_proj": ("layer/mlp/gate+layer/mlp/up",),
-             "down_proj": ("layer/mlp/fc2",)},
-    "gpt": {"c_attn": (_QKV,), "c_proj": ("layer/attn/proj", "layer/mlp/fc2"), "c_fc": ("layer/mlp/fc1",)},
-    "gpt_bigcode": {"c_attn": (_QKV,), "c_proj": ("layer/attn/proj", "layer/mlp/fc2"), "c_fc": ("layer/mlp/fc1",)},
-    "gpt_neox": _NEOX, "falcon": _NEOX, "bloom": _NEOX,
-    "gptj": {**_QKV_SEPARATE, "out_proj": ("layer/attn/proj",), "fc_in": ("layer/mlp/fc1",),
-             "fc_out": ("layer/mlp/fc2",)},
-    "codegen": {"qkv_proj": (_QKV,), "out_proj": ("layer/attn/proj",), "fc_in": ("layer/mlp/fc1",),
-                "fc_out": ("layer/mlp/fc2",)},
-    "opt": {**_QKV_SEPARATE, "out_proj": ("layer/attn/proj",), "fc1": ("layer/mlp/fc1",), "fc2": ("layer/mlp/fc2",)},
-    "phi": {**_QKV_SEPARATE, "dense": ("layer/attn/proj",), "fc1": ("layer/mlp/fc1",), "fc2": ("layer/mlp/fc2",)},
-    "starcoder2": {**_QKV_SEPARATE, "o_proj": ("layer/attn/proj",), "c_fc": ("layer/mlp/fc1",),
-                   "c_proj": ("layer/mlp/fc2",)},
-    "gpt_neo": {**_QKV_SEPARATE, "out_proj": ("layer/attn/proj",), "c_fc": ("layer/mlp/fc1",),
-                "c_proj": ("layer/mlp/fc2",)},
-    "mpt": {"Wqkv": (_QKV,), "out_proj": ("layer/attn/proj",), "up_proj": ("layer/mlp/fc1",),
-            "down_proj": ("layer/mlp/fc2",)},
-    "bert": {"query": ("layer/attn/q",), "key": ("layer/attn/k",), "value": ("layer/attn/v",),
-             "dense": ("layer/attn/proj", "layer/mlp/fc1", "layer/mlp/fc2", "head/pooler")},
-}
-#: Names ``--train-only`` accepts besides module names.
-EXTRA_MODULES = {"embeddings": ("embed/",), "lm_head": ("head/lm_head.",), "norms": ()}
-
-
-def _names(model: Model) -> dict[str, tuple[str, ...]]:
-    if model.arch.family not in PEFT_NAMES:
-        raise OptionsError(f"{model.name}: module names of family {model.arch.family!r} are not known; "
-                           f"fine-tuning options support {', '.join(sorted(PEFT_NAMES))}")
-    return PEFT_NAMES[model.arch.family]
-
-
-def _ops_of(model: Model) -> set[str]:
-    graph = model.graph(dropout=False)
-    return {f"{blk.name}/{op.path}" for blk, op in graph.ops() if op.kind == "linear" and op.params}
-
-
-def module_paths(model: Model, names: Sequence[str]) -> tuple[list[Strategy], list[tuple[str, tuple[str, ...]]]]:
-    """The splits the graph needs and, per requested module, its op groups (``block/op`` paths).
-
-    Raises:
-        OptionsError: a name the family does not have, or whose op this model lacks.
-    """
-    from memderive.symbolic.lora import SplitFused
-
-    table = _names(model)
-    if ALL_LINEAR in names:
-        names = list(dict.fromkeys([*(n for n in names if n != ALL_LINEAR), *table]))
-    present = _ops_of(model)
-    splits: list[Strategy] = []
-    if _QKV in present and any(p in ("layer/attn/q", "layer/attn/k", "layer/attn/v")
-                               for n in names for p in table.get(n, ())):
-        parts = (("attn/q", a * d_h), ("attn/k", a_kv * d_h), ("attn/v", a_kv * d_h))
-        splits.append(SplitFused("attn/qkv", parts))
-        present |= {"layer/attn/q", "layer/attn/k", "layer/attn/v"}
-    groups: list[tuple[str, tuple[str, ...]]] = []
-    for name in names:
-        if name not in table:
-            raise OptionsError(f"{model.name} has no module named {name!r}; its linear modules are "
-                               f"{', '.join(table)} (or {ALL_LINEAR})")
-        for group in table[name]:
-            paths = tuple(group.split("+"))
-            if all(p in present for p in paths):
-                groups.append((name, paths))
-            elif ALL_LINEAR not in names and not any(p in present for p in paths):
-                raise OptionsError(f"{model.name} has no {name} module in this architecture; its linear modules "
-                                   f"are {', '.join(n for n, gs in table.items() if _has(gs, present))}")
-    return splits, groups
-
-
-def _has(groups: tuple[str, ...], present: set[str]) -> bool:
-    return any(all(p in present for p in g.split("+")) for g in groups)
-
-
-def resolve_adapters(model: Model, targets: Sequence[str]) -> tuple[list[Strategy], list[Adapter]]:
-    """``SplitFused`` steps and one ``Adapter`` per wrapped module, for PEFT ``target_modules``."""
-    from memderive.derivations.quantities.peft_modules import peft_choose
-
-    return _module_steps(model, peft_choose(model, targets))
-
-
-def _module_steps(model: Model, choice: PeftChoice) -> tuple[list[Strategy], list[Adapter]]:
-    from memderive.symbolic.lora import Adapter, SplitFused
-
-    ops = {f"{blk.name}/{op.path}" for blk, op in model.graph(dropout=False).ops()}
-    splits: list[Strategy] = []
-    used = [p for m in (*choice.modules, *(m for m, _, _ in choice.params)) for p in m.ops]
-    if _QKV in ops and any(p in ("layer/attn/q", "layer/attn/k", "layer/attn/v") for p in used):
-        splits.append(SplitFused("attn/qkv", (("attn/q", a * d_h), ("attn/k", a_kv * d_h), ("attn/v", a_kv * d_h))))
-    adapters = [Adapter(m.name.rsplit(".", 1)[-1], tuple(p.split("/", 1)[1] for p in m.ops), m.ops[0].split("/")[0],
-                        m.kind) for m in choice.modules]
-    return splits, adapters
-
-
-def lora_steps(model: Model, opts: Options) -> list[Strategy]:
-    """PEFT's adapters for ``--lora-targets`` and ``--lora-target-parameters``: ``lora.Linear`` and
-    ``lora.Embedding`` modules (``LoRA``), ``ParamWrapper`` parameters (``ParamLoRA``)."""
-    from memderive.derivations.quantities.peft_modules import peft_choose
-    from memderive.symbolic.lora import LoRA, ParamLoRA
-
-    choice = peft_choose(model, opts.lora_targets, opts.lora_target_parameters)
-    if choice.params and (opts.lora_dropout or opts.dora):
-        raise OptionsError("PEFT's ParamWrapper (target parameters, MoE experts and routers) works with neither "
-                           "--lora-dropout nor --dora (lora.ParamWrapper raises)")
-    if opts.dora and any(m.kind == "embedding" for m in choice.modules):
-        raise OptionsError("--dora on an embedding (lora.Embedding with DoRA) is not modelled; adapt linear modules")
-    splits, adapters = _module_steps(model, choice)
-    steps: list[Strategy] = [*splits]
-    if adapters:
-        steps.append(LoRA(r, tuple(adapters), dropout=opts.lora_dropout > 0, dora=opts.dora))
-    if choice.params:
-        targets = []
-        for module, param, multiple in choice.params:
-            block, name = param.split("/", 1)
-            op = next(p for p in module.ops if name.startswith(p.split("/", 1)[1] + "."))
-            targets.append((block, op.split("/", 1)[1], name, multiple))
-        steps.append(ParamLoRA(r, tuple(targets)))
-    return steps
-
-
-def train_only(model: Model, names: Sequence[str]) -> list[Strategy]:
-    """Freeze everything but the named modules (module names, ``embeddings``, ``lm_head``, ``norms``)."""
-    modules = [n for n in names if n not in EXTRA_MODULES]
-    splits, groups = module_paths(model, modules) if modules else ([], [])
-    keep = [p + "." for _, paths in groups for p in paths]
-    for name in names:
-        keep += EXTRA_MODULES.get(name, ())
-    norms = ("layer_norm", "rms_norm") if "norms" in names else ()
-    return [*splits, Freeze(("",), tuple(keep), norms)]
-
 
 def nf4_bits() -> Fraction:
     """Bits per NF4 weight with double quantization (Dettmers et al. 2023 §3): 4 + 8/64 + 32/(64*256).
@@ -205,10 +53,14 @@ LORA_CITATION = Citation("hu-2021", "§4.1: A (r x in), B (out x r) per adapted 
 def finetune_steps(model: Model, opts: Options) -> list[Strategy]:
     """The graph transforms of the fine-tuning options, applied before every other strategy."""
     steps: list[Strategy] = []
-    if opts.lora_rank is not None:
-        steps += lora_steps(model, opts)
-    if opts.train_only:
-        steps += train_only(model, opts.train_only)
+    if opts.lora_rank is not None or opts.train_only:
+        # lazy: PEFT's module table and the adapters (symbolic.lora), ~6% of a cold estimate, for these options only
+        from memderive.derivations.quantities.adapters import lora_steps, train_only
+
+        if opts.lora_rank is not None:
+            steps += lora_steps(model, opts)
+        if opts.train_only:
+            steps += train_only(model, opts.train_only)
     if opts.freeze_embeddings:
         steps.append(Freeze(("embed/",)))
     if bitsandbytes_base(opts):

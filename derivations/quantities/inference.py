@@ -59,6 +59,11 @@ from memderive.symbolic.formula import Citation, Formula
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.strategies import SCORE_ROLE, FlashAttention, Strategy, TensorParallel
 from memderive.symbolic.tensor import Tensor
+from memderive.symbolic.simplify import closed_form
+from memderive.derivations.quantities.finetune import quantized_bytes
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["infer_quantities", "check_inference", "peak_phase", "estimate_infer", "phase_buffers", "prefill_groups", "paged", "PHASES",
            "GENERATE_CITATION", "inference_graph", "inference_values", "cached_length", "LayerGroup", "layer_groups",
@@ -284,9 +289,6 @@ def _by_group(graph: Graph, groups: Sequence[LayerGroup], kv: DType) -> Callable
     one_token = kv_cache(graph, const(1), kv).total / repeat
 
     def form(expr: Any) -> Any:
-        import sympy as sp
-
-        from memderive.symbolic.simplify import closed_form
 
         per_layer_token = sp.factor(closed_form(one_token, graph.relations))
         layer_tokens = sp.Add(*(sp.factor(sp.sympify(repeat * group.share)) * sp.sympify(group.length)
@@ -305,8 +307,6 @@ def _param_bytes(blk: Block, op: Op, x: Tensor, dtypes: tuple[DType, DType, DTyp
     if linear.name in MICROSCALED:
         return _microscaled(path, repeat, op, x, linear, other)
     if linear.name == "nf4":  # bitsandbytes' 4-bit base as QLoRA loads it: codes and double-quantized absmax
-        from memderive.derivations.quantities.finetune import quantized_bytes
-
         codes, constants = quantized_bytes("nf4", x.numel, x.shape[0])
         return [Term(f"weights/{path}", repeat * codes[1]), Term(f"weights/scales/{path}", repeat * constants[1])]
     terms = [Term(f"weights/{path}", repeat * x.numel * linear.nbytes)]

@@ -37,14 +37,15 @@ ZeRO shards it with the optimizer states, as Megatron-LM's distributed optimizer
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, Optimizer
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Expr, prod, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
+from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
@@ -55,12 +56,6 @@ ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 #: gradients together, so the shards are over d x cp (Megatron-LM's distributed optimizer over intra_dp_cp_group).
 CP_ZERO_CITATION = Citation("megatron-optimizer-init", "get_megatron_optimizer: DistributedOptimizer's "
                             "data_parallel_group = intra_dp_cp_group")
-#: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
-PRECISIONS = ("master", "autocast", "pure")
-#: Where the optimizer's gradients live under ``master``: the weights' dtype (ZeRO's accounting), an fp32
-#: buffer (Megatron-LM under --bf16, DeepSpeed's BF16_Optimizer), a 16-bit buffer and an fp32 copy (Megatron-LM
-#: under --fp16).
-GRAD_BUFFERS = ("param", "fp32", "param+fp32")
 #: Where each gradient buffer's bytes come from (Megatron-LM's table; the code that allocates them).
 GRAD_BUFFER_CITATIONS = {
     "fp32": Citation("megatron-distrib-optimizer", "the bytes-per-parameter table: 18, 6 + 12/d", also=(
@@ -72,37 +67,6 @@ GRAD_BUFFER_CITATIONS = {
                  "model_param.main_grad.float()"),)),
 }
 
-
-@dataclass(frozen=True, slots=True)
-class Optimizer:
-    name: str
-    state_bytes: int  # bytes of optimizer state per parameter, master weights excluded
-    states: str
-    source: str
-    paged: bool = False  # bitsandbytes paged optimizer: states in unified memory, evicted to the CPU
-    like_param: bool = False  # torch.optim: states are zeros_like(param), in the parameter's dtype
-    factored: bool = False  # Adafactor: second moments per matrix row and column (``factored_state_elements``)
-
-
-OPTIMIZERS = {
-    "adamw": Optimizer("adamw", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1 (K = 12 with master)",
-                          like_param=True),
-    "adam": Optimizer("adam", 8, "fp32 momentum + fp32 variance", "Kingma & Ba 2015; ZeRO §3.1",
-                          like_param=True),
-    "adam-8bit": Optimizer("adam-8bit", 2, "8-bit momentum + 8-bit variance (block scales neglected)",
-                           "Dettmers et al. 2022, arXiv:2110.02861"),
-    "paged-adamw": Optimizer("paged-adamw", 8, "fp32 momentum + fp32 variance, paged",
-                             "bitsandbytes PagedAdamW32bit; Dettmers et al. 2023 (QLoRA) §3", paged=True),
-    "paged-adamw-8bit": Optimizer("paged-adamw-8bit", 2, "8-bit momentum + 8-bit variance, paged",
-                                  "bitsandbytes PagedAdamW8bit", paged=True),
-    "sgd-momentum": Optimizer("sgd-momentum", 4, "fp32 momentum buffer", "torch.optim.SGD(momentum>0)",
-                                  like_param=True),
-    "sgd": Optimizer("sgd", 0, "no state", "torch.optim.SGD(momentum=0)"),
-    "adafactor": Optimizer("adafactor", 0, "fp32 factored second moments (the gradients' dtype under "
-                           "--precision pure): a row and a column vector per matrix, "
-                           "the whole second moment of a vector; no first moment (beta1=None)",
-                           "Shazeer & Stern 2018 §3; torch.optim.Adafactor, transformers' Adafactor", factored=True),
-}
 
 ADAFACTOR_CITATION = Citation("shazeer-2018", "§3, Algorithm 4: row and column sums of the second moment per matrix",
                               also=(Citation("pytorch-adafactor", "_init_group: row_var, col_var, variance"),
@@ -301,8 +265,6 @@ def zero_ranks(cp: int) -> Expr:
     >>> zero_ranks(1), zero_ranks(16)
     (d, cp*d)
     """
-    from memderive.symbolic import dims
-
     return dims.d * dims.cp if cp > 1 else dims.d
 
 

@@ -18,6 +18,11 @@ from memderive.symbolic.dims import l, l_d
 from memderive.symbolic.experts import ActiveExperts, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.simplify import collect_in
+from memderive.symbolic import dims_sympy
+from memderive.symbolic.lazy import lazy
+
+sympy = lazy("sympy")
 
 __all__ = ["parameter_quantities", "graph_parameters", "MOE_CITATION", "ACTIVE_DEFINITION", "CARD_DEFINITION", "CARD_CITATION"]
 
@@ -37,11 +42,7 @@ graph_parameters = per_graph(parameters)
 
 def _collected_in_l(expr: Any) -> Any:
     """``l(...) + ...``; with l_d dense layers among MoE ones, ``l(MoE layer) + l_d(dense - MoE MLP) + ...``."""
-    import sympy
-
-    from memderive.symbolic.dims_sympy import l_d
-    from memderive.symbolic.simplify import collect_in
-
+    l_d = dims_sympy.l_d
     if l_d in sympy.sympify(expr).free_symbols:
         return sympy.collect(sympy.expand(expr), [sympy.sympify(l), l_d])
     return collect_in(expr, l)

@@ -34,6 +34,10 @@ from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.expr import const, evaluate, total
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
+from memderive.derivations.quantities.nccl import NCCL, nccl_bytes
+from memderive.derivations.quantities.step import runs_calls
+from memderive.derivations.quantities.serving import vllm_startup
+from memderive.derivations.hardware import gpu
 
 __all__ = ["Runtime", "RuntimeTerm", "runtime", "runtime_json", "overhead_breakdown", "PERSISTENT", "cublas_workspace_bytes", "context_bytes",
            "nccl_bytes", "parallel_groups", "fits_gpu",
@@ -67,15 +71,6 @@ CONTEXT_SOURCES: dict[tuple[str, str], tuple[int, str]] = {
     ("eager", "default"): (666_632_192 - 20 * MIB, "pytorch#86509: CUDA_MODULE_LOADING=DEFAULT, total - free = "
                                                    "666,632,192 B with a 6.4 MB tensor (a 20 MiB segment) allocated"),
 }
-#: NCCL buffers of one communicator after its first collective, measured with nvidia-smi on 4 A100s
-#: with NVLink (NVIDIA/nccl#964: 544 MB for a group of 2, 688 MB for larger groups). NCCL's memory
-#: grows with its channels and peers (NVIDIA/nccl#986), so other topologies differ.
-NCCL_PAIR, NCCL_GROUP = 544 * MIB, 688 * MIB
-#: All-to-all (expert parallelism) connects every peer: 8 H100s went from 1.06 GB to 4.34 GB after the
-#: first all_to_all_single (NVIDIA/nccl#1685), 3.28 GB for 7 peers.
-NCCL_ALL_TO_ALL_PER_PEER = (434 - 106) * 10**7 // 7
-NCCL = Citation("nccl-memory-964", "per communicator after a 4 MB all-reduce: 544 MB (2 ranks), 688 MB (more); "
-                "4 A100 with NVLink", also=(Citation("nccl-alltoall-1685", "all-to-all: 1.06 GB to 4.34 GB on 8 H100"),))
 #: Reserved over allocated in the transient part of a step: segments freed tensors leave that the next
 #: ones of other sizes cannot use. Calibrated once, never per run, on the published device measurements
 #: of ``tests/published_memory.py`` that memderive models whole (transformers' bert-large runs with
@@ -161,16 +156,6 @@ def parallel_groups(options: Any) -> list[tuple[str, int]]:
     return [(name, size) for name, size in sizes if size > 1]
 
 
-def nccl_bytes(group: str, ranks: int) -> int:
-    """NCCL buffers of one communicator of ``ranks`` ranks (all-to-all for the expert group).
-
-    >>> nccl_bytes("tensor", 2) // 2**20, nccl_bytes("data", 8) // 2**20
-    (544, 688)
-    """
-    base = NCCL_PAIR if ranks == 2 else NCCL_GROUP
-    return base + (NCCL_ALL_TO_ALL_PER_PEER * (ranks - 1) if group == "expert" else 0)
-
-
 #: Paths of the per-GPU total (and of the step peak's breakdown) whose tensors are allocated once and
 #: kept, or again at the same sizes every step (the rest is transient).
 PERSISTENT = ("model_states/", "weights/", "overhead", "master weights/", "optimizer states/", "gradients/",
@@ -182,8 +167,6 @@ def _peak_quantity(est: Any) -> str:
     code, ``quantities.step.runs_calls``: checked to the byte against real steps on CPU,
     ``tests/test_step_timeline.py``), else ``total_bytes``: where ops are single fused calls their
     backward's temporaries are not modelled, and the sum stands in for the high-water mark."""
-    from memderive.derivations.quantities.step import runs_calls
-
     if est.options.mode == "train" and runs_calls(est.graph) and est.timeline() is not None:
         return "peak_bytes"
     return "total_bytes"
@@ -220,8 +203,6 @@ def _sources(est: Any, key: str) -> dict[str, str]:
 def _vllm_terms(est: Any, gpu: str) -> tuple[list[RuntimeTerm], tuple[str, ...]]:
     """vLLM's engine: the weights, the whole KV cache it pre-allocates and the activation peak it profiled,
     in PyTorch's allocator; its CUDA graphs in a private pool of that allocator; NCCL outside it."""
-    from memderive.derivations.quantities.serving import vllm_startup
-
     v = vllm_startup(est)
     assert v is not None
     startup = "vLLM start-up (derivations.quantities.serving)"
@@ -288,8 +269,6 @@ def budget_bytes(est: Any) -> tuple[int, str]:
 def fits_gpu(est: Any) -> bool | None:
     """Whether the device bytes fit the ``--gpu``'s memory (None without one): ``fit`` and ``plan`` budget
     against the same device bytes."""
-    from memderive.derivations.hardware import gpu
-
     r = runtime(est)
     return None if r is None else r.device_bytes <= gpu(r.gpu).memory_bytes
 

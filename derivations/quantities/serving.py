@@ -18,7 +18,7 @@ tokens per layer (``vllm/v1/core/kv_cache_utils.py``, ``_get_kv_cache_config_uni
 Here each of those is read off the graph: the weights and the KV bytes per token of the serving
 estimate, the profiling run's peak as the estimate's largest transient buffer for a prefill of
 ``max_num_batched_tokens`` tokens plus the sampler's fp32 logits (and one fp32 copy) of ``max_num_seqs``
-rows, NCCL's buffers as ``runtime.nccl_bytes`` for the tensor-parallel group, and CUDA graphs as one
+rows, NCCL's buffers as ``nccl.nccl_bytes`` for the tensor-parallel group, and CUDA graphs as one
 measured cost per captured batch size.
 
 >>> from memderive.derivations.estimate import estimate
@@ -31,9 +31,11 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.hardware import gpu as lookup
+from memderive.derivations.quantities.nccl import nccl_bytes
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 
@@ -129,17 +131,12 @@ class VllmStartup:
 def _profile_peak(est: Any, tokens: int, rows: int) -> int:
     """The profiling run's peak over the weights: the largest transient of a ``tokens``-token forward and the
     sampler's fp32 logits of ``rows`` rows with one fp32 copy (softmax / log-probs)."""
-    from memderive.derivations.estimate import estimate
-
-    o = est.options
-    probe = estimate(est.model, replace(o, batch=1, seq=tokens, new_tokens=0, gpu=None))
+    probe = est.variant(batch=1, seq=tokens, new_tokens=0, gpu=None)  # a whole estimate: built by estimate.py
     return probe.number("activation_bytes") + 2 * 4 * rows * est.model.sizes["V"]
 
 
 def vllm_startup(est: Any) -> VllmStartup | None:
     """vLLM's start-up numbers for an inference estimate under ``--framework vllm --gpu`` (None otherwise)."""
-    from memderive.derivations.hardware import gpu as lookup
-    from memderive.derivations.quantities.runtime import nccl_bytes
 
     o = est.options
     if o.framework != "vllm" or o.gpu is None or o.mode != "infer":

@@ -45,12 +45,13 @@ from typing import Any
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.quantization import Quantization, skips_module
 from memderive.derivations.options import OptionsError
-from memderive.derivations.quantities.finetune import PEFT_NAMES
+from memderive.derivations.quantities.peft_names import PEFT_NAMES
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import a, a_kv, d_h
 from memderive.symbolic.expr import Expr, ceiling, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.split_fused import SplitFused
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -110,8 +111,6 @@ def module_name(model: Model, path: str, layer: int = 0) -> str:
 def checkpoint_splits(model: Model) -> list[Strategy]:
     """``attn/qkv`` as q, k, v where the checkpoint stores them apart (the family's modules are
     ``q_proj``, ``k_proj``, ``v_proj``)."""
-    from memderive.symbolic.lora import SplitFused  # for quantized checkpoints only: off the cold path
-
     table = _table(model)
     separate = any("layer/attn/q" in g for gs in table.values() for g in gs)
     if not separate:

@@ -50,7 +50,7 @@ from typing import Any
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
-from memderive.derivations.quantities.compute import whole_model
+from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, gemm_efficiency
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes,
                                                             layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
@@ -59,9 +59,18 @@ from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.derivations.references import cite
+from memderive.derivations.structure import structure_key
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
+from memderive.derivations.quantities.memory_bound import DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
+from memderive.derivations.quantities.model_states import state_widths
+from memderive.symbolic.float8 import float8_matmul_flops
+from memderive.symbolic.dims import sym
+from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
+from memderive.derivations.quantities.runtime import fits_gpu
+from memderive.derivations.quantities.offload_time import offload_line, offload_time
+from memderive.derivations.quantities.param_offload_time import param_offload_line, param_offload_time
 
 __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
@@ -204,19 +213,13 @@ class StepTime:
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
         if self.grad_sync == "deepspeed":
-            from memderive.derivations.quantities.memory_bound import DEEPSPEED_SOURCE
-
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth); the fp32 gradients all-reduced, the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
-            from memderive.derivations.quantities.param_offload_time import param_offload_line
-
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
-            from memderive.derivations.quantities.offload_time import offload_line
-
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
         return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
@@ -264,8 +267,6 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
 
 def memory_line(hw: GPU, kernels: str) -> str:
     """How the memory-bound work outside the calibration was timed, in words."""
-    from memderive.derivations.quantities.memory_bound import EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
-
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
@@ -281,8 +282,6 @@ def _stage_flops(est: Evaluated) -> int:
     first = est.number("hardware_flops_per_gpu")
     if est.options.pp == 1:
         return first
-    from memderive.derivations.estimate import structure_key
-
     stages = ["first", "last"]
     if est.options.uneven_stages and est.options.stage_layers(est.model.sizes["l"])[1] is not None:
         stages.append("middle")
@@ -304,8 +303,6 @@ def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
 def _hardware_total(graph: Graph) -> Expr:
     """A graph's hardware FLOPs as one expression, once per graph (structures of one stage's graph, e.g. the ZeRO
     stages of a layout, share the expression, so the grid prepares it once)."""
-    from memderive.derivations.quantities.compute import HARDWARE, graph_flops
-
     return graph_flops(graph, phases=HARDWARE).total
 
 
@@ -468,8 +465,6 @@ def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
     ``--grad-buffer fp32`` (``accumulate_allreduce_grads_in_fp32``, forced under ``--bf16``: the buffer it
     reduce-scatters, megatron/core/distributed/param_and_grad_buffer.py), else the trainable weights' dtype
     (fp32 under autocast). The weights gathered (ZeRO 1-3) are all the GPU's parameters in their dtype."""
-    from memderive.derivations.quantities.model_states import state_widths
-
     o = est.options
     params = est.number("parameters_per_gpu")
     width, grad, _ = state_widths(o.dtype, o.optimizer, o.precision)
@@ -564,14 +559,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     model_flops = est.number("model_flops") * m * d
     offload = None
     if opts.offload:  # ZeRO-Offload's copies and CPU step (offload_time.py)
-        from memderive.derivations.quantities.offload_time import offload_time
-
         n = d * opts.cp
         reduce_s = cluster.reduce_scatter(grads, n, t) if opts.zero else cluster.all_reduce(grads, n, t)
         offload = offload_time(est, cluster, (micro + memory_micro) * 2 / 3, reduce_s)
     elif opts.offload_params:  # FSDP2's CPU offload: copies each micro-batch, the CPU step (param_offload_time.py)
-        from memderive.derivations.quantities.param_offload_time import param_offload_time
-
         offload = param_offload_time(est, cluster, micro + memory_micro, m)
     return StepTime(hw, eff, m * micro, bubble, m * tp_micro, m * pp_micro, dp_s, tokens, model_flops,
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
@@ -588,15 +579,11 @@ def float8_flops(est: Evaluated) -> int:
     that ``rowwise_with_gw_hp`` keeps 16-bit (``symbolic.float8.float8_matmul_flops``); 0 without ``--fp8``."""
     if est.options.fp8 == "none":
         return 0
-    from memderive.derivations.quantities.compute import HARDWARE
-    from memderive.symbolic.float8 import float8_matmul_flops
 
     return int(evaluate(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values))
 
 
 def _sym(name: str) -> Any:
-    from memderive.symbolic.dims import sym
-
     return sym(name)
 
 
@@ -669,8 +656,6 @@ def decode_bytes(est: Evaluated, batch: int) -> tuple[int | float, float | None]
 def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
     """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``; ``efficiency`` a fraction of
     peak instead of the calibrated matmul efficiency."""
-    from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
-
     if isinstance(gpu, Cluster):
         cluster, hw = gpu, gpu.gpu
     else:
@@ -707,7 +692,6 @@ def time_json(est: Evaluated) -> dict[str, Any]:
     timing = time_of(est)
     if timing is None:
         return {}
-    from memderive.derivations.quantities.runtime import fits_gpu
 
     return {**timing.to_json(), "fits_gpu": fits_gpu(est)}  # device bytes (runtime included) against memory
 

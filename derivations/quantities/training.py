@@ -38,6 +38,7 @@ from memderive.symbolic.expr import Max, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
+from memderive.symbolic.simplify import factor_out
 
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
 
@@ -48,8 +49,6 @@ SUM_NOTE = ("total_bytes is a sum: every model state and every saved activation 
 
 
 def _sbh_factored(expr: Any) -> Any:
-    from memderive.symbolic.simplify import factor_out
-
     return factor_out(expr, s * b * h)
 
 
@@ -196,6 +195,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)
     act_cite = KORTHIKANTI
     if opts.compile:  # what torch.compile's partitioner saves instead
+        # lazy: the partitioner's model (symbolic.compile_partition), for --compile only (~2% of a cold estimate)
         from memderive.derivations.quantities.compiled import COMPILE_CITATION, COMPILE_NOTES, compiled_activations
 
         acts, per_layer = compiled_activations(graph, opts, model)

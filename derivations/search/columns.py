@@ -19,7 +19,7 @@ otherwise; branches that differ row by row go through ``derivations.columns`` (`
 >>> bool(c > 2)
 Traceback (most recent call last):
 ...
-memderive.derivations.search.columns.ColumnBranch: a branch on a value the layouts of one structure do not share
+memderive.derivations.columns.ColumnBranch: a branch on a value the layouts of one structure do not share
 """
 
 from __future__ import annotations
@@ -32,43 +32,32 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from memderive.derivations.columns import is_column, where
+from memderive.derivations.columns import ColumnBranch, column_class, is_column, where
 from memderive.derivations.estimate import SWITCHES, Estimate, estimate, stage_derivations, structure_key
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import OPTIONS
 from memderive.derivations.options import Options, derived
 from memderive.derivations.quantity import Quantity, exact_int
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.expr import const
 from memderive.symbolic.grid import INT64_MAX, GridError, grid_plan, rational
+from memderive.symbolic.lazy import lazy
 
-__all__ = ["Column", "ColumnBranch", "ColumnOptions", "ColumnValues", "LayoutColumns", "column", "layout_columns",
+np = lazy("numpy")
+
+__all__ = ["ColumnBranch", "ColumnOptions", "ColumnValues", "LayoutColumns", "column", "layout_columns",
            "cells", "options_view"]
 
 
-class ColumnBranch(DerivationError):
-    """A branch on a per-layout value that the rows of one structure do not share."""
-
-
-class Column(np.ndarray):
-    """Per-layout values of one structure's rows: an ``object`` array of Python numbers. Its truth value is its
-    rows' when they all agree (a branch the structure fixes), else ``ColumnBranch``."""
-
-    def __bool__(self) -> bool:
-        truths = set(map(bool, self.ravel().tolist()))
-        if len(truths) != 1:
-            raise ColumnBranch("a branch on a value the layouts of one structure do not share")
-        return truths.pop()
+#: A column's type in annotations: the class itself (``column_class()``) is built on first use, with NumPy.
+Column = Any
 
 
 def column(values: Sequence[Any]) -> Column:
     """``values`` (Python numbers) as a ``Column``."""
     out = np.empty(len(values), dtype=object)
     out[:] = list(values)
-    return out.view(Column)
+    return out.view(column_class())
 
 
 def cells(x: Any, n: int) -> list[Any]:
@@ -87,7 +76,7 @@ def _as_column(values: Any) -> Any:
     """A grid result (int, int64 array, ``WideArray``, object array) as a Python int or a ``Column`` of them."""
     if isinstance(values, int) or np.ndim(values) == 0:
         return int(values)
-    return values.astype(object).view(Column)
+    return values.astype(object).view(column_class())
 
 
 class ColumnOptions:
@@ -174,7 +163,7 @@ class ColumnValues(dict):
             return _as_column(np.array([int(evaluate(expr, row)) for row in self.rows()], dtype=object))
         if _int64(num) and _int64(den) and (isinstance(num, np.ndarray) or isinstance(den, np.ndarray)):
             # int64 (the grid proved the numerators fit): truncated in int64, then Python ints, as below
-            return np.where((num >= 0) == (den > 0), num // den, -((-num) // den)).astype(object).view(Column)
+            return np.where((num >= 0) == (den > 0), num // den, -((-num) // den)).astype(object).view(column_class())
         num, den = _as_column(num), _as_column(den)
         if not is_column(num) and not is_column(den):
             return int(Fraction(num, den))

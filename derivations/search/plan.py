@@ -42,8 +42,6 @@ from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
@@ -56,6 +54,13 @@ from memderive.derivations.search.columns import LayoutColumns, cells, layout_co
 from memderive.derivations.search.step_timer import layout_times
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
+from memderive.derivations.quantities.inference import serving_dtypes
+from memderive.derivations.search.fit import FitError, fit, smallest_changes
+from memderive.derivations.quantities.timing import time_of
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
+sp = lazy("sympy")
 
 __all__ = ["Layout", "Plan", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
@@ -111,9 +116,7 @@ def _divisors(x: int) -> tuple[int, ...]:
     ((1, 2, 3, 4, 6, 12), 256)
     """
     if x > 10**10:
-        from sympy import divisors
-
-        return tuple(int(k) for k in divisors(x))
+        return tuple(int(k) for k in sp.divisors(x))
     low = [k for k in range(1, math.isqrt(x) + 1) if x % k == 0]
     return tuple(low + [x // k for k in reversed(low) if k * k != x])
 
@@ -507,9 +510,6 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to rank; none
     is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits. ``weight_dtypes`` and
     ``kv_dtypes``: the weight and KV-cache dtypes to compare (each pair a layout; default: ``options``' own)."""
-    from memderive.derivations.quantities.inference import serving_dtypes
-    from memderive.derivations.search.fit import FitError, fit
-
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
                    new_tokens=new_tokens)
@@ -542,8 +542,6 @@ def _tp_degrees(model: Model, gpus: int | None, node: int = NODE_SIZE) -> list[i
 
 def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gpus: int | None) -> NothingFits:
     """Batch 1 fits no tensor-parallel degree: the least it needs, and the smallest changes that would fit."""
-    from memderive.derivations.search.fit import smallest_changes
-
     degrees = [tp for tp in _tp_degrees(model, gpus, base.gpus_per_node) if _valid(model, replace(base, tp=tp))] or [1]
     widest = replace(base, tp=max(degrees))
     needed = budget_bytes(estimate(model, widest))[0]
@@ -581,7 +579,5 @@ def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fi
              if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
     timing = None
     if base.gpu is not None:
-        from memderive.derivations.quantities.timing import time_of
-
         timing = time_of(est)
     return [ServingLayout(shown, gpus or base.tp, est.number("total_bytes"), found.value * replicas, read, timing)]

@@ -29,14 +29,15 @@ from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from memderive.derivations.estimate import estimate, structure_key
 from memderive.derivations.memo import Keyed
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options, OptionsError, given_options
 from memderive.symbolic.dims import b, n, s
 from memderive.symbolic.grid import INT64_MAX, GridError, GridPlan, WideArray, grid_plan
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
 
 __all__ = ["sweep", "SWEEPABLE", "SweepError", "MAX_POINTS", "MAX_LAYOUTS", "check_grid_size"]
 

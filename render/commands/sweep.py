@@ -13,11 +13,14 @@ import os
 import sys
 
 from memderive.arguments import add_model_options, add_options, fail, options_from_args
+from memderive.derivations.search.sweep import MAX_POINTS, check_grid_size, sweep
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
 
 #: CLI flags that take ranges, and the Options fields they set (in derivations.search.sweep.SWEEPABLE).
 RANGES = {"batch": "--batch", "seq": "--seq", "new_tokens": "--new-tokens", "tp": "--tp", "pp": "--pp",
           "dp": "--dp", "micro_batches": "--micro-batches"}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("sweep", help="every quantity over ranges of batch, seq, tp, pp, ... (exact, CSV)")
@@ -31,11 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     parser.set_defaults(func=run)
 
-
 #: The most rows the command line writes: a CSV of more takes seconds (memderive.sweep returns arrays up to
 #: derivations.search.sweep.MAX_POINTS points).
 MAX_CSV_ROWS = 2**17
-
 
 def parse_range(flag: str, text: str) -> list[int] | range:
     """``"1:4"`` -> range(1, 5); ``"128:512:128"`` -> 128, 256, 384, 512; ``"1,2,8"`` -> [1, 2, 8]. A range
@@ -60,10 +61,7 @@ def parse_range(flag: str, text: str) -> list[int] | range:
         fail(f"{flag} {text}: the stop is below the start; write start:stop[:step] with start <= stop")
     return range(start, stop + 1, step)
 
-
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.search.sweep import sweep
-
     if args.output and os.path.exists(args.output) and not args.force:
         fail(f"{args.output} exists; give --force to overwrite it or choose another --output")
     grids = {dest: parse_range(flag, getattr(args, dest)) for dest, flag in RANGES.items()
@@ -84,12 +82,9 @@ def run(args: argparse.Namespace) -> int:
             stream.close()
     return 0
 
-
 def _check_size(swept: dict[str, list[int] | range]) -> None:
     """The grid's size against the sweep's limits, then the CSV's, before a value is built."""
     import math
-
-    from memderive.derivations.search.sweep import MAX_POINTS, check_grid_size
 
     check_grid_size({k: len(v) for k, v in swept.items()})
     rows = math.prod(len(v) for v in swept.values())
@@ -98,20 +93,14 @@ def _check_size(swept: dict[str, list[int] | range]) -> None:
         fail(f"the sweep writes {rows:,} CSV rows ({asked}); the limit of the command line is {MAX_CSV_ROWS:,} "
              f"rows: sweep coarser steps, or call memderive.sweep in Python (arrays up to {MAX_POINTS:,} points)")
 
-
 def _column(values, shape: tuple[int, ...]):
     """One output as a flat column: int64, or Python ints for values past int64 (a ``WideArray``)."""
-    import numpy as np
-
     if hasattr(values, "broadcast_to"):  # WideArray: two limbs per cell
         return values.broadcast_to(shape).ravel().astype(object)
     return np.broadcast_to(values, shape).ravel()
 
-
 def write_csv(stream, swept: dict[str, list[int]], result: dict) -> None:
     """Header, then one row per grid point in C order (the last swept option varies fastest)."""
-    import numpy as np
-
     keys = list(result)
     stream.write(",".join([*swept, *keys]) + "\n")
     shape = tuple(len(v) for v in swept.values())

@@ -14,6 +14,12 @@ import json
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, emit, fail, option_argv, options_from_args, whole_number
+from memderive.derivations.hardware import gpu
+from memderive.documents.units import format_bytes, parse_size
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, time_of, zero3_caution
+from memderive.derivations.search.plan import NothingFits, plan, plan_infer
+from memderive.derivations.models.resolve import resolve_model
 
 PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -40,9 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
     """Bytes of one GPU (--gpu-memory, else --gpu's) and the proxy's peak FLOP/s (--peak-tflops)."""
-    from memderive.derivations.hardware import gpu
-    from memderive.units import parse_size
-
     if args.gpu is not None and args.peak_tflops is not None:
         fail("--peak-tflops is for the proxy without --gpu; --gpu already gives the peak (use --efficiency to "
              "scale it)")
@@ -58,16 +61,11 @@ def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
 
 def _time_model(model: str, layout: Any) -> list[str]:
     """How the times were modelled: the compute model's own lines, for the top row's estimate."""
-    from memderive.derivations.estimate import estimate
-    from memderive.derivations.quantities.timing import time_of
-
     timing = time_of(estimate(model, **layout.options))
     return list(timing.model()) if timing is not None else []
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.search.plan import NothingFits, plan
-
     if args.mode == "infer":
         return _infer(args)
     if args.global_batch is None:
@@ -110,8 +108,6 @@ def _evaluated_line(layouts: Any) -> str:
 
 def _nothing_fits(args: argparse.Namespace, capacity: int, exc: Any) -> int:
     """No layout fits: an answer (exit 1, as ``fit``), with what would fit."""
-    from memderive.units import format_bytes
-
     if args.json:
         print(json.dumps({"model": args.model, "fits": False, "capacity_bytes": capacity, "needed_bytes": exc.needed,
                           "would_fit": [{"change": c, "total_bytes": n} for c, n in exc.would_fit]}, indent=2))
@@ -132,8 +128,6 @@ INFER_PROXY = ("ranked by decode throughput under a memory-bound proxy: tokens/s
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from memderive.derivations.search.plan import NothingFits, plan_infer
-
     for name in ("gpus", "seq", "top"):
         value = getattr(args, name)
         if value is not None and value <= 0:
@@ -168,8 +162,6 @@ def _dtype_list(value: str | None) -> tuple[str | None, ...]:
 
 
 def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
-    from memderive.units import format_bytes
-
     timed = layouts[0].timing is not None
     searched = "," in (args.weight_dtype or "") + (args.kv_dtype or "")  # dtype columns when dtypes are compared
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
@@ -193,9 +185,6 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
 
 
 def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
-    from memderive.derivations.models.resolve import resolve_model
-    from memderive.units import format_bytes
-
     gpus = layouts[0].gpus
     head = (f"{args.model}: {gpus} GPUs of {format_bytes(capacity)}" +
             ("" if args.gpus else " (the fewest with a layout that fits)") +
@@ -228,8 +217,6 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
 def _zero3_cautions(layouts: list) -> list[str]:
     """A caution line for the rows below the first that shard ZeRO-3 past the ranks the time model is checked on
     (the first row's is among the NOTE lines, from its estimate)."""
-    from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, zero3_caution
-
     ranks = {i: x.options.get("dp", 1) * x.options.get("cp", 1) for i, x in enumerate(layouts, 1)
              if i > 1 and x.options.get("zero", 0) == 3}
     rows = [i for i, n in ranks.items() if n > ZERO3_CHECKED_RANKS]

@@ -19,8 +19,14 @@ from dataclasses import replace
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
-from memderive.notes_formats import kind_of, line_map, to_markdown
+from memderive.derivations.frameworks import apply_framework
+from memderive.derivations.option_table import options_for
+from memderive.derivations.options import Options
 from memderive.derivations.quantity_table import QUANTITY_NAMES
+from memderive.documents.check_report import (check_text, file_lines, latex_document, latex_report, markdown_report,
+                                              md_text)
+from memderive.documents.latex import tex_escape
+from memderive.documents.notes_formats import kind_of, line_map, to_markdown
 
 #: kept here (not imported) so that registering the command stays cheap
 VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
@@ -54,16 +60,21 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     ``options_from_args``, which builds and checks an ``Options`` in one mode while a claim's
     quantity decides its own (a parameter count ignores ``--zero``). A ``--framework``'s preset fills the
     options not given; the others not given take the table's defaults (those without one stay unset)."""
-    from memderive.derivations.frameworks import apply_framework
-    from memderive.derivations.option_table import options_for
-
     defaults = {o.name: o.default for o in options_for("check") if o.name != "mode" and o.argument_default is not None}
     return {**defaults, **apply_framework(option_values(args))}
 
 
-def _render(result: Any, fmt: str) -> str:
-    from memderive.check_report import latex_report, markdown_report, check_text
+def _claims() -> tuple[Any, Any, Any, Any]:
+    """``Claim``, ``check_claim``, the notes' markers and the scanner (``derivations.claims``), imported when a claim
+    is checked or a file scanned."""
+    # lazy: the checker's modules build SymPy's symbols as they are imported (~0.4 s); registering this command,
+    # as ``memderive --help`` does for every command, stays without them
+    from memderive.derivations.claims import Claim, check_claim, markers, scan
 
+    return Claim, check_claim, markers, scan
+
+
+def _render(result: Any, fmt: str) -> str:
     return {"text": check_text, "md": markdown_report, "latex": latex_report}[fmt](result)
 
 
@@ -79,15 +90,12 @@ def run(args: argparse.Namespace) -> int:
         return _run_file(args)
     if not (args.quantity and args.claim):
         fail("give --quantity and --claim (or --file NOTES.md)")
-    from memderive.derivations.claims.check import Claim, check_claim
-
+    Claim, check_claim, _, _ = _claims()
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
     if args.json:
         text = json.dumps(result.to_json(), indent=2)
     elif args.format == "latex":
-        from memderive.check_report import latex_document
-
         text = latex_document([("", result, "")], f"{result.spec.name}: {args.claim}").rstrip("\n")
     else:
         text = _render(result, args.format)
@@ -99,8 +107,6 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     """Command-line keys that apply to every marker of a file (a marker's own keys win): the
     claim keys given and the options that differ from ``Options``' defaults."""
     from dataclasses import fields
-
-    from memderive.derivations.options import Options
 
     keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
     defaults = {f.name: f.default for f in fields(Options)}
@@ -131,9 +137,6 @@ def _section(path: str, line: int, body: str) -> str:
 
 
 def _error(message: str, fmt: str) -> str:
-    from memderive.check_report import md_text
-    from memderive.latex import tex_escape
-
     return f"error: {md_text(message) if fmt == 'md' else tex_escape(message)}"
 
 
@@ -150,12 +153,10 @@ def _verdict(check_claim: Any, claim: Any) -> tuple[Any, str]:
 def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[Any, str]]) -> list[tuple[Any, Any, str]]:
     """Every marked claim of one notes file, with its result or why it could not be checked; ``verdicts``
     holds the claims already checked (a claim repeated word for word is checked once)."""
-    from memderive.derivations.claims.markers import MAX_CLAIMS, find_claims
-    from memderive.derivations.claims.check import check_claim
-
     found = []
     text, lines = _markdown(path)
-    for marked in find_claims(text, defaults, MAX_CLAIMS):
+    _, check_claim, markers, _ = _claims()
+    for marked in markers.find_claims(text, defaults, markers.MAX_CLAIMS):
         marked = replace(marked, line=_in_file(marked.line, lines))
         if marked.claim is None:
             found.append((marked, None, marked.error))
@@ -198,8 +199,6 @@ def summary_line(path: str, found: list[tuple[Any, Any, str]]) -> str:
 
 
 def _run_file(args: argparse.Namespace) -> int:
-    from memderive.check_report import file_lines
-
     defaults = _defaults(args)
     verdicts: dict[str, tuple[Any, str]] = {}
     files = [(path, _check_file(path, defaults, verdicts)) for path in args.file]
@@ -208,8 +207,6 @@ def _run_file(args: argparse.Namespace) -> int:
         text = json.dumps([{"file": path, "line": m.line, "formula": m.formula,
                             **({"error": e} if r is None else r.to_json())} for path, m, r, e in every], indent=2)
     elif args.format == "latex":
-        from memderive.check_report import latex_document
-
         title = f"Claims in {', '.join(args.file)}"
         text = latex_document([(f"{path}:{m.line}", r, e) for path, m, r, e in every], title).rstrip("\n")
     elif args.format != "text":
@@ -226,15 +223,14 @@ def _run_file(args: argparse.Namespace) -> int:
 
 def _run_scan(args: argparse.Namespace) -> int:
     """``check --scan FILE``: the candidate claims of unmarked notes and the marker each needs; exit 0."""
-    from memderive.derivations.claims.scan import marker_text, scan_claims
-
     kind = kind_of(args.scan)
     text, lines = _markdown(args.scan)
-    found = [replace(c, line=_in_file(c.line, lines)) for c in scan_claims(text, read=True)]
+    scan = _claims()[3]
+    found = [replace(c, line=_in_file(c.line, lines)) for c in scan.scan_claims(text, read=True)]
     if args.json:
         text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
                             "model": c.model, "sizes": c.sizes, "readable": not c.reading, "reading": c.reading,
-                            "marker": marker_text(c, kind)} for c in found], indent=2)
+                            "marker": scan.marker_text(c, kind)} for c in found], indent=2)
     else:
         lines = []
         for c in found:
@@ -243,7 +239,7 @@ def _run_scan(args: argparse.Namespace) -> int:
             lines.append(f"{args.scan}:{c.line}: would check {c.quantity} ({model}{sizes}): {c.formula}")
             if c.reading:
                 lines.append(f"    unsure: the checker cannot read it as written ({c.reading})")
-            lines.append(f"    add before it: {marker_text(c, kind)}")
+            lines.append(f"    add before it: {scan.marker_text(c, kind)}")
         readable = sum(1 for c in found if not c.reading)
         lines.append(f"{args.scan}: {len(found)} candidate claim{'s' * (len(found) != 1)}, {readable} readable as "
                      "written (a scan checks nothing: exit 0)")

@@ -3,7 +3,7 @@
 ``notebooks/tour.md`` is the tour's one source. Markdown between fences becomes Markdown cells; a fenced block
 whose info string is ``memderive`` (at the start of a line) becomes one code cell that runs each of its lines as
 ``%memderive LINE`` (a line magic the tour's first cell defines: the command line run in the kernel); a
-``python`` block becomes a code cell as written. ``python -m memderive.tour`` rebuilds and executes it;
+``python`` block becomes a code cell as written. ``python -m memderive.notebooks.tour`` rebuilds and executes it;
 ``tests/test_notebooks.py`` checks the committed notebook against a fresh build and a fresh run.
 
 >>> cells = tour_cells("Intro\\n\\n```memderive\\nmodels\\ngpus\\n```\\n\\n```python\\nx = 1\\n```\\n")
@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from memderive.notebooks.bundled import ROOT, execute, write
+from memderive.symbolic.lazy import lazy
 
-from memderive.notebooks import ROOT, execute, write
+nbv4 = lazy("nbformat.v4")
 
 __all__ = ["SOURCE", "TOUR", "tour_cells", "tour", "build"]
 
@@ -36,19 +37,19 @@ def tour_cells(text: str) -> list[Any]:
     for block in _FENCE.finditer(text):
         prose = text[at:block.start()].strip()
         if prose:
-            cells.append(new_markdown_cell(prose))
+            cells.append(nbv4.new_markdown_cell(prose))
         lines = [line for line in block.group(2).splitlines() if line.strip()]
         code = "\n".join(f"%memderive {line}" for line in lines) if block.group(1) == "memderive" else "\n".join(lines)
-        cells.append(new_code_cell(code))
+        cells.append(nbv4.new_code_cell(code))
         at = block.end()
     if text[at:].strip():
-        cells.append(new_markdown_cell(text[at:].strip()))
+        cells.append(nbv4.new_markdown_cell(text[at:].strip()))
     return cells
 
 
 def tour(source: str | Path = SOURCE) -> Any:
     """The tour notebook (not executed), with stable cell ids."""
-    nb = new_notebook(cells=tour_cells(Path(source).read_text()))
+    nb = nbv4.new_notebook(cells=tour_cells(Path(source).read_text()))
     for i, cell in enumerate(nb.cells):
         cell.id = f"tour-{i}"
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

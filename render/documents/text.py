@@ -7,7 +7,7 @@ from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
-from memderive.units import format_bytes, format_count, scaled_bytes
+from memderive.documents.units import format_bytes, format_count, scaled_bytes
 
 __all__ = ["estimate_text", "inputs_text", "strategies_text", "summary_report", "citation_lines", "plain"]
 
@@ -47,7 +47,8 @@ def _amount(value: int, unit: str, precision: int = 2) -> str:
 
 def time_lines(est: Estimate) -> list[str]:
     """Times on ``--gpu`` with the model each follows (none without ``--gpu``)."""
-    from memderive.derivations.quantities.timing import time_json, time_of
+    # lazy: the time model and the runtime, imported with a --gpu only (~15% of a cold estimate)
+    from memderive.derivations.quantities.device import runtime, time_json, time_of
 
     timing = time_of(est)
     if timing is None:
@@ -55,8 +56,6 @@ def time_lines(est: Estimate) -> list[str]:
     values = time_json(est)
     lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
     if not values["fits_gpu"]:
-        from memderive.derivations.quantities.runtime import runtime
-
         device = runtime(est).device_bytes  # type: ignore[union-attr]
         lines.append(f"  does not fit: {format_bytes(device)} of device memory per GPU is more than the "
                      f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
@@ -69,8 +68,8 @@ def time_lines(est: Estimate) -> list[str]:
 def runtime_lines(est: Estimate) -> list[str]:
     """Allocated, reserved and device memory on ``--gpu`` with the terms and assumptions of each (none
     without ``--gpu``); under ``--framework vllm`` also the KV blocks and concurrency vLLM would print."""
-    from memderive.derivations.quantities.runtime import runtime
-    from memderive.derivations.quantities.serving import vllm_startup
+    # lazy: as in time_lines
+    from memderive.derivations.quantities.device import runtime, vllm_startup
 
     r = runtime(est)
     if r is None:

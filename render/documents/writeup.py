@@ -18,19 +18,20 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import sympy as sp
-
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import Reference, cite, cited
 from memderive.arguments import option_argv
-from memderive.text import inputs_text, strategies_text
-from memderive.latex import latex, number, tex_escape
-from memderive.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
+from memderive.documents.text import inputs_text, strategies_text
+from memderive.documents.latex import latex, number, tex_escape
+from memderive.documents.steps import Step, breakdown_rows, derivation, headline_key, single_device, symbols_in
 from memderive.derivations.quantity_table import public_name
-from memderive.units import RenderOptions, scaled_count, scaled_flops
+from memderive.documents.units import RenderOptions, scaled_count, scaled_flops
+from memderive.symbolic.lazy import lazy
+
+jinja2 = lazy("jinja2")
+sp = lazy("sympy")
 
 __all__ = ["estimate_document", "quantity_document", "fragment_markdown", "table_markdown", "cli_command", "value_math",
            "references_context", "references_markdown", "FORMATS"]
@@ -300,7 +301,8 @@ def references_markdown(refs: Sequence[Reference]) -> str:
 
 def _time(est: Estimate, fmt: _Format) -> dict[str, Any] | None:
     """Times on ``--gpu`` and the model each follows (None without ``--gpu``)."""
-    from memderive.derivations.quantities.timing import time_json, time_of
+    # lazy: the time model, imported with a --gpu only (~15% of a cold estimate)
+    from memderive.derivations.quantities.device import time_json, time_of
 
     timing = time_of(est)
     if timing is None:

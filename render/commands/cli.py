@@ -1,6 +1,6 @@
 """The ``memderive`` command line: the dispatcher.
 
-Each subcommand lives in its own ``render/cmd_*.py`` module exposing ``register(subparsers)``;
+Each subcommand lives in its own ``render/commands/*.py`` module exposing ``register(subparsers)``;
 modules import their heavy dependencies inside the handler so that start-up stays fast, and what
 they share (errors, ``-o`` files, the options of the table) from ``render.arguments``.
 Bad input of any kind ends in one line on stderr and exit code 2, never a traceback.
@@ -20,10 +20,10 @@ from memderive.version import __version__
 
 __all__ = ["main", "build_parser"]
 
-COMMAND_MODULES = ("memderive.cmd_estimate", "memderive.cmd_derive", "memderive.cmd_fit", "memderive.cmd_plot",
-                   "memderive.cmd_notebook", "memderive.cmd_check", "memderive.cmd_compare", "memderive.cmd_sweep",
-                   "memderive.cmd_plan", "memderive.cmd_models", "memderive.cmd_gpus",
-                   "memderive.cmd_references")
+COMMAND_MODULES = ("memderive.commands.estimate", "memderive.commands.derive", "memderive.commands.fit",
+                   "memderive.commands.plot", "memderive.commands.notebook", "memderive.commands.check",
+                   "memderive.commands.compare", "memderive.commands.sweep", "memderive.commands.plan",
+                   "memderive.commands.models", "memderive.commands.gpus", "memderive.commands.references")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -32,7 +32,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = Parser(prog="memderive", description="Derive the memory of transformer models, symbolically and exactly.")
     parser.add_argument("--version", action="version", version=f"memderive {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name in COMMAND_MODULES if only is None else (f"memderive.cmd_{only}",):
+    for name in COMMAND_MODULES if only is None else (f"memderive.commands.{only}",):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -45,7 +45,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def _command(argv: Sequence[str]) -> str | None:
     """The command a command line names first (``estimate``, ...), or None (``--help``, a typo)."""
-    if argv and f"memderive.cmd_{argv[0]}" in COMMAND_MODULES:
+    if argv and f"memderive.commands.{argv[0]}" in COMMAND_MODULES:
         return argv[0]
     return None
 

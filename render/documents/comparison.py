@@ -1,4 +1,5 @@
-"""``memderive compare``: one model, six calculators' accounting side by side, every gap explained.
+"""The report of ``memderive compare`` (and ``estimate --compare``): one model, six calculators' accounting side by
+side, every gap explained.
 
 Figures print in GB of 10^9 bytes, rounded exactly:
 
@@ -8,30 +9,17 @@ Figures print in GB of 10^9 bytes, rounded exactly:
 
 from __future__ import annotations
 
-import argparse
-import json
 from fractions import Fraction
 
-from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
+from memderive.derivations.conventions import COLUMNS, CONVENTIONS, ConventionError, compare, gaps
+from memderive.derivations.references import cite
 
-__all__ = ["register", "compare_report"]
+#: ``CONVENTIONS``, ``ConventionError`` and ``compare`` (``derivations.conventions``) come with the report, so that a
+#: command compares and reports with one import.
+__all__ = ["compare_report", "TITLES", "CONVENTIONS", "ConventionError", "compare"]
 
 TITLES = {"parameters": "parameters", "model_states": "model states", "activations": "activations",
           "kv_cache": "KV cache", "total": "total"}
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("compare", help="memderive beside Megatron, DeepSpeed, llm-analysis, EleutherAI and "
-                                            "accelerate, each in its own accounting, every gap over 1%% explained")
-    add_model_options(parser)
-    add_options(parser, "compare")
-    parser.add_argument("--convention", action="append", default=None,
-                        help="only these conventions (repeat): memderive, megatron, deepspeed, llm-analysis, "
-                             "eleuther, accelerate")
-    parser.add_argument("--format", choices=("text", "md"), default="text")
-    parser.add_argument("--json", action="store_true", help="one JSON object with exact integers")
-    add_output_options(parser)
-    parser.set_defaults(func=run)
 
 
 def _cell(value: int | None, column: str) -> str:
@@ -54,9 +42,6 @@ def _pct(diff: int, base: int) -> str:
 
 
 def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> str:
-    from memderive.derivations.conventions import COLUMNS, gaps
-    from memderive.derivations.references import cite
-
     ours = next(r for r in rows if r.convention == "memderive")
     head = ["convention", *(TITLES[c] for c in COLUMNS), "prints"]
     table = [[r.convention, *(_cell(r.column(c), c) for c in COLUMNS), r.printed] for r in rows]
@@ -89,28 +74,3 @@ def compare_report(model_name: str, rows, skipped, opts, fmt: str = "text") -> s
         lines.append(f"- {name}: no figure ({why})")
     lines += ["", "Sources: " + "; ".join(f"{r.convention}: {cite(r.source)}" for r in rows if r.convention != "memderive")]
     return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.conventions import CONVENTIONS, compare
-    from memderive.derivations.models.resolve import resolve_model
-    from memderive.derivations.references import cite
-
-    opts = options_from_args(args)
-    if opts.mode not in ("train", "infer"):
-        raise ValueError("compare needs --mode train or --mode infer (with --batch and --seq)")
-    names = tuple(args.convention or CONVENTIONS)
-    if "memderive" not in names:
-        names = ("memderive", *names)
-    model = resolve_model(args.model)
-    rows, skipped = compare(model, opts, names)
-    if args.json:
-        text = json.dumps({"model": model.name, "mode": opts.mode, "conventions": [
-            {"convention": r.convention, "parameters": r.parameters, "model_states": r.model_states,
-             "activations": r.activations, "kv_cache": r.kv_cache, "total": r.total, "printed": r.printed,
-             "source": cite(r.source), "why": r.why} for r in rows],
-            "not_modelled": dict(skipped)}, indent=2)
-    else:
-        text = compare_report(model.name, rows, skipped, opts, args.format)
-    emit(text, args.output, args.force)
-    return 0

@@ -6,6 +6,10 @@ import argparse
 import json
 
 from memderive.arguments import add_model_options, add_options, options_from_args
+from memderive.derivations.hardware import gpu
+from memderive.documents.units import format_bytes, parse_size
+from memderive.derivations.models.resolve import context_notes, resolve_model
+from memderive.derivations.search.fit import DoesNotFit, fit, smallest_changes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,9 +24,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _capacity(args: argparse.Namespace) -> int:
     """--gpu-memory, else the memory of --gpu (derivations.hardware)."""
-    from memderive.derivations.hardware import gpu
-    from memderive.units import parse_size
-
     if args.gpu_memory is not None:
         return parse_size(args.gpu_memory, "--gpu-memory")
     if args.gpu is None:
@@ -33,10 +34,6 @@ def _capacity(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from fractions import Fraction
-
-    from memderive.derivations.models.resolve import context_notes, resolve_model
-    from memderive.derivations.search.fit import DoesNotFit, fit
-    from memderive.units import format_bytes
 
     mode = args.mode or "infer"
     if mode not in ("infer", "train"):
@@ -78,9 +75,6 @@ def run(args: argparse.Namespace) -> int:
 def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve_for: str,  # type: ignore[no-untyped-def]
                   given: tuple[str, int], exc: Exception) -> int:
     """Not even 1 fits: say so (an answer: exit 1) and the smallest changes that would fit."""
-    from memderive.derivations.search.fit import smallest_changes
-    from memderive.units import format_bytes
-
     needed = getattr(exc, "needed", None)
     changes = smallest_changes(model, options, capacity, solve_for)
     if args.json:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.presets import SOURCES, preset, preset_names
+from memderive.documents.units import scaled_bytes, scaled_count
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,9 +19,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def rows() -> list[dict]:
     """One row per preset: family, parameters (exact), bf16 weight bytes, layers, hidden size, heads,
     KV heads, context length (``None`` when the config gives none), source (a reference key)."""
-    from memderive.derivations.estimate import estimate
-    from memderive.derivations.models.presets import SOURCES, preset, preset_names
-
     out = []
     for name in preset_names():
         model = preset(name)
@@ -31,8 +31,6 @@ def rows() -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.units import scaled_bytes, scaled_count
-
     table = rows()
     if args.json:
         print(json.dumps(table, indent=2))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args
-from memderive.cmd_estimate import add_writeup_options, render_options
+from memderive.commands.estimate import add_writeup_options, render_options
 from memderive.derivations.quantity_table import QUANTITY_NAMES, UnknownName, public_name, quantity_name
+from memderive.derivations.estimate import estimate
+from memderive.documents.text import plain
+from memderive.documents.writeup import quantity_document
 
 #: spellings that print several quantities in text (``derive flops``: forward, model and hardware FLOPs)
 GROUPS = {"flops": ("forward_flops", "model_flops", "hardware_flops")}
@@ -64,8 +67,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.estimate import estimate
-
     row = quantity_name(args.quantity)
     mode, key = row.mode, row.key
     apply_strategy(args, args.strategy)
@@ -77,13 +78,9 @@ def run(args: argparse.Namespace) -> int:
     est = estimate(args.model or _DEFAULT_MODEL, options_from_args(args, mode=mode, strict=False))
     est.quantity(key)  # a clear error for a quantity the mode lacks
     if args.format == "text":
-        from memderive.text import plain
-
         keys = GROUPS.get(args.quantity, (key,))
         text = "\n".join(f"{q.title} ({q.unit}) = {plain(q.closed_form())}" for q in map(est.quantity, keys))
     else:
-        from memderive.writeup import quantity_document
-
         # Without --batch and --seq the placeholders b = s = 1 are not worth substituting.
         options = render_options(args) if sized else render_options(args, detail="symbolic")
         text = quantity_document(est, key, args.format, options)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from memderive.arguments import add_model_options, add_options, command_line, options_from_args
+from memderive.derivations.estimate import estimate
+from memderive.documents.units import parse_size
+from memderive.notebooks.bundled import execute, notebook, write
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,17 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from memderive.derivations.estimate import estimate
-    from memderive.units import parse_size
-
     if not args.output.endswith(".ipynb"):
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
     if os.path.lexists(args.output) and not args.force:  # a dangling symlink too: writing would follow it
         raise ValueError(f"{args.output} exists; pass --force to overwrite it")
     parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
-
-    from memderive.notebooks import execute, notebook, write
 
     nb = notebook(est, args.gpu_memory, command_line(args))
     if args.execute:

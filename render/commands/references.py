@@ -7,6 +7,7 @@ import argparse
 import json
 
 from memderive.arguments import emit
+from memderive.derivations.references import REFERENCES, reference
 
 FIELDS = ("label", "authors", "title", "year", "venue", "where", "url", "kind")
 
@@ -20,8 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def listing() -> str:
     """One line per entry: key, label, title and where to find it."""
-    from memderive.derivations.references import REFERENCES
-
     width = max(len(k) for k in REFERENCES)
     lines = [f"{ref.key:<{width}}  {ref.label}: {ref.title} ({ref.where})" for ref in REFERENCES.values()]
     return "\n".join([*lines, "", "memderive references KEY prints one entry in full; writeups list what they cite."])
@@ -29,16 +28,12 @@ def listing() -> str:
 
 def entry(key: str) -> str:
     """The entry of ``key``, one field per line (fields without a value left out)."""
-    from memderive.derivations.references import reference
-
     data = reference(key).to_json()
     rows = [f"  {name + ':':<8} {data[name]}" for name in FIELDS if data[name] not in ("", None)]
     return "\n".join([key, *rows])
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.references import REFERENCES, reference
-
     if args.json:
         data = reference(args.key).to_json() if args.key else [r.to_json() for r in REFERENCES.values()]
         emit(json.dumps(data, indent=2, ensure_ascii=False), None)

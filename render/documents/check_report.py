@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-import sympy as sp
+from memderive.documents.latex import latex as tex
+from memderive.documents.latex import tex_escape
+from memderive.documents.text import plain as words
+from memderive.symbolic.lazy import lazy
 
-from memderive.derivations.claims.analysis import Gap
-from memderive.derivations.claims.markers import Marked
-from memderive.derivations.claims.check import CheckResult
+sp = lazy("sympy")
 
-from memderive.latex import latex as tex
-from memderive.latex import tex_escape
+#: The checker's types (``derivations.claims``: ``check.CheckResult``, ``analysis.Gap``, ``markers.Marked``), by name
+#: only: the checker builds SymPy's symbols as it is imported, and ``commands.check`` imports this module to register.
+CheckResult = Gap = Marked = Any
 
 __all__ = ["check_text", "markdown_report", "latex_report", "latex_document", "file_lines", "md_code", "md_text",
            "MARKS"]
@@ -85,8 +88,6 @@ def check_text(result: CheckResult) -> str:
 
 def plain(expr: object) -> str:
     """A formula in a reader's notation (``h^2``, ``max``): ``render.text.plain``."""
-    from memderive.text import plain as words
-
     return words(expr)
 
 

@@ -27,8 +27,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-import sympy as sp
-
 from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.quantities.model_states import ZERO_CITATION
 from memderive.derivations.options import Options
@@ -39,8 +37,11 @@ from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.simplify import closed_form
-from memderive.latex import latex
-from memderive.units import RenderOptions
+from memderive.documents.latex import latex
+from memderive.documents.units import RenderOptions
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
 
 __all__ = ["Step", "Row", "LEVELS", "derivation", "breakdown_rows", "single_device", "layout_text", "pipeline_stage", "symbols_in",
            "headline_key", "GROUP_DEPTH"]

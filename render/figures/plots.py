@@ -1,8 +1,9 @@
 """Plots of per-GPU memory, drawn from the same breakdown rows as the writeup's tables.
 
 The data functions (``breakdown_data``, ``sweep_data``) return a frozen ``PlotData`` of exact integers
-built with ``render.steps.breakdown_rows``; ``draw`` only draws one. matplotlib is imported inside
-``draw`` (a bare ``Figure``, saved through Agg: headless), so importing this module stays cheap.
+built with ``render.steps.breakdown_rows``; ``draw`` only draws one. matplotlib is imported when
+``draw`` first runs (``symbolic.lazy``; a bare ``Figure``, saved through Agg: headless), so importing this module
+stays cheap.
 
 >>> from memderive.derivations.estimate import estimate
 >>> est = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective")
@@ -23,10 +24,13 @@ from typing import Any
 from memderive.derivations.estimate import Estimate, estimate
 from memderive.derivations.models.resolve import check_layout
 from memderive.derivations.options import Options
-from memderive.steps import breakdown_rows, headline_key, layout_text, pipeline_stage
-from memderive.units import scaled_bytes
+from memderive.documents.steps import breakdown_rows, headline_key, layout_text, pipeline_stage
+from memderive.documents.units import scaled_bytes
 from memderive.symbolic import dims
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
+from memderive.symbolic.lazy import lazy
+
+mpl_figure = lazy("matplotlib.figure")
 
 __all__ = ["PlotData", "KINDS", "strategy_ladder", "breakdown_data", "sweep_data", "plot_data", "colors", "draw", "save"]
 
@@ -207,9 +211,7 @@ def draw(data: PlotData) -> Any:
                                  "for the exact integers")
     # A bare Figure renders through Agg when saved and never touches pyplot's global backend (headless,
     # and harmless inside a notebook whose user has chosen another backend).
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 8.4 if data.wide else 5.2), dpi=100, layout="constrained")
+    fig = mpl_figure.Figure(figsize=(9, 8.4 if data.wide else 5.2), dpi=100, layout="constrained")
     axes = fig.subplots(2, 1, sharex=True) if data.wide else (fig.add_subplot(),)
     ax = axes[0]
     scale, unit = {"bytes": (GIB, "GiB"), "FLOPs": (10**12, "TFLOPs")}.get(data.unit, (10**9, "billion"))

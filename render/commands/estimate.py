@@ -6,6 +6,9 @@ import argparse
 import json
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
+from memderive.documents.units import RenderOptions
+from memderive.derivations.estimate import estimate
+from memderive.derivations.models.resolve import resolve_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,41 +48,34 @@ def check_formats(args: argparse.Namespace) -> None:
 
 def render_options(args: argparse.Namespace, **defaults: object):
     """``RenderOptions``: the built-in defaults, then ``defaults``, then what the user gave."""
-    from memderive.units import RenderOptions
-
     return RenderOptions().merge(**defaults).merge(precision=args.decimals, detail=args.detail, units=args.units)
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.estimate import estimate
-
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
     est = estimate(args.model, options_from_args(args))
-    if args.summary:
-        from memderive.text import summary_report
-
-        text = summary_report(est, precision=render_options(args).precision)
-    elif args.json:
-        text = json.dumps(est.to_json(), indent=2)
-    elif args.format == "text":
-        from memderive.text import estimate_text
-
-        text = estimate_text(est, precision=render_options(args).precision)
+    if args.json:
+        out = json.dumps(est.to_json(), indent=2)
     else:
-        from memderive.writeup import estimate_document
+        # lazy: the text, Markdown and LaTeX writeups, ~15% of a cold ``estimate --json``, which prints none of them
+        from memderive.documents import text, writeup
 
-        text = estimate_document(est, args.format, render_options(args))
-    emit(text, args.output, args.force)
+        if args.summary:
+            out = text.summary_report(est, precision=render_options(args).precision)
+        elif args.format == "text":
+            out = text.estimate_text(est, precision=render_options(args).precision)
+        else:
+            out = writeup.estimate_document(est, args.format, render_options(args))
+    emit(out, args.output, args.force)
     return 0
 
 
 def _convention(args: argparse.Namespace) -> int:
     """Another tool's accounting of this model beside memderive's (the two rows of ``compare``)."""
-    from memderive.derivations.conventions import CONVENTIONS, ConventionError, compare
-    from memderive.derivations.models.resolve import resolve_model
-    from memderive.cmd_compare import compare_report
+    # lazy: other tools' conventions and the comparison report, for --convention only (~5% of a cold estimate)
+    from memderive.documents.comparison import CONVENTIONS, ConventionError, compare, compare_report
 
     if args.convention not in CONVENTIONS:
         raise ConventionError(f"--convention must be one of {', '.join(CONVENTIONS)}, got {args.convention!r}")

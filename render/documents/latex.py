@@ -1,4 +1,4 @@
-"""LaTeX for derivations: a SymPy ``LatexPrinter`` subclass and text escaping.
+"""LaTeX for derivations: a SymPy ``LatexPrinter`` subclass (``printer_class``) and text escaping.
 
 Symbols print in the notation of ``symbolic.dims`` (``a_{kv}``, ``d_{h}``, ``n_{ctx}``), integers with
 thousands separators that survive math mode (``4{,}096``). With ``values`` the same tree prints with the
@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
-
-import sympy as sp
-from sympy.printing.latex import LatexPrinter
 
 from memderive.symbolic import dims
 from memderive.symbolic.expr import Expr, to_sympy
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.tensor import Tensor
+from memderive.derivations.references import cite
+from memderive.symbolic.lazy import lazy
 
-__all__ = ["DerivationPrinter", "latex", "number", "tex_escape", "visible_width"]
+sp = lazy("sympy")
+sympy_latex = lazy("sympy.printing.latex")
+
+__all__ = ["printer_class", "DerivationMethods", "latex", "number", "tex_escape", "visible_width"]
 
 #: Letters of a factored monomial in the order the literature writes them (Korthikanti et al.: ``sbh``).
 MONOMIAL_ORDER = ("s", "b", "h")
@@ -38,7 +41,17 @@ def number(n: int) -> str:
     return f"{n:,}".replace(",", "{,}")
 
 
-class DerivationPrinter(LatexPrinter):
+@cache
+def printer_class() -> type:
+    """``DerivationPrinter``: SymPy's ``LatexPrinter`` with ``DerivationMethods``, the class built on first use
+    (SymPy is imported then, not when this module is)."""
+    base = sympy_latex.LatexPrinter
+    return type("DerivationPrinter", (DerivationMethods, base),
+                {"__doc__": DerivationMethods.__doc__, "__module__": __name__,
+                 "_default_settings": {**base._default_settings, **DerivationMethods.extra_settings}})
+
+
+class DerivationMethods:
     """``LatexPrinter`` with dimension notation, grouped digits, substitution and line breaking.
 
     Extra settings (unknown ones are refused by SymPy's ``Printer``):
@@ -49,8 +62,7 @@ class DerivationPrinter(LatexPrinter):
     """
 
     printmethod = "_derivation_latex"
-    _default_settings: dict[str, Any] = {**LatexPrinter._default_settings, "values": None, "line_width": 0,
-                                         "labels": None}
+    extra_settings: dict[str, Any] = {"values": None, "line_width": 0, "labels": None}
 
     def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
         settings = dict(settings or {})
@@ -196,8 +208,6 @@ class DerivationPrinter(LatexPrinter):
         return rf"\texttt{{{tex_escape(tensor.name)}}}\,[{shape}]"
 
     def _print_Citation(self, citation: Citation) -> str:
-        from memderive.derivations.references import cite
-
         return rf"\text{{{tex_escape(cite(citation))}}}"
 
 
@@ -228,8 +238,8 @@ def _is_monomial(expr: sp.Expr) -> bool:
 
 
 def latex(expr: Any, **settings: Any) -> str:
-    """``expr`` as LaTeX math through ``DerivationPrinter``."""
-    return DerivationPrinter(settings).doprint(expr)
+    """``expr`` as LaTeX math through ``DerivationPrinter`` (``printer_class``)."""
+    return printer_class()(settings).doprint(expr)
 
 
 _ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",

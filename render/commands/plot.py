@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from memderive.arguments import add_model_options, add_output_options, add_options, check_output, options_from_args
+from memderive.derivations.estimate import estimate
+from memderive.documents.units import parse_size
+from memderive.figures.plots import draw, plot_data, save
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,9 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.estimate import estimate
-    from memderive.units import parse_size
-
     if not args.output.lower().endswith((".png", ".svg", ".pdf")):
         raise ValueError(f"-o must name a .png, .svg or .pdf file, got {args.output!r}")
     check_output(args.output, args.force)
@@ -32,8 +32,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("plots show memory per GPU; use --mode train (default) or --mode infer")
     capacity = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
     est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
-
-    from memderive.plots import draw, plot_data, save
 
     save(draw(plot_data(est, args.kind, capacity, args.quantity)), args.output)
     return 0

@@ -6,6 +6,8 @@ import argparse
 import json
 
 from memderive.arguments import emit
+from memderive.derivations.hardware import GPUS
+from memderive.derivations.references import cite
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,9 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def table() -> str:
     """One row per GPU: dense 16-bit and FP8 peak, memory, memory bandwidth, link; then the sources."""
-    from memderive.derivations.hardware import GPUS
-    from memderive.derivations.references import cite
-
     head = f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} {'link GB/s':>9}  link"
     rows = [head]
     for x in GPUS.values():
@@ -32,7 +31,5 @@ def table() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memderive.derivations.hardware import GPUS
-
     emit(json.dumps([x.to_json() for x in GPUS.values()], indent=2) if args.json else table(), None)
     return 0
