@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from memderive.derivations.estimate import estimate
+from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options, OptionsError, capacity_bytes, given_options, positive_option
@@ -196,7 +197,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
-    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
+    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0
+                                                                and _ring_attention(base, c))]
     for tp, pp, vs, split in _degrees(model, base, gpus):
         pairs = [(gpus // (tp * pp * c), c) for c in cps if gpus % (tp * pp * c) == 0] if gpus is not None \
             else [(dp, cp) for dp in batches]  # the fewest GPUs: cp 1 unless given (cp x the divisors passes the layout limit)
@@ -219,6 +221,16 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                 "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
+
+
+def _ring_attention(base: Options, cp: int) -> bool:
+    """Whether ``base`` runs context parallelism ``cp`` on FlashAttention (``Options`` refuses it on an implementation
+    without ring attention: the HF Trainer's and torchtune's models)."""
+    try:
+        replace(base, cp=cp, flash=True)
+    except OptionsError:
+        return False
+    return True
 
 
 def _memory(groups: list[tuple[list[int], LayoutColumns]], count: int) -> np.ndarray:
@@ -434,11 +446,26 @@ def _offloaded(model: Model, capacity: int, global_batch: int, seq: int, gpus: i
 
 def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
     per_gpu, model_flops, bubble, time, mfu = times
-    defaults = Options()
     opts = asdict(replace(base, **row))
-    shown = {k: val for k, val in opts.items() if val != getattr(defaults, k) or k in ("mode", "batch", "seq")}
-    return Layout(shown, _gpus(row), mem, per_gpu, model_flops, bubble, time, mfu,
+    return Layout(shown_options(opts), _gpus(row), mem, per_gpu, model_flops, bubble, time, mfu,
                   None if time is None else tokens / time)
+
+
+def shown_options(opts: dict[str, Any], always: tuple[str, ...] = ("mode", "batch", "seq")) -> dict[str, Any]:
+    """The fields of ``opts`` (every ``Options`` field) a row carries to re-run through ``estimate``: those that differ
+    from ``Options``' defaults, ``always``'s, and under a framework every field its preset sets (``estimate`` fills
+    in the preset's value for a field not given, so a row equal to memderive's default but not to the preset's, as
+    torchtitan's recompute none against its selective-op, must name it).
+
+    >>> sorted(shown_options({**asdict(Options(mode="train", batch=1, seq=8)), "framework": "torchtitan"}))[:5]
+    ['attention', 'batch', 'dropout', 'dtype', 'framework']
+    """
+    framework = FRAMEWORKS.get(opts.get("framework") or "")
+    preset = {s.option for s in framework.settings} if framework is not None else set()
+    return {k: val for k, val in opts.items() if val != _DEFAULTS[k] or k in always or k in preset}
+
+
+_DEFAULTS = asdict(Options())
 
 
 def _gpus(row: dict) -> int:
@@ -576,9 +603,7 @@ def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fi
     est = estimate(resolved, replace(base, batch=found.value))
     read = est.number("weight_bytes") + est.number("kv_cache_bytes")
     replicas = (gpus or base.tp) // base.tp
-    defaults = Options()
-    shown = {k: val for k, val in asdict(est.options).items()
-             if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
+    shown = shown_options(asdict(est.options), ("mode", "batch", "seq", "new_tokens"))
     timing = None
     if base.gpu is not None:
         from memderive.derivations.quantities.timing import time_of
