@@ -268,8 +268,8 @@ def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple
 
 def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
     """The pipeline stages whose memory can differ: first, the second (``middle``: one micro-batch less in flight)
-    when the first holds layers of its own, and the last (uneven stages: when it holds its own layers); with even
-    stages the first and the last. The first holds the most micro-batches (Korthikanti et al. 2022 §4.2.3), the last
+    when the first holds layers of its own, and the last (its output layer, whether or not its layers are given);
+    with even stages the first and the last. The first holds the most micro-batches (Korthikanti et al. 2022 §4.2.3), the last
     the output layer: its logits (s b V, fp32 for the loss) can outweigh the first's extra micro-batches, e.g. under
     full recompute, where a layer keeps only its input."""
     if options.pp == 1:
@@ -278,7 +278,7 @@ def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
         return ("first", "last")
     _, middle, _ = options.stage_layers(model.sizes["l"])
     more = ("middle",) if middle is not None and options.first_stage_layers is not None else ()
-    return ("first", *more, *(("last",) if options.last_stage_layers is not None else ()))
+    return ("first", *more, "last")  # the last holds the output layer, its own layers given or not
 
 
 def _total(quantities: tuple[Quantity, ...], values: Mapping[Expr, int]) -> int:
