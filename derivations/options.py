@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from fractions import Fraction
@@ -19,7 +20,7 @@ from memderive.symbolic.strategies import (ContextParallel, FlashAttention, Full
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -113,6 +114,25 @@ def positive_option(name: str, value: int | None, required: bool = False) -> Non
 
 
 _positive = positive_option
+
+
+def peak_flops_option(value: Any, name: str = "peak_flops", unit: str = "FLOP/s") -> None:
+    """A dense peak as a plan takes it (None: none given): a real number, finite and positive; a non-number is a
+    ``TypeError``, a non-finite or non-positive one an ``OptionsError``, each naming ``name``.
+
+    >>> peak_flops_option(float("inf"))
+    Traceback (most recent call last):
+    ...
+    memderive.derivations.options.OptionsError: peak_flops must be a finite positive number of FLOP/s (e.g. 989.5e12, an H100 SXM's dense bf16 peak), got inf
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of {unit}, got {shown(value)} ({type(value).__name__})")
+    if not math.isfinite(value) or value <= 0:
+        example = "989.5e12" if unit == "FLOP/s" else "989.5"
+        raise OptionsError(f"{name} must be a finite positive number of {unit} (e.g. {example}, an H100 SXM's "
+                           f"dense bf16 peak), got {value}")
 
 
 def capacity_bytes(capacity: Any) -> int:

@@ -48,7 +48,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options, OptionsError, capacity_bytes, given_options, positive_option
+from memderive.derivations.options import (Options, OptionsError, capacity_bytes, given_options, peak_flops_option,
+                                          positive_option)
 from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
                                                      parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
@@ -342,6 +343,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     start = time.perf_counter()
     given_options(options, "plan")
     capacity_bytes(capacity)
+    peak_flops_option(peak_flops)
     for name, value in (("global-batch", global_batch), ("seq", seq), ("gpus", gpus), ("top", top)):
         positive_option(name, value, required=name != "gpus")
     resolved = resolve_model(model)
