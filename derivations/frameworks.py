@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values"]
+__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values", "blame_preset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,3 +197,30 @@ def apply_framework(given: Mapping[str, Any]) -> dict[str, Any]:
     if name is None or name not in FRAMEWORKS:
         return dict(given)
     return {**preset_values(name, given), **given}
+
+
+def blame_preset(message: str, given: Mapping[str, Any]) -> str:
+    """A refusal of options ``given`` with their ``framework``'s preset filled in, naming the framework where it
+    blames a value the preset set and ``given`` did not (a user who never typed ``--grad-buffer fp32`` is told who
+    did); other messages as they are.
+
+    >>> blame_preset("--grad-buffer fp32 is not modelled with --offload", {"framework": "megatron", "mode": "train",
+    ...              "offload": True})
+    '--framework megatron sets --grad-buffer fp32, which is not modelled with --offload'
+    >>> blame_preset("--grad-buffer fp32 is not modelled with --offload", {"framework": "megatron",
+    ...              "grad_buffer": "fp32", "offload": True})
+    '--grad-buffer fp32 is not modelled with --offload'
+    """
+    name = given.get("framework")
+    if name not in FRAMEWORKS:
+        return message
+    for option, value in preset_values(name, given).items():
+        if option in given or value is False:
+            continue
+        flag = "--" + option.replace("_", "-")
+        words = flag if value is True else f"{flag} {value}"
+        if f"{words} is " in message:
+            return message.replace(f"{words} is ", f"--framework {name} sets {words}, which is ", 1)
+        if f"{words} " in f"{message} " and f"{words}-" not in message:
+            return f"{message} (--framework {name} sets {words})"
+    return message

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
+from memderive.derivations.frameworks import apply_framework, blame_preset
 from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
@@ -251,10 +252,11 @@ class Options:
         >>> Options.from_keywords({"mode": "train", "batch": 1, "seq": 8, "framework": "torchtune"}).recompute
         'full'
         """
-        from memderive.derivations.frameworks import apply_framework
-
         cls.check_names(given)
-        return cls(**apply_framework(given))
+        try:
+            return cls(**apply_framework(given))
+        except OptionsError as exc:  # a value the preset set, not the user: the refusal names the framework
+            raise type(exc)(blame_preset(str(exc), given)) from None
 
     def _check_types(self) -> None:
         """Each field's type as annotated: ``offload="false"`` or ``zero=True`` is an error, not a truthy value."""
@@ -306,6 +308,13 @@ class Options:
             raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
         self._check_precision()
+        if self.mode == "train" and self.optimizer_in_backward and (self.micro_batches or 1) > 1:
+            # torchtune, recipes/full_finetune_single_device.py (FullFinetuneRecipeSingleDevice.__init__): "if
+            # self._optimizer_in_bwd: ... if self._gradient_accumulation_steps > 1: raise RuntimeError('Gradient
+            # accumulation is not supported with optimizer in bwd.')": the hook steps on each micro-batch's gradient
+            raise OptionsError(f"--optimizer-in-backward is not supported with gradient accumulation (--micro-batches "
+                               f"{self.micro_batches}): each parameter's hook steps on one micro-batch's gradient, as "
+                               "torchtune refuses it; give --micro-batches 1")
         if self.attention is not None and self.attention not in ATTENTION:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):

@@ -210,8 +210,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                 continue
             for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
                 count = global_batch // (dp * mb)
-                if vs > 1 and count % pp:
-                    continue  # Megatron's interleaved schedule needs m divisible by p
+                if (vs > 1 and count % pp) or (base.optimizer_in_backward and count > 1):
+                    continue  # Megatron's interleaved schedule needs m divisible by p; Options refuses accumulation in backward
                 if len(out) > MAX_LAYOUTS:
                     raise PlanError(f"{model.name}: more than {MAX_LAYOUTS:,} layouts to compare (the limit): a "
                                     f"global batch of {global_batch:,} has {len(batches):,} divisors, each a "
