@@ -307,9 +307,11 @@ class Plan(list):
     """The layouts a plan returns (a list, fastest first), with how many it evaluated (``evaluated``: every
     candidate's memory), how many fit (``fit``: each timed) and the seconds the plan took (``seconds``)."""
 
-    def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float) -> None:
+    def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float,
+                 least_held: int | None = None) -> None:
         super().__init__(layouts)
         self.evaluated, self.fit, self.seconds = evaluated, fit, seconds
+        self.least_held = least_held  # the least bytes any layout that fits holds against the capacity
 
     @property
     def rate(self) -> float:
@@ -369,8 +371,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     fits = [(rows[i], int(memory[i])) for i in fitting]
     if not fits:
         least = min(int(x) for x in held)
-        would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
-        would += _offloaded(resolved, capacity, global_batch, seq, gpus, base, flash)
+        asked = replace(base, cp=context)  # the advice keeps the given cp, GPU (its runtime terms) and GPU count
+        would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, gpus, asked, flash)
+        would += _offloaded(resolved, capacity, global_batch, seq, gpus, asked, flash)
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
@@ -385,7 +388,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         times = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, len(fits), peak_flops, cluster)
         timed = [(tuple(x[i] for x in times), *fits[i]) for i in _ranked(times, fits)[:top]]
     return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
-                len(rows), len(fits), time.perf_counter() - start)
+                len(rows), len(fits), time.perf_counter() - start, min(int(held[i]) for i in fitting))
 
 
 def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int], count: int,
@@ -418,31 +421,33 @@ def _ranked(times: list[np.ndarray], fits: list[tuple[dict, int]]) -> np.ndarray
     return np.lexsort((*(np.asarray(k, dtype=np.int64) for k in keys), step))
 
 
-def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: Options,
+def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, gpus: int, base: Options,
                flash: bool) -> list[tuple[str, int]]:
-    """The fewest GPUs with a layout that fits (``--gpus N``), as a change that would fit."""
+    """The fewest GPUs with a layout that fits (``--gpus N``), as a change that would fit, with the least bytes its
+    layouts hold; budgeted as the plan was (``base``: the given cp, and with a GPU its device bytes, the runtime's
+    terms added), never the count given."""
     try:
-        best = plan(model, capacity, global_batch, seq, None, options=replace(base, gpu=None), flash=flash, top=1)[0]
+        best = plan(model, capacity, global_batch, seq, None, options=base, flash=flash, top=1)
     except PlanError:
         return []
-    return [(f"--gpus {best.gpus}", best.total_bytes)]
+    return [] if best[0].gpus == gpus else [(f"--gpus {best[0].gpus}", best.least_held)]
 
 
 def _offloaded(model: Model, capacity: int, global_batch: int, seq: int, gpus: int | None, base: Options,
                flash: bool) -> list[tuple[str, int]]:
     """ZeRO-Offload (``--offload``: gradients and optimizer states in CPU memory) and FSDP's CPU offload
-    (``--offload-params``: the parameters too) on the same GPUs, as changes that would fit, each with the bytes of
-    its least-memory layout (none when already offloading, where Options refuses it, or still too big)."""
+    (``--offload-params``: the parameters too) on the same GPUs, as changes that would fit, each with the least bytes
+    its layouts hold, budgeted as the plan was (device bytes with a GPU; the given cp) (none when already offloading,
+    where Options refuses it, or still too big)."""
     if base.offload or base.offload_params:
         return []
     out = []
     for flag, change in (("--offload", {"offload": True}), ("--offload-params", {"offload_params": True})):
         try:
-            best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, gpu=None, **change),
-                        flash=flash, top=10**6)
+            best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, **change), flash=flash, top=1)
         except (PlanError, OptionsError):
             continue
-        out.append((flag, min(x.total_bytes for x in best)))
+        out.append((flag, best.least_held))
     return out
 
 
