@@ -192,6 +192,7 @@ class Options:
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
+    timeline: bool = False  # estimate --json lists the step timeline op by op (output only)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
     grad_sync: str = "overlapped"  # overlapped | deepspeed: gradient accumulation and reduction, for times
     flash: bool = False  # shorthand for attention="flash"
