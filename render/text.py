@@ -6,6 +6,7 @@ from memderive.derivations.estimate import Estimate
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
+from memderive.derivations.quantities.serving import vllm_refusal
 from memderive.symbolic.formula import Citation
 from memderive.units import format_bytes, format_count, scaled_bytes
 
@@ -54,7 +55,10 @@ def time_lines(est: Estimate) -> list[str]:
         return []
     values = time_json(est)
     lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
-    if not values["fits_gpu"]:
+    if not values["fits_gpu"] and vllm_refusal(est) is not None:
+        lines.append(f"  does not fit: vLLM refuses to start ({vllm_refusal(est)}); the times are for a GPU that "
+                     "would hold it")
+    elif not values["fits_gpu"]:
         from memderive.derivations.quantities.runtime import runtime
 
         device = runtime(est).device_bytes  # type: ignore[union-attr]
@@ -81,7 +85,9 @@ def runtime_lines(est: Estimate) -> list[str]:
     lines += [f"  {t.path:<28} {format_bytes(t.bytes):>12}  ({t.counted_in}) {t.source}" for t in r.terms]
     lines += [f"  assumes: {x}" for x in r.assumptions]
     v = vllm_startup(est)
-    if v is not None:
+    if v is not None and v.refusal is not None:
+        lines += [f"  vLLM refuses to start: {v.refusal}"]
+    elif v is not None:
         lines += [f"  vLLM: # GPU blocks {v.kv_cache_blocks:,}, GPU KV cache size {v.kv_cache_tokens:,} tokens, "
                   f"maximum concurrency for {v.max_model_len:,} tokens per request {v.max_concurrent_sequences:.2f}x"]
     return lines

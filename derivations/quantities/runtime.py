@@ -34,6 +34,7 @@ from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.expr import const, evaluate, total
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
+from memderive.derivations.quantities.serving import vllm_refusal
 
 __all__ = ["Runtime", "RuntimeTerm", "runtime", "runtime_json", "overhead_breakdown", "PERSISTENT", "cublas_workspace_bytes", "context_bytes",
            "nccl_bytes", "parallel_groups", "fits_gpu",
@@ -291,7 +292,11 @@ def fits_gpu(est: Any) -> bool | None:
     from memderive.derivations.hardware import gpu
 
     r = runtime(est)
-    return None if r is None else r.device_bytes <= gpu(r.gpu).memory_bytes
+    if r is None:
+        return None
+    if vllm_refusal(est) is not None:  # an engine that does not start holds nothing: it does not fit
+        return False
+    return r.device_bytes <= gpu(r.gpu).memory_bytes
 
 
 def runtime_json(est: Any) -> dict[str, Any]:
