@@ -151,18 +151,9 @@ def _run(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe, stop: int 
 def _live_breakdown(run: Run) -> Breakdown:
     """What is allocated at the replay's stop: one term per (what, where made, tensor), counted over layers
     (``activations/layer/mlp/act:mlp/act.out`` with its count of layers as the coefficient)."""
-    counts: Counter = Counter()
-    sample: dict[tuple[str, str, str], Tensor] = {}
-    for sid, entry in run.store.items():
-        scope, _, path = entry.where.partition(" ")
-        block = scope.rstrip("0123456789") or scope
-        label = (run.category(sid), f"{block}/{path}" if path else block, entry.tensor.name)
-        counts[label] += 1
-        sample[label] = entry.tensor
     g = run.recipe.granularity
     terms = []
-    for label, n in counts.items():
-        t = sample[label]
+    for label, (n, t) in _live_counts(run).items():
         size = t.nbytes if g == 1 else g * ceiling(t.nbytes / g)
         terms.append(Term(f"{label[0]}/{label[1]}:{label[2]}", n * size))
     return Breakdown(tuple(sorted(terms, key=lambda term: term.path)), "bytes")
