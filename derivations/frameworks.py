@@ -16,6 +16,7 @@ is echoed in the inputs. Presets are applied where options are read from keyword
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -212,15 +213,19 @@ def blame_preset(message: str, given: Mapping[str, Any]) -> str:
     '--grad-buffer fp32 is not modelled with --offload'
     """
     name = given.get("framework")
-    if name not in FRAMEWORKS:
+    if name not in FRAMEWORKS or f"--framework {name}" in message:
         return message
-    for option, value in preset_values(name, given).items():
-        if option in given or value is False:
-            continue
-        flag = "--" + option.replace("_", "-")
-        words = flag if value is True else f"{flag} {value}"
+    preset = [(o, v) for o, v in preset_values(name, given).items() if o not in given and v is not False]
+    for option, value in preset:
+        words = _flag(option) if value is True else f"{_flag(option)} {value}"
         if f"{words} is " in message:
             return message.replace(f"{words} is ", f"--framework {name} sets {words}, which is ", 1)
-        if f"{words} " in f"{message} " and f"{words}-" not in message:
+    for option, value in preset:  # the flag named (its value or another): say what the preset set it to
+        if re.search(rf"(?<![\w-]){re.escape(_flag(option))}(?![\w-])", message):
+            words = _flag(option) if value is True else f"{_flag(option)} {value}"
             return f"{message} (--framework {name} sets {words})"
     return message
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")

@@ -439,7 +439,10 @@ class Options:
         if self.mode != "train":
             raise OptionsError("--cp (context parallelism, ring attention) splits training sequences; use it "
                                "with --mode train")
-        if self.attention_kernel == "eager" or self.implementation_kind == "hf":
+        if self.implementation_kind == "hf":
+            raise OptionsError(f"--cp (ring attention) is not modelled with --implementation {self.implementation}: "
+                               "transformers' models have no context parallelism; use --implementation megatron")
+        if self.attention_kernel == "eager":
             raise OptionsError("--cp runs ring attention on a fused kernel (Megatron-Core: Transformer Engine's "
                                "flash/fused attention; torchtitan: SDPA); give --attention flash or sdpa "
                                "(--flash)")

@@ -38,6 +38,9 @@ def test_virtual_stages_without_pp_is_one_warning_and_the_answer(capsys) -> None
      "--framework megatron sets --grad-buffer fp32, which is not modelled with --offload"),
     (["--framework", "torchtune", "--micro-batches", "4"],
      "--framework torchtune sets --optimizer-in-backward, which is not supported with gradient accumulation"),
+    (["--framework", "torchtune", "--fp8", "tensorwise"],
+     "--fp8 is not modelled with --loss-chunks (--framework torchtune sets --loss-chunks 8)"),
+    (["--framework", "hf-trainer", "--cp", "2"], "(--framework hf-trainer sets --implementation hf)"),
 ])
 def test_a_refusal_of_a_preset_value_names_the_framework(capsys, words: list[str], line: str) -> None:
     code, out, err = _run(capsys, "estimate", *TRAIN, *words)
