@@ -42,6 +42,8 @@ __all__ = ["StepRecipe", "Moment", "Timeline", "step_timeline", "moment_name", "
 PHASES = ("forward", "backward", "optimizer")
 #: The most repeats of one block the timeline walks one by one; past it the step is folded (``_folded``).
 WALKED_LAYERS = 64
+#: The most repeats walked one by one when the moments do not fold (about 10 ms a layer).
+WALK_AT_MOST = 4096
 #: The layer counts a folded timeline walks: FOLD_AT and the three after it.
 FOLD_AT = 4
 
@@ -125,9 +127,11 @@ def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | 
         folded = _folded(graph, values, recipe, repeats.index(max(repeats)), max(repeats))
         if folded is not None:
             return folded
+        if max(repeats) <= WALK_AT_MOST:  # not foldable: walked, as slow as its size
+            return _walked(graph, values, recipe)
         raise ValueError(f"the step timeline walks every layer; {max(repeats):,} layers are past the "
-                         f"{WALKED_LAYERS:,} it walks one by one, and its moments are not affine in the layer count "
-                         "to fold them")
+                         f"{WALK_AT_MOST:,} it walks one by one when its moments are not affine in the layer count "
+                         "(they do not fold)")
     return _walked(graph, values, recipe)
 
 
