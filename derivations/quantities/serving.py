@@ -16,10 +16,11 @@ tokens per layer (``vllm/v1/core/kv_cache_utils.py``, ``_get_kv_cache_config_uni
     maximum concurrency = num_blocks / cdiv(max_model_len, block_size)
 
 Here each of those is read off the graph: the weights and the KV bytes per token of the serving
-estimate, the profiling run's peak as the estimate's largest transient buffer for a prefill of
-``max_num_batched_tokens`` tokens plus the sampler's fp32 logits (and one fp32 copy) of ``max_num_seqs``
-rows, NCCL's buffers as ``runtime.nccl_bytes`` for the tensor-parallel group, and CUDA graphs as one
-measured cost per captured batch size.
+estimate, the profiling run's peak as the larger of its forward's largest transient (``max_num_batched_tokens``
+tokens over min(``max_num_seqs``, tokens) dummy requests) and its dummy sampler's buffers over one row per request
+(``_profile_peak``), NCCL's buffers as ``runtime.nccl_bytes`` for the tensor-parallel group, and CUDA graphs as one
+measured cost per captured batch size. An engine whose KV memory is not positive, or holds less than one request
+of ``max_model_len`` tokens, does not start (``VllmStartup.refusal``, as vLLM's check_enough_kv_cache_memory).
 
 >>> from memderive.derivations.estimate import estimate
 >>> v = vllm_startup(estimate("llama-3-8b", mode="infer", batch=1, seq=8192, framework="vllm", gpu="h100-sxm"))
