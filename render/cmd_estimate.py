@@ -7,7 +7,6 @@ import json
 import sys
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
-from memderive.derivations.quantities.serving import vllm_refusal
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
 
         text = estimate_document(est, args.format, render_options(args))
     emit(text, args.output, args.force)
-    refusal = vllm_refusal(est)
+    refusal = None
+    if est.options.framework == "vllm" and est.options.gpu is not None:  # serving: imported only then (cold path)
+        from memderive.derivations.quantities.serving import vllm_refusal
+
+        refusal = vllm_refusal(est)
     if refusal is not None:  # an answer (the engine would not start), not bad input: exit 1, as fit's "does not fit"
         sys.stderr.write(f"memderive: vLLM refuses to start: {refusal}\n")
         return 1

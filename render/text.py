@@ -6,7 +6,6 @@ from memderive.derivations.estimate import Estimate
 from memderive.derivations.option_table import OPTIONS, Option
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
-from memderive.derivations.quantities.serving import vllm_refusal
 from memderive.symbolic.formula import Citation
 from memderive.units import format_bytes, format_count, scaled_bytes
 
@@ -55,9 +54,13 @@ def time_lines(est: Estimate) -> list[str]:
         return []
     values = time_json(est)
     lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
-    if not values["fits_gpu"] and vllm_refusal(est) is not None:
-        lines.append(f"  does not fit: vLLM refuses to start ({vllm_refusal(est)}); the times are for a GPU that "
-                     "would hold it")
+    refusal = None
+    if not values["fits_gpu"]:  # runtime and serving: imported only with --gpu (tests/test_cold_path.py)
+        from memderive.derivations.quantities.serving import vllm_refusal
+
+        refusal = vllm_refusal(est)
+    if refusal is not None:
+        lines.append(f"  does not fit: vLLM refuses to start ({refusal}); the times are for a GPU that would hold it")
     elif not values["fits_gpu"]:
         from memderive.derivations.quantities.runtime import runtime
 

@@ -24,7 +24,6 @@ SymPy runs (the breakdown at the peak is an ``Expr`` sum of the tensors then ali
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -185,6 +184,8 @@ def _folded(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe, at: int
     against the walk at FOLD_AT + 3 (None when it differs: not foldable). The peak at ``count`` is the largest of
     the affine forms there; what is alive at it, each term's count affine in k, read from the replays at the same
     moment of the three walks and checked the same way."""
+    import difflib  # only past WALKED_LAYERS (tests/test_cold_path.py: the cold estimate does not load it)
+
     walks = []
     for n in range(FOLD_AT, FOLD_AT + 4):
         blocks = tuple(replace(b, repeat=const(n)) if i == at else b for i, b in enumerate(graph.blocks))
@@ -222,7 +223,6 @@ def _folded(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe, at: int
         if expect != shapes[k]:
             return None
     big = count - FOLD_AT
-    best: tuple[int, int, int, tuple] | None = None  # (bytes, -position in the big walk, ...)
     forms = []  # (entry, offset, copy rule) -> (bytes at count, position at count, which moment per walk)
     for e, (kind, item) in enumerate(template):
         if kind == "fixed":
@@ -248,22 +248,21 @@ def _folded(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe, at: int
     peak_bytes, _, walk = max(forms, key=lambda f: (f[0], -f[1]))
     # the peak's moment, its layer index carried to ``count`` repeats; what is alive there, counts carried too
     moments = [runs[k].moments[i] for k, i in walk]
-    index = [_layer_index(m) for m in moments]
+    first, second = _layer_index(moments[0]), _layer_index(moments[1])
     where = moments[0].where
-    if index[0] is not None:
-        step = index[1] - index[0]
+    if first is not None and second is not None:
         scope, _, path = where.partition(" ")
-        where = f"{scope.rstrip('0123456789')}{index[0] + (big - 1) * step} {path}".rstrip()
+        where = f"{scope.rstrip('0123456789')}{first + (big - 1) * (second - first)} {path}".rstrip()
     peak = replace(moments[0], where=where, bytes=peak_bytes)
     lives = [_live_counts(_run(walks[k][0], values, recipe, i)) for k, i in walk]
     labels = set().union(*lives)
     g = recipe.granularity
     terms = []
     for label in labels:
-        n = [live.get(label, (0, None))[0] for live in lives]
-        if n[2] - n[1] != n[1] - n[0]:
+        counts = [live[label][0] if label in live else 0 for live in lives]
+        if counts[2] - counts[1] != counts[1] - counts[0]:
             return None
-        total = n[0] + (big - 1) * (n[1] - n[0])
+        total = counts[0] + (big - 1) * (counts[1] - counts[0])
         t = next(live[label][1] for live in lives if label in live)
         if total:
             size = t.nbytes if g == 1 else g * ceiling(t.nbytes / g)
@@ -280,7 +279,7 @@ def _position(template: list, entry: int, copy: int, offset: int, k: int) -> int
     """The index of a template entry's moment in the walk of FOLD_AT + k repeats (a period's: copy ``copy``,
     moment ``offset``)."""
     pos = 0
-    for e, (kind, item) in enumerate(template[:entry]):
+    for kind, item in template[:entry]:
         pos += 1 if kind == "fixed" else k * (item[1] - item[0])
     return pos + (0 if template[entry][0] == "fixed" else copy * (template[entry][1][1] - template[entry][1][0]) + offset)
 
