@@ -69,6 +69,7 @@ def test_billions_of_layers_answer_at_once(kind: str, layers: int, tmp_path) -> 
     assert data["peak_bytes"] > data["parameters"] * 2  # at least the bf16 weights
 
 
+@pytest.mark.slow
 def test_the_json_holds_the_figures_and_the_timeline_on_request(capsys, tmp_path) -> None:
     """A 256-layer model: 1,347,315 B of JSON with the timeline (every op's entry), a few KB without."""
     path = tmp_path / "config.json"

@@ -46,3 +46,12 @@ def test_plan_rows_rerun_as_printed(capsys, framework: str) -> None:
     assert code == 0, err
     got = json.loads(out)
     assert (got["total_bytes"], got["step_time_s"]) == (rows[0]["total_bytes"], rows[0]["step_time_s"])
+
+
+def test_serving_plan_rows_rerun_under_vllm(capsys) -> None:
+    """The serving plan under vLLM's preset: each row's options re-run through ``estimate`` to its bytes."""
+    code, out, err = _run(capsys, ["plan", "--mode", "infer", "--model", "llama-3-8b", "--gpus", "8", "--gpu",
+                                   "h100-sxm", "--seq", "4096", "--top", "2", "--framework", "vllm", "--json"])
+    assert code == 0, err
+    for row in json.loads(out)["layouts"]:
+        assert estimate("llama-3-8b", **row["options"]).number("total_bytes") == row["total_bytes"]
