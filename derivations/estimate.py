@@ -33,7 +33,7 @@ from memderive.derivations.quantity_table import SPELLINGS, public_name
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
-from memderive.symbolic.timeline import WALKED_LAYERS, Timeline
+from memderive.symbolic.timeline import Timeline
 
 __all__ = ["Estimate", "UnknownQuantity", "estimate", "derivation", "structure_key", "stage_derivations", "VALUE_FIELDS",
            "FIXED_FIELDS", "SWITCHES", "PEAK"]
@@ -137,11 +137,7 @@ class Estimate:
         if tl is not None:
             out["peak_at"] = tl.peak_at
             if self.options.timeline:  # op by op only on request: 1.5 MB for a 256-layer model
-                if tl.folded is not None:
-                    raise OptionsError(f"--timeline lists the step op by op; {self.model.sizes['l']:,} layers are "
-                                       f"past the {WALKED_LAYERS} the timeline walks one by one (their peak is "
-                                       "folded from walks of a few layers); drop --timeline")
-                out["timeline"] = tl.summary()
+                out["timeline"] = tl.summary()  # every moment walked (step_timeline's every_moment)
         out["notes"] = self.notes() + ([self.peak_note()] if self.peak_note() else [])
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in reported}

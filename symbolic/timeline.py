@@ -107,7 +107,8 @@ def moment_name(m: Moment) -> str:
     return f"{m.phase} of {name}" if m.phase == "forward" or m.phase == "backward" else name
 
 
-def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | None = None) -> Timeline:
+def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | None = None,
+                  every_moment: bool = False) -> Timeline:
     """The step's moments, baseline and peak (see the module docstring).
 
     Args:
@@ -115,6 +116,7 @@ def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | 
             fused call each.
         values: every size symbol bound to an integer.
         recipe: model states and the update.
+        every_moment: walk every layer (up to WALK_AT_MOST), the moments listed, never folded (``--timeline``).
     """
     recipe = recipe or StepRecipe()
     if recipe.recompute:
@@ -122,12 +124,15 @@ def step_timeline(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe | 
 
         graph = without_cache(graph)
     repeats = [int(blk.repeat.evaluate(values)) for blk in graph.blocks]
-    if max(repeats, default=0) > WALKED_LAYERS:
-        folded = _folded(graph, values, recipe, repeats.index(max(repeats)), max(repeats))
+    if max(repeats, default=0) > (WALK_AT_MOST if every_moment else WALKED_LAYERS):
+        folded = None if every_moment else _folded(graph, values, recipe, repeats.index(max(repeats)), max(repeats))
         if folded is not None:
             return folded
         if max(repeats) <= WALK_AT_MOST:  # not foldable: walked, as slow as its size
             return _walked(graph, values, recipe)
+        if every_moment:
+            raise ValueError(f"--timeline lists every moment of the step; {max(repeats):,} layers are past the "
+                             f"{WALK_AT_MOST:,} it walks one by one; drop --timeline (the peak is folded without it)")
         raise ValueError(f"the step timeline walks every layer; {max(repeats):,} layers are past the "
                          f"{WALK_AT_MOST:,} it walks one by one when its moments are not affine in the layer count "
                          "(they do not fold)")

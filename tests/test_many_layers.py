@@ -83,3 +83,9 @@ def test_the_json_holds_the_figures_and_the_timeline_on_request(capsys, tmp_path
     listed = json.loads(capsys.readouterr().out)
     assert len(listed["timeline"]) > 40 and listed["peak_bytes"] == plain["peak_bytes"]
     assert listed["inputs"]["timeline"] is True
+    path.write_text(json.dumps(_config("llama", 70)))  # past the 64 layers walked one by one: walked on request
+    assert main([*words, "--timeline"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert any(x["at"].startswith("forward of layer 69 ") for x in listed["timeline"])
+    assert main(words) == 0
+    assert json.loads(capsys.readouterr().out)["peak_bytes"] == listed["peak_bytes"]  # folded, the same peak
