@@ -140,7 +140,8 @@ class Estimate:
         tl = self.timeline()
         if tl is not None:
             out["peak_at"] = tl.peak_at
-            out["timeline"] = tl.summary()
+            if self.options.timeline:  # op by op only on request: 1.5 MB for a 256-layer model
+                out["timeline"] = tl.summary()  # every moment walked (step_timeline's every_moment)
         out["notes"] = self.notes() + ([self.peak_note()] if self.peak_note() else [])
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in reported}
@@ -237,8 +238,8 @@ def stage_derivations(model: Model, options: Options) -> list[tuple[Graph, tuple
 
 def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
     """The pipeline stages whose memory can differ: first, the second (``middle``: one micro-batch less in flight)
-    when the first holds layers of its own, and the last (uneven stages: when it holds its own layers); with even
-    stages the first and the last. The first holds the most micro-batches (Korthikanti et al. 2022 §4.2.3), the last
+    when the first holds layers of its own, and the last (its output layer, whether or not its layers are given);
+    with even stages the first and the last. The first holds the most micro-batches (Korthikanti et al. 2022 §4.2.3), the last
     the output layer: its logits (s b V, fp32 for the loss) can outweigh the first's extra micro-batches, e.g. under
     full recompute, where a layer keeps only its input."""
     if options.pp == 1:
@@ -247,7 +248,7 @@ def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
         return ("first", "last")
     _, middle, _ = options.stage_layers(model.sizes["l"])
     more = ("middle",) if middle is not None and options.first_stage_layers is not None else ()
-    return ("first", *more, *(("last",) if options.last_stage_layers is not None else ()))
+    return ("first", *more, "last")  # the last holds the output layer, its own layers given or not
 
 
 def _total(quantities: tuple[Quantity, ...], values: Mapping[Expr, int]) -> int:

@@ -16,11 +16,12 @@ is echoed in the inputs. Presets are applied where options are read from keyword
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values"]
+__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values", "blame_preset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,3 +204,34 @@ def apply_framework(given: Mapping[str, Any]) -> dict[str, Any]:
     if name is None or name not in FRAMEWORKS:
         return dict(given)
     return {**preset_values(name, given), **given}
+
+
+def blame_preset(message: str, given: Mapping[str, Any]) -> str:
+    """A refusal of options ``given`` with their ``framework``'s preset filled in, naming the framework where it
+    blames a value the preset set and ``given`` did not (a user who never typed ``--grad-buffer fp32`` is told who
+    did); other messages as they are.
+
+    >>> blame_preset("--grad-buffer fp32 is not modelled with --offload", {"framework": "megatron", "mode": "train",
+    ...              "offload": True})
+    '--framework megatron sets --grad-buffer fp32, which is not modelled with --offload'
+    >>> blame_preset("--grad-buffer fp32 is not modelled with --offload", {"framework": "megatron",
+    ...              "grad_buffer": "fp32", "offload": True})
+    '--grad-buffer fp32 is not modelled with --offload'
+    """
+    name = given.get("framework")
+    if name not in FRAMEWORKS or f"--framework {name}" in message:
+        return message
+    preset = [(o, v) for o, v in preset_values(name, given).items() if o not in given and v is not False]
+    for option, value in preset:
+        words = _flag(option) if value is True else f"{_flag(option)} {value}"
+        if f"{words} is " in message:
+            return message.replace(f"{words} is ", f"--framework {name} sets {words}, which is ", 1)
+    for option, value in preset:  # the flag named (its value or another): say what the preset set it to
+        if re.search(rf"(?<![\w-]){re.escape(_flag(option))}(?![\w-])", message):
+            words = _flag(option) if value is True else f"{_flag(option)} {value}"
+            return f"{message} (--framework {name} sets {words})"
+    return message
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")

@@ -205,6 +205,9 @@ OPTIONS: tuple[Option, ...] = (
        "saves for backward, derived from transformers' ATen calls (with --implementation hf: LLaMA-style and GPT-2 "
        "code, no dropout)", modes=_TRAIN, echo="set",
        example=("--model", "llama-3-8b", *_TRAIN_STEP, "--implementation", "hf", "--compile")),
+    _o("timeline", "bool", False, "estimate --json: list the step timeline op by op (each forward and backward op's "
+       "highest and last bytes); without it the JSON holds the figures and the peak's moment", modes=_TRAIN,
+       shared=True, echo="set", example=(*_TRAIN_STEP, "--timeline")),
     _o("kernels", "choice", "fused", "elementwise kernels, for times: fused (Megatron-LM's fused norms, SwiGLU and "
        "rotary, torch.compile's Inductor) or eager (PyTorch without torch.compile, one kernel per operation and "
        "fp32 upcasts, the AdamW step as foreach kernels: torchtitan's compile = false, transformers)",

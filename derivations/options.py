@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
+from memderive.derivations.frameworks import apply_framework, blame_preset
 from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
@@ -20,10 +22,10 @@ from memderive.symbolic.strategies import (ContextParallel, FlashAttention, Full
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 from memderive.derivations.hardware import gpu, intra_bandwidth
-from memderive.derivations.frameworks import FRAMEWORKS, apply_framework
+from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, parse_implementation
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -119,6 +121,25 @@ def positive_option(name: str, value: int | None, required: bool = False) -> Non
 _positive = positive_option
 
 
+def peak_flops_option(value: Any, name: str = "peak_flops", unit: str = "FLOP/s") -> None:
+    """A dense peak as a plan takes it (None: none given): a real number, finite and positive; a non-number is a
+    ``TypeError``, a non-finite or non-positive one an ``OptionsError``, each naming ``name``.
+
+    >>> peak_flops_option(float("inf"))
+    Traceback (most recent call last):
+    ...
+    memderive.derivations.options.OptionsError: peak_flops must be a finite positive number of FLOP/s (e.g. 989.5e12, an H100 SXM's dense bf16 peak), got inf
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of {unit}, got {shown(value)} ({type(value).__name__})")
+    if not math.isfinite(value) or value <= 0:
+        example = "989.5e12" if unit == "FLOP/s" else "989.5"
+        raise OptionsError(f"{name} must be a finite positive number of {unit} (e.g. {example}, an H100 SXM's "
+                           f"dense bf16 peak), got {value}")
+
+
 def capacity_bytes(capacity: Any) -> int:
     """One GPU's memory as a search takes it: whole bytes, 1 to 10^30, else an ``OptionsError``."""
     if isinstance(capacity, bool) or not isinstance(capacity, int) or not 0 < capacity <= MAX_BYTES:
@@ -174,6 +195,7 @@ class Options:
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
+    timeline: bool = False  # estimate --json lists the step timeline op by op (output only)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
     grad_sync: str = "overlapped"  # overlapped | deepspeed: gradient accumulation and reduction, for times
     flash: bool = False  # shorthand for attention="flash"
@@ -237,7 +259,10 @@ class Options:
         'full'
         """
         cls.check_names(given)
-        return cls(**apply_framework(given))
+        try:
+            return cls(**apply_framework(given))
+        except OptionsError as exc:  # a value the preset set, not the user: the refusal names the framework
+            raise type(exc)(blame_preset(str(exc), given)) from None
 
     def _check_types(self) -> None:
         """Each field's type as annotated: ``offload="false"`` or ``zero=True`` is an error, not a truthy value."""
@@ -289,6 +314,13 @@ class Options:
             raise OptionsError(f"--dtype {self.dtype} is not a training precision; choose one of "
                                f"{', '.join(TRAIN_DTYPES)} (bf16/fp16 = mixed precision with fp32 master weights)")
         self._check_precision()
+        if self.mode == "train" and self.optimizer_in_backward and (self.micro_batches or 1) > 1:
+            # torchtune, recipes/full_finetune_single_device.py (FullFinetuneRecipeSingleDevice.__init__): "if
+            # self._optimizer_in_bwd: ... if self._gradient_accumulation_steps > 1: raise RuntimeError('Gradient
+            # accumulation is not supported with optimizer in bwd.')": the hook steps on each micro-batch's gradient
+            raise OptionsError(f"--optimizer-in-backward is not supported with gradient accumulation (--micro-batches "
+                               f"{self.micro_batches}): each parameter's hook steps on one micro-batch's gradient, as "
+                               "torchtune refuses it; give --micro-batches 1")
         if self.attention is not None and self.attention not in ATTENTION:
             raise OptionsError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.flash and self.attention not in (None, "flash"):
@@ -411,7 +443,10 @@ class Options:
         if self.mode != "train":
             raise OptionsError("--cp (context parallelism, ring attention) splits training sequences; use it "
                                "with --mode train")
-        if self.attention_kernel == "eager" or self.implementation_kind == "hf":
+        if self.implementation_kind == "hf":
+            raise OptionsError(f"--cp (ring attention) is not modelled with --implementation {self.implementation}: "
+                               "transformers' models have no context parallelism; use --implementation megatron")
+        if self.attention_kernel == "eager":
             raise OptionsError("--cp runs ring attention on a fused kernel (Megatron-Core: Transformer Engine's "
                                "flash/fused attention; torchtitan: SDPA); give --attention flash or sdpa "
                                "(--flash)")

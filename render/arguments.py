@@ -192,16 +192,19 @@ def not_applicable(args: argparse.Namespace, mode: str) -> list[str]:
     return unused
 
 
-def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> None:
+def _refuse_not_applicable(args: argparse.Namespace, mode: str) -> str | None:
+    """Refuses the options given that do not apply to ``mode``; returns the warning for pipeline options without
+    --pp (written once the options are accepted: a refusal is the one answer, not a warning and then an error)."""
     unused = not_applicable(args, mode)
     pipeline = [x for x in unused if mode == "train" and x in ("--micro-batches", "--virtual-stages")]
+    warning = None
     if pipeline:  # a warning, not an error: a micro-batch count also says how a data-parallel step accumulates
         verb = "applies" if len(pipeline) == 1 else "apply"
-        sys.stderr.write(f"memderive: warning: {' and '.join(pipeline)} {verb} to pipeline parallelism (--pp greater "
-                         "than 1); without it the per-GPU memory does not depend on it\n")
+        warning = (f"memderive: warning: {' and '.join(pipeline)} {verb} to pipeline parallelism (--pp greater "
+                   "than 1); without it the per-GPU memory does not depend on it\n")
         unused = [x for x in unused if x not in pipeline]
     if not unused:
-        return
+        return warning
     why = {"params": "a parameter count depends on the model only; use --mode train or --mode infer",
            "train": "inference only (--mode infer)",
            "infer": "training only (--mode train); inference takes --weight-dtype, --kv-dtype, --tp"}
@@ -233,9 +236,11 @@ def options_from_args(args: argparse.Namespace, mode: str | None = None, strict:
     """``Options`` from the command line (``fixed`` fields set by the command, e.g. plan's ``batch=1``); with
     ``strict``, options that do not apply to the mode are refused."""
     mode = mode or args.mode or "params"
-    if strict:
-        _refuse_not_applicable(args, mode)
-    return Options.from_keywords({"mode": mode, **option_values(args), **fixed})
+    warning = _refuse_not_applicable(args, mode) if strict else None
+    options = Options.from_keywords({"mode": mode, **option_values(args), **fixed})
+    if warning:
+        sys.stderr.write(warning)
+    return options
 
 
 def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> list[str]:

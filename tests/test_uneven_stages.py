@@ -85,3 +85,15 @@ def test_llama_3_405b_interleaved_with_one_layer_per_model_chunk() -> None:
         assert layers == copies * est.number("activation_bytes_per_layer")
     st = step_time(interleaved, "h100-sxm", efficiency=0.5)
     assert st.bubble_s == pytest.approx(15 / (32 * 8) * (st.compute_s + st.tp_s + st.pp_s + st.cp_s), rel=1e-12)
+
+
+@pytest.mark.parametrize("given", [{"first_stage_layers": 8}, {"last_stage_layers": 8},
+                                   {"first_stage_layers": 8, "last_stage_layers": 8}])
+def test_one_stage_given_keeps_the_other_stages_in_the_largest_stage_check(given: dict) -> None:
+    """Issue 37 item 6's command (``--pp 4 --first-stage-layers 8`` on llama-3-8b's 32 layers): 8 is the even split,
+    32/4, so the layout is the plain one and its largest stage (the last under full recompute: its fp32 logits
+    outweigh the first's extra micro-batches) is the same whatever names the 8. The first flag alone dropped the
+    last stage from the check: 2.7 GB less."""
+    run = dict(mode="train", batch=1, seq=8192, pp=4, micro_batches=8, recompute="full", flash=True)
+    even = estimate("llama-3-8b", **run).number("total_bytes")
+    assert estimate("llama-3-8b", **run, **given).number("total_bytes") == even

@@ -71,7 +71,8 @@ def check_layout(model: Model, opts: Options) -> None:
         opts.stage_layers(z["l"])  # the rest must divide over the other stages (an OptionsError says why not)
     if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
-    if opts.virtual_stages not in (None, 1) and not opts.uneven_stages and z["l"] % (opts.pp * opts.virtual_stages):
+    if opts.virtual_stages not in (None, 1) and opts.pp > 1 and not opts.uneven_stages and \
+            z["l"] % (opts.pp * opts.virtual_stages):
         checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
     for remainder, message in checks:
         if remainder:
@@ -90,9 +91,12 @@ def check_expert_layout(model: Model, opts: Options) -> None:
     """``--ep`` needs routed experts it divides; tensor parallelism splits each expert's width f_e."""
     z, moe = model.sizes, model.arch.moe
     if moe is None:
-        if opts.ep > 1 or opts.capacity_factor is not None:
-            flag = "--ep" if opts.ep > 1 else "--capacity-factor"
-            raise OptionsError(f"{model.name} has no mixture-of-experts layers: {flag} applies to routed experts")
+        # one rule for an option of a part the model lacks (as --mla-decode on a model without latent attention,
+        # quantities.inference): refused in one line; a kernel other than the default names routed experts' kernel
+        given = [flag for flag, on in (("--ep", opts.ep > 1), ("--capacity-factor", opts.capacity_factor is not None),
+                                       ("--experts-implementation", opts.experts_implementation != "grouped_mm")) if on]
+        if given:
+            raise OptionsError(f"{model.name} has no mixture-of-experts layers: {given[0]} applies to routed experts")
         return
     if z["E"] % opts.ep:
         raise InvalidLayoutError(f"{model.name}: {z['E']} experts are not divisible by expert-parallel degree "

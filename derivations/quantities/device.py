@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from memderive.derivations.quantities.runtime import runtime, runtime_json
-from memderive.derivations.quantities.serving import vllm_json, vllm_startup
+from memderive.derivations.quantities.serving import vllm_json, vllm_refusal, vllm_startup
 from memderive.derivations.quantities.timing import time_json, time_of
 
-__all__ = ["gpu_json", "time_of", "time_json", "runtime", "vllm_startup"]
+__all__ = ["gpu_json", "time_of", "time_json", "runtime", "vllm_refusal", "vllm_startup"]
 
 
 def gpu_json(est: Any) -> dict[str, Any]:

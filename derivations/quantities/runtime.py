@@ -36,7 +36,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 from memderive.derivations.quantities.nccl import NCCL, nccl_bytes
 from memderive.derivations.quantities.step import runs_calls
-from memderive.derivations.quantities.serving import vllm_startup
+from memderive.derivations.quantities.serving import vllm_refusal, vllm_startup
 from memderive.derivations.hardware import gpu
 
 __all__ = ["Runtime", "RuntimeTerm", "runtime", "runtime_json", "overhead_breakdown", "PERSISTENT", "cublas_workspace_bytes", "context_bytes",
@@ -270,7 +270,11 @@ def fits_gpu(est: Any) -> bool | None:
     """Whether the device bytes fit the ``--gpu``'s memory (None without one): ``fit`` and ``plan`` budget
     against the same device bytes."""
     r = runtime(est)
-    return None if r is None else r.device_bytes <= gpu(r.gpu).memory_bytes
+    if r is None:
+        return None
+    if vllm_refusal(est) is not None:  # an engine that does not start holds nothing: it does not fit
+        return False
+    return r.device_bytes <= gpu(r.gpu).memory_bytes
 
 
 def runtime_json(est: Any) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def _key(est: Any, device: str) -> tuple:
 @lru_cache(maxsize=64)
 def _timeline(item: Keyed) -> Timeline:
     est, device = item.value
-    return step_timeline(est.graph, est.values, step_recipe(est.options, est.values, device))
+    return step_timeline(est.graph, est.values, step_recipe(est.options, est.values, device), est.options.timeline)
 
 
 def runs_calls(graph: Any) -> bool:

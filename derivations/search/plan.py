@@ -43,9 +43,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from memderive.derivations.estimate import estimate
+from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import Options, OptionsError, capacity_bytes, given_options, positive_option
+from memderive.derivations.options import (Options, OptionsError, capacity_bytes, given_options, peak_flops_option,
+                                          positive_option)
 from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
                                                      parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
@@ -199,7 +201,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
-    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0)]
+    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0
+                                                                and _ring_attention(base, c))]
     for tp, pp, vs, split in _degrees(model, base, gpus):
         pairs = [(gpus // (tp * pp * c), c) for c in cps if gpus % (tp * pp * c) == 0] if gpus is not None \
             else [(dp, cp) for dp in batches]  # the fewest GPUs: cp 1 unless given (cp x the divisors passes the layout limit)
@@ -210,8 +213,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                 continue
             for mb in (q for q in batches if (global_batch // dp) % q == 0):  # the divisors of global_batch / dp
                 count = global_batch // (dp * mb)
-                if vs > 1 and count % pp:
-                    continue  # Megatron's interleaved schedule needs m divisible by p
+                if (vs > 1 and count % pp) or (base.optimizer_in_backward and count > 1):
+                    continue  # Megatron's interleaved schedule needs m divisible by p; Options refuses accumulation in backward
                 if len(out) > MAX_LAYOUTS:
                     raise PlanError(f"{model.name}: more than {MAX_LAYOUTS:,} layouts to compare (the limit): a "
                                     f"global batch of {global_batch:,} has {len(batches):,} divisors, each a "
@@ -222,6 +225,16 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                 "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
+
+
+def _ring_attention(base: Options, cp: int) -> bool:
+    """Whether ``base`` runs context parallelism ``cp`` on FlashAttention (``Options`` refuses it on an implementation
+    without ring attention: the HF Trainer's and torchtune's models)."""
+    try:
+        replace(base, cp=cp, flash=True)
+    except OptionsError:
+        return False
+    return True
 
 
 def _memory(groups: list[tuple[list[int], LayoutColumns]], count: int) -> np.ndarray:
@@ -297,9 +310,11 @@ class Plan(list):
     """The layouts a plan returns (a list, fastest first), with how many it evaluated (``evaluated``: every
     candidate's memory), how many fit (``fit``: each timed) and the seconds the plan took (``seconds``)."""
 
-    def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float) -> None:
+    def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float,
+                 least_held: int | None = None) -> None:
         super().__init__(layouts)
         self.evaluated, self.fit, self.seconds = evaluated, fit, seconds
+        self.least_held = least_held  # the least bytes any layout that fits holds against the capacity
 
     @property
     def rate(self) -> float:
@@ -333,6 +348,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     start = time.perf_counter()
     given_options(options, "plan")
     capacity_bytes(capacity)
+    peak_flops_option(peak_flops)
     for name, value in (("global-batch", global_batch), ("seq", seq), ("gpus", gpus), ("top", top)):
         positive_option(name, value, required=name != "gpus")
     resolved = resolve_model(model)
@@ -358,8 +374,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     fits = [(rows[i], int(memory[i])) for i in fitting]
     if not fits:
         least = min(int(x) for x in held)
-        would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, base, flash)
-        would += _offloaded(resolved, capacity, global_batch, seq, gpus, base, flash)
+        asked = replace(base, cp=context)  # the advice keeps the given cp, GPU (its runtime terms) and GPU count
+        would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, gpus, asked, flash)
+        would += _offloaded(resolved, capacity, global_batch, seq, gpus, asked, flash)
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
                           f"{least:,} bytes" + ("" if gpus is None else f" on {gpus} GPUs"), least, would)
     if gpus is None:
@@ -374,7 +391,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         times = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, len(fits), peak_flops, cluster)
         timed = [(tuple(x[i] for x in times), *fits[i]) for i in _ranked(times, fits)[:top]]
     return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
-                len(rows), len(fits), time.perf_counter() - start)
+                len(rows), len(fits), time.perf_counter() - start, min(int(held[i]) for i in fitting))
 
 
 def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int], count: int,
@@ -407,41 +424,58 @@ def _ranked(times: list[np.ndarray], fits: list[tuple[dict, int]]) -> np.ndarray
     return np.lexsort((*(np.asarray(k, dtype=np.int64) for k in keys), step))
 
 
-def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, base: Options,
+def _more_gpus(model: Model, capacity: int, global_batch: int, seq: int, gpus: int, base: Options,
                flash: bool) -> list[tuple[str, int]]:
-    """The fewest GPUs with a layout that fits (``--gpus N``), as a change that would fit."""
+    """The fewest GPUs with a layout that fits (``--gpus N``), as a change that would fit, with the least bytes its
+    layouts hold; budgeted as the plan was (``base``: the given cp, and with a GPU its device bytes, the runtime's
+    terms added), never the count given."""
     try:
-        best = plan(model, capacity, global_batch, seq, None, options=replace(base, gpu=None), flash=flash, top=1)[0]
+        best = plan(model, capacity, global_batch, seq, None, options=base, flash=flash, top=1)
     except PlanError:
         return []
-    return [(f"--gpus {best.gpus}", best.total_bytes)]
+    return [] if best[0].gpus == gpus else [(f"--gpus {best[0].gpus}", best.least_held)]
 
 
 def _offloaded(model: Model, capacity: int, global_batch: int, seq: int, gpus: int | None, base: Options,
                flash: bool) -> list[tuple[str, int]]:
     """ZeRO-Offload (``--offload``: gradients and optimizer states in CPU memory) and FSDP's CPU offload
-    (``--offload-params``: the parameters too) on the same GPUs, as changes that would fit, each with the bytes of
-    its least-memory layout (none when already offloading, where Options refuses it, or still too big)."""
+    (``--offload-params``: the parameters too) on the same GPUs, as changes that would fit, each with the least bytes
+    its layouts hold, budgeted as the plan was (device bytes with a GPU; the given cp) (none when already offloading,
+    where Options refuses it, or still too big)."""
     if base.offload or base.offload_params:
         return []
     out = []
     for flag, change in (("--offload", {"offload": True}), ("--offload-params", {"offload_params": True})):
         try:
-            best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, gpu=None, **change),
-                        flash=flash, top=10**6)
+            best = plan(model, capacity, global_batch, seq, gpus, options=replace(base, **change), flash=flash, top=1)
         except (PlanError, OptionsError):
             continue
-        out.append((flag, min(x.total_bytes for x in best)))
+        out.append((flag, best.least_held))
     return out
 
 
 def _layout(base: Options, row: dict, mem: int, times: tuple, tokens: int) -> Layout:
     per_gpu, model_flops, bubble, time, mfu = times
-    defaults = Options()
     opts = asdict(replace(base, **row))
-    shown = {k: val for k, val in opts.items() if val != getattr(defaults, k) or k in ("mode", "batch", "seq")}
-    return Layout(shown, _gpus(row), mem, per_gpu, model_flops, bubble, time, mfu,
+    return Layout(shown_options(opts), _gpus(row), mem, per_gpu, model_flops, bubble, time, mfu,
                   None if time is None else tokens / time)
+
+
+def shown_options(opts: dict[str, Any], always: tuple[str, ...] = ("mode", "batch", "seq")) -> dict[str, Any]:
+    """The fields of ``opts`` (every ``Options`` field) a row carries to re-run through ``estimate``: those that differ
+    from ``Options``' defaults, ``always``'s, and under a framework every field its preset sets (``estimate`` fills
+    in the preset's value for a field not given, so a row equal to memderive's default but not to the preset's, as
+    torchtitan's recompute none against its selective-op, must name it).
+
+    >>> sorted(shown_options({**asdict(Options(mode="train", batch=1, seq=8)), "framework": "torchtitan"}))[:5]
+    ['attention', 'batch', 'dropout', 'dtype', 'framework']
+    """
+    framework = FRAMEWORKS.get(opts.get("framework") or "")
+    preset = {s.option for s in framework.settings} if framework is not None else set()
+    return {k: val for k, val in opts.items() if val != _DEFAULTS[k] or k in always or k in preset}
+
+
+_DEFAULTS = asdict(Options())
 
 
 def _gpus(row: dict) -> int:
@@ -574,9 +608,7 @@ def _serving(resolved: Model, base: Options, capacity: int, gpus: int | None, fi
     est = estimate(resolved, replace(base, batch=found.value))
     read = est.number("weight_bytes") + est.number("kv_cache_bytes")
     replicas = (gpus or base.tp) // base.tp
-    defaults = Options()
-    shown = {k: val for k, val in asdict(est.options).items()
-             if val != getattr(defaults, k) or k in ("mode", "batch", "seq", "new_tokens")}
+    shown = shown_options(asdict(est.options), ("mode", "batch", "seq", "new_tokens"))
     timing = None
     if base.gpu is not None:
         timing = time_of(est)

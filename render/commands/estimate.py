@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
 from memderive.documents.units import RenderOptions
@@ -69,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             out = writeup.estimate_document(est, args.format, render_options(args))
     emit(out, args.output, args.force)
+    if est.options.framework == "vllm" and est.options.gpu is not None:
+        # lazy: serving and the runtime, imported only with --framework vllm --gpu (tests/test_cold_path.py)
+        from memderive.derivations.quantities.device import vllm_refusal
+
+        refusal = vllm_refusal(est)
+        if refusal is not None:  # an answer (the engine would not start), not bad input: exit 1, as fit's "does not fit"
+            sys.stderr.write(f"memderive: vLLM refuses to start: {refusal}\n")
+            return 1
     return 0
 
 

@@ -20,6 +20,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, time_of, zero3_caution
 from memderive.derivations.search.plan import NothingFits, plan, plan_infer
 from memderive.derivations.models.resolve import resolve_model
+from memderive.derivations.options import OptionsError, peak_flops_option
 
 PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -51,6 +52,10 @@ def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
              "scale it)")
     if args.gpu is None and args.efficiency is not None:
         fail("--efficiency scales --gpu's peak; give --gpu NAME (memderive gpus lists them)")
+    try:
+        peak_flops_option(args.peak_tflops, "--peak-tflops", "TFLOP/s")
+    except OptionsError as exc:
+        fail(str(exc))
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
     if args.gpu_memory:
         return parse_size(args.gpu_memory), peak

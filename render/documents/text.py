@@ -48,14 +48,17 @@ def _amount(value: int, unit: str, precision: int = 2) -> str:
 def time_lines(est: Estimate) -> list[str]:
     """Times on ``--gpu`` with the model each follows (none without ``--gpu``)."""
     # lazy: the time model and the runtime, imported with a --gpu only (~15% of a cold estimate)
-    from memderive.derivations.quantities.device import runtime, time_json, time_of
+    from memderive.derivations.quantities.device import runtime, time_json, time_of, vllm_refusal
 
     timing = time_of(est)
     if timing is None:
         return []
     values = time_json(est)
     lines = ["", f"time on {timing.gpu.title}, matmuls at {timing.efficiency:.1%} of dense peak:"]
-    if not values["fits_gpu"]:
+    refusal = None if values["fits_gpu"] else vllm_refusal(est)
+    if refusal is not None:
+        lines.append(f"  does not fit: vLLM refuses to start ({refusal}); the times are for a GPU that would hold it")
+    elif not values["fits_gpu"]:
         device = runtime(est).device_bytes  # type: ignore[union-attr]
         lines.append(f"  does not fit: {format_bytes(device)} of device memory per GPU is more than the "
                      f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
@@ -80,7 +83,9 @@ def runtime_lines(est: Estimate) -> list[str]:
     lines += [f"  {t.path:<28} {format_bytes(t.bytes):>12}  ({t.counted_in}) {t.source}" for t in r.terms]
     lines += [f"  assumes: {x}" for x in r.assumptions]
     v = vllm_startup(est)
-    if v is not None:
+    if v is not None and v.refusal is not None:
+        lines += [f"  vLLM refuses to start: {v.refusal}"]
+    elif v is not None:
         lines += [f"  vLLM: # GPU blocks {v.kv_cache_blocks:,}, GPU KV cache size {v.kv_cache_tokens:,} tokens, "
                   f"maximum concurrency for {v.max_model_len:,} tokens per request {v.max_concurrent_sequences:.2f}x"]
     return lines
