@@ -128,6 +128,9 @@ _ENTRIES: tuple[Reference, ...] = (
            "NeurIPS 2022"),
     _paper("dao-2023", "Dao 2023 (FlashAttention-2)", "T. Dao",
            "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023, "2307.08691"),
+    _paper("shah-2024", "Shah et al. 2024 (FlashAttention-3)", "J. Shah, G. Bikshandi, Y. Zhang, V. Thakkar, "
+           "P. Ramani, T. Dao", "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision",
+           2024, "2407.08608", "NeurIPS 2024"),
     # --- mixture of experts ----------------------------------------------------------------------------------
     _paper("lepikhin-2020", "Lepikhin et al. 2020 (GShard)", "D. Lepikhin, H. Lee, Y. Xu, D. Chen, O. Firat, Y. Huang, "
            "M. Krikun, N. Shazeer, Z. Chen", "GShard: Scaling Giant Models with Conditional Computation and Automatic "
@@ -417,6 +420,16 @@ _ENTRIES: tuple[Reference, ...] = (
               None, "github.com/pytorch/torchtitan/blob/main/docs/float8.md", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
+    Reference("openxla-matmul-perf-table", "OpenXLA GEMM table", "OpenXLA", "XLA: xla/service/gpu/model/"
+              "matmul_interpolator_data.h (kDefaultMatmulPTable: measured GEMM FLOP/s by device, dtype and (b, m, n, "
+              "k), the table XLA's GPU cost model interpolates; read at ROCm/xla commit ea2c45f2ca, 'update matmul "
+              "interpolator table')", None,
+              "github.com/ROCm/xla/blob/ea2c45f2cacc930dcfa4e7bb0773616b8e353c34/xla/service/gpu/model/"
+              "matmul_interpolator_data.h", "code"),
+    Reference("bekman-mamf", "Bekman, ml-engineering", "S. Bekman", "Machine Learning Engineering Open Book: "
+              "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
+              "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,
+              "github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md", "docs"),
 )
 
 #: Every cited work by key, in the order above (by topic).

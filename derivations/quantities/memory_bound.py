@@ -40,7 +40,7 @@ from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Moves", "EAGER_EXTRA", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+__all__ = ["Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE"]
 
@@ -88,6 +88,50 @@ EAGER_EXTRA: dict[str, dict[str, Moves]] = {
 #: The silu-glu op declares a term for the gate's silu and one for the product, both over (b, s, f): the extra
 #: moves ride on the silu term alone.
 _SKIP = ("glu",)
+
+
+#: Reads and writes a fused elementwise kernel makes per element of the term's tensor, by (op kind, term) and phase
+#: (``recompute`` repeats the forward): one read of each input, one write of each output, as the fused kernels
+#: Megatron-LM, Transformer Engine, Apex and torch.compile run them. NOTE(fused_moves): norms r x w y (2), input
+#: gradient r g, x w dx (3), the weight gradient inside the same kernel; rotary r x w y each way (2); SwiGLU per
+#: element of a: r a, b w y (3), backward r g, a, b w da, db (5; the glu term rides on silu's); GELU (Megatron's fused
+#: bias-GELU) r x w y (2), r g, x w dx (3); residual add r 2 w 1 (3); dropout r x w y (2) each way, its one-byte mask
+#: left out; the unfused core's softmax (Megatron's fused scale-mask-softmax) r scores w probs (2), r probs, g w dx
+#: (3), its dropout (2); the vocabulary-parallel cross-entropy r logits w (2) each way. FlashAttention's softmax
+#: stays on chip (none); a linear's bias add runs in the GEMM's epilogue or the bias-GELU (none).
+FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
+    **{(norm, norm): {"forward": 2, "recompute": 2, "input-grad": 3} for norm in ("rms_norm", "layer_norm")},
+    ("rotary", "rotary"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("silu-glu", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
+    ("gelu", "gelu"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("add", "add"): {"forward": 3, "recompute": 3},
+    ("dropout", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("attention", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("attention", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("cross_entropy", "cross_entropy"): {"forward": 2, "input-grad": 2},
+}
+
+
+def fused_elementwise_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one micro-batch's elementwise kernels, fused (``FUSED_MOVES``), on one GPU of the first
+    pipeline stage (the layout's graph, as ``eager_extra_bytes``); the eager kernels' extra is on top of these."""
+    total = _fused_form(est.graph)
+    return layout_int(total, est.values) if total else 0
+
+
+@per_graph
+def _fused_form(graph: Any) -> Any:
+    """``fused_elementwise_bytes``' expression, once per graph."""
+    total: Any = 0
+    for blk in graph.blocks:
+        for op in blk.ops:
+            for f in op.flops:
+                moves = FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]), {}).get(f.phase)
+                if f.kind != "elementwise" or not moves:
+                    continue
+                x = f.operands[0]
+                total += blk.repeat * op.share * x.numel * moves * x.dtype.nbytes
+    return total
 
 
 def layout_int(expr: Any, values: Mapping[Any, int]) -> Any:

@@ -4,9 +4,11 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
 (``cluster.Cluster``: GPUs per node, the intra-node link, the network per GPU):
 
 * compute, per micro-batch on the busiest pipeline stage: its hardware FLOPs (recompute included) at the GPU's
-  matmul efficiency of the layers' per-GPU products (each at a curve of its narrow side), plus its elementwise work
-  at the memory bandwidth (``efficiency``: both calibrated on published runs, never per run); ``efficiency=`` given
-  instead: FLOPs at that fraction of the dense peak alone;
+  matmul efficiency of the layers' per-GPU products (each at the measured rate of its shape: the GPU's maximum
+  achievable matmul FLOP/s times OpenXLA's GEMM table's fraction; FlashAttention at its papers' rates), plus its
+  elementwise kernels' HBM bytes at the memory bandwidth (``efficiency``, ``memory_bound``: from kernel benchmarks
+  and the kernels' code, nothing fitted to a run); ``efficiency=`` given instead: FLOPs at that fraction of the
+  dense peak alone;
 * communication per micro-batch, not hidden: tensor parallelism all-reduces each row-parallel layer's output in
   forward and each column-parallel layer's input gradient in backward (sequence parallelism turns each into a
   reduce-scatter plus an all-gather: the same bytes), full recompute repeats the forward ones, inside a node; the
@@ -28,11 +30,12 @@ all-reduces.
 >>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
 >>> st = step_time(e, "a100-80gb")
->>> # the A100's matmul efficiency (efficiency.py): the linears at their narrow side h = 4096, 0.77 * 4096 / 4596
->>> # = 0.6862; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, at the head dim 128,
->>> # 0.77 * 128 / 628 = 0.1569: 1.1658 / (1 / 0.6862 + 0.1658 / 0.1569) = 0.4638
+>>> # the A100's matmul efficiency (efficiency.py): the linears, every side >= 4,096, at its MAMF, 271.2 / 312
+>>> # = 0.8692 of peak; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, with a side of
+>>> # the head dim 128 (the table's 256: OpenXLA's H100 fraction 0.511 at (4096, 4096, 256)), 0.511 x 0.8692 = 0.4442:
+>>> # 1.1658 / (1 / 0.8692 + 0.1658 / 0.4442) = 0.7651
 >>> round(st.efficiency, 4)
-0.4638
+0.7651
 >>> st.mfu < st.efficiency  # one GPU: compute only, the elementwise work at the memory bandwidth on top
 True
 >>> step_time(e, "a100-80gb", efficiency=0.5).mfu  # a given efficiency: the FLOPs alone, at half the peak
@@ -51,8 +54,8 @@ from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
-from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, gemm_efficiency
-from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes,
+from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, rate_note
+from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.options import Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
@@ -179,12 +182,14 @@ class StepTime:
     host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload and --offload-params
     param_offload: str | None = None  # --offload-params: the optimizer the CPU steps (param_offload_time.py)
     zero3_ranks: Any = 0  # the ranks ZeRO-3 shards over (d x cp; a column in a plan); 0 below ZeRO-3
+    framework: str | None = None  # --framework: which FlashAttention kernel runs (efficiency.flash_kernel)
+    elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
-                + self.offload_copy_s + self.cpu_optimizer_s)
+                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -198,8 +203,9 @@ class StepTime:
         """How the time was modelled, one line per cause (for writeups)."""
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
-            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the same "
-            f"efficiency of the dense FP8 peak ({self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
+            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the 16-bit "
+            f"rate times the GPU's fp8 over bf16 MAMF, {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
@@ -219,7 +225,7 @@ class StepTime:
 
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
-        return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
+        return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
@@ -237,7 +243,7 @@ class StepTime:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
-                "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
+                "cp_comm_time_s": self.cp_s, "elementwise_time_s": self.elementwise_s, "eager_kernels_time_s": self.eager_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
@@ -245,31 +251,26 @@ class StepTime:
                 "mfu": self.mfu}
 
 
-def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
+def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | None = None) -> str:
     """How compute was timed, in words."""
     peak = f"{hw.title}'s dense 16-bit peak ({hw.bf16_flops / 1e12:,.1f} TFLOP/s)"
     if not calibrated:
         return f"compute: the busiest stage's hardware FLOPs at {efficiency:.0%} (given) of {peak}"
-    c = calibration(hw)
-    stand_in = ("" if c.scaled is None else
-                f"; no fitted runs on this GPU: the {c.fitted_on} constants, {c.scaled[0]} ({cite(c.scaled[1])})")
-    elementwise = (f"its elementwise FLOPs at {c.bytes_per_flop:g} bytes each over the memory bandwidth" if c.bytes_per_flop
-                   else "no separate time for its elementwise FLOPs (the fit puts them at 0 bytes each: the unfused "
-                        "attention core's rate carries them)")
-    return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
-            f"each product at {c.ceiling:g} w/(w + {c.half_width:,.0f}) of the narrow side w of its per-GPU weight "
-            f"(the attention core's: the head dim), FLOP-weighted, and {elementwise} (fitted to the published runs of "
-            f"{cite(MATMUL_SOURCE)}{stand_in})")
+    return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}: each "
+            f"product of the layers at the rate of its per-GPU shape (forward, input and weight gradient), "
+            f"{rate_note(hw, framework)}, FLOP-weighted; nothing fitted to a run's step time")
 
 
 def memory_line(hw: GPU, kernels: str) -> str:
-    """How the memory-bound work outside the calibration was timed, in words."""
+    """How the memory-bound work was timed, in words."""
     from memderive.derivations.quantities.memory_bound import EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
 
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
-    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: {eager}ZeRO-3's copy-out of each gathered "
+    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: every elementwise kernel's reads and writes as "
+            f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
+            f"loss; memory_bound.FUSED_MOVES); {eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
@@ -527,14 +528,17 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
-    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
-    eager_micro = copy_micro = optimizer = accumulate_micro = 0.0
+    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MAMF's (efficiency.py)
+    fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
+    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
+    eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = 0.0
     if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
-        micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
-            / hw.memory_bandwidth
-        # memory-bound work the calibration leaves out (memory_bound.py): unfused kernels, on the busiest stage
+        # memory-bound work (memory_bound.py): unfused kernels' extra, on the busiest stage
         extra = eager_extra_bytes(est) if opts.kernels == "eager" else 0
         eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / hw.memory_bandwidth if extra else 0.0
+        # every elementwise kernel's reads and writes, fused (memory_bound.py), on the busiest stage
+        elementwise_micro = (fused_elementwise_bytes(est) * stage / est.number("hardware_flops_per_gpu")
+                             / hw.memory_bandwidth)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / hw.memory_bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / hw.memory_bandwidth
         accumulate_micro = fp32_accumulation_bytes(est) / hw.memory_bandwidth
@@ -551,7 +555,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
-    memory_micro = eager_micro + copy_micro + accumulate_micro
+    memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads, weights = reduced_bytes(est)
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
@@ -579,7 +583,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     m * accumulate_micro, opts.grad_sync,
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
-                    param_offload=opts.optimizer if opts.offload_params else None)
+                    param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
+                    elementwise_s=m * elementwise_micro)
 
 
 def float8_flops(est: Evaluated) -> int:
