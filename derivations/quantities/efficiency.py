@@ -6,8 +6,8 @@ run's step time.
   ml-engineering table, by GPU and dtype; ``MAMF``) times the **shape fraction** of the product's per-GPU sides:
   OpenXLA's measured GEMM table (``gemm_table``: FLOP/s by (m, n, k) from 256 to 4,096 on H100, B200 and MI300X),
   over its rate at 4096^3. A product ``(M tokens) x (in) -> (out)`` runs three times per micro-batch, as the forward
-  ``(M, out, in)``, the input gradient ``(M, in, out)`` and the weight gradient ``(out, in, M)`` (m, n, k), each a
-  third of its FLOPs at its own rate. A GPU without its own curve takes the H100's (``CURVE``), without its own MAMF
+  ``(M, out, in)``, the input gradient ``(M, in, out)`` and the weight gradient ``(out, in, M)`` (m, n, k), each
+  phase's FLOPs at its own rate (inference: the forward alone). A GPU without its own curve takes the H100's (``CURVE``), without its own MAMF
   the fraction of peak its stand-in reached (``MAMF_STAND_IN``), both said in the time model's note.
 * **FlashAttention's fused core** (``flash-attention`` ops): at the fraction of the 16-bit peak its paper reports,
   forward and backward (``FLASH``): FlashAttention-2 on the A100 (up to 73% forward, 63% backward: Dao 2023 §1) and
@@ -129,9 +129,10 @@ def _cell(values: Any, index: int) -> Any:
     return values[index] if is_column(values) else values
 
 
-def gemm_efficiency(gpu: GPU, est: Any) -> Any:
+def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
-    their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts."""
+    their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
+    ``forward_only``: the forward's products alone (inference)."""
     values = est.values
     evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
     cp = est.options.cp
@@ -145,22 +146,21 @@ def gemm_efficiency(gpu: GPU, est: Any) -> Any:
         products = []
         for kind, xs in evaluated:
             if kind == "flash":
-                forward, rest = get(xs[0]), get(xs[1])
+                forward, rest = get(xs[0]), 0 if forward_only else get(xs[1])
                 fwd, bwd = FLASH[kernel]
                 products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
                 continue
-            count, forward, out_side, in_side, experts = (get(x) for x in xs)
-            if not count:
-                continue
-            if kind == "attention":  # forward count / (2 x width) per head-batched product: sides s/cp, s and d
+            ahead, dgrad, wgrad, forward, out_side, in_side, experts = (get(x) for x in xs)
+            if forward_only:  # inference: no recompute, no gradients
+                dgrad = wgrad = 0
+            if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
                 m = get(seq) // cp
-                sides = (m, int(get(seq)), int(in_side))
-            else:
-                m = forward // (2 * out_side * in_side * experts) if forward else 1
-                sides = (m, out_side, in_side)
-            mm, nn, kk = sides
-            for shape in ((mm, nn, kk), (mm, kk, nn), (nn, kk, mm)):
-                products.append((count / 3, matmul_rate(gpu, "bf16", *shape)))
+                mm, nn, kk = m, int(get(seq)), int(in_side)
+            else:  # the tokens one weight multiplies: forward / (2 out in experts)
+                mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
+            for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
+                if count:
+                    products.append((count, matmul_rate(gpu, "bf16", *shape)))
         rate = weighted_rate(products)
         out.append(rate / gpu.bf16_flops if rate else _level(gpu, "bf16") / gpu.bf16_flops)
     if size is None:
@@ -174,16 +174,19 @@ def gemm_efficiency(gpu: GPU, est: Any) -> Any:
 
 @per_graph
 def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
-    """The layers' products (blocks other than the embedding and the head), once per graph:
+    """The layers' products (blocks other than the embedding and the head), once per graph, each FLOP count times
+    the op's share of the repeats:
 
-    * ``("linear", FLOPs, forward FLOPs, out, in, experts)`` per linear or expert weight ``(.., out, in)`` (its
-      FLOPs in every phase, recompute included, times the op's share of the repeats; the forward's alone give the
-      tokens it multiplies: forward / (2 out in experts));
-    * ``("attention", FLOPs, forward FLOPs, d, d, 1)`` per product of the unfused attention core (its head dim d:
-      ``ops._attention_flops`` writes each as coef x the scores' elements, the forward's coef 2 d);
+    * ``("linear", forward and recompute FLOPs, input-gradient FLOPs, weight-gradient FLOPs, one forward's FLOPs,
+      out, in, experts)`` per linear or expert weight ``(.., out, in)``: the forward runs ``(M, out, in)`` as
+      (m, n, k), the input gradient ``(M, in, out)``, the weight gradient ``(out, in, M)``, with M the tokens it
+      multiplies, one forward's FLOPs / (2 out in experts);
+    * ``("attention", forward FLOPs, input-gradient FLOPs, 0, 0, d, d, 1)`` per product of the unfused core (its
+      head dim d: ``ops._attention_flops`` writes each as coef x the scores' elements, the forward's coef 2 d);
     * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core.
     """
     out: list[tuple[Any, ...]] = []
+    ahead = ("forward", "recompute")
     for blk in graph.blocks:
         if blk.name in ("embed", "head"):
             continue
@@ -196,15 +199,16 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                 by_weight: dict[str, list[Any]] = {}
                 for f in terms:
                     weight = f.operands[1]
-                    row = by_weight.setdefault(weight.name, [weight, 0, 0])
-                    row[1] += f.count
+                    row = by_weight.setdefault(weight.name, [weight, 0, 0, 0, 0])
+                    row[1 if f.phase in ahead else 2 if f.phase == "input-grad" else 3] += f.count
                     if f.phase == "forward":
-                        row[2] += f.count
-                for w, count, forward in by_weight.values():
+                        row[4] += f.count
+                for w, fwd, dgrad, wgrad, forward in by_weight.values():
                     experts = 1
                     for side in w.shape[:-2]:
                         experts *= side
-                    out.append(("linear", scale * count, forward, w.shape[-2], w.shape[-1], experts))
+                    out.append(("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
+                                w.shape[-1], experts))
             elif op.kind == "flash-attention":
                 forward = sum((f.count for f in terms if f.phase == "forward"), 0)
                 rest = sum((f.count for f in terms if f.phase != "forward"), 0)
@@ -213,8 +217,9 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                 # NOTE(gemm_products): the forward's coef / 2 is the head dim (ops._attention_flops)
                 widths = {f.name: f.coef / 2 for f in terms if f.phase == "forward"}
                 for name, width in widths.items():
-                    count = sum((f.count for f in terms if f.name == name), 0)
-                    out.append(("attention", scale * count, 0, width, width, 1))
+                    fwd = sum((f.count for f in terms if f.name == name and f.phase in ahead), 0)
+                    back = sum((f.count for f in terms if f.name == name and f.phase not in ahead), 0)
+                    out.append(("attention", scale * fwd, scale * back, 0, 0, width, width, 1))
     return tuple(out)
 
 

@@ -682,7 +682,7 @@ def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float |
         hw = lookup(gpu) if isinstance(gpu, str) else gpu
         cluster = cluster_of(est.options, hw)
     opts, values = est.options, est.values
-    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
+    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est, forward_only=True)
     peak = hw.peak_flops(serving_dtypes(opts)[0].name) * eff
     batch = values[_sym("b")]
     memory, touched = decode_bytes(est, batch)
