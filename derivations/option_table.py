@@ -175,6 +175,10 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--flash", "--cp", "2")),
     _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
+    _o("tp_comm_overlap", "bool", False, "Megatron-LM's --tp-comm-overlap, for times: Transformer Engine overlaps "
+       "each sequence-parallel all-gather and reduce-scatter with its linear's GEMM, split into t chunks (with --tp "
+       "and --sp)", modes=_TRAIN, shared=True, echo="set",
+       example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
@@ -256,7 +260,7 @@ OPTIONS: tuple[Option, ...] = (
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm")),
     _o("efficiency", "float", None,
-       "fraction of dense peak FLOP/s reached (default: the matmul efficiency calibrated on published runs)",
+       "fraction of dense peak FLOP/s reached (default: each product at its shape's measured rate, efficiency.py)",
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--efficiency", "0.4")),
     _o("gpus_per_node", "int", 8, "GPUs per node for times: tensor parallelism stays inside one, collectives past it "

@@ -166,6 +166,7 @@ class Options:
     dp: int = 1
     cp: int = 1  # context-parallel degree: ring attention over cp ranks, s/cp tokens each
     sp: bool = False
+    tp_comm_overlap: bool = False  # Megatron-LM --tp-comm-overlap (TE userbuffers), for times
     zero: int = 0
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
@@ -272,6 +273,9 @@ class Options:
         self._check_context()
         if self.sp and self.tp == 1:
             raise OptionsError("sequence parallelism splits over the tensor-parallel ranks; give --tp greater than 1")
+        if self.tp_comm_overlap and not (self.sp and self.tp > 1):
+            raise OptionsError("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters: give "
+                               "--tp greater than 1 and --sp (Megatron-LM asserts the same)")
         if self.profile not in PROFILES:
             raise OptionsError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         for name in ("dtype", "weight_dtype", "kv_dtype"):

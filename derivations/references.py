@@ -426,6 +426,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "interpolator table')", None,
               "github.com/ROCm/xla/blob/ea2c45f2cacc930dcfa4e7bb0773616b8e353c34/xla/service/gpu/model/"
               "matmul_interpolator_data.h", "code"),
+    Reference("te-userbuffers", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/module/"
+              "base.py (initialize_ub: communication-GEMM overlap per layer, ring exchange for the sequence-parallel "
+              "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "
+              "--tp-comm-overlap (megatron/training/arguments.py: only with sequence parallelism)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/module/base.py", "code"),
     Reference("bekman-mamf", "Bekman, ml-engineering", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
               "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,

@@ -69,6 +69,8 @@ from memderive.symbolic.graph import Graph
 __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
+TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
+
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
 DEFAULT_EFFICIENCY = 0.5
@@ -184,6 +186,7 @@ class StepTime:
     zero3_ranks: Any = 0  # the ranks ZeRO-3 shards over (d x cp; a column in a plan); 0 below ZeRO-3
     framework: str | None = None  # --framework: which FlashAttention kernel runs (efficiency.flash_kernel)
     elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
+    tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
 
     @property
     def step_s(self) -> float:
@@ -228,7 +231,11 @@ class StepTime:
         return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
-                f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
+                f"communication on {cluster.describe()}: "
+                + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
+                   f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
+                   if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + ", PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
@@ -548,6 +555,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
+        if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
+            tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
                                  opts) if opts.ep > 1 else 0.0
@@ -584,7 +593,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
-                    elementwise_s=m * elementwise_micro)
+                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap)
 
 
 def float8_flops(est: Evaluated) -> int:
