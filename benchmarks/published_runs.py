@@ -20,8 +20,10 @@ from tests.published_runs import FITTED, HELD_OUT, RUNS, ZERO3_2021, ZERO3_GAP, 
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
+    """One line per run; MFU: the source's (where it states one, its own FLOP count), memderive's FLOPs over the
+    measured step, and over the predicted step (bf16 dense peak)."""
     print(f"{title}\n{'run':26s} {'source':52s} {'layout':21s} {'GPUs':>6s} {'batch':>6s} {'seq':>7s} "
-          f"{'measured s':>11s} {'predicted s':>12s} {'error':>7s}")
+          f"{'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'MFU pub.':>8s} {'meas.':>6s} {'pred.':>6s}")
     errors = []
     for run in runs:
         p = predict(run)
@@ -30,7 +32,9 @@ def _rows(title: str, runs: list[Run]) -> list[float]:
         layout = (f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} v{lay.get('virtual_stages') or 1} c{lay.get('cp', 1)} "
                   f"d{lay.get('dp', 1)}")
         print(f"{run.name:26s} {run.source[:52]:52s} {layout:21s} {run.gpus:6d} {run.global_batch:6d} {run.seq:7d} "
-              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
+              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%} "
+              f"{'' if run.published_mfu is None else format(run.published_mfu, '.1%'):>8s} "
+              f"{run.measured_mfu():6.1%} {p.mfu:6.1%}")
     print(f"{len(runs)} runs: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}\n")
     return errors
 

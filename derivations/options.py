@@ -132,6 +132,13 @@ def given_options(options: Any, call: str = "estimate") -> Any:
     return options
 
 
+#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
+#: MXFP8BlockScaling (transformer_engine/common/recipe).
+TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
+#: The GPUs of the table with Blackwell's MXFP8 tensor cores.
+BLACKWELL = ("b200", "b300", "gb200")
+
+
 def _check_gpu(name: str | None, efficiency: float | None) -> None:
     if name is not None:
         from memderive.derivations.hardware import gpu
@@ -339,6 +346,9 @@ class Options:
             return
         from memderive.symbolic.float8 import RECIPES  # imported only when asked for (a dataclass-heavy module)
 
+        if self.fp8 in TE_FP8:
+            self._check_te_fp8()
+            return
         if self.fp8 not in RECIPES:
             raise OptionsError(f"--fp8 must be none or one of {', '.join(RECIPES)} (torchao's "
                                f"Float8LinearRecipeName), got {self.fp8!r}")
@@ -346,8 +356,8 @@ class Options:
             raise OptionsError("--fp8 trains Float8 linears; use it with --mode train")
         if self.implementation_kind != "hf":
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
-                               "--implementation hf; Megatron-Core's linears are Transformer Engine's, whose fp8 "
-                               "recipe is not modelled")
+                               "--implementation hf; Megatron-Core's linears are Transformer Engine's: use --fp8 "
+                               "te-delayed, te-current or te-mxfp8 there")
         if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
             raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
                                f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")
@@ -356,6 +366,29 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--fp8 is not modelled with {what}")
+
+    def _check_te_fp8(self) -> None:
+        """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
+        tensor cores (MXFP8: Blackwell's block scaling)."""
+        if self.mode != "train":
+            raise OptionsError(f"--fp8 {self.fp8} trains Transformer Engine's fp8 linears; use it with --mode train")
+        if self.implementation_kind == "hf":
+            raise OptionsError(f"--fp8 {self.fp8} is Transformer Engine's recipe under Megatron-Core: use "
+                               "--implementation megatron (or --framework megatron); for transformers' layers use "
+                               "torchao's tensorwise, rowwise or rowwise_with_gw_hp")
+        if dtype(self.dtype).nbytes >= 4:
+            raise OptionsError(f"--fp8 {self.fp8} is modelled for 16-bit weights and compute (--dtype bf16 or fp16), "
+                               f"not --dtype {self.dtype}")
+        if self.gpu is not None:
+            from memderive.derivations.hardware import GPUS
+
+            hw = GPUS.get(self.gpu.strip().lower())
+            if hw is not None and hw.fp8_flops is None:
+                raise OptionsError(f"--fp8 {self.fp8}: {hw.name} has no fp8 tensor cores (Transformer Engine needs "
+                                   "Hopper, Ada or later)")
+            if hw is not None and self.fp8 == "te-mxfp8" and hw.name not in BLACKWELL:
+                raise OptionsError(f"--fp8 te-mxfp8 is Blackwell's block-scaled fp8 (Transformer Engine's "
+                                   f"MXFP8BlockScaling); {hw.name} is not Blackwell: use te-delayed or te-current")
 
     def _check_offload_params(self) -> None:
         """--offload-params shards every state over the d ranks as ZeRO-3/FSDP do (DeepSpeed's offload_param is

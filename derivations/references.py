@@ -431,6 +431,10 @@ _ENTRIES: tuple[Reference, ...] = (
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "
               "--tp-comm-overlap (megatron/training/arguments.py: only with sequence parallelism)", None,
               "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/module/base.py", "code"),
+    Reference("megatron-bridge-performance", "Megatron-Bridge", _NV, "Megatron-Bridge: docs/performance-summary.md "
+              "(pre-training throughput by system, model, precision and layout: tokens/s and model TFLOP/s per GPU)",
+              None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/00b7660be0254ac6f95f44164ddd0c3e9cc798ed/docs/"
+              "performance-summary.md", "docs"),
     Reference("bekman-mamf", "Bekman, ml-engineering", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
               "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,

@@ -54,10 +54,10 @@ from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
-from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, rate_note
+from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
-                                                            layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
-from memderive.derivations.options import Options, derived
+                                                            layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
+from memderive.derivations.options import TE_FP8, Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -602,6 +602,8 @@ def float8_flops(est: Evaluated) -> int:
     that ``rowwise_with_gw_hp`` keeps 16-bit (``symbolic.float8.float8_matmul_flops``); 0 without ``--fp8``."""
     if est.options.fp8 == "none":
         return 0
+    if est.options.fp8 in TE_FP8:  # Transformer Engine: every layer linear's forward, dgrad and wgrad GEMMs
+        return sum(layout_int(p[1] + p[2] + p[3], est.values) for p in gemm_products(est.graph) if p[0] == "linear")
     from memderive.derivations.quantities.compute import HARDWARE
     from memderive.symbolic.float8 import float8_matmul_flops
 
