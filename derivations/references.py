@@ -243,6 +243,8 @@ _ENTRIES: tuple[Reference, ...] = (
               "nvidia.com/en-us/data-center/h200/", "datasheet"),
     Reference("nvidia-dgx-b200-datasheet", "NVIDIA DGX B200 datasheet", _NV, "NVIDIA DGX B200 datasheet", None,
               "nvidia.com/en-us/data-center/dgx-b200/", "datasheet"),
+    Reference("nvidia-gb200-nvl72-datasheet", "NVIDIA GB200 NVL72 datasheet", _NV, "NVIDIA GB200 NVL72 datasheet",
+              None, "nvidia.com/en-us/data-center/gb200-nvl72/", "datasheet"),
     Reference("nvidia-l40s-datasheet", "NVIDIA L40S datasheet", _NV, "NVIDIA L40S datasheet", None,
               "nvidia.com/en-us/data-center/l40s/", "datasheet"),
     Reference("nvidia-ada-whitepaper", "NVIDIA Ada whitepaper", _NV, "NVIDIA Ada GPU Architecture whitepaper v2.1",

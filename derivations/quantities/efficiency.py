@@ -51,6 +51,7 @@ MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS compariso
 
 #: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table: A100 SXM 271.2; H100 SXM 794.5
 #: and fp8 1,402.6; H200 SXM fp8 1,453.4 (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5;
+#: GB200 SXM 1,822.0 and 3,615.6;
 #: MI300X 668.4 (PyTorch 2.5.1, ROCm 6.3, TunableOp).
 MAMF: dict[str, tuple[float, float | None]] = {
     "a100-80gb": (271.2, None),
@@ -58,13 +59,15 @@ MAMF: dict[str, tuple[float, float | None]] = {
     "h100-sxm": (794.5, 1402.6),
     "h200": (794.5, 1453.4),
     "b200": (1745.0, 3432.5),
+    "gb200": (1822.0, 3615.6),
     "mi300x": (668.4, None),
 }
 #: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
 #: the table has one, else the A100's 86.9%).
 MAMF_STAND_IN = {"h100-pcie": "h100-sxm"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
-CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "mi300x": "gfx942"}
+CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
+         "mi300x": "gfx942"}
 
 #: FlashAttention's fraction of the dense 16-bit peak, (forward, backward), by kernel.
 FLASH: dict[str, tuple[float, float]] = {
@@ -110,7 +113,7 @@ def fp8_rate_ratio(gpu: GPU) -> float:
 def flash_kernel(gpu: GPU, framework: str | None) -> str:
     """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
     Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
-    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200")
+    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200")
     if not hopper:
         return "fa2-ampere"
     return "fa3-hopper" if framework == "megatron" else "fa2-hopper"

@@ -52,7 +52,7 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
+from memderive.derivations.quantities.cluster import GPUS_PER_NODE, NCCL, Cluster, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
@@ -327,7 +327,9 @@ def elementwise_flops(est: Evaluated) -> int:
 def cluster_of(options: Options, hw: GPU) -> Cluster:
     """The cluster the options describe (``--gpus-per-node``, ``--inter-node-bandwidth`` in Gb/s per GPU each way,
     ``--intra-node-link``) of ``hw`` GPUs."""
-    return Cluster(hw, options.gpus_per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
+    # --gpus-per-node left at 8: the GPU's NVLink domain (GB200 NVL72: 72 GPUs on NVLink)
+    per_node = hw.nvlink_domain if options.gpus_per_node == GPUS_PER_NODE else options.gpus_per_node
+    return Cluster(hw, per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
 
 
 #: The most ZeRO-3 (FSDP) ranks a step time here is checked on: torchtitan's Llama 3 8B on 128 H100s
