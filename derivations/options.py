@@ -274,8 +274,9 @@ class Options:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):
             raise OptionsError(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.zero and self.dp == 1:
-            raise OptionsError(f"ZeRO stage {self.zero} shards over data parallelism; give --dp greater than 1")
+        if self.zero and self.dp * self.cp == 1:  # Megatron-LM and torchtitan shard over the dp x cp ranks
+            raise OptionsError(f"ZeRO stage {self.zero} shards over the data- and context-parallel ranks; give --dp "
+                               "or --cp greater than 1")
         self._check_stages()
         self._check_context()
         if self.sp and self.tp == 1:
