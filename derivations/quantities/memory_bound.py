@@ -122,15 +122,24 @@ def fused_elementwise_bytes(est: Evaluated) -> Any:
 @per_graph
 def _fused_form(graph: Any) -> Any:
     """``fused_elementwise_bytes``' expression, once per graph."""
+    return _elementwise_bytes(graph, lambda blk, op, f: FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]),
+                                                                        {}).get(f.phase))
+
+
+def _elementwise_bytes(graph: Any, moves_of: Any) -> Any:
+    """Bytes over the graph's elementwise terms: each term's operand (its elements in its dtype, times the block's
+    repeats and the op's share) times ``moves_of(block, op, term)`` (element reads plus writes, or a ``Moves``;
+    None or 0: the term moves nothing)."""
     total: Any = 0
     for blk in graph.blocks:
         for op in blk.ops:
             for f in op.flops:
-                moves = FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]), {}).get(f.phase)
-                if f.kind != "elementwise" or not moves:
+                moves = moves_of(blk, op, f) if f.kind == "elementwise" else None
+                if not moves:
                     continue
                 x = f.operands[0]
-                total += blk.repeat * op.share * x.numel * moves * x.dtype.nbytes
+                per = moves.nbytes(x.dtype.nbytes) if isinstance(moves, Moves) else moves * x.dtype.nbytes
+                total += blk.repeat * op.share * x.numel * per
     return total
 
 
@@ -151,21 +160,14 @@ def eager_extra_bytes(est: Evaluated) -> Any:
 @per_graph
 def _eager_form(graph: Any) -> Any:
     """``eager_extra_bytes``' expression, once per graph (the layouts of one structure share it)."""
-    total: Any = 0
-    for blk in graph.blocks:
-        for op in blk.ops:
-            table = EAGER_EXTRA.get(op.kind)
-            if table is None:
-                continue
-            for f in op.flops:
-                moves = table.get(f.phase)
-                if f.kind != "elementwise" or moves is None or f.name.rsplit(" ", 1)[-1] in _SKIP:
-                    continue
-                if f.param is not None and (f.param in graph.frozen or f"{blk.name}/{f.param}" in graph.frozen):
-                    continue
-                x = f.operands[0]
-                total += blk.repeat * op.share * x.numel * moves.nbytes(x.dtype.nbytes)
-    return total
+    def moves_of(blk: Any, op: Any, f: Any) -> Moves | None:
+        if f.name.rsplit(" ", 1)[-1] in _SKIP:
+            return None
+        if f.param is not None and (f.param in graph.frozen or f"{blk.name}/{f.param}" in graph.frozen):
+            return None
+        return EAGER_EXTRA.get(op.kind, {}).get(f.phase)
+
+    return _elementwise_bytes(graph, moves_of)
 
 
 def adam_moves(eager: bool) -> int:
