@@ -1,15 +1,16 @@
-"""Memory-bound work of a training step that the calibrated compute time (``efficiency``) leaves out, each as the
+"""Memory-bound work of a training step beside its matmuls (``efficiency``), each as the
 bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lower bound: no kernel reaches it).
 
 * **Unfused elementwise kernels** (``--kernels eager``: PyTorch without torch.compile, as torchtitan's benchmark
-  configs run, ``compile = false``). The calibration was fitted on Megatron-LM, whose norms, activations and rotary
+  configs run, ``compile = false``). Megatron-LM's norms, activations and rotary
   embeddings are fused kernels: one read of the inputs and one write of the output. Eager PyTorch runs each
   operation of the module's code as its own kernel, every intermediate a round trip through HBM, and in fp32 where
   the code upcasts. ``EAGER_EXTRA`` holds, per op kind and phase, the element reads and writes eager kernels make
   beyond the fused kernel's, counted from the modules' code (torchtitan ``torchtitan/models/norms.py`` RMSNorm,
   ``models/llama/model.py`` ``apply_rotary_emb`` and ``FeedForward``; transformers' ``LlamaRMSNorm`` is the same
   code). Ops whose eager form is already one kernel (``F.layer_norm``, ``F.gelu``, dropout, residual adds) and the
-  cross-entropy (Megatron's is eager too, so the calibration holds it) add nothing.
+  cross-entropy (Megatron's is eager too: ``FUSED_MOVES`` holds it) add nothing.
+* **Fused elementwise kernels** (``FUSED_MOVES``, every run): one read of each input and one write of each output.
 * **The optimizer step**, once per step over the parameters this GPU updates (its 1/(d cp) shard under ZeRO 1-3):
   AdamW as ``torch.optim.AdamW(foreach=True)`` runs it (torchtitan's default) with ``--kernels eager`` (``_multi_tensor_adam``: eight
   foreach kernels, 21 fp32 element reads and writes per parameter), as a fused kernel otherwise (apex/Transformer

@@ -521,7 +521,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     ``Cluster``; a name or GPU takes the cluster of the estimate's options).
 
     Micro-batches per step: ``options.micro_batches`` (1 when not given). ``efficiency``: a fraction of dense peak
-    to use instead of the calibrated matmul efficiency (``gemm_efficiency``). The plan search ranks layouts by
+    to use instead of the products' measured rates (``gemm_efficiency``). The plan search ranks layouts by
     ``step_time(...).step_s``, evaluated for the layouts of one structure at once (``search.columns``: the
     estimate's options and values columns of them, ``derivations.columns`` for what differs row by row).
     """
@@ -686,7 +686,7 @@ def decode_bytes(est: Evaluated, batch: int) -> tuple[int | float, float | None]
 
 def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
     """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``; ``efficiency`` a fraction of
-    peak instead of the calibrated matmul efficiency."""
+    peak instead of the products' measured rates."""
     from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 
     if isinstance(gpu, Cluster):
