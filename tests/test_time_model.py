@@ -16,9 +16,12 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.models.architectures import LLAMA, Moe
 from memderive.derivations.models.model import Model
-from memderive.derivations.quantities.cluster import Cluster, group_span
+from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.cluster import Cluster, all_reduce_fraction, group_span
+from memderive.derivations.quantities.compute import whole_model
+from memderive.derivations.quantities.efficiency import matmul_rate
 from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, inference_time, reduced_bytes,
-                                                     step_time)
+                                                     step_time, tp_bytes)
 
 H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datasheet)
 
@@ -185,8 +188,6 @@ def test_tp_comm_overlap_leaves_one_chunk_of_t_exposed() -> None:
     excess over the micro-batch's compute. Llama 3 70B, t 8 with SP on an H100 node, b 1, s 4,096: the TP traffic
     is far below the compute, so the exposed time is 1/8 of it; without SP Megatron-LM refuses the flag, and so
     does memderive."""
-    from memderive.derivations.options import OptionsError
-
     kw = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, micro_batches=4, recompute="selective")
     plain = step_time(estimate("llama-3-70b", **kw), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **kw), "h100-sxm")
@@ -202,8 +203,6 @@ def test_gb200_is_one_nvlink_domain_of_72() -> None:
     dense TFLOP/s per GPU), 576 TB/s of HBM3e (8 TB/s per GPU), 130 TB/s of NVLink (1.8 TB/s per GPU) joining all 72:
     tensor parallelism over 16 GPUs stays on NVLink (900 GB/s each way), where on 8-GPU B200 nodes it crosses the
     network. Its matmuls at Bekman's MAMF, 1,822 TFLOP/s at large shapes."""
-    from memderive.derivations.quantities.efficiency import matmul_rate
-
     hw = gpu("gb200")
     assert (hw.bf16_flops, hw.fp8_flops, hw.memory_bandwidth, hw.link_bandwidth, hw.nvlink_domain) == (
         2500 * 10**12, 5000 * 10**12, 8000 * 10**9, 1800 * 10**9, 72)
@@ -212,3 +211,17 @@ def test_gb200_is_one_nvlink_domain_of_72() -> None:
     nvl = step_time(e, "gb200").cluster
     assert nvl.gpus_per_node == 72 and nvl.all_reduce(10**9, 16, 1) == pytest.approx(2 * 15 / 16 * 10**9 / 900e9)
     assert step_time(e, "b200").cluster.gpus_per_node == 8
+
+
+def test_tensor_parallel_all_reduces_run_at_the_measured_speed_of_their_size() -> None:
+    """Each TP all-reduce is one layer's activations, b s h x 2 B: llama-2-7b at b 1, s 4,096 is 4,096 x 4,096 x 2
+    = 33,554,432 B = 2^25. OpenXLA's measured all-reduce of 2^25 B over 8 H100s of one node: 148.5 GB/s of the
+    buffer; the rated ring moves it at 450e9 / (2 x 7/8) = 257.14 GB/s, so the TP time is the rated one over
+    148.5 / 257.14 = 0.5775. The A100 has no measurement: its ring stays at the rated speed."""
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8)
+    st = step_time(e, "h100-sxm")
+    fwd, bwd = tp_bytes(whole_model(e.model.graph(activation_dtype="bf16", dropout=False), e.options), e.values,
+                        False)
+    rated = Cluster(gpu("h100-sxm")).all_reduce(fwd + bwd, 8, 1)
+    assert st.tp_s == pytest.approx(rated / (148.5 / (450 / 1.75)), rel=1e-9)
+    assert all_reduce_fraction(gpu("a100-80gb"), 2**25, 8) == 1.0

@@ -157,7 +157,7 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
             if forward_only:  # inference: no recompute, no gradients
                 dgrad = wgrad = 0
             if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
-                m = get(seq) // cp
+                m = get(seq) // get(cp)
                 mm, nn, kk = m, int(get(seq)), int(in_side)
             else:  # the tokens one weight multiplies: forward / (2 out in experts)
                 mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side

@@ -52,7 +52,7 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import GPUS_PER_NODE, NCCL, Cluster, group_span
+from memderive.derivations.quantities.cluster import GPUS_PER_NODE, NCCL, Cluster, all_reduce_fraction, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
@@ -557,6 +557,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
+        # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
+        message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
+        tp_micro = tp_micro / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
             tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
@@ -596,6 +599,18 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap)
+
+
+def _cells(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``)."""
+    size = next((len(x) for x in args if is_column(x)), None)
+    if size is None:
+        return fn(*args)
+    import numpy as np
+
+    out = np.empty(size, dtype=object)
+    out[:] = [fn(*(x[i] if is_column(x) else x for x in args)) for i in range(size)]
+    return out
 
 
 def float8_flops(est: Evaluated) -> int:
