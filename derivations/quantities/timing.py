@@ -52,7 +52,8 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import GPUS_PER_NODE, NCCL, Cluster, all_reduce_fraction, group_span
+from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, Cluster,
+                                                      all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
 from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
@@ -235,6 +236,8 @@ class StepTime:
                 + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
                    f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
+                   if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
