@@ -2,8 +2,8 @@
 
 Sources (``derivations/references.py``): narayanan-2021, korthikanti-2022, jiang-2024-megascale (fitted on);
 dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance, megatron-bridge-performance
-(held out); llm-foundry-benchmarks
-(the H100's fraction of peak over the A100's, ``MPT_HFU_*``). Tokens/s per GPU
+(held out; since issue 39 nothing is fitted, so the first three are held out too); llm-foundry-benchmarks
+(``MPT_HFU_*``, published data no constant uses). Tokens/s per GPU
 turn into a step time as ``global batch x seq / (tokens/s per GPU x GPUs)``.
 
 Each run names its source (paper, table), model shape, layout (t, p, v, d), global batch, sequence, the cluster's
@@ -320,8 +320,9 @@ ZERO3_GAP = ("DeepSpeed ZeRO-3 of 2021 at 384-2,240 A100s: measured per-GPU traf
 
 #: llm-foundry (MosaicML 2023), scripts/train/benchmarking/README.md: the HFU (%) of MPT 760M-70B with Composer FSDP,
 #: FlashAttention and BF16 on each GPU, as (model, SeqLen, # GPUs, HFU): every row of the "H100 80GB BF16" table and
-#: the rows of the "A100 80GB" table for the same models. ``efficiency.H100_OVER_A100`` is the median H100/A100 ratio
-#: over the (model, SeqLen, # GPUs) in both.
+#: the rows of the "A100 80GB" table for the same models. Until issue 39 the H100's matmul ceiling was the A100's fit
+#: times their median H100/A100 ratio (0.682); the rates now come from kernel benchmarks (efficiency.py) and these
+#: rows are kept as published data, used by no constant.
 MPT_HFU_H100 = [
     ("70b", 2048, 64, 56.76), ("70b", 2048, 32, 48.2), ("30b", 8192, 8, 39.9), ("30b", 4096, 8, 47.81),
     ("30b", 2048, 32, 58.57), ("30b", 2048, 16, 57.42), ("30b", 2048, 8, 50.82), ("30b", 1024, 8, 51.68),
