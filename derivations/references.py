@@ -313,6 +313,14 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("pytorch-fsdp-offload", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
               "_fsdp_api.py (CPUOffloadPolicy) and _fully_shard.py (fully_shard: reshard_after_forward, the root)",
               None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_api.py", "code"),
+    Reference("pytorch-fsdp2", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
+              "_fsdp_state.py (FSDPState._pre_forward: the group's unshard (all-gather) issued in its pre-forward; "
+              "_root_post_backward_final_callback: the current stream waits on the last reduce-scatter)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_state.py", "code"),
+    Reference("torchtitan-parallelize", "torchtitan", "PyTorch", "torchtitan: torchtitan/models/llama3/infra/"
+              "parallelize.py (apply_fsdp: fully_shard(tok_embeddings), each transformer block, [norm, output] with "
+              "reshard_after_forward False, then the root)", None,
+              "github.com/pytorch/torchtitan/blob/main/torchtitan/models/llama3/infra/parallelize.py", "code"),
     Reference("deepspeed-offload-config", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/zero/"
               "offload_config.py (DeepSpeedZeroOffloadParamConfig: offload_param, valid only with stage 3)", None,
               "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/offload_config.py", "code"),

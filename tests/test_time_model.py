@@ -20,8 +20,8 @@ from memderive.derivations.options import OptionsError
 from memderive.derivations.quantities.cluster import Cluster, all_reduce_fraction, group_span
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import matmul_rate
-from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, inference_time, reduced_bytes,
-                                                     step_time, tp_bytes)
+from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, fsdp_edge_share, inference_time,
+                                                     reduced_bytes, step_time, tp_bytes)
 
 H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datasheet)
 
@@ -51,6 +51,27 @@ def test_zero3_gathers_every_micro_batch() -> None:
         assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
     # ZeRO 0-2 reduce once per step, whatever m
     assert data_parallel_s(slow, grads, d, 8, 0, 32, 0.5) == data_parallel_s(slow, grads, d, 8, 0, 1, 0.5)
+
+
+def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter() -> None:
+    """FSDP2 under torchtitan (apply_fsdp: the embedding its own unit, then each block): the step opens on the
+    embedding's and the first block's all-gather with no compute before them, and closes on their reduce-scatters,
+    which the root's post-backward waits on. Llama 3 8B: embedding 128,256 x 4,096 = 525,336,576; a block: q and o
+    2 x 4,096^2, k and v 2 x 4,096 x 1,024, the MLP 3 x 4,096 x 14,336, two norms 2 x 4,096 = 218,112,000; of
+    8,030,261,248 (Dubey et al. 2024; memderive's count, tests/test_params_transformers.py)."""
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=1024, dp=8, zero=3)
+    assert fsdp_edge_share(est) == (525_336_576 + 218_112_000) / 8_030_261_248
+    # a compute long enough to hide the rest: the edges alone, once a step whatever m
+    c = Cluster(H100, 8, 50 * 10**9)
+    grads, weights, edge = 4 * 10**9, 2 * 10**9, 0.25
+    ag, rs = 7 / 8 * weights * edge / 450e9, 7 / 8 * grads * edge / 450e9  # one node: NVLink each way
+    for m in (1, 4):
+        assert data_parallel_s(c, grads, 8, 1, 3, m, 10.0, weights, edge=edge) == pytest.approx(ag + rs)
+    # nothing hides (0.8 Gb/s between nodes, 16 ranks one per node): the edges are part of the traffic, counted once
+    slow, d = Cluster(H100, 8, 10**8), 16
+    one = 15 / 16 / 10**8
+    total = 2 * weights * one + grads * one
+    assert data_parallel_s(slow, grads, d, 8, 3, 1, 0.5, weights, edge=edge) == pytest.approx(total - 0.5)
 
 
 def test_the_gradients_reduced_are_the_trainable_ones_in_the_buffers_dtype() -> None:

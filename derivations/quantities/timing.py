@@ -16,8 +16,9 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   across nodes when the pipeline spans nodes (some boundary then crosses one, and every stage waits on it);
 * pipeline bubble: ``(p - 1)/(m v)`` of the micro-batches' time (§2.2, interleaved schedule §2.2.2);
 * data parallelism: what is not hidden behind compute (``data_parallel_s``): the gradient reduction behind the
-  last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute; hierarchical rings on the
-  links the group spans.
+  last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute, but for the step's first
+  all-gather and last reduce-scatter (the embedding and the first block: ``fsdp_edge_share``); hierarchical rings
+  on the links the group spans.
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
   (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
   linears' scaled matmuls run at the fp8 peak (``float8_flops``) while MFU stays against the 16-bit one.
@@ -242,7 +243,9 @@ class StepTime:
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
-                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
+                f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
+                f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
+                f"hierarchical rings ({cite(NCCL)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
@@ -395,7 +398,7 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None, p: int = 1, v: int = 1) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -405,17 +408,42 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     forward (1/3). With ``v`` model chunks per GPU (the interleaved schedule over ``p`` stages) each chunk's share is
     launched on its own (``chunked_reduce_s``, ``chunked_gather_s``). ZeRO-3: every micro-batch gathers the weights
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
-    the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP)."""
+    the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
+    step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
+    whose all-gather opens the step and whose reduce-scatter closes it, once a step."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
     if zero == 3:
         per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
-        return m * maximum(0.0, per_micro - micro_s)
+        edge_s = cluster.all_gather(weights * edge, d, stride) + cluster.reduce_scatter(grads * edge, d, stride)
+        return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
         return chunked_reduce_s(cluster.all_reduce(grads, d, stride), micro_s, p, v)
     return (chunked_reduce_s(cluster.reduce_scatter(grads, d, stride), micro_s, p, v)
             + chunked_gather_s(cluster.all_gather(weights, d, stride), micro_s, p, v))
+
+
+FSDP_EDGES = Citation("torchtitan-parallelize", "apply_fsdp: fully_shard(tok_embeddings), then each transformer "
+                      "block, then [norm, output] with reshard_after_forward False", also=(
+                          Citation("pytorch-fsdp2", "fully_shard: each module's all-gather issued in its pre-forward, "
+                                   "the root's post-backward waits on the last reduce-scatter"),))
+
+
+def fsdp_edge_share(est: Evaluated) -> Any:
+    """The share of one GPU's parameters that FSDP gathers and reduces with no compute to hide behind, once a
+    step: the token embedding, wrapped on its own and first in the forward (torchtitan's ``apply_fsdp``), and the
+    first transformer block, whose all-gather runs behind the embedding's lookup alone (a memory-bound gather of
+    b s rows: microseconds); in the backward the same two units' reduce-scatters come last, after the final
+    block's and the embedding's backward, and the optimizer step waits on them (FSDP2's root post-backward).
+    [norm, output] are kept gathered from the forward for the backward's start (``reshard_after_forward`` False).
+    Under pipeline parallelism the busiest stage's first block alone (its embedding, if any, is on stage 0)."""
+    layer = est.graph.block("layer")
+    block = sum((x.numel for op in layer.ops for x in op.params), 0)
+    embedding = sum((x.numel for blk in est.graph.blocks for op in blk.ops if op.kind == "embedding"
+                     for x in op.params), 0) if est.options.pp == 1 else 0
+    edge = _bytes(block + embedding, est.values) if block or embedding else 0
+    return edge / est.number("parameters_per_gpu")
 
 
 #: Megatron-LM's per-chunk gradient and parameter syncs under the interleaved schedule (``chunked_reduce_s``).
@@ -580,7 +608,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v)
+        edge = fsdp_edge_share(est) if zero == 3 else 0.0
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
