@@ -19,7 +19,8 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.options import OptionsError
 from memderive.derivations.quantities.cluster import Cluster, all_reduce_fraction, group_span
 from memderive.derivations.quantities.compute import whole_model
-from memderive.derivations.quantities.efficiency import matmul_rate
+from memderive.derivations.quantities.efficiency import gemm_products, matmul_rate
+from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, fsdp_edge_share, inference_time,
                                                      reduced_bytes, step_time, tp_bytes)
 
@@ -72,6 +73,17 @@ def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter() -> None:
     one = 15 / 16 / 10**8
     total = 2 * weights * one + grads * one
     assert data_parallel_s(slow, grads, d, 8, 3, 1, 0.5, weights, edge=edge) == pytest.approx(total - 0.5)
+
+
+def test_a_slice_recomputed_alone_multiplies_the_same_tokens() -> None:
+    """torchtitan's selective-op checkpointing recomputes every other mm: of the fused qkv, the k projection
+    (Llama 3 8B: 8 kv heads x 128 = 1,024 rows of 4,096) is recomputed alone. Its products still multiply the
+    micro-batch's b s = 2 x 1,024 = 2,048 tokens (they once came out as M = 0, timed at a 1-row GEMM's rate)."""
+    est = estimate("llama-3-8b", mode="train", batch=2, seq=1024, recompute="selective-op", flash=True)
+    value = lambda x: layout_int(x, est.values)  # noqa: E731
+    sides = {(value(row[5]), value(row[6])): value(row[4]) for row in gemm_products(est.graph) if row[0] == "linear"}
+    assert (1024, 4096) in sides  # the k projection's own row
+    assert {forward // (2 * out * inn) for (out, inn), forward in sides.items()} == {2048}
 
 
 def test_the_gradients_reduced_are_the_trainable_ones_in_the_buffers_dtype() -> None:

@@ -183,7 +183,7 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
     * ``("linear", forward and recompute FLOPs, input-gradient FLOPs, weight-gradient FLOPs, one forward's FLOPs,
       out, in, experts)`` per linear or expert weight ``(.., out, in)``: the forward runs ``(M, out, in)`` as
       (m, n, k), the input gradient ``(M, in, out)``, the weight gradient ``(out, in, M)``, with M the tokens it
-      multiplies, one forward's FLOPs / (2 out in experts);
+      multiplies, one forward's FLOPs / (2 out in experts) (a slice recomputed alone: its recompute's);
     * ``("attention", forward FLOPs, input-gradient FLOPs, 0, 0, d, d, 1)`` per product of the unfused core (its
       head dim d: ``ops._attention_flops`` writes each as coef x the scores' elements, the forward's coef 2 d);
     * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core.
@@ -202,11 +202,14 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                 by_weight: dict[str, list[Any]] = {}
                 for f in terms:
                     weight = f.operands[1]
-                    row = by_weight.setdefault(weight.name, [weight, 0, 0, 0, 0])
+                    row = by_weight.setdefault(weight.name, [weight, 0, 0, 0, 0, 0])
                     row[1 if f.phase in ahead else 2 if f.phase == "input-grad" else 3] += f.count
-                    if f.phase == "forward":
-                        row[4] += f.count
-                for w, fwd, dgrad, wgrad, forward in by_weight.values():
+                    if f.phase in ahead:  # one forward's FLOPs, and one recompute's
+                        row[4 if f.phase == "forward" else 5] += f.count
+                for w, fwd, dgrad, wgrad, forward, recomputed in by_weight.values():
+                    # a slice recomputed alone (torchtitan's selective-op checkpointing recomputes every other mm:
+                    # the k projection of the fused qkv) multiplies the same M tokens: its recompute is its forward
+                    forward = forward or recomputed
                     experts = 1
                     for side in w.shape[:-2]:
                         experts *= side
