@@ -1,7 +1,6 @@
 """Published training runs: measured step time beside memderive's prediction (a benchmark, not a test).
 
     python benchmarks/published_runs.py            # the table: predicted vs measured, each run's error
-    python benchmarks/published_runs.py --fit      # refit the A100 constants (efficiency.py), leave-one-paper-out
     python benchmarks/published_runs.py --plan     # each published layout beside the planner's best (slow)
 
 The runs, their sources and the assumptions where a paper is silent are in ``tests/published_runs.py``;
@@ -21,8 +20,10 @@ from tests.published_runs import FITTED, HELD_OUT, RUNS, ZERO3_2021, ZERO3_GAP, 
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
+    """One line per run; MFU: the source's (where it states one, its own FLOP count), memderive's FLOPs over the
+    measured step, and over the predicted step (bf16 dense peak)."""
     print(f"{title}\n{'run':26s} {'source':52s} {'layout':21s} {'GPUs':>6s} {'batch':>6s} {'seq':>7s} "
-          f"{'measured s':>11s} {'predicted s':>12s} {'error':>7s}")
+          f"{'measured s':>11s} {'predicted s':>12s} {'error':>7s} {'MFU pub.':>8s} {'meas.':>6s} {'pred.':>6s}")
     errors = []
     for run in runs:
         p = predict(run)
@@ -31,16 +32,41 @@ def _rows(title: str, runs: list[Run]) -> list[float]:
         layout = (f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} v{lay.get('virtual_stages') or 1} c{lay.get('cp', 1)} "
                   f"d{lay.get('dp', 1)}")
         print(f"{run.name:26s} {run.source[:52]:52s} {layout:21s} {run.gpus:6d} {run.global_batch:6d} {run.seq:7d} "
-              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%}")
+              f"{p.measured_s:11.2f} {p.predicted_s:12.2f} {p.error:+7.1%} "
+              f"{'' if run.published_mfu is None else format(run.published_mfu, '.1%'):>8s} "
+              f"{run.measured_mfu():6.1%} {p.mfu:6.1%}")
     print(f"{len(runs)} runs: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}\n")
     return errors
 
 
 def table() -> list[float]:
-    fitted = _rows("In sample: the runs the A100 constants (efficiency.CALIBRATIONS) were fitted on", FITTED)
+    fitted = _rows("Megatron-LM on Selene (the runs the time model's constants were once fitted on; since issue 39 "
+                   "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
+    groups()
     zero3()
     return fitted + held
+
+
+def groups() -> None:
+    """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
+    gives one) beside memderive's."""
+    rows: dict[tuple[str, str, str], list[float]] = {}
+    for run in FITTED + HELD_OUT:
+        p = predict(run)
+        framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
+                                                    "deepspeed" if run.layout.get("grad_sync") == "deepspeed" else
+                                                    "megatron" if "Megatron" in run.note or "Narayanan" in run.source
+                                                    or "Korthikanti" in run.source or "MegaScale" in run.source
+                                                    else "llama3")
+        moe = "moe" if "experts" in str(run.model) else "dense"
+        rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
+    print(f"{'GPU':12s} {'framework':12s} {'kind':6s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
+    for key, errors in sorted(rows.items()):
+        print(f"{key[0]:12s} {key[1]:12s} {key[2]:6s} {len(errors):5d} {statistics.median(errors):8.1%} "
+              f"{max(errors):8.1%}")
+    every = [abs(predict(r).error) for r in FITTED + HELD_OUT]
+    print(f"all {len(every)} runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}\n")
 
 
 def zero3() -> None:
@@ -54,63 +80,6 @@ def zero3() -> None:
               f"{traffic / p.measured_s / 1e9:5.1f} GB/s over the measured step; the model's dp time "
               f"{p.parts['dp_comm_time_s']:.2f} s (hidden), compute {p.parts['compute_time_s']:.2f} s")
     print()
-
-
-def _parts(run: Run) -> tuple:
-    """The prediction's pieces at efficiency 1 with no elementwise time, and the layers' products (FLOPs, narrow
-    side; ``efficiency.gemm_widths``): refit without re-deriving. The memory-bound terms (eager kernels, ZeRO-3's
-    copies: per micro-batch, in the bubble; the optimizer step: once) ride along."""
-    from memderive.derivations.quantities.efficiency import gemm_widths
-    from memderive.derivations.quantities.memory_bound import layout_int
-    from memderive.derivations.quantities.timing import elementwise_flops, step_time
-
-    est = run.estimate()
-    t = step_time(est, run.cluster(), efficiency=1.0)
-    o = est.options
-    m, v = o.micro_batches or 1, o.virtual_stages or 1
-    share = t.compute_s * t.gpu.bf16_flops / m / est.number("hardware_flops")
-    memory = elementwise_flops(est) * share * m / t.gpu.memory_bandwidth
-    gemms = [(flops, min(rows, cols)) for flops, rows, cols in
-             ((layout_int(x, est.values) for x in form) for form in gemm_widths(est.graph))]
-    fixed = step_time(est, run.cluster())  # memory_bound.py's terms: bytes from the graph, nothing fitted
-    per_micro = fixed.eager_s + fixed.zero3_copy_s
-    return (t.compute_s, t.tp_s + t.pp_s + per_micro, t.dp_s + fixed.optimizer_s, (o.pp - 1) / (m * v), memory,
-            gemms, run.measured())
-
-
-def _predicted(parts: tuple, ceiling: float, bytes_per_flop: float, half: float) -> float:
-    from memderive.derivations.quantities.efficiency import weighted_efficiency
-
-    compute, comm, dp, bubble, memory, gemms, _ = parts
-    eff = weighted_efficiency(gemms, ceiling, half)
-    return (compute / eff + bytes_per_flop * memory + comm) * (1 + bubble) + dp
-
-
-def _fit(rows: list[tuple]) -> tuple[float, float, float]:
-    """Least squares of the relative error over a grid of (ceiling, bytes per FLOP, half width)."""
-    best = None
-    for i in range(45):
-        for j in range(40):
-            for half in (0, 100, 200, 300, 400, 500, 600, 800):
-                c = (0.5 + 0.01 * i, 0.25 * j, half)
-                cost = sum((_predicted(r, *c) / r[-1] - 1) ** 2 for r in rows)
-                if best is None or cost < best[0]:
-                    best = (cost, c)
-    return best[1]
-
-
-def refit() -> None:
-    runs = [r for r in FITTED if r.gpu.startswith("a100")]  # never the held-out runs
-    rows = [_parts(r) for r in runs]
-    ceiling, per_flop, half = _fit(rows)
-    print(f"A100 fit on {len(rows)} runs: ceiling {ceiling:.2f}, bytes per elementwise FLOP {per_flop:g}, "
-          f"half width {half} (of a product's narrow side)")
-    for source in sorted({r.source for r in runs}):
-        kept = [x for x, r in zip(rows, runs) if r.source != source]
-        held = [(r.name, x) for x, r in zip(rows, runs) if r.source == source]
-        c = _fit(kept)
-        errs = ", ".join(f"{name} {_predicted(x, *c) / x[-1] - 1:+.1%}" for name, x in held)
-        print(f"  without {source} ({c[0]:.2f}, {c[1]:g}, {c[2]}): {errs}")
 
 
 def _shown(options: dict) -> str:
@@ -149,13 +118,9 @@ def against_plan() -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true")
     parser.add_argument("--plan", action="store_true")
     args = parser.parse_args()
     table()
-    if args.fit:
-        print()
-        refit()
     if args.plan:
         print()
         against_plan()

@@ -6,6 +6,8 @@ Conventions (NOTE(memderive)):
   are halved ("with sparsity" footnotes). ``bf16`` is the 16-bit (BF16/FP16, FP32 accumulate) rate.
 * Memory capacities are the datasheet's "GB" of HBM/GDDR, which are binary gigabytes (an A100 80GB
   reports 81,920 MiB): ``80 * 2**30`` bytes. What a program can allocate is slightly less.
+* GB200 NVL72: the datasheet's rack figures over its 72 GPUs (13.4 TB / 72 = 186 GB, 576 TB/s / 72 = 8 TB/s, 130
+  TB/s / 72 = 1.8 TB/s of NVLink), its 72 GPUs one NVLink domain (``nvlink_domain``: the node of the time model).
 * Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
   has no such link), the total of both directions; a collective moves data at half of it each way.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
@@ -16,7 +18,7 @@ Conventions (NOTE(memderive)):
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, gb200, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ _H200 = Citation("nvidia-h200-datasheet",
 _B200 = Citation("nvidia-dgx-b200-datasheet",
                  "8 GPUs: FP8 72 PFLOPS, FP16/BF16 36 PFLOPS with sparsity, 1,440 GB, 64 TB/s HBM3e; NVLink 5 "
                  "1.8 TB/s per GPU")
+_GB200 = Citation("nvidia-gb200-nvl72-datasheet",
+                  "72 GPUs: FP8 720 PFLOPS, FP16/BF16 360 PFLOPS with sparsity, up to 13.4 TB HBM3e, 576 TB/s; NVLink "
+                  "130 TB/s, one NVLink domain of 72 GPUs", also=(Citation("bekman-mamf", "GB200 SXM theory: BF16 "
+                                                                           "2,500, FP8 5,000 TFLOPS"),))
 _L40S = Citation("nvidia-l40s-datasheet",
                  "BF16 362.05 (733 with sparsity), FP8 733 (1,466) TFLOPS; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16 "
                  "64 GB/s")
@@ -83,6 +89,7 @@ class GPU:
     link_bandwidth: int  # bytes/s, intra-node, both directions together
     link: str
     source: Citation
+    nvlink_domain: int = 8  # GPUs one NVLink/NVSwitch domain joins (an 8-GPU node; GB200 NVL72: 72)
 
     def peak_flops(self, dtype: str = "bf16") -> int:
         """Dense peak for a compute dtype: fp8 where the GPU has it, else the 16-bit rate.
@@ -95,7 +102,8 @@ class GPU:
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "title": self.title, "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
-                "link_bandwidth": self.link_bandwidth, "link": self.link, "source": cite(self.source)}
+                "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
+                "source": cite(self.source)}
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (
@@ -106,6 +114,8 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
         "NVLink bridge", _H100),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G, "NVLink 4", _H200),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200),
+    GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
+        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
         "PCIe 4.0 x16", _ADA),

@@ -153,8 +153,11 @@ OPTIONS: tuple[Option, ...] = (
     _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
        "16-bit input and weight stay saved, the 8-bit casts are transients, their matmuls run at the GPU's fp8 "
-       "peak; with --implementation hf and a 16-bit --dtype", choices=("none", "tensorwise", "rowwise",
-                                                                        "rowwise_with_gw_hp"),
+       "peak; with --implementation hf and a 16-bit --dtype. Or Transformer Engine's fp8 under Megatron-Core "
+       "(--implementation megatron, times only): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), "
+       "every layer linear's three GEMMs at the GPU's fp8 rate", choices=("none", "tensorwise", "rowwise",
+                                                                      "rowwise_with_gw_hp", "te-delayed",
+                                                                      "te-current", "te-mxfp8"),
        modes=_TRAIN, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise")),
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
@@ -180,6 +183,10 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--flash", "--cp", "2")),
     _o("sp", "bool", False, "sequence parallelism (with --tp)", modes=_TRAIN,
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
+    _o("tp_comm_overlap", "bool", False, "Megatron-LM's --tp-comm-overlap, for times: Transformer Engine overlaps "
+       "each sequence-parallel all-gather and reduce-scatter with its linear's GEMM, split into t chunks (with --tp "
+       "and --sp)", modes=_TRAIN, shared=True, echo="set",
+       example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
@@ -264,7 +271,7 @@ OPTIONS: tuple[Option, ...] = (
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm")),
     _o("efficiency", "float", None,
-       "fraction of dense peak FLOP/s reached (default: the matmul efficiency calibrated on published runs)",
+       "fraction of dense peak FLOP/s reached (default: each product at its shape's measured rate, efficiency.py)",
        modes=_ALL, shared=True, echo="never", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--gpu", "h100-sxm", "--efficiency", "0.4")),
     _o("gpus_per_node", "int", 8, "GPUs per node for times: tensor parallelism stays inside one, collectives past it "

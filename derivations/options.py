@@ -21,7 +21,7 @@ from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
-from memderive.derivations.hardware import gpu, intra_bandwidth
+from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, parse_implementation
 
@@ -157,6 +157,13 @@ def given_options(options: Any, call: str = "estimate") -> Any:
     return options
 
 
+#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
+#: MXFP8BlockScaling (transformer_engine/common/recipe).
+TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
+#: The GPUs of the table with Blackwell's MXFP8 tensor cores.
+BLACKWELL = ("b200", "gb200")
+
+
 def _check_gpu(name: str | None, efficiency: float | None) -> None:
     if name is not None:
         gpu(name)  # unknown names raise with the list of choices
@@ -190,6 +197,7 @@ class Options:
     dp: int = 1
     cp: int = 1  # context-parallel degree: ring attention over cp ranks, s/cp tokens each
     sp: bool = False
+    tp_comm_overlap: bool = False  # Megatron-LM --tp-comm-overlap (TE userbuffers), for times
     zero: int = 0
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
@@ -294,12 +302,16 @@ class Options:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):
             raise OptionsError(f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
-        if self.zero and self.dp == 1:
-            raise OptionsError(f"ZeRO stage {self.zero} shards over data parallelism; give --dp greater than 1")
+        if self.zero and self.dp * self.cp == 1:  # Megatron-LM and torchtitan shard over the dp x cp ranks
+            raise OptionsError(f"ZeRO stage {self.zero} shards over the data- and context-parallel ranks; give --dp "
+                               "or --cp greater than 1")
         self._check_stages()
         self._check_context()
         if self.sp and self.tp == 1:
             raise OptionsError("sequence parallelism splits over the tensor-parallel ranks; give --tp greater than 1")
+        if self.tp_comm_overlap and not (self.sp and self.tp > 1):
+            raise OptionsError("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters: give "
+                               "--tp greater than 1 and --sp (Megatron-LM asserts the same)")
         if self.profile not in PROFILES:
             raise OptionsError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         for name in ("dtype", "weight_dtype", "kv_dtype"):
@@ -373,6 +385,9 @@ class Options:
         line (the divisibility of the dims is checked against the model: ``estimate``)."""
         if self.fp8 == "none":
             return
+        if self.fp8 in TE_FP8:
+            self._check_te_fp8()
+            return
         if self.fp8 not in RECIPES:
             raise OptionsError(f"--fp8 must be none or one of {', '.join(RECIPES)} (torchao's "
                                f"Float8LinearRecipeName), got {self.fp8!r}")
@@ -380,8 +395,8 @@ class Options:
             raise OptionsError("--fp8 trains Float8 linears; use it with --mode train")
         if self.implementation_kind != "hf":
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
-                               "--implementation hf; Megatron-Core's linears are Transformer Engine's, whose fp8 "
-                               "recipe is not modelled")
+                               "--implementation hf; Megatron-Core's linears are Transformer Engine's: use --fp8 "
+                               "te-delayed, te-current or te-mxfp8 there")
         if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
             raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
                                f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")
@@ -390,6 +405,27 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--fp8 is not modelled with {what}")
+
+    def _check_te_fp8(self) -> None:
+        """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
+        tensor cores (MXFP8: Blackwell's block scaling)."""
+        if self.mode != "train":
+            raise OptionsError(f"--fp8 {self.fp8} trains Transformer Engine's fp8 linears; use it with --mode train")
+        if self.implementation_kind == "hf":
+            raise OptionsError(f"--fp8 {self.fp8} is Transformer Engine's recipe under Megatron-Core: use "
+                               "--implementation megatron (or --framework megatron); for transformers' layers use "
+                               "torchao's tensorwise, rowwise or rowwise_with_gw_hp")
+        if dtype(self.dtype).nbytes >= 4:
+            raise OptionsError(f"--fp8 {self.fp8} is modelled for 16-bit weights and compute (--dtype bf16 or fp16), "
+                               f"not --dtype {self.dtype}")
+        if self.gpu is not None:
+            hw = GPUS.get(self.gpu.strip().lower())
+            if hw is not None and hw.fp8_flops is None:
+                raise OptionsError(f"--fp8 {self.fp8}: {hw.name} has no fp8 tensor cores (Transformer Engine needs "
+                                   "Hopper, Ada or later)")
+            if hw is not None and self.fp8 == "te-mxfp8" and hw.name not in BLACKWELL:
+                raise OptionsError(f"--fp8 te-mxfp8 is Blackwell's block-scaled fp8 (Transformer Engine's "
+                                   f"MXFP8BlockScaling); {hw.name} is not Blackwell: use te-delayed or te-current")
 
     def _check_offload_params(self) -> None:
         """--offload-params shards every state over the d ranks as ZeRO-3/FSDP do (DeepSpeed's offload_param is

@@ -128,6 +128,9 @@ _ENTRIES: tuple[Reference, ...] = (
            "NeurIPS 2022"),
     _paper("dao-2023", "Dao 2023 (FlashAttention-2)", "T. Dao",
            "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023, "2307.08691"),
+    _paper("shah-2024", "Shah et al. 2024 (FlashAttention-3)", "J. Shah, G. Bikshandi, Y. Zhang, V. Thakkar, "
+           "P. Ramani, T. Dao", "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision",
+           2024, "2407.08608", "NeurIPS 2024"),
     # --- mixture of experts ----------------------------------------------------------------------------------
     _paper("lepikhin-2020", "Lepikhin et al. 2020 (GShard)", "D. Lepikhin, H. Lee, Y. Xu, D. Chen, O. Firat, Y. Huang, "
            "M. Krikun, N. Shazeer, Z. Chen", "GShard: Scaling Giant Models with Conditional Computation and Automatic "
@@ -247,6 +250,8 @@ _ENTRIES: tuple[Reference, ...] = (
               "nvidia.com/en-us/data-center/h200/", "datasheet"),
     Reference("nvidia-dgx-b200-datasheet", "NVIDIA DGX B200 datasheet", _NV, "NVIDIA DGX B200 datasheet", None,
               "nvidia.com/en-us/data-center/dgx-b200/", "datasheet"),
+    Reference("nvidia-gb200-nvl72-datasheet", "NVIDIA GB200 NVL72 datasheet", _NV, "NVIDIA GB200 NVL72 datasheet",
+              None, "nvidia.com/en-us/data-center/gb200-nvl72/", "datasheet"),
     Reference("nvidia-l40s-datasheet", "NVIDIA L40S datasheet", _NV, "NVIDIA L40S datasheet", None,
               "nvidia.com/en-us/data-center/l40s/", "datasheet"),
     Reference("nvidia-ada-whitepaper", "NVIDIA Ada whitepaper", _NV, "NVIDIA Ada GPU Architecture whitepaper v2.1",
@@ -315,6 +320,14 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("pytorch-fsdp-offload", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
               "_fsdp_api.py (CPUOffloadPolicy) and _fully_shard.py (fully_shard: reshard_after_forward, the root)",
               None, "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_api.py", "code"),
+    Reference("pytorch-fsdp2", "PyTorch 2.13", "PyTorch", "PyTorch 2.13: torch/distributed/fsdp/_fully_shard/"
+              "_fsdp_state.py (FSDPState._pre_forward: the group's unshard (all-gather) issued in its pre-forward; "
+              "_root_post_backward_final_callback: the current stream waits on the last reduce-scatter)", None,
+              "github.com/pytorch/pytorch/blob/v2.13.0/torch/distributed/fsdp/_fully_shard/_fsdp_state.py", "code"),
+    Reference("torchtitan-parallelize", "torchtitan", "PyTorch", "torchtitan: torchtitan/models/llama3/infra/"
+              "parallelize.py (apply_fsdp: fully_shard(tok_embeddings), each transformer block, [norm, output] with "
+              "reshard_after_forward False, then the root)", None,
+              "github.com/pytorch/torchtitan/blob/main/torchtitan/models/llama3/infra/parallelize.py", "code"),
     Reference("deepspeed-offload-config", "DeepSpeed", "Microsoft", "DeepSpeed: deepspeed/runtime/zero/"
               "offload_config.py (DeepSpeedZeroOffloadParamConfig: offload_param, valid only with stage 3)", None,
               "github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/zero/offload_config.py", "code"),
@@ -424,6 +437,29 @@ _ENTRIES: tuple[Reference, ...] = (
               None, "github.com/pytorch/torchtitan/blob/main/docs/float8.md", "docs"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
+    Reference("openxla-matmul-perf-table", "OpenXLA GEMM table", "OpenXLA", "XLA: xla/service/gpu/model/"
+              "matmul_interpolator_data.h (kDefaultMatmulPTable: measured GEMM FLOP/s by device, dtype and (b, m, n, "
+              "k), the table XLA's GPU cost model interpolates; read at ROCm/xla commit ea2c45f2ca, 'update matmul "
+              "interpolator table')", None,
+              "github.com/ROCm/xla/blob/ea2c45f2cacc930dcfa4e7bb0773616b8e353c34/xla/service/gpu/model/"
+              "matmul_interpolator_data.h", "code"),
+    Reference("te-userbuffers", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/module/"
+              "base.py (initialize_ub: communication-GEMM overlap per layer, ring exchange for the sequence-parallel "
+              "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "
+              "--tp-comm-overlap (megatron/training/arguments.py: only with sequence parallelism)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/module/base.py", "code"),
+    Reference("megatron-bridge-performance", "Megatron-Bridge", _NV, "Megatron-Bridge: docs/performance-summary.md "
+              "(pre-training throughput by system, model, precision and layout: tokens/s and model TFLOP/s per GPU)",
+              None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/00b7660be0254ac6f95f44164ddd0c3e9cc798ed/docs/"
+              "performance-summary.md", "docs"),
+    Reference("openxla-collective-perf-table", "OpenXLA collective table", "OpenXLA", "XLA: xla/service/gpu/model/"
+              "default_collective_perf_table.txtpb (measured collective throughput by device, opcode, group and "
+              "size, generated by xla/tools/collective_perf_table_gen)", None,
+              "github.com/ROCm/xla/blob/ad6eaee1b2/xla/service/gpu/model/default_collective_perf_table.txtpb", "code"),
+    Reference("bekman-mamf", "Bekman, ml-engineering", "S. Bekman", "Machine Learning Engineering Open Book: "
+              "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
+              "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,
+              "github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md", "docs"),
 )
 
 #: Every cited work by key, in the order above (by topic).

@@ -1,8 +1,9 @@
 """Published training runs with their measured step time or throughput, and what memderive predicts for them.
 
 Sources (``derivations/references.py``): narayanan-2021, korthikanti-2022, jiang-2024-megascale (fitted on);
-dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance (held out); llm-foundry-benchmarks
-(the H100's fraction of peak over the A100's, ``MPT_HFU_*``). Tokens/s per GPU
+dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance, megatron-bridge-performance
+(held out; since issue 39 nothing is fitted, so the first three are held out too); llm-foundry-benchmarks
+(``MPT_HFU_*``, published data no constant uses). Tokens/s per GPU
 turn into a step time as ``global batch x seq / (tokens/s per GPU x GPUs)``.
 
 Each run names its source (paper, table), model shape, layout (t, p, v, d), global batch, sequence, the cluster's
@@ -61,6 +62,7 @@ class Run:
     #: sequence parallelism (Megatron-LM of 2021 had neither; DeepSpeed's pipeline engine ZeRO-1 at most).
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     sequence_parallel: bool = True
+    published_mfu: float | None = None  # the MFU the source states (its own FLOP count), where it gives one
 
     @property
     def gpus(self) -> int:
@@ -84,6 +86,12 @@ class Run:
         key = "hardware_flops" if self.flops == "hardware" else "model_flops"
         per_step = est.number(key) * self.layout.get("micro_batches", 1) * self.layout.get("dp", 1)
         return per_step / (self.tflops_per_gpu * 1e12 * self.gpus)
+
+    def measured_mfu(self) -> float:
+        """memderive's model FLOPs per step over the measured step time, GPUs and bf16 dense peak."""
+        est = self.estimate()
+        flops = est.number("model_flops") * self.layout.get("micro_batches", 1) * self.layout.get("dp", 1)
+        return flops / (self.measured() * self.gpus * gpu(self.gpu).bf16_flops)
 
     def cluster(self) -> Cluster:
         hw = gpu(self.gpu)
@@ -171,7 +179,7 @@ def _llama3(gpus: int, cp: int, dp: int, seq: int, per_dp: int, tflops: float, m
     layout = {"tp": 8, "pp": 16, "dp": dp, "cp": cp, "batch": 1, "micro_batches": per_dp, "sp": True, "zero": 2,
               "flash": True, "first_stage_layers": 7, "last_stage_layers": 7, "virtual_stages": 8}
     return Run(f"405B t8 p16 c{cp} d{dp}", "Dubey et al. 2024 (Llama 3), Table 4", LLAMA_405B, layout, seq,
-               "h100-sxm", NDR, tflops_per_gpu=tflops, flops="model", held_out=True,
+               "h100-sxm", NDR, tflops_per_gpu=tflops, flops="model", held_out=True, published_mfu=float(mfu[:-1]) / 100,
                note=f"{gpus:,} H100s, {tflops:g} TFLOP/s per GPU, MFU {mfu}; v = 8 from §3.3.2 (one layer per model "
                     "chunk); micro-batch 1, ZeRO-2 (assumed)")
 
@@ -242,6 +250,30 @@ TORCHTITAN = [
            _A100_NOTE),
 ]
 
+_BRIDGE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100"
+
+
+def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float) -> Run:
+    """NVIDIA Megatron-Bridge's performance summary (docs/performance-summary.md, 25.11 NeMo container, DGX-H100:
+    8 H100 SXM per node, a 400 Gb/s NDR port per GPU), FP8 with current scaling (Transformer Engine's
+    Float8CurrentScaling: --fp8 te-current), sequence 8,192, Megatron-Core with fused kernels and cuDNN attention
+    (--framework megatron, flash). Not said on the page: recompute (none assumed), TP communication overlap (on
+    where TP > 1, as the H100 perf recipes set tp_comm_overlap; assumed)."""
+    layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", **layout}
+    return Run(name, _BRIDGE, model, layout, 8192, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
+               note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / 989.5:.1%} of the "
+                    "bf16 dense peak); recompute none and TP overlap assumed", published_mfu=tflops / 989.5)
+
+
+#: Megatron-Bridge's H100 rows of dense Llama 3 (the 405B row, 126 layers over PP 8 x VP 8, is left out: its uneven
+#: chunks are not given).
+BRIDGE = [
+    _bridge("L3 8B MCore FSDP d8 fp8", "llama-3-8b", {"dp": 8, "zero": 3, "micro_batches": 16}, 14451, 744),
+    _bridge("L3 70B MCore t4 p8 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "sp": True,
+                                                          "tp_comm_overlap": True, "micro_batches": 64}, 1602, 719),
+]
+
+
 def _zero3(size: str, h: int, a: int, l: int, gpus: int, micro: int, tflops: float) -> Run:
     """Narayanan et al. 2021 (arXiv:2104.04473) §5.2, Table 2, 'ZeRO-3 without Model Parallelism': DeepSpeed's ZeRO-3
     ('We integrated ZeRO into our codebase using the DeepSpeed Python library') on Selene (A100 80GB, 8 per node on
@@ -288,8 +320,9 @@ ZERO3_GAP = ("DeepSpeed ZeRO-3 of 2021 at 384-2,240 A100s: measured per-GPU traf
 
 #: llm-foundry (MosaicML 2023), scripts/train/benchmarking/README.md: the HFU (%) of MPT 760M-70B with Composer FSDP,
 #: FlashAttention and BF16 on each GPU, as (model, SeqLen, # GPUs, HFU): every row of the "H100 80GB BF16" table and
-#: the rows of the "A100 80GB" table for the same models. ``efficiency.H100_OVER_A100`` is the median H100/A100 ratio
-#: over the (model, SeqLen, # GPUs) in both.
+#: the rows of the "A100 80GB" table for the same models. Until issue 39 the H100's matmul ceiling was the A100's fit
+#: times their median H100/A100 ratio (0.682); the rates now come from kernel benchmarks (efficiency.py) and these
+#: rows are kept as published data, used by no constant.
 MPT_HFU_H100 = [
     ("70b", 2048, 64, 56.76), ("70b", 2048, 32, 48.2), ("30b", 8192, 8, 39.9), ("30b", 4096, 8, 47.81),
     ("30b", 2048, 32, 58.57), ("30b", 2048, 16, 57.42), ("30b", 2048, 8, 50.82), ("30b", 1024, 8, 51.68),
@@ -323,7 +356,7 @@ MPT_HFU_A100 = [
 #: The runs the A100 constants were fitted on (in-sample).
 FITTED = KORTHIKANTI + NARAYANAN + MEGASCALE
 #: Runs never used to fit anything (held out): their errors test the model.
-HELD_OUT = LLAMA3 + BLOOM + TORCHTITAN
+HELD_OUT = LLAMA3 + BLOOM + TORCHTITAN + BRIDGE
 RUNS = FITTED + HELD_OUT
 
 
@@ -333,6 +366,7 @@ class Prediction:
     predicted_s: float
     measured_s: float
     parts: dict = field(default_factory=dict)
+    mfu: float = 0.0  # memderive's MFU at its predicted step
 
     @property
     def error(self) -> float:
@@ -344,7 +378,7 @@ def predict(run: Run) -> Prediction:
 
     timing = step_time(run.estimate(), run.cluster())
     parts = {k: v for k, v in timing.to_json().items() if k.endswith("_s")}
-    return Prediction(run, timing.step_s, run.measured(), parts)
+    return Prediction(run, timing.step_s, run.measured(), parts, timing.mfu)
 
 
 #: The planner's best may beat a published layout by this much before the layout counts as off the planner's
@@ -353,7 +387,7 @@ PLAN_SLACK = 1.15
 #: The layout options the planner sets (or, ``recompute`` and ``flash``, takes from the run): the rest of a run's
 #: options are its recipe, given to the planner as they are.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
-                     "first_stage_layers", "last_stage_layers", "recompute", "flash"})
+                     "first_stage_layers", "last_stage_layers", "recompute", "flash", "tp_comm_overlap"})
 
 
 @dataclass

@@ -86,3 +86,14 @@ def test_mfu_never_exceeds_the_efficiency_and_per_gpu_flops_times_t_cp_are_the_w
     if p == 1:
         for key in ("model_flops", "hardware_flops"):
             assert est.number(f"{key}_per_gpu") * t * cp == est.number(key)
+
+
+def test_fsdp_shards_over_context_parallel_ranks_without_dp() -> None:
+    """--zero 3 --dp 1 --cp 8 (issue 39): Megatron-LM and torchtitan shard the model states over the dp x cp ranks,
+    so FSDP over 8 context-parallel ranks alone holds 1/8 of them: Llama 3 8B's 8,030,261,248 parameters x 16 B
+    (bf16 weight and gradient, fp32 master and two moments) / 8 = 16,060,522,496 B, as over 8 data-parallel ranks.
+    Without dp or cp to shard over, ZeRO is still refused."""
+    e = estimate("llama-3-8b", mode="train", batch=1, seq=8192, dp=1, cp=8, zero=3, flash=True)
+    assert e.number("model_state_bytes") == 8_030_261_248 * 16 // 8 == 16_060_522_496
+    with pytest.raises(OptionsError, match="--dp or --cp greater than 1"):
+        estimate("llama-3-8b", mode="train", batch=1, seq=8192, zero=3)

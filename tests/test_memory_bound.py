@@ -8,6 +8,7 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import (EAGER_EXTRA, adam_moves, eager_extra_bytes,
+                                                            fused_elementwise_bytes,
                                                             optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.quantities.timing import step_time
 
@@ -64,6 +65,17 @@ def test_zero3_copies_by_hand() -> None:
     assert zero3_copy_bytes(estimate("llama-3-8b", mode="train", batch=1, seq=8, dp=8, zero=1)) == 0
 
 
+def test_fused_elementwise_bytes_by_hand() -> None:
+    """Llama 3 8B (h 4,096, 32 heads of 128, 8 KV heads, f 14,336, V 128,256), b 1, s 8, flash, one GPU, bf16: per
+    token and layer the two RMSNorms (r x w y forward, r g x w dx backward: 5 x 4,096 x 2 B each) 81,920, rotary on q
+    and k (2 + 2 moves on 4,096 + 1,024 elements) 40,960, SwiGLU (3 + 5 moves on 14,336) 229,376, the two residual
+    adds (3 moves on 4,096) 49,152: 401,408 x 32 layers = 12,845,056; the final norm 40,960; the fp32 log-softmax over
+    the vocabulary (2 + 2 moves x 128,256 x 4 B) 2,052,096: 14,938,112 per token, 119,504,896 for 8 tokens."""
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=8, flash=True)
+    assert fused_elementwise_bytes(est) == 8 * (32 * (81920 + 40960 + 229376 + 49152) + 40960 + 2052096)
+    assert step_time(est, "h100-sxm").elementwise_s == pytest.approx(119_504_896 / 3350e9, rel=1e-12)
+
+
 def test_the_step_time_shows_each_term_over_the_memory_bandwidth() -> None:
     """torchtitan's 8-H100 run (b 2, s 8,192, FSDP over 8, selective-op): each term is its bytes over the H100
     SXM's 3.35 TB/s, in the breakdown and in the step; --kernels fused drops the eager term only."""
@@ -76,7 +88,8 @@ def test_the_step_time_shows_each_term_over_the_memory_bandwidth() -> None:
     assert st.optimizer_s == pytest.approx(1_003_782_656 * 96 / bw, rel=1e-12)
     js = st.to_json()
     assert js["eager_kernels_time_s"] == st.eager_s and js["optimizer_time_s"] == st.optimizer_s
-    parts = ("compute_s", "bubble_s", "tp_s", "pp_s", "dp_s", "ep_s", "cp_s", "eager_s", "zero3_copy_s", "optimizer_s")
+    parts = ("compute_s", "bubble_s", "tp_s", "pp_s", "dp_s", "ep_s", "cp_s", "eager_s", "zero3_copy_s", "optimizer_s",
+             "elementwise_s")
     assert st.step_s == pytest.approx(sum(getattr(st, k) for k in parts), rel=1e-12)
     fused = step_time(estimate("llama-3-8b", **kw), "h100-sxm")
     assert fused.eager_s == 0 and fused.zero3_copy_s == st.zero3_copy_s

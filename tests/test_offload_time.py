@@ -51,8 +51,9 @@ def test_zero2_on_one_a100_the_gradient_copy_is_exposed() -> None:
     # the copy up) at 50 GB/s: 6,738,415,616 x 42 / 50e9 = 5.6603 s
     assert st.cpu_optimizer_s == pytest.approx(n * 42 / 50e9, rel=1e-12)
     # PCIe Gen4 x16, 32 GB/s each way: bf16 up 2n / 32e9 = 0.42115 s; fp32 down 4n / 32e9 = 0.84230 s less 2/3 of
-    # the one micro-batch's compute (no eager kernels, no ZeRO-3 copies, no reduction on one GPU)
-    down = max(0.0, 4 * n / 32e9 - st.compute_s * 2 / 3)
+    # the one micro-batch's compute and its fused elementwise kernels (no eager kernels, no ZeRO-3 copies, no
+    # reduction on one GPU)
+    down = max(0.0, 4 * n / 32e9 - (st.compute_s + st.elementwise_s) * 2 / 3)
     assert 0 < down < 4 * n / 32e9
     assert st.offload_copy_s == pytest.approx(2 * n / 32e9 + down, rel=1e-12)
 
@@ -64,7 +65,7 @@ def test_gradient_accumulation_through_the_cpu_by_hand() -> None:
     n, each_way = P, 32e9  # one GPU (--zero 0: stage-2 code), PCIe Gen4 x16
     one = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True), "a100-80gb")
     four = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, micro_batches=4), "a100-80gb")
-    window = one.compute_s * 2 / 3  # one micro-batch's backward; the same in both
+    window = (one.compute_s + one.elementwise_s) * 2 / 3  # one micro-batch's backward; the same in both
     # m = 1: fp32 down 4n less the window, bf16 up 2n after the step
     assert one.offload_copy_s == pytest.approx(4 * n / each_way - window + 2 * n / each_way, rel=1e-12)
     # m = 4: micro-batch 1 2n down, 2-3 2n each way (full duplex: 2n), 4 6n down and 2n up, then 2n up
@@ -74,7 +75,7 @@ def test_gradient_accumulation_through_the_cpu_by_hand() -> None:
     # then 2 B up after the step, over this GPU's half (d 2), the down copy behind 2/3 of the micro-batch (its
     # compute and ZeRO-3's copies) less the reduce-scatter of the bf16 gradients on NVLink
     z3 = step_time(estimate("llama-2-7b", mode="train", batch=1, seq=8, offload=True, zero=3, dp=2), "a100-80gb")
-    window = max(0.0, (z3.compute_s + z3.zero3_copy_s) * 2 / 3 - Cluster(gpu("a100-80gb")).reduce_scatter(2 * P, 2, 1))
+    window = max(0.0, (z3.compute_s + z3.elementwise_s + z3.zero3_copy_s) * 2 / 3 - Cluster(gpu("a100-80gb")).reduce_scatter(2 * P, 2, 1))
     assert z3.offload_copy_s == pytest.approx(6 * (P // 2) / each_way - window + 2 * (P // 2) / each_way, rel=1e-12)
 
 

@@ -16,9 +16,13 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.models.architectures import LLAMA, Moe
 from memderive.derivations.models.model import Model
-from memderive.derivations.quantities.cluster import Cluster, group_span
-from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, inference_time, reduced_bytes,
-                                                     step_time)
+from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.cluster import Cluster, all_reduce_fraction, group_span
+from memderive.derivations.quantities.compute import whole_model
+from memderive.derivations.quantities.efficiency import gemm_products, matmul_rate
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.timing import (data_parallel_s, experts_touched, fsdp_edge_share, inference_time,
+                                                     reduced_bytes, step_time, tp_bytes)
 
 H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datasheet)
 
@@ -48,6 +52,38 @@ def test_zero3_gathers_every_micro_batch() -> None:
         assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
     # ZeRO 0-2 reduce once per step, whatever m
     assert data_parallel_s(slow, grads, d, 8, 0, 32, 0.5) == data_parallel_s(slow, grads, d, 8, 0, 1, 0.5)
+
+
+def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter() -> None:
+    """FSDP2 under torchtitan (apply_fsdp: the embedding its own unit, then each block): the step opens on the
+    embedding's and the first block's all-gather with no compute before them, and closes on their reduce-scatters,
+    which the root's post-backward waits on. Llama 3 8B: embedding 128,256 x 4,096 = 525,336,576; a block: q and o
+    2 x 4,096^2, k and v 2 x 4,096 x 1,024, the MLP 3 x 4,096 x 14,336, two norms 2 x 4,096 = 218,112,000; of
+    8,030,261,248 (Dubey et al. 2024; memderive's count, tests/test_params_transformers.py)."""
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=1024, dp=8, zero=3)
+    assert fsdp_edge_share(est) == (525_336_576 + 218_112_000) / 8_030_261_248
+    # a compute long enough to hide the rest: the edges alone, once a step whatever m
+    c = Cluster(H100, 8, 50 * 10**9)
+    grads, weights, edge = 4 * 10**9, 2 * 10**9, 0.25
+    ag, rs = 7 / 8 * weights * edge / 450e9, 7 / 8 * grads * edge / 450e9  # one node: NVLink each way
+    for m in (1, 4):
+        assert data_parallel_s(c, grads, 8, 1, 3, m, 10.0, weights, edge=edge) == pytest.approx(ag + rs)
+    # nothing hides (0.8 Gb/s between nodes, 16 ranks one per node): the edges are part of the traffic, counted once
+    slow, d = Cluster(H100, 8, 10**8), 16
+    one = 15 / 16 / 10**8
+    total = 2 * weights * one + grads * one
+    assert data_parallel_s(slow, grads, d, 8, 3, 1, 0.5, weights, edge=edge) == pytest.approx(total - 0.5)
+
+
+def test_a_slice_recomputed_alone_multiplies_the_same_tokens() -> None:
+    """torchtitan's selective-op checkpointing recomputes every other mm: of the fused qkv, the k projection
+    (Llama 3 8B: 8 kv heads x 128 = 1,024 rows of 4,096) is recomputed alone. Its products still multiply the
+    micro-batch's b s = 2 x 1,024 = 2,048 tokens (they once came out as M = 0, timed at a 1-row GEMM's rate)."""
+    est = estimate("llama-3-8b", mode="train", batch=2, seq=1024, recompute="selective-op", flash=True)
+    value = lambda x: layout_int(x, est.values)  # noqa: E731
+    sides = {(value(row[5]), value(row[6])): value(row[4]) for row in gemm_products(est.graph) if row[0] == "linear"}
+    assert (1024, 4096) in sides  # the k projection's own row
+    assert {forward // (2 * out * inn) for (out, inn), forward in sides.items()} == {2048}
 
 
 def test_the_gradients_reduced_are_the_trainable_ones_in_the_buffers_dtype() -> None:
@@ -177,3 +213,48 @@ def test_summary_keeps_the_times_and_a_layout_that_does_not_fit_says_so(capsys: 
     code, out = _cli(capsys, "estimate", "--model", "llama-2-70b", "--mode", "train", "--batch", "1", "--seq",
                      "4096", "--gpu", "h100-sxm", "--json")
     assert json.loads(out)["fits_gpu"] is False
+
+
+def test_tp_comm_overlap_leaves_one_chunk_of_t_exposed() -> None:
+    """--tp-comm-overlap (Megatron-LM with Transformer Engine's userbuffers): each sequence-parallel all-gather and
+    reduce-scatter runs behind its linear's GEMM, split into t chunks; one chunk's transfer stays exposed, and any
+    excess over the micro-batch's compute. Llama 3 70B, t 8 with SP on an H100 node, b 1, s 4,096: the TP traffic
+    is far below the compute, so the exposed time is 1/8 of it; without SP Megatron-LM refuses the flag, and so
+    does memderive."""
+    kw = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, micro_batches=4, recompute="selective")
+    plain = step_time(estimate("llama-3-70b", **kw), "h100-sxm")
+    overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **kw), "h100-sxm")
+    assert plain.tp_s * 7 / 8 < plain.compute_s
+    assert overlapped.tp_s == pytest.approx(plain.tp_s / 8, rel=1e-12)
+    assert overlapped.compute_s == plain.compute_s
+    with pytest.raises(OptionsError, match="--tp-comm-overlap"):
+        estimate("llama-3-70b", mode="train", batch=1, seq=4096, tp=8, tp_comm_overlap=True)
+
+
+def test_gb200_is_one_nvlink_domain_of_72() -> None:
+    """NVIDIA's GB200 NVL72 datasheet, over its 72 GPUs: BF16 360 and FP8 720 PFLOPS with sparsity (2,500 and 5,000
+    dense TFLOP/s per GPU), 576 TB/s of HBM3e (8 TB/s per GPU), 130 TB/s of NVLink (1.8 TB/s per GPU) joining all 72:
+    tensor parallelism over 16 GPUs stays on NVLink (900 GB/s each way), where on 8-GPU B200 nodes it crosses the
+    network. Its matmuls at Bekman's MAMF, 1,822 TFLOP/s at large shapes."""
+    hw = gpu("gb200")
+    assert (hw.bf16_flops, hw.fp8_flops, hw.memory_bandwidth, hw.link_bandwidth, hw.nvlink_domain) == (
+        2500 * 10**12, 5000 * 10**12, 8000 * 10**9, 1800 * 10**9, 72)
+    assert matmul_rate(hw, "bf16", 8192, 8192, 8192) == pytest.approx(1822e12)
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=16, sp=True)
+    nvl = step_time(e, "gb200").cluster
+    assert nvl.gpus_per_node == 72 and nvl.all_reduce(10**9, 16, 1) == pytest.approx(2 * 15 / 16 * 10**9 / 900e9)
+    assert step_time(e, "b200").cluster.gpus_per_node == 8
+
+
+def test_tensor_parallel_all_reduces_run_at_the_measured_speed_of_their_size() -> None:
+    """Each TP all-reduce is one layer's activations, b s h x 2 B: llama-2-7b at b 1, s 4,096 is 4,096 x 4,096 x 2
+    = 33,554,432 B = 2^25. OpenXLA's measured all-reduce of 2^25 B over 8 H100s of one node: 148.5 GB/s of the
+    buffer; the rated ring moves it at 450e9 / (2 x 7/8) = 257.14 GB/s, so the TP time is the rated one over
+    148.5 / 257.14 = 0.5775. The A100 has no measurement: its ring stays at the rated speed."""
+    e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8)
+    st = step_time(e, "h100-sxm")
+    fwd, bwd = tp_bytes(whole_model(e.model.graph(activation_dtype="bf16", dropout=False), e.options), e.values,
+                        False)
+    rated = Cluster(gpu("h100-sxm")).all_reduce(fwd + bwd, 8, 1)
+    assert st.tp_s == pytest.approx(rated / (148.5 / (450 / 1.75)), rel=1e-9)
+    assert all_reduce_fraction(gpu("a100-80gb"), 2**25, 8) == 1.0

@@ -260,7 +260,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(("args", "fragment"), [
     (("--tp", "5"), "12 attention heads are not divisible by tensor-parallel degree 5"),
     (("--pp", "5"), "12 layers are not divisible by pipeline-parallel degree 5"),
-    (("--zero", "2"), "give --dp greater than 1"),
+    (("--zero", "2"), "give --dp or --cp greater than 1"),
     (("--pp", "2", "--virtual-stages", "4"), "not divisible by p*v = 8"),
     (("--sp",), "give --tp greater than 1"),
 ], ids=["a%t", "l%p", "zero-without-dp", "l%pv", "sp-without-tp"])

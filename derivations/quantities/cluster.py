@@ -25,13 +25,15 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from memderive.derivations.columns import maximum, minimum, where
 from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth"]
+__all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
+           "ALL_REDUCE_MEASURED", "ALL_REDUCE_SOURCE", "all_reduce_fraction"]
 
 GPUS_PER_NODE = 8
 #: 400 Gb/s per GPU each way, in bytes/s.
@@ -39,6 +41,61 @@ INTER_NODE_BANDWIDTH = 400 * 10**9 // 8
 INTER_NODE = Citation("nvidia-dgx-h100-guide", "8 single-port ConnectX-7 400 Gb/s (NDR) per 8 GPUs",
                       also=(Citation("dubey-2024", "§3.3.1: 'both fabrics use 400 Gbps interconnects between GPUs'"),))
 NCCL = Citation("nccl-tests-performance", "bus bandwidth: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n")
+ALL_REDUCE_SOURCE = Citation("openxla-collective-perf-table", "xla/service/gpu/model/default_collective_perf_table"
+                             ".txtpb: all-reduce, F32, one group of n devices per node (sm_90, sm_100_B200); "
+                             "network_throughput_bytes_per_sec = tensor bytes / runtime (xla/tools/"
+                             "collective_perf_table_gen.cc)")
+#: OpenXLA's measured all-reduce throughput inside one node (the buffer's bytes over the time, GB/s), by device and
+#: GPUs in the group: (buffer bytes, GB/s), from 1 MiB up.
+ALL_REDUCE_MEASURED: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
+    ("sm_90", 2): ((2**20, 50.0), (2**22, 97.2), (2**23, 115.1), (2**24, 165.9), (2**26, 203.2), (2**28, 227.2),
+                   (2**29, 232.5), (2**30, 242.2), (2**31, 250.3)),
+    ("sm_90", 4): ((2**20, 24.1), (2**21, 35.5), (2**23, 98.7), (2**25, 153.8), (2**26, 170.0), (2**27, 181.8),
+                   (2**28, 189.1), (2**29, 193.3), (2**30, 198.3), (2**31, 201.6)),
+    ("sm_90", 8): ((2**20, 20.2), (2**21, 36.6), (2**22, 61.1), (2**23, 80.1), (2**24, 115.5), (2**25, 148.5),
+                   (2**26, 176.7), (2**27, 200.3), (2**28, 212.7), (2**29, 220.8), (2**30, 227.4), (2**31, 230.0)),
+    ("sm_100_B200", 2): ((2**20, 34.2), (2**21, 66.1), (2**22, 68.2), (2**24, 218.3), (2**25, 277.7), (2**26, 337.3),
+                         (2**27, 383.2), (2**28, 413.5), (2**29, 438.0), (2**30, 461.5)),
+    ("sm_100_B200", 4): ((2**23, 128.3), (2**24, 178.1), (2**25, 203.6), (2**26, 280.1), (2**27, 311.5),
+                         (2**29, 351.2), (2**30, 367.4), (2**31, 378.6)),
+    ("sm_100_B200", 8): ((2**20, 21.4), (2**21, 33.6), (2**22, 50.6), (2**23, 89.1), (2**24, 128.0), (2**25, 170.6),
+                         (2**26, 213.5), (2**27, 293.9), (2**28, 318.5), (2**29, 333.7), (2**30, 344.7),
+                         (2**31, 350.8)),
+}
+#: The device each measured curve was taken on, with its rated NVLink bytes/s each way (hardware.py).
+_MEASURED_ON = {"sm_90": 450 * 10**9, "sm_100_B200": 900 * 10**9}
+_ARCH = {"h100-sxm": "sm_90", "h200": "sm_90", "b200": "sm_100_B200"}
+
+
+def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:
+    """The fraction of the rated ring time's speed a measured all-reduce of ``nbytes`` over ``n`` GPUs of one node
+    reaches: OpenXLA's throughput (log-linear in the size between its points, the end points past them) over the
+    rated ring's, bytes / (2 (n-1)/n / NVLink each way), on the device it was measured on (H100 SXM and H200, whose
+    NVLink 4 is the same; B200); other GPUs keep the rated ring (1: no measurement, and a stand-in curve would time
+    their TP against their other collectives unevenly). Groups past 8 take 8's, 3 takes 4's. The caller divides its
+    rated time by it.
+
+    >>> from memderive.derivations.hardware import gpu
+    >>> round(all_reduce_fraction(gpu("h100-sxm"), 2**27, 8), 4)  # 200.3 GB/s over 450e9 / 1.75 = 257.14 GB/s
+    0.7789
+    """
+    arch = _ARCH.get(gpu.name)
+    if arch is None:
+        return 1.0
+    group = 2 if n <= 2 else 4 if n <= 4 else 8
+    points = ALL_REDUCE_MEASURED[(arch, group)]
+    size = max(float(nbytes), 1.0)
+    if size <= points[0][0]:
+        rate = points[0][1]
+    elif size >= points[-1][0]:
+        rate = points[-1][1]
+    else:
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if x0 <= size <= x1:
+                rate = y0 + (y1 - y0) * (math.log2(size) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+                break
+    rated = _MEASURED_ON[arch] / (2 * (group - 1) / group) / 1e9
+    return min(1.0, rate / rated)
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:

@@ -1,155 +1,243 @@
-"""How fast a GPU runs a layer: each matrix multiply at a fraction of dense peak that depends on its per-GPU shape,
-and the elementwise work (norms, activations, dropout, softmax) at the memory bandwidth.
+"""How fast a GPU runs a layer's products, from published kernel benchmarks only: no constant here is fitted to any
+run's step time.
 
-Under t-way tensor parallelism each GPU's products are ``(b s) x h`` by ``h x (a + 2 a_kv) d/t`` (QKV),
-``(b s) x (a d/t)`` by ``(a d/t) x h`` (the output projection), ``h x f/t`` (twice, gated) and ``f/t x h`` (the MLP;
-an expert's ``h x f_e/t``): only the output projection has an ``h/t`` side. A product reaches less of the peak the
-narrower its weight's narrow side ``w = min(rows, columns)`` of the per-GPU weight (fewer tiles along it to fill
-the SMs, a shorter reduction). Each runs at ``E w / (w + w_half)``; the attention core's products (not fused:
-``q k^T`` and ``P v``, batched per head) at the same curve of the head dim ``d``, which does not shrink with t. A
-layer's efficiency is the FLOP-weighted one of its products (``gemm_efficiency``: their FLOPs over their time at
-their rates); FlashAttention's fused core and the router's small product run at it. Elementwise ops are
-memory-bound: each moves about ``bytes_per_flop`` bytes of HBM per elementwise FLOP the graph counts
-(``compute.elementwise_flops``; the attention core's are left out under FlashAttention, which keeps the scores on
-chip). ``E``, ``w_half`` and ``bytes_per_flop`` are fitted once per GPU, by least squares over the published
-measured runs on that GPU (``tests/published_runs.py``; ``benchmarks/published_runs.py --fit`` refits them and
-prints the residuals), never per run, with the memory-bound terms derived from the graph (``memory_bound``: the
-optimizer step, ZeRO-3's copies, eager kernels) in the prediction they fit. On the A100 the least squares puts
-``bytes_per_flop`` at 0: the unfused attention core's products at the head dim, whose share of a layer grows as
-s/h as the unfused softmax's elementwise work does, carry the time the elementwise term carried (2.5 bytes per FLOP
-when every product ran at one curve of h/t; 0.5 bytes at w_half 400 fits almost as well). A GPU without measured
-runs takes the A100's constants with ``w_half`` scaled by its ridge point (peak FLOP/s over memory bandwidth), said
-in the time model's note. The H100 SXM's runs in the table are held out, so its constants are the A100's with the
-ceiling scaled by ``H100_OVER_A100``: the fraction of peak the H100 reaches over the A100's on the same code, models
-and GPU counts (llm-foundry's MPT benchmarks on both GPUs).
+* **Matmuls** (each linear, expert and unfused attention product of the layers): at the GPU's **maximum achievable
+  matmul FLOP/s** (MAMF: the best rate a brute-force shape search reaches with cuBLAS/hipBLASLt, Bekman's
+  ml-engineering table, by GPU and dtype; ``MAMF``) times the **shape fraction** of the product's per-GPU sides:
+  OpenXLA's measured GEMM table (``gemm_table``: FLOP/s by (m, n, k) from 256 to 4,096 on H100, B200 and MI300X),
+  over its rate at 4096^3. A product ``(M tokens) x (in) -> (out)`` runs three times per micro-batch, as the forward
+  ``(M, out, in)``, the input gradient ``(M, in, out)`` and the weight gradient ``(out, in, M)`` (m, n, k), each
+  phase's FLOPs at its own rate (inference: the forward alone). A GPU without its own curve takes the H100's (``CURVE``), without its own MAMF
+  the fraction of peak its stand-in reached (``MAMF_STAND_IN``), both said in the time model's note.
+* **FlashAttention's fused core** (``flash-attention`` ops): at the fraction of the 16-bit peak its paper reports,
+  forward and backward (``FLASH``): FlashAttention-2 on the A100 (up to 73% forward, 63% backward: Dao 2023 §1) and
+  on the H100 (35%: Shah et al. 2024, abstract); FlashAttention-3 on the H100 (75% forward, 740 TFLOP/s; backward
+  1.5-1.75x FlashAttention-2's: the lower end, 52.5%) where the framework runs a Hopper kernel (Megatron-Core with
+  Transformer Engine's fused attention).
+* A layer's efficiency is the FLOP-weighted one of its products (their FLOPs over their time); the elementwise
+  work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
 
 >>> from memderive.derivations.hardware import gpu
->>> round(matmul_efficiency(gpu("a100-80gb"), 768), 4)  # 0.77 * 768 / (768 + 500): the 18.4B's projection at t 8
-0.4664
->>> # Narayanan et al.'s 18.4B (h 6144, f 4h) per layer: QKV 3 FLOPs of 12 at w = min(3h/t, h), the projection 1 at
->>> # h/t, the MLP 8 at min(4h/t, h). t 8: 12 / (3 / 0.6327 + 1 / 0.4664 + 8 / 0.6622) = 0.6327 (w 2304, 768, 3072;
->>> # for f = 4h and t >= 4 the linears together run at the curve of 3h/t); t 2: 12 / (3 / 0.7121 + 1 / 0.6622
->>> # + 8 / 0.7121) = 0.7076 (w 6144, 3072, 6144): t 2 runs 1.118x as fast (a curve of h/t alone made it
->>> # 1.27x)
->>> [round(weighted_efficiency(((3, min(3 * 6144 // t, 6144)), (1, 6144 // t), (8, min(4 * 6144 // t, 6144))),
-...                             0.77, 500), 4) for t in (8, 2)]
-[0.6327, 0.7076]
+>>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)  # the H100's MAMF, 794.5 TFLOP/s
+794.5
+>>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 794.5 = 765.1
+>>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 1024, 4096) / 1e12, 1)
+765.1
+>>> # the A100 has no curve of its own: the H100's fraction at the shape times the A100's MAMF, 271.2 x 0.963
+>>> round(matmul_rate(gpu("a100-80gb"), "bf16", 4096, 1024, 4096) / 1e12, 1)
+261.2
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.columns import is_column
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.memo import per_graph
-from memderive.symbolic.formula import Citation
-from memderive.derivations.columns import minimum
-from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantities.compute import HARDWARE
+from memderive.derivations.quantities.gemm_table import SHAPE_CURVES, XLA_GEMM_TABLE, shape_fraction
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.references import cite
+from memderive.symbolic.dims import sym
+from memderive.symbolic.formula import Citation
 
-__all__ = ["Calibration", "CALIBRATIONS", "calibration", "matmul_efficiency", "weighted_efficiency", "gemm_efficiency",
-           "gemm_widths", "MATMUL_SOURCE", "H100_OVER_A100"]
+__all__ = ["MAMF", "MAMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
+           "gemm_products", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
 
-#: The published A100 runs the constants are fitted to (``tests/published_runs.py``).
-MATMUL_SOURCE = Citation("narayanan-2021", "Table 1", also=(Citation("korthikanti-2022", "Table 5"),
-                                                            Citation("jiang-2024-megascale", "Table 2")))
+MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
+                       "(float8_e4m3fn) rows")
 
-
-#: The H100 SXM's fraction of dense peak over the A100 80GB's on the same code and models: llm-foundry's MPT
-#: benchmarks (Composer FSDP, FlashAttention, BF16), the HFU of each (model, sequence, GPUs) row in both its "A100 80GB"
-#: and "H100 80GB BF16" tables, H100 over A100: 39 rows, 0.57 to 0.90, median 0.682 (``tests/published_runs.py``
-#: ``MPT_HFU`` holds the rows; ``tests/test_published_runs.py`` recomputes the median).
-H100_OVER_A100 = 0.682
-H100_SOURCE = Citation("llm-foundry-benchmarks", "HFU of the 39 rows in both the A100 80GB and H100 80GB BF16 tables: "
-                       "median H100/A100 0.682")
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """Matmul ceiling ``E``, the narrow side ``w_half`` of a per-GPU product at which it reaches half of it, and the
-    HBM bytes elementwise work moves per FLOP; ``fitted_on`` names the GPU whose runs fixed them; ``scaled``: how
-    they were carried to this GPU, with its source (None: fitted on this GPU's own runs)."""
-
-    ceiling: float
-    half_width: float
-    bytes_per_flop: float
-    fitted_on: str
-    scaled: tuple[str, Citation] | None = None
-
-
-CALIBRATIONS: dict[str, Calibration] = {
-    "a100-80gb": Calibration(0.77, 500, 0, "a100-80gb"),
+#: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table: A100 SXM 271.2; H100 SXM 794.5
+#: and fp8 1,402.6; H200 SXM fp8 1,453.4 (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5;
+#: GB200 SXM 1,822.0 and 3,615.6;
+#: MI300X 668.4 (PyTorch 2.5.1, ROCm 6.3, TunableOp).
+MAMF: dict[str, tuple[float, float | None]] = {
+    "a100-80gb": (271.2, None),
+    "a100-40gb": (271.2, None),
+    "h100-sxm": (794.5, 1402.6),
+    "h200": (794.5, 1453.4),
+    "b200": (1745.0, 3432.5),
+    "gb200": (1822.0, 3615.6),
+    "mi300x": (668.4, None),
 }
-CALIBRATIONS["a100-40gb"] = CALIBRATIONS["a100-80gb"]
-CALIBRATIONS["h100-sxm"] = Calibration(round(0.77 * H100_OVER_A100, 4), 500, 0, "a100-80gb",
-                                       (f"ceiling x {H100_OVER_A100:g}, the H100's fraction of peak over the A100's on "
-                                        "the same code", H100_SOURCE))
-#: The measured GPU whose constants stand in for one without measured runs.
-REFERENCE = "a100-80gb"
+#: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
+#: the table has one, else the A100's 86.9%).
+MAMF_STAND_IN = {"h100-pcie": "h100-sxm"}
+#: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
+CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
+         "mi300x": "gfx942"}
+
+#: FlashAttention's fraction of the dense 16-bit peak, (forward, backward), by kernel.
+FLASH: dict[str, tuple[float, float]] = {
+    "fa2-ampere": (0.73, 0.63),
+    "fa2-hopper": (0.35, 0.35),
+    "fa3-hopper": (0.75, 0.35 * 1.5),
+}
+FLASH_SOURCES = {
+    "fa2-ampere": Citation("dao-2023", "§1: up to 73% of the theoretical max throughput forward, 63% backward (A100)"),
+    "fa2-hopper": Citation("shah-2024", "Abstract: FlashAttention-2 achieves only 35% utilization on H100"),
+    "fa3-hopper": Citation("shah-2024", "Abstract, §4: forward up to 740 TFLOP/s (75%); backward 1.5-1.75x "
+                           "FlashAttention-2"),
+}
 
 
-def calibration(gpu: GPU) -> Calibration:
-    """The GPU's constants: its own, else the reference GPU's with the half width scaled by the ridge point (peak
-    FLOP/s over memory bandwidth: a GPU that computes faster per byte it reads needs wider products)."""
-    if gpu.name in CALIBRATIONS:
-        return CALIBRATIONS[gpu.name]
-
-    ref = lookup(REFERENCE)
-    ridge = (gpu.bf16_flops / gpu.memory_bandwidth) / (ref.bf16_flops / ref.memory_bandwidth)
-    base = CALIBRATIONS[REFERENCE]
-    return Calibration(base.ceiling, base.half_width * ridge, base.bytes_per_flop, REFERENCE,
-                       ("half width scaled by the ridge point", MATMUL_SOURCE))
-
-
-def matmul_efficiency(gpu: GPU, width: Any) -> Any:
-    """Fraction of ``gpu``'s dense peak one product reaches whose per-GPU weight's narrow side is ``width``."""
-    c = calibration(gpu)
-    return c.ceiling * width / (width + c.half_width)
+def _level(gpu: GPU, dtype: str) -> float:
+    """The GPU's MAMF in FLOP/s for ``dtype`` (bf16 or fp8): measured, or its stand-in's fraction of peak."""
+    name = gpu.name if gpu.name in MAMF else MAMF_STAND_IN.get(gpu.name, "a100-80gb")
+    ref = lookup(name)
+    bf16, fp8 = MAMF[name]
+    if dtype == "fp8" and gpu.fp8_flops is not None:
+        if fp8 is None:  # no measured fp8 MAMF: the table's own 4096^3 rate where it has an fp8 curve
+            arch = CURVE.get(name, "sm_90")
+            if (arch, "fp8") in SHAPE_CURVES and name == gpu.name:
+                return SHAPE_CURVES[(arch, "fp8")][0] * 1e12
+            return bf16 * 1e12 / ref.bf16_flops * gpu.fp8_flops
+        return fp8 * 1e12 / (ref.fp8_flops or ref.bf16_flops) * gpu.fp8_flops
+    return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops
 
 
-def weighted_efficiency(gemms: Iterable[tuple[Any, Any]], ceiling: float, half_width: float) -> Any:
-    """The efficiency of products ``(FLOPs, narrow side)`` together: their FLOPs over their time, each at
-    ``ceiling w / (w + half_width)`` (the ceiling where there are none)."""
+def matmul_rate(gpu: GPU, dtype: str, m: int, n: int, k: int) -> float:
+    """FLOP/s of one ``m x k`` by ``k x n`` product on ``gpu`` in ``dtype``: its MAMF times the shape fraction."""
+    arch = CURVE.get(gpu.name, "sm_90")
+    curve = (arch, "fp8") if dtype == "fp8" and (arch, "fp8") in SHAPE_CURVES else (arch, "bf16")
+    return _level(gpu, dtype) * shape_fraction(*curve, int(m), int(n), int(k))
+
+
+def fp8_rate_ratio(gpu: GPU) -> float:
+    """How much faster the same product runs as fp8 than as bf16 at the MAMF (1: no fp8 tensor cores)."""
+    return _level(gpu, "fp8") / _level(gpu, "bf16") if gpu.fp8_flops is not None else 1.0
+
+
+def flash_kernel(gpu: GPU, framework: str | None) -> str:
+    """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
+    Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
+    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200")
+    if not hopper:
+        return "fa2-ampere"
+    return "fa3-hopper" if framework == "megatron" else "fa2-hopper"
+
+
+def weighted_rate(products: Iterable[tuple[Any, Any]]) -> float:
+    """FLOPs over time of products ``(FLOPs, FLOP/s)`` together (0 where there are none)."""
     flops = time = 0.0
-    for count, width in gemms:
+    for count, rate in products:
         flops += count
-        time += count * (width + half_width) / (ceiling * width)
-    return flops / time if time else ceiling
+        time += count / rate
+    return flops / time if time else 0.0
 
 
-def gemm_efficiency(gpu: GPU, est: Any) -> Any:
-    """The FLOP-weighted matmul efficiency of ``est``'s layers on ``gpu`` (``gemm_widths`` read off its graph)."""
-    c = calibration(gpu)
-    gemms = [(layout_int(count, est.values), minimum(layout_int(rows, est.values), layout_int(cols, est.values)))
-             for count, rows, cols in gemm_widths(est.graph)]
-    return weighted_efficiency(gemms, c.ceiling, c.half_width)
+def _cell(values: Any, index: int) -> Any:
+    return values[index] if is_column(values) else values
+
+
+def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
+    """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
+    their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
+    ``forward_only``: the forward's products alone (inference)."""
+    values = est.values
+    evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
+    cp = est.options.cp
+    seq = layout_int(sym("s"), values)
+    kernel = flash_kernel(gpu, est.options.framework)
+    size = next((len(x) for _, xs in evaluated for x in xs if is_column(x)), None)
+    cells = range(size) if size is not None else (None,)
+    out = []
+    for i in cells:
+        get = (lambda x: _cell(x, i)) if i is not None else (lambda x: x)
+        products = []
+        for kind, xs in evaluated:
+            if kind == "flash":
+                forward, rest = get(xs[0]), 0 if forward_only else get(xs[1])
+                fwd, bwd = FLASH[kernel]
+                products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
+                continue
+            ahead, dgrad, wgrad, forward, out_side, in_side, experts = (get(x) for x in xs)
+            if forward_only:  # inference: no recompute, no gradients
+                dgrad = wgrad = 0
+            if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
+                m = get(seq) // get(cp)
+                mm, nn, kk = m, int(get(seq)), int(in_side)
+            else:  # the tokens one weight multiplies: forward / (2 out in experts)
+                mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
+            for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
+                if count:
+                    products.append((count, matmul_rate(gpu, "bf16", *shape)))
+        rate = weighted_rate(products)
+        out.append(rate / gpu.bf16_flops if rate else _level(gpu, "bf16") / gpu.bf16_flops)
+    if size is None:
+        return out[0]
+    import numpy as np
+
+    column = np.empty(size, dtype=object)
+    column[:] = out
+    return column
 
 
 @per_graph
-def gemm_widths(graph: Any) -> tuple[tuple[Any, Any, Any], ...]:
-    """Per product of the layers (blocks other than the embedding and the head): its FLOPs (every phase, recompute
-    included, times the op's share of the repeats) and the per-GPU sides whose smaller is its narrow side: a
-    linear's or an expert's weight ``(out, in)``, the attention core's head dim for both (FlashAttention's fused
-    core and the router are left to the others' rate), once per graph."""
-    out = []
+def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
+    """The layers' products (blocks other than the embedding and the head), once per graph, each FLOP count times
+    the op's share of the repeats:
+
+    * ``("linear", forward and recompute FLOPs, input-gradient FLOPs, weight-gradient FLOPs, one forward's FLOPs,
+      out, in, experts)`` per linear or expert weight ``(.., out, in)``: the forward runs ``(M, out, in)`` as
+      (m, n, k), the input gradient ``(M, in, out)``, the weight gradient ``(out, in, M)``, with M the tokens it
+      multiplies, one forward's FLOPs / (2 out in experts) (a slice recomputed alone: its recompute's);
+    * ``("attention", forward FLOPs, input-gradient FLOPs, 0, 0, d, d, 1)`` per product of the unfused core (its
+      head dim d: ``ops._attention_flops`` writes each as coef x the scores' elements, the forward's coef 2 d);
+    * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core.
+    """
+    out: list[tuple[Any, ...]] = []
+    ahead = ("forward", "recompute")
     for blk in graph.blocks:
         if blk.name in ("embed", "head"):
             continue
         for op in blk.ops:
             terms = [f for f in op.flops if f.kind == "matmul" and f.phase in HARDWARE]
+            if not terms:
+                continue
+            scale = blk.repeat * op.share
             if op.kind in ("linear", "experts"):
                 by_weight: dict[str, list[Any]] = {}
                 for f in terms:
                     weight = f.operands[1]
-                    by_weight.setdefault(weight.name, [weight, 0])[1] += f.count
-                out += [(blk.repeat * op.share * count, w.shape[0], w.shape[1]) for w, count in by_weight.values()]
+                    row = by_weight.setdefault(weight.name, [weight, 0, 0, 0, 0, 0])
+                    row[1 if f.phase in ahead else 2 if f.phase == "input-grad" else 3] += f.count
+                    if f.phase in ahead:  # one forward's FLOPs, and one recompute's
+                        row[4 if f.phase == "forward" else 5] += f.count
+                for w, fwd, dgrad, wgrad, forward, recomputed in by_weight.values():
+                    # a slice recomputed alone (torchtitan's selective-op checkpointing recomputes every other mm:
+                    # the k projection of the fused qkv) multiplies the same M tokens: its recompute is its forward
+                    forward = forward or recomputed
+                    experts = 1
+                    for side in w.shape[:-2]:
+                        experts *= side
+                    out.append(("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
+                                w.shape[-1], experts))
+            elif op.kind == "flash-attention":
+                forward = sum((f.count for f in terms if f.phase == "forward"), 0)
+                rest = sum((f.count for f in terms if f.phase != "forward"), 0)
+                out.append(("flash", scale * forward, scale * rest))
             elif op.kind == "attention":
-                # NOTE(gemm_widths): ops._attention_flops writes each product as coef x the scores' elements with
-                # coef 2 d (forward, recompute) or 4 d (input gradient): the forward's coef / 2 is its head dim
+                # NOTE(gemm_products): the forward's coef / 2 is the head dim (ops._attention_flops)
                 widths = {f.name: f.coef / 2 for f in terms if f.phase == "forward"}
                 for name, width in widths.items():
-                    count = sum((f.count for f in terms if f.name == name), 0)
-                    out.append((blk.repeat * op.share * count, width, width))
+                    fwd = sum((f.count for f in terms if f.name == name and f.phase in ahead), 0)
+                    back = sum((f.count for f in terms if f.name == name and f.phase not in ahead), 0)
+                    out.append(("attention", scale * fwd, scale * back, 0, 0, width, width, 1))
     return tuple(out)
+
+
+def rate_note(gpu: GPU, framework: str | None) -> str:
+    """Where the GPU's rates come from, in words (for the time model's compute line)."""
+    mamf = MAMF.get(gpu.name)
+    level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
+             f"no measured MAMF: {MAMF_STAND_IN.get(gpu.name, 'a100-80gb')}'s fraction of its peak")
+    arch = CURVE.get(gpu.name)
+    curve = f"OpenXLA's {arch} GEMM curve" if arch else "no GEMM curve of its own: the H100's (sm_90)"
+    kernel = flash_kernel(gpu, framework)
+    fwd, bwd = FLASH[kernel]
+    return (f"{level} ({cite(MAMF_SOURCE)}) times the shape fraction of each product's per-GPU sides, {curve} "
+            f"({cite(XLA_GEMM_TABLE)}); FlashAttention's core at {fwd:.1%} forward and {bwd:.1%} backward of the peak "
+            f"({kernel}: {cite(FLASH_SOURCES[kernel])})")

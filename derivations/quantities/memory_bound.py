@@ -1,15 +1,16 @@
-"""Memory-bound work of a training step that the calibrated compute time (``efficiency``) leaves out, each as the
+"""Memory-bound work of a training step beside its matmuls (``efficiency``), each as the
 bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lower bound: no kernel reaches it).
 
 * **Unfused elementwise kernels** (``--kernels eager``: PyTorch without torch.compile, as torchtitan's benchmark
-  configs run, ``compile = false``). The calibration was fitted on Megatron-LM, whose norms, activations and rotary
+  configs run, ``compile = false``). Megatron-LM's norms, activations and rotary
   embeddings are fused kernels: one read of the inputs and one write of the output. Eager PyTorch runs each
   operation of the module's code as its own kernel, every intermediate a round trip through HBM, and in fp32 where
   the code upcasts. ``EAGER_EXTRA`` holds, per op kind and phase, the element reads and writes eager kernels make
   beyond the fused kernel's, counted from the modules' code (torchtitan ``torchtitan/models/norms.py`` RMSNorm,
   ``models/llama/model.py`` ``apply_rotary_emb`` and ``FeedForward``; transformers' ``LlamaRMSNorm`` is the same
   code). Ops whose eager form is already one kernel (``F.layer_norm``, ``F.gelu``, dropout, residual adds) and the
-  cross-entropy (Megatron's is eager too, so the calibration holds it) add nothing.
+  cross-entropy (Megatron's is eager too: ``FUSED_MOVES`` holds it) add nothing.
+* **Fused elementwise kernels** (``FUSED_MOVES``, every run): one read of each input and one write of each output.
 * **The optimizer step**, once per step over the parameters this GPU updates (its 1/(d cp) shard under ZeRO 1-3):
   AdamW as ``torch.optim.AdamW(foreach=True)`` runs it (torchtitan's default) with ``--kernels eager`` (``_multi_tensor_adam``: eight
   foreach kernels, 21 fp32 element reads and writes per parameter), as a fused kernel otherwise (apex/Transformer
@@ -40,7 +41,7 @@ from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Moves", "EAGER_EXTRA", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+__all__ = ["Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE"]
 
@@ -90,6 +91,59 @@ EAGER_EXTRA: dict[str, dict[str, Moves]] = {
 _SKIP = ("glu",)
 
 
+#: Reads and writes a fused elementwise kernel makes per element of the term's tensor, by (op kind, term) and phase
+#: (``recompute`` repeats the forward): one read of each input, one write of each output, as the fused kernels
+#: Megatron-LM, Transformer Engine, Apex and torch.compile run them. NOTE(fused_moves): norms r x w y (2), input
+#: gradient r g, x w dx (3), the weight gradient inside the same kernel; rotary r x w y each way (2); SwiGLU per
+#: element of a: r a, b w y (3), backward r g, a, b w da, db (5; the glu term rides on silu's); GELU (Megatron's fused
+#: bias-GELU) r x w y (2), r g, x w dx (3); residual add r 2 w 1 (3); dropout r x w y (2) each way, its one-byte mask
+#: left out; the unfused core's softmax (Megatron's fused scale-mask-softmax) r scores w probs (2), r probs, g w dx
+#: (3), its dropout (2); the vocabulary-parallel cross-entropy r logits w (2) each way. FlashAttention's softmax
+#: stays on chip (none); a linear's bias add runs in the GEMM's epilogue or the bias-GELU (none).
+FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
+    **{(norm, norm): {"forward": 2, "recompute": 2, "input-grad": 3} for norm in ("rms_norm", "layer_norm")},
+    ("rotary", "rotary"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("silu-glu", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
+    ("gelu", "gelu"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("add", "add"): {"forward": 3, "recompute": 3},
+    ("dropout", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("attention", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("attention", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    ("cross_entropy", "cross_entropy"): {"forward": 2, "input-grad": 2},
+}
+
+
+def fused_elementwise_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one micro-batch's elementwise kernels, fused (``FUSED_MOVES``), on one GPU of the first
+    pipeline stage (the layout's graph, as ``eager_extra_bytes``); the eager kernels' extra is on top of these."""
+    total = _fused_form(est.graph)
+    return layout_int(total, est.values) if total else 0
+
+
+@per_graph
+def _fused_form(graph: Any) -> Any:
+    """``fused_elementwise_bytes``' expression, once per graph."""
+    return _elementwise_bytes(graph, lambda blk, op, f: FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]),
+                                                                        {}).get(f.phase))
+
+
+def _elementwise_bytes(graph: Any, moves_of: Any) -> Any:
+    """Bytes over the graph's elementwise terms: each term's operand (its elements in its dtype, times the block's
+    repeats and the op's share) times ``moves_of(block, op, term)`` (element reads plus writes, or a ``Moves``;
+    None or 0: the term moves nothing)."""
+    total: Any = 0
+    for blk in graph.blocks:
+        for op in blk.ops:
+            for f in op.flops:
+                moves = moves_of(blk, op, f) if f.kind == "elementwise" else None
+                if not moves:
+                    continue
+                x = f.operands[0]
+                per = moves.nbytes(x.dtype.nbytes) if isinstance(moves, Moves) else moves * x.dtype.nbytes
+                total += blk.repeat * op.share * x.numel * per
+    return total
+
+
 def layout_int(expr: Any, values: Mapping[Any, int]) -> Any:
     """``int(evaluate(expr, values))``; over the layouts of one structure (``search.columns.ColumnValues``), of
     each at once."""
@@ -107,21 +161,14 @@ def eager_extra_bytes(est: Evaluated) -> Any:
 @per_graph
 def _eager_form(graph: Any) -> Any:
     """``eager_extra_bytes``' expression, once per graph (the layouts of one structure share it)."""
-    total: Any = 0
-    for blk in graph.blocks:
-        for op in blk.ops:
-            table = EAGER_EXTRA.get(op.kind)
-            if table is None:
-                continue
-            for f in op.flops:
-                moves = table.get(f.phase)
-                if f.kind != "elementwise" or moves is None or f.name.rsplit(" ", 1)[-1] in _SKIP:
-                    continue
-                if f.param is not None and (f.param in graph.frozen or f"{blk.name}/{f.param}" in graph.frozen):
-                    continue
-                x = f.operands[0]
-                total += blk.repeat * op.share * x.numel * moves.nbytes(x.dtype.nbytes)
-    return total
+    def moves_of(blk: Any, op: Any, f: Any) -> Moves | None:
+        if f.name.rsplit(" ", 1)[-1] in _SKIP:
+            return None
+        if f.param is not None and (f.param in graph.frozen or f"{blk.name}/{f.param}" in graph.frozen):
+            return None
+        return EAGER_EXTRA.get(op.kind, {}).get(f.phase)
+
+    return _elementwise_bytes(graph, moves_of)
 
 
 def adam_moves(eager: bool) -> int:

@@ -4,9 +4,11 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
 (``cluster.Cluster``: GPUs per node, the intra-node link, the network per GPU):
 
 * compute, per micro-batch on the busiest pipeline stage: its hardware FLOPs (recompute included) at the GPU's
-  matmul efficiency of the layers' per-GPU products (each at a curve of its narrow side), plus its elementwise work
-  at the memory bandwidth (``efficiency``: both calibrated on published runs, never per run); ``efficiency=`` given
-  instead: FLOPs at that fraction of the dense peak alone;
+  matmul efficiency of the layers' per-GPU products (each at the measured rate of its shape: the GPU's maximum
+  achievable matmul FLOP/s times OpenXLA's GEMM table's fraction; FlashAttention at its papers' rates), plus its
+  elementwise kernels' HBM bytes at the memory bandwidth (``efficiency``, ``memory_bound``: from kernel benchmarks
+  and the kernels' code, nothing fitted to a run); ``efficiency=`` given instead: FLOPs at that fraction of the
+  dense peak alone;
 * communication per micro-batch, not hidden: tensor parallelism all-reduces each row-parallel layer's output in
   forward and each column-parallel layer's input gradient in backward (sequence parallelism turns each into a
   reduce-scatter plus an all-gather: the same bytes), full recompute repeats the forward ones, inside a node; the
@@ -14,8 +16,9 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   across nodes when the pipeline spans nodes (some boundary then crosses one, and every stage waits on it);
 * pipeline bubble: ``(p - 1)/(m v)`` of the micro-batches' time (§2.2, interleaved schedule §2.2.2);
 * data parallelism: what is not hidden behind compute (``data_parallel_s``): the gradient reduction behind the
-  last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute; hierarchical rings on the
-  links the group spans.
+  last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute, but for the step's first
+  all-gather and last reduce-scatter (the embedding and the first block: ``fsdp_edge_share``); hierarchical rings
+  on the links the group spans.
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
   (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
   linears' scaled matmuls run at the fp8 peak (``float8_flops``) while MFU stays against the 16-bit one.
@@ -28,11 +31,12 @@ all-reduces.
 >>> from memderive.derivations.estimate import estimate
 >>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
 >>> st = step_time(e, "a100-80gb")
->>> # the A100's matmul efficiency (efficiency.py): the linears at their narrow side h = 4096, 0.77 * 4096 / 4596
->>> # = 0.6862; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, at the head dim 128,
->>> # 0.77 * 128 / 628 = 0.1569: 1.1658 / (1 / 0.6862 + 0.1658 / 0.1569) = 0.4638
+>>> # the A100's matmul efficiency (efficiency.py): the linears, every side >= 4,096, at its MAMF, 271.2 / 312
+>>> # = 0.8692 of peak; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, with a side of
+>>> # the head dim 128 (the table's 256: OpenXLA's H100 fraction 0.511 at (4096, 4096, 256)), 0.511 x 0.8692 = 0.4442:
+>>> # 1.1658 / (1 / 0.8692 + 0.1658 / 0.4442) = 0.7651
 >>> round(st.efficiency, 4)
-0.4638
+0.7651
 >>> st.mfu < st.efficiency  # one GPU: compute only, the elementwise work at the memory bandwidth on top
 True
 >>> step_time(e, "a100-80gb", efficiency=0.5).mfu  # a given efficiency: the FLOPs alone, at half the peak
@@ -49,12 +53,13 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import NCCL, Cluster, group_span
+from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, Cluster,
+                                                      all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
-from memderive.derivations.quantities.efficiency import MATMUL_SOURCE, calibration, gemm_efficiency
-from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes,
-                                                            layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
-from memderive.derivations.options import Options, derived
+from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
+from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
+                                                            layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
+from memderive.derivations.options import TE_FP8, Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -74,6 +79,8 @@ from memderive.derivations.quantities.param_offload_time import param_offload_li
 
 __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
+
+TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
 
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
@@ -188,12 +195,15 @@ class StepTime:
     host_memory_bandwidth: float | None = None  # GB/s per GPU, set under --offload and --offload-params
     param_offload: str | None = None  # --offload-params: the optimizer the CPU steps (param_offload_time.py)
     zero3_ranks: Any = 0  # the ranks ZeRO-3 shards over (d x cp; a column in a plan); 0 below ZeRO-3
+    framework: str | None = None  # --framework: which FlashAttention kernel runs (efficiency.flash_kernel)
+    elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
+    tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
-                + self.offload_copy_s + self.cpu_optimizer_s)
+                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -207,8 +217,9 @@ class StepTime:
         """How the time was modelled, one line per cause (for writeups)."""
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
-            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the same "
-            f"efficiency of the dense FP8 peak ({self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
+            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the 16-bit "
+            f"rate times the GPU's fp8 over bf16 MAMF, {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
@@ -222,14 +233,22 @@ class StepTime:
         elif self.host_memory_bandwidth is not None:
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
-        return (compute_line(self.gpu, self.efficiency, self.calibrated), *fp8, *memory,
+        return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
-                f"communication on {cluster.describe()}: TP all-reduces per layer (not hidden), PP sends per "
+                f"communication on {cluster.describe()}: "
+                + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
+                   f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
+                   if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
+                   if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
+                + ", PP sends per "
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
-                f"ZeRO-3 gathers per micro-batch hidden behind its compute; hierarchical rings ({cite(NCCL)}); "
+                f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
+                f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
+                f"hierarchical rings ({cite(NCCL)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
@@ -240,7 +259,7 @@ class StepTime:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
-                "cp_comm_time_s": self.cp_s, "eager_kernels_time_s": self.eager_s,
+                "cp_comm_time_s": self.cp_s, "elementwise_time_s": self.elementwise_s, "eager_kernels_time_s": self.eager_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
@@ -248,29 +267,24 @@ class StepTime:
                 "mfu": self.mfu}
 
 
-def compute_line(hw: GPU, efficiency: float, calibrated: bool) -> str:
+def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | None = None) -> str:
     """How compute was timed, in words."""
     peak = f"{hw.title}'s dense 16-bit peak ({hw.bf16_flops / 1e12:,.1f} TFLOP/s)"
     if not calibrated:
         return f"compute: the busiest stage's hardware FLOPs at {efficiency:.0%} (given) of {peak}"
-    c = calibration(hw)
-    stand_in = ("" if c.scaled is None else
-                f"; no fitted runs on this GPU: the {c.fitted_on} constants, {c.scaled[0]} ({cite(c.scaled[1])})")
-    elementwise = (f"its elementwise FLOPs at {c.bytes_per_flop:g} bytes each over the memory bandwidth" if c.bytes_per_flop
-                   else "no separate time for its elementwise FLOPs (the fit puts them at 0 bytes each: the unfused "
-                        "attention core's rate carries them)")
-    return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}, "
-            f"each product at {c.ceiling:g} w/(w + {c.half_width:,.0f}) of the narrow side w of its per-GPU weight "
-            f"(the attention core's: the head dim), FLOP-weighted, and {elementwise} (fitted to the published runs of "
-            f"{cite(MATMUL_SOURCE)}{stand_in})")
+    return (f"compute: the busiest stage's matmul FLOPs (recompute included) at {efficiency:.1%} of {peak}: each "
+            f"product of the layers at the rate of its per-GPU shape (forward, input and weight gradient), "
+            f"{rate_note(hw, framework)}, FLOP-weighted; nothing fitted to a run's step time")
 
 
 def memory_line(hw: GPU, kernels: str) -> str:
-    """How the memory-bound work outside the calibration was timed, in words."""
+    """How the memory-bound work was timed, in words."""
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
-    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: {eager}ZeRO-3's copy-out of each gathered "
+    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: every elementwise kernel's reads and writes as "
+            f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
+            f"loss; memory_bound.FUSED_MOVES); {eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
@@ -316,7 +330,9 @@ def elementwise_flops(est: Evaluated) -> int:
 def cluster_of(options: Options, hw: GPU) -> Cluster:
     """The cluster the options describe (``--gpus-per-node``, ``--inter-node-bandwidth`` in Gb/s per GPU each way,
     ``--intra-node-link``) of ``hw`` GPUs."""
-    return Cluster(hw, options.gpus_per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
+    # --gpus-per-node left at 8: the GPU's NVLink domain (GB200 NVL72: 72 GPUs on NVLink)
+    per_node = hw.nvlink_domain if options.gpus_per_node == GPUS_PER_NODE else options.gpus_per_node
+    return Cluster(hw, per_node, round(options.inter_node_bandwidth * 10**9 / 8), options.intra_node_link)
 
 
 #: The most ZeRO-3 (FSDP) ranks a step time here is checked on: torchtitan's Llama 3 8B on 128 H100s
@@ -379,7 +395,7 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None, p: int = 1, v: int = 1) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -389,17 +405,42 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     forward (1/3). With ``v`` model chunks per GPU (the interleaved schedule over ``p`` stages) each chunk's share is
     launched on its own (``chunked_reduce_s``, ``chunked_gather_s``). ZeRO-3: every micro-batch gathers the weights
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
-    the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP)."""
+    the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
+    step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
+    whose all-gather opens the step and whose reduce-scatter closes it, once a step."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
     if zero == 3:
         per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
-        return m * maximum(0.0, per_micro - micro_s)
+        edge_s = cluster.all_gather(weights * edge, d, stride) + cluster.reduce_scatter(grads * edge, d, stride)
+        return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
         return chunked_reduce_s(cluster.all_reduce(grads, d, stride), micro_s, p, v)
     return (chunked_reduce_s(cluster.reduce_scatter(grads, d, stride), micro_s, p, v)
             + chunked_gather_s(cluster.all_gather(weights, d, stride), micro_s, p, v))
+
+
+FSDP_EDGES = Citation("torchtitan-parallelize", "apply_fsdp: fully_shard(tok_embeddings), then each transformer "
+                      "block, then [norm, output] with reshard_after_forward False", also=(
+                          Citation("pytorch-fsdp2", "fully_shard: each module's all-gather issued in its pre-forward, "
+                                   "the root's post-backward waits on the last reduce-scatter"),))
+
+
+def fsdp_edge_share(est: Evaluated) -> Any:
+    """The share of one GPU's parameters that FSDP gathers and reduces with no compute to hide behind, once a
+    step: the token embedding, wrapped on its own and first in the forward (torchtitan's ``apply_fsdp``), and the
+    first transformer block, whose all-gather runs behind the embedding's lookup alone (a memory-bound gather of
+    b s rows: microseconds); in the backward the same two units' reduce-scatters come last, after the final
+    block's and the embedding's backward, and the optimizer step waits on them (FSDP2's root post-backward).
+    [norm, output] are kept gathered from the forward for the backward's start (``reshard_after_forward`` False).
+    Under pipeline parallelism the busiest stage's first block alone (its embedding, if any, is on stage 0)."""
+    layer = est.graph.block("layer")
+    block = sum((x.numel for op in layer.ops for x in op.params), 0)
+    embedding = sum((x.numel for blk in est.graph.blocks for op in blk.ops if op.kind == "embedding"
+                     for x in op.params), 0) if est.options.pp == 1 else 0
+    edge = _bytes(block + embedding, est.values) if block or embedding else 0
+    return edge / est.number("parameters_per_gpu")
 
 
 #: Megatron-LM's per-chunk gradient and parameter syncs under the interleaved schedule (``chunked_reduce_s``).
@@ -506,7 +547,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     ``Cluster``; a name or GPU takes the cluster of the estimate's options).
 
     Micro-batches per step: ``options.micro_batches`` (1 when not given). ``efficiency``: a fraction of dense peak
-    to use instead of the calibrated matmul efficiency (``gemm_efficiency``). The plan search ranks layouts by
+    to use instead of the products' measured rates (``gemm_efficiency``). The plan search ranks layouts by
     ``step_time(...).step_s``, evaluated for the layouts of one structure at once (``search.columns``: the
     estimate's options and values columns of them, ``derivations.columns`` for what differs row by row).
     """
@@ -522,14 +563,17 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
-    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.peak_flops("fp8") * eff)
-    eager_micro = copy_micro = optimizer = accumulate_micro = 0.0
+    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MAMF's (efficiency.py)
+    fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
+    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
+    eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = 0.0
     if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
-        micro += calibration(hw).bytes_per_flop * elementwise_flops(est) * stage / est.number("hardware_flops") \
-            / hw.memory_bandwidth
-        # memory-bound work the calibration leaves out (memory_bound.py): unfused kernels, on the busiest stage
+        # memory-bound work (memory_bound.py): unfused kernels' extra, on the busiest stage
         extra = eager_extra_bytes(est) if opts.kernels == "eager" else 0
         eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / hw.memory_bandwidth if extra else 0.0
+        # every elementwise kernel's reads and writes, fused (memory_bound.py), on the busiest stage
+        elementwise_micro = (fused_elementwise_bytes(est) * stage / est.number("hardware_flops_per_gpu")
+                             / hw.memory_bandwidth)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / hw.memory_bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / hw.memory_bandwidth
         accumulate_micro = fp32_accumulation_bytes(est) / hw.memory_bandwidth
@@ -539,6 +583,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
         tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
+        # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
+        message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
+        tp_micro = tp_micro / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
+        if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
+            tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
                                  opts) if opts.ep > 1 else 0.0
@@ -546,7 +595,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
-    memory_micro = eager_micro + copy_micro + accumulate_micro
+    memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads, weights = reduced_bytes(est)
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
@@ -554,7 +603,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v)
+        edge = fsdp_edge_share(est) if zero == 3 else 0.0
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -570,7 +620,20 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     m * accumulate_micro, opts.grad_sync,
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
-                    param_offload=opts.optimizer if opts.offload_params else None)
+                    param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
+                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap)
+
+
+def _cells(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``)."""
+    size = next((len(x) for x in args if is_column(x)), None)
+    if size is None:
+        return fn(*args)
+    import numpy as np
+
+    out = np.empty(size, dtype=object)
+    out[:] = [fn(*(x[i] if is_column(x) else x for x in args)) for i in range(size)]
+    return out
 
 
 def float8_flops(est: Evaluated) -> int:
@@ -579,6 +642,8 @@ def float8_flops(est: Evaluated) -> int:
     that ``rowwise_with_gw_hp`` keeps 16-bit (``symbolic.float8.float8_matmul_flops``); 0 without ``--fp8``."""
     if est.options.fp8 == "none":
         return 0
+    if est.options.fp8 in TE_FP8:  # Transformer Engine: every layer linear's forward, dgrad and wgrad GEMMs
+        return sum(layout_int(p[1] + p[2] + p[3], est.values) for p in gemm_products(est.graph) if p[0] == "linear")
 
     return int(evaluate(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values))
 
@@ -655,14 +720,14 @@ def decode_bytes(est: Evaluated, batch: int) -> tuple[int | float, float | None]
 
 def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None = None) -> InferenceTime:
     """Prefill and decode time of an inference estimate (``mode="infer"``) on ``gpu``; ``efficiency`` a fraction of
-    peak instead of the calibrated matmul efficiency."""
+    peak instead of the products' measured rates."""
     if isinstance(gpu, Cluster):
         cluster, hw = gpu, gpu.gpu
     else:
         hw = lookup(gpu) if isinstance(gpu, str) else gpu
         cluster = cluster_of(est.options, hw)
     opts, values = est.options, est.values
-    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
+    eff = efficiency if efficiency is not None else gemm_efficiency(hw, est, forward_only=True)
     peak = hw.peak_flops(serving_dtypes(opts)[0].name) * eff
     batch = values[_sym("b")]
     memory, touched = decode_bytes(est, batch)
