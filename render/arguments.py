@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memderive.derivations.option_table import OPTIONS, Option, options_for, value_text
+from memderive.derivations.options import implied_profile
 
 __all__ = ["CliError", "Parser", "fail", "emit", "check_output", "one_line", "whole_number", "add_model_options",
            "add_options", "add_output_options", "not_applicable", "option_values",
@@ -252,6 +253,9 @@ def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
     framework = values.get("framework")
     preset = preset_values(framework, values) if framework in FRAMEWORKS else {}
     base = {**{o.name: o.default for o in OPTIONS}, **(defaults or {}), **preset}
+    base.setdefault("profile", None)
+    if base["profile"] is None:  # unset: the one the implementation implies (Options resolves it so)
+        base["profile"] = implied_profile(values.get("implementation", base.get("implementation")))
     for option in OPTIONS:
         if option.name not in values:
             continue
