@@ -251,7 +251,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("last_stage_layers", "int", None, "uneven pipeline stages: layers on the last stage (Megatron-LM "
        "--decoder-last-pipeline-num-layers)", modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--pp", "3", "--last-stage-layers", "2")),
-    _o("profile", "choice", "korthikanti", "activation profile: the paper's (norm stats neglected) or every saved tensor",
+    _o("profile", "choice", None, "activation profile: the paper's (norm stats neglected) or every saved tensor "
+       "(default: exact under --implementation hf, whose code saves them all; korthikanti under megatron)",
        choices=("korthikanti", "exact"), modes=_TRAIN, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--profile", "exact")),
     _o("implementation", "text", "megatron", "whose layers save the activations: megatron (fused kernels, the "

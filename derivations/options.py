@@ -55,6 +55,12 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(x.strip() for x in items if x.strip())
 
 
+def implied_profile(implementation: object) -> str:
+    """The activation profile an implementation means where ``--profile`` is not given: ``exact`` under
+    transformers' code (``hf``, ``hf-*``: every tensor its layers save), ``korthikanti`` under Megatron's."""
+    return "exact" if isinstance(implementation, str) and implementation.split("-")[0] == "hf" else "korthikanti"
+
+
 class OptionsError(DerivationError):
     """Options that contradict each other or the model."""
 
@@ -215,7 +221,7 @@ class Options:
     virtual_stages: int | None = None
     first_stage_layers: int | None = None  # uneven pipeline stages (Megatron-LM --decoder-first-pipeline-num-layers)
     last_stage_layers: int | None = None  # (--decoder-last-pipeline-num-layers); the rest evenly over the others
-    profile: str = "korthikanti"
+    profile: str | None = None  # None: by the implementation (exact under hf, korthikanti under megatron)
     overhead_bytes: int = 0
     weight_dtype: str | None = None  # inference
     kv_dtype: str | None = None  # inference
@@ -312,7 +318,7 @@ class Options:
         if self.tp_comm_overlap and not (self.sp and self.tp > 1):
             raise OptionsError("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters: give "
                                "--tp greater than 1 and --sp (Megatron-LM asserts the same)")
-        if self.profile not in PROFILES:
+        if self.profile is not None and self.profile not in PROFILES:
             raise OptionsError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         for name in ("dtype", "weight_dtype", "kv_dtype"):
             value = getattr(self, name)
@@ -357,6 +363,8 @@ class Options:
         if self.mode in ("train", "infer") and (self.batch is None or self.seq is None):
             raise OptionsError(f"--mode {self.mode} needs --batch and --seq")
         self._check_implementation()
+        if self.profile is None:  # the implementation named is the profile
+            object.__setattr__(self, "profile", implied_profile(self.implementation))
         self._check_finetuning()
         self._check_experts()
         self._check_framework()

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memderive.derivations.option_table import OPTIONS, Option, options_for, value_text
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, implied_profile
 from memderive.derivations.frameworks import FRAMEWORKS, preset_values
 from memderive.derivations.sizes import parse_size
 
@@ -254,6 +254,9 @@ def option_argv(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = 
     framework = values.get("framework")
     preset = preset_values(framework, values) if framework in FRAMEWORKS else {}
     base = {**{o.name: o.default for o in OPTIONS}, **(defaults or {}), **preset}
+    base.setdefault("profile", None)
+    if base["profile"] is None:  # unset: the one the implementation implies (Options resolves it so)
+        base["profile"] = implied_profile(values.get("implementation", base.get("implementation")))
     for option in OPTIONS:
         if option.name not in values:
             continue

@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memderive.symbolic.dtypes import DType, dtype
-from memderive.symbolic.expr import ceiling
+from memderive.symbolic.expr import Expr, ceiling
 from memderive.symbolic.graph import Op
 from memderive.symbolic.hf_code import HfCode
-from memderive.symbolic.tensor import Tensor
+from memderive.symbolic.tensor import Tensor, merge_copies, view_or_copy
 
 __all__ = ["Context", "rewrite", "like", "needs_inputs"]
 
@@ -60,6 +60,8 @@ class Context:
     fewer_kv: bool = False
     value_differs: bool = False
     single_kv: bool = False
+    bases: tuple[tuple[str, Tensor], ...] = ()  # role ("q", "v") -> the output the operand is a strided view of
+    window_share: Expr | None = None  # the share of layers whose sliding window is shorter than the sequence
 
 
 def like(x: Tensor, name: str, dt: DType | None = None, shape: tuple | None = None, role: str | None = None) -> Tensor:
@@ -92,6 +94,8 @@ def _sdpa(op: Op, q: Tensor, v: Tensor, ctx: Context) -> Op:
     masked = ctx.code.sdpa_mask
     efficient = ctx.device == "cuda" and (ctx.value_differs or masked)  # CUDA's memory-efficient kernel
     rows = ceiling(seq / 32) * 32 if efficient else seq
+    if ctx.device == "cuda" and not efficient and ctx.window_share is not None:  # windowed layers past w: a mask,
+        rows = seq + (ceiling(seq / 32) * 32 - seq) * ctx.window_share  # so the memory-efficient kernel's rows
     lse = Tensor(f"{op.path}.logsumexp", (bsz, heads, rows), FP32, role="softmax-stats", tp_axis=q.tp_axis,
                  seq_axis=None if efficient else q.seq_axis)
     out = op.output
@@ -99,14 +103,25 @@ def _sdpa(op: Op, q: Tensor, v: Tensor, ctx: Context) -> Op:
     if ctx.code.q_head_major and not efficient:  # the output keeps q's layout: copied for the projection
         out = like(op.output, f"{op.path}.sdpa_out", shape=(bsz, heads, seq, v.shape[-1]), role="attention-output")
         note += "; output in q's head-major layout, copied for the output projection"
+    bases = dict(ctx.bases)
+    if "q" in bases:  # the kernel saves q as it gets it: a strided view holding the whole fused output
+        q = like(bases["q"], f"{bases['q'].name}:held")
+        note += "; q a view of the fused q/k/v output (all of it held)"
     saved: tuple[Tensor, ...] = (q, k, v, out, lse)
-    if masked:
-        if ctx.fewer_kv and not ctx.single_kv:  # repeat_kv's copies to a heads
-            k, v = (like(x, f"{op.path}.{x.role}_rep", shape=(bsz, heads, *x.shape[2:])) for x in (k, v))
-        width = ceiling(seq / 8) * 8 if efficient else seq
-        mask = Tensor(f"{op.path}.mask", (bsz, 1, seq, width), q.dtype, role="attention-mask", seq_axis=q.seq_axis)
+    share = 1 if masked else ctx.window_share  # layers that hand SDPA a mask (all, or the windowed ones past w)
+    if share is not None:
+        if ctx.fewer_kv and not ctx.single_kv:  # repeat_kv's copies to a heads, in place of the a_kv-head k and v
+            a_kv = k.shape[1]
+            k, v = (like(x, f"{op.path}.{x.role}_rep", shape=(bsz, a_kv + (heads - a_kv) * share, *x.shape[2:]))
+                    for x in (k, v))
+        width = ceiling(seq / 8) * 8 if efficient or ctx.device == "cuda" else seq
+        mask = Tensor(f"{op.path}.mask", (bsz, 1, seq, width * share), q.dtype, role="attention-mask",
+                      seq_axis=q.seq_axis)
         saved = (q, k, v, out, lse, mask)
-        note += "; the causal mask in q's dtype" + (", padded to a multiple of 8 columns" if efficient else "")
+        note += ("; the causal mask in q's dtype" if masked else
+                 "; where the sliding window is shorter than the sequence, the windowed mask in q's dtype and K, V "
+                 "repeated to a heads (no enable_gqa with a mask)") + (", padded to a multiple of 8 columns"
+                                                                       if efficient else "")
     return needs_inputs(replace(op, kind="sdpa", saved=saved, note=note))
 
 
@@ -124,9 +139,16 @@ def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool
     dt = FP32 if math else act  # the math backend computes in fp32
     sdt = FP32 if math or code.scores_fp32 else act  # dtype of q k^T
     qn, kn, vn = op.inputs if len(op.inputs) == 3 else ("q", "k", "v")
+    bases = dict(ctx.bases) if not math else {}
     q_in = q if sdt == q.dtype else like(q, f"{op.path}.q_in", sdt, role="q")
-    saved: list[tuple[Tensor, tuple[str, ...]]] = [(q_in, (kn,)),
-                                                   (like(q, f"{op.path}.k_rep", sdt, (bsz, heads, seq, d_qk), "k"), (qn,))]
+    saved: list[tuple[Tensor, tuple[str, ...]]] = []
+    if "q" in bases and sdt == q.dtype:  # matmul's reshape copies the strided q, or views it at b = 1
+        q_in, held = view_or_copy(like(q, f"{op.path}.q_in"), bases["q"], bsz)
+        saved.append((held, (kn,)))
+    # K and V of one head expanded to a heads (repeat_kv's stride-0 view): matmul copies them unless b = 1
+    kv_heads = 1 + (heads - 1) * merge_copies(bsz) if ctx.single_kv and ctx.fewer_kv and not math else heads
+    saved += [(q_in, (kn,)), (like(q, f"{op.path}.k_rep", sdt, (bsz, kv_heads if sdt == act else heads, seq, d_qk),
+                                   "k"), (qn,))]
     if code.attn_softcap and not math:
         saved.append((like(q, f"{op.path}.softcap_tanh", sdt, scores, SCORES), (qn, kn)))
     upcast = not math and (code.softmax_fp32 or sdt == FP32) and act != FP32  # fp32 probabilities, then a cast
@@ -139,7 +161,11 @@ def _eager(op: Op, q: Tensor, v: Tensor, dropout: bool, ctx: Context, math: bool
         mask_dt = BOOL if ctx.device == "cuda" else dt
         saved += [(like(q, f"{op.path}.dropout.mask", mask_dt, scores, SCORES), (qn, kn)),
                   (like(q, f"{op.path}.dropout.out", dt, scores, SCORES), (vn,))]
-    saved.append((like(q, f"{op.path}.v_rep", dt, (bsz, heads, seq, v.shape[-1]), "v"), (qn, kn)))
+    v_rep = like(q, f"{op.path}.v_rep", dt, (bsz, kv_heads, seq, v.shape[-1]), "v")
+    if "v" in bases:  # matmul's reshape copies the strided V, or views it at b = 1
+        v_rep, held = view_or_copy(v_rep, bases["v"], bsz)
+        saved.append((held, (qn, kn)))
+    saved.append((v_rep, (qn, kn)))
     note = "SDPA math backend: fp32" if math else "eager_attention_forward"
     return replace(op, kind="attention", saved=tuple(x for x, _ in saved), note=note,
                    saved_for=tuple((x.name, grads) for x, grads in saved) if op.saved_for else ())

@@ -51,6 +51,10 @@ _RULES = {
                             "fp32 weights",
     ("router_fp32", True): "the router's linear runs on fp32 copies of its input and weight "
                            "(F.linear(x.float(), w.float())): both copies saved",
+    ("strided_views", ("q",)): "eager q a strided view of the fused q/k/v output: copied by matmul at b > 1, "
+                               "the whole output held at b = 1",
+    ("strided_views", ("v",)): "eager V a strided view of kv_b's output: copied by matmul at b > 1, the whole "
+                               "output held at b = 1",
     ("sinks", True): "attention sinks: the scores cat'ed with each head's sink logit, their row max subtracted "
                      "(its int64 indices saved), a 16-bit softmax over s + 1 columns (no fp32 copy)",
     ("router_topk_first", True): "the router takes the top-k of its logits, then a 16-bit softmax over those k: "
@@ -95,6 +99,9 @@ class HfCode:
     rotary_half: bool = False  # gpt-oss's rotary: cos/sin (s, d/2), each half rotated by the same table
     sparsemixer: bool = False  # Phi-MoE's router: sparsemixer (two masked softmaxes, PhimoeMultiplier)
     input_jitter: bool = False  # Phi-MoE with input_jitter_noise > 0: two in-place noise products saved
+    strided_views: tuple[str, ...] = ()  # eager operands ("q", "v") that reach the matmuls as strided views of a
+    # wider projection output (no rotary, no cache copy): matmul copies them at b > 1, views them (the whole output
+    # held) at b = 1
 
     def __post_init__(self) -> None:
         for name, allowed in (("rms_norm", RMS_NORMS), ("layer_norm", LAYER_NORMS),

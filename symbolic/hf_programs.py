@@ -247,7 +247,7 @@ def _loss(op: Op) -> Op:
     logits = op.inputs[0]
     log_probs, labels, total_weight = op.saved
     up = Tensor(f"{op.path}.logits_fp32", log_probs.shape, FP32, role="logits", tp_axis=log_probs.tp_axis)
-    bsz, seq = labels.shape
+    bsz, seq = log_probs.shape[:2]
     padded = Tensor(f"{op.path}.labels_padded", (bsz, seq + 1), INT64, role="token-ids")
     given = Tensor("@labels", (bsz, seq), INT64, role="batch")
     return replace(op, program=(

@@ -50,13 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from memderive.symbolic.dtypes import DType, dtype
+from memderive.symbolic.expr import Expr, Max, Min, const
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.hf_attention import Context, like, needs_inputs, rewrite
 from memderive.symbolic.hf_code import ATTENTION_KERNELS, DEVICES, HfCode
 from memderive.symbolic.hf_experts import EXPERTS_KERNELS, clamped_glu, grouped_mm, routing_dtype
 from memderive.symbolic.hf_programs import chunked_loss, with_programs
 from memderive.symbolic.strategies import Strategy
-from memderive.symbolic.tensor import Tensor
+from memderive.symbolic.tensor import Tensor, merge_copies
 
 __all__ = ["HuggingFace", "HfCode", "ATTENTION_KERNELS", "DEVICES", "EXPERTS_KERNELS"]
 
@@ -82,6 +83,7 @@ class HuggingFace(Strategy):
     fused_qkv: bool = False  # one Conv1D makes q, k and v (GPT-2's c_attn); else q_proj, k_proj, v_proj
     experts: str = "grouped_mm"  # transformers' experts_implementation (symbolic.hf_experts)
     loss_chunks: int = 1  # the output layer and the loss per chunk of the sequence (hf_programs.chunked_loss)
+    window: tuple[int, int, int] | None = None  # sliding window w, windowed layers l_w of l (None: none)
 
     def __post_init__(self) -> None:
         if self.experts not in EXPERTS_KERNELS:
@@ -115,7 +117,7 @@ class HuggingFace(Strategy):
                          if self.experts == "grouped_mm" else " (a loop over the experts, index_add_ back)"),)
         done = replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note, *rules))
-        if replace(self.code, softmax_fp32=True, python_gelu=False) != HfCode():  # programs: LLaMA's, GPT-2's code
+        if replace(self.code, softmax_fp32=True, python_gelu=False, strided_views=()) != HfCode():  # programs: LLaMA's, GPT-2's code
             return done
         programs = with_programs(graph, done, self.attention, self.code.softmax_fp32, self.fused_qkv)
         return chunked_loss(programs, self.loss_chunks)
@@ -124,7 +126,7 @@ class HuggingFace(Strategy):
     def _ops(self, blk: Block) -> list[Op]:
         out: list[Op] = []
         for op in blk.ops:
-            out.append(self._op(op))
+            out.append(self._attention(op, blk) if op.kind == "attention" else self._op(op))
             if op.path == "lm_head" and self.code.logit_softcap:
                 tanh = like(op.output, "lm_head.softcap_tanh", role="logits")
                 out.append(Op("lm_head/softcap", "softcap", (), (tanh,), op.output, "final logits: c tanh(x / c)",
@@ -142,8 +144,8 @@ class HuggingFace(Strategy):
             x = op.saved[0]
             parts = tuple(like(x, f"{op.path}.{k}", role="activation") for k in ("half_x", "tanh", "one_plus_tanh"))
             return needs_inputs(replace(op, kind="gelu_new", saved=(x, *parts), note="NewGELUActivation (Python)"))
-        if op.kind == "attention":
-            return self._attention(op)
+        if op.kind == "cross_entropy" and self.loss_chunks == 1:
+            return _shifted_labels(op)
         if op.kind == "router" and (self.code.router_fp32 or self.code.router_group_mask):
             return _router(op, self.code)
         if op.kind == "router" and self.code.router_topk_first:
@@ -161,9 +163,28 @@ class HuggingFace(Strategy):
                            note="sin/cos repeat_interleave'd per call (GPT-J's apply_rotary_pos_emb)")
         return op
 
-    def _attention(self, op: Op) -> Op:
-        ctx = Context(self.attention, self.device, self.code, self.fewer_kv, self.value_differs, self.single_kv)
+    def _attention(self, op: Op, blk: Block) -> Op:
+        """The attention op under the kernel; the outputs its strided operands are views of (``strided_views``:
+        the op whose output the operand was split from, ``attn/qkv`` for ``attn/qkv.q``)."""
+        made = {x.path: x.output for x in blk.ops}
+        names = dict(zip(("q", "k", "v"), op.inputs))
+        bases = tuple((role, made[names[role].rsplit(".", 1)[0]]) for role in self.code.strided_views
+                      if role in names and names[role].rsplit(".", 1)[0] in made)
+        ctx = Context(self.attention, self.device, self.code, self.fewer_kv, self.value_differs, self.single_kv, bases,
+                      self._window_share(op))
         return rewrite(op, ctx)
+
+    def _window_share(self, op: Op) -> Expr | None:
+        """The share of the layers whose window is shorter than the sequence: ``sdpa_mask`` skips the mask
+        (``allow_is_causal_skip``: causal SDPA, K and V as they are) only while the whole sequence fits the
+        window (masking_utils: ``_ignore_causal_mask_sdpa`` with ``local_attention_size``); past it every
+        sliding layer gets the windowed bool mask (b, 1, s, s). ``Min(Max(s - w, 0), 1)`` of integers is 1
+        where s > w, else 0; ``l_w / l`` of the layers slide."""
+        if self.window is None or self.attention != "sdpa":
+            return None
+        w, l_w, l = self.window
+        seq = next(x for x in op.saved if x.role == "q").shape[2]
+        return Min(Max(seq - w, 0), 1) * const(l_w) / l
 
     def _layer_norm(self, op: Op) -> Op:
         if self.code.layer_norm == "python-fp32":
@@ -242,6 +263,16 @@ def _sparsemixer(op: Op, jitter: bool) -> Op:
                   like(x, f"{op.path}.index{i}", INT64, (*lead, 1), "router"),
                   like(x, f"{op.path}.multiplier{i}", act, (*lead, 1), "router")]
     return replace(op, saved=tuple(saved), note=(op.note + "; " if op.note else "") + "sparsemixer")
+
+
+def _shifted_labels(op: Op) -> Op:
+    """``ForCausalLMLoss``: ``labels = nn.functional.pad(labels, (0, 1), value=ignore_index)`` then
+    ``shift_labels = labels[..., 1:].contiguous()``, which ``nll_loss`` saves: a copy of b s ids where b > 1, the
+    padded (1, s + 1) labels themselves at b = 1 (the slice is contiguous already: ``contiguous`` returns it)."""
+    labels = next(x for x in op.saved if x.role == "token-ids")
+    bsz, seq = labels.shape
+    shifted = replace(labels, shape=(bsz, seq + 1 - merge_copies(bsz)))
+    return replace(op, saved=tuple(shifted if x is labels else x for x in op.saved))
 
 
 def _python_layer_norm(op: Op) -> Op:

@@ -463,6 +463,14 @@ def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], 
 BACKWARD = ("input-grad", "weight-grad")
 
 
+def _renamed_keeps(ops: tuple[Op, ...], old: str, new: str) -> tuple[Op, ...]:
+    """``ops`` of the block ``old`` moved to the block ``new``: a kernel held until an op of its own block
+    (``keep="layer/attn/rotary_k"``) is held until that op of ``new``'s instance, not of ``old``'s last one."""
+    def kernel(k):
+        return replace(k, keep=f"{new}/{k.keep[len(old) + 1:]}") if k.keep.startswith(f"{old}/") else k
+    return tuple(replace(op, program=tuple(kernel(k) for k in op.program)) if op.program else op for op in ops)
+
+
 def _attention_grads(work: tuple[Flop, ...], q: bool, k: bool, v: bool) -> tuple[Flop, ...]:
     """Eager attention's backward computes only the gradients some input needs: ``q k^T`` gives dq and
     dk (half its input-gradient products each), ``P v`` gives dP (for q or k) and dv; without q and k
@@ -519,7 +527,8 @@ class RequiresGrad(Strategy):
             steady, live_out = _live_ops(blk, graph, live_after)
             if first != steady:
                 frozen |= {f"first_layer/{x[len('layer/'):]}" for x in graph.frozen if x.startswith("layer/")}
-                blocks.append(replace(blk, name="first_layer", ops=first, repeat=const(1)))
+                blocks.append(replace(blk, name="first_layer", ops=_renamed_keeps(first, "layer", "first_layer"),
+                                      repeat=const(1)))
                 blocks.append(replace(blk, ops=steady, repeat=blk.repeat - 1))
             else:
                 blocks.append(replace(blk, ops=steady))

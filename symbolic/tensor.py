@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memderive.symbolic.dtypes import DType
-from memderive.symbolic.expr import Expr, Size, const, prod
+from memderive.symbolic.expr import Expr, Min, Size, const, prod
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "merge_copies", "view_or_copy"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +60,33 @@ class Tensor:
         shape = list(self.shape)
         shape[axis] = const(shape[axis]) / degree
         return replace(self, shape=tuple(shape))
+
+
+def merge_copies(size: Size) -> Expr:
+    """1 where ``reshape`` merging an axis of ``size`` elements with the next one copies, 0 where it is a view.
+
+    ``reshape`` (and ``matmul``, which folds a 4-d operand to the 3-d one of ``bmm`` with it) returns a view
+    when the merged axes' strides chain; a strided operand (a head-major view of a ``(b, s, a, d)`` output,
+    a K/V head expanded with stride 0) breaks the chain at the leading axis unless that axis has size 1,
+    whose stride never matters (PyTorch's ``computeStride``, aten/src/ATen/TensorUtils.cpp, skips size-1
+    dimensions). For an integer ``size`` of at least 1: ``Min(size - 1, 1)``.
+
+    >>> from memderive.symbolic.dims import b
+    >>> from memderive.symbolic.expr import evaluate
+    >>> [evaluate(merge_copies(b), {b: n}) for n in (1, 2, 7)]
+    [0, 1, 1]
+    """
+    return Min(const(size) - 1, 1)
+
+
+def view_or_copy(copy: Tensor, base: Tensor, lead: Size) -> tuple[Tensor, Tensor]:
+    """What an operand that ``reshape`` copies when its leading axis of ``lead`` elements exceeds 1 holds:
+    ``copy`` (its own storage) when it copies, the whole storage of ``base`` it is a view of when ``lead``
+    is 1; one of the two pairs is empty. ``base`` keeps its name with ``:held`` (another tensor than the
+    base itself, which backward may not need)."""
+    c = merge_copies(lead)
+    last = len(copy.shape) - 1
+    own = replace(copy, shape=tuple(x * c if i == last else x for i, x in enumerate(copy.shape)))
+    held = replace(base, name=f"{base.name}:held",
+                   shape=tuple(x * (1 - c) if i == len(base.shape) - 1 else x for i, x in enumerate(base.shape)))
+    return own, held

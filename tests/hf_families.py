@@ -29,8 +29,9 @@ from tests.hf_saved import SavedModel, Shape, measure_config
 
 __all__ = ["TINY", "SHAPES", "MOE", "config", "attentions", "experts_kernels", "measure", "derive", "Case", "cases"]
 
-#: Two shapes per family: b > 1 (K/V broadcasts are copies), s not a multiple of the others.
-SHAPES = (Shape(2, 24), Shape(3, 40))
+#: Three shapes per family: b > 1 (K/V broadcasts are copies), s not a multiple of the others, and b = 1 (where
+#: matmul views what it copies at b > 1, and the shifted labels are the padded ones: issue 37 item 14).
+SHAPES = (Shape(2, 24), Shape(3, 40), Shape(1, 17))
 _L = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2, intermediate_size=96,
           vocab_size=128, max_position_embeddings=128)
 _MLA = dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10)

@@ -17,6 +17,7 @@ import transformers
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, from_config
+from memderive.derivations.models.config_fields import MissingSizes
 from memderive.derivations.models.defaults import FAMILY_ALIASES
 from tests.hf_meta import count_parameters, model_class, small_config
 
@@ -102,6 +103,15 @@ EXPERT_CASES = [
 @pytest.mark.parametrize(("model_type", "changes"), EXPERT_CASES)
 def test_two_expert_counts_count_what_transformers_builds(model_type: str, changes: dict) -> None:
     config = _small(model_type, **changes)
+    aliases = transformers.CONFIG_MAPPING[model_type].attribute_map  # alias -> the field it sets
+    same = lambda x, y: aliases.get(x) == y or aliases.get(y) == x  # noqa: E731 (one attribute, two names)
+    left_out = [k for k, v in changes.items()
+                if v is None and not any(same(k, a) for a, given in changes.items() if given is not None)]
+    if left_out:  # the family's own field left out, no alias of it given: transformers would build its default
+        # count; refused, naming it (issue 37 item 9)
+        with pytest.raises(MissingSizes, match=f"'{left_out[0]}'"):
+            _ours(config)
+        return
     assert _ours(config) == _theirs(config)
 
 
@@ -122,10 +132,15 @@ def test_a_size_under_two_names_counts_what_transformers_builds(model_type: str,
 
 
 def test_falcon_reads_no_n_head() -> None:
-    # FalconConfig has no n_head: without num_attention_heads, its default 71 heads (here 2 wide each)
+    # FalconConfig has no n_head: without num_attention_heads, transformers builds its default 71 heads (here 2 wide
+    # each); a config that gives n_head only means other heads: refused, naming the field FalconConfig reads
     config = _small("falcon", hidden_size=142, n_head=2, num_attention_heads=None, num_kv_heads=None)
-    assert _ours(config) == _theirs(config)
-    assert any("'n_head' = 2 is not read" in note for note in from_config(config).notes)
+    assert _theirs(config) > 0
+    with pytest.raises(MissingSizes, match="'num_attention_heads' \\(71\\)"):
+        from_config(config)
+    given = _small("falcon", hidden_size=142, n_head=2, num_attention_heads=71, num_kv_heads=None)
+    assert _ours(given) == _theirs(given)
+    assert any("'n_head' = 2 is not read" in note for note in from_config(given).notes)
 
 
 def test_disagreeing_names_are_said() -> None:

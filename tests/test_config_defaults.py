@@ -17,6 +17,7 @@ import transformers
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, from_config
+from memderive.derivations.models.config_fields import MissingSizes
 from memderive.derivations.models.defaults import FAMILY_DEFAULTS
 from memderive.derivations.models.model import ModelError
 from tests.hf_meta import count_parameters, model_class, small_config
@@ -34,6 +35,10 @@ def _ours_or_no_default(config: dict) -> int | None:
     (DeepseekV2Config's ``num_experts_per_tok`` is None: transformers builds no router top-k)."""
     try:
         return _ours(config)
+    except MissingSizes as exc:  # a size the model needs, left out: refused, naming it (issue 37 item 9)
+        named = re.findall(r"'(\w+)'", str(exc).split(" missing:")[0])
+        assert named and all(config.get(k) is None for k in named) and len(str(exc).splitlines()) == 1, exc
+        return None
     except ConfigError as exc:
         field = re.search(r"config field '(\w+)'", str(exc))
         cls = transformers.CONFIG_MAPPING[config["model_type"]]
@@ -92,6 +97,8 @@ def test_small_config_with_each_field_removed(model_type: str) -> None:
             assert _ours(left) == expected, key
         except ModelError as exc:  # or a refusal that says why (24 heads of width 64 and no head_dim)
             assert len(str(exc).splitlines()) == 1
+            if isinstance(exc, MissingSizes):  # a size the model needs: the removed field is named
+                assert f"'{key}'" in str(exc), exc
 
 
 def test_opt_without_ffn_dim_is_optconfig_default() -> None:
@@ -103,3 +110,52 @@ def test_opt_without_ffn_dim_is_optconfig_default() -> None:
     # final LayerNorm 128: 839,040
     assert _ours(config) == 839_040 == _theirs("opt", transformers.OPTConfig(**{k: v for k, v in config.items()
                                                                                if k != "model_type"}))
+
+
+def test_a_config_without_the_sizes_its_model_needs_is_refused_naming_them(tmp_path, capsys) -> None:
+    # issue 37 item 9: {"model_type": "llama", "hidden_size": 64} was completed with LlamaConfig's defaults (32 heads,
+    # 32 layers, a vocabulary of 32,000, an MLP of 11,008) and answered, exit 0. LlamaConfig's defaults, by hand from
+    # configuration_llama.py: num_attention_heads 32, num_hidden_layers 32, vocab_size 32000, intermediate_size 11008.
+    from memderive.commands.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 64}')
+    assert main(["estimate", "--model", str(path), "--mode", "train", "--batch", "1", "--seq", "8"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    for field, default in (("num_attention_heads", 32), ("num_hidden_layers", 32), ("vocab_size", 32000),
+                           ("intermediate_size", 11008)):
+        assert f"'{field}' ({default:,})" in err or f"'{field}' ({default})" in err, err
+    assert "'hidden_size'" not in err
+    # MoE sizes too: Mixtral's expert count and top-k (MixtralConfig: num_local_experts 8, num_experts_per_tok 2)
+    path.write_text('{"model_type": "mixtral", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, '
+                    '"num_hidden_layers": 2, "vocab_size": 128, "intermediate_size": 96}')
+    assert main(["estimate", "--model", str(path), "--mode", "train", "--batch", "1", "--seq", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "'num_local_experts'" in err and "'num_experts_per_tok'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("pad", [128, 1000, -129, -1])
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_a_pad_token_transformers_cannot_embed_is_refused(model_type: str, pad: int) -> None:
+    # transformers builds the model (on the meta device) or refuses it (nn.Embedding's "Padding_idx must be within
+    # num_embeddings" where the family passes pad_token_id as padding_idx); memderive answers or refuses, one line
+    # naming pad_token_id, in the same cases. The tiny configs' vocabulary is 128.
+    import torch
+
+    from tests.hf_families import config
+    from tests.hf_saved import build_model
+
+    cfg = config(model_type, fields=(("pad_token_id", pad),))
+    try:
+        with torch.device("meta"):
+            build_model(cfg)
+        built = True
+    except AssertionError:
+        built = False
+    if built:
+        assert _ours(cfg.to_dict()) > 0
+    else:
+        with pytest.raises(ConfigError, match="config field 'pad_token_id' = ") as exc:
+            _ours(cfg.to_dict())
+        assert len(str(exc.value).splitlines()) == 1

@@ -158,3 +158,52 @@ def test_an_explicit_refused_kernel_is_one_line_and_the_default_falls_back_to_ea
         estimate(cfg, mode="train", batch=1, seq=8, implementation="hf", attention="sdpa")
     default = estimate(cfg, mode="train", batch=1, seq=8, implementation="hf")
     assert default.options.attention_kernel == "eager"
+
+
+_NO_DROPOUT = (("resid_pdrop", 0.0), ("embd_pdrop", 0.0), ("attn_pdrop", 0.0))
+#: Issue 37 item 15, measured before the fix at b2s24 (memderive / measured): Mistral with a window of 16 < 24
+#: 0.912 (301,252 of 330,436 B), GPT-2 and GPT-BigCode under SDPA without dropout 0.940 and 0.973.
+WINDOW_CASES = [
+    ("gpt2", _NO_DROPOUT), ("gpt_bigcode", _NO_DROPOUT),
+    ("mistral", (("sliding_window", 16),)), ("mistral", (("sliding_window", 16), ("num_key_value_heads", 1))),
+    ("mistral", (("sliding_window", 16), ("num_key_value_heads", 4))), ("mistral", (("sliding_window", 30),)),
+    ("phi3", (("sliding_window", 16),)), ("gemma3_text", (("sliding_window", 16),)),
+    ("starcoder2", (("sliding_window", 16), ("residual_dropout", 0.0), ("embedding_dropout", 0.0))),
+    ("qwen2", (("sliding_window", 16), ("use_sliding_window", True), ("max_window_layers", 1))),
+]
+
+
+@pytest.mark.parametrize("shape", [pytest.param(x, id=f"b{x.b}s{x.s}") for x in (SHAPES[0], SHAPES[2])])
+@pytest.mark.parametrize(("model_type", "fields"), WINDOW_CASES,
+                         ids=[f"{t}-{'-'.join(f'{k}{v}' for k, v in f)}" for t, f in WINDOW_CASES])
+def test_sdpa_saves_the_window_mask_repeated_kv_and_fused_q_view(model_type: str, fields, shape) -> None:
+    # Under SDPA, sdpa_mask skips the mask while the sequence fits the window; past it (16 < 24) every sliding layer
+    # gets the windowed bool mask (b, 1, s, s), which SDPA converts to q's dtype and saves, and with a mask
+    # use_gqa_in_sdpa is false: repeat_kv copies K and V to a heads (an expanded view for one K/V head). By hand,
+    # Mistral b2s24, a 4, a_kv 2, d_h 32, 2 layers: per layer the mask 2 x 24 x 24 x 2 = 2,304 B and K, V at 4 heads
+    # in place of 2: 2 x 2 x 2 x 24 x 32 x 2 = 12,288 B; 29,184 B in all (measured 330,436 - 301,252). A window of 30
+    # covers the 24 tokens: nothing more. GPT-2's and GPT-BigCode's q reaches SDPA as a view of c_attn's output,
+    # which the kernel saves whole (k and v: the DynamicCache's cat copies). Gemma 3: 1 of the 2 layers slides.
+    got = measure(model_type, "sdpa", shape, None, fields)
+    assert sum(derive(model_type, "sdpa", shape, fields=fields).values()) == got.nbytes, got.describe()
+    if (model_type, fields) == WINDOW_CASES[2] and shape == SHAPES[0]:
+        assert got.nbytes - measure(model_type, "sdpa", shape, None, WINDOW_CASES[5][1]).nbytes == 29_184
+
+
+@pytest.mark.parametrize("implementation", ["hf", "hf-sdpa", "hf-eager"])
+def test_the_implementation_named_is_the_profile(implementation: str, tmp_path, capsys) -> None:
+    # issue 37 item 15: --implementation hf-* without --profile exact dropped the norm statistics, token ids and loss
+    # scalars (the korthikanti profile) silently; transformers' code saves them, so the measurement is what prints
+    import json
+
+    from memderive.commands.cli import main
+    from tests.hf_families import config
+
+    kernel = implementation.partition("-")[2] or "sdpa"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config("llama").to_dict(), default=str))
+    shape = SHAPES[0]
+    assert main(["estimate", "--model", str(path), "--mode", "train", "--batch", str(shape.b), "--seq", str(shape.s),
+                 "--implementation", implementation, "--device", "cpu", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)["activation_bytes"]
+    assert printed == measure("llama", kernel, shape).nbytes

@@ -30,7 +30,7 @@ from memderive.derivations.quantities.finetune import finetune_steps
 from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import b, r, s
 from memderive.symbolic.strategies import RequiresGrad
-from tests.hf_saved import SavedModel, Shape, config_for, measure_model
+from tests.hf_saved import SavedModel, Shape, config_for, measure_config, measure_model
 
 RANK = 8
 SHAPE = Shape(2, 24)
@@ -106,3 +106,28 @@ def test_estimate_is_the_same_steps_on_cuda_layers(family: str, attention: str, 
     pins how CUDA's layers differ from CPU's)."""
     est = estimate(resolve_model(config_for(family, attention)), options(attention, targets))
     assert est.number("activation_bytes") == derived(family, attention, targets, "cuda")
+
+
+@pytest.mark.parametrize("extra", [("--lora-rank", "8", "--lora-targets", "q_proj,v_proj"), ("--freeze-embeddings",)],
+                         ids=["lora", "freeze-embeddings"])
+def test_a_one_layer_model_with_frozen_weights_under_hf(extra, tmp_path, capsys) -> None:
+    # issue 37 item 12: frozen embeddings split the layer block into first_layer (here the only one); its kernels
+    # were still held "until layer/attn/rotary_k" (the layer block's op), which a one-layer model does not have, and
+    # the step timeline stopped with "memderive: error: layer/attn/proj". The LoRA run prints what PEFT saves.
+    import json
+
+    from memderive.commands.cli import main
+
+    cfg = config_for("llama-gqa", "sdpa")
+    cfg.num_hidden_layers = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg.to_dict(), "model_type": "llama"}, default=str))
+    argv = ["estimate", "--model", str(path), "--mode", "train", "--batch", str(SHAPE.b), "--seq", str(SHAPE.s),
+            "--implementation", "hf", "--attention", "sdpa", "--profile", "exact", "--device", "cpu", *extra]
+    assert main(argv) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main([*argv, "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    if extra[0] == "--lora-rank":
+        got = measure_config(cfg, SHAPE, lora=lora_config(("q_proj", "v_proj"))).nbytes
+        assert printed["activation_bytes"] == got

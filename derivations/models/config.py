@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from memderive.derivations.models.checkpoint_files import read_checkpoint
-from memderive.derivations.models.config_fields import MAX_SIZE, ConfigError, Fields, with_dropout
+from memderive.derivations.models.config_fields import (MAX_SIZE, ConfigError, Fields, MissingSizes, padding_index,
+                                                        with_dropout)
 from memderive.derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.quantization import read_quantization
@@ -44,6 +45,9 @@ def from_config(config: Mapping[str, Any], name: str | None = None, source: str 
         raise ConfigError(f"{label}: model_type {model_type!r} is not supported; supported: "
                           f"{', '.join(SUPPORTED_MODEL_TYPES)}")
     arch, sizes, extra = ADAPTERS[model_type](fields)
+    if fields.missing:  # every size the model needs that the config leaves out, in one line
+        raise MissingSizes(fields)
+    padding_index(fields, sizes["V"])
     arch, extra = with_dropout(fields, arch, extra)
     if fields.notes:  # names read otherwise than the config may suggest (config_fields.Fields)
         extra = {**extra, "notes": (*extra.get("notes", ()), *fields.notes)}

@@ -16,12 +16,23 @@ from memderive.derivations.models.defaults import FAMILY_ALIASES, FAMILY_DEFAULT
 from memderive.derivations.models.model import ModelError
 from memderive.symbolic.errors import shown
 
-__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "Fields", "LOOKALIKES", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
+__all__ = ["Adapted", "ConfigError", "DROPOUT_RATES", "MissingSizes", "PADDED_EMBEDDINGS", "padding_index", "Fields", "LOOKALIKES", "MAX_SIZE", "NULLABLE", "LlamaLike", "WindowRule", "decoder_sizes",
            "kv_head_count", "mlp_kind", "activation", "rotary_dims", "no_window", "sliding", "whole_heads", "with_dropout"]
 
 
 class ConfigError(ModelError):
     """A config that cannot be mapped exactly onto a graph."""
+
+
+class MissingSizes(ConfigError):
+    """A config without sizes its model needs, naming them (and the defaults transformers would fill in)."""
+
+    def __init__(self, c: Fields) -> None:
+        given = ", ".join(f"{k!r}" + ("" if v is None else f" ({shown(v)})") for k, v in c.missing.items())
+        plural = "s" if len(c.missing) > 1 else ""
+        super().__init__(f"{c.name}: config field{plural} {given} missing: the {c.family} model's sizes must all be "
+                         f"given (transformers would fill in its config class's default{plural}, shown, and build "
+                         "another model); add them to config.json")
 
 
 class Fields:
@@ -41,6 +52,7 @@ class Fields:
         self.defaults = FAMILY_DEFAULTS.get(family, {}) if defaults is None and known else (defaults or {})
         self.aliases = FAMILY_ALIASES.get(family, {}) if known else {}
         self.notes: dict[str, None] = {}  # what the config gives that transformers reads otherwise (ordered, once)
+        self.missing: dict[str, Any] = {}  # required sizes the config leaves out -> the default transformers fills in
 
     def given(self, key: str) -> Any:
         """The config's own value (None when absent); a null that transformers does not read as absent is refused."""
@@ -92,9 +104,18 @@ class Fields:
         value = self.value(key)[1]
         return default if value is None else value
 
-    def size(self, *keys: str, default: int | None = None) -> int:
-        """A positive integer from the first key present (its family default, then ``default``; else an error)."""
+    def size(self, *keys: str, default: int | None = None, required: bool | None = None) -> int:
+        """A positive integer from the first key present (its family default, then ``default``; else an error).
+
+        A ``required`` size (by default one read without a ``default``: hidden size, heads, layers,
+        vocabulary, MLP width) the config leaves out is noted in ``missing`` and its family default read
+        on, so that ``from_config`` refuses the config naming every missing size at once: transformers
+        would complete it with its config class's defaults, another model than the one meant."""
         key, value = self.value(*keys)
+        if (default is None if required is None else required) and self.config.get(key) is None:
+            self.missing.setdefault(keys[0], value if value is not None else default)
+            if value is None and default is None:
+                raise MissingSizes(self)
         if value is None:
             if default is None:
                 self.need(*keys)
@@ -245,6 +266,29 @@ def with_dropout(c: Fields, arch: Arch, extra: dict[str, Any]) -> tuple[Arch, di
             places.update(where)
     off = tuple(p for p in DROPOUT_PLACES if p not in places)
     return replace(arch, dropout=bool(places), no_dropout_at=off if places else ()), extra
+
+
+#: Families whose embedding is ``nn.Embedding(config.vocab_size, config.hidden_size, config.pad_token_id)``
+#: (transformers 5.25's modeling code: ``self.padding_idx = config.pad_token_id``); GPT-2, GPT-J, CodeGen, Falcon,
+#: BLOOM, MPT, GPT-Neo, GPT-BigCode and GPT-NeoX pass no ``padding_idx``.
+PADDED_EMBEDDINGS = frozenset({
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite", "cohere",
+    "stablelm", "starcoder2", "phi", "opt", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
+    "deepseek_v3", "gpt_oss", "phimoe", "granitemoe"})
+
+
+def padding_index(c: Fields, vocab: int) -> None:
+    """``pad_token_id`` as ``nn.Embedding`` takes it for ``padding_idx``: an index in [-V, V) (its assertion
+    "Padding_idx must be within num_embeddings" stops transformers from building the model otherwise)."""
+    if c.family not in PADDED_EMBEDDINGS or c.config.get("pad_token_id") is None:
+        return
+    pad = c.config["pad_token_id"]
+    if isinstance(pad, bool) or not isinstance(pad, int):
+        c.fail("pad_token_id", "must be a token id (an integer) or null")
+    if not -vocab <= pad < vocab:
+        c.fail("pad_token_id", f"is not a token of the vocabulary of {vocab:,} (vocab_size): transformers cannot "
+                               "build the embedding (nn.Embedding's padding_idx must be in [-vocab_size, vocab_size)); "
+                               "give an id below vocab_size or null")
 
 
 def decoder_sizes(c: Fields, head_dim: int | None = None, kv_heads: int | None = None) -> dict[str, int]:

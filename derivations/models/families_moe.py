@@ -20,7 +20,8 @@ __all__ = ["MOE_ADAPTERS"]
 def _experts(c: Fields, key: str, experts: int, top_k: int | None, width: int) -> dict[str, int]:
     """``E`` (the config class's field ``key``, or the alias it maps onto it: ``FAMILY_ALIASES``), ``k`` and
     ``f_e``; ``width`` is the expert width already read."""
-    sizes = {"E": c.size(key, default=experts), "k": c.size("num_experts_per_tok", default=top_k), "f_e": width}
+    sizes = {"E": c.size(key, default=experts, required=True),
+             "k": c.size("num_experts_per_tok", default=top_k, required=True), "f_e": width}
     if sizes["k"] > sizes["E"]:
         c.fail("num_experts_per_tok", f"is more than the {sizes['E']} experts ({c.value(key)[0]})")
     return sizes

@@ -38,7 +38,13 @@ _M = "transformers/models/{0}/modeling_{0}.py (v5.24)"
 def family_code() -> dict[str, HfCode]:
     """The table, built on first use (``symbolic.hf_code`` is imported only under ``--implementation hf``)."""
     return {
-        "gpt": HfCode(softmax_fp32=False),  # GPT2Attention: softmax(attn_weights) in the activation dtype
+        # GPT2Attention: softmax(attn_weights) in the activation dtype; query_states = c_attn(...).split(...)[0]
+        # .view(...).transpose(1, 2) reaches torch.matmul as it is (key and value: the DynamicCache's cat copies)
+        "gpt": HfCode(softmax_fp32=False, strided_views=("q",)),
+        # BloomAttention: query_layer from _reshape of the fused query_key_value, reshaped for baddbmm
+        "bloom": HfCode(strided_views=("q",)),
+        # GPTBigCodeAttention: query, key_value = c_attn(...).split((h, 2 d_h)); query.view(...).transpose(1, 2)
+        "gpt_bigcode": HfCode(strided_views=("q",)),
         "bert": HfCode(softmax_fp32=False, position_buffer=True),  # softmax without dtype; self.position_ids[:, :s]
         "gemma": HfCode(rms_norm="offset"),  # GemmaRMSNorm: output * (1.0 + self.weight.float())
         "gemma2": HfCode(rms_norm="offset"),
@@ -64,8 +70,9 @@ def family_code() -> dict[str, HfCode]:
         "granitemoe": HfCode(router_topk_first=True, router_logits_fp32=True),
         "mixtral": HfCode(routing_fp32=True),  # MixtralTopKRouter: softmax(router_logits.float()), no cast back
         # DeepseekV2/V3TopkRouter: F.linear(hidden_states.type(torch.float32), self.weight.type(torch.float32))
-        "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True),
-        "deepseek_v3": HfCode(routing_fp32=True, router_fp32=True),
+        # expand_kv: k_nope, value_states = torch.split(kv_b_proj(kv_nope).view(...).transpose(1, 2), ...)
+        "deepseek_v2": HfCode(routing_fp32=True, router_fp32=True, strided_views=("v",)),
+        "deepseek_v3": HfCode(routing_fp32=True, router_fp32=True, strided_views=("v",)),
     }
 
 
@@ -120,7 +127,8 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
     value_differs = model.arch.attention == "mla" and z["d_h"] + z["d_hR"] != z["d_v"]
     return HuggingFace(attention, device, hf_code(model), fewer_kv=z["a_kv"] < z["a"], value_differs=value_differs,
                        single_kv=z["a_kv"] == 1,
-                       fused_qkv=model.arch.family == "gpt", experts=experts, loss_chunks=loss_chunks)
+                       fused_qkv=model.arch.family == "gpt", experts=experts, loss_chunks=loss_chunks,
+                       window=(model.window, model.windowed_layers, z["l"]) if model.windowed_layers else None)
 
 
 def float8_layers(model: Model, recipe: str) -> Float8Training:

@@ -145,7 +145,7 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     cells = range(size) if size is not None else (None,)
     out = []
     for i in cells:
-        get = (lambda x: _cell(x, i)) if i is not None else (lambda x: x)
+        get = (lambda x, i=i: _cell(x, i)) if i is not None else (lambda x: x)
         products = []
         for kind, xs in evaluated:
             if kind == "flash":
