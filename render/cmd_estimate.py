@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from memderive.derivations.models.ssm import find_ssm
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
 
 
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
+    if find_ssm(args.model) is not None:
+        return _state_space(args)
     est = estimate(args.model, options_from_args(args))
     if args.summary:
         from memderive.text import summary_report
@@ -72,6 +75,19 @@ def run(args: argparse.Namespace) -> int:
 
         text = estimate_document(est, args.format, render_options(args))
     emit(text, args.output, args.force)
+    return 0
+
+
+def _state_space(args: argparse.Namespace) -> int:
+    """Mamba 2 and hybrid models: the hand-written derivation of ``derivations.ssm_estimate``."""
+    from memderive.derivations.ssm_estimate import ssm_estimate
+    from memderive.ssm_writeup import ssm_report  # imports SymPy for the writeups: kept off the cold path
+
+    if args.summary:
+        raise ValueError(f"--summary is not made for {args.model} yet; leave it out")
+    args.ssm_opts = options_from_args(args)
+    est = ssm_estimate(find_ssm(args.model), args.ssm_opts)
+    emit(ssm_report(est, args), args.output, args.force)
     return 0
 
 

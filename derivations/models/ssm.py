@@ -16,8 +16,10 @@ inputs of the convolution, (b, conv_dim, d_cv), and the SSM state, (b, n_sh, d_s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -29,7 +31,7 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["SsmModel", "SSM_MODEL_TYPES", "SSM_PRESETS", "ssm_model", "is_ssm"]
+__all__ = ["SsmModel", "SSM_MODEL_TYPES", "SSM_PRESETS", "ssm_model", "is_ssm", "find_ssm"]
 
 SSM_MODEL_TYPES = ("mamba2", "bamba")
 FP32, INT64 = dtype("fp32"), dtype("int64")
@@ -136,14 +138,19 @@ class SsmModel:
         in fp32 (the chunked scan and the decode update compute it in fp32: modeling_mamba2.py, measured in
         tests/test_ssm.py) and the int64 position counter of cache_utils.LinearAttentionLayer; per attention layer
         keys and values (b, a_kv, s + n, d_h)."""
+        return Breakdown(tuple(Term(path, layers * per_layer) for path, layers, per_layer in self.state_parts(state_dtype)),
+                         "bytes")
+
+    def state_parts(self, state_dtype: str = "bf16") -> tuple[tuple[str, Expr, Expr], ...]:
+        """``state``'s terms as (path, how many layers hold it, bytes in one layer)."""
         act = dtype(state_dtype)
         mamba_layers = l - l_a if self.family == "bamba" else l
-        terms = [Term("mamba_layer/conv_state", mamba_layers * b * CONV_DIM * d_cv * act.nbytes),
-                 Term("mamba_layer/ssm_state", mamba_layers * b * n_sh * d_sh * d_st * FP32.nbytes),
-                 Term("mamba_layer/position", mamba_layers * INT64.nbytes)]
+        parts = [("mamba_layer/conv_state", mamba_layers, b * CONV_DIM * d_cv * act.nbytes),
+                 ("mamba_layer/ssm_state", mamba_layers, b * n_sh * d_sh * d_st * FP32.nbytes),
+                 ("mamba_layer/position", mamba_layers, Expr.lift(INT64.nbytes))]
         if self.family == "bamba":
-            terms.append(Term("attention_layer/kv", l_a * 2 * b * a_kv * (s + n) * d_h * act.nbytes))
-        return Breakdown(tuple(terms), "bytes")
+            parts.append(("attention_layer/kv", l_a, 2 * b * a_kv * (s + n) * d_h * act.nbytes))
+        return tuple(parts)
 
 
 def _sym(name: str) -> Expr:
@@ -153,6 +160,26 @@ def _sym(name: str) -> Expr:
 
 def is_ssm(config: Any) -> bool:
     return isinstance(config, Mapping) and config.get("model_type") in SSM_MODEL_TYPES
+
+
+def find_ssm(model: object) -> SsmModel | None:
+    """The state space model a name or a ``config.json`` path means (a path wins, as in ``resolve_model``); None
+    for anything else, which ``resolve_model`` then reads."""
+    if isinstance(model, Mapping):
+        return ssm_model(model) if is_ssm(model) else None
+    if not isinstance(model, (str, Path)) or len(str(model)) > 4096 or "\0" in str(model):
+        return None
+    path = Path(model)
+    path = path / "config.json" if path.is_dir() else path
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return None  # resolve_model reads it again and says what is wrong
+        return ssm_model(config, str(config.get("_name_or_path") or path.parent.name if path.name == "config.json"
+                                     else path.stem), str(path)) if is_ssm(config) else None
+    name = str(model).lower()
+    return ssm_model(SSM_PRESETS[name], name, "bundled preset") if name in SSM_PRESETS else None
 
 
 def _int(config: Mapping[str, Any], key: str, default: Any, name: str) -> int:
