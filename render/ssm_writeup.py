@@ -13,7 +13,7 @@ from memderive.derivations.models.ssm import CONV_DIM
 from memderive.derivations.ssm_estimate import LAYER_TITLES, SsmEstimate
 from memderive.latex import latex, number, tex_escape
 from memderive.symbolic.dims import by_name
-from memderive.symbolic.expr import to_sympy
+from memderive.symbolic.expr import Expr, to_sympy
 from memderive.units import RenderOptions, scaled_bytes, scaled_count
 
 __all__ = ["ssm_report"]
@@ -90,14 +90,16 @@ class _Doc:
         else:
             self.parts.append(tex_escape(text) + (f" {{\\small\\ttfamily {tex_escape(code)}}}" if code else ""))
 
-    def table(self, header: list[str], rows: list[list[str]]) -> None:
-        """Cells: plain text, or math between $...$ (kept as is in both formats)."""
+    def table(self, header: list[str], rows: list[list[str]], wrap: int | None = None) -> None:
+        """Cells: plain text, or math between $...$ (kept as is in both formats); in LaTeX the column ``wrap``
+        breaks its text over lines of a third of the page."""
         cell = (lambda c: c) if self.md else (lambda c: c if c.startswith("$") else tex_escape(c))
         if self.md:
             self.parts.append("\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
                                         + ["| " + " | ".join(map(cell, r)) + " |" for r in rows]))
         else:
-            spec = "l" * (len(header) - 1) + "r"
+            spec = "".join(r">{\raggedright\arraybackslash}p{0.36\textwidth}" if i == wrap else "l"
+                           for i in range(len(header) - 1)) + "r"
             body = [" & ".join(map(cell, r)) + r" \\" for r in rows]
             self.parts.append("\n".join([f"{{\\small\\begin{{longtable}}{{{spec}}}", r"\toprule",
                                          " & ".join(map(tex_escape, header)) + r" \\", r"\midrule", *body,
@@ -115,6 +117,11 @@ def _math(expr: object, values: dict | None = None, factor: bool = False) -> str
     if factor:
         tree = sp.factor(tree)
     return latex(tree, values=values, line_width=LINE) if values else latex(tree, line_width=LINE)
+
+
+def _count(layers: Expr) -> str:
+    """How many layers, bracketed where it is a difference (l - l_a)."""
+    return _math(layers) if layers.is_symbol else f"\\left({_math(layers)}\\right)"
 
 
 def _value(value: int, unit: str) -> str:
@@ -147,12 +154,21 @@ def _whole(est: SsmEstimate, doc: _Doc, step: int) -> int:
     head = "the final norm (the LM head is tied to the embeddings)" if est.model.tied else "the final norm and LM head"
     doc.text(f"Embeddings, each kind of layer as many times as the model has it, {head}:")
     rows = [(blk.repeat, _name(blk.name), est.quantity(f"parameters_{blk.name}").value) for blk in blocks]
-    symbolic = " + ".join(name if repeat == 1 else f"{_math(repeat)}\, {name}" for repeat, name, _ in rows)
+    symbolic = " + ".join(name if repeat == 1 else f"{_count(repeat)}\\, {name}" for repeat, name, _ in rows)
     numeric = " + ".join(number(v) if repeat == 1 else f"{number(int(repeat.evaluate(est.values)))} \\cdot {number(v)}"
                          for repeat, _, v in rows)
     doc.equation([f"P &= {symbolic}", numeric, _value(total.value, "")])
-    doc.text("In the letters of the sizes table:")
-    doc.equation([f"P &= {_math(total.formula)}"])
+    doc.text("In the letters of the sizes table, block by block:")
+    lines = []
+    for blk in blocks:
+        alike: dict = {}  # equal terms (q and o, gate, up and down, the two norms) counted once
+        for _, expr, _ in est.quantity(f"parameters_{blk.name}").terms:
+            alike[expr] = alike.get(expr, 0) + 1
+        terms = [_math(count * expr, factor=True) for expr, count in alike.items()]
+        rows = [" + ".join(terms[i:i + 3]) for i in range(0, len(terms), 3)]
+        inner = " \\\\ &\\qquad + ".join(rows)
+        lines.append(inner if blk.repeat == 1 else f"{_count(blk.repeat)}\\, ({inner})")
+    doc.equation(["P &= " + " \\\\ &\\quad + ".join(lines)])
     nbytes = weights.formula.evaluate(est.values) // total.value
     doc.heading(f"Step {step + 2}. {weights.title}")
     doc.equation([rf"M_{{\text{{weights}}}} &= {nbytes}\, P", f"{nbytes} \\cdot {number(total.value)}",
@@ -170,11 +186,11 @@ def _state(est: SsmEstimate, doc: _Doc, step: int) -> None:
                                                               est.model.attention_layers else "."))
     doc.table(["part", "what", "bytes in one layer", "value"],
               [[path, STATE[path], f"${_math(per, factor=True)}$", f"{int(per.evaluate(est.values)):,}"]
-               for path, _, per in parts])
+               for path, _, per in parts], wrap=1)
     groups: dict = {}
     for _, layers, per in parts:
         groups.setdefault(layers, []).append(per)
-    symbolic = " + ".join(f"{_math(layers)} \\left(" + " + ".join(_math(x, factor=True) for x in pers) + "\\right)"
+    symbolic = " + ".join(f"{_count(layers)} \\left(" + " + ".join(_math(x, factor=True) for x in pers) + "\\right)"
                           for layers, pers in groups.items())
     numeric = " + ".join(f"{number(int(layers.evaluate(est.values)))} \\cdot \\left("
                          + " + ".join(number(int(x.evaluate(est.values))) for x in pers) + "\\right)"
@@ -194,7 +210,7 @@ def _document(est: SsmEstimate, fmt: str, command: str) -> str:
     doc.text(f"Model: {FAMILIES[m.family]}; sizes from {m.source}.")
     doc.heading("Sizes")
     doc.table(["symbol", "meaning", "value"],
-              [[f"${by_name(k).latex}$", by_name(k).meaning, f"{v:,}"] for k, v in m.sizes.items()])
+              [[f"${by_name(k).latex}$", by_name(k).meaning, f"{v:,}"] for k, v in m.sizes.items()], wrap=1)
     if m.attention_layers:
         doc.text(f"Attention layers (attn_layer_indices, 0-based): {', '.join(map(str, m.attention_layers))}; "
                  f"l_a = {len(m.attention_layers)} of l = {m.sizes['l']}, the others Mamba 2 layers.")
@@ -205,7 +221,7 @@ def _document(est: SsmEstimate, fmt: str, command: str) -> str:
     if fmt == "md":
         return f"# {title}\n\n{body}\n"
     return "\n".join([r"\documentclass[11pt,a4paper]{article}", r"\usepackage[margin=2cm]{geometry}",
-                      r"\usepackage{amsmath}", r"\usepackage{booktabs}", r"\usepackage{longtable}",
+                      r"\usepackage{amsmath}", r"\usepackage{array}", r"\usepackage{booktabs}", r"\usepackage{longtable}",
                       r"\usepackage{parskip}", r"\allowdisplaybreaks", f"\\title{{{tex_escape(title)}}}",
                       r"\author{memderive}", r"\date{}", r"\begin{document}", r"\maketitle", r"\sloppy", "", body,
                       r"\end{document}", ""])
