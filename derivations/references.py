@@ -128,6 +128,8 @@ _ENTRIES: tuple[Reference, ...] = (
            "NeurIPS 2022"),
     _paper("dao-2023", "Dao 2023 (FlashAttention-2)", "T. Dao",
            "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023, "2307.08691"),
+    _paper("dao-gu-2024", "Dao & Gu 2024 (Mamba-2)", "T. Dao, A. Gu", "Transformers are SSMs: Generalized Models and "
+           "Efficient Algorithms Through Structured State Space Duality", 2024, "2405.21060", "ICML 2024"),
     # --- mixture of experts ----------------------------------------------------------------------------------
     _paper("lepikhin-2020", "Lepikhin et al. 2020 (GShard)", "D. Lepikhin, H. Lee, Y. Xu, D. Chen, O. Firat, Y. Huang, "
            "M. Krikun, N. Shazeer, Z. Chen", "GShard: Scaling Giant Models with Conditional Computation and Automatic "
