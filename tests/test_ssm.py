@@ -147,3 +147,17 @@ def test_the_writeup_states_the_measured_figures() -> None:
     params = _meta_parameters(json.loads((FIXTURE / "config.json").read_text()))
     assert f"&= {params:,}".replace(",", "{,}") in md
     assert "&= 177{,}072{,}360\\ \\text{B}" in md
+
+
+def test_other_commands_point_to_estimate_in_one_line(tmp_path) -> None:
+    run = cli("derive", "parameters", "--model", "mamba2-2.7b")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "mamba2-2.7b is a mamba2 model (state space layers): memderive estimate" in run.stderr
+
+
+def test_heads_that_do_not_cover_the_inner_width_are_refused(tmp_path) -> None:
+    # num_heads 4 * head_dim 8 = 32 is not expand 2 * hidden 32 = 64: transformers' scan cannot split x into heads
+    (tmp_path / "config.json").write_text(json.dumps({**TINY_MAMBA2, "num_heads": 4}))
+    run = cli("estimate", "--model", str(tmp_path / "config.json"))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "num_heads * head_dim = 32 must equal expand * hidden_size = 64" in run.stderr
