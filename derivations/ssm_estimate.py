@@ -25,6 +25,8 @@ __all__ = ["SsmEstimate", "SsmQuantity", "ssm_estimate", "find_ssm", "LAYER_TITL
 
 #: The options an SSM estimate reads; any other option set is refused by name.
 READ = ("mode", "batch", "seq", "new_tokens", "dtype", "weight_dtype", "kv_dtype")
+#: The element types the estimate holds weights and state in (transformers' model dtypes).
+FLOATS = ("fp32", "fp16", "bf16")
 LAYER_TITLES = {"embed": "embeddings", "mamba_layer": "one Mamba 2 layer", "attention_layer": "one attention layer",
                 "head": "final norm and LM head"}
 
@@ -63,6 +65,10 @@ def _check(model: SsmModel, opts: Options) -> None:
     if opts.mode == "train":
         raise OptionsError(f"{model.name}: training memory of {model.family} models is not derived yet (the scan's "
                            "saved tensors); use --mode params or --mode infer")
+    for flag, value in (("--weight-dtype", opts.weight_dtype), ("--kv-dtype", opts.kv_dtype), ("--dtype", opts.dtype)):
+        if value is not None and dtype(value).name not in FLOATS:
+            raise OptionsError(f"{model.name}: {flag} {value} is not modelled for {model.family} models yet (quantized "
+                               f"weights' scales, a quantized state); give one of {', '.join(FLOATS)}")
     base = replace(Options(), **{k: getattr(opts, k) for k in READ})
     other = [f.name for f in fields(Options) if getattr(opts, f.name) != getattr(base, f.name)]
     if other:

@@ -63,15 +63,16 @@ def test_parameters_equal_transformers_meta_build(config) -> None:
     assert model.parameters().total.evaluate(model.values()) == _meta_parameters(config)
 
 
-def _cache_bytes(config: dict, batch: int, prompt: int, dtype: torch.dtype) -> int:
-    """Every tensor the cache object holds after a prefill of ``prompt`` tokens and one decode step."""
+def _cache_bytes(config: dict, batch: int, prompt: int, dtype: torch.dtype, steps: int = 1) -> int:
+    """Every tensor the cache object holds after a prefill of ``prompt`` tokens and ``steps`` decode steps."""
     cfg, model_class = _hf(config)
     torch.manual_seed(0)
     model = model_class(cfg).to(dtype).eval()
     ids = torch.randint(0, config["vocab_size"], (batch, prompt))
     with torch.no_grad():
         cache = model(ids, use_cache=True).past_key_values
-        cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
+        for _ in range(steps):
+            cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
     total = 0
     for layer in cache.layers:
         for value in vars(layer).values():
@@ -88,6 +89,14 @@ def test_state_equals_the_cache_after_prefill_and_one_decode_step(config, dtype)
     name = {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
     values = {**model.values(), b: 2, s: 5, n: 1}  # batch 2, a prompt of 5 tokens, one decode step
     assert model.state(name).total.evaluate(values) == _cache_bytes(config, 2, 5, dtype)
+
+
+@pytest.mark.parametrize("config", [TINY_MAMBA2, TINY_BAMBA], ids=["mamba2", "bamba"])
+def test_a_prompt_past_the_chunk_size_and_three_decode_steps(config) -> None:
+    # 13 tokens: one whole chunk of 8 and a part (the scan pads the last chunk); the Mamba state stays the same size
+    model = ssm_model(config)
+    values = {**model.values(), b: 1, s: 13, n: 3}
+    assert model.state("bf16").total.evaluate(values) == _cache_bytes(config, 1, 13, torch.bfloat16, steps=3)
 
 
 def test_tiny_mamba2_state_by_hand() -> None:
@@ -108,7 +117,9 @@ def test_a_bamba_config_file_is_read_as_a_hybrid() -> None:
 @pytest.mark.parametrize(("args", "says"), [
     (("--mode", "train", "--batch", "1", "--seq", "8"), "training memory of mamba2 models is not derived yet"),
     (("--mode", "infer", "--batch", "1", "--seq", "8", "--tp", "2"), "tp not modelled for mamba2 models yet"),
-    (("--summary",), "--summary is not made for mamba2-2.7b yet")])
+    (("--summary",), "--summary is not made for mamba2-2.7b yet"),
+    (("--mode", "infer", "--batch", "1", "--seq", "8", "--weight-dtype", "int4"),
+     "--weight-dtype int4 is not modelled for mamba2 models yet")])
 def test_what_is_not_derived_is_one_line_and_exit_2(args, says) -> None:
     run = cli("estimate", "--model", "mamba2-2.7b", *args)
     assert run.returncode == 2 and run.stdout == ""
