@@ -198,7 +198,7 @@ def _state(est: SsmEstimate, doc: _Doc, step: int) -> None:
     doc.equation([rf"M_{{\text{{state}}}} &= {symbolic}", numeric, _value(state.value, "bytes")])
     total = est.quantity("inference_bytes")
     doc.heading(f"Step {step + 2}. Weights plus state")
-    doc.equation([rf"M &= M_{{\text{{weights}}}} + M_{{\text{{state}}}}",
+    doc.equation([r"M &= M_{\text{weights}} + M_{\text{state}}",
                   f"{number(est.value('weight_bytes'))} + {number(state.value)}", _value(total.value, "bytes")])
     doc.text(NOT_DERIVED + ".")
 

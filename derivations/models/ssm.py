@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -73,7 +73,6 @@ class SsmModel:
     tied: bool = False
     attention_layers: tuple[int, ...] = ()  # hybrid: the indices of layers_block_type's attention layers
     source: str = ""
-    notes: tuple[str, ...] = field(default=())
 
     def values(self) -> dict[Expr, int]:
         return {_sym(k): v for k, v in self.sizes.items()}
