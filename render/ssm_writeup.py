@@ -190,7 +190,7 @@ def _state(est: SsmEstimate, doc: _Doc, step: int) -> None:
     groups: dict = {}
     for _, layers, per in parts:
         groups.setdefault(layers, []).append(per)
-    symbolic = " + ".join(f"{_count(layers)} \\left(" + " + ".join(_math(x, factor=True) for x in pers) + "\\right)"
+    symbolic = " \\\\ &\\quad + ".join(f"{_count(layers)} \\left(" + " + ".join(_math(x, factor=True) for x in pers) + "\\right)"
                           for layers, pers in groups.items())
     numeric = " + ".join(f"{number(int(layers.evaluate(est.values)))} \\cdot \\left("
                          + " + ".join(number(int(x.evaluate(est.values))) for x in pers) + "\\right)"
