@@ -131,6 +131,8 @@ _ENTRIES: tuple[Reference, ...] = (
     _paper("shah-2024", "Shah et al. 2024 (FlashAttention-3)", "J. Shah, G. Bikshandi, Y. Zhang, V. Thakkar, "
            "P. Ramani, T. Dao", "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision",
            2024, "2407.08608", "NeurIPS 2024"),
+    _paper("dao-gu-2024", "Dao & Gu 2024 (Mamba-2)", "T. Dao, A. Gu", "Transformers are SSMs: Generalized Models and "
+           "Efficient Algorithms Through Structured State Space Duality", 2024, "2405.21060", "ICML 2024"),
     # --- mixture of experts ----------------------------------------------------------------------------------
     _paper("lepikhin-2020", "Lepikhin et al. 2020 (GShard)", "D. Lepikhin, H. Lee, Y. Xu, D. Chen, O. Firat, Y. Huang, "
            "M. Krikun, N. Shazeer, Z. Chen", "GShard: Scaling Giant Models with Conditional Computation and Automatic "

@@ -73,6 +73,14 @@ DIMS: tuple[Dim, ...] = (
     Dim("d_cq", "query latent rank (q_lora_rank)", "d_{c}'"),
     Dim("d_hR", "decoupled rotary head dimension (qk_rope_head_dim)", "d_{h}^{R}"),
     Dim("d_v", "value head dimension (v_head_dim)", "d_{v}"),
+    # state space layers (Mamba-2, Dao & Gu 2024, arXiv:2405.21060; transformers' Mamba2Mixer names)
+    Dim("d_in", "SSM inner width (intermediate_size = expand x hidden size)", "d_{in}"),
+    Dim("n_sh", "SSM heads (num_heads)", "n_{sh}"),
+    Dim("d_sh", "SSM head dimension (head_dim)", "d_{sh}"),
+    Dim("d_st", "SSM state size per head (state_size, Mamba-2's N)", "d_{st}"),
+    Dim("n_g", "SSM groups sharing B and C (n_groups)", "n_{g}"),
+    Dim("d_cv", "SSM causal convolution kernel (conv_kernel)", "d_{cv}"),
+    Dim("l_a", "attention layers of a hybrid model", "l_{a}"),
     # inference
     Dim("n", "generated tokens", "n"),
     Dim("w", "sliding attention window", "w"),
@@ -107,5 +115,6 @@ def sym(name: str) -> Expr:
     return _BY_NAME[name].expr
 
 
-(b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, n, w, l_w, g, r, t, p,
+(b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, d_in, n_sh, d_sh,
+ d_st, n_g, d_cv, l_a, n, w, l_w, g, r, t, p,
  d, m, v, ep, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)

@@ -17,6 +17,7 @@ from memderive.documents.units import RenderOptions
 from memderive.documents.writeup import estimate_document, quantity_document
 
 GOLDEN = Path(__file__).parent / "golden"
+SSM_DOCUMENTS = ("mamba2-2.7b", "bamba-9b-like")
 TRAIN = ["--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8", "--sp",
          "--recompute", "selective"]
 
@@ -100,7 +101,9 @@ def compiled(tmp_path_factory) -> Path:
     (work / "train.tex").write_text(estimate_document(train_7b(), "latex"))
     infer = estimate("llama-2-70b", mode="infer", batch=2, seq=4096, new_tokens=256, tp=8)
     (work / "infer.tex").write_text(estimate_document(infer, "latex"))
-    for name in ("train.tex", "infer.tex"):
+    for name in SSM_DOCUMENTS:  # the state space and hybrid writeups (tests/test_ssm.py keeps them golden)
+        (work / f"{name}.tex").write_text((GOLDEN / f"estimate-{name}-infer.tex").read_text())
+    for name in ("train.tex", "infer.tex", *(f"{x}.tex" for x in SSM_DOCUMENTS)):
         run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name], cwd=work,
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stdout[-3000:]
@@ -112,7 +115,7 @@ def test_training_document_compiles_with_pdflatex(compiled) -> None:
     assert pdf.stat().st_size > 10_000 and pdf.read_bytes().startswith(b"%PDF")
 
 
-@pytest.mark.parametrize("name", ["train", "infer"])
+@pytest.mark.parametrize("name", ["train", "infer", *SSM_DOCUMENTS])
 def test_documents_fit_the_page(compiled, name) -> None:
     log = (compiled / f"{name}.log").read_text(errors="replace")
     widths = [float(x) for x in re.findall(r"Overfull \\hbox \(([\d.]+)pt too wide\)", log)]

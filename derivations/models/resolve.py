@@ -20,6 +20,7 @@ from typing import Any
 from memderive.derivations.models.config import from_config, load_config
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import PRESETS, preset
+from memderive.derivations.models.ssm import find_ssm
 from memderive.derivations.options import ArgumentError, Options, OptionsError
 from memderive.symbolic.errors import InvalidLayoutError, shown
 
@@ -35,6 +36,12 @@ def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
     """
     if isinstance(model, Model):
         return model
+    ssm = find_ssm(model)
+    if ssm is not None:
+        raise ArgumentError(f"{ssm.name} is a {ssm.family} model (state space layers): memderive estimate --model "
+                            f"{shown(str(model), 200) if not isinstance(model, Mapping) else '<config>'} derives its "
+                            "parameters and inference state (--mode params or infer, --format md or latex for the "
+                            "steps); this command does not model it yet")
     if isinstance(model, Mapping):
         return from_config(model)
     if hasattr(model, "to_dict") and hasattr(model, "model_type"):

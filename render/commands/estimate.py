@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 
+from memderive.derivations.models.ssm import find_ssm
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
 from memderive.documents.units import RenderOptions
 from memderive.derivations.estimate import estimate
+from memderive.derivations.ssm_estimate import ssm_estimate
+from memderive.documents.ssm_writeup import ssm_report
 from memderive.derivations.models.resolve import resolve_model
 
 
@@ -56,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
+    if find_ssm(args.model) is not None:
+        return _state_space(args)
     est = estimate(args.model, options_from_args(args))
     if args.json:
         out = json.dumps(est.to_json(), indent=2)
@@ -78,6 +83,16 @@ def run(args: argparse.Namespace) -> int:
         if refusal is not None:  # an answer (the engine would not start), not bad input: exit 1, as fit's "does not fit"
             sys.stderr.write(f"memderive: vLLM refuses to start: {refusal}\n")
             return 1
+    return 0
+
+
+def _state_space(args: argparse.Namespace) -> int:
+    """Mamba 2 and hybrid models: the hand-written derivation of ``derivations.ssm_estimate``."""
+    if args.summary:
+        raise ValueError(f"--summary is not made for {args.model} yet; leave it out")
+    args.ssm_opts = options_from_args(args)
+    est = ssm_estimate(find_ssm(args.model), args.ssm_opts)
+    emit(ssm_report(est, args), args.output, args.force)
     return 0
 
 

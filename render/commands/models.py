@@ -9,6 +9,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.presets import SOURCES, preset, preset_names
 from memderive.documents.units import scaled_bytes, scaled_count
 
+from memderive.derivations.models.ssm import SSM_PRESETS, ssm_model
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("models", help="list the bundled models with their sizes")
@@ -27,6 +29,13 @@ def rows() -> list[dict]:
         out.append({"model": name, "family": model.arch.family, "parameters": params, "bf16_bytes": 2 * params,
                     "layers": z["l"], "hidden": z["h"], "heads": z["a"], "kv_heads": z.get("a_kv", z["a"]),
                     "max_positions": model.max_positions, "source": SOURCES[name].key})
+    for name, config in SSM_PRESETS.items():  # state space models: SSM heads, no key/value heads, no context limit
+        model = ssm_model(config, name)
+        z = model.sizes
+        params = int(model.parameters().total.evaluate(model.values()))
+        out.append({"model": name, "family": model.family, "parameters": params, "bf16_bytes": 2 * params,
+                    "layers": z["l"], "hidden": z["h"], "heads": z["n_sh"], "kv_heads": None, "max_positions": None,
+                    "source": "dao-gu-2024"})
     return out
 
 
@@ -41,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         context = f"{r['max_positions']:,}" if r["max_positions"] else "-"
         print(f"{r['model']:<16} {r['family']:<12} {scaled_count(r['parameters']):>18} "
               f"{scaled_bytes(r['bf16_bytes'])[0]:>13} {r['layers']:>6} {r['hidden']:>6} {r['heads']:>5} "
-              f"{r['kv_heads']:>4} {context:>8}  {r['source']}")
+              f"{r['kv_heads'] or '-':>4} {context:>8}  {r['source']}")
     print("\nsource: where the sizes are published (memderive references KEY). Any local Hugging Face config.json "
           "works too: memderive estimate --model path/to/config.json")
     return 0
