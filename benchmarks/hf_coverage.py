@@ -41,9 +41,10 @@ SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 
          "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
          "d_ff": 96, "d_kv": 16, "num_layers": 2, "n_layer": 2, "n_layers": 2, "num_hidden_layers": 2,
          "image_size": 32, "patch_size": 8, "num_channels": 3, "attn_layer_period": 2, "attn_layer_offset": 1,
-         "expert_layer_period": 2, "expert_layer_offset": 1}
-LAYERS = 4
-FIT = dict(s_points=(4, 6, 8), check=((4, 5), (1, 10)))
+         "expert_layer_period": 2, "expert_layer_offset": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+LAYERS = 2
+#: Fitted on fake tensors at b in (1, 2, 3) and s in (4, 6, 8); checked against real CPU runs at REAL only.
+FIT = dict(s_points=(4, 6, 8), check=())
 REAL = ((1, 7), (2, 7))
 
 
@@ -67,11 +68,11 @@ def _small_kwargs(cls) -> dict:
         if isinstance(value, transformers.PretrainedConfig):
             kwargs[key] = _small_kwargs(type(value))
     layers_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers") if k in names), None)
-    wanted = {k: v for k, v in SMALL.items() if k in names and not isinstance(getattr(base, k, None), (list, dict))}
+    wanted = {k: v for k, v in SMALL.items() if k in names and not isinstance(_get(base, k), (list, dict))}
     if layers_key:
         wanted[layers_key] = LAYERS
     for key in ("layer_types", "layers_block_type", "attention_types_per_layer", "hybrid_override_pattern"):
-        kinds = getattr(base, key, None)
+        kinds = _get(base, key)
         if isinstance(kinds, (list, str)) and kinds and layers_key and key in names:
             distinct = list(dict.fromkeys(kinds))
             cut = (distinct * LAYERS)[:max(LAYERS, len(distinct))]
@@ -91,7 +92,15 @@ def _small_kwargs(cls) -> dict:
     return kwargs
 
 
-class Timeout(Exception):
+def _get(config, key: str):
+    """A config field, or None (per-layer configs refuse to give some fields globally)."""
+    try:
+        return getattr(config, key, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class Timeout(BaseException):  # not an Exception: the traced path turns those into one-line errors
     pass
 
 
@@ -106,11 +115,17 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
     try:
-        cfg = small_config(model_type)
-        got = traced.parameters(cfg)
-        model, mode = traced.build(cfg, "eager")
-        with mode:
-            want = sum(p.numel() for p in model.parameters())
+        try:
+            cfg = small_config(model_type)
+            got = traced.parameters(cfg)
+        except Exception as exc:  # noqa: BLE001 - the config class's own defaults (full size: parameters only)
+            import transformers
+
+            cfg = transformers.CONFIG_MAPPING[model_type]()
+            got = traced.parameters(cfg)
+            only = "params"
+            out["why"] = f"small config failed ({' '.join(str(exc).split())[:120]}): parameters of the default config"
+        want = transformers_count(cfg)
         out["params"] = "exact" if got.total == want else f"{got.total} != {want}"
         if only == "params":
             return out
@@ -127,6 +142,16 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
     finally:
         signal.alarm(0)
     return out
+
+
+def transformers_count(cfg) -> int:
+    """What transformers instantiates, counted as tests/hf_meta.py counts it (meta device, parameters() once)."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
 
 
 def _cache(cfg) -> str:

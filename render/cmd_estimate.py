@@ -6,6 +6,7 @@ import argparse
 import json
 
 from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
+from memderive.derivations.models.traced import traced_config, traced_estimate
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
+    traced = traced_config(args.model)
+    if traced is not None:  # a model_type no hand-written family takes: traced from transformers' code
+        return _traced(args, *traced)
     est = estimate(args.model, options_from_args(args))
     if args.summary:
         from memderive.text import summary_report
@@ -71,6 +75,19 @@ def run(args: argparse.Namespace) -> int:
         from memderive.writeup import estimate_document
 
         text = estimate_document(est, args.format, render_options(args))
+    emit(text, args.output, args.force)
+    return 0
+
+
+def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
+    """A traced model's figures (``derivations.models.traced``): text, Markdown or JSON."""
+    from memderive.traced_report import traced_text
+
+    if args.summary or args.format == "latex":
+        raise ValueError("a traced model prints text, --format md or --json; --summary and LaTeX writeups are for "
+                         "hand-written families")
+    est = traced_estimate(config, name, options_from_args(args))
+    text = json.dumps(est.to_json(), indent=2) if args.json else traced_text(est, markdown=args.format == "md")
     emit(text, args.output, args.force)
     return 0
 

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from memderive.derivations.models.config import config_name
 from memderive.derivations.models.config_fields import ConfigError
+from memderive.derivations.models.families import ADAPTERS, REFUSED
+from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.symbolic.dims import Psi, d
+from memderive.symbolic.dtypes import dtype as dtype_of
 
 __all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
            "saved_bytes", "polynomial", "Polynomial", "Fit", "transformers_version", "build"]
@@ -41,6 +48,38 @@ _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 class TracedError(ConfigError):
     """transformers cannot build or run this config, said in one line."""
+
+
+def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
+    """The parsed config and name of a ``--model`` argument that takes the traced path, else None: a
+    ``config.json`` (or folder holding one) whose model_type no hand-written family takes, or a bare model_type
+    transformers knows that is no bundled name (its config class's defaults). Reads JSON only: torch and
+    transformers are imported only for a bare name, which no other path answers."""
+    import json
+    from pathlib import Path
+
+    if not isinstance(model, (str, Path)):
+        return None
+    text = str(model)
+    if len(text) > 4096 or "\0" in text:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            return None  # load_config says what is wrong
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        if not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED:
+            return None
+        return config, config_name(config, path)
+    if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
+        return None
+    if known_model_type(text):
+        return {"model_type": text}, text
+    return None
 
 
 def transformers_version() -> str:
@@ -60,10 +99,15 @@ def known_model_type(model_type: str) -> bool:
 
 def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
     """transformers' config object of a parsed ``config.json`` (its config class's defaults for what it omits)."""
-    import transformers
-
-    transformers.logging.set_verbosity_error()
     model_type = config.get("model_type")
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        raise TracedError(f"{label}: model_type {model_type!r} is not one of memderive's families; tracing it from "
+                          "transformers' modeling code needs torch and transformers: pip install 'memderive[traced]'"
+                          ) from None
+    transformers.logging.set_verbosity_error()
     if model_type not in transformers.CONFIG_MAPPING:
         raise TracedError(f"{label}: model_type {model_type!r} is unknown to transformers {transformers.__version__} "
                           "and to memderive's families; check the name or upgrade transformers")
@@ -124,8 +168,9 @@ def _to_fake(model: Any) -> Any:
             for name, t in list(table.items()):
                 if t is None:
                     continue
-                if id(t) not in made:
-                    fake = mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu)
+                if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
+                    fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
+                            else mode.from_tensor(t))
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
@@ -430,3 +475,97 @@ def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
                 k = rows[r][col] / rows[col][col]
                 rows[r] = [x - k * y for x, y in zip(rows[r], rows[col])]
     return [rows[i][n] / rows[i][i] for i in range(n)]
+
+
+#: Options a traced model answers (the rest must keep their defaults: parallelism, recompute, LoRA and the time
+#: model apply to the hand-written graphs only, so far).
+TRACED_OPTIONS = ("mode", "batch", "seq", "new_tokens", "dtype", "precision", "grad_buffer", "optimizer", "attention",
+                  "weight_dtype", "kv_dtype")
+
+
+@dataclass(frozen=True)
+class TracedEstimate:
+    """A traced model's exact figures at the options' (b, s): parameters by module path, model states (training),
+    the cache after a prefill of s tokens and one decode step (inference), saved activations (training), each
+    with its polynomial in b and s where one fits (``Fit``; None: not a polynomial of that degree, or not asked)."""
+
+    name: str
+    model_type: str
+    version: str
+    mode: str
+    batch: int | None
+    seq: int | None
+    attention: str
+    parameters: TracedParameters
+    states: tuple[tuple[str, int], ...] = ()
+    cache: CacheBytes | None = None
+    cache_fit: Fit | None = None
+    saved: int | None = None
+    saved_fit: Fit | None = None
+    weights: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.name, "model_type": self.model_type, "traced_from": f"transformers "
+                               f"{self.version}", "mode": self.mode, "parameters": self.parameters.total,
+                               "parameter_groups": [dict(path=p, module=w, count=n, each=e)
+                                                    for p, w, n, e in self.parameters.groups],
+                               "tied": [list(t) for t in self.parameters.tied]}
+        if self.mode != "params":
+            out.update(batch=self.batch, seq=self.seq, attention=self.attention)
+        if self.states:
+            out["model_states_bytes"] = sum(v for _, v in self.states)
+            out["model_states"] = dict(self.states)
+        if self.saved is not None:
+            out["activation_bytes"] = self.saved
+            out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
+            out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
+        if self.cache is not None:
+            out["weight_bytes"] = self.weights
+            out["cache_bytes"] = self.cache.total
+            out["cache_kind"] = self.cache.kind
+            out["cache_parts"] = [dict(holder=p, dtype=d, bytes=n) for p, d, n in self.cache.parts]
+            out["cache_formula"] = str(self.cache_fit) if self.cache_fit else None
+        return out
+
+
+def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> TracedEstimate:
+    """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
+    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
+    import dataclasses as dc
+
+    defaults = Options()
+    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS
+               and getattr(options, f.name) != getattr(defaults, f.name)]
+    if changed:
+        raise TracedError(f"{name}: {', '.join('--' + c.replace('_', '-') for c in changed)} not yet supported for a "
+                          f"traced model (model_type {config.get('model_type')!r}); memderive traces parameters, model "
+                          "states, cache and saved activations of one unsharded GPU")
+    cfg = hf_config(config, name)
+    params = parameters(cfg)
+    attention = options.attention or ("eager" if options.mode == "train" else "sdpa")
+    if attention not in ("eager", "sdpa"):
+        raise TracedError(f"{name}: --attention {attention} is not traced (no CUDA kernels on fake CPU tensors); "
+                          "give eager or sdpa")
+    est = TracedEstimate(name, cfg.model_type, transformers_version(), options.mode, options.batch, options.seq,
+                         attention, params)
+    if options.mode == "params":
+        return est
+    b, s = options.batch or 1, options.seq
+    if s is None:
+        raise TracedError(f"{name}: --mode {options.mode} needs --seq")
+    if options.mode == "train":
+        model, mode = build(cfg, attention, options.dtype)
+        saved = saved_bytes(model, mode, b, s)
+        fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+        fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+        states = states_breakdown(Psi, options.dtype, options.optimizer, 0, d, precision=options.precision,
+                                  grad_buffer=options.grad_buffer)
+        rows = tuple((t.path.removeprefix("model_states/"), int(t.expr.evaluate({Psi: params.total})))
+                     for t in states.terms)
+        return dc.replace(est, states=rows, saved=saved, saved_fit=fit)
+    weight = options.weight_dtype or "bf16"
+    model, mode = build(cfg, attention, options.kv_dtype or weight)
+    cache = cache_bytes(model, mode, b, s)
+    fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+    fit = fit if fit is not None and fit(b, s) == cache.total else None
+    return dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
