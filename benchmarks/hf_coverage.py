@@ -41,7 +41,8 @@ SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 
          "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
          "d_ff": 96, "d_kv": 16, "num_layers": 2, "n_layer": 2, "n_layers": 2, "num_hidden_layers": 2,
          "image_size": 32, "patch_size": 8, "num_channels": 3, "attn_layer_period": 2, "attn_layer_offset": 1,
-         "expert_layer_period": 2, "expert_layer_offset": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+         "expert_layer_period": 2, "expert_layer_offset": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+         "is_decoder": True}
 LAYERS = 2
 #: Fitted on fake tensors at b in (1, 2, 3) and s in (4, 6, 8); checked against real CPU runs at REAL only.
 FIT = dict(s_points=(4, 6, 8), check=())
@@ -121,7 +122,8 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
         except Exception as exc:  # noqa: BLE001 - the config class's own defaults (full size: parameters only)
             import transformers
 
-            cfg = transformers.CONFIG_MAPPING[model_type]()
+            cls = transformers.CONFIG_MAPPING[model_type]
+            cfg = cls(is_decoder=True) if "is_decoder" in {f.name for f in dataclasses.fields(cls)} else cls()
             got = traced.parameters(cfg)
             only = "params"
             out["why"] = f"small config failed ({' '.join(str(exc).split())[:120]}): parameters of the default config"
@@ -187,6 +189,35 @@ def _saved(cfg, attention: str) -> str:
         return "fails: " + str(exc)[:160]
 
 
+def forked_row(model_type: str, only: str, seconds: int) -> dict:
+    """``row`` in a forked child (torch and transformers already imported): a model type that kills its interpreter
+    (a C++ ``terminate`` inside a fake-tensor kernel) or hangs gets a row saying so, and the table goes on."""
+    import json
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one row, as JSON, then exit without cleanup
+        os.close(read)
+        try:
+            data = json.dumps(row(model_type, only, seconds)).encode()
+        except BaseException as exc:  # noqa: BLE001
+            data = json.dumps({"type": model_type, "why": f"{type(exc).__name__}: {exc}"[:200]}).encode()
+        os.write(write, data)
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    blank = {"type": model_type, "params": "", "cache": "", "eager": "", "sdpa": "", "why": ""}
+    if not chunks:
+        return {**blank, "why": f"the interpreter died running it (wait status {status}): a fatal error in a "
+                                "fake-tensor kernel"}
+    return {**blank, **json.loads(b"".join(chunks))}
+
+
 def main(argv: list[str] | None = None) -> int:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -207,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for model_type in types:
         start = time.time()
-        r = row(model_type, args.only or "", args.seconds)
+        r = forked_row(model_type, args.only or "", args.seconds)
         rows.append(r)
         print("\t".join([r["type"], r["params"], r["cache"], r["eager"], r["sdpa"], r["why"]])
               + f"\t({time.time() - start:.1f} s)", flush=True)
