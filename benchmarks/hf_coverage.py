@@ -37,7 +37,7 @@ SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 
          "expert_intermediate_size": 32, "shared_expert_intermediate_size": 32, "n_group": 1, "topk_group": 1,
          "expand": 1, "state_size": 8, "mamba_d_state": 8, "ssm_state_size": 8, "mamba_n_heads": 4,
          "mamba_d_head": 16, "mamba_head_dim": 16, "time_step_rank": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
-         "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "encoder_layers": 2, "decoder_layers": 2,
+         "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "rotary_dim": 8, "v_head_dim": 16, "encoder_layers": 2, "decoder_layers": 2,
          "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
          "d_ff": 96, "d_kv": 16, "num_layers": 2, "n_layer": 2, "n_layers": 2, "num_hidden_layers": 2,
          "image_size": 32, "patch_size": 8, "num_channels": 3, "attn_layer_period": 2, "attn_layer_offset": 1,

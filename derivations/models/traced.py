@@ -255,9 +255,11 @@ def _ids(cfg: Any, b: int, s: int) -> Any:
 
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
+    import warnings
 
     try:
-        with mode if mode is not None else contextlib.nullcontext():
+        with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
             return fn()
     except TracedError:
         raise
@@ -266,8 +268,9 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
-def _tensors(obj: Any, depth: int = 0, seen: set[int] | None = None):
-    """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), with the attribute path."""
+def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = None):
+    """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), with the attribute that holds
+    it (``Class.attribute``: a list or dict of states is named by the attribute holding it)."""
     import torch
 
     seen = set() if seen is None else seen
@@ -275,19 +278,18 @@ def _tensors(obj: Any, depth: int = 0, seen: set[int] | None = None):
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
-        yield "", obj
+        yield where, obj
         return
     if isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
+        items = ((where, value) for value in obj)
     elif isinstance(obj, dict):
-        items = obj.items()
+        items = ((where, value) for value in obj.values())
     elif hasattr(obj, "__dict__") and type(obj).__module__.startswith("transformers"):
-        items = vars(obj).items()
+        items = ((f"{type(obj).__name__}.{key}", value) for key, value in vars(obj).items())
     else:
         return
-    for key, value in items:
-        for path, t in _tensors(value, depth + 1, seen):
-            yield f"{type(obj).__name__}.{key}" if not path else path, t
+    for name, value in items:
+        yield from _tensors(value, name, depth + 1, seen)
 
 
 @dataclass(frozen=True)
