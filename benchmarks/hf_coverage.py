@@ -226,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--types", help="comma-separated model types (default: all causal-LM types)")
     parser.add_argument("--only", choices=("params",), help="parameters only (no forwards)")
     parser.add_argument("--shard", default="0/1", help="i/n: every n-th type from the i-th (to run in parallel)")
+    parser.add_argument("--merge", nargs="+", metavar="TSV",
+                        help="print the table and totals of earlier runs' outputs (a later row of a type replaces an "
+                             "earlier one: shards, then reruns)")
     parser.add_argument("--seconds", type=int, default=120, help="time limit per model type")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge)
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     types = args.types.split(",") if args.types else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
@@ -242,12 +247,35 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         print("\t".join([r["type"], r["params"], r["cache"], r["eager"], r["sdpa"], r["why"]])
               + f"\t({time.time() - start:.1f} s)", flush=True)
+    print(totals(rows))
+    return 0
+
+
+COLUMNS = ("type", "params", "cache", "eager", "sdpa", "why")
+
+
+def totals(rows: list[dict]) -> str:
     exact = lambda key: sum(r[key].startswith("exact") for r in rows)  # noqa: E731
     saved = sum(r["eager"].startswith("exact") or r["sdpa"].startswith("exact") for r in rows)
-    caching = sum(bool(r["cache"]) and r["cache"] != "no cache" for r in rows)
-    print(f"totals over {len(rows)}: params exact {exact('params')}; cache exact {exact('cache')} "
-          f"(of {caching} that ran a cache check); saved activations exact at b1 and b2: eager {exact('eager')}, "
-          f"sdpa {exact('sdpa')}, either {saved}")
+    no_cache = sum(r["cache"] == "no cache" for r in rows)
+    return (f"totals over {len(rows)}: params exact {exact('params')}; cache exact {exact('cache')} ({no_cache} "
+            f"without a cache); saved activations exact at b1 and b2: eager {exact('eager')}, sdpa {exact('sdpa')}, "
+            f"either {saved}")
+
+
+def merge(paths: list[str]) -> int:
+    """The table of earlier runs' printed rows, a type's last row winning, and its totals."""
+    rows: dict[str, dict] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            cells = line.split("\t")
+            if len(cells) < 6 or cells[0] == "type" or line.startswith(("totals", "transformers")):
+                continue
+            rows[cells[0]] = dict(zip(COLUMNS, cells))
+    print("type\tparams\tcache\tsaved eager\tsaved sdpa\twhy not")
+    for name in sorted(rows):
+        print("\t".join(rows[name][c] for c in COLUMNS))
+    print(totals(list(rows.values())))
     return 0
 
 
