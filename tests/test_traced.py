@@ -37,6 +37,12 @@ SAMPLE = {
                        num_key_value_heads=2, head_dim=16, intermediate_size=96, num_experts=4, num_experts_per_tok=2,
                        moe_intermediate_size=32, shared_expert_intermediate_size=32,
                        layer_types=["linear_attention", "full_attention"]),
+    # a vision-language model: SigLIP tower, projector and Gemma 3 text model, grouped by module path
+    "gemma3": dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                    head_dim=16, intermediate_size=96, vocab_size=300),
+                   vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48,
+                                      image_size=32, patch_size=8),
+                   mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298),
     "bart": dict(d_model=64, decoder_layers=2, encoder_layers=2, decoder_attention_heads=4, encoder_attention_heads=4,
                  decoder_ffn_dim=96, encoder_ffn_dim=96, vocab_size=128, max_position_embeddings=64),
 }
@@ -63,6 +69,9 @@ def test_traced_parameters_equal_transformers(model_type: str) -> None:
     got = traced.parameters(cfg)
     assert got.total == count_parameters(cfg)
     assert got.total == sum(n * each for _, _, n, each in got.groups)
+    if model_type == "gemma3":
+        paths = {path for path, _, _, _ in got.groups}
+        assert {"model.vision_tower.encoder.layers", "model.language_model.layers"} <= paths
 
 
 def test_mamba_groups_and_cache_by_hand() -> None:
