@@ -13,6 +13,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.ssm_estimate import ssm_estimate
 from memderive.documents.ssm_writeup import ssm_report
 from memderive.derivations.models.resolve import resolve_model
+from memderive.derivations.quantities.traced import traced_config, traced_estimate
+from memderive.documents.traced_report import traced_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     check_formats(args)
     if find_ssm(args.model) is not None:
         return _state_space(args)
+    traced = traced_config(args.model)
+    if traced is not None:  # a model_type no hand-written family takes: traced from transformers' code
+        return _traced(args, *traced)
     est = estimate(args.model, options_from_args(args))
     if args.json:
         out = json.dumps(est.to_json(), indent=2)
@@ -93,6 +98,17 @@ def _state_space(args: argparse.Namespace) -> int:
     args.ssm_opts = options_from_args(args)
     est = ssm_estimate(find_ssm(args.model), args.ssm_opts)
     emit(ssm_report(est, args), args.output, args.force)
+    return 0
+
+
+def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
+    """A traced model's figures (``derivations.quantities.traced``): text, Markdown or JSON."""
+    if args.summary or args.format == "latex":
+        raise ValueError("a traced model prints text, --format md or --json; --summary and LaTeX writeups are for "
+                         "hand-written families")
+    est = traced_estimate(config, name, options_from_args(args))
+    text = json.dumps(est.to_json(), indent=2) if args.json else traced_text(est, markdown=args.format == "md")
+    emit(text, args.output, args.force)
     return 0
 
 

@@ -1,0 +1,283 @@
+"""Every causal-LM model type of the installed transformers through memderive's traced path, as a table.
+
+For each ``model_type`` of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (200 in transformers 5.25), a small config
+(``small_config``: the config class's defaults with small sizes where it has the fields), then:
+
+* params: the traced module tree's groups (``traced.parameters``, meta device) against the count of a model
+  transformers instantiates on fake CPU tensors, ``sum(p.numel() for p in model.parameters())``;
+* cache: the polynomial in b and s fitted on fake tensors (prefill of s tokens and one decode step) against the
+  cache object of a real CPU run at (1, 7) and (2, 7), points it was not fitted on;
+* saved (eager, sdpa): the polynomial fitted on fake tensors against autograd's saved tensors of a real bf16 CPU
+  training forward at b 1 and b 2 (s 7), counted as ``tests/hf_saved.py`` counts them.
+
+A model type that fails says why in one line. ``python benchmarks/hf_coverage.py`` prints the table and the totals;
+``--types llama,mamba`` runs a few; ``--only params`` skips the forwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from memderive.derivations.quantities import traced  # noqa: E402
+
+#: Small sizes, each set where the config class has the field (as tests/hf_meta.py's SMALL, with MoE and SSM sizes).
+SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 4, "n_head": 4, "n_heads": 4,
+         "num_heads": 4, "num_key_value_heads": 2, "n_kv_heads": 2, "intermediate_size": 96, "ffn_dim": 96,
+         "vocab_size": 128, "head_dim": 16, "max_position_embeddings": 64, "n_positions": 64, "max_seq_len": 64,
+         "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
+         "num_experts_per_tok": 2, "moe_k": 2, "moe_topk": 2, "top_k": 2, "moe_intermediate_size": 32,
+         "expert_intermediate_size": 32, "shared_expert_intermediate_size": 32, "n_group": 1, "topk_group": 1,
+         "expand": 1, "state_size": 8, "mamba_d_state": 8, "ssm_state_size": 8, "mamba_n_heads": 4,
+         "mamba_d_head": 16, "mamba_head_dim": 16, "time_step_rank": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
+         "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "rotary_dim": 8, "v_head_dim": 16, "encoder_layers": 2, "decoder_layers": 2,
+         "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
+         "d_ff": 96, "d_kv": 16, "num_layers": 2, "n_layer": 2, "n_layers": 2, "num_hidden_layers": 2,
+         "image_size": 32, "patch_size": 8, "num_channels": 3, "attn_layer_period": 2, "attn_layer_offset": 1,
+         "expert_layer_period": 2, "expert_layer_offset": 1, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+         "is_decoder": True}
+LAYERS = 2
+#: Fitted on fake tensors at b in (1, 2, 3) and s in (4, 6, 8); checked against real CPU runs at REAL only.
+FIT = dict(s_points=(4, 6, 8), check=())
+REAL = ((1, 7), (2, 7))
+
+
+def small_config(model_type: str):
+    """``model_type``'s config with ``SMALL`` sizes where the class accepts them (greedily: a size the class's
+    validation refuses keeps its default), sub-configs (text, vision, audio) shrunk alike, layer-type lists cut
+    to ``LAYERS`` layers keeping one of each kind."""
+    import transformers
+
+    cls = transformers.CONFIG_MAPPING[model_type]
+    return cls(**_small_kwargs(cls))
+
+
+def _small_kwargs(cls) -> dict:
+    import transformers
+
+    base = cls()
+    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set(vars(base))
+    kwargs: dict = {}
+    for key, value in vars(base).items():
+        if isinstance(value, transformers.PretrainedConfig):
+            kwargs[key] = _small_kwargs(type(value))
+    layers_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers") if k in names), None)
+    wanted = {k: v for k, v in SMALL.items() if k in names and not isinstance(_get(base, k), (list, dict))}
+    if layers_key:
+        wanted[layers_key] = LAYERS
+    for key in ("layer_types", "layers_block_type", "attention_types_per_layer", "hybrid_override_pattern"):
+        kinds = _get(base, key)
+        if isinstance(kinds, (list, str)) and kinds and layers_key and key in names:
+            distinct = list(dict.fromkeys(kinds))
+            cut = (distinct * LAYERS)[:max(LAYERS, len(distinct))]
+            wanted[layers_key] = len(cut)
+            wanted[key] = "".join(cut) if isinstance(kinds, str) else cut
+    try:
+        cls(**kwargs, **wanted)
+        return {**kwargs, **wanted}
+    except Exception:  # noqa: BLE001 - greedily keep the sizes the class accepts
+        pass
+    for key, value in wanted.items():
+        try:
+            cls(**kwargs, **{key: value})
+            kwargs[key] = value
+        except Exception:  # noqa: BLE001
+            continue
+    return kwargs
+
+
+def _get(config, key: str):
+    """A config field, or None (per-layer configs refuse to give some fields globally)."""
+    try:
+        return getattr(config, key, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class Timeout(BaseException):  # not an Exception: the traced path turns those into one-line errors
+    pass
+
+
+def _alarm(_signum, _frame):
+    raise Timeout("over the time limit")
+
+
+def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
+    import torch
+
+    out = {"type": model_type, "params": "", "cache": "", "eager": "", "sdpa": "", "why": ""}
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    try:
+        try:
+            cfg = small_config(model_type)
+            got = traced.parameters(cfg)
+        except Exception as exc:  # noqa: BLE001 - the config class's own defaults (full size: parameters only)
+            import transformers
+
+            cls = transformers.CONFIG_MAPPING[model_type]
+            cfg = cls(is_decoder=True) if "is_decoder" in {f.name for f in dataclasses.fields(cls)} else cls()
+            got = traced.parameters(cfg)
+            only = "params"
+            out["why"] = f"small config failed ({' '.join(str(exc).split())[:120]}): parameters of the default config"
+        want = transformers_count(cfg)
+        out["params"] = "exact" if got.total == want else f"{got.total} != {want}"
+        if only == "params":
+            return out
+        out["cache"] = _cache(cfg)
+        for attention in ("eager", "sdpa"):
+            out[attention] = _saved(cfg, attention)
+        torch.manual_seed(0)
+    except Timeout as exc:
+        out["why"] = str(exc)
+    except traced.TracedError as exc:
+        out["why"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - the table says why, in one line
+        out["why"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+    finally:
+        signal.alarm(0)
+    return out
+
+
+def transformers_count(cfg) -> int:
+    """What transformers instantiates, counted as tests/hf_meta.py counts it (meta device, parameters() once)."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _cache(cfg) -> str:
+    try:
+        model, mode = traced.build(cfg, "eager")
+        poly = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1, **FIT)
+        if poly is None:
+            return "no polynomial (fit missed a check point)"
+        real, _ = traced.build(cfg, "eager", fake=False)
+        got = [traced.cache_bytes(real, None, b, s).total for b, s in REAL]
+        if all(g == 0 for g in got):
+            return "no cache"
+        ok = all(poly(b, s) == g for (b, s), g in zip(REAL, got))
+        return f"exact: {poly}" if ok else f"differs: {[int(poly(b, s)) for b, s in REAL]} != {got}"
+    except traced.TracedError as exc:
+        return "fails: " + str(exc)[:160]
+
+
+def _saved(cfg, attention: str) -> str:
+    import torch
+
+    try:
+        model, mode = traced.build(cfg, attention)
+        poly = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s), **FIT)
+        if poly is None:
+            return "no polynomial (fit missed a check point)"
+        torch.manual_seed(0)
+        real, _ = traced.build(cfg, attention, fake=False)
+        got = [traced.saved_bytes(real, None, b, s) for b, s in REAL]
+        ok = all(poly(b, s) == g for (b, s), g in zip(REAL, got))
+        return f"exact: {poly}" if ok else f"differs: {[int(poly(b, s)) for b, s in REAL]} != {got}"
+    except traced.TracedError as exc:
+        return "fails: " + str(exc)[:160]
+
+
+def forked_row(model_type: str, only: str, seconds: int) -> dict:
+    """``row`` in a forked child (torch and transformers already imported): a model type that kills its interpreter
+    (a C++ ``terminate`` inside a fake-tensor kernel) or hangs gets a row saying so, and the table goes on."""
+    import json
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one row, as JSON, then exit without cleanup
+        os.close(read)
+        try:
+            data = json.dumps(row(model_type, only, seconds)).encode()
+        except BaseException as exc:  # noqa: BLE001
+            data = json.dumps({"type": model_type, "why": f"{type(exc).__name__}: {exc}"[:200]}).encode()
+        os.write(write, data)
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    blank = {"type": model_type, "params": "", "cache": "", "eager": "", "sdpa": "", "why": ""}
+    if not chunks:
+        return {**blank, "why": f"the interpreter died running it (wait status {status}): a fatal error in a "
+                                "fake-tensor kernel"}
+    return {**blank, **json.loads(b"".join(chunks))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--types", help="comma-separated model types (default: all causal-LM types)")
+    parser.add_argument("--only", choices=("params",), help="parameters only (no forwards)")
+    parser.add_argument("--shard", default="0/1", help="i/n: every n-th type from the i-th (to run in parallel)")
+    parser.add_argument("--merge", nargs="+", metavar="TSV",
+                        help="print the table and totals of earlier runs' outputs (a later row of a type replaces an "
+                             "earlier one: shards, then reruns)")
+    parser.add_argument("--seconds", type=int, default=120, help="time limit per model type")
+    args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge)
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    types = args.types.split(",") if args.types else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    index, count = (int(x) for x in args.shard.split("/"))
+    types = types[index::count]
+    print(f"transformers {transformers.__version__}: {len(types)} causal-LM model types")
+    print("type\tparams\tcache\tsaved eager\tsaved sdpa\twhy not")
+    rows = []
+    for model_type in types:
+        start = time.time()
+        r = forked_row(model_type, args.only or "", args.seconds)
+        rows.append(r)
+        print("\t".join([r["type"], r["params"], r["cache"], r["eager"], r["sdpa"], r["why"]])
+              + f"\t({time.time() - start:.1f} s)", flush=True)
+    print(totals(rows))
+    return 0
+
+
+COLUMNS = ("type", "params", "cache", "eager", "sdpa", "why")
+
+
+def totals(rows: list[dict]) -> str:
+    exact = lambda key: sum(r[key].startswith("exact") for r in rows)  # noqa: E731
+    saved = sum(r["eager"].startswith("exact") or r["sdpa"].startswith("exact") for r in rows)
+    no_cache = sum(r["cache"] == "no cache" for r in rows)
+    return (f"totals over {len(rows)}: params exact {exact('params')}; cache exact {exact('cache')} ({no_cache} "
+            f"without a cache); saved activations exact at b1 and b2: eager {exact('eager')}, sdpa {exact('sdpa')}, "
+            f"either {saved}")
+
+
+def merge(paths: list[str]) -> int:
+    """The table of earlier runs' printed rows, a type's last row winning, and its totals."""
+    rows: dict[str, dict] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            cells = line.split("\t")
+            if len(cells) < 6 or cells[0] == "type" or line.startswith(("totals", "transformers")):
+                continue
+            rows[cells[0]] = dict(zip(COLUMNS, cells))
+    print("type\tparams\tcache\tsaved eager\tsaved sdpa\twhy not")
+    for name in sorted(rows):
+        print("\t".join(rows[name][c] for c in COLUMNS))
+    print(totals(list(rows.values())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,573 @@
+"""Any model transformers can build: parameters, cache and saved activations traced from its own modeling code.
+
+The hand-written families (``derivations.models.families``) derive a readable symbolic graph; every other
+causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausalLM`` is built under PyTorch's
+``FakeTensorMode`` (fake CPU tensors: shapes, dtypes and the CPU kernels' choices, no weights, no memory), and
+
+* the parameters are read from the module tree (``named_parameters``: a tied weight once, as transformers'
+  ``num_parameters`` counts it), grouped by module path: each ``ModuleList`` of layers by layer class, the
+  rest by top-level module;
+* the cache is the object the model returns after a prefill of ``s`` tokens and one decode step
+  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, hybrids' per-layer mix): every tensor
+  reachable from it, each storage once;
+* the saved activations are what autograd's ``saved_tensors_hooks`` see during a training forward
+  (``model(ids, labels=ids)``), each storage once, parameters and buffers excluded, only what the graph still
+  holds when the forward ends (as ``tests/hf_saved.py`` measures real CPU runs).
+
+Every count is exact at the (b, s) traced. As functions of b and s, ``polynomial`` evaluates at a grid of
+points and solves for the coefficients of a polynomial of degree 1 in b and 2 in s (rational arithmetic), then
+checks it at points it was not fitted on: a family whose bytes are not such a polynomial (padding to a chunk,
+a window shorter than the points) fails the check and says so instead of giving a formula.
+
+torch and transformers are imported only here, and only when a traced model is asked for.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from memderive.derivations.models.config import config_name
+from memderive.derivations.models.config_fields import ConfigError
+from memderive.derivations.models.families import ADAPTERS, REFUSED
+from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.symbolic.dims import Psi, d
+from memderive.symbolic.dtypes import dtype as dtype_of
+
+__all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
+           "saved_bytes", "polynomial", "Polynomial", "Fit", "transformers_version", "build"]
+
+#: Bytes per element of the dtypes memderive names.
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+class TracedError(ConfigError):
+    """transformers cannot build or run this config, said in one line."""
+
+
+def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
+    """The parsed config and name of a ``--model`` argument that takes the traced path, else None: a
+    ``config.json`` (or folder holding one) whose model_type no hand-written family takes, or a bare model_type
+    transformers knows that is no bundled name (its config class's defaults). Reads JSON only: torch and
+    transformers are imported only for a bare name, which no other path answers."""
+    import json
+    from pathlib import Path
+
+    if not isinstance(model, (str, Path)):
+        return None
+    text = str(model)
+    if len(text) > 4096 or "\0" in text:
+        return None
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            return None  # load_config says what is wrong
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        if not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED:
+            return None
+        return config, config_name(config, path)
+    if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
+        return None
+    if known_model_type(text):
+        return {"model_type": text}, text
+    return None
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def known_model_type(model_type: str) -> bool:
+    """Whether the installed transformers has a config class for ``model_type`` (False without transformers)."""
+    try:
+        from transformers import CONFIG_MAPPING
+    except ImportError:
+        return False
+    return model_type in CONFIG_MAPPING
+
+
+def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
+    """transformers' config object of a parsed ``config.json`` (its config class's defaults for what it omits)."""
+    model_type = config.get("model_type")
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        raise TracedError(f"{label}: model_type {model_type!r} is not one of memderive's families; tracing it from "
+                          "transformers' modeling code needs torch and transformers: pip install 'memderive[traced]'"
+                          ) from None
+    transformers.logging.set_verbosity_error()
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise TracedError(f"{label}: model_type {model_type!r} is unknown to transformers {transformers.__version__} "
+                          "and to memderive's families; check the name or upgrade transformers")
+    cls = transformers.CONFIG_MAPPING[model_type]
+    try:
+        return cls.from_dict({k: v for k, v in config.items() if k != "model_type"})
+    except Exception as exc:  # noqa: BLE001 - any validation error of the config class, in one line
+        raise TracedError(f"{label}: transformers {transformers.__version__} cannot build a {cls.__name__} from it: "
+                          f"{_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, _DTYPES.get(name, name))
+
+
+def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True) -> tuple[Any, Any]:
+    """``AutoModelForCausalLM.from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
+    training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
+    made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
+    for real CPU tensors); else real CPU weights (mode None)."""
+    import copy
+
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    cfg = copy.deepcopy(cfg)
+    try:
+        with torch.device("meta") if fake else torch.device("cpu"):
+            model = transformers.AutoModelForCausalLM.from_config(
+                cfg, dtype=_torch_dtype(dtype), attn_implementation=attention)
+    except Exception as exc:  # noqa: BLE001
+        raise TracedError(f"{cfg.model_type}: transformers cannot build AutoModelForCausalLM with "
+                          f"{attention} attention: {_one_line(exc)}") from None
+    model.train()
+    return (model, _to_fake(model)) if fake else (model, None)
+
+
+def _to_fake(model: Any) -> Any:
+    """Replace a meta model's parameters and buffers by fake CPU tensors of one new ``FakeTensorMode`` (a tied
+    weight stays one parameter)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    cpu = torch.device("cpu")
+    made: dict[int, Any] = {}
+    for module in model.modules():
+        for table, wrap in ((module._parameters, True), (module._buffers, False)):
+            for name, t in list(table.items()):
+                if t is None:
+                    continue
+                if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
+                    fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
+                            else mode.from_tensor(t))
+                    made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
+                table[name] = made[id(t)]
+    return mode
+
+
+@dataclass(frozen=True)
+class TracedParameters:
+    """Parameters by module path: ``groups`` rows (path, what, count, each) whose ``count * each`` add to ``total``;
+    ``tied``: parameter names that are another's weight (counted once)."""
+
+    total: int
+    groups: tuple[tuple[str, str, int, int], ...]
+    tied: tuple[tuple[str, str], ...] = ()
+
+
+def parameters(cfg: Any) -> TracedParameters:
+    """The parameters of ``cfg``'s causal LM, from its module tree on the meta device."""
+    import torch
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    try:
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except Exception as exc:  # noqa: BLE001
+        raise TracedError(f"{cfg.model_type}: transformers cannot build AutoModelForCausalLM: {_one_line(exc)}") from None
+    return module_parameters(model)
+
+
+def module_parameters(model: Any) -> TracedParameters:
+    """Group ``model``'s parameters: a parameter under ``<list>.<i>`` of a ``ModuleList`` belongs to layer i of that
+    list (grouped by the layer's class and its own parameter count); any other to its top-level module."""
+    import torch
+
+    modules = dict(model.named_modules())
+    first: dict[int, str] = {}
+    tied: list[tuple[str, str]] = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        key = id(p)
+        if key in first:
+            tied.append((name, first[key]))
+        else:
+            first[key] = name
+    layer_of: dict[str, str] = {}  # layer module path -> its list path
+    for path, module in modules.items():
+        if isinstance(module, torch.nn.ModuleList):
+            for i in range(len(module)):
+                layer_of[f"{path}.{i}" if path else str(i)] = path
+    per_layer: dict[str, int] = {}
+    rest: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        owner = None
+        for cut in range(len(parts) - 1, 0, -1):  # innermost ModuleList item wins? outermost: layers of a model
+            prefix = ".".join(parts[:cut])
+            if prefix in layer_of:
+                owner = prefix
+        if owner is not None:
+            per_layer[owner] = per_layer.get(owner, 0) + p.numel()
+        else:
+            top = ".".join(parts[:-1]) or parts[0]
+            rest[top] = rest.get(top, 0) + p.numel()
+    rows: dict[tuple[str, str, int], int] = {}
+    for layer, count in per_layer.items():
+        key = (layer_of[layer], type(modules[layer]).__name__, count)
+        rows[key] = rows.get(key, 0) + 1
+    groups = [(path, what, n, each) for (path, what, each), n in rows.items()]
+    groups += [(path, type(modules[path]).__name__ if path in modules else "Parameter", 1, count)
+               for path, count in rest.items()]
+    total = sum(p.numel() for p in model.parameters())
+    assert total == sum(n * each for _, _, n, each in groups), "groups must add up to the module tree's parameters"
+    return TracedParameters(total, tuple(groups), tuple(tied))
+
+
+def _ids(cfg: Any, b: int, s: int) -> Any:
+    import torch
+
+    vocab = getattr(cfg.get_text_config(), "vocab_size", None) or 2
+    # token ids away from any special image/audio token ids a multimodal model scans for: 1..min(vocab, 100)
+    return (torch.arange(b * s).reshape(b, s) % max(1, min(vocab - 1, 97))) + 1
+
+
+def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
+    import contextlib
+    import warnings
+
+    try:
+        with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
+            return fn()
+    except TracedError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
+                          f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
+
+
+def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = None):
+    """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), with the attribute that holds
+    it (``Class.attribute``: a list or dict of states is named by the attribute holding it)."""
+    import torch
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 6:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        yield where, obj
+        return
+    if isinstance(obj, (list, tuple)):
+        items = ((where, value) for value in obj)
+    elif isinstance(obj, dict):
+        items = ((where, value) for value in obj.values())
+    elif hasattr(obj, "__dict__") and type(obj).__module__.startswith("transformers"):
+        items = ((f"{type(obj).__name__}.{key}", value) for key, value in vars(obj).items())
+    else:
+        return
+    for name, value in items:
+        yield from _tensors(value, name, depth + 1, seen)
+
+
+@dataclass(frozen=True)
+class CacheBytes:
+    """A cache's bytes after a prefill and ``decoded`` decode steps; ``parts``: bytes per (holder, dtype)."""
+
+    total: int
+    parts: tuple[tuple[str, str, int], ...]
+    kind: str
+
+
+def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> CacheBytes:
+    """Prefill ``s`` tokens of a batch of ``b`` with ``use_cache=True``, then ``decoded`` steps of one token each;
+    the bytes of every storage the returned cache holds."""
+    import inspect
+
+    import torch
+
+    cfg = model.config
+
+    def go() -> Any:
+        model.eval()
+        try:
+            with torch.no_grad():
+                ids = _ids(cfg, b, s)
+                out = model(input_ids=ids, use_cache=True)
+                # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
+                # forward's signature), the others ``past_key_values``
+                params = "cache_params" in inspect.signature(model.forward).parameters
+                cache = getattr(out, "cache_params" if params else "past_key_values", None)
+                for _ in range(decoded):
+                    if cache is None:
+                        break
+                    step = ids[:, -1:]
+                    if params:
+                        out = model(input_ids=step, cache_params=cache, use_cache=True,
+                                    cache_position=torch.tensor([s]))
+                        cache = out.cache_params
+                    else:
+                        out = model(input_ids=step, past_key_values=cache, use_cache=True)
+                        cache = out.past_key_values
+                return cache
+        finally:
+            model.train()
+
+    cache = _run(model, mode, go)
+    if cache is None:
+        return CacheBytes(0, (), "none")
+    owned = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
+    seen: set[int] = set()
+    parts: dict[tuple[str, str], int] = {}
+    for path, t in _tensors(cache):
+        key = _storage_key(t)
+        if key in seen or key in owned:
+            continue
+        seen.add(key)
+        name = (path, str(t.dtype).removeprefix("torch."))
+        parts[name] = parts.get(name, 0) + t.untyped_storage().nbytes()
+    rows = tuple((p, d, n) for (p, d), n in sorted(parts.items()))
+    return CacheBytes(sum(n for _, _, n in rows), rows, type(cache).__name__)
+
+
+def _storage_key(t: Any) -> int:
+    """The address of ``t``'s StorageImpl, kept alive by the weak reference taken (so never reused for another
+    storage while we count); fake tensors have storages too, but no data pointer."""
+    return t.untyped_storage()._weak_ref()
+
+
+class _Held:
+    __slots__ = ("tensor", "__weakref__")
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
+    """Bytes of the storages autograd holds for backward at the end of a training forward ``model(ids, labels=ids)``
+    (each storage once; parameters and buffers excluded; a saved tensor freed during the forward not counted)."""
+    import torch
+
+    cfg = model.config
+
+    def go() -> int:
+        owned = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
+        held: list[weakref.ref] = []
+
+        def pack(t: Any) -> _Held:
+            box = _Held(t)
+            held.append(weakref.ref(box))
+            return box
+
+        ids = _ids(cfg, b, s)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
+            out = model(input_ids=ids, labels=ids)
+        if getattr(out, "loss", None) is None:
+            raise TracedError(f"{cfg.model_type}: the forward returned no loss for labels=ids")
+        seen: dict[int, int] = {}
+        for ref in held:
+            box = ref()
+            if box is None:
+                continue
+            key = _storage_key(box.tensor)
+            if key not in owned:
+                seen.setdefault(key, box.tensor.untyped_storage().nbytes())
+        del out
+        return sum(seen.values())
+
+    return _run(model, mode, go)
+
+
+@dataclass(frozen=True)
+class Polynomial:
+    """sum of ``coeffs[(i, j)] * b**i * s**j``, exact rationals."""
+
+    coeffs: Mapping[tuple[int, int], Fraction]
+
+    def __call__(self, b: int, s: int) -> Fraction:
+        return sum((c * b ** i * s ** j for (i, j), c in self.coeffs.items()), Fraction(0))
+
+    def __str__(self) -> str:
+        terms = []
+        for (i, j), c in sorted(self.coeffs.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
+            if c == 0:
+                continue
+            mono = "*".join(x for x in ("b" if i == 1 else "", "s" if j == 1 else f"s**{j}" if j else "") if x)
+            coef = str(c) if c.denominator == 1 else f"({c})"
+            terms.append(coef if not mono else mono if c == 1 else f"{coef}*{mono}")
+        return " + ".join(terms).replace("+ -", "- ") or "0"
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Bytes as a function of b and s: ``general`` for b >= 2 and, where b = 1 differs from it (a kernel that
+    copies a size-1 batch differently), ``one`` for b = 1; ``checked``: the (b, s) points it was checked at."""
+
+    general: Polynomial
+    one: Polynomial | None = None
+    checked: tuple[tuple[int, int], ...] = field(default=())
+
+    def __call__(self, b: int, s: int) -> int:
+        value = (self.one if b == 1 and self.one is not None else self.general)(b, s)
+        return int(value) if value.denominator == 1 else value
+
+    def __str__(self) -> str:
+        return str(self.general) if self.one is None else f"{self.general} (b >= 2); {self.one} (b = 1)"
+
+
+#: Fit points: b in (2, 3) (and b = 1 alone) times three sequence lengths, and points checked after fitting.
+FIT_S = (4, 6, 8)
+CHECK = ((4, 5), (1, 10))
+
+
+def polynomial(f: Callable[[int, int], int], s_points: tuple[int, ...] = FIT_S,
+               check: tuple[tuple[int, int], ...] = CHECK, s_degree: int = 2) -> Fit | None:
+    """The polynomial of degree 1 in b and ``s_degree`` in s through ``f`` at b in (2, 3) and ``s_points`` (and the
+    one in s through b = 1 where b = 1 is off it), or None when the fit misses ``f`` at any ``check`` point (``f``
+    is not such a polynomial in that range)."""
+    cache: dict[tuple[int, int], int] = {}
+
+    def value(bb: int, ss: int) -> int:
+        if (bb, ss) not in cache:
+            cache[(bb, ss)] = f(bb, ss)
+        return cache[(bb, ss)]
+
+    ss_ = s_points[:s_degree + 1]
+    monos = [(i, j) for i in (0, 1) for j in range(s_degree + 1)]
+    rows = [[Fraction(bb ** i * ss ** j) for i, j in monos] + [Fraction(value(bb, ss))] for bb in (2, 3) for ss in ss_]
+    general = Polynomial(dict(zip(monos, _solve(rows))))
+    one = None
+    if any(general(1, ss) != value(1, ss) for ss in ss_):
+        rows = [[Fraction(ss ** j) for j in range(s_degree + 1)] + [Fraction(value(1, ss))] for ss in ss_]
+        one = Polynomial({(0, j): c for j, c in enumerate(_solve(rows))})
+    fit = Fit(general, one, tuple(check))
+    return fit if all(fit(bb, ss) == value(bb, ss) for bb, ss in check) else None
+
+
+def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
+    """Gauss-Jordan elimination over the rationals of an augmented square system."""
+    n = len(rows)
+    for col in range(n):
+        pivot = next(r for r in range(col, n) if rows[r][col] != 0)
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        for r in range(n):
+            if r != col and rows[r][col] != 0:
+                k = rows[r][col] / rows[col][col]
+                rows[r] = [x - k * y for x, y in zip(rows[r], rows[col])]
+    return [rows[i][n] / rows[i][i] for i in range(n)]
+
+
+#: Options a traced model answers (the rest must keep their defaults: parallelism, recompute, LoRA and the time
+#: model apply to the hand-written graphs only, so far).
+TRACED_OPTIONS = ("mode", "batch", "seq", "new_tokens", "dtype", "precision", "grad_buffer", "optimizer", "attention",
+                  "weight_dtype", "kv_dtype")
+
+
+@dataclass(frozen=True)
+class TracedEstimate:
+    """A traced model's exact figures at the options' (b, s): parameters by module path, model states (training),
+    the cache after a prefill of s tokens and one decode step (inference), saved activations (training), each
+    with its polynomial in b and s where one fits (``Fit``; None: not a polynomial of that degree, or not asked)."""
+
+    name: str
+    model_type: str
+    version: str
+    mode: str
+    batch: int | None
+    seq: int | None
+    attention: str
+    parameters: TracedParameters
+    states: tuple[tuple[str, int], ...] = ()
+    cache: CacheBytes | None = None
+    cache_fit: Fit | None = None
+    saved: int | None = None
+    saved_fit: Fit | None = None
+    weights: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.name, "model_type": self.model_type, "traced_from": f"transformers "
+                               f"{self.version}", "mode": self.mode, "parameters": self.parameters.total,
+                               "parameter_groups": [dict(path=p, module=w, count=n, each=e)
+                                                    for p, w, n, e in self.parameters.groups],
+                               "tied": [list(t) for t in self.parameters.tied]}
+        if self.mode != "params":
+            out.update(batch=self.batch, seq=self.seq, attention=self.attention)
+        if self.states:
+            out["model_states_bytes"] = sum(v for _, v in self.states)
+            out["model_states"] = dict(self.states)
+        if self.saved is not None:
+            out["activation_bytes"] = self.saved
+            out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
+            out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
+        if self.cache is not None:
+            out["weight_bytes"] = self.weights
+            out["cache_bytes"] = self.cache.total
+            out["cache_kind"] = self.cache.kind
+            out["cache_parts"] = [dict(holder=p, dtype=d, bytes=n) for p, d, n in self.cache.parts]
+            out["cache_formula"] = str(self.cache_fit) if self.cache_fit else None
+        return out
+
+
+def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> TracedEstimate:
+    """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
+    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
+    import dataclasses as dc
+
+    defaults = Options()
+    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS
+               and getattr(options, f.name) != getattr(defaults, f.name)]
+    if changed:
+        raise TracedError(f"{name}: {', '.join('--' + c.replace('_', '-') for c in changed)} not yet supported for a "
+                          f"traced model (model_type {config.get('model_type')!r}); memderive traces parameters, model "
+                          "states, cache and saved activations of one unsharded GPU")
+    cfg = hf_config(config, name)
+    params = parameters(cfg)
+    attention = options.attention or ("eager" if options.mode == "train" else "sdpa")
+    if attention not in ("eager", "sdpa"):
+        raise TracedError(f"{name}: --attention {attention} is not traced (no CUDA kernels on fake CPU tensors); "
+                          "give eager or sdpa")
+    est = TracedEstimate(name, cfg.model_type, transformers_version(), options.mode, options.batch, options.seq,
+                         attention, params)
+    if options.mode == "params":
+        return est
+    b, s = options.batch or 1, options.seq
+    if s is None:
+        raise TracedError(f"{name}: --mode {options.mode} needs --seq")
+    if options.mode == "train":
+        model, mode = build(cfg, attention, options.dtype)
+        saved = saved_bytes(model, mode, b, s)
+        fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+        fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+        states = states_breakdown(Psi, options.dtype, options.optimizer, 0, d, precision=options.precision,
+                                  grad_buffer=options.grad_buffer)
+        rows = tuple((t.path.removeprefix("model_states/"), int(t.expr.evaluate({Psi: params.total})))
+                     for t in states.terms)
+        return dc.replace(est, states=rows, saved=saved, saved_fit=fit)
+    weight = options.weight_dtype or "bf16"
+    model, mode = build(cfg, attention, options.kv_dtype or weight)
+    cache = cache_bytes(model, mode, b, s)
+    fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+    fit = fit if fit is not None and fit(b, s) == cache.total else None
+    return dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)

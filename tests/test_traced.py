@@ -1,0 +1,163 @@
+"""The traced path (derivations/quantities/traced.py): model types no hand-written family takes, from transformers' code.
+
+Independent sources: the hand-written families' derived parameter counts (for the cross-check), transformers'
+own instantiation, real bf16 CPU training forwards measured by ``tests/hf_saved.py`` (counted by data pointer,
+a separate code path from the traced one's fake tensors), and hand arithmetic in the comments for the caches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities import traced
+from tests.hf_meta import count_parameters
+from tests.hf_saved import Shape, measure_config
+from tests.test_params_transformers import FAMILY_CONFIGS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Small configs of model types memderive has no hand-written family for: an SSM (Mamba, Mamba 2), hybrids
+#: (Jamba: Mamba and attention layers, MoE; Qwen3-Next: gated DeltaNet and attention), an encoder-decoder's
+#: decoder (BART's BartForCausalLM), a vision-language model's text path (Gemma 3).
+SAMPLE = {
+    "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, state_size=8, expand=1, time_step_rank=8),
+    "mamba2": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, state_size=8, expand=1, num_heads=4,
+                   head_dim=16, n_groups=1),
+    "jamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=96, num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1,
+                  expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8),
+    "qwen3_next": dict(hidden_size=64, num_hidden_layers=2, vocab_size=128, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, intermediate_size=96, num_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                       layer_types=["linear_attention", "full_attention"]),
+    # a vision-language model: SigLIP tower, projector and Gemma 3 text model, grouped by module path
+    "gemma3": dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                    head_dim=16, intermediate_size=96, vocab_size=300),
+                   vision_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48,
+                                      image_size=32, patch_size=8),
+                   mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298),
+    "bart": dict(d_model=64, decoder_layers=2, encoder_layers=2, decoder_attention_heads=4, encoder_attention_heads=4,
+                 decoder_ffn_dim=96, encoder_ffn_dim=96, vocab_size=128, max_position_embeddings=64),
+}
+
+
+def _config(model_type: str, fields: dict) -> transformers.PretrainedConfig:
+    return traced.hf_config({"model_type": model_type, **fields})
+
+
+#: memderive's BERT is BertModel with its pooler (as bert-base-uncased is published), not the causal LM traced
+CROSS_CHECK = [(t, f) for t, f in FAMILY_CONFIGS if t != "bert"]
+
+
+@pytest.mark.parametrize(("model_type", "fields"), CROSS_CHECK, ids=[f"{t}-{i}" for i, (t, _) in enumerate(CROSS_CHECK)])
+def test_traced_parameters_equal_hand_written(model_type: str, fields: dict) -> None:
+    # the cross-check: the module tree's count equals the hand-written family's derived count
+    config = {"model_type": model_type, **fields}
+    assert traced.parameters(traced.hf_config(config)).total == estimate(config).number("parameters")
+
+
+@pytest.mark.parametrize("model_type", sorted(SAMPLE))
+def test_traced_parameters_equal_transformers(model_type: str) -> None:
+    cfg = _config(model_type, SAMPLE[model_type])
+    got = traced.parameters(cfg)
+    assert got.total == count_parameters(cfg)
+    assert got.total == sum(n * each for _, _, n, each in got.groups)
+    if model_type == "gemma3":
+        paths = {path for path, _, _, _ in got.groups}
+        assert {"model.vision_tower.encoder.layers", "model.language_model.layers"} <= paths
+
+
+def test_mamba_groups_and_cache_by_hand() -> None:
+    cfg = _config("mamba", SAMPLE["mamba"])
+    groups = {(path, what): (n, each) for path, what, n, each in traced.parameters(cfg).groups}
+    # MambaBlock, d = 64, d_inner = 64 (expand 1), N = 8, R = 8 (dt rank), conv 4: in_proj 64*128, conv 64*4 + 64,
+    # x_proj 64*(8 + 2*8), dt_proj 8*64 + 64, A_log 64*8, D 64, out_proj 64*64, norm 64
+    each = 64 * 128 + 64 * 4 + 64 + 64 * 24 + 8 * 64 + 64 + 64 * 8 + 64 + 64 * 64 + 64
+    assert groups[("backbone.layers", "MambaBlock")] == (2, each)
+    model, mode = traced.build(cfg, "eager")
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    # per layer a bf16 conv state (b, 64, 4) and an fp32 SSM state (b, 64, 8): 2 layers x (512 + 2,048) B = 5,120 B
+    # per sequence, whatever s (no KV cache); the rest (not per sequence) measured below from the real cache
+    assert fit is not None and fit(2, 7) - fit(1, 7) == 5120 and fit(1, 7) == fit(1, 70)
+    real, _ = traced.build(cfg, "eager", fake=False)
+    assert [traced.cache_bytes(real, None, b, 9).total for b in (1, 2)] == [fit(1, 9), fit(2, 9)]
+
+
+def test_llama_like_cache_by_hand() -> None:
+    # afmoe is not a hand-written family; its dense attention layers cache K and V:
+    # 2 layers x 2 (K, V) x 2 KV heads x 16 head dims x 2 B = 256 B per token of each sequence (s + 1 after a decode)
+    cfg = _config("arcee", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                num_hidden_layers=2, intermediate_size=96, vocab_size=128))
+    model, mode = traced.build(cfg, "sdpa")
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    assert fit is not None and all(fit(b, s) == 256 * b * (s + 1) for b in (1, 2, 5) for s in (3, 100))
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+# (qwen3_next is left out: built in fp32 and cast, as hf_saved builds, it saves 1 MiB less than built in bf16, as
+# the traced path and from_pretrained(dtype=bf16) build it; not yet understood)
+@pytest.mark.parametrize("model_type", ["jamba", "mamba"])
+def test_traced_saved_equal_cpu(model_type: str, attention: str) -> None:
+    # the polynomial fitted on fake tensors at s in (4, 6, 8) equals real CPU training forwards at s = 7, b 1 and 2
+    cfg = _config(model_type, SAMPLE[model_type])
+    if model_type == "mamba" and attention == "sdpa":
+        with pytest.raises(traced.TracedError, match="cannot build"):
+            traced.build(cfg, attention)
+        return
+    model, mode = traced.build(cfg, attention)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    for b in (1, 2):
+        cfg._attn_implementation = attention
+        assert fit(b, 7) == measure_config(cfg, Shape(b, 7)).nbytes
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memderive", "estimate", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_cli_traced_config(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", **SAMPLE["mamba"]}))
+    done = _cli("--model", str(path), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["parameters"] == count_parameters(_config("mamba", SAMPLE["mamba"]))
+    assert out["traced_from"] == f"transformers {transformers.__version__}"
+
+
+def test_cli_hand_written_mamba2_equals_its_trace(tmp_path: Path) -> None:
+    # a Mamba 2 config takes the hand-written derivation (derivations/models/ssm.py); its parameter count equals the
+    # module tree transformers builds, as the traced path counts it (the cross-check the issue asks of each family)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", **SAMPLE["mamba2"]}))
+    done = _cli("--model", str(path), "--mode", "params", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert "traced_from" not in out
+    assert out["parameters"] == count_parameters(_config("mamba2", SAMPLE["mamba2"]))
+
+
+def test_cli_unknown_model_type(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "no_such_model", "hidden_size": 64}))
+    done = _cli("--model", str(path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "unknown to transformers" in done.stderr
+
+
+def test_cli_config_transformers_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    # JambaConfig refuses an attention offset past its period
+    path.write_text(json.dumps({"model_type": "jamba", **SAMPLE["jamba"], "attn_layer_offset": 3}))
+    done = _cli("--model", str(path))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert "cannot build" in done.stderr
