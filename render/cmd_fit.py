@@ -6,6 +6,9 @@ import argparse
 import json
 
 from memderive.arguments import add_model_options, add_options, options_from_args
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.runtime import budget_bytes
+from memderive.text import attention_line, fits_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,11 +60,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {"model": model.name, "mode": mode, "fits": True, given[0]: given[1], **result.to_json(),
                "max_positions": model.max_positions, "notes": notes}
+        if mode == "train":
+            out["fits_decided_by"], out["fits_decided_why"] = estimate(model, replace(options, **{
+                solve_for: result.value})).deciding()
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
+    print(attention_line(options))
     print(f"largest {solve_for}: {result.value:,} ({result.method})")
-    what = " of device memory (the runtime included)" if result.budget == "device_bytes" else ""
+    what = {"device_bytes": " of device memory (device_bytes: the runtime included)",
+            "peak_bytes": " at the step's peak (peak_bytes)", "total_bytes": " (total_bytes)"}[result.budget]
     print(f"  {solve_for} {result.value:,} needs {format_bytes(result.bytes_at)}{what}")
     if result.bytes_next is None:
         print(f"  {solve_for} {result.value + 1:,} is past the model's {model.max_positions:,} learned positions")
@@ -69,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {solve_for} {result.value + 1:,} needs {format_bytes(result.bytes_next)}")
     if result.fixed is not None and result.per_unit is not None:
         per = f"{int(result.per_unit):,}" if Fraction(result.per_unit).denominator == 1 else str(result.per_unit)
-        print(f"  total = {result.fixed:,} + {per} * {solve_for} bytes")
+        print(f"  {result.budget} = {result.fixed:,} + {per} * {solve_for} bytes")
+    for line in fits_lines(estimate(model, replace(options, **{solve_for: result.value}))):
+        print(f"  {line}")
     for note in notes:
         print(f"  note: {note}")
     return 0
@@ -83,10 +93,11 @@ def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve
 
     needed = getattr(exc, "needed", None)
     changes = smallest_changes(model, options, capacity, solve_for)
+    budget = budget_bytes(estimate(model, options))[1]  # device_bytes with a GPU named, else the deciding figure
     if args.json:
         print(json.dumps({"model": model.name, "mode": options.mode, "fits": False, given[0]: given[1],
                           solve_for: 0, "capacity_bytes": capacity, "needed_bytes": needed,
-                          "would_fit": [{"change": c, "total_bytes": n} for c, n in changes]}, indent=2))
+                          "would_fit": [{"change": c, budget: n} for c, n in changes]}, indent=2))
         return 1
     print(f"{model.name}, {options.mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
     print(f"does not fit: {solve_for} 1 needs {format_bytes(needed) if needed is not None else 'more'}")

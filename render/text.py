@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.option_table import OPTIONS, Option
+from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
@@ -113,6 +114,7 @@ def _header(est: Estimate) -> list[str]:
     if est.options.mode == "train":
         lines.append(f"implementation: {est.implementation()}")
     lines.append(f"inputs: {inputs_text(est)}")
+    lines += [x for x in [attention_line(est.options)] if x]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
     return lines + [f"note: {x}" for x in est.notes()]
@@ -150,6 +152,23 @@ def inputs_text(est: Estimate) -> str:
     return f"mode {mode}, " + ", ".join(pairs)
 
 
+def attention_line(o: Options) -> str | None:
+    """Which attention kernel the numbers of options ``o`` assume, given or the default, and the flag of
+    the other profile (None for parameter counts)."""
+    if o.mode not in ("train", "infer"):
+        return None
+    kernel = o.attention_kernel
+    if o.attention is not None or o.flash or (o.implementation_kind == "hf" and o.hf_attention_given):
+        why = "as given"
+    elif o.mode == "infer" or o.implementation_kind == "hf":
+        why = "default: transformers' attn_implementation, as serving engines"
+    else:
+        why = "default: Megatron-Core's --attention-backend auto, Transformer Engine's flash kernel"
+    held = "the b*a*s*s scores saved" if kernel == "eager" else "no s*s scores saved"
+    other = "--attention flash: none saved" if kernel == "eager" else "--attention eager: the textbook profile, scores saved"
+    return f"attention: {kernel} ({held}; {why}; {other})"
+
+
 def strategies_text(est: Estimate) -> str:
     """The graph transforms, then the layout that is not a graph transform (data parallelism, ZeRO,
     offload), so that the line names everything the memory was computed under."""
@@ -168,10 +187,19 @@ def summary_report(est: Estimate, precision: int = 2) -> str:
     """One screen: the inputs and each quantity's value (``--summary``)."""
     m = est.model
     lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})", f"inputs: {inputs_text(est)}"]
+    lines += [x for x in [attention_line(est.options)] if x]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
-    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + time_lines(est)
-                     + runtime_lines(est))
+    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + fits_lines(est)
+                     + time_lines(est) + runtime_lines(est))
+
+
+def fits_lines(est: Estimate) -> list[str]:
+    """Which one figure decides whether a training step fits, and why (``quantities.runtime.deciding``)."""
+    if est.options.mode != "train":
+        return []
+    key, why = est.deciding()
+    return [f"fits: {key} decides ({why})"]
 
 
 def _summary(est: Estimate, precision: int) -> list[str]:
@@ -203,5 +231,5 @@ def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
             lines.append("  breakdown (by graph node):")
             lines += [f"    {path:<28} {value:>22,}" for path, value in rows]
     lines += [f"assumes: {note}" for note in est.graph.assumptions]
-    lines += [f"note: {note}" for note in (est.peak_note(),) if note]
+    lines += fits_lines(est)
     return "\n".join(lines)

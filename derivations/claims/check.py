@@ -15,7 +15,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 * ``different``: anything else, with a constant factor where there is one, the terms that make
   the gap and a counterexample with the numbers of a bundled model.
 
->>> r = check("activations.per_layer", "sbh(34 + 5as/h)")
+>>> r = check("activations.per_layer", "sbh(34 + 5as/h)", attention="eager")  # Korthikanti et al.: scores saved
 >>> r.verdict
 'exact'
 >>> check("params.total", "12lh^2").verdict

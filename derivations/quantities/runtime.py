@@ -178,15 +178,9 @@ PERSISTENT = ("model_states/", "weights/", "overhead", "master weights/", "optim
 
 
 def _peak_quantity(est: Any) -> str:
-    """``peak_bytes`` where the step timeline gives it and runs the step call by call (transformers'
-    code, ``quantities.step.runs_calls``: checked to the byte against real steps on CPU,
-    ``tests/test_step_timeline.py``), else ``total_bytes``: where ops are single fused calls their
-    backward's temporaries are not modelled, and the sum stands in for the high-water mark."""
-    from memderive.derivations.quantities.step import runs_calls
-
-    if est.options.mode == "train" and runs_calls(est.graph) and est.timeline() is not None:
-        return "peak_bytes"
-    return "total_bytes"
+    """``peak_bytes`` or ``total_bytes``: the figure ``Estimate.deciding`` names (where the step timeline runs
+    the step call by call, transformers' code, its peak; else the sum)."""
+    return est.deciding()[0]
 
 
 def overhead_breakdown(est: Any) -> Breakdown:

@@ -26,7 +26,7 @@ weights, of the routed experts only those its batch touches, and the KV cache), 
 all-reduces.
 
 >>> from memderive.derivations.estimate import estimate
->>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
+>>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8, attention="eager")
 >>> st = step_time(e, "a100-80gb")
 >>> # the A100's matmul efficiency (efficiency.py): the linears at their narrow side h = 4096, 0.77 * 4096 / 4596
 >>> # = 0.6862; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, at the head dim 128,

@@ -52,7 +52,9 @@ class DoesNotFit(FitError):
 class Fit:
     """The answer: ``value`` of ``solve_for`` fits ``capacity`` bytes; ``value + 1`` does not. With a GPU
     named (``options.gpu``) the bytes are device bytes (``quantities.runtime``: the CUDA context, cuBLAS
-    workspace, NCCL buffers and the allocator's reserve included), else ``total_bytes``.
+    workspace, NCCL buffers and the allocator's reserve included), else the figure that decides
+    (``quantities.runtime.deciding``: ``total_bytes``, or ``peak_bytes`` where the step timeline runs the step
+    call by call). ``budget`` names it, and the JSON keys are that name, meaning what it means in ``estimate``.
 
     ``fixed`` and ``per_unit`` are the closed form's parts (``total = fixed + per_unit * b``),
     set only when ``method`` is ``closed form``.
@@ -70,7 +72,7 @@ class Fit:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
-                               "total_bytes": self.bytes_at, "next_total_bytes": self.bytes_next,
+                               self.budget: self.bytes_at, f"next_{self.budget}": self.bytes_next,
                                "method": self.method, "budget": self.budget}
         if self.fixed is not None and self.per_unit is not None:
             per = Fraction(self.per_unit)
@@ -170,12 +172,12 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
     if limit is not None and value >= limit:
         at = _needed(model, replace(options, seq=limit))
         return Fit(solve_for, limit, capacity, at, None, "the model's learned positions end the search",
-                   budget=_budget(options))
+                   budget=_budget(model, replace(options, seq=limit)))
     at, nxt = (_needed(model, replace(options, **{solve_for: x})) for x in (value, value + 1))
     if not at <= capacity < nxt:  # pragma: no cover - a bug, not bad input
         raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")
-    return Fit(solve_for, value, capacity, at, nxt, method,
-               None if fixed is None else exact_int(fixed, "fixed"), per_unit, _budget(options))
+    return Fit(solve_for, value, capacity, at, nxt, method, None if fixed is None else exact_int(fixed, "fixed"),
+               per_unit, _budget(model, replace(options, **{solve_for: value})))
 
 
 def _needed(model: Model, options: Options) -> int:
@@ -183,8 +185,9 @@ def _needed(model: Model, options: Options) -> int:
     return budget_bytes(estimate(model, options))[0]
 
 
-def _budget(options: Options) -> str:
-    return "device_bytes" if options.gpu is not None else "total_bytes"
+def _budget(model: Model, options: Options) -> str:
+    """The name of what ``_needed`` counts: ``device_bytes`` with a GPU named, else the deciding figure."""
+    return budget_bytes(estimate(model, options))[1]
 
 
 def _candidates(model: Model, options: Options, solve_for: str) -> list[tuple[str, Options]]:

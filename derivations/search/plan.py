@@ -216,7 +216,7 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     "with fewer divisors")
                 for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
-                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
+                                "flash": flash, **({} if flash else {"attention": "eager"}), "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
 

@@ -1,0 +1,111 @@
+"""Issue 37: one question, one answer. The attention every command assumes (item 1), Megatron-LM's fused SwiGLU
+(item 3) and the one figure that decides whether a training step fits (item 4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memderive.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import Options
+from memderive.derivations.search.plan import plan
+
+FIT_7B = ("fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--mode", "train", "--seq", "4096", "--tp", "8", "--sp")
+LORA = ("--model", "llama-3-8b", "--mode", "train", "--batch", "4", "--seq", "2048", "--lora-rank", "8",
+        "--lora-targets", "q_proj,v_proj")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- item 1: one attention default ---------------------------------------------------------------------------------
+
+def test_training_assumes_flash_attention_everywhere() -> None:
+    """Megatron-Core runs Transformer Engine's flash kernel by default; transformers runs SDPA: neither saves the
+    b*a*s*s scores. The API, estimate, fit and plan share ``Options``' default."""
+    assert Options(mode="train", batch=1, seq=8).attention_kernel == "flash"
+    assert Options(mode="train", batch=1, seq=8, implementation="hf").attention_kernel == "sdpa"
+    assert estimate("gpt2", mode="train", batch=1, seq=64).inputs()["attention"] == "flash"
+    row = plan("gpt2", 80 * 10**9, 8, 1024, 8, top=1)[0]
+    assert estimate("gpt2", **row.options).inputs()["attention"] == "flash"
+
+
+def test_fit_default_is_the_flash_answer_and_says_so(capsys) -> None:
+    """The issue's command: 8 by default (eager) and 22 with --flash before; now the default is --flash's answer."""
+    code, default, _ = run(capsys, *FIT_7B, "--json")
+    _, flash, _ = run(capsys, *FIT_7B, "--flash", "--json")
+    _, eager, _ = run(capsys, *FIT_7B, "--attention", "eager", "--json")
+    assert code == 0 and json.loads(default)["batch"] == json.loads(flash)["batch"] > json.loads(eager)["batch"]
+    _, text, _ = run(capsys, *FIT_7B)
+    assert "attention: flash (" in text and "--attention eager" in text
+
+
+def test_lora_default_is_the_fused_kernels_answer(capsys) -> None:
+    """LoRA q,v on Llama-3-8B at batch 4, seq 2048: 86.89 GB by default (eager) against 59.08 GB under
+    --implementation hf before; now the default saves no scores either, and eager is the larger one."""
+    default, flash, eager = (json.loads(run(capsys, "estimate", *LORA, *extra, "--json")[1])["total_bytes"]
+                             for extra in ((), ("--flash",), ("--attention", "eager")))
+    assert default == flash < eager
+
+
+@pytest.mark.parametrize("summary", [True, False])
+def test_the_report_says_which_attention(capsys, summary: bool) -> None:
+    code, out, _ = run(capsys, "estimate", "--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "64",
+                       *(("--summary",) if summary else ()))
+    assert code == 0 and "\nattention: flash (no s*s scores saved; default: " in out
+    _, eager, _ = run(capsys, "estimate", "--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "64",
+                      "--attention", "eager", *(("--summary",) if summary else ()))
+    assert "\nattention: eager (the b*a*s*s scores saved; as given; " in eager
+
+
+# -- item 3: Megatron-LM's fused SwiGLU ----------------------------------------------------------------------------
+
+def test_megatron_swiglu_saves_only_its_input() -> None:
+    """llama-3-8b, b 4, s 2048, f 14,336, bf16: megatron/core/fusions/fused_bias_swiglu.py's SwiGLUFunction saves its
+    input, gate and up: 2 x 2 B x 4 x 2,048 x 14,336 = 469,762,048 B a layer (unfused, silu(gate) too: 704,643,072);
+    fc2 saves the product it reads, 2 B x 4 x 2,048 x 14,336 = 234,881,024."""
+    est = estimate("llama-3-8b", mode="train", batch=4, seq=2048)
+    terms = dict(est.quantity("activation_bytes_per_layer").term_ints(est.values))
+    assert terms["layer/mlp/act"] == 469_762_048 and terms["layer/mlp/fc2"] == 234_881_024
+    assert any("fused_bias_swiglu" in x for x in est.graph.assumptions)
+
+
+def test_transformers_swiglu_stays_unfused() -> None:
+    """transformers' LlamaMLP: act_fn(gate_proj(x)) * up_proj(x), silu(gate) saved by the product."""
+    est = estimate("llama-3-8b", mode="train", batch=4, seq=2048, implementation="hf")
+    assert not any("fused_bias_swiglu" in x for x in est.graph.assumptions)
+
+
+# -- item 4: one figure decides ------------------------------------------------------------------------------------
+
+def test_one_figure_decides_and_the_report_says_which(capsys) -> None:
+    readme = ("estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8",
+              "--sp", "--recompute", "selective")
+    code, out, _ = run(capsys, *readme)
+    assert code == 0 and "no peak_bytes" not in out
+    assert "\nfits: total_bytes decides (" in out and "fused calls" in out
+    data = json.loads(run(capsys, *readme, "--json")[1])
+    assert data["fits_decided_by"] == "total_bytes" and not any("no peak_bytes" in x for x in data["notes"])
+    _, hf, _ = run(capsys, "estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64",
+                   "--implementation", "hf", "--summary")
+    assert "\nfits: peak_bytes decides (" in hf
+
+
+def test_fit_names_device_bytes_as_device_bytes(capsys) -> None:
+    """fit --gpu budgets device bytes: its JSON calls them device_bytes, as estimate --gpu does, never total_bytes
+    (estimate's sum of tensors)."""
+    data = json.loads(run(capsys, *FIT_7B, "--json")[1])
+    assert "total_bytes" not in data and data["budget"] == "device_bytes"
+    at = estimate("llama-2-7b", mode="train", batch=data["batch"], seq=4096, tp=8, sp=True, gpu="h100-sxm")
+    assert data["device_bytes"] == at.to_json()["device_bytes"]
+    assert data["fits_decided_by"] == "total_bytes"
+    plain = json.loads(run(capsys, "fit", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--mode", "train",
+                           "--seq", "4096", "--tp", "8", "--sp", "--json")[1])
+    assert plain["budget"] == "total_bytes" and "device_bytes" not in plain
+    at = estimate("llama-2-7b", mode="train", batch=plain["batch"], seq=4096, tp=8, sp=True)
+    assert plain["total_bytes"] == at.number("total_bytes")
