@@ -63,7 +63,7 @@ def time_lines(est: Estimate) -> list[str]:
                      f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
                      "that would hold it")
     lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items()
-              if key not in ("gpu", "efficiency", "fits_gpu")]
+              if key not in ("gpu", "efficiency", "fits_gpu") and value != 0]  # a 0 (no decode, no bubble) says nothing
     return lines + [f"  model: {line}" for line in timing.model()]
 
 
@@ -159,7 +159,7 @@ def attention_line(o: Options) -> str | None:
         return None
     kernel = o.attention_kernel
     if o.attention is not None or o.flash or (o.implementation_kind == "hf" and o.hf_attention_given):
-        why = "as given"
+        why = "as given" + (f" or set by --framework {o.framework}" if o.framework else "")
     elif o.mode == "infer" or o.implementation_kind == "hf":
         why = "default: transformers' attn_implementation, as serving engines"
     else:

@@ -145,10 +145,12 @@ NARAYANAN = [
 MEGASCALE = [
     Run("175B t8 p8 d192", "Jiang et al. 2024 (MegaScale), Table 2", gpt(12288, 96, 96),
         {"tp": 8, "pp": 8, "virtual_stages": 3, "dp": 192, "batch": 1, "micro_batches": 32, "sp": True,
-         "recompute": "selective", "zero": 1, **megatron_states("bf16")}, 2048, "a100-80gb", HDR, 6.34,
+         "recompute": "selective", "zero": 1, "attention": "eager", **megatron_states("bf16")}, 2048, "a100-80gb", HDR,
+        6.34,
         note="12,288 A100s, batch 6,144; interleaved 1F1B (MegaScale §3.2) with v = 3 as Korthikanti et al. ran this model, "
              "micro-batch 1, SP + selective recompute, distributed optimizer, bf16 with Megatron-LM's fp32 gradient "
-             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16)",
+             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16); eager attention, "
+             "as the time constants were fitted on it (memderive's default became FlashAttention in issue 37)",
         zero_stages=(0, 1)),
 ]
 

@@ -109,3 +109,28 @@ def test_fit_names_device_bytes_as_device_bytes(capsys) -> None:
     assert plain["budget"] == "total_bytes" and "device_bytes" not in plain
     at = estimate("llama-2-7b", mode="train", batch=plain["batch"], seq=4096, tp=8, sp=True)
     assert plain["total_bytes"] == at.number("total_bytes")
+
+
+# -- item 2: vLLM's engine model and one budget rule ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("model", "seq", "tp"), [("llama-3-70b", "32768", "8"), ("llama-2-70b", "4096", "4")])
+def test_fit_under_vllm_is_the_concurrency_estimate_prints(capsys, model: str, seq: str, tp: str) -> None:
+    """The issue's commands: fit said 29 and 103 where estimate --framework vllm printed 42.23x and 121.05x."""
+    common = ("--model", model, "--mode", "infer", "--seq", seq, "--tp", tp, "--gpu", "h100-sxm", "--framework", "vllm")
+    fitted = json.loads(run(capsys, "fit", *common, "--json")[1])
+    engine = json.loads(run(capsys, "estimate", *common, "--batch", "1", "--json")[1])
+    assert fitted["batch"] == int(engine["max_concurrent_sequences"]) and fitted["budget"] == "vllm_bytes"
+    assert fitted["capacity_bytes"] == engine["vllm"]["budget_bytes"]
+
+
+def test_plan_and_fit_budget_alike(capsys) -> None:
+    """plan --mode infer held 90% of the GPU where fit held all of it (56 against 66 for one model and sequence):
+    one rule, vLLM's gpu_memory_utilization under --framework vllm only."""
+    args = ("--model", "llama-2-7b", "--mode", "infer", "--gpu-memory", "80GiB", "--seq", "4096")
+    for extra in ((), ("--framework", "vllm")):
+        planned = json.loads(run(capsys, "plan", *args, "--top", "1", *extra, "--json")[1])["layouts"][0]
+        fitted = json.loads(run(capsys, "fit", *args, *extra, "--json")[1])
+        assert planned["options"]["batch"] == fitted["batch"], extra
+    whole = json.loads(run(capsys, "fit", *args, "--json")[1])
+    vllm = json.loads(run(capsys, "fit", *args, "--framework", "vllm", "--json")[1])
+    assert whole["capacity_bytes"] == 80 * 2**30 and vllm["capacity_bytes"] == 72 * 2**30  # 0.9 x 80 GiB

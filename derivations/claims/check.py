@@ -225,6 +225,10 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     by = {symbol: "--" + option.replace("_", "-") for option, symbol in _PINNED_BY.items()}
     notes += more + [f"{x} = {v} on both sides (pinned{' by ' + by[x] if x in by and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
+    if _prompt_cache(spec, ctx, expr):  # a cache formula without n describes the cache of its s tokens
+        ctx = replace(ctx, pins={**ctx.pins, n: sp.Integer(0)})
+        notes.append("n = 0 on both sides: the claim has no n, so its s counts every cached token (the cache of a "
+                     "prompt; --new-tokens N counts N generated tokens apart)")
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
@@ -235,6 +239,13 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
         return _result(claim, ctx, side, "exact", cmp, notes,
                        [f"exact for the sizes of {ctx.model.name} ({sizes}), not for every size"])
     return _judge(claim, spec, ctx, side, cmp, notes, expr * factor, factor)
+
+
+def _prompt_cache(spec: QuantitySpec, ctx: Any, expr: sp.Expr) -> bool:
+    """A KV-cache claim without ``n`` and nothing pinning n (``--new-tokens``, a mapping): read as the cache of s
+    tokens, n = 0, rather than held short by the n tokens our cache of s + n counts."""
+    return (spec.name.startswith("kv_cache") and n in ctx.quantity.breakdown.total.free_symbols
+            and n not in getattr(expr, "free_symbols", set()) and n not in ctx.pins)
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
