@@ -134,3 +134,70 @@ def test_plan_and_fit_budget_alike(capsys) -> None:
     whole = json.loads(run(capsys, "fit", *args, "--json")[1])
     vllm = json.loads(run(capsys, "fit", *args, "--framework", "vllm", "--json")[1])
     assert whole["capacity_bytes"] == 80 * 2**30 and vllm["capacity_bytes"] == 72 * 2**30  # 0.9 x 80 GiB
+
+
+# -- item 16: Python and CLI habits ---------------------------------------------------------------------------------
+
+def test_result_numbers_with_a_gpu_and_print() -> None:
+    import memderive
+
+    result = memderive.estimate("gpt2", mode="train", batch=1, seq=64, gpu="h100-sxm")
+    data = result.estimate.to_json()
+    assert result.number("step_time_s") == data["step_time_s"] > 0 and result.number("mfu") == data["mfu"]
+    assert str(result).startswith("model: gpt2") and "summary:" in str(result)
+
+
+def test_plan_takes_keyword_options_without_a_dummy_step() -> None:
+    import memderive
+
+    rows = memderive.plan("gpt2", 80 * 10**9, 8, 1024, 8, optimizer="sgd", top=1)
+    assert rows[0].options["optimizer"] == "sgd"
+    assert memderive.plan_infer("gpt2", 80 * 10**9, 512, 1, kv_dtype="fp8")[0].options["kv_dtype"] == "fp8"
+
+
+def test_fit_with_batch_and_seq_answers_whether_it_fits(capsys) -> None:
+    common = ("fit", "--model", "gpt2", "--mode", "train", "--gpu-memory", "80GB", "--seq", "1024")
+    code, out, _ = run(capsys, *common, "--batch", "4")
+    assert code == 0 and "fits: batch 4 needs" in out
+    largest = json.loads(run(capsys, *common, "--json")[1])["batch"]
+    code, out, _ = run(capsys, *common, "--batch", str(largest + 1), "--json")
+    assert code == 1 and json.loads(out)["fits"] is False and json.loads(out)["largest_batch"] == largest
+
+
+def test_a_cache_formula_without_n_is_the_prompts_cache() -> None:
+    """llama-2-70b: a = 64 heads, a_kv = 8: the GQA cache formula is exact, the full-head one a/a_kv = 8 times ours."""
+    from memderive.derivations.claims.check import check
+
+    gqa = check("kv_cache.total", "2 * n_layers * n_kv_heads * d_head * s * b * 2", model="llama-2-70b")
+    assert gqa.verdict == "exact"
+    full = check("kv_cache.total", "2 * n_layers * n_heads * d_head * s * b * 2", model="llama-2-70b")
+    assert full.counterexample.ratio == 8
+
+
+# -- item 17: output -------------------------------------------------------------------------------------------------
+
+def test_plan_cautions_follow_the_table(capsys) -> None:
+    code, out, _ = run(capsys, "plan", "--model", "gpt2", "--gpus", "8", "--gpu", "h100-sxm", "--seq", "1024",
+                       "--global-batch", "16", "--top", "1")
+    lines = out.splitlines()
+    table = next(i for i, x in enumerate(lines) if x.startswith("rank"))
+    assert code == 0 and not any(x.startswith("NOTE") for x in lines[:table])
+    assert any(x.startswith("NOTE") for x in lines[table:])
+
+
+def test_no_zero_rates_without_decode(capsys) -> None:
+    code, out, _ = run(capsys, "estimate", "--model", "gpt2", "--mode", "infer", "--batch", "1", "--seq", "128",
+                       "--gpu", "h100-sxm", "--summary")
+    assert code == 0 and "end_to_end_tokens_per_s" not in out and " 0 s\n" not in out
+    _, plan_out, _ = run(capsys, "plan", "--model", "gpt2", "--mode", "infer", "--gpu", "h100-sxm", "--seq", "128",
+                         "--top", "1")
+    assert "end-to-end tok/s" not in plan_out
+
+
+# -- item 18: the README's test command ---------------------------------------------------------------------------
+
+def test_readme_says_how_long_the_tests_take() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert "`python -m pytest -m fast`" in readme and "about 5 minutes" in readme
