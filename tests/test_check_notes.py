@@ -42,10 +42,10 @@ class Real:
 KV_WORDS = "batch_size=b, seq_len=s, hidden_dim=h, num_layers=l, bytes=2"
 REAL = [
     # --- KV cache -------------------------------------------------------------------------------------------------
-    # s counts every cached token and no n is written: exact once the cache holds the prompt only (n = 0)
+    # s counts every cached token and no n is written: read as the prompt's cache (n = 0; issue 37), exact
     Real("https://lzwjava.github.io/kv-cache-2-and-layers-multiplier-en", "kv_cache.total",
-         "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "conditional", KV_WORDS,
-         options=FP16, holds_under="with s counting every cached token"),
+         "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "exact", KV_WORDS,
+         options=FP16),
     Real("https://lzwjava.github.io/kv-cache-2-and-layers-multiplier-en", "kv_cache.total",
          "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "exact", KV_WORDS,
          options=PROMPT),
@@ -196,8 +196,8 @@ def test_1_prompt_only_caches() -> None:
     # Zhihu §8's 4blh(s + n) written with s counting every cached token: exact once --new-tokens 0 pins n
     assert check("kv_cache.total", "4blhs", **PROMPT).verdict == "exact"
     assert check("kv_cache.total", "4blhs", symbols="n=0", **FP16).verdict == "exact"  # pinned by a mapping
-    loose = check("kv_cache.total", "4blhs", **FP16)  # no n anywhere: the condition is said
-    assert loose.verdict == "conditional" and loose.holds_under[0].startswith("with s counting every cached token")
+    loose = check("kv_cache.total", "4blhs", **FP16)  # no n anywhere: the prompt's cache (issue 37), said in a note
+    assert loose.verdict == "exact" and any(x.startswith("n = 0 on both sides: the claim has no n") for x in loose.notes)
     # a claim that counts n holds whatever n is; one that does not is short once n = 128 tokens are generated
     assert check("kv_cache.total", "4blh(s+n)", kv_dtype="fp16", new_tokens=128).verdict == "exact"
     assert check("kv_cache.total", "4blhs", kv_dtype="fp16", new_tokens=128).verdict == "different"
@@ -346,7 +346,9 @@ def test_1_new_tokens_zero_on_the_command_line(tmp_path: Path, capsys: pytest.Ca
 
     args = ["check", "--quantity", "kv_cache.total", "--claim", "4blhs", "--kv-dtype", "fp16"]
     assert main([*args, "--new-tokens", "0"]) == 0
-    assert main(args) == 1 and "with s counting every cached token" in capsys.readouterr().out
+    # no n in the claim: the prompt's cache (issue 37), and said so
+    assert main(args) == 0 and "n = 0 on both sides: the claim has no n" in capsys.readouterr().out
+    assert main([*args, "--new-tokens", "128"]) == 1  # 128 generated tokens the claim leaves out
     notes = tmp_path / "notes.md"
     notes.write_text("<!-- memderive: quantity=kv_cache.total kv-dtype=fp16 -->\n$4blhs$\n")
     assert main(["check", "--file", str(notes), "--new-tokens", "0"]) == 0  # a default for every marker

@@ -202,7 +202,9 @@ def check_claim(claim: Claim) -> CheckResult:
     parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **mapping}, claim.syntax,
                            counting=spec.counting, hints=HINTS)
     sides = parsed.chain or (parsed,)
-    results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
+    # a cache claim with no n anywhere (no side of a chain, no mapping of the letter) describes a prompt's cache
+    prompt = not any(n in side.expr.free_symbols for side in sides) and "n" not in mapping
+    results = [_check_side(claim, spec, model, seq, side, mapping, prompt) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
     pick = results[-1 if bad is None else bad]
     lines = list(pick.explanation)
@@ -217,7 +219,7 @@ def check_claim(claim: Claim) -> CheckResult:
 
 
 def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: ParsedFormula,
-                mapping: Mapping[str, sp.Expr]) -> CheckResult:
+                mapping: Mapping[str, sp.Expr], prompt: bool = False) -> CheckResult:
     expr, notes = _per_parameter(spec, side.expr)
     ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
     renamed = {k for k, v in mapping.items() if k in side.names and isinstance(v, sp.Symbol)}
@@ -225,7 +227,7 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     by = {symbol: "--" + option.replace("_", "-") for option, symbol in _PINNED_BY.items()}
     notes += more + [f"{x} = {v} on both sides (pinned{' by ' + by[x] if x in by and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
-    if _prompt_cache(spec, ctx, expr):  # a cache formula without n describes the cache of its s tokens
+    if prompt and _prompt_cache(spec, ctx, expr):  # a cache formula without n describes the cache of its s tokens
         ctx = replace(ctx, pins={**ctx.pins, n: sp.Integer(0)})
         notes.append("n = 0 on both sides: the claim has no n, so its s counts every cached token (the cache of a "
                      "prompt; --new-tokens N counts N generated tokens apart)")
