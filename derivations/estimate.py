@@ -96,6 +96,9 @@ class Estimate:
                           "real steps on CPU); total_bytes, the sum of everything saved at once, is reported beside it")
         if o.implementation_kind != "hf":
             why = "Megatron's layers run as fused calls whose backward temporaries the step timeline does not model"
+            if self.timeline() is not None:
+                why += ("; the step peak shown beside it replays PyTorch's eager step (its foreach AdamW "
+                        "temporaries), not Megatron's fused kernels")
         elif self.peak_note() is not None:
             why = self.peak_note().removesuffix(": no peak_bytes")
         else:
