@@ -179,10 +179,14 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
              "rank  tp" + ("  weights      kv" if searched else "") + "  batch  sequences/step  memory/GPU (GiB)  "
              "read/step (GiB)" + ("  prefill (s)  decode step (s)  decode tok/s" if timed else "")
              + ("  end-to-end tok/s" if timed and args.new_tokens else "")]
-    notes = [*(f"NOTE: {x}" for x in model),
+    engine = getattr(args, "framework", None) == "vllm" and args.gpu
+    notes = [*(f"NOTE: {x}" for x in model)] + ([
+             "NOTE: memory budget: vLLM's engine model, as estimate --framework vllm prints it: gpu_memory_utilization "
+             "x the memory CUDA reports, less the weights, the profiled activation peak, CUDA graphs and NCCL, in KV "
+             "blocks (the whole GPU without --framework vllm)"] if engine else [
              f"NOTE: memory budget {format_bytes(budget)}: {rule} (fit's rule: vLLM's gpu_memory_utilization under "
              "--framework vllm only)" + ("; device bytes (CUDA context, cuBLAS workspace, NCCL, allocator reserve "
-                                          "modelled)" if args.gpu else "")]
+                                          "modelled)" if args.gpu else "")])
     for i, x in enumerate(layouts, 1):
         dtypes = (f" {x.options.get('weight_dtype') or 'bf16':>8s} {x.options.get('kv_dtype') or 'bf16':>7s}"
                   if searched else "")
