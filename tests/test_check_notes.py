@@ -7,9 +7,7 @@ comment. Formulas are quoted as the source writes them (only a space-separated n
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ import sympy as sp
 
 from memderive.derivations.claims.check import check
 from memderive.symbolic.dims_sympy import b, h, s
+from tests.pdflatex import require_pdflatex
 
 FP16 = {"kv_dtype": "fp16"}
 PROMPT = {**FP16, "new_tokens": 0}  # the cache holds the s prompt tokens only
@@ -375,10 +374,7 @@ def test_11_latex_is_a_complete_document(tmp_path: Path, capsys: pytest.CaptureF
 
 def _compile(work: Path, documents: dict[str, str]) -> None:
     """pdflatex on each document (CI installs LaTeX; locally the test skips, as test_render_writeup does)."""
-    if shutil.which("pdflatex") is None:
-        if os.environ.get("CI"):
-            pytest.fail("pdflatex is missing; CI installs texlive (see .ci/run)")
-        pytest.skip("pdflatex is not installed (CI runs this test)")
+    require_pdflatex()
     for name, tex in documents.items():
         (work / name).write_text(tex)
         run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name], cwd=work,

@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
+import memderive
 from memderive.cli import main
+from memderive.derivations.claims.check import check
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import Options
 from memderive.derivations.search.plan import plan
+from tests.pdflatex import require_pdflatex
 
 FIT_7B = ("fit", "--model", "llama-2-7b", "--gpu", "h100-sxm", "--mode", "train", "--seq", "4096", "--tp", "8", "--sp")
 LORA = ("--model", "llama-3-8b", "--mode", "train", "--batch", "4", "--seq", "2048", "--lora-rank", "8",
@@ -139,8 +144,6 @@ def test_plan_and_fit_budget_alike(capsys) -> None:
 # -- item 16: Python and CLI habits ---------------------------------------------------------------------------------
 
 def test_result_numbers_with_a_gpu_and_print() -> None:
-    import memderive
-
     result = memderive.estimate("gpt2", mode="train", batch=1, seq=64, gpu="h100-sxm")
     data = result.estimate.to_json()
     assert result.number("step_time_s") == data["step_time_s"] > 0 and result.number("mfu") == data["mfu"]
@@ -148,8 +151,6 @@ def test_result_numbers_with_a_gpu_and_print() -> None:
 
 
 def test_plan_takes_keyword_options_without_a_dummy_step() -> None:
-    import memderive
-
     rows = memderive.plan("gpt2", 80 * 10**9, 8, 1024, 8, optimizer="sgd", top=1)
     assert rows[0].options["optimizer"] == "sgd"
     assert memderive.plan_infer("gpt2", 80 * 10**9, 512, 1, kv_dtype="fp8")[0].options["kv_dtype"] == "fp8"
@@ -166,8 +167,6 @@ def test_fit_with_batch_and_seq_answers_whether_it_fits(capsys) -> None:
 
 def test_a_cache_formula_without_n_is_the_prompts_cache() -> None:
     """llama-2-70b: a = 64 heads, a_kv = 8: the GQA cache formula is exact, the full-head one a/a_kv = 8 times ours."""
-    from memderive.derivations.claims.check import check
-
     gqa = check("kv_cache.total", "2 * n_layers * n_kv_heads * d_head * s * b * 2", model="llama-2-70b")
     assert gqa.verdict == "exact"
     full = check("kv_cache.total", "2 * n_layers * n_heads * d_head * s * b * 2", model="llama-2-70b")
@@ -197,7 +196,15 @@ def test_no_zero_rates_without_decode(capsys) -> None:
 # -- item 18: the README's test command ---------------------------------------------------------------------------
 
 def test_readme_says_how_long_the_tests_take() -> None:
-    from pathlib import Path
-
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert "`python -m pytest -m fast`" in readme and "about 5 minutes" in readme
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "fail"), ("", "skip"), ("false", "skip")])
+def test_latex_without_pdflatex_fails_under_ci_and_skips_elsewhere(monkeypatch, ci: str, outcome: str) -> None:
+    """One rule for both LaTeX tests (tests/pdflatex.py); CI=false is not CI (it failed before: any value did)."""
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if outcome == "fail" else pytest.skip.Exception
+    with pytest.raises(expected, match="pdflatex"):
+        require_pdflatex()
