@@ -30,6 +30,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 # -- item 1: one attention default ---------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_training_assumes_flash_attention_everywhere() -> None:
     """Megatron-Core runs Transformer Engine's flash kernel by default; transformers runs SDPA: neither saves the
     b*a*s*s scores. The API, estimate, fit and plan share ``Options``' default."""
@@ -40,6 +41,7 @@ def test_training_assumes_flash_attention_everywhere() -> None:
     assert estimate("gpt2", **row.options).inputs()["attention"] == "flash"
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_fit_default_is_the_flash_answer_and_says_so(capsys) -> None:
     """The issue's command: 8 by default (eager) and 22 with --flash before; now the default is --flash's answer."""
     code, default, _ = run(capsys, *FIT_7B, "--json")
@@ -50,6 +52,7 @@ def test_fit_default_is_the_flash_answer_and_says_so(capsys) -> None:
     assert "attention: flash (" in text and "--attention eager" in text
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_lora_default_is_the_fused_kernels_answer(capsys) -> None:
     """LoRA q,v on Llama-3-8B at batch 4, seq 2048: 86.89 GB by default (eager) against 59.08 GB under
     --implementation hf before; now the default saves no scores either, and eager is the larger one."""
@@ -58,6 +61,7 @@ def test_lora_default_is_the_fused_kernels_answer(capsys) -> None:
     assert default == flash < eager
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 @pytest.mark.parametrize("summary", [True, False])
 def test_the_report_says_which_attention(capsys, summary: bool) -> None:
     code, out, _ = run(capsys, "estimate", "--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "64",
@@ -88,6 +92,7 @@ def test_transformers_swiglu_stays_unfused() -> None:
 
 # -- item 4: one figure decides ------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_one_figure_decides_and_the_report_says_which(capsys) -> None:
     readme = ("estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096", "--tp", "8",
               "--sp", "--recompute", "selective")
@@ -101,6 +106,7 @@ def test_one_figure_decides_and_the_report_says_which(capsys) -> None:
     assert "\nfits: peak_bytes decides (" in hf
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_fit_names_device_bytes_as_device_bytes(capsys) -> None:
     """fit --gpu budgets device bytes: its JSON calls them device_bytes, as estimate --gpu does, never total_bytes
     (estimate's sum of tensors)."""
@@ -150,12 +156,14 @@ def test_result_numbers_with_a_gpu_and_print() -> None:
     assert str(result).startswith("model: gpt2") and "summary:" in str(result)
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_plan_takes_keyword_options_without_a_dummy_step() -> None:
     rows = memderive.plan("gpt2", 80 * 10**9, 8, 1024, 8, optimizer="sgd", top=1)
     assert rows[0].options["optimizer"] == "sgd"
     assert memderive.plan_infer("gpt2", 80 * 10**9, 512, 1, kv_dtype="fp8")[0].options["kv_dtype"] == "fp8"
 
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_fit_with_batch_and_seq_answers_whether_it_fits(capsys) -> None:
     common = ("fit", "--model", "gpt2", "--mode", "train", "--gpu-memory", "80GB", "--seq", "1024")
     code, out, _ = run(capsys, *common, "--batch", "4")
@@ -175,6 +183,7 @@ def test_a_cache_formula_without_n_is_the_prompts_cache() -> None:
 
 # -- item 17: output -------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_plan_cautions_follow_the_table(capsys) -> None:
     code, out, _ = run(capsys, "plan", "--model", "gpt2", "--gpus", "8", "--gpu", "h100-sxm", "--seq", "1024",
                        "--global-batch", "16", "--top", "1")
