@@ -35,6 +35,7 @@ from memderive.derivations.structure import FIXED_FIELDS, SWITCHES, VALUE_FIELDS
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.strategies import fused_swiglu
 from memderive.symbolic.timeline import Timeline
 from memderive.symbolic.dtypes import dtype
 from memderive.derivations.quantities.inference import (check_inference, infer_quantities, inference_values, peak_phase,
@@ -83,6 +84,34 @@ class Estimate:
         if self.options.mode != "train" or not_covered(self.options) or self._fused_recompute():
             return None
         return timeline_of(self)
+
+    def deciding(self) -> tuple[str, str]:
+        """The one figure that decides whether the estimate fits (``fit``, ``plan`` and ``fits_gpu`` hold it,
+        plus the runtime's terms with a GPU named, against the memory), and why that one.
+
+        In training the sum (``total_bytes``) counts every model state and saved activation at once; the step's
+        high-water mark (``peak_bytes``) is a moment of the step. The peak decides where the step timeline runs
+        the step call by call (transformers' code, ``quantities.step.runs_calls``), checked to the byte against
+        real steps on CPU (``tests/test_step_timeline.py``); elsewhere the sum stands in for it."""
+        o = self.options
+        if o.mode != "train":
+            return "total_bytes", ("the larger of the prefill and decode phases" if self.peak_phase() else
+                                   "the tensors held")
+        if runs_calls(self.graph) and self.timeline() is not None:
+            return PEAK, ("the step timeline runs transformers' code call by call (checked to the byte against "
+                          "real steps on CPU); total_bytes, the sum of everything saved at once, is reported beside it")
+        if o.implementation_kind != "hf":
+            why = "Megatron's layers run as fused calls whose backward temporaries the step timeline does not model"
+            if self.timeline() is not None:
+                why += ("; the step peak shown beside it replays PyTorch's eager step (its foreach AdamW "
+                        "temporaries), not Megatron's fused kernels")
+        elif self.peak_note() is not None:
+            why = self.peak_note().removesuffix(": no peak_bytes")
+        else:
+            why = (f"the step timeline runs transformers' code call by call where it reads each ATen call "
+                   f"(symbolic.hf_programs); {self.model.arch.family}'s layers here are whole calls")
+        return "total_bytes", ("the sum of model states and saved activations stands in for the step's high-water "
+                               f"mark: {why}")
 
     def _fused_recompute(self) -> bool:
         """Full recompute of layers whose ops run as single fused calls: the timeline recomputes a layer
@@ -142,7 +171,9 @@ class Estimate:
             out["peak_at"] = tl.peak_at
             if self.options.timeline:  # op by op only on request: 1.5 MB for a 256-layer model
                 out["timeline"] = tl.summary()  # every moment walked (step_timeline's every_moment)
-        out["notes"] = self.notes() + ([self.peak_note()] if self.peak_note() else [])
+        out["notes"] = self.notes()
+        if self.options.mode == "train":  # the one figure that decides whether the step fits, and why
+            out["fits_decided_by"], out["fits_decided_why"] = self.deciding()
         # Printed without SymPy (Quantity.formula): equal to closed_form(), expanded.
         out["formulas"] = {q.key: q.formula() for q in reported}
         # Each key's public name (derive NAME, check --quantity NAME): derivations.quantity_table.
@@ -311,6 +342,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                 raise OptionsError(f"--fp8 {options.fp8}: no linear of {resolved.name} has both dims divisible by "
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
                                    "would run in 8 bits")
+    elif options.mode == "train":  # Megatron-LM's layers: its SwiGLU is one fused function (bias_swiglu_fusion)
+        base = fused_swiglu(base)
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base

@@ -230,8 +230,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("flash", "bool", False, "short for --attention flash", echo="never",
        example=(*_TRAIN_STEP, "--flash")),
     _o("attention", "choice", None, "attention kernel: eager holds the b*a*s*s scores, sdpa and flash do not "
-       "(default: sdpa in inference, as transformers' generate and serving engines; eager in training, "
-       "Korthikanti et al.'s assumption)", choices=("eager", "sdpa", "flash"),
+       "(default, in every command: what today's frameworks run, sdpa in inference and under --implementation hf, "
+       "flash in training under Megatron's layers; eager: the textbook profile, Korthikanti et al.'s assumption)", choices=("eager", "sdpa", "flash"),
        example=(*_TRAIN_STEP, "--attention", "sdpa")),
     _o("kv_block", "int", None, "inference: paged KV cache, whole blocks of this many tokens per sequence (vLLM: 16)",
        modes=_INFER, example=(*_INFER_STEP, "--kv-block", "16")),

@@ -1,7 +1,7 @@
 """The options of an estimate: mode, sizes of a step, precision, optimizer and layout.
 
 >>> Options(mode="train", batch=1, seq=2048, tp=8).strategy_names()
-('tensor parallel',)
+('FlashAttention', 'tensor parallel')
 """
 
 from __future__ import annotations
@@ -654,13 +654,15 @@ class Options:
 
     @property
     def attention_kernel(self) -> str:
-        """The attention kernel: ``flash`` under ``--flash``, else ``--attention``, else the mode's
-        default: ``sdpa`` in inference (transformers' default ``attn_implementation``, and what
-        ``generate`` and serving engines run: no s x s scores held), ``eager`` in training (the
-        b*a*s*s scores saved, Korthikanti et al.'s assumption).
+        """The attention kernel: ``flash`` under ``--flash``, else ``--attention``, else what today's
+        frameworks run, in every command: ``sdpa`` in inference (transformers' default ``attn_implementation``,
+        and what ``generate`` and serving engines run: no s x s scores held) and under ``--implementation hf``,
+        ``flash`` in training under Megatron's layers (Megatron-Core's ``--attention-backend auto``: Transformer
+        Engine's flash or fused kernel). ``--attention eager`` is the textbook profile (the b*a*s*s scores
+        saved, Korthikanti et al.'s assumption).
 
         >>> Options(mode="infer", batch=1, seq=1).attention_kernel, Options(mode="train", batch=1, seq=1).attention_kernel
-        ('sdpa', 'eager')
+        ('sdpa', 'flash')
         """
         if self.flash:
             return "flash"
@@ -668,7 +670,7 @@ class Options:
             return self.attention
         if self.mode == "train" and self.implementation_kind == "hf":
             return self.hf_attention  # the shorthand's kernel, or transformers' default (sdpa)
-        return "sdpa" if self.mode == "infer" else "eager"
+        return "sdpa" if self.mode == "infer" else "flash"
 
     @property
     def finetuning(self) -> bool:

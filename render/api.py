@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memderive.derivations.estimate import Estimate
+from memderive.derivations.estimate import Estimate, UnknownQuantity
 from memderive.derivations.estimate import estimate as derive_estimate
 from memderive.documents.latex import latex
 from memderive.documents.steps import Step, breakdown_rows, derivation, headline_key, single_device
 from memderive.documents.units import RenderOptions, parse_size, scaled_bytes, scaled_count
+from memderive.documents.text import summary_report
 from memderive.derivations.options import ArgumentError
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.figures.plots import breakdown_data, draw, plot_data, save
@@ -101,8 +102,16 @@ class Result:
         assert self._est is not None  # set whenever there is no error
         return self._est
 
-    def number(self, key: str) -> int:
-        return self.estimate.number(key)
+    def number(self, key: str) -> int | float:
+        """A quantity's exact value (``total_bytes``), or, with a GPU named, a figure of ``estimate --json`` that
+        is not a quantity (``step_time_s``, ``mfu``, ``device_bytes``): every number the CLI prints, by its key."""
+        try:
+            return self.estimate.number(key)
+        except UnknownQuantity:
+            value = self.estimate.to_json().get(key) if isinstance(key, str) else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return value
+            raise
 
     def numbers(self) -> dict[str, int]:
         """Every quantity's exact value, as ``memderive estimate --json`` prints them."""
@@ -183,6 +192,12 @@ class Result:
             return f"$${latex(q.closed_form())} = {value_math(est.number(q.key), q.unit, self.options)}$$"
 
         return _shown(render, str)
+
+    def __str__(self) -> str:
+        """``print(result)``: the summary ``memderive estimate --summary`` prints."""
+        if self._error is not None:
+            return f"error: {self._error!s}"
+        return summary_report(self.estimate)
 
     def __repr__(self) -> str:
         if self._error is not None:

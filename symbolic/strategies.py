@@ -26,7 +26,7 @@ from memderive.symbolic.dtypes import dtype
 
 __all__ = ["TensorParallel", "SequenceParallel", "SelectiveRecompute", "FullRecompute", "FlashAttention", "Freeze",
            "KeepFrozenInputs",
-           "RequiresGrad",
+           "RequiresGrad", "fused_swiglu", "FUSED_SWIGLU",
            "PipelineParallel", "ContextParallel", "Strategy"]
 
 PARAM_ROLES = frozenset({"weight", "bias"})
@@ -209,6 +209,42 @@ class FlashAttention(Strategy):
                            flops=op.flops + again)
 
         return graph.map_blocks(lambda blk: blk.map_ops(flash), self.name)
+
+
+#: Megatron-LM's fused SwiGLU, the default of its MLP (``--no-bias-swiglu-fusion`` turns it off; ``MLP.forward``
+#: calls ``bias_swiglu_impl`` when ``bias_activation_fusion`` and the activation is a gated SiLU).
+FUSED_SWIGLU = ("Megatron-LM's fused SwiGLU (megatron/core/fusions/fused_bias_swiglu.py, SwiGLUFunction: "
+                "ctx.save_for_backward(input), the gate and up halves of fc1's output; silu(gate) and the product "
+                "recomputed in backward)")
+
+
+def fused_swiglu(graph: Graph) -> Graph:
+    """Each ``silu(gate) * up`` op as Megatron-LM runs it, one autograd function that saves only its input:
+    the gate and the up projections (the backward ``swiglu_back`` recomputes silu(gate) from them), where
+    the unfused op also saves silu(gate). The product, fc2's input, is still saved by fc2.
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, f
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> gate, up = (bb.linear(f"mlp/{x}", bb.input, f, bias=False) for x in ("gate", "up"))
+    >>> _ = bb.gated("mlp/act", gate, up, "silu")
+    >>> op = bb.ops[-1]
+    >>> [x.name for x in op.saved], [x.name for x in _fused_glu(op).saved]
+    (['mlp/gate.out', 'mlp/act.act', 'mlp/up.out'], ['mlp/gate.out', 'mlp/up.out'])
+    """
+    if not any(op.kind == "silu-glu" for blk in graph.blocks for op in blk.ops):
+        return graph
+    return replace(graph, blocks=tuple(blk.map_ops(_fused_glu) for blk in graph.blocks),
+                   assumptions=graph.assumptions + (FUSED_SWIGLU,))
+
+
+def _fused_glu(op: Op) -> Op:
+    if op.kind != "silu-glu":
+        return op
+    gate, up = op.inputs
+    kept = tuple(x for x in op.saved if x.name in (gate, up))
+    return replace(op, saved=kept, saved_for=tuple((x.name, (gate, up)) for x in kept))
 
 
 def _fp32():

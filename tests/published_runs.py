@@ -105,7 +105,7 @@ def _korthikanti(size: str, model: Model, t: int, p: int, v: int, batch: int, mi
     """Korthikanti et al. 2022 (arXiv:2205.05198) Table 3 configs (s 2048, V 51,200) and Table 5 iteration times
     on A100 80GB (Selene): full recompute, and sequence parallelism + selective recompute ("present work")."""
     m = batch // micro
-    base = {"tp": t, "pp": p, "dp": 1, "batch": micro, "micro_batches": m, "flash": False}
+    base = {"tp": t, "pp": p, "dp": 1, "batch": micro, "micro_batches": m, "attention": "eager"}
     if v > 1:
         base["virtual_stages"] = v
     src = "Korthikanti et al. 2022, Tables 3 and 5"
@@ -131,7 +131,7 @@ def _narayanan(size: str, h: int, a: int, l: int, t: int, p: int, gpus: int, bat
     scatter/gather optimization enabled" but gives no v, and the sends are timed at full size, bsh, not §4.1's bsh/t)."""
     d = gpus // (t * p)
     layout = {"tp": t, "pp": p, "dp": d, "batch": 1, "micro_batches": batch // d, "recompute": "full",
-              "flash": False, **megatron_states("fp16")}
+              "attention": "eager", **megatron_states("fp16")}
     return Run(f"{size} t{t} p{p} d{d}", "Narayanan et al. 2021, Table 1", gpt(h, a, l), layout, 2048,
                "a100-80gb", HDR, tflops_per_gpu=tflops, note="micro-batch 1, no interleaving (assumed)",
                zero_stages=(0,), sequence_parallel=False)
@@ -153,10 +153,12 @@ NARAYANAN = [
 MEGASCALE = [
     Run("175B t8 p8 d192", "Jiang et al. 2024 (MegaScale), Table 2", gpt(12288, 96, 96),
         {"tp": 8, "pp": 8, "virtual_stages": 3, "dp": 192, "batch": 1, "micro_batches": 32, "sp": True,
-         "recompute": "selective", "zero": 1, **megatron_states("bf16")}, 2048, "a100-80gb", HDR, 6.34,
+         "recompute": "selective", "zero": 1, "attention": "eager", **megatron_states("bf16")}, 2048, "a100-80gb", HDR,
+        6.34,
         note="12,288 A100s, batch 6,144; interleaved 1F1B (MegaScale §3.2) with v = 3 as Korthikanti et al. ran this model, "
              "micro-batch 1, SP + selective recompute, distributed optimizer, bf16 with Megatron-LM's fp32 gradient "
-             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16)",
+             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16); eager attention, "
+             "as the time constants were fitted on it (memderive's default became FlashAttention in issue 37)",
         zero_stages=(0, 1)),
 ]
 
@@ -192,7 +194,7 @@ LLAMA3 = [
 
 BLOOM = [
     Run("BLOOM 176B t4 p12 d8", "BigScience 2022 (BLOOM), §3.4; model card", BLOOM_176B,
-        {"tp": 4, "pp": 12, "dp": 8, "batch": 2, "micro_batches": 128, "recompute": "full", "zero": 1, "flash": False,
+        {"tp": 4, "pp": 12, "dp": 8, "batch": 2, "micro_batches": 128, "recompute": "full", "zero": 1, "attention": "eager",
          "grad_sync": "deepspeed", "grad_buffer": preset_values("deepspeed", {"dtype": "bf16", "zero": 1})["grad_buffer"],
          "first_stage_layers": 5, "last_stage_layers": 5},
         2048, "a100-80gb", 4 * 100 * 10**9 // 8 // 8, tflops_per_gpu=150, held_out=True,
@@ -282,7 +284,7 @@ def _zero3(size: str, h: int, a: int, l: int, gpus: int, micro: int, tflops: flo
     GPU counted with Eq. 3 (activation recomputation: full). The table's micro-batch times GPUs is its global batch
     (384 x 4 = 1,536; 640 x 4 = 2,560*, the 530B row the paper enlarged to fit; 1,120 x 2 = 2,240): one micro-batch
     per step, no accumulation."""
-    layout = {"dp": gpus, "zero": 3, "batch": micro, "micro_batches": 1, "recompute": "full", "flash": False,
+    layout = {"dp": gpus, "zero": 3, "batch": micro, "micro_batches": 1, "recompute": "full", "attention": "eager",
               "framework": "deepspeed", "dtype": "fp16"}
     return Run(f"{size} ZeRO-3 d{gpus}", "Narayanan et al. 2021, Table 2 (ZeRO-3)", gpt(h, a, l), layout, 2048,
                "a100-80gb", HDR, tflops_per_gpu=tflops, held_out=True,
@@ -384,10 +386,10 @@ def predict(run: Run) -> Prediction:
 #: The planner's best may beat a published layout by this much before the layout counts as off the planner's
 #: ranking (issue 24: "the published layout within 15% of the planner's best for that cluster").
 PLAN_SLACK = 1.15
-#: The layout options the planner sets (or, ``recompute`` and ``flash``, takes from the run): the rest of a run's
+#: The layout options the planner sets (or, ``recompute`` and the attention kernel, takes from the run): the rest of a run's
 #: options are its recipe, given to the planner as they are.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
-                     "first_stage_layers", "last_stage_layers", "recompute", "flash", "tp_comm_overlap"})
+                     "first_stage_layers", "last_stage_layers", "recompute", "flash", "attention", "tp_comm_overlap"})
 
 
 @dataclass
@@ -433,7 +435,7 @@ def plan_against(run: Run) -> PlanComparison:
     base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu, **recipe)
     capacity = run.memory_bytes or gpu(run.gpu).memory_bytes
     found = plan(run.model, capacity, run.global_batch, run.seq, run.gpus, options=base,
-                 flash=layout.get("flash", False), top=1, cluster=run.cluster(),
+                 flash=layout.get("attention") != "eager", top=1, cluster=run.cluster(),
                  recomputes=(layout.get("recompute", "none"),), zeros=run.zero_stages,
                  sequence_parallel=run.sequence_parallel)
     return PlanComparison(run, predict(run).predicted_s, found[0], found.evaluated)

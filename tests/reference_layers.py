@@ -293,14 +293,32 @@ class GPTLayer(nn.Module):
         return checkpoint(self._forward, x, use_reentrant=True) if self.full else self._forward(x)
 
 
+class SwiGLUFunction(torch.autograd.Function):
+    """Megatron-LM's fused SwiGLU (megatron/core/fusions/fused_bias_swiglu.py, ``SwiGLUFunction``): forward
+    ``ctx.save_for_backward(input)`` and ``silu(y_1) * y_2``; backward ``swiglu_back`` recomputes silu from the
+    input. Megatron's input is fc1's one (.., 2f) output; here its two halves come from two linears."""
+
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(gate, up)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        gate, up = ctx.saved_tensors
+        sig = torch.sigmoid(gate)
+        return grad * sig * (1 + gate * (1 - sig)) * up, grad * F.silu(gate)
+
+
 class LlamaLayer(nn.Module):
     """LLaMA layer: RMSNorm, rotary GQA attention without biases, SwiGLU silu(gate) * up."""
 
     def __init__(self, z: Sizes, dtype: torch.dtype = torch.bfloat16, *, dropout: bool = False,
-                 core: str = "eager", recompute: str = "none", fused_qkv: bool = True, sp: int = 1) -> None:
+                 core: str = "eager", recompute: str = "none", fused_qkv: bool = True, sp: int = 1,
+                 fused_swiglu: bool = False) -> None:
         super().__init__()
         p = DROPOUT_P if dropout else 0.0
-        self.p, self.full, self.sp = p, recompute == "full", sp
+        self.p, self.full, self.sp, self.fused_swiglu = p, recompute == "full", sp, fused_swiglu
         self.norm1, self.norm2 = RMSNorm(z.h, dtype), RMSNorm(z.h, dtype)
         self.attn = Attention(z, dtype, bias=False, p=p, core=core, rotary=True, fused_qkv=fused_qkv,
                               recompute=recompute == "selective", sp=sp)
@@ -311,7 +329,8 @@ class LlamaLayer(nn.Module):
         x = x + self.attn(self.norm1(x))
         y = self.norm2(x)
         gate, up = column(self.gate, y, self.sp), column(self.up, y, self.sp)
-        return x + dropout(row(self.down, F.silu(gate) * up, self.sp), self.p)
+        hidden = SwiGLUFunction.apply(gate, up) if self.fused_swiglu else F.silu(gate) * up
+        return x + dropout(row(self.down, hidden, self.sp), self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return checkpoint(self._forward, x, use_reentrant=True) if self.full else self._forward(x)

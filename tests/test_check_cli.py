@@ -50,7 +50,8 @@ def test_bad_claims_in_process(tmp_path: Path, capsys: pytest.CaptureFixture, cl
 
 @pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
 def test_exit_codes_and_json(capsys: pytest.CaptureFixture) -> None:
-    assert main(["check", "--quantity", "activations.per_layer", "--claim", "sbh(34 + 5as/h)"]) == 0
+    assert main(["check", "--quantity", "activations.per_layer", "--claim", "sbh(34 + 5as/h)", "--attention",
+                 "eager"]) == 0  # Korthikanti et al.'s eager attention
     assert capsys.readouterr().out.startswith("exact (holds)")
     assert main(["check", "--quantity", "activations.per_layer", "--claim", "sbh(34 + 5as/h)", "--flash",
                  "--json"]) == 1
@@ -75,8 +76,8 @@ NOTES = r"""# Memory notes
 
 <!-- memderive-defaults: model=gpt3-175b -->
 
-Activations per layer (Korthikanti et al. 2022, Eq. 1):
-<!-- memderive: quantity=activations.per_layer -->
+Activations per layer (Korthikanti et al. 2022, Eq. 1, eager attention):
+<!-- memderive: quantity=activations.per_layer attention=eager -->
 $$M_\text{layer} = sbh\left(34 + \frac{5as}{h}\right)$$
 
 Parameters, Kaplan et al. 2020 Eq. 2.1: <!-- memderive: quantity=params.total --> $N \approx 12 n_{layer} d_{model}^2$.

@@ -7,9 +7,7 @@ comment. Formulas are quoted as the source writes them (only a space-separated n
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +18,7 @@ import sympy as sp
 
 from memderive.derivations.claims.check import check
 from memderive.symbolic.dims_sympy import b, h, s
+from tests.pdflatex import require_pdflatex
 
 FP16 = {"kv_dtype": "fp16"}
 PROMPT = {**FP16, "new_tokens": 0}  # the cache holds the s prompt tokens only
@@ -42,10 +41,10 @@ class Real:
 KV_WORDS = "batch_size=b, seq_len=s, hidden_dim=h, num_layers=l, bytes=2"
 REAL = [
     # --- KV cache -------------------------------------------------------------------------------------------------
-    # s counts every cached token and no n is written: exact once the cache holds the prompt only (n = 0)
+    # s counts every cached token and no n is written: read as the prompt's cache (n = 0; issue 37), exact
     Real("https://lzwjava.github.io/kv-cache-2-and-layers-multiplier-en", "kv_cache.total",
-         "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "conditional", KV_WORDS,
-         options=FP16, holds_under="with s counting every cached token"),
+         "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "exact", KV_WORDS,
+         options=FP16),
     Real("https://lzwjava.github.io/kv-cache-2-and-layers-multiplier-en", "kv_cache.total",
          "KV cache size = batch_size × seq_len × hidden_dim × 2 × num_layers × bytes", "exact", KV_WORDS,
          options=PROMPT),
@@ -135,7 +134,7 @@ REAL = [
          "exact", options={"dtype": "fp32"}),
     # --- activations -------------------------------------------------------------------------------------------------
     Real("https://huggingface.co/spaces/hesamation/primer-llm-embedding python/memory/formulas/utils.py",
-         "activations.per_layer", "s * b * h * 34", "exact", options={"recompute": "selective"}),
+         "activations.per_layer", "s * b * h * 34", "exact", options={"recompute": "selective", "attention": "eager"}),
     Real("https://huggingface.co/spaces/hesamation/primer-llm-embedding python/memory/formulas/utils.py",
          "activations.per_layer", "s * b * h * 2", "exact", options={"recompute": "full"}),
     # "one_layer = one_layer_attention # eq (2)": the attention block alone, the MLP and the norms left out
@@ -196,14 +195,14 @@ def test_1_prompt_only_caches() -> None:
     # Zhihu §8's 4blh(s + n) written with s counting every cached token: exact once --new-tokens 0 pins n
     assert check("kv_cache.total", "4blhs", **PROMPT).verdict == "exact"
     assert check("kv_cache.total", "4blhs", symbols="n=0", **FP16).verdict == "exact"  # pinned by a mapping
-    loose = check("kv_cache.total", "4blhs", **FP16)  # no n anywhere: the condition is said
-    assert loose.verdict == "conditional" and loose.holds_under[0].startswith("with s counting every cached token")
+    loose = check("kv_cache.total", "4blhs", **FP16)  # no n anywhere: the prompt's cache (issue 37), said in a note
+    assert loose.verdict == "exact" and any(x.startswith("n = 0 on both sides: the claim has no n") for x in loose.notes)
     # a claim that counts n holds whatever n is; one that does not is short once n = 128 tokens are generated
     assert check("kv_cache.total", "4blh(s+n)", kv_dtype="fp16", new_tokens=128).verdict == "exact"
     assert check("kv_cache.total", "4blhs", kv_dtype="fp16", new_tokens=128).verdict == "different"
 
 
-PIPE = {"tp": 8, "sp": True, "pp": 8}
+PIPE = {"tp": 8, "sp": True, "pp": 8, "attention": "eager"}  # Korthikanti et al.: the scores saved
 EQ5 = r"\frac{sbhl}{t}\left(34 + \frac{5as}{h}\right) + \frac{sbhp}{t}"  # Korthikanti et al. 2022, Eq. 5 (+ §4.3)
 
 
@@ -233,7 +232,7 @@ def test_3_attribution_names_what_is_missing() -> None:
     shard = check("model_states.total", r"\frac{12\Psi}{N_d}", dp=8, zero=3)
     assert shard.gaps[0].matches[0].pieces[0].path == "model_states/optimizer/master"
     # the attention block alone (hesamation's eq (2) with 2-byte values) lacks 23 sbh: the MLP's 19 and two norm inputs
-    attention = check("activations.per_layer", "sbh(11 + 5as/h)")
+    attention = check("activations.per_layer", "sbh(11 + 5as/h)", attention="eager")
     (gap,) = attention.gaps
     assert gap.kind == "missing" and sp.expand(gap.expr - 23 * s * b * h) == 0
     paths = {p.path for p in gap.matches[0].pieces}
@@ -346,7 +345,9 @@ def test_1_new_tokens_zero_on_the_command_line(tmp_path: Path, capsys: pytest.Ca
 
     args = ["check", "--quantity", "kv_cache.total", "--claim", "4blhs", "--kv-dtype", "fp16"]
     assert main([*args, "--new-tokens", "0"]) == 0
-    assert main(args) == 1 and "with s counting every cached token" in capsys.readouterr().out
+    # no n in the claim: the prompt's cache (issue 37), and said so
+    assert main(args) == 0 and "n = 0 on both sides: the claim has no n" in capsys.readouterr().out
+    assert main([*args, "--new-tokens", "128"]) == 1  # 128 generated tokens the claim leaves out
     notes = tmp_path / "notes.md"
     notes.write_text("<!-- memderive: quantity=kv_cache.total kv-dtype=fp16 -->\n$4blhs$\n")
     assert main(["check", "--file", str(notes), "--new-tokens", "0"]) == 0  # a default for every marker
@@ -373,10 +374,7 @@ def test_11_latex_is_a_complete_document(tmp_path: Path, capsys: pytest.CaptureF
 
 def _compile(work: Path, documents: dict[str, str]) -> None:
     """pdflatex on each document (CI installs LaTeX; locally the test skips, as test_render_writeup does)."""
-    if shutil.which("pdflatex") is None:
-        if os.environ.get("CI"):
-            pytest.fail("pdflatex is missing; CI installs texlive (see .ci/run)")
-        pytest.skip("pdflatex is not installed (CI runs this test)")
+    require_pdflatex()
     for name, tex in documents.items():
         (work / name).write_text(tex)
         run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", name], cwd=work,

@@ -12,6 +12,10 @@ from memderive.symbolic.dims_sympy import Psi, b, h, l, s
 
 TP8 = {"tp": 8}
 
+#: Korthikanti et al.'s formulas assume eager attention (the b*a*s*s scores saved); memderive's default is
+#: FlashAttention, so their checks name the kernel.
+EAGER = {"attention": "eager"}
+
 EXACT = [
     # ZeRO §3.1: mixed-precision Adam keeps 2 + 2 + K = 16 bytes per parameter
     ("model_states.total", r"16\Psi", {}),
@@ -21,13 +25,13 @@ EXACT = [
     ("model_states.total", r"2\Psi + \frac{14\Psi}{N_d}", {"dp": 64, "zero": 2}),
     ("model_states.total", r"\frac{(2 + 2 + K)\Psi}{N_d}", {"dp": 64, "zero": 3}),
     # Korthikanti et al. 2022, Eq. 1 (bytes per layer), in both printed forms
-    ("activations.per_layer", r"sbh\left(34 + \frac{5as}{h}\right)", {}),
-    ("activations.per_layer", "34sbh + 5as^2b", {}),
+    ("activations.per_layer", r"sbh\left(34 + \frac{5as}{h}\right)", EAGER),
+    ("activations.per_layer", "34sbh + 5as^2b", EAGER),
     # Korthikanti Table 2: TP (Eq. 2), TP + SP (Eq. 4), selective recompute, full recompute
-    ("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))", TP8),
-    ("activations.per_layer", r"\frac{sbh}{t}\left(34 + \frac{5as}{h}\right)", {"tp": 8, "sp": True}),
-    ("activations.per_layer", "sbh(10 + 24/t)", {"tp": 8, "recompute": "selective"}),
-    ("activations.per_layer", "34sbh/t", {"tp": 8, "sp": True, "recompute": "selective"}),
+    ("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))", {**TP8, **EAGER}),
+    ("activations.per_layer", r"\frac{sbh}{t}\left(34 + \frac{5as}{h}\right)", {"tp": 8, "sp": True, **EAGER}),
+    ("activations.per_layer", "sbh(10 + 24/t)", {"tp": 8, "recompute": "selective", **EAGER}),
+    ("activations.per_layer", "34sbh/t", {"tp": 8, "sp": True, "recompute": "selective", **EAGER}),
     ("activations.per_layer", "2sbh", {"recompute": "full"}),
     # Narayanan et al. 2021 Eq. 2 / Zhihu §8: 12h^2 + 13h parameters per GPT layer
     ("params.per_layer", "12h^2 + 13h", {}),
@@ -82,7 +86,7 @@ def test_narayanan_eq2_misses_only_the_final_norm() -> None:
 
 def test_activations_without_embedding_and_output_are_leading_order() -> None:
     # Zhihu §8: (34bsh + 5bs^2a) l, "embedding and output ignored"
-    result = check("activations.total", "l(34sbh + 5as^2b)")
+    result = check("activations.total", "l(34sbh + 5as^2b)", **EAGER)
     assert result.verdict == "leading-order"
     paths = {p.path for g in result.gaps for m in g.matches for p in m.pieces}
     assert "head/loss/log_softmax" in paths and "embed/dropout/mask" in paths
@@ -118,7 +122,7 @@ def test_kv_cache_without_the_factor_two() -> None:
 
 def test_activations_without_the_mlp_4h_tensors() -> None:
     # Eq. 1 with the MLP's two 4h tensors (GeLU input, second linear's input, 8sbh each) left out
-    result = check("activations.per_layer", "sbh(18 + 5as/h)")
+    result = check("activations.per_layer", "sbh(18 + 5as/h)", **EAGER)
     assert result.verdict == "different"
     (gap,) = result.gaps
     assert sp.expand(gap.expr - 16 * s * b * h) == 0
@@ -137,11 +141,11 @@ def test_zhihu_twenty_bytes_per_parameter() -> None:
 @pytest.mark.parametrize(("claim", "options", "holds_under"), [
     # Korthikanti Eq. 1 assumes eager attention, dropout and LayerNorm statistics neglected
     ("sbh(34 + 5as/h)", {"flash": True}, "without FlashAttention"),
-    ("sbh(34 + 5as/h)", {"dropout": False}, "with dropout"),
-    ("sbh(34 + 5as/h)", {"profile": "exact"}, "with profile korthikanti"),
+    ("sbh(34 + 5as/h)", {"dropout": False, **EAGER}, "with dropout"),
+    ("sbh(34 + 5as/h)", {"profile": "exact", **EAGER}, "with profile korthikanti"),
     # Megatron's non-SP estimator applies the selective-recompute row to every case
     # (megatron-theoretical-memory: compute_activation_memory_without_sp(), sbh(10 + 24/t))
-    ("sbh(10 + 24/t)", TP8, "with selective recompute"),
+    ("sbh(10 + 24/t)", {**TP8, **EAGER}, "with selective recompute"),
 ])
 def test_conditional_activations(claim: str, options: dict, holds_under: str) -> None:
     result = check("activations.per_layer", claim, **options)
@@ -170,9 +174,9 @@ def test_per_token_versus_per_position() -> None:
 
 
 def test_degrees_turn_on_when_the_claim_uses_them() -> None:
-    result = check("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))")
+    result = check("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))", **EAGER)
     assert result.verdict == "exact" and any("tensor parallelism" in x for x in result.notes)
-    assert check("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))", symbols="t=1").verdict == "exact"
+    assert check("activations.per_layer", "sbh(10 + 24/t + 5as/(ht))", symbols="t=1", **EAGER).verdict == "exact"
 
 
 def test_json_shape() -> None:

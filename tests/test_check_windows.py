@@ -177,14 +177,14 @@ def test_a_window_in_every_gemma_layer_is_different() -> None:
 
 def test_forgotten_new_tokens_are_different_at_equal_long_sequences() -> None:
     # min(s, w) leaves out the n generated tokens: wrong while s + n <= w, equal again once s >= w,
-    # which is what the long-sequence limit says. It is exact when s counts every cached token
-    # (issue 13: a prompt-only cache, n = 0), and said so.
-    result = check("kv_cache.total", r"4 b l a_{kv} d_h \min(s, w)", **MISTRAL)
-    assert result.verdict == "conditional"
-    assert result.holds_under[0].startswith("with s counting every cached token")
-    assert "as s → ∞: claim/ours → 1" in result.explanation
+    # which is what the long-sequence limit says. Without n anywhere the claim is the prompt's cache (issue 37:
+    # n = 0, exact, and said so); with 128 generated tokens it falls short of ours.
+    prompt = check("kv_cache.total", r"4 b l a_{kv} d_h \min(s, w)", **MISTRAL)
+    assert prompt.verdict == "exact" and any(x.startswith("n = 0 on both sides") for x in prompt.notes)
+    result = check("kv_cache.total", r"4 b l a_{kv} d_h \min(s, w)", **MISTRAL, new_tokens=128)
+    assert result.verdict != "exact" and not result.holds
     ce = result.counterexample
-    assert ce.values["n"] > 0 and ce.ratio < 1
+    assert ce.ratio < 1
 
 
 def test_counterexample_past_a_wide_window() -> None:

@@ -27,10 +27,10 @@ from memderive.symbolic.dims import V, a, a_kv, b, d_h, h, l, s
 def test_narayanan_eq3_full_recompute_is_derived_for_gpt() -> None:
     """Narayanan et al. 2021 Eq. 3: F = 96 B s l h^2 (1 + s/6h + V/16lh) with full recompute
     (forward, backward twice the forward, forward again; the LM head not recomputed)."""
-    est = estimate("gpt3-175b", mode="train", batch=1, seq=2048, recompute="full")
+    est = estimate("gpt3-175b", mode="train", batch=1, seq=2048, recompute="full", attention="eager")  # 2021: scores saved
     eq3 = 96 * b * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
     assert sp.expand(est.quantity("hardware_flops").closed_form() - eq3) == 0
-    without = estimate("gpt3-175b", mode="train", batch=1, seq=2048)  # 3/4 of it, less the head's share
+    without = estimate("gpt3-175b", mode="train", batch=1, seq=2048, attention="eager")  # 3/4 of it, less the head's share
     assert sp.expand(without.quantity("hardware_flops").closed_form() - (eq3 - 24 * b * s * l * h**2
                                                                          - 4 * b * s**2 * l * h)) == 0
 
@@ -92,13 +92,13 @@ def test_per_gpu_flops_times_t_is_the_whole(t: int, sizes, sequence_parallel: bo
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-2-7b"])
 def test_recompute_adds_exactly_the_recomputed_forward(name: str) -> None:
-    plain = estimate(name, mode="train", batch=2, seq=512)
+    plain = estimate(name, mode="train", batch=2, seq=512, attention="eager")  # the core recomputed whole
     forward = dict(plain.quantity("forward_flops").term_ints(plain.values))
     core = sum(v for path, v in forward.items() if path.startswith("layer/attn/core/"))
     layers = sum(v for path, v in forward.items() if path.startswith("layer/"))
     assert core and layers > core
     for recompute, redone in (("none", 0), ("selective", core), ("full", layers)):
-        est = estimate(name, mode="train", batch=2, seq=512, recompute=recompute)
+        est = estimate(name, mode="train", batch=2, seq=512, recompute=recompute, attention="eager")
         assert est.number("model_flops") == plain.number("model_flops")
         assert est.number("hardware_flops") - est.number("model_flops") == redone
     flash = estimate(name, mode="train", batch=2, seq=512, flash=True)  # backward recomputes q k^T
@@ -120,7 +120,8 @@ def test_frozen_weight_removes_exactly_its_weight_gradient() -> None:
 
 
 def test_single_gpu_step_is_compute_at_efficiency_and_bubble_follows_p() -> None:
-    one = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
+    # eager attention: no recompute, so hardware FLOPs are model FLOPs and the MFU is the efficiency
+    one = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8, attention="eager")
     timing = step_time(one, "h100-sxm", efficiency=0.4)
     assert timing.step_s == pytest.approx(8 * one.number("hardware_flops") / (0.4 * 989.5e12), rel=1e-12)
     assert timing.mfu == pytest.approx(0.4, rel=1e-12)
@@ -181,7 +182,7 @@ def test_gpu_table_is_cited_and_names_are_checked(capsys: pytest.CaptureFixture[
 
 
 def test_derive_flops_prints_forward_model_and_hardware(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _cli(capsys, "derive", "flops", "--strategy", "full")
+    code, out, _ = _cli(capsys, "derive", "flops", "--strategy", "full", "--attention", "eager")  # Eq. 3: eager
     assert code == 0 and out.splitlines()[2].endswith("6*V*b*h*s + 96*b*h^2*l*s + 16*b*h*l*s^2")
 
 

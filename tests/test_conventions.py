@@ -31,7 +31,7 @@ def close(ours: int, theirs: float, tol: float = 0.001) -> bool:
 # flash_attn=F) / .inference(b, s, num_tokens_to_generate=n, use_kv_cache=True); its bundled configs
 # NousResearch_Llama-2-7b-hf and upstage_Llama-2-70b-instruct-v2 (f = 4h).
 LLM_ANALYSIS = [
-    ("llama-2-7b", TRAIN_7B, {"parameters": 6573789184, "model_states": 13147578368 + 26295156736 + 78885470208,
+    ("llama-2-7b", Options(mode="train", batch=1, seq=4096, attention="eager"), {"parameters": 6573789184, "model_states": 13147578368 + 26295156736 + 78885470208,
                               "activations": 89242206208, "total": 207570411520}),
     ("llama-2-7b", Options(mode="train", batch=2, seq=2048, flash=True),
      {"activations": 22374514688, "total": 140702720000}),

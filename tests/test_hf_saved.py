@@ -121,7 +121,8 @@ def test_llama_2_7b_hf_eager_by_hand() -> None:
     (4as^2 + 2as^2), the o_proj input 2sbh, the MLP input 2sbh and 8sbf (gate, silu, up, product);
     once: token ids 8sb, rotary cos/sin 2 * 2 s d_h, the final norm, the LM head input 2sbh, fp32
     log-probabilities 4sbV, labels 8(s + 1) (at b = 1 the shifted labels are the padded ones) and a 4-byte
-    total weight. About 2.3x the Megatron graph."""
+    total weight. About 2.5x the Megatron graph under eager attention (2.33x before Megatron-LM's fused SwiGLU,
+    6sbf where transformers' MLP keeps 8sbf)."""
     from memderive.derivations.estimate import estimate
 
     s, h, a, d_head, f, L, V = 4096, 4096, 32, 128, 11008, 32, 32000
@@ -131,7 +132,7 @@ def test_llama_2_7b_hf_eager_by_hand() -> None:
     opts = dict(mode="train", batch=1, seq=s, profile="exact")
     hf = estimate("llama-2-7b", implementation="hf-eager", **opts).number("activation_bytes")
     assert hf == L * layer + once == 128_168_574_988
-    assert round(hf / estimate("llama-2-7b", **opts).number("activation_bytes"), 2) == 2.33
+    assert round(hf / estimate("llama-2-7b", attention="eager", **opts).number("activation_bytes"), 2) == 2.46
 
 
 @pytest.mark.parametrize("family", ["llama-gqa", "gpt2"])

@@ -81,11 +81,14 @@ def test_paged_cache_holds_whole_blocks(capsys) -> None:
     assert out["inputs"]["kv_block"] == 16
 
 
-def test_training_sdpa_is_flash_and_eager_is_the_default(capsys) -> None:
+def test_training_sdpa_is_flash_and_flash_is_the_default(capsys) -> None:
+    """Issue 37 item 1: training assumes what today's frameworks run (Megatron-Core: Transformer Engine's flash
+    kernel); the textbook eager profile is one flag away."""
     train = ("--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "1024")
-    eager, sdpa, flash = (run_json(capsys, *train, *extra) for extra in ((), ("--attention", "sdpa"), ("--flash",)))
-    assert sdpa["activation_bytes"] == flash["activation_bytes"] < eager["activation_bytes"]
-    assert eager["inputs"]["attention"] == "eager"
+    default, sdpa, flash, eager = (run_json(capsys, *train, *extra) for extra in
+                                   ((), ("--attention", "sdpa"), ("--flash",), ("--attention", "eager")))
+    assert default["activation_bytes"] == sdpa["activation_bytes"] == flash["activation_bytes"] < eager["activation_bytes"]
+    assert default["inputs"]["attention"] == "flash" and eager["inputs"]["attention"] == "eager"
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

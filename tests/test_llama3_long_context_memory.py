@@ -60,18 +60,19 @@ def test_interleaved_last_stage_symbolic_and_without_interleaving() -> None:
 
 def test_the_published_layouts_last_stage() -> None:
     """The last stage's 7 layers (v 8, m = p = 16): rank 15 warms up 2 x 0 + 7 x 16 = 112 chunk micro-batches of the
-    m v = 128, and holds 113 chunks = 113/8 = 14.125 stages' worth: 7 x 14.125 = 98.875 layer-micro-batches x 642,252,800
-    = 63,502,745,600 B. The output layer, in the last chunk, runs each backward straight after its forward: one
+    m v = 128, and holds 113 chunks = 113/8 = 14.125 stages' worth: 7 x 14.125 = 98.875 layer-micro-batches x 533,200,896
+    = 52,720,238,592 B. The output layer, in the last chunk, runs each backward straight after its forward: one
     micro-batch of the final norm's and the LM head's inputs (2 B x 8,192 x 16,384/8 = 33,554,432 each) and the fp32
-    logits (4 B x 8,192 x 128,256/8 = 525,336,576), 592,445,440 B. 64,095,191,040 B in all (it was 7 x 642,252,800 +
-    592,445,440 = 5,088,215,040); still below the middle stage's 82,208,358,400, which stays the peak."""
+    logits (4 B x 8,192 x 128,256/8 = 525,336,576), 592,445,440 B. 53,312,684,032 B in all; the first stage's 7 layers
+    hold 112 layer-micro-batches, 112 x 533,200,896 = 59,718,500,352; both below the middle stage's 68,249,714,688,
+    which stays the peak."""
     from memderive.derivations.estimate import stage_derivations
 
     est = _run()
     acts = {g.strategies[-1].rsplit(", ", 1)[1]: next(q for q in qs if q.key == "activation_bytes").value(est.values)
             for g, qs in stage_derivations(est.model, est.options)}
-    assert acts == {"first stage)": 71_932_313_600, "middle stage)": 82_208_358_400, "last stage)": 64_095_191_040}
-    assert est.number("activation_bytes") == 82_208_358_400
+    assert acts == {"first stage)": 59_718_500_352, "middle stage)": 68_249_714_688, "last stage)": 53_312_684_032}
+    assert est.number("activation_bytes") == 68_249_714_688
 
 
 def test_one_f_one_b_in_flight_is_unchanged() -> None:
@@ -84,14 +85,15 @@ def test_the_published_layouts_activations() -> None:
     """One layer, one micro-batch, on one GPU: s/cp = 8,192 tokens, t = 8 with sequence parallelism, so every
     h-wide tensor holds 8,192 x 2,048 elements. Saved in bf16: the two norms' inputs, their outputs (the QKV and
     gate/up inputs), q and the attention output O: 6 x 2 B x 8,192 x 2,048 = 201,326,592; k and v: 2 x 2 B x 8,192 x
-    (8 x 128 / 8) = 4,194,304; FlashAttention's fp32 logsumexp: 4 B x 8,192 x 128/8 = 524,288; SwiGLU's gate, silu(gate),
-    up and the product fc2 reads: 4 x 2 B x 8,192 x 53,248/8 = 436,207,616. Sum 642,252,800 B per layer.
+    (8 x 128 / 8) = 4,194,304; FlashAttention's fp32 logsumexp: 4 B x 8,192 x 128/8 = 524,288; Megatron-LM's fused
+    SwiGLU keeps only its input, gate and up, and fc2 the product it reads: 3 x 2 B x 8,192 x 53,248/8 = 327,155,712
+    (unfused, silu(gate) too: 436,207,616). Sum 533,200,896 B per layer.
     The middle stages hold 112/14 = 8 layers, one per chunk (v 8); with m = p = 16 Megatron-LM's interleaved
-    schedule runs all 16 x 8 chunk forwards first, so 128 layer-micro-batches are held: 128 x 642,252,800 =
-    82,208,358,400 B (the uncapped p + (p - 3)/v = 17.625 stages' worth gave 141 x 642,252,800 = 90,557,644,800)."""
+    schedule runs all 16 x 8 chunk forwards first, so 128 layer-micro-batches are held: 128 x 533,200,896 =
+    68,249,714,688 B."""
     est = _run()
-    assert est.number("activation_bytes_per_layer") == 642_252_800
-    assert est.number("activation_bytes") == 128 * 642_252_800 == 82_208_358_400
+    assert est.number("activation_bytes_per_layer") == 533_200_896
+    assert est.number("activation_bytes") == 128 * 533_200_896 == 68_249_714_688
 
 
 def test_zero_shards_over_data_and_context_parallel_ranks() -> None:
@@ -112,14 +114,15 @@ def test_zero_shards_over_data_and_context_parallel_ranks() -> None:
     assert "cp" not in str(LLAMA3[1].estimate().quantity("model_state_bytes").breakdown.total)
 
 
-def test_the_published_layout_is_still_past_80_gib() -> None:
-    """Activations 82,208,358,400 + model states 6,724,546,560 + ring attention's cp - 1 = 15 received K/V chunks of
-    one layer (2 x 2 B x 8,192 x 128 each: 15 x 4,194,304 = 62,914,560) = 88,995,819,520 B, 82.88 GiB: past the
-    H100's 80 GiB (85,899,345,920) by 3,096,473,600 B, 24,191,200 B per held layer-micro-batch (3.8% of 642,252,800).
-    Meta ran it (the reason PLAN_NOTHING_FITS gives in tests/test_published_runs.py names what is left)."""
+def test_the_published_layout_fits_80_gib() -> None:
+    """Activations 68,249,714,688 + model states 6,724,546,560 + ring attention's cp - 1 = 15 received K/V chunks of
+    one layer (2 x 2 B x 8,192 x 128 each: 15 x 4,194,304 = 62,914,560) = 75,037,175,808 B, 69.88 GiB: under the
+    H100's 80 GiB (85,899,345,920) by 10,862,170,112 B, as Meta ran it. With SwiGLU unfused (silu(gate) saved too,
+    2 B x 8,192 x 53,248/8 = 109,051,904 B more per held layer-micro-batch, 128 of them) it was 88,995,819,520 B,
+    3,096,473,600 B over."""
     est = _run()
-    assert est.number("total_bytes") == 82_208_358_400 + 6_724_546_560 + 62_914_560 == 88_995_819_520
-    assert est.number("total_bytes") - 80 * 2**30 == 3_096_473_600
+    assert est.number("total_bytes") == 68_249_714_688 + 6_724_546_560 + 62_914_560 == 75_037_175_808
+    assert 80 * 2**30 - est.number("total_bytes") == 10_862_170_112
 
 
 @pytest.mark.parametrize("stage", ["first", "middle", "last"])

@@ -34,7 +34,7 @@ def _fig13(t: int, batch: int) -> Run:
     (32, 2). Micro-batch 1 (§5.4.2 and §5.4.3 say so for Figures 14 and 15; assumed here), no interleaving, full
     recompute and fp16 as in Table 1's runs."""
     layout = {"tp": t, "pp": 64 // t, "dp": 1, "batch": 1, "micro_batches": batch, "recompute": "full",
-              "flash": False, **megatron_states("fp16")}
+              "attention": "eager", **megatron_states("fp16")}
     return Run(f"161B t{t}", "Narayanan et al. 2021, Figure 13", gpt(20480, 128, 32), layout, 2048, "a100-80gb",
                HDR, 1.0)
 

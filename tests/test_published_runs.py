@@ -134,19 +134,10 @@ PLAN_OFF = {
                       "the planner halves p with v 4 and d 2, a bubble of 3% against the uninterleaved 12%",
 }
 #: Runs where the planner finds nothing that fits (``NothingFits``), with why.
-PLAN_NOTHING_FITS = {
-    "405B t8 p16 c16 d8": "without recompute (the run's recipe as assumed) memderive puts every layout at 131K tokens "
-                          "past 80 GiB (the planner's smallest 97,280,701,236 B; it has no interleaved uneven stages). "
-                          "The published layout needs 88,995,819,520 B (82.88 GiB; tests/"
-                          "test_llama3_long_context_memory.py): 128 held layer-micro-batches of 642,252,800 B (m = p = "
-                          "16: all 16 x 8 one-layer chunks held), 6,724,546,560 B of ZeRO-2 states over d x cp = 128 "
-                          "and 62,914,560 B of ring K/V chunks; 3,096,473,600 B over, 24,191,200 B (3.8%) per held "
-                          "layer-micro-batch. Freeing each stage's input and output tensors (Dubey et al. 2024 §3.3.2) "
-                          "is already the model's (a chunk's output is not counted where it is made). The paper claims "
-                          "training without activation checkpointing only for 8K sequences; what the 128K run saved or "
-                          "recomputed per layer is not published (eager SwiGLU's silu(gate) is 109,051,904 B of the 642 "
-                          "MB, what a fused SwiGLU recomputes)",
-}
+#: Runs whose every layout memderive puts past the memory (none since issue 37: the Llama 3 405B 131K layout, 3.1 GB
+#: over with SwiGLU unfused, fits once Megatron-LM's fused SwiGLU keeps only its input; 75,037,175,808 B,
+#: tests/test_llama3_long_context_memory.py).
+PLAN_NOTHING_FITS: dict[str, str] = {}
 
 
 def _against_plan(run):  # noqa: ANN001, ANN202 (a Run; pytest.param)

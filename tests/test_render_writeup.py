@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 from memderive.derivations.estimate import estimate
 from memderive.documents.units import RenderOptions
 from memderive.documents.writeup import estimate_document, quantity_document
+from tests.pdflatex import require_pdflatex
 
 GOLDEN = Path(__file__).parent / "golden"
 SSM_DOCUMENTS = ("mamba2-2.7b", "bamba-9b-like")
@@ -93,10 +92,7 @@ def test_numbers_of_each_step_add_up(train_markdown_and_json) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> Path:
-    if shutil.which("pdflatex") is None:
-        if os.environ.get("CI"):
-            pytest.fail("pdflatex is missing; CI installs texlive (see .ci/run)")
-        pytest.skip("pdflatex is not installed (CI runs this test)")
+    require_pdflatex()
     work = tmp_path_factory.mktemp("latex")
     (work / "train.tex").write_text(estimate_document(train_7b(), "latex"))
     infer = estimate("llama-2-70b", mode="infer", batch=2, seq=4096, new_tokens=256, tp=8)

@@ -19,7 +19,7 @@ import torch
 from memderive.derivations.models.architectures import GPT, LLAMA, Arch, build_graph, with_arch
 from memderive.symbolic.derive import activations, evaluate, saved_tensors
 from memderive.symbolic.dims import t
-from memderive.symbolic.strategies import (FlashAttention, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,
+from memderive.symbolic.strategies import (FlashAttention, fused_swiglu, FullRecompute, SelectiveRecompute, SequenceParallel, Strategy,
                                  TensorParallel)
 from tests.reference_layers import (GPTEmbedding, GPTLayer, Head, LayerNorm, LlamaEmbedding, LlamaLayer, RMSNorm,
                                     Sizes, cuda_like_norms, measure)
@@ -99,6 +99,10 @@ LAYER_CASES = [
     Case("llama-tp2", _llama(GQA_SIZES.rank(2), fused_qkv=False), LLAMA, GQA_SIZES, strategies=TP, t=2),
     Case("llama-tp2-sp-flash", _llama(GQA_SIZES.rank(2), fused_qkv=False, core="flash", sp=2), LLAMA, GQA_SIZES,
          strategies=FLASH + SP, t=2, sp=True),
+    # Megatron-LM's fused SwiGLU (issue 37 item 3): an autograd function that saves only gate and up.
+    Case("llama-fused-swiglu", _llama(fused_swiglu=True), LLAMA, GQA_SIZES, strategies=(fused_swiglu,)),
+    Case("llama-fused-swiglu-flash", _llama(fused_swiglu=True, core="flash", fused_qkv=False), LLAMA, GQA_SIZES,
+         strategies=(fused_swiglu, *FLASH)),
 ]
 
 

@@ -60,7 +60,7 @@ def test_full_recompute_peak_adds_the_rebuilt_layer() -> None:
     # stores 2sbh per layer and rebuilds one layer in backward: 34sbh + 5as^2b - 2sbh on top.
     s, b, h, a = 2048, 1, 12288, 96
     sbh = s * b * h
-    e = estimate("gpt3-175b", mode="train", batch=b, seq=s, recompute="full")
+    e = estimate("gpt3-175b", mode="train", batch=b, seq=s, recompute="full", attention="eager")
     rows = dict((path, value) for path, _, value in e.quantity("total_bytes").term_values(e.values))
     assert rows["recompute/working_layer"] == 34 * sbh + 5 * a * s * s * b - 2 * sbh
     assert e.number("activation_bytes_per_layer") == 2 * sbh
@@ -71,7 +71,7 @@ def test_full_recompute_peak_adds_the_rebuilt_layer() -> None:
 def test_selective_recompute_peak_adds_one_layers_scores() -> None:
     # Selective recompute drops the 5as^2b attention tensors (Korthikanti Table 2); backward rebuilds
     # them one layer at a time: 5 * 96 * 2048^2 * 1 = 2,013,265,920 bytes.
-    e = estimate("gpt3-175b", mode="train", batch=1, seq=2048, recompute="selective")
+    e = estimate("gpt3-175b", mode="train", batch=1, seq=2048, recompute="selective", attention="eager")
     rows = dict((path, value) for path, _, value in e.quantity("total_bytes").term_values(e.values))
     assert rows["recompute/working_layer"] == 2_013_265_920
 
@@ -99,12 +99,14 @@ def test_llama_2_7b_training_by_hand() -> None:
     # Parameters on one GPU: the split matrices / 8 plus the replicated RMSNorm weights:
     #   (32 * (4 * 4096^2 + 3 * 11008 * 4096) + 2 * 32000 * 4096) / 8 = 842,268,672
     #   + 32 * 2 * 4096 + 4096 = 266,240  ->  842,534,912
-    # Activations per layer (no dropout; SwiGLU saves gate, silu(gate), up and their product):
-    #   sbh (16 + 8 f / h) / t = 16,777,216 * 37.5 / 8 = 78,643,200
+    # Activations per layer (no dropout; Megatron-LM's fused SwiGLU saves gate and up, 4 f bytes per token, fc2
+    # its input, 2 f; FlashAttention, the default, keeps the fp32 logsumexp, 4 a s b / t):
+    #   sbh (16 + 6 f / h) / t + 4 a s b / t = 16,777,216 * 32.125 / 8 + 65,536 = 67,436,544
+    #   (eager attention and the unfused SwiGLU were sbh (16 + 8 f / h) / t = 78,643,200)
     # Whole GPU: 32 layers + final-norm and lm_head inputs 4 sbh / t + fp32 logits 4 s b V / t
-    #   = 2,516,582,400 + 8,388,608 + 65,536,000 = 2,590,507,008
+    #   = 2,157,969,408 + 8,388,608 + 65,536,000 = 2,231,894,016
     e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="selective")
     assert e.number("parameters_per_gpu") == 842_534_912
-    assert e.number("activation_bytes_per_layer") == 78_643_200
-    assert e.number("activation_bytes") == 2_590_507_008
+    assert e.number("activation_bytes_per_layer") == 67_436_544
+    assert e.number("activation_bytes") == 2_231_894_016
     assert e.number("model_state_bytes") == 16 * 842_534_912

@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memderive.derivations.models.architectures import GPT, LLAMA, build_graph
-from memderive.derivations.estimate import Estimate, estimate
+from memderive.derivations.estimate import Estimate, estimate, stage_derivations
 from memderive.derivations.models.model import Model
 from memderive.documents.steps import breakdown_rows
 from memderive.symbolic.derive import evaluate, per_block
@@ -137,7 +137,14 @@ def test_recompute_and_flash_never_increase_memory(model: Model, step: dict, tp:
 @EXAMPLES
 @given(models(), steps)
 def test_more_pipeline_stages_never_increase_model_states(model: Model, step: dict) -> None:
-    assert non_increasing(total(model, step, "model_state_bytes", pp=pp) for pp in (1, 2, 4))
+    """The most any stage holds (the GPU's estimate is the stage of the largest total, which can be another one:
+    the last stage's logits outweigh the first's layers once FlashAttention keeps no scores)."""
+    def most(pp: int) -> int:
+        e = estimate(model, mode="train", **step, pp=pp)
+        return max(Estimate(e.model, e.options, *stage, e.values).number("model_state_bytes")
+                   for stage in stage_derivations(e.model, e.options))
+
+    assert non_increasing(most(pp) for pp in (1, 2, 4))
 
 
 @EXAMPLES
@@ -171,7 +178,7 @@ def test_flash_keeps_more_at_s_equal_1() -> None:
     P, 2as^2b = 8 bytes a layer; flash keeps the logsumexp, 4bas = 16 bytes; l = 4 layers: +32."""
     model = Model("tiny", LLAMA, {"h": 4, "a": 4, "l": 4, "V": 1, "f": 4})
     step = {"batch": 1, "seq": 1}
-    assert total(model, step, flash=True) - total(model, step) == 32
+    assert total(model, step, flash=True) - total(model, step, attention="eager") == 32
 
 
 def test_a_first_stage_can_grow_with_p() -> None:

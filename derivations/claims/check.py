@@ -16,7 +16,7 @@ model and options, and returns a ``CheckResult`` whose verdict is one of:
 * ``different``: anything else, with a constant factor where there is one, the terms that make
   the gap and a counterexample with the numbers of a bundled model.
 
->>> r = check("activations.per_layer", "sbh(34 + 5as/h)")
+>>> r = check("activations.per_layer", "sbh(34 + 5as/h)", attention="eager")  # Korthikanti et al.: scores saved
 >>> r.verdict
 'exact'
 >>> check("params.total", "12lh^2").verdict
@@ -213,7 +213,9 @@ def check_claim(claim: Claim) -> CheckResult:
                            counting=spec.counting, hints=HINTS)
     spec, shared = _share_of_total(spec, parsed, claim)
     sides = parsed.chain or (parsed,)
-    results = [_check_side(claim, spec, model, seq, side, mapping) for side in sides]
+    # a cache claim with no n anywhere (no side of a chain, no mapping of the letter) describes a prompt's cache
+    prompt = not any(n in side.expr.free_symbols for side in sides) and "n" not in mapping
+    results = [_check_side(claim, spec, model, seq, side, mapping, prompt) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
     pick = results[-1 if bad is None else bad]
     lines = list(pick.explanation)
@@ -277,7 +279,7 @@ def _share_of_total(spec: QuantitySpec, parsed: ParsedFormula, claim: Claim) -> 
 
 
 def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: ParsedFormula,
-                mapping: Mapping[str, sp.Expr]) -> CheckResult:
+                mapping: Mapping[str, sp.Expr], prompt: bool = False) -> CheckResult:
     expr, notes = _per_parameter(spec, side.expr)
     ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
     renamed = {k for k, v in mapping.items() if k in side.names and isinstance(v, sp.Symbol)}
@@ -285,6 +287,10 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     by = {symbol: "--" + option.replace("_", "-") for option, symbol in _PINNED_BY.items()}
     notes += more + [f"{x} = {v} on both sides (pinned{' by ' + by[x] if x in by and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
+    if prompt and _prompt_cache(spec, ctx, expr):  # a cache formula without n describes the cache of its s tokens
+        ctx = replace(ctx, pins={**ctx.pins, n: sp.Integer(0)})
+        notes.append("n = 0 on both sides: the claim has no n, so its s counts every cached token (the cache of a "
+                     "prompt; --new-tokens N counts N generated tokens apart)")
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
     cmp = ctx.compare(expr * factor)
     notes += [x for x in (unit_note, cmp.note) if x]
@@ -406,6 +412,13 @@ def _branches_agree(cmp: Comparison) -> bool:
         return all(len({leading(x, WIDTH) for x in _branches(side)}) == 1 for side in (cmp.ours, cmp.theirs))
     except Unanalysable:
         return False
+
+
+def _prompt_cache(spec: QuantitySpec, ctx: Any, expr: sp.Expr) -> bool:
+    """A KV-cache claim without ``n`` and nothing pinning n (``--new-tokens``, a mapping): read as the cache of s
+    tokens, n = 0, rather than held short by the n tokens our cache of s + n counts."""
+    return (spec.name.startswith("kv_cache") and n in ctx.quantity.breakdown.total.free_symbols
+            and n not in getattr(expr, "free_symbols", set()) and n not in ctx.pins)
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:

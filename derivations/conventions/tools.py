@@ -271,7 +271,7 @@ def _la_layer_acts(model: Model, opts: Options) -> Fraction:
         return Fraction(sbh * 2, t)
     if opts.recompute == "selective":
         core = Fraction(0)
-    elif opts.flash:
+    elif opts.attention_kernel != "eager":
         core = (2 * sbh + 4 * a * s * b) * Fraction(2, t)
     else:
         core = Fraction(2 * a * s * s * b * 2, t)
@@ -281,7 +281,7 @@ def _la_layer_acts(model: Model, opts: Options) -> Fraction:
 
 
 def _la_why(opts: Options) -> str:
-    score = "FlashAttention: no scores" if opts.flash else "one 16-bit a*s^2 score tensor (memderive: softmax and its input)"
+    score = "FlashAttention: no scores" if opts.attention_kernel != "eager" else "one 16-bit a*s^2 score tensor (memderive: softmax and its input)"
     return (f"per layer: attention 5sbh + {score}, a 1-byte dropout mask even without dropout, MLP 2sbh + 4sbf "
             "(no third SwiGLU matrix), two fp32 norm inputs (4sbh each); 16-bit logits sbV, fp32 final norm "
             "(counted twice at batch 1)")

@@ -35,7 +35,6 @@ from memderive.symbolic.expr import const, evaluate, total
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 from memderive.derivations.quantities.nccl import NCCL, nccl_bytes
-from memderive.derivations.quantities.step import runs_calls
 from memderive.derivations.quantities.serving import vllm_refusal, vllm_startup
 from memderive.derivations.hardware import gpu
 
@@ -163,13 +162,9 @@ PERSISTENT = ("model_states/", "weights/", "overhead", "master weights/", "optim
 
 
 def _peak_quantity(est: Any) -> str:
-    """``peak_bytes`` where the step timeline gives it and runs the step call by call (transformers'
-    code, ``quantities.step.runs_calls``: checked to the byte against real steps on CPU,
-    ``tests/test_step_timeline.py``), else ``total_bytes``: where ops are single fused calls their
-    backward's temporaries are not modelled, and the sum stands in for the high-water mark."""
-    if est.options.mode == "train" and runs_calls(est.graph) and est.timeline() is not None:
-        return "peak_bytes"
-    return "total_bytes"
+    """``peak_bytes`` or ``total_bytes``: the figure ``Estimate.deciding`` names (where the step timeline runs
+    the step call by call, transformers' code, its peak; else the sum)."""
+    return est.deciding()[0]
 
 
 def overhead_breakdown(est: Any) -> Breakdown:

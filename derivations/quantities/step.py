@@ -17,7 +17,7 @@ reports after the step (each block rounded up to 512 bytes by the CUDA caching a
 >>> e = estimate("gpt2", mode="train", batch=1, seq=1024)
 >>> t = timeline_of(e)
 >>> t.peak_at, t.peak_bytes < e.number("total_bytes") + 2 * 2**30
-('loss (backward)', True)
+('optimizer step', True)
 """
 
 from __future__ import annotations

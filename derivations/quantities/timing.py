@@ -29,7 +29,7 @@ weights, of the routed experts only those its batch touches, and the KV cache), 
 all-reduces.
 
 >>> from memderive.derivations.estimate import estimate
->>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8)
+>>> e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, micro_batches=8, attention="eager")
 >>> st = step_time(e, "a100-80gb")
 >>> # the A100's matmul efficiency (efficiency.py): the linears, every side >= 4,096, at its MAMF, 271.2 / 312
 >>> # = 0.8692 of peak; the unfused attention core, 2s/(4h + 3f) = 8192/49408 = 0.1658 of their FLOPs, with a side of

@@ -24,12 +24,16 @@ from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import ArgumentError, Options, capacity_bytes, given_options
 from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
+from memderive.derivations.quantities.serving import vllm_startup
 from memderive.derivations.quantity import exact_int
 from memderive.symbolic.dims import b, s
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr, Number, total
 
-__all__ = ["Fit", "FitError", "DoesNotFit", "fit", "SOLVE_FOR", "smallest_changes"]
+__all__ = ["Fit", "FitError", "DoesNotFit", "fit", "SOLVE_FOR", "smallest_changes", "memory_budget", "VLLM_UTILIZATION"]
+
+#: vLLM's ``gpu_memory_utilization`` default (vllm/engine/arg_utils.py, EngineArgs), the budget under --framework vllm.
+VLLM_UTILIZATION = 0.9
 
 SOLVE_FOR = {"batch": b, "seq": s}
 #: Searches stop here: a context or batch beyond 2^40 means memory does not bound it.
@@ -52,7 +56,9 @@ class DoesNotFit(FitError):
 class Fit:
     """The answer: ``value`` of ``solve_for`` fits ``capacity`` bytes; ``value + 1`` does not. With a GPU
     named (``options.gpu``) the bytes are device bytes (``quantities.runtime``: the CUDA context, cuBLAS
-    workspace, NCCL buffers and the allocator's reserve included), else ``total_bytes``.
+    workspace, NCCL buffers and the allocator's reserve included), else the figure that decides
+    (``quantities.runtime.deciding``: ``total_bytes``, or ``peak_bytes`` where the step timeline runs the step
+    call by call). ``budget`` names it, and the JSON keys are that name, meaning what it means in ``estimate``.
 
     ``fixed`` and ``per_unit`` are the closed form's parts (``total = fixed + per_unit * b``),
     set only when ``method`` is ``closed form``.
@@ -70,7 +76,7 @@ class Fit:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {self.solve_for: self.value, "capacity_bytes": self.capacity,
-                               "total_bytes": self.bytes_at, "next_total_bytes": self.bytes_next,
+                               self.budget: self.bytes_at, f"next_{self.budget}": self.bytes_next,
                                "method": self.method, "budget": self.budget}
         if self.fixed is not None and self.per_unit is not None:
             per = Fraction(self.per_unit)
@@ -148,6 +154,9 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
                             "\"batch\")")
     capacity_bytes(capacity)
     model, symbol = resolve_model(model), SOLVE_FOR[solve_for]
+    if options.framework == "vllm" and options.mode == "infer" and options.gpu is not None:
+        return _vllm_fit(model, options, solve_for)
+    capacity = memory_budget(options, capacity)[0]
     terms = _terms_in(model, options, symbol)
 
     def cost(x: int) -> int:  # whole bytes per node, as Quantity.value counts them
@@ -170,12 +179,64 @@ def fit(model: Any, options: Options, capacity: int, solve_for: str) -> Fit:
     if limit is not None and value >= limit:
         at = _needed(model, replace(options, seq=limit))
         return Fit(solve_for, limit, capacity, at, None, "the model's learned positions end the search",
-                   budget=_budget(options))
+                   budget=_budget(model, replace(options, seq=limit)))
     at, nxt = (_needed(model, replace(options, **{solve_for: x})) for x in (value, value + 1))
     if not at <= capacity < nxt:  # pragma: no cover - a bug, not bad input
         raise DerivationError(f"fit check failed: {solve_for} {value} needs {at:,}, {value + 1} needs {nxt:,}")
-    return Fit(solve_for, value, capacity, at, nxt, method,
-               None if fixed is None else exact_int(fixed, "fixed"), per_unit, _budget(options))
+    return Fit(solve_for, value, capacity, at, nxt, method, None if fixed is None else exact_int(fixed, "fixed"),
+               per_unit, _budget(model, replace(options, **{solve_for: value})))
+
+
+def memory_budget(options: Options, capacity: int) -> tuple[int, str]:
+    """The one budget rule of ``fit`` and ``plan``: under ``--framework vllm`` in inference, vLLM's
+    ``gpu_memory_utilization`` (0.9 unless given) of the memory, what its engine takes; otherwise the whole memory
+    (with a GPU named, the runtime's own bytes are counted in ``device_bytes`` instead of reserved).
+
+    >>> memory_budget(Options(mode="infer", batch=1, seq=8, framework="vllm"), 80 * 2**30)[0] == 72 * 2**30
+    True
+    >>> memory_budget(Options(mode="infer", batch=1, seq=8), 80 * 2**30)[0] == 80 * 2**30
+    True
+    """
+    if options.framework == "vllm" and options.mode == "infer":
+        utilization = options.gpu_memory_utilization or VLLM_UTILIZATION
+        return int(capacity * utilization), f"{utilization:g} of each GPU (vLLM's gpu_memory_utilization)"
+    return capacity, "the whole GPU"
+
+
+def _vllm_fit(model: Model, options: Options, solve_for: str) -> Fit:
+    """vLLM's engine model, as ``estimate --framework vllm --gpu`` reports it (``quantities.serving``): its budget,
+    gpu_memory_utilization x the memory CUDA reports, less the weights, the profiled activation peak, the NCCL
+    buffers and the CUDA graphs, in KV blocks; each request of max_model_len = seq + new tokens takes whole blocks.
+    The largest batch is the maximum concurrency vLLM prints, rounded down (at most max_num_seqs); the longest
+    context for a batch, the most whole blocks each of its requests can have."""
+    probe = replace(options, **{solve_for: 1}) if solve_for == "batch" else replace(options, seq=1)
+    v = vllm_startup(estimate(model, probe))
+    assert v is not None
+    fixed = v.weights + v.activation_peak + v.non_torch + v.cuda_graphs
+    method = "vLLM's engine: its KV blocks over the blocks of each request"
+    if solve_for == "batch":
+        per_request = -(-v.max_model_len // v.block_size)
+        value = min(v.kv_cache_blocks // per_request, v.max_num_seqs)
+        if value == 0:
+            raise DoesNotFit(f"{model.name} does not fit: vLLM's {v.kv_cache_blocks:,} KV blocks hold no request of "
+                             f"{v.max_model_len:,} tokens ({per_request:,} blocks)", fixed + per_request * v.block_bytes)
+        capped = value == v.max_num_seqs and v.kv_cache_blocks // per_request > value
+        nxt = None if capped else fixed + (value + 1) * per_request * v.block_bytes
+        return Fit("batch", value, v.budget, fixed + value * per_request * v.block_bytes, nxt,
+                   method + (" (vLLM's max_num_seqs ends the search)" if capped else ""), fixed,
+                   per_request * v.block_bytes, "vllm_bytes")
+    blocks = v.kv_cache_blocks // options.batch  # whole blocks per request
+    value = blocks * v.block_size - options.new_tokens
+    if value < 1:
+        raise DoesNotFit(f"{model.name} does not fit: vLLM's {v.kv_cache_blocks:,} KV blocks hold no {options.batch:,} "
+                         "requests", fixed + options.batch * v.block_bytes)
+    limit = max_context(model, options)
+    at = fixed + options.batch * blocks * v.block_bytes
+    if limit is not None and value >= limit:
+        used = -(-(limit + options.new_tokens) // v.block_size)
+        return Fit("seq", limit, v.budget, fixed + options.batch * used * v.block_bytes, None,
+                   "the model's learned positions end the search", budget="vllm_bytes")
+    return Fit("seq", value, v.budget, at, at + options.batch * v.block_bytes, method, budget="vllm_bytes")
 
 
 def _needed(model: Model, options: Options) -> int:
@@ -183,8 +244,9 @@ def _needed(model: Model, options: Options) -> int:
     return budget_bytes(estimate(model, options))[0]
 
 
-def _budget(options: Options) -> str:
-    return "device_bytes" if options.gpu is not None else "total_bytes"
+def _budget(model: Model, options: Options) -> str:
+    """The name of what ``_needed`` counts: ``device_bytes`` with a GPU named, else the deciding figure."""
+    return budget_bytes(estimate(model, options))[1]
 
 
 def _candidates(model: Model, options: Options, solve_for: str) -> list[tuple[str, Options]]:
@@ -220,6 +282,7 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
     model = resolve_model(model)
     one = replace(options, **{solve_for: 1})
     found: list[tuple[str, int]] = []
+    budget = memory_budget(options, capacity)[0]  # fit below applies the rule to capacity itself
     tp_found = False
     for label, changed in _candidates(model, one, solve_for):
         if tp_found and label.startswith("--tp"):
@@ -228,7 +291,7 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
             needed = _needed(model, changed)
         except DerivationError:
             continue
-        if needed <= capacity:
+        if needed <= budget:
             found.append((label, needed))
             tp_found = tp_found or label.startswith("--tp")
     if not found:  # no single change: the changes together, in order, until they fit
@@ -243,7 +306,7 @@ def smallest_changes(model: Any, options: Options, capacity: int, solve_for: str
                 needed = _needed(model, combined)
             except DerivationError:
                 continue
-            if needed <= capacity:
+            if needed <= budget:
                 found.append((" ".join(labels), needed))
                 break
     if solve_for == "batch" and options.seq is not None and options.seq > 1:

@@ -35,7 +35,6 @@ import itertools
 import math
 import operator
 import time
-from fractions import Fraction
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -46,8 +45,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import (Options, OptionsError, capacity_bytes, given_options, peak_flops_option,
-                                          positive_option)
+from memderive.derivations.options import (ArgumentError, Options, OptionsError, capacity_bytes, given_options,
+                                          peak_flops_option, positive_option)
 from memderive.derivations.quantities.runtime import (budget_bytes, budget_terms, nccl_bytes, overhead_breakdown,
                                                      parallel_groups, peak_key)
 from memderive.derivations.quantity import exact_int
@@ -57,7 +56,7 @@ from memderive.derivations.search.step_timer import layout_times
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.errors import DerivationError, InvalidLayoutError
 from memderive.derivations.quantities.inference import serving_dtypes
-from memderive.derivations.search.fit import FitError, fit, smallest_changes
+from memderive.derivations.search.fit import FitError, fit, memory_budget, smallest_changes
 from memderive.derivations.quantities.timing import time_of
 from memderive.symbolic.lazy import lazy
 
@@ -70,9 +69,6 @@ __all__ = ["Layout", "Plan", "PlanError", "NothingFits", "plan", "plan_infer", "
 NODE_SIZE = 8  # GPUs per node by default (``--gpus-per-node``): tensor parallelism stays within one
 #: The most layouts a plan compares (a global batch with many divisors, no --gpus, has millions).
 MAX_LAYOUTS = 2**17
-#: The share of each GPU's memory an inference plan leaves to the runtime (CUDA context, the engine's buffers,
-#: fragmentation): vLLM's ``gpu_memory_utilization`` defaults to 0.9 (vLLM engine arguments).
-RUNTIME_RESERVE = Fraction(1, 10)
 VIRTUAL = (1, 2, 4, 8)
 
 
@@ -222,7 +218,7 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     "with fewer divisors")
                 for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
-                                "flash": flash, "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
+                                "flash": flash, **({} if flash else {"attention": "eager"}), "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
     return out
 
@@ -325,7 +321,7 @@ class Plan(list):
 def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
          top: int = 10, cluster: Any = None, recomputes: tuple[str, ...] | None = None,
-         zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True) -> Plan:
+         zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, **fields: Any) -> Plan:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -346,6 +342,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         sequence_parallel: sequence parallelism with tensor parallelism (False: a framework without it).
     """
     start = time.perf_counter()
+    options = _keyword_options(options, fields, "train", seq)
     given_options(options, "plan")
     capacity_bytes(capacity)
     peak_flops_option(peak_flops)
@@ -534,23 +531,24 @@ class ServingLayout:
 
 def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, new_tokens: int = 0,
                options: Options | None = None, top: int = 10, weight_dtypes: tuple[str | None, ...] | None = None,
-               kv_dtypes: tuple[str | None, ...] | None = None) -> list[ServingLayout]:
+               kv_dtypes: tuple[str | None, ...] | None = None, **fields: Any) -> list[ServingLayout]:
     """Tensor-parallel degrees and, for each, the largest batch that fits (``fit``), ranked by decode
     throughput (end to end, prefill included, when ``new_tokens`` are generated; decode alone otherwise), within
-    the memory less ``RUNTIME_RESERVE``. With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
+    ``fit``'s budget (``search.fit.memory_budget``: vLLM's gpu_memory_utilization under --framework vllm, the whole
+    GPU otherwise). With a GPU (``options.gpu``): the roofline's (``timing.inference_time``: a decode step takes
     the longer of its FLOPs at peak x efficiency and its weights and KV cache at the memory bandwidth, plus
     TP all-reduces), tokens/s = sequences decoded at once over all replicas / decode step time. Without
     one, a memory-bound proxy: a decode step reads one GPU's weights and KV cache once, so tokens/s is
     proportional to ``batch * gpus/t / (weights + KV cache per GPU)`` (no bandwidth needed to rank; none
     is assumed, no seconds). Without ``gpus``, one replica of the smallest t that fits. ``weight_dtypes`` and
     ``kv_dtypes``: the weight and KV-cache dtypes to compare (each pair a layout; default: ``options``' own)."""
+    options = _keyword_options(options, fields, "infer", seq)
     resolved = resolve_model(model)
     base = replace(options or Options(mode="infer", batch=1, seq=seq), mode="infer", batch=1, seq=seq, tp=1,
                    new_tokens=new_tokens)
-    # with a GPU named, fit holds device bytes (the runtime modelled) against the whole memory; without one,
-    # the derived bytes against the memory less a reserve for the runtime
-    budget = capacity if base.gpu is not None else capacity - capacity * RUNTIME_RESERVE.numerator // \
-        RUNTIME_RESERVE.denominator
+    # fit's one budget rule (search.fit.memory_budget): vLLM's gpu_memory_utilization under --framework vllm,
+    # the whole GPU otherwise (with a GPU named, the runtime's bytes counted in device_bytes)
+    budget = capacity
     degrees = _tp_degrees(resolved, gpus, base.gpus_per_node)
     dtypes = list(itertools.product(weight_dtypes or (base.weight_dtype,), kv_dtypes or (base.kv_dtype,)))
     for weights, kv in dtypes:  # each pair refused as estimate refuses it (one line), not skipped as not fitting
@@ -570,6 +568,20 @@ def plan_infer(model: Any, capacity: int, seq: int, gpus: int | None = None, *, 
     return out[:top]
 
 
+def _keyword_options(options: Options | None, fields: dict[str, Any], mode: str, seq: Any) -> Options | None:
+    """``options``, or ``Options`` built from keyword fields (``dtype="fp32"``, ``gpu="h100-sxm"``) with the plan's
+    mode, sequence and a batch of 1 filled in (the plan sets the batch of each row): no dummy batch and seq to give.
+
+    >>> _keyword_options(None, {"optimizer": "sgd"}, "train", 2048).optimizer
+    'sgd'
+    """
+    if not fields:
+        return options
+    if options is not None:
+        raise ArgumentError(f"give options=Options(...) or keyword options ({', '.join(fields)}), not both")
+    return Options.from_keywords({"mode": mode, "batch": 1, "seq": seq, **fields})
+
+
 def _tp_degrees(model: Model, gpus: int | None, node: int = NODE_SIZE) -> list[int]:
     return [tp for tp in _divisors(model.sizes["a"]) if tp <= node and (gpus is None or gpus % tp == 0)]
 
@@ -580,14 +592,14 @@ def _serving_nothing_fits(model: Model, base: Options, budget: int, seq: int, gp
     widest = replace(base, tp=max(degrees))
     needed = budget_bytes(estimate(model, widest))[0]
     changes = [(c, n) for c, n in smallest_changes(model, widest, budget, "batch") if not c.startswith("--tp")]
+    allowed, rule = memory_budget(base, budget)
     if gpus is not None:  # more GPUs: the smallest tensor-parallel degree within a node that holds batch 1
         wider = [(tp, budget_bytes(estimate(model, replace(base, tp=tp)))[0]) for tp in _tp_degrees(model, None,
                  base.gpus_per_node) if tp > max(degrees) and _valid(model, replace(base, tp=tp))]
-        changes = [(f"--gpus {tp}", n) for tp, n in wider if n <= budget][:1] + changes
-    return NothingFits(f"{model.name}: batch 1 at seq {seq} fits no tensor-parallel degree in {budget:,} bytes per "
-                       f"GPU ({'device bytes against the whole memory' if base.gpu else 'the memory less the runtime reserve'}); "
-                       f"tp {widest.tp} needs {needed:,} bytes", needed,
-                       changes)
+        changes = [(f"--gpus {tp}", n) for tp, n in wider if n <= allowed][:1] + changes
+    return NothingFits(f"{model.name}: batch 1 at seq {seq} fits no tensor-parallel degree in {allowed:,} bytes per "
+                       f"GPU ({rule}{'; device bytes' if base.gpu else ''}); tp {widest.tp} needs {needed:,} bytes",
+                       needed, changes)
 
 
 def _valid(model: Model, options: Options) -> bool:

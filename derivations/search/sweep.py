@@ -15,9 +15,9 @@ The step sizes ``batch``, ``seq`` and ``new_tokens`` are array axes; the layout 
 
 >>> out = sweep("gpt2", mode="train", batch=[1, 2], seq=[512, 1024])
 >>> out["total_bytes"].shape, int(out["total_bytes"][1, 0])
-((2, 2), 2899173376)
+((2, 2), 2522275840)
 >>> estimate("gpt2", mode="train", batch=2, seq=512).number("total_bytes")
-2899173376
+2522275840
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ from memderive.arguments import add_model_options, add_options, options_from_arg
 from memderive.derivations.hardware import gpu
 from memderive.documents.units import format_bytes, parse_size
 from memderive.derivations.models.resolve import context_notes, resolve_model
-from memderive.derivations.search.fit import DoesNotFit, fit, smallest_changes
+from memderive.derivations.search.fit import DoesNotFit, fit, memory_budget, smallest_changes
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.runtime import budget_bytes
+from memderive.documents.text import attention_line, fits_lines
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,8 +41,11 @@ def run(args: argparse.Namespace) -> int:
     mode = args.mode or "infer"
     if mode not in ("infer", "train"):
         raise ValueError(f"fit solves --mode infer or --mode train, not {mode}")
-    if (args.batch is None) == (args.seq is None):
-        raise ValueError("give exactly one of --seq (to find the largest batch) or --batch (to find the longest context)")
+    if args.batch is None and args.seq is None:
+        raise ValueError("give --seq (to find the largest batch), --batch (to find the longest context), or both "
+                         "(does that batch at that context fit?)")
+    if args.batch is not None and args.seq is not None:
+        return _does_it_fit(args, mode)
     solve_for = "batch" if args.batch is None else "seq"
     setattr(args, solve_for, 1)  # placeholder; fit solves for it
     capacity = _capacity(args)
@@ -54,22 +60,68 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {"model": model.name, "mode": mode, "fits": True, given[0]: given[1], **result.to_json(),
                "max_positions": model.max_positions, "notes": notes}
+        if mode == "train":
+            out["fits_decided_by"], out["fits_decided_why"] = estimate(model, replace(options, **{
+                solve_for: result.value})).deciding()
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
+    print(attention_line(options))
+    if result.budget == "vllm_bytes":
+        print(f"budget: {format_bytes(result.capacity)} per GPU (vLLM's gpu_memory_utilization of the memory CUDA "
+              "reports, as estimate --framework vllm; the whole GPU without --framework vllm)")
+    else:
+        print(f"budget: {format_bytes(result.capacity)} per GPU ({memory_budget(options, capacity)[1]}; "
+              "vLLM's gpu_memory_utilization under --framework vllm only)")
     print(f"largest {solve_for}: {result.value:,} ({result.method})")
-    what = " of device memory (the runtime included)" if result.budget == "device_bytes" else ""
+    what = {"device_bytes": " of device memory (device_bytes: the runtime included)",
+            "peak_bytes": " at the step's peak (peak_bytes)", "total_bytes": " (total_bytes)",
+            "vllm_bytes": " of vLLM's budget (weights, profiled activation peak, CUDA graphs, NCCL, KV blocks)"}[
+        result.budget]
     print(f"  {solve_for} {result.value:,} needs {format_bytes(result.bytes_at)}{what}")
-    if result.bytes_next is None:
+    if result.bytes_next is None and "max_num_seqs" in result.method:
+        print(f"  {solve_for} {result.value + 1:,} is past vLLM's max_num_seqs")
+    elif result.bytes_next is None:
         print(f"  {solve_for} {result.value + 1:,} is past the model's {model.max_positions:,} learned positions")
     else:
         print(f"  {solve_for} {result.value + 1:,} needs {format_bytes(result.bytes_next)}")
     if result.fixed is not None and result.per_unit is not None:
         per = f"{int(result.per_unit):,}" if Fraction(result.per_unit).denominator == 1 else str(result.per_unit)
-        print(f"  total = {result.fixed:,} + {per} * {solve_for} bytes")
+        print(f"  {result.budget} = {result.fixed:,} + {per} * {solve_for} bytes")
+    for line in fits_lines(estimate(model, replace(options, **{solve_for: result.value}))):
+        print(f"  {line}")
     for note in notes:
         print(f"  note: {note}")
     return 0
+
+
+def _does_it_fit(args: argparse.Namespace, mode: str) -> int:
+    """Both --batch and --seq: whether that step fits, under the budget rule and the figure that decide it (exit 0
+    fits, 1 does not), with the largest batch at that context."""
+    from dataclasses import replace
+
+    capacity = _capacity(args)
+    model = resolve_model(args.model)
+    options = options_from_args(args, mode=mode)
+    budget, rule = memory_budget(options, capacity)
+    needed, key = budget_bytes(estimate(model, options))
+    try:
+        largest: int | None = fit(model, options, capacity, "batch").value
+    except DoesNotFit:
+        largest = 0
+    fits = needed <= budget
+    if args.json:
+        print(json.dumps({"model": model.name, "mode": mode, "batch": options.batch, "seq": options.seq, "fits": fits,
+                          "capacity_bytes": budget, key: needed, "budget": key, "largest_batch": largest}, indent=2))
+        return 0 if fits else 1
+    print(f"{model.name}, {mode}, batch {options.batch} at seq {options.seq}, {format_bytes(capacity)} per GPU")
+    print(attention_line(options))
+    print(f"budget: {format_bytes(budget)} per GPU ({rule})")
+    print(f"{'fits' if fits else 'does not fit'}: batch {options.batch:,} needs {format_bytes(needed)} ({key})")
+    print(f"  largest batch at seq {options.seq:,}: {largest:,}")
+    for line in fits_lines(estimate(model, replace(options))):
+        print(f"  {line}")
+    return 0 if fits else 1
 
 
 def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve_for: str,  # type: ignore[no-untyped-def]
@@ -77,10 +129,11 @@ def _does_not_fit(args: argparse.Namespace, model, options, capacity: int, solve
     """Not even 1 fits: say so (an answer: exit 1) and the smallest changes that would fit."""
     needed = getattr(exc, "needed", None)
     changes = smallest_changes(model, options, capacity, solve_for)
+    budget = budget_bytes(estimate(model, options))[1]  # device_bytes with a GPU named, else the deciding figure
     if args.json:
         print(json.dumps({"model": model.name, "mode": options.mode, "fits": False, given[0]: given[1],
                           solve_for: 0, "capacity_bytes": capacity, "needed_bytes": needed,
-                          "would_fit": [{"change": c, "total_bytes": n} for c, n in changes]}, indent=2))
+                          "would_fit": [{"change": c, budget: n} for c, n in changes]}, indent=2))
         return 1
     print(f"{model.name}, {options.mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
     print(f"does not fit: {solve_for} 1 needs {format_bytes(needed) if needed is not None else 'more'}")

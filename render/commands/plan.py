@@ -21,6 +21,7 @@ from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, time_of
 from memderive.derivations.search.plan import NothingFits, plan, plan_infer
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import OptionsError, peak_flops_option
+from memderive.derivations.search.fit import memory_budget
 
 PROXY = ("no --gpu: step time is a proxy: hardware FLOPs per GPU (6N per token + "
          "attention, recompute added) at peak, times the pipeline bubble 1 + (p-1)/(m v); communication not "
@@ -168,25 +169,31 @@ def _dtype_list(value: str | None) -> tuple[str | None, ...]:
 
 def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
     timed = layouts[0].timing is not None
+    budget, rule = memory_budget(options_from_args(args, "infer", batch=1, weight_dtype=None, kv_dtype=None), capacity)
     searched = "," in (args.weight_dtype or "") + (args.kv_dtype or "")  # dtype columns when dtypes are compared
     lines = [f"{args.model}: {layouts[0].gpus} GPUs of {format_bytes(capacity)}; prompt {args.seq} + "
-             f"{args.new_tokens or 0} new tokens", *(f"NOTE: {x}" for x in model),
-             (f"NOTE: memory budget {format_bytes(capacity)}: device bytes (CUDA context, cuBLAS workspace, NCCL, "
-              "allocator reserve modelled) against the whole GPU" if args.gpu else
-              f"NOTE: memory budget {format_bytes(capacity * 9 // 10)}: 90% of each GPU, 10% left to the runtime "
-              "(vLLM's gpu_memory_utilization 0.9)"), "",
+             f"{args.new_tokens or 0} new tokens", "",
              "rank  tp" + ("  weights      kv" if searched else "") + "  batch  sequences/step  memory/GPU (GiB)  "
-             "read/step (GiB)" + ("  prefill (s)  decode step (s)  decode tok/s  end-to-end tok/s" if timed else "")]
+             "read/step (GiB)" + ("  prefill (s)  decode step (s)  decode tok/s" if timed else "")
+             + ("  end-to-end tok/s" if timed and args.new_tokens else "")]
+    engine = getattr(args, "framework", None) == "vllm" and args.gpu
+    notes = [*(f"NOTE: {x}" for x in model)] + ([
+             "NOTE: memory budget: vLLM's engine model, as estimate --framework vllm prints it: gpu_memory_utilization "
+             "x the memory CUDA reports, less the weights, the profiled activation peak, CUDA graphs and NCCL, in KV "
+             "blocks (the whole GPU without --framework vllm)"] if engine else [
+             f"NOTE: memory budget {format_bytes(budget)}: {rule} (fit's rule: vLLM's gpu_memory_utilization under "
+             "--framework vllm only)" + ("; device bytes (CUDA context, cuBLAS workspace, NCCL, allocator reserve "
+                                          "modelled)" if args.gpu else "")])
     for i, x in enumerate(layouts, 1):
         dtypes = (f" {x.options.get('weight_dtype') or 'bf16':>8s} {x.options.get('kv_dtype') or 'bf16':>7s}"
                   if searched else "")
         row = (f"{i:4d} {x.options.get('tp', 1):3d}{dtypes} {x.options['batch']:6d} {x.tokens_per_step:15d} "
                f"{x.total_bytes / 2**30:17.2f} {x.bytes_read_per_step / 2**30:16.2f}")
         if timed:
-            row += (f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:13,.0f} "
-                    f"{x.end_to_end_tokens_per_s:17,.0f}")
+            row += f" {x.timing.prefill_s:12.3f} {x.timing.decode_step_s:16.4f} {x.tokens_per_s:13,.0f}"
+            row += f" {x.end_to_end_tokens_per_s:17,.0f}" if args.new_tokens else ""  # no decode: no end-to-end rate
         lines.append(row)
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *notes])  # the cautions after the table, one line each
 
 
 def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[str]) -> str:
@@ -198,7 +205,7 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
     experts = "E" in resolve_model(args.model).sizes  # an ep column for a model with routed experts
     context = any(x.options.get("cp", 1) > 1 for x in layouts)  # a cp column when a row splits the sequence
     uneven = any(x.options.get("first_stage_layers") is not None for x in layouts)
-    lines = [head, *(f"NOTE: {x}" for x in model), "",
+    lines = [head, "",
              f"rank  tp{'  cp' if context else ''} pp  v   dp{'  ep' if experts else ''} zero recompute  mb    m  "
              f"memory/GPU (GiB)  step time   tokens/s  MFU{bound:2s}  bubble{'  first/last layers' if uneven else ''}"]
     for i, x in enumerate(layouts, 1):
@@ -213,6 +220,7 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}{stages}")
+    lines += ["", *(f"NOTE: {x}" for x in model)]  # the cautions after the table, one line each
     lines += _zero3_cautions(layouts) if args.gpu else []
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options)),
               _evaluated_line(layouts)]

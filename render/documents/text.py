@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memderive.derivations.estimate import Estimate
 from memderive.derivations.option_table import OPTIONS, Option
+from memderive.derivations.options import Options
 from memderive.derivations.quantity import Quantity
 from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
@@ -64,7 +65,7 @@ def time_lines(est: Estimate) -> list[str]:
                      f"{format_bytes(timing.gpu.memory_bytes)} of one {timing.gpu.title}; the times are for a GPU "
                      "that would hold it")
     lines += [f"  {key:<24} {_seconds(key, value)}" for key, value in values.items()
-              if key not in ("gpu", "efficiency", "fits_gpu")]
+              if key not in ("gpu", "efficiency", "fits_gpu") and value != 0]  # a 0 (no decode, no bubble) says nothing
     return lines + [f"  model: {line}" for line in timing.model()]
 
 
@@ -117,6 +118,7 @@ def _header(est: Estimate) -> list[str]:
     if est.options.mode == "train":
         lines.append(f"implementation: {est.implementation()}")
     lines.append(f"inputs: {inputs_text(est)}")
+    lines += [x for x in [attention_line(est.options)] if x]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
     return lines + [f"note: {x}" for x in est.notes()]
@@ -154,6 +156,23 @@ def inputs_text(est: Estimate) -> str:
     return f"mode {mode}, " + ", ".join(pairs)
 
 
+def attention_line(o: Options) -> str | None:
+    """Which attention kernel the numbers of options ``o`` assume, given or the default, and the flag of
+    the other profile (None for parameter counts)."""
+    if o.mode not in ("train", "infer"):
+        return None
+    kernel = o.attention_kernel
+    if o.attention is not None or o.flash or (o.implementation_kind == "hf" and o.hf_attention_given):
+        why = "as given" + (f" or set by --framework {o.framework}" if o.framework else "")
+    elif o.mode == "infer" or o.implementation_kind == "hf":
+        why = "default: transformers' attn_implementation, as serving engines"
+    else:
+        why = "default: Megatron-Core's --attention-backend auto, Transformer Engine's flash kernel"
+    held = "the b*a*s*s scores saved" if kernel == "eager" else "no s*s scores saved"
+    other = "--attention flash: none saved" if kernel == "eager" else "--attention eager: the textbook profile, scores saved"
+    return f"attention: {kernel} ({held}; {why}; {other})"
+
+
 def strategies_text(est: Estimate) -> str:
     """The graph transforms, then the layout that is not a graph transform (data parallelism, ZeRO,
     offload), so that the line names everything the memory was computed under."""
@@ -172,10 +191,19 @@ def summary_report(est: Estimate, precision: int = 2) -> str:
     """One screen: the inputs and each quantity's value (``--summary``)."""
     m = est.model
     lines = [f"model: {m.name} ({m.arch.family}; {m.source or 'given'})", f"inputs: {inputs_text(est)}"]
+    lines += [x for x in [attention_line(est.options)] if x]
     if strategies_text(est):
         lines.append(f"strategies: {strategies_text(est)}")
-    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + time_lines(est)
-                     + runtime_lines(est))
+    return "\n".join(lines + [f"note: {x}" for x in est.notes()] + _summary(est, precision) + fits_lines(est)
+                     + time_lines(est) + runtime_lines(est))
+
+
+def fits_lines(est: Estimate) -> list[str]:
+    """Which one figure decides whether a training step fits, and why (``quantities.runtime.deciding``)."""
+    if est.options.mode != "train":
+        return []
+    key, why = est.deciding()
+    return [f"fits: {key} decides ({why})"]
 
 
 def _summary(est: Estimate, precision: int) -> list[str]:
@@ -207,5 +235,5 @@ def estimate_text(est: Estimate, depth: int = 3, precision: int = 2) -> str:
             lines.append("  breakdown (by graph node):")
             lines += [f"    {path:<28} {value:>22,}" for path, value in rows]
     lines += [f"assumes: {note}" for note in est.graph.assumptions]
-    lines += [f"note: {note}" for note in (est.peak_note(),) if note]
+    lines += fits_lines(est)
     return "\n".join(lines)
