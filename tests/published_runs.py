@@ -157,8 +157,9 @@ MEGASCALE = [
         6.34,
         note="12,288 A100s, batch 6,144; interleaved 1F1B (MegaScale §3.2) with v = 3 as Korthikanti et al. ran this model, "
              "micro-batch 1, SP + selective recompute, distributed optimizer, bf16 with Megatron-LM's fp32 gradient "
-             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16); eager attention, "
-             "as the time constants were fitted on it (memderive's default became FlashAttention in issue 37)",
+             "buffer (assumed: MegaScale is built on Megatron-LM, whose 175B example passes --bf16); eager attention "
+             "(assumed: Table 2 does not name the attention kernel; the run is held as it was before memderive's "
+             "default became FlashAttention in issue 37, and no time constant is fitted to it since issue 39)",
         zero_stages=(0, 1)),
 ]
 
