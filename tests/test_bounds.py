@@ -115,10 +115,11 @@ def test_a_marker_before_three_megabytes_of_backticks(capsys, tmp_path) -> None:
 def test_repeated_claims_are_checked_once(capsys, tmp_path, monkeypatch) -> None:
     import importlib
 
-    check = importlib.import_module("memderive.derivations.claims.check")  # the package exports a check function
+    # the command takes check_claim from the package when it checks a file (commands/check.py, _claims)
+    claims = importlib.import_module("memderive.derivations.claims")
     calls = []
-    real = check.check_claim
-    monkeypatch.setattr(check, "check_claim", lambda claim: calls.append(claim) or real(claim))
+    real = claims.check_claim
+    monkeypatch.setattr(claims, "check_claim", lambda claim: calls.append(claim) or real(claim))
     notes = tmp_path / "notes.md"
     notes.write_text(CLAIM * 50)
     code, out, _, _ = _timed(capsys, "check", "--file", str(notes))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
-dist = pytest.importorskip("torch.distributed")
-fsdp = pytest.importorskip("torch.distributed.fsdp")
+import peft
+import torch
+import torch.distributed as dist
+import torch.distributed.fsdp as fsdp
+import transformers
 
-from memderive.derivations.estimate import estimate  # noqa: E402
+from memderive.derivations.estimate import estimate
 
 CONFIG = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
               intermediate_size=160, vocab_size=128, head_dim=16)
