@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.search.fit import FitError, fit
 from memderive.derivations.options import Options
@@ -79,8 +80,8 @@ def test_cli_batch_and_seq() -> None:
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (("--model", "gpt2", "--gpu-memory", "80GB"), "exactly one of --seq"),
-    (("--model", "gpt2", "--gpu-memory", "80GB", "--seq", "8", "--batch", "2"), "exactly one of --seq"),
+    # neither size: one of them, or both (issue 37 item 16: both given asks whether that step fits)
+    (("--model", "gpt2", "--gpu-memory", "80GB"), "give --seq (to find the largest batch), --batch"),
     (("--model", "gpt2", "--gpu-memory", "eighty", "--seq", "8"), "cannot read --gpu-memory 'eighty'"),
     (("--model", "gpt2", "--gpu-memory", "80GB", "--seq", "8", "--mode", "params"), "--mode infer or --mode train"),
 ])
@@ -100,3 +101,12 @@ def test_learned_positions_end_the_search() -> None:
     # with 24 tokens to generate, the prompt may use 1,000 of them
     result = fit("gpt2", Options(mode="infer", batch=1, seq=1, new_tokens=24), 40 * GB, "seq")
     assert result.value == 1000
+
+
+def test_advice_under_hf_proposes_only_what_hf_runs(capsys) -> None:
+    # llama-2-7b at 4,096 tokens under transformers' code needs 148 GB at batch 1 (the step's peak): the advice is a
+    # change --implementation hf accepts (it refuses --tp: was "memderive: error: transformers' layers run whole...")
+    code = main(["fit", "--model", "llama-2-7b", "--gpu-memory", "80GB", "--mode", "train", "--seq", "4096",
+                 "--implementation", "hf"])
+    out = capsys.readouterr()
+    assert code == 1 and out.err == "" and "would fit with:" in out.out and "--tp" not in out.out

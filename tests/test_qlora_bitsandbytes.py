@@ -21,11 +21,16 @@ def test_frozen_4bit_linears_keep_their_inputs() -> None:
     # LoRA on q and v: their input (norm1's output) is saved for the adapters anyway, and k reads the same
     # tensor. bitsandbytes also keeps the inputs of o_proj (b s a d_h = 8 x 192), of gate and up (norm2's
     # output, one tensor, b s h = 8 x 192) and of down_proj (b s f = 8 x 320), in bf16:
-    # 2 x 8 x (192 + 192 + 320) = 11,264 B per layer, which a frozen bf16 nn.Linear does not save.
-    plain = estimate(TINY, base_dtype="bf16", **QV)
-    bnb = estimate(TINY, base_dtype="nf4", **QV)
+    # 2 x 8 x (192 + 192 + 320) = 11,264 B per layer, which a frozen bf16 nn.Linear does not save (eager attention:
+    # its softmax @ V saves the probabilities and V, not o_proj's input).
+    plain = estimate(TINY, base_dtype="bf16", attention="eager", **QV)
+    bnb = estimate(TINY, base_dtype="nf4", attention="eager", **QV)
     assert bnb.number("activation_bytes_per_layer") - plain.number("activation_bytes_per_layer") == 11_264
     assert bnb.number("activation_bytes") - plain.number("activation_bytes") == 2 * 11_264
+    # FlashAttention (the default) saves its output, o_proj's input, for its own backward already: 2 x 8 x 192 B
+    # fewer kept for bitsandbytes, 11,264 - 3,072 = 8,192 B per layer.
+    plain, bnb = (estimate(TINY, base_dtype=x, **QV) for x in ("bf16", "nf4"))
+    assert bnb.number("activation_bytes_per_layer") - plain.number("activation_bytes_per_layer") == 8_192
 
 
 def test_torchao_nf4_keeps_none() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import ArgumentError, Options, capacity_bytes, given_options
+from memderive.derivations.options import ArgumentError, Options, OptionsError, capacity_bytes, given_options
 from memderive.derivations.quantities.runtime import budget_bytes, budget_terms
 from memderive.derivations.quantities.serving import vllm_startup
 from memderive.derivations.quantity import exact_int
@@ -250,27 +250,35 @@ def _budget(model: Model, options: Options) -> str:
 
 
 def _candidates(model: Model, options: Options, solve_for: str) -> list[tuple[str, Options]]:
-    """One-option changes that lower memory, the least disruptive first."""
+    """One-option changes that lower memory, the least disruptive first; a change the options refuse (tensor
+    parallelism under ``--implementation hf``) is not one to propose."""
     out: list[tuple[str, Options]] = []
+
+    def change(label: str, **fields: Any) -> None:
+        try:
+            out.append((label, replace(options, **fields)))
+        except OptionsError:
+            pass
+
     heads = model.sizes["a"]
     for tp in (2, 4, 8, 16):
         if tp > options.tp and heads % tp == 0 and model.sizes.get("f", tp) % tp == 0:
-            out.append((f"--tp {tp}", replace(options, tp=tp)))
+            change(f"--tp {tp}", tp=tp)
     if options.mode == "train":
         if options.recompute != "full":
-            out.append(("--recompute full", replace(options, recompute="full")))
+            change("--recompute full", recompute="full")
         if options.zero < 3:
             dp = max(options.dp, 8)
-            out.append((f"--zero 3 --dp {dp}", replace(options, zero=3, dp=dp)))
+            change(f"--zero 3 --dp {dp}", zero=3, dp=dp)
         if options.optimizer in ("adamw", "adam"):
-            out.append(("--optimizer adam-8bit", replace(options, optimizer="adam-8bit")))
+            change("--optimizer adam-8bit", optimizer="adam-8bit")
     else:
         base = options.weight_dtype or "bf16"
         for lower in ("fp8", "int4"):
             if base in ("fp32", "fp16", "bf16") or (base in ("fp8", "int8") and lower == "int4"):
-                out.append((f"--weight-dtype {lower}", replace(options, weight_dtype=lower)))
+                change(f"--weight-dtype {lower}", weight_dtype=lower)
         if options.kv_dtype is None:
-            out.append(("--kv-dtype fp8", replace(options, kv_dtype="fp8")))
+            change("--kv-dtype fp8", kv_dtype="fp8")
     return out
 
 
