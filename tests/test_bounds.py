@@ -115,11 +115,11 @@ def test_a_marker_before_three_megabytes_of_backticks(capsys, tmp_path) -> None:
 def test_repeated_claims_are_checked_once(capsys, tmp_path, monkeypatch) -> None:
     import importlib
 
-    # the command takes check_claim from the package when it checks a file (commands/check.py, _claims)
-    claims = importlib.import_module("memderive.derivations.claims")
+    # the command binds check_claim at its top (commands/check.py): patched there
+    command = importlib.import_module("memderive.commands.check")
     calls = []
-    real = claims.check_claim
-    monkeypatch.setattr(claims, "check_claim", lambda claim: calls.append(claim) or real(claim))
+    real = command.check_claim
+    monkeypatch.setattr(command, "check_claim", lambda claim: calls.append(claim) or real(claim))
     notes = tmp_path / "notes.md"
     notes.write_text(CLAIM * 50)
     code, out, _, _ = _timed(capsys, "check", "--file", str(notes))

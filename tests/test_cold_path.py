@@ -102,6 +102,38 @@ def test_summary_imports_no_sympy_numpy_matplotlib() -> None:
         assert not loaded & {"sympy", "numpy", "matplotlib", "mpmath", "torch", "transformers"}, loaded
 
 
+#: Imports the claim checker (every module of derivations/claims), then registers every command as ``memderive
+#: --help`` does (which imports the checker through commands/check.py's top); prints whether SymPy was loaded after
+#: each, then after reading one of the checker's tables (which builds SymPy symbols: the probe sees an import).
+_CHECKER_PROBE = """
+import importlib, pkgutil, sys
+import memderive.derivations.claims as claims
+for info in pkgutil.iter_modules(claims.__path__):
+    importlib.import_module("memderive.derivations.claims." + info.name)
+print("claims", "sympy" in sys.modules)
+from memderive.commands.cli import main
+sys.argv = ["memderive", "--help"]
+try:
+    main()
+except SystemExit:
+    pass
+print("help", "sympy" in sys.modules, "memderive.commands.check" in sys.modules)
+from memderive.derivations.claims.analysis import WIDTH
+print("table", "sympy" in sys.modules, len(WIDTH))
+"""
+
+
+def test_importing_the_checker_imports_no_sympy() -> None:
+    # issue 36 item 1: the checker's symbol tables (claims/: WIDTH, OURS, PUBLISHED, ...) are built on first read,
+    # so importing it, and ``memderive --help`` (which imports commands/check.py and so the checker), load no SymPy
+    done = subprocess.run([sys.executable, "-c", _CHECKER_PROBE], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [x for x in done.stdout.splitlines() if x.startswith(("claims ", "help ", "table "))]
+    # WIDTH: h, a, a_kv, f, l, l_w, f_e, f_s, l_d (analysis.py: the sizes that grow with the model)
+    assert lines == ["claims False", "help False True", "table True 9"], done.stdout[-2000:]
+
+
 def test_probe_sees_an_import() -> None:
     # the probe itself: a run that does import NumPy (sweep evaluates over NumPy arrays) is seen doing so
     done = subprocess.run([sys.executable, "-c", _PROBE.format(args=["sweep", "--model", "gpt2", "--mode", "train", "--batch", "1:3",

@@ -20,12 +20,12 @@ breakdown (one per parameter tensor or saved tensor, with its node path): a whol
 (``layer/attn``) is preferred, then the fewest pieces.
 
 >>> from memderive.symbolic.dims_sympy import a, b, h, l, s
->>> leading(l * (12 * h**2 + 13 * h) + 50257 * h, WIDTH)
+>>> leading(l * (12 * h**2 + 13 * h) + 50257 * h, width())
 (3, 12*h**2*l)
->>> ratio_limit(12 * l * h**2, l * (12 * h**2 + 13 * h), WIDTH)
+>>> ratio_limit(12 * l * h**2, l * (12 * h**2 + 13 * h), width())
 1
 >>> from memderive.symbolic.dims_sympy import n, w
->>> leading(b * l * (s + n), SEQUENCE), leading(b * l * sp.Min(s + n, w), SEQUENCE)
+>>> leading(b * l * (s + n), sequence()), leading(b * l * sp.Min(s + n, w), sequence())
 ((1, b*l*n + b*l*s), (0, b*l*w))
 """
 
@@ -33,21 +33,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import combinations
 
-from memderive.symbolic.dims_sympy import a, a_kv, f, f_e, f_s, h, l, l_d, l_w, n, s
-from memderive.symbolic.lazy import lazy
+from memderive.symbolic import dims_sympy as ds
+from memderive.symbolic.lazy import lazy, lazy_names
 
 sp = lazy("sympy")
 
-__all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",
-           "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL"]
+__all__ = ["WIDTH", "SEQUENCE", "Piece", "Match", "Gap", "Unanalysable", "degree_parts", "leading", "ratio_limit",  # noqa: F822 (WIDTH, SEQUENCE: __getattr__)
+           "constant_factor", "match_pieces", "find_gaps", "describe_scaling", "OPTIONAL", "width", "sequence"]  # noqa: F822 (OPTIONAL: __getattr__)
 
-#: Sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h; the
-#: sliding-window layers l_w are a fixed share of l).
-WIDTH: Mapping[sp.Symbol, int] = {h: 1, a: 1, a_kv: 1, f: 1, l: 1, l_w: 1, f_e: 1, f_s: 1, l_d: 1}
-#: Sizes that grow with the sequence.
-SEQUENCE: Mapping[sp.Symbol, int] = {s: 1, n: 1}
+
+@cache
+def width() -> Mapping[sp.Symbol, int]:
+    """``WIDTH``: sizes that grow with the model (the head dimension d_h stays fixed, so a grows with h; the
+    sliding-window layers l_w are a fixed share of l)."""
+    return {ds.h: 1, ds.a: 1, ds.a_kv: 1, ds.f: 1, ds.l: 1, ds.l_w: 1, ds.f_e: 1, ds.f_s: 1, ds.l_d: 1}
+
+
+@cache
+def sequence() -> Mapping[sp.Symbol, int]:
+    """``SEQUENCE``: sizes that grow with the sequence."""
+    return {ds.s: 1, ds.n: 1}
+
+
 MAX_PIECES = 4
 
 
@@ -74,13 +84,19 @@ class Match:
     groups: tuple[tuple[str, int], ...] = ()  # per unit of a sum: (subtree or "" for one piece, multiple)
 
 
-#: Growing sizes only some models have, named in a scaling only where a formula uses them.
-OPTIONAL: frozenset[sp.Symbol] = frozenset({l_w, f_e, f_s, l_d})
+@cache
+def _optional() -> frozenset[sp.Symbol]:
+    """``OPTIONAL``: growing sizes only some models have, named in a scaling only where a formula uses them."""
+    return frozenset({ds.l_w, ds.f_e, ds.f_s, ds.l_d})
+
+
+#: the tables above by their names, built on first read (importing this module builds no SymPy symbol)
+__getattr__ = lazy_names(__name__, WIDTH=width, SEQUENCE=sequence, OPTIONAL=_optional)
 
 
 def describe_scaling(weights: Mapping[sp.Symbol, int], used: set[sp.Basic] | None = None) -> str:
     """``a, a_kv, f, h, l → ∞ together``; ``l_w`` too when ``used`` (the formulas' symbols) has it."""
-    grow = ", ".join(sorted(str(x) for x in weights if x not in OPTIONAL or used is None or x in used))
+    grow = ", ".join(sorted(str(x) for x in weights if x not in _optional() or used is None or x in used))
     return f"{grow} → ∞ together"
 
 
@@ -104,7 +120,7 @@ def degree_parts(expr: sp.Expr, weights: Mapping[sp.Symbol, int]) -> dict[int, s
     """An expanded sum split into homogeneous parts by degree.
 
     >>> from memderive.symbolic.dims_sympy import V, h, l
-    >>> degree_parts(l * (12 * h**2 + 13 * h) + V * h, WIDTH)
+    >>> degree_parts(l * (12 * h**2 + 13 * h) + V * h, width())
     {3: 12*h**2*l, 2: 13*h*l, 1: V*h}
     """
     parts: dict[int, sp.Expr] = {}
@@ -364,8 +380,9 @@ def _signed(part: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
 
 
 def find_gaps(ours: sp.Expr, theirs: sp.Expr, pieces: Sequence[Piece],
-              weights: Mapping[sp.Symbol, int] = WIDTH) -> list[Gap]:
-    """The gap ``ours - theirs`` degree by degree, traced to our pieces where possible.
+              weights: Mapping[sp.Symbol, int] | None = None) -> list[Gap]:
+    """The gap ``ours - theirs`` degree by degree (``weights``: ``WIDTH`` unless given), traced to our pieces
+    where possible.
 
     >>> from memderive.symbolic.dims_sympy import h
     >>> pieces = [Piece("layer/attn/w", 4 * h**2, "linear weight"), Piece("layer/mlp/w", 8 * h**2, "linear weight"),
@@ -374,6 +391,7 @@ def find_gaps(ours: sp.Expr, theirs: sp.Expr, pieces: Sequence[Piece],
     ['missing from the claim (at leading order): 4*h**2 = layer/attn/w [linear weight] 4*h**2', \
 'missing from the claim (1 order below leading): 4*h = layer/attn/b [linear bias] 4*h']
     """
+    weights = width() if weights is None else weights
     diff = sp.expand(ours - theirs)
     if sp.fraction(sp.together(diff))[1].is_Add:
         raise Unanalysable("the difference is not a sum of monomials")

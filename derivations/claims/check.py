@@ -28,29 +28,33 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
-from memderive.derivations.claims.analysis import (SEQUENCE, WIDTH, Gap, Unanalysable, constant_factor, describe_scaling,
-                                        find_gaps, leading, ratio_limit)
+from memderive.derivations.claims.analysis import (Gap, Unanalysable, constant_factor, describe_scaling,
+                                                   find_gaps, leading, ratio_limit, sequence, width)
 from memderive.derivations.claims.spec import QUANTITIES, ClaimError, QuantitySpec, quantity_spec
 from memderive.derivations.claims.context import Comparison, Context, alternatives, build_context, unit_factor
 from memderive.derivations.claims.conditions import conditions
 from memderive.derivations.claims.numbers import bound_lines, model_pins, number_lines
 from memderive.derivations.claims.parser import ParsedFormula, parse_formula
-from memderive.derivations.claims.symbols import HINTS, OURS, context_notes, default_symbols, parse_symbols
+from memderive.derivations.claims.symbols import HINTS, context_notes, default_symbols, our_symbols, parse_symbols
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import Options
 from memderive.derivations.references import cite
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims_sympy import Psi, b, d, l, l_w, n, p, s, t, w
+from memderive.symbolic import dims_sympy as ds
 from memderive.symbolic.errors import DerivationError
-from memderive.symbolic.lazy import lazy
+from memderive.symbolic.lazy import lazy, lazy_names
 
 sp = lazy("sympy")
 
 __all__ = ["Claim", "CheckResult", "Counterexample", "QuantitySpec", "QUANTITIES", "VERDICTS", "ClaimError",
            "check", "check_claim", "quantity_spec", "default_symbols", "parse_symbols"]
+
+#: ``OURS`` (``symbols.OURS``) read from here too, built on first read
+__getattr__ = lazy_names(__name__, OURS=our_symbols)
 
 VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 DEFAULT_MODEL = "gpt3-175b"
@@ -171,8 +175,8 @@ def _with_degrees(spec: QuantitySpec, expr: sp.Expr, given: Mapping[str, Any], s
     """The context; a claim that uses t, p or d while the options leave them at 1 turns them on."""
     notes: list[str] = []
     fields = dict(given)
-    for symbol, option, what in ((t, "tp", "tensor parallelism"), (p, "pp", "pipeline parallelism"),
-                                 (d, "dp", "data parallelism")):
+    for symbol, option, what in ((ds.t, "tp", "tensor parallelism"), (ds.p, "pp", "pipeline parallelism"),
+                                 (ds.d, "dp", "data parallelism")):
         if symbol in expr.free_symbols and fields.get(option, 1) == 1 and spec.mode != "params":
             for degree in (8, 4, 2):
                 try:
@@ -208,13 +212,13 @@ def check_claim(claim: Claim) -> CheckResult:
     probe = build_context(spec, model, _options(spec, claim.options, seq))
     mapping = parse_symbols(claim.symbols)
     # a model with a sliding window defines W: notes write W, w or sliding_window for it
-    window = {k: w for k in _WINDOW_NAMES} if w in probe.values else {}
+    window = {k: ds.w for k in _WINDOW_NAMES} if ds.w in probe.values else {}
     parsed = parse_formula(claim.formula, {**default_symbols(spec, probe.k_bytes), **window, **mapping}, claim.syntax,
                            counting=spec.counting, hints=HINTS)
     spec, shared = _share_of_total(spec, parsed, claim)
     sides = parsed.chain or (parsed,)
     # a cache claim with no n anywhere (no side of a chain, no mapping of the letter) describes a prompt's cache
-    prompt = not any(n in side.expr.free_symbols for side in sides) and "n" not in mapping
+    prompt = not any(ds.n in side.expr.free_symbols for side in sides) and "n" not in mapping
     results = [_check_side(claim, spec, model, seq, side, mapping, prompt) for side in sides]
     bad = next((i for i, r in enumerate(results) if not r.holds), None)
     pick = results[-1 if bad is None else bad]
@@ -284,11 +288,11 @@ def _check_side(claim: Claim, spec: QuantitySpec, model: str, seq: int, side: Pa
     ctx, more = _with_degrees(spec, expr, claim.options, seq, model)
     renamed = {k for k, v in mapping.items() if k in side.names and isinstance(v, sp.Symbol)}
     ctx = replace(ctx, pins=_pins(spec, ctx, claim.options, {k: v for k, v in mapping.items() if k not in renamed}))
-    by = {symbol: "--" + option.replace("_", "-") for option, symbol in _PINNED_BY.items()}
+    by = {symbol: "--" + option.replace("_", "-") for option, symbol in _pinned_by().items()}
     notes += more + [f"{x} = {v} on both sides (pinned{' by ' + by[x] if x in by and x not in _mapped(mapping) else ''})"
                      for x, v in ctx.pins.items()] + _window_notes(ctx, expr)
     if prompt and _prompt_cache(spec, ctx, expr):  # a cache formula without n describes the cache of its s tokens
-        ctx = replace(ctx, pins={**ctx.pins, n: sp.Integer(0)})
+        ctx = replace(ctx, pins={**ctx.pins, ds.n: sp.Integer(0)})
         notes.append("n = 0 on both sides: the claim has no n, so its s counts every cached token (the cache of a "
                      "prompt; --new-tokens N counts N generated tokens apart)")
     factor, unit_note = unit_factor(spec, claim.units or side.unit or spec.unit, ctx)
@@ -325,14 +329,14 @@ def _per_item(spec: QuantitySpec, ctx: Context, cmp: Comparison, item: str) -> t
     if item == "GPU":
         return cmp, f"the figure is for one GPU; {spec.name} is per GPU already"
     if item == "layer":
-        count = sp.Integer(1) if spec.name.endswith(_PER_LAYER) else l
+        count = sp.Integer(1) if spec.name.endswith(_PER_LAYER) else ds.l
         what = "l layers"
     elif item == "token":
         count = sp.Integer(1) if spec.name.endswith("per_token") or spec.name.endswith("per_position") else (
-            b * (s + n) if spec.mode == "infer" and n in held else b * s)
-        what = "b(s + n) tokens" if count == b * (s + n) else "bs tokens"
+            ds.b * (ds.s + ds.n) if spec.mode == "infer" and ds.n in held else ds.b * ds.s)
+        what = "b(s + n) tokens" if count == ds.b * (ds.s + ds.n) else "bs tokens"
     else:
-        count, what = b, "b sequences"
+        count, what = ds.b, "b sequences"
     count = ctx.pin(count)  # --batch 8 pins b on both sides
     if count == 1 or not (count.is_Number or count.free_symbols & held):
         return cmp, f"the figure is for one {item}; {spec.name} already counts one"
@@ -350,7 +354,7 @@ def _model_settles(ctx: Context, cmp: Comparison, mapping: Mapping[str, sp.Expr]
     calls = [x for side in (cmp.ours, cmp.theirs) for x in sp.preorder_traversal(side)
              if isinstance(x, (sp.Min, sp.Max))]
     inside = set().union(*(c.free_symbols for c in calls)) if calls else set()
-    steps = {b, s, n, t, p, d, Psi}
+    steps = {ds.b, ds.s, ds.n, ds.t, ds.p, ds.d, ds.Psi}
     fixed = {x: ctx.values[x] for x in sorted(inside, key=str)
              if x in ctx.values and x not in steps and x not in ctx.pins and x not in _mapped(mapping)}
     if not fixed:
@@ -385,7 +389,7 @@ def _at_sizes(ctx: Context, cmp: Comparison) -> tuple[Comparison, str]:
         return cmp, ""
     pieces = tuple(replace(x, expr=settled(x.expr)) for x in cmp.pieces)
     steps = ", ".join(f"{x} = {ctx.values[x]:,}" for x in sorted((cmp.ours.free_symbols | cmp.theirs.free_symbols)
-                                                                    & {b, s, n}, key=str) if x in ctx.values)
+                                                                    & {ds.b, ds.s, ds.n}, key=str) if x in ctx.values)
     return (replace(cmp, ours=sp.expand(ours), theirs=sp.expand(theirs), pieces=pieces),
             f"each min/max taken at the branch the sizes of {ctx.model.name}{' (' + steps + ')' if steps else ''} "
             "put it on: the analysis below holds there, not for every size")
@@ -409,7 +413,7 @@ def _branches_agree(cmp: Comparison) -> bool:
     """Whether every branch of the min/max on each side has the same leading part (bounding each branch decides
     the leading order for every size: ours equals one branch at any sizes, and each grows alike)."""
     try:
-        return all(len({leading(x, WIDTH) for x in _branches(side)}) == 1 for side in (cmp.ours, cmp.theirs))
+        return all(len({leading(x, width()) for x in _branches(side)}) == 1 for side in (cmp.ours, cmp.theirs))
     except Unanalysable:
         return False
 
@@ -417,12 +421,13 @@ def _branches_agree(cmp: Comparison) -> bool:
 def _prompt_cache(spec: QuantitySpec, ctx: Any, expr: sp.Expr) -> bool:
     """A KV-cache claim without ``n`` and nothing pinning n (``--new-tokens``, a mapping): read as the cache of s
     tokens, n = 0, rather than held short by the n tokens our cache of s + n counts."""
-    return (spec.name.startswith("kv_cache") and n in ctx.quantity.breakdown.total.free_symbols
-            and n not in getattr(expr, "free_symbols", set()) and n not in ctx.pins)
+    return (spec.name.startswith("kv_cache") and ds.n in ctx.quantity.breakdown.total.free_symbols
+            and ds.n not in getattr(expr, "free_symbols", set()) and ds.n not in ctx.pins)
 
 
 def _mapped(mapping: Mapping[str, sp.Expr]) -> set[sp.Expr]:
-    return {OURS[k] for k in mapping if k in OURS}
+    table = our_symbols()
+    return {table[k] for k in mapping if k in table}
 
 
 def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
@@ -431,16 +436,18 @@ def _pins(spec: QuantitySpec, ctx: Context, options: Mapping[str, Any],
     ``f=8*h/3``) when our derivation uses it (a letter the claim uses, mapped to one letter of ours,
     is the author's own: ``n=l`` for a note whose n counts layers), and n by an explicit
     ``--new-tokens`` (0 included)."""
-    ours = ctx.quantity.breakdown.total.free_symbols
-    pins = {OURS[k]: v for k, v in mapping.items() if k in OURS and v != OURS[k] and OURS[k] in ours}
-    for option, symbol in _PINNED_BY.items():
+    ours, table = ctx.quantity.breakdown.total.free_symbols, our_symbols()
+    pins = {table[k]: v for k, v in mapping.items() if k in table and v != table[k] and table[k] in ours}
+    for option, symbol in _pinned_by().items():
         if options.get(option) is not None and symbol in ours:
             pins.setdefault(symbol, sp.Integer(int(options[option])))
     return pins
 
 
-#: Options that, when given, pin their symbol on both sides (0 new tokens included: a prompt-only cache).
-_PINNED_BY = {"new_tokens": n, "lora_rank": OURS["r"], "batch": b, "seq": s}
+@cache
+def _pinned_by() -> dict[str, sp.Symbol]:
+    """Options that, when given, pin their symbol on both sides (0 new tokens included: a prompt-only cache)."""
+    return {"new_tokens": ds.n, "lora_rank": ds.r, "batch": ds.b, "seq": ds.s}
 
 
 #: Bytes per parameter a bare number may stand for (16 for mixed-precision Adam, 20 for the widest accountings).
@@ -451,18 +458,18 @@ def _per_parameter(spec: QuantitySpec, expr: sp.Expr) -> tuple[sp.Expr, list[str
     """A bare number of model-state bytes (``(2+4)+(2+4)+(4+4)``, "16 bytes per parameter") is a
     multiple of the parameter count."""
     if spec.name == "model_states.total" and expr.is_Number and 0 < expr <= _PER_PARAMETER:
-        return expr * Psi, [f"a number of bytes per parameter: read as {expr}*Psi"]
+        return expr * ds.Psi, [f"a number of bytes per parameter: read as {expr}*Psi"]
     return expr, []
 
 
 def _mapping_notes(mapping: Mapping[str, sp.Expr], parsed: ParsedFormula,
                    pins: Mapping[sp.Symbol, sp.Expr]) -> list[str]:
     """``--symbols`` entries that change nothing, said rather than dropped."""
-    notes = []
+    notes, table = [], our_symbols()
     for key, value in mapping.items():
-        if key in parsed.names or (key in OURS and OURS[key] in pins):
+        if key in parsed.names or (key in table and table[key] in pins):
             continue
-        why = (f"the claim does not use {key} and ours has no {key} under these options" if key in OURS
+        why = (f"the claim does not use {key} and ours has no {key} under these options" if key in table
                else f"{key} is not in the claim")
         notes.append(f"--symbols {key}={value} changes nothing: {why}")
     return notes
@@ -496,11 +503,11 @@ def _past_positions(model: str, given: Mapping[str, Any], seq: int) -> tuple[str
 
 def _window_notes(ctx: Context, expr: sp.Expr) -> list[str]:
     """A claim with a window size the model lacks: no sliding window at all, or one in every layer."""
-    used = expr.free_symbols & {w, l_w}
+    used = expr.free_symbols & {ds.w, ds.l_w}
     if not used or used <= set(ctx.values):
         return []
     name = ctx.model.name
-    if w not in ctx.values:
+    if ds.w not in ctx.values:
         names = " and ".join(sorted(map(str, used)))
         return [f"{name} has no sliding window: {names} in the claim {'is' if len(used) == 1 else 'are'} not "
                 "among its sizes"]
@@ -560,19 +567,19 @@ def _siblings(spec: QuantitySpec, ctx: Context, expr: sp.Expr) -> list[str]:
 def _limits(cmp: Comparison, k: sp.Expr | None) -> tuple[bool, list[str]]:
     """Whether claim/ours -> 1 as the model grows, and lines describing both limits (the long-sequence
     line is left out, with the reason, when a min/max keeps it from being decided)."""
-    scaling = describe_scaling(WIDTH, cmp.ours.free_symbols | cmp.theirs.free_symbols)
+    scaling = describe_scaling(width(), cmp.ours.free_symbols | cmp.theirs.free_symbols)
     try:
-        limit = ratio_limit(cmp.theirs, cmp.ours, WIDTH)
+        limit = ratio_limit(cmp.theirs, cmp.ours, width())
         lines = [f"claim/ours → 1 as {scaling}"] if limit == 1 else []
         if limit != 1 and not (k is not None and k.is_Number):
-            lc, lo = leading(cmp.theirs, WIDTH)[1], leading(cmp.ours, WIDTH)[1]
+            lc, lo = leading(cmp.theirs, width())[1], leading(cmp.ours, width())[1]
             lines.append(f"leading order ({scaling}): claim {sp.factor(lc)}, ours {sp.factor(lo)}"
                          + (f"; claim/ours → {_said(limit)}" if k is None else ""))
     except Unanalysable as exc:
         return False, [f"no leading-order analysis: {exc}"]
-    if cmp.ours.free_symbols & set(SEQUENCE):
+    if cmp.ours.free_symbols & set(sequence()):
         try:
-            lines.append(f"as s → ∞: claim/ours → {_said(ratio_limit(cmp.theirs, cmp.ours, SEQUENCE))}")
+            lines.append(f"as s → ∞: claim/ours → {_said(ratio_limit(cmp.theirs, cmp.ours, sequence()))}")
         except Unanalysable as exc:
             lines.append(f"as s → ∞: {exc}")
     return limit == 1, lines
@@ -583,7 +590,7 @@ def _number_claim(claim: Claim, ctx: Context, parsed: ParsedFormula, cmp: Compar
     """A claim that is a number (``12.9B``, ``4,194,304``): compared with ours for the model's sizes, to the
     precision it is printed with (``derivations.claims.numbers``)."""
     verdict, lines = number_lines(ctx, cmp, parsed, factor, ctx.values)
-    if verdict == "different" and cmp.ours.free_symbols & set(WIDTH):
+    if verdict == "different" and cmp.ours.free_symbols & set(width()):
         lead, more = _limits(cmp, None)  # a constant can be ours as the model grows (HFU/MFU -> 4/3)
         if lead:
             verdict, lines = "leading-order", lines + more
@@ -598,14 +605,14 @@ def _layer_worth(cmp: Comparison, k: sp.Expr | None) -> list[str]:
     ratio = k
     if ratio is None:
         try:
-            ratio = sp.cancel(leading(cmp.theirs, WIDTH)[1] / leading(cmp.ours, WIDTH)[1])
+            ratio = sp.cancel(leading(cmp.theirs, width())[1] / leading(cmp.ours, width())[1])
         except (Unanalysable, ZeroDivisionError):
             return []
     how = "" if k is not None else " at leading order"
-    if ratio == 1 / l:
+    if ratio == 1 / ds.l:
         return [f"the claim is 1/l of ours{how}: one layer's worth, where ours counts all l layers (a per-layer "
                 "formula given as the total)"]
-    if ratio == l:
+    if ratio == ds.l:
         return [f"the claim is l times ours{how}: all l layers' worth, where ours counts one layer"]
     return []
 
@@ -647,7 +654,7 @@ def _nearby_settings(spec: QuantitySpec, ctx: Context) -> Iterator[tuple[str, Co
 
 def _unpinned(ctx: Context, change: Mapping[str, Any]) -> dict[sp.Symbol, sp.Expr]:
     """The context's pins less the one a changed option sets (another rank is not r = 8)."""
-    return {x: v for x, v in ctx.pins.items() if not any(_PINNED_BY.get(k) == x for k in change)}
+    return {x: v for x, v in ctx.pins.items() if not any(_pinned_by().get(k) == x for k in change)}
 
 
 def _nearby(ctx: Context, cmp: Comparison, parsed: ParsedFormula, factor: sp.Expr) -> list[str]:
@@ -673,7 +680,7 @@ def _said(value: sp.Expr) -> str:
 
 
 def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula, cmp: Comparison,
-           notes: list[str], expr: sp.Expr, factor: sp.Expr = sp.S.One) -> CheckResult:
+           notes: list[str], expr: sp.Expr, factor: sp.Expr) -> CheckResult:
     if cmp.theirs.is_Number:
         return _number_claim(claim, ctx, parsed, cmp, notes, factor)
     k = constant_factor(cmp.theirs, cmp.ours)
@@ -709,17 +716,20 @@ def _judge(claim: Claim, spec: QuantitySpec, ctx: Context, parsed: ParsedFormula
     return _result(claim, ctx, parsed, verdict, cmp, notes, lines, tuple(gaps), k, tuple(holds_under))
 
 
-#: Step sizes tried in turn when the model's own values happen to make both sides equal.
-_VARIATIONS = ({}, {b: 8}, {s: 4096}, {n: 128}, {b: 8, s: 4096, n: 128})
+@cache
+def _step_variations() -> tuple[dict[sp.Symbol, int], ...]:
+    """Step sizes tried in turn when the model's own values happen to make both sides equal (``_variations``)."""
+    return ({}, {ds.b: 8}, {ds.s: 4096}, {ds.n: 128}, {ds.b: 8, ds.s: 4096, ds.n: 128})
 
 
 def _variations(values: Mapping[sp.Symbol, int | sp.Rational], ours: sp.Expr,
                 theirs: sp.Expr) -> list[dict[sp.Symbol, int]]:
-    """``_VARIATIONS``, then past the sliding window (s + n > w) where the model has one; those
+    """``_step_variations()``, then past the sliding window (s + n > w) where the model has one; those
     that give a size the claim drops (b, n) a value that shows it (not b = 1, n = 0) come first."""
+    b, s, n, w = ds.b, ds.s, ds.n, ds.w
     beyond = [{s: 2 * values[w], n: 128}, {b: 8, s: 2 * values[w], n: 128}] if w in values else []
-    found = [*_VARIATIONS, *beyond]
-    dropped = (ours.free_symbols - theirs.free_symbols) & {b, n}
+    found = [*_step_variations(), *beyond]
+    dropped = (ours.free_symbols - theirs.free_symbols) & {ds.b, ds.n}
 
     def shows(change: dict[sp.Symbol, int]) -> bool:
         return all({**values, **change}.get(x, 0) not in (0, 1) for x in dropped)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from memderive.derivations.claims.context import Comparison, Context
 from memderive.derivations.quantities.model_states import optimizer_state_bytes
-from memderive.symbolic.dims_sympy import n
+from memderive.symbolic import dims_sympy as ds
 from memderive.symbolic.dtypes import dtype
 from memderive.derivations.claims.parts import path_matches
 from memderive.symbolic.lazy import lazy
@@ -69,10 +69,10 @@ def _states(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
 def conditions(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
     """``(label, ours under that convention)`` for the conventions that apply to this comparison."""
     out = []
-    if (ctx.spec.name.startswith(("kv_cache", "infer")) and n in cmp.ours.free_symbols
-            and n not in cmp.theirs.free_symbols and n not in ctx.pins):
+    if (ctx.spec.name.startswith(("kv_cache", "infer")) and ds.n in cmp.ours.free_symbols
+            and ds.n not in cmp.theirs.free_symbols and ds.n not in ctx.pins):
         out.append(("with s counting every cached token (n = 0: the cache of a prompt; or give --new-tokens 0)",
-                    sp.expand(cmp.ours.xreplace({n: 0}))))
+                    sp.expand(cmp.ours.xreplace({ds.n: 0}))))
     core = _sum_where(cmp, "attn/core")
     if ctx.spec.unit == "FLOPs" and core != 0:
         out.append(("with causal attention counted as half (the masked triangle of the scores skipped, as "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cache
 from typing import Any
 
 from memderive.derivations.claims.analysis import Piece
@@ -29,7 +30,7 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, RECOMPUTE, Options
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, evaluate, saved_tensors
-from memderive.symbolic.dims_sympy import Psi, Psi_a, d, l, m, p, t, v
+from memderive.symbolic import dims_sympy as ds
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.graph import Graph, Op
@@ -41,8 +42,13 @@ sp = lazy("sympy")
 
 __all__ = ["Context", "Comparison", "build_context", "alternatives", "unit_factor"]
 
-#: Sizes a breakdown term may be scaled by on top of its tensors (repeats, micro-batches in flight).
-_SCALES = frozenset({l, p, m, v})
+
+@cache
+def _scales() -> frozenset[sp.Symbol]:
+    """Sizes a breakdown term may be scaled by on top of its tensors (repeats, micro-batches in flight)."""
+    return frozenset({ds.l, ds.p, ds.m, ds.v})
+
+
 _KINDS = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "linear": "linear", "embedding": "embedding"}
 
 
@@ -79,7 +85,7 @@ class Context:
         expr = sp.sympify(expr)
         if self.pins:
             expr = expr.xreplace(dict(self.pins))
-        fixed = {x: v for x, v in self.values.items() if x in _DEGREES}
+        fixed = {x: v for x, v in self.values.items() if x in _degrees()}
         if not fixed or not expr.has(sp.Min, sp.Max):
             return expr
 
@@ -103,21 +109,21 @@ class Context:
         """Our quantity and ``expr`` side by side; model states stay per parameter when the claim is."""
         rel = self.quantity.relations
         theirs = sp.expand(self.pin(sp.sympify(expr).xreplace(rel)))
-        if self.quantity.key == "model_state_bytes" and theirs.free_symbols <= {Psi, d, t, p}:
+        if self.quantity.key == "model_state_bytes" and theirs.free_symbols <= {ds.Psi, ds.d, ds.t, ds.p}:
             pieces = self._psi_pieces()
             if pieces is not None:
                 ours = sp.expand(sp.Add(*(x.expr for x in pieces)))
                 return Comparison(ours, theirs, pieces, ours,
                                   "compared per parameter: Psi = parameters held by one GPU")
         notes = []
-        if Psi in theirs.free_symbols:
-            theirs = sp.expand(theirs.xreplace({Psi: self.params}))
+        if ds.Psi in theirs.free_symbols:
+            theirs = sp.expand(theirs.xreplace({ds.Psi: self.params}))
             held = "of the model" if self.spec.unit == "FLOPs" else "held by one GPU"
-            notes.append(f"Psi = parameters {held} = {sp.collect(self.params, l)}")
-        if Psi_a in theirs.free_symbols:
+            notes.append(f"Psi = parameters {held} = {sp.collect(self.params, ds.l)}")
+        if ds.Psi_a in theirs.free_symbols:
             active = self.params if self.active is None else self.active
-            theirs = sp.expand(theirs.xreplace({Psi_a: active}))
-            notes.append(f"active parameters = {sp.collect(active, l)}" + (
+            theirs = sp.expand(theirs.xreplace({ds.Psi_a: active}))
+            notes.append(f"active parameters = {sp.collect(active, ds.l)}" + (
                 "" if self.active is not None else f" (every parameter: {self.model.name} has no routed experts)"))
         note = "; ".join(notes)
         ours = sp.expand(self.pin(self.quantity.breakdown.total.xreplace(rel)))
@@ -128,9 +134,9 @@ class Context:
         out = []
         for term in self.quantity.breakdown.terms:
             ratio = sp.cancel(term.expr / self.params_raw)
-            if ratio.free_symbols - {d, t, p}:
+            if ratio.free_symbols - {ds.d, ds.t, ds.p}:
                 return None
-            out += _split_optimizer(Piece(term.path, ratio * Psi, term.path.rsplit("/", 1)[-1]), self.options)
+            out += _split_optimizer(Piece(term.path, ratio * ds.Psi, term.path.rsplit("/", 1)[-1]), self.options)
         return tuple(out)
 
     def _size_pieces(self) -> tuple[Piece, ...]:
@@ -145,8 +151,10 @@ class Context:
         return tuple(pieces)
 
 
-#: Strategy degrees whose values the options give: a min/max of them is settled by those values.
-_DEGREES = frozenset({t, p, d, m, v})
+@cache
+def _degrees() -> frozenset[sp.Symbol]:
+    """Strategy degrees whose values the options give: a min/max of them is settled by those values."""
+    return frozenset({ds.t, ds.p, ds.d, ds.m, ds.v})
 
 
 def _split_optimizer(piece: Piece, options: Options) -> list[Piece]:
@@ -192,7 +200,7 @@ def _split(path: str, expr: sp.Expr, graph: Graph, kind: str | None, ignore: tup
     if not pairs or total == 0:
         return [Piece(path, expr, "")]
     scale = sp.cancel(expr / total)
-    if scale.free_symbols - _SCALES or sp.fraction(scale)[1].free_symbols:
+    if scale.free_symbols - _scales() or sp.fraction(scale)[1].free_symbols:
         return [Piece(path, expr, "")]
     return [Piece(f"{path}/{_short(op, x)}", scale * size(x), _what(op, x, kind)) for op, x in pairs]
 
@@ -247,7 +255,7 @@ def build_context(spec: QuantitySpec, model: str | Model, options: Options) -> C
     psi = evaluate(raw, values)
     if not psi.is_Rational:
         raise DerivationError(f"parameters per GPU did not evaluate to a number: {psi}")
-    values[Psi] = int(psi) if psi.is_Integer else psi
+    values[ds.Psi] = int(psi) if psi.is_Integer else psi
     params = sp.expand(raw.xreplace(q.relations))
     active = quantities.get("active_parameters")
     active_expr = None if active is None else sp.expand(sp.sympify(active.breakdown.total).xreplace(q.relations))

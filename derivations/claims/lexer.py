@@ -18,15 +18,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cache
 
 from memderive.derivations.claims.figures import (BYTE_SCALES, MAGNITUDES, UNITS, WORDS, Figure, decimal_text, magnitude,
                                                  read_number)
-from memderive.symbolic.lazy import lazy
+from memderive.symbolic.lazy import lazy, lazy_names
 
 sp = lazy("sympy")
 
-__all__ = ["FormulaError", "Lexer", "Tok", "Source", "clean", "excerpt", "normalize_name", "FUNCTIONS", "CALLS",
-           "UNIT_WORDS", "UNIT_SCALES", "GREEK", "LIMIT_DIGITS"]
+__all__ = ["FormulaError", "Lexer", "Tok", "Source", "clean", "excerpt", "normalize_name", "FUNCTIONS", "functions",  # noqa: F822 (FUNCTIONS: __getattr__)
+           "CALLS", "UNIT_WORDS", "UNIT_SCALES", "GREEK", "LIMIT_DIGITS"]
 
 #: Resource limits: a claim beyond them is refused before any algebra is done.
 #: ``arguments`` and ``argument_terms`` bound the min/max calls of a formula, counted over all of
@@ -73,8 +74,18 @@ _PER_ITEM = re.compile(r"\s*(?:/|\bper\b|\\text\{\s*/\s*)\s*(?:\\text\{)?\s*(?P<
 _FACTOR_LABEL = re.compile(r"\(\s*([A-Za-z][A-Za-z0-9_]*(?:\s*[, ]\s*[A-Za-z][A-Za-z0-9_]*)*)\s*\)")
 #: Byte units as notes also spell them (``kiB``, ``gb``, ``Mb``, ``GIB``): any case, read as the unit.
 _CASED_UNITS = {k.lower(): k for k in ("kB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")}
-#: Functions a formula may call, as written in Python (SymPy's spelling too) and in LaTeX.
-FUNCTIONS: dict[str, type[sp.Expr]] = {"min": sp.Min, "max": sp.Max, "Min": sp.Min, "Max": sp.Max}
+
+
+@cache
+def functions() -> dict[str, type[sp.Expr]]:
+    """``FUNCTIONS``: functions a formula may call, as written in Python (SymPy's spelling too) and in LaTeX."""
+    return {"min": sp.Min, "max": sp.Max, "Min": sp.Min, "Max": sp.Max}
+
+
+#: ``FUNCTIONS`` by its name, built on first read (importing this module imports no SymPy)
+__getattr__ = lazy_names(__name__, FUNCTIONS=functions)
+
+
 #: One-argument calls of code: a whole number of the argument (``int``, ``math.ceil``) or the argument.
 CALLS = {"int": "floor", "floor": "floor", "math.floor": "floor", "ceil": "ceil", "math.ceil": "ceil",
          "round": "round", "float": "value", "math.prod": None}
@@ -429,8 +440,8 @@ class Lexer:
             raise self.fail(f"{whole!r}: a Python conditional or loop is not a formula; check one branch", col)
         if whole in _CODE_WORDS:  # never read letter by letter: l*a*m*b*d*a is not what was written
             raise self.fail(f"unknown symbol {whole!r} (code, not a size)", col)
-        if raw in FUNCTIONS:
-            self.tokens.append(Tok("func", raw.lower(), col, FUNCTIONS[raw]))
+        if raw in functions():
+            self.tokens.append(Tok("func", raw.lower(), col, functions()[raw]))
             return
         if whole in CALLS and self.text[j:].lstrip().startswith("("):
             self.tokens.append(Tok("call", whole, col, CALLS[whole]))
@@ -488,7 +499,7 @@ class Lexer:
         elif word in ("cdot", "times", "ast"):
             self._emit("op", "*", match.end() - col)
         elif word in ("min", "max"):
-            self._emit("func", word, match.end() - col, FUNCTIONS[word])
+            self._emit("func", word, match.end() - col, functions()[word])
         elif word in ("lceil", "lfloor"):
             self.tokens.append(Tok("call", word[1:], col, word[1:]))
             self.tokens.append(Tok("open", "(", col))
@@ -537,7 +548,7 @@ class Lexer:
         if content in UNIT_WORDS:
             self.tokens.append(Tok("unit", content, col, UNIT_WORDS[content]))
         elif content in ("min", "max"):  # \operatorname{min}
-            self.tokens.append(Tok("func", content, col, FUNCTIONS[content]))
+            self.tokens.append(Tok("func", content, col, functions()[content]))
         elif re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", content):
             letters = re.findall(r"[A-Za-z]", content)
             if content not in self.names and len(letters) > 1 and "_" not in content \

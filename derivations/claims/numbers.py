@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from functools import cache
 from itertools import combinations
 
 from memderive.derivations.claims.analysis import Piece
@@ -28,15 +29,18 @@ from memderive.derivations.claims.context import Comparison, Context
 from memderive.derivations.claims.figures import BINARY, BYTE_SCALES, figure_text
 from memderive.derivations.claims.parser import ParsedFormula
 from memderive.symbolic.derive import evaluate
-from memderive.symbolic.dims_sympy import Psi, Psi_a, b, d, ep, g, l, m, n, p, r, s, t, v
+from memderive.symbolic import dims_sympy as ds
 from memderive.symbolic.lazy import lazy
 
 sp = lazy("sympy")
 
 __all__ = ["number_lines", "model_pins", "bounds_text", "figure_gaps"]
 
-#: Sizes the options or the step give (never pinned by the model, never "taken otherwise").
-_STEP = frozenset({b, s, n, t, p, d, m, v, ep, r, g, Psi, Psi_a})
+
+@cache
+def _step() -> frozenset[sp.Symbol]:
+    """Sizes the options or the step give (never pinned by the model, never "taken otherwise")."""
+    return frozenset({ds.b, ds.s, ds.n, ds.t, ds.p, ds.d, ds.m, ds.v, ds.ep, ds.r, ds.g, ds.Psi, ds.Psi_a})
 
 
 def _value(expr: sp.Expr, values: Mapping[sp.Symbol, object]) -> sp.Rational | None:
@@ -111,7 +115,7 @@ def bound_lines(ctx: Context, cmp: Comparison, side: ParsedFormula, factor: sp.E
         return "different", [f"an inequality: ours or the claim is not a number for the sizes of {name}"]
     below = side.relation == "below"
     word = "at most" if below else "at least"
-    steps = ", ".join(f"{x} = {values[x]:,}" for x in sorted(cmp.ours.free_symbols & _STEP, key=str) if x in values)
+    steps = ", ".join(f"{x} = {values[x]:,}" for x in sorted(cmp.ours.free_symbols & _step(), key=str) if x in values)
     name = f"{name} ({steps})" if steps else name
     sizes = "" if cmp.theirs.is_Number else f" (both at the sizes of {name}: a bound checked there, not for every size)"
     if (mine <= claim) if below else (mine >= claim):
@@ -203,6 +207,7 @@ _NODE_NAMES = {"attn/core": "the attention core", "attn": "attention", "mlp": "t
 def _one_layer(ctx: Context, cmp: Comparison, lo: sp.Rational, hi: sp.Rational,
                values: Mapping[sp.Symbol, object]) -> list[str]:
     """A total that is one layer's worth: the layers' terms over l (with or without the rest)."""
+    l = ds.l
     if l not in values or values[l] in (0, 1):
         return []
     layers = sum((p.expr for p in cmp.pieces if p.path.startswith(("layer/", "first_layer/"))), sp.Integer(0))
@@ -241,7 +246,7 @@ def figure_gaps(ctx: Context, cmp: Comparison, mine: sp.Rational, claim: sp.Rati
 def _one_size(ctx: Context, cmp: Comparison, mine: sp.Rational, claim: sp.Rational,
               values: Mapping[sp.Symbol, object]) -> list[str]:
     """``V = 256,128 instead of 256,000``: one size changed by a whole number makes ours the claim."""
-    for x in sorted(cmp.ours.free_symbols - _STEP, key=str):
+    for x in sorted(cmp.ours.free_symbols - _step(), key=str):
         if x not in values:
             continue
         slope = sp.diff(cmp.ours, x)
@@ -261,7 +266,7 @@ def _one_size(ctx: Context, cmp: Comparison, mine: sp.Rational, claim: sp.Ration
 def model_pins(ctx: Context, cmp: Comparison) -> dict[sp.Symbol, object] | None:
     """The model's sizes on one side only (the claim leaves out a_kv; ours has no d_h) that make the two
     equal when pinned to their values for this model; None when none do."""
-    one_sided = (cmp.ours.free_symbols ^ cmp.theirs.free_symbols) - _STEP
+    one_sided = (cmp.ours.free_symbols ^ cmp.theirs.free_symbols) - _step()
     if not one_sided or not one_sided <= set(ctx.values):
         return None
     pins = {x: ctx.values[x] for x in sorted(one_sided, key=str)}

@@ -41,13 +41,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from memderive.derivations.claims.figures import Figure
-from memderive.derivations.claims.lexer import (LIMITS, FUNCTIONS, UNIT_SCALES, FormulaError, Lexer, Source, Tok, clean,
+from memderive.derivations.claims.lexer import (LIMITS, UNIT_SCALES, FormulaError, Lexer, Source, Tok, clean,
                                                 normalize_name)
 from memderive.symbolic.lazy import lazy
 
 sp = lazy("sympy")
 
-__all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS", "FUNCTIONS"]
+__all__ = ["FormulaError", "ParsedFormula", "parse_formula", "normalize_name", "LIMITS"]
 
 _RELATION = re.compile(r"\\approx|\\simeq|\\sim(?![A-Za-z])|\\equiv|<=|>=|≤|≥|\\(?:leq?|geq?|lt|gt)(?![A-Za-z])|<|>|="
                        r"|(?:(?<=\s)|^)~(?=[\s\d.])")

@@ -20,16 +20,13 @@ from typing import Any
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term
-from memderive.symbolic.dims import DIMS
-from memderive.symbolic.dims_sympy import l
+from memderive.symbolic import dims_sympy as ds
 from memderive.derivations.quantities.inference import linear_weight_bytes, serving_dtypes
 from memderive.symbolic.lazy import lazy
 
 sp = lazy("sympy")
 
 __all__ = ["path_matches", "narrow", "bits_quantity", "with_adapters"]
-
-_OURS = {dim.name: dim.symbol for dim in DIMS}
 
 
 def path_matches(path: str, node: str) -> bool:
@@ -56,16 +53,16 @@ def narrow(spec: QuantitySpec, q: Quantity, model_name: str) -> Quantity:
                              f"{', '.join(spec.select) or 'what is left'}; its nodes are {nodes}")
         terms = kept
     if spec.substitute:
-        subs = {}
+        subs, ours = {}, ds.symbols()
         for name, value in spec.substitute:
-            if name not in _OURS or value not in _OURS:
+            if name not in ours or value not in ours:
                 raise ClaimError(f"substitution {name}={value} in {spec.name}: both sides are our symbols "
-                                 f"({', '.join(_OURS)}), e.g. [a_kv=a]")
-            subs[_OURS[name]] = _OURS[value]
+                                 f"({', '.join(ours)}), e.g. [a_kv=a]")
+            subs[ours[name]] = ours[value]
         terms = [Term(t.path, sp.sympify(t.expr).xreplace(subs)) for t in terms]
     title = q.title
     if spec.per == "layer":
-        terms, title = [Term(t.path, t.expr / l) for t in terms], f"{q.title}, one layer"
+        terms, title = [Term(t.path, t.expr / ds.l) for t in terms], f"{q.title}, one layer"
     elif spec.per == "matrix":
         terms, title = _one_matrix(spec, terms, q)
     return replace(q, breakdown=Breakdown(tuple(terms), q.unit), title=title, form=None)
@@ -77,13 +74,13 @@ def _one_matrix(spec: QuantitySpec, terms: list[Term], q: Quantity) -> tuple[lis
     modules: dict[str, list[Term]] = {}
     for term in terms:
         modules.setdefault(term.path.rsplit("/", 1)[-1].split(".")[0], []).append(term)
-    sizes = {name: sp.expand(sp.Add(*(t.expr for t in group)).xreplace(dict(q.relations)) / l)
+    sizes = {name: sp.expand(sp.Add(*(t.expr for t in group)).xreplace(dict(q.relations)) / ds.l)
              for name, group in modules.items()}
     if len(set(sizes.values())) > 1:
         listed = "; ".join(f"{name}: {size}" for name, size in sizes.items())
         raise ClaimError(f"{spec.name}: the adapted matrices differ ({listed}); give one with --lora-targets")
     name = next(iter(modules))
-    return [Term(t.path, t.expr / l) for t in modules[name]], f"{q.title}: one adapted matrix ({name}), one layer"
+    return [Term(t.path, t.expr / ds.l) for t in modules[name]], f"{q.title}: one adapted matrix ({name}), one layer"
 
 
 def bits_quantity(q: Quantity, graph: Any, options: Any) -> Quantity:

@@ -19,6 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
+from memderive.derivations.claims import Claim, check_claim, markers, scan
+from memderive.derivations.claims.check import VERDICTS
 from memderive.derivations.frameworks import apply_framework
 from memderive.derivations.option_table import options_for
 from memderive.derivations.options import Options
@@ -27,9 +29,6 @@ from memderive.documents.check_report import (check_text, file_lines, latex_docu
                                               md_text)
 from memderive.documents.latex import tex_escape
 from memderive.documents.notes_formats import kind_of, line_map, to_markdown
-
-#: kept here (not imported) so that registering the command stays cheap
-VERDICTS = ("exact", "rounded", "bound", "conditional", "leading-order", "different")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,16 +63,6 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {**defaults, **apply_framework(option_values(args))}
 
 
-def _claims() -> tuple[Any, Any, Any, Any]:
-    """``Claim``, ``check_claim``, the notes' markers and the scanner (``derivations.claims``), imported when a claim
-    is checked or a file scanned."""
-    # lazy: the checker's modules build SymPy's symbols as they are imported (~0.4 s); registering this command,
-    # as ``memderive --help`` does for every command, stays without them
-    from memderive.derivations.claims import Claim, check_claim, markers, scan
-
-    return Claim, check_claim, markers, scan
-
-
 def _render(result: Any, fmt: str) -> str:
     return {"text": check_text, "md": markdown_report, "latex": latex_report}[fmt](result)
 
@@ -90,7 +79,6 @@ def run(args: argparse.Namespace) -> int:
         return _run_file(args)
     if not (args.quantity and args.claim):
         fail("give --quantity and --claim (or --file NOTES.md)")
-    Claim, check_claim, _, _ = _claims()
     result = check_claim(Claim(args.quantity, args.claim, args.symbols, args.model, _options(args), args.units,
                                args.syntax, args.expect))
     if args.json:
@@ -155,7 +143,6 @@ def _check_file(path: str, defaults: dict[str, Any], verdicts: dict[str, tuple[A
     holds the claims already checked (a claim repeated word for word is checked once)."""
     found = []
     text, lines = _markdown(path)
-    _, check_claim, markers, _ = _claims()
     for marked in markers.find_claims(text, defaults, markers.MAX_CLAIMS):
         marked = replace(marked, line=_in_file(marked.line, lines))
         if marked.claim is None:
@@ -225,7 +212,6 @@ def _run_scan(args: argparse.Namespace) -> int:
     """``check --scan FILE``: the candidate claims of unmarked notes and the marker each needs; exit 0."""
     kind = kind_of(args.scan)
     text, lines = _markdown(args.scan)
-    scan = _claims()[3]
     found = [replace(c, line=_in_file(c.line, lines)) for c in scan.scan_claims(text, read=True)]
     if args.json:
         text = json.dumps([{"file": args.scan, "line": c.line, "formula": c.formula, "quantity": c.quantity,
