@@ -85,6 +85,14 @@ class Estimate:
             return None
         return timeline_of(self)
 
+    def decides(self) -> str:
+        """The key of the figure that decides (``deciding``'s, without its reason): ``peak_bytes`` where the step
+        timeline runs transformers' code call by call, else ``total_bytes``. Cheap where the sum decides: no step
+        timeline is walked to say so (``plan`` asks it of every structure)."""
+        if self.options.mode == "train" and runs_calls(self.graph) and self.timeline() is not None:
+            return PEAK
+        return "total_bytes"
+
     def deciding(self) -> tuple[str, str]:
         """The one figure that decides whether the estimate fits (``fit``, ``plan`` and ``fits_gpu`` hold it,
         plus the runtime's terms with a GPU named, against the memory), and why that one.
@@ -97,7 +105,7 @@ class Estimate:
         if o.mode != "train":
             return "total_bytes", ("the larger of the prefill and decode phases" if self.peak_phase() else
                                    "the tensors held")
-        if runs_calls(self.graph) and self.timeline() is not None:
+        if self.decides() == PEAK:
             return PEAK, ("the step timeline runs transformers' code call by call (checked to the byte against "
                           "real steps on CPU); total_bytes, the sum of everything saved at once, is reported beside it")
         if o.implementation_kind != "hf":
@@ -319,6 +327,9 @@ def _cast_in_part(options: Options, graph: Graph) -> Graph:
 
 #: ``parameter_quantities`` once per graph: every structure of a model derives from the same base graph.
 _parameters = per_graph(parameter_quantities)
+#: Megatron-LM's fused SwiGLU once per base graph: one graph object for every structure, so that the per-graph
+#: memos below it (FLOPs, transforms, the time model's forms) hit (a fresh graph per structure made plan 4x slower).
+_fused_swiglu = per_graph(fused_swiglu)
 
 
 @lru_cache(maxsize=1024)
@@ -343,7 +354,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
                                    "would run in 8 bits")
     elif options.mode == "train":  # Megatron-LM's layers: its SwiGLU is one fused function (bias_swiglu_fusion)
-        base = fused_swiglu(base)
+        base = _fused_swiglu(base)
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base

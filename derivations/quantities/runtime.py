@@ -164,7 +164,7 @@ PERSISTENT = ("model_states/", "weights/", "overhead", "master weights/", "optim
 def _peak_quantity(est: Any) -> str:
     """``peak_bytes`` or ``total_bytes``: the figure ``Estimate.deciding`` names (where the step timeline runs
     the step call by call, transformers' code, its peak; else the sum)."""
-    return est.deciding()[0]
+    return est.decides()
 
 
 def overhead_breakdown(est: Any) -> Breakdown:
