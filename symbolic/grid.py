@@ -197,8 +197,19 @@ class GridPlan:
         total: Any = _rational(self.whole, env, wide=True)[0] if self.integral else 0
         for term in self.fractional:
             num, den = _rational(term, env)
-            total = _sum(total, -((-num) // den))
+            total = _sum(total, _ceil_div(num, den))
         return total
+
+
+def _ceil_div(num: Any, den: Any) -> Any:
+    """``num / den`` rounded up, exact: an int64 array over a denominator past int64 (NumPy's OverflowError) is
+    divided in Python ints."""
+    try:
+        return -((-num) // den)
+    except OverflowError:
+        def exact(x: Any) -> Any:
+            return x.astype(object) if isinstance(x, (np.ndarray, WideArray)) else x
+        return -((-exact(num)) // exact(den))
 
 
 def _sum(a: Any, b: Any) -> Any:

@@ -10,6 +10,9 @@ import numpy as np
 import pytest
 
 from memderive.commands.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import Options
+from memderive.derivations.search.plan import plan
 from memderive.symbolic.dims import h, l, t
 from memderive.symbolic.grid import WideArray, grid_plan
 
@@ -20,6 +23,28 @@ def test_whole_and_rounded_terms_add_past_int64() -> None:
     sum 2^63 does not; by hand 2^62 + 2^62 = 2^63 and 3 + 3 = 6."""
     got = grid_plan([l * h, l * h / t]).run({"l": np.array([2**62, 3]), "h": np.array([1, 1]), "t": np.array([1, 1])})
     assert [int(x) for x in (got.tolist() if isinstance(got, WideArray) else np.asarray(got).tolist())] == [2**63, 6]
+
+
+@pytest.mark.fast
+def test_a_rounded_term_over_a_denominator_past_int64() -> None:
+    """l h / t with t = 2^70 (one number, folded into the coefficient): int64 columns over a Python int past int64
+    raised NumPy's OverflowError (a 10^11-layer, hidden-2,048 llama's plan). By hand: l h + ceil(l h / 2^70) with
+    l = 2^62, 3 and h = 1: 2^62 + 1 and 3 + 1."""
+    got = grid_plan([l * h, l * h / t]).run({"l": np.array([2**62, 3]), "h": np.array([1, 1]), "t": 2**70})
+    assert [int(x) for x in (got.tolist() if isinstance(got, WideArray) else np.asarray(got).tolist())] == [
+        2**62 + 1, 4]
+
+
+@pytest.mark.slow  # seconds (a plan over a 10^11-layer model)
+def test_the_fewest_gpus_row_past_int64_is_estimates_bytes() -> None:
+    """plan with --gpus unset on a 10^11-layer llama of hidden 2,048 (an OverflowError before): its row re-runs
+    through estimate (Python ints, the independent path) to the same bytes, under 80 GiB."""
+    cfg = {"model_type": "llama", "hidden_size": 2048, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "intermediate_size": 4096, "vocab_size": 1000, "max_position_embeddings": 4096,
+           "num_hidden_layers": 10**11}
+    row = plan(cfg, 80 * 2**30, 8, 128, None, options=Options(mode="train", batch=1, seq=128, gpu="h100-sxm"),
+               top=1)[0]
+    assert 0 < row.total_bytes == estimate(cfg, **row.options).number("total_bytes") <= 80 * 2**30
 
 
 @pytest.mark.fast
