@@ -109,13 +109,20 @@ class WideArray:
         top = self.hi.max()
         return (int(top) << 64) + int(self.lo[self.hi == top].max())
 
+    def __int__(self) -> int:
+        """A 0-d grid's one value (a quantity the layouts of a plan share: ``int(wide)`` as of an int64 scalar)."""
+        if self.ndim:
+            raise TypeError(f"only a 0-d WideArray is one integer, not one of shape {self.shape}")
+        return self[()]
+
     def tolist(self) -> Any:
         return self.astype(object).tolist()
 
     def astype(self, dtype: Any) -> np.ndarray:
         if dtype is not object:
             raise TypeError("a WideArray holds integers past int64: astype(object) gives Python ints")
-        return self.hi.astype(object) * _TWO64 + self.lo.astype(object)
+        # np.asarray: a 0-d grid's product is a Python int, not an array (tolist, views need the array)
+        return np.asarray(self.hi.astype(object) * _TWO64 + self.lo.astype(object), dtype=object)
 
     def __repr__(self) -> str:
         return f"WideArray({self.tolist()!r})"
@@ -190,8 +197,33 @@ class GridPlan:
         total: Any = _rational(self.whole, env, wide=True)[0] if self.integral else 0
         for term in self.fractional:
             num, den = _rational(term, env)
-            total = total + (-((-num) // den))
+            total = _sum(total, _ceil_div(num, den))
         return total
+
+
+def _ceil_div(num: Any, den: Any) -> Any:
+    """``num / den`` rounded up, exact: an int64 array over a denominator past int64 (NumPy's OverflowError) is
+    divided in Python ints."""
+    try:
+        return -((-num) // den)
+    except OverflowError:
+        def exact(x: Any) -> Any:
+            return x.astype(object) if isinstance(x, (np.ndarray, WideArray)) else x
+        return -((-exact(num)) // exact(den))
+
+
+def _sum(a: Any, b: Any) -> Any:
+    """``a + b`` exact: an int64 array plus an int64 array or an integer, whose sum could pass int64, is added as a
+    ``WideArray`` (each fits int64, their sum may not: 2^62 + 2^62 wrapped to -2^63 before)."""
+    def largest(x: Any) -> int | None:  # |x| at most this, for an int64 array or an integer; else None
+        if isinstance(x, np.ndarray):
+            return _high(x) if x.dtype == np.int64 else None
+        return abs(int(x)) if isinstance(x, (int, np.integer)) else None
+
+    sizes = [largest(a), largest(b)]
+    if None not in sizes and (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)) and sum(sizes) > INT64_MAX:
+        return WideArray.of(a) + b
+    return a + b
 
 
 def rational(x: Expr, env: Mapping[str, Any]) -> tuple[Any, Any]:

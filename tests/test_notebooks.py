@@ -66,7 +66,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_notebook_writes_and_refuses_to_overwrite(tmp_path) -> None:
     out = tmp_path / "gpt2.ipynb"
-    args = ["--model", "gpt2", "--batch", "2", "--seq", "1024", "-o", str(out)]
+    args = ["--model", "gpt2", "--mode", "train", "--batch", "2", "--seq", "1024", "-o", str(out)]
     first = _cli(*args)
     assert first.returncode == 0, first.stderr
     nb = nbformat.read(out, as_version=4)

@@ -11,6 +11,7 @@ import pytest
 
 import memderive
 from memderive.commands.cli import main
+from memderive.commands.plan import short_note
 from memderive.derivations.claims.check import check
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import Options
@@ -181,6 +182,30 @@ def test_a_cache_formula_without_n_is_the_prompts_cache() -> None:
     assert full.counterexample.ratio == 8
 
 
+@pytest.mark.slow  # seconds (a notebook written, an estimate run)
+def test_notebook_takes_estimates_default_mode(capsys, tmp_path) -> None:
+    """--batch and --seq without --mode: estimate refuses them (its default mode, params, has no step); notebook
+    gives the same one-line refusal, where it wrote a training notebook before. No --mode at all: the parameter
+    count, as ``estimate --model gpt2``."""
+    step = ("--model", "gpt2", "--batch", "1", "--seq", "8")
+    code, _, refused = run(capsys, "estimate", *step)
+    assert code == 2 and "use --mode train or --mode infer" in refused
+    assert run(capsys, "notebook", *step, "-o", str(tmp_path / "a.ipynb")) == (2, "", refused)
+    assert not (tmp_path / "a.ipynb").exists()
+    code, _, _ = run(capsys, "notebook", "--model", "gpt2", "-o", str(tmp_path / "b.ipynb"))
+    assert code == 0 and "estimate('gpt2', mode='params')" in (tmp_path / "b.ipynb").read_text()
+
+
+def test_fit_says_why_its_mode_default_differs(capsys) -> None:
+    """fit's one default that is not estimate's: --mode infer, where estimate's params has nothing to solve; said
+    in the output when --mode is left out, not when it is given."""
+    args = ("fit", "--model", "gpt2", "--gpu-memory", "80GB", "--seq", "1024")
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and out.splitlines()[1].startswith("mode: infer (fit's default; estimate's, params,")
+    code, out, _ = run(capsys, *args, "--mode", "infer")
+    assert code == 0 and "fit's default" not in out
+
+
 # -- item 17: output -------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow  # seconds in process (measured; tests/conftest.py FAST_BUDGET)
@@ -191,6 +216,31 @@ def test_plan_cautions_follow_the_table(capsys) -> None:
     table = next(i for i, x in enumerate(lines) if x.startswith("rank"))
     assert code == 0 and not any(x.startswith("NOTE") for x in lines[:table])
     assert any(x.startswith("NOTE") for x in lines[table:])
+
+
+@pytest.mark.slow  # seconds in process (a plan timed on a GPU)
+def test_plan_cautions_are_short_lines_with_the_full_text_in_json(capsys) -> None:
+    """Each NOTE line at most 6 + 160 characters, no source in it (the compute line alone was 1,000+ characters of
+    citations before); --json's step_time_model keeps every line whole, sources included."""
+    args = ("plan", "--model", "gpt2", "--gpus", "8", "--gpu", "h100-sxm", "--seq", "1024", "--global-batch", "16",
+            "--top", "1")
+    code, out, _ = run(capsys, *args)
+    notes = [x for x in out.splitlines() if x.startswith("NOTE")]
+    assert code == 0 and len(notes) >= 4 and all(len(x) <= 166 for x in notes), [len(x) for x in notes]
+    assert not any("github.com" in x or "arXiv" in x for x in notes)
+    assert notes[-1] == "NOTE: in full, with sources: --json (step_time_model) or the re-run line with --summary"
+    code, out, _ = run(capsys, *args, "--json")
+    full = json.loads(out)["step_time_model"]
+    assert code == 0 and any("github.com" in x for x in full) and max(map(len, full)) > 500
+
+
+def test_short_note_cuts_at_a_clause_outside_parentheses() -> None:
+    """A source parenthetical goes; a cut falls at the last '; ' or ', ' outside parentheses, else at a space
+    with the open parenthesis closed."""
+    assert short_note("bubble (Narayanan et al. 2021 §2.2), per stage", 160) == "bubble, per stage"
+    assert short_note("a, " + "b" * 10 + "; c" + " d" * 10, 24) == "a, bbbbbbbbbb ..."
+    # width 20: spaces looked for in the first 15 characters, "x: y (z z z z z"; the last at index 13
+    assert short_note("x: y (" + "z " * 30 + ")", 20) == "x: y (z z z z ...)"
 
 
 def test_no_zero_rates_without_decode(capsys) -> None:

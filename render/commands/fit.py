@@ -25,6 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: Why ``fit``'s --mode defaults to infer where ``estimate``'s is params (its only default that differs, issue 37):
+MODE_DEFAULT = ("mode: infer (fit's default; estimate's, params, has no batch or context to solve for; "
+                "--mode train for a training step)")
+
+
 def _capacity(args: argparse.Namespace) -> int:
     """--gpu-memory, else the memory of --gpu (derivations.hardware)."""
     if args.gpu_memory is not None:
@@ -38,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
     from fractions import Fraction
 
-    mode = args.mode or "infer"
+    mode = args.mode or "infer"  # MODE_DEFAULT: why fit's default is not estimate's params
     if mode not in ("infer", "train"):
         raise ValueError(f"fit solves --mode infer or --mode train, not {mode}")
     if args.batch is None and args.seq is None:
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(f"{model.name}, {mode}, {given[0]} {given[1]}, {format_bytes(capacity)} per GPU")
+    if args.mode is None:
+        print(MODE_DEFAULT)
     print(attention_line(options))
     if result.budget == "vllm_bytes":
         print(f"budget: {format_bytes(result.capacity)} per GPU (vLLM's gpu_memory_utilization of the memory CUDA "
@@ -115,6 +122,8 @@ def _does_it_fit(args: argparse.Namespace, mode: str) -> int:
                           "capacity_bytes": budget, key: needed, "budget": key, "largest_batch": largest}, indent=2))
         return 0 if fits else 1
     print(f"{model.name}, {mode}, batch {options.batch} at seq {options.seq}, {format_bytes(capacity)} per GPU")
+    if args.mode is None:
+        print(MODE_DEFAULT)
     print(attention_line(options))
     print(f"budget: {format_bytes(budget)} per GPU ({rule})")
     print(f"{'fits' if fits else 'does not fit'}: batch {options.batch:,} needs {format_bytes(needed)} ({key})")

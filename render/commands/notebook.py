@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.lexists(args.output) and not args.force:  # a dangling symlink too: writing would follow it
         raise ValueError(f"{args.output} exists; pass --force to overwrite it")
     parse_size(args.gpu_memory, "--gpu-memory")  # a clear error before any work
-    est = estimate(args.model, options_from_args(args, mode=args.mode or "train"))
+    est = estimate(args.model, options_from_args(args))  # estimate's defaults, --mode params included (issue 37)
 
     nb = notebook(est, args.gpu_memory, command_line(args))
     if args.execute:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, emit, fail, option_argv, options_from_args, whole_number
@@ -63,6 +64,53 @@ def _capacity(args: argparse.Namespace) -> tuple[int, float | None]:
     if args.gpu is None:
         fail("give --gpu NAME (e.g. h100-sxm; memderive gpus lists them) or --gpu-memory SIZE (e.g. 80GB)")
     return gpu(args.gpu).memory_bytes, peak
+
+
+#: A parenthetical that is a source (a repository, a paper, a table): plan's NOTE lines leave it out (issue 37, item 17).
+_SOURCE = re.compile(r"github\.com|arXiv|et al\.|https?:|\.md\b|\.py\b|Table \d|App\. |§|#\d")
+NOTE_WIDTH = 160  # a NOTE line's longest length: one line of a wide terminal
+
+
+def short_note(text: str, width: int = NOTE_WIDTH) -> str:
+    """``text`` as one short line: its parentheticals that cite a source left out, then cut at a clause boundary
+    (``; ``, else ``, ``) to at most ``width`` characters, ``...`` marking the cut (the full line: ``--json``'s
+    step_time_model, or the re-run line's estimate)."""
+    out, depth, group = [], 0, []
+    for char in text:
+        if char == "(":
+            depth += 1
+        if depth:
+            group.append(char)
+        else:
+            out.append(char)
+        if char == ")" and depth:
+            depth -= 1
+            if not depth:
+                inner = "".join(group)
+                if not _SOURCE.search(inner):
+                    out.append(inner)
+                group = []
+    line = re.sub(r"\s+([,;:)])", r"\1", re.sub(r" {2,}", " ", "".join(out) + "".join(group))).strip()
+    if len(line) <= width:
+        return line
+    level, cut, space = 0, 0, (0, 0)  # the last clause boundary outside parentheses; the last space, and its depth
+    for i, char in enumerate(line[:width - 5]):
+        level += (char == "(") - (char == ")")
+        if level == 0 and line.startswith(("; ", ", "), i):
+            cut = i
+        if char == " ":
+            space = (i, level)
+    if cut < width // 2:  # no boundary late enough: the last space, its open parentheses closed
+        return line[:space[0]].rstrip(",;:") + " ..." + ")" * space[1]
+    return line[:cut] + " ..."
+
+
+def _notes(model: list[str]) -> list[str]:
+    """The time model's lines as short NOTE lines (a caution, the proxy's or ZeRO-3's, whole), and where the full
+    lines are when one was shortened."""
+    notes = [x if x == PROXY or x.startswith("ZeRO-3 over") else short_note(x) for x in model]
+    more = ["in full, with sources: --json (step_time_model) or the re-run line with --summary"] if notes != model else []
+    return [f"NOTE: {x}" for x in notes + more]
 
 
 def _time_model(model: str, layout: Any) -> list[str]:
@@ -177,7 +225,7 @@ def _infer_table(args: argparse.Namespace, capacity: int, layouts: list, model: 
              "read/step (GiB)" + ("  prefill (s)  decode step (s)  decode tok/s" if timed else "")
              + ("  end-to-end tok/s" if timed and args.new_tokens else "")]
     engine = getattr(args, "framework", None) == "vllm" and args.gpu
-    notes = [*(f"NOTE: {x}" for x in model)] + ([
+    notes = [*_notes(model)] + ([
              "NOTE: memory budget: vLLM's engine model, as estimate --framework vllm prints it: gpu_memory_utilization "
              "x the memory CUDA reports, less the weights, the profiled activation peak, CUDA graphs and NCCL, in KV "
              "blocks (the whole GPU without --framework vllm)"] if engine else [
@@ -220,7 +268,7 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}{stages}")
-    lines += ["", *(f"NOTE: {x}" for x in model)]  # the cautions after the table, one line each
+    lines += ["", *_notes(model)]  # the cautions after the table, one short line each
     lines += _zero3_cautions(layouts) if args.gpu else []
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options)),
               _evaluated_line(layouts)]
