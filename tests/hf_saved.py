@@ -86,10 +86,15 @@ def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
 
 def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     """``AutoModelForCausalLM`` of ``config`` (random weights); an encoder without a causal-LM head
-    (BERT, as memderive models it: ``BertModel`` with its pooler) is built with ``AutoModel``."""
+    (BERT, as memderive models it: ``BertModel`` with its pooler) is built with ``AutoModel``; T5 as
+    ``T5ForConditionalGeneration``, Whisper as ``WhisperForConditionalGeneration`` (encoder and decoder)."""
     transformers.logging.set_verbosity_error()
     if config.model_type == "bert":
         return transformers.AutoModel.from_config(config)
+    if config.model_type == "t5":
+        return transformers.T5ForConditionalGeneration(config)
+    if config.model_type == "whisper":
+        return transformers.WhisperForConditionalGeneration(config)
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
@@ -124,6 +129,15 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     if isinstance(model, transformers.BertModel):
         out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
         return out.last_hidden_state.sum() + out.pooler_output.sum()
+    if isinstance(model, transformers.WhisperForConditionalGeneration):
+        # 30 s of log-mel features, as WhisperFeatureExtractor pads every clip: (b, mel bins, 2 x encoder positions)
+        config = model.config
+        features = torch.randn(ids.shape[0], config.num_mel_bins, 2 * config.max_source_positions,
+                               dtype=next(model.parameters()).dtype)
+        return model(input_features=features, labels=ids).loss
+    if isinstance(model, transformers.T5ForConditionalGeneration):
+        # the encoder reads the ids; the decoder the labels shifted right (T5's _shift_right)
+        return model(input_ids=ids, labels=ids.flip(1)).loss
     return model(input_ids=ids, labels=ids).loss
 
 
