@@ -54,6 +54,19 @@ SAMPLE = {
                     max_target_positions=32, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
 
+#: Vision-language models with one image: LLaVA (CLIP tower of 32/8 = 4 x 4 = 16 patches, "default" feature
+#: strategy drops CLS: 16 image tokens; Llama text model) and Gemma 3 (SigLIP tower, mm_tokens_per_image 4)
+VLM = {
+    "llava": dict(text_config=dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=96, vocab_size=300),
+                  vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=48, image_size=32, patch_size=8,
+                                     projection_dim=32),
+                  image_token_index=299, vision_feature_layer=-2),
+    "gemma3": SAMPLE["gemma3"],
+}
+IMAGE_TOKENS = {"llava": 16, "gemma3": 4}  # by hand, above
+
 #: The class transformers builds each encoder-decoder sample as (the others: AutoModelForCausalLM)
 WHOLE = {"bart": transformers.AutoModelForSeq2SeqLM, "t5": transformers.AutoModelForSeq2SeqLM,
          "whisper": transformers.AutoModelForSpeechSeq2Seq}
@@ -250,3 +263,60 @@ def test_cli_t5_says_encoder_length(tmp_path: Path) -> None:
     cfg = _config("t5", SAMPLE["t5"])
     cfg._attn_implementation = "eager"  # a traced training forward's default
     assert out["activation_bytes"] == measure_config(cfg, Shape(2, 7)).nbytes
+
+
+def test_vlm_parameters_per_part() -> None:
+    # LLaVA: the CLIP tower, the projector and the Llama text model, each as transformers instantiates it
+    cfg = _config("llava", VLM["llava"])
+    got = traced.parameters(cfg)
+    assert got.total == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    groups = {path: n * each for path, _, n, each in got.groups}
+    # projector: linear 32 -> 64 (+ bias) and 64 -> 64 (+ bias) = 2,112 + 4,160
+    assert groups["model.multi_modal_projector.linear_1"] + groups["model.multi_modal_projector.linear_2"] == 6272
+    assert groups["model.language_model.layers"] == 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 96 + 2 * 64)
+    assert traced.image_tokens(cfg) == IMAGE_TOKENS["llava"]
+    assert traced.image_tokens(_config("gemma3", VLM["gemma3"])) == IMAGE_TOKENS["gemma3"]
+
+
+@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
+def test_vlm_cache_with_one_image(model_type: str) -> None:
+    # 2 layers x (K, V) x 2 KV heads x 16 dims x 2 B = 256 B per token: the image's k tokens, s text tokens, 1 decoded;
+    # Gemma 3's two sliding-window layers hold one int64 window size each (16 B per cache)
+    cfg = _config(model_type, VLM[model_type])
+    model, mode = traced.build(cfg, "sdpa")
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    k, window = IMAGE_TOKENS[model_type], {"llava": 0, "gemma3": 16}[model_type]
+    assert fit is not None and all(fit(b, s) == 256 * b * (k + s + 1) + window for b in (1, 2) for s in (3, 100))
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
+def test_vlm_saved_equal_cpu(model_type: str, attention: str) -> None:
+    # one image per sequence: the fit on fake tensors equals real bf16 CPU training forwards (tests/hf_saved.py, random
+    # pixels, the image's tokens then 7 text tokens) at b 1 and 2
+    cfg = _config(model_type, VLM[model_type])
+    model, mode = traced.build(cfg, attention)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg._attn_implementation = attention
+    k = IMAGE_TOKENS[model_type]
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, k + 7), image_tokens=k).nbytes for b in (1, 2)]
+
+
+def test_cli_gemma3_with_images(tmp_path: Path) -> None:
+    # a Gemma 3 config.json with its vision tower was refused ("give its text_config"); it is traced whole now
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gemma3", **VLM["gemma3"]}))
+    done = _cli("--model", str(path), "--mode", "train", "--batch", "2", "--seq", "7", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert (out["images_per_sequence"], out["image_tokens"], out["image_size"]) == (1, 4, 32)
+    assert sum(out["parameter_parts"].values()) == out["parameters"]
+    cfg = _config("gemma3", VLM["gemma3"])
+    assert out["parameters"] == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    cfg._attn_implementation = "eager"
+    assert out["activation_bytes"] == measure_config(cfg, Shape(2, 4 + 7), image_tokens=4).nbytes
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100")
+    assert "one image per sequence at 32 x 32 pixels = 4 image tokens" in done.stdout
+    # 256 B per token (test_vlm_cache_with_one_image) x 2 x (4 + 100 + 1) + 16 B of window sizes
+    assert "Cache 53,776 B" in done.stdout

@@ -79,7 +79,8 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None  # load_config says what is wrong
         model_type = config.get("model_type") if isinstance(config, dict) else None
-        if not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED:
+        if not isinstance(model_type, str) or model_type in ADAPTERS or (model_type in REFUSED
+                                                                          and model_type not in TRACED_REFUSED):
             return None
         return config, config_name(config, path)
     if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
@@ -87,6 +88,11 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
     if known_model_type(text):
         return {"model_type": text}, text
     return None
+
+
+#: Families the hand-written path refuses (``REFUSED``) that a config.json takes to the traced path instead: Gemma 3
+#: with its vision tower (tower, projector and text model traced with one image: ``image_tokens``).
+TRACED_REFUSED = ("gemma3",)
 
 
 def transformers_version() -> str:
@@ -145,6 +151,9 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
     import transformers
     from transformers.models.auto import modeling_auto as auto
 
+    if task != "causal" and getattr(cfg, "vision_config", None) is not None \
+            and cfg.model_type in auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return transformers.AutoModelForImageTextToText
     if task != "causal" and getattr(cfg, "is_encoder_decoder", False):
         if cfg.model_type in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
             return transformers.AutoModelForSpeechSeq2Seq
@@ -304,10 +313,58 @@ def _encoder_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     return {"input_features": torch.zeros(b, cfg.num_mel_bins, 2 * cfg.max_source_positions, dtype=dtype)}
 
 
+def image_tokens(cfg: Any) -> int:
+    """Tokens one image takes in the text of a vision-language ``cfg`` at the config's resolution: LLaVA's
+    ``(image_size / patch_size)**2`` patches (+1, the CLS token, when ``vision_feature_select_strategy`` is "full";
+    ``LlavaModel.get_image_features`` drops it for "default"), Gemma 3's ``mm_tokens_per_image`` (its projector pools
+    the patches to that many)."""
+    vision = cfg.vision_config
+    if cfg.model_type == "llava":
+        full = getattr(cfg, "vision_feature_select_strategy", "default") == "full"
+        return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
+    if cfg.model_type == "gemma3":
+        return cfg.mm_tokens_per_image
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far; give its "
+                      "text_config for the text model alone")
+
+
+def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
+    """One image per sequence at the config's ``image_size``: ``pixel_values`` (b, channels, size, size) in the
+    model's dtype, and ``input_ids`` (b, k + s): the image's k tokens (``image_tokens``) then ``s`` text tokens
+    (Gemma 3: ``token_type_ids`` 1 on the image's tokens, which its training forward requires)."""
+    import torch
+
+    cfg = model.config
+    k = image_tokens(cfg)
+    vision = cfg.vision_config
+    image = getattr(cfg, "image_token_index", None)
+    image = getattr(cfg, "image_token_id", None) if image is None else image
+    ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
+    dtype = next(model.parameters()).dtype
+    out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
+                                                         vision.image_size, dtype=dtype)}
+    if cfg.model_type == "gemma3":
+        out["token_type_ids"] = (ids == image).long()
+    return out
+
+
+def _vision(model: Any) -> bool:
+    """Whether ``model`` is a whole vision-language model (vision tower, projector, text model)."""
+    return getattr(model.config, "vision_config", None) is not None and callable(getattr(model, "get_image_features",
+                                                                                          None))
+
+
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
+    import os
     import warnings
 
+    # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
+    # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
+    # torch_compilable_check on fake tensors (the inputs are made to match: _image_inputs)
+    before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    if mode is not None:
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
     try:
         with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
@@ -317,6 +374,11 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
+    finally:
+        if before is None:
+            os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+        else:
+            os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = before
 
 
 def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = None, prefix: str = ""):
@@ -375,6 +437,13 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     for _ in range(decoded):
                         cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], past_key_values=cache,
                                       use_cache=True).past_key_values
+                    return cache
+                if _vision(model):  # the image and the text in the prefill, then text tokens
+                    inputs = _image_inputs(model, b, s)
+                    out = model(**inputs, use_cache=True)
+                    cache = out.past_key_values
+                    for _ in range(decoded):
+                        cache = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True).past_key_values
                     return cache
                 out = model(input_ids=ids, use_cache=True)
                 # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
@@ -444,6 +513,9 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
 
         ids = labels = _ids(cfg, b, s)
         inputs = {"input_ids": ids}
+        if _vision(model):
+            inputs = _image_inputs(model, b, s)
+            labels = inputs["input_ids"]
         if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
             inputs, labels = _encoder_inputs(model, b, s), ids.clone()
             if getattr(cfg, "decoder_start_token_id", None) is None:
@@ -454,6 +526,9 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             out = model(**inputs, labels=labels)
         if getattr(out, "loss", None) is None:
             raise TracedError(f"{cfg.model_type}: the forward returned no loss for labels=ids")
+        # the loss alone is kept for backward: the output's other fields (LLaVA's unused last vision layer, whose
+        # graph the loss does not reach) are freed with what they saved, as a training step drops them
+        loss, out = out.loss, None  # noqa: F841 - held until the count is done
         seen: dict[int, int] = {}
         for ref in held:
             box = ref()
@@ -462,7 +537,7 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             key = _storage_key(box.tensor)
             if key not in owned:
                 seen.setdefault(key, box.tensor.untyped_storage().nbytes())
-        del out
+        del loss
         return sum(seen.values())
 
     return _run(model, mode, go)
@@ -574,6 +649,29 @@ class TracedEstimate:
     saved_fit: Fit | None = None
     weights: int | None = None
     encoder_length: int | None = None
+    image_tokens: int | None = None
+    image_size: int | None = None
+
+    @property
+    def parts(self) -> tuple[tuple[str, int], ...]:
+        """A vision-language model's parameters per part (vision tower, projector, text model, LM head): the groups
+        added by their path's first component under ``model.``; () for any other model."""
+        if self.image_tokens is None:
+            return ()
+        out: dict[str, int] = {}
+        for path, _, n, each in self.parameters.groups:
+            parts = path.split(".")
+            part = parts[1] if parts[0] == "model" and len(parts) > 1 else parts[0]
+            out[part] = out.get(part, 0) + n * each
+        return tuple(out.items())
+
+    @property
+    def images(self) -> str | None:
+        """The image a vision-language model is measured with, in words; None for any other model."""
+        if self.image_tokens is None:
+            return None
+        return (f"one image per sequence at {self.image_size} x {self.image_size} pixels = {self.image_tokens:,} image "
+                f"tokens before the {self.seq:,} text tokens (fixed: one image; no option for more yet)")
 
     @property
     def encoder(self) -> str | None:
@@ -595,6 +693,11 @@ class TracedEstimate:
             out.update(batch=self.batch, seq=self.seq, attention=self.attention)
             if self.encoder_length is not None:
                 out.update(encoder_length=self.encoder_length, encoder_input=self.encoder)
+            if self.image_tokens is not None:
+                out.update(images_per_sequence=1, image_size=self.image_size, image_tokens=self.image_tokens,
+                           image_input=self.images)
+        if self.parts:
+            out["parameter_parts"] = dict(self.parts)
         if self.states:
             out["model_states_bytes"] = sum(v for _, v in self.states)
             out["model_states"] = dict(self.states)
@@ -638,6 +741,8 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
+    if model_class(cfg).__name__ == "AutoModelForImageTextToText":
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
     if options.mode == "train":
         model, mode = build(cfg, attention, options.dtype)
         saved = saved_bytes(model, mode, b, s)

@@ -18,12 +18,16 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
         lines.append(f"inputs: mode {est.mode}, batch {est.batch or 1}, seq {est.seq:,}, attention {est.attention}")
         if est.encoder is not None:
             lines.append(f"encoder-decoder: the encoder reads {est.encoder}")
+        if est.images is not None:
+            lines.append(f"vision-language: {est.images}")
     lines += ["", "parameters (module tree on the meta device; a tied weight counted once):"]
     for path, what, count, each in est.parameters.groups:
         lines.append(f"{bullet}{path or '(root)'}: " + (f"{count} x {what} of {each:,} = {count * each:,}"
                                                         if count > 1 else f"{what} {each:,}"))
     for name, of in est.parameters.tied:
         lines.append(f"{bullet}{name} is {of} (tied, counted once)")
+    if est.parts:
+        lines.append(f"{bullet}per part: " + ", ".join(f"{part} {n:,}" for part, n in est.parts))
     lines.append(f"{bullet}Parameters {est.parameters.total:,}")
     if est.states:
         lines += ["", "training (one GPU, unsharded):"]
