@@ -320,3 +320,26 @@ def test_cli_gemma3_with_images(tmp_path: Path) -> None:
     assert "one image per sequence at 32 x 32 pixels = 4 image tokens" in done.stdout
     # 256 B per token (test_vlm_cache_with_one_image) x 2 x (4 + 100 + 1) + 16 B of window sizes
     assert "Cache 53,776 B" in done.stdout
+
+
+QWEN25_VL = dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  intermediate_size=96, vocab_size=300,
+                                  rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                   "rope_theta": 10000.0}),
+                 vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                                    fullatt_block_indexes=[1], window_size=56, patch_size=14),
+                 image_token_id=299, vision_start_token_id=297, vision_end_token_id=298)
+
+
+def test_qwen2_5_vl_parameters_and_refusal(tmp_path: Path) -> None:
+    # parameters of the whole model (tower, merger, text model) as transformers instantiates it; with images its
+    # dynamic resolution reads image_grid_thw's values, which fake tensors lack: one line, exit 2, no number
+    cfg = _config("qwen2_5_vl", QWEN25_VL)
+    assert traced.parameters(cfg).total == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2_5_vl", **QWEN25_VL}))
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "10")
+    assert done.returncode == 2 and done.stdout == ""
+    # (an installed torchao built for another CPython prints its load failures when transformers imports it: not ours)
+    ours = [line for line in done.stderr.splitlines() if "torchao" not in line and "register_constant" not in line]
+    assert len(ours) == 1 and ours[0].startswith("memderive: error: ") and "llava and gemma3 only" in ours[0]

@@ -324,8 +324,10 @@ def image_tokens(cfg: Any) -> int:
         return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far; give its "
-                      "text_config for the text model alone")
+    # Qwen2.5-VL's dynamic resolution reads its image_grid_thw's values (rope index, window cu_seqlens): a fake
+    # tensor has none (DataDependentOutputException), so it is not traced yet
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far (--mode params "
+                      "counts this model; for the text model alone give its text_config)")
 
 
 def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
