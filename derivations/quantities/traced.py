@@ -183,6 +183,7 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
         raise TracedError(f"{cfg.model_type}: transformers cannot build {auto.__name__} with "
                           f"{attention} attention: {_one_line(exc)}") from None
     model.train()
+    model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
     return (model, _to_fake(model)) if fake else (model, None)
 
 
@@ -351,9 +352,9 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
 
 
 def _vision(model: Any) -> bool:
-    """Whether ``model`` is a whole vision-language model (vision tower, projector, text model)."""
-    return getattr(model.config, "vision_config", None) is not None and callable(getattr(model, "get_image_features",
-                                                                                          None))
+    """Whether ``model`` was built as a whole vision-language model (``build``: ``AutoModelForImageTextToText``) and
+    so runs with an image; built as a causal LM (task "causal": Gemma 3's, the same class) it reads text only."""
+    return bool(getattr(model, "_traced_with_images", False))
 
 
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
