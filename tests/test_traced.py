@@ -236,17 +236,18 @@ def test_encoder_decoder_cache(model_type: str) -> None:
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
-@pytest.mark.parametrize("model_type", ["t5", "whisper"])
-def test_encoder_decoder_saved_equal_cpu(model_type: str, attention: str) -> None:
-    # fitted on fake tensors at s in (4, 6, 8) (T5: encoder and decoder length s; Whisper: 16 encoder positions, s
-    # decoder tokens), equal to real bf16 CPU training forwards (tests/hf_saved.py: T5's labels a tensor of their
-    # own, Whisper's random features) at s = 7, b 1 and 2
-    cfg = _config(model_type, SAMPLE[model_type])
+@pytest.mark.parametrize("model_type", ["t5", "whisper", "llava", "gemma3"])
+def test_whole_model_saved_equal_cpu(model_type: str, attention: str) -> None:
+    # fitted on fake tensors at s in (4, 6, 8), equal to real bf16 CPU training forwards (tests/hf_saved.py) at s = 7,
+    # b 1 and 2. T5: encoder and decoder length s, its labels a tensor of their own; Whisper: 16 encoder positions of
+    # random features, s decoder tokens; LLaVA, Gemma 3: one image per sequence (random pixels), its k tokens then s
+    cfg = _config(model_type, {**SAMPLE, **VLM}[model_type])
     model, mode = traced.build(cfg, attention)
     fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
     assert fit is not None
     cfg._attn_implementation = attention
-    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7)).nbytes for b in (1, 2)]
+    k = IMAGE_TOKENS.get(model_type, 0)
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, k + 7), image_tokens=k).nbytes for b in (1, 2)]
 
 
 def test_cli_t5_says_encoder_length(tmp_path: Path) -> None:
@@ -287,20 +288,6 @@ def test_vlm_cache_with_one_image(model_type: str) -> None:
     fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
     k, window = IMAGE_TOKENS[model_type], {"llava": 0, "gemma3": 16}[model_type]
     assert fit is not None and all(fit(b, s) == 256 * b * (k + s + 1) + window for b in (1, 2) for s in (3, 100))
-
-
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
-def test_vlm_saved_equal_cpu(model_type: str, attention: str) -> None:
-    # one image per sequence: the fit on fake tensors equals real bf16 CPU training forwards (tests/hf_saved.py, random
-    # pixels, the image's tokens then 7 text tokens) at b 1 and 2
-    cfg = _config(model_type, VLM[model_type])
-    model, mode = traced.build(cfg, attention)
-    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
-    assert fit is not None
-    cfg._attn_implementation = attention
-    k = IMAGE_TOKENS[model_type]
-    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, k + 7), image_tokens=k).nbytes for b in (1, 2)]
 
 
 def test_cli_gemma3_with_images(tmp_path: Path) -> None:
