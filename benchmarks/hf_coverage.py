@@ -118,13 +118,13 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
     try:
         try:
             cfg = small_config(model_type)
-            got = traced.parameters(cfg)
+            got = traced.parameters(cfg, task="causal")
         except Exception as exc:  # noqa: BLE001 - the config class's own defaults (full size: parameters only)
             import transformers
 
             cls = transformers.CONFIG_MAPPING[model_type]
             cfg = cls(is_decoder=True) if "is_decoder" in {f.name for f in dataclasses.fields(cls)} else cls()
-            got = traced.parameters(cfg)
+            got = traced.parameters(cfg, task="causal")
             only = "params"
             out["why"] = f"small config failed ({' '.join(str(exc).split())[:120]}): parameters of the default config"
         want = transformers_count(cfg)
@@ -158,11 +158,11 @@ def transformers_count(cfg) -> int:
 
 def _cache(cfg) -> str:
     try:
-        model, mode = traced.build(cfg, "eager")
+        model, mode = traced.build(cfg, "eager", task="causal")
         poly = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1, **FIT)
         if poly is None:
             return "no polynomial (fit missed a check point)"
-        real, _ = traced.build(cfg, "eager", fake=False)
+        real, _ = traced.build(cfg, "eager", fake=False, task="causal")
         got = [traced.cache_bytes(real, None, b, s).total for b, s in REAL]
         if all(g == 0 for g in got):
             return "no cache"
@@ -176,12 +176,12 @@ def _saved(cfg, attention: str) -> str:
     import torch
 
     try:
-        model, mode = traced.build(cfg, attention)
+        model, mode = traced.build(cfg, attention, task="causal")
         poly = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s), **FIT)
         if poly is None:
             return "no polynomial (fit missed a check point)"
         torch.manual_seed(0)
-        real, _ = traced.build(cfg, attention, fake=False)
+        real, _ = traced.build(cfg, attention, fake=False, task="causal")
         got = [traced.saved_bytes(real, None, b, s) for b, s in REAL]
         ok = all(poly(b, s) == g for (b, s), g in zip(REAL, got))
         return f"exact: {poly}" if ok else f"differs: {[int(poly(b, s)) for b, s in REAL]} != {got}"

@@ -86,10 +86,19 @@ def measure_model(family: str, attention: str, shape: Shape, seed: int = 0,
 
 def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     """``AutoModelForCausalLM`` of ``config`` (random weights); an encoder without a causal-LM head
-    (BERT, as memderive models it: ``BertModel`` with its pooler) is built with ``AutoModel``."""
+    (BERT, as memderive models it: ``BertModel`` with its pooler) is built with ``AutoModel``; T5 as
+    ``T5ForConditionalGeneration``, Whisper as ``WhisperForConditionalGeneration`` (encoder and decoder)."""
     transformers.logging.set_verbosity_error()
     if config.model_type == "bert":
         return transformers.AutoModel.from_config(config)
+    if getattr(config, "vision_config", None) is not None and config.model_type != "gemma3":  # LLaVA
+        return transformers.LlavaForConditionalGeneration(config)
+    if config.model_type == "gemma3" and getattr(config, "vision_config", None) is not None:
+        return transformers.Gemma3ForConditionalGeneration(config)
+    if config.model_type == "t5":
+        return transformers.T5ForConditionalGeneration(config)
+    if config.model_type == "whisper":
+        return transformers.WhisperForConditionalGeneration(config)
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
@@ -118,18 +127,37 @@ def to_float8(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
         module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0)
 
 
-def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> torch.Tensor:
     """The LM loss; an encoder's outputs summed (a sum saves nothing for backward), given the
-    token type ids (b, s) its tokenizer returns."""
+    token type ids (b, s) its tokenizer returns. ``image_tokens``: a vision-language model's
+    sequences start with one image's that many tokens, its pixels random at the config's size."""
+    if image_tokens:
+        config = model.config
+        vision = config.vision_config
+        image = config.image_token_id
+        ids = ids % (image - 2) + 1  # text tokens away from the image's (and Gemma 3's boi/eoi) ids
+        ids[:, :image_tokens] = image
+        pixels = torch.randn(ids.shape[0], 3, vision.image_size, vision.image_size, dtype=next(model.parameters()).dtype)
+        extra = {"token_type_ids": (ids == image).long()} if config.model_type == "gemma3" else {}
+        return model(input_ids=ids, pixel_values=pixels, labels=ids, **extra).loss
     if isinstance(model, transformers.BertModel):
         out = model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
         return out.last_hidden_state.sum() + out.pooler_output.sum()
+    if isinstance(model, transformers.WhisperForConditionalGeneration):
+        # 30 s of log-mel features, as WhisperFeatureExtractor pads every clip: (b, mel bins, 2 x encoder positions)
+        config = model.config
+        features = torch.randn(ids.shape[0], config.num_mel_bins, 2 * config.max_source_positions,
+                               dtype=next(model.parameters()).dtype)
+        return model(input_features=features, labels=ids).loss
+    if isinstance(model, transformers.T5ForConditionalGeneration):
+        # the encoder reads the ids; the decoder the labels shifted right (T5's _shift_right)
+        return model(input_ids=ids, labels=ids.flip(1)).loss
     return model(input_ids=ids, labels=ids).loss
 
 
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
                    dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
-                   autocast: bool = False, fp8: str = "none") -> SavedModel:
+                   autocast: bool = False, fp8: str = "none", image_tokens: int = 0) -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
@@ -139,7 +167,8 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     the model first, as loading it with ``dtype=torch.bfloat16`` does, and leaves fp32 adapters.
     ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
     16-bit casts of the weights it saves are counted: they are not the parameters' storages).
-    ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first."""
+    ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first.
+    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``)."""
     torch.manual_seed(seed)
     model = build_model(config)
     if fp8 != "none":
@@ -164,11 +193,11 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
         held.append((weakref.ref(box), stack[-1]))
         return box
 
-    ids = torch.randint(0, config.vocab_size, (shape.b, shape.s))
+    ids = torch.randint(0, config.get_text_config().vocab_size, (shape.b, shape.s))
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor), \
                 torch.autocast("cpu", dtype=dtype, enabled=autocast):
-            loss = _loss(model, ids)
+            loss = _loss(model, ids, image_tokens)
     finally:
         for handle in handles:
             handle.remove()

@@ -45,7 +45,31 @@ SAMPLE = {
                    mm_tokens_per_image=4, image_token_index=299, boi_token_index=297, eoi_token_index=298),
     "bart": dict(d_model=64, decoder_layers=2, encoder_layers=2, decoder_attention_heads=4, encoder_attention_heads=4,
                  decoder_ffn_dim=96, encoder_ffn_dim=96, vocab_size=128, max_position_embeddings=64),
+    # encoder-decoders, built whole: T5 (t5-small's layout: ReLU FFN, relative position bias, tied embeddings; its
+    # config.json's decoder start token 0) and Whisper (2 x 16 = 32 log-mel frames, 16 encoder positions)
+    "t5": dict(d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=128,
+               decoder_start_token_id=0),
+    "whisper": dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                    encoder_ffn_dim=96, decoder_ffn_dim=96, vocab_size=128, num_mel_bins=8, max_source_positions=16,
+                    max_target_positions=32, decoder_start_token_id=1, pad_token_id=0, bos_token_id=1, eos_token_id=2),
 }
+
+#: Vision-language models with one image: LLaVA (CLIP tower of 32/8 = 4 x 4 = 16 patches, "default" feature
+#: strategy drops CLS: 16 image tokens; Llama text model) and Gemma 3 (SigLIP tower, mm_tokens_per_image 4)
+VLM = {
+    "llava": dict(text_config=dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, intermediate_size=96, vocab_size=300),
+                  vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=48, image_size=32, patch_size=8,
+                                     projection_dim=32),
+                  image_token_index=299, vision_feature_layer=-2),
+    "gemma3": SAMPLE["gemma3"],
+}
+IMAGE_TOKENS = {"llava": 16, "gemma3": 4}  # by hand, above
+
+#: The class transformers builds each encoder-decoder sample as (the others: AutoModelForCausalLM)
+WHOLE = {"bart": transformers.AutoModelForSeq2SeqLM, "t5": transformers.AutoModelForSeq2SeqLM,
+         "whisper": transformers.AutoModelForSpeechSeq2Seq}
 
 
 def _config(model_type: str, fields: dict) -> transformers.PretrainedConfig:
@@ -67,7 +91,7 @@ def test_traced_parameters_equal_hand_written(model_type: str, fields: dict) -> 
 def test_traced_parameters_equal_transformers(model_type: str) -> None:
     cfg = _config(model_type, SAMPLE[model_type])
     got = traced.parameters(cfg)
-    assert got.total == count_parameters(cfg)
+    assert got.total == count_parameters(cfg, WHOLE.get(model_type, transformers.AutoModelForCausalLM))
     assert got.total == sum(n * each for _, _, n, each in got.groups)
     if model_type == "gemma3":
         paths = {path for path, _, _, _ in got.groups}
@@ -161,3 +185,148 @@ def test_cli_config_transformers_refuses(tmp_path: Path) -> None:
     done = _cli("--model", str(path))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
     assert "cannot build" in done.stderr
+
+
+def test_t5_parameters_by_hand() -> None:
+    # d 64, 4 heads x d_kv 16, d_ff 96, vocab 128, 2 + 2 blocks, tied embeddings (shared = encoder's = decoder's = LM
+    # head): shared 128*64 = 8,192; encoder block: q, k, v, o 4*64*64 = 16,384 + LayerNorm 64 + FFN 64*96 + 96*64 =
+    # 12,288 + LayerNorm 64 = 28,800, its first block + relative bias 32 buckets x 4 heads = 128; decoder block: two
+    # attentions 2 x (16,384 + 64) + FFN 12,352 = 45,248 (+128 in the first); final norms 2 x 64.
+    # 8,192 + 2*28,800 + 128 + 64 + 2*45,248 + 128 + 64 = 156,672
+    got = traced.parameters(_config("t5", SAMPLE["t5"]))
+    assert got.total == 156_672
+    assert {t for t, _ in got.tied} == {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"}
+
+
+def _real_cache_bytes(cfg: transformers.PretrainedConfig, b: int, s: int) -> tuple[int, int]:
+    """A real CPU bf16 encoder-decoder's ``EncoderDecoderCache`` after the encoder, a decoder prefill of s tokens and
+    one decode step on the encoder's output: bytes of its self-attention and cross-attention keys and values."""
+    import torch
+
+    torch.manual_seed(0)
+    model = WHOLE[cfg.model_type].from_config(cfg).to(torch.bfloat16).eval()
+    ids = torch.randint(1, cfg.vocab_size, (b, s))
+    if cfg.model_type == "whisper":
+        encoder_inputs = {"input_features": torch.randn(b, cfg.num_mel_bins, 2 * cfg.max_source_positions,
+                                                        dtype=torch.bfloat16)}
+    else:
+        encoder_inputs = {"input_ids": torch.randint(1, cfg.vocab_size, (b, s))}
+    with torch.no_grad():
+        out = model(**encoder_inputs, decoder_input_ids=ids, use_cache=True)
+        cache = model(encoder_outputs=(out.encoder_last_hidden_state,), decoder_input_ids=ids[:, -1:],
+                      past_key_values=out.past_key_values, use_cache=True).past_key_values
+    return tuple(sum(layer.keys.nbytes + layer.values.nbytes for layer in part.layers)
+                 for part in (cache.self_attention_cache, cache.cross_attention_cache))
+
+
+@pytest.mark.parametrize("model_type", ["t5", "whisper"])
+def test_encoder_decoder_cache(model_type: str) -> None:
+    # 2 decoder layers x (K, V) x 4 heads x 16 dims x 2 B = 512 B per position of each sequence, self-attention over
+    # the s + 1 decoder tokens, cross-attention over the encoder's positions: T5's s tokens, Whisper's 16
+    cfg = _config(model_type, SAMPLE[model_type])
+    model, mode = traced.build(cfg, "sdpa")
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    encoder = {"t5": lambda s: s, "whisper": lambda s: 16}[model_type]
+    assert fit is not None and all(fit(b, s) == 512 * b * (s + 1 + encoder(s)) for b in (1, 2, 5) for s in (3, 100))
+    for b in (1, 2):  # the real cache object's bytes at s = 7
+        own, cross = _real_cache_bytes(cfg, b, 7)
+        assert (own, cross) == (512 * b * 8, 512 * b * encoder(7)) and fit(b, 7) == own + cross
+    parts = {holder.split(" ")[0] for holder, _, _ in traced.cache_bytes(model, mode, 1, 5).parts}
+    assert parts == {"self_attention_cache", "cross_attention_cache"}
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("model_type", ["t5", "whisper", "llava", "gemma3"])
+def test_whole_model_saved_equal_cpu(model_type: str, attention: str) -> None:
+    # fitted on fake tensors at s in (4, 6, 8), equal to real bf16 CPU training forwards (tests/hf_saved.py) at s = 7,
+    # b 1 and 2. T5: encoder and decoder length s, its labels a tensor of their own; Whisper: 16 encoder positions of
+    # random features, s decoder tokens; LLaVA, Gemma 3: one image per sequence (random pixels), its k tokens then s
+    cfg = _config(model_type, {**SAMPLE, **VLM}[model_type])
+    model, mode = traced.build(cfg, attention)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg._attn_implementation = attention
+    k = IMAGE_TOKENS.get(model_type, 0)
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, k + 7), image_tokens=k).nbytes for b in (1, 2)]
+
+
+def test_cli_t5_says_encoder_length(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", **SAMPLE["t5"]}))
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the encoder reads 100 tokens" in done.stdout and "EncoderDecoderCache" in done.stdout
+    # 512 B per position (test_encoder_decoder_cache) x 2 sequences x (101 decoder + 100 encoder positions)
+    assert "Cache 205,824 B" in done.stdout
+    done = _cli("--model", str(path), "--mode", "train", "--batch", "2", "--seq", "7", "--json")
+    out = json.loads(done.stdout)
+    assert out["encoder_length"] == 7 and out["parameters"] == 156_672
+    cfg = _config("t5", SAMPLE["t5"])
+    cfg._attn_implementation = "eager"  # a traced training forward's default
+    assert out["activation_bytes"] == measure_config(cfg, Shape(2, 7)).nbytes
+
+
+def test_vlm_parameters_per_part() -> None:
+    # LLaVA: the CLIP tower, the projector and the Llama text model, each as transformers instantiates it
+    cfg = _config("llava", VLM["llava"])
+    got = traced.parameters(cfg)
+    assert got.total == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    groups = {path: n * each for path, _, n, each in got.groups}
+    # projector: linear 32 -> 64 (+ bias) and 64 -> 64 (+ bias) = 2,112 + 4,160
+    assert groups["model.multi_modal_projector.linear_1"] + groups["model.multi_modal_projector.linear_2"] == 6272
+    assert groups["model.language_model.layers"] == 2 * (64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 96 + 2 * 64)
+    assert traced.image_tokens(cfg) == IMAGE_TOKENS["llava"]
+    assert traced.image_tokens(_config("gemma3", VLM["gemma3"])) == IMAGE_TOKENS["gemma3"]
+
+
+@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
+def test_vlm_cache_with_one_image(model_type: str) -> None:
+    # 2 layers x (K, V) x 2 KV heads x 16 dims x 2 B = 256 B per token: the image's k tokens, s text tokens, 1 decoded;
+    # Gemma 3's two sliding-window layers hold one int64 window size each (16 B per cache)
+    cfg = _config(model_type, VLM[model_type])
+    model, mode = traced.build(cfg, "sdpa")
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    k, window = IMAGE_TOKENS[model_type], {"llava": 0, "gemma3": 16}[model_type]
+    assert fit is not None and all(fit(b, s) == 256 * b * (k + s + 1) + window for b in (1, 2) for s in (3, 100))
+
+
+def test_cli_gemma3_with_images(tmp_path: Path) -> None:
+    # a Gemma 3 config.json with its vision tower was refused ("give its text_config"); it is traced whole now
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gemma3", **VLM["gemma3"]}))
+    done = _cli("--model", str(path), "--mode", "train", "--batch", "2", "--seq", "7", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert (out["images_per_sequence"], out["image_tokens"], out["image_size"]) == (1, 4, 32)
+    assert sum(out["parameter_parts"].values()) == out["parameters"]
+    cfg = _config("gemma3", VLM["gemma3"])
+    assert out["parameters"] == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    cfg._attn_implementation = "eager"
+    assert out["activation_bytes"] == measure_config(cfg, Shape(2, 4 + 7), image_tokens=4).nbytes
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100")
+    assert "one image per sequence at 32 x 32 pixels = 4 image tokens" in done.stdout
+    # 256 B per token (test_vlm_cache_with_one_image) x 2 x (4 + 100 + 1) + 16 B of window sizes
+    assert "Cache 53,776 B" in done.stdout
+
+
+QWEN25_VL = dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  intermediate_size=96, vocab_size=300,
+                                  rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                                                   "rope_theta": 10000.0}),
+                 vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                                    fullatt_block_indexes=[1], window_size=56, patch_size=14),
+                 image_token_id=299, vision_start_token_id=297, vision_end_token_id=298)
+
+
+def test_qwen2_5_vl_parameters_and_refusal(tmp_path: Path) -> None:
+    # parameters of the whole model (tower, merger, text model) as transformers instantiates it; with images its
+    # dynamic resolution reads image_grid_thw's values, which fake tensors lack: one line, exit 2, no number
+    cfg = _config("qwen2_5_vl", QWEN25_VL)
+    assert traced.parameters(cfg).total == count_parameters(cfg, transformers.AutoModelForImageTextToText)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2_5_vl", **QWEN25_VL}))
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "10")
+    assert done.returncode == 2 and done.stdout == ""
+    # (an installed torchao built for another CPython prints its load failures when transformers imports it: not ours)
+    ours = [line for line in done.stderr.splitlines() if "torchao" not in line and "register_constant" not in line]
+    assert len(ours) == 1 and ours[0].startswith("memderive: error: ") and "llava and gemma3 only" in ours[0]

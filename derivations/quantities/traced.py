@@ -1,7 +1,8 @@
 """Any model transformers can build: parameters, cache and saved activations traced from its own modeling code.
 
 The hand-written families (``derivations.models.families``) derive a readable symbolic graph; every other
-causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausalLM`` is built under PyTorch's
+causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausalLM`` (an encoder-decoder's
+``AutoModelForSeq2SeqLM`` or ``AutoModelForSpeechSeq2Seq``: T5, BART, Whisper; ``model_class``) is built under PyTorch's
 ``FakeTensorMode`` (fake CPU tensors: shapes, dtypes and the CPU kernels' choices, no weights, no memory), and
 
 * the parameters are read from the module tree (``named_parameters``: a tied weight once, as transformers'
@@ -13,6 +14,12 @@ causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausa
 * the saved activations are what autograd's ``saved_tensors_hooks`` see during a training forward
   (``model(ids, labels=ids)``), each storage once, parameters and buffers excluded, only what the graph still
   holds when the forward ends (as ``tests/hf_saved.py`` measures real CPU runs).
+
+An encoder-decoder's encoder reads ``s`` tokens (T5, BART: the encoder length is the sequence length) or a fixed
+input (Whisper: ``(b, num_mel_bins, 2 * max_source_positions)`` log-mel features, ``max_source_positions`` encoder
+positions, ``encoder_length``); its decoder reads ``s`` tokens (training: ``labels``; inference: a prefill of ``s``
+decoder tokens, then one decode step on the encoder's output, the cache an ``EncoderDecoderCache`` of the
+self-attention KV of ``s + 1`` tokens and the cross-attention KV of the encoder length).
 
 Every count is exact at the (b, s) traced. As functions of b and s, ``polynomial`` evaluates at a grid of
 points and solves for the coefficients of a polynomial of degree 1 in b and 2 in s (rational arithmetic), then
@@ -72,7 +79,8 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None  # load_config says what is wrong
         model_type = config.get("model_type") if isinstance(config, dict) else None
-        if not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED:
+        if not isinstance(model_type, str) or model_type in ADAPTERS or (model_type in REFUSED
+                                                                          and model_type not in TRACED_REFUSED):
             return None
         return config, config_name(config, path)
     if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
@@ -80,6 +88,11 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
     if known_model_type(text):
         return {"model_type": text}, text
     return None
+
+
+#: Families the hand-written path refuses (``REFUSED``) that a config.json takes to the traced path instead: Gemma 3
+#: with its vision tower (tower, projector and text model traced with one image: ``image_tokens``).
+TRACED_REFUSED = ("gemma3",)
 
 
 def transformers_version() -> str:
@@ -131,8 +144,27 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, _DTYPES.get(name, name))
 
 
-def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True) -> tuple[Any, Any]:
-    """``AutoModelForCausalLM.from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
+def model_class(cfg: Any, task: str | None = None) -> Any:
+    """The transformers auto class a traced ``cfg`` is built with: an encoder-decoder (``is_encoder_decoder``) that
+    transformers maps to a speech or text sequence-to-sequence LM is built whole (encoder, decoder, LM head); any other
+    config, or ``task`` "causal", as ``AutoModelForCausalLM`` (an encoder-decoder's causal LM is its decoder alone)."""
+    import transformers
+    from transformers.models.auto import modeling_auto as auto
+
+    if task != "causal" and getattr(cfg, "vision_config", None) is not None \
+            and cfg.model_type in auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return transformers.AutoModelForImageTextToText
+    if task != "causal" and getattr(cfg, "is_encoder_decoder", False):
+        if cfg.model_type in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+            return transformers.AutoModelForSpeechSeq2Seq
+        if cfg.model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+            return transformers.AutoModelForSeq2SeqLM
+    return transformers.AutoModelForCausalLM
+
+
+def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
+          task: str | None = None) -> tuple[Any, Any]:
+    """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
     for real CPU tensors); else real CPU weights (mode None)."""
@@ -143,14 +175,15 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
 
     transformers.logging.set_verbosity_error()
     cfg = copy.deepcopy(cfg)
+    auto = model_class(cfg, task)
     try:
         with torch.device("meta") if fake else torch.device("cpu"):
-            model = transformers.AutoModelForCausalLM.from_config(
-                cfg, dtype=_torch_dtype(dtype), attn_implementation=attention)
+            model = auto.from_config(cfg, dtype=_torch_dtype(dtype), attn_implementation=attention)
     except Exception as exc:  # noqa: BLE001
-        raise TracedError(f"{cfg.model_type}: transformers cannot build AutoModelForCausalLM with "
+        raise TracedError(f"{cfg.model_type}: transformers cannot build {auto.__name__} with "
                           f"{attention} attention: {_one_line(exc)}") from None
     model.train()
+    model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
     return (model, _to_fake(model)) if fake else (model, None)
 
 
@@ -186,17 +219,18 @@ class TracedParameters:
     tied: tuple[tuple[str, str], ...] = ()
 
 
-def parameters(cfg: Any) -> TracedParameters:
-    """The parameters of ``cfg``'s causal LM, from its module tree on the meta device."""
+def parameters(cfg: Any, task: str | None = None) -> TracedParameters:
+    """The parameters of ``cfg``'s model (``model_class``), from its module tree on the meta device."""
     import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
+    auto = model_class(cfg, task)
     try:
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
+            model = auto.from_config(cfg)
     except Exception as exc:  # noqa: BLE001
-        raise TracedError(f"{cfg.model_type}: transformers cannot build AutoModelForCausalLM: {_one_line(exc)}") from None
+        raise TracedError(f"{cfg.model_type}: transformers cannot build {auto.__name__}: {_one_line(exc)}") from None
     return module_parameters(model)
 
 
@@ -253,10 +287,87 @@ def _ids(cfg: Any, b: int, s: int) -> Any:
     return (torch.arange(b * s).reshape(b, s) % max(1, min(vocab - 1, 97))) + 1
 
 
+def _seq2seq(model: Any) -> bool:
+    """Whether ``model`` is a whole encoder-decoder (its causal LM, the decoder alone, is not)."""
+    return bool(getattr(model.config, "is_encoder_decoder", False)) and callable(getattr(model, "get_encoder", None))
+
+
+def encoder_length(cfg: Any, s: int) -> int:
+    """Positions the encoder of an encoder-decoder ``cfg`` holds for a sequence length ``s``: Whisper's
+    ``max_source_positions`` (its features are padded to 30 s of audio: ``WhisperEncoder`` refuses any other
+    length), else ``s`` (the encoder reads the ``s`` tokens the decoder is trained or prompted on)."""
+    return cfg.max_source_positions if cfg.model_type == "whisper" else s
+
+
+def _encoder_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
+    """The encoder's inputs: Whisper's log-mel features ``(b, num_mel_bins, 2 * max_source_positions)`` in the
+    model's dtype (its first convolution halves them to ``max_source_positions``), else ``s`` token ids."""
+    import torch
+
+    cfg = model.config
+    if model.main_input_name == "input_ids":
+        return {"input_ids": _ids(cfg, b, s)}
+    if cfg.model_type != "whisper":
+        raise TracedError(f"{cfg.model_type}: the encoder reads {model.main_input_name}; memderive traces token and "
+                          "Whisper's log-mel inputs only")
+    dtype = next(model.parameters()).dtype
+    return {"input_features": torch.zeros(b, cfg.num_mel_bins, 2 * cfg.max_source_positions, dtype=dtype)}
+
+
+def image_tokens(cfg: Any) -> int:
+    """Tokens one image takes in the text of a vision-language ``cfg`` at the config's resolution: LLaVA's
+    ``(image_size / patch_size)**2`` patches (+1, the CLS token, when ``vision_feature_select_strategy`` is "full";
+    ``LlavaModel.get_image_features`` drops it for "default"), Gemma 3's ``mm_tokens_per_image`` (its projector pools
+    the patches to that many)."""
+    vision = cfg.vision_config
+    if cfg.model_type == "llava":
+        full = getattr(cfg, "vision_feature_select_strategy", "default") == "full"
+        return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
+    if cfg.model_type == "gemma3":
+        return cfg.mm_tokens_per_image
+    # Qwen2.5-VL's dynamic resolution reads its image_grid_thw's values (rope index, window cu_seqlens): a fake
+    # tensor has none (DataDependentOutputException), so it is not traced yet
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far (--mode params "
+                      "counts this model; for the text model alone give its text_config)")
+
+
+def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
+    """One image per sequence at the config's ``image_size``: ``pixel_values`` (b, channels, size, size) in the
+    model's dtype, and ``input_ids`` (b, k + s): the image's k tokens (``image_tokens``) then ``s`` text tokens
+    (Gemma 3: ``token_type_ids`` 1 on the image's tokens, which its training forward requires)."""
+    import torch
+
+    cfg = model.config
+    k = image_tokens(cfg)
+    vision = cfg.vision_config
+    image = getattr(cfg, "image_token_index", None)
+    image = getattr(cfg, "image_token_id", None) if image is None else image
+    ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
+    dtype = next(model.parameters()).dtype
+    out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
+                                                         vision.image_size, dtype=dtype)}
+    if cfg.model_type == "gemma3":
+        out["token_type_ids"] = (ids == image).long()
+    return out
+
+
+def _vision(model: Any) -> bool:
+    """Whether ``model`` was built as a whole vision-language model (``build``: ``AutoModelForImageTextToText``) and
+    so runs with an image; built as a causal LM (task "causal": Gemma 3's, the same class) it reads text only."""
+    return bool(getattr(model, "_traced_with_images", False))
+
+
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
+    import os
     import warnings
 
+    # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
+    # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
+    # torch_compilable_check on fake tensors (the inputs are made to match: _image_inputs)
+    before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
+    if mode is not None:
+        os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
     try:
         with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
@@ -266,11 +377,17 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
+    finally:
+        if before is None:
+            os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
+        else:
+            os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = before
 
 
-def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = None):
+def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = None, prefix: str = ""):
     """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), with the attribute that holds
-    it (``Class.attribute``: a list or dict of states is named by the attribute holding it)."""
+    it (``Class.attribute``: a list or dict of states is named by the attribute holding it; a cache held by another,
+    as ``EncoderDecoderCache`` holds two, prefixes its tensors' names with the attribute holding it)."""
     import torch
 
     seen = set() if seen is None else seen
@@ -281,15 +398,17 @@ def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = 
         yield where, obj
         return
     if isinstance(obj, (list, tuple)):
-        items = ((where, value) for value in obj)
+        items = ((where, value, prefix) for value in obj)
     elif isinstance(obj, dict):
-        items = ((where, value) for value in obj.values())
+        items = ((where, value, prefix) for value in obj.values())
     elif hasattr(obj, "__dict__") and type(obj).__module__.startswith("transformers"):
-        items = ((f"{type(obj).__name__}.{key}", value) for key, value in vars(obj).items())
+        items = ((f"{prefix}{type(obj).__name__}.{key}", value,
+                  f"{prefix}{key} " if type(value).__name__.endswith("Cache") else prefix)
+                 for key, value in vars(obj).items())
     else:
         return
-    for name, value in items:
-        yield from _tensors(value, name, depth + 1, seen)
+    for name, value, inner in items:
+        yield from _tensors(value, name, depth + 1, seen, inner)
 
 
 @dataclass(frozen=True)
@@ -315,6 +434,20 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
         try:
             with torch.no_grad():
                 ids = _ids(cfg, b, s)
+                if _seq2seq(model):  # the encoder once, then the decoder's prefill and steps on its output
+                    out = model(**_encoder_inputs(model, b, s), decoder_input_ids=ids, use_cache=True)
+                    cache, encoded = out.past_key_values, (out.encoder_last_hidden_state,)
+                    for _ in range(decoded):
+                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], past_key_values=cache,
+                                      use_cache=True).past_key_values
+                    return cache
+                if _vision(model):  # the image and the text in the prefill, then text tokens
+                    inputs = _image_inputs(model, b, s)
+                    out = model(**inputs, use_cache=True)
+                    cache = out.past_key_values
+                    for _ in range(decoded):
+                        cache = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True).past_key_values
+                    return cache
                 out = model(input_ids=ids, use_cache=True)
                 # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
                 # forward's signature), the others ``past_key_values``
@@ -367,7 +500,7 @@ class _Held:
 
 def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
     """Bytes of the storages autograd holds for backward at the end of a training forward ``model(ids, labels=ids)``
-    (each storage once; parameters and buffers excluded; a saved tensor freed during the forward not counted)."""
+    (an encoder-decoder: its encoder's inputs, ``labels=ids``; each storage once; parameters and buffers excluded; a saved tensor freed during the forward not counted)."""
     import torch
 
     cfg = model.config
@@ -381,11 +514,24 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             held.append(weakref.ref(box))
             return box
 
-        ids = _ids(cfg, b, s)
+        ids = labels = _ids(cfg, b, s)
+        inputs = {"input_ids": ids}
+        if _vision(model):
+            inputs = _image_inputs(model, b, s)
+            labels = inputs["input_ids"]
+        if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
+            inputs, labels = _encoder_inputs(model, b, s), ids.clone()
+            if getattr(cfg, "decoder_start_token_id", None) is None:
+                # a config class without a default start token (T5Config; t5-small's config.json gives 0): the
+                # decoder reads a (b, s) tensor of its own, as the labels shifted right would be
+                inputs["decoder_input_ids"] = ids.clone()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
-            out = model(input_ids=ids, labels=ids)
+            out = model(**inputs, labels=labels)
         if getattr(out, "loss", None) is None:
             raise TracedError(f"{cfg.model_type}: the forward returned no loss for labels=ids")
+        # the loss alone is kept for backward: the output's other fields (LLaVA's unused last vision layer, whose
+        # graph the loss does not reach) are freed with what they saved, as a training step drops them
+        loss, out = out.loss, None  # noqa: F841 - held until the count is done
         seen: dict[int, int] = {}
         for ref in held:
             box = ref()
@@ -394,7 +540,7 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             key = _storage_key(box.tensor)
             if key not in owned:
                 seen.setdefault(key, box.tensor.untyped_storage().nbytes())
-        del out
+        del loss
         return sum(seen.values())
 
     return _run(model, mode, go)
@@ -505,6 +651,40 @@ class TracedEstimate:
     saved: int | None = None
     saved_fit: Fit | None = None
     weights: int | None = None
+    encoder_length: int | None = None
+    image_tokens: int | None = None
+    image_size: int | None = None
+
+    @property
+    def parts(self) -> tuple[tuple[str, int], ...]:
+        """A vision-language model's parameters per part (vision tower, projector, text model, LM head): the groups
+        added by their path's first component under ``model.``; () for any other model."""
+        if self.image_tokens is None:
+            return ()
+        out: dict[str, int] = {}
+        for path, _, n, each in self.parameters.groups:
+            parts = path.split(".")
+            part = parts[1] if parts[0] == "model" and len(parts) > 1 else parts[0]
+            out[part] = out.get(part, 0) + n * each
+        return tuple(out.items())
+
+    @property
+    def images(self) -> str | None:
+        """The image a vision-language model is measured with, in words; None for any other model."""
+        if self.image_tokens is None:
+            return None
+        return (f"one image per sequence at {self.image_size} x {self.image_size} pixels = {self.image_tokens:,} image "
+                f"tokens before the {self.seq:,} text tokens (fixed: one image; no option for more yet)")
+
+    @property
+    def encoder(self) -> str | None:
+        """What an encoder-decoder's encoder reads at this (b, s), in words; None for a decoder alone."""
+        if self.encoder_length is None:
+            return None
+        if self.model_type == "whisper":
+            return (f"{self.encoder_length:,} positions (log-mel features of {2 * self.encoder_length:,} frames, 30 s "
+                    f"of audio as Whisper pads every clip), the decoder {self.seq:,} tokens")
+        return f"{self.encoder_length:,} tokens (the encoder length is --seq), the decoder {self.seq:,} tokens"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": self.name, "model_type": self.model_type, "traced_from": f"transformers "
@@ -514,6 +694,13 @@ class TracedEstimate:
                                "tied": [list(t) for t in self.parameters.tied]}
         if self.mode != "params":
             out.update(batch=self.batch, seq=self.seq, attention=self.attention)
+            if self.encoder_length is not None:
+                out.update(encoder_length=self.encoder_length, encoder_input=self.encoder)
+            if self.image_tokens is not None:
+                out.update(images_per_sequence=1, image_size=self.image_size, image_tokens=self.image_tokens,
+                           image_input=self.images)
+        if self.parts:
+            out["parameter_parts"] = dict(self.parts)
         if self.states:
             out["model_states_bytes"] = sum(v for _, v in self.states)
             out["model_states"] = dict(self.states)
@@ -555,6 +742,10 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     b, s = options.batch or 1, options.seq
     if s is None:
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
+    if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
+        est = dc.replace(est, encoder_length=encoder_length(cfg, s))
+    if model_class(cfg).__name__ == "AutoModelForImageTextToText":
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
     if options.mode == "train":
         model, mode = build(cfg, attention, options.dtype)
         saved = saved_bytes(model, mode, b, s)

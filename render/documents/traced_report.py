@@ -16,12 +16,18 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
              "no hand-written family)"]
     if est.mode != "params":
         lines.append(f"inputs: mode {est.mode}, batch {est.batch or 1}, seq {est.seq:,}, attention {est.attention}")
+        if est.encoder is not None:
+            lines.append(f"encoder-decoder: the encoder reads {est.encoder}")
+        if est.images is not None:
+            lines.append(f"vision-language: {est.images}")
     lines += ["", "parameters (module tree on the meta device; a tied weight counted once):"]
     for path, what, count, each in est.parameters.groups:
         lines.append(f"{bullet}{path or '(root)'}: " + (f"{count} x {what} of {each:,} = {count * each:,}"
                                                         if count > 1 else f"{what} {each:,}"))
     for name, of in est.parameters.tied:
         lines.append(f"{bullet}{name} is {of} (tied, counted once)")
+    if est.parts:
+        lines.append(f"{bullet}per part: " + ", ".join(f"{part} {n:,}" for part, n in est.parts))
     lines.append(f"{bullet}Parameters {est.parameters.total:,}")
     if est.states:
         lines += ["", "training (one GPU, unsharded):"]
@@ -38,7 +44,8 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
         lines += ["", "inference (one GPU):"]
         lines.append(f"{bullet}Weights {_bytes(est.weights)}")
         lines.append(f"{bullet}Cache {_bytes(est.cache.total)} ({est.cache.kind} after a prefill of {est.seq:,} tokens "
-                     "and one decode step)")
+                     "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
+                                              if est.encoder_length is not None else "") + ")")
         lines += [f"{bullet}  {holder} ({dt}) {n:,} B" for holder, dt, n in est.cache.parts]
         lines.append(f"{bullet}  as a function of b and s (prefill length): " + (str(est.cache_fit) if est.cache_fit
                      else "no polynomial of degree 1 in b and s fits (exact at this b and s only)"))
