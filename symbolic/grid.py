@@ -220,8 +220,9 @@ def _sum(a: Any, b: Any) -> Any:
             return _high(x) if x.dtype == np.int64 else None
         return abs(int(x)) if isinstance(x, (int, np.integer)) else None
 
-    sizes = [largest(a), largest(b)]
-    if None not in sizes and (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)) and sum(sizes) > INT64_MAX:
+    first, second = largest(a), largest(b)
+    if first is not None and second is not None and (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)) \
+            and first + second > INT64_MAX:
         return WideArray.of(a) + b
     return a + b
 
