@@ -147,5 +147,6 @@ def preset(name: str) -> Model:
     """A bundled model by name, e.g. ``preset("llama-2-7b")``."""
     key = name.lower()
     if key not in PRESETS:
-        raise ModelError(f"unknown model {name!r}; bundled models: {', '.join(PRESETS)} (or give a config.json path)")
+        raise ModelError(f"unknown model {name!r}; bundled models: {', '.join(PRESETS)} (or give a config.json path; "
+                         "any transformers model_type, e.g. t5, with pip install 'memderive[traced]')")
     return from_config(PRESETS[key], name=key, source="bundled preset")
