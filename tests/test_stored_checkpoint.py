@@ -26,8 +26,8 @@ def _weights(config: dict, **options) -> int:
 
 def _transformers_stored(qc, replace) -> int:
     """Bytes of the state dict transformers' quantized LLaMA holds (meta device: no memory)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
     import transformers.integrations.fbgemm_fp8 as fbgemm
 
     fbgemm.get_quantize_fp8_per_row = lambda: None  # the FBGEMM kernel: not needed to build the modules
@@ -44,7 +44,7 @@ def _transformers_stored(qc, replace) -> int:
     {"quant_method": "fbgemm_fp8", "modules_to_not_convert": ["lm_head"]},
 ])
 def test_fp8_as_transformers_stores_it(quant: dict) -> None:
-    transformers = pytest.importorskip("transformers")
+    import transformers
     from transformers.integrations.fbgemm_fp8 import replace_with_fbgemm_fp8_linear
     from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
 
@@ -155,8 +155,8 @@ def test_cli_names_the_declared_quantization(tmp_path) -> None:
 
 def test_safetensors_folder_to_the_byte(tmp_path) -> None:
     """transformers' own save_pretrained writes the folder; the stored bytes are the file less its header."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
     import struct
 
     config = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
@@ -223,8 +223,8 @@ def test_bad_safetensors_is_one_line(tmp_path, content: bytes, message: str) -> 
 def test_fp8_experts_as_transformers_stores_them() -> None:
     """Mixtral's routed experts (FP8Experts: gate_up_proj and down_proj with block scales) and router (left in
     bf16) as transformers builds them on the meta device."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
     from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
 
     sizes = dict(hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_hidden_layers=2,
@@ -253,8 +253,8 @@ def test_bitsandbytes_prefill_holds_a_dequantized_weight() -> None:
 def test_sharded_safetensors_by_their_index(tmp_path) -> None:
     """transformers' save_pretrained with a small max_shard_size writes shards and model.safetensors.index.json;
     the stored bytes are each shard less its header, summed, and the index's own total_size."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
     import struct
 
     config = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
