@@ -35,7 +35,10 @@ LAYER_TEXT = {
                        "heads of d_h), then the same pre-MLP RMSNorm and SwiGLU MLP as the Mamba layers.",
 }
 BAMBA_MLP = " In Bamba the mixer is followed by a pre-MLP RMSNorm and a SwiGLU MLP of width f (gate, up, down)."
-LINE = RenderOptions().line_width  # visible characters of a formula line before it breaks, as the other writeups
+#: Visible characters of a formula line before it breaks: three quarters of the other writeups' width, since the
+#: state-space letters carry two-letter subscripts (d_{cv}, n_{sh}) that print wider than the characters counted
+#: (at the full width the Mamba 2 layer's line was 34 pt past the page, tests/test_render_writeup.py).
+LINE = RenderOptions().line_width * 3 // 4
 NOT_DERIVED = "not derived yet: prefill activations and transient buffers (the scan's chunked intermediates)"
 
 
