@@ -42,6 +42,9 @@ from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.references import cite
 from memderive.symbolic.dims import sym
 from memderive.symbolic.formula import Citation
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
 
 __all__ = ["MAMF", "MAMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
            "gemm_products", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
@@ -168,8 +171,6 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
         out.append(rate / gpu.bf16_flops if rate else _level(gpu, "bf16") / gpu.bf16_flops)
     if size is None:
         return out[0]
-    import numpy as np
-
     column = np.empty(size, dtype=object)
     column[:] = out
     return column

@@ -68,6 +68,7 @@ from memderive.derivations.structure import structure_key
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
 from memderive.derivations.quantities.model_states import state_widths
 from memderive.symbolic.float8 import float8_matmul_flops
@@ -76,6 +77,8 @@ from memderive.derivations.quantities.inference import inference_graph, serving_
 from memderive.derivations.quantities.runtime import fits_gpu
 from memderive.derivations.quantities.offload_time import offload_line, offload_time
 from memderive.derivations.quantities.param_offload_time import param_offload_line, param_offload_time
+
+np = lazy("numpy")
 
 __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
@@ -629,8 +632,6 @@ def _cells(fn: Any, *args: Any) -> Any:
     size = next((len(x) for x in args if is_column(x)), None)
     if size is None:
         return fn(*args)
-    import numpy as np
-
     out = np.empty(size, dtype=object)
     out[:] = [fn(*(x[i] if is_column(x) else x for x in args)) for i in range(size)]
     return out
