@@ -8,6 +8,11 @@ Conventions (NOTE(memderive)):
   reports 81,920 MiB): ``80 * 2**30`` bytes. What a program can allocate is slightly less.
 * GB200 NVL72: the datasheet's rack figures over its 72 GPUs (13.4 TB / 72 = 186 GB, 576 TB/s / 72 = 8 TB/s, 130
   TB/s / 72 = 1.8 TB/s of NVLink), its 72 GPUs one NVLink domain (``nvlink_domain``: the node of the time model).
+* Blackwell Ultra: B300 (DGX/HGX B300, 8 GPUs a node) from the DGX and HGX B300 figures over 8 GPUs (FP8 72 and
+  FP16/BF16 36 PFLOPS with sparsity, 2.3 TB, NVLink 14.4 TB/s); GB300 NVL72 from its datasheet over 72 GPUs as the
+  GB200 (FP8 720, BF16 360 PFLOPS with sparsity, 576 TB/s, NVLink 130 TB/s). Both GPUs' HBM3e is NVIDIA's
+  Blackwell Ultra figure, 288 GB at 8 TB/s (the rack's "up to 21 TB" is not a whole number of GB over 72).
+  Their dense NVFP4 (B300 108 / 8 = 13.5, GB300 15 PFLOPS) has no column here: the time model runs nothing in 4 bits.
 * Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
   has no such link), the total of both directions; a collective moves data at half of it each way.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
@@ -18,7 +23,7 @@ Conventions (NOTE(memderive)):
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, gb200, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, gb200, b300, gb300, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
 """
 
 from __future__ import annotations
@@ -47,6 +52,17 @@ _GB200 = Citation("nvidia-gb200-nvl72-datasheet",
                   "72 GPUs: FP8 720 PFLOPS, FP16/BF16 360 PFLOPS with sparsity, up to 13.4 TB HBM3e, 576 TB/s; NVLink "
                   "130 TB/s, one NVLink domain of 72 GPUs", also=(Citation("bekman-mamf", "GB200 SXM theory: BF16 "
                                                                            "2,500, FP8 5,000 TFLOPS"),))
+_B300 = Citation("nvidia-dgx-b300-datasheet",
+                 "8 GPUs: FP8 72 PFLOPS with sparsity, FP4 144 | 108 PFLOPS, 2.3 TB of GPU memory; NVLink 14.4 TB/s "
+                 "(1.8 TB/s per GPU)", also=(Citation("nvidia-hgx-b300", "HGX B300, 8 GPUs: FP16/BF16 36 PFLOPS, "
+                                                                     "FP8/FP6 72 PFLOPS with sparsity"),
+                                             Citation("nvidia-blackwell-ultra-blog", "288 GB of HBM3e per GPU, 8 TB/s; "
+                                                      "NVLink 5: 1.8 TB/s per GPU")))
+_GB300 = Citation("nvidia-gb300-nvl72-datasheet",
+                  "72 GPUs: FP8/FP6 720 PFLOPS, FP16/BF16 360 PFLOPS with sparsity, FP4 1,440 | 1,080 PFLOPS; up to "
+                  "21 TB HBM3e, 576 TB/s; NVLink 130 TB/s, one NVLink domain of 72 GPUs",
+                  also=(Citation("nvidia-blackwell-ultra-blog", "288 GB of HBM3e per GPU, 8 TB/s; 15 PFLOPS dense "
+                                 "NVFP4"),))
 _L40S = Citation("nvidia-l40s-datasheet",
                  "BF16 362.05 (733 with sparsity), FP8 733 (1,466) TFLOPS; 48 GB GDDR6, 864 GB/s; PCIe Gen4 x16 "
                  "64 GB/s")
@@ -116,6 +132,10 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
         1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72),
+    GPU("b300", "NVIDIA B300 Blackwell Ultra (DGX/HGX) 288GB", 2250 * T, 4500 * T, 288 * GIB, 8000 * G, 1800 * G,
+        "NVLink 5", _B300),
+    GPU("gb300", "NVIDIA GB300 NVL72 (per Blackwell Ultra GPU) 288GB", 2500 * T, 5000 * T, 288 * GIB, 8000 * G,
+        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
         "PCIe 4.0 x16", _ADA),

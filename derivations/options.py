@@ -167,7 +167,7 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 #: MXFP8BlockScaling (transformer_engine/common/recipe).
 TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
 #: The GPUs of the table with Blackwell's MXFP8 tensor cores.
-BLACKWELL = ("b200", "gb200")
+BLACKWELL = ("b200", "gb200", "b300", "gb300")
 
 
 def _check_gpu(name: str | None, efficiency: float | None) -> None:

@@ -254,6 +254,15 @@ _ENTRIES: tuple[Reference, ...] = (
               "nvidia.com/en-us/data-center/dgx-b200/", "datasheet"),
     Reference("nvidia-gb200-nvl72-datasheet", "NVIDIA GB200 NVL72 datasheet", _NV, "NVIDIA GB200 NVL72 datasheet",
               None, "nvidia.com/en-us/data-center/gb200-nvl72/", "datasheet"),
+    Reference("nvidia-dgx-b300-datasheet", "NVIDIA DGX B300 datasheet", _NV, "NVIDIA DGX B300 datasheet", None,
+              "nvidia.com/en-us/data-center/dgx-b300/", "datasheet"),
+    Reference("nvidia-hgx-b300", "NVIDIA HGX B300 specifications", _NV, "NVIDIA HGX platform: HGX B300 "
+              "specifications", None, "nvidia.com/en-us/data-center/hgx/", "datasheet"),
+    Reference("nvidia-gb300-nvl72-datasheet", "NVIDIA GB300 NVL72 datasheet", _NV, "NVIDIA GB300 NVL72 datasheet",
+              None, "nvidia.com/en-us/data-center/gb300-nvl72/", "datasheet"),
+    Reference("nvidia-blackwell-ultra-blog", "NVIDIA 2025 (Blackwell Ultra)", _NV, "Inside NVIDIA Blackwell Ultra: "
+              "The Chip Powering the AI Factory Era", 2025,
+              "developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era/", "blog"),
     Reference("nvidia-l40s-datasheet", "NVIDIA L40S datasheet", _NV, "NVIDIA L40S datasheet", None,
               "nvidia.com/en-us/data-center/l40s/", "datasheet"),
     Reference("nvidia-ada-whitepaper", "NVIDIA Ada whitepaper", _NV, "NVIDIA Ada GPU Architecture whitepaper v2.1",

@@ -14,7 +14,7 @@ import pytest
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import GPUS, gpu
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.references import cite
 from memderive.derivations.quantities.runtime import (FRAGMENTATION, context_bytes, cublas_workspace_bytes,
                                                       fits_gpu, nccl_bytes, parallel_groups, runtime)
@@ -35,7 +35,28 @@ def test_the_gpus_people_measure_on_are_in_the_table() -> None:
         assert (x.bf16_flops, x.memory_bytes, x.memory_bandwidth) == (int(flops), gib * 2**30, int(bandwidth)), name
         assert x.source.key.startswith("nvidia-") and cite(x.source)
     assert gpu("l4").fp8_flops == 242_500_000_000_000 and gpu("t4").fp8_flops is None
-    assert len(GPUS) == 17  # with the GB200 (tests/test_time_model: its NVL72 domain)
+    assert len(GPUS) == 19  # with the GB200 (tests/test_time_model: its NVL72 domain), the B300 and the GB300
+
+
+def test_blackwell_ultra_is_in_the_table_at_its_datasheets() -> None:
+    """B300: DGX B300 FP8 72 PFLOPS with sparsity over 8 GPUs = 9 sparse = 4.5 dense PFLOP/s; HGX B300 FP16/BF16 36
+    over 8 = 4.5 sparse = 2.25 dense; 2.3 TB over 8 = 288 GB (NVIDIA's Blackwell Ultra blog: 288 GB at 8 TB/s);
+    NVLink 14.4 TB/s over 8 = 1.8 TB/s; 8-GPU nodes. GB300 NVL72: FP8 720 and BF16 360 PFLOPS with sparsity over 72
+    = 10 and 5 sparse = 5 and 2.5 dense; 576 TB/s over 72 = 8 TB/s; NVLink 130 TB/s over 72 = 1.8 TB/s (1,805.6
+    rounded as the GB200's); one domain of 72. Both have Blackwell's MXFP8 (--fp8 te-mxfp8 accepted)."""
+    b300, gb300 = gpu("b300"), gpu("gb300")
+    assert (b300.bf16_flops, b300.fp8_flops, b300.memory_bytes, b300.memory_bandwidth, b300.link_bandwidth,
+            b300.nvlink_domain) == (2_250 * 10**12, 4_500 * 10**12, 288 * 2**30, 8 * 10**12, 1_800 * 10**9, 8)
+    assert (gb300.bf16_flops, gb300.fp8_flops, gb300.memory_bytes, gb300.memory_bandwidth, gb300.link_bandwidth,
+            gb300.nvlink_domain) == (2_500 * 10**12, 5_000 * 10**12, 288 * 2**30, 8 * 10**12, 1_800 * 10**9, 72)
+    assert cite(b300.source) and cite(gb300.source) and gb300.source.key == "nvidia-gb300-nvl72-datasheet"
+    for name in ("b300", "gb300"):
+        e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, tp=8, gpu=name, implementation="megatron",
+                     fp8="te-mxfp8")
+        assert e.options.gpu == name
+    with pytest.raises(OptionsError, match="not Blackwell"):
+        estimate("llama-2-7b", mode="train", batch=1, seq=4096, gpu="h100-sxm", implementation="megatron",
+                 fp8="te-mxfp8")
 
 
 def test_cublas_workspace_is_pytorchs_default() -> None:

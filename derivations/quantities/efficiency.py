@@ -67,10 +67,10 @@ MAMF: dict[str, tuple[float, float | None]] = {
 }
 #: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
 #: the table has one, else the A100's 86.9%).
-MAMF_STAND_IN = {"h100-pcie": "h100-sxm"}
+MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "b300": "b200", "gb300": "gb200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
-         "mi300x": "gfx942"}
+         "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942"}
 
 #: FlashAttention's fraction of the dense 16-bit peak, (forward, backward), by kernel.
 FLASH: dict[str, tuple[float, float]] = {
@@ -116,7 +116,7 @@ def fp8_rate_ratio(gpu: GPU) -> float:
 def flash_kernel(gpu: GPU, framework: str | None) -> str:
     """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
     Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
-    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200")
+    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200", "b300", "gb300")
     if not hopper:
         return "fa2-ampere"
     return "fa3-hopper" if framework == "megatron" else "fa2-hopper"
