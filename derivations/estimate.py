@@ -24,7 +24,7 @@ from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.resolve import check_layout, context_notes, resolve_model
 from memderive.derivations.option_table import symbol_values
-from memderive.derivations.options import ArgumentError, Options, OptionsError, given_options
+from memderive.derivations.options import TE_FP8, ArgumentError, Options, OptionsError, given_options
 from memderive.derivations.quantities.compute import infer_flops, train_flops
 from memderive.derivations.quantities.parameters import parameter_quantities
 from memderive.derivations.quantities.step import not_covered, peak_quantity, runs_calls, timeline_of
@@ -36,6 +36,7 @@ from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import fused_swiglu
+from memderive.symbolic.te_float8 import te_float8
 from memderive.symbolic.timeline import Timeline
 from memderive.symbolic.dtypes import dtype
 from memderive.derivations.quantities.inference import (check_inference, infer_quantities, inference_values, peak_phase,
@@ -330,6 +331,8 @@ _parameters = per_graph(parameter_quantities)
 #: Megatron-LM's fused SwiGLU once per base graph: one graph object for every structure, so that the per-graph
 #: memos below it (FLOPs, transforms, the time model's forms) hit (a fresh graph per structure made plan 4x slower).
 _fused_swiglu = per_graph(fused_swiglu)
+#: Transformer Engine's fp8 linears once per base graph and recipe (as ``_fused_swiglu``, for the memos below it).
+_te_float8 = per_graph(te_float8)
 
 
 @lru_cache(maxsize=1024)
@@ -355,6 +358,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                                    "would run in 8 bits")
     elif options.mode == "train":  # Megatron-LM's layers: its SwiGLU is one fused function (bias_swiglu_fusion)
         base = _fused_swiglu(base)
+        if options.fp8 in TE_FP8:  # Transformer Engine's linears save their inputs' 8-bit casts
+            base = _te_float8(base, recipe=options.fp8)
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base

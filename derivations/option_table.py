@@ -154,8 +154,8 @@ OPTIONS: tuple[Option, ...] = (
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
        "16-bit input and weight stay saved, the 8-bit casts are transients, their matmuls run at the GPU's fp8 "
        "peak; with --implementation hf and a 16-bit --dtype. Or Transformer Engine's fp8 under Megatron-Core "
-       "(--implementation megatron, times only): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), "
-       "every layer linear's three GEMMs at the GPU's fp8 rate", choices=("none", "tensorwise", "rowwise",
+       "(--implementation megatron): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), every layer "
+       "linear's three GEMMs at the GPU's fp8 rate, its input saved as the 8-bit cast, its 8-bit weight cached", choices=("none", "tensorwise", "rowwise",
                                                                       "rowwise_with_gw_hp", "te-delayed",
                                                                       "te-current", "te-mxfp8"),
        modes=_TRAIN, commands=_PLANNED, echo="changed",

@@ -25,7 +25,7 @@ from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, parse_implementation
 
-__all__ = ["ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
@@ -168,6 +168,14 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
 #: The GPUs of the table with Blackwell's MXFP8 tensor cores.
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
+
+
+def te_transposes(fp8: str, gpu: str | None) -> bool:
+    """Whether Transformer Engine keeps a transposed copy of each fp8 tensor it needs column-wise: delayed and
+    current scaling on a GPU that runs only TN fp8 GEMMs (Hopper, Ada; no --gpu: Hopper), not Blackwell
+    (TransformerEngine transformer_engine/pytorch/utils.py ``is_non_tn_fp8_gemm_supported``) nor MXFP8 (its
+    column-wise data is a layout of its own, never a transpose)."""
+    return fp8 in ("te-delayed", "te-current") and (gpu or "").strip().lower() not in BLACKWELL
 
 
 def _check_gpu(name: str | None, efficiency: float | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.option_table import shared_names
-from memderive.derivations.options import Options
+from memderive.derivations.options import Options, te_transposes
 
 __all__ = ["VALUE_FIELDS", "FIXED_FIELDS", "SWITCHES", "structure_key"]
 
@@ -35,6 +35,8 @@ def structure_key(model: Model, options: Options) -> tuple:
                              options.lora_rank is None, options.ep > 1)))
     if options.uneven_stages:
         flags += (options.pp,)
+    if options.fp8 in ("te-delayed", "te-current"):
+        flags += (te_transposes(options.fp8, options.gpu),)  # the fp8 weight workspace's transpose (by --gpu)
     if options.compile:
         flags += ((options.batch, options.seq),)  # the partition is cut at the sizes
     return _model_key(model), fixed, flags

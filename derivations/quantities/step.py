@@ -26,7 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from memderive.derivations.memo import Keyed
-from memderive.derivations.options import Options
+from memderive.derivations.options import TE_FP8, Options
 from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes, zero_ranks
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.dtypes import dtype
@@ -71,7 +71,8 @@ def not_covered(opts: Options) -> str | None:
                (opts.loss_chunks > 1 and opts.seq is not None and opts.seq % opts.loss_chunks != 0,
                 f"chunked cross-entropy over {opts.seq} tokens in {opts.loss_chunks} chunks of unequal size"),
                (opts.compile, "torch.compile (the partitioned graphs' recompute in backward)"),
-               (opts.grad_buffer != "param", f"--grad-buffer {opts.grad_buffer} (Megatron-LM's gradient buffers)")]
+               (opts.grad_buffer != "param", f"--grad-buffer {opts.grad_buffer} (Megatron-LM's gradient buffers)"),
+               (opts.fp8 in TE_FP8, f"--fp8 {opts.fp8} (Transformer Engine's weight workspaces)")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
-from memderive.derivations.options import PROFILES, Options, derived
+from memderive.derivations.options import PROFILES, TE_FP8, Options, derived, te_transposes
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
@@ -38,6 +38,7 @@ from memderive.symbolic.expr import Max, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
+from memderive.symbolic.te_float8 import workspace_terms
 from memderive.symbolic.simplify import factor_out
 
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
@@ -169,6 +170,22 @@ def context_parallel_buffers(graph: Graph) -> Breakdown:
     return Breakdown((Term("context_parallel/kv_chunks", chunk * (dims.cp - 1)),), "bytes")
 
 
+def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
+    """What Transformer Engine's fp8 keeps beside the model states under Megatron-Core (``--fp8 te-*``): each
+    layer linear's cached 8-bit weight (and, on Hopper and Ada, its transpose) and, under delayed scaling, its
+    amax history and scales (``symbolic.te_float8.workspace_terms``), persistent across micro-batches and steps,
+    whole per tensor-parallel rank (not sharded by the distributed optimizer); and the note that says so."""
+    transpose = te_transposes(opts.fp8, opts.gpu)
+    terms = workspace_terms(graph, opts.fp8, transpose)
+    note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches "
+            "(Megatron-Core passes is_first_microbatch)"
+            + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu counts as Hopper)"
+               if transpose else "")
+            + (", and the delayed-scaling amax history (Megatron-Core's fp8_amax_history_len 1)"
+               if opts.fp8 == "te-delayed" else "") + ", whole per tensor-parallel rank")
+    return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), note
+
+
 _activations = per_graph(activations)
 
 
@@ -207,6 +224,10 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     if opts.cp > 1:
         total += context_parallel_buffers(graph)
         assumptions += (CP_NOTE,)
+    if opts.fp8 in TE_FP8:
+        buffers, note = te_fp8_buffers(graph, opts)
+        total += buffers
+        assumptions += (note,)
     if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None:
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
         assumptions += (ZERO3_GATHERED_NOTE,)

@@ -1,0 +1,161 @@
+"""Transformer Engine's fp8 linears under Megatron-Core: what they save for backward and what they keep.
+
+Megatron-Core's layer linears are Transformer Engine modules (``TELayerNormColumnParallelLinear`` for the fused
+norm and qkv or fc1, ``TERowParallelLinear`` for proj and fc2); under ``fp8_autocast`` each quantizes its input
+and its weight and runs its three GEMMs in 8 bits. What changes in memory, read off TransformerEngine at commit
+d0067d0d (``TE`` below: transformer_engine/pytorch/...):
+
+* **the input saved for the weight gradient is the 8-bit cast, not the 16-bit input**
+  (``module/linear.py`` L604-621: ``inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)``, then
+  ``saved_inputmat = inputmat``; ``module/layernorm_linear.py`` L475-487: the fused norm writes ``ln_out`` in
+  8 bits and drops its row-wise data). Under sequence parallelism the local shard is saved (rowwise for
+  Float8, which cannot gather column-wise data; column-wise for MXFP8), one byte per element either way. Beside
+  the data: a per-tensor fp32 ``_scale_inv`` (``tensor/float8_tensor.py`` L423-429) for delayed and current
+  scaling; for MXFP8 one 1-byte E8M0 scale per 32 elements (``tensor/mxfp8_tensor.py`` L164-176:
+  ``columnwise`` scale_inv ``[prod(shape[:-1]) // 32, shape[-1]]``, padded to multiples of [4, 128]);
+* the 16-bit tensor the linear read is no longer saved **by the linear**: where nothing else saves it (fc2's
+  input, the norms' outputs) it is freed; the attention's output stays saved by the attention
+  (``DotProductAttention`` saves ``out``), so attn/proj adds its 8-bit copy beside it.
+
+``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
+micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
+
+>>> from memderive.symbolic.ops import BlockBuilder
+>>> from memderive.symbolic.dims import b, s, h, l
+>>> from memderive.symbolic.dtypes import dtype
+>>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+>>> _ = bb.linear("fc", bb.input, h, bias=False)
+>>> g = TEFloat8("te-delayed")(Graph("toy", (bb.build(repeat=l),)))
+>>> [(x.name, x.nbytes) for x in g.blocks[0].ops[0].saved]
+[('in:fp8', b*h*s), ('in:fp8.scale_inv', 4)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.expr import const
+from memderive.symbolic.graph import Graph, Op
+from memderive.symbolic.tensor import Tensor
+
+__all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY"]
+
+TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8")
+SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
+          "column-wise in 8 bits), module/layernorm_linear.py L475-487 (ln_out), tensor/float8_tensor.py L423-429 "
+          "(_data, _transpose, _scale_inv), tensor/mxfp8_tensor.py L84-93, L164-176 (data and 1-byte scales per 32)")
+#: Megatron-Core's default amax history (megatron/core/transformer/transformer_config.py:
+#: ``fp8_amax_history_len: int = 1``; Transformer Engine's own DelayedScaling default is 1024,
+#: transformer_engine/common/recipe/__init__.py L255).
+MEGATRON_AMAX_HISTORY = 1
+#: The blocks whose linears are Transformer Engine modules (Megatron's embedding and output layer are not).
+_NOT_TE = ("embed", "head")
+FP8, FP32, E8M0 = dtype("fp8"), dtype("fp32"), dtype("int8")  # E8M0 scales: one byte (torch.uint8 in TE)
+
+
+def te_linears(graph: Graph) -> list[tuple[Any, Op]]:
+    """The (block, op) pairs of ``graph`` that Megatron-Core builds as Transformer Engine linears: every linear
+    and expert op of the layers (not the embedding, not the output layer)."""
+    return [(blk, op) for blk, op in graph.ops() if blk.name not in _NOT_TE and op.kind in ("linear", "experts")]
+
+
+@dataclass(frozen=True, slots=True)
+class TEFloat8:
+    """Transformer Engine's fp8 recipe ``recipe`` over the layers' linears: each linear's saved input becomes its
+    8-bit cast and its scales (names ``<input>:fp8``, ``<input>:fp8.scale_inv``). Expert ops (TE's GroupedLinear)
+    keep their 16-bit buffers (what they save is not rewritten here; the note says so)."""
+
+    recipe: str
+
+    def __post_init__(self) -> None:
+        if self.recipe not in TE_RECIPES:
+            raise ValueError(f"Transformer Engine fp8 recipe must be one of {', '.join(TE_RECIPES)}, not "
+                             f"{self.recipe!r}")
+
+    @property
+    def name(self) -> str:
+        return f"Transformer Engine fp8 ({self.recipe})"
+
+    def _scale(self, x: Tensor) -> Tensor:
+        """The scales saved beside ``x``'s 8-bit cast: one fp32 ``_scale_inv`` (delayed, current scaling), or
+        MXFP8's column-wise scale_inv, one byte per 32 rows of each column: rows * k / 32 bytes (put on the last
+        axis, so that tensor, sequence and context parallelism split it as they split ``x``)."""
+        name = f"{x.name}:fp8.scale_inv"
+        if self.recipe != "te-mxfp8":
+            return Tensor(name, (), FP32, role=x.role)
+        return replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / 32), dtype=E8M0)
+
+    def _op(self, op: Op) -> Op:
+        if op.kind != "linear":
+            return op
+        casts = {x.name for x in op.saved if x.name in op.inputs}
+        saved: list[Tensor] = []
+        for x in op.saved:
+            saved += [replace(x, name=f"{x.name}:fp8", dtype=FP8), self._scale(x)] if x.name in casts else [x]
+        saved_for: list[tuple[str, tuple[str, ...]]] = []
+        for name, grads in op.saved_for:
+            saved_for += [(f"{name}:fp8", grads), (f"{name}:fp8.scale_inv", grads)] if name in casts else [
+                (name, grads)]
+        return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
+
+    def __call__(self, graph: Graph) -> Graph:
+        blocks = tuple(blk if blk.name in _NOT_TE else replace(blk, ops=tuple(self._op(op) for op in blk.ops))
+                       for blk in graph.blocks)
+        experts = any(op.kind == "experts" for _, op in te_linears(graph))
+        note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
+                "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"
+                + ("; MXFP8 scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
+                   "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe == "te-mxfp8"
+                   else "")
+                + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
+                + "; fp8 primary weights (--fp8-param-gather) and fp8 attention are not modelled")
+        return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
+                       assumptions=graph.assumptions + (note,))
+
+
+def workspace_terms(graph: Graph, recipe: str, transpose: bool,
+                    amax_history: int = MEGATRON_AMAX_HISTORY) -> list[tuple[str, Any]]:
+    """The fp8 buffers Megatron-Core keeps per Transformer Engine linear, as ``(path, bytes)`` over the block's
+    repeats:
+
+    * ``weight_workspace``: the 8-bit weight TE caches across micro-batches (Megatron passes
+      ``is_first_microbatch``, megatron/core/extensions/transformer_engine.py ``TELinear.forward``; TE
+      ``module/linear.py`` L1958 ``cache_name = "weight"``, L479 re-quantized on the first micro-batch only),
+      row-wise for the forward and column-wise for the input gradient (L467 ``columnwise_usage =
+      is_grad_enabled and inp.requires_grad``). Delayed and current scaling: ``_data`` and, where the GPU runs
+      only TN fp8 GEMMs (Hopper, Ada; ``transpose``), a ``_transpose`` copy, plus a 4-byte ``_scale_inv``
+      (``tensor/float8_tensor.py`` L423-429; ``utils.py`` L658-663 ``is_non_tn_fp8_gemm_supported``: compute
+      capability 10.x, 11.x, 13+). MXFP8: row-wise and column-wise data and their 1-byte scales per 32 elements
+      (``tensor/mxfp8_tensor.py`` L84-93): 2 n k + n k / 16;
+    * ``amax_history`` (delayed scaling only): per module and GEMM, the forward's 3 and the backward's 2
+      quantizers' fp32 ``scale`` and ``amax_history_len`` x quantizers fp32 history
+      (``quantization.py`` L1436-1442 ``DelayedScalingRecipeState``; ``module/base.py`` L1139: 3 per GEMM
+      forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input (Megatron's
+      fc1 is one module for gate and up; the experts' GroupedLinear has one GEMM per local expert).
+    """
+    modules: dict[tuple, list] = {}  # (block, what) -> [block, path, repeats, elements, GEMMs]
+    for blk, op in te_linears(graph):
+        for w in (p for p in op.params if p.role == "weight"):
+            gemms = const(1)
+            for side in w.shape[:-2]:  # the experts' leading axis: one GEMM per local expert
+                gemms = gemms * side
+            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, w.name)
+            row = modules.setdefault(key, [blk.name, op.path, blk.repeat * op.share, const(0), gemms])
+            row[3] = row[3] + w.numel
+    terms: list[tuple[str, Any]] = []
+    for block, path, repeats, data, gemms in modules.values():
+        if recipe == "te-mxfp8":
+            ws = 2 * data + data / 32 + data / 32
+        else:
+            ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
+        terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
+        if recipe == "te-delayed":
+            terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
+    return terms
+
+
+def te_float8(graph: Graph, recipe: str) -> Graph:
+    """``TEFloat8(recipe)(graph)``, as ``per_graph`` memoizes it (once per base graph and recipe)."""
+    return TEFloat8(recipe)(graph)

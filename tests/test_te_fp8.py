@@ -1,0 +1,99 @@
+"""Transformer Engine's fp8 under Megatron-Core (--fp8 te-delayed / te-current / te-mxfp8) in memory: each layer
+linear saves its input's 8-bit cast and scales instead of the 16-bit input (TransformerEngine module/linear.py
+L604-621, layernorm_linear.py L475-487), and TE keeps each linear's 8-bit weight across micro-batches (with a
+transpose on Hopper), plus delayed scaling's amax history (symbolic.te_float8). Expected numbers by hand below."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.commands.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.symbolic.dims import b, h, l, s
+from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.graph import Graph
+from memderive.symbolic.ops import BlockBuilder
+from memderive.symbolic.te_float8 import TEFloat8, workspace_terms
+
+#: Llama 2 7B (h 4,096, 32 heads of 128, no GQA, f 11,008, 32 layers), b 1, s 4,096, TP 2 with SP, Megatron-Core.
+RUN = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "tp": 2, "sp": True}
+
+
+def _numbers(fp8: str, gpu: str) -> tuple[int, int]:
+    e = estimate("llama-2-7b", fp8=fp8, gpu=gpu, **RUN)
+    return e.number("total_bytes"), e.number("activation_bytes")
+
+
+def test_saved_inputs_are_the_8_bit_casts_by_hand() -> None:
+    """Per layer and TP rank, against the 16-bit run (same GPU):
+    qkv saves norm1's output, s/t x h = 2,048 x 4,096: 16,777,216 B in bf16, 8,388,608 + a 4-byte scale_inv in fp8
+    (-8,388,604); mlp fc1 (gate and up, one input) the same for norm2's output (-8,388,604); fc2 saves s x f/t =
+    4,096 x 5,504 = 22,544,384 elements: 45,088,768 B -> 22,544,388 (-22,544,380); proj's input is the attention's
+    output, which the attention still saves in bf16, so proj adds its 8-bit copy, s x h/t = 8,388,608 + 4
+    (+8,388,612). Per layer -30,932,976, x 32 layers = -989,855,232 B of activations.
+    Workspaces (Hopper: data and its transpose, 2 B per local weight element, + 4 B scale_inv per module): local
+    weights qkv 12,288 x 4,096 / 2 = 25,165,824, proj 8,388,608, fc1 2 x 11,008 x 4,096 / 2 = 45,088,768, fc2
+    22,544,384: 101,187,584 elements -> 202,375,168 + 16 B; delayed scaling's amax history, per module
+    4 B x 5 quantizers x (history 1 + 1) = 40 B, x 4 modules = 160 B. 202,375,344 B per layer, x 32 =
+    6,476,011,008 B; the total moves by 6,476,011,008 - 989,855,232 = 5,486,155,776 B.
+    Current scaling: no amax history, 160 x 32 = 5,120 B less. On a B200 (non-TN fp8 GEMMs: no transpose):
+    101,187,584 + 16 + 160 = 101,187,760 per layer, x 32 = 3,238,008,320 - 989,855,232 = 2,248,153,088 B."""
+    total, acts = _numbers("none", "h100-sxm")
+    d_total, d_acts = _numbers("te-delayed", "h100-sxm")
+    assert (d_total - total, d_acts - acts) == (5_486_155_776, -989_855_232)
+    c_total, c_acts = _numbers("te-current", "h100-sxm")
+    assert (c_total - total, c_acts - acts) == (5_486_155_776 - 5_120, -989_855_232)
+    b_total, b_acts = _numbers("te-delayed", "b200")
+    assert (b_total - _numbers("none", "b200")[0], b_acts - acts) == (2_248_153_088, -989_855_232)
+
+
+def test_mxfp8_saves_one_byte_scale_per_32_elements_by_hand() -> None:
+    """MXFP8 (B200): each saved 8-bit input adds its column-wise scales, one byte per 32 elements (33/32 B per
+    element): qkv and fc1 2,048 x 4,096 x 33/32 = 8,650,752 (-8,126,464 each against bf16's 16,777,216), fc2
+    22,544,384 x 33/32 = 23,248,896 (-21,839,872), proj +4,096 x 2,048 x 33/32 = +8,650,752: -29,442,048 per layer,
+    x 32 = -942,145,536. The weight workspace: row-wise and column-wise data and their scales, 2 + 2/32 B per
+    element: 101,187,584 x 33/16 = 208,699,392 per layer, x 32 = 6,678,380,544; the total moves by
+    6,678,380,544 - 942,145,536 = 5,736,235,008 B."""
+    total, acts = _numbers("none", "b200")
+    m_total, m_acts = _numbers("te-mxfp8", "b200")
+    assert (m_total - total, m_acts - acts) == (5_736_235_008, -942_145_536)
+
+
+def test_each_term_is_an_op_of_the_graph() -> None:
+    """The 8-bit casts are saved tensors of the linears that save them (provenance: the op), the workspaces are
+    ``weights/te_fp8/<block>/<op>/...`` terms of the total; without --fp8 neither appears."""
+    e = estimate("llama-2-7b", fp8="te-delayed", gpu="h100-sxm", **RUN)
+    saved = {op.path: [x.name for x in op.saved] for blk, op in e.graph.ops() if blk.name == "layer"}
+    assert saved["attn/proj"] == ["attn/core.out:fp8", "attn/core.out:fp8.scale_inv"]
+    assert saved["mlp/fc2"] == ["mlp/act.out:fp8", "mlp/act.out:fp8.scale_inv"]
+    paths = [t.path for t in e.quantity("total_bytes").breakdown.terms if t.path.startswith("weights/te_fp8/")]
+    assert paths == [f"weights/te_fp8/layer/{op}/{what}" for op in ("attn/qkv", "attn/proj", "mlp/gate", "mlp/fc2")
+                     for what in ("weight_workspace", "amax_history")]
+    plain = estimate("llama-2-7b", gpu="h100-sxm", **RUN)
+    assert not any(":fp8" in x.name for _, op in plain.graph.ops() for x in op.saved)
+    assert not any("te_fp8" in t.path for t in plain.quantity("total_bytes").breakdown.terms)
+
+
+def test_workspace_of_one_linear_by_hand() -> None:
+    """One h x h linear over l layers: delayed scaling on Hopper 2 h^2 + 4 B per layer and 4 x 5 x 2 = 40 B of
+    amax history; on Blackwell h^2 + 4; MXFP8 2 h^2 + 2 h^2/32 = 33 h^2/16. Its saved input: b s h bytes and a
+    4-byte scale (delayed), or b s h + b s h / 32 (MXFP8)."""
+    bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    bb.linear("fc", bb.input, h, bias=False)
+    g = Graph("toy", (bb.build(repeat=l),))
+    assert workspace_terms(g, "te-delayed", True) == [("layer/fc/weight_workspace", l * (2 * h * h + 4)),
+                                                      ("layer/fc/amax_history", l * 40)]
+    assert workspace_terms(g, "te-current", False) == [("layer/fc/weight_workspace", l * (h * h + 4))]
+    assert workspace_terms(g, "te-mxfp8", False) == [("layer/fc/weight_workspace", l * 33 * h * h / 16)]
+    mx = TEFloat8("te-mxfp8")(g).blocks[0].ops[0].saved
+    assert [x.nbytes for x in mx] == [b * s * h, b * s * h / 32]
+
+
+def test_the_step_timeline_is_not_claimed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The step timeline replays PyTorch's allocations without TE's workspaces: with --fp8 te-* the sum decides."""
+    e = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", **RUN)
+    assert e.timeline() is None and e.decides() == "total_bytes"
+    assert main(["estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096",
+                 "--implementation", "megatron", "--tp", "2", "--sp", "--fp8", "te-delayed"]) == 0
+    out = capsys.readouterr().out
+    assert "weight workspaces cached across micro-batches" in out or "weights/te_fp8" in out
