@@ -335,6 +335,16 @@ _fused_swiglu = per_graph(fused_swiglu)
 _te_float8 = per_graph(te_float8)
 
 
+@per_graph
+def _titan_float8(graph: Graph, recipe: str, sizes: tuple) -> Graph:
+    """torchao's ``convert_to_float8_training`` of torchtitan's Llama (every ``nn.Linear`` whose dims divide by 16,
+    the output layer too: ``filter_fqns`` is empty by default), once per base graph and recipe."""
+    # lazy: torchao's Float8 model, for --fp8 only (test_cold_path: a plain estimate does not load it)
+    from memderive.symbolic.float8 import Float8Training
+
+    return Float8Training(recipe, dict(sizes))(graph)
+
+
 @lru_cache(maxsize=1024)
 def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     """The graph and quantities of ``structure.value`` (a model and options), derived once per
@@ -360,6 +370,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         base = _fused_swiglu(base)
         if options.fp8 in TE_FP8:  # Transformer Engine's linears save their inputs' 8-bit casts
             base = _te_float8(base, recipe=options.fp8)
+        elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules
+            base = _titan_float8(base, recipe=options.fp8, sizes=tuple(resolved.values().items()))
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base

@@ -166,6 +166,10 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 #: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
 #: MXFP8BlockScaling (transformer_engine/common/recipe).
 TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
+#: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
+#: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
+#: input saved by each Float8Linear.
+TORCHTITAN_FP8 = ("rowwise", "rowwise_with_gw_hp")
 #: The GPUs of the table with Blackwell's MXFP8 tensor cores.
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
 
@@ -409,10 +413,15 @@ class Options:
                                f"Float8LinearRecipeName), got {self.fp8!r}")
         if self.mode != "train":
             raise OptionsError("--fp8 trains Float8 linears; use it with --mode train")
-        if self.implementation_kind != "hf":
+        if self.implementation_kind != "hf" and self.framework != "torchtitan":
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
-                               "--implementation hf; Megatron-Core's linears are Transformer Engine's: use --fp8 "
-                               "te-delayed, te-current or te-mxfp8 there")
+                               "--implementation hf, or torchtitan's (--framework torchtitan); Megatron-Core's "
+                               "linears are Transformer Engine's: use --fp8 te-delayed, te-current or te-mxfp8 there")
+        if self.framework == "torchtitan" and self.fp8 not in TORCHTITAN_FP8:
+            raise OptionsError(f"--fp8 {self.fp8} is not a torchtitan recipe: its Float8LinearConverter takes "
+                               f"recipe_name {' or '.join(TORCHTITAN_FP8)} (torchtitan/components/quantization/"
+                               "float8.py); its tensorwise Float8 tensor parallelism (8-bit all-gathers, 8-bit "
+                               "inputs saved) is not modelled")
         if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
             raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
                                f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")
@@ -427,6 +436,9 @@ class Options:
         tensor cores (MXFP8: Blackwell's block scaling)."""
         if self.mode != "train":
             raise OptionsError(f"--fp8 {self.fp8} trains Transformer Engine's fp8 linears; use it with --mode train")
+        if self.framework == "torchtitan":
+            raise OptionsError(f"--fp8 {self.fp8} is Transformer Engine's recipe under Megatron-Core; torchtitan "
+                               f"trains torchao's Float8Linear: use --fp8 {' or '.join(TORCHTITAN_FP8)}")
         if self.implementation_kind == "hf":
             raise OptionsError(f"--fp8 {self.fp8} is Transformer Engine's recipe under Megatron-Core: use "
                                "--implementation megatron (or --framework megatron); for transformers' layers use "

@@ -17,6 +17,13 @@ forward and backward a layer holds:
 * under sequence parallelism, the reduce-scattered output of each row-parallel linear (b, s/t, h); the mm
   before it keeps its whole (b, s, h) partial sum when it is an odd one.
 
+Float8 linears (torchao's ``Float8Linear``, ``--fp8`` under torchtitan) run ``aten._scaled_mm``, which the policy
+saves always: torchtitan b5bcd76 ``torchtitan/distributed/activation_checkpoint.py`` ``_get_default_save_ops`` takes
+``get_default_op_list().compute_intensive_ops`` (PyTorch's ``torch/_functorch/partitioners.py``: ``aten.mm``, ...,
+``aten._scaled_mm``), and only ``aten.mm`` / ``aten.linear`` are counted for "every second mm"
+(``mm_ops``); so every Float8 linear's 16-bit output is kept, none recomputed, and the 16-bit linears between them
+count among themselves. The rowwise recipes' scales come from ``aten.amax`` (not in the list), recomputed.
+
 Eager attention (``aten.bmm``, softmax) is not in the list and is recomputed; so are norms, rotary, the
 activation and every other pointwise op. The FLOPs recomputed are every op's forward but the kept mms' and
 the fused attention's (the fused q/k/v projection recomputes only its k part).
@@ -91,12 +98,16 @@ class OpSelectiveRecompute(Strategy):
     def name(self) -> str:
         return "op-level selective recompute"
 
-    def _checkpoint(self, blk: Block) -> Block:
+    def _checkpoint(self, blk: Block, float8: frozenset[str] = frozenset()) -> Block:
+        """``float8``: the weights (``block/param``) of Float8 linears, whose ``aten._scaled_mm`` outputs the
+        policy always saves and does not count among the mms."""
         if blk.name != "layer":
             return blk
         attention = next((op for op in blk.ops if op.kind in FUSED_ATTENTION), None)
         parts = {op.path: _mm_outputs(op, attention) for op in blk.ops if op.kind == "linear"}
-        odd = frozenset(t.name for t in [t for op in blk.ops for t in parts.get(op.path, ())][0::2])
+        scaled = {op.path for op in blk.ops if any(f"{blk.name}/{p.name}" in float8 for p in op.params)}
+        mms = [t for op in blk.ops if op.path not in scaled for t in parts.get(op.path, ())]
+        odd = frozenset(t.name for t in mms[0::2]) | {t.name for path in scaled for t in parts[path]}
         ops = (Op("checkpoint", "checkpoint", (), (blk.input,), blk.input, "layer input kept for recompute"),
                *(_recompute_flops(replace(op, saved=self._kept(op, odd, parts.get(op.path, ())), saved_for=()), odd,
                                   parts.get(op.path, ())) for op in blk.ops))
@@ -114,4 +125,7 @@ class OpSelectiveRecompute(Strategy):
         return tuple(kept)
 
     def __call__(self, graph: Graph) -> Graph:
-        return graph.map_blocks(self._checkpoint, self.name)
+        note = (("op-level selective recompute with Float8 linears: the policy saves every aten._scaled_mm output "
+                 "(torchtitan's save ops take PyTorch's compute_intensive_ops, _scaled_mm among them), so each Float8 "
+                 "linear's 16-bit output is kept and not recomputed",) if graph.float8 else ())
+        return graph.map_blocks(lambda blk: self._checkpoint(blk, graph.float8), self.name, *note)

@@ -1,0 +1,68 @@
+"""torchtitan's Float8 (torchao's Float8Linear, --framework torchtitan --fp8 rowwise | rowwise_with_gw_hp) with its
+tensor, sequence, pipeline and context parallelism and op-level selective checkpointing: torchtitan's own Llama
+(the megatron graph) with every nn.Linear whose dims divide by 16 converted (filter_fqns empty: the output layer
+too). Each Float8Linear saves its 16-bit input (torchao matmul_with_hp_or_float8_args), so without checkpointing
+memory is the 16-bit run's; under op-level checkpointing the policy saves every aten._scaled_mm output
+(torchtitan b5bcd76 distributed/activation_checkpoint.py: PyTorch's compute_intensive_ops include _scaled_mm; only
+aten.mm / aten.linear count for "every second mm"). Expected numbers by hand below."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.commands.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.timing import float8_flops, step_time
+
+#: Llama 3 8B (h 4,096, 32 heads of 128, 8 KV heads, f 14,336, 32 layers, V 128,256), b 1, s 4,096, torchtitan.
+RUN = {"model": "llama-3-8b", "mode": "train", "batch": 1, "seq": 4096, "framework": "torchtitan",
+       "gpu": "h100-sxm"}
+
+
+def _acts(**extra: object) -> int:
+    return estimate(**RUN, **extra).number("activation_bytes")
+
+
+def test_op_checkpointing_keeps_every_scaled_mm_output_by_hand() -> None:
+    """16-bit op-level checkpointing keeps mms 1, 3, 5, 7 of q, k, v, o, gate, up, down (q, v, gate, down); with
+    Float8 linears none is an aten.mm and every _scaled_mm output is kept: k (s x a_kv d = 4,096 x 1,024 x 2 B =
+    8,388,608), o (4,096 x 4,096 x 2 = 33,554,432), up (4,096 x 14,336 x 2 = 117,440,512) join: 159,383,552 per
+    layer, x 32 = 5,100,273,664 B. With TP 2 (and SP): k 4,194,304, o's whole partial sum before the reduce-scatter
+    33,554,432, up 58,720,256: 96,468,992 x 32 = 3,087,007,744 B."""
+    assert _acts(fp8="rowwise") - _acts() == 5_100_273_664
+    assert _acts(fp8="rowwise", tp=2) - _acts(tp=2) == 3_087_007_744
+    assert _acts(fp8="rowwise", recompute="none") == _acts(recompute="none")  # the 16-bit input saved
+
+
+def test_scaled_matmul_flops_by_hand() -> None:
+    """Kept outputs are not recomputed, so the 8-bit FLOPs are forward, input and weight gradient of every
+    converted linear: per token 2 (h (a d + 2 a_kv d) + h a d + 3 h f) = 2 (25,165,824 + 16,777,216 + 176,160,768)
+    = 436,207,616 per layer, x 32 layers, plus the output layer's 2 h V = 1,050,673,152; x 3 x 4,096 tokens =
+    171,523,813,933,056 + 12,910,671,691,776 = 184,434,485,624,832. rowwise_with_gw_hp keeps the weight gradients
+    16-bit: two thirds of it, 122,956,323,749,888. TP 2: half, 92,217,242,812,416."""
+    assert float8_flops(estimate(**RUN, fp8="rowwise")) == 184_434_485_624_832
+    assert float8_flops(estimate(**RUN, fp8="rowwise_with_gw_hp")) == 122_956_323_749_888
+    assert float8_flops(estimate(**RUN, fp8="rowwise", tp=2)) == 92_217_242_812_416
+    assert step_time(estimate(**RUN, fp8="rowwise"), "h100-sxm").compute_s < step_time(
+        estimate(**RUN), "h100-sxm").compute_s
+
+
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"pp": 2}, {"cp": 2}, {"tp": 2, "pp": 2, "cp": 2, "dp": 2}])
+def test_composes_with_torchtitans_parallelisms(layout: dict) -> None:
+    """TP/SP, PP and CP do not touch the Float8 conversion: each layout is expressible, its linears in 8 bits."""
+    e = estimate(**RUN, fp8="rowwise", **layout)
+    assert e.number("total_bytes") > 0 and float8_flops(e) > 0 and e.graph.float8
+
+
+@pytest.mark.parametrize(("fp8", "fragment"), [
+    ("tensorwise", "is not a torchtitan recipe"),
+    ("te-delayed", "torchtitan trains torchao's Float8Linear"),
+])
+def test_refused_in_one_line(fp8: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(OptionsError, match=fragment):
+        estimate(**RUN, fp8=fp8)
+    assert main(["estimate", "--model", "llama-3-8b", "--mode", "train", "--batch", "1", "--seq", "4096",
+                 "--framework", "torchtitan", "--fp8", fp8]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err
