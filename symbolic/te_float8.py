@@ -115,7 +115,7 @@ class TEFloat8:
                        assumptions=graph.assumptions + (note,))
 
 
-def workspace_terms(graph: Graph, recipe: str, transpose: bool,
+def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = True,
                     amax_history: int = MEGATRON_AMAX_HISTORY) -> list[tuple[str, Any]]:
     """The fp8 buffers Megatron-Core keeps per Transformer Engine linear, as ``(path, bytes)`` over the block's
     repeats:
@@ -134,6 +134,9 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
       (``quantization.py`` L1436-1442 ``DelayedScalingRecipeState``; ``module/base.py`` L1139: 3 per GEMM
       forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input (Megatron's
       fc1 is one module for gate and up; the experts' GroupedLinear has one GEMM per local expert).
+
+    ``cached`` False: no weight workspace is kept (TE under FSDP2: L1958 ``cache_name = None if ... is_fsdp2``,
+    the 8-bit weight quantized again each micro-batch from the gathered weight).
     """
     modules: dict[tuple, list] = {}  # (block, what) -> [block, path, repeats, elements, GEMMs]
     for blk, op in te_linears(graph):
@@ -150,7 +153,8 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
             ws = 2 * data + data / 32 + data / 32
         else:
             ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
-        terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
+        if cached:
+            terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
         if recipe == "te-delayed":
             terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
     return terms

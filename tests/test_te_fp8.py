@@ -89,6 +89,21 @@ def test_workspace_of_one_linear_by_hand() -> None:
     assert [x.nbytes for x in mx] == [b * s * h, b * s * h / 32]
 
 
+def test_no_workspace_cached_under_zero_3() -> None:
+    """Under FSDP TE caches no 8-bit weight (module/linear.py L1958: no cache_name under FSDP2): with --zero 3 only
+    the saved casts and (delayed) the amax history change. Llama 2 7B, b 1, s 4,096, no TP, d 8: per layer qkv, fc1
+    save norm outputs 4,096 x 4,096 B in fp8 + 4 instead of 2 B (-16,777,212 each), fc2 4,096 x 11,008 + 4 instead
+    of 2 B (-45,088,764), proj adds 16,777,216 + 4: -61,865,968 per layer, x 32 = -1,979,710,976; amax history
+    160 x 32 = 5,120 B."""
+    run = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "dp": 8, "zero": 3,
+           "gpu": "h100-sxm"}
+    plain = estimate("llama-2-7b", **run)
+    fp8 = estimate("llama-2-7b", fp8="te-delayed", **run)
+    assert fp8.number("activation_bytes") - plain.number("activation_bytes") == -1_979_710_976
+    assert fp8.number("total_bytes") - plain.number("total_bytes") == -1_979_710_976 + 5_120
+    assert not any(t.path.endswith("weight_workspace") for t in fp8.quantity("total_bytes").breakdown.terms)
+
+
 def test_the_step_timeline_is_not_claimed(capsys: pytest.CaptureFixture[str]) -> None:
     """The step timeline replays PyTorch's allocations without TE's workspaces: with --fp8 te-* the sum decides."""
     e = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", **RUN)
