@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.published_runs import FITTED, HELD_OUT, RUNS, ZERO3_2021, ZERO3_GAP, Run, predict  # noqa: E402
+from tests.published_runs import (FITTED, HELD_OUT, MOE, RUNS, ZERO3_2021, ZERO3_GAP, Run, moe_memory,  # noqa: E402
+                                  predict)
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -43,6 +44,7 @@ def table() -> list[float]:
     fitted = _rows("Megatron-LM on Selene (the runs the time model's constants were once fitted on; since issue 39 "
                    "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
+    moe()
     groups()
     zero3()
     return fitted + held
@@ -52,21 +54,37 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT:
+    for run in FITTED + HELD_OUT + MOE:
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
+                                                    "automodel" if "AutoModel" in run.source else
                                                     "deepspeed" if run.layout.get("grad_sync") == "deepspeed" else
                                                     "megatron" if "Megatron" in run.note or "Narayanan" in run.source
                                                     or "Korthikanti" in run.source or "MegaScale" in run.source
                                                     else "llama3")
-        moe = "moe" if "experts" in str(run.model) else "dense"
+        moe = "moe" if any(run is r for r in MOE) else "dense"
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
     print(f"{'GPU':12s} {'framework':12s} {'kind':6s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
     for key, errors in sorted(rows.items()):
         print(f"{key[0]:12s} {key[1]:12s} {key[2]:6s} {len(errors):5d} {statistics.median(errors):8.1%} "
               f"{max(errors):8.1%}")
     every = [abs(predict(r).error) for r in FITTED + HELD_OUT]
-    print(f"all {len(every)} runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}\n")
+    print(f"all {len(every)} dense runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}\n")
+
+
+def moe() -> None:
+    """The MoE runs (held out, apart from the dense runs' bounds), their expert-parallel time, and whether each
+    layout fits memderive's device bytes (or what memderive assumes that the run did not)."""
+    _rows("Mixture of experts, held out (tests/published_runs.MOE)", MOE)
+    print(f"{'run':32s} {'EP s':>6s} {'EP link':>10s} {'memderive GiB':>14s} {'GPU GiB':>8s}  fits, or what is assumed")
+    for run in MOE:
+        p = predict(run)
+        need, capacity, assumed = moe_memory(run)
+        lay, per_node = run.layout, run.cluster().gpus_per_node
+        link = "network" if lay.get("ep", 1) * lay.get("tp", 1) > per_node else "NVLink"
+        print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {need / 2**30:14.1f} {capacity / 2**30:8.0f}  "
+              f"{'fits' if not assumed else 'over: ' + assumed}")
+    print()
 
 
 def zero3() -> None:

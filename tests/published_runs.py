@@ -440,3 +440,106 @@ def plan_against(run: Run) -> PlanComparison:
                  recomputes=(layout.get("recompute", "none"),), zeros=run.zero_stages,
                  sequence_parallel=run.sequence_parallel)
     return PlanComparison(run, predict(run).predicted_s, found[0], found.evaluated)
+
+
+# --- Mixture-of-experts runs (issue 39: expert parallelism; held out, nothing fitted to them) ----------------------
+# Kept apart from ``RUNS`` (the dense runs' bounds): ``benchmarks/published_runs.py`` prints them as their own table
+# and group; ``tests/test_published_moe_runs.py`` holds what they measure.
+
+#: gpt-oss-120b (openai/gpt-oss-120b config.json; OpenAI 2025 model card): gpt-oss-20b's shapes (presets.py) with
+#: 36 layers and 128 experts, 4 per token.
+OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "num_hidden_layers": 36, "intermediate_size": 2880, "vocab_size": 201088,
+            "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
+            "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128, "attention_bias": True}
+
+
+@dataclass(frozen=True)
+class MoERun(Run):
+    """A published MoE run: ``gpus_per_node`` GPUs share one NVLink domain (8; GB200 NVL72: 72), and
+    ``assumed``: what memderive assumes of the run that its source does not say (printed beside its memory)."""
+
+    gpus_per_node: int = 8
+    assumed: str = ""
+
+    def cluster(self) -> Cluster:
+        return replace(Run.cluster(self), gpus_per_node=self.gpus_per_node)
+
+
+_AM = "NeMo AutoModel docs/performance-summary.md, DGX-H100 BF16"
+_AM_NOTE = ("FSDP2 (ZeRO-3 over every GPU) with expert parallelism, TE linears and attention, DeepEP dispatch, the fake "
+            "balanced gate (examples/benchmark/configs: torch.optim.Adam, mock data)")
+
+
+def _automodel(name: str, model: Any, gpus: int, ep: int, local: int, accumulation: int, recompute: str, step: float,
+               tflops: float, config: str) -> MoERun:
+    """NeMo AutoModel's pre-training table (nemo-automodel-performance): DGX-H100 (8 H100 SXM per node, a 400 Gb/s
+    port per GPU), BF16, sequence 4,096, FSDP2 over all GPUs (dp_replicate_size 1: ZeRO-3), ep_size as its config
+    sets it, local batch ``local`` (the micro-batch) times ``accumulation``, activation checkpointing as the config
+    sets it (full: each block recomputed), TE attention (fused: flash)."""
+    layout = {"dp": gpus, "zero": 3, "ep": ep, "batch": local, "micro_batches": accumulation, "recompute": recompute,
+              "flash": True, "optimizer": "adam"}
+    return MoERun(name, f"{_AM} ({config})", model, layout, 4096, "h100-sxm", NDR, measured_s=step, held_out=True,
+                  note=f"{_AM_NOTE}; {step:g} s per global step, {tflops:g} model TFLOP/s per GPU",
+                  sequence_parallel=False, published_mfu=tflops / 989.5)
+
+
+_BRIDGE_MOE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container"
+_BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optimizer (ZeRO-1), forced balanced routing, "
+                    "token-dropless (the page's notes); dropout off (assumed: the HF configs' attention_dropout 0.0 as "
+                    "the bridges convert them), recompute none (assumed: the page does not say; the recipes' "
+                    "recompute_modules, where set, are fine-grained modules memderive does not express)")
+
+
+def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
+                fp8: str = "none", per_node: int = 8) -> MoERun:
+    """Megatron-Bridge's 25.11 table (megatron-bridge-performance): MoE rows, tokens/s per GPU, its layout (the
+    micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX:
+    te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink)."""
+    layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
+              **({} if fp8 == "none" else {"fp8": fp8}), **layout}
+    peak = gpu(hw).bf16_flops / 1e12
+    return MoERun(name, f"{_BRIDGE_MOE}, {system}", model, layout, seq, hw, NDR, tokens_per_s_per_gpu=tps,
+                  held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node,
+                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_BRIDGE_MOE_NOTE}")
+
+
+MOE = [
+    _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
+               "qwen3_moe_30b_te_deepep.yaml"),
+    _automodel("gpt-oss-120b FSDP64 ep64", OSS_120B, 64, 64, 2, 4, "none", 4.30, 231,
+               "gptoss_120b_te_deepep.yaml"),
+    _bridge_moe("gpt-oss-120b p4 ep8 H100", "DGX-H100", "h100-sxm", OSS_120B,
+                {"pp": 4, "dp": 16, "ep": 8, "batch": 4, "micro_batches": 8}, 4096, 5630, 153),
+    _bridge_moe("Qwen3 30B-A3B p2 v24 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
+                {"pp": 2, "virtual_stages": 24, "dp": 8, "ep": 8, "batch": 2, "micro_batches": 32}, 4096, 5275, 121,
+                fp8="te-current"),
+    _bridge_moe("gpt-oss-120b ep8 B200", "DGX-B200", "b200", OSS_120B,
+                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 2}, 4096, 8213, 223),
+    _bridge_moe("Qwen3 30B-A3B ep8 B200", "DGX-B200", "b200", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 1, "micro_batches": 64}, 4096, 9299, 214, fp8="te-mxfp8"),
+    _bridge_moe("gpt-oss-120b ep64 GB200", "DGX-GB200", "gb200", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 1, "micro_batches": 20}, 8192, 15876, 488, per_node=72),
+    _bridge_moe("Qwen3 30B-A3B ep8 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72),
+]
+
+
+def moe_memory(run: MoERun) -> tuple[int, int, str]:
+    """(memderive's device bytes of the run's layout, the GPU's bytes, and where it does not fit, what memderive
+    assumes that the run did not do)."""
+    est = run.estimate()
+    need, capacity = est.number("total_bytes"), run.memory_bytes or gpu(run.gpu).memory_bytes
+    if need <= capacity:
+        return need, capacity, ""
+    o = est.options
+    parts = []
+    if o.recompute == "none":
+        parts.append("no recompute (the run's recompute is not published" + (
+            "; Megatron-Bridge's recipes recompute layernorm and moe_act modules, which memderive does not express)"
+            if "Bridge" in run.source else ")"))
+    if o.pp > 1:
+        parts.append(f"1F1B keeps {o.pp} micro-batches' activations on the first stage")
+    activations = est.number("activation_bytes")
+    return need, capacity, (f"activations {activations / 2**30:,.1f} GiB, model states "
+                            f"{est.number('model_state_bytes') / 2**30:,.1f} GiB; assumed: " + "; ".join(parts))
