@@ -115,12 +115,19 @@ def _dispatched_form(graph: Graph) -> Any:
     return total
 
 
+#: Megatron-Core's all-to-all token dispatcher and its expert rank grid (``expert_parallel_s``).
+EP_SOURCE = Citation("megatron-moe-dispatcher", "MoEAlltoAllTokenDispatcher; parallel_state expert grid tp-ep-dp-pp",
+                     also=(Citation("lepikhin-2020", "§2.2"),))
+
+
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float:
     """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
     its tokens to their experts and combines the outputs (two all-to-alls forward, two for their gradients in
-    backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher),
-    over the ep ranks ``t`` apart (Megatron's order tp-cp-ep-dp); each rank sends its s/t tokens under sequence
-    parallelism."""
+    backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher:
+    one copy of a token per routed expert, b s k h bytes, ``EP_SOURCE``), over the ep ranks ``t`` apart (the
+    expert grid's order tp-ep-dp-pp, its tensor-parallel size t), so a group of ep x t past a node's GPUs spans
+    nodes and ``Cluster.all_to_all`` sends the share bound elsewhere over each GPU's network port; each rank sends
+    its s/t tokens under sequence parallelism."""
     if opts.ep <= 1 or not dispatched:
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
@@ -252,7 +259,8 @@ class StepTime:
                 f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"hierarchical rings ({cite(NCCL)}); "
-                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
+                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden, over "
+                f"NVLink inside a node and each GPU's port for the share bound to other nodes ({cite(EP_SOURCE)})"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",

@@ -1,0 +1,117 @@
+"""Issue 39, mixture of experts: expert-parallel all-to-alls timed on the link they cross, and the published MoE
+runs (``tests/published_runs.MOE``, held out, apart from the dense runs' bounds).
+
+Measured (python benchmarks/published_runs.py, "Mixture of experts"): 8 runs, median |error| 46.1%, worst 78.0%;
+NeMo AutoModel's two H100 FSDP2 + EP runs +21.5% (Qwen3 30B-A3B, EP 8 in a node) and -2.5% (gpt-oss-120b, EP 64
+over 8 nodes); Megatron-Bridge's six all predicted too fast (39-78%).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
+from memderive.derivations.models.architectures import LLAMA, Moe
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.cluster import Cluster
+from memderive.derivations.quantities.timing import step_time
+from memderive.derivations.search.plan import plan
+from tests.published_runs import MOE, NDR, OSS_120B, RUNS, moe_memory, predict
+
+H100 = gpu("h100-sxm")
+#: b s k h x 2 bytes per MoE layer, 36 layers: gpt-oss-120b, micro-batch 2 of 4,096 tokens, 4 experts per token,
+#: h 2,880: 2 x 4096 x 4 x 2880 x 2 x 36 = 6,794,772,480 bytes one rank dispatches per micro-batch.
+OSS_DISPATCHED = 2 * 4096 * 4 * 2880 * 2 * 36
+
+
+def _oss_ep64(per_node: int) -> float:
+    est = estimate(OSS_120B, mode="train", batch=2, seq=4096, dp=64, ep=64, zero=3, micro_batches=4, flash=True)
+    return step_time(est, Cluster(H100, per_node, NDR)).ep_s
+
+
+def test_expert_parallelism_past_a_node_crosses_the_network() -> None:
+    """EP 64 (t = 1) on 8-GPU nodes: a rank keeps 1/64 of what it sends, 7/64 goes to its node's GPUs over NVLink
+    (450 GB/s each way: 7/64 x 6.79e9 / 450e9 = 1.65 ms) and 56/64 over its 50 GB/s port (0.875 x 6.79e9 / 50e9 =
+    118.9 ms), at once: the port sets it. 4 all-to-alls (dispatch, combine, their gradients) x 4 micro-batches."""
+    assert _oss_ep64(8) == pytest.approx(16 * 56 / 64 * OSS_DISPATCHED / 50e9)
+
+
+def test_expert_parallelism_inside_an_nvlink_domain_stays_on_nvlink() -> None:
+    """The same EP 64 inside one 72-GPU NVLink domain (GB200 NVL72's, as a cluster of 72 per node): 63/64 of the
+    bytes over NVLink at 450 GB/s each way, none over the network: 16 x 63/64 x 6.79e9 / 450e9."""
+    assert _oss_ep64(72) == pytest.approx(16 * 63 / 64 * OSS_DISPATCHED / 450e9)
+
+
+def test_expert_ranks_sit_tensor_parallel_degree_apart() -> None:
+    """Megatron-Core's expert grid orders tp-ep-dp-pp: with t = 2 the 8 expert-parallel ranks are 2 apart, 4 in a
+    node of 8, so the group spans 2 nodes. Each rank sends its s/t = 2,048 tokens (sequence parallelism) x k 2 x
+    h 4,096 x 2 B x 32 layers = 536,870,912 B; 3/8 over NVLink (0.45 ms), 4/8 over the port (5.37 ms): 4 x
+    0.5 x 536,870,912 / 50e9."""
+    est = estimate("mixtral-8x7b", mode="train", batch=1, seq=4096, tp=2, sp=True, dp=8, ep=8)
+    assert step_time(est, "h100-sxm").ep_s == pytest.approx(4 * 0.5 * 32 * 2048 * 2 * 4096 * 2 / 50e9)
+
+
+#: 16 experts, 2 per token, h 64, 2 layers: b s k h x 2 B x 2 layers = 1 x 64 x 2 x 64 x 2 x 2 = 32,768 B.
+WIDE_MOE = Model("wide-moe", replace(LLAMA, moe=Moe()), {"h": 64, "a": 4, "a_kv": 2, "l": 2, "V": 128, "f": 128,
+                                                         "E": 16, "k": 2, "f_e": 64})
+
+
+def _planned_ep16(per_node: int) -> float:
+    """The planner's step time for the layout d 16, ep 16, micro-batch 1, no ZeRO or recompute, on 16 H100s."""
+    cluster = Cluster(H100, per_node, NDR)
+    rows = plan(WIDE_MOE, 80 * 2**30, 16, 64, 16, options=Options(gpu="h100-sxm", dp=16, ep=16), top=10**6, cluster=cluster,
+                recomputes=("none",), zeros=(0,))
+    row = next(r for r in rows if (r.options.get("tp", 1), r.options.get("pp", 1), r.options["batch"],
+                                    r.options.get("cp", 1)) == (1, 1, 1, 1))
+    est = estimate(WIDE_MOE, **row.options)
+    assert row.step_time_s == pytest.approx(step_time(est, cluster).step_s)  # the planner times what step_time does
+    return step_time(est, cluster).ep_s
+
+
+def test_the_planner_times_ep_past_a_node_on_the_network() -> None:
+    """Pinned EP 16 on 8-GPU nodes: the planner's row is timed with 8/16 of each all-to-all over the 50 GB/s port
+    (4 x 0.5 x 32,768 / 50e9), not 15/16 over NVLink as one 16-GPU node would (4 x 15/16 x 32,768 / 450e9)."""
+    assert _planned_ep16(8) == pytest.approx(4 * 0.5 * 32768 / 50e9)
+    assert _planned_ep16(16) == pytest.approx(4 * 15 / 16 * 32768 / 450e9)
+
+
+def test_the_moe_runs_are_held_out_named_and_apart() -> None:
+    assert len(MOE) >= 6 and all(r.held_out for r in MOE)
+    assert not {id(r) for r in MOE} & {id(r) for r in RUNS}  # the dense runs' bounds do not hold them
+    assert {r.source.split(" docs/")[0] for r in MOE} == {"NeMo AutoModel", "Megatron-Bridge"}
+    assert all(r.layout.get("ep", 1) > 1 for r in MOE)
+
+
+def test_the_moe_errors_do_not_grow() -> None:
+    """Measured: median |error| 46.1%, worst 78.0% (module docstring); a guard on the figures reported, not a bound
+    the issue accepts (that is the xfail below)."""
+    errors = [abs(predict(r).error) for r in MOE]
+    assert statistics.median(errors) <= 0.47 and max(errors) <= 0.79
+
+
+@pytest.mark.xfail(strict=True, reason="issue 39's bounds (median 10%, every run within 25%); measured 46.1% / 78.0%: "
+                   "Megatron-Bridge's MoE runs are all predicted too fast")
+def test_the_moe_runs_meet_issue_39s_bounds() -> None:
+    errors = [abs(predict(r).error) for r in MOE]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
+
+
+def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
+    """Issue 39 item 4: a published layout that ran fits memderive's device bytes, or the output names what memderive
+    assumed that the run did not do. Measured: 3 of 8 fit (Qwen3 30B-A3B on 8 H100s under AutoModel's full
+    recompute; Qwen3 on 8 B200s, micro-batch 1; gpt-oss-120b EP 64 on GB200, micro-batch 1); the 5 others are over
+    with no recompute assumed (the page does not say it; the Bridge recipes' layernorm/moe_act module recompute is
+    not expressible)."""
+    fits = 0
+    for run in MOE:
+        need, capacity, assumed = moe_memory(run)
+        assert (need <= capacity) == (assumed == "")
+        fits += need <= capacity
+        if assumed:
+            assert "assumed: no recompute" in assumed
+    assert fits == 3
