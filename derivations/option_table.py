@@ -191,6 +191,11 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
+    _o("moe_dispatcher", "choice", "alltoall", "MoE token dispatch over the expert-parallel ranks, for times: "
+       "alltoall (Megatron-Core's all-to-all dispatcher: one copy of a token per routed expert) or deepep (DeepEP: "
+       "one copy per destination GPU, one per destination node across nodes, forwarded there over NVLink)",
+       choices=("alltoall", "deepep"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
+       example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2", "--moe-dispatcher", "deepep")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
        modes=_ALL, echo="never", example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--capacity-factor", "1.25")),
     _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,

@@ -28,6 +28,8 @@ from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, 
 __all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
+#: MoE token dispatchers the time model knows (--moe-dispatcher; quantities.timing.expert_parallel_s).
+MOE_DISPATCHERS = ("alltoall", "deepep")
 #: Attention kernels: ``eager`` materialises (inference) or saves (training) the b*a*s*s scores;
 #: ``sdpa`` (PyTorch's scaled_dot_product_attention, transformers' default) and ``flash``
 #: (FlashAttention, as serving engines run it) never hold them.
@@ -253,6 +255,7 @@ class Options:
     freeze_embeddings: bool = False
     train_only: tuple[str, ...] = ()
     ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
+    moe_dispatcher: str = "alltoall"  # alltoall | deepep: the MoE token dispatch, for times (quantities.timing)
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
     efficiency: float | None = None  # fraction of dense peak (derivations.quantities.timing.DEFAULT_EFFICIENCY)
@@ -609,6 +612,8 @@ class Options:
             raise OptionsError(f"{', '.join(given)} describe vLLM's engine; add --framework vllm")
 
     def _check_experts(self) -> None:
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise OptionsError(f"--moe-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {self.moe_dispatcher!r}")
         if self.dp % self.ep:
             raise OptionsError(f"--ep {self.ep} must divide --dp {self.dp}: expert-parallel ranks are data-parallel "
                                "ranks holding different experts")

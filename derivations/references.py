@@ -469,6 +469,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "examples/benchmark/configs/*_te_deepep.yaml", None,
               "github.com/NVIDIA-NeMo/Automodel/blob/01926a5c443b7979463c73341bf64adf79de638e/docs/"
               "performance-summary.md", "docs"),
+    Reference("deepep", "DeepEP", "DeepSeek-AI", "DeepEP: deep_ep/buffer.py (get_dispatch_layout: "
+              "num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank: a token goes once to each GPU, and "
+              "across nodes once over RDMA to each node, that holds one of its experts; the normal internode kernels "
+              "forward it over NVLink there, README 'asymmetric-domain bandwidth forwarding')", None,
+              "github.com/deepseek-ai/DeepEP/blob/main/deep_ep/buffer.py", "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import replace
+from fractions import Fraction
+from math import prod
 
 import pytest
 
@@ -54,6 +56,35 @@ def test_expert_ranks_sit_tensor_parallel_degree_apart() -> None:
     0.5 x 536,870,912 / 50e9."""
     est = estimate("mixtral-8x7b", mode="train", batch=1, seq=4096, tp=2, sp=True, dp=8, ep=8)
     assert step_time(est, "h100-sxm").ep_s == pytest.approx(4 * 0.5 * 32 * 2048 * 2 * 4096 * 2 / 50e9)
+
+
+def _missed(experts: int, top_k: int, held: int) -> Fraction:
+    """The chance that none of a token's k distinct experts (uniform) is among ``held`` of E, as the product of
+    k draws without replacement: prod (E - held - i)/(E - i)."""
+    return prod((Fraction(experts - held - i, experts - i) for i in range(top_k)), start=Fraction(1))
+
+
+def test_deepep_sends_a_token_once_per_gpu_that_holds_its_experts() -> None:
+    """Qwen3 30B-A3B, EP 8 in one node, DeepEP: a token goes once to each other GPU holding one of its 8 experts (16 of
+    128 per GPU): 7 x p copies, p = 1 - prod_(i<8) (112 - i)/(128 - i) = 0.6674, where Megatron's dispatcher sends
+    k x 7/8 = 7. One copy per layer is b s h x 2 B = 4096 x 2048 x 2, 48 layers: 805,306,368 B; 4 all-to-alls over
+    NVLink at 450 GB/s each way."""
+    p = 1 - _missed(128, 8, 16)
+    est = estimate("qwen3-30b-a3b", mode="train", batch=1, seq=4096, dp=8, ep=8, moe_dispatcher="deepep")
+    assert step_time(est, "h100-sxm").ep_s == pytest.approx(4 * 7 * float(p) * 805_306_368 / 450e9)
+    plain = estimate("qwen3-30b-a3b", mode="train", batch=1, seq=4096, dp=8, ep=8)
+    assert step_time(plain, "h100-sxm").ep_s == pytest.approx(4 * 7 * 805_306_368 / 450e9)
+
+
+def test_deepep_across_nodes_sends_once_per_node() -> None:
+    """gpt-oss-120b, EP 64 on 8-GPU nodes, DeepEP: over RDMA once to each other node holding one of the token's 4
+    experts (16 of 128 per node): 7 x (1 - 112 x 111 x 110 x 109 / (128 x 127 x 126 x 125)) = 7 x 31,837/76,200 =
+    2.92 copies over the 50 GB/s port; over NVLink 7 x 8 x (1 - 124 x 123/(128 x 127)) = 3.46 copies at 450 GB/s, the
+    faster. One copy: 2 x 4096 x 2880 x 2 B x 36 layers = 1,698,693,120 B; 4 all-to-alls x 4 micro-batches."""
+    assert 1 - _missed(128, 4, 16) == Fraction(31837, 76200)
+    est = estimate(OSS_120B, mode="train", batch=2, seq=4096, dp=64, ep=64, zero=3, micro_batches=4, flash=True,
+                   moe_dispatcher="deepep")
+    assert step_time(est, Cluster(H100, 8, NDR)).ep_s == pytest.approx(16 * 7 * 31837 / 76200 * 1_698_693_120 / 50e9)
 
 
 #: 16 experts, 2 per token, h 64, 2 layers: b s k h x 2 B x 2 layers = 1 x 64 x 2 x 64 x 2 x 2 = 32,768 B.

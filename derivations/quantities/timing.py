@@ -120,7 +120,33 @@ EP_SOURCE = Citation("megatron-moe-dispatcher", "MoEAlltoAllTokenDispatcher; par
                      also=(Citation("lepikhin-2020", "§2.2"),))
 
 
-def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float:
+DEEPEP_SOURCE = Citation("deepep", "get_dispatch_layout: is_token_in_rank, num_tokens_per_rdma_rank")
+
+
+def reached(experts: int, top_k: int, held: Any) -> Any:
+    """The chance that a token's k distinct experts, drawn uniformly from E (balanced routing), include one of the
+    ``held`` experts a GPU or node holds: 1 - C(E - held, k) / C(E, k) (cell by cell on a column of ``held``).
+
+    >>> round(reached(128, 8, 16), 4)  # Qwen3 30B-A3B, EP 8: a rank's 16 of 128 experts
+    0.6674
+    """
+    return _cells(lambda n: 1 - math.comb(experts - int(n), top_k) / math.comb(experts, top_k), held)
+
+
+def deepep_copies(cluster: Cluster, experts: int, top_k: int, ep: Any, stride: Any) -> tuple[Any, Any]:
+    """(copies of a token over NVLink, copies over the GPU's network port) that DeepEP's dispatch sends (its combine
+    returns as many), under balanced routing: once to each other GPU of its node that holds one of its experts,
+    once over RDMA to each other node that does (``num_tokens_per_rdma_rank``), forwarded there over NVLink to each
+    GPU that needs it; per GPU, as many arrive from other nodes as leave (``DEEPEP_SOURCE``). With ``inside`` of the
+    ep ranks in a node and ``nodes`` nodes, a rank holding E/ep experts and a node E inside/ep:
+    NVLink (inside - 1) p_rank nodes, network (nodes - 1) p_node (``reached``)."""
+    inside, nodes = group_span(ep, stride, cluster.gpus_per_node)
+    rank, node = reached(experts, top_k, experts // ep), reached(experts, top_k, experts * inside // ep)
+    return (inside - 1) * rank * nodes, (nodes - 1) * node
+
+
+def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None
+                      ) -> float:
     """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
     its tokens to their experts and combines the outputs (two all-to-alls forward, two for their gradients in
     backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher:
@@ -132,6 +158,10 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options) -> float
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
     count = 4 + (2 if opts.recompute == "full" else 0)
+    if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
+        nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.tp)
+        token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
+        return count * maximum(nvlink * token / cluster.intra, network * token / cluster.inter_node_bandwidth)
     return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
 
 
@@ -208,6 +238,7 @@ class StepTime:
     framework: str | None = None  # --framework: which FlashAttention kernel runs (efficiency.flash_kernel)
     elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
+    moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
 
     @property
     def step_s(self) -> float:
@@ -260,7 +291,10 @@ class StepTime:
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"hierarchical rings ({cite(NCCL)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden, over "
-                f"NVLink inside a node and each GPU's port for the share bound to other nodes ({cite(EP_SOURCE)})"
+                f"NVLink inside a node and each GPU's port for the share bound to other nodes, "
+                + (f"DeepEP's: a token once per GPU, and per node across nodes, that holds one of its experts under "
+                   f"balanced routing ({cite(DEEPEP_SOURCE)})" if self.moe_dispatcher == "deepep" else
+                   f"a token once per routed expert ({cite(EP_SOURCE)})")
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
@@ -600,8 +634,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
             tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
+    sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
-                                 opts) if opts.ep > 1 else 0.0
+                                 opts, (sizes["E"], sizes["k"]) if "E" in sizes else None) if opts.ep > 1 else 0.0
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
@@ -632,7 +667,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
-                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap)
+                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
+                    moe_dispatcher=opts.moe_dispatcher)
 
 
 def _cells(fn: Any, *args: Any) -> Any:
