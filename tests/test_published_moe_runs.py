@@ -21,6 +21,8 @@ from memderive.derivations.models.architectures import LLAMA, Moe
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.cluster import Cluster
+from memderive.derivations.quantities.efficiency import gemm_products
+from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantities.timing import step_time
 from memderive.derivations.search.plan import plan
 from tests.published_runs import MOE, NDR, OSS_120B, RUNS, moe_memory, predict
@@ -87,6 +89,16 @@ def test_deepep_across_nodes_sends_once_per_node() -> None:
     assert step_time(est, Cluster(H100, 8, NDR)).ep_s == pytest.approx(16 * 7 * 31837 / 76200 * 1_698_693_120 / 50e9)
 
 
+def test_each_expert_gemm_is_timed_at_its_own_tokens() -> None:
+    """Qwen3 30B-A3B, EP 8, micro-batch 1 of 4,096 tokens: a GPU computes b s k = 4096 x 8 = 32,768 token-expert rows
+    (balanced routing) over its E/ep = 128/8 = 16 experts, 2,048 rows each: the fc1 GEMM runs as (2048, 1536, 2048),
+    fc2 as (2048, 2048, 768), not as one (32768, ...) product (gemm_products took one expert for all the rows)."""
+    est = estimate("qwen3-30b-a3b", mode="train", batch=1, seq=4096, dp=8, ep=8)
+    rows = [[layout_int(x, est.values) for x in row[1:]] for row in gemm_products(est.graph) if row[0] == "linear"]
+    experts = {(out, inn): (n, forward // (2 * out * inn * n)) for _, _, _, forward, out, inn, n in rows if n > 1}
+    assert experts == {(1536, 2048): (16, 2048), (2048, 768): (16, 2048)}
+
+
 #: 16 experts, 2 per token, h 64, 2 layers: b s k h x 2 B x 2 layers = 1 x 64 x 2 x 64 x 2 x 2 = 32,768 B.
 WIDE_MOE = Model("wide-moe", replace(LLAMA, moe=Moe()), {"h": 64, "a": 4, "a_kv": 2, "l": 2, "V": 128, "f": 128,
                                                          "E": 16, "k": 2, "f_e": 64})
@@ -109,6 +121,17 @@ def test_the_planner_times_ep_past_a_node_on_the_network() -> None:
     (4 x 0.5 x 32,768 / 50e9), not 15/16 over NVLink as one 16-GPU node would (4 x 15/16 x 32,768 / 450e9)."""
     assert _planned_ep16(8) == pytest.approx(4 * 0.5 * 32768 / 50e9)
     assert _planned_ep16(16) == pytest.approx(4 * 15 / 16 * 32768 / 450e9)
+
+
+def test_planned_deepep_rows_equal_their_estimates() -> None:
+    """The planner evaluates the layouts of one structure at once (columns of ep among them): each DeepEP row's step
+    time equals step_time of its own estimate, ep from 1 to 16 across 8-GPU nodes."""
+    cluster = Cluster(H100, 8, NDR)
+    rows = plan(WIDE_MOE, 80 * 2**30, 16, 64, 16, options=Options(gpu="h100-sxm", moe_dispatcher="deepep"), top=10**6,
+                cluster=cluster, recomputes=("none",), zeros=(0,))
+    assert {r.options.get("ep", 1) for r in rows} == {1, 2, 4, 8, 16}
+    for row in rows[::7]:
+        assert row.step_time_s == pytest.approx(step_time(estimate(WIDE_MOE, **row.options), cluster).step_s)
 
 
 def test_the_moe_runs_are_held_out_named_and_apart() -> None:

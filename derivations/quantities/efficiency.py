@@ -214,6 +214,8 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                     experts = 1
                     for side in w.shape[:-2]:
                         experts *= side
+                    if op.kind == "experts":  # one expert's (out, in): the GPU's E/ep experts share its b s k rows
+                        experts = next(p.shape[0] for p in op.params if f"{p.name}.one_expert" == w.name)
                     out.append(("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
                                 w.shape[-1], experts))
             elif op.kind == "flash-attention":
