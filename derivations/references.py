@@ -474,6 +474,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "across nodes once over RDMA to each node, that holds one of its experts; the normal internode kernels "
               "forward it over NVLink there, README 'asymmetric-domain bandwidth forwarding')", None,
               "github.com/deepseek-ai/DeepEP/blob/main/deep_ep/buffer.py", "code"),
+    Reference("megatron-moe-readme", "Megatron-Core MoE README", _NV, "Megatron-LM: megatron/core/transformer/moe/"
+              "README.md (MCore v0.8: 'Mixtral 8X7B bf16 training to achieve 438 TFLOPS'; Reference Best Parallel "
+              "Mapping: 64 H100 80GB, 8 per node on NVLink 4, 8x400 Gbit/s InfiniBand, TE v1.9) and megatron/training/"
+              "training.py num_floating_point_operations (the throughput's FLOP count)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/core_r0.8.0/megatron/core/transformer/moe/README.md", "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

@@ -504,11 +504,36 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
                   note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_BRIDGE_MOE_NOTE}")
 
 
+def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups: int, ffn: int, top_k: int,
+                   vocab: int) -> int:
+    """FLOPs per step as Megatron-LM counts its throughput (megatron/training/training.py
+    num_floating_point_operations, MCore v0.8; megatron-moe-readme): 12 b s l h^2 ((1 + g/a + s/h) + f/h k 3/2
+    + V/(2 l h)), SwiGLU, d_h = h/a, the full s x s attention, no recompute."""
+    from fractions import Fraction
+
+    terms = 1 + Fraction(groups, heads) + Fraction(seq, h) + Fraction(ffn, h) * top_k * Fraction(3, 2) \
+        + Fraction(vocab, 2 * layers * h)
+    return int(12 * batch * seq * layers * h * h * terms)
+
+
+#: Megatron-LM's MoE README (MCore v0.8): Mixtral 8x7B dropless, BF16, 64 H100s, s 4,096, TP 1 EP 8 PP 4 VP 8, micro-batch
+#: 1, global batch 256, all-to-all dispatcher, 438 TFLOP/s per GPU by Megatron's own count (``megatron_flops``).
+_MIXTRAL_TFLOPS = 438
+_MIXTRAL_STEP = megatron_flops(256, 4096, 32, 4096, 32, 8, 14336, 2, 32000) / (_MIXTRAL_TFLOPS * 1e12 * 64)
+
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
+    _automodel("gpt-oss-20b FSDP8 ep8", "gpt-oss-20b", 8, 8, 2, 16, "none", 10.04, 279, "gptoss_20b_te_deepep.yaml"),
     _automodel("gpt-oss-120b FSDP64 ep64", OSS_120B, 64, 64, 2, 4, "none", 4.30, 231,
                "gptoss_120b_te_deepep.yaml"),
+    MoERun("Mixtral 8x7B p4 v8 ep8 H100", "Megatron-LM megatron/core/transformer/moe/README.md (MCore v0.8)",
+           "mixtral-8x7b", {"pp": 4, "virtual_stages": 8, "dp": 16, "ep": 8, "batch": 1, "micro_batches": 16,
+                            "recompute": "none", "flash": True, "framework": "megatron", "zero": 1},
+           4096, "h100-sxm", NDR, measured_s=_MIXTRAL_STEP, held_out=True, published_mfu=_MIXTRAL_TFLOPS / 989.5,
+           note=f"{_MIXTRAL_TFLOPS} TFLOP/s per GPU by Megatron's count: {_MIXTRAL_STEP:.2f} s per step of 256 x 4,096 "
+                "tokens; all-to-all dispatcher, distributed optimizer (the README's example script), dropless, recompute "
+                "none (assumed: the mapping table names none), Mixtral's dropout 0"),
     _bridge_moe("gpt-oss-120b p4 ep8 H100", "DGX-H100", "h100-sxm", OSS_120B,
                 {"pp": 4, "dp": 16, "ep": 8, "batch": 4, "micro_batches": 8}, 4096, 5630, 153),
     _bridge_moe("Qwen3 30B-A3B p2 v24 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
@@ -553,10 +578,9 @@ def moe_memory(run: MoERun) -> tuple[int, int, str]:
         return need, capacity, ""
     o = est.options
     parts = []
-    if o.recompute == "none":
-        parts.append("no recompute (the run's recompute is not published" + (
-            "; Megatron-Bridge's recipes recompute layernorm and moe_act modules, which memderive does not express)"
-            if "Bridge" in run.source else ")"))
+    if o.recompute == "none" and "Bridge" in run.source:
+        parts.append("no recompute (the page does not say; Megatron-Bridge's recipes recompute layernorm and moe_act "
+                     "modules, which memderive does not express)")
     if o.pp > 1:
         parts.append(f"1F1B keeps {o.pp} micro-batches' activations on the first stage")
     framework = run.source.split(" docs/")[0]
