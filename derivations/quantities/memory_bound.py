@@ -110,7 +110,21 @@ FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
     ("attention", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},
     ("attention", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
     ("cross_entropy", "cross_entropy"): {"forward": 2, "input-grad": 2},
+    # mixture of experts: each routed expert's SwiGLU as the dense MLP's; the router's fp32 softmax over E
+    ("experts", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
+    ("router", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},
 }
+#: NOTE(token_moves): the movement of each token-expert pair's h-vector, read off the experts op's scaling term on its
+#: scaled outputs (b, s, k, h), per element: forward, the dispatcher's permute into expert order (an index_select:
+#: r x w y, 2) and the unpermute's scatter_add back to the tokens (r y w out, 2) = 4; backward, their transposes, the
+#: gradient gathered (2) and scatter-added (2) = 4. The routing probabilities scale the expert outputs inside the
+#: fused SwiGLU (Megatron-Core since v0.13, the README's 'moving the probs multiplication from unpermutation to
+#: activation function of GroupedMLP'; NeMo AutoModel's WeightedSwiGLUFunction), not in a pass of their own; the
+#: unpermute's product of older Megatron-Core (v0.8: r x w y, r g x w dx) is not counted (``TOKEN_MOVES_SOURCE``).
+TOKEN_MOVES = {"forward": 4, "recompute": 4, "input-grad": 4}
+TOKEN_MOVES_SOURCE = Citation("megatron-moe-dispatcher", "moe_utils.py permute (index_select), unpermute "
+                              "(scatter_add)", also=(Citation("megatron-moe-readme", "MCore v0.13: probs applied in the "
+                                                                               "GroupedMLP's activation"),))
 
 
 def fused_elementwise_bytes(est: Evaluated) -> Any:
@@ -123,8 +137,16 @@ def fused_elementwise_bytes(est: Evaluated) -> Any:
 @per_graph
 def _fused_form(graph: Any) -> Any:
     """``fused_elementwise_bytes``' expression, once per graph."""
-    return _elementwise_bytes(graph, lambda blk, op, f: FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]),
-                                                                        {}).get(f.phase))
+    return _elementwise_bytes(graph, _fused_moves)
+
+
+def _fused_moves(blk: Any, op: Any, f: Any) -> int | None:
+    """Element reads plus writes of one elementwise term, fused (``FUSED_MOVES``; a routed expert's scaling of its
+    outputs carries its tokens' movement, ``TOKEN_MOVES``)."""
+    name = f.name.rsplit(" ", 1)[-1]
+    if op.kind == "experts" and name == "glu" and f.operands[0].name.endswith(".weighted"):
+        return TOKEN_MOVES.get(f.phase)
+    return FUSED_MOVES.get((op.kind, name), {}).get(f.phase)
 
 
 def _elementwise_bytes(graph: Any, moves_of: Any) -> Any:
