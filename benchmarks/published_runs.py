@@ -105,6 +105,8 @@ def _shown(options: dict) -> str:
     o = options
     out = (f"t{o.get('tp', 1)} p{o.get('pp', 1)} v{o.get('virtual_stages') or 1} c{o.get('cp', 1)} d{o.get('dp', 1)} "
            f"z{o.get('zero', 0)} b{o.get('batch')}x{o.get('micro_batches') or 1}")
+    if (o.get("ep") or 1) > 1:
+        out += f" e{o['ep']}"
     if o.get("first_stage_layers") is not None:
         out += f" {o['first_stage_layers']}/{o.get('last_stage_layers')}"
     return out
@@ -120,7 +122,7 @@ def against_plan() -> None:
           "x best)\n"
           f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")
     within = 0
-    for run in RUNS:
+    for run in RUNS + MOE:
         try:
             c = plan_against(run)
         except PlanError as exc:
@@ -131,7 +133,8 @@ def against_plan() -> None:
         within += c.within
         print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
               f"{c.best.step_time_s:8.2f} {c.ratio:6.3f}{'' if c.within else ' over'}")
-    print(f"{within} of {len(RUNS)} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best")
+    print(f"{within} of {len(RUNS) + len(MOE)} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best "
+          f"({len(MOE)} of them MoE, the expert-parallel degree searched too)")
 
 
 if __name__ == "__main__":
