@@ -467,8 +467,11 @@ class MoERun(Run):
 
 
 _AM = "NeMo AutoModel docs/performance-summary.md, DGX-H100 BF16"
-_AM_NOTE = ("FSDP2 (ZeRO-3 over every GPU) with expert parallelism, TE linears and attention, DeepEP dispatch, the fake "
-            "balanced gate (examples/benchmark/configs: torch.optim.Adam, mock data)")
+_AM_NOTE = ("FSDP2 (ZeRO-3 over every GPU) with expert parallelism, TE linears and attention, DeepEP dispatch (--moe-dispatcher "
+            "deepep), the fake balanced gate (examples/benchmark/configs: torch.optim.Adam, mock data). Its FakeBalancedGate "
+            "routes token i to the k consecutive experts ik..ik+k-1 mod E (nemo_automodel/components/moe/layers.py), so "
+            "DeepEP sends each token to one GPU (Qwen3, gpt-oss-20b) or two of one node (gpt-oss-120b EP 64), fewer than "
+            "the balanced routing memderive times (its EP time is an upper bound for these runs)")
 
 
 def _automodel(name: str, model: Any, gpus: int, ep: int, local: int, accumulation: int, recompute: str, step: float,

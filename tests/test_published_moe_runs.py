@@ -34,9 +34,9 @@ H100 = gpu("h100-sxm")
 OSS_DISPATCHED = 2 * 4096 * 4 * 2880 * 2 * 36
 
 
-def _oss_ep64(per_node: int) -> float:
+def _oss_ep64(per_node: int, hw: str = "h100-sxm") -> float:
     est = estimate(OSS_120B, mode="train", batch=2, seq=4096, dp=64, ep=64, zero=3, micro_batches=4, flash=True)
-    return step_time(est, Cluster(H100, per_node, NDR)).ep_s
+    return step_time(est, Cluster(gpu(hw), per_node, NDR)).ep_s
 
 
 def test_expert_parallelism_past_a_node_crosses_the_network() -> None:
@@ -47,9 +47,9 @@ def test_expert_parallelism_past_a_node_crosses_the_network() -> None:
 
 
 def test_expert_parallelism_inside_an_nvlink_domain_stays_on_nvlink() -> None:
-    """The same EP 64 inside one 72-GPU NVLink domain (GB200 NVL72's, as a cluster of 72 per node): 63/64 of the
-    bytes over NVLink at 450 GB/s each way, none over the network: 16 x 63/64 x 6.79e9 / 450e9."""
-    assert _oss_ep64(72) == pytest.approx(16 * 63 / 64 * OSS_DISPATCHED / 450e9)
+    """The same EP 64 on GB200 NVL72 (72 GPUs on one NVLink domain, 1.8 TB/s per GPU: 900 GB/s each way): 63/64 of
+    the bytes over NVLink, none over the network: 16 x 63/64 x 6.79e9 / 900e9."""
+    assert _oss_ep64(72, "gb200") == pytest.approx(16 * 63 / 64 * OSS_DISPATCHED / 900e9)
 
 
 def test_expert_ranks_sit_tensor_parallel_degree_apart() -> None:
