@@ -329,7 +329,8 @@ def memory_line(hw: GPU, kernels: str) -> str:
     adam = "foreach" if kernels == "eager" else "fused"
     return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: every elementwise kernel's reads and writes as "
             f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
-            f"loss; memory_bound.FUSED_MOVES); {eager}ZeRO-3's copy-out of each gathered "
+            f"loss, the routed experts' tokens permuted and scattered back and their router; memory_bound.FUSED_MOVES, "
+            f"TOKEN_MOVES); {eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
