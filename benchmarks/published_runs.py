@@ -76,14 +76,19 @@ def moe() -> None:
     """The MoE runs (held out, apart from the dense runs' bounds), their expert-parallel time, and whether each
     layout fits memderive's device bytes (or what memderive assumes that the run did not)."""
     _rows("Mixture of experts, held out (tests/published_runs.MOE)", MOE)
-    print(f"{'run':32s} {'EP s':>6s} {'EP link':>10s} {'memderive GiB':>14s} {'GPU GiB':>8s}  fits, or what is assumed")
+    print("gap/layer: (measured - predicted) over the micro-batches times the layers a GPU runs, in ms: what the model "
+          "leaves out per MoE layer and micro-batch")
+    print(f"{'run':32s} {'EP s':>6s} {'EP link':>10s} {'gap/layer':>10s} {'memderive GiB':>14s} {'GPU GiB':>8s}  "
+          "fits, or what is assumed")
     for run in MOE:
         p = predict(run)
         need, capacity, assumed = moe_memory(run)
         lay, per_node = run.layout, run.cluster().gpus_per_node
         link = "network" if lay.get("ep", 1) * lay.get("tp", 1) > per_node else "NVLink"
-        print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {need / 2**30:14.1f} {capacity / 2**30:8.0f}  "
-              f"{'fits' if not assumed else 'over: ' + assumed}")
+        layers = run.estimate().model.sizes["l"] // lay.get("pp", 1)
+        gap = (p.measured_s - p.predicted_s) / (lay.get("micro_batches", 1) * layers) * 1e3
+        print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {gap:10.2f} {need / 2**30:14.1f} "
+              f"{capacity / 2**30:8.0f}  {'fits' if not assumed else 'over: ' + assumed}")
     print()
 
 
