@@ -5,8 +5,10 @@ Expected values are hand arithmetic from those constants, written out in each te
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from memderive.derivations.columns import column_class
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities.cluster import Cluster
@@ -90,3 +92,15 @@ def test_deepspeed_fp16_reduces_its_16_bit_gradients() -> None:
     # the bf16 optimizer casts and adds into fp32, 18 B (memory_bound.fp32_accumulation_bytes)
     assert step_time(fp16, c).fp32_accumulation_s == pytest.approx(6 * p / A100.memory_bandwidth)
     assert step_time(bf16, c).fp32_accumulation_s == pytest.approx(18 * p / A100.memory_bandwidth)
+
+
+def test_a_column_of_layouts_times_as_each_layout_alone() -> None:
+    """The planner evaluates a column of layouts at once (search.columns): NCCL's model on a column, computed in
+    floats, equals it layout by layout (sizes from 64 B to 30 GB, 1 to 8 GPUs a node, 2 to 1,024 ranks)."""
+    sizes, ranks, ppn = [10**9, 2**20, 5 * 10**7, 123_456, 64, 3 * 10**10], [128, 512, 16, 64, 2, 1024], [8, 8, 1, 1, 1, 4]
+    column = [np.array(x, dtype=object).view(column_class()) for x in (sizes, ranks, ppn)]
+    for coll in ("all_reduce", "reduce_scatter"):
+        together = collective_s(H100, coll, *column, 50e9)
+        assert type(together) is column_class()
+        alone = [collective_s(H100, coll, a, b, c, 50e9) for a, b, c in zip(sizes, ranks, ppn)]
+        assert list(together) == pytest.approx(alone, rel=1e-12)

@@ -54,11 +54,16 @@ name none).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, minimum, where
+from memderive.derivations.columns import column_class, is_column
+from memderive.derivations.columns import maximum as _maximum, minimum as _minimum, where as _where
 from memderive.derivations.hardware import GPU
 from memderive.symbolic.formula import Citation
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
 
 __all__ = ["NCCL_COST", "NCCL_ARCH", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s", "latency_us",
            "algorithm_bandwidth"]
@@ -111,6 +116,33 @@ TREE_CORRECTION = {
 }
 
 
+def _fast(x: Any) -> bool:
+    """Whether ``x`` is a float or boolean NumPy array (``collective_s`` evaluates a column of layouts in floats)."""
+    return getattr(x, "dtype", None) is not None and x.dtype != object
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    return np.where(cond, a, b) if _fast(cond) else _where(cond, a, b)
+
+
+def minimum(a: Any, *rest: Any) -> Any:
+    if any(_fast(x) for x in (a, *rest)):
+        out = a
+        for x in rest:
+            out = np.minimum(out, x)
+        return out
+    return _minimum(a, *rest)
+
+
+def maximum(a: Any, *rest: Any) -> Any:
+    if any(_fast(x) for x in (a, *rest)):
+        out = a
+        for x in rest:
+            out = np.maximum(out, x)
+        return out
+    return _maximum(a, *rest)
+
+
 def nccl_arch(gpu: GPU) -> tuple[int, float, float, str] | None:
     """``NCCL_ARCH``'s row for ``gpu``, None for a GPU NCCL's tables do not cover here (PCIe cards, MI300X)."""
     return NCCL_ARCH.get(gpu.name)
@@ -137,6 +169,8 @@ def bus_bandwidth(gpu: GPU, ppn: Any, port: float, intra: float) -> Any:
 
 def _log2i(x: Any) -> Any:
     """floor(log2 x) for x >= 1 (NCCL's ``log2i``), cell by cell on a column."""
+    if _fast(x):
+        return np.floor(np.log2(np.maximum(x, 1.0)))
     if not is_column(x):
         return max(int(x), 1).bit_length() - 1
     out: Any = 0
@@ -162,7 +196,7 @@ def latency_us(gpu: GPU, coll: str, algorithm: str, protocol: str, n: Any, ppn: 
     return base + _log2i(nodes) * NET_LATENCY[("tree", protocol)] / 3.5 + n * 2.8  # PAT
 
 
-def _cap(table: dict[int, tuple[float, ...]], row: int, channels: Any, nodes: Any) -> Any:
+def _cap(table: Mapping[int, tuple[float, ...]], row: int, channels: Any, nodes: Any) -> Any:
     """``channels`` times the per-channel cap for ``nodes`` (tuning.cc:267: index 0, 1 or 2 for 1, 2, more)."""
     return channels * where(nodes > 2, table[row][2], table[row][1])
 
@@ -186,6 +220,10 @@ def algorithm_bandwidth(bus: Any, coll: str, algorithm: str, protocol: str, n: A
 def _tree_correction(protocol: str, nbytes: Any) -> Any:
     """tuning.cc:639-642: the factor for ``log2(nbytes >> 6)`` in 0..22, else 1."""
     table = TREE_CORRECTION[protocol]
+    if _fast(nbytes):
+        k = np.floor(np.log2(np.maximum(nbytes, 1.0) / 64))
+        inside = (k >= 0) & (k <= 22)
+        return np.where(inside, np.asarray(table)[np.clip(k, 0, 22).astype(int)], 1.0)
     out: Any = 1.0
     for k in range(23):
         out = where(nbytes >= 64 * 2**k, table[k], out)
@@ -198,6 +236,11 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
     each way and ``intra`` bytes/s each way of NVLink (the GPU's own when not given): the fastest algorithm and
     protocol, as NCCL picks."""
     intra = gpu.link_bandwidth / 2 if intra is None else intra
+    if any(is_column(x) and not _fast(x) for x in (nbytes, n, ppn)):  # a column of layouts: in floats, back to a column at the end
+        floats = [np.asarray(x, dtype=float) for x in (nbytes, n, ppn)]
+        sizes, ranks, per_node = np.broadcast_arrays(*floats)
+        out = collective_s(gpu, coll, sizes, ranks, per_node, port, intra)
+        return np.asarray(out, dtype=float).astype(object).view(column_class())
     nodes = -(-n // ppn)
     bus = bus_bandwidth(gpu, ppn, port, intra)
     candidates = []
