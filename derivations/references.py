@@ -447,6 +447,9 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("nccl-tests-290", "NVIDIA/nccl-tests#290", "shahizat, AddyLaddy", "nccl-tests issue 290: single-node and "
               "multi-node performance of H100 nodes (a maintainer: 46-48 GB/s per NDR 400 Gb/s NIC)", 2025,
               "github.com/NVIDIA/nccl-tests/issues/290", "report"),
+    Reference("nccl-tests-252", "NVIDIA/nccl-tests#252", "ismailguzel, AddyLaddy", "nccl-tests issue 252: all_reduce_perf "
+              "on two nodes of 4 H100s with NCCL_ALGO=RING, bus bandwidth 93-97 GB/s from 512 MB to 8 GB (a maintainer: "
+              "'~24GB/s per NIC')", 2024, "github.com/NVIDIA/nccl-tests/issues/252", "report"),
     Reference("nccl-tests-212", "NVIDIA/nccl-tests#212", "liminn, sjeaugey", "nccl-tests issue 212: H100 all-reduce "
               "performance (a maintainer: 450 GB/s line rate, an effective NVLink bandwidth of 370 GB/s)", 2024,
               "github.com/NVIDIA/nccl-tests/issues/212", "report"),

@@ -73,7 +73,9 @@ NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tun
                                     "search.cc:1051-1067, 1170-1174"),
                            Citation("nccl-topo", "SM80/SM90/SM100_NVLINK_BW, topo.h:19-24"),
                            Citation("nccl-tests-290", "NDR 400 Gb/s: 46-48 GB/s per NIC"),
-                           Citation("nccl-tests-212", "H100: effective NVLink bandwidth 370 GB/s")))
+                           Citation("nccl-tests-212", "H100: effective NVLink bandwidth 370 GB/s"),
+                           Citation("nccl-tests-252", "ring all-reduce, 2 nodes of 4 H100s: bus bandwidth 93-97 GB/s, "
+                                    "'~24GB/s per NIC'")))
 
 #: Per GPU kind: (NCCL's compute-capability row: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell; NCCL's speed of one
 #: NVLink link in GB/s, topo.h:19-24; the link's rated GB/s each way; the host CPU of the reference 8-GPU node, for
