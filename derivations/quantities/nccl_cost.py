@@ -19,7 +19,7 @@ or scattered buffer of an all-gather or reduce-scatter (``ncclFuncMaxSendRecvCou
 * **Refinements** (tuning.cc:328-337): ring LL128 ``x 0.92``; tree all-reduce Simple ``x 0.92``, tree LL128
   ``x 120/128`` across nodes; PAT ``x 0.75``; each no more than its channels at the per-channel cap of the GPU
   generation and node count (``perChMaxRingLL128Bws``, ``perChMaxTreeLL128Bws``, ``perChMaxTreeBws``,
-  tuning.cc:186-205; 1, 2 or more nodes), two channels per NIC (the search's one, doubled by
+  tuning.cc:184-204; 1, 2 or more nodes), two channels per NIC (the search's one, doubled by
   ``ncclTopoDupChannels``, search.cc:1036).
 * **Algorithm bandwidth** (tuning.cc:376-382): ring ``busBw x nRanks / nsteps``, ``nsteps`` ``2(n - 1)`` for an
   all-reduce and ``n - 1`` for the others (tuning.cc:289-291); tree ``busBw / 2``; PAT's all-gather and
@@ -107,7 +107,7 @@ NET_LATENCY = {("tree", "ll128"): 8.5, ("tree", "simple"): 14.0, ("ring", "ll128
                ("pat", "simple"): 14.0}
 #: tuning.cc:228-233: the network's post overhead (us) by host CPU; x86 Intel 1.0, AMD 2.0, others 1.0.
 NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
-#: tuning.cc:186-205: GB/s per channel, by NCCL's compute-capability row and nodes (1, 2, more).
+#: tuning.cc:184-204: GB/s per channel, by NCCL's compute-capability row and nodes (1, 2, more).
 RING_LL128_CAP = {0: (20.0,) * 3, 1: (20.0,) * 3, 2: (36.7,) * 3, 3: (40.0,) * 3}
 TREE_LL128_CAP = {0: (20.0, 20.0, 20.0), 1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 29.0), 3: (55.6, 31.67, 20.0)}
 TREE_CAP = {0: (26.5, 18.5, 10.0), 1: (24.0, 23.6, 17.8), 2: (38.7, 41.4, 36.0), 3: (70.0, 42.8, 24.0)}
