@@ -123,3 +123,23 @@ def test_the_ring_against_a_measured_nccl_tests_curve() -> None:
     for size, busbw in measured.items():
         time = latency * 1e-6 + size / (algbw * 1e9)
         assert size * 2 * 7 / 8 / time / 1e9 == pytest.approx(busbw, rel=0.03)
+
+
+def test_data_parallel_collectives_are_called_bucket_by_bucket() -> None:
+    """Megatron-Core (--framework megatron) reduces its gradients in buckets of max(40,000,000, 1,000,000 x d)
+    elements (DistributedDataParallel); FSDP gathers and reduces unit by unit (torchtitan's apply_fsdp: the embedding, each
+    block, [norm, output]). Llama-2-7B, P = 6,738,415,616 (Touvron et al. 2023): on 64 ranks, buckets of 64,000,000,
+    ceil(P / 64e6) = 106 calls; on 8, of 40,000,000: 169. Llama 3 8B under FSDP: 32 blocks + 2 = 34 units. Each call
+    across nodes pays NCCL's latency: 106 reduce-scatters of P x 4 B / 106 over 64 ranks one per node take more than
+    one of the whole."""
+    from memderive.derivations.quantities.timing import data_parallel_calls
+
+    step = dict(mode="train", batch=1, seq=1024, zero=1, framework="megatron")
+    assert data_parallel_calls(estimate("llama-2-7b", **step, dp=64), 1) == 106
+    assert data_parallel_calls(estimate("llama-2-7b", **step, dp=8), 1) == 169
+    # without --framework megatron one call (Megatron-LM of 2021 all-reduced its contiguous buffer at once)
+    assert data_parallel_calls(estimate("llama-2-7b", mode="train", batch=1, seq=1024, zero=1, dp=64), 1) == 1
+    assert data_parallel_calls(estimate("llama-3-8b", mode="train", batch=1, seq=1024, dp=8, zero=3), 3) == 34
+    c, grads = Cluster(H100, 8, 50 * 10**9), 4 * 6_738_415_616
+    assert 106 * c.reduce_scatter(grads / 106, 64, 8) > c.reduce_scatter(grads, 64, 8)
+    assert 106 * Cluster(H100).reduce_scatter(grads / 106, 8, 1) == pytest.approx(Cluster(H100).reduce_scatter(grads, 8, 1))

@@ -255,7 +255,8 @@ class StepTime:
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
-                f"({cite(NCCL_COST)}); "
+                f"({cite(NCCL_COST)}), the data-parallel ones call by call: FSDP's units, Megatron-Core's gradient "
+                f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
@@ -402,7 +403,7 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -414,18 +415,45 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
     the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
-    whose all-gather opens the step and whose reduce-scatter closes it, once a step."""
+    whose all-gather opens the step and whose reduce-scatter closes it, once a step. Each collective is ``calls``
+    calls of an equal share (``data_parallel_calls``: Megatron's buckets, FSDP's units), each paying NCCL's latency
+    across nodes (inside a node the rated ring is linear in the bytes: the same time)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
     if zero == 3:
-        per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
+        per_micro = calls * (2 * cluster.all_gather(weights / calls, d, stride)
+                             + cluster.reduce_scatter(grads / calls, d, stride))
         edge_s = cluster.all_gather(weights * edge, d, stride) + cluster.reduce_scatter(grads * edge, d, stride)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
-        return chunked_reduce_s(cluster.all_reduce(grads, d, stride), micro_s, p, v)
-    return (chunked_reduce_s(cluster.reduce_scatter(grads, d, stride), micro_s, p, v)
-            + chunked_gather_s(cluster.all_gather(weights, d, stride), micro_s, p, v))
+        return chunked_reduce_s(calls * cluster.all_reduce(grads / calls, d, stride), micro_s, p, v)
+    return (chunked_reduce_s(calls * cluster.reduce_scatter(grads / calls, d, stride), micro_s, p, v)
+            + chunked_gather_s(calls * cluster.all_gather(weights / calls, d, stride), micro_s, p, v))
+
+
+#: Megatron-Core's gradient buckets (``DistributedDataParallel``: ``bucket_size = max(40000000, 1000000 *
+#: dp_group.size())`` elements, "large enough to remain bandwidth-bound rather than latency-bound" in NCCL's rings).
+BUCKETS_SOURCE = Citation("megatron-ddp", "DistributedDataParallel.__init__: bucket_size = max(40000000, 1000000 * "
+                          "dp_group.size())")
+
+
+def data_parallel_calls(est: Evaluated, zero: int) -> Any:
+    """How many NCCL calls one data-parallel collective of the GPU's gradients or weights takes: ZeRO-3 (FSDP), one
+    per unit, each transformer block of the stage and, without pipeline parallelism, the embedding and [norm,
+    output] (torchtitan's ``apply_fsdp``); ZeRO 0-2 under ``--framework megatron``, Megatron-Core's buckets of
+    max(40,000,000, 1,000,000 x d) elements (d the data- and context-parallel ranks), per model chunk under the
+    interleaved schedule; else one call (Megatron-LM of 2021 all-reduced its contiguous buffer at once; PyTorch
+    DDP's 25 MB buckets are not modelled)."""
+    o = est.options
+    if zero == 3:
+        return _bytes(est.graph.block("layer").repeat, est.values) + (2 if o.pp == 1 else 0)
+    if o.framework != "megatron":
+        return 1
+    v = o.virtual_stages or 1
+    params = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    bucket = maximum(40_000_000, 1_000_000 * o.dp * o.cp)
+    return v * -(-params // (v * bucket))
 
 
 FSDP_EDGES = Citation("torchtitan-parallelize", "apply_fsdp: fully_shard(tok_embeddings), then each transformer "
@@ -616,7 +644,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge)
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
+                               data_parallel_calls(est, zero))
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
