@@ -127,22 +127,23 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return np.where(cond, a, b) if _fast(cond) else _where(cond, a, b)
 
 
+def _extreme(name: str, slow: Any, a: Any, rest: tuple[Any, ...]) -> Any:
+    """NumPy's ``name`` (minimum, maximum) across float arrays, else the columns' ``slow`` one (NumPy is not
+    touched on numbers: the cold path imports none)."""
+    if not any(_fast(x) for x in (a, *rest)):
+        return slow(a, *rest)
+    out = a
+    for x in rest:
+        out = getattr(np, name)(out, x)
+    return out
+
+
 def minimum(a: Any, *rest: Any) -> Any:
-    if any(_fast(x) for x in (a, *rest)):
-        out = a
-        for x in rest:
-            out = np.minimum(out, x)
-        return out
-    return _minimum(a, *rest)
+    return _extreme("minimum", _minimum, a, rest)
 
 
 def maximum(a: Any, *rest: Any) -> Any:
-    if any(_fast(x) for x in (a, *rest)):
-        out = a
-        for x in rest:
-            out = np.maximum(out, x)
-        return out
-    return _maximum(a, *rest)
+    return _extreme("maximum", _maximum, a, rest)
 
 
 def nccl_arch(gpu: GPU) -> tuple[int, float, float, str] | None:
