@@ -446,6 +446,22 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("torchtitan-float8", "torchtitan", "PyTorch", "torchtitan: the float8 converter's filter_fqns "
               "(\"nn.Linear modules with any dim size not divisible by 16 are always skipped\") and docs/float8.md",
               None, "github.com/pytorch/torchtitan/blob/main/docs/float8.md", "docs"),
+    Reference("nccl-tuning", "NCCL", _NV, "NCCL: src/graph/tuning.cc (ncclTopoTuneModel, ncclTopoGetAlgoTime: the "
+              "cost model NCCL picks its algorithm and protocol by)", None,
+              "github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/tuning.cc", "code"),
+    Reference("nccl-search", "NCCL", _NV, "NCCL: src/graph/search.cc (the topology search's per-channel speeds)", None,
+              "github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/search.cc", "code"),
+    Reference("nccl-topo", "NCCL", _NV, "NCCL: src/graph/topo.h (NVLink bandwidth per link by compute capability)",
+              None, "github.com/NVIDIA/nccl/blob/5067397c2676d5aed50042fc39e5c8ee96eb0027/src/graph/topo.h", "code"),
+    Reference("nccl-tests-290", "NVIDIA/nccl-tests#290", "shahizat, AddyLaddy", "nccl-tests issue 290: single-node and "
+              "multi-node performance of H100 nodes (a maintainer: 46-48 GB/s per NDR 400 Gb/s NIC)", 2025,
+              "github.com/NVIDIA/nccl-tests/issues/290", "report"),
+    Reference("nccl-tests-252", "NVIDIA/nccl-tests#252", "ismailguzel, AddyLaddy", "nccl-tests issue 252: all_reduce_perf "
+              "on two nodes of 4 H100s with NCCL_ALGO=RING, bus bandwidth 93-97 GB/s from 512 MB to 8 GB (a maintainer: "
+              "'~24GB/s per NIC')", 2024, "github.com/NVIDIA/nccl-tests/issues/252", "report"),
+    Reference("nccl-tests-212", "NVIDIA/nccl-tests#212", "liminn, sjeaugey", "nccl-tests issue 212: H100 all-reduce "
+              "performance (a maintainer: 450 GB/s line rate, an effective NVLink bandwidth of 370 GB/s)", 2024,
+              "github.com/NVIDIA/nccl-tests/issues/212", "report"),
     Reference("nccl-tests-performance", "NCCL tests, performance notes", _NV, "nccl-tests: doc/PERFORMANCE.md", None,
               "github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md", "docs"),
     Reference("openxla-matmul-perf-table", "OpenXLA GEMM table", "OpenXLA", "XLA: xla/service/gpu/model/"

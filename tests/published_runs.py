@@ -356,10 +356,35 @@ MPT_HFU_A100 = [
 ]
 
 
+#: MT-NLG 530B (Smith et al. 2022, arXiv:2201.11990, §2.4, on Selene: 8 A100 80GB per DGX node on NVLink, eight
+#: 200 Gb/s HDR ports per node): one recipe at three cluster sizes. The same model as Narayanan et al.'s 529.6B
+#: (h 20,480, 128 heads, 105 layers; V 51,200: GPT-2's 50,257 padded by Megatron-LM), 8-way tensor and 35-way
+#: pipeline parallelism, data parallelism 8, 10, 12 (280, 350, 420 nodes), global batch 1,920 of 2,048 tokens;
+#: measured "latency per iteration" 60.1, 50.2, 44.4 s (126, 121, 113 TFLOP/s per GPU). DeepSpeed's pipeline engine
+#: with Megatron-LM's layers, mixed precision in bfloat16 (the paper's training setup), ZeRO-1: --grad-sync deepspeed
+#: as BLOOM's row (the engine's bf16 optimizer reduces fp32 gradients after the last backward, nothing overlapped).
+#: Not said in the paper (assumed): micro-batch 1 (1,920 / d micro-batches), full activation checkpointing (the
+#: TFLOP/s are Narayanan et al.'s Eq. 3 count with recompute: 126 x 2,240 x 60.1 s = 1.696e19 FLOPs, Eq. 3 gives
+#: 1.693e19), eager attention (2021), 3 layers per stage (105 / 35).
+def _mt_nlg(dp: int, seconds: float, tflops: int) -> Run:
+    layout = {"tp": 8, "pp": 35, "dp": dp, "batch": 1, "micro_batches": 1920 // dp, "recompute": "full", "zero": 1,
+              "attention": "eager", "grad_sync": "deepspeed",
+              "grad_buffer": preset_values("deepspeed", {"dtype": "bf16", "zero": 1})["grad_buffer"]}
+    return Run(f"MT-NLG 530B t8 p35 d{dp}", "Smith et al. 2022 (MT-NLG), §2.4", gpt(20480, 128, 105), layout, 2048,
+               "a100-80gb", HDR, seconds, held_out=True, zero_stages=(0, 1), sequence_parallel=False,
+               note=f"{8 * 35 * dp:,} A100 80GB on Selene, {seconds} s per iteration ({tflops} TFLOP/s per GPU); "
+                    "micro-batch 1, full recompute (assumed), bf16 ZeRO-1 in DeepSpeed's pipeline engine")
+
+
+#: One recipe at more than one cluster size (issue 39: measured runs slow down from a small to a large cluster of the
+#: same recipe): MT-NLG at 2,240, 2,800 and 3,360 GPUs.
+SCALING = [_mt_nlg(8, 60.1, 126), _mt_nlg(10, 50.2, 121), _mt_nlg(12, 44.4, 113)]
+
+
 #: The runs the A100 constants were fitted on (in-sample).
 FITTED = KORTHIKANTI + NARAYANAN + MEGASCALE
 #: Runs never used to fit anything (held out): their errors test the model.
-HELD_OUT = LLAMA3 + BLOOM + TORCHTITAN + BRIDGE
+HELD_OUT = LLAMA3 + BLOOM + TORCHTITAN + BRIDGE + SCALING
 RUNS = FITTED + HELD_OUT
 
 

@@ -38,15 +38,16 @@ def test_per_gpu_flops_times_t_and_cp_are_the_whole() -> None:
 
 def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
     """llama-2-7b, s 4,096, H100 at efficiency 0.5 (494.75 TFLOP/s), 32 layers. t = 8, cp = 2: the cp ranks are 8
-    apart, in two nodes: sends at 50 GB/s. Per layer a chunk (k and v) is 4 heads x 2,048 tokens x 128 x 2 B x 2 =
-    4,194,304 B: 83.886 us forward, twice (with dK, dV) in backward; a step's attention products are 1/cp of
-    4 a b d_h s^2/(cp t) = 17,179,869,184 forward, 34,359,738,368 backward: 17.362 us and 34.725 us. Exposed per
-    layer (cp - 1) x ((83.886 - 17.362) + (167.772 - 34.725)) us, x 32 layers: 6.3857 ms.
+    apart, in two nodes: sends at 48 GB/s (NCCL's per-channel speed for a 50 GB/s port, search.cc
+    sm90SpeedArrayInter). Per layer a chunk (k and v) is 4 heads x 2,048 tokens x 128 x 2 B x 2 = 4,194,304 B:
+    87.381 us forward, twice (with dK, dV) in backward; a step's attention products are 1/cp of 4 a b d_h s^2/(cp t)
+    = 17,179,869,184 forward, 34,359,738,368 backward: 17.362 us and 34.725 us. Exposed per layer (cp - 1) x
+    ((87.381 - 17.362) + (174.763 - 34.725)) us, x 32 layers: 6.7218 ms.
     t = 4, cp = 2: both ranks in one node (NVLink 450 GB/s each way), 8 heads: 8,388,608 B in 18.641 us behind
     34.725 us of attention: hidden (0)."""
     across = step_time(estimate("llama-2-7b", **STEP, tp=8, sp=True, cp=2), "h100-sxm", efficiency=0.5)
     flops = 989.5e12 * 0.5
-    by_hand = 32 * ((4_194_304 / 50e9 - 8_589_934_592 / flops) + (8_388_608 / 50e9 - 17_179_869_184 / flops))
+    by_hand = 32 * ((4_194_304 / 48e9 - 8_589_934_592 / flops) + (8_388_608 / 48e9 - 17_179_869_184 / flops))
     assert across.cp_s == pytest.approx(by_hand, rel=1e-9)
     assert across.gpus == 16
     inside = step_time(estimate("llama-2-7b", **STEP, tp=4, sp=True, cp=2), "h100-sxm", efficiency=0.5)

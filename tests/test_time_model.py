@@ -28,17 +28,24 @@ H100 = gpu("h100-sxm")  # NVLink 4: 900 GB/s both ways, 450 GB/s each way (datas
 
 
 def test_collectives_by_hand() -> None:
-    """Ring bus bandwidth (NCCL tests): all-reduce 2(n-1)/n of the bytes, reduce-scatter (n-1)/n; hierarchical
-    across nodes: NVLink inside, then each GPU's own port on its 1/inside share."""
+    """Ring bus bandwidth (NCCL tests): all-reduce 2(n-1)/n of the bytes, reduce-scatter (n-1)/n, inside a node;
+    across nodes NCCL's cost model (nccl_cost: NCCL's src/graph/tuning.cc), each GPU's port at the search's 48 GB/s
+    per channel for its 50 GB/s (search.cc's sm90SpeedArrayInter)."""
     c = Cluster(H100, 8, 50 * 10**9)
     gb = 10**9
     assert c.all_reduce(gb, 8, 1) == pytest.approx(2 * 7 / 8 * gb / 450e9)  # one node
-    # 64 ranks adjacent: 8 per node over 8 nodes
-    assert c.all_reduce(gb, 64, 1) == pytest.approx(2 * 7 / 8 * gb / 450e9 + 2 * 7 / 8 * gb / 8 / 50e9)
-    # 16 ranks 8 apart (data parallelism behind tp 8): one per node, the network only
-    assert c.reduce_scatter(gb, 16, 8) == pytest.approx(15 / 16 * gb / 50e9)
+    # 64 ranks adjacent, 8 per node over 8 nodes: busBw min(8 x 48, NVLink's 18 x 20.6 = 370.8) = 370.8 GB/s. The
+    # ring under Simple: 1e9 / (370.8 x 64/126) = 5,309.5 us + 1.4 (8.4 + 112 x 3.4 + 14 x 14.0) = 819.3: 6,128.8;
+    # under LL128: 5,771.0 + 14.0 + 112 x 1.9 + 14 x 4.0 = 282.8: 6,053.8; the tree under Simple: 0.92 x 370.8 / 2
+    # GB/s, 5,862.7 + 8.4 + 2 (7 x 4.0 + 3 x 14.0) = 148.4: 6,011.1; under LL128 (120/128 of the bus, under 16
+    # channels x 29.0): 1e9 / (347.625 / 2) GB/s = 5,753.3 us + 14.0 + 2 (7 x 1.25 + 3 x 8.5) = 82.5: the fastest
+    assert c.all_reduce(gb, 64, 1) == pytest.approx(gb / (370.8e9 * 120 / 128 / 2) + 82.5e-6)
+    # 16 ranks 8 apart (data parallelism behind tp 8): one per node, the network only; the ring under Simple,
+    # 15/16 of the bytes at 48 GB/s and 8.4 + 15 x 14.0 us (one GPU a node: the tree's network latency), against
+    # LL128 at 0.92 of it (21,371 us) and PAT at 0.75 (27,847 us)
+    assert c.reduce_scatter(gb, 16, 8) == pytest.approx(15 / 16 * gb / 48e9 + 218.4e-6)
     assert group_span(16, 8, 8) == (1, 16) and group_span(32, 2, 8) == (4, 8) and group_span(4, 1, 8) == (4, 1)
-    assert c.send(gb, 8) == gb / 50e9 and c.send(gb, 4) == gb / 450e9
+    assert c.send(gb, 8) == gb / 48e9 and c.send(gb, 4) == gb / 450e9  # across nodes at the search's per-NIC speed
 
 
 def test_zero3_gathers_every_micro_batch() -> None:
@@ -46,7 +53,9 @@ def test_zero3_gathers_every_micro_batch() -> None:
     (Rajbhandari et al. 2020 §7): on a network too slow to hide them, m micro-batches cost m times one."""
     slow = Cluster(H100, 8, 10**8)  # 0.8 Gb/s: nothing hides
     grads, d = 2 * 10**9, 16  # 1 B parameters in bf16, 16 ranks one per node
-    one_collective = 15 / 16 * grads / 10**8  # each rank sends (d-1)/d of the bytes over its port
+    # each rank sends (d-1)/d of the bytes over its port (slower than NCCL's slowest search speed, 0.12 GB/s: the
+    # port's own), NCCL's ring under Simple with 8.4 + 15 x 14.0 = 218.4 us of latency (nccl_cost)
+    one_collective = 15 / 16 * grads / 10**8 + 218.4e-6
     for m in (1, 4, 32):
         micro = 0.5
         assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
@@ -71,7 +80,7 @@ def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter() -> None:
     # nothing hides (0.8 Gb/s between nodes, 16 ranks one per node): the edges are part of the traffic, counted once
     slow, d = Cluster(H100, 8, 10**8), 16
     one = 15 / 16 / 10**8
-    total = 2 * weights * one + grads * one
+    total = 2 * weights * one + grads * one + 3 * 218.4e-6  # each collective's ring latency (nccl_cost)
     assert data_parallel_s(slow, grads, d, 8, 3, 1, 0.5, weights, edge=edge) == pytest.approx(total - 0.5)
 
 
@@ -115,13 +124,16 @@ def test_interleaved_chunks_reduce_and_gather_one_by_one() -> None:
     Two chunks of 9.375 s each: chunk 1's reduction starts (4 + 1) chunk-backwards of 1 s before the end and ends
     at -5 + 9.375 = 4.375; chunk 0's starts at -1 and waits for it: 4.375 + 9.375 = 13.75. Gathers: chunk 0's ends
     at 9.375 against its first forward's 0.5: 8.875 late; chunk 1's (launched at the start too) ends at 18.75
-    against (4 + 1) x 0.5 + 8.875 = 11.375: 7.375 more; 16.25. Together 30.0 s."""
+    against (4 + 1) x 0.5 + 8.875 = 11.375: 7.375 more; 16.25. Together 30.0 s. Each collective also waits NCCL's
+    ring latency, L = 8.4 + 15 x 14.0 = 218.4 us (nccl_cost), each chunk half of it: 2 L more either way."""
     slow = Cluster(H100, 8, 10**8)
     grads, d, micro = 2 * 10**9, 16, 3.0
-    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=1) == pytest.approx(34.5)
-    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=2) == pytest.approx(30.0)
-    # ZeRO 0: one all-reduce (twice the bytes' time, 37.5 s) in two chunks: -5 + 18.75 = 13.75, then 13.75 + 18.75
-    assert data_parallel_s(slow, grads, d, 8, 0, 8, micro, p=4, v=2) == pytest.approx(32.5)
+    latency = 218.4e-6
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=1) == pytest.approx(34.5 + 2 * latency)
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=2) == pytest.approx(30.0 + 2 * latency)
+    # ZeRO 0: one all-reduce (twice the bytes' time, 37.5 s, and the ring's latency 1.4 (8.4 + 30 x 14.0) us) in two
+    # chunks: -5 + 18.75 = 13.75, then 13.75 + 18.75
+    assert data_parallel_s(slow, grads, d, 8, 0, 8, micro, p=4, v=2) == pytest.approx(32.5 + 1.4 * 428.4e-6)
 
 
 def test_zero3_data_parallel_time_grows_with_micro_batches_in_step_time() -> None:

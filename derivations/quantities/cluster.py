@@ -9,18 +9,23 @@ on a DGX H100, the 400 Gb/s RoCE/InfiniBand per GPU of the Llama 3 clusters; ``I
 Ranks are laid out as Megatron-LM numbers them (``parallel_state``: tensor-parallel ranks adjacent, then context,
 then data, then pipeline), so a group of ``n`` ranks whose members are ``stride`` ranks apart keeps
 ``min(n, gpus_per_node // stride)`` of them in one node (one when ``stride >= gpus_per_node``) and spans
-``n / inside`` nodes. Collectives are NCCL's rings, hierarchical across nodes: a reduce-scatter inside each node
-over NVLink, a ring across nodes over the network on the ``1/inside`` share each GPU then holds (every GPU's port
-carries its own share at once), and an all-gather inside the node (NCCL tests' bus bandwidth: an all-reduce moves
-``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``). Times are at the links' rated bandwidth: lower
-bounds.
+``n / inside`` nodes. Collectives inside one node are rings over NVLink at its rated bandwidth (NCCL tests' bus
+bandwidth: an all-reduce moves ``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``; the tensor-parallel
+all-reduces at their measured speed, ``all_reduce_fraction``). A collective whose group spans nodes takes NCCL's own
+cost model (``nccl_cost``: NCCL's tuning.cc, its latency per ring step and tree level and its bus bandwidth of one
+channel per NIC at the topology search's speed), so its time grows with the nodes as NCCL's does; a point-to-point
+send across nodes goes at that per-NIC speed. GPUs NCCL's tables do not cover here (PCIe cards, MI300X) keep
+hierarchical rings at the rated bandwidths: a reduce-scatter inside each node, a ring across nodes on the
+``1/inside`` share each GPU then holds, an all-gather inside the node.
 
 >>> from memderive.derivations.hardware import gpu
 >>> c = Cluster(gpu("h100-sxm"))
 >>> c.all_reduce(10**9, 8, 1) == 2 * 7 / 8 * 10**9 / 450e9  # one node: NVLink only
 True
->>> c.all_reduce(10**9, 2, 8) == 2 * 1 / 2 * 10**9 / 50e9  # two nodes, one rank in each: the network only
-True
+>>> # two nodes, one rank in each: NCCL's ring (Simple) at the search's 48 GB/s for the 50 GB/s port, 10^9 / 48e9 s,
+>>> # and its latency 1.4 x (8.4 + 2 x 14.0) us (nccl_cost)
+>>> round(c.all_reduce(10**9, 2, 8) * 1e6, 2), round((10**9 / 48e9 + 1.4 * 36.4e-6) * 1e6, 2)
+(20884.29, 20884.29)
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from memderive.derivations.columns import maximum, minimum, where
+from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
+from memderive.derivations.quantities.nccl_cost import NCCL_COST, collective_s, nccl_arch, net_channel_bw
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
-           "ALL_REDUCE_MEASURED", "ALL_REDUCE_SOURCE", "all_reduce_fraction"]
+           "ALL_REDUCE_MEASURED", "ALL_REDUCE_SOURCE", "all_reduce_fraction", "NCCL_COST"]
 
 GPUS_PER_NODE = 8
 #: 400 Gb/s per GPU each way, in bytes/s.
@@ -123,14 +129,36 @@ class Cluster:
     def link_name(self) -> str:
         return "PCIe" if self.intra_link == "pcie" and not self.gpu.link.startswith("PCIe") else self.gpu.link
 
+    @property
+    def nccl(self) -> bool:
+        """Whether collectives across nodes take NCCL's own cost model (``nccl_cost``): the GPUs NCCL's tables
+        cover, on their NVLink (not ``--intra-node-link pcie``)."""
+        return nccl_arch(self.gpu) is not None and self.intra_link != "pcie"
+
+    @property
+    def network(self) -> float:
+        """Bytes/s each way one GPU's NIC carries for NCCL: the topology search's per-channel speed for the port
+        (``nccl_cost.net_channel_bw``: 48 GB/s for a 400 Gb/s NDR port), the port's rate where NCCL's tables do
+        not cover the GPU."""
+        if not self.nccl:
+            return float(self.inter_node_bandwidth)
+        return net_channel_bw(nccl_arch(self.gpu)[0], self.inter_node_bandwidth) * 1e9
+
     def _phases(self, nbytes: float, n: int, stride: int, factor: int) -> float:
-        """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank, hierarchical."""
+        """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank: inside one node at the
+        link's rated bandwidth; across nodes NCCL's own cost model (``nccl_cost.collective_s``) where it covers the
+        GPU, else hierarchical rings at the rated bandwidths."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         inside, nodes = group_span(n, stride, self.gpus_per_node)
         local = factor * (inside - 1) / inside * nbytes / self.intra
-        across = factor * (nodes - 1) / nodes * nbytes / inside / self.inter_node_bandwidth
-        return local + across
+        if not self.nccl:
+            return local + factor * (nodes - 1) / nodes * nbytes / inside / self.inter_node_bandwidth
+        if not is_column(nodes) and nodes == 1:
+            return local
+        coll = "all_reduce" if factor == 2 else "reduce_scatter"
+        across = collective_s(self.gpu, coll, nbytes, maximum(n, 2), inside, self.inter_node_bandwidth, self.intra)
+        return where(nodes > 1, across, local)
 
     def all_reduce(self, nbytes: float, n: int, stride: int) -> float:
         return self._phases(nbytes, n, stride, 2)
@@ -147,7 +175,7 @@ class Cluster:
         one and, in the 1F1B steady state, every stage waits on it (t4 p16 on 8-GPU nodes: stages 0-1 share a node,
         1-2 do not)."""
         _, nodes = group_span(n, stride, self.gpus_per_node)
-        link = where(nodes > 1, self.inter_node_bandwidth, self.intra)
+        link = where(nodes > 1, self.network, self.intra)
         return nbytes / link
 
     def all_to_all(self, nbytes: float, n: int, stride: int) -> float:

@@ -235,8 +235,10 @@ def zero3_copy_bytes(est: Evaluated) -> Any:
 def fp32_accumulation_bytes(est: Evaluated) -> Any:
     """HBM bytes of one micro-batch's fp32 gradient accumulation under ``--grad-sync deepspeed`` on one GPU:
     ``hp_grad.add_(lp.grad.to(fp32))``, the cast (r 2, w 4) and the add (r 4 + 4, w 4), 18 bytes per parameter of
-    the first stage (``parameters_per_gpu``); 0 otherwise, and in fp32 (no 16-bit gradient to upcast)."""
+    the first stage (``parameters_per_gpu``); 0 otherwise, and in fp32 (no 16-bit gradient to upcast). Under fp16
+    (DeepSpeed's FP16 optimizer, no fp32 gradients) autograd adds each micro-batch's gradient into the 16-bit
+    ``.grad`` (PyTorch's AccumulateGrad, ``variable.grad += new_grad``): r 2 + 2, w 2, 6 bytes per parameter."""
     o = est.options
     if o.grad_sync != "deepspeed" or o.dtype == "fp32":
         return 0
-    return est.number("parameters_per_gpu") * 18
+    return est.number("parameters_per_gpu") * (6 if o.dtype == "fp16" else 18)

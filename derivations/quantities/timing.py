@@ -17,8 +17,9 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
 * pipeline bubble: ``(p - 1)/(m v)`` of the micro-batches' time (§2.2, interleaved schedule §2.2.2);
 * data parallelism: what is not hidden behind compute (``data_parallel_s``): the gradient reduction behind the
   last micro-batch's backward, ZeRO-3's gathers per micro-batch behind its compute, but for the step's first
-  all-gather and last reduce-scatter (the embedding and the first block: ``fsdp_edge_share``); hierarchical rings
-  on the links the group spans.
+  all-gather and last reduce-scatter (the embedding and the first block: ``fsdp_edge_share``); rings on
+  NVLink inside a node, NCCL's own cost model across nodes (``nccl_cost``: latency per ring step or tree level, bus
+  bandwidth per NIC).
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
   (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
   linears' scaled matmuls run at the fp8 peak (``float8_flops``) while MFU stays against the 16-bit one.
@@ -53,7 +54,7 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.hardware import GPU, gpu as lookup
-from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, Cluster,
+from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
@@ -266,7 +267,8 @@ class StepTime:
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
-                       "(18 bytes per parameter at the memory bandwidth); the fp32 gradients all-reduced, the tied "
+                       "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
+                       "the fp32 gradients all-reduced (fp16: the 16-bit ones, ZeRO-1 reduce-scattered), the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
@@ -289,7 +291,10 @@ class StepTime:
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
                 f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
-                f"hierarchical rings ({cite(NCCL)}); "
+                f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
+                f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
+                f"({cite(NCCL_COST)}), the data-parallel ones call by call: FSDP's units, Megatron-Core's gradient "
+                f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden, over "
                 f"NVLink inside a node and each GPU's port for the share bound to other nodes, "
                 + (f"DeepEP's: a token once per GPU, and per node across nodes, that holds one of its experts under "
@@ -424,7 +429,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
     _, nodes = group_span(c, opts.tp, cluster.gpus_per_node)
-    link = where(nodes > 1, cluster.inter_node_bandwidth, cluster.intra)
+    link = where(nodes > 1, cluster.network, cluster.intra)  # a send across nodes at NCCL's per-NIC speed
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
     if opts.recompute == "full":
@@ -441,7 +446,7 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -453,18 +458,45 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
     the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
-    whose all-gather opens the step and whose reduce-scatter closes it, once a step."""
+    whose all-gather opens the step and whose reduce-scatter closes it, once a step. Each collective is ``calls``
+    calls of an equal share (``data_parallel_calls``: Megatron's buckets, FSDP's units), each paying NCCL's latency
+    across nodes (inside a node the rated ring is linear in the bytes: the same time)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
     if zero == 3:
-        per_micro = 2 * cluster.all_gather(weights, d, stride) + cluster.reduce_scatter(grads, d, stride)
+        per_micro = calls * (2 * cluster.all_gather(weights / calls, d, stride)
+                             + cluster.reduce_scatter(grads / calls, d, stride))
         edge_s = cluster.all_gather(weights * edge, d, stride) + cluster.reduce_scatter(grads * edge, d, stride)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
-        return chunked_reduce_s(cluster.all_reduce(grads, d, stride), micro_s, p, v)
-    return (chunked_reduce_s(cluster.reduce_scatter(grads, d, stride), micro_s, p, v)
-            + chunked_gather_s(cluster.all_gather(weights, d, stride), micro_s, p, v))
+        return chunked_reduce_s(calls * cluster.all_reduce(grads / calls, d, stride), micro_s, p, v)
+    return (chunked_reduce_s(calls * cluster.reduce_scatter(grads / calls, d, stride), micro_s, p, v)
+            + chunked_gather_s(calls * cluster.all_gather(weights / calls, d, stride), micro_s, p, v))
+
+
+#: Megatron-Core's gradient buckets (``DistributedDataParallel``: ``bucket_size = max(40000000, 1000000 *
+#: dp_group.size())`` elements, "large enough to remain bandwidth-bound rather than latency-bound" in NCCL's rings).
+BUCKETS_SOURCE = Citation("megatron-ddp", "DistributedDataParallel.__init__: bucket_size = max(40000000, 1000000 * "
+                          "dp_group.size())")
+
+
+def data_parallel_calls(est: Evaluated, zero: int) -> Any:
+    """How many NCCL calls one data-parallel collective of the GPU's gradients or weights takes: ZeRO-3 (FSDP), one
+    per unit, each transformer block of the stage and, without pipeline parallelism, the embedding and [norm,
+    output] (torchtitan's ``apply_fsdp``); ZeRO 0-2 under ``--framework megatron``, Megatron-Core's buckets of
+    max(40,000,000, 1,000,000 x d) elements (d the data- and context-parallel ranks), per model chunk under the
+    interleaved schedule; else one call (Megatron-LM of 2021 all-reduced its contiguous buffer at once; PyTorch
+    DDP's 25 MB buckets are not modelled)."""
+    o = est.options
+    if zero == 3:
+        return _bytes(est.graph.block("layer").repeat, est.values) + (2 if o.pp == 1 else 0)
+    if o.framework != "megatron":
+        return 1
+    v = o.virtual_stages or 1
+    params = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    bucket = maximum(40_000_000, 1_000_000 * o.dp * o.cp)
+    return v * -(-params // (v * bucket))
 
 
 FSDP_EDGES = Citation("torchtitan-parallelize", "apply_fsdp: fully_shard(tok_embeddings), then each transformer "
@@ -570,12 +602,15 @@ def deepspeed_data_parallel_s(est: Evaluated, cluster: Cluster) -> float:
     and last stage (ReduceTiedGrads) and all-reduces the fp32 gradients over the data-parallel ranks (ReduceGrads:
     ``buffered_allreduce_fallback`` of the bf16 optimizer's fp32 gradients, ZeRO 0-1; a reduce-scatter from ZeRO-2);
     under ZeRO 1-2 each rank's updated 16-bit shard is then all-gathered (the bf16 optimizer's
-    ``update_lp_params``)."""
+    ``update_lp_params``). Under fp16 (DeepSpeed's FP16 optimizer, as MT-NLG trained in 2021) the pipeline engine
+    reduces the 16-bit ``.grad`` (``_exec_reduce_grads``: ``allreduce_gradients``), ZeRO-1 by a reduce-scatter at
+    the accumulation boundary (``engine.allreduce_gradients``: ``optimizer.reduce_scatter_gradients`` for stage 1,
+    DeepSpeed v0.3-v0.5)."""
     o = est.options
     t, d, p = o.tp, o.dp * o.cp, o.pp
     params = est.number("parameters_per_gpu")
-    width = 4  # the bf16 optimizer's fp32 gradients
-    if o.zero >= 2:
+    width = 2 if o.dtype == "fp16" else 4  # fp16: the 16-bit .grad; else the bf16 optimizer's fp32 gradients
+    if o.zero >= 2 or (o.zero == 1 and o.dtype == "fp16"):
         reduce = cluster.reduce_scatter(params * width, d, t)
     else:
         reduce = cluster.all_reduce(params * width, d, t)
@@ -628,10 +663,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
-        tp_micro = cluster.all_reduce((fwd + bwd) / p / opts.cp, t, 1)
-        # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
+        total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
-        tp_micro = tp_micro / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
+        if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
+            tp_micro = total / message * cluster.all_reduce(message, t, 1)
+        else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
+            tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
             tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
@@ -651,7 +688,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge)
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
+                               data_parallel_calls(est, zero))
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
