@@ -30,7 +30,7 @@ run's step time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memderive.derivations.columns import is_column
@@ -131,49 +131,74 @@ def weighted_rate(products: Iterable[tuple[Any, Any]]) -> float:
     return flops / time if time else 0.0
 
 
-def _cell(values: Any, index: int) -> Any:
-    return values[index] if is_column(values) else values
+def _cells(values: Any, size: int | None) -> list[Any]:
+    """A value's cells as a list (a column's elements as they are, a scalar repeated)."""
+    if size is None:
+        return [values]
+    return list(values) if is_column(values) else [values] * size
 
 
 def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
     their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
-    ``forward_only``: the forward's products alone (inference)."""
+    ``forward_only``: the forward's products alone (inference). Cells with the same products (layouts that differ
+    in data parallelism or ZeRO alone) are computed once."""
     values = est.values
     evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
-    cp = est.options.cp
     seq = layout_int(sym("s"), values)
     kernel = flash_kernel(gpu, est.options.framework)
-    size = next((len(x) for _, xs in evaluated for x in xs if is_column(x)), None)
-    cells = range(size) if size is not None else (None,)
+    size = next((len(x) for x in (seq, *(x for _, xs in evaluated for x in xs)) if is_column(x)), None)
+    columns = [_cells(x, size) for _, xs in evaluated for x in xs] + [_cells(seq, size), _cells(est.options.cp, size)]
+    kinds = tuple(kind for kind, _ in evaluated)
+    done: dict[tuple, float] = {}
+    rates: dict[tuple, float] = {}
+
+    def rate(shape: tuple) -> float:
+        if shape not in rates:
+            rates[shape] = matmul_rate(gpu, "bf16", *shape)
+        return rates[shape]
+
     out = []
-    for i in cells:
-        get = (lambda x, i=i: _cell(x, i)) if i is not None else (lambda x: x)
-        products = []
-        for kind, xs in evaluated:
-            if kind == "flash":
-                forward, rest = get(xs[0]), 0 if forward_only else get(xs[1])
-                fwd, bwd = FLASH[kernel]
-                products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
-                continue
-            ahead, dgrad, wgrad, forward, out_side, in_side, experts = (get(x) for x in xs)
-            if forward_only:  # inference: no recompute, no gradients
-                dgrad = wgrad = 0
-            if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
-                m = get(seq) // get(cp)
-                mm, nn, kk = m, int(get(seq)), int(in_side)
-            else:  # the tokens one weight multiplies: forward / (2 out in experts)
-                mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
-            for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
-                if count:
-                    products.append((count, matmul_rate(gpu, "bf16", *shape)))
-        rate = weighted_rate(products)
-        out.append(rate / gpu.bf16_flops if rate else _level(gpu, "bf16") / gpu.bf16_flops)
+    for key in zip(*columns):
+        if key not in done:
+            done[key] = _cell_efficiency(gpu, kernel, kinds, key, forward_only, rate)
+        out.append(done[key])
     if size is None:
         return out[0]
     column = np.empty(size, dtype=object)
     column[:] = out
     return column
+
+
+def _cell_efficiency(gpu: GPU, kernel: str, kinds: tuple[str, ...], cell: tuple, forward_only: bool,
+                     rate: Callable[[tuple], float]) -> float:
+    """``gemm_efficiency`` of one cell: ``cell`` holds each product's values (``gemm_products``' fields after its
+    kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp degree;
+    ``rate``: ``matmul_rate`` in bf16 of a shape (m, n, k) on ``gpu``."""
+    products = []
+    at = 0
+    seq, cp = cell[-2:]
+    for kind in kinds:
+        if kind == "flash":
+            forward, rest = cell[at], 0 if forward_only else cell[at + 1]
+            at += 2
+            fwd, bwd = FLASH[kernel]
+            products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
+            continue
+        ahead, dgrad, wgrad, forward, out_side, in_side, experts = cell[at:at + 7]
+        at += 7
+        if forward_only:  # inference: no recompute, no gradients
+            dgrad = wgrad = 0
+        if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
+            m = seq // cp
+            mm, nn, kk = m, int(seq), int(in_side)
+        else:  # the tokens one weight multiplies: forward / (2 out in experts)
+            mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
+        for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
+            if count:
+                products.append((count, rate(shape)))
+    reached = weighted_rate(products)
+    return reached / gpu.bf16_flops if reached else _level(gpu, "bf16") / gpu.bf16_flops
 
 
 @per_graph
