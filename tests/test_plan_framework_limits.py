@@ -112,3 +112,18 @@ def test_plan_takes_the_implementation_and_fp8(capsys) -> None:
     for row in rows:
         est = estimate("llama-2-7b", **row["options"])
         assert (est.number("total_bytes"), time_of(est).step_s) == (row["total_bytes"], row["step_time_s"])
+
+
+def test_published_runs_are_planned_with_their_own_framework() -> None:
+    """``benchmarks/published_runs.py --plan`` plans each run within its framework's limits (``run_framework``):
+    every run but Llama 3's (Meta's own framework) names a framework memderive has, and torchtitan's FSDP2 run is
+    compared with torchtitan's layouts: the planner's best is ZeRO-2 (FSDP2 without resharding after forward), never
+    the ZeRO-1 it picked before (FSDP2 has no optimizer-only sharding)."""
+    from tests.published_runs import RUNS, plan_against, run_framework
+
+    named = {run.name: run_framework(run) for run in RUNS}
+    assert {n for n, f in named.items() if f is None} == {r.name for r in RUNS if r.source.startswith("Dubey")}
+    assert set(named.values()) - {None} <= set(FRAMEWORKS)
+    titan = next(r for r in RUNS if r.name == "8B FSDP d8")
+    best = plan_against(titan).best.options
+    assert best["framework"] == "torchtitan" and best["zero"] in (0, 2, 3)
