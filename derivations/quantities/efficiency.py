@@ -30,7 +30,7 @@ run's step time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from memderive.derivations.columns import is_column
@@ -150,7 +150,26 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     size = next((len(x) for x in (seq, *(x for _, xs in evaluated for x in xs)) if is_column(x)), None)
     columns = [_cells(x, size) for _, xs in evaluated for x in xs] + [_cells(seq, size), _cells(est.options.cp, size)]
     kinds = tuple(kind for kind, _ in evaluated)
-    done: dict[tuple, float] = {}
+    unique: dict[tuple, int] = {}
+    index = [unique.setdefault(key, len(unique)) for key in zip(*columns)]
+    rates = _cell_efficiencies(gpu, kernel, kinds, list(unique), forward_only)
+    if size is None:
+        return rates[0]
+    column = np.empty(size, dtype=object)
+    column[:] = [rates[i] for i in index]
+    return column
+
+
+def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: list[tuple],
+                       forward_only: bool) -> list[float]:
+    """``gemm_efficiency`` of each cell, all at once: a cell holds each product's values (``gemm_products``' fields
+    after its kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp
+    degree. The products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
+    product of no FLOPs adds 0.0); each GEMM shape's rate is taken once."""
+    fields = list(zip(*cells))
+    seq, cp = fields[-2], fields[-1]
+    one = len(cells) == 1  # one estimate: Python floats (the cold path loads no NumPy), the same doubles
+    flops, time = ([0.0], [0.0]) if one else (np.zeros(len(cells)), np.zeros(len(cells)))
     rates: dict[tuple, float] = {}
 
     def rate(shape: tuple) -> float:
@@ -158,47 +177,42 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
             rates[shape] = matmul_rate(gpu, "bf16", *shape)
         return rates[shape]
 
-    out = []
-    for key in zip(*columns):
-        if key not in done:
-            done[key] = _cell_efficiency(gpu, kernel, kinds, key, forward_only, rate)
-        out.append(done[key])
-    if size is None:
-        return out[0]
-    column = np.empty(size, dtype=object)
-    column[:] = out
-    return column
+    def add(counts: Any, speeds: Any) -> None:
+        nonlocal flops, time
+        if one:
+            speed = speeds[0] if isinstance(speeds, list) else speeds
+            flops, time = [flops[0] + counts[0]], [time[0] + counts[0] / speed]
+            return
+        count = np.array(counts, dtype=np.float64)  # Python ints to doubles, rounded as int + float rounds them
+        flops = flops + count
+        time = time + count / np.asarray(speeds, dtype=np.float64)
 
-
-def _cell_efficiency(gpu: GPU, kernel: str, kinds: tuple[str, ...], cell: tuple, forward_only: bool,
-                     rate: Callable[[tuple], float]) -> float:
-    """``gemm_efficiency`` of one cell: ``cell`` holds each product's values (``gemm_products``' fields after its
-    kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp degree;
-    ``rate``: ``matmul_rate`` in bf16 of a shape (m, n, k) on ``gpu``."""
-    products = []
     at = 0
-    seq, cp = cell[-2:]
     for kind in kinds:
         if kind == "flash":
-            forward, rest = cell[at], 0 if forward_only else cell[at + 1]
-            at += 2
             fwd, bwd = FLASH[kernel]
-            products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
+            add(fields[at], fwd * gpu.bf16_flops)
+            add([0] * len(cells) if forward_only else fields[at + 1], bwd * gpu.bf16_flops)
+            at += 2
             continue
-        ahead, dgrad, wgrad, forward, out_side, in_side, experts = cell[at:at + 7]
+        ahead, dgrad, wgrad, forward, out_side, in_side, experts = fields[at:at + 7]
         at += 7
         if forward_only:  # inference: no recompute, no gradients
-            dgrad = wgrad = 0
+            dgrad = wgrad = (0,) * len(cells)
         if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
-            m = seq // cp
-            mm, nn, kk = m, int(seq), int(in_side)
+            sides = [(s // c, int(s), int(i)) for s, c, i in zip(seq, cp, in_side)]
         else:  # the tokens one weight multiplies: forward / (2 out in experts)
-            mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
-        for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
-            if count:
-                products.append((count, rate(shape)))
-    reached = weighted_rate(products)
-    return reached / gpu.bf16_flops if reached else _level(gpu, "bf16") / gpu.bf16_flops
+            sides = [((f // (2 * o * i * e) if f else 1), o, i) for f, o, i, e in zip(forward, out_side, in_side, experts)]
+        for counts, orient in ((ahead, lambda m, n, k: (m, n, k)), (dgrad, lambda m, n, k: (m, k, n)),
+                               (wgrad, lambda m, n, k: (n, k, m))):
+            if any(counts):
+                add(counts, [rate(orient(*x)) if c else 1.0 for c, x in zip(counts, sides)])
+    level = _level(gpu, "bf16") / gpu.bf16_flops
+    if one:
+        reached = flops[0] / time[0] if time[0] else 0.0
+        return [reached / gpu.bf16_flops if reached else level]
+    reached = np.where(time != 0, flops / np.where(time != 0, time, 1.0), 0.0)
+    return np.where(reached != 0, reached / gpu.bf16_flops, level).tolist()
 
 
 @per_graph

@@ -628,12 +628,15 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 
 
 def _cells(fn: Any, *args: Any) -> Any:
-    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``)."""
+    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``); equal cells
+    once."""
     size = next((len(x) for x in args if is_column(x)), None)
     if size is None:
         return fn(*args)
+    done: dict[tuple, Any] = {}
     out = np.empty(size, dtype=object)
-    out[:] = [fn(*(x[i] if is_column(x) else x for x in args)) for i in range(size)]
+    out[:] = [done[k] if k in done else done.setdefault(k, fn(*k))
+              for k in zip(*(x if is_column(x) else [x] * size for x in args))]
     return out
 
 
