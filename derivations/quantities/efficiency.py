@@ -132,10 +132,10 @@ def weighted_rate(products: Iterable[tuple[Any, Any]]) -> float:
 
 
 def _cells(values: Any, size: int | None) -> list[Any]:
-    """A value's cells as a list (a column's elements as they are, a scalar repeated)."""
+    """A value's cells as a list (a column's elements as Python numbers, a scalar repeated)."""
     if size is None:
         return [values]
-    return list(values) if is_column(values) else [values] * size
+    return values.tolist() if is_column(values) else [values] * size
 
 
 def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
@@ -148,11 +148,19 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     seq = layout_int(sym("s"), values)
     kernel = flash_kernel(gpu, est.options.framework)
     size = next((len(x) for x in (seq, *(x for _, xs in evaluated for x in xs)) if is_column(x)), None)
-    columns = [_cells(x, size) for _, xs in evaluated for x in xs] + [_cells(seq, size), _cells(est.options.cp, size)]
+    fields = [x for _, xs in evaluated for x in xs] + [seq, est.options.cp]
+    varying = [j for j, x in enumerate(fields) if is_column(x)]  # the rest: one value for every cell
     kinds = tuple(kind for kind, _ in evaluated)
-    unique: dict[tuple, int] = {}
-    index = [unique.setdefault(key, len(unique)) for key in zip(*columns)]
-    rates = _cell_efficiencies(gpu, kernel, kinds, list(unique), forward_only)
+    unique: dict[tuple, int] = {(): 0} if not varying else {}
+    index = ([0] * (size or 1) if not varying else
+             [unique.setdefault(key, len(unique)) for key in zip(*(_cells(fields[j], size) for j in varying))])
+    cells = []
+    for key in unique:  # each distinct cell whole: its varying fields in their places
+        cell = list(fields)
+        for j, value in zip(varying, key):
+            cell[j] = value
+        cells.append(tuple(cell))
+    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only)
     if size is None:
         return rates[0]
     column = np.empty(size, dtype=object)
@@ -176,6 +184,16 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
         if shape not in rates:
             rates[shape] = matmul_rate(gpu, "bf16", *shape)
         return rates[shape]
+
+    triples: dict[tuple, tuple[float, float, float]] = {}
+
+    def three(sides: tuple) -> tuple[float, float, float]:
+        """The rates of a product of sides (m, n, k) in its three phases: forward (m, n, k), input gradient
+        (m, k, n), weight gradient (n, k, m)."""
+        if sides not in triples:
+            m, n, k = sides
+            triples[sides] = (rate((m, n, k)), rate((m, k, n)), rate((n, k, m)))
+        return triples[sides]
 
     def add(counts: Any, speeds: Any) -> None:
         nonlocal flops, time
@@ -203,10 +221,10 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
             sides = [(s // c, int(s), int(i)) for s, c, i in zip(seq, cp, in_side)]
         else:  # the tokens one weight multiplies: forward / (2 out in experts)
             sides = [((f // (2 * o * i * e) if f else 1), o, i) for f, o, i, e in zip(forward, out_side, in_side, experts)]
-        for counts, orient in ((ahead, lambda m, n, k: (m, n, k)), (dgrad, lambda m, n, k: (m, k, n)),
-                               (wgrad, lambda m, n, k: (n, k, m))):
+        rated = [three(x) for x in sides]
+        for phase, counts in enumerate((ahead, dgrad, wgrad)):
             if any(counts):
-                add(counts, [rate(orient(*x)) if c else 1.0 for c, x in zip(counts, sides)])
+                add(counts, [r[phase] if c else 1.0 for c, r in zip(counts, rated)])
     level = _level(gpu, "bf16") / gpu.bf16_flops
     if one:
         reached = flops[0] / time[0] if time[0] else 0.0
