@@ -238,6 +238,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
     ), (), (
         Limit(_RECOMPUTES, ("none", "selective", "full"), "", _MEG_AC),  # what plan searches anyway: no line
+        # every ZeRO stage, with pipeline stages too (no limit found in Megatron-Core's code): the distributed
+        # optimizer is ZeRO-1, Megatron FSDP's sharding strategies ZeRO-1 to 3
+        Limit("zeros", (0, 1, 2, 3), "", "Megatron-LM megatron/core/distributed/distributed_data_parallel_config.py: "
+              "use_distributed_optimizer (ZeRO-1); use_megatron_fsdp with data_parallel_sharding_strategy 'optim', "
+              "'optim_grads' (ZeRO-2) or 'optim_grads_params' (ZeRO-3, its default)"),
     )),
     Framework("deepspeed", "DeepSpeed ZeRO", "train", (
         Setting("dtype", "fp32", f"{_DS}: fp16.enabled and bf16.enabled default false"),

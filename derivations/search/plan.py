@@ -20,7 +20,9 @@ model's step time (``derivations.search.step_timer.plan_step_time``, i.e. ``step
 hardware FLOPs at ``efficiency`` x dense peak, the pipeline bubble, and tensor-, pipeline- and data-parallel
 communication that is not hidden); each row's ``step_time_s`` is what ``estimate`` with the row's options
 reports. Among equal times, lower ZeRO stages, fewer tensor, context and pipeline ranks, even stages and less
-recompute rank first.
+recompute rank first. A row of cp > 1 is kept only where context parallelism pays (``_paying``: faster than every
+row of cp 1 that fits, or no row of cp 1 fits); a cp given is every row's. Under ``options.framework`` only the
+layouts that framework runs are compared (``frameworks.plan_space``: its ``limits``, each citing its code).
 
 NOTE(plan): without a GPU, step time is a stated proxy (``STEP_TIME``, ``proxy_step_time``): hardware FLOPs
 per GPU at ``peak_flops``, stretched by the pipeline bubble (1 + (p - 1)/(m v)), with FLOPs 6 N per token
