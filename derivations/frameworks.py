@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Framework", "Setting", "FRAMEWORKS", "apply_framework", "preset_values", "blame_preset"]
+__all__ = ["Framework", "Setting", "Limit", "PlanSpace", "FRAMEWORKS", "apply_framework", "preset_values",
+           "blame_preset", "plan_space"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +38,51 @@ class Setting:
 
 
 @dataclass(frozen=True, slots=True)
+class Limit:
+    """What a framework cannot run, for the planner (``plan --framework``): ``PlanSpace`` field ``field`` set to
+    ``value``, said in ``words`` (plan's one line), as ``source`` (the framework's code or docs) shows."""
+
+    field: str
+    value: Any
+    words: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlanSpace:
+    """The layouts a framework runs: the ZeRO stages (``zeros``; ``zeros_with_pp`` with pipeline stages), the
+    recompute modes, and whether it has sequence, pipeline (interleaved: ``virtual``; uneven stages: ``uneven``),
+    context and expert parallelism. The default offers everything the planner searches; ``Framework.limits`` narrow
+    it, each with its source.
+
+    >>> plan_space("deepspeed").zeros_with_pp, plan_space("megatron").zeros_with_pp
+    ((0, 1), (0, 1, 2, 3))
+    """
+
+    zeros: tuple[int, ...] = (0, 1, 2, 3)
+    zeros_with_pp: tuple[int, ...] = (0, 1, 2, 3)
+    recomputes: tuple[str, ...] = ("none", "selective", "full")
+    sp: bool = True
+    pp: bool = True
+    virtual: bool = True
+    uneven: bool = True
+    cp: bool = True
+    ep: bool = True
+    limits: tuple[Limit, ...] = ()
+
+    def words(self) -> str:
+        """The limits in one clause each, joined (empty without limits)."""
+        return "; ".join(x.words for x in self.limits)
+
+
+@dataclass(frozen=True, slots=True)
 class Framework:
     name: str
     title: str
     mode: str  # the mode its defaults describe: "train" or "infer"
     settings: tuple[Setting, ...]
     notes: tuple[str, ...] = ()
+    limits: tuple[Limit, ...] = ()  # what it cannot run (plan searches the rest: ``plan_space``)
 
 
 def _dp(given: Mapping[str, Any]) -> bool:
@@ -88,6 +128,30 @@ _MEG = "Megatron-LM megatron/training/arguments.py"
 _DS = "DeepSpeed deepspeed/runtime/zero/config.py and deepspeed/runtime/config.py"
 _VLLM = "vLLM vllm/config/cache.py (CacheConfig) and vllm/platforms/cuda.py (attention backend)"
 
+_RECOMPUTES = "recomputes"
+#: torchtune's full_finetune_distributed recipe (recipes/full_finetune_distributed.py, FullFinetuneRecipeDistributed
+#: docstring): 'FSDP ... Resharding of parameters after the forward pass is done by default (corresponding to
+#: FULL_SHARD sharding strategy), but can be disabled by setting the config fsdp_reshard_after_forward to False (this
+#: corresponds to SHARD_GRAD_OP sharding strategy). DDP is currently not supported.'
+_TT_FSDP = "torchtune recipes/full_finetune_distributed.py, FullFinetuneRecipeDistributed docstring"
+_DS_PIPE = ("DeepSpeed deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__: assert "
+            "self.zero_optimization_stage() < 2, 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'")
+_DS_SCHEDULE = ("DeepSpeed deepspeed/runtime/pipe/schedule.py: TrainSchedule, one 1F1B schedule over the stages "
+                "(no interleaved model chunks)")
+_DS_ULYSSES = ("DeepSpeed deepspeed/sequence/layer.py: DistributedAttention (Ulysses) splits the sequence with "
+               "all-to-alls over the heads, not the ring attention --cp models (Megatron-Core's context parallelism)")
+_NO_PIPELINE_HF = ("transformers src/transformers/training_args.py, TrainingArguments: DDP, FSDP (fsdp: full_shard, "
+                   "shard_grad_op) and DeepSpeed ZeRO through accelerate; no pipeline-parallel option")
+_TITAN_FSDP = ("torchtitan torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy "
+               "(parallelism.fsdp_reshard_after_forward 'always' = ZeRO-3, 'never' = ZeRO-2; 'default': not with PP) "
+               "and parallelism.data_parallel_replicate_degree (DDP); FSDP2 shards parameters, gradients and "
+               "optimizer states together: no ZeRO-1")
+_TITAN_AC = ("torchtitan torchtitan/config/job_config.py ActivationCheckpoint: mode 'none', 'full' or 'selective' "
+             "(selective_ac_option 'op': the save list of parallelize_llama.py; Megatron's attention-core recompute "
+             "is not among them)")
+_MEG_AC = ("Megatron-LM megatron/training/arguments.py: --recompute-granularity full|selective (selective: the "
+           "attention core, Korthikanti et al. 2022); torchtitan's per-op policy is not among them")
+
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("hf-trainer", "Hugging Face Trainer (transformers)", "train", (
         Setting("implementation", "hf", "the Trainer trains the transformers model; attn_implementation defaults "
@@ -100,7 +164,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("recompute", "none", f"{_TA}: gradient_checkpointing=False"),
         Setting("kernels", "eager", f"{_TA}: torch_compile=False (the model's PyTorch ops run one kernel each: "
                 "LlamaRMSNorm's fp32 upcast, rotate_half, act_fn(gate) * up)", when=_eager),
-    ), ("dropout as the model's config has it (model.train())",)),
+    ), ("dropout as the model's config has it (model.train())",), (
+        Limit("pp", False, "no pipeline stages", _NO_PIPELINE_HF),
+        Limit(_RECOMPUTES, ("none", "full"), "recompute none or full (gradient_checkpointing wraps each layer whole)",
+              f"{_TA}: gradient_checkpointing (transformers modeling_utils gradient_checkpointing_enable: each "
+              "GradientCheckpointingLayer whole)"),
+    )),
     Framework("torchtune", "torchtune full fine-tune recipe", "train", (
         Setting("implementation", "hf", "torchtune's modules: F.scaled_dot_product_attention, RMSNorm in fp32 "
                 "(torchtune/modules/attention.py, rms_norm.py); transformers' sdpa graph saves the same"),
@@ -119,7 +188,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("dropout", False, "torchtune's Llama layers have no dropout (attn_dropout=0.0)"),
         Setting("kernels", "eager", f"{_TT}: compile: False (torchtune/modules/rms_norm.py upcasts to fp32 op by "
                 "op)", when=_eager),
-    ), ("batch_size: 2 and gradient_accumulation_steps: 1 in the same config",)),
+    ), ("batch_size: 2 and gradient_accumulation_steps: 1 in the same config",), (
+        Limit("zeros", (2, 3), "ZeRO 2-3 with data parallelism (FSDP2: no DDP, no ZeRO-1)", _TT_FSDP),
+        Limit("pp", False, "no pipeline stages", "torchtune recipes/full_finetune_distributed.py: its device mesh "
+              "holds data-parallel (FSDP) and tensor-parallel dimensions only"),
+        Limit(_RECOMPUTES, ("none", "full"), "recompute none or full (each layer whole)",
+              f"{_TT}: enable_activation_checkpointing (torchtune/training/activations.py "
+              "apply_activation_checkpointing: each TransformerSelfAttentionLayer whole)"),
+    )),
     Framework("torchtitan", "torchtitan pre-training", "train", (
         Setting("implementation", "megatron", "torchtitan's Llama (torchtitan/models/llama/model.py): fused SDPA, "
                 "no dropout"),
@@ -138,6 +214,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("zero", 3, f"{_TITAN}: training.data_parallel_shard_degree=-1 (FSDP over every data-parallel "
                 "rank)", when=_dp),
         Setting("dropout", False, "torchtitan's Llama has no dropout"),
+    ), (), (
+        Limit("zeros", (0, 2, 3), "ZeRO 0, 2 or 3 (DDP or FSDP2; no ZeRO-1)", _TITAN_FSDP),
+        Limit("zeros_with_pp", (0, 2, 3), "", _TITAN_FSDP),
+        Limit(_RECOMPUTES, ("none", "selective-op", "full"), "recompute none, selective-op or full", _TITAN_AC),
     )),
     Framework("megatron", "Megatron-LM pre-training", "train", (
         Setting("implementation", "megatron", f"{_MEG}: the default GPT model (fused kernels)"),
@@ -156,6 +236,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
                 "distrib_optimizer.md: 20 bytes per parameter, 4 + 16/d distributed)", when=_master_in("fp16")),
         Setting("recompute", "none", f"{_MEG}: --recompute-granularity None"),
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
+    ), (), (
+        Limit(_RECOMPUTES, ("none", "selective", "full"), "", _MEG_AC),  # what plan searches anyway: no line
+        # every ZeRO stage, with pipeline stages too (no limit found in Megatron-Core's code): the distributed
+        # optimizer is ZeRO-1, Megatron FSDP's sharding strategies ZeRO-1 to 3
+        Limit("zeros", (0, 1, 2, 3), "", "Megatron-LM megatron/core/distributed/distributed_data_parallel_config.py: "
+              "use_distributed_optimizer (ZeRO-1); use_megatron_fsdp with data_parallel_sharding_strategy 'optim', "
+              "'optim_grads' (ZeRO-2) or 'optim_grads_params' (ZeRO-3, its default)"),
     )),
     Framework("deepspeed", "DeepSpeed ZeRO", "train", (
         Setting("dtype", "fp32", f"{_DS}: fp16.enabled and bf16.enabled default false"),
@@ -175,7 +262,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         "BF16_Optimizer runs where engine.py's _do_optimizer_sanity_check returns BFLOAT16: bf16 with fp32 gradient "
         "accumulation (data_types.grad_accum_dtype; its default is the model's dtype in today's get_data_types, fp32 "
         "without ZeRO in earlier releases) under ZeRO stage 0 or 1; at stage 0 it still partitions the master and "
-        "states over the d ranks as stage 1 does (give --zero 1: --zero 0 counts them whole)",)),
+        "states over the d ranks as stage 1 does (give --zero 1: --zero 0 counts them whole)",), (
+        Limit("zeros_with_pp", (0, 1), "ZeRO 0-1 with pipeline stages", _DS_PIPE),
+        Limit("virtual", False, "no interleaved stages", _DS_SCHEDULE),
+        Limit("cp", False, "no context parallelism (its sequence parallelism is Ulysses)", _DS_ULYSSES),
+        Limit(_RECOMPUTES, ("none", "full"), "recompute none or full",
+              "DeepSpeed deepspeed/runtime/activation_checkpointing/checkpointing.py: checkpoint() recomputes the "
+              "function it wraps whole (a layer)"),
+    )),
     Framework("vllm", "vLLM serving", "infer", (
         Setting("kv_block", 16, f"{_VLLM}: block_size=16"),
         Setting("attention", "flash", f"{_VLLM}: FLASH_ATTN backend on CUDA"),
@@ -183,6 +277,24 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     ), ("max_num_batched_tokens and max_num_seqs by GPU as vllm serve sets them "
         "(vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults)",)),
 )}
+
+
+def plan_space(name: str | None) -> PlanSpace:
+    """The layouts framework ``name`` runs (``PlanSpace`` narrowed by its ``limits``); None: every layout.
+
+    >>> plan_space("torchtune").zeros, plan_space("torchtune").pp, plan_space(None).zeros
+    ((2, 3), False, (0, 1, 2, 3))
+    """
+    if name is None:
+        return PlanSpace()
+    if name not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(FRAMEWORKS)}")
+    limits = FRAMEWORKS[name].limits
+    space = PlanSpace(**{x.field: x.value for x in limits})
+    # a limit on ZeRO alone holds with pipeline stages too (unless one says otherwise)
+    if "zeros_with_pp" not in {x.field for x in limits}:
+        space = replace(space, zeros_with_pp=space.zeros)
+    return replace(space, limits=tuple(x for x in limits if x.words))
 
 
 def preset_values(name: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -264,15 +264,15 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--profile", "exact")),
     _o("implementation", "text", "megatron", "whose layers save the activations: megatron (fused kernels, the "
        "published formulas; default) or hf (transformers' modeling code); hf-eager / hf-sdpa also set the attention",
-       modes=_TRAIN, example=(*_TRAIN_STEP, "--implementation", "hf")),
+       modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--implementation", "hf")),
     _o("experts_implementation", "choice", "grouped_mm", "with --implementation hf, transformers' experts kernel of a "
        "MoE model: grouped_mm (its default: tokens sorted by expert, the scaled outputs not saved) or eager (a loop "
-       "over the experts)", choices=("grouped_mm", "eager"), modes=_TRAIN, echo="never",
+       "over the experts)", choices=("grouped_mm", "eager"), modes=_TRAIN, echo="never", commands=_PLANNED,
        example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--implementation", "hf", "--experts-implementation", "eager")),
     _o("device", "choice", "cuda", "with --implementation hf, the device whose kernels transformers' layers run: cuda "
        "(default) or cpu (dropout masks in the activation dtype, LayerNorm stats in 16 bits with 16-bit weights, "
        "SDPA's math fallback with dropout or a value head size of its own)", choices=("cuda", "cpu"), modes=_TRAIN,
-       echo="never", example=(*_TRAIN_STEP, "--implementation", "hf", "--device", "cpu")),
+       echo="never", commands=_PLANNED, example=(*_TRAIN_STEP, "--implementation", "hf", "--device", "cpu")),
     _o("overhead_bytes", "size", 0, "allowance for framework overhead, with a unit: 2GiB, 500MB", flag="--overhead",
        commands=_PLANNED, example=(*_TRAIN_STEP, "--overhead", "2GiB")),
     _o("gpu", "text", None, "accelerator for times and memory budget (memderive gpus lists them), e.g. h100-sxm",

@@ -437,12 +437,26 @@ class PlanComparison:
         return self.ratio <= PLAN_SLACK
 
 
+def run_framework(run: Run) -> str | None:
+    """The framework a run ran on (``derivations.frameworks``), for the planner: its layout's ``framework``, else by
+    its source: Megatron-LM (Narayanan et al., Korthikanti et al.; MegaScale is built on Megatron-LM), Megatron-DeepSpeed
+    (BLOOM: DeepSpeed's pipeline engine), torchtitan; None for Llama 3 (Meta's own framework, not a preset here)."""
+    if run.layout.get("framework"):
+        return run.layout["framework"]
+    if run.source.startswith(("Narayanan", "Korthikanti", "Jiang")):
+        return "megatron"
+    if run.source.startswith("BigScience"):
+        return "deepspeed"
+    return "torchtitan" if "torchtitan" in run.source else None
+
+
 def plan_against(run: Run) -> PlanComparison:
     """The planner (``derivations.search.plan.plan``, what ``memderive plan`` runs) on the run's cluster: its model,
     GPU kind and count, 8 GPUs per node, its network, memory, global batch and sequence, and the run's recipe: the
     options of its layout that are not ``PLANNED`` (its dtype and precision are the defaults, as in its estimate),
     its attention kernel (``flash``), and of the strategies the ZeRO stages and sequence parallelism its framework
-    offered (``zero_stages``, ``sequence_parallel``).
+    offered then (``zero_stages``, ``sequence_parallel``) within what its framework runs (``run_framework``:
+    ``plan --framework``'s limits).
 
     NOTE(plan_against): recompute is fixed at the run's, not searched. It is a recipe choice made for a reason a
     time model does not see: Korthikanti et al. ran full recompute to measure it beside selective, Narayanan et al.'s
@@ -458,7 +472,9 @@ def plan_against(run: Run) -> PlanComparison:
 
     layout = run.layout
     recipe = {k: v for k, v in layout.items() if k not in PLANNED}  # e.g. torchtitan's kernels
-    base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu, **recipe)
+    # the run's framework limits the layouts compared (frameworks.plan_space); its preset is not applied (the
+    # run's recipe is)
+    base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu, **{"framework": run_framework(run), **recipe})
     capacity = run.memory_bytes or gpu(run.gpu).memory_bytes
     found = plan(run.model, capacity, run.global_batch, run.seq, run.gpus, options=base,
                  flash=layout.get("attention") != "eager", top=1, cluster=run.cluster(),

@@ -29,7 +29,7 @@ PLANS = [("llama-2-7b", 16, 64, 4096), ("mixtral-8x7b", 16, 16, 2048), ("gpt2-xl
 @pytest.mark.parametrize("model, gpus, batch, seq", PLANS)
 def test_random_rows_of_a_vectorized_plan_equal_estimate_one_by_one(model, gpus, batch, seq) -> None:
     rows = plan(model, 80 * 10**9, batch, seq, gpus, options=Options(gpu="h100-sxm"), top=10**6)
-    assert rows.fit == len(rows) > 20 and rows.evaluated >= rows.fit
+    assert rows.fit >= len(rows) > 20 and rows.evaluated >= rows.fit  # >=: cp > 1 rows only where they pay
     picked = []
     if model == "gpt2-xl":  # the uneven stages are among the rows compared
         picked = [x for x in rows if x.options.get("first_stage_layers")][:4]
@@ -83,7 +83,8 @@ def test_a_row_fits_when_estimate_says_its_device_bytes_fit() -> None:
     row = {"mode": "train", "batch": 8, "seq": 4096, "pp": 2, "dp": 4, "cp": 4, "zero": 2, "flash": True,
            "micro_batches": 8, "gpu": "h100-sxm"}
     assert budget_bytes(estimate("llama-2-13b", **row))[0] > capacity
-    rows = plan("llama-2-13b", capacity, 256, 4096, 32, options=Options(gpu="h100-sxm"), top=10**6)
+    rows = plan("llama-2-13b", capacity, 256, 4096, 32, options=Options(gpu="h100-sxm"), top=10**6,
+                cp_pays=False)  # every cp row that fits, paying or not
     assert row not in [x.options for x in rows]
     context = [x for x in rows if x.options.get("cp", 1) > 1]
     assert {x.options["cp"] for x in context} >= {2, 4}

@@ -131,49 +131,106 @@ def weighted_rate(products: Iterable[tuple[Any, Any]]) -> float:
     return flops / time if time else 0.0
 
 
-def _cell(values: Any, index: int) -> Any:
-    return values[index] if is_column(values) else values
+def _cells(values: Any, size: int | None) -> list[Any]:
+    """A value's cells as a list (a column's elements as Python numbers, a scalar repeated)."""
+    if size is None:
+        return [values]
+    return values.tolist() if is_column(values) else [values] * size
 
 
 def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
     """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
     their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
-    ``forward_only``: the forward's products alone (inference)."""
+    ``forward_only``: the forward's products alone (inference). Cells with the same products (layouts that differ
+    in data parallelism or ZeRO alone) are computed once."""
     values = est.values
     evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
-    cp = est.options.cp
     seq = layout_int(sym("s"), values)
     kernel = flash_kernel(gpu, est.options.framework)
-    size = next((len(x) for _, xs in evaluated for x in xs if is_column(x)), None)
-    cells = range(size) if size is not None else (None,)
-    out = []
-    for i in cells:
-        get = (lambda x, i=i: _cell(x, i)) if i is not None else (lambda x: x)
-        products = []
-        for kind, xs in evaluated:
-            if kind == "flash":
-                forward, rest = get(xs[0]), 0 if forward_only else get(xs[1])
-                fwd, bwd = FLASH[kernel]
-                products += [(forward, fwd * gpu.bf16_flops), (rest, bwd * gpu.bf16_flops)]
-                continue
-            ahead, dgrad, wgrad, forward, out_side, in_side, experts = (get(x) for x in xs)
-            if forward_only:  # inference: no recompute, no gradients
-                dgrad = wgrad = 0
-            if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
-                m = get(seq) // get(cp)
-                mm, nn, kk = m, int(get(seq)), int(in_side)
-            else:  # the tokens one weight multiplies: forward / (2 out in experts)
-                mm, nn, kk = (forward // (2 * out_side * in_side * experts) if forward else 1), out_side, in_side
-            for count, shape in ((ahead, (mm, nn, kk)), (dgrad, (mm, kk, nn)), (wgrad, (nn, kk, mm))):
-                if count:
-                    products.append((count, matmul_rate(gpu, "bf16", *shape)))
-        rate = weighted_rate(products)
-        out.append(rate / gpu.bf16_flops if rate else _level(gpu, "bf16") / gpu.bf16_flops)
+    size = next((len(x) for x in (seq, *(x for _, xs in evaluated for x in xs)) if is_column(x)), None)
+    fields = [x for _, xs in evaluated for x in xs] + [seq, est.options.cp]
+    varying = [j for j, x in enumerate(fields) if is_column(x)]  # the rest: one value for every cell
+    kinds = tuple(kind for kind, _ in evaluated)
+    unique: dict[tuple, int] = {(): 0} if not varying else {}
+    index = ([0] * (size or 1) if not varying else
+             [unique.setdefault(key, len(unique)) for key in zip(*(_cells(fields[j], size) for j in varying))])
+    cells = []
+    for key in unique:  # each distinct cell whole: its varying fields in their places
+        cell = list(fields)
+        for j, value in zip(varying, key):
+            cell[j] = value
+        cells.append(tuple(cell))
+    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only)
     if size is None:
-        return out[0]
+        return rates[0]
     column = np.empty(size, dtype=object)
-    column[:] = out
+    column[:] = [rates[i] for i in index]
     return column
+
+
+def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: list[tuple],
+                       forward_only: bool) -> list[float]:
+    """``gemm_efficiency`` of each cell, all at once: a cell holds each product's values (``gemm_products``' fields
+    after its kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp
+    degree. The products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
+    product of no FLOPs adds 0.0); each GEMM shape's rate is taken once."""
+    fields = list(zip(*cells))
+    seq, cp = fields[-2], fields[-1]
+    one = len(cells) == 1  # one estimate: Python floats (the cold path loads no NumPy), the same doubles
+    flops, time = ([0.0], [0.0]) if one else (np.zeros(len(cells)), np.zeros(len(cells)))
+    rates: dict[tuple, float] = {}
+
+    def rate(shape: tuple) -> float:
+        if shape not in rates:
+            rates[shape] = matmul_rate(gpu, "bf16", *shape)
+        return rates[shape]
+
+    triples: dict[tuple, tuple[float, float, float]] = {}
+
+    def three(sides: tuple) -> tuple[float, float, float]:
+        """The rates of a product of sides (m, n, k) in its three phases: forward (m, n, k), input gradient
+        (m, k, n), weight gradient (n, k, m)."""
+        if sides not in triples:
+            m, n, k = sides
+            triples[sides] = (rate((m, n, k)), rate((m, k, n)), rate((n, k, m)))
+        return triples[sides]
+
+    def add(counts: Any, speeds: Any) -> None:
+        nonlocal flops, time
+        if one:
+            speed = speeds[0] if isinstance(speeds, list) else speeds
+            flops, time = [flops[0] + counts[0]], [time[0] + counts[0] / speed]
+            return
+        count = np.array(counts, dtype=np.float64)  # Python ints to doubles, rounded as int + float rounds them
+        flops = flops + count
+        time = time + count / np.asarray(speeds, dtype=np.float64)
+
+    at = 0
+    for kind in kinds:
+        if kind == "flash":
+            fwd, bwd = FLASH[kernel]
+            add(fields[at], fwd * gpu.bf16_flops)
+            add([0] * len(cells) if forward_only else fields[at + 1], bwd * gpu.bf16_flops)
+            at += 2
+            continue
+        ahead, dgrad, wgrad, forward, out_side, in_side, experts = fields[at:at + 7]
+        at += 7
+        if forward_only:  # inference: no recompute, no gradients
+            dgrad = wgrad = (0,) * len(cells)
+        if kind == "attention":  # head-batched products: sides s/cp, s and the head dim d
+            sides = [(s // c, int(s), int(i)) for s, c, i in zip(seq, cp, in_side)]
+        else:  # the tokens one weight multiplies: forward / (2 out in experts)
+            sides = [((f // (2 * o * i * e) if f else 1), o, i) for f, o, i, e in zip(forward, out_side, in_side, experts)]
+        rated = [three(x) for x in sides]
+        for phase, counts in enumerate((ahead, dgrad, wgrad)):
+            if any(counts):
+                add(counts, [r[phase] if c else 1.0 for c, r in zip(counts, rated)])
+    level = _level(gpu, "bf16") / gpu.bf16_flops
+    if one:
+        reached = flops[0] / time[0] if time[0] else 0.0
+        return [reached / gpu.bf16_flops if reached else level]
+    reached = np.where(time != 0, flops / np.where(time != 0, time, 1.0), 0.0)
+    return np.where(reached != 0, reached / gpu.bf16_flops, level).tolist()
 
 
 @per_graph

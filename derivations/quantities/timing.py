@@ -711,12 +711,15 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 
 
 def _cells(fn: Any, *args: Any) -> Any:
-    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``)."""
+    """``fn(*args)``, cell by cell where an argument is a column of layouts (``derivations.columns``); equal cells
+    once."""
     size = next((len(x) for x in args if is_column(x)), None)
     if size is None:
         return fn(*args)
+    done: dict[tuple, Any] = {}
     out = np.empty(size, dtype=object)
-    out[:] = [fn(*(x[i] if is_column(x) else x for x in args)) for i in range(size)]
+    out[:] = [done[k] if k in done else done.setdefault(k, fn(*k))
+              for k in zip(*(x if is_column(x) else [x] * size for x in args))]
     return out
 
 
@@ -729,7 +732,7 @@ def float8_flops(est: Evaluated) -> int:
     if est.options.fp8 in TE_FP8:  # Transformer Engine: every layer linear's forward, dgrad and wgrad GEMMs
         return sum(layout_int(p[1] + p[2] + p[3], est.values) for p in gemm_products(est.graph) if p[0] == "linear")
 
-    return int(evaluate(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values))
+    return layout_int(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values)  # columns: each layout
 
 
 def _sym(name: str) -> Any:

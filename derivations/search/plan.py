@@ -20,7 +20,9 @@ model's step time (``derivations.search.step_timer.plan_step_time``, i.e. ``step
 hardware FLOPs at ``efficiency`` x dense peak, the pipeline bubble, and tensor-, pipeline- and data-parallel
 communication that is not hidden); each row's ``step_time_s`` is what ``estimate`` with the row's options
 reports. Among equal times, lower ZeRO stages, fewer tensor, context and pipeline ranks, even stages and less
-recompute rank first.
+recompute rank first. A row of cp > 1 is kept only where context parallelism pays (``_paying``: faster than every
+row of cp 1 that fits, or no row of cp 1 fits); a cp given is every row's. Under ``options.framework`` only the
+layouts that framework runs are compared (``frameworks.plan_space``: its ``limits``, each citing its code).
 
 NOTE(plan): without a GPU, step time is a stated proxy (``STEP_TIME``, ``proxy_step_time``): hardware FLOPs
 per GPU at ``peak_flops``, stretched by the pipeline bubble (1 + (p - 1)/(m v)), with FLOPs 6 N per token
@@ -42,7 +44,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from memderive.derivations.estimate import estimate
-from memderive.derivations.frameworks import FRAMEWORKS
+from memderive.derivations.frameworks import FRAMEWORKS, PlanSpace, plan_space
 from memderive.derivations.models.resolve import check_layout, resolve_model
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import (ArgumentError, Options, OptionsError, capacity_bytes, given_options,
@@ -136,10 +138,13 @@ def uneven_split(layers: int, pp: int) -> tuple[int, int] | None:
     return rest // 2, rest - rest // 2
 
 
-def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[int, int, int, tuple | None]]:
+def _degrees(model: Model, base: Options, gpus: int | None,
+             space: PlanSpace = PlanSpace()) -> Iterator[tuple[int, int, int, tuple | None]]:
     """Valid (t, p, v, uneven): t within a node (dividing it, past one node) and dividing what it splits, p dividing l
     (p*v dividing l), or,
-    with a GPU count, p dividing the GPUs left by t with the layers split unevenly (``uneven_split``, v = 1)."""
+    with a GPU count, p dividing the GPUs left by t with the layers split unevenly (``uneven_split``, v = 1); p 1 alone
+    where the framework runs no pipeline (``space``), v 1 where it interleaves none, even stages where it splits
+    none unevenly."""
     layers = model.sizes["l"]
     node = base.gpus_per_node
     for tp in _divisors(model.sizes["a"]):
@@ -151,11 +156,11 @@ def _degrees(model: Model, base: Options, gpus: int | None) -> Iterator[tuple[in
         if node % tp and (gpus is None or gpus > node):
             continue
         stages = set(_divisors(layers)) | (set() if gpus is None else set(_divisors(gpus // tp)))
-        for pp in sorted(stages):
+        for pp in sorted(stages) if space.pp else (1,):
             split = None if layers % pp == 0 else uneven_split(layers, pp)
-            if (layers % pp and split is None) or (gpus is not None and gpus % (tp * pp)):
+            if (layers % pp and (split is None or not space.uneven)) or (gpus is not None and gpus % (tp * pp)):
                 continue
-            for vs in VIRTUAL if pp > 1 and split is None else (1,):
+            for vs in VIRTUAL if pp > 1 and split is None and space.virtual else (1,):
                 extra = {} if split is None else {"first_stage_layers": split[0], "last_stage_layers": split[1]}
                 try:
                     check_layout(model, replace(base, tp=tp, pp=pp, sp=tp > 1,
@@ -186,20 +191,23 @@ def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
 
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1, recomputes: tuple[str, ...] | None = None,
-                zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp: int = 1) -> list[dict]:
+                zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp: int = 1,
+                space: PlanSpace = PlanSpace()) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
     ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the
     context-parallel degrees of ``CONTEXT`` (``cp`` > 1 given: that one); the recompute
     modes ``recomputes`` (None: none and full, and selective without FlashAttention) and the ZeRO stages ``zeros``
-    (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off."""
+    (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off;
+    of those, what the framework runs (``space``: its ZeRO stages with pipeline stages, cp, ep)."""
     out: list[dict] = []
-    eps = (1,) if base.offload_params else expert_degrees(model, ep)  # Options refuses --ep with --offload-params
+    eps = (1,) if base.offload_params or not space.ep else expert_degrees(model, ep)  # Options refuses --ep with --offload-params
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
-    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (flash and base.seq % (2 * c) == 0
+    cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (space.cp and flash and base.seq % (2 * c) == 0
                                                                 and _ring_attention(base, c))]
-    for tp, pp, vs, split in _degrees(model, base, gpus):
+    staged = tuple(z for z in zeros if z in space.zeros_with_pp)  # the ZeRO stages the framework runs with p > 1
+    for tp, pp, vs, split in _degrees(model, base, gpus, space):
         pairs = [(gpus // (tp * pp * c), c) for c in cps if gpus % (tp * pp * c) == 0] if gpus is not None \
             else [(dp, cp) for dp in batches]  # the fewest GPUs: cp 1 unless given (cp x the divisors passes the layout limit)
         first, last = (None, None) if split is None else split
@@ -216,7 +224,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                                     f"global batch of {global_batch:,} has {len(batches):,} divisors, each a "
                                     "data-parallel degree and micro-batch size; give --gpus, or a global batch "
                                     "with fewer divisors")
-                for zero, recompute in itertools.product(zeros if dp > 1 else (0,), recomputes):
+                for zero, recompute in itertools.product((staged if pp > 1 else zeros) if dp > 1 else (0,),
+                                                         recomputes):
                     out.append({"tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
                                 "flash": flash, **({} if flash else {"attention": "eager"}), "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
@@ -307,10 +316,11 @@ class Plan(list):
     candidate's memory), how many fit (``fit``: each timed) and the seconds the plan took (``seconds``)."""
 
     def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float,
-                 least_held: int | None = None) -> None:
+                 least_held: int | None = None, space: PlanSpace = PlanSpace()) -> None:
         super().__init__(layouts)
         self.evaluated, self.fit, self.seconds = evaluated, fit, seconds
         self.least_held = least_held  # the least bytes any layout that fits holds against the capacity
+        self.space = space  # what the framework runs (``frameworks.plan_space``): its limits, each with its source
 
     @property
     def rate(self) -> float:
@@ -321,7 +331,8 @@ class Plan(list):
 def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | None = None, *,
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
          top: int = 10, cluster: Any = None, recomputes: tuple[str, ...] | None = None,
-         zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, **fields: Any) -> Plan:
+         zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp_pays: bool = True,
+         **fields: Any) -> Plan:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -340,6 +351,12 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
             selective without FlashAttention (it recomputes the attention core FlashAttention never saves).
         zeros: the ZeRO stages to compare with data parallelism (a framework without sharding: (0,)).
         sequence_parallel: sequence parallelism with tensor parallelism (False: a framework without it).
+        cp_pays: rows of cp > 1 only where they pay (``_paying``: faster than every row of cp 1 that fits, or none of
+            cp 1 fits); False: every row that fits.
+
+    With ``options.framework``, only what that framework runs is compared (``frameworks.plan_space``: its ZeRO
+    stages, with pipeline stages too, recompute modes, pipeline, interleaving, uneven stages, sequence, context and
+    expert parallelism); the plan's ``space`` holds its limits, each with its source.
     """
     start = time.perf_counter()
     options = _keyword_options(options, fields, "train", seq)
@@ -358,8 +375,10 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
                    zero=0)
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
+    space = plan_space(base.framework)
+    recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
-                       sequence_parallel, context)
+                       sequence_parallel and space.sp, context, space)
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
@@ -384,11 +403,53 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         params = estimate(resolved, base).number("parameters")
         timed = [(STEP_TIME(resolved, base, row, global_batch, peak_flops, params), row, mem) for row, mem in fits]
         timed.sort(key=_rank)
+        if cp_pays:
+            timed = [timed[i] for i in _paying([_rank(x)[0] for x in timed], [row for _, row, _ in timed])]
     else:
         times = _timed(base, groups, {i: pos for pos, i in enumerate(fitting)}, len(fits), peak_flops, cluster)
-        timed = [(tuple(x[i] for x in times), *fits[i]) for i in _ranked(times, fits)[:top]]
+        order = _ranked(times, fits)
+        if cp_pays:
+            order = order[_paying([float(times[3][i]) for i in order], [fits[i][0] for i in order])]
+        timed = [(tuple(x[i] for x in times), *fits[i]) for i in order[:top]]
     return Plan([_layout(base, row, mem, times, global_batch * seq) for times, row, mem in timed[:top]],
-                len(rows), len(fits), time.perf_counter() - start, min(int(held[i]) for i in fitting))
+                len(rows), len(fits), time.perf_counter() - start, min(int(held[i]) for i in fitting), space)
+
+
+def _paying(times: list[float], rows: list[dict]) -> list[int]:
+    """The places of the ranked rows to keep: context parallelism only where it pays, i.e. a cp > 1 row kept when it
+    is faster than every row of cp 1 that fits, or no row of cp 1 fits (a cp the user gave is every row's: all kept).
+
+    >>> _paying([1.0, 2.0, 3.0], [{"cp": 1}, {"cp": 2}, {"cp": 1}]), _paying([1.0, 2.0], [{"cp": 2}, {"cp": 4}])
+    ([0, 2], [0, 1])
+    """
+    whole = [t for t, row in zip(times, rows) if row.get("cp", 1) == 1]
+    best = min(whole, default=math.inf)
+    return [i for i, (t, row) in enumerate(zip(times, rows)) if row.get("cp", 1) == 1 or t < best]
+
+
+def _offered(model: Model, space: PlanSpace, framework: str | None, flash: bool, recomputes: tuple[str, ...] | None,
+             zeros: tuple[int, ...], ep: int, cp: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The recompute modes and ZeRO stages to compare that the framework runs (``space``): asked ones it does not
+    run refused in one line. Recompute by default: the framework's modes, selective (the attention core's) left out
+    on FlashAttention, which never saves the core."""
+    who = f"--framework {framework}"
+    if cp > 1 and not space.cp:
+        raise PlanError(f"{who} runs no context parallelism (--cp {cp}): {_limit(space, 'cp')}")
+    if ep > 1 and not space.ep:
+        raise PlanError(f"{who} runs no expert parallelism (--ep {ep})")
+    if recomputes is None:
+        recomputes = tuple(x for x in space.recomputes if not (flash and x == "selective"))
+    offered = tuple(x for x in recomputes if x in space.recomputes)
+    stages = tuple(z for z in zeros if z in space.zeros)
+    if not offered or not stages:
+        what = (f"recompute {', '.join(recomputes)}" if not offered else f"ZeRO {', '.join(map(str, zeros))}")
+        raise PlanError(f"{who} runs no {what}: {space.words()}")
+    return offered, stages
+
+
+def _limit(space: PlanSpace, field: str) -> str:
+    """The words of ``space``'s limit on ``field``."""
+    return next((x.words for x in space.limits if x.field == field), "")
 
 
 def _timed(base: Options, groups: list[tuple[list[int], LayoutColumns]], position: dict[int, int], count: int,

@@ -141,11 +141,24 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         text = json.dumps({"model": args.model, "capacity_bytes": capacity, "gpu": args.gpu,
                            "step_time_model": model, "layouts": [x.to_json() for x in layouts],
-                           **_evaluated_json(layouts)}, indent=2)
+                           **_limits_json(layouts), **_evaluated_json(layouts)}, indent=2)
     else:
         text = _table(args, capacity, layouts, model)
     emit(text, args.output, args.force)
     return 0
+
+
+def _limits_json(layouts: Any) -> dict[str, Any]:
+    """What the framework does not run, each limit with its source (none without --framework)."""
+    limits = layouts.space.limits
+    return {"framework_limits": [{"limit": x.words, "source": x.source} for x in limits]} if limits else {}
+
+
+def _limits_line(args: argparse.Namespace, layouts: Any) -> list[str]:
+    """One NOTE line: what ``--framework`` kept out of the search (its sources: --json's framework_limits)."""
+    words = layouts.space.words()
+    return [f"NOTE: --framework {args.framework} plans what it runs: {words} (sources: --json framework_limits)"] \
+        if words else []
 
 
 def _evaluated_json(layouts: Any) -> dict[str, Any]:
@@ -268,7 +281,7 @@ def _table(args: argparse.Namespace, capacity: int, layouts: list, model: list[s
                      f"{o.get('dp', 1):4d}{ep} {o.get('zero', 0):4d} {o.get('recompute', 'none'):9s} {o['batch']:3d} "
                      f"{o.get('micro_batches', 1):4d}  {x.total_bytes / 2**30:16.2f} {time} {rate}  {x.mfu:5.2f}  "
                      f"{x.bubble:6.3f}{stages}")
-    lines += ["", *_notes(model)]  # the cautions after the table, one short line each
+    lines += ["", *_notes(model), *_limits_line(args, layouts)]  # the cautions after the table, one short line each
     lines += _zero3_cautions(layouts) if args.gpu else []
     lines += ["", "re-run a row: memderive estimate --model " + args.model + " " + " ".join(option_argv(layouts[0].options)),
               _evaluated_line(layouts)]
