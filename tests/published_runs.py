@@ -440,12 +440,12 @@ class PlanComparison:
 def run_framework(run: Run) -> str | None:
     """The framework a run ran on (``derivations.frameworks``), for the planner: its layout's ``framework``, else by
     its source: Megatron-LM (Narayanan et al., Korthikanti et al.; MegaScale is built on Megatron-LM), Megatron-DeepSpeed
-    (BLOOM: DeepSpeed's pipeline engine), torchtitan; None for Llama 3 (Meta's own framework, not a preset here)."""
+    (BLOOM and MT-NLG: DeepSpeed's pipeline engine), torchtitan; None for Llama 3 (Meta's own framework, not a preset here)."""
     if run.layout.get("framework"):
         return run.layout["framework"]
     if run.source.startswith(("Narayanan", "Korthikanti", "Jiang")):
         return "megatron"
-    if run.source.startswith("BigScience"):
+    if run.source.startswith(("BigScience", "Smith")):
         return "deepspeed"
     return "torchtitan" if "torchtitan" in run.source else None
 
