@@ -23,8 +23,10 @@ router (``router_gating_linear``, then ``topk_routing_with_score_function``, moe
 
 experts (the dispatcher's ``permute``, ``TEGroupedMLP.forward``, the dispatcher's ``unpermute``):
 
-* ``permute_index`` (b s k,) int64: ``permuted_probs = probs.T.contiguous().reshape(-1)[flat_sorted]``
-  (moe_utils.py:478) saves ``flat_sorted``, the argsort of the routing map.
+* ``permute_index`` (b, s, E) int64: ``permuted_probs = probs.T.contiguous().reshape(-1)[flat_sorted]``
+  (moe_utils.py:478) saves ``flat_sorted``, the first b s k entries of the argsort of the (E, b s) routing map
+  (moe_utils.py:473-474): a view that keeps the whole argsort, E b s entries, alive (measured,
+  ``tests/test_mcore_experts.py``).
 * ``sorted_indices`` (b s k,) int64: ``tokens.index_select(0, sorted_indices)`` (moe_utils.py:486) saves it; the
   unpermute's ``scatter_add_(0, sorted_indices.unsqueeze(1).expand(-1, hidden), permuted_tokens)`` (moe_utils.py:615)
   saves a view of it. The unpermute gets no probs (token_dispatcher.py:891): the expert outputs are not scaled there,
@@ -97,7 +99,9 @@ def megatron_router(op: Op) -> Op:
 def megatron_experts(op: Op) -> Op:
     """The experts op as Megatron-Core's dispatcher and ``TEGroupedMLP`` save it (see the module's docstring)."""
     tokens, gathered, hidden, weights = (_named(op, n) for n in ("tokens", "gathered", "hidden", "weights"))
-    index = (_renamed(tokens, op, "permute_index"), _renamed(tokens, op, "sorted_indices"))
+    experts = op.params[0].shape[0]  # the routing map's columns: every expert, whatever the rank holds
+    index = (_renamed(tokens, op, "permute_index", shape=(*tokens.shape[:-1], experts)),
+             _renamed(tokens, op, "sorted_indices"))
     names = {x.name.rsplit(".", 1)[1] for x in op.saved}
     weights = replace(weights, dtype=hidden.dtype)  # probs.type_as(logits)
     if "gate" in names:  # WeightedSwiGLUFunction: fc1's output (gate and up) and the probs
