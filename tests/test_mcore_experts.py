@@ -106,10 +106,10 @@ class McoreMoe(torch.nn.Module):
     """Megatron-Core's TopKRouter (top-k first), MoEAlltoAllTokenDispatcher's unfused permute/unpermute (one rank)
     and TEGroupedMLP with the weighted SwiGLU, each torch call as moe_utils.py and experts.py make it."""
 
-    def __init__(self, h: int, experts: int, top_k: int, width: int) -> None:
+    def __init__(self, h: int, experts: int, top_k: int, width: int, pre_softmax: bool = False) -> None:
         super().__init__()
         dt = torch.bfloat16
-        self.k = top_k
+        self.k, self.pre_softmax = top_k, pre_softmax
         self.router = torch.nn.Parameter(torch.randn(experts, h, dtype=dt) / h**0.5)
         self.fc1 = torch.nn.Parameter(torch.randn(experts, 2 * width, h, dtype=dt) / h**0.5)
         self.fc2 = torch.nn.Parameter(torch.randn(experts, h, width, dtype=dt) / width**0.5)
@@ -118,8 +118,12 @@ class McoreMoe(torch.nn.Module):
         tokens = x.view(-1, x.shape[-1])
         num_tokens, hidden = tokens.shape
         logits = _SavesInputs.apply(lambda i, w: i @ w.t(), tokens, self.router)
-        scores, top_indices = torch.topk(logits, k=self.k, dim=1)  # moe_utils.py:879
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(logits)  # :914, :936
+        if self.pre_softmax:  # moe_utils.py:902-910
+            probs, top_indices = torch.topk(torch.softmax(logits, dim=-1, dtype=torch.float32), k=self.k, dim=1)
+        else:  # moe_utils.py:911-914
+            scores, top_indices = torch.topk(logits, k=self.k, dim=1)  # moe_utils.py:879
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        probs = probs.type_as(logits)  # moe_utils.py:936
         routing_probs = torch.zeros_like(logits).scatter(1, top_indices, probs)  # :954
         routing_map = torch.zeros_like(logits).int().scatter(1, top_indices, 1).bool()
         # permute (moe_utils.py:466-486)
@@ -146,16 +150,17 @@ class McoreMoe(torch.nn.Module):
         return restored.view(x.shape)
 
 
-def test_the_graph_saves_what_megatron_cores_calls_save() -> None:
+@pytest.mark.parametrize("renormalize", [True, False], ids=["topk-first", "softmax-first"])
+def test_the_graph_saves_what_megatron_cores_calls_save(renormalize: bool) -> None:
     from collections import Counter
 
     from tests.test_saved_tensors import measured_bytes
 
     torch.manual_seed(0)
-    layer = McoreMoe(64, 4, 2, 48)
+    layer = McoreMoe(64, 4, 2, 48, pre_softmax=not renormalize)
     x = torch.randn(2, 16, 64, dtype=torch.bfloat16, requires_grad=True)
     got, seen = measured_bytes(lambda: layer(x), layer)
-    est = estimate({**TINY, "norm_topk_prob": True}, mode="train", batch=2, seq=16, dropout=False)
+    est = estimate({**TINY, "norm_topk_prob": renormalize}, mode="train", batch=2, seq=16, dropout=False)
     want: Counter = Counter()
     for blk in est.graph.blocks:
         for op in blk.ops:
