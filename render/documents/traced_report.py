@@ -3,10 +3,43 @@
 from __future__ import annotations
 
 from memderive.derivations.quantities.traced import TracedEstimate
+from memderive.derivations.quantities.traced_strategies import TP_NOT_TRACED, Strategies
+from memderive.documents.units import format_count
 
 
 def _bytes(n: int) -> str:
     return f"{n:,} B = {n / 1e9:.2f} GB = {n / 2**30:.2f} GiB"
+
+
+def layout(done: Strategies) -> str:
+    """The GPU a traced estimate's bytes are of, in words."""
+    parts = [f"tensor-parallel rank 0 of {done.tp}"] if done.tp > 1 else []
+    if done.dp > 1 or done.zero:
+        parts.append(f"data-parallel rank of {done.dp}" + (f", ZeRO-{done.zero}" if done.zero else ""))
+    return "one GPU, " + ("; ".join(parts) if parts else "unsharded")
+
+
+def strategy_lines(est: TracedEstimate, bullet: str) -> list[str]:
+    """What the options changed on the traced model (transformers' and PEFT's own switches) and its FLOPs."""
+    done, lines = est.strategies, []
+    if done.recompute != "none":
+        lines.append(f"{bullet}recompute {done.recompute}: transformers' activation_checkpointing_enable() (each "
+                     "decoder layer under torch.utils.checkpoint, non-reentrant): the saved tensors above are traced "
+                     "with it")
+    if done.lora is not None:
+        lines.append(f"{bullet}{done.lora}: peft.get_peft_model (PEFT's defaults: fp32 adapters, base frozen); "
+                     f"trainable parameters {done.trainable:,} of {done.with_adapters:,} "
+                     f"({100 * done.trainable / done.with_adapters:.4f}%, as get_nb_trainable_parameters counts)")
+    if done.tp > 1:
+        lines.append(f"{bullet}--tp {done.tp}: rank 0 holds {done.tp_parameters:,} parameters under the model's "
+                     "tp_plan:")
+        lines += [f"{bullet}  {key} ({style}) {n:,}" for key, style, n in done.tp_rows]
+    if done.flops:
+        lines.append(f"{bullet}FLOPs (torch.utils.flop_counter.FlopCounterMode over the fake eager "
+                     f"{'forward and backward' if est.mode == 'train' else 'prefill'}: matmuls and attention):")
+        for _, label, value, formula in done.flops:
+            lines.append(f"{bullet}  {label} {format_count(value)} FLOPs" + (f" = {formula}" if formula else ""))
+    return [""] + lines if lines else []
 
 
 def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
@@ -30,10 +63,12 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
         lines.append(f"{bullet}per part: " + ", ".join(f"{part} {n:,}" for part, n in est.parts))
     lines.append(f"{bullet}Parameters {est.parameters.total:,}")
     if est.states:
-        lines += ["", "training (one GPU, unsharded):"]
+        lines += ["", f"training ({layout(est.strategies)}):"]
         lines += [f"{bullet}{name.replace('_', ' ')} {_bytes(value)}" for name, value in est.states]
         states = sum(v for _, v in est.states)
         lines.append(f"{bullet}Model states {_bytes(states)}")
+        if est.saved is None:
+            lines.append(f"{bullet}Saved activations: {TP_NOT_TRACED}")
     if est.saved is not None:
         lines.append(f"{bullet}Saved activations {_bytes(est.saved)} (autograd's saved tensors of a {est.attention} "
                      "training forward on fake CPU tensors, each storage once)")
@@ -50,4 +85,8 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
         lines.append(f"{bullet}  as a function of b and s (prefill length): " + (str(est.cache_fit) if est.cache_fit
                      else "no polynomial of degree 1 in b and s fits (exact at this b and s only)"))
         lines.append(f"{bullet}Weights + cache {_bytes(est.weights + est.cache.total)}")
+    elif est.weights is not None:
+        lines += ["", f"inference ({layout(est.strategies)}):", f"{bullet}Weights {_bytes(est.weights)}",
+                  f"{bullet}Cache: {TP_NOT_TRACED}"]
+    lines += strategy_lines(est, bullet)
     return "\n".join(lines)
