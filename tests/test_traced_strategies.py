@@ -1,0 +1,140 @@
+"""Recompute, LoRA, data and tensor parallelism and FLOPs of a traced model (derivations/quantities/traced_strategies.py).
+
+Independent sources: real bf16 CPU training forwards measured by ``tests/hf_saved.py`` (transformers'
+``activation_checkpointing_enable`` and ``peft.get_peft_model`` on real weights, counted by data pointer), PEFT's own
+``get_nb_trainable_parameters`` on a real model, and hand arithmetic in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import peft
+import pytest
+import transformers
+
+from memderive.derivations.quantities import traced, traced_strategies
+from memderive.derivations.options import Options
+from tests.hf_saved import Shape, measure_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: arcee (no hand-written family: a config.json of it takes the traced path): d 64, 4 heads x 16 (q 64 -> 64),
+#: 2 KV heads x 16 (k, v 64 -> 32), o 64 -> 64, a ReLU^2 MLP up 64 -> 96, down 96 -> 64, 2 layers, vocab 128
+ARCEE = dict(model_type="arcee", hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+             num_hidden_layers=2, intermediate_size=96, vocab_size=128)
+
+
+def _cfg() -> transformers.PretrainedConfig:
+    return traced.hf_config(ARCEE)
+
+
+def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ARCEE))
+    return subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def _ours(stderr: str) -> list[str]:
+    # (an installed torchao built for another CPython prints its load failures when transformers imports it: not ours)
+    return [line for line in stderr.splitlines() if "torchao" not in line and "register_constant" not in line]
+
+
+def test_recompute_full_equals_cpu() -> None:
+    # transformers' own checkpointing, traced on fake tensors at s in (4, 6, 8), equals real bf16 CPU forwards with
+    # activation_checkpointing_enable() at s = 7, b 1 and 2; and saves less than without it
+    opts = Options(mode="train", batch=1, seq=4, recompute="full")
+    model, mode = traced.build(_cfg(), "eager", prepare=traced_strategies.prepare(opts))
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg = _cfg()
+    cfg._attn_implementation = "eager"
+    real = [measure_config(cfg, Shape(b, 7), checkpointing=True).nbytes for b in (1, 2)]
+    assert [fit(b, 7) for b in (1, 2)] == real
+    assert real[1] < measure_config(cfg, Shape(2, 7)).nbytes
+
+
+LORA = dict(r=4, target_modules=["q_proj", "v_proj"])
+
+
+def test_lora_trainable_and_saved_equal_peft() -> None:
+    # q_proj 64 -> 64: A 4 x 64 + B 64 x 4 = 512; v_proj 64 -> 32: 4 x 64 + 32 x 4 = 384; 2 layers: 1,792 trainable
+    opts = Options(mode="train", batch=1, seq=4, lora_rank=4, lora_targets=("q_proj", "v_proj"))
+    model, mode = traced.build(_cfg(), "eager", prepare=traced_strategies.prepare(opts))
+    trainable, total = traced_strategies.trainable_parameters(model)
+    real = peft.get_peft_model(transformers.AutoModelForCausalLM.from_config(_cfg()),
+                               peft.LoraConfig(**LORA, task_type="CAUSAL_LM"))
+    assert trainable == 1792 and (trainable, total) == real.get_nb_trainable_parameters()
+    # PEFT's default keeps the adapters of a bf16 model in fp32 (measure_config's cast_first: cast, then wrap)
+    assert traced_strategies.adapter_dtype(model, opts) == "fp32"
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg = _cfg()
+    cfg._attn_implementation = "eager"
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7), lora=peft.LoraConfig(**LORA),
+                                                          cast_first=True).nbytes for b in (1, 2)]
+
+
+def test_cli_lora_zero_states_by_hand(tmp_path: Path) -> None:
+    done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--lora-rank", "4", "--lora-targets",
+                "q_proj,v_proj", "--dp", "2", "--zero", "3", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    # 65,856 frozen bf16 parameters (2 x 24,704 layers + 8,192 embeddings + 64 norm + 8,192 head), sharded over 2
+    # under ZeRO-3: 65,856 B; 1,792 fp32 adapters: weights 4 B, gradients 4 B, AdamW's two moments 8 B, each / 2
+    assert out["model_states"] == {"frozen_weights": 65_856, "weights": 3_584, "gradients": 3_584,
+                                   "optimizer": 7_168}
+    assert (out["trainable_parameters"], out["parameters_with_adapters"]) == (1792, 65_856 + 1792)
+
+
+def test_cli_dp_zero_states_by_hand(tmp_path: Path) -> None:
+    # 65,856 bf16 parameters, mixed precision: weights 2 B, gradients 2 B, fp32 master + moments 12 B; ZeRO-2 over
+    # 4 ranks shards gradients and optimizer states: 131,712 + 32,928 + 197,568
+    done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", "--dp", "4", "--zero", "2", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["model_states"] == {"weights": 131_712, "gradients": 32_928,
+                                                       "optimizer": 197_568}
+
+
+def test_tp_rank_parameters_by_hand() -> None:
+    # arcee's tp_plan: q, k, v, up colwise (output rows / 2), o, down rowwise (input columns / 2), embeddings vocab
+    # / 2, lm_head colwise; the norms (2 x 2 x 64 + 64 = 320) replicated.
+    # 2 layers x (4,096 + 2,048 + 2,048 + 4,096 + 6,144 + 6,144) / 2 + 8,192 / 2 + 8,192 / 2 + 320 = 33,088
+    model, _ = traced.build(_cfg(), "eager")
+    per_rank, rows = traced_strategies.tp_rank_parameters(model, 2)
+    assert per_rank == 33_088
+    assert dict((key, n) for key, _, n in rows)["model.layers.*.self_attn.k_proj"] == 2048
+    # 3 ranks: DTensor's Shard gives rank 0 ceil(n / 3) rows: q 22 of 64, k 11 of 32, up 32 of 96 ...
+    per_rank, _ = traced_strategies.tp_rank_parameters(model, 3)
+    assert per_rank == 2 * 64 * (22 + 11 + 11 + 22 + 32 + 32) + 2 * 43 * 64 + 320
+
+
+def test_flops_by_hand(tmp_path: Path) -> None:
+    # forward: 2 x the matmul weights per token, 2 x (2 x 24,576 + 8,192) = 114,688 per token, and per layer
+    # Q K^T and A V, 2 x 2 x 4 heads x 16 dims = 256 per s^2 (eager: the whole s x s), 2 layers: 512 b s^2;
+    # backward: twice the forward (both operands of each matmul need gradients)
+    done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--json")
+    out = json.loads(done.stdout)
+    assert out["forward_flops_formula"] == "512*b*s**2 + 114688*b*s"
+    assert out["forward_flops"] == 512 * 2 * 49 + 114_688 * 14
+    assert out["model_flops"] == 3 * out["forward_flops"] == out["hardware_flops"]
+    # recompute full: the backward reruns each layer's forward, less its last matmul (down_proj: its output is not
+    # needed for backward, torch's non-reentrant checkpoint stops early): + 512 b s^2 + 2 x 2 x (24,576 - 6,144) b s
+    done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--recompute", "full", "--json")
+    out = json.loads(done.stdout)
+    assert out["hardware_flops"] == out["model_flops"] + 512 * 2 * 49 + 4 * 18_432 * 14
+
+
+def test_refusals_one_line(tmp_path: Path) -> None:
+    for args, words in ((("--pp", "2"), "--pp not yet supported for a traced model"),
+                        (("--recompute", "selective"), "give --recompute full"),
+                        (("--lora-rank", "4", "--lora-targets", "no_such"), "PEFT cannot adapt no_such")):
+        done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", *args)
+        ours = _ours(done.stderr)
+        assert done.returncode == 2 and done.stdout == "" and len(ours) == 1 and words in ours[0], done.stderr
+    done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", "--tp", "2")
+    assert done.returncode == 0 and "Saved activations: not traced under --tp yet" in done.stdout
