@@ -19,6 +19,7 @@ import transformers
 from memderive.derivations.quantities import traced, traced_strategies
 from memderive.derivations.options import Options
 from tests.hf_saved import Shape, measure_config
+from tests.pdflatex import require_pdflatex
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,3 +139,27 @@ def test_refusals_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2 and done.stdout == "" and len(ours) == 1 and words in ours[0], done.stderr
     done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", "--tp", "2")
     assert done.returncode == 0 and "Saved activations: not traced under --tp yet" in done.stdout
+
+
+GOLDEN = ROOT / "tests" / "golden"
+#: A traced training estimate with recompute and LoRA, its writeups kept golden (Markdown and LaTeX)
+WRITEUP = ("--model", "tests/golden/arcee-tiny-config.json", "--mode", "train", "--batch", "2", "--seq", "7",
+           "--recompute", "full", "--lora-rank", "4", "--lora-targets", "q_proj,v_proj")
+
+
+@pytest.mark.parametrize(("fmt", "suffix"), [("md", "md"), ("latex", "tex")])
+def test_traced_writeup_golden(fmt: str, suffix: str, update_golden: bool, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "memderive", "estimate", *WRITEUP, "--format", fmt],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = GOLDEN / f"estimate-arcee-tiny-traced-train.{suffix}"
+    if update_golden:
+        path.write_text(done.stdout)
+    assert done.stdout == path.read_text(), f"{path.name} changed; if intended, run pytest --update-golden"
+    assert "1036*b*s + 4" in done.stdout if fmt == "md" else r"$1036\,b\,s + 4" in done.stdout
+    if fmt == "latex":
+        require_pdflatex()
+        (tmp_path / "traced.tex").write_text(done.stdout)
+        run = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "traced.tex"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stdout[-3000:]
