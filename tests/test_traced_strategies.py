@@ -20,6 +20,7 @@ from memderive.derivations.quantities import traced, traced_strategies
 from memderive.derivations.options import Options
 from tests.hf_saved import Shape, measure_config
 from tests.pdflatex import require_pdflatex
+from tests.test_traced import SAMPLE, VLM
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,6 +113,27 @@ def test_tp_rank_parameters_by_hand() -> None:
     # 3 ranks: DTensor's Shard gives rank 0 ceil(n / 3) rows: q 22 of 64, k 11 of 32, up 32 of 96 ...
     per_rank, _ = traced_strategies.tp_rank_parameters(model, 3)
     assert per_rank == 2 * 64 * (22 + 11 + 11 + 22 + 32 + 32) + 2 * 43 * 64 + 320
+
+
+@pytest.mark.parametrize(("model_type", "t"), [("arcee", 3), ("jamba", 2), ("llava", 2)])
+def test_tp_rank_parameters_equal_a_real_tp_load(model_type: str, t: int, tmp_path: Path) -> None:
+    # transformers' own tensor-parallel load (tp_plan="auto", t CPU processes over gloo) of a saved checkpoint:
+    # every rank's local shards, counted; rank 0's equals ours (3 ranks: uneven, rank 0 the largest)
+    fields = {"arcee": ARCEE, **{k: {"model_type": k, **v} for k, v in (("jamba", SAMPLE["jamba"]),
+                                                                       ("llava", VLM["llava"]))}}[model_type]
+    cfg = traced.hf_config(fields)
+    vision = model_type == "llava"
+    (transformers.AutoModelForImageTextToText if vision else transformers.AutoModelForCausalLM).from_config(
+        cfg).save_pretrained(tmp_path / "ckpt")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(t),
+                           str(ROOT / "tests" / "tp_worker.py"), str(tmp_path / "ckpt"),
+                           "vision" if vision else "text"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = {r["rank"]: r["params"] for r in map(json.loads, (x for x in done.stdout.splitlines()
+                                                               if x.startswith('{"rank"')))}
+    assert len(ranks) == t
+    model, _ = traced.build(cfg, "eager")
+    assert traced_strategies.tp_rank_parameters(model, t)[0] == ranks[0] == max(ranks.values())
 
 
 def test_flops_by_hand(tmp_path: Path) -> None:
