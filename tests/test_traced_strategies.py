@@ -81,6 +81,24 @@ def test_lora_trainable_and_saved_equal_peft() -> None:
                                                           cast_first=True).nbytes for b in (1, 2)]
 
 
+@pytest.mark.parametrize(("model_type", "targets", "dropout", "dora"),
+                         [("arcee", ("q_proj", "down_proj"), 0.1, True), ("t5", ("q", "v"), 0.0, False)])
+def test_lora_variants_saved_equal_peft(model_type: str, targets: tuple, dropout: float, dora: bool) -> None:
+    # DoRA with adapter dropout (PEFT saves the dropout's mask and DoRA's weight norm) on arcee, and a whole
+    # encoder-decoder (T5: PEFT's SEQ_2_SEQ_LM task): equal to real bf16 CPU forwards of the same PEFT model
+    fields = ARCEE if model_type == "arcee" else {"model_type": "t5", **SAMPLE["t5"]}
+    opts = Options(mode="train", batch=1, seq=4, lora_rank=4, lora_targets=targets, lora_dropout=dropout, dora=dora)
+    model, mode = traced.build(traced.hf_config(fields), "eager", prepare=traced_strategies.prepare(opts))
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg = traced.hf_config(fields)
+    cfg._attn_implementation = "eager"
+    lora = peft.LoraConfig(r=4, target_modules=list(targets), lora_dropout=dropout, use_dora=dora,
+                           task_type="CAUSAL_LM" if model_type == "arcee" else "SEQ_2_SEQ_LM")
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7), lora=lora, cast_first=True).nbytes
+                                           for b in (1, 2)]
+
+
 def test_cli_lora_zero_states_by_hand(tmp_path: Path) -> None:
     done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--lora-rank", "4", "--lora-targets",
                 "q_proj,v_proj", "--dp", "2", "--zero", "3", "--json")

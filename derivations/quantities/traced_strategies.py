@@ -76,12 +76,14 @@ def check(name: str, options: Any) -> None:
                             "all-linear)")
 
 
-def lora_config(options: Any) -> Any:
-    """PEFT's ``LoraConfig`` of the options (``task_type`` CAUSAL_LM, as a causal-LM fine-tuning script gives it)."""
+def lora_config(options: Any, task: str | None = "CAUSAL_LM") -> Any:
+    """PEFT's ``LoraConfig`` of the options, its ``task_type`` ``task`` (``prepare``: as a fine-tuning script gives
+    it). ``lora_alpha`` scales the adapters' output only: no byte depends on it."""
     targets = options.lora_targets
     return peft.LoraConfig(r=options.lora_rank, lora_alpha=2 * options.lora_rank,
                            target_modules="all-linear" if "all-linear" in targets else list(targets),
-                           lora_dropout=options.lora_dropout, use_dora=options.dora, task_type="CAUSAL_LM")
+                           lora_dropout=options.lora_dropout, use_dora=options.dora,
+                           task_type=task)
 
 
 def prepare(options: Any, recompute: bool = True) -> Callable[[Any], Any] | None:
@@ -106,7 +108,7 @@ def prepare(options: Any, recompute: bool = True) -> Callable[[Any], Any] | None
             model.activation_checkpointing_enable()
         if options.lora_rank is not None:
             try:
-                model = peft.get_peft_model(model, lora_config(options))
+                model = peft.get_peft_model(model, lora_config(options, _task(model)))
             except (ValueError, TypeError) as exc:  # a target PEFT finds nowhere, or a module it cannot adapt
                 raise StrategyError(f"{model.config.model_type}: PEFT cannot adapt "
                                     f"{','.join(options.lora_targets)}: {' '.join(str(exc).split())[:300]}") from None
@@ -121,6 +123,15 @@ def adapter_dtype(model: Any, options: Any) -> str | None:
     names = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad}
     name = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(next(iter(names))) if len(names) == 1 else None
     return None if name in (None, options.dtype) else name
+
+
+def _task(model: Any) -> str | None:
+    """PEFT's ``task_type`` for ``model``: SEQ_2_SEQ_LM for a whole text encoder-decoder (T5, BART), none for a speech
+    one (Whisper: its encoder reads ``input_features``, which PEFT's seq2seq forward does not pass; the Whisper LoRA
+    recipes give no task type), else CAUSAL_LM (a vision-language model's too)."""
+    if getattr(model.config, "is_encoder_decoder", False) and callable(getattr(model, "get_encoder", None)):
+        return "SEQ_2_SEQ_LM" if model.main_input_name == "input_ids" else None
+    return "CAUSAL_LM"
 
 
 def trainable_parameters(model: Any) -> tuple[int, int]:
