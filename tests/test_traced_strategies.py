@@ -16,11 +16,12 @@ import peft
 import pytest
 import transformers
 
+from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities import traced, traced_strategies
 from memderive.derivations.options import Options
 from tests.hf_saved import Shape, measure_config
 from tests.pdflatex import require_pdflatex
-from tests.test_traced import SAMPLE, VLM
+from tests.test_traced import CROSS_CHECK, SAMPLE, VLM
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -168,6 +169,17 @@ def test_flops_by_hand(tmp_path: Path) -> None:
     done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--recompute", "full", "--json")
     out = json.loads(done.stdout)
     assert out["hardware_flops"] == out["model_flops"] + 512 * 2 * 49 + 4 * 18_432 * 14
+
+
+@pytest.mark.parametrize(("model_type", "fields"), CROSS_CHECK, ids=[f"{t}-{i}" for i, (t, _) in enumerate(CROSS_CHECK)])
+def test_traced_flops_equal_hand_written(model_type: str, fields: dict) -> None:
+    # the cross-check: FlopCounterMode over the fake forward and backward equals the hand-written family's derived
+    # forward and model FLOPs (transformers' code as memderive's hf implementation derives it)
+    config = {"model_type": model_type, **fields}
+    hand = estimate(config, mode="train", batch=2, seq=7, implementation="hf", dropout=False)
+    model, mode = traced.build(traced.hf_config(config), "eager")
+    forward, backward = traced.flops(model, mode, 2, 7)
+    assert (forward, forward + backward) == (hand.number("forward_flops"), hand.number("model_flops"))
 
 
 def test_refusals_one_line(tmp_path: Path) -> None:

@@ -749,6 +749,8 @@ class TracedEstimate:
             out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
             out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
         out.update(self.strategies.to_json())
+        if self.cache is None and self.weights is not None:  # under --tp: rank 0's weights, no cache traced
+            out.update(weight_bytes=self.weights, cache_bytes=None)
         if self.cache is not None:
             out["weight_bytes"] = self.weights
             out["cache_bytes"] = self.cache.total
@@ -841,6 +843,8 @@ def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[
     prefill of s tokens (the last position's logits, as generate asks)."""
     import dataclasses as dc
 
+    import functools
+
     train = options.mode == "train"
 
     def fitted(f: Callable[[int, int], int]) -> tuple[int, str | None]:
@@ -851,14 +855,15 @@ def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[
     plain = built if built is not None and (not train or options.recompute == "none") else build(
         cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
         prepare=traced_strategies.prepare(options, recompute=False) if train else None)
+    counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
     rows = []
     if not train:
-        value, formula = fitted(lambda bb, ss: flops(*plain, bb, ss, train=False)[0])
+        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
         rows.append(("prefill_flops", "Prefill FLOPs", value, formula))
         return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
-    forward, formula = fitted(lambda bb, ss: flops(*plain, bb, ss)[0])
+    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
     rows.append(("forward_flops", "Forward FLOPs per micro-batch", forward, formula))
-    model_flops, formula = fitted(lambda bb, ss: sum(flops(*plain, bb, ss)))
+    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)))
     rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
     if options.recompute != "none":
         again = built if built is not None and est.attention == "eager" else build(
