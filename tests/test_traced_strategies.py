@@ -155,6 +155,31 @@ def test_tp_rank_parameters_equal_a_real_tp_load(model_type: str, t: int, tmp_pa
     assert traced_strategies.tp_rank_parameters(model, t)[0] == ranks[0] == max(ranks.values())
 
 
+def test_tp_saved_and_cache_equal_a_real_tp_run(tmp_path: Path) -> None:
+    # rank 0's saved tensors traced in a fake process group (transformers' own maybe_distribute_model on the meta
+    # model, fake tensors) equal a real 2-process gloo run's rank 0 (tests/tp_worker.py) at s = 7, b 1 and 2; the
+    # model states follow rank 0's 33,088 parameters (test_tp_rank_parameters_by_hand): 2 + 2 + 12 B each
+    cfg = _cfg()
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "ckpt")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           str(ROOT / "tests" / "tp_worker.py"), str(tmp_path / "ckpt"), "text", "1x7", "2x7",
+                           "cache:2x7"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0 = next(r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith('{"rank"')))
+                 if r["rank"] == 0)
+    for b in (1, 2):
+        out = _cli(tmp_path, "--mode", "train", "--batch", str(b), "--seq", "7", "--tp", "2", "--json")
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout)
+        assert got["activation_bytes"] == rank0[f"{b}x7"]
+        assert got["model_states_bytes"] == 33_088 * 16 and got["parameters_per_rank"] == 33_088
+    # the cache: rank 0 holds 1 of the 2 KV heads: 2 layers x (K, V) x 16 dims x 2 B = 128 B per token, 2 x 8 tokens
+    out = _cli(tmp_path, "--mode", "infer", "--batch", "2", "--seq", "7", "--tp", "2", "--json")
+    got = json.loads(out.stdout)
+    assert got["cache_bytes"] == rank0["cache:2x7"] == 128 * 2 * 8 and got["weight_bytes"] == 33_088 * 2
+
+
 def test_flops_by_hand(tmp_path: Path) -> None:
     # forward: 2 x the matmul weights per token, 2 x (2 x 24,576 + 8,192) = 114,688 per token, and per layer
     # Q K^T and A V, 2 x 2 x 4 heads x 16 dims = 256 per s^2 (eager: the whole s x s), 2 layers: 512 b s^2;
@@ -189,8 +214,10 @@ def test_refusals_one_line(tmp_path: Path) -> None:
         done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", *args)
         ours = _ours(done.stderr)
         assert done.returncode == 2 and done.stdout == "" and len(ours) == 1 and words in ours[0], done.stderr
-    done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", "--tp", "2")
-    assert done.returncode == 0 and "Saved activations: not traced under --tp yet" in done.stdout
+    done = _cli(tmp_path, "--mode", "train", "--batch", "1", "--seq", "5", "--tp", "2", "--lora-rank", "4",
+                "--lora-targets", "q_proj")
+    ours = _ours(done.stderr)
+    assert done.returncode == 2 and len(ours) == 1 and "--tp with --lora-rank is not traced yet" in ours[0]
 
 
 GOLDEN = ROOT / "tests" / "golden"

@@ -206,8 +206,9 @@ def _to_fake(model: Any) -> Any:
                 if t is None:
                     continue
                 if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
-                    fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
-                            else mode.from_tensor(t))
+                    fake = traced_strategies.sharded(t, lambda x: (
+                        mode.fake_tensor_converter.from_meta_and_device(mode, x, cpu) if x.is_meta
+                        else mode.from_tensor(x)))
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
@@ -484,7 +485,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
             continue
         seen.add(key)
         name = (path, str(t.dtype).removeprefix("torch."))
-        parts[name] = parts.get(name, 0) + t.untyped_storage().nbytes()
+        parts[name] = parts.get(name, 0) + traced_strategies.local(t).untyped_storage().nbytes()
     rows = tuple((p, d, n) for (p, d), n in sorted(parts.items()))
     return CacheBytes(sum(n for _, _, n in rows), rows, type(cache).__name__)
 
@@ -492,7 +493,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
 def _storage_key(t: Any) -> int:
     """The address of ``t``'s StorageImpl, kept alive by the weak reference taken (so never reused for another
     storage while we count); fake tensors have storages too, but no data pointer."""
-    return t.untyped_storage()._weak_ref()
+    return traced_strategies.local(t).untyped_storage()._weak_ref()
 
 
 class _Held:
@@ -578,7 +579,7 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
                 continue
             key = _storage_key(box.tensor)
             if key not in owned:
-                seen.setdefault(key, box.tensor.untyped_storage().nbytes())
+                seen.setdefault(key, traced_strategies.local(box.tensor).untyped_storage().nbytes())
         del loss
         return sum(seen.values())
 
@@ -749,8 +750,6 @@ class TracedEstimate:
             out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
             out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
         out.update(self.strategies.to_json())
-        if self.cache is None and self.weights is not None:  # under --tp: rank 0's weights, no cache traced
-            out.update(weight_bytes=self.weights, cache_bytes=None)
         if self.cache is not None:
             out["weight_bytes"] = self.weights
             out["cache_bytes"] = self.cache.total
@@ -783,8 +782,6 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
                          attention, params)
     if options.mode == "params":
         return est
-    if options.tp > 1:
-        return _traced_tp(est, cfg, options)
     b, s = options.batch or 1, options.seq
     if s is None:
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
@@ -793,22 +790,30 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
         est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
     if options.mode == "train":
-        model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
-        saved = saved_bytes(model, mode, b, s)
-        fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-        fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
-        trainable, total = traced_strategies.trainable_parameters(model)
+        with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
+            model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
+            saved = saved_bytes(model, mode, b, s)
+            fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+            fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+            trainable, total = traced_strategies.trainable_parameters(model)
         rows = traced_strategies.state_rows(total, trainable, options, traced_strategies.adapter_dtype(model, options))
-        est = dc.replace(est, states=rows, saved=saved, saved_fit=fit,
-                         strategies=_traced_strategies(options, trainable, total))
-        return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" else None, b, s)
+        done = _traced_strategies(options, trainable, total)
+        if options.tp > 1:
+            done = dc.replace(_traced_tp(est, cfg, options).strategies, recompute=options.recompute)
+        est = dc.replace(est, states=rows, saved=saved, saved_fit=fit, strategies=done)
+        return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                             b, s)
     weight = options.weight_dtype or "bf16"
-    model, mode = build(cfg, attention, options.kv_dtype or weight)
-    cache = cache_bytes(model, mode, b, s)
-    fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
-    fit = fit if fit is not None and fit(b, s) == cache.total else None
+    with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
+        model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options))
+        cache = cache_bytes(model, mode, b, s)
+        fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+        fit = fit if fit is not None and fit(b, s) == cache.total else None
     est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
-    return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" else None, b, s)
+    if options.tp > 1:
+        est = _traced_tp(est, cfg, options)
+    return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                         b, s)
 
 
 def _traced_strategies(options: Options, trainable: int, total: int) -> traced_strategies.Strategies:
@@ -823,7 +828,7 @@ def _traced_strategies(options: Options, trainable: int, total: int) -> traced_s
 
 def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimate:
     """Under ``--tp``: rank 0's parameters under the model's ``tp_plan``, and from them its model states (training)
-    or weights (inference); saved activations and the cache are not traced (``traced_strategies.TP_NOT_TRACED``)."""
+    or weights (inference)."""
     import dataclasses as dc
 
     model, _ = build(cfg, "eager", fake=True)
@@ -854,7 +859,7 @@ def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[
 
     plain = built if built is not None and (not train or options.recompute == "none") else build(
         cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
-        prepare=traced_strategies.prepare(options, recompute=False) if train else None)
+        prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None)
     counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
     rows = []
     if not train:
@@ -867,7 +872,7 @@ def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[
     rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
     if options.recompute != "none":
         again = built if built is not None and est.attention == "eager" else build(
-            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options))
+            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False))
         hardware, formula = fitted(lambda bb, ss: sum(flops(*again, bb, ss)))
     rows.append(("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)",
                  hardware if options.recompute != "none" else model_flops, formula))

@@ -16,7 +16,9 @@ before:
   ``distributed/tensor_parallel.py``: ``colwise`` styles shard a weight's output dim and its bias, ``rowwise`` its
   input dim with the bias replicated, ``embedding_rowwise`` the vocabulary; DTensor's ``Shard`` gives rank 0
   ``ceil(n / t)`` rows), everything the plan does not name replicated; the weights and model states follow from
-  them; saved activations and the cache under tensor parallelism are not traced (``TP_NOT_TRACED``);
+  them. Saved activations and the cache under ``--tp``: the model sharded by transformers' own
+  ``maybe_distribute_model`` in a ``fake_group`` (torch's fake process group: this process rank 0 of t, collectives
+  no-ops), its training forward and its prefill and decode step traced as rank 0 runs them;
 * FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over the fake forward (and backward), with torch's own SDPA
   formulas for the CPU flash kernel (``sdpa_flop_count``, ``sdpa_backward_flop_count``) that its registry names only
   for the CUDA kernels.
@@ -26,9 +28,10 @@ torch and PEFT load on first use (``symbolic.lazy``): importing this module impo
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +43,10 @@ from memderive.symbolic.lazy import lazy
 
 torch = lazy("torch")
 flop_counter = lazy("torch.utils.flop_counter")
+dtensor = lazy("torch.distributed.tensor")
 peft = lazy("peft")
 
-__all__ = ["STRATEGY_OPTIONS", "APPLIES", "NOT_YET", "TP_NOT_TRACED", "StrategyError", "check", "prepare", "lora_config", "adapter_dtype",
+__all__ = ["STRATEGY_OPTIONS", "APPLIES", "NOT_YET", "StrategyError", "check", "prepare", "lora_config", "adapter_dtype",
            "trainable_parameters", "state_rows", "tp_rank_parameters", "count_flops", "Strategies"]
 
 #: Options a traced model answers besides ``traced.TRACED_OPTIONS``.
@@ -50,14 +54,9 @@ STRATEGY_OPTIONS = ("dp", "zero", "recompute", "tp", "lora_rank", "lora_targets"
 
 #: What applies to a traced model, and what does not yet, in the words of the refusal.
 APPLIES = ("--dp, --zero 1-3, --recompute full, --lora-rank with --lora-targets (--lora-dropout, --dora), and --tp "
-           "for parameters, weights and model states per rank")
+           "(rank 0's parameters, model states, saved activations, weights and cache)")
 NOT_YET = ("--pp, --cp, --sp, --ep, selective recompute, offload, quantized or other-dtype bases, --train-only, "
-           "--lora-target-parameters, saved activations and caches under --tp, times")
-
-
-#: What a traced estimate under ``--tp`` says in place of its saved activations or cache.
-TP_NOT_TRACED = ("not traced under --tp yet: the fake forward runs one unsharded model, and transformers' tp_plan "
-                 "shards it only inside a distributed run")
+           "--lora-target-parameters, FLOPs per GPU under --tp, --tp with LoRA, times")
 
 
 class StrategyError(ConfigError):
@@ -86,11 +85,13 @@ def lora_config(options: Any, task: str | None = "CAUSAL_LM") -> Any:
                            task_type=task)
 
 
-def prepare(options: Any, recompute: bool = True) -> Callable[[Any], Any] | None:
-    """What a training script does to the model after building it, as ``traced.build``'s ``prepare``: activation
-    checkpointing (``recompute``: as the options say, else off), then PEFT's LoRA; None when neither applies."""
+def prepare(options: Any, recompute: bool = True, tp: bool = True) -> Callable[[Any], Any] | None:
+    """What loading and a training script do to the model after building it, as ``traced.build``'s ``prepare``:
+    tensor parallelism (``tp``: as the options say, else none; ``distribute``, in an open ``fake_group``), activation
+    checkpointing (``recompute``: as the options say, else off), then PEFT's LoRA; None when none applies."""
     checkpoint = recompute and options.recompute == "full"
-    if not checkpoint and options.lora_rank is None:
+    shard = tp and options.tp > 1
+    if not checkpoint and not shard and options.lora_rank is None:
         return None
 
     def apply(model: Any) -> Any:
@@ -101,6 +102,8 @@ def prepare(options: Any, recompute: bool = True) -> Callable[[Any], Any] | None
             return _apply(model)
 
     def _apply(model: Any) -> Any:
+        if shard:
+            model = distribute(model, options.tp)
         if checkpoint:
             if not model.supports_gradient_checkpointing:
                 raise StrategyError(f"{model.config.model_type}: transformers' {type(model).__name__} does not support "
@@ -137,7 +140,7 @@ def _task(model: Any) -> str | None:
 def trainable_parameters(model: Any) -> tuple[int, int]:
     """``(trainable, all)`` parameters of ``model``, each once (a tied weight once), as PEFT's
     ``get_nb_trainable_parameters`` counts a model without quantized weights."""
-    params = list(model.parameters())
+    params = [local(p) for p in model.parameters()]  # a tensor-parallel rank's: its shards
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
 
 
@@ -216,6 +219,58 @@ def tp_rank_parameters(model: Any, t: int) -> tuple[int, tuple[tuple[str, str, i
             per_key[match[0]] = per_key.get(match[0], 0) + n
         total += n
     return total, tuple((key, plan[key], n) for key, n in per_key.items())
+
+
+def local(t: Any) -> Any:
+    """The tensor a rank holds: a DTensor's local shard (tensor parallelism), any other tensor itself."""
+    return t.to_local() if isinstance(t, dtensor.DTensor) else t
+
+
+def sharded(t: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(t)``; a DTensor's local shard converted and wrapped again with its mesh, placements and global
+    shape (``traced._to_fake``: a tensor-parallel model's parameters made fake)."""
+    if not isinstance(t, dtensor.DTensor):
+        return convert(t)
+    return dtensor.DTensor.from_local(convert(t.to_local()), t.device_mesh, t.placements,
+                                                       run_check=False, shape=t.shape, stride=t.stride())
+
+
+@contextlib.contextmanager
+def fake_group(t: int) -> Iterator[None]:
+    """A process group of ``t`` ranks that exchanges nothing (torch's ``fake`` backend, ``FakeStore``), this process
+    rank 0, for the duration: transformers' tensor parallelism shards the model and its forward runs as rank 0's
+    does, every collective a no-op that gives tensors of the right shapes (values do not matter on fake tensors).
+    Nothing happens for ``t`` 1."""
+    if t == 1:
+        yield
+        return
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist = torch.distributed
+    if dist.is_initialized():
+        raise StrategyError("--tp traces in a fake process group; this process already has one")
+    dist.init_process_group("fake", rank=0, world_size=t, store=FakeStore())
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def distribute(model: Any, t: int) -> Any:
+    """``model`` (built on the meta device) sharded over ``t`` ranks by its own tp_plan, as ``from_pretrained(...,
+    distributed_config=DistributedConfig(tp_size=t))`` does after building it (``prepare_distribute_model``,
+    ``maybe_distribute_model``), in the ``fake_group`` that must be open."""
+    from transformers.distributed import DistributedConfig
+
+    if not getattr(model, "tp_plan", None):
+        raise StrategyError(f"{model.config.model_type}: transformers' {type(model).__name__} has no tp_plan; "
+                            "--tp cannot be traced for it")
+    config, _, meshes = type(model).prepare_distribute_model(DistributedConfig(tp_size=t), None)
+    try:
+        return type(model).maybe_distribute_model(model, config, meshes)
+    except (ValueError, NotImplementedError, RuntimeError) as exc:
+        raise StrategyError(f"{model.config.model_type}: transformers cannot shard it over {t} ranks: "
+                            f"{' '.join(str(exc).split())[:300]}") from None
 
 
 def _flop_mapping() -> dict[Any, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from memderive.derivations.quantities.traced import TracedEstimate
-from memderive.derivations.quantities.traced_strategies import TP_NOT_TRACED, Strategies
+from memderive.derivations.quantities.traced_strategies import Strategies
 from memderive.documents.latex import tex_escape
 from memderive.documents.units import format_count
 
@@ -112,8 +112,6 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
         lines += [f"{bullet}{name.replace('_', ' ')} {_bytes(value)}" for name, value in est.states]
         states = sum(v for _, v in est.states)
         lines.append(f"{bullet}Model states {_bytes(states)}")
-        if est.saved is None:
-            lines.append(f"{bullet}Saved activations: {TP_NOT_TRACED}")
     if est.saved is not None:
         lines.append(f"{bullet}Saved activations {_bytes(est.saved)} (autograd's saved tensors of a {est.attention} "
                      "training forward on fake CPU tensors, each storage once)")
@@ -121,7 +119,7 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
                      "no polynomial of degree 1 in b and 2 in s fits (exact at this b and s only)"))
         lines.append(f"{bullet}Training memory {_bytes(est.saved + states)} (model states + saved activations)")
     if est.cache is not None:
-        lines += ["", "inference (one GPU):"]
+        lines += ["", f"inference ({layout(est.strategies)}):"]
         lines.append(f"{bullet}Weights {_bytes(est.weights)}")
         lines.append(f"{bullet}Cache {_bytes(est.cache.total)} ({est.cache.kind} after a prefill of {est.seq:,} tokens "
                      "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
@@ -130,8 +128,5 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
         lines.append(f"{bullet}  as a function of b and s (prefill length): " + (_formula(str(est.cache_fit)) if est.cache_fit
                      else "no polynomial of degree 1 in b and s fits (exact at this b and s only)"))
         lines.append(f"{bullet}Weights + cache {_bytes(est.weights + est.cache.total)}")
-    elif est.weights is not None:
-        lines += ["", f"inference ({layout(est.strategies)}):", f"{bullet}Weights {_bytes(est.weights)}",
-                  f"{bullet}Cache: {TP_NOT_TRACED}"]
     lines += strategy_lines(est, bullet)
     return "\n".join(lines)
