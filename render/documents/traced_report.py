@@ -119,7 +119,7 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
                      "no polynomial of degree 1 in b and 2 in s fits (exact at this b and s only)"))
         lines.append(f"{bullet}Training memory {_bytes(est.saved + states)} (model states + saved activations)")
     if est.cache is not None:
-        lines += ["", f"inference ({layout(est.strategies)}):"]
+        lines += ["", f"inference ({layout(est.strategies) if est.strategies.tp > 1 else 'one GPU'}):"]
         lines.append(f"{bullet}Weights {_bytes(est.weights)}")
         lines.append(f"{bullet}Cache {_bytes(est.cache.total)} ({est.cache.kind} after a prefill of {est.seq:,} tokens "
                      "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
