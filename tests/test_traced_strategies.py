@@ -100,6 +100,24 @@ def test_lora_variants_saved_equal_peft(model_type: str, targets: tuple, dropout
                                            for b in (1, 2)]
 
 
+def test_lora_target_parameters_equal_peft() -> None:
+    # PEFT's target_parameters on Jamba's MoE expert stacks (4 experts, d 64, intermediate 96, one MoE layer):
+    # gate_up_proj (4 x 64 x 192) and down_proj (4 x 96 x 64), rank 4 per expert: 4 x 4 x (64 + 192) + 4 x 4 x
+    # (96 + 64) = 4,096 + 2,560 = 6,656 trainable, as PEFT counts them; saved bytes equal real bf16 CPU forwards
+    fields = {"model_type": "jamba", **SAMPLE["jamba"]}
+    opts = Options(mode="train", batch=1, seq=4, lora_rank=4, lora_target_parameters=("gate_up_proj", "down_proj"))
+    model, mode = traced.build(traced.hf_config(fields), "eager", prepare=traced_strategies.prepare(opts))
+    assert traced_strategies.trainable_parameters(model)[0] == 6656
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg = traced.hf_config(fields)
+    cfg._attn_implementation = "eager"
+    lora = peft.LoraConfig(r=4, target_modules=[], target_parameters=["gate_up_proj", "down_proj"],
+                           task_type="CAUSAL_LM")
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7), lora=lora, cast_first=True).nbytes
+                                           for b in (1, 2)]
+
+
 def test_cli_lora_zero_states_by_hand(tmp_path: Path) -> None:
     done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--lora-rank", "4", "--lora-targets",
                 "q_proj,v_proj", "--dp", "2", "--zero", "3", "--json")

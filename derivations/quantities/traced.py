@@ -820,7 +820,8 @@ def _traced_strategies(options: Options, trainable: int, total: int) -> traced_s
     """The strategies a training estimate was traced under (recompute, LoRA's parameters, data parallelism)."""
     lora = None
     if options.lora_rank is not None:
-        lora = (f"{'DoRA' if options.dora else 'LoRA'} rank {options.lora_rank} on {','.join(options.lora_targets)}"
+        on = ",".join((*options.lora_targets, *options.lora_target_parameters))
+        lora = (f"{'DoRA' if options.dora else 'LoRA'} rank {options.lora_rank} on {on}"
                 + (f", dropout {options.lora_dropout}" if options.lora_dropout else ""))
     return traced_strategies.Strategies(options.recompute, lora, trainable if lora else None, total if lora else None,
                                         options.dp, options.zero)

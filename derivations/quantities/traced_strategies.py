@@ -6,8 +6,8 @@ before:
 
 * ``--recompute full``: ``model.activation_checkpointing_enable()`` (transformers' checkpointing of each decoder
   layer, ``torch.utils.checkpoint`` non-reentrant: a layer keeps its inputs, the rest is recomputed in backward);
-* ``--lora-rank r --lora-targets ...`` (``--lora-dropout``, ``--dora``): ``peft.get_peft_model(model,
-  LoraConfig(r, target_modules, lora_dropout, use_dora, task_type="CAUSAL_LM"))`` with PEFT's defaults, so the
+* ``--lora-rank r --lora-targets ...`` (``--lora-target-parameters``, ``--lora-dropout``, ``--dora``):
+  ``peft.get_peft_model(model, LoraConfig(r, target_modules, target_parameters, lora_dropout, use_dora, task_type))`` with PEFT's defaults, so the
   adapters of a 16-bit model are fp32 (``autocast_adapter_dtype=True``) and the base is frozen; trainable
   parameters are the ones left with ``requires_grad`` (PEFT's ``get_nb_trainable_parameters``);
 * ``--dp``, ``--zero 1-3``: model states sharded as the hand-written path shards them
@@ -50,13 +50,14 @@ __all__ = ["STRATEGY_OPTIONS", "APPLIES", "NOT_YET", "StrategyError", "check", "
            "trainable_parameters", "state_rows", "tp_rank_parameters", "count_flops", "Strategies"]
 
 #: Options a traced model answers besides ``traced.TRACED_OPTIONS``.
-STRATEGY_OPTIONS = ("dp", "zero", "recompute", "tp", "lora_rank", "lora_targets", "lora_dropout", "dora")
+STRATEGY_OPTIONS = ("dp", "zero", "recompute", "tp", "lora_rank", "lora_targets", "lora_target_parameters",
+                    "lora_dropout", "dora")
 
 #: What applies to a traced model, and what does not yet, in the words of the refusal.
-APPLIES = ("--dp, --zero 1-3, --recompute full, --lora-rank with --lora-targets (--lora-dropout, --dora), and --tp "
+APPLIES = ("--dp, --zero 1-3, --recompute full, --lora-rank with --lora-targets or --lora-target-parameters (--lora-dropout, --dora), and --tp "
            "(rank 0's parameters, model states, saved activations, weights and cache)")
 NOT_YET = ("--pp, --cp, --sp, --ep, selective recompute, offload, quantized or other-dtype bases, --train-only, "
-           "--lora-target-parameters, FLOPs per GPU under --tp, --tp with LoRA, times")
+           "FLOPs per GPU under --tp, --tp with LoRA, times")
 
 
 class StrategyError(ConfigError):
@@ -70,9 +71,9 @@ def check(name: str, options: Any) -> None:
                             "(activation_checkpointing_enable) recomputes whole decoder layers; give --recompute full")
     if options.tp > 1 and options.lora_rank is not None:
         raise StrategyError(f"{name}: --tp with --lora-rank is not traced yet; give one of them")
-    if options.lora_rank is not None and not options.lora_targets:
+    if options.lora_rank is not None and not options.lora_targets and not options.lora_target_parameters:
         raise StrategyError(f"{name}: --lora-rank needs --lora-targets (module names as PEFT matches them, or "
-                            "all-linear)")
+                            "all-linear) or --lora-target-parameters")
 
 
 def lora_config(options: Any, task: str | None = "CAUSAL_LM") -> Any:
@@ -81,6 +82,7 @@ def lora_config(options: Any, task: str | None = "CAUSAL_LM") -> Any:
     targets = options.lora_targets
     return peft.LoraConfig(r=options.lora_rank, lora_alpha=2 * options.lora_rank,
                            target_modules="all-linear" if "all-linear" in targets else list(targets),
+                           target_parameters=list(options.lora_target_parameters) or None,
                            lora_dropout=options.lora_dropout, use_dora=options.dora,
                            task_type=task)
 
@@ -113,8 +115,9 @@ def prepare(options: Any, recompute: bool = True, tp: bool = True) -> Callable[[
             try:
                 model = peft.get_peft_model(model, lora_config(options, _task(model)))
             except (ValueError, TypeError) as exc:  # a target PEFT finds nowhere, or a module it cannot adapt
-                raise StrategyError(f"{model.config.model_type}: PEFT cannot adapt "
-                                    f"{','.join(options.lora_targets)}: {' '.join(str(exc).split())[:300]}") from None
+                asked = ",".join((*options.lora_targets, *options.lora_target_parameters))
+                raise StrategyError(f"{model.config.model_type}: PEFT cannot adapt {asked}: "
+                                    f"{' '.join(str(exc).split())[:300]}") from None
         return model
 
     return apply
