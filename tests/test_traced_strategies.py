@@ -14,6 +14,7 @@ from pathlib import Path
 
 import peft
 import pytest
+import torch
 import transformers
 
 from memderive.derivations.estimate import estimate
@@ -116,6 +117,28 @@ def test_lora_target_parameters_equal_peft() -> None:
                            task_type="CAUSAL_LM")
     assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7), lora=lora, cast_first=True).nbytes
                                            for b in (1, 2)]
+
+
+def test_train_only_and_frozen_embeddings(tmp_path: Path) -> None:
+    # --train-only q_proj,norms: q_proj 2 x 64 x 64 = 8,192 + norms 2 x 2 x 64 + 64 = 320: 8,512 trainable; the saved
+    # bytes equal a real bf16 CPU forward with the same parameters frozen (requires_grad by name, written here)
+    opts = Options(mode="train", batch=1, seq=4, train_only=("q_proj", "norms"))
+    model, mode = traced.build(_cfg(), "eager", prepare=traced_strategies.prepare(opts))
+    assert traced_strategies.trainable_parameters(model) == (8512, 65_856)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+
+    def freeze(real: torch.nn.Module) -> None:
+        for name, p in real.named_parameters():
+            p.requires_grad_(".q_proj." in name or "norm" in name)
+
+    cfg = _cfg()
+    cfg._attn_implementation = "eager"
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7), freeze=freeze).nbytes for b in (1, 2)]
+    # --freeze-embeddings: 65,856 - 8,192 = 57,664 trainable; the 8,192 frozen bf16 embeddings 16,384 B
+    done = _cli(tmp_path, "--mode", "train", "--batch", "2", "--seq", "7", "--freeze-embeddings", "--json")
+    out = json.loads(done.stdout)
+    assert out["trainable_parameters"] == 57_664 and out["model_states"]["frozen_weights"] == 16_384
 
 
 def test_cli_lora_zero_states_by_hand(tmp_path: Path) -> None:

@@ -823,8 +823,11 @@ def _traced_strategies(options: Options, trainable: int, total: int) -> traced_s
         on = ",".join((*options.lora_targets, *options.lora_target_parameters))
         lora = (f"{'DoRA' if options.dora else 'LoRA'} rank {options.lora_rank} on {on}"
                 + (f", dropout {options.lora_dropout}" if options.lora_dropout else ""))
-    return traced_strategies.Strategies(options.recompute, lora, trainable if lora else None, total if lora else None,
-                                        options.dp, options.zero)
+    frozen = ", ".join(([f"--train-only {','.join(options.train_only)}"] if options.train_only else [])
+                       + (["--freeze-embeddings"] if options.freeze_embeddings else [])) or None
+    tuned = lora or frozen
+    return traced_strategies.Strategies(options.recompute, lora, trainable if tuned else None,
+                                        total if tuned else None, options.dp, options.zero, frozen=frozen)
 
 
 def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimate:

@@ -51,12 +51,12 @@ __all__ = ["STRATEGY_OPTIONS", "APPLIES", "NOT_YET", "StrategyError", "check", "
 
 #: Options a traced model answers besides ``traced.TRACED_OPTIONS``.
 STRATEGY_OPTIONS = ("dp", "zero", "recompute", "tp", "lora_rank", "lora_targets", "lora_target_parameters",
-                    "lora_dropout", "dora")
+                    "lora_dropout", "dora", "freeze_embeddings", "train_only")
 
 #: What applies to a traced model, and what does not yet, in the words of the refusal.
-APPLIES = ("--dp, --zero 1-3, --recompute full, --lora-rank with --lora-targets or --lora-target-parameters (--lora-dropout, --dora), and --tp "
+APPLIES = ("--dp, --zero 1-3, --recompute full, --lora-rank with --lora-targets or --lora-target-parameters (--lora-dropout, --dora), --freeze-embeddings, --train-only, and --tp "
            "(rank 0's parameters, model states, saved activations, weights and cache)")
-NOT_YET = ("--pp, --cp, --sp, --ep, selective recompute, offload, quantized or other-dtype bases, --train-only, "
+NOT_YET = ("--pp, --cp, --sp, --ep, selective recompute, offload, quantized or other-dtype bases, "
            "FLOPs per GPU under --tp, --tp with LoRA, times")
 
 
@@ -93,7 +93,8 @@ def prepare(options: Any, recompute: bool = True, tp: bool = True) -> Callable[[
     checkpointing (``recompute``: as the options say, else off), then PEFT's LoRA; None when none applies."""
     checkpoint = recompute and options.recompute == "full"
     shard = tp and options.tp > 1
-    if not checkpoint and not shard and options.lora_rank is None:
+    freeze = options.freeze_embeddings or bool(options.train_only)
+    if not checkpoint and not shard and not freeze and options.lora_rank is None:
         return None
 
     def apply(model: Any) -> Any:
@@ -111,6 +112,8 @@ def prepare(options: Any, recompute: bool = True, tp: bool = True) -> Callable[[
                 raise StrategyError(f"{model.config.model_type}: transformers' {type(model).__name__} does not support "
                                     "activation checkpointing; leave out --recompute")
             model.activation_checkpointing_enable()
+        if freeze:
+            _freeze(model, options)
         if options.lora_rank is not None:
             try:
                 model = peft.get_peft_model(model, lora_config(options, _task(model)))
@@ -129,6 +132,30 @@ def adapter_dtype(model: Any, options: Any) -> str | None:
     names = {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad}
     name = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(next(iter(names))) if len(names) == 1 else None
     return None if name in (None, options.dtype) else name
+
+
+def _freeze(model: Any, options: Any) -> None:
+    """``requires_grad_(False)`` as a script freezes a model: ``--freeze-embeddings`` the input embeddings
+    (``get_input_embeddings``); ``--train-only`` every parameter but those of the modules named (the last component
+    of a module's name, as PEFT matches ``target_modules``), ``embeddings`` (``get_input_embeddings``), ``lm_head``
+    (``get_output_embeddings``) and ``norms`` (modules whose class name ends in ``Norm``)."""
+    if options.train_only:
+        names = set(options.train_only)
+        keep: list[Any] = []
+        for path, module in model.named_modules():
+            if path.rpartition(".")[2] in names or ("norms" in names and type(module).__name__.endswith("Norm")):
+                keep.append(module)
+        for name, getter in (("embeddings", model.get_input_embeddings), ("lm_head", model.get_output_embeddings)):
+            if name in names and getter() is not None:
+                keep.append(getter())
+        if not keep:
+            raise StrategyError(f"{model.config.model_type}: --train-only {','.join(options.train_only)} names no "
+                                f"module of {type(model).__name__}")
+        model.requires_grad_(False)
+        for module in keep:
+            module.requires_grad_(True)
+    if options.freeze_embeddings:
+        model.get_input_embeddings().requires_grad_(False)
 
 
 def _task(model: Any) -> str | None:
@@ -301,7 +328,8 @@ def count_flops(forward: Callable[[], Any], backward: bool) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Strategies:
     """What the options changed on a traced model: ``recompute`` (full or none), LoRA (``lora``: PEFT's config in
-    words, ``trainable`` / ``with_adapters`` parameters), ``dp``/``zero``, ``tp`` with rank 0's parameters and the
+    words, ``with_adapters`` parameters), ``frozen`` (``--train-only``/``--freeze-embeddings`` in words),
+    ``trainable`` parameters (LoRA or frozen), ``dp``/``zero``, ``tp`` with rank 0's parameters and the
     plan's rows, and ``flops``: (key, label, value, formula or None) rows in the hand-written path's words."""
 
     recompute: str = "none"
@@ -314,13 +342,18 @@ class Strategies:
     tp_parameters: int | None = None
     tp_rows: tuple[tuple[str, str, int], ...] = ()
     flops: tuple[tuple[str, str, int, str | None], ...] = ()
+    frozen: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.recompute != "none":
             out["recompute"] = self.recompute
         if self.lora is not None:
-            out.update(lora=self.lora, trainable_parameters=self.trainable, parameters_with_adapters=self.with_adapters)
+            out.update(lora=self.lora, parameters_with_adapters=self.with_adapters)
+        if self.frozen is not None:
+            out["frozen"] = self.frozen
+        if self.trainable is not None:
+            out["trainable_parameters"] = self.trainable
         if self.dp > 1 or self.zero:
             out.update(dp=self.dp, zero=self.zero)
         if self.tp > 1:

@@ -40,6 +40,9 @@ def strategy_lines(est: TracedEstimate, bullet: str) -> list[str]:
         lines.append(f"{bullet}{done.lora}: peft.get_peft_model (PEFT's defaults: fp32 adapters, base frozen); "
                      f"trainable parameters {done.trainable:,} of {done.with_adapters:,} "
                      f"({100 * done.trainable / done.with_adapters:.4f}%, as get_nb_trainable_parameters counts)")
+    if done.frozen is not None:
+        lines.append(f"{bullet}{done.frozen}: requires_grad_(False) on the rest (no gradients or optimizer states); "
+                     f"trainable parameters {done.trainable:,} of {done.with_adapters:,}")
     if done.tp > 1:
         lines.append(f"{bullet}--tp {done.tp}: rank 0 holds {done.tp_parameters:,} parameters under the model's "
                      "tp_plan:")
