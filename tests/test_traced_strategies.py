@@ -248,6 +248,21 @@ def test_traced_flops_equal_hand_written(model_type: str, fields: dict) -> None:
     assert (forward, forward + backward) == (hand.number("forward_flops"), hand.number("model_flops"))
 
 
+@pytest.mark.parametrize("model_type", ["jamba", "qwen3_next"])
+def test_inference_flops_of_hybrids(model_type: str, tmp_path: Path) -> None:
+    # the prefill's FLOPs were counted under no_grad with trainable parameters: FlopCounterMode's module tracker
+    # failed on the Mamba and gated-DeltaNet kernels' inputs ("Expected gradient function to be set") and the whole
+    # estimate with it; the forward is counted with no parameter requiring a gradient
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, **SAMPLE[model_type]}))
+    done = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path), "--mode", "infer",
+                           "--batch", "2", "--seq", "7", "--json"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert "flops_error" not in out and out["prefill_flops"] > 0 and out["prefill_flops_formula"] is not None
+
+
 def test_refusals_one_line(tmp_path: Path) -> None:
     for args, words in ((("--pp", "2"), "--pp not yet supported for a traced model"),
                         (("--recompute", "selective"), "give --recompute full"),

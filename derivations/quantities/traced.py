@@ -534,6 +534,10 @@ def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[in
             model.zero_grad(set_to_none=True)
             return counted
         model.eval()
+        # FlopCounterMode's module tracker hooks the gradients of inputs that require them: an inference forward
+        # needs none (a kernel module handed a parameter's view under no_grad has no grad_fn to hook)
+        wanted = [(p, p.requires_grad) for p in model.parameters()]
+        model.requires_grad_(False)
         try:
             with torch.no_grad():
                 inputs = _train_inputs(model, b, s)
@@ -544,6 +548,8 @@ def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[in
                     inputs["logits_to_keep"] = 1  # as generate's prefill asks: the last position's logits
                 return traced_strategies.count_flops(lambda: model(**inputs, use_cache=False), backward=False)
         finally:
+            for p, flag in wanted:
+                p.requires_grad_(flag)
             model.train()
 
     return _run(model, mode, go)
@@ -846,6 +852,18 @@ def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimat
 
 def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
                   s: int) -> TracedEstimate:
+    """``_count_flops``, or where transformers' code cannot be counted on fake tensors the estimate without FLOPs and
+    the reason in one line (the bytes stand on their own)."""
+    import dataclasses as dc
+
+    try:
+        return _count_flops(est, cfg, options, built, b, s)
+    except TracedError as exc:
+        return dc.replace(est, strategies=dc.replace(est.strategies, flops_error=str(exc)))
+
+
+def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
+                 s: int) -> TracedEstimate:
     """FLOPs as the hand-written path words them, counted on an eager build (``built`` where the estimate's own
     model is one without recompute), each with its polynomial in b and s. Training: forward, model (forward +
     backward, no recompute), hardware (with ``--recompute full``'s re-run forward) and per token; inference: the

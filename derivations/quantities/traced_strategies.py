@@ -343,6 +343,7 @@ class Strategies:
     tp_rows: tuple[tuple[str, str, int], ...] = ()
     flops: tuple[tuple[str, str, int, str | None], ...] = ()
     frozen: str | None = None
+    flops_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -359,6 +360,8 @@ class Strategies:
         if self.tp > 1:
             out.update(tp=self.tp, parameters_per_rank=self.tp_parameters,
                        tp_plan=[dict(key=k, style=s, rank_elements=n) for k, s, n in self.tp_rows])
+        if self.flops_error is not None:
+            out["flops_error"] = self.flops_error
         for key, _, value, formula in self.flops:
             out[key] = value
             out[f"{key}_formula"] = formula

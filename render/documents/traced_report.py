@@ -47,6 +47,8 @@ def strategy_lines(est: TracedEstimate, bullet: str) -> list[str]:
         lines.append(f"{bullet}--tp {done.tp}: rank 0 holds {done.tp_parameters:,} parameters under the model's "
                      "tp_plan:")
         lines += [f"{bullet}  {key} ({style}) {n:,}" for key, style, n in done.tp_rows]
+    if done.flops_error is not None:
+        lines.append(f"{bullet}FLOPs not counted: {done.flops_error}")
     if done.flops:
         lines.append(f"{bullet}FLOPs (torch.utils.flop_counter.FlopCounterMode over the fake eager "
                      f"{'forward and backward' if est.mode == 'train' else 'prefill'}: matmuls and attention):")
