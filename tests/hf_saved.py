@@ -157,7 +157,8 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
 
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
                    dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
-                   autocast: bool = False, fp8: str = "none", image_tokens: int = 0) -> SavedModel:
+                   autocast: bool = False, fp8: str = "none", image_tokens: int = 0,
+                   checkpointing: bool = False, freeze: Any = None) -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
@@ -168,9 +169,15 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
     16-bit casts of the weights it saves are counted: they are not the parameters' storages).
     ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first.
-    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``)."""
+    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``).
+    ``checkpointing``: transformers' ``activation_checkpointing_enable()`` on the built model, before PEFT wraps it.
+    ``freeze``: called with the built model to freeze some of its parameters (``requires_grad_(False)``)."""
     torch.manual_seed(seed)
     model = build_model(config)
+    if checkpointing:
+        model.activation_checkpointing_enable()
+    if freeze is not None:
+        freeze(model)
     if fp8 != "none":
         model = to_float8(model, fp8)
     if cast_first:

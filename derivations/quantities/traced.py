@@ -43,6 +43,7 @@ from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.derivations.quantities import traced_strategies
 from memderive.symbolic.dims import Psi, d
 from memderive.symbolic.dtypes import dtype as dtype_of
 
@@ -163,11 +164,12 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
 
 
 def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
-          task: str | None = None) -> tuple[Any, Any]:
+          task: str | None = None, prepare: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
     """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
-    for real CPU tensors); else real CPU weights (mode None)."""
+    for real CPU tensors); else real CPU weights (mode None). ``prepare``: what a training script does to the model
+    once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake."""
     import copy
 
     import torch
@@ -182,6 +184,8 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{cfg.model_type}: transformers cannot build {auto.__name__} with "
                           f"{attention} attention: {_one_line(exc)}") from None
+    if prepare is not None:
+        model = prepare(model)
     model.train()
     model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
     return (model, _to_fake(model)) if fake else (model, None)
@@ -202,8 +206,9 @@ def _to_fake(model: Any) -> Any:
                 if t is None:
                     continue
                 if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
-                    fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
-                            else mode.from_tensor(t))
+                    fake = traced_strategies.sharded(t, lambda x: (
+                        mode.fake_tensor_converter.from_meta_and_device(mode, x, cpu) if x.is_meta
+                        else mode.from_tensor(x)))
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
@@ -480,7 +485,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
             continue
         seen.add(key)
         name = (path, str(t.dtype).removeprefix("torch."))
-        parts[name] = parts.get(name, 0) + t.untyped_storage().nbytes()
+        parts[name] = parts.get(name, 0) + traced_strategies.local(t).untyped_storage().nbytes()
     rows = tuple((p, d, n) for (p, d), n in sorted(parts.items()))
     return CacheBytes(sum(n for _, _, n in rows), rows, type(cache).__name__)
 
@@ -488,7 +493,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
 def _storage_key(t: Any) -> int:
     """The address of ``t``'s StorageImpl, kept alive by the weak reference taken (so never reused for another
     storage while we count); fake tensors have storages too, but no data pointer."""
-    return t.untyped_storage()._weak_ref()
+    return traced_strategies.local(t).untyped_storage()._weak_ref()
 
 
 class _Held:
@@ -496,6 +501,58 @@ class _Held:
 
     def __init__(self, tensor: Any) -> None:
         self.tensor = tensor
+
+
+def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
+    """The keyword arguments of a training forward of ``b`` sequences of ``s`` tokens: ``input_ids`` and
+    ``labels=ids``; a vision-language model's image inputs; an encoder-decoder's encoder inputs and labels."""
+    cfg = model.config
+    ids = labels = _ids(cfg, b, s)
+    inputs = {"input_ids": ids}
+    if _vision(model):
+        inputs = _image_inputs(model, b, s)
+        labels = inputs["input_ids"]
+    if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
+        inputs, labels = _encoder_inputs(model, b, s), ids.clone()
+        if getattr(cfg, "decoder_start_token_id", None) is None:
+            # a config class without a default start token (T5Config; t5-small's config.json gives 0): the
+            # decoder reads a (b, s) tensor of its own, as the labels shifted right would be
+            inputs["decoder_input_ids"] = ids.clone()
+    return {**inputs, "labels": labels}
+
+
+def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[int, int]:
+    """``(forward, backward)`` FLOPs of a training forward of ``b`` sequences of ``s`` tokens and its backward
+    (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0)."""
+    import inspect
+
+    import torch
+
+    def go() -> tuple[int, int]:
+        if train:
+            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s)).loss, backward=True)
+            model.zero_grad(set_to_none=True)
+            return counted
+        model.eval()
+        # FlopCounterMode's module tracker hooks the gradients of inputs that require them: an inference forward
+        # needs none (a kernel module handed a parameter's view under no_grad has no grad_fn to hook)
+        wanted = [(p, p.requires_grad) for p in model.parameters()]
+        model.requires_grad_(False)
+        try:
+            with torch.no_grad():
+                inputs = _train_inputs(model, b, s)
+                ids = inputs.pop("labels")
+                if _seq2seq(model):
+                    inputs.setdefault("decoder_input_ids", ids)
+                if "logits_to_keep" in inspect.signature(model.forward).parameters:
+                    inputs["logits_to_keep"] = 1  # as generate's prefill asks: the last position's logits
+                return traced_strategies.count_flops(lambda: model(**inputs, use_cache=False), backward=False)
+        finally:
+            for p, flag in wanted:
+                p.requires_grad_(flag)
+            model.train()
+
+    return _run(model, mode, go)
 
 
 def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
@@ -514,19 +571,8 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             held.append(weakref.ref(box))
             return box
 
-        ids = labels = _ids(cfg, b, s)
-        inputs = {"input_ids": ids}
-        if _vision(model):
-            inputs = _image_inputs(model, b, s)
-            labels = inputs["input_ids"]
-        if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
-            inputs, labels = _encoder_inputs(model, b, s), ids.clone()
-            if getattr(cfg, "decoder_start_token_id", None) is None:
-                # a config class without a default start token (T5Config; t5-small's config.json gives 0): the
-                # decoder reads a (b, s) tensor of its own, as the labels shifted right would be
-                inputs["decoder_input_ids"] = ids.clone()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
-            out = model(**inputs, labels=labels)
+            out = model(**_train_inputs(model, b, s))
         if getattr(out, "loss", None) is None:
             raise TracedError(f"{cfg.model_type}: the forward returned no loss for labels=ids")
         # the loss alone is kept for backward: the output's other fields (LLaVA's unused last vision layer, whose
@@ -539,7 +585,7 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
                 continue
             key = _storage_key(box.tensor)
             if key not in owned:
-                seen.setdefault(key, box.tensor.untyped_storage().nbytes())
+                seen.setdefault(key, traced_strategies.local(box.tensor).untyped_storage().nbytes())
         del loss
         return sum(seen.values())
 
@@ -625,8 +671,8 @@ def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
     return [rows[i][n] / rows[i][i] for i in range(n)]
 
 
-#: Options a traced model answers (the rest must keep their defaults: parallelism, recompute, LoRA and the time
-#: model apply to the hand-written graphs only, so far).
+#: Options a traced model answers (and ``traced_strategies.STRATEGY_OPTIONS``; the rest must keep their defaults:
+#: ``traced_strategies.NOT_YET`` names them).
 TRACED_OPTIONS = ("mode", "batch", "seq", "new_tokens", "dtype", "precision", "grad_buffer", "optimizer", "attention",
                   "weight_dtype", "kv_dtype")
 
@@ -654,6 +700,7 @@ class TracedEstimate:
     encoder_length: int | None = None
     image_tokens: int | None = None
     image_size: int | None = None
+    strategies: traced_strategies.Strategies = traced_strategies.Strategies()
 
     @property
     def parts(self) -> tuple[tuple[str, int], ...]:
@@ -708,6 +755,7 @@ class TracedEstimate:
             out["activation_bytes"] = self.saved
             out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
             out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
+        out.update(self.strategies.to_json())
         if self.cache is not None:
             out["weight_bytes"] = self.weights
             out["cache_bytes"] = self.cache.total
@@ -723,12 +771,13 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     import dataclasses as dc
 
     defaults = Options()
-    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS
+    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
                and getattr(options, f.name) != getattr(defaults, f.name)]
     if changed:
         raise TracedError(f"{name}: {', '.join('--' + c.replace('_', '-') for c in changed)} not yet supported for a "
-                          f"traced model (model_type {config.get('model_type')!r}); memderive traces parameters, model "
-                          "states, cache and saved activations of one unsharded GPU")
+                          f"traced model (model_type {config.get('model_type')!r}); a traced model takes "
+                          f"{traced_strategies.APPLIES}; not yet: {traced_strategies.NOT_YET}")
+    traced_strategies.check(name, options)
     cfg = hf_config(config, name)
     params = parameters(cfg)
     attention = options.attention or ("eager" if options.mode == "train" else "sdpa")
@@ -747,18 +796,108 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
         est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
     if options.mode == "train":
-        model, mode = build(cfg, attention, options.dtype)
-        saved = saved_bytes(model, mode, b, s)
-        fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-        fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
-        states = states_breakdown(Psi, options.dtype, options.optimizer, 0, d, precision=options.precision,
-                                  grad_buffer=options.grad_buffer)
-        rows = tuple((t.path.removeprefix("model_states/"), int(t.expr.evaluate({Psi: params.total})))
-                     for t in states.terms)
-        return dc.replace(est, states=rows, saved=saved, saved_fit=fit)
+        with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
+            model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
+            saved = saved_bytes(model, mode, b, s)
+            fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+            fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+            trainable, total = traced_strategies.trainable_parameters(model)
+        rows = traced_strategies.state_rows(total, trainable, options, traced_strategies.adapter_dtype(model, options))
+        done = _traced_strategies(options, trainable, total)
+        if options.tp > 1:
+            done = dc.replace(_traced_tp(est, cfg, options).strategies, recompute=options.recompute)
+        est = dc.replace(est, states=rows, saved=saved, saved_fit=fit, strategies=done)
+        return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                             b, s)
     weight = options.weight_dtype or "bf16"
-    model, mode = build(cfg, attention, options.kv_dtype or weight)
-    cache = cache_bytes(model, mode, b, s)
-    fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
-    fit = fit if fit is not None and fit(b, s) == cache.total else None
-    return dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
+    with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
+        model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options))
+        cache = cache_bytes(model, mode, b, s)
+        fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+        fit = fit if fit is not None and fit(b, s) == cache.total else None
+    est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
+    if options.tp > 1:
+        est = _traced_tp(est, cfg, options)
+    return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                         b, s)
+
+
+def _traced_strategies(options: Options, trainable: int, total: int) -> traced_strategies.Strategies:
+    """The strategies a training estimate was traced under (recompute, LoRA's parameters, data parallelism)."""
+    lora = None
+    if options.lora_rank is not None:
+        on = ",".join((*options.lora_targets, *options.lora_target_parameters))
+        lora = (f"{'DoRA' if options.dora else 'LoRA'} rank {options.lora_rank} on {on}"
+                + (f", dropout {options.lora_dropout}" if options.lora_dropout else ""))
+    frozen = ", ".join(([f"--train-only {','.join(options.train_only)}"] if options.train_only else [])
+                       + (["--freeze-embeddings"] if options.freeze_embeddings else [])) or None
+    tuned = lora or frozen
+    return traced_strategies.Strategies(options.recompute, lora, trainable if tuned else None,
+                                        total if tuned else None, options.dp, options.zero, frozen=frozen)
+
+
+def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimate:
+    """Under ``--tp``: rank 0's parameters under the model's ``tp_plan``, and from them its model states (training)
+    or weights (inference)."""
+    import dataclasses as dc
+
+    model, _ = build(cfg, "eager", fake=True)
+    per_rank, rows = traced_strategies.tp_rank_parameters(model, options.tp)
+    done = traced_strategies.Strategies(options.recompute, dp=options.dp, zero=options.zero, tp=options.tp,
+                                        tp_parameters=per_rank, tp_rows=rows)
+    if options.mode == "train":
+        return dc.replace(est, strategies=done, states=traced_strategies.state_rows(per_rank, per_rank, options))
+    return dc.replace(est, strategies=done, weights=per_rank * dtype_of(options.weight_dtype or "bf16").nbytes)
+
+
+def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
+                  s: int) -> TracedEstimate:
+    """``_count_flops``, or where transformers' code cannot be counted on fake tensors the estimate without FLOPs and
+    the reason in one line (the bytes stand on their own)."""
+    import dataclasses as dc
+
+    try:
+        return _count_flops(est, cfg, options, built, b, s)
+    except TracedError as exc:
+        return dc.replace(est, strategies=dc.replace(est.strategies, flops_error=str(exc)))
+
+
+def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
+                 s: int) -> TracedEstimate:
+    """FLOPs as the hand-written path words them, counted on an eager build (``built`` where the estimate's own
+    model is one without recompute), each with its polynomial in b and s. Training: forward, model (forward +
+    backward, no recompute), hardware (with ``--recompute full``'s re-run forward) and per token; inference: the
+    prefill of s tokens (the last position's logits, as generate asks)."""
+    import dataclasses as dc
+
+    import functools
+
+    train = options.mode == "train"
+
+    def fitted(f: Callable[[int, int], int]) -> tuple[int, str | None]:
+        value = f(b, s)
+        fit = polynomial(f)
+        return value, str(fit) if fit is not None and fit(b, s) == value else None
+
+    plain = built if built is not None and (not train or options.recompute == "none") else build(
+        cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
+        prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None)
+    counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
+    rows = []
+    if not train:
+        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+        rows.append(("prefill_flops", "Prefill FLOPs", value, formula))
+        return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
+    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+    rows.append(("forward_flops", "Forward FLOPs per micro-batch", forward, formula))
+    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)))
+    rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
+    if options.recompute != "none":
+        again = built if built is not None and est.attention == "eager" else build(
+            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False))
+        hardware, formula = fitted(lambda bb, ss: sum(flops(*again, bb, ss)))
+    rows.append(("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)",
+                 hardware if options.recompute != "none" else model_flops, formula))
+    if model_flops % (b * s) == 0:  # a whole number per token (else the per-micro-batch figure alone)
+        rows.append(("model_flops_per_token", "Model FLOPs per token", model_flops // (b * s), None))
+    return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
