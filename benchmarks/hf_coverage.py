@@ -36,7 +36,7 @@ SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 
          "num_experts_per_tok": 2, "moe_k": 2, "moe_topk": 2, "top_k": 2, "moe_intermediate_size": 32,
          "expert_intermediate_size": 32, "shared_expert_intermediate_size": 32, "n_group": 1, "topk_group": 1,
          "expand": 1, "state_size": 8, "mamba_d_state": 8, "ssm_state_size": 8, "mamba_n_heads": 4,
-         "mamba_d_head": 16, "mamba_head_dim": 16, "time_step_rank": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
+         "mamba_d_head": 16, "mamba_head_dim": 16, "n_groups": 1, "time_step_rank": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
          "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "rotary_dim": 8, "v_head_dim": 16, "encoder_layers": 2, "decoder_layers": 2,
          "encoder_ffn_dim": 96, "decoder_ffn_dim": 96, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
          "d_ff": 96, "d_kv": 16, "num_layers": 2, "n_layer": 2, "n_layers": 2, "num_hidden_layers": 2,
@@ -70,12 +70,24 @@ def _small_kwargs(cls) -> dict:
             kwargs[key] = _small_kwargs(type(value))
     layers_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers") if k in names), None)
     wanted = {k: v for k, v in SMALL.items() if k in names and not isinstance(_get(base, k), (list, dict))}
+    if "kv_lora_rank" in names and "num_attention_heads" in wanted:
+        # multi-head latent attention (DeepSeek V2/V3 and kin) expands its latent to every query head before the
+        # attention, which repeats KV heads num_attention_heads // num_key_value_heads times more: every published
+        # MLA config (and every such config class's defaults) has as many KV heads as heads
+        wanted["num_key_value_heads"] = wanted["num_attention_heads"]
     if layers_key:
         wanted[layers_key] = LAYERS
-    for key in ("layer_types", "layers_block_type", "attention_types_per_layer", "hybrid_override_pattern"):
+    if "attn_layer_indices" in names and _get(base, "attn_layer_indices") is None:
+        wanted["attn_layer_indices"] = [LAYERS - 1]  # Bamba: one attention layer, as the published hybrids have
+    for key in ("layer_types", "layers_block_type", "attention_types_per_layer", "hybrid_override_pattern",
+                "block_types"):
         kinds = _get(base, key)
         if isinstance(kinds, (list, str)) and kinds and layers_key and key in names:
             distinct = list(dict.fromkeys(kinds))
+            if distinct == ["linear_attention"]:
+                # a hybrid whose defaults hold no attention layer (GraniteMoeHybrid); transformers' mask code needs
+                # one (get_mask_sizes on a cache of linear layers only fails on real tensors too)
+                distinct.append("full_attention")
             cut = (distinct * LAYERS)[:max(LAYERS, len(distinct))]
             wanted[layers_key] = len(cut)
             wanted[key] = "".join(cut) if isinstance(kinds, str) else cut

@@ -330,3 +330,31 @@ def test_qwen2_5_vl_parameters_and_refusal(tmp_path: Path) -> None:
     # (an installed torchao built for another CPython prints its load failures when transformers imports it: not ours)
     ours = [line for line in done.stderr.splitlines() if "torchao" not in line and "register_constant" not in line]
     assert len(ours) == 1 and ours[0].startswith("memderive: error: ") and "llava and gemma3 only" in ours[0]
+
+
+def _coverage():
+    """benchmarks/hf_coverage.py, the table over every causal-LM model type, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_coverage", ROOT / "benchmarks" / "hf_coverage.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: Model types the table's small configs broke (real CPU tensors failed as the fake ones did): multi-head latent
+#: attention with fewer KV heads than heads (expand_kv already gives every head its keys, repeat_kv doubled them:
+#: "size of tensor a (4) must match ... (8)"), hybrids left with no attention layer (get_mask_sizes), Mamba 2 with
+#: more groups (8, the default) than its 4 heads (repeat_interleave to 0 heads)
+COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2"]
+
+
+@pytest.mark.parametrize("model_type", COVERAGE_FIXED)
+def test_coverage_small_configs_equal_cpu(model_type: str) -> None:
+    # the row compares the fit on fake tensors with real CPU runs at (1, 7) and (2, 7): cache and saved activations
+    row = _coverage().row(model_type)
+    assert row["why"] == "" and row["params"] == "exact", row
+    assert row["cache"].startswith("exact") and row["eager"].startswith("exact"), row
+    if model_type == "glm4_moe_lite":
+        # 2 layers x (kv_lora_rank 16 + qk_rope_head_dim 16) x 2 B = 128 B per token, s + 1 tokens after a decode
+        assert row["cache"] == "exact: 128*b*s + 128*b"
