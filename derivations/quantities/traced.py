@@ -191,9 +191,8 @@ def _to_fake(model: Any) -> Any:
     """Replace a meta model's parameters and buffers by fake CPU tensors of one new ``FakeTensorMode`` (a tied
     weight stays one parameter)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = _valued_mode_class()(allow_non_fake_inputs=True)
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
     for module in model.modules():
@@ -207,6 +206,54 @@ def _to_fake(model: Any) -> Any:
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
+
+
+#: Most elements a tensor computed for real under a valued fake mode may have (``_valued_mode_class``): every
+#: index, mask and position tensor of the sizes traced (b * s positions, an image's patches) is far smaller.
+VALUE_LIMIT = 1 << 20
+_VALUED: list[Any] = []
+
+
+def _valued_mode_class() -> Any:
+    """A ``FakeTensorMode`` that, once its ``values`` is set (``_run``: after a forward read a value a fake tensor
+    has not), also holds values: a factory (``arange``, ``zeros``, ``torch.tensor``) of at most ``VALUE_LIMIT``
+    elements runs for real, and an op whose inputs all hold values does too (PyTorch's own constant propagation,
+    limited to one element by ``may_turn_const``, raised to ``VALUE_LIMIT``). Values come from the inputs and
+    factories only, never from the weights: a forward whose shapes follow the token ids or an image grid (Qwen2.5-VL's
+    rope index and vision windows) runs; one whose shapes follow the weights' outputs (a router's choices) still
+    cannot. Before ``values`` is set it is PyTorch's FakeTensorMode unchanged."""
+    if _VALUED:
+        return _VALUED[0]
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._mode_utils import no_dispatch
+    from torch.utils._pytree import tree_leaves, tree_map_only
+
+    class ValuedFakeTensorMode(FakeTensorMode):
+        values = False
+
+        def may_turn_const(self, t: Any) -> bool:
+            return super().may_turn_const(t) or (self.values and t.numel() <= VALUE_LIMIT
+                                                 and t.device.type != "meta" and not self.is_our_fake(t)
+                                                 and t.layout == torch.strided)
+
+        def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if (self.values and isinstance(func, torch._ops.OpOverload)
+                    and torch.Tag.nondeterministic_seeded not in func.tags
+                    and not any(isinstance(x, torch.Tensor) for x in tree_leaves((args, kwargs)))
+                    and str(kwargs.get("device", "cpu")) == "cpu"):
+                with no_dispatch():
+                    out = func(*args, **kwargs)
+                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if made and all(self.may_turn_const(t) for t in made):
+                    converter = self.fake_tensor_converter
+                    return tree_map_only(torch.Tensor, lambda t: converter.from_real_tensor(self, t, make_constant=True),
+                                         out)
+            return super().dispatch(func, types, args, kwargs)
+
+    _VALUED.append(ValuedFakeTensorMode)
+    return ValuedFakeTensorMode
 
 
 @dataclass(frozen=True)
@@ -325,10 +372,31 @@ def image_tokens(cfg: Any) -> int:
         return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
-    # Qwen2.5-VL's dynamic resolution reads its image_grid_thw's values (rope index, window cu_seqlens): a fake
-    # tensor has none (DataDependentOutputException), so it is not traced yet
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far (--mode params "
-                      "counts this model; for the text model alone give its text_config)")
+    if cfg.model_type == "qwen2_5_vl":
+        _, h, w = _image_grid(cfg)
+        return h * w // vision.spatial_merge_size ** 2
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3 and qwen2_5_vl only so far (--mode "
+                      "params counts this model; for the text model alone give its text_config)")
+
+
+#: Qwen2.5-VL's image side in pixels: its resolution is dynamic (the processor's min_pixels and max_pixels bound it,
+#: config.json gives none), so memderive measures the low end of the model card's recommended 256 to 1,280 tokens,
+#: ``min_pixels = 256 * 28 * 28`` (Qwen/Qwen2.5-VL-7B-Instruct README): 448 x 448 pixels, 32 x 32 patches of 14,
+#: 256 tokens after the 2 x 2 merge.
+QWEN_IMAGE_SIDE = 448
+
+
+def image_size(cfg: Any) -> int:
+    """The side in pixels of the square image a vision-language ``cfg`` is measured with: its vision config's
+    ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2.5-VL's dynamic resolution)."""
+    return getattr(cfg.vision_config, "image_size", None) or QWEN_IMAGE_SIDE
+
+
+def _image_grid(cfg: Any) -> tuple[int, int, int]:
+    """Qwen2.5-VL's ``image_grid_thw`` row of one still image: 1 frame (the processor repeats a still image to
+    ``temporal_patch_size`` frames, one temporal patch), ``image_size / patch_size`` patches a side."""
+    side = image_size(cfg) // cfg.vision_config.patch_size
+    return 1, side, side
 
 
 def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
@@ -344,11 +412,36 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     image = getattr(cfg, "image_token_id", None) if image is None else image
     ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
     dtype = next(model.parameters()).dtype
+    if cfg.model_type == "qwen2_5_vl":  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
+        t, h, w = _image_grid(cfg)
+        width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+        out = {"input_ids": ids, "pixel_values": torch.zeros(b * t * h * w, width, dtype=dtype),
+               "image_grid_thw": torch.tensor([[t, h, w]] * b), "mm_token_type_ids": (ids == image).int()}
+        out["position_ids"] = _rope_index(model, b, s, k, (t, h, w))
+        return out
     out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
                                                          vision.image_size, dtype=dtype)}
     if cfg.model_type == "gemma3":
         out["token_type_ids"] = (ids == image).long()
     return out
+
+
+def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int]) -> Any:
+    """Qwen2.5-VL's 3-D rope positions (3, b, k + s) of ``_image_inputs``' sequences, computed by its own
+    ``get_rope_index`` on real tensors outside the fake mode (it reads the token types and the grid, no weights, and
+    builds its result with ``torch.tensor`` of per-sequence values, which fake tensors cannot give); its
+    ``rope_deltas`` kept on the model for the decode steps, as ``generate`` keeps them."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    cfg = model.config
+    with unset_fake_temporarily():
+        types = torch.cat([torch.ones(b, k, dtype=torch.int), torch.zeros(b, s, dtype=torch.int)], dim=1)
+        ids = torch.where(types.bool(), cfg.image_token_id, 1)
+        positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * b),
+                                                       mm_token_type_ids=types)
+    model.model.rope_deltas = deltas
+    return positions
 
 
 def _vision(model: Any) -> bool:
@@ -362,6 +455,8 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import os
     import warnings
 
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
     # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
     # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
     # torch_compilable_check on fake tensors (the inputs are made to match: _image_inputs)
@@ -371,9 +466,21 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     try:
         with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
-            return fn()
+            try:
+                return fn()
+            except (DataDependentOutputException, DynamicOutputShapeException):
+                if mode is None or getattr(mode, "values", True):
+                    raise
+                # the forward read a value (a .tolist() of positions, a nonzero of a mask): again, the inputs and
+                # factories holding values from now on (_valued_mode_class)
+                mode.values = True
+                return fn()
     except TracedError:
         raise
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise TracedError(f"{model.config.model_type}: transformers' forward reads a value computed from the weights "
+                          f"({exc.func}: e.g. a router's tokens per expert), which fake tensors do not hold; memderive "
+                          "cannot trace it (--mode params counts it)") from None
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
@@ -745,7 +852,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
-        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg))
     if options.mode == "train":
         model, mode = build(cfg, attention, options.dtype)
         saved = saved_bytes(model, mode, b, s)
