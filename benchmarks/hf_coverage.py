@@ -180,7 +180,20 @@ def _cache(cfg) -> str:
             return "no cache"
         return _verdict(poly, lambda b, s: traced.cache_bytes(model, mode, b, s).total, got)
     except traced.TracedError as exc:
-        return "fails: " + str(exc)[:160]
+        return _failed(exc, cfg, "eager", lambda real: traced.cache_bytes(real, None, *REAL[0]))
+
+
+def _failed(exc: Exception, cfg, attention: str, measure) -> str:
+    """``fails: why``; where the fake run failed, the real CPU run at ``REAL[0]`` is tried too: failing there as well,
+    the fault is transformers' (or the config's), not the fake tensors', and the cell says so."""
+    text = str(exc)
+    if "on fake tensors" in text:
+        try:
+            real, _ = traced.build(cfg, attention, fake=False, task="causal")
+            measure(real)
+        except traced.TracedError as again:
+            return "fails on real CPU tensors too: " + str(again)[:160]
+    return "fails: " + text[:160]
 
 
 def _verdict(poly, fake, got: list[int]) -> str:
@@ -208,7 +221,7 @@ def _saved(cfg, attention: str) -> str:
         got = [traced.saved_bytes(real, None, b, s) for b, s in REAL]
         return _verdict(poly, lambda b, s: traced.saved_bytes(model, mode, b, s), got)
     except traced.TracedError as exc:
-        return "fails: " + str(exc)[:160]
+        return _failed(exc, cfg, attention, lambda real: traced.saved_bytes(real, None, *REAL[0]))
 
 
 def forked_row(model_type: str, only: str, seconds: int) -> dict:

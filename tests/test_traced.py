@@ -384,8 +384,9 @@ def _coverage():
 #: Model types the table's small configs broke (real CPU tensors failed as the fake ones did): multi-head latent
 #: attention with fewer KV heads than heads (expand_kv already gives every head its keys, repeat_kv doubled them:
 #: "size of tensor a (4) must match ... (8)"), hybrids left with no attention layer (get_mask_sizes), Mamba 2 with
-#: more groups (8, the default) than its 4 heads (repeat_interleave to 0 heads)
-COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2"]
+#: more groups (8, the default) than its 4 heads (repeat_interleave to 0 heads); and a forward that reads its mask's
+#: values (Kolibri 1.1: torch.unique of each query's first visible key; refused on fake tensors before the valued pass)
+COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2", "kolibri1_1"]
 
 
 @pytest.mark.parametrize("model_type", COVERAGE_FIXED)
@@ -397,3 +398,21 @@ def test_coverage_small_configs_equal_cpu(model_type: str) -> None:
     if model_type == "glm4_moe_lite":
         # 2 layers x (kv_lora_rank 16 + qk_rope_head_dim 16) x 2 B = 128 B per token, s + 1 tokens after a decode
         assert row["cache"] == "exact: 128*b*s + 128*b"
+
+
+def test_coverage_verdicts() -> None:
+    # a cache compressed every few tokens (DeepSeek V4) is no polynomial of degree 1 in s: where the fit misses the real
+    # runs but the fake runs at those points equal them, the cell says exact at the points, no polynomial
+    coverage = _coverage()
+    real = [9680, 19344]  # (1, 7), (2, 7)
+    poly = lambda b, s: 9392 * b if s == 7 else 0  # noqa: E731
+    assert coverage._verdict(poly, lambda b, s: real[b - 1], real).startswith("exact at (1, 7), (2, 7), no polynomial")
+    assert coverage._verdict(poly, lambda b, s: 1, real) == "differs: [1, 1] != [9680, 19344]"
+    assert coverage._verdict(lambda b, s: real[b - 1], None, real).startswith("exact: ")
+
+
+def test_coverage_says_transformers_fails_on_cpu_too() -> None:
+    # XLNet built with dtype=bf16 keeps its relative attention's nn.Parameter(torch.FloatTensor(...)) in fp32, and its
+    # einsum refuses the mix on real CPU tensors as on fake ones: the cell says the fault is not the fake tensors'
+    coverage = _coverage()
+    assert coverage._cache(coverage.small_config("xlnet")).startswith("fails on real CPU tensors too: xlnet: ")
