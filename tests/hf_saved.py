@@ -92,8 +92,8 @@ def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     transformers.logging.set_verbosity_error()
     if config.model_type == "bert":
         return transformers.AutoModel.from_config(config)
-    if config.model_type == "qwen2_5_vl":
-        return transformers.Qwen2_5_VLForConditionalGeneration(config)
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+        return transformers.AutoModelForImageTextToText.from_config(config)
     if getattr(config, "vision_config", None) is not None and config.model_type != "gemma3":  # LLaVA
         return transformers.LlavaForConditionalGeneration(config)
     if config.model_type == "gemma3" and getattr(config, "vision_config", None) is not None:
@@ -141,7 +141,7 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
         ids = ids % (image - 2) + 1  # text tokens away from the image's (and Gemma 3's boi/eoi) ids
         ids[:, :image_tokens] = image
         dtype = next(model.parameters()).dtype
-        if config.model_type == "qwen2_5_vl":
+        if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
             # a square still image of image_tokens merged patches: (side x side) patches, (side / merge)**2 tokens;
             # its patches flattened as Qwen2VLImageProcessor gives them, its grid (1, side, side); transformers
             # computes the 3-D rope positions itself from the token types

@@ -318,14 +318,19 @@ QWEN25_VL = dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_atten
                  image_token_id=299, vision_start_token_id=297, vision_end_token_id=298)
 
 
-def test_qwen2_5_vl_parameters() -> None:
+QWEN2_VL = dict(QWEN25_VL, vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, patch_size=14))
+QWEN_VL = {"qwen2_vl": QWEN2_VL, "qwen2_5_vl": QWEN25_VL}
+
+
+@pytest.mark.parametrize("model_type", sorted(QWEN_VL))
+def test_qwen_vl_parameters(model_type: str) -> None:
     # the whole model (tower, merger, text model) as transformers instantiates it
-    cfg = _config("qwen2_5_vl", QWEN25_VL)
+    cfg = _config(model_type, QWEN_VL[model_type])
     assert traced.parameters(cfg).total == count_parameters(cfg, transformers.AutoModelForImageTextToText)
 
 
 def _qwen_real_cache_bytes(cfg: transformers.PretrainedConfig, b: int, s: int, side: int) -> int:
-    """A real bf16 CPU Qwen2.5-VL's cache after a prefill of one (side x side)-patch image's tokens then s text tokens
+    """A real bf16 CPU Qwen2(.5)-VL's cache after a prefill of one (side x side)-patch image's tokens then s text tokens
     per sequence (transformers computes its own rope index and deltas) and one decode step: keys and values bytes."""
     import torch
 
@@ -343,11 +348,12 @@ def _qwen_real_cache_bytes(cfg: transformers.PretrainedConfig, b: int, s: int, s
 
 
 @pytest.mark.parametrize("attention", ["eager"])  # (SDPA passes too: 47 s more on 2 cores)
-def test_qwen2_5_vl_with_an_image_equals_cpu(attention: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # its dynamic resolution reads the image grid's values (vision windows, rope index), which fake tensors lacked
-    # (refused before). A 56 x 56 image here: 4 x 4 patches of 14, 2 x 2 merged = 4 tokens
+@pytest.mark.parametrize("model_type", sorted(QWEN_VL))
+def test_qwen_vl_with_an_image_equals_cpu(model_type: str, attention: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # their dynamic resolution reads the image grid's values (rope index; Qwen2.5-VL's vision windows), which fake
+    # tensors lacked (refused before). A 56 x 56 image here: 4 x 4 patches of 14, 2 x 2 merged = 4 tokens
     monkeypatch.setattr(traced, "QWEN_IMAGE_SIDE", 56)
-    cfg = _config("qwen2_5_vl", QWEN25_VL)
+    cfg = _config(model_type, QWEN_VL[model_type])
     assert traced.image_tokens(cfg) == 4
     model, mode = traced.build(cfg, attention)
     fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))

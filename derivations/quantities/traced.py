@@ -372,28 +372,33 @@ def image_tokens(cfg: Any) -> int:
         return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
-    if cfg.model_type == "qwen2_5_vl":
+    if cfg.model_type in QWEN_VL:
         _, h, w = _image_grid(cfg)
         return h * w // vision.spatial_merge_size ** 2
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3 and qwen2_5_vl only so far (--mode "
-                      "params counts this model; for the text model alone give its text_config)")
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3, qwen2_vl and qwen2_5_vl only so "
+                      "far (--mode params counts this model; for the text model alone give its text_config)")
 
 
-#: Qwen2.5-VL's image side in pixels: its resolution is dynamic (the processor's min_pixels and max_pixels bound it,
-#: config.json gives none), so memderive measures the low end of the model card's recommended 256 to 1,280 tokens,
-#: ``min_pixels = 256 * 28 * 28`` (Qwen/Qwen2.5-VL-7B-Instruct README): 448 x 448 pixels, 32 x 32 patches of 14,
-#: 256 tokens after the 2 x 2 merge.
+#: Qwen2-VL and Qwen2.5-VL: dynamic resolution, patches flattened with an ``image_grid_thw``, 3-D rope positions from
+#: ``get_rope_index`` (the same API in both)
+QWEN_VL = ("qwen2_vl", "qwen2_5_vl")
+
+
+#: Qwen2-VL's and Qwen2.5-VL's image side in pixels: their resolution is dynamic (the processor's min_pixels and
+#: max_pixels bound it, config.json gives none), so memderive measures the low end of the model cards' recommended 256
+#: to 1,280 tokens, ``min_pixels = 256 * 28 * 28`` (Qwen/Qwen2-VL-7B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct READMEs):
+#: 448 x 448 pixels, 32 x 32 patches of 14, 256 tokens after the 2 x 2 merge.
 QWEN_IMAGE_SIDE = 448
 
 
 def image_size(cfg: Any) -> int:
     """The side in pixels of the square image a vision-language ``cfg`` is measured with: its vision config's
-    ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2.5-VL's dynamic resolution)."""
+    ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2-VL's and Qwen2.5-VL's dynamic resolution)."""
     return getattr(cfg.vision_config, "image_size", None) or QWEN_IMAGE_SIDE
 
 
 def _image_grid(cfg: Any) -> tuple[int, int, int]:
-    """Qwen2.5-VL's ``image_grid_thw`` row of one still image: 1 frame (the processor repeats a still image to
+    """Qwen2(.5)-VL's ``image_grid_thw`` row of one still image: 1 frame (the processor repeats a still image to
     ``temporal_patch_size`` frames, one temporal patch), ``image_size / patch_size`` patches a side."""
     side = image_size(cfg) // cfg.vision_config.patch_size
     return 1, side, side
@@ -412,7 +417,7 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     image = getattr(cfg, "image_token_id", None) if image is None else image
     ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
     dtype = next(model.parameters()).dtype
-    if cfg.model_type == "qwen2_5_vl":  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
+    if cfg.model_type in QWEN_VL:  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
         t, h, w = _image_grid(cfg)
         width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
         out = {"input_ids": ids, "pixel_values": torch.zeros(b * t * h * w, width, dtype=dtype),
