@@ -77,12 +77,22 @@ def _small_kwargs(cls) -> dict:
         wanted["num_key_value_heads"] = wanted["num_attention_heads"]
     if layers_key:
         wanted[layers_key] = LAYERS
+    if "qk_dim_factor" in names and "hidden_size" in wanted:
+        # xLSTM rounds hidden_size * qk_dim_factor up to a multiple of 64 (its qk_dim) but projects to the width
+        # unrounded: they agree where the product is a multiple of 64, as in xLSTM-7b (4096 * 0.5), not at 64 * 0.5
+        wanted["hidden_size"] = 128
+    if "n_recurrent_loops" in names and layers_key:
+        # Dory (a looped model): its 8 input and 8 output layers leave none to loop among LAYERS; one of each and
+        # LAYERS looped between them, the layer kinds of the class's defaults (every fourth full attention)
+        wanted.update(n_input_layers=1, n_output_layers=1)
+        wanted[layers_key] = LAYERS + 2
+        wanted["layer_types"] = [_get(base, "layer_types")[i] for i in range(LAYERS + 2)]
     if "attn_layer_indices" in names and _get(base, "attn_layer_indices") is None:
         wanted["attn_layer_indices"] = [LAYERS - 1]  # Bamba: one attention layer, as the published hybrids have
     for key in ("layer_types", "layers_block_type", "attention_types_per_layer", "hybrid_override_pattern",
                 "block_types"):
         kinds = _get(base, key)
-        if isinstance(kinds, (list, str)) and kinds and layers_key and key in names:
+        if isinstance(kinds, (list, str)) and kinds and layers_key and key in names and key not in wanted:
             distinct = list(dict.fromkeys(kinds))
             if distinct == ["linear_attention"]:
                 # a hybrid whose defaults hold no attention layer (GraniteMoeHybrid); transformers' mask code needs

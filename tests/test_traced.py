@@ -391,8 +391,11 @@ def _coverage():
 #: attention with fewer KV heads than heads (expand_kv already gives every head its keys, repeat_kv doubled them:
 #: "size of tensor a (4) must match ... (8)"), hybrids left with no attention layer (get_mask_sizes), Mamba 2 with
 #: more groups (8, the default) than its 4 heads (repeat_interleave to 0 heads); and a forward that reads its mask's
-#: values (Kolibri 1.1: torch.unique of each query's first visible key; refused on fake tensors before the valued pass)
-COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2", "kolibri1_1"]
+#: values (Kolibri 1.1: torch.unique of each query's first visible key; refused on fake tensors before the valued pass);
+#: xLSTM at hidden 64 (its qk_dim rounded up to 64, its projection 32 wide); RWKV, whose cache is the ``state`` its
+#: forward takes and returns (counted as none before); Dory (a looped model), which deep-copies cache layers holding a
+#: fake tensor and takes its cache as ``cache`` only (given as ``past_key_values``, each step began a new cache)
+COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2", "kolibri1_1", "xlstm", "rwkv", "dory"]
 
 
 @pytest.mark.parametrize("model_type", COVERAGE_FIXED)
@@ -404,6 +407,14 @@ def test_coverage_small_configs_equal_cpu(model_type: str) -> None:
     if model_type == "glm4_moe_lite":
         # 2 layers x (kv_lora_rank 16 + qk_rope_head_dim 16) x 2 B = 128 B per token, s + 1 tokens after a decode
         assert row["cache"] == "exact: 128*b*s + 128*b"
+    if model_type == "rwkv":
+        # per sequence and layer of 64 channels: two token-shift states in bf16 (2 x 64 x 2 B) and the three WKV
+        # states (numerator, denominator, running max) in fp32 (3 x 64 x 4 B) = 1,024 B, 2 layers, whatever s
+        assert row["cache"] == "exact: 2048*b"
+    if model_type == "dory":
+        # 6 cache layers (1 input, 2 looped layers x 2 loops, 1 output) x (K, V) x 2 KV heads x 16 dims x 2 B = 768 B
+        # per token, s + 1 tokens; the 5 sliding-window layers' window sizes, int64: 40 B
+        assert row["cache"] == "exact: 768*b*s + 768*b + 40"
 
 
 def test_coverage_verdicts() -> None:

@@ -256,6 +256,26 @@ def _valued_mode_class() -> Any:
     return ValuedFakeTensorMode
 
 
+def _fake_copies() -> Any:
+    """A ``TorchFunctionMode`` under which ``copy.deepcopy`` of a fake tensor is a fake copy (``detach().clone()``, a
+    storage of its own): ``Tensor.__deepcopy__`` copies a storage's bytes, which a fake tensor has none of (Dory
+    deep-copies its looped layers' cache layers, each holding a window-size tensor)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.overrides import TorchFunctionMode
+
+    class FakeCopies(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+                tensor, memo = args
+                if id(tensor) not in memo:
+                    memo[id(tensor)] = tensor.detach().clone().requires_grad_(tensor.requires_grad)
+                return memo[id(tensor)]
+            return func(*args, **(kwargs or {}))
+
+    return FakeCopies()
+
+
 @dataclass(frozen=True)
 class TracedParameters:
     """Parameters by module path: ``groups`` rows (path, what, count, each) whose ``count * each`` add to ``total``;
@@ -469,7 +489,8 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     if mode is not None:
         os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
     try:
-        with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
+        with mode if mode is not None else contextlib.nullcontext(), \
+                _fake_copies() if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
             try:
                 return fn()
@@ -540,6 +561,9 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
     import torch
 
     cfg = model.config
+    # the cache argument: ``cache`` in transformers 5 (``past_key_values`` a deprecated alias that some forwards, Dory's,
+    # do not map: passed under that name the cache went into **kwargs and each step began a new one)
+    past = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def go() -> Any:
         model.eval()
@@ -550,7 +574,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**_encoder_inputs(model, b, s), decoder_input_ids=ids, use_cache=True)
                     cache, encoded = out.past_key_values, (out.encoder_last_hidden_state,)
                     for _ in range(decoded):
-                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], past_key_values=cache,
+                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], **{past: cache},
                                       use_cache=True).past_key_values
                     return cache
                 if _vision(model):  # the image and the text in the prefill, then text tokens
@@ -558,23 +582,24 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**inputs, use_cache=True)
                     cache = out.past_key_values
                     for _ in range(decoded):
-                        cache = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True).past_key_values
+                        cache = model(input_ids=ids[:, -1:], **{past: cache}, use_cache=True).past_key_values
                     return cache
                 out = model(input_ids=ids, use_cache=True)
-                # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
-                # forward's signature), the others ``past_key_values``
-                params = "cache_params" in inspect.signature(model.forward).parameters
-                cache = getattr(out, "cache_params" if params else "past_key_values", None)
+                # Mamba-style models take and return ``cache_params``, RWKV its ``state`` (ModelOutput answers any
+                # name, so ask the forward's signature), the others ``past_key_values``
+                names = inspect.signature(model.forward).parameters
+                params = next((name for name in ("cache_params", "state") if name in names), None)
+                cache = getattr(out, params or "past_key_values", None)
                 for _ in range(decoded):
                     if cache is None:
                         break
                     step = ids[:, -1:]
                     if params:
-                        out = model(input_ids=step, cache_params=cache, use_cache=True,
-                                    cache_position=torch.tensor([s]))
-                        cache = out.cache_params
+                        where = {"cache_position": torch.tensor([s])} if "cache_position" in names else {}
+                        out = model(input_ids=step, **{params: cache}, use_cache=True, **where)
+                        cache = getattr(out, params)
                     else:
-                        out = model(input_ids=step, past_key_values=cache, use_cache=True)
+                        out = model(input_ids=step, **{past: cache}, use_cache=True)
                         cache = out.past_key_values
                 return cache
         finally:
