@@ -10,7 +10,10 @@ For each ``model_type`` of ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (200 in transfo
 * saved (eager, sdpa): the polynomial fitted on fake tensors against autograd's saved tensors of a real bf16 CPU
   training forward at b 1 and b 2 (s 7), counted as ``tests/hf_saved.py`` counts them.
 
-A model type that fails says why in one line. ``python benchmarks/hf_coverage.py`` prints the table and the totals;
+A model type that fails says why in one line; a cell whose fake run fails tries the real CPU run too and says so
+where that fails as well (the fault is transformers' or the small config's, not the fake tensors'); a cell whose
+polynomial misses the real runs while the fake runs at those very points equal them says "exact at the points, no
+polynomial" (a cache compressed every few tokens). ``python benchmarks/hf_coverage.py`` prints the table and the totals;
 ``--types llama,mamba`` runs a few; ``--only params`` skips the forwards.
 """
 

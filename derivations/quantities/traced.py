@@ -9,8 +9,8 @@ causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausa
   ``num_parameters`` counts it), grouped by module path: each ``ModuleList`` of layers by layer class, the
   rest by top-level module;
 * the cache is the object the model returns after a prefill of ``s`` tokens and one decode step
-  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, hybrids' per-layer mix): every tensor
-  reachable from it, each storage once;
+  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, RWKV's ``state``, hybrids' per-layer mix):
+  every tensor reachable from it, each storage once;
 * the saved activations are what autograd's ``saved_tensors_hooks`` see during a training forward
   (``model(ids, labels=ids)``), each storage once, parameters and buffers excluded, only what the graph still
   holds when the forward ends (as ``tests/hf_saved.py`` measures real CPU runs).
@@ -20,6 +20,11 @@ input (Whisper: ``(b, num_mel_bins, 2 * max_source_positions)`` log-mel features
 positions, ``encoder_length``); its decoder reads ``s`` tokens (training: ``labels``; inference: a prefill of ``s``
 decoder tokens, then one decode step on the encoder's output, the cache an ``EncoderDecoderCache`` of the
 self-attention KV of ``s + 1`` tokens and the cross-attention KV of the encoder length).
+
+A forward whose shapes follow values of its inputs (Qwen2.5-VL's image grid, a mask's ``nonzero``) runs again with
+the inputs and every small tensor made from them holding real values beside their fake shapes
+(``_valued_mode_class``); Qwen2-VL's and Qwen2.5-VL's 3-D rope positions are computed by their own ``get_rope_index``
+on real tensors and passed in.
 
 Every count is exact at the (b, s) traced. As functions of b and s, ``polynomial`` evaluates at a grid of
 points and solves for the coefficients of a polynomial of degree 1 in b and 2 in s (rational arithmetic), then
