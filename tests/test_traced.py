@@ -394,8 +394,11 @@ def _coverage():
 #: values (Kolibri 1.1: torch.unique of each query's first visible key; refused on fake tensors before the valued pass);
 #: xLSTM at hidden 64 (its qk_dim rounded up to 64, its projection 32 wide); RWKV, whose cache is the ``state`` its
 #: forward takes and returns (counted as none before); Dory (a looped model), which deep-copies cache layers holding a
-#: fake tensor and takes its cache as ``cache`` only (given as ``past_key_values``, each step began a new cache)
-COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2", "kolibri1_1", "xlstm", "rwkv", "dory"]
+#: fake tensor and takes its cache as ``cache`` only (given as ``past_key_values``, each step began a new cache);
+#: RecurrentGemma, which returns no cache (given one, as generate() gives it, it fills it; its recurrent states stay on
+#: its modules)
+COVERAGE_FIXED = ["glm4_moe_lite", "bamba", "granitemoehybrid", "mamba2", "kolibri1_1", "xlstm", "rwkv", "dory",
+                  "recurrent_gemma"]
 
 
 @pytest.mark.parametrize("model_type", COVERAGE_FIXED)
@@ -415,6 +418,11 @@ def test_coverage_small_configs_equal_cpu(model_type: str) -> None:
         # 6 cache layers (1 input, 2 looped layers x 2 loops, 1 output) x (K, V) x 2 KV heads x 16 dims x 2 B = 768 B
         # per token, s + 1 tokens; the 5 sliding-window layers' window sizes, int64: 40 B
         assert row["cache"] == "exact: 768*b*s + 768*b + 40"
+    if model_type == "recurrent_gemma":
+        # the attention layer: (K, V) x 2 KV heads x 16 dims x 2 B = 128 B per token, s + 1 tokens; the recurrent
+        # layer: its conv state (b, 64, 3) a view of the (b, 64, 4) bf16 concatenation it was cut from (512 B) and its
+        # RG-LRU state (b, 64) in fp32 (256 B); the window size and the linear layer's length, int64: 16 B
+        assert row["cache"] == "exact: 128*b*s + 896*b + 16"
 
 
 def test_coverage_verdicts() -> None:

@@ -595,6 +595,20 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                 names = inspect.signature(model.forward).parameters
                 params = next((name for name in ("cache_params", "state") if name in names), None)
                 cache = getattr(out, params or "past_key_values", None)
+                if cache is None and params is None and past == "cache":
+                    # a forward that fills the cache it is given and returns none (XLM; RecurrentGemma, whose
+                    # recurrent states stay on its modules): given one, as generate() gives it
+                    from transformers import DynamicCache
+
+                    cache = DynamicCache(config=cfg)
+                    try:
+                        model(input_ids=ids, cache=cache, use_cache=True)
+                        for _ in range(decoded):
+                            model(input_ids=ids[:, -1:], cache=cache, use_cache=True)
+                    except Exception:  # noqa: BLE001 - it takes another kind (XLM an EncoderDecoderCache): none, as before
+                        return None
+                    given.append(cache)
+                    return cache
                 for _ in range(decoded):
                     if cache is None:
                         break
@@ -610,13 +624,16 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
         finally:
             model.train()
 
+    given: list[Any] = []
     cache = _run(model, mode, go)
     if cache is None:
         return CacheBytes(0, (), "none")
     owned = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
     seen: set[int] = set()
     parts: dict[tuple[str, str], int] = {}
-    for path, t in _tensors(cache):
+    held = [] if not given else [(f"{type(m).__name__}.{name}", t) for m in model.modules()
+                                 for name, t in vars(m).items() if isinstance(t, torch.Tensor)]
+    for path, t in [*_tensors(cache), *held]:
         key = _storage_key(t)
         if key in seen or key in owned:
             continue
