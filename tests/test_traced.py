@@ -441,3 +441,11 @@ def test_coverage_says_transformers_fails_on_cpu_too() -> None:
     # einsum refuses the mix on real CPU tensors as on fake ones: the cell says the fault is not the fake tensors'
     coverage = _coverage()
     assert coverage._cache(coverage.small_config("xlnet")).startswith("fails on real CPU tensors too: xlnet: ")
+
+
+def test_coverage_bart_sdpa_drops_the_all_ones_mask() -> None:
+    # BartForCausalLM builds an all-ones padding mask; transformers read the fake one as an export being traced and kept
+    # the mask, which SDPA then saved: 2 layers x 7 x 7 bf16 = 196 B per sequence more than the real CPU run (which
+    # drops it, is_causal instead) at s = 7
+    row = _coverage().row("bart")
+    assert row["sdpa"].startswith("exact: "), row["sdpa"]

@@ -483,6 +483,7 @@ def _vision(model: Any) -> bool:
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
     import os
+    import sys
     import warnings
 
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -493,6 +494,13 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
     if mode is not None:
         os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    # transformers' mask code reads a fake tensor as a graph being exported (is_tracing) and keeps a mask a real eager
+    # run drops (BART's all-ones padding mask: SDPA then saves it for backward); these fake runs stand for real eager
+    # ones, so their tensors are read as a real run reads them (the valued pass gives the values)
+    masking = sys.modules.get("transformers.masking_utils")
+    tracing = getattr(masking, "is_tracing", None)
+    if mode is not None and tracing is not None:
+        masking.is_tracing = lambda tensor=None: tracing(None if getattr(tensor, "fake_mode", None) is mode else tensor)
     try:
         with mode if mode is not None else contextlib.nullcontext(), \
                 _fake_copies() if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
@@ -516,6 +524,8 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
     finally:
+        if tracing is not None:
+            masking.is_tracing = tracing
         if before is None:
             os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
         else:
