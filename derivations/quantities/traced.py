@@ -9,8 +9,8 @@ causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausa
   ``num_parameters`` counts it), grouped by module path: each ``ModuleList`` of layers by layer class, the
   rest by top-level module;
 * the cache is the object the model returns after a prefill of ``s`` tokens and one decode step
-  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, hybrids' per-layer mix): every tensor
-  reachable from it, each storage once;
+  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, RWKV's ``state``, hybrids' per-layer mix):
+  every tensor reachable from it, each storage once;
 * the saved activations are what autograd's ``saved_tensors_hooks`` see during a training forward
   (``model(ids, labels=ids)``), each storage once, parameters and buffers excluded, only what the graph still
   holds when the forward ends (as ``tests/hf_saved.py`` measures real CPU runs).
@@ -20,6 +20,11 @@ input (Whisper: ``(b, num_mel_bins, 2 * max_source_positions)`` log-mel features
 positions, ``encoder_length``); its decoder reads ``s`` tokens (training: ``labels``; inference: a prefill of ``s``
 decoder tokens, then one decode step on the encoder's output, the cache an ``EncoderDecoderCache`` of the
 self-attention KV of ``s + 1`` tokens and the cross-attention KV of the encoder length).
+
+A forward whose shapes follow values of its inputs (Qwen2.5-VL's image grid, a mask's ``nonzero``) runs again with
+the inputs and every small tensor made from them holding real values beside their fake shapes
+(``_valued_mode_class``); Qwen2-VL's and Qwen2.5-VL's 3-D rope positions are computed by their own ``get_rope_index``
+on real tensors and passed in.
 
 Every count is exact at the (b, s) traced. As functions of b and s, ``polynomial`` evaluates at a grid of
 points and solves for the coefficients of a polynomial of degree 1 in b and 2 in s (rational arithmetic), then
@@ -195,9 +200,8 @@ def _to_fake(model: Any) -> Any:
     """Replace a meta model's parameters and buffers by fake CPU tensors of one new ``FakeTensorMode`` (a tied
     weight stays one parameter)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = _valued_mode_class()(allow_non_fake_inputs=True)
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
     for module in model.modules():
@@ -212,6 +216,74 @@ def _to_fake(model: Any) -> Any:
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
+
+
+#: Most elements a tensor computed for real under a valued fake mode may have (``_valued_mode_class``): every
+#: index, mask and position tensor of the sizes traced (b * s positions, an image's patches) is far smaller.
+VALUE_LIMIT = 1 << 20
+_VALUED: list[Any] = []
+
+
+def _valued_mode_class() -> Any:
+    """A ``FakeTensorMode`` that, once its ``values`` is set (``_run``: after a forward read a value a fake tensor
+    has not), also holds values: a factory (``arange``, ``zeros``, ``torch.tensor``) of at most ``VALUE_LIMIT``
+    elements runs for real, and an op whose inputs all hold values does too (PyTorch's own constant propagation,
+    limited to one element by ``may_turn_const``, raised to ``VALUE_LIMIT``). Values come from the inputs and
+    factories only, never from the weights: a forward whose shapes follow the token ids or an image grid (Qwen2.5-VL's
+    rope index and vision windows) runs; one whose shapes follow the weights' outputs (a router's choices) still
+    cannot. Before ``values`` is set it is PyTorch's FakeTensorMode unchanged."""
+    if _VALUED:
+        return _VALUED[0]
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._mode_utils import no_dispatch
+    from torch.utils._pytree import tree_leaves, tree_map_only
+
+    class ValuedFakeTensorMode(FakeTensorMode):
+        values = False
+
+        def may_turn_const(self, t: Any) -> bool:
+            return super().may_turn_const(t) or (self.values and t.numel() <= VALUE_LIMIT
+                                                 and t.device.type != "meta" and not self.is_our_fake(t)
+                                                 and t.layout == torch.strided)
+
+        def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if (self.values and isinstance(func, torch._ops.OpOverload)
+                    and torch.Tag.nondeterministic_seeded not in func.tags
+                    and not any(isinstance(x, torch.Tensor) for x in tree_leaves((args, kwargs)))
+                    and str(kwargs.get("device", "cpu")) == "cpu"):
+                with no_dispatch():
+                    out = func(*args, **kwargs)
+                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if made and all(self.may_turn_const(t) for t in made):
+                    converter = self.fake_tensor_converter
+                    return tree_map_only(torch.Tensor, lambda t: converter.from_real_tensor(self, t, make_constant=True),
+                                         out)
+            return super().dispatch(func, types, args, kwargs)
+
+    _VALUED.append(ValuedFakeTensorMode)
+    return ValuedFakeTensorMode
+
+
+def _fake_copies() -> Any:
+    """A ``TorchFunctionMode`` under which ``copy.deepcopy`` of a fake tensor is a fake copy (``detach().clone()``, a
+    storage of its own): ``Tensor.__deepcopy__`` copies a storage's bytes, which a fake tensor has none of (Dory
+    deep-copies its looped layers' cache layers, each holding a window-size tensor)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.overrides import TorchFunctionMode
+
+    class FakeCopies(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+                tensor, memo = args
+                if id(tensor) not in memo:
+                    memo[id(tensor)] = tensor.detach().clone().requires_grad_(tensor.requires_grad)
+                return memo[id(tensor)]
+            return func(*args, **(kwargs or {}))
+
+    return FakeCopies()
 
 
 @dataclass(frozen=True)
@@ -330,10 +402,36 @@ def image_tokens(cfg: Any) -> int:
         return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
-    # Qwen2.5-VL's dynamic resolution reads its image_grid_thw's values (rope index, window cu_seqlens): a fake
-    # tensor has none (DataDependentOutputException), so it is not traced yet
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far (--mode params "
-                      "counts this model; for the text model alone give its text_config)")
+    if cfg.model_type in QWEN_VL:
+        _, h, w = _image_grid(cfg)
+        return h * w // vision.spatial_merge_size ** 2
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3, qwen2_vl and qwen2_5_vl only so "
+                      "far (--mode params counts this model; for the text model alone give its text_config)")
+
+
+#: Qwen2-VL and Qwen2.5-VL: dynamic resolution, patches flattened with an ``image_grid_thw``, 3-D rope positions from
+#: ``get_rope_index`` (the same API in both)
+QWEN_VL = ("qwen2_vl", "qwen2_5_vl")
+
+
+#: Qwen2-VL's and Qwen2.5-VL's image side in pixels: their resolution is dynamic (the processor's min_pixels and
+#: max_pixels bound it, config.json gives none), so memderive measures the low end of the model cards' recommended 256
+#: to 1,280 tokens, ``min_pixels = 256 * 28 * 28`` (Qwen/Qwen2-VL-7B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct READMEs):
+#: 448 x 448 pixels, 32 x 32 patches of 14, 256 tokens after the 2 x 2 merge.
+QWEN_IMAGE_SIDE = 448
+
+
+def image_size(cfg: Any) -> int:
+    """The side in pixels of the square image a vision-language ``cfg`` is measured with: its vision config's
+    ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2-VL's and Qwen2.5-VL's dynamic resolution)."""
+    return getattr(cfg.vision_config, "image_size", None) or QWEN_IMAGE_SIDE
+
+
+def _image_grid(cfg: Any) -> tuple[int, int, int]:
+    """Qwen2(.5)-VL's ``image_grid_thw`` row of one still image: 1 frame (the processor repeats a still image to
+    ``temporal_patch_size`` frames, one temporal patch), ``image_size / patch_size`` patches a side."""
+    side = image_size(cfg) // cfg.vision_config.patch_size
+    return 1, side, side
 
 
 def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
@@ -349,11 +447,36 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     image = getattr(cfg, "image_token_id", None) if image is None else image
     ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
     dtype = next(model.parameters()).dtype
+    if cfg.model_type in QWEN_VL:  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
+        t, h, w = _image_grid(cfg)
+        width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+        out = {"input_ids": ids, "pixel_values": torch.zeros(b * t * h * w, width, dtype=dtype),
+               "image_grid_thw": torch.tensor([[t, h, w]] * b), "mm_token_type_ids": (ids == image).int()}
+        out["position_ids"] = _rope_index(model, b, s, k, (t, h, w))
+        return out
     out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
                                                          vision.image_size, dtype=dtype)}
     if cfg.model_type == "gemma3":
         out["token_type_ids"] = (ids == image).long()
     return out
+
+
+def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int]) -> Any:
+    """Qwen2.5-VL's 3-D rope positions (3, b, k + s) of ``_image_inputs``' sequences, computed by its own
+    ``get_rope_index`` on real tensors outside the fake mode (it reads the token types and the grid, no weights, and
+    builds its result with ``torch.tensor`` of per-sequence values, which fake tensors cannot give); its
+    ``rope_deltas`` kept on the model for the decode steps, as ``generate`` keeps them."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    cfg = model.config
+    with unset_fake_temporarily():
+        types = torch.cat([torch.ones(b, k, dtype=torch.int), torch.zeros(b, s, dtype=torch.int)], dim=1)
+        ids = torch.where(types.bool(), cfg.image_token_id, 1)
+        positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * b),
+                                                       mm_token_type_ids=types)
+    model.model.rope_deltas = deltas
+    return positions
 
 
 def _vision(model: Any) -> bool:
@@ -365,7 +488,10 @@ def _vision(model: Any) -> bool:
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
     import os
+    import sys
     import warnings
+
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
     # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
     # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
@@ -373,16 +499,38 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
     if mode is not None:
         os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    # transformers' mask code reads a fake tensor as a graph being exported (is_tracing) and keeps a mask a real eager
+    # run drops (BART's all-ones padding mask: SDPA then saves it for backward); these fake runs stand for real eager
+    # ones, so their tensors are read as a real run reads them (the valued pass gives the values)
+    masking = sys.modules.get("transformers.masking_utils")
+    tracing = getattr(masking, "is_tracing", None)
+    if mode is not None and tracing is not None:
+        masking.is_tracing = lambda tensor=None: tracing(None if getattr(tensor, "fake_mode", None) is mode else tensor)
     try:
-        with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
+        with mode if mode is not None else contextlib.nullcontext(), \
+                _fake_copies() if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
-            return fn()
+            try:
+                return fn()
+            except (DataDependentOutputException, DynamicOutputShapeException):
+                if mode is None or getattr(mode, "values", True):
+                    raise
+                # the forward read a value (a .tolist() of positions, a nonzero of a mask): again, the inputs and
+                # factories holding values from now on (_valued_mode_class)
+                mode.values = True
+                return fn()
     except TracedError:
         raise
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise TracedError(f"{model.config.model_type}: transformers' forward reads a value computed from the weights "
+                          f"({exc.func}: e.g. a router's tokens per expert), which fake tensors do not hold; memderive "
+                          "cannot trace it (--mode params counts it)") from None
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
     finally:
+        if tracing is not None:
+            masking.is_tracing = tracing
         if before is None:
             os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
         else:
@@ -433,6 +581,9 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
     import torch
 
     cfg = model.config
+    # the cache argument: ``cache`` in transformers 5 (``past_key_values`` a deprecated alias that some forwards, Dory's,
+    # do not map: passed under that name the cache went into **kwargs and each step began a new one)
+    past = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def go() -> Any:
         model.eval()
@@ -443,7 +594,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**_encoder_inputs(model, b, s), decoder_input_ids=ids, use_cache=True)
                     cache, encoded = out.past_key_values, (out.encoder_last_hidden_state,)
                     for _ in range(decoded):
-                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], past_key_values=cache,
+                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], **{past: cache},
                                       use_cache=True).past_key_values
                     return cache
                 if _vision(model):  # the image and the text in the prefill, then text tokens
@@ -451,35 +602,53 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**inputs, use_cache=True)
                     cache = out.past_key_values
                     for _ in range(decoded):
-                        cache = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True).past_key_values
+                        cache = model(input_ids=ids[:, -1:], **{past: cache}, use_cache=True).past_key_values
                     return cache
                 out = model(input_ids=ids, use_cache=True)
-                # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
-                # forward's signature), the others ``past_key_values``
-                params = "cache_params" in inspect.signature(model.forward).parameters
-                cache = getattr(out, "cache_params" if params else "past_key_values", None)
+                # Mamba-style models take and return ``cache_params``, RWKV its ``state`` (ModelOutput answers any
+                # name, so ask the forward's signature), the others ``past_key_values``
+                names = inspect.signature(model.forward).parameters
+                params = next((name for name in ("cache_params", "state") if name in names), None)
+                cache = getattr(out, params or "past_key_values", None)
+                if cache is None and params is None and past == "cache":
+                    # a forward that fills the cache it is given and returns none (XLM; RecurrentGemma, whose
+                    # recurrent states stay on its modules): given one, as generate() gives it
+                    from transformers import DynamicCache
+
+                    cache = DynamicCache(config=cfg)
+                    try:
+                        model(input_ids=ids, cache=cache, use_cache=True)
+                        for _ in range(decoded):
+                            model(input_ids=ids[:, -1:], cache=cache, use_cache=True)
+                    except Exception:  # noqa: BLE001 - it takes another kind (XLM an EncoderDecoderCache): none, as before
+                        return None
+                    given.append(cache)
+                    return cache
                 for _ in range(decoded):
                     if cache is None:
                         break
                     step = ids[:, -1:]
                     if params:
-                        out = model(input_ids=step, cache_params=cache, use_cache=True,
-                                    cache_position=torch.tensor([s]))
-                        cache = out.cache_params
+                        where = {"cache_position": torch.tensor([s])} if "cache_position" in names else {}
+                        out = model(input_ids=step, **{params: cache}, use_cache=True, **where)
+                        cache = getattr(out, params)
                     else:
-                        out = model(input_ids=step, past_key_values=cache, use_cache=True)
+                        out = model(input_ids=step, **{past: cache}, use_cache=True)
                         cache = out.past_key_values
                 return cache
         finally:
             model.train()
 
+    given: list[Any] = []
     cache = _run(model, mode, go)
     if cache is None:
         return CacheBytes(0, (), "none")
     owned = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
     seen: set[int] = set()
     parts: dict[tuple[str, str], int] = {}
-    for path, t in _tensors(cache):
+    held = [] if not given else [(f"{type(m).__name__}.{name}", t) for m in model.modules()
+                                 for name, t in vars(m).items() if isinstance(t, torch.Tensor)]
+    for path, t in [*_tensors(cache), *held]:
         key = _storage_key(t)
         if key in seen or key in owned:
             continue
@@ -794,7 +963,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
-        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg))
     if options.mode == "train":
         with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
             model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
