@@ -63,7 +63,6 @@ from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp
 from memderive.derivations.options import TE_FP8, Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
-from memderive.symbolic.derive import evaluate
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
 from memderive.symbolic.expr import Expr

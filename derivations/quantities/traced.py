@@ -47,9 +47,7 @@ from memderive.derivations.models.config_fields import ConfigError
 from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import states_breakdown
 from memderive.derivations.quantities import traced_strategies
-from memderive.symbolic.dims import Psi, d
 from memderive.symbolic.dtypes import dtype as dtype_of
 
 __all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",

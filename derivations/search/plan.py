@@ -68,6 +68,9 @@ sp = lazy("sympy")
 __all__ = ["Layout", "Plan", "PlanError", "NothingFits", "plan", "plan_infer", "expert_degrees", "smallest_gpu_count", "proxy_step_time", "STEP_TIME",
            "NODE_SIZE", "MAX_LAYOUTS"]
 
+#: The planner's whole search space (no framework's limits): the default ``space``.
+EVERY_LAYOUT = PlanSpace()
+
 NODE_SIZE = 8  # GPUs per node by default (``--gpus-per-node``): tensor parallelism stays within one
 #: The most layouts a plan compares (a global batch with many divisors, no --gpus, has millions).
 MAX_LAYOUTS = 2**17
@@ -139,7 +142,7 @@ def uneven_split(layers: int, pp: int) -> tuple[int, int] | None:
 
 
 def _degrees(model: Model, base: Options, gpus: int | None,
-             space: PlanSpace = PlanSpace()) -> Iterator[tuple[int, int, int, tuple | None]]:
+             space: PlanSpace = EVERY_LAYOUT) -> Iterator[tuple[int, int, int, tuple | None]]:
     """Valid (t, p, v, uneven): t within a node (dividing it, past one node) and dividing what it splits, p dividing l
     (p*v dividing l), or,
     with a GPU count, p dividing the GPUs left by t with the layers split unevenly (``uneven_split``, v = 1); p 1 alone
@@ -192,7 +195,7 @@ def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1, recomputes: tuple[str, ...] | None = None,
                 zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp: int = 1,
-                space: PlanSpace = PlanSpace()) -> list[dict]:
+                space: PlanSpace = EVERY_LAYOUT) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
     ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the
     context-parallel degrees of ``CONTEXT`` (``cp`` > 1 given: that one); the recompute
@@ -316,7 +319,7 @@ class Plan(list):
     candidate's memory), how many fit (``fit``: each timed) and the seconds the plan took (``seconds``)."""
 
     def __init__(self, layouts: list[Layout], evaluated: int, fit: int, seconds: float,
-                 least_held: int | None = None, space: PlanSpace = PlanSpace()) -> None:
+                 least_held: int | None = None, space: PlanSpace = EVERY_LAYOUT) -> None:
         super().__init__(layouts)
         self.evaluated, self.fit, self.seconds = evaluated, fit, seconds
         self.least_held = least_held  # the least bytes any layout that fits holds against the capacity
