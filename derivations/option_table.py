@@ -346,6 +346,10 @@ OPTIONS: tuple[Option, ...] = (
     _o("train_only", "names", (), "freeze all but these modules (names, embeddings, lm_head, norms)", modes=_TRAIN,
        echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--train-only", "lm_head")),
+    _o("images", "int", None, "images per sequence of a vision-language model traced from its config.json (llava, "
+       "gemma3; qwen2_vl and qwen2_5_vl up to 1), each at the model's resolution before the --seq text tokens "
+       "(default 1 for such a model; 0: text only, what a hand-written family derives)", echo="changed",
+       commands=_PLANNED, example=(*_TRAIN_STEP, "--images", "0")),
 )
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
 _BY_KEY = {o.key: o for o in OPTIONS}

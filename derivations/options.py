@@ -270,6 +270,7 @@ class Options:
     gpu_memory_utilization: float | None = None  # vLLM: fraction of the GPU the engine takes (vllm: 0.9)
     max_num_batched_tokens: int | None = None  # vLLM: tokens of the profiling forward (None: vllm serve's)
     max_num_seqs: int | None = None  # vLLM: sequences at once (None: vllm serve's)
+    images: int | None = None  # images per sequence of a traced vision-language model (None: 1; 0: text only)
 
     @classmethod
     def check_names(cls, given: Mapping[str, Any]) -> None:
@@ -319,6 +320,9 @@ class Options:
             if value > (MAX_BYTES if name == "overhead_bytes" else MAX_OPTION):
                 raise OptionsError(f"{flag} = {value:.3e} is past the bound of 10^"
                                    f"{30 if name == 'overhead_bytes' else 15}")
+        if self.images is not None and not 0 <= self.images <= MAX_OPTION:
+            raise OptionsError(f"--images must be a whole number of images per sequence, 0 (text only) or more, "
+                               f"got {shown(self.images)}")
         if self.recompute not in RECOMPUTE:
             raise OptionsError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.zero not in (0, 1, 2, 3):

@@ -130,16 +130,20 @@ def to_float8(model: torch.nn.Module, recipe: str) -> torch.nn.Module:
         module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0)
 
 
-def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> torch.Tensor:
+def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0, images: int = 1) -> torch.Tensor:
     """The LM loss; an encoder's outputs summed (a sum saves nothing for backward), given the
     token type ids (b, s) its tokenizer returns. ``image_tokens``: a vision-language model's
-    sequences start with one image's that many tokens, its pixels random at the config's size."""
+    sequences start with ``images`` images of that many tokens each, their pixels random at the config's size
+    (Gemma 3: each image's tokens between its boi and eoi, as Gemma3Processor's full_image_sequence writes them)."""
     if image_tokens:
         config = model.config
         vision = config.vision_config
         image = config.image_token_id
         ids = ids % (image - 2) + 1  # text tokens away from the image's (and Gemma 3's boi/eoi) ids
-        ids[:, :image_tokens] = image
+        one = [image] * image_tokens
+        if config.model_type == "gemma3":
+            one = [config.boi_token_index, *one, config.eoi_token_index]
+        ids[:, :images * len(one)] = torch.tensor(one * images)
         dtype = next(model.parameters()).dtype
         if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
             # a square still image of image_tokens merged patches: (side x side) patches, (side / merge)**2 tokens;
@@ -151,7 +155,7 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
             return model(input_ids=ids, pixel_values=torch.randn(b * side * side, width, dtype=dtype),
                          image_grid_thw=torch.tensor([[1, side, side]] * b), mm_token_type_ids=(ids == image).int(),
                          labels=ids).loss
-        pixels = torch.randn(ids.shape[0], 3, vision.image_size, vision.image_size, dtype=dtype)
+        pixels = torch.randn(ids.shape[0] * images, 3, vision.image_size, vision.image_size, dtype=dtype)
         extra = {"token_type_ids": (ids == image).long()} if config.model_type == "gemma3" else {}
         return model(input_ids=ids, pixel_values=pixels, labels=ids, **extra).loss
     if isinstance(model, transformers.BertModel):
@@ -172,7 +176,7 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
                    dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
                    autocast: bool = False, fp8: str = "none", image_tokens: int = 0,
-                   checkpointing: bool = False, freeze: Any = None) -> SavedModel:
+                   images: int = 1, checkpointing: bool = False, freeze: Any = None) -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
@@ -183,7 +187,8 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
     16-bit casts of the weights it saves are counted: they are not the parameters' storages).
     ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first.
-    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``).
+    ``image_tokens``: a vision-language model's tokens per image, ``images`` images at the start of each sequence
+    (``_loss``).
     ``checkpointing``: transformers' ``activation_checkpointing_enable()`` on the built model, before PEFT wraps it.
     ``freeze``: called with the built model to freeze some of its parameters (``requires_grad_(False)``)."""
     torch.manual_seed(seed)
@@ -218,7 +223,7 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor), \
                 torch.autocast("cpu", dtype=dtype, enabled=autocast):
-            loss = _loss(model, ids, image_tokens)
+            loss = _loss(model, ids, image_tokens, images)
     finally:
         for handle in handles:
             handle.remove()

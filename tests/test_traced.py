@@ -66,6 +66,9 @@ VLM = {
     "gemma3": SAMPLE["gemma3"],
 }
 IMAGE_TOKENS = {"llava": 16, "gemma3": 4}  # by hand, above
+#: Tokens an image takes in the text: LLaVA's 16 placeholders; Gemma 3's boi, 4 image tokens and eoi (Gemma3Processor's
+#: full_image_sequence "\n\n<boi><image>*k<eoi>\n\n": the two "\n\n" are text)
+IMAGE_SPAN = {"llava": 16, "gemma3": 6}
 
 #: The class transformers builds each encoder-decoder sample as (the others: AutoModelForCausalLM)
 WHOLE = {"bart": transformers.AutoModelForSeq2SeqLM, "t5": transformers.AutoModelForSeq2SeqLM,
@@ -240,14 +243,15 @@ def test_encoder_decoder_cache(model_type: str) -> None:
 def test_whole_model_saved_equal_cpu(model_type: str, attention: str) -> None:
     # fitted on fake tensors at s in (4, 6, 8), equal to real bf16 CPU training forwards (tests/hf_saved.py) at s = 7,
     # b 1 and 2. T5: encoder and decoder length s, its labels a tensor of their own; Whisper: 16 encoder positions of
-    # random features, s decoder tokens; LLaVA, Gemma 3: one image per sequence (random pixels), its k tokens then s
+    # random features, s decoder tokens; LLaVA, Gemma 3: one image per sequence (random pixels), its span then s
     cfg = _config(model_type, {**SAMPLE, **VLM}[model_type])
     model, mode = traced.build(cfg, attention)
     fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
     assert fit is not None
     cfg._attn_implementation = attention
-    k = IMAGE_TOKENS.get(model_type, 0)
-    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, k + 7), image_tokens=k).nbytes for b in (1, 2)]
+    k, span = IMAGE_TOKENS.get(model_type, 0), IMAGE_SPAN.get(model_type, 0)
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, span + 7), image_tokens=k).nbytes
+                                           for b in (1, 2)]
 
 
 def test_cli_t5_says_encoder_length(tmp_path: Path) -> None:
@@ -281,12 +285,12 @@ def test_vlm_parameters_per_part() -> None:
 
 @pytest.mark.parametrize("model_type", ["llava", "gemma3"])
 def test_vlm_cache_with_one_image(model_type: str) -> None:
-    # 2 layers x (K, V) x 2 KV heads x 16 dims x 2 B = 256 B per token: the image's k tokens, s text tokens, 1 decoded;
-    # Gemma 3's two sliding-window layers hold one int64 window size each (16 B per cache)
+    # 2 layers x (K, V) x 2 KV heads x 16 dims x 2 B = 256 B per token: the image's span (Gemma 3: boi, 4, eoi), s text
+    # tokens, 1 decoded; Gemma 3's two sliding-window layers hold one int64 window size each (16 B per cache)
     cfg = _config(model_type, VLM[model_type])
     model, mode = traced.build(cfg, "sdpa")
     fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
-    k, window = IMAGE_TOKENS[model_type], {"llava": 0, "gemma3": 16}[model_type]
+    k, window = IMAGE_SPAN[model_type], {"llava": 0, "gemma3": 16}[model_type]
     assert fit is not None and all(fit(b, s) == 256 * b * (k + s + 1) + window for b in (1, 2) for s in (3, 100))
 
 
@@ -297,16 +301,17 @@ def test_cli_gemma3_with_images(tmp_path: Path) -> None:
     done = _cli("--model", str(path), "--mode", "train", "--batch", "2", "--seq", "7", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
-    assert (out["images_per_sequence"], out["image_tokens"], out["image_size"]) == (1, 4, 32)
+    assert (out["images_per_sequence"], out["image_tokens"], out["image_span"], out["image_size"]) == (1, 4, 6, 32)
     assert sum(out["parameter_parts"].values()) == out["parameters"]
     cfg = _config("gemma3", VLM["gemma3"])
     assert out["parameters"] == count_parameters(cfg, transformers.AutoModelForImageTextToText)
     cfg._attn_implementation = "eager"
-    assert out["activation_bytes"] == measure_config(cfg, Shape(2, 4 + 7), image_tokens=4).nbytes
+    assert out["activation_bytes"] == measure_config(cfg, Shape(2, 6 + 7), image_tokens=4).nbytes
     done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100")
-    assert "one image per sequence at 32 x 32 pixels = 4 image tokens" in done.stdout
-    # 256 B per token (test_vlm_cache_with_one_image) x 2 x (4 + 100 + 1) + 16 B of window sizes
-    assert "Cache 53,776 B" in done.stdout
+    assert ("one image per sequence at 32 x 32 pixels = 1 x 6 = 6 image tokens (4 image tokens between boi and eoi) "
+            "before the 100 text tokens") in done.stdout
+    # 256 B per token (test_vlm_cache_with_one_image) x 2 x (6 + 100 + 1) + 16 B of window sizes
+    assert "Cache 54,800 B" in done.stdout
 
 
 QWEN25_VL = dict(text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -372,9 +377,99 @@ def test_cli_qwen2_5_vl_with_images(tmp_path: Path) -> None:
     path.write_text(json.dumps({"model_type": "qwen2_5_vl", **QWEN25_VL}))
     done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "10")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "one image per sequence at 448 x 448 pixels = 256 image tokens" in done.stdout
+    assert "one image per sequence at 448 x 448 pixels = 1 x 256 = 256 image tokens" in done.stdout
     # 256 B per token (above) x 2 x (256 + 10 + 1)
     assert "Cache 136,704 B" in done.stdout
+
+
+def _vlm_real_cache_bytes(cfg: transformers.PretrainedConfig, b: int, s: int, images: int) -> int:
+    """A real bf16 CPU LLaVA's or Gemma 3's cache after a prefill of ``images`` images per sequence (random pixels; each
+    image's span written by hand as its processor writes it: IMAGE_SPAN) then s text tokens, and one decode step:
+    keys and values bytes."""
+    import torch
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(cfg).to(torch.bfloat16).eval()
+    image = cfg.image_token_id
+    one = [image] * IMAGE_TOKENS[cfg.model_type]
+    if cfg.model_type == "gemma3":
+        one = [cfg.boi_token_index, *one, cfg.eoi_token_index]
+    ids = torch.cat([torch.tensor([one * images] * b), torch.randint(1, 200, (b, s))], dim=1)
+    side = cfg.vision_config.image_size
+    extra = {"token_type_ids": (ids == image).long()} if cfg.model_type == "gemma3" else {}
+    with torch.no_grad():
+        out = model(input_ids=ids, pixel_values=torch.randn(b * images, 3, side, side, dtype=torch.bfloat16),
+                    use_cache=True, **extra)
+        cache = model(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True).past_key_values
+    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
+def test_vlm_two_images_equal_cpu(model_type: str, attention: str) -> None:
+    # --images 2: two images' spans (LLaVA: 2 x 16 placeholders; Gemma 3: 2 x (boi, 4, eoi)) then s text tokens, their
+    # pixels (2b, 3, 32, 32); saved activations fitted on fake tensors equal real bf16 CPU training forwards at s = 7
+    cfg = _config(model_type, VLM[model_type])
+    model, mode = traced.build(cfg, attention, images=2)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg._attn_implementation = attention
+    k, span = IMAGE_TOKENS[model_type], IMAGE_SPAN[model_type]
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 2 * span + 7), image_tokens=k, images=2).nbytes
+                                           for b in (1, 2)]
+    if attention == "eager":
+        return  # the cache: inference's default kernel, sdpa
+    # 256 B per token (test_vlm_cache_with_one_image) x b x (2 x span + s + 1), as a real prefill and step hold
+    model, mode = traced.build(cfg, "sdpa", images=2)
+    fit = traced.polynomial(lambda b, s: traced.cache_bytes(model, mode, b, s).total, s_degree=1)
+    window = {"llava": 0, "gemma3": 16}[model_type]
+    real = [_vlm_real_cache_bytes(cfg, b, 7, 2) for b in (1, 2)]
+    assert real == [256 * b * (2 * span + 7 + 1) for b in (1, 2)]
+    assert fit is not None and [fit(b, 7) for b in (1, 2)] == [r + window for r in real]
+
+
+@pytest.mark.parametrize("model_type", ["llava", "gemma3"])
+def test_vlm_no_image_equals_text_only_cpu(model_type: str) -> None:
+    # --images 0: the whole model (tower and projector built, unused) reads the s text tokens alone, as a real
+    # training forward of the text alone saves; its cache holds s + 1 tokens (256 B each; Gemma 3's 16 B of windows)
+    cfg = _config(model_type, VLM[model_type])
+    model, mode = traced.build(cfg, "eager", images=0)
+    fit = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s))
+    assert fit is not None
+    cfg._attn_implementation = "eager"
+    assert [fit(b, 7) for b in (1, 2)] == [measure_config(cfg, Shape(b, 7)).nbytes for b in (1, 2)]
+    model, mode = traced.build(cfg, "sdpa", images=0)
+    window = {"llava": 0, "gemma3": 16}[model_type]
+    assert [traced.cache_bytes(model, mode, b, 7).total for b in (1, 2)] == [256 * b * 8 + window for b in (1, 2)]
+
+
+def test_cli_images(tmp_path: Path) -> None:
+    # --images 2 on LLaVA: reported, and its cache 256 B x 2 x (2 x 16 + 100 + 1) = 68,096 B (test_vlm_cache_with_one_image)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llava", **VLM["llava"]}))
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100", "--images", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("2 images per sequence at 32 x 32 pixels = 2 x 16 = 32 image tokens before the 100 text tokens"
+            in done.stdout)
+    assert "Cache 68,096 B" in done.stdout
+    out = json.loads(_cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "100", "--images", "0",
+                          "--json").stdout)
+    assert (out["images_per_sequence"], out["cache_bytes"]) == (0, 256 * 2 * 101)
+    # refused in one line, exit 2: a text model (traced or hand-written), Qwen2-VL with more than one image, a negative
+    text = tmp_path / "mamba.json"
+    text.write_text(json.dumps({"model_type": "mamba", **SAMPLE["mamba"]}))
+    qwen = tmp_path / "qwen.json"
+    qwen.write_text(json.dumps({"model_type": "qwen2_vl", **QWEN2_VL}))
+    # Qwen2-VL's text alone: its rope positions from the text; 256 B x 2 x (10 + 1)
+    out = json.loads(_cli("--model", str(qwen), "--mode", "infer", "--batch", "2", "--seq", "10", "--images", "0",
+                          "--json").stdout)
+    assert (out["images_per_sequence"], out["cache_bytes"]) == (0, 256 * 2 * 11)
+    for model, images, says in ((text, "1", "reads no images"), ("llama-2-7b", "2", "is a text model"),
+                                (qwen, "2", "more than one image is not traced"), (path, "-1", "--images must")):
+        done = _cli("--model", str(model), "--mode", "train", "--batch", "1", "--seq", "8", "--images", images)
+        # (the last line: torchao, loaded by transformers here, may print its own load warnings above it)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 2 and says in last and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
 def _coverage():

@@ -85,6 +85,9 @@ def check_layout(model: Model, opts: Options) -> None:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
     check_expert_layout(model, opts)
+    if opts.images:  # a hand-written family is a text model: --images 0 (text only) is what it derives
+        raise OptionsError(f"{model.name} is a text model (a hand-written family): --images {opts.images} needs a "
+                           "vision-language model's config.json (llava, gemma3, qwen2_vl, qwen2_5_vl), traced")
     if opts.mode == "infer" and not model.arch.lm_head:
         raise OptionsError(f"{model.name} is an encoder without a language-model head: it generates nothing and "
                            "keeps no KV cache; use --mode train or --mode params")

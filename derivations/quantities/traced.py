@@ -167,12 +167,13 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
 
 
 def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
-          task: str | None = None, prepare: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
+          task: str | None = None, prepare: Callable[[Any], Any] | None = None, images: int = 1) -> tuple[Any, Any]:
     """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
     for real CPU tensors); else real CPU weights (mode None). ``prepare``: what a training script does to the model
-    once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake."""
+    once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake. ``images``: the
+    images per sequence a vision-language model runs with (``_image_inputs``; 0: text only)."""
     import copy
 
     import torch
@@ -190,7 +191,7 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
     if prepare is not None:
         model = prepare(model)
     model.train()
-    model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
+    model._traced_images = images if auto.__name__ == "AutoModelForImageTextToText" else 0
     return (model, _to_fake(model)) if fake else (model, None)
 
 
@@ -419,6 +420,17 @@ QWEN_VL = ("qwen2_vl", "qwen2_5_vl")
 QWEN_IMAGE_SIDE = 448
 
 
+def image_span(cfg: Any) -> int:
+    """Tokens one image takes in the text as the model's processor writes it: Gemma 3's ``boi``, its
+    ``mm_tokens_per_image`` image tokens and ``eoi`` (Gemma3Processor's ``full_image_sequence``; the ``\\n\\n`` around
+    them are text); LLaVA's and Qwen2(.5)-VL's image tokens alone (``image_tokens``)."""
+    return image_tokens(cfg) + IMAGE_MARKERS.get(cfg.model_type, 0)
+
+
+#: Tokens a processor writes around each image's tokens: Gemma 3's boi and eoi (Gemma3Processor.full_image_sequence)
+IMAGE_MARKERS = {"gemma3": 2}
+
+
 def image_size(cfg: Any) -> int:
     """The side in pixels of the square image a vision-language ``cfg`` is measured with: its vision config's
     ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2-VL's and Qwen2.5-VL's dynamic resolution)."""
@@ -433,33 +445,38 @@ def _image_grid(cfg: Any) -> tuple[int, int, int]:
 
 
 def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
-    """One image per sequence at the config's ``image_size``: ``pixel_values`` (b, channels, size, size) in the
-    model's dtype, and ``input_ids`` (b, k + s): the image's k tokens (``image_tokens``) then ``s`` text tokens
-    (Gemma 3: ``token_type_ids`` 1 on the image's tokens, which its training forward requires)."""
+    """``n`` images per sequence (``build``'s ``images``) at the config's ``image_size``, then ``s`` text tokens:
+    ``pixel_values`` (b * n, channels, size, size) in the model's dtype, and ``input_ids`` (b, n * span + s), each
+    image's span as its processor writes it (``image_span``: LLaVA's k placeholders; Gemma 3's boi, k image tokens,
+    eoi, with ``token_type_ids`` 1 on the image tokens, which its training forward requires; Qwen2(.5)-VL: one
+    ``image_grid_thw`` row per image, its patches flattened)."""
     import torch
 
     cfg = model.config
-    k = image_tokens(cfg)
+    n, k = model._traced_images, image_tokens(cfg)
     vision = cfg.vision_config
     image = getattr(cfg, "image_token_index", None)
     image = getattr(cfg, "image_token_id", None) if image is None else image
-    ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
+    one = [image] * k
+    if cfg.model_type == "gemma3":
+        one = [cfg.boi_token_index, *one, cfg.eoi_token_index]
+    ids = torch.cat([torch.tensor([one * n] * b, dtype=torch.long), _ids(cfg, b, s)], dim=1)
     dtype = next(model.parameters()).dtype
-    if cfg.model_type in QWEN_VL:  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
+    if cfg.model_type in QWEN_VL:  # patches flattened: (b * n * t * h * w, channels * temporal * patch * patch)
         t, h, w = _image_grid(cfg)
         width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-        out = {"input_ids": ids, "pixel_values": torch.zeros(b * t * h * w, width, dtype=dtype),
-               "image_grid_thw": torch.tensor([[t, h, w]] * b), "mm_token_type_ids": (ids == image).int()}
-        out["position_ids"] = _rope_index(model, b, s, k, (t, h, w))
+        out = {"input_ids": ids, "pixel_values": torch.zeros(b * n * t * h * w, width, dtype=dtype),
+               "image_grid_thw": torch.tensor([[t, h, w]] * (b * n)), "mm_token_type_ids": (ids == image).int()}
+        out["position_ids"] = _rope_index(model, b, s, n * k, (t, h, w), n)
         return out
-    out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
+    out = {"input_ids": ids, "pixel_values": torch.zeros(b * n, getattr(vision, "num_channels", 3), vision.image_size,
                                                          vision.image_size, dtype=dtype)}
     if cfg.model_type == "gemma3":
         out["token_type_ids"] = (ids == image).long()
     return out
 
 
-def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int]) -> Any:
+def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int], n: int = 1) -> Any:
     """Qwen2.5-VL's 3-D rope positions (3, b, k + s) of ``_image_inputs``' sequences, computed by its own
     ``get_rope_index`` on real tensors outside the fake mode (it reads the token types and the grid, no weights, and
     builds its result with ``torch.tensor`` of per-sequence values, which fake tensors cannot give); its
@@ -471,16 +488,17 @@ def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int]) 
     with unset_fake_temporarily():
         types = torch.cat([torch.ones(b, k, dtype=torch.int), torch.zeros(b, s, dtype=torch.int)], dim=1)
         ids = torch.where(types.bool(), cfg.image_token_id, 1)
-        positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * b),
+        positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * (b * n)),
                                                        mm_token_type_ids=types)
     model.model.rope_deltas = deltas
     return positions
 
 
 def _vision(model: Any) -> bool:
-    """Whether ``model`` was built as a whole vision-language model (``build``: ``AutoModelForImageTextToText``) and
-    so runs with an image; built as a causal LM (task "causal": Gemma 3's, the same class) it reads text only."""
-    return bool(getattr(model, "_traced_with_images", False))
+    """Whether ``model`` was built as a whole vision-language model (``build``: ``AutoModelForImageTextToText``) with
+    images (``build``'s ``images`` > 0); built as a causal LM (task "causal": Gemma 3's, the same class) or with
+    ``images`` 0 it reads text only."""
+    return getattr(model, "_traced_images", 0) > 0
 
 
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
@@ -841,7 +859,7 @@ def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
 #: Options a traced model answers (and ``traced_strategies.STRATEGY_OPTIONS``; the rest must keep their defaults:
 #: ``traced_strategies.NOT_YET`` names them).
 TRACED_OPTIONS = ("mode", "batch", "seq", "new_tokens", "dtype", "precision", "grad_buffer", "optimizer", "attention",
-                  "weight_dtype", "kv_dtype")
+                  "weight_dtype", "kv_dtype", "images")
 
 
 @dataclass(frozen=True)
@@ -867,6 +885,7 @@ class TracedEstimate:
     encoder_length: int | None = None
     image_tokens: int | None = None
     image_size: int | None = None
+    images_per_sequence: int = 0
     strategies: traced_strategies.Strategies = traced_strategies.Strategies()
 
     @property
@@ -884,11 +903,22 @@ class TracedEstimate:
 
     @property
     def images(self) -> str | None:
-        """The image a vision-language model is measured with, in words; None for any other model."""
+        """The images a vision-language model is measured with (``--images``), in words; None for any other model."""
         if self.image_tokens is None:
             return None
-        return (f"one image per sequence at {self.image_size} x {self.image_size} pixels = {self.image_tokens:,} image "
-                f"tokens before the {self.seq:,} text tokens (fixed: one image; no option for more yet)")
+        n = self.images_per_sequence
+        if n == 0:
+            return f"no image (--images 0): the {self.seq:,} text tokens alone"
+        span = self.image_span or self.image_tokens
+        marks = f" ({self.image_tokens:,} image tokens between boi and eoi)" if span != self.image_tokens else ""
+        return (f"{'one image' if n == 1 else f'{n:,} images'} per sequence at {self.image_size} x {self.image_size} "
+                f"pixels = {n:,} x {span:,} = {n * span:,} image tokens{marks} before the {self.seq:,} text tokens "
+                "(--images N)")
+
+    @property
+    def image_span(self) -> int | None:
+        """Tokens one image takes in the text (``traced.image_span``: Gemma 3's boi and eoi too)."""
+        return None if self.image_tokens is None else self.image_tokens + IMAGE_MARKERS.get(self.model_type, 0)
 
     @property
     def encoder(self) -> str | None:
@@ -911,8 +941,8 @@ class TracedEstimate:
             if self.encoder_length is not None:
                 out.update(encoder_length=self.encoder_length, encoder_input=self.encoder)
             if self.image_tokens is not None:
-                out.update(images_per_sequence=1, image_size=self.image_size, image_tokens=self.image_tokens,
-                           image_input=self.images)
+                out.update(images_per_sequence=self.images_per_sequence, image_size=self.image_size,
+                           image_tokens=self.image_tokens, image_span=self.image_span, image_input=self.images)
         if self.parts:
             out["parameter_parts"] = dict(self.parts)
         if self.states:
@@ -960,11 +990,13 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
+    images = _images(cfg, name, options)
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
-        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg))
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg), images_per_sequence=images)
     if options.mode == "train":
         with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
-            model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
+            model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options),
+                                images=images)
             saved = saved_bytes(model, mode, b, s)
             fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
             fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
@@ -978,7 +1010,8 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
                              b, s)
     weight = options.weight_dtype or "bf16"
     with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
-        model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options))
+        model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options),
+                            images=images)
         cache = cache_bytes(model, mode, b, s)
         fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
         fit = fit if fit is not None and fit(b, s) == cache.total else None
@@ -987,6 +1020,20 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
         est = _traced_tp(est, cfg, options)
     return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
                          b, s)
+
+
+def _images(cfg: Any, name: str, options: Options) -> int:
+    """Images per sequence (``--images``): a vision-language model's, 1 unless given (0: text only); any other
+    model's 0, and more refused in one line."""
+    vision = model_class(cfg).__name__ == "AutoModelForImageTextToText"
+    n = options.images if options.images is not None else (1 if vision else 0)
+    if n and not vision:
+        raise TracedError(f"{name}: --images {n}: {cfg.model_type} reads no images (no vision tower traced); "
+                          "leave out --images, or give a vision-language model's config.json")
+    if n > 1 and cfg.model_type in QWEN_VL:
+        raise TracedError(f"{name}: --images {n}: more than one image is not traced for {cfg.model_type} yet (each "
+                          "image's vision_start/vision_end and 3-D rope positions); give --images 0 or 1")
+    return n
 
 
 def _traced_strategies(options: Options, trainable: int, total: int) -> traced_strategies.Strategies:
@@ -1048,7 +1095,8 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
 
     plain = built if built is not None and (not train or options.recompute == "none") else build(
         cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
-        prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None)
+        prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None,
+        images=est.images_per_sequence)
     counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
     rows = []
     if not train:
@@ -1061,7 +1109,8 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
     rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
     if options.recompute != "none":
         again = built if built is not None and est.attention == "eager" else build(
-            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False))
+            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False),
+            images=est.images_per_sequence)
         hardware, formula = fitted(lambda bb, ss: sum(flops(*again, bb, ss)))
     rows.append(("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)",
                  hardware if options.recompute != "none" else model_flops, formula))
