@@ -717,9 +717,12 @@ class TracedEstimate:
         return out
 
 
-def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> TracedEstimate:
+def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
+                    formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
-    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
+    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults).
+    ``formula(cfg, attention, dtype, kind, b, s, measured, model, mode)``: the bytes of ``kind`` ("saved", "cache")
+    as a function of b and s (``traced_symbolic.formula``); None: the ``polynomial`` fit."""
     import dataclasses as dc
 
     defaults = Options()
@@ -749,8 +752,11 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     if options.mode == "train":
         model, mode = build(cfg, attention, options.dtype)
         saved = saved_bytes(model, mode, b, s)
-        fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-        fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+        if formula is not None:
+            fit = formula(cfg, attention, options.dtype, "saved", b, s, saved, model, mode)
+        else:
+            fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+            fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
         states = states_breakdown(Psi, options.dtype, options.optimizer, 0, d, precision=options.precision,
                                   grad_buffer=options.grad_buffer)
         rows = tuple((t.path.removeprefix("model_states/"), int(t.expr.evaluate({Psi: params.total})))
@@ -759,6 +765,10 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
     weight = options.weight_dtype or "bf16"
     model, mode = build(cfg, attention, options.kv_dtype or weight)
     cache = cache_bytes(model, mode, b, s)
+    if formula is not None:
+        return dc.replace(est, cache=cache, weights=params.total * dtype_of(weight).nbytes,
+                          cache_fit=formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total,
+                                            model, mode))
     fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
     fit = fit if fit is not None and fit(b, s) == cache.total else None
     return dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)

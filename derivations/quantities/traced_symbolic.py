@@ -26,8 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.quantities.traced import (Fit, TracedError, _one_line, build, cache_bytes, polynomial,
-                                                     saved_bytes)
+from memderive.derivations.quantities.traced import Fit, TracedError, build, cache_bytes, polynomial, saved_bytes
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
@@ -56,7 +55,8 @@ class Symbolic:
 
     def __str__(self) -> str:
         text = str(self.general) + (f" (b >= 2); {self.one} (b = 1)" if self.one is not None else "")
-        where = "; ".join(("s >= 2", *self.guards))
+        more = len(self.guards) - 3
+        where = "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
         return f"{text}, exact (traced with symbolic b and s; holds for {where})"
 
 
@@ -67,6 +67,9 @@ class Fallback:
 
     fit: Fit | None
     why: str
+
+    def __bool__(self) -> bool:
+        return self.fit is not None
 
     def __call__(self, b: int, s: int) -> int:
         assert self.fit is not None, "no formula: ask fit first"
@@ -210,8 +213,15 @@ GRID_S = (2, 3, 5, 17, 24, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096,
 
 
 def _true(guard: Any, b: int, s: int) -> bool:
-    value = guard.subs({_b(): b, _s(): s})
+    value = guard.xreplace({_b(): sp.Integer(b), _s(): sp.Integer(s)})
     return value is sp.true or value is True
+
+
+def _words(guard: Any) -> str:
+    """A guard as a reader writes it: ``s - 1 != 1``, ``s <= 64`` (SymPy's ``Ne(s - 1, 1)``)."""
+    if isinstance(guard, sp.Rel):
+        return f"{guard.lhs} {'=' if isinstance(guard, sp.Eq) else guard.rel_op} {guard.rhs}"
+    return str(guard)
 
 
 def _telling(guards: tuple[tuple[Any, str], ...]) -> list[tuple[Any, str]]:
@@ -224,18 +234,19 @@ def _telling(guards: tuple[tuple[Any, str], ...]) -> list[tuple[Any, str]]:
 
 
 def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int,
-             measured: int) -> Symbolic:
-    """The ``Symbolic`` bytes of ``count`` (b >= 2 and, where different at b = 1, b = 1), whose guards the user's
-    (b, s) must meet and which must give the bytes ``measured`` there; raises ``TracedError`` saying why not."""
+             measured: int, hint: tuple[int, int] = HINT) -> Symbolic:
+    """The ``Symbolic`` bytes of ``count`` (b >= 2 and, where different at b = 1, b = 1) traced at ``hint``, whose
+    guards the user's (b, s) must meet and which must give the bytes ``measured`` there; raises ``TracedError``
+    saying why not."""
     if s < 2:
         raise TracedError("s = 1, and a symbolic size is never 1")
-    general, guards = symbolic_bytes(count, model, mode)
-    one, guards_one = symbolic_bytes(count, model, mode, b=1)
+    general, guards = symbolic_bytes(count, model, mode, hint=hint)
+    one, guards_one = symbolic_bytes(count, model, mode, b=1, hint=hint)
     for guard, where in guards_one if b == 1 else guards:
         if not _true(guard, b, s):
-            raise TracedError(f"transformers' code branched on {guard} at b = {HINT[0] if b > 1 else 1}, s = {HINT[1]} "
-                              f"({where}), which b = {b}, s = {s} fails")
-    words = tuple(dict.fromkeys(f"{g} ({where})" for g, where in _telling((*guards, *guards_one))))
+            raise TracedError(f"transformers' code branched on {_words(guard)} at b = {hint[0] if b > 1 else 1}, "
+                              f"s = {hint[1]} ({where}), which b = {b}, s = {s} fails")
+    words = tuple(dict.fromkeys(f"{_words(g)} ({where})" for g, where in _telling((*guards, *guards_one))))
     result = Symbolic(general, None if sp.expand(one - general.subs(_b(), 1)) == 0 else one, words)
     value = result(b, s)
     if value != measured:
@@ -250,14 +261,16 @@ def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
 def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, measured: int,
             model: Any, mode: Any) -> Symbolic | Fallback:
     """The bytes of ``kind`` ("saved": a training forward's saved activations; "cache": the cache after a prefill and
-    one decode step) of ``cfg`` as a function of b and s: the ``Symbolic`` expression, else ``Fallback`` to the
-    polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the reason. ``measured``: the bytes at
-    the user's (b, s), which either must give."""
+    one decode step) of ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s)
+    as hints), else ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the
+    reason. ``measured``: the bytes at the user's (b, s), which either must give. ``traced.traced_estimate``'s
+    ``formula``."""
     count = saved_bytes if kind == "saved" else _cache_total
     try:
         sym_model, sym_mode = symbolic_model(cfg, attention, dtype)
-        return symbolic(count, sym_model, sym_mode, b, s, measured)
+        # traced with the user's sizes as hints: the branches taken are theirs, the guards say how far it holds
+        return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
     except TracedError as exc:
-        why = _one_line(exc).removeprefix(f"{cfg.model_type}: ")
+        why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
     fit = polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=2 if kind == "saved" else 1)
     return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)

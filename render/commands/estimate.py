@@ -14,6 +14,7 @@ from memderive.derivations.ssm_estimate import ssm_estimate
 from memderive.documents.ssm_writeup import ssm_report
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.traced import traced_config, traced_estimate
+from memderive.derivations.quantities.traced_symbolic import formula
 from memderive.documents.traced_report import traced_text
 
 
@@ -106,7 +107,7 @@ def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
     if args.summary or args.format == "latex":
         raise ValueError("a traced model prints text, --format md or --json; --summary and LaTeX writeups are for "
                          "hand-written families")
-    est = traced_estimate(config, name, options_from_args(args))
+    est = traced_estimate(config, name, options_from_args(args), formula=formula)
     text = json.dumps(est.to_json(), indent=2) if args.json else traced_text(est, markdown=args.format == "md")
     emit(text, args.output, args.force)
     return 0

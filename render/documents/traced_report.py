@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from memderive.derivations.quantities.traced import TracedEstimate
+from memderive.derivations.quantities.traced_symbolic import Fallback
 
 
 def _bytes(n: int) -> str:
     return f"{n:,} B = {n / 1e9:.2f} GB = {n / 2**30:.2f} GiB"
+
+
+def _formula(fit: object, degree: str) -> str:
+    """A traced figure as a function of b and s: the symbolic expression (with the guards it holds under) or the
+    polynomial fit (with why it is not symbolic), else why there is none."""
+    if fit:
+        return str(fit)
+    why = f"; not symbolic: {fit.why}" if isinstance(fit, Fallback) else ""
+    return f"no polynomial of degree {degree} fits (exact at this b and s only){why}"
 
 
 def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
@@ -37,8 +47,7 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
     if est.saved is not None:
         lines.append(f"{bullet}Saved activations {_bytes(est.saved)} (autograd's saved tensors of a {est.attention} "
                      "training forward on fake CPU tensors, each storage once)")
-        lines.append(f"{bullet}  as a function of b and s: " + (str(est.saved_fit) if est.saved_fit else
-                     "no polynomial of degree 1 in b and 2 in s fits (exact at this b and s only)"))
+        lines.append(f"{bullet}  as a function of b and s: " + _formula(est.saved_fit, "1 in b and 2 in s"))
         lines.append(f"{bullet}Training memory {_bytes(est.saved + states)} (model states + saved activations)")
     if est.cache is not None:
         lines += ["", "inference (one GPU):"]
@@ -47,7 +56,6 @@ def traced_text(est: TracedEstimate, markdown: bool = False) -> str:
                      "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
                                               if est.encoder_length is not None else "") + ")")
         lines += [f"{bullet}  {holder} ({dt}) {n:,} B" for holder, dt, n in est.cache.parts]
-        lines.append(f"{bullet}  as a function of b and s (prefill length): " + (str(est.cache_fit) if est.cache_fit
-                     else "no polynomial of degree 1 in b and s fits (exact at this b and s only)"))
+        lines.append(f"{bullet}  as a function of b and s (prefill length): " + _formula(est.cache_fit, "1 in b and s"))
         lines.append(f"{bullet}Weights + cache {_bytes(est.weights + est.cache.total)}")
     return "\n".join(lines)
