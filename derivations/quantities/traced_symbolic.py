@@ -32,7 +32,7 @@ from memderive.symbolic.lazy import lazy
 
 sp = lazy("sympy")
 
-__all__ = ["Symbolic", "Fallback", "symbolic_model", "symbolic_bytes", "formula", "HINT"]
+__all__ = ["Symbolic", "Fallback", "symbolic_model", "symbolic_bytes", "symbolic", "formula", "HINT"]
 
 #: The sizes the symbolic run's branches follow: b = 2 (the smallest batch PyTorch keeps symbolic) and s = 24 (past
 #: the small windows and chunks a tiny config may have, short enough to trace in a second).
@@ -101,8 +101,8 @@ class _Guards(list):
         where = (f"{frames[-1].filename.split('/transformers/')[-1]}:{frames[-1].lineno} in {frames[-1].name}"
                  if frames else "outside transformers")
         expr = sp.sympify(guard.expr)
-        if isinstance(expr, sp.Eq) and {type(x) for x in expr.args} & {sp.Symbol} and expr.free_symbols <= set(self.names):
-            # a size fixed to its hint (a Python loop over the sequence): no expression; stop the run here
+        if isinstance(expr, sp.Eq) and any(x in self.names for x in expr.args) and any(x.is_Integer for x in expr.args):
+            # b or s fixed to its hint (a Python loop over the sequence): no expression; stop the run here
             fixed = expr.xreplace(self.names)
             raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where})")
         self.where.append(where)
