@@ -163,11 +163,12 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
 
 
 def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
-          task: str | None = None) -> tuple[Any, Any]:
+          task: str | None = None, mode: Any = None) -> tuple[Any, Any]:
     """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
-    for real CPU tensors); else real CPU weights (mode None)."""
+    for real CPU tensors; ``mode``: that mode instead, as ``traced_symbolic``'s with a ``ShapeEnv``); else real CPU
+    weights (mode None)."""
     import copy
 
     import torch
@@ -184,16 +185,16 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
                           f"{attention} attention: {_one_line(exc)}") from None
     model.train()
     model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
-    return (model, _to_fake(model)) if fake else (model, None)
+    return (model, _to_fake(model, mode)) if fake else (model, None)
 
 
-def _to_fake(model: Any) -> Any:
-    """Replace a meta model's parameters and buffers by fake CPU tensors of one new ``FakeTensorMode`` (a tied
-    weight stays one parameter)."""
+def _to_fake(model: Any, mode: Any = None) -> Any:
+    """Replace a meta model's parameters and buffers by fake CPU tensors of ``mode`` (None: one new
+    ``FakeTensorMode``; a tied weight stays one parameter)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if mode is None else mode
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
     for module in model.modules():
@@ -203,7 +204,7 @@ def _to_fake(model: Any) -> Any:
                     continue
                 if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
                     fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
-                            else mode.from_tensor(t))
+                            else mode.from_tensor(t, static_shapes=True))  # its sizes, never symbolic
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode

@@ -111,29 +111,14 @@ class _Guards(list):
 
 def symbolic_model(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", task: str | None = None
                    ) -> tuple[Any, Any]:
-    """``traced.build``'s model with its parameters and buffers made fake tensors of a new ``FakeTensorMode`` that
-    has a ``ShapeEnv`` (returned: the model, the mode; ``mode.shape_env`` holds the guards)."""
-    import torch
+    """``traced.build``'s model, its parameters and buffers fake tensors (of static sizes) of a new
+    ``FakeTensorMode`` that has a ``ShapeEnv`` (returned: the model, the mode; ``mode.shape_env`` holds the guards)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    model, _ = build(cfg, attention, dtype, task=task)
     env = ShapeEnv()
     env.guards = _Guards()
-    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=env)
-    cpu = torch.device("cpu")
-    made: dict[int, Any] = {}
-    for module in model.modules():
-        for table, wrap in ((module._parameters, True), (module._buffers, False)):
-            for name, t in list(table.items()):
-                if t is None:
-                    continue
-                if id(t) not in made:  # a tied weight stays one parameter
-                    meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-                    fake = mode.fake_tensor_converter.from_meta_and_device(mode, meta, cpu)
-                    made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
-                table[name] = made[id(t)]
-    return model, mode
+    return build(cfg, attention, dtype, task=task, mode=FakeTensorMode(allow_non_fake_inputs=True, shape_env=env))
 
 
 def _size(env: Any, name: str, hint: int) -> tuple[Any, Any]:
