@@ -3,12 +3,13 @@
 ``traced`` measures on fake tensors at concrete (b, s) and fits a polynomial through small points. This module runs
 the same forward (``traced.saved_bytes``: the training forward under ``saved_tensors_hooks``; ``traced.cache_bytes``:
 a prefill of ``s`` tokens and one decode step) once, on fake tensors of a ``FakeTensorMode`` with a ``ShapeEnv``
-(``torch.fx.experimental.symbolic_shapes``): the input ids are ``(b, s)`` with b and s symbolic sizes (hints
-``HINT``: the hints choose the branches transformers' code takes). Every tensor's size is then a SymPy expression
-in b and s, and so is each saved storage's ``nbytes`` (each storage once, as ``traced`` counts them): their sum
-is one exact expression, simplified. PyTorch's Python dispatcher is on (``enable_python_dispatcher``), as
-``torch.export`` and ``make_fx`` run it: without it the C++ kernel of ``constant_pad_nd`` (the ``nn.functional.pad``
-of transformers' ``ForCausalLMLoss``) reads the sizes as integers and fixes b and s to the hints.
+(``torch.fx.experimental.symbolic_shapes``): the input ids are ``(b, s)`` with b and s symbolic sizes (hints: the
+user's (b, s) in ``formula``, else ``HINT``; the hints choose the branches transformers' code takes). Every
+tensor's size is then a SymPy expression in b and s, and so is each saved storage's ``nbytes`` (each storage once,
+as ``traced`` counts them): their sum is one exact expression, expanded. PyTorch's Python dispatcher is on
+(``enable_python_dispatcher``), as ``torch.export`` and ``make_fx`` run it: without it the C++ kernel of
+``constant_pad_nd`` (the ``nn.functional.pad`` of transformers' ``ForCausalLMLoss``) reads the sizes as integers
+and fixes b and s to the hints; its one Python kernel that saves other tensors than CPU eager, dropout's, is off.
 
 The expression holds where the run's guards hold: every branch on a size that the code took (``ShapeEnv.guards``)
 is recorded, in b and s, with the transformers function that asked it. PyTorch's symbolic sizes are never 0 or
