@@ -35,6 +35,7 @@ from memderive.derivations.structure import FIXED_FIELDS, SWITCHES, VALUE_FIELDS
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.mcore_experts import megatron_moe
 from memderive.symbolic.strategies import fused_swiglu
 from memderive.symbolic.te_float8 import te_float8
 from memderive.symbolic.timeline import Timeline
@@ -333,6 +334,8 @@ _parameters = per_graph(parameter_quantities)
 _fused_swiglu = per_graph(fused_swiglu)
 #: Transformer Engine's fp8 linears once per base graph and recipe (as ``_fused_swiglu``, for the memos below it).
 _te_float8 = per_graph(te_float8)
+#: Megatron-Core's MoE layer (TopKRouter, alltoall dispatcher, TEGroupedMLP) once per base graph (as ``_fused_swiglu``).
+_megatron_moe = per_graph(megatron_moe)
 
 
 @per_graph
@@ -367,7 +370,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
                                    "would run in 8 bits")
     elif options.mode == "train":  # Megatron-LM's layers: its SwiGLU is one fused function (bias_swiglu_fusion)
-        base = _fused_swiglu(base)
+        base = _megatron_moe(_fused_swiglu(base))  # and its MoE layer's own saved tensors (symbolic.mcore_experts)
         if options.fp8 in TE_FP8:  # Transformer Engine's linears save their inputs' 8-bit casts
             base = _te_float8(base, recipe=options.fp8)
         elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules

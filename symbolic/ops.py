@@ -320,7 +320,8 @@ class BlockBuilder:
         (b, s, k, h), the MLP's own tensors at width f_e, the expert outputs (b, s, k, h) and the
         routing weights (b, s, k, 1) that scale them, and the scaled outputs (b, s, k, h) that
         ``index_add`` scatters back to their tokens (its backward keeps the source tensor)
-        (``tests/reference_layers.py`` ``MoeLayer``).
+        (``tests/reference_layers.py`` ``MoeLayer``). Under ``--implementation megatron`` the router and this op save
+        what Megatron-Core's saves (``symbolic.mcore_experts``); under ``hf``, transformers' kernels'.
         """
         lead, h = (*x.shape[:-1], top_k), x.shape[-1]
         gated = kind in ("swiglu", "geglu")

@@ -12,6 +12,7 @@ stack), with its dtype and shapes, so a test can compare one decoder layer op gr
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -91,6 +92,8 @@ def build_model(config: transformers.PretrainedConfig) -> torch.nn.Module:
     transformers.logging.set_verbosity_error()
     if config.model_type == "bert":
         return transformers.AutoModel.from_config(config)
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+        return transformers.AutoModelForImageTextToText.from_config(config)
     if getattr(config, "vision_config", None) is not None and config.model_type != "gemma3":  # LLaVA
         return transformers.LlavaForConditionalGeneration(config)
     if config.model_type == "gemma3" and getattr(config, "vision_config", None) is not None:
@@ -137,7 +140,18 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
         image = config.image_token_id
         ids = ids % (image - 2) + 1  # text tokens away from the image's (and Gemma 3's boi/eoi) ids
         ids[:, :image_tokens] = image
-        pixels = torch.randn(ids.shape[0], 3, vision.image_size, vision.image_size, dtype=next(model.parameters()).dtype)
+        dtype = next(model.parameters()).dtype
+        if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+            # a square still image of image_tokens merged patches: (side x side) patches, (side / merge)**2 tokens;
+            # its patches flattened as Qwen2VLImageProcessor gives them, its grid (1, side, side); transformers
+            # computes the 3-D rope positions itself from the token types
+            side = math.isqrt(image_tokens) * vision.spatial_merge_size
+            width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+            b = ids.shape[0]
+            return model(input_ids=ids, pixel_values=torch.randn(b * side * side, width, dtype=dtype),
+                         image_grid_thw=torch.tensor([[1, side, side]] * b), mm_token_type_ids=(ids == image).int(),
+                         labels=ids).loss
+        pixels = torch.randn(ids.shape[0], 3, vision.image_size, vision.image_size, dtype=dtype)
         extra = {"token_type_ids": (ids == image).long()} if config.model_type == "gemma3" else {}
         return model(input_ids=ids, pixel_values=pixels, labels=ids, **extra).loss
     if isinstance(model, transformers.BertModel):
@@ -157,7 +171,8 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor, image_tokens: int = 0) -> t
 
 def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: int = 0,
                    dtype: torch.dtype = torch.bfloat16, lora: Any = None, cast_first: bool = False,
-                   autocast: bool = False, fp8: str = "none", image_tokens: int = 0) -> SavedModel:
+                   autocast: bool = False, fp8: str = "none", image_tokens: int = 0,
+                   checkpointing: bool = False, freeze: Any = None) -> SavedModel:
     """Forward of the model of ``config`` in ``dtype`` (bf16), training mode (dropout on where the config
     has it), under ``saved_tensors_hooks``; the backward runs too (the graph is a real one).
 
@@ -168,9 +183,15 @@ def measure_config(config: transformers.PretrainedConfig, shape: Shape, seed: in
     ``autocast``: the model stays fp32 and its forward runs under ``torch.autocast("cpu", dtype)`` (the
     16-bit casts of the weights it saves are counted: they are not the parameters' storages).
     ``fp8``: a torchao recipe (``to_float8``) the model's linears are converted with first.
-    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``)."""
+    ``image_tokens``: a vision-language model's image tokens at the start of each sequence (``_loss``).
+    ``checkpointing``: transformers' ``activation_checkpointing_enable()`` on the built model, before PEFT wraps it.
+    ``freeze``: called with the built model to freeze some of its parameters (``requires_grad_(False)``)."""
     torch.manual_seed(seed)
     model = build_model(config)
+    if checkpointing:
+        model.activation_checkpointing_enable()
+    if freeze is not None:
+        freeze(model)
     if fp8 != "none":
         model = to_float8(model, fp8)
     if cast_first:

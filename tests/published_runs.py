@@ -594,25 +594,6 @@ MOE = [
 ]
 
 
-#: The experts' saved tensors (memderive's experts op saves transformers' eager loop: symbolic/ops.py experts) that a
-#: run's framework does not keep. Megatron-Core: its fused SwiGLU (bias_swiglu_impl, TE's swiglu) saves only its
-#: input, fc1's output, not silu(gate) (``act``); its unpermute multiplies the expert outputs by the probs and
-#: scatter_adds the products (megatron/core/transformer/moe/moe_utils.py unpermute), whose backward does not keep them
-#: (``weighted``). NeMo AutoModel's GroupedExpertsDeepEP (nemo_automodel/components/moe/layers.py): grouped_gemm's
-#: gmm, WeightedSwiGLUFunction applies the probs to fc1's output (saving it and the probs), the second gmm saves its
-#: input, DeepEP's combine returns the outputs: neither silu(gate), the unscaled expert outputs (``expert_out``) nor
-#: the scaled ones are kept.
-UNSAVED = {"Megatron-Bridge": ("act", "weighted"), "NeMo AutoModel": ("act", "expert_out", "weighted")}
-
-
-def _unsaved_per_layer(est: Any, names: tuple[str, ...]) -> int:
-    """Bytes per MoE layer of one micro-batch that memderive's experts op saves and the framework's does not."""
-    from memderive.symbolic.derive import evaluate
-
-    return sum(int(evaluate(x.nbytes, est.values)) for blk in est.graph.blocks if blk.name == "layer"
-               for op in blk.ops if op.kind == "experts" for x in op.saved if x.name.rsplit(".", 1)[1] in names)
-
-
 def moe_memory(run: MoERun) -> tuple[int, int, str]:
     """(memderive's device bytes of the run's layout, the GPU's bytes, and where it does not fit, what memderive
     assumes that the run did not do)."""
@@ -627,16 +608,6 @@ def moe_memory(run: MoERun) -> tuple[int, int, str]:
                      "modules, which memderive does not express)")
     if o.pp > 1:
         parts.append(f"1F1B keeps {o.pp} micro-batches' activations on the first stage")
-    framework = run.source.split(" docs/")[0]
-    if framework in UNSAVED:
-        # layers' activations the first stage holds: l/p layers of p micro-batches under 1F1B, and l(p-1)/(p v) more
-        # interleaved (Korthikanti et al. 2022 §4.2.3: the first stage's l (1 + (p - 1)/(p v)))
-        layers, v = est.model.sizes["l"], o.virtual_stages or 1
-        per_layer, held = _unsaved_per_layer(est, UNSAVED[framework]), layers + (layers * (o.pp - 1) // (o.pp * v) if v > 1 else 0)
-        parts.append(f"the routed experts saved as transformers' eager loop saves them: its {', '.join(UNSAVED[framework])}, "
-                     f"{per_layer / 2**30:,.2f} GiB per layer x {held} layers' activations held = "
-                     f"{per_layer * held / 2**30:,.1f} GiB that {framework}'s experts do not keep "
-                     f"({'fits' if need - per_layer * held <= capacity else 'still over'} without them)")
     activations = est.number("activation_bytes")
     return need, capacity, (f"activations {activations / 2**30:,.1f} GiB, model states "
                             f"{est.number('model_state_bytes') / 2**30:,.1f} GiB; assumed: " + "; ".join(parts))

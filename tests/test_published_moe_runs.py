@@ -170,17 +170,17 @@ def test_the_moe_runs_meet_issue_39s_bounds() -> None:
 
 def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
     """Issue 39 item 4: a published layout that ran fits memderive's device bytes, or the output names what memderive
-    assumed that the run did not do. Measured: 4 of 10 fit (AutoModel's Qwen3 30B-A3B under full recompute, Megatron's
-    Mixtral 8x7B, Bridge's Qwen3 on 8 B200s and gpt-oss-120b EP 64 on GB200, micro-batch 1); AutoModel's two gpt-oss
-    runs fit once the experts' tensors its grouped MLP does not save are taken out; Bridge's four others stay over
-    with no recompute assumed (the page does not say it; its recipes' layernorm/moe_act module recompute is not
-    expressible)."""
-    fits = 0
+    assumed that the run did not do. With the routed experts saved as Megatron-Core saves them
+    (symbolic/mcore_experts.py; before: transformers' eager loop, 4 of 10 fit), measured: 7 of 10 fit (AutoModel's
+    three, Megatron's Mixtral 8x7B, Bridge's Qwen3 on 8 B200s and on GB200, gpt-oss-120b EP 64 on GB200); Bridge's
+    gpt-oss-120b p4 on H100 (118.8 GiB), Qwen3 30B-A3B p2 v24 on H100 (86.4) and gpt-oss-120b on B200 (198.4 of 180)
+    stay over with no recompute assumed (the page does not say it; its recipes' layernorm/moe_act module recompute is
+    not expressible)."""
+    over = []
     for run in MOE:
         need, capacity, assumed = moe_memory(run)
         assert (need <= capacity) == (assumed == "")
-        fits += need <= capacity
         if assumed:
-            assert "assumed: " in assumed and "eager loop" in assumed
-            assert ("(fits without them)" in assumed) == ("AutoModel" in run.source)
-    assert fits == 4
+            over.append(run.name)
+            assert "assumed: no recompute" in assumed and "eager loop" not in assumed
+    assert over == ["gpt-oss-120b p4 ep8 H100", "Qwen3 30B-A3B p2 v24 ep8 H100", "gpt-oss-120b ep8 B200"]

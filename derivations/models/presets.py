@@ -99,7 +99,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Qwen Team 2025 (Qwen3 technical report, arXiv:2505.09388, Table 2); Qwen/Qwen3-30B-A3B config.json
     "qwen3-30b-a3b": {**_llama(2048, 32, 4, 48, 6144, 151936, 40960), "model_type": "qwen3_moe", "head_dim": 128,
                       "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
-                      "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False},
+                      "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False,
+                      "norm_topk_prob": True},
     # OpenAI 2025 (gpt-oss model card, arXiv:2508.10925); openai/gpt-oss-20b config.json (NVIDIA Megatron Bridge
     # docs list the same sizes): 24 layers, 32 experts, 4 per token, sliding window 128 on alternate layers
     "gpt-oss-20b": {**_llama(2880, 64, 8, 24, 2880, 201088, 131072), "model_type": "gpt_oss", "head_dim": 64,

@@ -9,8 +9,8 @@ causal-LM ``model_type`` transformers knows is *traced*: its ``AutoModelForCausa
   ``num_parameters`` counts it), grouped by module path: each ``ModuleList`` of layers by layer class, the
   rest by top-level module;
 * the cache is the object the model returns after a prefill of ``s`` tokens and one decode step
-  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, hybrids' per-layer mix): every tensor
-  reachable from it, each storage once;
+  (``DynamicCache`` layers, sliding-window layers, Mamba conv/SSM states, RWKV's ``state``, hybrids' per-layer mix):
+  every tensor reachable from it, each storage once;
 * the saved activations are what autograd's ``saved_tensors_hooks`` see during a training forward
   (``model(ids, labels=ids)``), each storage once, parameters and buffers excluded, only what the graph still
   holds when the forward ends (as ``tests/hf_saved.py`` measures real CPU runs).
@@ -20,6 +20,11 @@ input (Whisper: ``(b, num_mel_bins, 2 * max_source_positions)`` log-mel features
 positions, ``encoder_length``); its decoder reads ``s`` tokens (training: ``labels``; inference: a prefill of ``s``
 decoder tokens, then one decode step on the encoder's output, the cache an ``EncoderDecoderCache`` of the
 self-attention KV of ``s + 1`` tokens and the cross-attention KV of the encoder length).
+
+A forward whose shapes follow values of its inputs (Qwen2.5-VL's image grid, a mask's ``nonzero``) runs again with
+the inputs and every small tensor made from them holding real values beside their fake shapes
+(``_valued_mode_class``); Qwen2-VL's and Qwen2.5-VL's 3-D rope positions are computed by their own ``get_rope_index``
+on real tensors and passed in.
 
 Every count is exact at the (b, s) traced. As functions of b and s, ``polynomial`` evaluates at a grid of
 points and solves for the coefficients of a polynomial of degree 1 in b and 2 in s (rational arithmetic), then
@@ -43,6 +48,7 @@ from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.derivations.quantities import traced_strategies
 from memderive.symbolic.dims import Psi, d
 from memderive.symbolic.dtypes import dtype as dtype_of
 
@@ -163,12 +169,13 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
 
 
 def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
-          task: str | None = None, mode: Any = None) -> tuple[Any, Any]:
+          task: str | None = None, prepare: Callable[[Any], Any] | None = None, mode: Any = None) -> tuple[Any, Any]:
     """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
-    for real CPU tensors; ``mode``: that mode instead, as ``traced_symbolic``'s with a ``ShapeEnv``); else real CPU
-    weights (mode None)."""
+    for real CPU tensors); else real CPU weights (mode None). ``prepare``: what a training script does to the model
+    once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake. ``mode``: the
+    fake mode to make them in (``traced_symbolic``'s, with a ``ShapeEnv``)."""
     import copy
 
     import torch
@@ -183,18 +190,19 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{cfg.model_type}: transformers cannot build {auto.__name__} with "
                           f"{attention} attention: {_one_line(exc)}") from None
+    if prepare is not None:
+        model = prepare(model)
     model.train()
     model._traced_with_images = auto.__name__ == "AutoModelForImageTextToText"
     return (model, _to_fake(model, mode)) if fake else (model, None)
 
 
 def _to_fake(model: Any, mode: Any = None) -> Any:
-    """Replace a meta model's parameters and buffers by fake CPU tensors of ``mode`` (None: one new
+    """Replace a meta model's parameters and buffers by fake CPU tensors of ``mode`` (None: one new valued
     ``FakeTensorMode``; a tied weight stays one parameter)."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True) if mode is None else mode
+    mode = _valued_mode_class()(allow_non_fake_inputs=True) if mode is None else mode
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
     for module in model.modules():
@@ -203,11 +211,80 @@ def _to_fake(model: Any, mode: Any = None) -> Any:
                 if t is None:
                     continue
                 if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
-                    fake = (mode.fake_tensor_converter.from_meta_and_device(mode, t, cpu) if t.is_meta
-                            else mode.from_tensor(t, static_shapes=True))  # its sizes, never symbolic
+                    fake = traced_strategies.sharded(t, lambda x: (
+                        mode.fake_tensor_converter.from_meta_and_device(mode, x, cpu) if x.is_meta
+                        else mode.from_tensor(x, static_shapes=True)))  # its sizes, never symbolic
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
+
+
+#: Most elements a tensor computed for real under a valued fake mode may have (``_valued_mode_class``): every
+#: index, mask and position tensor of the sizes traced (b * s positions, an image's patches) is far smaller.
+VALUE_LIMIT = 1 << 20
+_VALUED: list[Any] = []
+
+
+def _valued_mode_class() -> Any:
+    """A ``FakeTensorMode`` that, once its ``values`` is set (``_run``: after a forward read a value a fake tensor
+    has not), also holds values: a factory (``arange``, ``zeros``, ``torch.tensor``) of at most ``VALUE_LIMIT``
+    elements runs for real, and an op whose inputs all hold values does too (PyTorch's own constant propagation,
+    limited to one element by ``may_turn_const``, raised to ``VALUE_LIMIT``). Values come from the inputs and
+    factories only, never from the weights: a forward whose shapes follow the token ids or an image grid (Qwen2.5-VL's
+    rope index and vision windows) runs; one whose shapes follow the weights' outputs (a router's choices) still
+    cannot. Before ``values`` is set it is PyTorch's FakeTensorMode unchanged."""
+    if _VALUED:
+        return _VALUED[0]
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._mode_utils import no_dispatch
+    from torch.utils._pytree import tree_leaves, tree_map_only
+
+    class ValuedFakeTensorMode(FakeTensorMode):
+        values = False
+
+        def may_turn_const(self, t: Any) -> bool:
+            return super().may_turn_const(t) or (self.values and t.numel() <= VALUE_LIMIT
+                                                 and t.device.type != "meta" and not self.is_our_fake(t)
+                                                 and t.layout == torch.strided)
+
+        def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if (self.values and isinstance(func, torch._ops.OpOverload)
+                    and torch.Tag.nondeterministic_seeded not in func.tags
+                    and not any(isinstance(x, torch.Tensor) for x in tree_leaves((args, kwargs)))
+                    and str(kwargs.get("device", "cpu")) == "cpu"):
+                with no_dispatch():
+                    out = func(*args, **kwargs)
+                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if made and all(self.may_turn_const(t) for t in made):
+                    converter = self.fake_tensor_converter
+                    return tree_map_only(torch.Tensor, lambda t: converter.from_real_tensor(self, t, make_constant=True),
+                                         out)
+            return super().dispatch(func, types, args, kwargs)
+
+    _VALUED.append(ValuedFakeTensorMode)
+    return ValuedFakeTensorMode
+
+
+def _fake_copies() -> Any:
+    """A ``TorchFunctionMode`` under which ``copy.deepcopy`` of a fake tensor is a fake copy (``detach().clone()``, a
+    storage of its own): ``Tensor.__deepcopy__`` copies a storage's bytes, which a fake tensor has none of (Dory
+    deep-copies its looped layers' cache layers, each holding a window-size tensor)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.overrides import TorchFunctionMode
+
+    class FakeCopies(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+                tensor, memo = args
+                if id(tensor) not in memo:
+                    memo[id(tensor)] = tensor.detach().clone().requires_grad_(tensor.requires_grad)
+                return memo[id(tensor)]
+            return func(*args, **(kwargs or {}))
+
+    return FakeCopies()
 
 
 @dataclass(frozen=True)
@@ -326,10 +403,36 @@ def image_tokens(cfg: Any) -> int:
         return (vision.image_size // vision.patch_size) ** 2 + (1 if full else 0)
     if cfg.model_type == "gemma3":
         return cfg.mm_tokens_per_image
-    # Qwen2.5-VL's dynamic resolution reads its image_grid_thw's values (rope index, window cu_seqlens): a fake
-    # tensor has none (DataDependentOutputException), so it is not traced yet
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava and gemma3 only so far (--mode params "
-                      "counts this model; for the text model alone give its text_config)")
+    if cfg.model_type in QWEN_VL:
+        _, h, w = _image_grid(cfg)
+        return h * w // vision.spatial_merge_size ** 2
+    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3, qwen2_vl and qwen2_5_vl only so "
+                      "far (--mode params counts this model; for the text model alone give its text_config)")
+
+
+#: Qwen2-VL and Qwen2.5-VL: dynamic resolution, patches flattened with an ``image_grid_thw``, 3-D rope positions from
+#: ``get_rope_index`` (the same API in both)
+QWEN_VL = ("qwen2_vl", "qwen2_5_vl")
+
+
+#: Qwen2-VL's and Qwen2.5-VL's image side in pixels: their resolution is dynamic (the processor's min_pixels and
+#: max_pixels bound it, config.json gives none), so memderive measures the low end of the model cards' recommended 256
+#: to 1,280 tokens, ``min_pixels = 256 * 28 * 28`` (Qwen/Qwen2-VL-7B-Instruct and Qwen/Qwen2.5-VL-7B-Instruct READMEs):
+#: 448 x 448 pixels, 32 x 32 patches of 14, 256 tokens after the 2 x 2 merge.
+QWEN_IMAGE_SIDE = 448
+
+
+def image_size(cfg: Any) -> int:
+    """The side in pixels of the square image a vision-language ``cfg`` is measured with: its vision config's
+    ``image_size`` (LLaVA, Gemma 3: fixed), else ``QWEN_IMAGE_SIDE`` (Qwen2-VL's and Qwen2.5-VL's dynamic resolution)."""
+    return getattr(cfg.vision_config, "image_size", None) or QWEN_IMAGE_SIDE
+
+
+def _image_grid(cfg: Any) -> tuple[int, int, int]:
+    """Qwen2(.5)-VL's ``image_grid_thw`` row of one still image: 1 frame (the processor repeats a still image to
+    ``temporal_patch_size`` frames, one temporal patch), ``image_size / patch_size`` patches a side."""
+    side = image_size(cfg) // cfg.vision_config.patch_size
+    return 1, side, side
 
 
 def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
@@ -345,11 +448,36 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     image = getattr(cfg, "image_token_id", None) if image is None else image
     ids = torch.cat([torch.full((b, k), image, dtype=torch.long), _ids(cfg, b, s)], dim=1)
     dtype = next(model.parameters()).dtype
+    if cfg.model_type in QWEN_VL:  # patches flattened: (b * t * h * w, channels * temporal * patch * patch)
+        t, h, w = _image_grid(cfg)
+        width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+        out = {"input_ids": ids, "pixel_values": torch.zeros(b * t * h * w, width, dtype=dtype),
+               "image_grid_thw": torch.tensor([[t, h, w]] * b), "mm_token_type_ids": (ids == image).int()}
+        out["position_ids"] = _rope_index(model, b, s, k, (t, h, w))
+        return out
     out = {"input_ids": ids, "pixel_values": torch.zeros(b, getattr(vision, "num_channels", 3), vision.image_size,
                                                          vision.image_size, dtype=dtype)}
     if cfg.model_type == "gemma3":
         out["token_type_ids"] = (ids == image).long()
     return out
+
+
+def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int]) -> Any:
+    """Qwen2.5-VL's 3-D rope positions (3, b, k + s) of ``_image_inputs``' sequences, computed by its own
+    ``get_rope_index`` on real tensors outside the fake mode (it reads the token types and the grid, no weights, and
+    builds its result with ``torch.tensor`` of per-sequence values, which fake tensors cannot give); its
+    ``rope_deltas`` kept on the model for the decode steps, as ``generate`` keeps them."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    cfg = model.config
+    with unset_fake_temporarily():
+        types = torch.cat([torch.ones(b, k, dtype=torch.int), torch.zeros(b, s, dtype=torch.int)], dim=1)
+        ids = torch.where(types.bool(), cfg.image_token_id, 1)
+        positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * b),
+                                                       mm_token_type_ids=types)
+    model.model.rope_deltas = deltas
+    return positions
 
 
 def _vision(model: Any) -> bool:
@@ -361,7 +489,10 @@ def _vision(model: Any) -> bool:
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     import contextlib
     import os
+    import sys
     import warnings
+
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
     # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
     # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
@@ -369,16 +500,38 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
     before = os.environ.get("TRANSFORMERS_DISABLE_TORCH_CHECK")
     if mode is not None:
         os.environ["TRANSFORMERS_DISABLE_TORCH_CHECK"] = "1"
+    # transformers' mask code reads a fake tensor as a graph being exported (is_tracing) and keeps a mask a real eager
+    # run drops (BART's all-ones padding mask: SDPA then saves it for backward); these fake runs stand for real eager
+    # ones, so their tensors are read as a real run reads them (the valued pass gives the values)
+    masking = sys.modules.get("transformers.masking_utils")
+    tracing = getattr(masking, "is_tracing", None)
+    if mode is not None and tracing is not None:
+        masking.is_tracing = lambda tensor=None: tracing(None if getattr(tensor, "fake_mode", None) is mode else tensor)
     try:
-        with mode if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
+        with mode if mode is not None else contextlib.nullcontext(), \
+                _fake_copies() if mode is not None else contextlib.nullcontext(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
-            return fn()
+            try:
+                return fn()
+            except (DataDependentOutputException, DynamicOutputShapeException):
+                if mode is None or getattr(mode, "values", True):
+                    raise
+                # the forward read a value (a .tolist() of positions, a nonzero of a mask): again, the inputs and
+                # factories holding values from now on (_valued_mode_class)
+                mode.values = True
+                return fn()
     except TracedError:
         raise
+    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+        raise TracedError(f"{model.config.model_type}: transformers' forward reads a value computed from the weights "
+                          f"({exc.func}: e.g. a router's tokens per expert), which fake tensors do not hold; memderive "
+                          "cannot trace it (--mode params counts it)") from None
     except Exception as exc:  # noqa: BLE001
         raise TracedError(f"{model.config.model_type}: transformers' forward failed on "
                           f"{'fake' if mode is not None else 'CPU'} tensors: {type(exc).__name__}: {_one_line(exc)}") from None
     finally:
+        if tracing is not None:
+            masking.is_tracing = tracing
         if before is None:
             os.environ.pop("TRANSFORMERS_DISABLE_TORCH_CHECK", None)
         else:
@@ -429,6 +582,9 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
     import torch
 
     cfg = model.config
+    # the cache argument: ``cache`` in transformers 5 (``past_key_values`` a deprecated alias that some forwards, Dory's,
+    # do not map: passed under that name the cache went into **kwargs and each step began a new one)
+    past = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def go() -> Any:
         model.eval()
@@ -439,7 +595,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**_encoder_inputs(model, b, s), decoder_input_ids=ids, use_cache=True)
                     cache, encoded = out.past_key_values, (out.encoder_last_hidden_state,)
                     for _ in range(decoded):
-                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], past_key_values=cache,
+                        cache = model(encoder_outputs=encoded, decoder_input_ids=ids[:, -1:], **{past: cache},
                                       use_cache=True).past_key_values
                     return cache
                 if _vision(model):  # the image and the text in the prefill, then text tokens
@@ -447,41 +603,59 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                     out = model(**inputs, use_cache=True)
                     cache = out.past_key_values
                     for _ in range(decoded):
-                        cache = model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True).past_key_values
+                        cache = model(input_ids=ids[:, -1:], **{past: cache}, use_cache=True).past_key_values
                     return cache
                 out = model(input_ids=ids, use_cache=True)
-                # Mamba-style models take and return ``cache_params`` (ModelOutput answers any name, so ask the
-                # forward's signature), the others ``past_key_values``
-                params = "cache_params" in inspect.signature(model.forward).parameters
-                cache = getattr(out, "cache_params" if params else "past_key_values", None)
+                # Mamba-style models take and return ``cache_params``, RWKV its ``state`` (ModelOutput answers any
+                # name, so ask the forward's signature), the others ``past_key_values``
+                names = inspect.signature(model.forward).parameters
+                params = next((name for name in ("cache_params", "state") if name in names), None)
+                cache = getattr(out, params or "past_key_values", None)
+                if cache is None and params is None and past == "cache":
+                    # a forward that fills the cache it is given and returns none (XLM; RecurrentGemma, whose
+                    # recurrent states stay on its modules): given one, as generate() gives it
+                    from transformers import DynamicCache
+
+                    cache = DynamicCache(config=cfg)
+                    try:
+                        model(input_ids=ids, cache=cache, use_cache=True)
+                        for _ in range(decoded):
+                            model(input_ids=ids[:, -1:], cache=cache, use_cache=True)
+                    except Exception:  # noqa: BLE001 - it takes another kind (XLM an EncoderDecoderCache): none, as before
+                        return None
+                    given.append(cache)
+                    return cache
                 for _ in range(decoded):
                     if cache is None:
                         break
                     step = ids[:, -1:]
                     if params:
-                        out = model(input_ids=step, cache_params=cache, use_cache=True,
-                                    cache_position=torch.tensor([s]))
-                        cache = out.cache_params
+                        where = {"cache_position": torch.tensor([s])} if "cache_position" in names else {}
+                        out = model(input_ids=step, **{params: cache}, use_cache=True, **where)
+                        cache = getattr(out, params)
                     else:
-                        out = model(input_ids=step, past_key_values=cache, use_cache=True)
+                        out = model(input_ids=step, **{past: cache}, use_cache=True)
                         cache = out.past_key_values
                 return cache
         finally:
             model.train()
 
+    given: list[Any] = []
     cache = _run(model, mode, go)
     if cache is None:
         return CacheBytes(0, (), "none")
     owned = {_storage_key(t) for t in (*model.parameters(), *model.buffers())}
     seen: set[int] = set()
     parts: dict[tuple[str, str], int] = {}
-    for path, t in _tensors(cache):
+    held = [] if not given else [(f"{type(m).__name__}.{name}", t) for m in model.modules()
+                                 for name, t in vars(m).items() if isinstance(t, torch.Tensor)]
+    for path, t in [*_tensors(cache), *held]:
         key = _storage_key(t)
         if key in seen or key in owned:
             continue
         seen.add(key)
         name = (path, str(t.dtype).removeprefix("torch."))
-        parts[name] = parts.get(name, 0) + t.untyped_storage().nbytes()
+        parts[name] = parts.get(name, 0) + traced_strategies.local(t).untyped_storage().nbytes()
     rows = tuple((p, d, n) for (p, d), n in sorted(parts.items()))
     return CacheBytes(sum(n for _, _, n in rows), rows, type(cache).__name__)
 
@@ -489,7 +663,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
 def _storage_key(t: Any) -> int:
     """The address of ``t``'s StorageImpl, kept alive by the weak reference taken (so never reused for another
     storage while we count); fake tensors have storages too, but no data pointer."""
-    return t.untyped_storage()._weak_ref()
+    return traced_strategies.local(t).untyped_storage()._weak_ref()
 
 
 class _Held:
@@ -497,6 +671,58 @@ class _Held:
 
     def __init__(self, tensor: Any) -> None:
         self.tensor = tensor
+
+
+def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
+    """The keyword arguments of a training forward of ``b`` sequences of ``s`` tokens: ``input_ids`` and
+    ``labels=ids``; a vision-language model's image inputs; an encoder-decoder's encoder inputs and labels."""
+    cfg = model.config
+    ids = labels = _ids(cfg, b, s)
+    inputs = {"input_ids": ids}
+    if _vision(model):
+        inputs = _image_inputs(model, b, s)
+        labels = inputs["input_ids"]
+    if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
+        inputs, labels = _encoder_inputs(model, b, s), ids.clone()
+        if getattr(cfg, "decoder_start_token_id", None) is None:
+            # a config class without a default start token (T5Config; t5-small's config.json gives 0): the
+            # decoder reads a (b, s) tensor of its own, as the labels shifted right would be
+            inputs["decoder_input_ids"] = ids.clone()
+    return {**inputs, "labels": labels}
+
+
+def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[int, int]:
+    """``(forward, backward)`` FLOPs of a training forward of ``b`` sequences of ``s`` tokens and its backward
+    (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0)."""
+    import inspect
+
+    import torch
+
+    def go() -> tuple[int, int]:
+        if train:
+            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s)).loss, backward=True)
+            model.zero_grad(set_to_none=True)
+            return counted
+        model.eval()
+        # FlopCounterMode's module tracker hooks the gradients of inputs that require them: an inference forward
+        # needs none (a kernel module handed a parameter's view under no_grad has no grad_fn to hook)
+        wanted = [(p, p.requires_grad) for p in model.parameters()]
+        model.requires_grad_(False)
+        try:
+            with torch.no_grad():
+                inputs = _train_inputs(model, b, s)
+                ids = inputs.pop("labels")
+                if _seq2seq(model):
+                    inputs.setdefault("decoder_input_ids", ids)
+                if "logits_to_keep" in inspect.signature(model.forward).parameters:
+                    inputs["logits_to_keep"] = 1  # as generate's prefill asks: the last position's logits
+                return traced_strategies.count_flops(lambda: model(**inputs, use_cache=False), backward=False)
+        finally:
+            for p, flag in wanted:
+                p.requires_grad_(flag)
+            model.train()
+
+    return _run(model, mode, go)
 
 
 def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
@@ -515,19 +741,8 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
             held.append(weakref.ref(box))
             return box
 
-        ids = labels = _ids(cfg, b, s)
-        inputs = {"input_ids": ids}
-        if _vision(model):
-            inputs = _image_inputs(model, b, s)
-            labels = inputs["input_ids"]
-        if _seq2seq(model):  # the encoder's input and the decoder's labels are two texts: two tensors
-            inputs, labels = _encoder_inputs(model, b, s), ids.clone()
-            if getattr(cfg, "decoder_start_token_id", None) is None:
-                # a config class without a default start token (T5Config; t5-small's config.json gives 0): the
-                # decoder reads a (b, s) tensor of its own, as the labels shifted right would be
-                inputs["decoder_input_ids"] = ids.clone()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda box: box.tensor):
-            out = model(**inputs, labels=labels)
+            out = model(**_train_inputs(model, b, s))
         if getattr(out, "loss", None) is None:
             raise TracedError(f"{cfg.model_type}: the forward returned no loss for labels=ids")
         # the loss alone is kept for backward: the output's other fields (LLaVA's unused last vision layer, whose
@@ -540,7 +755,7 @@ def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
                 continue
             key = _storage_key(box.tensor)
             if key not in owned:
-                seen.setdefault(key, box.tensor.untyped_storage().nbytes())
+                seen.setdefault(key, traced_strategies.local(box.tensor).untyped_storage().nbytes())
         del loss
         return sum(seen.values())
 
@@ -626,8 +841,8 @@ def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
     return [rows[i][n] / rows[i][i] for i in range(n)]
 
 
-#: Options a traced model answers (the rest must keep their defaults: parallelism, recompute, LoRA and the time
-#: model apply to the hand-written graphs only, so far).
+#: Options a traced model answers (and ``traced_strategies.STRATEGY_OPTIONS``; the rest must keep their defaults:
+#: ``traced_strategies.NOT_YET`` names them).
 TRACED_OPTIONS = ("mode", "batch", "seq", "new_tokens", "dtype", "precision", "grad_buffer", "optimizer", "attention",
                   "weight_dtype", "kv_dtype")
 
@@ -655,6 +870,7 @@ class TracedEstimate:
     encoder_length: int | None = None
     image_tokens: int | None = None
     image_size: int | None = None
+    strategies: traced_strategies.Strategies = traced_strategies.Strategies()
 
     @property
     def parts(self) -> tuple[tuple[str, int], ...]:
@@ -709,6 +925,7 @@ class TracedEstimate:
             out["activation_bytes"] = self.saved
             out["activation_formula"] = str(self.saved_fit) if self.saved_fit else None
             out["train_total_bytes"] = self.saved + sum(v for _, v in self.states)
+        out.update(self.strategies.to_json())
         if self.cache is not None:
             out["weight_bytes"] = self.weights
             out["cache_bytes"] = self.cache.total
@@ -721,18 +938,17 @@ class TracedEstimate:
 def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
                     formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
-    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults).
-    ``formula(cfg, attention, dtype, kind, b, s, measured, model, mode)``: the bytes of ``kind`` ("saved", "cache")
-    as a function of b and s (``traced_symbolic.formula``); None: the ``polynomial`` fit."""
+    under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
     import dataclasses as dc
 
     defaults = Options()
-    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS
+    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
                and getattr(options, f.name) != getattr(defaults, f.name)]
     if changed:
         raise TracedError(f"{name}: {', '.join('--' + c.replace('_', '-') for c in changed)} not yet supported for a "
-                          f"traced model (model_type {config.get('model_type')!r}); memderive traces parameters, model "
-                          "states, cache and saved activations of one unsharded GPU")
+                          f"traced model (model_type {config.get('model_type')!r}); a traced model takes "
+                          f"{traced_strategies.APPLIES}; not yet: {traced_strategies.NOT_YET}")
+    traced_strategies.check(name, options)
     cfg = hf_config(config, name)
     params = parameters(cfg)
     attention = options.attention or ("eager" if options.mode == "train" else "sdpa")
@@ -749,27 +965,116 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
-        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=cfg.vision_config.image_size)
+        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg))
     if options.mode == "train":
-        model, mode = build(cfg, attention, options.dtype)
-        saved = saved_bytes(model, mode, b, s)
-        if formula is not None:
-            fit = formula(cfg, attention, options.dtype, "saved", b, s, saved, model, mode)
-        else:
-            fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-            fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
-        states = states_breakdown(Psi, options.dtype, options.optimizer, 0, d, precision=options.precision,
-                                  grad_buffer=options.grad_buffer)
-        rows = tuple((t.path.removeprefix("model_states/"), int(t.expr.evaluate({Psi: params.total})))
-                     for t in states.terms)
-        return dc.replace(est, states=rows, saved=saved, saved_fit=fit)
+        with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
+            model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options))
+            saved = saved_bytes(model, mode, b, s)
+            if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
+                fit = formula(cfg, attention, options.dtype, "saved", b, s, saved, model, mode)
+            else:
+                fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+                fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold here too
+            trainable, total = traced_strategies.trainable_parameters(model)
+        rows = traced_strategies.state_rows(total, trainable, options, traced_strategies.adapter_dtype(model, options))
+        done = _traced_strategies(options, trainable, total)
+        if options.tp > 1:
+            done = dc.replace(_traced_tp(est, cfg, options).strategies, recompute=options.recompute)
+        est = dc.replace(est, states=rows, saved=saved, saved_fit=fit, strategies=done)
+        return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                             b, s)
     weight = options.weight_dtype or "bf16"
-    model, mode = build(cfg, attention, options.kv_dtype or weight)
-    cache = cache_bytes(model, mode, b, s)
-    if formula is not None:
-        return dc.replace(est, cache=cache, weights=params.total * dtype_of(weight).nbytes,
-                          cache_fit=formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total,
-                                            model, mode))
-    fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
-    fit = fit if fit is not None and fit(b, s) == cache.total else None
-    return dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
+    with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
+        model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options))
+        cache = cache_bytes(model, mode, b, s)
+        if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
+            fit = formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total, model, mode)
+        else:
+            fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+            fit = fit if fit is not None and fit(b, s) == cache.total else None
+    est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
+    if options.tp > 1:
+        est = _traced_tp(est, cfg, options)
+    return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
+                         b, s)
+
+
+def _traced_strategies(options: Options, trainable: int, total: int) -> traced_strategies.Strategies:
+    """The strategies a training estimate was traced under (recompute, LoRA's parameters, data parallelism)."""
+    lora = None
+    if options.lora_rank is not None:
+        on = ",".join((*options.lora_targets, *options.lora_target_parameters))
+        lora = (f"{'DoRA' if options.dora else 'LoRA'} rank {options.lora_rank} on {on}"
+                + (f", dropout {options.lora_dropout}" if options.lora_dropout else ""))
+    frozen = ", ".join(([f"--train-only {','.join(options.train_only)}"] if options.train_only else [])
+                       + (["--freeze-embeddings"] if options.freeze_embeddings else [])) or None
+    tuned = lora or frozen
+    return traced_strategies.Strategies(options.recompute, lora, trainable if tuned else None,
+                                        total if tuned else None, options.dp, options.zero, frozen=frozen)
+
+
+def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimate:
+    """Under ``--tp``: rank 0's parameters under the model's ``tp_plan``, and from them its model states (training)
+    or weights (inference)."""
+    import dataclasses as dc
+
+    model, _ = build(cfg, "eager", fake=True)
+    per_rank, rows = traced_strategies.tp_rank_parameters(model, options.tp)
+    done = traced_strategies.Strategies(options.recompute, dp=options.dp, zero=options.zero, tp=options.tp,
+                                        tp_parameters=per_rank, tp_rows=rows)
+    if options.mode == "train":
+        return dc.replace(est, strategies=done, states=traced_strategies.state_rows(per_rank, per_rank, options))
+    return dc.replace(est, strategies=done, weights=per_rank * dtype_of(options.weight_dtype or "bf16").nbytes)
+
+
+def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
+                  s: int) -> TracedEstimate:
+    """``_count_flops``, or where transformers' code cannot be counted on fake tensors the estimate without FLOPs and
+    the reason in one line (the bytes stand on their own)."""
+    import dataclasses as dc
+
+    try:
+        return _count_flops(est, cfg, options, built, b, s)
+    except TracedError as exc:
+        return dc.replace(est, strategies=dc.replace(est.strategies, flops_error=str(exc)))
+
+
+def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
+                 s: int) -> TracedEstimate:
+    """FLOPs as the hand-written path words them, counted on an eager build (``built`` where the estimate's own
+    model is one without recompute), each with its polynomial in b and s. Training: forward, model (forward +
+    backward, no recompute), hardware (with ``--recompute full``'s re-run forward) and per token; inference: the
+    prefill of s tokens (the last position's logits, as generate asks)."""
+    import dataclasses as dc
+
+    import functools
+
+    train = options.mode == "train"
+
+    def fitted(f: Callable[[int, int], int]) -> tuple[int, str | None]:
+        value = f(b, s)
+        fit = polynomial(f)
+        return value, str(fit) if fit is not None and fit(b, s) == value else None
+
+    plain = built if built is not None and (not train or options.recompute == "none") else build(
+        cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
+        prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None)
+    counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
+    rows = []
+    if not train:
+        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+        rows.append(("prefill_flops", "Prefill FLOPs", value, formula))
+        return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
+    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+    rows.append(("forward_flops", "Forward FLOPs per micro-batch", forward, formula))
+    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)))
+    rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
+    if options.recompute != "none":
+        again = built if built is not None and est.attention == "eager" else build(
+            cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False))
+        hardware, formula = fitted(lambda bb, ss: sum(flops(*again, bb, ss)))
+    rows.append(("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)",
+                 hardware if options.recompute != "none" else model_flops, formula))
+    if model_flops % (b * s) == 0:  # a whole number per token (else the per-micro-batch figure alone)
+        rows.append(("model_flops_per_token", "Model FLOPs per token", model_flops // (b * s), None))
+    return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))

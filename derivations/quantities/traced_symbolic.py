@@ -54,11 +54,18 @@ class Symbolic:
         expr = self.one if b == 1 and self.one is not None else self.general
         return int(expr.subs({_b(): b, _s(): s}))
 
-    def __str__(self) -> str:
-        text = str(self.general) + (f" (b >= 2); {self.one} (b = 1)" if self.one is not None else "")
+    @property
+    def expression(self) -> str:
+        return str(self.general) + (f" (b >= 2); {self.one} (b = 1)" if self.one is not None else "")
+
+    @property
+    def note(self) -> str:
         more = len(self.guards) - 3
         where = "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
-        return f"{text}, exact (traced with symbolic b and s; holds for {where})"
+        return f", exact (traced with symbolic b and s; holds for {where})"
+
+    def __str__(self) -> str:
+        return self.expression + self.note
 
 
 @dataclass(frozen=True)
@@ -76,9 +83,16 @@ class Fallback:
         assert self.fit is not None, "no formula: ask fit first"
         return self.fit(b, s)
 
+    @property
+    def expression(self) -> str:
+        return str(self.fit)
+
+    @property
+    def note(self) -> str:
+        return f" (polynomial fit; not symbolic: {self.why})"
+
     def __str__(self) -> str:
-        return f"{self.fit} (polynomial fit; not symbolic: {self.why})" if self.fit else \
-            f"not symbolic: {self.why}"
+        return self.expression + self.note if self.fit else f"not symbolic: {self.why}"
 
 
 def _b() -> Any:

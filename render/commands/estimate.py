@@ -7,7 +7,8 @@ import json
 import sys
 
 from memderive.derivations.models.ssm import find_ssm
-from memderive.arguments import add_model_options, add_output_options, add_options, emit, options_from_args, whole_number
+from memderive.arguments import (add_model_options, add_output_options, add_options, command_line, emit,
+                                  options_from_args, whole_number)
 from memderive.documents.units import RenderOptions
 from memderive.derivations.estimate import estimate
 from memderive.derivations.ssm_estimate import ssm_estimate
@@ -15,7 +16,7 @@ from memderive.documents.ssm_writeup import ssm_report
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.traced import traced_config, traced_estimate
 from memderive.derivations.quantities.traced_symbolic import formula
-from memderive.documents.traced_report import traced_text
+from memderive.documents.traced_report import traced_latex, traced_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -103,12 +104,17 @@ def _state_space(args: argparse.Namespace) -> int:
 
 
 def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
-    """A traced model's figures (``derivations.quantities.traced``): text, Markdown or JSON."""
-    if args.summary or args.format == "latex":
-        raise ValueError("a traced model prints text, --format md or --json; --summary and LaTeX writeups are for "
+    """A traced model's figures (``derivations.quantities.traced``): text, Markdown, LaTeX or JSON."""
+    if args.summary:
+        raise ValueError("a traced model prints text, --format md, --format latex or --json; --summary is for "
                          "hand-written families")
     est = traced_estimate(config, name, options_from_args(args), formula=formula)
-    text = json.dumps(est.to_json(), indent=2) if args.json else traced_text(est, markdown=args.format == "md")
+    if args.json:
+        text = json.dumps(est.to_json(), indent=2)
+    elif args.format == "latex":
+        text = traced_latex(est, command_line(args))
+    else:
+        text = traced_text(est, markdown=args.format == "md")
     emit(text, args.output, args.force)
     return 0
 
