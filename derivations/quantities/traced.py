@@ -167,13 +167,15 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
 
 
 def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = True,
-          task: str | None = None, prepare: Callable[[Any], Any] | None = None, images: int = 1) -> tuple[Any, Any]:
+          task: str | None = None, prepare: Callable[[Any], Any] | None = None, images: int = 1,
+          mode: Any = None) -> tuple[Any, Any]:
     """``model_class(cfg, task).from_config(cfg)`` in ``dtype`` with ``attention`` as its attention implementation, in
     training mode. ``fake``: built on the meta device (no initialization runs), its parameters and buffers then
     made fake CPU tensors of a ``FakeTensorMode`` (returned, to run the model in: CPU's kernels are chosen as
     for real CPU tensors); else real CPU weights (mode None). ``prepare``: what a training script does to the model
     once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake. ``images``: the
-    images per sequence a vision-language model runs with (``_image_inputs``; 0: text only)."""
+    images per sequence a vision-language model runs with (``_image_inputs``; 0: text only). ``mode``: the fake mode
+    to make them in (``traced_symbolic``'s, with a ``ShapeEnv``)."""
     import copy
 
     import torch
@@ -192,15 +194,15 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
         model = prepare(model)
     model.train()
     model._traced_images = images if auto.__name__ == "AutoModelForImageTextToText" else 0
-    return (model, _to_fake(model)) if fake else (model, None)
+    return (model, _to_fake(model, mode)) if fake else (model, None)
 
 
-def _to_fake(model: Any) -> Any:
-    """Replace a meta model's parameters and buffers by fake CPU tensors of one new ``FakeTensorMode`` (a tied
-    weight stays one parameter)."""
+def _to_fake(model: Any, mode: Any = None) -> Any:
+    """Replace a meta model's parameters and buffers by fake CPU tensors of ``mode`` (None: one new valued
+    ``FakeTensorMode``; a tied weight stays one parameter)."""
     import torch
 
-    mode = _valued_mode_class()(allow_non_fake_inputs=True)
+    mode = _valued_mode_class()(allow_non_fake_inputs=True) if mode is None else mode
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
     for module in model.modules():
@@ -211,7 +213,7 @@ def _to_fake(model: Any) -> Any:
                 if id(t) not in made:  # a tensor an __init__ made on the CPU explicitly is copied as it is
                     fake = traced_strategies.sharded(t, lambda x: (
                         mode.fake_tensor_converter.from_meta_and_device(mode, x, cpu) if x.is_meta
-                        else mode.from_tensor(x)))
+                        else mode.from_tensor(x, static_shapes=True)))  # its sizes, never symbolic
                     made[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if wrap else fake
                 table[name] = made[id(t)]
     return mode
@@ -962,7 +964,8 @@ class TracedEstimate:
         return out
 
 
-def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> TracedEstimate:
+def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
+                    formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
     under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
     import dataclasses as dc
@@ -998,8 +1001,11 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
             model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options),
                                 images=images)
             saved = saved_bytes(model, mode, b, s)
-            fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-            fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold at this s too
+            if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
+                fit = formula(cfg, attention, options.dtype, "saved", b, s, saved, model, mode)
+            else:
+                fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
+                fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold here too
             trainable, total = traced_strategies.trainable_parameters(model)
         rows = traced_strategies.state_rows(total, trainable, options, traced_strategies.adapter_dtype(model, options))
         done = _traced_strategies(options, trainable, total)
@@ -1013,8 +1019,11 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any) -> Trace
         model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options),
                             images=images)
         cache = cache_bytes(model, mode, b, s)
-        fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
-        fit = fit if fit is not None and fit(b, s) == cache.total else None
+        if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
+            fit = formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total, model, mode)
+        else:
+            fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
+            fit = fit if fit is not None and fit(b, s) == cache.total else None
     est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
     if options.tp > 1:
         est = _traced_tp(est, cfg, options)

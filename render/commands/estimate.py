@@ -15,6 +15,7 @@ from memderive.derivations.ssm_estimate import ssm_estimate
 from memderive.documents.ssm_writeup import ssm_report
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.traced import traced_config, traced_estimate
+from memderive.derivations.quantities.traced_symbolic import formula
 from memderive.documents.traced_report import traced_latex, traced_text
 
 
@@ -107,7 +108,7 @@ def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
     if args.summary:
         raise ValueError("a traced model prints text, --format md, --format latex or --json; --summary is for "
                          "hand-written families")
-    est = traced_estimate(config, name, options_from_args(args))
+    est = traced_estimate(config, name, options_from_args(args), formula=formula)
     if args.json:
         text = json.dumps(est.to_json(), indent=2)
     elif args.format == "latex":

@@ -6,6 +6,7 @@ import re
 
 from memderive.derivations.quantities.traced import TracedEstimate
 from memderive.derivations.quantities.traced_strategies import Strategies
+from memderive.derivations.quantities.traced_symbolic import Fallback, Symbolic
 from memderive.documents.latex import tex_escape
 from memderive.documents.units import format_count
 
@@ -15,6 +16,17 @@ _OPEN, _CLOSE = "\x01", "\x02"
 
 def _formula(text: str) -> str:
     return f"{_OPEN}{text}{_CLOSE}"
+
+
+def _as_function(fit: object, degree: str) -> str:
+    """A traced figure as a function of b and s: the symbolic expression (with the guards it holds under) or the
+    polynomial fit (with why it is not symbolic), else why there is none."""
+    if not fit:
+        why = f"; not symbolic: {fit.why}" if isinstance(fit, Fallback) else ""
+        return f"no polynomial of degree {degree} fits (exact at this b and s only){why}"
+    if isinstance(fit, (Symbolic, Fallback)):
+        return _formula(fit.expression) + fit.note
+    return _formula(str(fit))
 
 
 def _bytes(n: int) -> str:
@@ -120,8 +132,7 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
     if est.saved is not None:
         lines.append(f"{bullet}Saved activations {_bytes(est.saved)} (autograd's saved tensors of a {est.attention} "
                      "training forward on fake CPU tensors, each storage once)")
-        lines.append(f"{bullet}  as a function of b and s: " + (_formula(str(est.saved_fit)) if est.saved_fit else
-                     "no polynomial of degree 1 in b and 2 in s fits (exact at this b and s only)"))
+        lines.append(f"{bullet}  as a function of b and s: " + _as_function(est.saved_fit, "1 in b and 2 in s"))
         lines.append(f"{bullet}Training memory {_bytes(est.saved + states)} (model states + saved activations)")
     if est.cache is not None:
         lines += ["", f"inference ({layout(est.strategies) if est.strategies.tp > 1 else 'one GPU'}):"]
@@ -130,8 +141,8 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
                      "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
                                               if est.encoder_length is not None else "") + ")")
         lines += [f"{bullet}  {holder} ({dt}) {n:,} B" for holder, dt, n in est.cache.parts]
-        lines.append(f"{bullet}  as a function of b and s (prefill length): " + (_formula(str(est.cache_fit)) if est.cache_fit
-                     else "no polynomial of degree 1 in b and s fits (exact at this b and s only)"))
+        lines.append(f"{bullet}  as a function of b and s (prefill length): "
+                     + _as_function(est.cache_fit, "1 in b and s"))
         lines.append(f"{bullet}Weights + cache {_bytes(est.weights + est.cache.total)}")
     lines += strategy_lines(est, bullet)
     return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""A traced model's bytes as exact expressions in b and s: transformers' code run once on symbolic sizes.
+
+``traced`` measures on fake tensors at concrete (b, s) and fits a polynomial through small points. This module runs
+the same forward (``traced.saved_bytes``: the training forward under ``saved_tensors_hooks``; ``traced.cache_bytes``:
+a prefill of ``s`` tokens and one decode step) once, on fake tensors of a ``FakeTensorMode`` with a ``ShapeEnv``
+(``torch.fx.experimental.symbolic_shapes``): the input ids are ``(b, s)`` with b and s symbolic sizes (hints: the
+user's (b, s) in ``formula``, else ``HINT``; the hints choose the branches transformers' code takes). Every
+tensor's size is then a SymPy expression in b and s, and so is each saved storage's ``nbytes`` (each storage once,
+as ``traced`` counts them): their sum is one exact expression, expanded. PyTorch's Python dispatcher is on
+(``enable_python_dispatcher``), as ``torch.export`` and ``make_fx`` run it: without it the C++ kernel of
+``constant_pad_nd`` (the ``nn.functional.pad`` of transformers' ``ForCausalLMLoss``) reads the sizes as integers
+and fixes b and s to the hints; its one Python kernel that saves other tensors than CPU eager, dropout's, is off.
+
+The expression holds where the run's guards hold: every branch on a size that the code took (``ShapeEnv.guards``)
+is recorded, in b and s, with the transformers function that asked it. PyTorch's symbolic sizes are never 0 or
+1 (``ShapeEnv`` specializes 0 and 1), so the symbolic run gives b >= 2 and s >= 2; b = 1 (a kernel that copies a
+size-1 batch differently) is a second run with b = 1 and s symbolic. Where the code fixes a size (a guard that
+the user's (b, s) fails, such as s == 24), reads a tensor's values (a data-dependent error) or the expression
+misses the bytes measured at the user's (b, s), ``formula`` falls back to ``traced.polynomial`` and says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from memderive.derivations.quantities.traced import Fit, TracedError, build, cache_bytes, polynomial, saved_bytes
+from memderive.symbolic.dims import by_name
+from memderive.symbolic.lazy import lazy
+
+sp = lazy("sympy")
+
+__all__ = ["Symbolic", "Fallback", "symbolic_model", "symbolic_bytes", "symbolic", "formula", "HINT"]
+
+#: The sizes the symbolic run's branches follow: b = 2 (the smallest batch PyTorch keeps symbolic) and s = 24 (past
+#: the small windows and chunks a tiny config may have, short enough to trace in a second).
+HINT = (2, 24)
+
+
+@dataclass(frozen=True)
+class Symbolic:
+    """Bytes as exact SymPy expressions: ``general`` in b and s (b >= 2, s >= 2), ``one`` in s for b = 1 (None:
+    the same as ``general`` at b = 1); ``guards``: the conditions on b and s the run took its branches under, each
+    with the transformers function that asked it."""
+
+    general: Any
+    one: Any = None
+    guards: tuple[str, ...] = ()
+
+    def __call__(self, b: int, s: int) -> int:
+        expr = self.one if b == 1 and self.one is not None else self.general
+        return int(expr.subs({_b(): b, _s(): s}))
+
+    @property
+    def expression(self) -> str:
+        return str(self.general) + (f" (b >= 2); {self.one} (b = 1)" if self.one is not None else "")
+
+    @property
+    def note(self) -> str:
+        more = len(self.guards) - 3
+        where = "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
+        return f", exact (traced with symbolic b and s; holds for {where})"
+
+    def __str__(self) -> str:
+        return self.expression + self.note
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The polynomial fit (``traced.polynomial``; None: none fits) where the symbolic run gives no expression,
+    and ``why`` not, in one line."""
+
+    fit: Fit | None
+    why: str
+
+    def __bool__(self) -> bool:
+        return self.fit is not None
+
+    def __call__(self, b: int, s: int) -> int:
+        assert self.fit is not None, "no formula: ask fit first"
+        return self.fit(b, s)
+
+    @property
+    def expression(self) -> str:
+        return str(self.fit)
+
+    @property
+    def note(self) -> str:
+        return f" (polynomial fit; not symbolic: {self.why})"
+
+    def __str__(self) -> str:
+        return self.expression + self.note if self.fit else f"not symbolic: {self.why}"
+
+
+def _b() -> Any:
+    return by_name("b").symbol
+
+
+def _s() -> Any:
+    return by_name("s").symbol
+
+
+class _Guards(list):
+    """``ShapeEnv.guards`` that keeps, beside each guard, the innermost transformers frame that asked it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: list[str] = []
+        self.names: dict[Any, Any] = {}  # the ShapeEnv's symbols -> memderive's b and s
+
+    def append(self, guard: Any) -> None:
+        frames = [f for f in traceback.extract_stack() if "/transformers/" in f.filename]
+        where = (f"{frames[-1].filename.split('/transformers/')[-1]}:{frames[-1].lineno} in {frames[-1].name}"
+                 if frames else "outside transformers")
+        expr = sp.sympify(guard.expr)
+        if isinstance(expr, sp.Eq) and any(x in self.names for x in expr.args) and any(x.is_Integer for x in expr.args):
+            # b or s fixed to its hint (a Python loop over the sequence): no expression; stop the run here
+            fixed = expr.xreplace(self.names)
+            raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where})")
+        self.where.append(where)
+        super().append(guard)
+
+
+def symbolic_model(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", task: str | None = None,
+                   images: int = 1) -> tuple[Any, Any]:
+    """``traced.build``'s model, its parameters and buffers fake tensors (of static sizes) of a new
+    ``FakeTensorMode`` that has a ``ShapeEnv`` (returned: the model, the mode; ``mode.shape_env`` holds the guards)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    env.guards = _Guards()
+    return build(cfg, attention, dtype, task=task, images=images,
+                 mode=FakeTensorMode(allow_non_fake_inputs=True, shape_env=env))
+
+
+def _size(env: Any, name: str, hint: int) -> tuple[Any, Any]:
+    """A new symbolic size (a source of its own: ``ShapeEnv`` gives one source one symbol) and its SymPy symbol."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = ConstantSource(f"{name}{len(env.var_to_sources)}")
+    symbol = env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC)
+    return env.create_symintnode(symbol, hint=hint, source=source), symbol
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """PyTorch's ShapeEnv logs a guard that fails (``_Guards`` stops a run by raising in one): the reason is ours
+    to say, in one line."""
+    import logging
+
+    log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    before = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = before
+
+
+@contextlib.contextmanager
+def _cpu_dropout() -> Iterator[None]:
+    """``aten.dropout`` as CPU eager runs it (C++: ``input * noise``, the noise kept in the input's dtype) while the
+    Python dispatcher is on: its Python kernels (``torch._decomp.decompositions.dropout``: ``native_dropout``, a
+    bool mask) would save other tensors than a real training step (BART's dropout: 1 B a mask element, not 2)."""
+    import torch
+    from torch._C import DispatchKey
+
+    op = torch.ops.aten.dropout.default
+    keys = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd)
+    kept = {k: op.py_kernels.pop(k) for k in keys if k in op.py_kernels}
+    op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        op.py_kernels.update(kept)
+        op._dispatch_cache.clear()
+
+
+def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int | None = None,
+                   hint: tuple[int, int] = HINT) -> tuple[Any, tuple[tuple[Any, str], ...]]:
+    """``count(model, mode, b, s)`` (``saved_bytes``, or ``cache_bytes``'s total) run with s symbolic (hint
+    ``hint[1]``) and b symbolic (hint ``hint[0]``) or ``b`` given: the SymPy expression of its bytes in memderive's
+    b and s, and the guards the run added (SymPy, in b and s) with the transformers function that asked each.
+    Raises ``TracedError`` where the run fails (a data-dependent size: the code read a tensor's values)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    env = mode.shape_env
+    first = len(env.guards)
+    sb, symbol_b = _size(env, "b", hint[0]) if b is None else (b, None)
+    ss, symbol_s = _size(env, "s", hint[1])
+    names = {symbol_s: _s(), **({symbol_b: _b()} if symbol_b is not None else {})}
+    env.guards.names = names
+    with enable_python_dispatcher(), _cpu_dropout(), _quiet():
+        total = count(model, mode, sb, ss)
+    expr = sp.expand(env.replace(sp.sympify(total.node.expr if hasattr(total, "node") else total)).xreplace(names))
+    unknown = expr.free_symbols - {_b(), _s()}
+    if unknown:
+        raise TracedError("the bytes depend on sizes the code computed from tensor values "
+                          f"({', '.join(map(str, unknown))})")
+    guards = tuple((sp.sympify(g.expr).xreplace(names), where)
+                   for g, where in zip(env.guards[first:], env.guards.where[first:]))
+    return expr, guards
+
+
+#: Sizes a guard is tried at to tell whether it restricts b and s at all (a guard true at every one, such as a size
+#: being nonzero, is not shown): chunk and window edges of the usual powers of two, and long sequences.
+GRID_B = (1, 2, 3)
+GRID_S = (2, 3, 5, 17, 24, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4096, 4097, 32768)
+
+
+def _true(guard: Any, b: int, s: int) -> bool:
+    value = guard.xreplace({_b(): sp.Integer(b), _s(): sp.Integer(s)})
+    return value is sp.true or value is True
+
+
+def _words(guard: Any) -> str:
+    """A guard as a reader writes it: ``s - 1 != 1``, ``s <= 64`` (SymPy's ``Ne(s - 1, 1)``)."""
+    if isinstance(guard, sp.Rel):
+        return f"{guard.lhs} {'=' if isinstance(guard, sp.Eq) else guard.rel_op} {guard.rhs}"
+    return str(guard)
+
+
+def _telling(guards: tuple[tuple[Any, str], ...]) -> list[tuple[Any, str]]:
+    """The guards false at some point of ``GRID_B`` x ``GRID_S`` (those that restrict where the expression holds)."""
+    seen: dict[str, tuple[Any, str]] = {}
+    for guard, where in guards:
+        if str(guard) not in seen and not all(_true(guard, bb, ss) for bb in GRID_B for ss in GRID_S):
+            seen[str(guard)] = (guard, where)
+    return list(seen.values())
+
+
+def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int,
+             measured: int, hint: tuple[int, int] = HINT) -> Symbolic:
+    """The ``Symbolic`` bytes of ``count`` (b >= 2 and, where different at b = 1, b = 1) traced at ``hint``, whose
+    guards the user's (b, s) must meet and which must give the bytes ``measured`` there; raises ``TracedError``
+    saying why not."""
+    if s < 2:
+        raise TracedError("s = 1, and a symbolic size is never 1")
+    general, guards = symbolic_bytes(count, model, mode, hint=hint)
+    one, guards_one = symbolic_bytes(count, model, mode, b=1, hint=hint)
+    for guard, where in guards_one if b == 1 else guards:
+        if not _true(guard, b, s):
+            raise TracedError(f"transformers' code branched on {_words(guard)} at b = {hint[0] if b > 1 else 1}, "
+                              f"s = {hint[1]} ({where}), which b = {b}, s = {s} fails")
+    words = tuple(dict.fromkeys(f"{_words(g)} ({where})" for g, where in _telling((*guards, *guards_one))))
+    result = Symbolic(general, None if sp.expand(one - general.subs(_b(), 1)) == 0 else one, words)
+    value = result(b, s)
+    if value != measured:
+        raise TracedError(f"the expression gives {value:,} B at b = {b}, s = {s}, the trace measured {measured:,} B")
+    return result
+
+
+def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
+    return cache_bytes(model, mode, b, s).total
+
+
+def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, measured: int,
+            model: Any, mode: Any) -> Symbolic | Fallback:
+    """The bytes of ``kind`` ("saved": a training forward's saved activations; "cache": the cache after a prefill and
+    one decode step) of ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s)
+    as hints), else ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the
+    reason. ``measured``: the bytes at the user's (b, s), which either must give. ``traced.traced_estimate``'s
+    ``formula``."""
+    count = saved_bytes if kind == "saved" else _cache_total
+    try:
+        sym_model, sym_mode = symbolic_model(cfg, attention, dtype, images=getattr(model, "_traced_images", 1))
+        # traced with the user's sizes as hints: the branches taken are theirs, the guards say how far it holds
+        return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
+    except TracedError as exc:
+        why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
+    fit = polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=2 if kind == "saved" else 1)
+    return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)
