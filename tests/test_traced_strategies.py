@@ -8,6 +8,7 @@ Independent sources: real bf16 CPU training forwards measured by ``tests/hf_save
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ARCEE = dict(model_type="arcee", hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              num_hidden_layers=2, intermediate_size=96, vocab_size=128)
 
+
+
+def _rank_lines(stdout: str) -> list[dict]:
+    """Each rank's JSON record in tests/tp_worker.py's output: the processes share stdout, so two records can meet on
+    one line (a flat object each: no braces inside)."""
+    return [json.loads(x) for x in re.findall(r'\{"rank"[^{}]*\}', stdout)]
 
 def _cfg() -> transformers.PretrainedConfig:
     return traced.hf_config(ARCEE)
@@ -189,8 +196,7 @@ def test_tp_rank_parameters_equal_a_real_tp_load(model_type: str, t: int, tmp_pa
                            str(ROOT / "tests" / "tp_worker.py"), str(tmp_path / "ckpt"),
                            "vision" if vision else "text"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = {r["rank"]: r["params"] for r in map(json.loads, (x for x in done.stdout.splitlines()
-                                                               if x.startswith('{"rank"')))}
+    ranks = {r["rank"]: r["params"] for r in _rank_lines(done.stdout)}
     assert len(ranks) == t
     model, _ = traced.build(cfg, "eager")
     assert traced_strategies.tp_rank_parameters(model, t)[0] == ranks[0] == max(ranks.values())
@@ -207,7 +213,7 @@ def test_tp_saved_and_cache_equal_a_real_tp_run(tmp_path: Path) -> None:
                            "cache:2x7"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    rank0 = next(r for r in map(json.loads, (x for x in done.stdout.splitlines() if x.startswith('{"rank"')))
+    rank0 = next(r for r in _rank_lines(done.stdout)
                  if r["rank"] == 0)
     for b in (1, 2):
         out = _cli(tmp_path, "--mode", "train", "--batch", str(b), "--seq", "7", "--tp", "2", "--json")
