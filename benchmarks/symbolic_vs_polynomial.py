@@ -35,7 +35,7 @@ def compare(model_type: str) -> None:
     model, mode = traced.build(cfg, "eager")
     for kind, count, degree in (("saved", traced.saved_bytes, 2), ("cache", _cache, 1)):
         start = time.time()
-        fit = traced.polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=degree)
+        fit = traced.polynomial(lambda bb, ss, count=count: count(model, mode, bb, ss), s_degree=degree)
         poly_s = time.time() - start
         start = time.time()
         try:

@@ -69,7 +69,7 @@ def test_symbolic_equals_polynomial(model_type: str) -> None:
     cfg = _config(model_type)
     model, mode = traced.build(cfg, "eager")
     for kind, count, degree in (("saved", traced.saved_bytes, 2), ("cache", _cache, 1)):
-        fit = traced.polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=degree)
+        fit = traced.polynomial(lambda bb, ss, count=count: count(model, mode, bb, ss), s_degree=degree)
         got = ts.formula(cfg, "eager", "bf16", kind, 2, 24, count(model, mode, 2, 24), model, mode)
         assert isinstance(got, ts.Symbolic), got
         poly = sp.sympify(str(fit.general), locals={"b": b, "s": s})
