@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import transformers
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities import traced
 from tests.hf_meta import count_parameters
+from tests.in_process import estimate_cli
 from tests.hf_saved import Shape, measure_config
 from tests.test_params_transformers import FAMILY_CONFIGS
 
@@ -147,8 +147,7 @@ def test_traced_saved_equal_cpu(model_type: str, attention: str) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memderive", "estimate", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+    return estimate_cli(*args)
 
 
 def test_cli_traced_config(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import transformers
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities import traced, traced_strategies
 from memderive.derivations.options import Options
+from tests.in_process import estimate_cli
 from tests.hf_saved import Shape, measure_config
 from tests.pdflatex import require_pdflatex
 from tests.test_traced import CROSS_CHECK, SAMPLE, VLM
@@ -46,8 +47,7 @@ def _cfg() -> transformers.PretrainedConfig:
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(ARCEE))
-    return subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path), *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return estimate_cli("--model", str(path), *args)
 
 
 def _ours(stderr: str) -> list[str]:
@@ -261,9 +261,7 @@ def test_inference_flops_of_hybrids(model_type: str, tmp_path: Path) -> None:
     # estimate with it; the forward is counted with no parameter requiring a gradient
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": model_type, **SAMPLE[model_type]}))
-    done = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path), "--mode", "infer",
-                           "--batch", "2", "--seq", "7", "--json"], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+    done = estimate_cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "7", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert "flops_error" not in out and out["prefill_flops"] > 0 and out["prefill_flops_formula"] is not None
@@ -290,8 +288,7 @@ WRITEUP = ("--model", "tests/golden/arcee-tiny-config.json", "--mode", "train", 
 
 @pytest.mark.parametrize(("fmt", "suffix"), [("md", "md"), ("latex", "tex")])
 def test_traced_writeup_golden(fmt: str, suffix: str, update_golden: bool, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "memderive", "estimate", *WRITEUP, "--format", fmt],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = estimate_cli(*WRITEUP, "--format", fmt)
     assert done.returncode == 0, done.stderr[-2000:]
     path = GOLDEN / f"estimate-arcee-tiny-traced-train.{suffix}"
     if update_golden:
