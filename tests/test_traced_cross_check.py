@@ -12,7 +12,7 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities import traced
-from tests.hf_families import MOE, SHAPES, TINY, config, derive
+from tests.hf_families import MOE, SHAPES, TINY, attentions, config, derive
 
 #: BERT is memderive's BertModel (an encoder with its pooler), not a causal LM the traced path would build.
 FAMILIES = sorted(t for t in TINY if t != "bert")
@@ -56,17 +56,8 @@ def test_traced_cache_equals_hand_written(model_type: str) -> None:
     # seq 24 + 1 new token. The cache object also holds, per sliding-window layer, an int64 window tensor (8 B) no
     # hand-written formula counts: the keys and values are compared.
     fields = _tiny(model_type)
-    attention = "sdpa" if "sdpa" in traced_attentions(fields) else "eager"
+    attention = "sdpa" if "sdpa" in attentions(model_type) else "eager"
     model, mode = traced.build(traced.hf_config(fields), attention)
     cache = traced.cache_bytes(model, mode, 2, 24)
     kv = sum(n for holder, _, n in cache.parts if holder.endswith((".keys", ".values")))
     assert kv == estimate(fields, mode="infer", batch=2, seq=24, new_tokens=1).number("kv_cache_bytes")
-
-
-def traced_attentions(fields: dict) -> tuple[str, ...]:
-    """eager, and sdpa where transformers builds the family with it."""
-    try:
-        traced.build(traced.hf_config(fields), "sdpa")
-    except traced.TracedError:
-        return ("eager",)
-    return ("eager", "sdpa")
