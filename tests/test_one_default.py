@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -256,7 +257,10 @@ def test_no_zero_rates_without_decode(capsys) -> None:
 
 def test_readme_says_how_long_the_tests_take() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    assert "`python -m pytest -m fast`" in readme and "about 6 minutes" in readme  # python -m pytest: 6 min 17 s, 2 cores
+    # The figure itself is measured on a clean clone (CI=true .ci/run) and written by hand; the test holds the README to
+    # naming it, on the 2-core machine CI runs on, beside the quick subset's command.
+    assert "`python -m pytest -m fast`" in readme
+    assert re.search(r"about \d+ minutes on a 2-core machine", readme), "README: say how long the tests take"
 
 
 @pytest.mark.parametrize(("ci", "outcome"), [("true", "fail"), ("", "skip"), ("false", "skip")])
