@@ -23,6 +23,7 @@ from memderive.derivations.models.presets import PRESETS, preset
 from memderive.derivations.models.ssm import find_ssm
 from memderive.derivations.options import ArgumentError, Options, OptionsError
 from memderive.symbolic.errors import InvalidLayoutError, shown
+from memderive.symbolic.pipeline_layout import LayoutError, check_layers
 
 __all__ = ["resolve_model", "check_layout", "check_expert_layout", "context_notes"]
 
@@ -71,14 +72,20 @@ def check_layout(model: Model, opts: Options) -> None:
               (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
                f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
               (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
-              (0 if opts.uneven_stages else z["l"] % opts.pp,
+              (0 if opts.uneven_stages or opts.pipeline_layout is not None else z["l"] % opts.pp,
                f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp} (uneven stages: "
                "--first-stage-layers, --last-stage-layers)")]
     if opts.uneven_stages:
         opts.stage_layers(z["l"])  # the rest must divide over the other stages (an OptionsError says why not)
+    if opts.pipeline_layout is not None:  # every decoder layer placed once (a LayoutError says how many are)
+        try:
+            check_layers(opts.layout_chunks(), opts.pipeline_layout, z["l"])
+        except LayoutError as exc:
+            raise OptionsError(str(exc)) from None
     if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
     if opts.virtual_stages not in (None, 1) and opts.pp > 1 and not opts.uneven_stages and \
+            opts.pipeline_layout is None and \
             z["l"] % (opts.pp * opts.virtual_stages):
         checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
     for remainder, message in checks:

@@ -342,16 +342,20 @@ def memory_line(hw: GPU, kernels: str) -> str:
 
 def _stage_flops(est: Evaluated) -> int:
     """Hardware FLOPs per GPU of the busiest pipeline stage (the slowest sets the pipeline's pace): the first
-    (embedding and its layers), the last (its layers and the LM head) and, with uneven stages, a middle one."""
+    (embedding and its layers), the last (its layers and the LM head) and, with uneven stages, a middle one; under
+    ``--pipeline-layout`` the busiest rank, each rank's FLOPs those of its chunks."""
     first = est.number("hardware_flops_per_gpu")
     if est.options.pp == 1:
         return first
     stages = ["first", "last"]
     if est.options.uneven_stages and est.options.stage_layers(est.model.sizes["l"])[1] is not None:
         stages.append("middle")
+    layout = est.options.pipeline_layout is not None  # every rank of a custom layout that can be the slowest
+    if layout:
+        stages = list(est.options.layout_ranks(est.model.sizes.get("l_d", 0)))
     structure = Keyed(structure_key(est.model, est.options), est)
     out = [_bytes(_stage_flops_form(structure, stage), est.values) for stage in stages]
-    return maximum(*out) if est.options.uneven_stages else maximum(first, *out[1:])
+    return maximum(*out) if est.options.uneven_stages or layout else maximum(first, *out[1:])
 
 
 @lru_cache(maxsize=256)
