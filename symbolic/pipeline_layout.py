@@ -127,6 +127,7 @@ def rank_chunks(chunks: tuple[Chunk, ...], rank: int) -> tuple[Chunk, ...]:
     return tuple(c for c in chunks if c.rank == rank)
 
 
+@lru_cache(maxsize=1024)
 def chunks_in_flight(held: tuple[Chunk, ...], pp: int, micro_batches: int | None) -> tuple[int, ...]:
     """Micro-batches each chunk of one rank holds at the moment its decoder layers hold the most, under Megatron-LM's
     schedule (references ``megatron-schedules``): 1F1B with one chunk (warm-up ``p - r - 1``), else the interleaved
@@ -141,6 +142,8 @@ def chunks_in_flight(held: tuple[Chunk, ...], pp: int, micro_batches: int | None
     """
     v, r = len(held), held[0].rank
     m = 4 * pp if micro_batches is None else micro_batches
+    if m > 6 * pp:  # the steady state repeats every group of p micro-batches: fewer whole groups, the same states
+        m = 5 * pp + m % pp
     total = m * v
     table = [c for start in range(0, m, pp) for c in range(v) for _ in range(start, min(start + pp, m))]
     warmup = min(total, (pp - r - 1) * 2 + (v - 1) * pp if v > 1 else pp - r - 1)

@@ -135,3 +135,12 @@ def test_the_command_line_refuses_in_one_line(capsys) -> None:
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "places 6 decoder layers (t); the model has 12" in err
+
+
+def test_a_long_step_is_read_off_a_few_groups() -> None:
+    """The steady state repeats every group of p micro-batches (get_schedule_table), so a step of 10^12
+    micro-batches holds what one of 6p does, simulated whole (DeepSeek-V3's layout, every rank), at once."""
+    chunks = parse_layout("Et*3|(tt|)*29,m|L", 16)
+    for r in range(16):
+        held = rank_chunks(chunks, r)
+        assert chunks_in_flight(held, 16, 16 * 10**12) == chunks_in_flight(held, 16, 6 * 16)
