@@ -144,3 +144,30 @@ def test_a_long_step_is_read_off_a_few_groups() -> None:
     for r in range(16):
         held = rank_chunks(chunks, r)
         assert chunks_in_flight(held, 16, 16 * 10**12) == chunks_in_flight(held, 16, 6 * 16)
+
+
+def test_the_micro_batches_of_a_step_bound_what_a_chunk_holds() -> None:
+    """The same layout with m = 2: all m v = 4 chunk micro-batches of rank 0 are its warm-up (at most m v), (2, 2)
+    in flight: 2*2 + 2*2 = 8 layer-micro-batches, 8 x 212,736 = 1,701,888 B (not m = 4's 10 x: the derivation is
+    not shared across m)."""
+    common = dict(**STEP, pp=2, virtual_stages=2, pipeline_layout="Ett|tt|tt|tL")
+    four, two = estimate(GPT2_7, **common, micro_batches=4), estimate(GPT2_7, **common, micro_batches=2)
+    layers = [sum(v for k, v in e.quantity("activation_bytes").term_ints(e.values) if k.startswith("layer/"))
+              for e in (four, two)]
+    assert layers == [10 * 212_736, 8 * 212_736]
+
+
+def test_deepseek_v3_rank_0_holds_the_dense_layers_where_they_sit() -> None:
+    """Megatron-LM's layout for DeepSeek-V3 (docs/api-guide/pipeline_parallel_layout.md), --ep 8: rank 0 holds the
+    embedding, the 3 dense layers and MoE layers 32-33. By hand from the config (h 7,168, 128 heads, q_lora 1,536,
+    kv_lora 512, qk 128 + rope 64, v 128, f 18,432, 256 experts of 2,048, one shared): attention and norms q_a
+    7,168*1,536 + 1,536 + q_b 1,536*128*192 + kv_a 7,168*576 + 512 + kv_b 512*128*256 + o 128*128*7,168 + 2*7,168 =
+    187,121,664; a dense layer + 3*7,168*18,432 = 583,483,392; a MoE layer on one GPU + router 256*7,168 + shared
+    3*7,168*2,048 + 256/8 experts x 3*7,168*2,048 = 187,121,664 + 1,835,008 + 44,040,192 + 1,409,286,144 =
+    1,642,283,008; embedding 129,280*7,168 = 926,679,040. Rank 0: 3*583,483,392 + 2*1,642,283,008 + 926,679,040 =
+    5,961,695,232 (at the 61 layers' mean per GPU, 97,002,864,640/61 = 1,590,210,895.7, 5 layers and the embedding
+    would make 8.88 billion)."""
+    est = estimate("deepseek-v3", mode="train", batch=1, seq=4096, pp=16, virtual_stages=2, ep=8, dp=8,
+                   micro_batches=32, framework="megatron", pipeline_layout="Et*3|(tt|)*29,m|L")
+    assert any(x.startswith("pipeline") and x.endswith("rank 0)") for x in est.graph.strategies)
+    assert est.number("parameters_per_gpu") == 5_961_695_232
