@@ -1,0 +1,81 @@
+"""Megatron-Core's ``--recompute-modules`` (``symbolic.mcore_recompute``): what each module drops and recomputes,
+held to hand arithmetic from Megatron-LM's code (the module's docstring cites each line); and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes
+from tests.in_process import estimate_cli
+
+STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
+
+
+def _pair(model: str, modules: str, **more):
+    """The estimate under selective recompute's default (core_attn) and under ``modules``."""
+    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=modules, **more)
+
+
+def test_mlp_dense_llama() -> None:
+    # LLaMA-2 7B (h 4096, f 11008, 32 layers), b 1, s 4096, bf16, flash. "mlp" checkpoints the MLP with the pre-MLP
+    # norm Transformer Engine fuses into fc1 (TELayerNormColumnParallelLinear): the checkpoint keeps its input, the
+    # residual stream (saved anyway, by the norm), and drops the norm's output (fc1's input, b s h) and the gate,
+    # up and SwiGLU outputs (three b s f), 2 bytes each:
+    #   b s h = 4096 * 4096 = 16,777,216 -> 33,554,432 B;  b s f = 4096 * 11008 = 45,088,768 -> 90,177,536 B
+    #   dropped per layer = 33,554,432 + 3 * 90,177,536 = 304,087,040 B (the norm's fp32 rstd is outside the
+    #   korthikanti profile either way)
+    # Recomputed: the MLP's three GEMMs once more, 3 * 2 b s h f per layer, 32 layers:
+    #   6 * 16,777,216 * 11008 * 32 = 35,459,249,995,776 FLOPs
+    plain, mlp = _pair("llama-2-7b", "mlp")
+    assert plain.number("activation_bytes_per_layer") - mlp.number("activation_bytes_per_layer") == 304_087_040
+    assert mlp.number("hardware_flops") - plain.number("hardware_flops") == 35_459_249_995_776
+    assert mlp.number("model_flops") == plain.number("model_flops")  # MFU's count has no recompute
+
+
+def test_layernorm_dense_llama_is_fused() -> None:
+    # Under Transformer Engine's spec a dense layer's two norms are fused into linear_qkv and linear_fc1
+    # (gpt_layer_specs.py: input_layernorm IdentityOp, pre_mlp_layernorm IdentityOp without experts), and
+    # transformer_layer.py recomputes a norm only where it is not an IdentityOp: nothing changes, 0 B, 0 FLOPs.
+    plain, norms = _pair("llama-2-7b", "layernorm")
+    assert norms.number("activation_bytes_per_layer") == plain.number("activation_bytes_per_layer")
+    assert norms.number("hardware_flops") == plain.number("hardware_flops")
+    assert fused_elementwise_bytes(norms) == fused_elementwise_bytes(plain)
+
+
+def test_layernorm_and_moe_act_gpt_oss() -> None:
+    # gpt-oss-20b (h 2880, k 4 of 32 experts, f_e 2880, 24 layers), b 1, s 4096, --profile exact (norm stats counted).
+    # layernorm: the MoE layer's pre-MLP norm is a TENorm of its own (the router reads it): its output (b s h, 2 B)
+    # and fp32 rstd (b s) go; the input norm is fused into linear_qkv (nothing).
+    #   4096 * 2880 * 2 + 4096 * 4 = 23,592,960 + 16,384 = 23,609,344 B
+    # moe_act: the weighted SwiGLU's output, fc2's input (b s k f_e, 2 B), goes; its inputs (fc1's output, the
+    # probs) stay saved by the checkpoint:
+    #   4096 * 4 * 2880 * 2 = 94,371,840 B
+    # per layer: 23,609,344 + 94,371,840 = 117,981,184 B
+    plain, both = _pair("gpt-oss-20b", "layernorm,moe_act", profile="exact")
+    assert plain.number("activation_bytes_per_layer") - both.number("activation_bytes_per_layer") == 117_981_184
+    # Time: no GEMM is recomputed; the fused kernels run once more in backward (memory_bound.FUSED_MOVES): the
+    # RMSNorm reads x and writes y (2 moves of b s h), the SwiGLU reads gate and up and writes y (3 moves of the
+    # b s k f_e gate), 2 bytes each, 24 layers:
+    #   (2 * 4096 * 2880 + 3 * 4096 * 4 * 2880) * 2 * 24 = (23,592,960 + 141,557,760) * 48 = 7,927,234,560 B
+    assert both.number("hardware_flops") == plain.number("hardware_flops")
+    assert fused_elementwise_bytes(both) - fused_elementwise_bytes(plain) == 7_927_234_560
+
+
+def test_moe_layer_checkpoint_keeps_only_its_input() -> None:
+    # "moe" checkpoints the whole MoE layer: inside it only its input, the pre-MLP norm's output, stays saved
+    # (the router's top-k indices and probs, the dispatcher's indices and every expert buffer go).
+    _, moe = _pair("gpt-oss-20b", "moe")
+    layer = moe.graph.block("layer")
+    saved = {op.path: [x.name for x in op.saved] for op in layer.ops if op.path.startswith("moe/")}
+    assert saved == {"moe/router": ["norm2.out"], "moe/experts": []}
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--recompute", "selective", "--recompute-modules", "core_attn,bogus"), "unknown module 'bogus'"),
+    (("--recompute", "full", "--recompute-modules", "mlp"), "add --recompute selective"),
+    (("--recompute", "selective", "--recompute-modules", "moe_act"), "has no experts"),
+])
+def test_refused_in_one_line(args, fragment) -> None:
+    result = estimate_cli("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64", *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
