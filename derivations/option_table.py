@@ -218,7 +218,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("recompute_modules", "names", (), "with --recompute selective, Megatron-Core's --recompute-modules (default "
        "core_attn): core_attn, layernorm (the norms that are modules of their own: a MoE layer's pre-MLP norm, MLA's "
        "input norm; Transformer Engine fuses the others into their linears), moe_act (the routed experts' "
-       "activation), mlp (a dense layer's MLP), moe (the whole MoE layer, all-to-alls included), shared_experts",
+       "activation), mla_up_proj (MLA's up projections and rotary), mlp (a dense layer's MLP), moe (the whole MoE "
+       "layer, all-to-alls included), shared_experts",
        modes=_TRAIN, echo="set",
        example=(*_TRAIN_STEP, "--recompute", "selective", "--recompute-modules", "core_attn,mlp")),
     _o("compile", "bool", False, "torch.compile: the activations AOTAutograd's min-cut partitioner (Inductor's) "

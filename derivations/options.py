@@ -415,9 +415,6 @@ class Options:
         if unknown:
             raise OptionsError(f"--recompute-modules: unknown module {unknown[0]!r}; Megatron-Core's are "
                                f"{', '.join(RECOMPUTE_MODULES)}")
-        if "mla_up_proj" in modules:
-            raise OptionsError("--recompute-modules mla_up_proj (MLA's up projections and rotary) is not modelled "
-                               "yet; leave it out")
         if self.fp8 == "te-delayed" and {"moe_act", "layernorm"} & set(modules):
             raise OptionsError("--recompute-modules moe_act and layernorm do not run with --fp8 te-delayed: "
                                "Megatron-Core refuses delayed scaling there (transformer_config.py); use te-current")

@@ -31,8 +31,17 @@ the graph (Megatron-Core with Transformer Engine: ``gpt_layer_specs.py`` L258-33
 * ``shared_experts``: the shared experts under ``tensor_parallel.checkpoint`` (moe/moe_layer.py L252-255, L517-529):
   their input saved, their forward again.
 
-``mla_up_proj`` is not modelled (``Options`` refuses it). What each module recomputes is marked on its ops as
-forward FLOPs of phase ``recompute`` (``Op.recomputed``), so the time model (matmuls and memory-bound work) counts it.
+* ``mla_up_proj``: MLA's up projections and rotary (``qkv_up_proj_and_rope_apply``) under
+  ``CheckpointWithoutOutput`` (multi_latent_attention.py L171-174, L983-987, L455-458): its inputs, the compressed
+  query and key/value and the rotary key, are saved; Transformer Engine's spec fuses the q and kv norms into the up
+  projections (``TELayerNormColumnParallelLinear``, gpt_layer_specs.py L246-255, ``q_layernorm=IdentityOp``), so
+  their statistics and outputs are inside; its outputs, the query, key and value the attention kernel saves, are
+  freed once the attention has run and recomputed before its backward. In the graph: the attention sublayer's ops
+  between the down projections (linears whose weight tensor parallelism does not split: Megatron-Core's duplicated
+  ``linear_q_down_proj``/``linear_kv_down_proj``) and the attention kernel.
+
+What each module recomputes is marked on its ops as forward FLOPs of phase ``recompute`` (``Op.recomputed``), so the
+time model (matmuls and memory-bound work) counts it.
 
 >>> from memderive.symbolic.ops import BlockBuilder
 >>> from memderive.symbolic.dims import b, s, h, E, k, l
@@ -61,11 +70,14 @@ __all__ = ["ModuleRecompute", "MODULES", "MODELLED", "SOURCE"]
 #: Megatron-Core's recompute modules of a transformer layer (transformer_config.py L1944-1962 ``allowed_modules``,
 #: less the GatedDeltaNet and hyper-connection ones).
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-MODELLED = ("core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_experts")
+MODELLED = MODULES
 SOURCE = ("Megatron-LM d98e8a6 megatron/core/transformer/transformer_layer.py L470-539 (layernorm, mlp), "
           "moe/experts.py L269-271, L1019-1030 (moe_act), moe/moe_layer.py L247-255 (moe, shared_experts), "
-          "tensor_parallel/random.py L748-990 (CheckpointWithoutOutput)")
+          "multi_latent_attention.py L171-174, L455-458, L983-987 (mla_up_proj), tensor_parallel/random.py L748-990 "
+          "(CheckpointWithoutOutput)")
 NORMS = ("rms_norm", "layer_norm")
+#: The attention kernels' op kinds (``symbolic.ops``, ``symbolic.strategies.FlashAttention``).
+ATTENTION_KINDS = ("attention", "flash-attention", "sdpa")
 
 
 def _saves(op: Op, name: str) -> bool:
@@ -189,6 +201,43 @@ def _moe(blk: Block, prefix: str) -> Block:
     return replace(blk, ops=_checkpointed(blk.ops, region, norm.output))
 
 
+def _mla_region(blk: Block) -> list[Op]:
+    """MLA's up projections, their fused norms and the rotary ops: the attention sublayer's ops but its kernel, the
+    latent split, the down projections (no tensor-parallel split) and the output projection (row-parallel)."""
+    if not any(op.kind == "kv-latent" for op in blk.ops):
+        return []
+
+    def split_weight(op: Op) -> set[int | None]:
+        return {x.tp_axis for x in op.params if x.role == "weight"}
+
+    return [op for op in blk.ops if op.path.startswith("attn/")
+            and op.kind not in (*ATTENTION_KINDS, "kv-latent", "attention-sinks", "dropout")
+            and not (op.kind == "linear" and split_weight(op) & {None, 1})]
+
+
+def _mla_up_proj(blk: Block) -> Block:
+    """MLA's up projections and rotary under ``CheckpointWithoutOutput``: what they make (named ``<op path>.*``)
+    saved by no op, the attention kernel's q, k, v included; their inputs from outside saved; their forward again."""
+    region = _mla_region(blk)
+    if not region:
+        return blk
+    made = tuple(f"{op.path}." for op in region)
+    known = {x.name: x for op in blk.ops for x in (*op.saved, op.output, *op.cached)}
+    paths = {op.path for op in region}
+    kept = {x.name for op in blk.ops for x in op.saved if not x.name.startswith(made)}
+
+    def per_op(op: Op) -> Op:
+        saved = tuple(x for x in op.saved if not x.name.startswith(made))
+        if op.path not in paths:
+            return replace(op, saved=saved)
+        # an input from outside that no op saves (the rotary key): the checkpoint's own save
+        extra = tuple(replace(known[name], role="activation") for name in op.inputs
+                      if not name.startswith(made) and name not in kept and name in known)
+        return replace(op, saved=(*saved, *extra), saved_for=()).recomputed()
+
+    return blk.map_ops(per_op)
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleRecompute(Strategy):
     """Megatron-Core's selective recompute of ``modules`` (any of ``MODELLED`` but ``core_attn``, which
@@ -219,6 +268,8 @@ class ModuleRecompute(Strategy):
             blk = _mlp(blk)
         if "layernorm" in self.modules:
             blk = _layernorm(blk)
+        if "mla_up_proj" in self.modules:
+            blk = _mla_up_proj(blk)
         return blk
 
     def __call__(self, graph: Graph) -> Graph:

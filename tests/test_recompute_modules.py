@@ -62,6 +62,21 @@ def test_layernorm_and_moe_act_gpt_oss() -> None:
     assert fused_elementwise_bytes(both) - fused_elementwise_bytes(plain) == 7_927_234_560
 
 
+def test_mla_up_proj_deepseek_v3() -> None:
+    # DeepSeek-V3 (a 128, d_h 128, d_hR 64, d_v 128, d_c 512, d_cq 1536, 61 layers), b 1, s 4096, bf16, flash.
+    # mla_up_proj checkpoints the up projections (with their fused q/kv norms) and rotary: per token it drops the
+    # normed compressed query (d_cq) and latent (d_c) the up projections saved, and the query and key (a (d_h +
+    # d_hR) each) and value (a d_v) the attention kernel saved; it adds the rotary key (d_hR), saved by the
+    # checkpoint alone (2 B each; the norms' fp32 rstd is outside the korthikanti profile):
+    #   (1536 + 512 + 2 * 128 * 192 + 128 * 128 - 64) * 2 = (2048 + 49,152 + 16,384 - 64) * 2 = 135,040 B per token
+    #   * 4096 tokens = 553,123,840 B per layer
+    # Recomputed: q_b (d_cq -> a (d_h + d_hR)) and kv_b (d_c -> a (d_h + d_v)), 2 b s in out each, 61 layers:
+    #   2 * 4096 * (1536 * 24,576 + 512 * 32,768) * 61 = 8192 * 54,525,952 * 61 = 27,247,272,525,824 FLOPs
+    plain, up = _pair("deepseek-v3", "mla_up_proj")
+    assert plain.number("activation_bytes_per_layer") - up.number("activation_bytes_per_layer") == 553_123_840
+    assert up.number("hardware_flops") - plain.number("hardware_flops") == 27_247_272_525_824
+
+
 def test_moe_layer_checkpoint_keeps_only_its_input() -> None:
     # "moe" checkpoints the whole MoE layer: inside it only its input, the pre-MLP norm's output, stays saved
     # (the router's top-k indices and probs, the dispatcher's indices and every expert buffer go).
@@ -75,6 +90,7 @@ def test_moe_layer_checkpoint_keeps_only_its_input() -> None:
     (("--recompute", "selective", "--recompute-modules", "core_attn,bogus"), "unknown module 'bogus'"),
     (("--recompute", "full", "--recompute-modules", "mlp"), "add --recompute selective"),
     (("--recompute", "selective", "--recompute-modules", "moe_act"), "has no experts"),
+    (("--recompute", "selective", "--recompute-modules", "mla_up_proj"), "has no MLA"),
 ])
 def test_refused_in_one_line(args, fragment) -> None:
     result = estimate_cli("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64", *args)
