@@ -7,6 +7,7 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes
+from memderive.derivations.quantities.timing import step_time
 from tests.in_process import estimate_cli
 
 STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
@@ -84,6 +85,15 @@ def test_moe_layer_checkpoint_keeps_only_its_input() -> None:
     layer = moe.graph.block("layer")
     saved = {op.path: [x.name for x in op.saved] for op in layer.ops if op.path.startswith("moe/")}
     assert saved == {"moe/router": ["norm2.out"], "moe/experts": []}
+
+
+def test_moe_checkpoint_reruns_the_all_to_alls() -> None:
+    # The MoE layer's checkpoint runs the router, the dispatch and the combine again in backward (moe_layer.py
+    # custom_forward under tensor_parallel.checkpoint): 2 all-to-alls forward, 2 for the gradients, 2 in the recompute
+    # = 6 where the layer without it has 4, on the same ranks and bytes: 6 / 4 = 3/2 of the expert-parallel time.
+    layout = {"dp": 8, "ep": 8}
+    plain, moe = (step_time(e, "h100-sxm") for e in _pair("gpt-oss-20b", "moe", **layout))
+    assert plain.ep_s > 0 and moe.ep_s / plain.ep_s == pytest.approx(1.5, rel=1e-12)
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
