@@ -65,12 +65,11 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["ModuleRecompute", "MODULES", "MODELLED", "SOURCE"]
+__all__ = ["ModuleRecompute", "MODULES", "SOURCE"]
 
 #: Megatron-Core's recompute modules of a transformer layer (transformer_config.py L1944-1962 ``allowed_modules``,
 #: less the GatedDeltaNet and hyper-connection ones).
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
-MODELLED = MODULES
 SOURCE = ("Megatron-LM d98e8a6 megatron/core/transformer/transformer_layer.py L470-539 (layernorm, mlp), "
           "moe/experts.py L269-271, L1019-1030 (moe_act), moe/moe_layer.py L247-255 (moe, shared_experts), "
           "multi_latent_attention.py L171-174, L455-458, L983-987 (mla_up_proj), tensor_parallel/random.py L748-990 "
@@ -240,16 +239,16 @@ def _mla_up_proj(blk: Block) -> Block:
 
 @dataclass(frozen=True, slots=True)
 class ModuleRecompute(Strategy):
-    """Megatron-Core's selective recompute of ``modules`` (any of ``MODELLED`` but ``core_attn``, which
+    """Megatron-Core's selective recompute of ``modules`` (any of ``MODULES`` but ``core_attn``, which
     ``SelectiveRecompute`` is) in every layer; see the module's docstring."""
 
     modules: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.modules if m not in MODELLED or m == "core_attn"]
+        unknown = [m for m in self.modules if m not in MODULES or m == "core_attn"]
         if unknown:
             raise ValueError(f"ModuleRecompute: {', '.join(unknown)} not one of "
-                             f"{', '.join(m for m in MODELLED if m != 'core_attn')}")
+                             f"{', '.join(m for m in MODULES if m != 'core_attn')}")
 
     @property
     def name(self) -> str:

@@ -44,6 +44,16 @@ def test_layernorm_dense_llama_is_fused() -> None:
     assert fused_elementwise_bytes(norms) == fused_elementwise_bytes(plain)
 
 
+def test_layernorm_deepseek_v3_norms_of_their_own() -> None:
+    # DeepSeek-V3 (h 7168, 61 layers, the first 3 dense), b 1, s 4096. MLA's input norm is a TENorm of its own (its
+    # down projections are not column-parallel: gpt_layer_specs.py's MLA spec), recomputed in all 61 layers; the
+    # pre-MLP norm is fused into fc1 in the 3 dense layers and a TENorm in the 58 MoE layers. Each drops its output,
+    # b s h at 2 B = 4096 * 7168 * 2 = 58,720,256 B (the fp32 rstd is outside the korthikanti profile):
+    #   (61 + 58) * 58,720,256 = 6,987,710,464 B
+    plain, norms = _pair("deepseek-v3", "layernorm")
+    assert plain.number("activation_bytes") - norms.number("activation_bytes") == 6_987_710_464
+
+
 def test_layernorm_and_moe_act_gpt_oss() -> None:
     # gpt-oss-20b (h 2880, k 4 of 32 experts, f_e 2880, 24 layers), b 1, s 4096, --profile exact (norm stats counted).
     # layernorm: the MoE layer's pre-MLP norm is a TENorm of its own (the router reads it): its output (b s h, 2 B)
