@@ -543,10 +543,16 @@ _BRIDGE_MOE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container
 #: Qwen3 30B-A3B's recipe sets ``recompute_granularity = None`` and names no modules (configs/qwen3/
 #: qwen3_llm_pretrain.py L36).
 BRIDGE_RECOMPUTE = "recompute none, as the 25.11 recipe ran (Megatron-Bridge 0.2.0"
+#: The gradients in the weights' dtype (``grad_buffer`` param), not Megatron-LM's forced fp32 main_grad: the 25.11
+#: recipes set ``cfg.ddp.grad_reduce_in_fp32 = False`` (Megatron-Bridge 0.2.0 scripts/performance/configs/gpt_oss/
+#: gpt_oss_llm_pretrain.py L33-34, configs/qwen3/qwen3_llm_pretrain.py L44-45), and Megatron-Core's buffers then hold
+#: ``param.dtype`` gradients (megatron/core/distributed/param_and_grad_buffer.py L924: ``grad_dtype = torch.float if
+#: grad_reduce_in_fp32 else param.dtype``).
 _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optimizer (ZeRO-1), forced balanced routing, "
                     "token-dropless (the page's notes); dropout off (assumed: the HF configs' attention_dropout 0.0 as "
                     f"the bridges convert them), {BRIDGE_RECOMPUTE}: recompute_granularity None; gpt-oss-120b's "
-                    "recompute_modules layernorm, moe_act inert without 'selective')")
+                    "recompute_modules layernorm, moe_act inert without 'selective'), bf16 gradient buffers (the "
+                    "recipes' grad_reduce_in_fp32 False)")
 
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
@@ -555,7 +561,7 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
     micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX:
     te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink)."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              **({} if fp8 == "none" else {"fp8": fp8}), **layout}
+              "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE}, {system}", model, layout, seq, hw, NDR, tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
