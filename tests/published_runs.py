@@ -502,6 +502,9 @@ class MoERun(Run):
 
     gpus_per_node: int = 8
     assumed: str = ""
+    #: Megatron-Core recompute modules the run's recipe names but did not run (``BRIDGE_RECOMPUTE``): the memory
+    #: table prints memderive's bytes with them beside the run's
+    inert_modules: tuple[str, ...] = ()
 
     def cluster(self) -> Cluster:
         return replace(Run.cluster(self), gpus_per_node=self.gpus_per_node)
@@ -529,22 +532,39 @@ def _automodel(name: str, model: Any, gpus: int, ep: int, local: int, accumulati
 
 
 _BRIDGE_MOE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container"
+#: What the 25.11 recipes recomputed: nothing. NeMo Framework 25.11 ships Megatron-Bridge 0.2.0
+#: (docs/releases/software-versions.md). At v0.2.0 scripts/performance/configs/gpt_oss/workload_base_configs.py
+#: L42-62 gives gpt-oss-120b on GB200, B200 and H100 ``recompute_modules=["layernorm", "moe_act"]``, and
+#: utils/helpers.py L178-179 (``set_recompute_overrides``) sets only ``recipe.model.recompute_modules``; neither that
+#: nor the gpt-oss recipe (recipes/gpt_oss/gpt_oss.py) sets ``recompute_granularity``, left at Megatron-Core's default
+#: None (transformer_config.py ``recompute_granularity: ... = None``), and Megatron-Core reads the modules only under
+#: 'selective' (transformer_layer.py L473, moe/experts.py L269-271). Bridge's "selective granularity recompute"
+#: (#1653, c9dd058, 2025-12-10, in v0.2.1) added ``recompute_granularity = "selective"`` after the 25.11 table.
+#: Qwen3 30B-A3B's recipe sets ``recompute_granularity = None`` and names no modules (configs/qwen3/
+#: qwen3_llm_pretrain.py L36).
+BRIDGE_RECOMPUTE = "recompute none, as the 25.11 recipe ran (Megatron-Bridge 0.2.0"
+#: The gradients in the weights' dtype (``grad_buffer`` param), not Megatron-LM's forced fp32 main_grad: the 25.11
+#: recipes set ``cfg.ddp.grad_reduce_in_fp32 = False`` (Megatron-Bridge 0.2.0 scripts/performance/configs/gpt_oss/
+#: gpt_oss_llm_pretrain.py L33-34, configs/qwen3/qwen3_llm_pretrain.py L44-45), and Megatron-Core's buffers then hold
+#: ``param.dtype`` gradients (megatron/core/distributed/param_and_grad_buffer.py L924: ``grad_dtype = torch.float if
+#: grad_reduce_in_fp32 else param.dtype``).
 _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optimizer (ZeRO-1), forced balanced routing, "
                     "token-dropless (the page's notes); dropout off (assumed: the HF configs' attention_dropout 0.0 as "
-                    "the bridges convert them), recompute none (assumed: the page does not say; the recipes' "
-                    "recompute_modules, where set, are fine-grained modules memderive does not express)")
+                    f"the bridges convert them), {BRIDGE_RECOMPUTE}: recompute_granularity None; gpt-oss-120b's "
+                    "recompute_modules layernorm, moe_act inert without 'selective'), bf16 gradient buffers (the "
+                    "recipes' grad_reduce_in_fp32 False)")
 
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
-                fp8: str = "none", per_node: int = 8) -> MoERun:
+                fp8: str = "none", per_node: int = 8, inert: tuple[str, ...] = ()) -> MoERun:
     """Megatron-Bridge's 25.11 table (megatron-bridge-performance): MoE rows, tokens/s per GPU, its layout (the
     micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX:
     te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink)."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              **({} if fp8 == "none" else {"fp8": fp8}), **layout}
+              "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE}, {system}", model, layout, seq, hw, NDR, tokens_per_s_per_gpu=tps,
-                  held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node,
+                  held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
                   note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_BRIDGE_MOE_NOTE}")
 
 
@@ -565,6 +585,7 @@ def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups
 _MIXTRAL_TFLOPS = 438
 _MIXTRAL_STEP = megatron_flops(256, 4096, 32, 4096, 32, 8, 14336, 2, 32000) / (_MIXTRAL_TFLOPS * 1e12 * 64)
 
+_OSS_MODULES = ("layernorm", "moe_act")  # gpt-oss-120b's recipe names them (``BRIDGE_RECOMPUTE``)
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -579,16 +600,17 @@ MOE = [
                 "tokens; all-to-all dispatcher, distributed optimizer (the README's example script), dropless, recompute "
                 "none (assumed: the mapping table names none), Mixtral's dropout 0"),
     _bridge_moe("gpt-oss-120b p4 ep8 H100", "DGX-H100", "h100-sxm", OSS_120B,
-                {"pp": 4, "dp": 16, "ep": 8, "batch": 4, "micro_batches": 8}, 4096, 5630, 153),
+                {"pp": 4, "dp": 16, "ep": 8, "batch": 4, "micro_batches": 8}, 4096, 5630, 153, inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B p2 v24 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
                 {"pp": 2, "virtual_stages": 24, "dp": 8, "ep": 8, "batch": 2, "micro_batches": 32}, 4096, 5275, 121,
                 fp8="te-current"),
     _bridge_moe("gpt-oss-120b ep8 B200", "DGX-B200", "b200", OSS_120B,
-                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 2}, 4096, 8213, 223),
+                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 2}, 4096, 8213, 223, inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B ep8 B200", "DGX-B200", "b200", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 1, "micro_batches": 64}, 4096, 9299, 214, fp8="te-mxfp8"),
     _bridge_moe("gpt-oss-120b ep64 GB200", "DGX-GB200", "gb200", OSS_120B,
-                {"dp": 64, "ep": 64, "batch": 1, "micro_batches": 20}, 8192, 15876, 488, per_node=72),
+                {"dp": 64, "ep": 64, "batch": 1, "micro_batches": 20}, 8192, 15876, 488, per_node=72,
+                inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B ep8 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72),
 ]
@@ -650,8 +672,13 @@ def moe_memory(run: MoERun) -> tuple[int, int, str]:
     o = est.options
     parts = []
     if o.recompute == "none" and "Bridge" in run.source:
-        parts.append("no recompute (the page does not say; Megatron-Bridge's recipes recompute layernorm and moe_act "
-                     "modules, which memderive does not express)")
+        why = "recompute_granularity None"
+        if run.inert_modules:  # what the recipe's modules would have saved, had they run
+            alt = replace(run, layout={**run.layout, "recompute": "selective", "recompute_modules": run.inert_modules})
+            more = alt.estimate().number("total_bytes")
+            why = (f"its recompute_modules {', '.join(run.inert_modules)} inert without granularity 'selective'; "
+                   f"with them {more / 2**30:,.1f} GiB, {'fits' if more <= capacity else 'still over'}")
+        parts.append(f"{BRIDGE_RECOMPUTE}: {why})")
     if o.pp > 1:
         parts.append(f"1F1B keeps {o.pp} micro-batches' activations on the first stage")
     activations = est.number("activation_bytes")
