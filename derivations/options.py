@@ -18,6 +18,7 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
 from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
+from memderive.symbolic.mcore_recompute import MODULES as RECOMPUTE_MODULES, ModuleRecompute
 from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_flight, parse_layout, rank_chunks
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
@@ -223,6 +224,7 @@ class Options:
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ()  # Megatron-Core's, under selective (symbolic.mcore_recompute); () = core_attn
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
     timeline: bool = False  # estimate --json lists the step timeline op by op (output only)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
@@ -392,6 +394,32 @@ class Options:
         self._check_offload_params()
         self._check_compile()
         self._check_fp8()
+        self._check_recompute_modules()
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """Megatron-Core's recompute modules these options run: ``--recompute-modules`` (core_attn where none is
+        given) under ``--recompute selective``, none otherwise."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
+
+    def _check_recompute_modules(self) -> None:
+        """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""
+        object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(_names(self.recompute_modules))))
+        modules = self.recompute_modules
+        if not modules:
+            return
+        if self.recompute != "selective":
+            raise OptionsError("--recompute-modules names what Megatron-Core's selective recompute recomputes; add "
+                               "--recompute selective")
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise OptionsError(f"--recompute-modules: unknown module {unknown[0]!r}; Megatron-Core's are "
+                               f"{', '.join(RECOMPUTE_MODULES)}")
+        if self.fp8 == "te-delayed" and {"moe_act", "layernorm"} & set(modules):
+            raise OptionsError("--recompute-modules moe_act and layernorm do not run with --fp8 te-delayed: "
+                               "Megatron-Core refuses delayed scaling there (transformer_config.py); use te-current")
 
     def _check_compile(self) -> None:
         """--compile partitions transformers' ATen calls (``symbolic.compile_partition``); what has none is refused."""
@@ -794,7 +822,11 @@ class Options:
         if self.attention_kernel != "eager":
             out.append(FlashAttention(self.attention_kernel, chosen=self.implementation_kind == "hf"))
         if self.recompute == "selective":
-            out.append(SelectiveRecompute())
+            modules = self.recomputed_modules
+            if "core_attn" in modules:
+                out.append(SelectiveRecompute())
+            if set(modules) - {"core_attn"}:
+                out.append(ModuleRecompute(tuple(m for m in modules if m != "core_attn")))
         elif self.recompute == "full":
             out.append(FullRecompute())
         elif self.recompute == "selective-op":

@@ -92,6 +92,14 @@ def check_layout(model: Model, opts: Options) -> None:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
     check_expert_layout(model, opts)
+    if "moe_act" in opts.recomputed_modules and model.arch.moe is None:  # Megatron-Core: "moe_act in
+        # recompute_modules is only supported with moe_grouped_gemm" (transformer_config.py), experts' only
+        raise OptionsError(f"--recompute-modules moe_act recomputes the routed experts' activation; {model.name} has "
+                           "no experts (use mlp for a dense MLP)")
+    if "mla_up_proj" in opts.recomputed_modules and model.arch.attention != "mla":  # Megatron-Core: "mla_up_proj in
+        # recompute_modules is only supported with multi_latent_attention" (transformer_config.py)
+        raise OptionsError(f"--recompute-modules mla_up_proj recomputes multi-head latent attention's up projections; "
+                           f"{model.name} has no MLA (DeepSeek-V2/V3 have)")
     if opts.images:  # a hand-written family is a text model: --images 0 (text only) is what it derives
         raise OptionsError(f"{model.name} is a text model (a hand-written family): --images {opts.images} needs a "
                            "vision-language model's config.json (llava, gemma3, qwen2_vl, qwen2_5_vl), traced")
