@@ -171,3 +171,16 @@ def test_deepseek_v3_rank_0_holds_the_dense_layers_where_they_sit() -> None:
                    micro_batches=32, framework="megatron", pipeline_layout="Et*3|(tt|)*29,m|L")
     assert any(x.startswith("pipeline") and x.endswith("rank 0)") for x in est.graph.strategies)
     assert est.number("parameters_per_gpu") == 5_961_695_232
+
+
+def test_an_even_interleaved_layout_holds_what_the_interleaved_formula_says() -> None:
+    """gpt2's 12 layers on p 4, v 3, one layer per chunk ('E(t|)*11tL'): rank 0 holds 3 layers with p + (p - 1)/v
+    = 4 + 1 = 5 micro-batches each on average (Korthikanti et al. 2022 §4.2.3; warm-up 2(p - 1) + (v - 1) p = 14 and
+    one more: 15 chunk micro-batches), 15 layer-micro-batches, as --virtual-stages 3 alone derives; the same FLOPs."""
+    common = dict(**STEP, pp=4, virtual_stages=3, micro_batches=8)
+    plain, layout = estimate("gpt2", **common), estimate("gpt2", **common, pipeline_layout="E(t|)*11tL")
+    layers = [sum(v for k, v in e.quantity("activation_bytes").term_ints(e.values) if k.startswith("layer/"))
+              for e in (plain, layout)]
+    assert layers == [15 * 212_736] * 2
+    assert plain.number("parameters_per_gpu") == layout.number("parameters_per_gpu")
+    assert plain.number("hardware_flops_per_gpu") == layout.number("hardware_flops_per_gpu")
