@@ -266,8 +266,8 @@ OPTIONS: tuple[Option, ...] = (
        "--decoder-last-pipeline-num-layers)", modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--pp", "3", "--last-stage-layers", "2")),
     _o("pipeline_layout", "text", None, "Megatron-Core's --pipeline-model-parallel-layout: model chunks split by '|' "
-       "(E embedding, t decoder layer, m MTP layer, L loss; x*N and (...)*N repeat), chunk i on pipeline rank i % pp "
-       "as virtual stage i // pp; e.g. \"Et*3|(tt|)*29,m|L\" with --pp 16 --virtual-stages 2", modes=_TRAIN, echo="set",
+       "(E embedding, t decoder layer, m MTP layer, L loss; x*N and (...)*N repeat), the i-th chunk on pipeline rank "
+       "i mod p as virtual stage i div p; e.g. \"Et*3|(tt|)*29,m|L\" with --pp 16 --virtual-stages 2", modes=_TRAIN, echo="set",
        example=(*_TRAIN_STEP, "--pp", "2", "--pipeline-layout", "Et*15|t*17L")),
     _o("profile", "choice", None, "activation profile: the paper's (norm stats neglected) or every saved tensor "
        "(default: exact under --implementation hf, whose code saves them all; korthikanti under megatron)",

@@ -184,3 +184,12 @@ def test_an_even_interleaved_layout_holds_what_the_interleaved_formula_says() ->
     assert layers == [15 * 212_736] * 2
     assert plain.number("parameters_per_gpu") == layout.number("parameters_per_gpu")
     assert plain.number("hardware_flops_per_gpu") == layout.number("hardware_flops_per_gpu")
+
+
+def test_the_help_prints_the_option(capsys) -> None:
+    """argparse formats each help with '%': the option's words must not hold a bare one (a regression)."""
+    try:
+        code = main(["estimate", "--help"])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 0 and "--pipeline-layout" in capsys.readouterr().out
