@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.published_runs import (FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, RUNS, ZERO3_2021,  # noqa: E402
-                                  ZERO3_GAP, Run, moe_memory, predict)
+from tests.published_runs import (BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
+                                  MOE_HOST_GAP, RUNS, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -44,6 +44,7 @@ def table() -> list[float]:
     fitted = _rows("Megatron-LM on Selene (the runs the time model's constants were once fitted on; since issue 39 "
                    "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
+    _rows(f"Held out, apart from the bounds: {BRIDGE_DENSE_GAP}", DENSE_APART)
     moe()
     groups()
     zero3()
@@ -54,7 +55,7 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT + MOE:
+    for run in FITTED + HELD_OUT + MOE + DENSE_APART:
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -62,14 +63,18 @@ def groups() -> None:
                                                     "megatron" if "Megatron" in run.note or "Narayanan" in run.source
                                                     or "Korthikanti" in run.source or "MegaScale" in run.source
                                                     else "llama3")
-        moe = "moe" if any(run is r for r in MOE) else "dense"
+        moe = ("moe" if any(run is r for r in MOE) else
+               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART) else "dense")
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
-    print(f"{'GPU':12s} {'framework':12s} {'kind':6s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
+    print(f"{'GPU':12s} {'framework':12s} {'kind':23s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
     for key, errors in sorted(rows.items()):
-        print(f"{key[0]:12s} {key[1]:12s} {key[2]:6s} {len(errors):5d} {statistics.median(errors):8.1%} "
+        print(f"{key[0]:12s} {key[1]:12s} {key[2]:23s} {len(errors):5d} {statistics.median(errors):8.1%} "
               f"{max(errors):8.1%}")
     every = [abs(predict(r).error) for r in FITTED + HELD_OUT]
-    print(f"all {len(every)} dense runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}\n")
+    print(f"all {len(every)} dense runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}")
+    every += [abs(predict(r).error) for r in DENSE_APART]
+    print(f"with the {len(DENSE_APART)} apart (tests/published_runs.DENSE_APART): {len(every)} dense runs, median |error| "
+          f"{statistics.median(every):.1%}, worst {max(every):.1%}\n")
 
 
 def moe() -> None:
