@@ -2,7 +2,9 @@
 
 Sources (``derivations/references.py``): narayanan-2021, korthikanti-2022, jiang-2024-megascale (fitted on);
 dubey-2024, bigscience-2022, torchtitan-h100-benchmarks, torchtitan-a100-performance, megatron-bridge-performance
-(held out; since issue 39 nothing is fitted, so the first three are held out too); llm-foundry-benchmarks
+(held out; since issue 39 nothing is fitted, so the first three are held out too); NVIDIA/NeMo's
+docs/source/performance/performance_summary.md (24.07) and performance_long_sequence.md (held out, kept apart from the
+bounds with Megatron-Bridge's other fp8 rows: ``DENSE_APART``); llm-foundry-benchmarks
 (``MPT_HFU_*``, published data no constant uses). Tokens/s per GPU
 turn into a step time as ``global batch x seq / (tokens/s per GPU x GPUs)``.
 
@@ -303,14 +305,21 @@ _BRIDGE_DENSE_NOTE = ("Megatron-Core, distributed optimizer, bf16 gradient reduc
                       "cites each)")
 
 
+def _mcore_fp8(fp8: str, layout: dict) -> dict:
+    """A Megatron-Core fp8 recipe's options around ``layout``: no recompute, cuDNN/flash attention, the distributed
+    optimizer (--zero 1), no dropout, Transformer Engine ``fp8``, SP and TP overlap where TP > 1 (``_BRIDGE_PAGE``,
+    ``_NEMO`` cite each)."""
+    tp = layout.get("tp", 1)
+    return {"recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False, "fp8": fp8,
+            **({"sp": True, "tp_comm_overlap": True} if tp > 1 else {}), **layout}
+
+
 def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, layout: dict, tps: float, tflops: float,
                   fp8: str, note: str = "") -> Run:
     """A dense row of Megatron-Bridge's performance summary (megatron-bridge-performance) at ``release`` ("25.11",
     "25.09") on ``system`` (DGX-H100, DGX-B200: 8 GPUs per node, a 400 Gb/s port each; DGX-GB200: GB200 NVL72, 72 on
     NVLink), sequence 8,192, micro-batches = GBS / (MBS x DP), what the recipes ran (``_BRIDGE_PAGE``)."""
-    tp = layout.get("tp", 1)
-    layout = {"recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "grad_buffer": "param", "fp8": fp8, **({"sp": True, "tp_comm_overlap": True} if tp > 1 else {}), **layout}
+    layout = _mcore_fp8(fp8, {"grad_buffer": "param", **layout})
     peak = gpu(hw).bf16_flops / 1e12
     return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, 8192, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
@@ -395,9 +404,7 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
 def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float) -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
     (``_NEMO``); micro-batches = GBS / (MBS x DP)."""
-    tp = layout.get("tp", 1)
-    layout = {"recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "fp8": "te-delayed", **({"sp": True, "tp_comm_overlap": True} if tp > 1 else {}), **layout}
+    layout = _mcore_fp8("te-delayed", layout)
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}")
@@ -478,9 +485,8 @@ def _long(k: int, tp: int, pp: int, dp: int, cp: int, batch: int, tflops: float)
     Not said, assumed as ``NEMO_2407``: micro-batch 1, no recompute, distributed optimizer, delayed scaling, SP and TP
     overlap where TP > 1. The page's Llama 3 8B B200 table is left out: its TP x PP x DP x CP is a quarter of its GPUs
     on every row."""
-    layout = {"recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "fp8": "te-delayed", "tp": tp, "pp": pp, "dp": dp, "cp": cp, "batch": 1, "micro_batches": batch // dp,
-              **({"sp": True, "tp_comm_overlap": True} if tp > 1 else {})}
+    layout = _mcore_fp8("te-delayed", {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "batch": 1,
+                                       "micro_batches": batch // dp})
     return Run(f"L2 7B {k}K t{tp} p{pp} c{cp} d{dp} fp8", _LONG, "llama-2-7b", layout, k * 1024, "h100-sxm", NDR,
                tflops_per_gpu=tflops, flops="model", held_out=True, published_mfu=tflops / 989.5,
                note=f"{tflops:g} model TFLOP/s per GPU at {k}K tokens, batch {batch}; micro-batch 1, no recompute "
