@@ -210,8 +210,9 @@ BLOOM = [
 
 _TT_H100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 _TT_A100 = "torchtitan docs/performance.md (64 A100 80GB)"
-_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's 700 W peak stands in: the source "
-            "says its peak lies between SXM and NVL; its 2.4 TB/s is used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
+_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's rates at 700 W stand in: the source "
+            "says its peak lies between SXM and NVL; no matmul rate measured at 500 W is published; its 2.4 TB/s is "
+            "used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
 #: torchtitan's H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (torchtitan-h100-benchmarks, Hardware);
 #: 96 GiB, as memderive's h100-sxm holds its "80GB" as 80 GiB.
 _TT_HBM = 2400 * 10**9

@@ -259,7 +259,7 @@ class StepTime:
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
             f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the 16-bit "
-            f"rate times the GPU's fp8 over bf16 MAMF, {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"rate times the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
@@ -643,7 +643,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
-    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MAMF's (efficiency.py)
+    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
     fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
     eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = 0.0
