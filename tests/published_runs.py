@@ -217,9 +217,9 @@ _TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's
 #: 96 GiB, as memderive's h100-sxm holds its "80GB" as 80 GiB.
 #: Their 500 W power limit (the page: "the actual peak TFLOPs number is between SXM and NVL, and we don't know its
 #: exact value"): no matmul rate measured at 500 W is published, so the H100 SXM's sustained rate at 700 W stands in
-#: (efficiency.MSMF: the four H100 rows 15.0-19.4% too fast). At the other end of the page's range, the matmuls scaled
+#: (efficiency.MSMF: the four H100 rows 12.4-18.5% too fast). At the other end of the page's range, the matmuls scaled
 #: by the H100 NVL's dense bf16 peak over the SXM's (835.5 / 989.5 = 0.844, NVIDIA's datasheets: 1,671 and 1,979 with
-#: sparsity) would put them 8.0-11.7% too fast (investigated, dense-bias; not applied: a bound, not a measured rate).
+#: sparsity) would put them 5.4-10.5% too fast (investigated, dense-bias; not applied: a bound, not a measured rate).
 _TT_HBM = 2400 * 10**9
 _TT_MEMORY = 96 * 2**30
 _A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA, eager (the 64-A100 presets: compile = false); "
@@ -395,7 +395,7 @@ SCALING = [_mt_nlg(8, 60.1, 126), _mt_nlg(10, 50.2, 121), _mt_nlg(12, 44.4, 113)
 #: so per micro-batch 2.5 ms on MT-NLG (t 8) and 20.4 ms on BLOOM (t 4, 50 Gb/s per GPU) against the 7.0 and 39.2 ms
 #: the model times for two full-size sends. And public DeepSpeed had no BF16_Optimizer before v0.6.2 (2022-04-19,
 #: "bf16+pipeline parallelism" #1801): MT-NLG's bf16 of 2021 accumulated 16-bit gradients (6 B per parameter per
-#: micro-batch, not BF16_Optimizer's 10) and all-reduced them in bf16, which would be faster than the row's
+#: micro-batch, not BF16_Optimizer's 18) and all-reduced them in bf16, which would be faster than the row's
 #: --grad-sync deepspeed; the row keeps it (the paper does not name its DeepSpeed version).
 
 
