@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.published_runs import (FITTED, HELD_OUT, MOE, RUNS, ZERO3_2021, ZERO3_GAP, Run, moe_memory,  # noqa: E402
-                                  predict)
+from tests.published_runs import (FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, RUNS, ZERO3_2021,  # noqa: E402
+                                  ZERO3_GAP, Run, moe_memory, predict)
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -89,6 +89,26 @@ def moe() -> None:
         gap = (p.measured_s - p.predicted_s) / (lay.get("micro_batches", 1) * layers) * 1e3
         print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {gap:10.2f} {need / 2**30:14.1f} "
               f"{capacity / 2**30:8.0f}  {'fits' if not assumed else 'over: ' + assumed}")
+    print()
+    drop_and_pad()
+
+
+def per_layer_ms(run: Run, seconds: float) -> float:
+    """``seconds`` of a step over the micro-batches times the layers a GPU runs, in ms (the "gap/layer" unit)."""
+    lay = run.layout
+    return seconds / (lay.get("micro_batches", 1) * (run.estimate().model.sizes["l"] // lay.get("pp", 1))) * 1e3
+
+
+def drop_and_pad() -> None:
+    """The 25.09 token-drop rows of three 25.11 dropless layouts (``MOE_HOST_GAP``): per MoE layer and micro-batch,
+    measured with and without the dropless dispatcher's per-layer device-to-host sync, and memderive's prediction."""
+    _rows(f"Evidence, apart from the bounds: {MOE_HOST_GAP}", MOE_DROP_AND_PAD)
+    print(f"{'per layer and micro-batch, ms':32s} {'drop-and-pad':>12s} {'dropless':>9s} {'predicted':>10s}")
+    for run in MOE_DROP_AND_PAD:
+        twin = next(r for r in MOE if r.name == run.name.replace("Qwen3 30B tokendrop", "Qwen3 30B-A3B"))
+        p = predict(run)
+        print(f"{run.name:32s} {per_layer_ms(run, p.measured_s):12.2f} {per_layer_ms(twin, twin.measured()):9.2f} "
+              f"{per_layer_ms(run, p.predicted_s):10.2f}")
     print()
 
 

@@ -285,6 +285,8 @@ def pipeline_stages(model: Model, options: Options) -> tuple[str, ...]:
     full recompute, where a layer keeps only its input."""
     if options.pp == 1:
         return ("first",)
+    if options.pipeline_layout is not None:  # every rank that can hold the most (``Options.layout_ranks``)
+        return options.layout_ranks(model.sizes.get("l_d", 0))
     if not options.uneven_stages:
         return ("first", "last")
     _, middle, _ = options.stage_layers(model.sizes["l"])

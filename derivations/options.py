@@ -18,6 +18,8 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
 from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
+from memderive.symbolic.mcore_recompute import MODULES as RECOMPUTE_MODULES, ModuleRecompute
+from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_flight, parse_layout, rank_chunks
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
@@ -222,6 +224,7 @@ class Options:
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ()  # Megatron-Core's, under selective (symbolic.mcore_recompute); () = core_attn
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
     timeline: bool = False  # estimate --json lists the step timeline op by op (output only)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
@@ -235,6 +238,7 @@ class Options:
     virtual_stages: int | None = None
     first_stage_layers: int | None = None  # uneven pipeline stages (Megatron-LM --decoder-first-pipeline-num-layers)
     last_stage_layers: int | None = None  # (--decoder-last-pipeline-num-layers); the rest evenly over the others
+    pipeline_layout: str | None = None  # Megatron-Core's --pipeline-model-parallel-layout (symbolic.pipeline_layout)
     profile: str | None = None  # None: by the implementation (exact under hf, korthikanti under megatron)
     overhead_bytes: int = 0
     weight_dtype: str | None = None  # inference
@@ -390,6 +394,32 @@ class Options:
         self._check_offload_params()
         self._check_compile()
         self._check_fp8()
+        self._check_recompute_modules()
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """Megatron-Core's recompute modules these options run: ``--recompute-modules`` (core_attn where none is
+        given) under ``--recompute selective``, none otherwise."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
+
+    def _check_recompute_modules(self) -> None:
+        """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""
+        object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(_names(self.recompute_modules))))
+        modules = self.recompute_modules
+        if not modules:
+            return
+        if self.recompute != "selective":
+            raise OptionsError("--recompute-modules names what Megatron-Core's selective recompute recomputes; add "
+                               "--recompute selective")
+        unknown = [m for m in modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise OptionsError(f"--recompute-modules: unknown module {unknown[0]!r}; Megatron-Core's are "
+                               f"{', '.join(RECOMPUTE_MODULES)}")
+        if self.fp8 == "te-delayed" and {"moe_act", "layernorm"} & set(modules):
+            raise OptionsError("--recompute-modules moe_act and layernorm do not run with --fp8 te-delayed: "
+                               "Megatron-Core refuses delayed scaling there (transformer_config.py); use te-current")
 
     def _check_compile(self) -> None:
         """--compile partitions transformers' ATen calls (``symbolic.compile_partition``); what has none is refused."""
@@ -531,12 +561,51 @@ class Options:
         return self.first_stage_layers is not None or self.last_stage_layers is not None
 
     def _check_stages(self) -> None:
+        if self.pipeline_layout is not None:
+            self._check_layout()
         if not self.uneven_stages:
             return
         given = sum(x is not None for x in (self.first_stage_layers, self.last_stage_layers))
         if self.pp < given + (0 if given == 2 else 1) or self.pp == 1:
             raise OptionsError(f"--first-stage-layers/--last-stage-layers set the layers of pipeline stages; give "
                                f"--pp greater than {max(given, 1)}")
+
+    def _check_layout(self) -> None:
+        if self.mode != "train" or self.pp == 1:
+            raise OptionsError("--pipeline-layout places the layers on pipeline stages: give --mode train and --pp "
+                               "greater than 1")
+        if self.uneven_stages:
+            raise OptionsError("--pipeline-layout places every layer itself: drop --first-stage-layers and "
+                               "--last-stage-layers")
+        chunks = self.layout_chunks()
+        v = len(chunks) // self.pp
+        if v != (self.virtual_stages or 1):
+            raise OptionsError(f"--pipeline-layout has {len(chunks)} chunks = --pp {self.pp} x {v} virtual stages; "
+                               + (f"give --virtual-stages {v}" if v > 1 else "drop --virtual-stages"))
+
+    def layout_chunks(self) -> tuple[Chunk, ...]:
+        """The chunks of ``--pipeline-layout`` (``symbolic.pipeline_layout``); an ``OptionsError`` says what is
+        wrong with the string."""
+        try:
+            return parse_layout(self.pipeline_layout, self.pp)
+        except LayoutError as exc:
+            raise OptionsError(str(exc)) from None
+
+    def layout_ranks(self, dense: int = 0) -> tuple[str, ...]:
+        """The pipeline ranks of ``--pipeline-layout`` whose memory or time can be the largest (``rank r``), rank 0
+        first: a rank is left out when an earlier one holds as many decoder layers in each chunk (as many of the
+        ``dense`` first layers), the same embedding, loss and MTP symbols and at least as many micro-batches in
+        each chunk (its bytes and FLOPs then at least as large)."""
+        chunks = self.layout_chunks()
+        kept: list[tuple[tuple, tuple[int, ...], int]] = []
+        for r in range(self.pp):
+            held = rank_chunks(chunks, r)
+            shape = tuple((c.layers, min(max(dense - c.first, 0), c.layers), c.text.replace("t", ""))
+                          for c in held)
+            flight = chunks_in_flight(held, self.pp, self.micro_batches)
+            if not any(s == shape and all(a >= b for a, b in zip(f, flight)) for s, f, _ in kept):
+                kept.append((shape, flight, r))
+        return tuple(f"rank {r}" for _, _, r in kept)
 
     def stage_layers(self, layers: int) -> tuple[int, int | None, int]:
         """Layers of (the first, each middle (None: no middle stage), the last) pipeline stage of ``layers``;
@@ -753,7 +822,11 @@ class Options:
         if self.attention_kernel != "eager":
             out.append(FlashAttention(self.attention_kernel, chosen=self.implementation_kind == "hf"))
         if self.recompute == "selective":
-            out.append(SelectiveRecompute())
+            modules = self.recomputed_modules
+            if "core_attn" in modules:
+                out.append(SelectiveRecompute())
+            if set(modules) - {"core_attn"}:
+                out.append(ModuleRecompute(tuple(m for m in modules if m != "core_attn")))
         elif self.recompute == "full":
             out.append(FullRecompute())
         elif self.recompute == "selective-op":
@@ -772,7 +845,13 @@ class Options:
             out.append(ExpertParallel(dims.ep))
         if self.sp:
             out.append(SequenceParallel(dims.t))
-        if self.pp > 1:  # uneven stages: p as a number (the layers of each stage are numbers)
+        if self.pp > 1 and self.pipeline_layout is not None:  # the rank's chunks, p and v as numbers
+            rank = {"first": 0, "middle": 1, "last": self.pp - 1}.get(stage) if not stage.startswith("rank ") else \
+                int(stage.split()[-1])
+            held = rank_chunks(self.layout_chunks(), rank)
+            out.append(PipelineParallel(self.pp, self.virtual_stages, self.micro_batches, stage=f"rank {held[0].rank}",
+                                        chunks=held, flight=chunks_in_flight(held, self.pp, self.micro_batches)))
+        elif self.pp > 1:  # uneven stages: p as a number (the layers of each stage are numbers)
             out.append(PipelineParallel(self.pp if self.uneven_stages else dims.p,
                                         None if self.virtual_stages in (None, 1) else dims.v,
                                         None if self.micro_batches is None else dims.m, stage=stage,

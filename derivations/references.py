@@ -390,6 +390,13 @@ _ENTRIES: tuple[Reference, ...] = (
               "2(p - rank - 1) + (v - 1)p, capped at the m v chunk micro-batches; before commit 4295be1a6c, "
               "November 2024, all of them when m = p)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/pipeline_parallel/schedules.py", "code"),
+    Reference("megatron-pp-layout", "Megatron-LM", _NV, "Megatron-LM: megatron/core/transformer/"
+              "pipeline_parallel_layer_layout.py (PipelineParallelLayerLayout: parse_str_to_list unrolls (...)*N and "
+              "x*N and splits chunks at '|'; layout[vpp_rank * pp + pp_rank]; validate_layer_layout: embedding first "
+              "and once, loss last and once, num_layers decoders, MTP after them) and docs/api-guide/"
+              "pipeline_parallel_layout.md (DeepSeek-V3 on PP 16, VPP 2: 'Et*3|(tt|)*29,m|L')", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/transformer/pipeline_parallel_layer_layout.py",
+              "code"),
     Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
               "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/distributed/distributed_data_parallel.py", "code"),

@@ -35,6 +35,8 @@ def structure_key(model: Model, options: Options) -> tuple:
                              options.lora_rank is None, options.ep > 1)))
     if options.uneven_stages:
         flags += (options.pp,)
+    if options.pipeline_layout is not None:  # each rank's chunks and in-flight counts are numbers
+        flags += (options.pp, options.micro_batches)
     if options.fp8 in ("te-delayed", "te-current"):
         flags += (te_transposes(options.fp8, options.gpu),)  # the fp8 weight workspace's transpose (by --gpu)
     if options.compile:

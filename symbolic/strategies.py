@@ -19,8 +19,9 @@ import abc
 from dataclasses import dataclass, replace
 
 from memderive.symbolic import dims
-from memderive.symbolic.expr import Expr, Min, const
+from memderive.symbolic.expr import Expr, Max, Min, const
 from memderive.symbolic.graph import Block, Flop, Graph, Op
+from memderive.symbolic.pipeline_layout import Chunk
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic.dtypes import dtype
 
@@ -270,6 +271,11 @@ class PipelineParallel(Strategy):
     warm-up on rank 1: 2(p - 2) + (v - 1)p chunk micro-batches and the one in flight, each 1/v of the layers),
     at most m.
 
+    A custom layout (Megatron-Core's ``--pipeline-model-parallel-layout``, ``symbolic.pipeline_layout``): ``chunks``
+    are the rank's model chunks and ``flight`` the micro-batches each holds at the rank's peak
+    (``chunks_in_flight``, Megatron-LM's schedule run chunk by chunk); ``stage`` names the rank (``rank 3``). The
+    rank holds the decoder layers of its chunks, the embedding and the output layer where its chunks hold E and L.
+
     >>> from memderive.symbolic.dims import l
     >>> PipelineParallel(16, stage="middle", first_layers=7, last_layers=7).layers(l)
     l/14 - 1
@@ -281,6 +287,8 @@ class PipelineParallel(Strategy):
     stage: str = "first"
     first_layers: int | None = None
     last_layers: int | None = None
+    chunks: tuple[Chunk, ...] | None = None
+    flight: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -288,6 +296,8 @@ class PipelineParallel(Strategy):
         virtual = "" if self.virtual in (None, 1) else ("interleaved, " if self.virtual == dims.v
                                                         else f"interleaved v={self.virtual}, ")
         uneven = "" if self.uneven is None else f"{self.uneven}, "
+        if self.chunks is not None:
+            return f"pipeline parallel ({degree}{virtual}layout {'|'.join(c.text for c in self.chunks)}, {self.stage})"
         return f"pipeline parallel ({degree}{virtual}{uneven}{self.stage} stage)"
 
     @property
@@ -301,6 +311,8 @@ class PipelineParallel(Strategy):
     def layers(self, total: Expr) -> Expr:
         """Layers this stage holds of ``total``."""
         p = _degree(self.p)
+        if self.chunks is not None:
+            return const(sum(c.layers for c in self.chunks))
         if self.uneven is None:
             return total / p
         own = self.first_layers if self.stage == "first" else self.last_layers if self.stage == "last" else None
@@ -344,6 +356,8 @@ class PipelineParallel(Strategy):
         p = _degree(self.p)
         if p == 1:
             return graph
+        if self.chunks is not None:
+            return self._layout(graph)
         if self.stage not in ("first", "middle", "last"):
             raise ValueError(f"stage must be 'first', 'middle' or 'last', not {self.stage!r}")
         kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "head"}}[self.stage]
@@ -373,6 +387,41 @@ class PipelineParallel(Strategy):
             if interleaved:  # a chunk of the embedding or loss alone holds more in flight than the layers' chunks
                 note += "; interleaved: each chunk counted at the stage's average, an upper bound when a first or " \
                         "last chunk holds only the embedding or the loss"
+        return replace(graph, blocks=tuple(blocks), strategies=graph.strategies + (self.name,),
+                       assumptions=graph.assumptions + (note,))
+
+    def _layout(self, graph: Graph) -> Graph:
+        """The rank of a custom layout: each chunk's decoder layers with the micro-batches that chunk holds
+        (``flight``), the block's ``in_flight`` their layer-weighted sum over the rank's layers, so that the saved
+        bytes are each chunk's layers times its own count; the embedding with its chunk's count, the output layer
+        with one (NOTE(lastinflight)). A MoE model's dense layers (the first ``l_d``) are counted where they sit:
+        ``min(max(l_d - first, 0), layers)`` of each chunk."""
+        chunks, flight = self.chunks, self.flight
+        n = sum(c.layers for c in chunks)
+        held = sum(c.layers * f for c, f in zip(chunks, flight))
+        dense = sum((Min(Max(dims.l_d - c.first, 0), c.layers) for c in chunks if c.layers), const(0))
+        blocks = []
+        for blk in graph.blocks:
+            if blk.name == "layer":
+                ops = blk.ops if not n else tuple(
+                    op if not isinstance(op.share, Expr) or dims.l_d not in op.share.free_symbols
+                    else replace(op, share=op.share.subs({dims.l_d: dense * dims.l / n})) for op in blk.ops)
+                blk = replace(blk, ops=ops, repeat=const(n),
+                              in_flight=blk.in_flight * (const(held) / n if n else const(0)))
+            elif blk.name == "embed" and any(c.embedding for c in chunks):
+                blk = replace(blk, in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight) if c.embedding))
+            elif blk.name != "head" or not any(c.loss for c in chunks):
+                continue
+            blocks.append(blk)
+        shown = ", ".join(f"{c.text or '(empty)'}: {f}" for c, f in zip(chunks, flight))
+        note = (f"pipeline {self.stage} of {self.p} (--pipeline-layout): {n} decoder layers in chunks {shown} "
+                "micro-batches in flight at the rank's peak (Megatron-LM's schedule run chunk by chunk)")
+        if any(c.mtp for c in chunks):
+            note += "; its MTP layers (m) are not counted: the model as built here has none"
+        if dims.l_d in graph.block("layer").repeat.free_symbols or any(
+                isinstance(op.share, Expr) and dims.l_d in op.share.free_symbols for op in graph.block("layer").ops):
+            note += ("; dense and MoE layers counted where they sit, their saved tensors at the rank's "
+                     "layer-weighted in-flight count")
         return replace(graph, blocks=tuple(blocks), strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
 

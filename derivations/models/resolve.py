@@ -23,6 +23,7 @@ from memderive.derivations.models.presets import PRESETS, preset
 from memderive.derivations.models.ssm import find_ssm
 from memderive.derivations.options import ArgumentError, Options, OptionsError
 from memderive.symbolic.errors import InvalidLayoutError, shown
+from memderive.symbolic.pipeline_layout import LayoutError, check_layers
 
 __all__ = ["resolve_model", "check_layout", "check_expert_layout", "context_notes"]
 
@@ -71,20 +72,34 @@ def check_layout(model: Model, opts: Options) -> None:
               (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
                f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
               (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
-              (0 if opts.uneven_stages else z["l"] % opts.pp,
+              (0 if opts.uneven_stages or opts.pipeline_layout is not None else z["l"] % opts.pp,
                f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp} (uneven stages: "
                "--first-stage-layers, --last-stage-layers)")]
     if opts.uneven_stages:
         opts.stage_layers(z["l"])  # the rest must divide over the other stages (an OptionsError says why not)
+    if opts.pipeline_layout is not None:  # every decoder layer placed once (a LayoutError says how many are)
+        try:
+            check_layers(opts.layout_chunks(), opts.pipeline_layout, z["l"])
+        except LayoutError as exc:
+            raise OptionsError(str(exc)) from None
     if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
     if opts.virtual_stages not in (None, 1) and opts.pp > 1 and not opts.uneven_stages and \
+            opts.pipeline_layout is None and \
             z["l"] % (opts.pp * opts.virtual_stages):
         checks.append((1, f"{z['l']} layers are not divisible by p*v = {opts.pp * opts.virtual_stages}"))
     for remainder, message in checks:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
     check_expert_layout(model, opts)
+    if "moe_act" in opts.recomputed_modules and model.arch.moe is None:  # Megatron-Core: "moe_act in
+        # recompute_modules is only supported with moe_grouped_gemm" (transformer_config.py), experts' only
+        raise OptionsError(f"--recompute-modules moe_act recomputes the routed experts' activation; {model.name} has "
+                           "no experts (use mlp for a dense MLP)")
+    if "mla_up_proj" in opts.recomputed_modules and model.arch.attention != "mla":  # Megatron-Core: "mla_up_proj in
+        # recompute_modules is only supported with multi_latent_attention" (transformer_config.py)
+        raise OptionsError(f"--recompute-modules mla_up_proj recomputes multi-head latent attention's up projections; "
+                           f"{model.name} has no MLA (DeepSeek-V2/V3 have)")
     if opts.images:  # a hand-written family is a text model: --images 0 (text only) is what it derives
         raise OptionsError(f"{model.name} is a text model (a hand-written family): --images {opts.images} needs a "
                            "vision-language model's config.json (llava, gemma3, qwen2_vl, qwen2_5_vl), traced")

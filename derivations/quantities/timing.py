@@ -159,7 +159,7 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     if opts.ep <= 1 or not dispatched:
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
-    count = 4 + (2 if opts.recompute == "full" else 0)
+    count = 4 + (2 if opts.recompute == "full" or "moe" in opts.recomputed_modules else 0)  # the MoE layer again
     if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
         nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.tp)
         token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
@@ -167,42 +167,51 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
 
 
-def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool) -> tuple[int, int]:
+def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False
+             ) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
-    gradients) in backward, each distinct tensor once per repeat of its block."""
+    gradients) in backward, each distinct tensor once per repeat of its block; ``modules``: the partial sums of
+    the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more."""
     forward = backward = 0
-    for name, out, back in _tp_forms(graph):
+    for name, out, back, again in _tp_forms(graph):
         layer_fwd = _bytes(out, values) if out else 0
         forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
+        # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
+        forward += _bytes(again, values) if again and modules else 0
         backward += _bytes(back, values) if back else 0
     return forward, backward
 
 
 @per_graph
-def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any], ...]:
+def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
     backward's input gradients, times the block's repeat; 0 when none), once per graph."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
         out: Any = 0
+        again: Any = 0  # the partial sums of row-parallel ops that are recomputed
         for op in blk.ops:
             axes = {x.tp_axis for x in op.params if x.role == "weight"}
+            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
             if op.kind == "embedding" and 0 in axes:
                 out += op.output.nbytes
             elif op.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
                 out += op.share * op.output.nbytes
+                again += op.share * op.output.nbytes if redone else 0
                 inputs[op.path] = op.share * op.output.nbytes
             elif op.kind == "linear":
                 rows, weight = op.flops[0].operands  # the forward product: rows x weight
                 width = rows.numel * rows.dtype.nbytes
                 if weight.tp_axis == 1:  # row-parallel: partial sums of the output
                     out += width * weight.shape[0]
+                    again += width * weight.shape[0] if redone else 0
                 elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
                     inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
-        forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * sum(inputs.values()) if inputs else 0))
+        forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * sum(inputs.values()) if inputs else 0,
+                      blk.repeat * again if again else 0))
     return tuple(forms)
 
 
@@ -348,16 +357,20 @@ def memory_line(hw: GPU, kernels: str) -> str:
 
 def _stage_flops(est: Evaluated) -> int:
     """Hardware FLOPs per GPU of the busiest pipeline stage (the slowest sets the pipeline's pace): the first
-    (embedding and its layers), the last (its layers and the LM head) and, with uneven stages, a middle one."""
+    (embedding and its layers), the last (its layers and the LM head) and, with uneven stages, a middle one; under
+    ``--pipeline-layout`` the busiest rank, each rank's FLOPs those of its chunks."""
     first = est.number("hardware_flops_per_gpu")
     if est.options.pp == 1:
         return first
     stages = ["first", "last"]
     if est.options.uneven_stages and est.options.stage_layers(est.model.sizes["l"])[1] is not None:
         stages.append("middle")
+    layout = est.options.pipeline_layout is not None  # every rank of a custom layout that can be the slowest
+    if layout:
+        stages = list(est.options.layout_ranks(est.model.sizes.get("l_d", 0)))
     structure = Keyed(structure_key(est.model, est.options), est)
     out = [_bytes(_stage_flops_form(structure, stage), est.values) for stage in stages]
-    return maximum(*out) if est.options.uneven_stages else maximum(first, *out[1:])
+    return maximum(*out) if est.options.uneven_stages or layout else maximum(first, *out[1:])
 
 
 @lru_cache(maxsize=256)
@@ -668,7 +681,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
-        fwd, bwd = tp_bytes(whole, values, opts.recompute == "full")
+        fwd, bwd = tp_bytes(whole, values, opts.recompute == "full",
+                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)))
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)

@@ -105,18 +105,18 @@ def single_device(est: Estimate) -> Estimate:
     """The same estimate with every parallel degree set to 1 (recompute, dtype, profile kept)."""
     opts = est.options
     flat = replace(opts, tp=1, pp=1, dp=1, sp=False, zero=0, micro_batches=None, virtual_stages=None,
-                   first_stage_layers=None, last_stage_layers=None)
+                   first_stage_layers=None, last_stage_layers=None, pipeline_layout=None)
     return est if flat == opts else estimate(est.model, flat)
 
 
 def pipeline_stage(graph: Graph) -> str:
     """The pipeline stage the graph describes (``first``, ``middle`` or ``last``: the one ``estimate`` found the
     largest), read from its ``PipelineParallel`` strategy's name; ``first`` without one."""
-    found = next((m.group(1) for name in graph.strategies if (m := _STAGE.search(name))), None)
+    found = next((m.group(1) or m.group(2) for name in graph.strategies if (m := _STAGE.search(name))), None)
     return found or "first"
 
 
-_STAGE = re.compile(r"^pipeline parallel \(.*\b(first|middle|last) stage\)$")
+_STAGE = re.compile(r"^pipeline parallel \(.*\b(?:(first|middle|last) stage|(rank \d+))\)$")
 
 
 def layout_text(opts: Options, stage: str = "first") -> str:
@@ -127,7 +127,7 @@ def layout_text(opts: Options, stage: str = "first") -> str:
         parts.append(f"tensor parallel t = {opts.tp}" + (" with sequence parallel" if opts.sp else ""))
     if opts.pp > 1:
         extra = f", v = {opts.virtual_stages} virtual stages" if opts.virtual_stages not in (None, 1) else ""
-        parts.append(f"pipeline parallel p = {opts.pp} ({stage} stage{extra})")
+        parts.append(f"pipeline parallel p = {opts.pp} ({stage}{'' if stage.startswith('rank') else ' stage'}{extra})")
     if opts.dp > 1:
         parts.append(f"ZeRO-{opts.zero} over data parallel d = {opts.dp}" if opts.zero
                      else f"data parallel d = {opts.dp} (replicated)")

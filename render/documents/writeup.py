@@ -13,6 +13,7 @@ Both formats share one context (``_document_context``); Markdown uses ``$...$``/
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -138,8 +139,8 @@ def cli_command(est: Estimate, extra: Sequence[str] = (), command: str = "estima
     values = {f.name: getattr(est.options, f.name) for f in fields(Options) if f.name not in omit}
     if command.startswith("derive"):
         values.pop("mode", None)  # the quantity implies it
-    args = ["memderive", command, "--model", model_reference(est), *option_argv(values)]
-    return " ".join([*args, *extra])
+    args = ["memderive", *command.split(), "--model", model_reference(est), *option_argv(values)]
+    return shlex.join([*args, *extra])  # quoted where a value needs it (a --pipeline-layout's '|' and '*')
 
 
 class _Seen:

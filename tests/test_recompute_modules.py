@@ -1,0 +1,117 @@
+"""Megatron-Core's ``--recompute-modules`` (``symbolic.mcore_recompute``): what each module drops and recomputes,
+held to hand arithmetic from Megatron-LM's code (the module's docstring cites each line); and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes
+from memderive.derivations.quantities.timing import step_time
+from tests.in_process import estimate_cli
+
+STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
+
+
+def _pair(model: str, modules: str, **more):
+    """The estimate under selective recompute's default (core_attn) and under ``modules``."""
+    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=modules, **more)
+
+
+def test_mlp_dense_llama() -> None:
+    # LLaMA-2 7B (h 4096, f 11008, 32 layers), b 1, s 4096, bf16, flash. "mlp" checkpoints the MLP with the pre-MLP
+    # norm Transformer Engine fuses into fc1 (TELayerNormColumnParallelLinear): the checkpoint keeps its input, the
+    # residual stream (saved anyway, by the norm), and drops the norm's output (fc1's input, b s h) and the gate,
+    # up and SwiGLU outputs (three b s f), 2 bytes each:
+    #   b s h = 4096 * 4096 = 16,777,216 -> 33,554,432 B;  b s f = 4096 * 11008 = 45,088,768 -> 90,177,536 B
+    #   dropped per layer = 33,554,432 + 3 * 90,177,536 = 304,087,040 B (the norm's fp32 rstd is outside the
+    #   korthikanti profile either way)
+    # Recomputed: the MLP's three GEMMs once more, 3 * 2 b s h f per layer, 32 layers:
+    #   6 * 16,777,216 * 11008 * 32 = 35,459,249,995,776 FLOPs
+    plain, mlp = _pair("llama-2-7b", "mlp")
+    assert plain.number("activation_bytes_per_layer") - mlp.number("activation_bytes_per_layer") == 304_087_040
+    assert mlp.number("hardware_flops") - plain.number("hardware_flops") == 35_459_249_995_776
+    assert mlp.number("model_flops") == plain.number("model_flops")  # MFU's count has no recompute
+
+
+def test_layernorm_dense_llama_is_fused() -> None:
+    # Under Transformer Engine's spec a dense layer's two norms are fused into linear_qkv and linear_fc1
+    # (gpt_layer_specs.py: input_layernorm IdentityOp, pre_mlp_layernorm IdentityOp without experts), and
+    # transformer_layer.py recomputes a norm only where it is not an IdentityOp: nothing changes, 0 B, 0 FLOPs.
+    plain, norms = _pair("llama-2-7b", "layernorm")
+    assert norms.number("activation_bytes_per_layer") == plain.number("activation_bytes_per_layer")
+    assert norms.number("hardware_flops") == plain.number("hardware_flops")
+    assert fused_elementwise_bytes(norms) == fused_elementwise_bytes(plain)
+
+
+def test_layernorm_deepseek_v3_norms_of_their_own() -> None:
+    # DeepSeek-V3 (h 7168, 61 layers, the first 3 dense), b 1, s 4096. MLA's input norm is a TENorm of its own (its
+    # down projections are not column-parallel: gpt_layer_specs.py's MLA spec), recomputed in all 61 layers; the
+    # pre-MLP norm is fused into fc1 in the 3 dense layers and a TENorm in the 58 MoE layers. Each drops its output,
+    # b s h at 2 B = 4096 * 7168 * 2 = 58,720,256 B (the fp32 rstd is outside the korthikanti profile):
+    #   (61 + 58) * 58,720,256 = 6,987,710,464 B
+    plain, norms = _pair("deepseek-v3", "layernorm")
+    assert plain.number("activation_bytes") - norms.number("activation_bytes") == 6_987_710_464
+
+
+def test_layernorm_and_moe_act_gpt_oss() -> None:
+    # gpt-oss-20b (h 2880, k 4 of 32 experts, f_e 2880, 24 layers), b 1, s 4096, --profile exact (norm stats counted).
+    # layernorm: the MoE layer's pre-MLP norm is a TENorm of its own (the router reads it): its output (b s h, 2 B)
+    # and fp32 rstd (b s) go; the input norm is fused into linear_qkv (nothing).
+    #   4096 * 2880 * 2 + 4096 * 4 = 23,592,960 + 16,384 = 23,609,344 B
+    # moe_act: the weighted SwiGLU's output, fc2's input (b s k f_e, 2 B), goes; its inputs (fc1's output, the
+    # probs) stay saved by the checkpoint:
+    #   4096 * 4 * 2880 * 2 = 94,371,840 B
+    # per layer: 23,609,344 + 94,371,840 = 117,981,184 B
+    plain, both = _pair("gpt-oss-20b", "layernorm,moe_act", profile="exact")
+    assert plain.number("activation_bytes_per_layer") - both.number("activation_bytes_per_layer") == 117_981_184
+    # Time: no GEMM is recomputed; the fused kernels run once more in backward (memory_bound.FUSED_MOVES): the
+    # RMSNorm reads x and writes y (2 moves of b s h), the SwiGLU reads gate and up and writes y (3 moves of the
+    # b s k f_e gate), 2 bytes each, 24 layers:
+    #   (2 * 4096 * 2880 + 3 * 4096 * 4 * 2880) * 2 * 24 = (23,592,960 + 141,557,760) * 48 = 7,927,234,560 B
+    assert both.number("hardware_flops") == plain.number("hardware_flops")
+    assert fused_elementwise_bytes(both) - fused_elementwise_bytes(plain) == 7_927_234_560
+
+
+def test_mla_up_proj_deepseek_v3() -> None:
+    # DeepSeek-V3 (a 128, d_h 128, d_hR 64, d_v 128, d_c 512, d_cq 1536, 61 layers), b 1, s 4096, bf16, flash.
+    # mla_up_proj checkpoints the up projections (with their fused q/kv norms) and rotary: per token it drops the
+    # normed compressed query (d_cq) and latent (d_c) the up projections saved, and the query and key (a (d_h +
+    # d_hR) each) and value (a d_v) the attention kernel saved; it adds the rotary key (d_hR), saved by the
+    # checkpoint alone (2 B each; the norms' fp32 rstd is outside the korthikanti profile):
+    #   (1536 + 512 + 2 * 128 * 192 + 128 * 128 - 64) * 2 = (2048 + 49,152 + 16,384 - 64) * 2 = 135,040 B per token
+    #   * 4096 tokens = 553,123,840 B per layer
+    # Recomputed: q_b (d_cq -> a (d_h + d_hR)) and kv_b (d_c -> a (d_h + d_v)), 2 b s in out each, 61 layers:
+    #   2 * 4096 * (1536 * 24,576 + 512 * 32,768) * 61 = 8192 * 54,525,952 * 61 = 27,247,272,525,824 FLOPs
+    plain, up = _pair("deepseek-v3", "mla_up_proj")
+    assert plain.number("activation_bytes_per_layer") - up.number("activation_bytes_per_layer") == 553_123_840
+    assert up.number("hardware_flops") - plain.number("hardware_flops") == 27_247_272_525_824
+
+
+def test_moe_layer_checkpoint_keeps_only_its_input() -> None:
+    # "moe" checkpoints the whole MoE layer: inside it only its input, the pre-MLP norm's output, stays saved
+    # (the router's top-k indices and probs, the dispatcher's indices and every expert buffer go).
+    _, moe = _pair("gpt-oss-20b", "moe")
+    layer = moe.graph.block("layer")
+    saved = {op.path: [x.name for x in op.saved] for op in layer.ops if op.path.startswith("moe/")}
+    assert saved == {"moe/router": ["norm2.out"], "moe/experts": []}
+
+
+def test_moe_checkpoint_reruns_the_all_to_alls() -> None:
+    # The MoE layer's checkpoint runs the router, the dispatch and the combine again in backward (moe_layer.py
+    # custom_forward under tensor_parallel.checkpoint): 2 all-to-alls forward, 2 for the gradients, 2 in the recompute
+    # = 6 where the layer without it has 4, on the same ranks and bytes: 6 / 4 = 3/2 of the expert-parallel time.
+    layout = {"dp": 8, "ep": 8}
+    plain, moe = (step_time(e, "h100-sxm") for e in _pair("gpt-oss-20b", "moe", **layout))
+    assert plain.ep_s > 0 and moe.ep_s / plain.ep_s == pytest.approx(1.5, rel=1e-12)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--recompute", "selective", "--recompute-modules", "core_attn,bogus"), "unknown module 'bogus'"),
+    (("--recompute", "full", "--recompute-modules", "mlp"), "add --recompute selective"),
+    (("--recompute", "selective", "--recompute-modules", "moe_act"), "has no experts"),
+    (("--recompute", "selective", "--recompute-modules", "mla_up_proj"), "has no MLA"),
+])
+def test_refused_in_one_line(args, fragment) -> None:
+    result = estimate_cli("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64", *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
