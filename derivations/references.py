@@ -515,6 +515,16 @@ _ENTRIES: tuple[Reference, ...] = (
               "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
               "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,
               "github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md", "docs"),
+    Reference("azure-ai-benchmarking-guide", "Azure AI benchmarking guide", "Microsoft Azure HPC", "AI-benchmarking-"
+              "guide: Azure_Results/ND_A100_v4_results.md, ND_H200_v5_results.md and ND_H100_v5_results.md (the last "
+              "as its forks keep it, e.g. samuel-bohman/AI-benchmarking-guide) (HBM Bandwidth: BabelStream Copy, Mul, "
+              "Add, Triad, Dot in TB/s; GEMM cuBLASLt; NCCL all-reduce)", None,
+              "github.com/Azure/AI-benchmarking-guide/tree/main/Azure_Results", "code"),
+    Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
+              "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
+              "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "
+              "the GPU's clock has settled under full load; MAMF, a burst at the boost clock)", None,
+              "github.com/stas00/ml-engineering/blob/master/compute/accelerator/benchmarks/README.md", "docs"),
 )
 
 #: Every cited work by key, in the order above (by topic).

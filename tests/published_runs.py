@@ -213,10 +213,16 @@ BLOOM = [
 
 _TT_H100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 _TT_A100 = "torchtitan docs/performance.md (64 A100 80GB)"
-_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's 700 W peak stands in: the source "
-            "says its peak lies between SXM and NVL; its 2.4 TB/s is used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
+_TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (h100-sxm's rates at 700 W stand in: the source "
+            "says its peak lies between SXM and NVL; no matmul rate measured at 500 W is published; its 2.4 TB/s is "
+            "used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
 #: torchtitan's H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (torchtitan-h100-benchmarks, Hardware);
 #: 96 GiB, as memderive's h100-sxm holds its "80GB" as 80 GiB.
+#: Their 500 W power limit (the page: "the actual peak TFLOPs number is between SXM and NVL, and we don't know its
+#: exact value"): no matmul rate measured at 500 W is published, so the H100 SXM's sustained rate at 700 W stands in
+#: (efficiency.MSMF: the four H100 rows 12.4-18.5% too fast). At the other end of the page's range, the matmuls scaled
+#: by the H100 NVL's dense bf16 peak over the SXM's (835.5 / 989.5 = 0.844, NVIDIA's datasheets: 1,671 and 1,979 with
+#: sparsity) would put them 5.4-10.5% too fast (investigated, dense-bias; not applied: a bound, not a measured rate).
 _TT_HBM = 2400 * 10**9
 _TT_MEMORY = 96 * 2**30
 _A100_NOTE = ("64 A100 80GB, FSDP2 (ZeRO-3 over 64 ranks), SDPA, eager (the 64-A100 presets: compile = false); "
@@ -575,6 +581,18 @@ def _mt_nlg(dp: int, seconds: float, tflops: int) -> Run:
 #: One recipe at more than one cluster size (issue 39: measured runs slow down from a small to a large cluster of the
 #: same recipe): MT-NLG at 2,240, 2,800 and 3,360 GPUs.
 SCALING = [_mt_nlg(8, 60.1, 126), _mt_nlg(10, 50.2, 121), _mt_nlg(12, 44.4, 113)]
+#: Why BLOOM and MT-NLG stay 15-21% too fast (investigated, dense-bias; nothing changed): what DeepSpeed's pipeline
+#: engine of 2021-22 does differently from Megatron-LM's 1F1B makes it cheaper, not dearer, than modelled.
+#: schedule.py's TrainSchedule issues four blocking transfers per micro-batch on a middle stage (RecvActivation,
+#: SendGrad; SendActivation, RecvGrad), where Megatron pairs them into two exchanges; a simulation of the schedule
+#: with rendezvous sends gives 3.6-3.8 transfers per slot of its 2(m + p - 1) steps (1F1B's m + p - 1 compute time
+#: exactly when transfers are free). But engine.py (v0.5.5) partitions each boundary over the tensor-parallel ranks
+#: (is_pipe_partitioned: PartitionedTensor, 1/t of b s h per send, then three NVLink all-gathers per micro-batch),
+#: so per micro-batch 2.5 ms on MT-NLG (t 8) and 20.4 ms on BLOOM (t 4, 50 Gb/s per GPU) against the 7.0 and 39.2 ms
+#: the model times for two full-size sends. And public DeepSpeed had no BF16_Optimizer before v0.6.2 (2022-04-19,
+#: "bf16+pipeline parallelism" #1801): MT-NLG's bf16 of 2021 accumulated 16-bit gradients (6 B per parameter per
+#: micro-batch, not BF16_Optimizer's 18) and all-reduced them in bf16, which would be faster than the row's
+#: --grad-sync deepspeed; the row keeps it (the paper does not name its DeepSpeed version).
 
 
 #: The runs the A100 constants were fitted on (in-sample).

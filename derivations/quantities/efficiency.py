@@ -1,9 +1,13 @@
 """How fast a GPU runs a layer's products, from published kernel benchmarks only: no constant here is fitted to any
 run's step time.
 
-* **Matmuls** (each linear, expert and unfused attention product of the layers): at the GPU's **maximum achievable
-  matmul FLOP/s** (MAMF: the best rate a brute-force shape search reaches with cuBLAS/hipBLASLt, Bekman's
-  ml-engineering table, by GPU and dtype; ``MAMF``) times the **shape fraction** of the product's per-GPU sides:
+* **Matmuls** (each linear, expert and unfused attention product of the layers): at the GPU's **maximum sustainable
+  matmul FLOP/s** where it is measured (MSMF: the best rate a shape holds steady once the GPU runs at its power limit
+  and its clock has settled, Bekman's mamf-finder; ``MSMF``: H200, and the H100 SXM, the same GH100 die at the same
+  700 W, B200), else its **maximum achievable matmul FLOP/s** (MAMF: the best rate of a brute-force shape search
+  with cuBLAS/hipBLASLt, Bekman's ml-engineering table, by GPU and dtype; ``MAMF``: a burst at the boost clock,
+  which a training step, drawing the GPU's full power, does not hold) times the **shape fraction** of the
+  product's per-GPU sides:
   OpenXLA's measured GEMM table (``gemm_table``: FLOP/s by (m, n, k) from 256 to 4,096 on H100, B200 and MI300X),
   over its rate at 4096^3. A product ``(M tokens) x (in) -> (out)`` runs three times per micro-batch, as the forward
   ``(M, out, in)``, the input gradient ``(M, in, out)`` and the weight gradient ``(out, in, M)`` (m, n, k), each
@@ -18,11 +22,11 @@ run's step time.
   work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
 
 >>> from memderive.derivations.hardware import gpu
->>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)  # the H100's MAMF, 794.5 TFLOP/s
-794.5
->>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 794.5 = 765.1
+>>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)  # H200's MSMF, 745 TFLOP/s
+745.0
+>>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 745 = 717.4
 >>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 1024, 4096) / 1e12, 1)
-765.1
+717.4
 >>> # the A100 has no curve of its own: the H100's fraction at the shape times the A100's MAMF, 271.2 x 0.963
 >>> round(matmul_rate(gpu("a100-80gb"), "bf16", 4096, 1024, 4096) / 1e12, 1)
 261.2
@@ -46,7 +50,7 @@ from memderive.symbolic.lazy import lazy
 
 np = lazy("numpy")
 
-__all__ = ["MAMF", "MAMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
+__all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
            "gemm_products", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
@@ -68,6 +72,24 @@ MAMF: dict[str, tuple[float, float | None]] = {
 #: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
 #: the table has one, else the A100's 86.9%).
 MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "b300": "b200", "gb300": "gb200"}
+
+MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/benchmarks/README.md, How MAMF and MSMF are defined, "
+                       "How close it gets: H200 MSMF 743-746 (745 at 1536x2816x6144), B200 1421-1428 TFLOP/s (BF16); "
+                       "H200 FP8 about 1330-1337")
+
+#: Maximum sustainable matmul TFLOP/s (bf16, fp8; None: not measured): the highest rate a shape holds steady over a
+#: 2-4 s window on a GPU whose clock has settled under full load (mamf-finder.py --search auto, Bekman), where its
+#: MAMF is a short burst after an idle gap at the boost clock. H200 SXM: 745 bf16 (five runs 743-746; MAMF 843-850
+#: in the same runs), fp8 1,333.5 (the two runs stated, "about 1330" and "about 1337"); B200 SXM: 1,424.5 bf16 (five
+#: runs 1,421-1,428; MAMF 1,682-1,705). A training step keeps the GPU at its power limit, so its matmuls run at the
+#: sustained rate, where one is measured.
+MSMF: dict[str, tuple[float, float | None]] = {
+    "h200": (745.0, 1333.5),
+    "b200": (1424.5, None),
+}
+#: GPUs without a measured MSMF that take another's: the H100 SXM is the H200's GH100 die (132 SMs, the same dense
+#: peaks) at the same 700 W power limit (nvidia-h100-datasheet); Bekman's MAMF table: "H200 is the same".
+MSMF_STAND_IN = {"h100-sxm": "h200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
          "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942"}
@@ -86,7 +108,32 @@ FLASH_SOURCES = {
 }
 
 
+def _measured_sustained(name: str) -> str | None:
+    """The GPU whose MSMF stands for ``name``'s: its own, its MSMF stand-in's, or its MAMF stand-in's (None)."""
+    if name in MSMF:
+        return name
+    if name in MSMF_STAND_IN:
+        return MSMF_STAND_IN[name]
+    return _measured_sustained(MAMF_STAND_IN[name]) if name in MAMF_STAND_IN else None
+
+
 def _level(gpu: GPU, dtype: str) -> float:
+    """The GPU's matmul level in FLOP/s for ``dtype`` (bf16 or fp8): its sustained rate (MSMF) where one is measured
+    for it or the GPU standing in for it (that GPU's fraction of its dense peak), else its MAMF (``_burst``). fp8
+    without a measured MSMF: the bf16 MSMF times the MAMF table's fp8 over bf16."""
+    burst = _burst(gpu, dtype)
+    name = _measured_sustained(gpu.name)
+    if name is None:
+        return burst
+    ref, (bf16, fp8) = lookup(name), MSMF[name]
+    if dtype == "fp8" and gpu.fp8_flops is not None:
+        if fp8 is not None:
+            return fp8 * 1e12 / (ref.fp8_flops or ref.bf16_flops) * gpu.fp8_flops
+        return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops * burst / _burst(gpu, "bf16")
+    return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops
+
+
+def _burst(gpu: GPU, dtype: str) -> float:
     """The GPU's MAMF in FLOP/s for ``dtype`` (bf16 or fp8): measured, or its stand-in's fraction of peak."""
     name = gpu.name if gpu.name in MAMF else MAMF_STAND_IN.get(gpu.name, "a100-80gb")
     ref = lookup(name)
@@ -291,13 +338,19 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
 
 def rate_note(gpu: GPU, framework: str | None) -> str:
     """Where the GPU's rates come from, in words (for the time model's compute line)."""
-    mamf = MAMF.get(gpu.name)
-    level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
-             f"no measured MAMF: {MAMF_STAND_IN.get(gpu.name, 'a100-80gb')}'s fraction of its peak")
+    mamf, sustained = MAMF.get(gpu.name), _measured_sustained(gpu.name)
+    if sustained is not None:  # the rate a training step holds at the power limit (MSMF)
+        level = (f"sustained rate (MSMF) {MSMF[sustained][0]:,.1f} TFLOP/s" if sustained == gpu.name else
+                 f"no measured MSMF: {sustained}'s sustained rate (MSMF) as a fraction of its peak") + \
+            f" ({cite(MSMF_SOURCE)}; the burst MAMF: {cite(MAMF_SOURCE)})"
+    else:
+        level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
+                 f"no measured MAMF: {MAMF_STAND_IN.get(gpu.name, 'a100-80gb')}'s fraction of its peak") + \
+            f" ({cite(MAMF_SOURCE)})"
     arch = CURVE.get(gpu.name)
     curve = f"OpenXLA's {arch} GEMM curve" if arch else "no GEMM curve of its own: the H100's (sm_90)"
     kernel = flash_kernel(gpu, framework)
     fwd, bwd = FLASH[kernel]
-    return (f"{level} ({cite(MAMF_SOURCE)}) times the shape fraction of each product's per-GPU sides, {curve} "
+    return (f"{level} times the shape fraction of each product's per-GPU sides, {curve} "
             f"({cite(XLA_GEMM_TABLE)}); FlashAttention's core at {fwd:.1%} forward and {bwd:.1%} backward of the peak "
             f"({kernel}: {cite(FLASH_SOURCES[kernel])})")

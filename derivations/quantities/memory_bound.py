@@ -1,5 +1,7 @@
 """Memory-bound work of a training step beside its matmuls (``efficiency``), each as the
-bytes its kernels move through HBM over the GPU's rated memory bandwidth (a lower bound: no kernel reaches it).
+bytes its kernels move through HBM over the bandwidth a streaming kernel reaches on that GPU (``achievable_bandwidth``:
+BabelStream's Triad, measured on the A100 80GB, H100 SXM and H200; the rated bandwidth, a lower bound on the time,
+on the others).
 
 * **Unfused elementwise kernels** (``--kernels eager``: PyTorch without torch.compile, as torchtitan's benchmark
   configs run, ``compile = false``). Megatron-LM's norms, activations and rotary
@@ -36,12 +38,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
 
-__all__ = ["Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+__all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE"]
 
@@ -55,6 +58,34 @@ DEEPSPEED_SOURCE = Citation("deepspeed-pipe-engine", "_exec_backward_pass: updat
                             "_exec_reduce_grads: buffered_allreduce_fallback of the fp32 gradients; "
                             "_exec_reduce_tied_grads", also=(Citation("deepspeed-bf16-optimizer", "update_hp_grads"),))
 FSDP_SOURCE = Citation("pytorch-fsdp2-collectives", "foreach_all_gather_copy_out, foreach_reduce (_chunk_cat)")
+STREAM_SOURCE = Citation("azure-ai-benchmarking-guide", "Azure_Results ND_A100_v4, ND_H100_v5 and ND_H200_v5: HBM "
+                         "Bandwidth (BabelStream), Triad 1.70, 2.97 and 4.15 TB/s")
+
+#: The HBM bandwidth a streaming kernel reaches, (measured TB/s, the GPU's rated TB/s): BabelStream's Triad
+#: (``a[i] = b[i] + s * c[i]``: two reads and a write per element, as the elementwise kernels here) on Azure's ND A100
+#: v4 (A100-SXM4-80GB, rated 2.039), ND H100 v5 (H100 80GB HBM3, 3.35) and ND H200 v5 (H200 141GB, 4.8); its Copy
+#: (one read, one write) reads 1.61, 2.90 and 4.01, its Add the Triad's. Other GPUs: not measured there.
+STREAM_TRIAD: dict[str, tuple[float, float]] = {
+    "a100-80gb": (1.70, 2.039),
+    "h100-sxm": (2.97, 3.35),
+    "h200": (4.15, 4.8),
+}
+
+
+def achievable_bandwidth(hw: GPU) -> float:
+    """Bytes/s the memory-bound kernels of a training step move on ``hw``: its memory bandwidth (a cluster's own
+    figure where it gives one) times the Triad's measured fraction of the rated for that GPU kind (``STREAM_TRIAD``),
+    the rated bandwidth where none is measured.
+
+    >>> from memderive.derivations.hardware import gpu
+    >>> round(achievable_bandwidth(gpu("a100-80gb")) / 1e9)  # 2,039 GB/s x 1.70 / 2.039
+    1700
+    >>> round(achievable_bandwidth(gpu("l40s")) / 1e9)  # not measured: its rated 864 GB/s
+    864
+    """
+    measured = STREAM_TRIAD.get(hw.name)
+    return hw.memory_bandwidth * measured[0] / measured[1] if measured else float(hw.memory_bandwidth)
+
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,10 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
 (``cluster.Cluster``: GPUs per node, the intra-node link, the network per GPU):
 
 * compute, per micro-batch on the busiest pipeline stage: its hardware FLOPs (recompute included) at the GPU's
-  matmul efficiency of the layers' per-GPU products (each at the measured rate of its shape: the GPU's maximum
-  achievable matmul FLOP/s times OpenXLA's GEMM table's fraction; FlashAttention at its papers' rates), plus its
-  elementwise kernels' HBM bytes at the memory bandwidth (``efficiency``, ``memory_bound``: from kernel benchmarks
+  matmul efficiency of the layers' per-GPU products (each at the measured rate of its shape: the GPU's sustained
+  (MSMF) or maximum achievable (MAMF) matmul FLOP/s times OpenXLA's GEMM table's fraction; FlashAttention at its
+  papers' rates), plus its elementwise kernels' HBM bytes at the bandwidth BabelStream's Triad reaches (the rated
+  one where none is measured) (``efficiency``, ``memory_bound``: from kernel benchmarks
   and the kernels' code, nothing fitted to a run); ``efficiency=`` given instead: FLOPs at that fraction of the
   dense peak alone;
 * communication per micro-batch, not hidden: tensor parallelism all-reduces each row-parallel layer's output in
@@ -58,7 +59,7 @@ from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PE
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
-from memderive.derivations.quantities.memory_bound import (eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
+from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.options import TE_FP8, Options, derived
 from memderive.derivations.memo import Keyed, applied, per_graph
@@ -69,7 +70,8 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
-from memderive.derivations.quantities.memory_bound import DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE
+from memderive.derivations.quantities.memory_bound import (DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE,
+                                                            STREAM_SOURCE)
 from memderive.derivations.quantities.model_states import state_widths
 from memderive.symbolic.float8 import float8_matmul_flops
 from memderive.symbolic.dims import sym
@@ -268,7 +270,7 @@ class StepTime:
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
             f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the 16-bit "
-            f"rate times the GPU's fp8 over bf16 MAMF, {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"rate times the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
@@ -340,7 +342,11 @@ def memory_line(hw: GPU, kernels: str) -> str:
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
-    return (f"memory-bound, at {hw.memory_bandwidth / 1e9:,.0f} GB/s: every elementwise kernel's reads and writes as "
+    reached = achievable_bandwidth(hw)
+    rate = (f"{reached / 1e9:,.0f} GB/s (BabelStream's Triad, {reached / hw.memory_bandwidth:.1%} of the rated "
+            f"{hw.memory_bandwidth / 1e9:,.0f}: {cite(STREAM_SOURCE)})" if reached != hw.memory_bandwidth else
+            f"{hw.memory_bandwidth / 1e9:,.0f} GB/s (rated; no streaming kernel measured on it)")
+    return (f"memory-bound, at {rate}: every elementwise kernel's reads and writes as "
             f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
             f"loss, the routed experts' tokens permuted and scattered back and their router; memory_bound.FUSED_MOVES, "
             f"TOKEN_MOVES); {eager}ZeRO-3's copy-out of each gathered "
@@ -656,20 +662,21 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     eff = efficiency if efficiency is not None else gemm_efficiency(hw, est)
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
-    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MAMF's (efficiency.py)
+    # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
     fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
     eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = 0.0
-    if efficiency is None:  # elementwise work at the memory bandwidth (efficiency.py)
+    if efficiency is None:  # elementwise work at the bandwidth a streaming kernel reaches (memory_bound.py)
+        bandwidth = achievable_bandwidth(hw)
         # memory-bound work (memory_bound.py): unfused kernels' extra, on the busiest stage
         extra = eager_extra_bytes(est) if opts.kernels == "eager" else 0
-        eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / hw.memory_bandwidth if extra else 0.0
+        eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / bandwidth if extra else 0.0
         # every elementwise kernel's reads and writes, fused (memory_bound.py), on the busiest stage
         elementwise_micro = (fused_elementwise_bytes(est) * stage / est.number("hardware_flops_per_gpu")
-                             / hw.memory_bandwidth)
-        copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / hw.memory_bandwidth, 0.0)
-        optimizer = optimizer_bytes(est) / hw.memory_bandwidth
-        accumulate_micro = fp32_accumulation_bytes(est) / hw.memory_bandwidth
+                             / bandwidth)
+        copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
+        optimizer = optimizer_bytes(est) / bandwidth
+        accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
