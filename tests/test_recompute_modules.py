@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes
+from memderive.derivations.quantities.efficiency import gemm_products
+from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes, layout_int
 from memderive.derivations.quantities.timing import step_time
 from tests.in_process import estimate_cli
 
@@ -14,8 +16,9 @@ STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
 
 
 def _pair(model: str, modules: str, **more):
-    """The estimate under selective recompute's default (core_attn) and under ``modules``."""
-    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=modules, **more)
+    """The estimate under selective recompute's default (core_attn) and under core_attn and ``modules`` (so each
+    difference is ``modules``' own: core_attn checkpoints the flash kernel, below)."""
+    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=f"core_attn,{modules}", **more)
 
 
 def test_mlp_dense_llama() -> None:
@@ -115,3 +118,48 @@ def test_moe_checkpoint_reruns_the_all_to_alls() -> None:
 def test_refused_in_one_line(args, fragment) -> None:
     result = estimate_cli("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64", *args)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+def _flash_pair(**more):
+    """LLaMA-2 7B, b 1, s 4096, flash, under Megatron-Core: recompute none and selective (core_attn)."""
+    step = {**STEP, "framework": "megatron", "attention": "flash", **more}
+    return estimate("llama-2-7b", **{**step, "recompute": "none"}), estimate("llama-2-7b", **step)
+
+
+def test_core_attn_checkpoints_the_flash_kernel() -> None:
+    # LLaMA-2 7B (h 4096, a 32, d_h 128, f 11008, 32 layers), b 1, s 4096, bf16, flash, Megatron-Core.
+    # Without recompute a layer saves (korthikanti profile, the norms' fp32 rstd outside it), 2 B per element:
+    #   the layer input, norm1's output (linear_qkv's input), q, k, v, the attention output (saved by the kernel and
+    #   by linear_proj: the same tensor, once), residual1's output, norm2's output: 8 b s h = 8 * 16,777,216 * 2
+    #   = 268,435,456 B; gate, up, SwiGLU output: 3 b s f = 3 * 45,088,768 * 2 = 270,532,608 B;
+    #   the kernel's fp32 logsumexp, b a s = 32 * 4096 * 4 = 524,288 B;  total 539,492,352 B.
+    # core_attn runs the kernel under tensor_parallel.checkpoint: q, k, v saved (its arguments), the kernel's output
+    # (still linear_proj's input) and logsumexp not: 539,492,352 - 524,288 = 538,968,064 B.
+    plain, selective = _flash_pair()
+    assert plain.number("activation_bytes_per_layer") == 539_492_352
+    assert selective.number("activation_bytes_per_layer") == 538_968_064
+    # Backward runs the kernel's forward once more: q k^T and P v, 2 b a s s d_h each (the full s x s),
+    #   2 * 2 * 32 * 4096 * 4096 * 128 = 274,877,906,944 per layer, 32 layers: 8,796,093,022,208 hardware FLOPs;
+    # MFU's model FLOPs have none of it.
+    assert selective.number("hardware_flops") - plain.number("hardware_flops") == 8_796_093_022_208
+    assert selective.number("model_flops") == plain.number("model_flops")
+
+
+def test_core_attn_rerun_timed_at_the_forward_kernels_rate() -> None:
+    # The rerun is the forward kernel (random.py: run_function again), so gemm_products puts it with the forward:
+    # the flash row's forward FLOPs double (q k^T and P v: 274,877,906,944 per layer, 32 layers: 8,796,093,022,208),
+    # the backward kernel's stay.
+    rows = [[(layout_int(x, e.values) for x in row[1:]) for row in gemm_products(e.graph) if row[0] == "flash"]
+            for e in _flash_pair()]
+    [[(fwd, back)], [(fwd2, back2)]] = [[tuple(r) for r in x] for x in rows]
+    assert (fwd, fwd2, back2) == (8_796_093_022_208, 2 * 8_796_093_022_208, back)
+
+
+@pytest.mark.parametrize("more", [{"attention": "eager"}, {"framework": "deepspeed", "dtype": "bf16"}])
+def test_core_attn_leaves_eager_and_legacy_megatron_flash(more) -> None:
+    # The eager core is SelectiveRecompute's (its s x s scores dropped, as before); legacy Megatron-LM (DeepSpeed's
+    # Megatron) never checkpoints its flash path (transformer.py L818-832): no ModuleRecompute there.
+    step = {**STEP, "attention": "flash", **more}
+    e = estimate("llama-2-7b", **step)
+    assert not any(x.startswith("Megatron-Core recompute modules") for x in e.graph.strategies)
+
