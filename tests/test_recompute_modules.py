@@ -3,13 +3,20 @@ held to hand arithmetic from Megatron-LM's code (the module's docstring cites ea
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import subprocess
+
 import pytest
 
+from memderive.commands import cli
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.efficiency import gemm_products
 from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes, layout_int
 from memderive.derivations.quantities.timing import step_time
+from memderive.derivations.search.plan import PlanError, plan
 from tests.in_process import estimate_cli
 
 STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
@@ -163,3 +170,49 @@ def test_core_attn_leaves_eager_and_legacy_megatron_flash(more) -> None:
     e = estimate("llama-2-7b", **step)
     assert not any(x.startswith("Megatron-Core recompute modules") for x in e.graph.strategies)
 
+
+# -- plan --recompute-modules and --pipeline-layout ------------------------------------------------------------------
+
+PLAN = ("plan", "--model", "llama-2-7b", "--seq", "4096", "--global-batch", "8", "--gpu-memory", "80GB", "--gpus", "8")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_plan_passes_recompute_modules_to_its_selective_rows() -> None:
+    # With the modules, plan searches selective on FlashAttention too (without them it leaves selective out there),
+    # each selective row carries them and no other row does; a selective row's bytes are those estimate derives from
+    # the row's options (the mlp checkpoint included: the same row without the modules holds more).
+    result = _cli(*PLAN, "--recompute-modules", "mlp", "--top", "40", "--json")
+    assert result.returncode == 0, result.stderr
+    layouts = json.loads(result.stdout)["layouts"]
+    selective = [x for x in layouts if x["options"].get("recompute") == "selective"]
+    assert selective and all(x["options"]["recompute_modules"] == ["mlp"] for x in selective)
+    assert all("recompute_modules" not in x["options"] for x in layouts if x not in selective)
+    row = selective[0]
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in row["options"].items()}
+    assert estimate("llama-2-7b", **fields).number("total_bytes") == row["total_bytes"]
+    without = {**fields, "recompute_modules": ()}
+    assert estimate("llama-2-7b", **without).number("total_bytes") > row["total_bytes"]
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--pipeline-layout", "Et*15|t*17L"), "plan searches pp and v, which --pipeline-layout fixes"),
+    (("--framework", "torchtitan", "--recompute-modules", "mlp"), "searches no selective recompute"),
+    (("--recompute-modules", "bogus"), "unknown module 'bogus'"),
+])
+def test_plan_refuses_in_one_line(args, fragment) -> None:
+    result = _cli(*PLAN, *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+def test_plan_api_refuses_a_pipeline_layout() -> None:
+    with pytest.raises(PlanError, match="which --pipeline-layout fixes"):
+        plan("llama-2-7b", 80 * 10**9, 8, 4096, 8, pp=2, pipeline_layout="Et*15|t*17L")
