@@ -150,6 +150,15 @@ def test_core_attn_checkpoints_the_flash_kernel() -> None:
     # MFU's model FLOPs have none of it.
     assert selective.number("hardware_flops") - plain.number("hardware_flops") == 8_796_093_022_208
     assert selective.number("model_flops") == plain.number("model_flops")
+    # The peak adds the layer rebuilt in backward: the rerun kernel's logsumexp and its new output (linear_proj keeps
+    # the first): 524,288 + b s h * 2 = 524,288 + 33,554,432 = 34,078,720 B. total_bytes without recompute: 32 layers
+    # * 539,492,352 + the head's inputs 4 V b s + 4 b h s = 17,263,755,264 + 591,396,864 = 17,855,152,128 B of
+    # activations, and Megatron's 18 B per parameter (bf16 weight, fp32 main_grad, fp32 main param, Adam's two fp32
+    # moments) * 6,738,415,616 = 121,291,481,088 B: 139,146,633,216 B. Selective: less the 32 layers' logsumexp
+    # (16,777,216 B), plus the working layer: 139,146,633,216 - 16,777,216 + 34,078,720 = 139,163,934,720 B.
+    working = [t for t in selective.quantity("total_bytes").breakdown.terms if t.path == "recompute/working_layer"]
+    assert [t.expr.subs(selective.values) for t in working] == [34_078_720]
+    assert (plain.number("total_bytes"), selective.number("total_bytes")) == (139_146_633_216, 139_163_934_720)
 
 
 def test_core_attn_rerun_timed_at_the_forward_kernels_rate() -> None:
