@@ -408,9 +408,10 @@ class Options:
     def core_attn_checkpointed(self) -> bool:
         """Whether core_attn checkpoints a fused attention kernel (``symbolic.mcore_recompute``): Megatron-Core's
         layers (attention.py wraps any backend) with a fused kernel; not the eager core (``SelectiveRecompute``'s),
-        nor DeepSpeed's Megatron (legacy Megatron-LM skips the checkpoint on its flash path)."""
+        nor DeepSpeed's Megatron (legacy Megatron-LM skips the checkpoint on its flash path), nor torchtitan (its
+        own checkpointing policies: no core_attn module)."""
         return ("core_attn" in self.recomputed_modules and self.attention_kernel != "eager"
-                and self.implementation_kind == "megatron" and self.framework != "deepspeed")
+                and self.implementation_kind == "megatron" and self.framework in (None, "megatron"))
 
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""

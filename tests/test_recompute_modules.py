@@ -171,10 +171,12 @@ def test_core_attn_rerun_timed_at_the_forward_kernels_rate() -> None:
     assert (fwd, fwd2, back2) == (8_796_093_022_208, 2 * 8_796_093_022_208, back)
 
 
-@pytest.mark.parametrize("more", [{"attention": "eager"}, {"framework": "deepspeed", "dtype": "bf16"}])
+@pytest.mark.parametrize("more", [{"attention": "eager"}, {"framework": "deepspeed", "dtype": "bf16"},
+                                  {"framework": "torchtitan"}])
 def test_core_attn_leaves_eager_and_legacy_megatron_flash(more) -> None:
     # The eager core is SelectiveRecompute's (its s x s scores dropped, as before); legacy Megatron-LM (DeepSpeed's
-    # Megatron) never checkpoints its flash path (transformer.py L818-832): no ModuleRecompute there.
+    # Megatron) never checkpoints its flash path (transformer.py L818-832); torchtitan has no core_attn module (its
+    # own policies, selective-op): no ModuleRecompute there.
     step = {**STEP, "attention": "flash", **more}
     e = estimate("llama-2-7b", **step)
     assert not any(x.startswith("Megatron-Core recompute modules") for x in e.graph.strategies)
