@@ -219,8 +219,8 @@ OPTIONS: tuple[Option, ...] = (
        "core_attn): core_attn, layernorm (the norms that are modules of their own: a MoE layer's pre-MLP norm, MLA's "
        "input norm; Transformer Engine fuses the others into their linears), moe_act (the routed experts' "
        "activation), mla_up_proj (MLA's up projections and rotary), mlp (a dense layer's MLP), moe (the whole MoE "
-       "layer, all-to-alls included), shared_experts",
-       modes=_TRAIN, echo="set",
+       "layer, all-to-alls included), shared_experts (plan: every selective row, selective searched with them)",
+       modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--recompute", "selective", "--recompute-modules", "core_attn,mlp")),
     _o("compile", "bool", False, "torch.compile: the activations AOTAutograd's min-cut partitioner (Inductor's) "
        "saves for backward, derived from transformers' ATen calls (with --implementation hf: LLaMA-style and GPT-2 "
@@ -267,7 +267,8 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--pp", "3", "--last-stage-layers", "2")),
     _o("pipeline_layout", "text", None, "Megatron-Core's --pipeline-model-parallel-layout: model chunks split by '|' "
        "(E embedding, t decoder layer, m MTP layer, L loss; x*N and (...)*N repeat), the i-th chunk on pipeline rank "
-       "i mod p as virtual stage i div p; e.g. \"Et*3|(tt|)*29,m|L\" with --pp 16 --virtual-stages 2", modes=_TRAIN, echo="set",
+       "i mod p as virtual stage i div p; e.g. \"Et*3|(tt|)*29,m|L\" with --pp 16 --virtual-stages 2 (plan refuses it: "
+       "a layout fixes pp and v, which plan searches)", modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--pp", "2", "--pipeline-layout", "Et*15|t*17L")),
     _o("profile", "choice", None, "activation profile: the paper's (norm stats neglected) or every saved tensor "
        "(default: exact under --implementation hf, whose code saves them all; korthikanti under megatron)",

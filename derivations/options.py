@@ -404,6 +404,15 @@ class Options:
             return ()
         return self.recompute_modules or ("core_attn",)
 
+    @property
+    def core_attn_checkpointed(self) -> bool:
+        """Whether core_attn checkpoints a fused attention kernel (``symbolic.mcore_recompute``): Megatron-Core's
+        layers (attention.py wraps any backend) with a fused kernel; not the eager core (``SelectiveRecompute``'s),
+        nor DeepSpeed's Megatron (legacy Megatron-LM skips the checkpoint on its flash path), nor torchtitan (its
+        own checkpointing policies: no core_attn module)."""
+        return ("core_attn" in self.recomputed_modules and self.attention_kernel != "eager"
+                and self.implementation_kind == "megatron" and self.framework in (None, "megatron"))
+
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""
         object.__setattr__(self, "recompute_modules", tuple(dict.fromkeys(_names(self.recompute_modules))))
@@ -825,8 +834,10 @@ class Options:
             modules = self.recomputed_modules
             if "core_attn" in modules:
                 out.append(SelectiveRecompute())
-            if set(modules) - {"core_attn"}:
-                out.append(ModuleRecompute(tuple(m for m in modules if m != "core_attn")))
+            if not self.core_attn_checkpointed:  # the fused kernel left as it is
+                modules = tuple(m for m in modules if m != "core_attn")
+            if modules:
+                out.append(ModuleRecompute(modules))
         elif self.recompute == "full":
             out.append(FullRecompute())
         elif self.recompute == "selective-op":

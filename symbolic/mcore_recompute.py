@@ -5,7 +5,17 @@
 ``["core_attn"]``; the CLI's ``--recompute-modules``). Each module, read off the code, as it acts on a layer of
 the graph (Megatron-Core with Transformer Engine: ``gpt_layer_specs.py`` L258-336):
 
-* ``core_attn``: ``symbolic.strategies.SelectiveRecompute`` (the attention core, Korthikanti et al. 2022).
+* ``core_attn``: ``symbolic.strategies.SelectiveRecompute`` for the unfused core (its ``as^2`` tensors, Korthikanti
+  et al. 2022); a fused core (Transformer Engine's flash or cuDNN fused attention, ``flash-attention`` ops) runs under
+  ``tensor_parallel.checkpoint`` whatever the backend (attention.py L392-395 ``checkpoint_core_attention``, L1555-1564,
+  L446-495 ``_checkpointed_attention_forward``): ``CheckpointFunction`` runs the kernel under ``no_grad`` and saves
+  only its arguments, q, k, v (tensor_parallel/random.py L616-628; the mask type is a CPU tensor, L493), so the
+  kernel's own saves go: its output and softmax statistics (TE's ``FusedAttnFunc`` L1655-1664 saves q, k, v,
+  ``out`` and ``aux_ctx_tensors``, the softmax stats; flash-attn's ``FlashAttnFunc`` ``out`` and ``softmax_lse``);
+  in backward the forward kernel runs once more (random.py L658-668), before the kernel's own backward. The output
+  stays saved where the output projection saves its input (``linear_proj(core_attn_out)``, L1628): counted
+  once. Legacy Megatron-LM (and Megatron-DeepSpeed, built on it) never checkpointed the flash path
+  (megatron/legacy/model/transformer.py at 532ad926b4 L818-832: ``if not self.use_flash_attn``).
 * ``layernorm``: ``input_layernorm`` and ``pre_mlp_layernorm`` run under ``CheckpointWithoutOutput``
   (transformer_layer.py L475-530, L712-723, L818-832): the norm runs under ``no_grad`` and only its input is saved
   (tensor_parallel/random.py L748-800, ``_save_args_to_ctx``); once the next module has saved the output,
@@ -65,7 +75,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["ModuleRecompute", "MODULES", "SOURCE"]
+__all__ = ["ModuleRecompute", "MODULES", "SOURCE", "CORE_ATTN_SOURCE", "CHECKPOINTED"]
 
 #: Megatron-Core's recompute modules of a transformer layer (transformer_config.py L1944-1962 ``allowed_modules``,
 #: less the GatedDeltaNet and hyper-connection ones).
@@ -74,6 +84,15 @@ SOURCE = ("Megatron-LM d98e8a6 megatron/core/transformer/transformer_layer.py L4
           "moe/experts.py L269-271, L1019-1030 (moe_act), moe/moe_layer.py L247-255 (moe, shared_experts), "
           "multi_latent_attention.py L171-174, L455-458, L983-987 (mla_up_proj), tensor_parallel/random.py L748-990 "
           "(CheckpointWithoutOutput)")
+#: core_attn over a fused kernel (``_core_attn``): Megatron-Core and Transformer Engine's lines.
+CORE_ATTN_SOURCE = ("Megatron-LM d98e8a6 megatron/core/transformer/attention.py L392-395, L446-495, L1555-1564 "
+                    "(core_attn: tensor_parallel.checkpoint of the attention kernel, any backend), "
+                    "tensor_parallel/random.py L616-628, L658-668 (CheckpointFunction saves its arguments, reruns "
+                    "the forward in backward); TransformerEngine d0067d0 pytorch/attention/dot_product_attention/"
+                    "backends.py L1655-1664 (FusedAttnFunc saves q, k, v, out, softmax stats)")
+#: The name suffix of a fused kernel's forward run again by the checkpoint (timed at the forward kernel's rate:
+#: ``quantities.efficiency.gemm_products``), apart from the kernel's own backward recompute of ``q k^T``.
+CHECKPOINTED = " (checkpointed forward again)"
 NORMS = ("rms_norm", "layer_norm")
 #: The attention kernels' op kinds (``symbolic.ops``, ``symbolic.strategies.FlashAttention``).
 ATTENTION_KINDS = ("attention", "flash-attention", "sdpa")
@@ -146,6 +165,25 @@ def _moe_act(op: Op) -> Op:
                   if f.phase == "forward" and f.kind == "elementwise" and not f.name.endswith("+bias")
                   and not f.operands[0].name.endswith(".weighted"))  # the scaling term is the tokens' movement
     return replace(op, saved=tuple(x for x in op.saved if x.name not in dropped), flops=op.flops + again)
+
+
+def _core_attn(blk: Block) -> Block:
+    """Each fused attention kernel under ``tensor_parallel.checkpoint``: saved, its arguments only (q, k, v); its
+    output and softmax statistics no longer saved by it (the output projection still saves the output); its forward
+    once more in backward. An unfused core is ``SelectiveRecompute``'s."""
+    known = {x.name: x for op in blk.ops for x in (*op.saved, op.output)}
+
+    def per_op(op: Op) -> Op:
+        if op.kind != "flash-attention":
+            return op
+        kept = tuple(x for x in op.saved if x.name in op.inputs)
+        extra = tuple(replace(known[name], role="activation") for name in op.inputs
+                      if name in known and all(x.name != name for x in kept))
+        again = tuple(replace(f, name=f.name + CHECKPOINTED, phase="recompute") for f in op.flops
+                      if f.phase == "forward")
+        return replace(op, saved=(*kept, *extra), saved_for=(), flops=op.flops + again)
+
+    return blk.map_ops(per_op)
 
 
 def _checkpointed(ops: tuple[Op, ...], region: list[Op], kept: Tensor) -> tuple[Op, ...]:
@@ -239,16 +277,15 @@ def _mla_up_proj(blk: Block) -> Block:
 
 @dataclass(frozen=True, slots=True)
 class ModuleRecompute(Strategy):
-    """Megatron-Core's selective recompute of ``modules`` (any of ``MODULES`` but ``core_attn``, which
-    ``SelectiveRecompute`` is) in every layer; see the module's docstring."""
+    """Megatron-Core's selective recompute of ``modules`` (any of ``MODULES``; ``core_attn`` here acts on fused
+    attention kernels, the unfused core is ``SelectiveRecompute``'s) in every layer; see the module's docstring."""
 
     modules: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.modules if m not in MODULES or m == "core_attn"]
+        unknown = [m for m in self.modules if m not in MODULES]
         if unknown:
-            raise ValueError(f"ModuleRecompute: {', '.join(unknown)} not one of "
-                             f"{', '.join(m for m in MODULES if m != 'core_attn')}")
+            raise ValueError(f"ModuleRecompute: {', '.join(unknown)} not one of {', '.join(MODULES)}")
 
     @property
     def name(self) -> str:
@@ -267,9 +304,13 @@ class ModuleRecompute(Strategy):
             blk = _mlp(blk)
         if "layernorm" in self.modules:
             blk = _layernorm(blk)
+        if "core_attn" in self.modules:  # before mla_up_proj, which frees the q, k, v the checkpoint holds
+            blk = _core_attn(blk)
         if "mla_up_proj" in self.modules:
             blk = _mla_up_proj(blk)
         return blk
 
     def __call__(self, graph: Graph) -> Graph:
-        return graph.map_blocks(self._layer, self.name, f"{self.name}: {SOURCE}")
+        source = ", ".join(((SOURCE,) if set(self.modules) - {"core_attn"} else ()) +
+                           ((CORE_ATTN_SOURCE,) if "core_attn" in self.modules else ()))
+        return graph.map_blocks(self._layer, self.name, f"{self.name}: {source}")

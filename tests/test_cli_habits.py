@@ -51,8 +51,8 @@ def test_text_and_writeups_say_the_same(capsys, tmp_path) -> None:
     _, text, _ = run(capsys, "estimate", *TRAIN)
     line = "inputs: mode train, batch 1, seq 4,096, dtype bf16, optimizer adamw, tp 8, pp 1, dp 4, sp on, zero 1"
     assert line in text
-    assert ("strategies: FlashAttention; selective recompute; tensor parallel; sequence parallel; data parallel d = 4, "
-            "ZeRO stage 1") in text
+    assert ("strategies: FlashAttention; selective recompute; Megatron-Core recompute modules (core_attn); tensor "
+            "parallel; sequence parallel; data parallel d = 4, ZeRO stage 1") in text
     _, md, _ = run(capsys, "estimate", *TRAIN, "--format", "md")
     assert f"- {line}" in md
 

@@ -3,19 +3,29 @@ held to hand arithmetic from Megatron-LM's code (the module's docstring cites ea
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import subprocess
+
 import pytest
 
+from memderive.commands import cli
+
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes
+from memderive.derivations.quantities.efficiency import gemm_products
+from memderive.derivations.quantities.memory_bound import fused_elementwise_bytes, layout_int
 from memderive.derivations.quantities.timing import step_time
+from memderive.derivations.search.plan import PlanError, plan
 from tests.in_process import estimate_cli
 
 STEP = {"mode": "train", "batch": 1, "seq": 4096, "recompute": "selective"}
 
 
 def _pair(model: str, modules: str, **more):
-    """The estimate under selective recompute's default (core_attn) and under ``modules``."""
-    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=modules, **more)
+    """The estimate under selective recompute's default (core_attn) and under core_attn and ``modules`` (so each
+    difference is ``modules``' own: core_attn checkpoints the flash kernel, below)."""
+    return estimate(model, **STEP, **more), estimate(model, **STEP, recompute_modules=f"core_attn,{modules}", **more)
 
 
 def test_mlp_dense_llama() -> None:
@@ -115,3 +125,105 @@ def test_moe_checkpoint_reruns_the_all_to_alls() -> None:
 def test_refused_in_one_line(args, fragment) -> None:
     result = estimate_cli("--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "64", *args)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+def _flash_pair(**more):
+    """LLaMA-2 7B, b 1, s 4096, flash, under Megatron-Core: recompute none and selective (core_attn)."""
+    step = {**STEP, "framework": "megatron", "attention": "flash", **more}
+    return estimate("llama-2-7b", **{**step, "recompute": "none"}), estimate("llama-2-7b", **step)
+
+
+def test_core_attn_checkpoints_the_flash_kernel() -> None:
+    # LLaMA-2 7B (h 4096, a 32, d_h 128, f 11008, 32 layers), b 1, s 4096, bf16, flash, Megatron-Core.
+    # Without recompute a layer saves (korthikanti profile, the norms' fp32 rstd outside it), 2 B per element:
+    #   the layer input, norm1's output (linear_qkv's input), q, k, v, the attention output (saved by the kernel and
+    #   by linear_proj: the same tensor, once), residual1's output, norm2's output: 8 b s h = 8 * 16,777,216 * 2
+    #   = 268,435,456 B; gate, up, SwiGLU output: 3 b s f = 3 * 45,088,768 * 2 = 270,532,608 B;
+    #   the kernel's fp32 logsumexp, b a s = 32 * 4096 * 4 = 524,288 B;  total 539,492,352 B.
+    # core_attn runs the kernel under tensor_parallel.checkpoint: q, k, v saved (its arguments), the kernel's output
+    # (still linear_proj's input) and logsumexp not: 539,492,352 - 524,288 = 538,968,064 B.
+    plain, selective = _flash_pair()
+    assert plain.number("activation_bytes_per_layer") == 539_492_352
+    assert selective.number("activation_bytes_per_layer") == 538_968_064
+    # Backward runs the kernel's forward once more: q k^T and P v, 2 b a s s d_h each (the full s x s),
+    #   2 * 2 * 32 * 4096 * 4096 * 128 = 274,877,906,944 per layer, 32 layers: 8,796,093,022,208 hardware FLOPs;
+    # MFU's model FLOPs have none of it.
+    assert selective.number("hardware_flops") - plain.number("hardware_flops") == 8_796_093_022_208
+    assert selective.number("model_flops") == plain.number("model_flops")
+    # The peak adds the layer rebuilt in backward: the rerun kernel's logsumexp and its new output (linear_proj keeps
+    # the first): 524,288 + b s h * 2 = 524,288 + 33,554,432 = 34,078,720 B. total_bytes without recompute: 32 layers
+    # * 539,492,352 + the head's inputs 4 V b s + 4 b h s = 17,263,755,264 + 591,396,864 = 17,855,152,128 B of
+    # activations, and Megatron's 18 B per parameter (bf16 weight, fp32 main_grad, fp32 main param, Adam's two fp32
+    # moments) * 6,738,415,616 = 121,291,481,088 B: 139,146,633,216 B. Selective: less the 32 layers' logsumexp
+    # (16,777,216 B), plus the working layer: 139,146,633,216 - 16,777,216 + 34,078,720 = 139,163,934,720 B.
+    working = [t for t in selective.quantity("total_bytes").breakdown.terms if t.path == "recompute/working_layer"]
+    assert [t.expr.subs(selective.values) for t in working] == [34_078_720]
+    assert (plain.number("total_bytes"), selective.number("total_bytes")) == (139_146_633_216, 139_163_934_720)
+
+
+def test_core_attn_rerun_timed_at_the_forward_kernels_rate() -> None:
+    # The rerun is the forward kernel (random.py: run_function again), so gemm_products puts it with the forward:
+    # the flash row's forward FLOPs double (q k^T and P v: 274,877,906,944 per layer, 32 layers: 8,796,093,022,208),
+    # the backward kernel's stay.
+    rows = [[(layout_int(x, e.values) for x in row[1:]) for row in gemm_products(e.graph) if row[0] == "flash"]
+            for e in _flash_pair()]
+    [[(fwd, back)], [(fwd2, back2)]] = [[tuple(r) for r in x] for x in rows]
+    assert (fwd, fwd2, back2) == (8_796_093_022_208, 2 * 8_796_093_022_208, back)
+
+
+@pytest.mark.parametrize("more", [{"attention": "eager"}, {"framework": "deepspeed", "dtype": "bf16"},
+                                  {"framework": "torchtitan"}])
+def test_core_attn_leaves_eager_and_legacy_megatron_flash(more) -> None:
+    # The eager core is SelectiveRecompute's (its s x s scores dropped, as before); legacy Megatron-LM (DeepSpeed's
+    # Megatron) never checkpoints its flash path (transformer.py L818-832); torchtitan has no core_attn module (its
+    # own policies, selective-op): no ModuleRecompute there.
+    step = {**STEP, "attention": "flash", **more}
+    e = estimate("llama-2-7b", **step)
+    assert not any(x.startswith("Megatron-Core recompute modules") for x in e.graph.strategies)
+
+
+# -- plan --recompute-modules and --pipeline-layout ------------------------------------------------------------------
+
+PLAN = ("plan", "--model", "llama-2-7b", "--seq", "4096", "--global-batch", "8", "--gpu-memory", "80GB", "--gpus", "8")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_plan_passes_recompute_modules_to_its_selective_rows() -> None:
+    # With the modules, plan searches selective on FlashAttention too (without them it leaves selective out there),
+    # each selective row carries them and no other row does; a selective row's bytes are those estimate derives from
+    # the row's options (the mlp checkpoint included: the same row without the modules holds more).
+    result = _cli(*PLAN, "--recompute-modules", "mlp", "--top", "40", "--json")
+    assert result.returncode == 0, result.stderr
+    layouts = json.loads(result.stdout)["layouts"]
+    selective = [x for x in layouts if x["options"].get("recompute") == "selective"]
+    assert selective and all(x["options"]["recompute_modules"] == ["mlp"] for x in selective)
+    assert all("recompute_modules" not in x["options"] for x in layouts if x not in selective)
+    row = selective[0]
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in row["options"].items()}
+    assert estimate("llama-2-7b", **fields).number("total_bytes") == row["total_bytes"]
+    without = {**fields, "recompute_modules": ()}
+    assert estimate("llama-2-7b", **without).number("total_bytes") > row["total_bytes"]
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--pipeline-layout", "Et*15|t*17L"), "plan searches pp and v, which --pipeline-layout fixes"),
+    (("--framework", "torchtitan", "--recompute-modules", "mlp"), "searches no selective recompute"),
+    (("--recompute-modules", "bogus"), "unknown module 'bogus'"),
+])
+def test_plan_refuses_in_one_line(args, fragment) -> None:
+    result = _cli(*PLAN, *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+
+
+def test_plan_api_refuses_a_pipeline_layout() -> None:
+    with pytest.raises(PlanError, match="which --pipeline-layout fixes"):
+        plan("llama-2-7b", 80 * 10**9, 8, 4096, 8, pp=2, pipeline_layout="Et*15|t*17L")

@@ -128,8 +128,14 @@ def test_higher_zero_stage_never_increases_memory(model: Model, step: dict, dp: 
 @given(models(), steps, st.sampled_from([1, 2]))
 def test_recompute_and_flash_never_increase_memory(model: Model, step: dict, tp: int) -> None:
     """FlashAttention from s = 2 on: without dropout eager attention keeps one bf16 row of P,
-    2s bytes, where flash keeps one fp32 logsumexp, 4 bytes (at s = 1 flash keeps more)."""
-    assert non_increasing(total(model, step, tp=tp, recompute=r) for r in ("none", "selective", "full"))
+    2s bytes, where flash keeps one fp32 logsumexp, 4 bytes (at s = 1 flash keeps more). Selective recompute on
+    the flash kernel (Megatron-Core's core_attn checkpoint) saves less, but its rerun in backward writes the
+    kernel's output again beside the one linear_proj keeps: the total may grow by that, b s h / t in bf16."""
+    modes = ("none", "selective", "full")
+    assert non_increasing(total(model, step, tp=tp, recompute=r, attention="eager") for r in modes)
+    assert non_increasing(total(model, step, "activation_bytes", tp=tp, recompute=r) for r in modes)
+    none, selective, full = (total(model, step, tp=tp, recompute=r) for r in modes)
+    assert full <= selective <= none + 2 * step["batch"] * step["seq"] * model.sizes["h"] // tp
     if step["seq"] >= 2:
         assert total(model, step, tp=tp, flash=True) <= total(model, step, tp=tp)
 

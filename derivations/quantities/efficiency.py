@@ -47,6 +47,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.dims import sym
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.lazy import lazy
+from memderive.symbolic.mcore_recompute import CHECKPOINTED
 
 np = lazy("numpy")
 
@@ -291,7 +292,8 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
       multiplies, one forward's FLOPs / (2 out in experts) (a slice recomputed alone: its recompute's);
     * ``("attention", forward FLOPs, input-gradient FLOPs, 0, 0, d, d, 1)`` per product of the unfused core (its
       head dim d: ``ops._attention_flops`` writes each as coef x the scores' elements, the forward's coef 2 d);
-    * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core.
+    * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core (a checkpoint's rerun of its
+      forward, ``mcore_recompute.CHECKPOINTED``, with the forward).
     """
     out: list[tuple[Any, ...]] = []
     ahead = ("forward", "recompute")
@@ -322,9 +324,10 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                         experts = next(p.shape[0] for p in op.params if f"{p.name}.one_expert" == w.name)
                     out.append(("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
                                 w.shape[-1], experts))
-            elif op.kind == "flash-attention":
-                forward = sum((f.count for f in terms if f.phase == "forward"), 0)
-                rest = sum((f.count for f in terms if f.phase != "forward"), 0)
+            elif op.kind == "flash-attention":  # a checkpoint's rerun of the forward kernel: at the forward's rate
+                ahead_kernel = [f.phase == "forward" or f.name.endswith(CHECKPOINTED) for f in terms]
+                forward = sum((f.count for f, a in zip(terms, ahead_kernel) if a), 0)
+                rest = sum((f.count for f, a in zip(terms, ahead_kernel) if not a), 0)
                 out.append(("flash", scale * forward, scale * rest))
             elif op.kind == "attention":
                 # NOTE(gemm_products): the forward's coef / 2 is the head dim (ops._attention_flops)

@@ -72,11 +72,17 @@ def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
 
 
 def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...],
-                           model: Model) -> Breakdown:
+                           model: Model, graph: Graph) -> Breakdown:
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
-    (what it would save without recompute, less what recompute already keeps) add to the stored ones."""
+    (what it would save without recompute, less what recompute already keeps) add to the stored ones. Under
+    core_attn's checkpoint of a fused kernel (``mcore_recompute``) the rerun writes a new output beside the one
+    linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward)."""
     plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
-    return Breakdown((Term("recompute/working_layer", plain - stored.total),), "bytes")
+    rerun = const(0)
+    if opts.core_attn_checkpointed:
+        rerun = sum((op.share * op.output.nbytes for op in graph.block("layer").ops if op.kind == "flash-attention"),
+                    const(0))
+    return Breakdown((Term("recompute/working_layer", plain - stored.total + rerun),), "bytes")
 
 
 def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, Breakdown | None]:
@@ -223,7 +229,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         act_cite, assumptions = COMPILE_CITATION, assumptions + COMPILE_NOTES
     total = acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
-        total += _recompute_working_set(base, opts, per_layer, ignore, model)
+        total += _recompute_working_set(base, opts, per_layer, ignore, model, graph)
         assumptions += ("recompute: the peak adds one layer's activations rebuilt in backward",)
     if opts.cp > 1:
         total += context_parallel_buffers(graph)

@@ -81,6 +81,11 @@ class PlanError(DerivationError):
     """No layout fits, or the request cannot be planned."""
 
 
+#: plan's one line for ``--pipeline-layout``: the layout names its pp and v, the degrees plan searches.
+LAYOUT_REFUSED = ("plan searches pp and v, which --pipeline-layout fixes (its chunks are pp x v); drop it, or "
+                  "estimate that layout: memderive estimate --pp P --virtual-stages V --pipeline-layout ...")
+
+
 class NothingFits(PlanError):
     """No layout fits the memory (an answer, not bad input): ``needed`` is the least any layout needs per GPU,
     ``would_fit`` the changes that would fit, each (flag, bytes per GPU of its best layout)."""
@@ -351,7 +356,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         cluster: a ``derivations.quantities.cluster.Cluster`` of ``options.gpu`` GPUs (nodes and network) to time
             the layouts on; None: 8 GPUs per node, 400 Gb/s per GPU between nodes.
         recomputes: the recompute modes to compare (``Options.recompute``'s names); None: none and full, and
-            selective without FlashAttention (it recomputes the attention core FlashAttention never saves).
+            selective without FlashAttention (on it, core_attn's checkpoint drops only the softmax statistics for
+            the kernel's forward again) or with ``options.recompute_modules`` (then every selective row's).
         zeros: the ZeRO stages to compare with data parallelism (a framework without sharding: (0,)).
         sequence_parallel: sequence parallelism with tensor parallelism (False: a framework without it).
         cp_pays: rows of cp > 1 only where they pay (``_paying``: faster than every row of cp 1 that fits, or none of
@@ -368,6 +374,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     peak_flops_option(peak_flops)
     for name, value in (("global-batch", global_batch), ("seq", seq), ("gpus", gpus), ("top", top)):
         positive_option(name, value, required=name != "gpus")
+    if options is not None and options.pipeline_layout is not None:
+        raise PlanError(LAYOUT_REFUSED)
+    modules = options.recompute_modules if options is not None else ()  # every selective row's (Options checks them)
     resolved = resolve_model(model)
     experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
     context = (options or Options()).cp  # > 1: every row splits its sequences over that many ranks
@@ -375,13 +384,15 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         raise PlanError(f"--cp {context} runs ring attention on a fused kernel; plan it with FlashAttention "
                         "(drop --no-flash)")
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, cp=1, sp=False,
-                   zero=0)
+                   zero=0, recompute="none", recompute_modules=())
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
     space = plan_space(base.framework)
-    recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context)
+    recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context, modules)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
                        sequence_parallel and space.sp, context, space)
+    for row in rows:
+        row["recompute_modules"] = modules if row["recompute"] == "selective" else ()
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")
@@ -393,7 +404,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     fits = [(rows[i], int(memory[i])) for i in fitting]
     if not fits:
         least = min(int(x) for x in held)
-        asked = replace(base, cp=context)  # the advice keeps the given cp, GPU (its runtime terms) and GPU count
+        # the advice keeps the given cp, GPU (its runtime terms), GPU count and recompute modules
+        asked = replace(base, cp=context, **({"recompute": "selective", "recompute_modules": modules} if modules
+                                             else {}))
         would = [] if gpus is None else _more_gpus(resolved, capacity, global_batch, seq, gpus, asked, flash)
         would += _offloaded(resolved, capacity, global_batch, seq, gpus, asked, flash)
         raise NothingFits(f"{resolved.name}: no layout fits {capacity:,} bytes per GPU; the smallest needs "
@@ -431,18 +444,24 @@ def _paying(times: list[float], rows: list[dict]) -> list[int]:
 
 
 def _offered(model: Model, space: PlanSpace, framework: str | None, flash: bool, recomputes: tuple[str, ...] | None,
-             zeros: tuple[int, ...], ep: int, cp: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+             zeros: tuple[int, ...], ep: int, cp: int,
+             modules: tuple[str, ...] = ()) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The recompute modes and ZeRO stages to compare that the framework runs (``space``): asked ones it does not
     run refused in one line. Recompute by default: the framework's modes, selective (the attention core's) left out
-    on FlashAttention, which never saves the core."""
+    on FlashAttention, which saves no s x s scores (its checkpoint drops only the softmax statistics); with Megatron-
+    Core's recompute ``modules`` given, selective is searched (they are its), and refused where it is not."""
     who = f"--framework {framework}"
     if cp > 1 and not space.cp:
         raise PlanError(f"{who} runs no context parallelism (--cp {cp}): {_limit(space, 'cp')}")
     if ep > 1 and not space.ep:
         raise PlanError(f"{who} runs no expert parallelism (--ep {ep})")
     if recomputes is None:
-        recomputes = tuple(x for x in space.recomputes if not (flash and x == "selective"))
+        recomputes = tuple(x for x in space.recomputes if not (flash and x == "selective" and not modules))
     offered = tuple(x for x in recomputes if x in space.recomputes)
+    if modules and "selective" not in offered:
+        raise PlanError(f"--recompute-modules names what Megatron-Core's selective recompute recomputes; "
+                        f"{who if framework else 'this plan'} searches no selective recompute "
+                        f"(recompute {', '.join(offered or recomputes)})")
     stages = tuple(z for z in zeros if z in space.zeros)
     if not offered or not stages:
         what = (f"recompute {', '.join(recomputes)}" if not offered else f"ZeRO {', '.join(map(str, zeros))}")

@@ -19,7 +19,7 @@ from memderive.derivations.hardware import gpu
 from memderive.documents.units import format_bytes, parse_size
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.timing import ZERO3_CHECKED_RANKS, time_of, zero3_caution
-from memderive.derivations.search.plan import NothingFits, plan, plan_infer
+from memderive.derivations.search.plan import LAYOUT_REFUSED, NothingFits, plan, plan_infer
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.options import OptionsError, peak_flops_option
 from memderive.derivations.search.fit import memory_budget
@@ -128,10 +128,14 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value <= 0:
             fail(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    if args.pipeline_layout is not None:
+        fail(LAYOUT_REFUSED)
     capacity, peak = _capacity(args)
     # plan picks dp (a multiple of ep); a given cp is every row's, on FlashAttention (plan's kernel; without it
     # plan refuses the cp)
-    base = options_from_args(args, "train", batch=1, dp=args.ep, **({"flash": True} if args.cp > 1 else {}))
+    # --recompute-modules: the base options run selective recompute (each row sets its own; plan.py)
+    base = options_from_args(args, "train", batch=1, dp=args.ep, **({"flash": True} if args.cp > 1 else {}),
+                             **({"recompute": "selective"} if args.recompute_modules else {}))
     try:
         layouts = plan(args.model, capacity, args.global_batch, args.seq, args.gpus, options=base, peak_flops=peak,
                        flash=not args.no_flash, top=args.top)
