@@ -477,6 +477,19 @@ _ENTRIES: tuple[Reference, ...] = (
               "interpolator table')", None,
               "github.com/ROCm/xla/blob/ea2c45f2cacc930dcfa4e7bb0773616b8e353c34/xla/service/gpu/model/"
               "matmul_interpolator_data.h", "code"),
+    Reference("te-fp8-casts", "Transformer Engine", _NV, "TransformerEngine d0067d0d: transformer_engine/pytorch/"
+              "csrc/quantizer.cpp (Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax, then "
+              "nvte_quantize_v2; create_tensor: a transpose only where non-TN fp8 GEMMs are unsupported), "
+              "csrc/extensions/normalization.cpp (rmsnorm_fwd: FULLY_FUSED norm + cast for delayed scaling, "
+              "FUSED_NORM_AMAX_FP8 for current scaling, UNFUSED for MXFP8), common/normalization/rmsnorm/"
+              "rmsnorm_api.cpp L100-104 (the fused norm's transpose, a kernel of its own), module/"
+              "layernorm_linear.py L222-316 and module/linear.py (the input quantized row- and column-wise, "
+              "row-wise only before a sequence-parallel all-gather), module/base.py grad_output_preprocess, "
+              "distributed.py _all_gather_fp8 (the transpose made after the gather); Megatron-LM megatron/core/"
+              "extensions/transformer_engine.py TELinear.forward (is_first_microbatch: the 8-bit weights cached "
+              "across micro-batches)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/d0067d0da6cb01811b8072a7d304f0e00344ce2b/transformer_engine/"
+              "pytorch/csrc/quantizer.cpp", "code"),
     Reference("te-userbuffers", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/module/"
               "base.py (initialize_ub: communication-GEMM overlap per layer, ring exchange for the sequence-parallel "
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "

@@ -27,6 +27,10 @@ on the others).
   (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, one read and one write of every gathered 16-bit
   parameter), for the forward and again for the backward (``reshard_after_forward=True``), and the gradients
   copied into the reduce-scatter's input (``foreach_reduce``: ``_chunk_cat``, a read and a write).
+* **Transformer Engine's fp8 quantization** (``--fp8 te-delayed | te-current | te-mxfp8``, ``fp8_cast_bytes``): per
+  layer linear, each micro-batch, its input's cast (forward, again in a recompute) and its output gradient's
+  (backward), row-wise for one GEMM and column-wise for the weight gradient, and once per step its weight's
+  (``CAST_SOURCE``; NOTE(fp8_casts) below).
 
 >>> round(EAGER_EXTRA["rms_norm"]["forward"].nbytes(2))  # eager RMSNorm forward: 36 bytes/element, fused 4
 32
@@ -40,13 +44,15 @@ from typing import Any
 
 from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
+from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.formula import Citation
+from memderive.symbolic.te_float8 import te_linears
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
-           "DEEPSPEED_SOURCE"]
+           "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
     Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
@@ -273,3 +279,110 @@ def fp32_accumulation_bytes(est: Evaluated) -> Any:
     if o.grad_sync != "deepspeed" or o.dtype == "fp32":
         return 0
     return est.number("parameters_per_gpu") * (6 if o.dtype == "fp16" else 18)
+
+
+CAST_SOURCE = Citation("te-fp8-casts", "quantize_impl, rmsnorm_fwd's Impl, grad_output_preprocess, _all_gather_fp8, "
+                       "TELinear.forward")
+#: The kinds of norm TE fuses into the following linear (``TELayerNormColumnParallelLinear``: qkv and fc1).
+_NORMS = ("rms_norm", "layer_norm")
+
+
+def _quantize(n: Any, width: Any, recipe: str, transpose: bool, row: bool, col: bool) -> Any:
+    """HBM bytes of one TE quantization of ``n`` elements of ``width`` bytes into the usages asked (``row``: the
+    data a forward or dgrad GEMM reads; ``col``: the weight gradient's). NOTE(fp8_casts): current scaling first
+    reads the tensor for its amax (``nvte_compute_amax``), then casts (``nvte_quantize_v2``): r 2 w; delayed scaling
+    casts with the scale it holds and takes the amax in the same kernel: r w. The cast writes one byte per element
+    per copy: delayed and current scaling one ``_data`` serving both usages where non-TN fp8 GEMMs run (Blackwell),
+    the data and its ``_transpose`` on Hopper (``transpose``; one kernel, cast_transpose); MXFP8 row-wise and
+    column-wise data, each with its one-byte E8M0 scale per 32 elements, from one read."""
+    reads = width * n * (2 if recipe == "te-current" else 1)
+    if recipe == "te-mxfp8":
+        return reads + (int(row) + int(col)) * (n + n / 32)
+    return reads + n * ((int(row) + int(col)) if transpose else 1)
+
+
+def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fused: bool, gather_in: int,
+                  gather_grad: int, passes: Any) -> Any:
+    """HBM bytes of one TE linear module's activation casts in one micro-batch: its input ``x`` elements quantized
+    in each of ``passes`` forwards (1, 2 with a recompute), its output gradient ``g`` once in the backward.
+
+    NOTE(fp8_casts): ``fused``: the input is a norm's output and TE's LayerNormLinear writes it (rmsnorm_fwd):
+    delayed scaling's norm writes the 8-bit data itself (FULLY_FUSED: 1 byte where the 16-bit norm, counted in
+    ``FUSED_MOVES``, writes ``width``), its transpose a kernel of its own (r 1 w 1 on Hopper); current scaling's norm
+    takes the amax as it writes the 16-bit output (FUSED_NORM_AMAX_FP8), then one cast (r w); MXFP8's norm writes
+    16 bits (UNFUSED), then the cast as any. ``gather_in``/``gather_grad`` > 1: sequence parallelism all-gathers the
+    column-parallel linear's input (forward) or the row-parallel one's output gradient (backward) over that many
+    ranks: delayed and current scaling quantize the local shard row-wise only (fp8 column-wise data cannot be
+    gathered, ``_all_gather_fp8``) and transpose the gathered tensor where needed (r 1 w 1, in the backward); MXFP8
+    quantizes the local shard both ways and gathers both."""
+    def cast(n: Any, split: int, norm: bool) -> tuple[Any, Any]:
+        """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
+        local, both = n / split, split == 1 or recipe == "te-mxfp8"
+        if norm and recipe == "te-delayed":  # the norm writes 8 bits, not 16; the transpose its own kernel
+            return -(width - 1) * local, (2 * n if transpose else 0)
+        if norm and recipe == "te-current":  # the amax taken by the norm: one cast
+            per = _quantize(local, width, "te-delayed", transpose, True, both)
+        else:
+            per = _quantize(local, width, recipe, transpose, True, both)
+        return per, (0 if both or not transpose else 2 * n)
+    per, once = cast(x, gather_in, fused)
+    grad, after = cast(g, gather_grad, False)
+    return passes * per + once + grad + after
+
+
+def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
+    """HBM bytes of Transformer Engine's fp8 quantization on one GPU of the first pipeline stage (the layout's
+    graph): (each micro-batch's, each step's); (0, 0) but under ``--fp8 te-*``. ``transpose``: the GPU runs only TN
+    fp8 GEMMs (``options.te_transposes``). The weights are quantized once per step, row- and column-wise (Megatron-Core
+    passes ``is_first_microbatch``: TE caches them across micro-batches), each micro-batch under ZeRO-3 (no cache:
+    ``te_float8.workspace_terms``' ``cached``), their 16-bit module copy read (``CAST_SOURCE``)."""
+    o = est.options
+    if o.fp8 not in TE_FP8:
+        return 0, 0
+    split = o.tp if o.sp and o.tp > 1 else 1
+    micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, split=split)
+    if o.zero == 3:  # not cached: quantized again each micro-batch (its bytes as one quantization of both usages)
+        micro, weights = micro + weights, 0
+    return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
+
+
+@per_graph
+def _cast_form(graph: Any, recipe: str, transpose: bool, split: int) -> tuple[Any, Any]:
+    """``fp8_cast_bytes``' (micro-batch, step) expressions, once per graph: one module per distinct input of a
+    block's linears (Megatron's fused qkv, fc1 of gate and up), one per weight of an expert op (GroupedLinear's
+    fc1 and fc2)."""
+    modules: dict[tuple, dict[str, Any]] = {}
+    for blk, op in te_linears(graph):
+        params = {p.name: p for p in op.params}
+        for f in op.flops:
+            if f.kind != "matmul" or f.phase not in ("forward", "recompute"):
+                continue
+            rows, w = f.operands
+            param = params[w.name.removesuffix(".one_expert")]
+            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, param.name)
+            row = modules.setdefault(key, {"blk": blk, "op": op, "x": rows.numel * w.shape[-1], "g": 0, "w": {},
+                                           "recompute": False, "axis": param.tp_axis})
+            if f.phase == "recompute":
+                row["recompute"] = True
+            else:
+                row["g"] += rows.numel * w.shape[-2]
+                row["w"][param.name] = param.numel
+    micro: Any = 0
+    weights: Any = 0
+    for row in modules.values():
+        blk, op = row["blk"], row["op"]
+        width = op.output.dtype.nbytes  # the 16-bit activations (and Megatron's 16-bit module weights)
+        linear = op.kind == "linear"
+        fused = linear and bool(op.inputs) and op.inputs[0] in norms_of(blk)
+        gather_in = split if linear and row["axis"] == 0 else 1
+        gather_grad = split if linear and row["axis"] == 1 else 1
+        scale = blk.repeat * op.share
+        micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
+                                       2 if row["recompute"] else 1)
+        weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
+    return micro, weights
+
+
+def norms_of(blk: Any) -> set[str]:
+    """Names of the outputs of ``blk``'s norms (the inputs TE's LayerNormLinear writes itself)."""
+    return {o.output.name for o in blk.ops if o.kind in _NORMS}

@@ -61,7 +61,7 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
-from memderive.derivations.options import TE_FP8, Options, derived
+from memderive.derivations.options import TE_FP8, Options, derived, te_transposes
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
@@ -70,8 +70,8 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
-from memderive.derivations.quantities.memory_bound import (DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE, OPTIMIZER_SOURCE,
-                                                            STREAM_SOURCE)
+from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
+                                                            OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes)
 from memderive.derivations.quantities.model_states import state_widths
 from memderive.symbolic.float8 import float8_matmul_flops
 from memderive.symbolic.dims import sym
@@ -250,12 +250,14 @@ class StepTime:
     elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
+    fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
+    fp8: str = "none"  # --fp8: the recipe
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
-                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s)
+                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s + self.fp8_cast_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -273,7 +275,13 @@ class StepTime:
             f"rate times the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
-            + "); the casts' elementwise work is not timed; MFU stays against the 16-bit peak",)
+            + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast per forward "
+               "(current scaling: an amax pass, then the cast; delayed: one pass; MXFP8: one pass writing both "
+               "layouts and their scales per 32), fused with the norm where TE fuses it, its output gradient's per "
+               "backward, the transposes Hopper's TN-only fp8 GEMMs need, the weights once per step (cached across "
+               f"micro-batches), {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
+               "); the casts' elementwise work is not timed")
+            + "; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
@@ -320,6 +328,7 @@ class StepTime:
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
                 "cp_comm_time_s": self.cp_s, "elementwise_time_s": self.elementwise_s, "eager_kernels_time_s": self.eager_s,
+                "fp8_cast_time_s": self.fp8_cast_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
@@ -665,7 +674,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
     fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
     micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
-    eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = 0.0
+    eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = cast_micro = cast_step = 0.0
     if efficiency is None:  # elementwise work at the bandwidth a streaming kernel reaches (memory_bound.py)
         bandwidth = achievable_bandwidth(hw)
         # memory-bound work (memory_bound.py): unfused kernels' extra, on the busiest stage
@@ -674,6 +683,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         # every elementwise kernel's reads and writes, fused (memory_bound.py), on the busiest stage
         elementwise_micro = (fused_elementwise_bytes(est) * stage / est.number("hardware_flops_per_gpu")
                              / bandwidth)
+        # Transformer Engine's fp8 quantization (memory_bound.py), on the busiest stage: per micro-batch, per step
+        casts = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
+        cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / bandwidth
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
@@ -699,7 +711,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
-    memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro
+    memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro + cast_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads, weights = reduced_bytes(est)
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
@@ -727,7 +739,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
-                    moe_dispatcher=opts.moe_dispatcher)
+                    moe_dispatcher=opts.moe_dispatcher, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8)
 
 
 def _cells(fn: Any, *args: Any) -> Any:
