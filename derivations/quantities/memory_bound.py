@@ -47,6 +47,7 @@ from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import te_linears
 
@@ -301,8 +302,8 @@ def _quantize(n: Any, width: Any, recipe: str, transpose: bool, row: bool, col: 
     return reads + n * ((int(row) + int(col)) if transpose else 1)
 
 
-def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fused: bool, gather_in: int,
-                  gather_grad: int, passes: Any) -> Any:
+def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fused: bool, gather_in: Any,
+                  gather_grad: Any, passes: Any) -> Any:
     """HBM bytes of one TE linear module's activation casts in one micro-batch: its input ``x`` elements quantized
     in each of ``passes`` forwards (1, 2 with a recompute), its output gradient ``g`` once in the backward.
 
@@ -310,12 +311,12 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     delayed scaling's norm writes the 8-bit data itself (FULLY_FUSED: 1 byte where the 16-bit norm, counted in
     ``FUSED_MOVES``, writes ``width``), its transpose a kernel of its own (r 1 w 1 on Hopper); current scaling's norm
     takes the amax as it writes the 16-bit output (FUSED_NORM_AMAX_FP8), then one cast (r w); MXFP8's norm writes
-    16 bits (UNFUSED), then the cast as any. ``gather_in``/``gather_grad`` > 1: sequence parallelism all-gathers the
+    16 bits (UNFUSED), then the cast as any. ``gather_in``/``gather_grad`` not 1: sequence parallelism all-gathers the
     column-parallel linear's input (forward) or the row-parallel one's output gradient (backward) over that many
     ranks: delayed and current scaling quantize the local shard row-wise only (fp8 column-wise data cannot be
     gathered, ``_all_gather_fp8``) and transpose the gathered tensor where needed (r 1 w 1, in the backward); MXFP8
     quantizes the local shard both ways and gathers both."""
-    def cast(n: Any, split: int, norm: bool) -> tuple[Any, Any]:
+    def cast(n: Any, split: Any, norm: bool) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
         local, both = n / split, split == 1 or recipe == "te-mxfp8"
         if norm and recipe == "te-delayed":  # the norm writes 8 bits, not 16; the transpose its own kernel
@@ -339,18 +340,18 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     o = est.options
     if o.fp8 not in TE_FP8:
         return 0, 0
-    split = o.tp if o.sp and o.tp > 1 else 1
-    micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, split=split)
+    micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
     if o.zero == 3:  # not cached: quantized again each micro-batch (its bytes as one quantization of both usages)
         micro, weights = micro + weights, 0
     return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
 
 
 @per_graph
-def _cast_form(graph: Any, recipe: str, transpose: bool, split: int) -> tuple[Any, Any]:
+def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tuple[Any, Any]:
     """``fp8_cast_bytes``' (micro-batch, step) expressions, once per graph: one module per distinct input of a
     block's linears (Megatron's fused qkv, fc1 of gate and up), one per weight of an expert op (GroupedLinear's
-    fc1 and fc2)."""
+    fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options)."""
+    split = tp_degree if gathered else 1
     modules: dict[tuple, dict[str, Any]] = {}
     for blk, op in te_linears(graph):
         params = {p.name: p for p in op.params}
