@@ -1,0 +1,80 @@
+"""Transformer Engine's fp8 quantization timed at the memory bandwidth (``memory_bound.fp8_cast_bytes``): the HBM
+bytes of each layer linear's casts, counted by hand from TransformerEngine d0067d0d's code (quantizer.cpp
+``Float8CurrentScalingQuantizer::quantize_impl``: an amax pass, then the cast; normalization.cpp ``rmsnorm_fwd``:
+the norm fused with delayed scaling's cast, with current scaling's amax, unfused for MXFP8; MXFP8: row-wise and
+column-wise data with a 1-byte scale per 32 elements; Hopper: fp8 transposes, TN-only GEMMs).
+
+Llama 2 7B: h 4,096, 32 heads (no GQA), f 11,008, 32 layers, bf16 (2 B). b 1, s 4,096, no TP: M = 4,096 tokens.
+Modules per layer (input elements X, output-gradient elements G, weights W):
+  qkv  (fused with norm1): X = 4,096 x 4,096 = 16,777,216; G = 4,096 x 12,288 = 50,331,648; W = 50,331,648
+  proj:                    X = 16,777,216;                 G = 16,777,216;                 W = 16,777,216
+  fc1  (gate and up, fused with norm2): X = 16,777,216;    G = 4,096 x 22,016 = 90,177,536; W = 90,177,536
+  fc2:                     X = 4,096 x 11,008 = 45,088,768; G = 16,777,216;                W = 45,088,768
+  sum X over the unfused (proj, fc2) 61,865,984, over the fused (qkv, fc1) 33,554,432; sum G 174,063,616;
+  sum W 202,375,168.
+"""
+
+from __future__ import annotations
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu as lookup
+from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
+from memderive.derivations.quantities.timing import step_time
+
+RUN = {"mode": "train", "batch": 1, "seq": 4096, "framework": "megatron"}
+LAYERS = 32
+
+
+def _bytes(fp8: str, gpu: str, transpose: bool, **kw: object) -> tuple[int, int]:
+    return fp8_cast_bytes(estimate("llama-2-7b", fp8=fp8, gpu=gpu, **RUN, **kw), transpose)
+
+
+def test_current_scaling_on_hopper_by_hand() -> None:
+    """Current scaling, H100 (data + transpose, one byte each): an unfused input or any gradient: amax r 2, cast
+    r 2 w 1 + 1 = 6 B per element; a norm-fused input: the norm takes the amax, the cast r 2 w 2 = 4 B.
+    Per layer: 6 x 61,865,984 + 4 x 33,554,432 + 6 x 174,063,616 = 371,195,904 + 134,217,728 + 1,044,381,696
+    = 1,549,795,328 B per micro-batch; the weights once per step, 6 x 202,375,168 = 1,214,251,008 B."""
+    micro, step = _bytes("te-current", "h100-sxm", True)
+    assert (micro, step) == (LAYERS * 1_549_795_328, LAYERS * 1_214_251_008)
+
+
+def test_mxfp8_by_hand() -> None:
+    """MXFP8, B200: every cast one pass, r 2, w row-wise 1 + 1/32 and column-wise 1 + 1/32 = 4 + 1/16 B per element
+    (the norm writes its 16-bit output as before: not fused). Per layer (95,420,416 inputs + 174,063,616 gradients)
+    x 65/16 = 269,484,032 x 65 / 16 = 1,094,778,880 B; weights 202,375,168 x 65 / 16 = 822,149,120 B."""
+    micro, step = _bytes("te-mxfp8", "b200", False)
+    assert (micro, step) == (LAYERS * 1_094_778_880, LAYERS * 822_149_120)
+
+
+def test_delayed_scaling_fuses_the_norms_cast_by_hand() -> None:
+    """Delayed scaling, H100: one pass r 2 w 1 + 1 = 4 B; a norm-fused input: the norm writes 1 byte, not 2 (-1),
+    the transpose its own kernel (r 1 w 1, +2): 1 B. Per layer 4 x 61,865,984 + 1 x 33,554,432 + 4 x 174,063,616
+    = 247,463,936 + 33,554,432 + 696,254,464 = 977,272,832 B; weights 4 x 202,375,168 = 809,500,672 B."""
+    micro, step = _bytes("te-delayed", "h100-sxm", True)
+    assert (micro, step) == (LAYERS * 977_272_832, LAYERS * 809_500_672)
+
+
+def test_sequence_parallel_casts_the_local_shard_and_transposes_after_the_gather() -> None:
+    """TP 2 with SP, current scaling, H100, per layer and rank. qkv: norm1's local shard X/2 = 8,388,608 cast
+    row-wise only (r 2 w 1 = 3 B, amax in the norm: 25,165,824), the gathered 16,777,216 transposed in the backward
+    (r 1 w 1: 33,554,432); its gradient G = 4,096 x 6,144 = 25,165,824 at 6 B: 150,994,944. fc1 alike: 25,165,824
+    + 33,554,432 + 6 x 4,096 x 11,008 (270,532,608). proj (row-parallel): input 4,096 x 2,048 = 8,388,608 at 6 B
+    (50,331,648), its gradient's local shard 8,388,608 cast row-wise with an amax pass (r 4 w 1 = 5 B: 41,943,040)
+    and the gathered 16,777,216 transposed (33,554,432). fc2 alike: 6 x 4,096 x 5,504 = 135,266,304, 41,943,040
+    + 33,554,432. Per layer: qkv 209,715,200 + fc1 329,252,864 + proj 125,829,120 + fc2 210,763,776 =
+    875,560,960 B."""
+    micro, _ = _bytes("te-current", "h100-sxm", True, tp=2, sp=True)
+    assert micro == LAYERS * 875_560_960
+
+
+def test_the_step_time_shows_the_casts_and_none_has_none() -> None:
+    """One GPU, one micro-batch: ``fp8_cast_time_s`` is the bytes above over the H100's memory bandwidth, part of
+    the step; --fp8 none times no cast."""
+    hw = lookup("h100-sxm")
+    st = step_time(estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", **RUN), "h100-sxm")
+    expected = LAYERS * (1_549_795_328 + 1_214_251_008) / hw.memory_bandwidth
+    assert abs(st.fp8_cast_s - expected) < 1e-12
+    assert st.to_json()["fp8_cast_time_s"] == st.fp8_cast_s
+    assert "amax pass" in " ".join(st.model())
+    bf16 = step_time(estimate("llama-2-7b", gpu="h100-sxm", **RUN), "h100-sxm")
+    assert bf16.fp8_cast_s == 0 and bf16.to_json()["fp8_cast_time_s"] == 0
