@@ -334,15 +334,17 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
 def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     """HBM bytes of Transformer Engine's fp8 quantization on one GPU of the first pipeline stage (the layout's
     graph): (each micro-batch's, each step's); (0, 0) but under ``--fp8 te-*``. ``transpose``: the GPU runs only TN
-    fp8 GEMMs (``options.te_transposes``). The weights are quantized once per step, row- and column-wise (Megatron-Core
-    passes ``is_first_microbatch``: TE caches them across micro-batches), each micro-batch under ZeRO-3 (no cache:
-    ``te_float8.workspace_terms``' ``cached``), their 16-bit module copy read (``CAST_SOURCE``)."""
+    fp8 GEMMs (``options.te_transposes``). The weights are quantized once per step, row- and column-wise, their
+    16-bit module copy read: Megatron-Core passes ``is_first_microbatch`` (``disable_parameter_transpose_cache``
+    False by default) and TE caches the 8-bit weights across micro-batches unless the module is under PyTorch's
+    FSDP2 (linear.py ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2)``; base.py ``is_fsdp2``:
+    torch's ``_get_module_fsdp_state``). NOTE(fp8_casts): so under ``--zero 3`` too, which with TE's recipes is
+    Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) keeps no workspace under
+    ZeRO-3, an assumption the two do not share (``CAST_SOURCE``)."""
     o = est.options
     if o.fp8 not in TE_FP8:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
-    if o.zero == 3:  # not cached: quantized again each micro-batch (its bytes as one quantization of both usages)
-        micro, weights = micro + weights, 0
     return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
 
 
