@@ -77,3 +77,20 @@ def test_the_step_time_shows_the_casts_and_none_has_none() -> None:
     assert "amax pass" in " ".join(st.model())
     bf16 = step_time(estimate("llama-2-7b", gpu="h100-sxm", **RUN), "h100-sxm")
     assert bf16.fp8_cast_s == 0 and bf16.to_json()["fp8_cast_time_s"] == 0
+
+
+def test_full_recompute_casts_the_inputs_again() -> None:
+    """--recompute full reruns each forward: the inputs' casts once more (the weights stay cached), per layer
+    6 x 61,865,984 + 4 x 33,554,432 = 505,413,632 B on top of 1,549,795,328."""
+    micro, step = _bytes("te-current", "h100-sxm", True, recompute="full")
+    assert (micro, step) == (LAYERS * (1_549_795_328 + 505_413_632), LAYERS * 1_214_251_008)
+
+
+def test_the_experts_grouped_linears_by_hand() -> None:
+    """Mixtral 8x7B (h 4,096, 8 KV heads of 128, f_e 14,336, 8 experts, top 2), MXFP8 on a B200, EP 8: one expert per
+    GPU, its rows the 4,096 x 2 = 8,192 routed tokens. Per layer X + G: qkv 16,777,216 + 4,096 x 6,144, proj 2 x
+    16,777,216, the experts' fc1 8,192 x 4,096 + 8,192 x 28,672, fc2 8,192 x 14,336 + 8,192 x 4,096: 494,927,872
+    elements x 65/16 = 2,010,644,480 B; weights 6,144 x 4,096 + 4,096^2 + 28,672 x 4,096 + 4,096 x 14,336 =
+    218,103,808 x 65/16 = 886,046,720 B."""
+    e = estimate("mixtral-8x7b", fp8="te-mxfp8", gpu="b200", ep=8, dp=8, **RUN)
+    assert fp8_cast_bytes(e, False) == (LAYERS * 2_010_644_480, LAYERS * 886_046_720)

@@ -315,7 +315,10 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     column-parallel linear's input (forward) or the row-parallel one's output gradient (backward) over that many
     ranks: delayed and current scaling quantize the local shard row-wise only (fp8 column-wise data cannot be
     gathered, ``_all_gather_fp8``) and transpose the gathered tensor where needed (r 1 w 1, in the backward); MXFP8
-    quantizes the local shard both ways and gathers both."""
+    quantizes the local shard both ways and gathers both. Every other input is cast in full by the linear: fc2's is the
+    16-bit output of Megatron's fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py; TE's LayerNormMLP and
+    op fuser, which would fuse it, are not Megatron-Core's default layer spec), proj's the attention's 16-bit output
+    (fp8 attention not modelled)."""
     def cast(n: Any, split: Any, norm: bool) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
         local, both = n / split, split == 1 or recipe == "te-mxfp8"
