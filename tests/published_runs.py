@@ -520,7 +520,8 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: MAMF ratio, ``efficiency.MAMF``; its fp8 rows time torch._scaled_mm with one per-tensor scale at the best shape,
 #: not MXFP8's block scales) that memderive runs them at; GB200's bf16 level is its MAMF (1,822 TFLOP/s), B200's the
 #: sustained MSMF (1,424.5). The long-sequence sweep (``NEMO_LONG_CONTEXT``) shows the gap fading as attention (bf16)
-#: takes over: -18.1% at 4K tokens, -3.5% at 32K, +4.4% to +10.2% from 128K to 1M. Over all 30: median 14.7%, worst 41.2%. Nothing is tuned to close it.
+#: takes over: -18.1% at 4K tokens, -3.5% at 32K, +4.4% to +10.2% from 128K to 1M. Over all 30: median 14.7%, worst
+#: 41.2%. Nothing is tuned to close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 41% too fast at 2K-8K tokens (H100, B200, "
                     "GB200; current, delayed and MXFP8 scaling), the gap fading with sequence length as attention "
                     "takes over: tests/published_runs.BRIDGE_DENSE_GAP")

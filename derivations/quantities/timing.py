@@ -275,9 +275,10 @@ class StepTime:
             f"rate times the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
-            + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast per forward "
-               "(current scaling: an amax pass, then the cast; delayed: one pass; MXFP8: one pass writing both "
-               "layouts and their scales per 32), fused with the norm where TE fuses it, its output gradient's per "
+            + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast "
+               "per forward (current scaling: an amax pass, then the cast; delayed: one pass; MXFP8: one pass "
+               "writing both layouts and their scales per 32), fused with the norm where TE fuses it, its output "
+               "gradient's per "
                "backward, the transposes Hopper's TN-only fp8 GEMMs need, the weights once per step (cached across "
                f"micro-batches), {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
                "); the casts' elementwise work is not timed")
