@@ -397,6 +397,7 @@ class PipelineParallel(Strategy):
         with one (NOTE(lastinflight)). A MoE model's dense layers (the first ``l_d``) are counted where they sit:
         ``min(max(l_d - first, 0), layers)`` of each chunk."""
         chunks, flight = self.chunks, self.flight
+        assert chunks is not None and flight is not None  # __call__ calls it where chunks is set
         n = sum(c.layers for c in chunks)
         held = sum(c.layers * f for c, f in zip(chunks, flight))
         dense = sum((Min(Max(dims.l_d - c.first, 0), c.layers) for c in chunks if c.layers), const(0))
