@@ -15,7 +15,21 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   ``columnwise`` scale_inv ``[prod(shape[:-1]) // 32, shape[-1]]``, padded to multiples of [4, 128]);
 * the 16-bit tensor the linear read is no longer saved **by the linear**: where nothing else saves it (fc2's
   input, the norms' outputs) it is freed; the attention's output stays saved by the attention
-  (``DotProductAttention`` saves ``out``), so attn/proj adds its 8-bit copy beside it.
+  (``DotProductAttention`` saves ``out``), so under delayed scaling attn/proj adds its 8-bit copy beside it;
+* **except the attention's output projection under current scaling and MXFP8**: Megatron-Core (Transformer Engine
+  >= 2.6) calls ``set_save_original_input(self.linear_proj)`` when ``config.fp8 and config.fp8_recipe !=
+  'delayed'`` (Megatron-LM d98e8a6 megatron/core/transformer/attention.py L428-444; MLA's the same,
+  multi_latent_attention.py L240-251), whatever the recompute: proj saves the 16-bit attention output itself
+  (TE module/linear.py L597-598 ``if save_original_input: inputmat = inp``; the forward casts row-wise only,
+  L393-397, L428-436; the backward quantizes the saved input column-wise again, L1175-1180). Delayed scaling keeps
+  the 8-bit copy (linear.py L310-326: ``save_original_input`` refused with ``Float8Quantizer``). So without
+  recompute proj adds nothing beside the attention's saved ``out``, and with ``core_attn`` checkpointed (the kernel's
+  ``out`` no longer saved) proj holds 2 bytes per element, not 1. Megatron's other ``set_save_original_input``
+  calls touch linears not in the graph's 8-bit form: the experts' fc2 under ``moe_act`` recompute and fc1 under
+  expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here), MLA's down projections under
+  ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``); not modelled:
+  the shared experts' fc1 (moe/shared_experts.py L150-161: its 16-bit input, which the router saves, instead of an
+  8-bit copy). Dense mlp.py calls none (fc2 keeps its cast).
 
 ``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
 micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
@@ -38,6 +52,7 @@ from typing import Any
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import const
 from memderive.symbolic.graph import Graph, Op
+from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY"]
@@ -87,10 +102,11 @@ class TEFloat8:
             return Tensor(name, (), FP32, role=x.role)
         return replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / 32), dtype=E8M0)
 
-    def _op(self, op: Op) -> Op:
+    def _op(self, op: Op, original: frozenset[str] = frozenset()) -> Op:
+        """``op`` saving its inputs' 8-bit casts, but the inputs named in ``original`` (saved as they are)."""
         if op.kind != "linear":
             return op
-        casts = {x.name for x in op.saved if x.name in op.inputs}
+        casts = {x.name for x in op.saved if x.name in op.inputs and x.name not in original}
         saved: list[Tensor] = []
         for x in op.saved:
             saved += [replace(x, name=f"{x.name}:fp8", dtype=FP8), self._scale(x)] if x.name in casts else [x]
@@ -100,15 +116,25 @@ class TEFloat8:
                 (name, grads)]
         return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
 
+    def original_inputs(self, blk: Any) -> frozenset[str]:
+        """The inputs ``blk``'s linears save in 16 bits under this recipe: the attention kernels' outputs (read by
+        linear_proj, ``set_save_original_input``) under current scaling and MXFP8; none under delayed scaling."""
+        if self.recipe == "te-delayed":
+            return frozenset()
+        return frozenset(op.output.name for op in blk.ops if op.kind in ATTENTION_KINDS)
+
     def __call__(self, graph: Graph) -> Graph:
-        blocks = tuple(blk if blk.name in _NOT_TE else replace(blk, ops=tuple(self._op(op) for op in blk.ops))
-                       for blk in graph.blocks)
+        blocks = tuple(blk if blk.name in _NOT_TE else replace(
+            blk, ops=tuple(self._op(op, self.original_inputs(blk)) for op in blk.ops)) for blk in graph.blocks)
         experts = any(op.kind == "experts" for _, op in te_linears(graph))
         note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
                 "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"
                 + ("; MXFP8 scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
                    "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe == "te-mxfp8"
                    else "")
+                + ("" if self.recipe == "te-delayed" else "; the attention's output projection saves its 16-bit "
+                   "input (Megatron-Core's set_save_original_input, attention.py L428-444, Transformer Engine >= "
+                   "2.6)")
                 + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
                 + "; fp8 primary weights (--fp8-param-gather) and fp8 attention are not modelled")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),

@@ -36,13 +36,15 @@ def test_saved_inputs_are_the_8_bit_casts_by_hand() -> None:
     22,544,384: 101,187,584 elements -> 202,375,168 + 16 B; delayed scaling's amax history, per module
     4 B x 5 quantizers x (history 1 + 1) = 40 B, x 4 modules = 160 B. 202,375,344 B per layer, x 32 =
     6,476,011,008 B; the total moves by 6,476,011,008 - 989,855,232 = 5,486,155,776 B.
-    Current scaling: no amax history, 160 x 32 = 5,120 B less. On a B200 (non-TN fp8 GEMMs: no transpose):
+    Current scaling: no amax history, 160 x 32 = 5,120 B less, and proj saves the attention's 16-bit output itself
+    (Megatron-Core's set_save_original_input, attention.py L428-444), the one the attention saves: not +8,388,612
+    per layer, -268,435,584 over 32 layers (activations -1,258,290,816). On a B200 (non-TN fp8 GEMMs: no transpose):
     101,187,584 + 16 + 160 = 101,187,760 per layer, x 32 = 3,238,008,320 - 989,855,232 = 2,248,153,088 B."""
     total, acts = _numbers("none", "h100-sxm")
     d_total, d_acts = _numbers("te-delayed", "h100-sxm")
     assert (d_total - total, d_acts - acts) == (5_486_155_776, -989_855_232)
     c_total, c_acts = _numbers("te-current", "h100-sxm")
-    assert (c_total - total, c_acts - acts) == (5_486_155_776 - 5_120, -989_855_232)
+    assert (c_total - total, c_acts - acts) == (5_486_155_776 - 5_120 - 268_435_584, -1_258_290_816)
     b_total, b_acts = _numbers("te-delayed", "b200")
     assert (b_total - _numbers("none", "b200")[0], b_acts - acts) == (2_248_153_088, -989_855_232)
 
@@ -50,13 +52,30 @@ def test_saved_inputs_are_the_8_bit_casts_by_hand() -> None:
 def test_mxfp8_saves_one_byte_scale_per_32_elements_by_hand() -> None:
     """MXFP8 (B200): each saved 8-bit input adds its column-wise scales, one byte per 32 elements (33/32 B per
     element): qkv and fc1 2,048 x 4,096 x 33/32 = 8,650,752 (-8,126,464 each against bf16's 16,777,216), fc2
-    22,544,384 x 33/32 = 23,248,896 (-21,839,872), proj +4,096 x 2,048 x 33/32 = +8,650,752: -29,442,048 per layer,
-    x 32 = -942,145,536. The weight workspace: row-wise and column-wise data and their scales, 2 + 2/32 B per
-    element: 101,187,584 x 33/16 = 208,699,392 per layer, x 32 = 6,678,380,544; the total moves by
-    6,678,380,544 - 942,145,536 = 5,736,235,008 B."""
+    22,544,384 x 33/32 = 23,248,896 (-21,839,872), proj nothing (it saves the attention's own 16-bit output:
+    set_save_original_input): -38,092,800 per layer, x 32 = -1,218,969,600. The weight workspace: row-wise and
+    column-wise data and their scales, 2 + 2/32 B per element: 101,187,584 x 33/16 = 208,699,392 per layer, x 32 =
+    6,678,380,544; the total moves by 6,678,380,544 - 1,218,969,600 = 5,459,410,944 B."""
     total, acts = _numbers("none", "b200")
     m_total, m_acts = _numbers("te-mxfp8", "b200")
-    assert (m_total - total, m_acts - acts) == (5_736_235_008, -942_145_536)
+    assert (m_total - total, m_acts - acts) == (5_459_410_944, -1_218_969_600)
+
+
+def test_proj_saves_its_16_bit_input_under_current_scaling_with_selective_recompute() -> None:
+    """--recompute selective (core_attn checkpoints the fused attention: its output is no longer saved by it).
+    Megatron-Core sets save_original_input on linear_proj for fp8 recipes other than delayed (attention.py
+    L428-444; TE linear.py L597-598 saves ``inp``), so proj holds the 16-bit output, s x h/t = 2,048 x 4,096 x 2 B =
+    16,777,216 per layer, where delayed scaling holds its 8-bit copy, 8,388,608 + a 4-byte scale_inv: +8,388,604
+    per layer, x 32 = +268,435,328 B of activations. The total: that less delayed scaling's amax history (5,120 B);
+    the layer rebuilt in backward is the same under both (the rerun's 16-bit output and softmax stats)."""
+    run = {**RUN, "gpu": "h100-sxm", "recompute": "selective"}
+    delayed = estimate("llama-2-7b", fp8="te-delayed", **run)
+    current = estimate("llama-2-7b", fp8="te-current", **run)
+    assert current.number("activation_bytes") - delayed.number("activation_bytes") == 268_435_328
+    assert current.number("total_bytes") - delayed.number("total_bytes") == 268_435_328 - 5_120
+    saved = {op.path: [x.name for x in op.saved] for blk, op in current.graph.ops() if blk.name == "layer"}
+    assert saved["attn/proj"] == ["attn/core.out"] and saved["mlp/fc2"] == ["mlp/act.out:fp8",
+                                                                          "mlp/act.out:fp8.scale_inv"]
 
 
 def test_each_term_is_an_op_of_the_graph() -> None:

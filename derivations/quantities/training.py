@@ -76,12 +76,16 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
     (what it would save without recompute, less what recompute already keeps) add to the stored ones. Under
     core_attn's checkpoint of a fused kernel (``mcore_recompute``) the rerun writes a new output beside the one
-    linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward)."""
+    linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward);
+    where linear_proj keeps only an 8-bit copy (Transformer Engine's delayed scaling) the rebuilt output is already
+    in the layer's recomputed activations, not counted twice."""
     plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
     rerun = const(0)
     if opts.core_attn_checkpointed:
-        rerun = sum((op.share * op.output.nbytes for op in graph.block("layer").ops if op.kind == "flash-attention"),
-                    const(0))
+        layer = graph.block("layer").ops
+        kept = {x.name for op in layer for x in op.saved}
+        rerun = sum((op.share * op.output.nbytes for op in layer if op.kind == "flash-attention"
+                     and op.output.name in kept), const(0))
     return Breakdown((Term("recompute/working_layer", plain - stored.total + rerun),), "bytes")
 
 
