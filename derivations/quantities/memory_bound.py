@@ -49,7 +49,7 @@ from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.te_float8 import te_linears
+from memderive.symbolic.te_float8 import TEFloat8, te_linears
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
@@ -303,7 +303,7 @@ def _quantize(n: Any, width: Any, recipe: str, transpose: bool, row: bool, col: 
 
 
 def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fused: bool, gather_in: Any,
-                  gather_grad: Any, passes: Any) -> Any:
+                  gather_grad: Any, passes: Any, original: bool = False) -> Any:
     """HBM bytes of one TE linear module's activation casts in one micro-batch: its input ``x`` elements quantized
     in each of ``passes`` forwards (1, 2 with a recompute), its output gradient ``g`` once in the backward.
 
@@ -318,7 +318,9 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     quantizes the local shard both ways and gathers both. Every other input is cast in full by the linear: fc2's is the
     16-bit output of Megatron's fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py; TE's LayerNormMLP and
     op fuser, which would fuse it, are not Megatron-Core's default layer spec), proj's the attention's 16-bit output
-    (fp8 attention not modelled)."""
+    (fp8 attention not modelled). ``original``: the module saves its 16-bit input (proj under current scaling and
+    MXFP8: ``te_float8.TEFloat8.original_inputs``): each forward casts it row-wise only (TE linear.py L428-436
+    ``columnwise=... not save_original_input``), the backward casts the saved input column-wise (L1175-1180)."""
     def cast(n: Any, split: Any, norm: bool) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
         local, both = n / split, split == 1 or recipe == "te-mxfp8"
@@ -329,7 +331,11 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
         else:
             per = _quantize(local, width, recipe, transpose, True, both)
         return per, (0 if both or not transpose else 2 * n)
-    per, once = cast(x, gather_in, fused)
+    if original:  # not norm-fused (proj), not gathered (row-parallel): row-wise per pass, column-wise once
+        per, once = (_quantize(x, width, recipe, transpose, True, False),
+                     _quantize(x, width, recipe, transpose, False, True))
+    else:
+        per, once = cast(x, gather_in, fused)
     grad, after = cast(g, gather_grad, False)
     return passes * per + once + grad + after
 
@@ -383,8 +389,9 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
         gather_in = split if linear and row["axis"] == 0 else 1
         gather_grad = split if linear and row["axis"] == 1 else 1
         scale = blk.repeat * op.share
+        original = linear and bool(op.inputs) and op.inputs[0] in TEFloat8(recipe).original_inputs(blk)
         micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
-                                       2 if row["recompute"] else 1)
+                                       2 if row["recompute"] else 1, original)
         weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
     return micro, weights
 
