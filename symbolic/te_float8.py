@@ -141,7 +141,7 @@ class TEFloat8:
                        assumptions=graph.assumptions + (note,))
 
 
-def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = True,
+def workspace_terms(graph: Graph, recipe: str, transpose: bool,
                     amax_history: int = MEGATRON_AMAX_HISTORY) -> list[tuple[str, Any]]:
     """The fp8 buffers Megatron-Core keeps per Transformer Engine linear, as ``(path, bytes)`` over the block's
     repeats:
@@ -161,8 +161,17 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = T
       forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input (Megatron's
       fc1 is one module for gate and up; the experts' GroupedLinear has one GEMM per local expert).
 
-    ``cached`` False: no weight workspace is kept (TE under FSDP2: L1958 ``cache_name = None if ... is_fsdp2``,
-    the 8-bit weight quantized again each micro-batch from the gathered weight).
+    Under ZeRO-3 too: Megatron-Core's ZeRO-3 is Megatron-FSDP, which TE does not see as FSDP2 (L1958 ``cache_name =
+    None if (is_first_microbatch is None or self.is_fsdp2) else "weight"``; ``is_fsdp2``, module/base.py L1037-1047,
+    asks torch's ``_get_module_fsdp_state``, distributed.py L2112-2140: torch's ``fully_shard`` state, which
+    Megatron-FSDP's own hooks do not register, megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py).
+    Megatron still passes ``is_first_microbatch`` (pipeline_parallel/schedules.py L496-497 ``set_is_first_microbatch``
+    on the FSDP wrapper, a ``MegatronModule``: transformer/module.py L114-134, over every submodule;
+    extensions/transformer_engine.py L1338-1345), and Megatron-FSDP releases only the gathered 16-bit buckets and,
+    with fp8 primary weights (``--fp8-param-gather``, not modelled), their transposes (megatron_fsdp.py L623-633,
+    L1102-1112): TE's ``_fp8_workspaces["weight"]`` (linear.py L2068-2071), the whole per-TP-rank weight quantized
+    from the gathered one, stays across micro-batches and steps. ``disable_parameter_transpose_cache`` (False by
+    default, transformer_config.py L1175) would turn it off; Megatron never sets it for FSDP.
     """
     modules: dict[tuple, list] = {}  # (block, what) -> [block, path, repeats, elements, GEMMs]
     for blk, op in te_linears(graph):
@@ -179,8 +188,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = T
             ws = 2 * data + data / 32 + data / 32
         else:
             ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
-        if cached:
-            terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
+        terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
         if recipe == "te-delayed":
             terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
     return terms

@@ -9,6 +9,7 @@ import pytest
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
 from memderive.symbolic.dims import b, h, l, s
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Graph
@@ -108,19 +109,31 @@ def test_workspace_of_one_linear_by_hand() -> None:
     assert [x.nbytes for x in mx] == [b * s * h, b * s * h / 32]
 
 
-def test_no_workspace_cached_under_zero_3() -> None:
-    """Under FSDP TE caches no 8-bit weight (module/linear.py L1958: no cache_name under FSDP2): with --zero 3 only
-    the saved casts and (delayed) the amax history change. Llama 2 7B, b 1, s 4,096, no TP, d 8: per layer qkv, fc1
-    save norm outputs 4,096 x 4,096 B in fp8 + 4 instead of 2 B (-16,777,212 each), fc2 4,096 x 11,008 + 4 instead
-    of 2 B (-45,088,764), proj adds 16,777,216 + 4: -61,865,968 per layer, x 32 = -1,979,710,976; amax history
-    160 x 32 = 5,120 B."""
+def test_zero_3_caches_the_8_bit_weights_as_the_time_casts_them_once_per_step() -> None:
+    """--zero 3 under Megatron-Core is Megatron-FSDP, which Transformer Engine does not see as torch's FSDP2
+    (module/linear.py L1958 ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2) else "weight"``;
+    Megatron passes is_first_microbatch through the FSDP wrapper, schedules.py L496-497): each linear's 8-bit
+    weight (and transpose) is cached across the step, and the time casts the weights once per step. Llama 2 7B,
+    b 1, s 4,096, no TP, d 8, delayed scaling, H100. Saved casts, per layer: qkv, fc1 save norm outputs 4,096 x
+    4,096 B in fp8 + 4 instead of 2 B (-16,777,212 each), fc2 4,096 x 11,008 + 4 instead of 2 B (-45,088,764),
+    proj adds 16,777,216 + 4: -61,865,968, x 32 = -1,979,710,976. Workspaces: the whole weights (TE quantizes the
+    gathered one), 4,096 x 12,288 + 4,096^2 + 4,096 x 22,016 + 11,008 x 4,096 = 202,375,168 elements, data and
+    transpose 2 B each + 4 modules x 4 B scale_inv = 404,750,352, amax history 160: x 32 = 12,952,016,384. The total
+    moves by 12,952,016,384 - 1,979,710,976 = 10,972,305,408 B. The time's weight casts: once per step, r 2 w 1 + 1
+    per element, 4 x 202,375,168 x 32 = 25,904,021,504 B, of which the writes, 2 x 202,375,168 x 32 =
+    12,952,011,264, are the workspaces' data (their bytes less the 16-B scales and 160-B histories per layer);
+    with 4 micro-batches the workspaces and the per-step casts stay as they are."""
     run = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "dp": 8, "zero": 3,
            "gpu": "h100-sxm"}
     plain = estimate("llama-2-7b", **run)
-    fp8 = estimate("llama-2-7b", fp8="te-delayed", **run)
-    assert fp8.number("activation_bytes") - plain.number("activation_bytes") == -1_979_710_976
-    assert fp8.number("total_bytes") - plain.number("total_bytes") == -1_979_710_976 + 5_120
-    assert not any(t.path.endswith("weight_workspace") for t in fp8.quantity("total_bytes").breakdown.terms)
+    for m in (1, 4):
+        fp8 = estimate("llama-2-7b", fp8="te-delayed", micro_batches=m, **run)
+        assert fp8.number("activation_bytes") - plain.number("activation_bytes") == -1_979_710_976
+        assert fp8.number("total_bytes") - plain.number("total_bytes") == 10_972_305_408
+        workspaces = [t for t in fp8.quantity("total_bytes").breakdown.terms if t.path.endswith("weight_workspace")]
+        assert len(workspaces) == 4
+        assert sum(int(t.expr.subs(fp8.values)) for t in workspaces) == 12_952_016_384 - 160 * 32
+        assert fp8_cast_bytes(fp8, True)[1] == 25_904_021_504
 
 
 def test_the_step_timeline_is_not_claimed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -348,8 +348,8 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     False by default) and TE caches the 8-bit weights across micro-batches unless the module is under PyTorch's
     FSDP2 (linear.py ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2)``; base.py ``is_fsdp2``:
     torch's ``_get_module_fsdp_state``). NOTE(fp8_casts): so under ``--zero 3`` too, which with TE's recipes is
-    Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) keeps no workspace under
-    ZeRO-3, an assumption the two do not share (``CAST_SOURCE``)."""
+    Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) holds the same cached
+    8-bit weights (``CAST_SOURCE``)."""
     o = est.options
     if o.fp8 not in TE_FP8:
         return 0, 0

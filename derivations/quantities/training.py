@@ -186,17 +186,14 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     amax history and scales (``symbolic.te_float8.workspace_terms``), persistent across micro-batches and steps,
     whole per tensor-parallel rank (not sharded by the distributed optimizer); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
-    sharded = opts.zero == 3
-    terms = workspace_terms(graph, opts.fp8, transpose, cached=not sharded)
-    note = (f"fp8 ({opts.fp8}): " + (
-        "ZeRO-3: no 8-bit weight workspace cached (Transformer Engine under FSDP2 quantizes the gathered weight "
-        "again each micro-batch, module/linear.py L1958; Megatron-FSDP assumed to do the same; the one layer's "
-        "transient 8-bit weight is not counted)" if sharded else
-        "Transformer Engine's 8-bit weight workspaces cached across micro-batches (Megatron-Core passes "
-        "is_first_microbatch)" + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu "
-                                  "counts as Hopper)" if transpose else ""))
+    terms = workspace_terms(graph, opts.fp8, transpose)
+    note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches (Megatron-Core "
+            "passes is_first_microbatch)" + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; "
+                                             "no --gpu counts as Hopper)" if transpose else "")
             + (", and the delayed-scaling amax history (Megatron-Core's fp8_amax_history_len 1)"
-               if opts.fp8 == "te-delayed" else "") + ("" if sharded else ", whole per tensor-parallel rank"))
+               if opts.fp8 == "te-delayed" else "") + ", whole per tensor-parallel rank"
+            + (" (under ZeRO-3 too: Megatron-FSDP is not torch's FSDP2, for which TE would not cache, module/linear.py "
+               "L1958 is_fsdp2; the weights are cast once per step, as the time counts)" if opts.zero == 3 else ""))
     return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), note
 
 
