@@ -63,7 +63,8 @@ def test_sequence_parallel_casts_the_local_shard_and_transposes_after_the_gather
     row-wise only (r 2 w 1 = 3 B, amax in the norm: 25,165,824), the gathered 16,777,216 transposed in the backward
     (r 1 w 1: 33,554,432); its gradient G = 4,096 x 6,144 = 25,165,824 at 6 B: 150,994,944. fc1 alike: 25,165,824
     + 33,554,432 + 6 x 4,096 x 11,008 (270,532,608). proj (row-parallel): input 4,096 x 2,048 = 8,388,608 at 10 B
-    (83,886,080: row-wise forward, column-wise backward, 5 B each), its gradient's local shard 8,388,608 cast row-wise with an amax pass (r 4 w 1 = 5 B: 41,943,040)
+    (83,886,080: row-wise forward, column-wise backward, 5 B each), its gradient's local shard 8,388,608 cast
+    row-wise with an amax pass (r 4 w 1 = 5 B: 41,943,040)
     and the gathered 16,777,216 transposed (33,554,432). fc2 alike: 6 x 4,096 x 5,504 = 135,266,304, 41,943,040
     + 33,554,432. Per layer: qkv 209,715,200 + fc1 329,252,864 + proj 159,383,552 + fc2 210,763,776 =
     909,115,392 B."""

@@ -184,12 +184,14 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     """What Transformer Engine's fp8 keeps beside the model states under Megatron-Core (``--fp8 te-*``): each
     layer linear's cached 8-bit weight (and, on Hopper and Ada, its transpose) and, under delayed scaling, its
     amax history and scales (``symbolic.te_float8.workspace_terms``), persistent across micro-batches and steps,
-    whole per tensor-parallel rank (not sharded by the distributed optimizer); and the note that says so."""
+    whole per tensor-parallel rank (not sharded by the distributed optimizer, nor by ZeRO-3's Megatron-FSDP:
+    ``te_float8.workspace_terms``); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
     terms = workspace_terms(graph, opts.fp8, transpose)
-    note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches (Megatron-Core "
-            "passes is_first_microbatch)" + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; "
-                                             "no --gpu counts as Hopper)" if transpose else "")
+    note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches "
+            "(Megatron-Core passes is_first_microbatch)"
+            + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu counts as Hopper)"
+               if transpose else "")
             + (", and the delayed-scaling amax history (Megatron-Core's fp8_amax_history_len 1)"
                if opts.fp8 == "te-delayed" else "") + ", whole per tensor-parallel rank"
             + (" (under ZeRO-3 too: Megatron-FSDP is not torch's FSDP2, for which TE would not cache, module/linear.py "
