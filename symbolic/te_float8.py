@@ -27,9 +27,11 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   ``out`` no longer saved) proj holds 2 bytes per element, not 1. Megatron's other ``set_save_original_input``
   calls touch linears not in the graph's 8-bit form: the experts' fc2 under ``moe_act`` recompute and fc1 under
   expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here), MLA's down projections under
-  ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``); not modelled:
-  the shared experts' fc1 (moe/shared_experts.py L150-161: its 16-bit input, which the router saves, instead of an
-  8-bit copy). Dense mlp.py calls none (fc2 keeps its cast).
+  ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``). The shared
+  experts' fc1 gets the same treatment as proj, on the same condition (moe/shared_experts.py L147-161: the
+  pre-MLP norm's output is saved by the router, so fc1 saves it as it is, not an 8-bit copy beside it; not set
+  under ``shared_experts`` recompute, whose checkpoint saves only its input). Dense mlp.py calls none (fc2 keeps
+  its cast).
 
 ``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
 micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
@@ -102,11 +104,11 @@ class TEFloat8:
             return Tensor(name, (), FP32, role=x.role)
         return replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / 32), dtype=E8M0)
 
-    def _op(self, op: Op, original: frozenset[str] = frozenset()) -> Op:
-        """``op`` saving its inputs' 8-bit casts, but the inputs named in ``original`` (saved as they are)."""
-        if op.kind != "linear":
+    def _op(self, op: Op, original: bool = False) -> Op:
+        """``op`` saving its inputs' 8-bit casts, or (``original``) its inputs as they are."""
+        if op.kind != "linear" or original:
             return op
-        casts = {x.name for x in op.saved if x.name in op.inputs and x.name not in original}
+        casts = {x.name for x in op.saved if x.name in op.inputs}
         saved: list[Tensor] = []
         for x in op.saved:
             saved += [replace(x, name=f"{x.name}:fp8", dtype=FP8), self._scale(x)] if x.name in casts else [x]
@@ -116,25 +118,29 @@ class TEFloat8:
                 (name, grads)]
         return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
 
-    def original_inputs(self, blk: Any) -> frozenset[str]:
-        """The inputs ``blk``'s linears save in 16 bits under this recipe: the attention kernels' outputs (read by
-        linear_proj, ``set_save_original_input``) under current scaling and MXFP8; none under delayed scaling."""
-        if self.recipe == "te-delayed":
-            return frozenset()
-        return frozenset(op.output.name for op in blk.ops if op.kind in ATTENTION_KINDS)
+    def saves_original(self, blk: Any, op: Op) -> bool:
+        """Whether Megatron-Core sets ``save_original_input`` on linear ``op`` of ``blk`` under this recipe (current
+        scaling and MXFP8; never delayed scaling): the attention's output projection (its input an attention
+        kernel's output) and the shared experts' fc1 (its input saved by a router in the same layers)."""
+        if self.recipe == "te-delayed" or op.kind != "linear" or not op.inputs:
+            return False
+        x = op.inputs[0]
+        return any(o.kind in ATTENTION_KINDS and o.output.name == x for o in blk.ops) or any(
+            o.kind == "router" and const(o.share) == const(op.share) and any(t.name == x for t in o.saved)
+            for o in blk.ops)
 
     def __call__(self, graph: Graph) -> Graph:
         blocks = tuple(blk if blk.name in _NOT_TE else replace(
-            blk, ops=tuple(self._op(op, self.original_inputs(blk)) for op in blk.ops)) for blk in graph.blocks)
+            blk, ops=tuple(self._op(op, self.saves_original(blk, op)) for op in blk.ops)) for blk in graph.blocks)
         experts = any(op.kind == "experts" for _, op in te_linears(graph))
         note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
                 "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"
                 + ("; MXFP8 scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
                    "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe == "te-mxfp8"
                    else "")
-                + ("" if self.recipe == "te-delayed" else "; the attention's output projection saves its 16-bit "
-                   "input (Megatron-Core's set_save_original_input, attention.py L428-444, Transformer Engine >= "
-                   "2.6)")
+                + ("" if self.recipe == "te-delayed" else "; the attention's output projection and the shared "
+                   "experts' fc1 save their 16-bit inputs (Megatron-Core's set_save_original_input, attention.py "
+                   "L428-444, moe/shared_experts.py L147-161, Transformer Engine >= 2.6)")
                 + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
                 + "; fp8 primary weights (--fp8-param-gather) and fp8 attention are not modelled")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
@@ -158,8 +164,9 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
     * ``amax_history`` (delayed scaling only): per module and GEMM, the forward's 3 and the backward's 2
       quantizers' fp32 ``scale`` and ``amax_history_len`` x quantizers fp32 history
       (``quantization.py`` L1436-1442 ``DelayedScalingRecipeState``; ``module/base.py`` L1139: 3 per GEMM
-      forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input (Megatron's
-      fc1 is one module for gate and up; the experts' GroupedLinear has one GEMM per local expert).
+      forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input and share
+      of the layers (Megatron's fc1 is one module for gate and up; a dense MLP's and the shared experts' fc1 are
+      two; the experts' GroupedLinear has one GEMM per local expert).
 
     Under ZeRO-3 too: Megatron-Core's ZeRO-3 is Megatron-FSDP, which TE does not see as FSDP2 (L1958 ``cache_name =
     None if (is_first_microbatch is None or self.is_fsdp2) else "weight"``; ``is_fsdp2``, module/base.py L1037-1047,
@@ -179,7 +186,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
             gemms = const(1)
             for side in w.shape[:-2]:  # the experts' leading axis: one GEMM per local expert
                 gemms = gemms * side
-            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, w.name)
+            key = (blk.name, op.inputs, const(op.share)) if op.kind == "linear" else (blk.name, op.path, w.name)
             row = modules.setdefault(key, [blk.name, op.path, blk.repeat * op.share, const(0), gemms])
             row[3] = row[3] + w.numel
     terms: list[tuple[str, Any]] = []

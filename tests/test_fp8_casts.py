@@ -20,7 +20,7 @@ attention.py L428-444): its forward casts row-wise only, its backward casts the 
 from __future__ import annotations
 
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
+from memderive.derivations.quantities.memory_bound import _module_casts, fp8_cast_bytes
 from memderive.derivations.quantities.timing import step_time
 
 RUN = {"mode": "train", "batch": 1, "seq": 4096, "framework": "megatron"}
@@ -102,3 +102,18 @@ def test_the_experts_grouped_linears_by_hand() -> None:
     218,103,808 x 65/16 = 886,046,720 B."""
     e = estimate("mixtral-8x7b", fp8="te-mxfp8", gpu="b200", ep=8, dp=8, **RUN)
     assert fp8_cast_bytes(e, False) == (LAYERS * 2_044_198_912, LAYERS * 886_046_720)
+
+
+def test_a_saved_16_bit_input_is_cast_again_in_the_backward_by_hand() -> None:
+    """A module that saves its 16-bit input (Megatron's set_save_original_input: proj, the shared experts' fc1),
+    8,192 input elements, bf16, no gradient counted. Current scaling on Hopper, not gathered: forward row-wise
+    (amax r 2, cast r 2 w 1: 5 B per element), backward column-wise (the transpose alone: 5 B): 81,920 B.
+    All-gathered over 8 ranks (sequence parallelism): the 1,024-element local shard cast row-wise in the forward
+    (5,120) and again in the backward (5,120, Float8 cannot gather column-wise data), the gathered 8,192 transposed
+    (r 1 w 1: 16,384): 26,624 B. MXFP8 gathered: the local shard row-wise (r 2, w 1 + 1/32: 3,104 B) forward and
+    column-wise (3,104) backward: 6,208 B."""
+    def casts(recipe: str, transpose: bool, split: int) -> int:
+        return _module_casts(recipe, transpose, 2, 8192, 0, False, split, 1, 1, original=True)
+    assert casts("te-current", True, 1) == 81_920
+    assert casts("te-current", True, 8) == 26_624
+    assert casts("te-mxfp8", False, 8) == 6_208

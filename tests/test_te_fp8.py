@@ -6,11 +6,12 @@ transpose on Hopper), plus delayed scaling's amax history (symbolic.te_float8). 
 from __future__ import annotations
 
 import pytest
+import sympy as sp
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
-from memderive.symbolic.dims import b, h, l, s
+from memderive.symbolic.dims import b, f, f_s, h, l, l_d, p, s, t
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.ops import BlockBuilder
@@ -77,6 +78,31 @@ def test_proj_saves_its_16_bit_input_under_current_scaling_with_selective_recomp
     saved = {op.path: [x.name for x in op.saved] for blk, op in current.graph.ops() if blk.name == "layer"}
     assert saved["attn/proj"] == ["attn/core.out"] and saved["mlp/fc2"] == ["mlp/act.out:fp8",
                                                                           "mlp/act.out:fp8.scale_inv"]
+
+
+def test_shared_experts_fc1_saves_the_routers_16_bit_input_and_its_workspace_spans_the_moe_layers() -> None:
+    """DeepSeek-V2 (a dense first layer, then MoE layers with shared experts), current scaling, TP 8 with SP, EP 8,
+    PP 6. Megatron-Core sets save_original_input on the shared experts' fc1 (moe/shared_experts.py L147-161): it
+    saves the pre-MLP norm's 16-bit output, which the router saves too, not an 8-bit copy; the dense layer's fc1
+    still saves its cast; delayed scaling casts both. The weight workspaces, one module per input and share of the
+    layers: the dense fc1 (gate and up, 2 f h / t elements) over the stage's l_d / p dense layers, the shared
+    experts' fc1 (2 f_s h / t) over its (l - l_d) / p MoE layers; on Hopper data and transpose, 2 B per element,
+    and a 4-byte scale_inv per module."""
+    run = {"mode": "train", "batch": 1, "seq": 4096, "framework": "megatron", "tp": 8, "sp": True, "ep": 8, "pp": 6,
+           "dp": 8, "gpu": "h100-sxm"}
+    saved = {}
+    for recipe in ("te-current", "te-delayed"):
+        e = estimate("deepseek-v2", fp8=recipe, **run)
+        saved[recipe] = {op.path: [x.name for x in op.saved] for blk, op in e.graph.ops() if blk.name == "layer"}
+        if recipe == "te-current":
+            terms = {t.path: t.expr for t in e.quantity("total_bytes").breakdown.terms}
+    assert saved["te-current"]["moe/shared/gate"] == ["norm2.out"]
+    assert saved["te-current"]["mlp/gate"] == ["norm2.out:fp8", "norm2.out:fp8.scale_inv"]
+    assert saved["te-delayed"]["moe/shared/gate"] == ["norm2.out:fp8", "norm2.out:fp8.scale_inv"]
+    dense, moe = l_d / p, (l - l_d) / p
+    assert sp.expand(terms["weights/te_fp8/layer/mlp/gate/weight_workspace"] - dense * (2 * 2 * f * h / t + 4)) == 0
+    assert sp.expand(terms["weights/te_fp8/layer/moe/shared/gate/weight_workspace"]
+                     - moe * (2 * 2 * f_s * h / t + 4)) == 0
 
 
 def test_each_term_is_an_op_of_the_graph() -> None:

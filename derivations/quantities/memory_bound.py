@@ -47,6 +47,7 @@ from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import TEFloat8, te_linears
@@ -318,12 +319,20 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     quantizes the local shard both ways and gathers both. Every other input is cast in full by the linear: fc2's is the
     16-bit output of Megatron's fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py; TE's LayerNormMLP and
     op fuser, which would fuse it, are not Megatron-Core's default layer spec), proj's the attention's 16-bit output
-    (fp8 attention not modelled). ``original``: the module saves its 16-bit input (proj under current scaling and
-    MXFP8: ``te_float8.TEFloat8.original_inputs``): each forward casts it row-wise only (TE linear.py L428-436
-    ``columnwise=... not save_original_input``), the backward casts the saved input column-wise (L1175-1180)."""
-    def cast(n: Any, split: Any, norm: bool) -> tuple[Any, Any]:
-        """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
+    (fp8 attention not modelled). ``original``: the module saves its 16-bit input (proj and the shared experts' fc1
+    under current scaling and MXFP8: ``te_float8.TEFloat8.saves_original``): each forward casts it (its local
+    shard) row-wise only (TE linear.py L393-397, L428-436), the backward casts the saved input again (L954-972):
+    column-wise (L1175-1180), or, gathered under sequence parallelism with delayed or current scaling, the local
+    shard row-wise, its gathered transpose where needed (as above); MXFP8 column-wise, then gathered."""
+    def cast(n: Any, split: Any, norm: bool, saved: bool = False) -> tuple[Any, Any]:
+        """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``;
+        ``saved``: the 16-bit input saved (``original``)."""
         local, both = n / split, split == 1 or recipe == "te-mxfp8"
+        if saved:
+            per = _quantize(local, width, recipe, transpose, True, False)
+            if both:
+                return per, _quantize(local, width, recipe, transpose, False, True)
+            return per, per + (2 * n if transpose else 0)
         if norm and recipe == "te-delayed":  # the norm writes 8 bits, not 16; the transpose its own kernel
             return -(width - 1) * local, (2 * n if transpose else 0)
         if norm and recipe == "te-current":  # the amax taken by the norm: one cast
@@ -331,11 +340,7 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
         else:
             per = _quantize(local, width, recipe, transpose, True, both)
         return per, (0 if both or not transpose else 2 * n)
-    if original:  # not norm-fused (proj), not gathered (row-parallel): row-wise per pass, column-wise once
-        per, once = (_quantize(x, width, recipe, transpose, True, False),
-                     _quantize(x, width, recipe, transpose, False, True))
-    else:
-        per, once = cast(x, gather_in, fused)
+    per, once = cast(x, gather_in, fused, original)
     grad, after = cast(g, gather_grad, False)
     return passes * per + once + grad + after
 
@@ -360,7 +365,8 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
 @per_graph
 def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tuple[Any, Any]:
     """``fp8_cast_bytes``' (micro-batch, step) expressions, once per graph: one module per distinct input of a
-    block's linears (Megatron's fused qkv, fc1 of gate and up), one per weight of an expert op (GroupedLinear's
+    block's linears in the same share of its layers (Megatron's fused qkv, fc1 of gate and up; a dense MLP's fc1 and
+    the shared experts' read the same norm output in different layers), one per weight of an expert op (GroupedLinear's
     fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options)."""
     split = tp_degree if gathered else 1
     modules: dict[tuple, dict[str, Any]] = {}
@@ -371,7 +377,8 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
                 continue
             rows, w = f.operands
             param = params[w.name.removesuffix(".one_expert")]
-            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, param.name)
+            key = ((blk.name, op.inputs, const(op.share)) if op.kind == "linear" else
+                   (blk.name, op.path, param.name))
             row = modules.setdefault(key, {"blk": blk, "op": op, "x": rows.numel * w.shape[-1], "g": 0, "w": {},
                                            "recompute": False, "axis": param.tp_axis})
             if f.phase == "recompute":
@@ -389,7 +396,7 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
         gather_in = split if linear and row["axis"] == 0 else 1
         gather_grad = split if linear and row["axis"] == 1 else 1
         scale = blk.repeat * op.share
-        original = linear and bool(op.inputs) and op.inputs[0] in TEFloat8(recipe).original_inputs(blk)
+        original = TEFloat8(recipe).saves_original(blk, op)
         micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
                                        2 if row["recompute"] else 1, original)
         weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
