@@ -117,3 +117,17 @@ def test_a_saved_16_bit_input_is_cast_again_in_the_backward_by_hand() -> None:
     assert casts("te-current", True, 1) == 81_920
     assert casts("te-current", True, 8) == 26_624
     assert casts("te-mxfp8", False, 8) == 6_208
+
+
+def test_moe_act_recompute_casts_the_experts_fc2_input_again() -> None:
+    """Mixtral 8x7B, MXFP8 on a B200, EP 8, as above, with --recompute selective --recompute-modules moe_act: Megatron
+    sets save_original_input on the experts' fc2 (moe/experts.py L269-276), whose 8,192 x 14,336 = 117,440,512-
+    element input is cast row-wise in the forward and, from the saved 16-bit copy, column-wise in the backward
+    (grouped_linear.py L1030-1039): one more 2-byte read per element, + 234,881,024 B per layer; the weights as
+    before. Selective recompute of core_attn alone changes no cast."""
+    run = {"fp8": "te-mxfp8", "gpu": "b200", "ep": 8, "dp": 8, **RUN}
+    micro, step = fp8_cast_bytes(estimate("mixtral-8x7b", recompute="selective", recompute_modules=("moe_act",),
+                                          **run), False)
+    assert (micro, step) == (LAYERS * (2_044_198_912 + 234_881_024), LAYERS * 886_046_720)
+    assert fp8_cast_bytes(estimate("mixtral-8x7b", recompute="selective", **run), False) == (
+        LAYERS * 2_044_198_912, LAYERS * 886_046_720)

@@ -367,7 +367,11 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
     """``fp8_cast_bytes``' (micro-batch, step) expressions, once per graph: one module per distinct input of a
     block's linears in the same share of its layers (Megatron's fused qkv, fc1 of gate and up; a dense MLP's fc1 and
     the shared experts' read the same norm output in different layers), one per weight of an expert op (GroupedLinear's
-    fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options)."""
+    fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options).
+    Under ``moe_act`` recompute (the experts' activation recomputed, their GEMMs not) Megatron sets
+    ``save_original_input`` on the experts' fc2 (moe/experts.py L269-276; TE grouped_linear.py L462, L541, L1030:
+    row-wise cast forward, the saved 16-bit input cast again in the backward); delayed scaling refuses it
+    (transformer_config.py L2000-2006, as ``Options`` does)."""
     split = tp_degree if gathered else 1
     modules: dict[tuple, dict[str, Any]] = {}
     for blk, op in te_linears(graph):
@@ -380,7 +384,8 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
             key = ((blk.name, op.inputs, const(op.share)) if op.kind == "linear" else
                    (blk.name, op.path, param.name))
             row = modules.setdefault(key, {"blk": blk, "op": op, "x": rows.numel * w.shape[-1], "g": 0, "w": {},
-                                           "recompute": False, "axis": param.tp_axis})
+                                           "recompute": False, "axis": param.tp_axis,
+                                           "fc2": const(w.shape[-2]) == const(op.output.shape[-1])})
             if f.phase == "recompute":
                 row["recompute"] = True
             else:
@@ -396,7 +401,9 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
         gather_in = split if linear and row["axis"] == 0 else 1
         gather_grad = split if linear and row["axis"] == 1 else 1
         scale = blk.repeat * op.share
-        original = TEFloat8(recipe).saves_original(blk, op)
+        original = TEFloat8(recipe).saves_original(blk, op) or (
+            op.kind == "experts" and recipe != "te-delayed" and row["fc2"] and not row["recompute"]
+            and any(f.kind != "matmul" and f.phase == "recompute" for f in op.flops))  # moe_act: fc2's input saved
         micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
                                        2 if row["recompute"] else 1, original)
         weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
