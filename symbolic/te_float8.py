@@ -23,10 +23,12 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   (TE module/linear.py L597-598 ``if save_original_input: inputmat = inp``; the forward casts row-wise only,
   L393-397, L428-436; the backward quantizes the saved input column-wise again, L1175-1180). Delayed scaling keeps
   the 8-bit copy (linear.py L310-326: ``save_original_input`` refused with ``Float8Quantizer``). So without
-  recompute proj adds nothing beside the attention's saved ``out``, and with ``core_attn`` checkpointed (the kernel's
-  ``out`` no longer saved) proj holds 2 bytes per element, not 1. Megatron's other ``set_save_original_input``
+  recompute proj adds nothing beside a fused kernel's saved ``out``, and with ``core_attn`` checkpointed (the
+  kernel's ``out`` no longer saved) or an unfused core (whose last bmm saves its inputs, not its output) proj holds
+  2 bytes per element, not 1. Megatron's other ``set_save_original_input``
   calls touch linears not in the graph's 8-bit form: the experts' fc2 under ``moe_act`` recompute and fc1 under
-  expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here), MLA's down projections under
+  expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here, fc2's second cast timed in
+  ``memory_bound``), MLA's down projections under
   ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``). The shared
   experts' fc1 gets the same treatment as proj, on the same condition (moe/shared_experts.py L147-161: the
   pre-MLP norm's output is saved by the router, so fc1 saves it as it is, not an 8-bit copy beside it; not set
