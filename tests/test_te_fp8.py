@@ -147,7 +147,7 @@ def test_zero_3_caches_the_8_bit_weights_as_the_time_casts_them_once_per_step() 
     transpose 2 B each + 4 modules x 4 B scale_inv = 404,750,352, amax history 160: x 32 = 12,952,016,384. The total
     moves by 12,952,016,384 - 1,979,710,976 = 10,972,305,408 B. The time's weight casts: once per step, r 2 w 1 + 1
     per element, 4 x 202,375,168 x 32 = 25,904,021,504 B, of which the writes, 2 x 202,375,168 x 32 =
-    12,952,011,264, are the workspaces' data (their bytes less the 16-B scales and 160-B histories per layer);
+    12,952,010,752, are the workspaces' data (12,952,011,264 less the 16-B scale_invs per layer);
     with 4 micro-batches the workspaces and the per-step casts stay as they are."""
     run = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "dp": 8, "zero": 3,
            "gpu": "h100-sxm"}
