@@ -15,7 +15,25 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   ``columnwise`` scale_inv ``[prod(shape[:-1]) // 32, shape[-1]]``, padded to multiples of [4, 128]);
 * the 16-bit tensor the linear read is no longer saved **by the linear**: where nothing else saves it (fc2's
   input, the norms' outputs) it is freed; the attention's output stays saved by the attention
-  (``DotProductAttention`` saves ``out``), so attn/proj adds its 8-bit copy beside it.
+  (``DotProductAttention`` saves ``out``), so under delayed scaling attn/proj adds its 8-bit copy beside it;
+* **except the attention's output projection under current scaling and MXFP8**: Megatron-Core (Transformer Engine
+  >= 2.6) calls ``set_save_original_input(self.linear_proj)`` when ``config.fp8 and config.fp8_recipe !=
+  'delayed'`` (Megatron-LM d98e8a6 megatron/core/transformer/attention.py L428-444; MLA's the same,
+  multi_latent_attention.py L240-251), whatever the recompute: proj saves the 16-bit attention output itself
+  (TE module/linear.py L597-598 ``if save_original_input: inputmat = inp``; the forward casts row-wise only,
+  L393-397, L428-436; the backward quantizes the saved input column-wise again, L1175-1180). Delayed scaling keeps
+  the 8-bit copy (linear.py L310-326: ``save_original_input`` refused with ``Float8Quantizer``). So without
+  recompute proj adds nothing beside a fused kernel's saved ``out``, and with ``core_attn`` checkpointed (the
+  kernel's ``out`` no longer saved) or an unfused core (whose last bmm saves its inputs, not its output) proj holds
+  2 bytes per element, not 1. Megatron's other ``set_save_original_input``
+  calls touch linears not in the graph's 8-bit form: the experts' fc2 under ``moe_act`` recompute and fc1 under
+  expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here, fc2's second cast timed in
+  ``memory_bound``), MLA's down projections under
+  ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``). The shared
+  experts' fc1 gets the same treatment as proj, on the same condition (moe/shared_experts.py L147-161: the
+  pre-MLP norm's output is saved by the router, so fc1 saves it as it is, not an 8-bit copy beside it; not set
+  under ``shared_experts`` recompute, whose checkpoint saves only its input). Dense mlp.py calls none (fc2 keeps
+  its cast).
 
 ``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
 micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
@@ -38,6 +56,7 @@ from typing import Any
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import const
 from memderive.symbolic.graph import Graph, Op
+from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY"]
@@ -87,8 +106,9 @@ class TEFloat8:
             return Tensor(name, (), FP32, role=x.role)
         return replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / 32), dtype=E8M0)
 
-    def _op(self, op: Op) -> Op:
-        if op.kind != "linear":
+    def _op(self, op: Op, original: bool = False) -> Op:
+        """``op`` saving its inputs' 8-bit casts, or (``original``) its inputs as they are."""
+        if op.kind != "linear" or original:
             return op
         casts = {x.name for x in op.saved if x.name in op.inputs}
         saved: list[Tensor] = []
@@ -100,22 +120,36 @@ class TEFloat8:
                 (name, grads)]
         return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
 
+    def saves_original(self, blk: Any, op: Op) -> bool:
+        """Whether Megatron-Core sets ``save_original_input`` on linear ``op`` of ``blk`` under this recipe (current
+        scaling and MXFP8; never delayed scaling): the attention's output projection (its input an attention
+        kernel's output) and the shared experts' fc1 (its input saved by a router in the same layers)."""
+        if self.recipe == "te-delayed" or op.kind != "linear" or not op.inputs:
+            return False
+        x = op.inputs[0]
+        return any(o.kind in ATTENTION_KINDS and o.output.name == x for o in blk.ops) or any(
+            o.kind == "router" and const(o.share) == const(op.share) and any(t.name == x for t in o.saved)
+            for o in blk.ops)
+
     def __call__(self, graph: Graph) -> Graph:
-        blocks = tuple(blk if blk.name in _NOT_TE else replace(blk, ops=tuple(self._op(op) for op in blk.ops))
-                       for blk in graph.blocks)
+        blocks = tuple(blk if blk.name in _NOT_TE else replace(
+            blk, ops=tuple(self._op(op, self.saves_original(blk, op)) for op in blk.ops)) for blk in graph.blocks)
         experts = any(op.kind == "experts" for _, op in te_linears(graph))
         note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
                 "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"
                 + ("; MXFP8 scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
                    "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe == "te-mxfp8"
                    else "")
+                + ("" if self.recipe == "te-delayed" else "; the attention's output projection and the shared "
+                   "experts' fc1 save their 16-bit inputs (Megatron-Core's set_save_original_input, attention.py "
+                   "L428-444, moe/shared_experts.py L147-161, Transformer Engine >= 2.6)")
                 + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
                 + "; fp8 primary weights (--fp8-param-gather) and fp8 attention are not modelled")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
 
 
-def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = True,
+def workspace_terms(graph: Graph, recipe: str, transpose: bool,
                     amax_history: int = MEGATRON_AMAX_HISTORY) -> list[tuple[str, Any]]:
     """The fp8 buffers Megatron-Core keeps per Transformer Engine linear, as ``(path, bytes)`` over the block's
     repeats:
@@ -132,11 +166,21 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = T
     * ``amax_history`` (delayed scaling only): per module and GEMM, the forward's 3 and the backward's 2
       quantizers' fp32 ``scale`` and ``amax_history_len`` x quantizers fp32 history
       (``quantization.py`` L1436-1442 ``DelayedScalingRecipeState``; ``module/base.py`` L1139: 3 per GEMM
-      forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input (Megatron's
-      fc1 is one module for gate and up; the experts' GroupedLinear has one GEMM per local expert).
+      forward, 2 backward): 4 x 5 x (amax_history + 1) bytes per GEMM. One module per distinct input and share
+      of the layers (Megatron's fc1 is one module for gate and up; a dense MLP's and the shared experts' fc1 are
+      two; the experts' GroupedLinear has one GEMM per local expert).
 
-    ``cached`` False: no weight workspace is kept (TE under FSDP2: L1958 ``cache_name = None if ... is_fsdp2``,
-    the 8-bit weight quantized again each micro-batch from the gathered weight).
+    Under ZeRO-3 too: Megatron-Core's ZeRO-3 is Megatron-FSDP, which TE does not see as FSDP2 (L1958 ``cache_name =
+    None if (is_first_microbatch is None or self.is_fsdp2) else "weight"``; ``is_fsdp2``, module/base.py L1037-1047,
+    asks torch's ``_get_module_fsdp_state``, distributed.py L2112-2140: torch's ``fully_shard`` state, which
+    Megatron-FSDP's own hooks do not register, megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py).
+    Megatron still passes ``is_first_microbatch`` (pipeline_parallel/schedules.py L496-497 ``set_is_first_microbatch``
+    on the FSDP wrapper, a ``MegatronModule``: transformer/module.py L114-134, over every submodule;
+    extensions/transformer_engine.py L1338-1345), and Megatron-FSDP releases only the gathered 16-bit buckets and,
+    with fp8 primary weights (``--fp8-param-gather``, not modelled), their transposes (megatron_fsdp.py L623-633,
+    L1102-1112): TE's ``_fp8_workspaces["weight"]`` (linear.py L2068-2071), the whole per-TP-rank weight quantized
+    from the gathered one, stays across micro-batches and steps. ``disable_parameter_transpose_cache`` (False by
+    default, transformer_config.py L1175) would turn it off; Megatron never sets it for FSDP.
     """
     modules: dict[tuple, list] = {}  # (block, what) -> [block, path, repeats, elements, GEMMs]
     for blk, op in te_linears(graph):
@@ -144,7 +188,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = T
             gemms = const(1)
             for side in w.shape[:-2]:  # the experts' leading axis: one GEMM per local expert
                 gemms = gemms * side
-            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, w.name)
+            key = (blk.name, op.inputs, const(op.share)) if op.kind == "linear" else (blk.name, op.path, w.name)
             row = modules.setdefault(key, [blk.name, op.path, blk.repeat * op.share, const(0), gemms])
             row[3] = row[3] + w.numel
     terms: list[tuple[str, Any]] = []
@@ -153,8 +197,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool, cached: bool = T
             ws = 2 * data + data / 32 + data / 32
         else:
             ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
-        if cached:
-            terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
+        terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
         if recipe == "te-delayed":
             terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
     return terms

@@ -510,8 +510,8 @@ NEMO_LONG_CONTEXT = [
 #: python benchmarks/published_runs.py as their own table and in the per-GPU groups as "dense-apart").
 DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: Why ``DENSE_APART`` is not among ``HELD_OUT`` (python benchmarks/published_runs.py): its 21 rows at 2K-8K tokens
-#: (``BRIDGE_DENSE``, ``NEMO_2407``) are predicted too fast but two (+0.4%, Llama 3 70B t4 p8 v5 on H100, and -2.8%),
-#: by up to 41.2% (median |error| 16.3%), 3 past issue 39's 25%. Transformer Engine's quantization passes are timed
+#: (``BRIDGE_DENSE``, ``NEMO_2407``) are predicted too fast but two (+0.6%, Llama 3 70B t4 p8 v5 on H100, and -2.6%),
+#: by up to 41.1% (median |error| 16.3%), 3 past issue 39's 25%. Transformer Engine's quantization passes are timed
 #: (``memory_bound.fp8_cast_bytes``: 1.4-5.5% of the predicted step, 6.0% under Megatron-FSDP; before them the 21 were
 #: 4.6-42.3% too fast, median 20.5%, 5 past 25%). memderive's fp8 step is still 1.35-1.67x as fast as its own bf16
 #: step of the same layout; the measured fp8 steps are 0.98-1.41x (median 1.25x) as fast as that bf16 prediction.
@@ -521,7 +521,7 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: not MXFP8's block scales) that memderive runs them at; GB200's bf16 level is its MAMF (1,822 TFLOP/s), B200's the
 #: sustained MSMF (1,424.5). The long-sequence sweep (``NEMO_LONG_CONTEXT``) shows the gap fading as attention (bf16)
 #: takes over: -18.1% at 4K tokens, -3.5% at 32K, +4.4% to +10.2% from 128K to 1M. Over all 30: median 14.7%, worst
-#: 41.2%. Nothing is tuned to close it.
+#: 41.1%. Nothing is tuned to close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 41% too fast at 2K-8K tokens (H100, B200, "
                     "GB200; current, delayed and MXFP8 scaling), the gap fading with sequence length as attention "
                     "takes over: tests/published_runs.BRIDGE_DENSE_GAP")

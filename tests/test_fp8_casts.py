@@ -12,12 +12,15 @@ Modules per layer (input elements X, output-gradient elements G, weights W):
   fc2:                     X = 4,096 x 11,008 = 45,088,768; G = 16,777,216;                W = 45,088,768
   sum X over the unfused (proj, fc2) 61,865,984, over the fused (qkv, fc1) 33,554,432; sum G 174,063,616;
   sum W 202,375,168.
+Under current scaling and MXFP8 proj saves its 16-bit input (Megatron-Core's set_save_original_input,
+attention.py L428-444): its forward casts row-wise only, its backward casts the saved input column-wise again
+(TransformerEngine linear.py L428-436, L1175-1180): two casts of X_proj = 16,777,216, each with its own read.
 """
 
 from __future__ import annotations
 
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
+from memderive.derivations.quantities.memory_bound import _module_casts, fp8_cast_bytes
 from memderive.derivations.quantities.timing import step_time
 
 RUN = {"mode": "train", "batch": 1, "seq": 4096, "framework": "megatron"}
@@ -32,17 +35,19 @@ def test_current_scaling_on_hopper_by_hand() -> None:
     """Current scaling, H100 (data + transpose, one byte each): an unfused input or any gradient: amax r 2, cast
     r 2 w 1 + 1 = 6 B per element; a norm-fused input: the norm takes the amax, the cast r 2 w 2 = 4 B.
     Per layer: 6 x 61,865,984 + 4 x 33,554,432 + 6 x 174,063,616 = 371,195,904 + 134,217,728 + 1,044,381,696
-    = 1,549,795,328 B per micro-batch; the weights once per step, 6 x 202,375,168 = 1,214,251,008 B."""
+    = 1,549,795,328 B per micro-batch, but proj's input twice at r 2 + r 2 w 1 = 5 B (10 B, not 6):
+    + 4 x 16,777,216 = 1,616,904,192; the weights once per step, 6 x 202,375,168 = 1,214,251,008 B."""
     micro, step = _bytes("te-current", "h100-sxm", True)
-    assert (micro, step) == (LAYERS * 1_549_795_328, LAYERS * 1_214_251_008)
+    assert (micro, step) == (LAYERS * 1_616_904_192, LAYERS * 1_214_251_008)
 
 
 def test_mxfp8_by_hand() -> None:
     """MXFP8, B200: every cast one pass, r 2, w row-wise 1 + 1/32 and column-wise 1 + 1/32 = 4 + 1/16 B per element
     (the norm writes its 16-bit output as before: not fused). Per layer (95,420,416 inputs + 174,063,616 gradients)
-    x 65/16 = 269,484,032 x 65 / 16 = 1,094,778,880 B; weights 202,375,168 x 65 / 16 = 822,149,120 B."""
+    x 65/16 = 269,484,032 x 65 / 16 = 1,094,778,880 B, and proj's input read once more for its column-wise cast
+    in the backward (r 2: + 2 x 16,777,216): 1,128,333,312 B; weights 202,375,168 x 65 / 16 = 822,149,120 B."""
     micro, step = _bytes("te-mxfp8", "b200", False)
-    assert (micro, step) == (LAYERS * 1_094_778_880, LAYERS * 822_149_120)
+    assert (micro, step) == (LAYERS * 1_128_333_312, LAYERS * 822_149_120)
 
 
 def test_delayed_scaling_fuses_the_norms_cast_by_hand() -> None:
@@ -57,13 +62,14 @@ def test_sequence_parallel_casts_the_local_shard_and_transposes_after_the_gather
     """TP 2 with SP, current scaling, H100, per layer and rank. qkv: norm1's local shard X/2 = 8,388,608 cast
     row-wise only (r 2 w 1 = 3 B, amax in the norm: 25,165,824), the gathered 16,777,216 transposed in the backward
     (r 1 w 1: 33,554,432); its gradient G = 4,096 x 6,144 = 25,165,824 at 6 B: 150,994,944. fc1 alike: 25,165,824
-    + 33,554,432 + 6 x 4,096 x 11,008 (270,532,608). proj (row-parallel): input 4,096 x 2,048 = 8,388,608 at 6 B
-    (50,331,648), its gradient's local shard 8,388,608 cast row-wise with an amax pass (r 4 w 1 = 5 B: 41,943,040)
+    + 33,554,432 + 6 x 4,096 x 11,008 (270,532,608). proj (row-parallel): input 4,096 x 2,048 = 8,388,608 at 10 B
+    (83,886,080: row-wise forward, column-wise backward, 5 B each), its gradient's local shard 8,388,608 cast
+    row-wise with an amax pass (r 4 w 1 = 5 B: 41,943,040)
     and the gathered 16,777,216 transposed (33,554,432). fc2 alike: 6 x 4,096 x 5,504 = 135,266,304, 41,943,040
-    + 33,554,432. Per layer: qkv 209,715,200 + fc1 329,252,864 + proj 125,829,120 + fc2 210,763,776 =
-    875,560,960 B."""
+    + 33,554,432. Per layer: qkv 209,715,200 + fc1 329,252,864 + proj 159,383,552 + fc2 210,763,776 =
+    909,115,392 B."""
     micro, _ = _bytes("te-current", "h100-sxm", True, tp=2, sp=True)
-    assert micro == LAYERS * 875_560_960
+    assert micro == LAYERS * 909_115_392
 
 
 def test_the_step_time_shows_the_casts_and_none_has_none() -> None:
@@ -71,7 +77,7 @@ def test_the_step_time_shows_the_casts_and_none_has_none() -> None:
     on an H100 SXM, BabelStream's Triad 2.97 TB/s (memory_bound.achievable_bandwidth's Azure figure); --fp8 none
     times no cast."""
     st = step_time(estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", **RUN), "h100-sxm")
-    expected = LAYERS * (1_549_795_328 + 1_214_251_008) / 2.97e12
+    expected = LAYERS * (1_616_904_192 + 1_214_251_008) / 2.97e12
     assert abs(st.fp8_cast_s - expected) < 1e-12
     assert st.to_json()["fp8_cast_time_s"] == st.fp8_cast_s
     assert "amax pass" in " ".join(st.model())
@@ -81,16 +87,47 @@ def test_the_step_time_shows_the_casts_and_none_has_none() -> None:
 
 def test_full_recompute_casts_the_inputs_again() -> None:
     """--recompute full reruns each forward: the inputs' casts once more (the weights stay cached), per layer
-    6 x 61,865,984 + 4 x 33,554,432 = 505,413,632 B on top of 1,549,795,328."""
+    6 x 45,088,768 (fc2) + 5 x 16,777,216 (proj, row-wise only) + 4 x 33,554,432 = 488,636,416 B on top of
+    1,616,904,192."""
     micro, step = _bytes("te-current", "h100-sxm", True, recompute="full")
-    assert (micro, step) == (LAYERS * (1_549_795_328 + 505_413_632), LAYERS * 1_214_251_008)
+    assert (micro, step) == (LAYERS * (1_616_904_192 + 488_636_416), LAYERS * 1_214_251_008)
 
 
 def test_the_experts_grouped_linears_by_hand() -> None:
     """Mixtral 8x7B (h 4,096, 8 KV heads of 128, f_e 14,336, 8 experts, top 2), MXFP8 on a B200, EP 8: one expert per
     GPU, its rows the 4,096 x 2 = 8,192 routed tokens. Per layer X + G: qkv 16,777,216 + 4,096 x 6,144, proj 2 x
     16,777,216, the experts' fc1 8,192 x 4,096 + 8,192 x 28,672, fc2 8,192 x 14,336 + 8,192 x 4,096: 494,927,872
-    elements x 65/16 = 2,010,644,480 B; weights 6,144 x 4,096 + 4,096^2 + 28,672 x 4,096 + 4,096 x 14,336 =
+    elements x 65/16 = 2,010,644,480 B, + 2 x 16,777,216 for proj's input read again in the backward (saved in 16
+    bits): 2,044,198,912 B; weights 6,144 x 4,096 + 4,096^2 + 28,672 x 4,096 + 4,096 x 14,336 =
     218,103,808 x 65/16 = 886,046,720 B."""
     e = estimate("mixtral-8x7b", fp8="te-mxfp8", gpu="b200", ep=8, dp=8, **RUN)
-    assert fp8_cast_bytes(e, False) == (LAYERS * 2_010_644_480, LAYERS * 886_046_720)
+    assert fp8_cast_bytes(e, False) == (LAYERS * 2_044_198_912, LAYERS * 886_046_720)
+
+
+def test_a_saved_16_bit_input_is_cast_again_in_the_backward_by_hand() -> None:
+    """A module that saves its 16-bit input (Megatron's set_save_original_input: proj, the shared experts' fc1),
+    8,192 input elements, bf16, no gradient counted. Current scaling on Hopper, not gathered: forward row-wise
+    (amax r 2, cast r 2 w 1: 5 B per element), backward column-wise (the transpose alone: 5 B): 81,920 B.
+    All-gathered over 8 ranks (sequence parallelism): the 1,024-element local shard cast row-wise in the forward
+    (5,120) and again in the backward (5,120, Float8 cannot gather column-wise data), the gathered 8,192 transposed
+    (r 1 w 1: 16,384): 26,624 B. MXFP8 gathered: the local shard row-wise (r 2, w 1 + 1/32: 3,104 B) forward and
+    column-wise (3,104) backward: 6,208 B."""
+    def casts(recipe: str, transpose: bool, split: int) -> int:
+        return _module_casts(recipe, transpose, 2, 8192, 0, False, split, 1, 1, original=True)
+    assert casts("te-current", True, 1) == 81_920
+    assert casts("te-current", True, 8) == 26_624
+    assert casts("te-mxfp8", False, 8) == 6_208
+
+
+def test_moe_act_recompute_casts_the_experts_fc2_input_again() -> None:
+    """Mixtral 8x7B, MXFP8 on a B200, EP 8, as above, with --recompute selective --recompute-modules moe_act: Megatron
+    sets save_original_input on the experts' fc2 (moe/experts.py L269-276), whose 8,192 x 14,336 = 117,440,512-
+    element input is cast row-wise in the forward and, from the saved 16-bit copy, column-wise in the backward
+    (grouped_linear.py L1030-1039): one more 2-byte read per element, + 234,881,024 B per layer; the weights as
+    before. Selective recompute of core_attn alone changes no cast."""
+    run = {"fp8": "te-mxfp8", "gpu": "b200", "ep": 8, "dp": 8, **RUN}
+    micro, step = fp8_cast_bytes(estimate("mixtral-8x7b", recompute="selective", recompute_modules=("moe_act",),
+                                          **run), False)
+    assert (micro, step) == (LAYERS * (2_044_198_912 + 234_881_024), LAYERS * 886_046_720)
+    assert fp8_cast_bytes(estimate("mixtral-8x7b", recompute="selective", **run), False) == (
+        LAYERS * 2_044_198_912, LAYERS * 886_046_720)

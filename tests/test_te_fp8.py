@@ -6,10 +6,12 @@ transpose on Hopper), plus delayed scaling's amax history (symbolic.te_float8). 
 from __future__ import annotations
 
 import pytest
+import sympy as sp
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
-from memderive.symbolic.dims import b, h, l, s
+from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
+from memderive.symbolic.dims import b, f, f_s, h, l, l_d, p, s, t
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.ops import BlockBuilder
@@ -36,13 +38,15 @@ def test_saved_inputs_are_the_8_bit_casts_by_hand() -> None:
     22,544,384: 101,187,584 elements -> 202,375,168 + 16 B; delayed scaling's amax history, per module
     4 B x 5 quantizers x (history 1 + 1) = 40 B, x 4 modules = 160 B. 202,375,344 B per layer, x 32 =
     6,476,011,008 B; the total moves by 6,476,011,008 - 989,855,232 = 5,486,155,776 B.
-    Current scaling: no amax history, 160 x 32 = 5,120 B less. On a B200 (non-TN fp8 GEMMs: no transpose):
+    Current scaling: no amax history, 160 x 32 = 5,120 B less, and proj saves the attention's 16-bit output itself
+    (Megatron-Core's set_save_original_input, attention.py L428-444), the one the attention saves: not +8,388,612
+    per layer, -268,435,584 over 32 layers (activations -1,258,290,816). On a B200 (non-TN fp8 GEMMs: no transpose):
     101,187,584 + 16 + 160 = 101,187,760 per layer, x 32 = 3,238,008,320 - 989,855,232 = 2,248,153,088 B."""
     total, acts = _numbers("none", "h100-sxm")
     d_total, d_acts = _numbers("te-delayed", "h100-sxm")
     assert (d_total - total, d_acts - acts) == (5_486_155_776, -989_855_232)
     c_total, c_acts = _numbers("te-current", "h100-sxm")
-    assert (c_total - total, c_acts - acts) == (5_486_155_776 - 5_120, -989_855_232)
+    assert (c_total - total, c_acts - acts) == (5_486_155_776 - 5_120 - 268_435_584, -1_258_290_816)
     b_total, b_acts = _numbers("te-delayed", "b200")
     assert (b_total - _numbers("none", "b200")[0], b_acts - acts) == (2_248_153_088, -989_855_232)
 
@@ -50,13 +54,55 @@ def test_saved_inputs_are_the_8_bit_casts_by_hand() -> None:
 def test_mxfp8_saves_one_byte_scale_per_32_elements_by_hand() -> None:
     """MXFP8 (B200): each saved 8-bit input adds its column-wise scales, one byte per 32 elements (33/32 B per
     element): qkv and fc1 2,048 x 4,096 x 33/32 = 8,650,752 (-8,126,464 each against bf16's 16,777,216), fc2
-    22,544,384 x 33/32 = 23,248,896 (-21,839,872), proj +4,096 x 2,048 x 33/32 = +8,650,752: -29,442,048 per layer,
-    x 32 = -942,145,536. The weight workspace: row-wise and column-wise data and their scales, 2 + 2/32 B per
-    element: 101,187,584 x 33/16 = 208,699,392 per layer, x 32 = 6,678,380,544; the total moves by
-    6,678,380,544 - 942,145,536 = 5,736,235,008 B."""
+    22,544,384 x 33/32 = 23,248,896 (-21,839,872), proj nothing (it saves the attention's own 16-bit output:
+    set_save_original_input): -38,092,800 per layer, x 32 = -1,218,969,600. The weight workspace: row-wise and
+    column-wise data and their scales, 2 + 2/32 B per element: 101,187,584 x 33/16 = 208,699,392 per layer, x 32 =
+    6,678,380,544; the total moves by 6,678,380,544 - 1,218,969,600 = 5,459,410,944 B."""
     total, acts = _numbers("none", "b200")
     m_total, m_acts = _numbers("te-mxfp8", "b200")
-    assert (m_total - total, m_acts - acts) == (5_736_235_008, -942_145_536)
+    assert (m_total - total, m_acts - acts) == (5_459_410_944, -1_218_969_600)
+
+
+def test_proj_saves_its_16_bit_input_under_current_scaling_with_selective_recompute() -> None:
+    """--recompute selective (core_attn checkpoints the fused attention: its output is no longer saved by it).
+    Megatron-Core sets save_original_input on linear_proj for fp8 recipes other than delayed (attention.py
+    L428-444; TE linear.py L597-598 saves ``inp``), so proj holds the 16-bit output, s x h/t = 2,048 x 4,096 x 2 B =
+    16,777,216 per layer, where delayed scaling holds its 8-bit copy, 8,388,608 + a 4-byte scale_inv: +8,388,604
+    per layer, x 32 = +268,435,328 B of activations. The total: that less delayed scaling's amax history (5,120 B);
+    the layer rebuilt in backward is the same under both (the rerun's 16-bit output and softmax stats)."""
+    run = {**RUN, "gpu": "h100-sxm", "recompute": "selective"}
+    delayed = estimate("llama-2-7b", fp8="te-delayed", **run)
+    current = estimate("llama-2-7b", fp8="te-current", **run)
+    assert current.number("activation_bytes") - delayed.number("activation_bytes") == 268_435_328
+    assert current.number("total_bytes") - delayed.number("total_bytes") == 268_435_328 - 5_120
+    saved = {op.path: [x.name for x in op.saved] for blk, op in current.graph.ops() if blk.name == "layer"}
+    assert saved["attn/proj"] == ["attn/core.out"] and saved["mlp/fc2"] == ["mlp/act.out:fp8",
+                                                                          "mlp/act.out:fp8.scale_inv"]
+
+
+def test_shared_experts_fc1_saves_the_routers_16_bit_input_and_its_workspace_spans_the_moe_layers() -> None:
+    """DeepSeek-V2 (a dense first layer, then MoE layers with shared experts), current scaling, TP 8 with SP, EP 8,
+    PP 6. Megatron-Core sets save_original_input on the shared experts' fc1 (moe/shared_experts.py L147-161): it
+    saves the pre-MLP norm's 16-bit output, which the router saves too, not an 8-bit copy; the dense layer's fc1
+    still saves its cast; delayed scaling casts both. The weight workspaces, one module per input and share of the
+    layers: the dense fc1 (gate and up, 2 f h / t elements) over the stage's l_d / p dense layers, the shared
+    experts' fc1 (2 f_s h / t) over its (l - l_d) / p MoE layers; on Hopper data and transpose, 2 B per element,
+    and a 4-byte scale_inv per module."""
+    run = {"mode": "train", "batch": 1, "seq": 4096, "framework": "megatron", "tp": 8, "sp": True, "ep": 8, "pp": 6,
+           "dp": 8, "gpu": "h100-sxm"}
+    saved = {}
+    for recipe in ("te-current", "te-delayed"):
+        e = estimate("deepseek-v2", fp8=recipe, **run)
+        saved[recipe] = {op.path: [x.name for x in op.saved] for blk, op in e.graph.ops() if blk.name == "layer"}
+        if recipe == "te-current":
+            terms = {t.path: t.expr for t in e.quantity("total_bytes").breakdown.terms}
+    assert saved["te-current"]["moe/shared/gate"] == ["norm2.out"]
+    assert saved["te-current"]["mlp/gate"] == ["norm2.out:fp8", "norm2.out:fp8.scale_inv"]
+    assert saved["te-delayed"]["moe/shared/gate"] == ["norm2.out:fp8", "norm2.out:fp8.scale_inv"]
+    dense, moe = l_d / p, (l - l_d) / p
+    assert sp.expand(terms["weights/te_fp8/layer/mlp/gate/weight_workspace"] - dense * (2 * 2 * f * h / t + 4)) == 0
+    assert sp.expand(terms["weights/te_fp8/layer/moe/shared/gate/weight_workspace"]
+                     - moe * (2 * 2 * f_s * h / t + 4)) == 0
 
 
 def test_each_term_is_an_op_of_the_graph() -> None:
@@ -89,19 +135,31 @@ def test_workspace_of_one_linear_by_hand() -> None:
     assert [x.nbytes for x in mx] == [b * s * h, b * s * h / 32]
 
 
-def test_no_workspace_cached_under_zero_3() -> None:
-    """Under FSDP TE caches no 8-bit weight (module/linear.py L1958: no cache_name under FSDP2): with --zero 3 only
-    the saved casts and (delayed) the amax history change. Llama 2 7B, b 1, s 4,096, no TP, d 8: per layer qkv, fc1
-    save norm outputs 4,096 x 4,096 B in fp8 + 4 instead of 2 B (-16,777,212 each), fc2 4,096 x 11,008 + 4 instead
-    of 2 B (-45,088,764), proj adds 16,777,216 + 4: -61,865,968 per layer, x 32 = -1,979,710,976; amax history
-    160 x 32 = 5,120 B."""
+def test_zero_3_caches_the_8_bit_weights_as_the_time_casts_them_once_per_step() -> None:
+    """--zero 3 under Megatron-Core is Megatron-FSDP, which Transformer Engine does not see as torch's FSDP2
+    (module/linear.py L1958 ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2) else "weight"``;
+    Megatron passes is_first_microbatch through the FSDP wrapper, schedules.py L496-497): each linear's 8-bit
+    weight (and transpose) is cached across the step, and the time casts the weights once per step. Llama 2 7B,
+    b 1, s 4,096, no TP, d 8, delayed scaling, H100. Saved casts, per layer: qkv, fc1 save norm outputs 4,096 x
+    4,096 B in fp8 + 4 instead of 2 B (-16,777,212 each), fc2 4,096 x 11,008 + 4 instead of 2 B (-45,088,764),
+    proj adds 16,777,216 + 4: -61,865,968, x 32 = -1,979,710,976. Workspaces: the whole weights (TE quantizes the
+    gathered one), 4,096 x 12,288 + 4,096^2 + 4,096 x 22,016 + 11,008 x 4,096 = 202,375,168 elements, data and
+    transpose 2 B each + 4 modules x 4 B scale_inv = 404,750,352, amax history 160: x 32 = 12,952,016,384. The total
+    moves by 12,952,016,384 - 1,979,710,976 = 10,972,305,408 B. The time's weight casts: once per step, r 2 w 1 + 1
+    per element, 4 x 202,375,168 x 32 = 25,904,021,504 B, of which the writes, 2 x 202,375,168 x 32 =
+    12,952,010,752, are the workspaces' data (12,952,011,264 less the 16-B scale_invs per layer);
+    with 4 micro-batches the workspaces and the per-step casts stay as they are."""
     run = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "dp": 8, "zero": 3,
            "gpu": "h100-sxm"}
     plain = estimate("llama-2-7b", **run)
-    fp8 = estimate("llama-2-7b", fp8="te-delayed", **run)
-    assert fp8.number("activation_bytes") - plain.number("activation_bytes") == -1_979_710_976
-    assert fp8.number("total_bytes") - plain.number("total_bytes") == -1_979_710_976 + 5_120
-    assert not any(t.path.endswith("weight_workspace") for t in fp8.quantity("total_bytes").breakdown.terms)
+    for m in (1, 4):
+        fp8 = estimate("llama-2-7b", fp8="te-delayed", micro_batches=m, **run)
+        assert fp8.number("activation_bytes") - plain.number("activation_bytes") == -1_979_710_976
+        assert fp8.number("total_bytes") - plain.number("total_bytes") == 10_972_305_408
+        workspaces = [t for t in fp8.quantity("total_bytes").breakdown.terms if t.path.endswith("weight_workspace")]
+        assert len(workspaces) == 4
+        assert sum(int(t.expr.subs(fp8.values)) for t in workspaces) == 12_952_016_384 - 160 * 32
+        assert fp8_cast_bytes(fp8, True)[1] == 25_904_021_504
 
 
 def test_the_step_timeline_is_not_claimed(capsys: pytest.CaptureFixture[str]) -> None:

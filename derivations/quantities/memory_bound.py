@@ -47,9 +47,10 @@ from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.te_float8 import te_linears
+from memderive.symbolic.te_float8 import TEFloat8, te_linears
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
@@ -303,7 +304,7 @@ def _quantize(n: Any, width: Any, recipe: str, transpose: bool, row: bool, col: 
 
 
 def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fused: bool, gather_in: Any,
-                  gather_grad: Any, passes: Any) -> Any:
+                  gather_grad: Any, passes: Any, original: bool = False) -> Any:
     """HBM bytes of one TE linear module's activation casts in one micro-batch: its input ``x`` elements quantized
     in each of ``passes`` forwards (1, 2 with a recompute), its output gradient ``g`` once in the backward.
 
@@ -318,10 +319,20 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     quantizes the local shard both ways and gathers both. Every other input is cast in full by the linear: fc2's is the
     16-bit output of Megatron's fused bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py; TE's LayerNormMLP and
     op fuser, which would fuse it, are not Megatron-Core's default layer spec), proj's the attention's 16-bit output
-    (fp8 attention not modelled)."""
-    def cast(n: Any, split: Any, norm: bool) -> tuple[Any, Any]:
-        """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``."""
+    (fp8 attention not modelled). ``original``: the module saves its 16-bit input (proj and the shared experts' fc1
+    under current scaling and MXFP8: ``te_float8.TEFloat8.saves_original``): each forward casts it (its local
+    shard) row-wise only (TE linear.py L393-397, L428-436), the backward casts the saved input again (L954-972):
+    column-wise (L1175-1180), or, gathered under sequence parallelism with delayed or current scaling, the local
+    shard row-wise, its gathered transpose where needed (as above); MXFP8 column-wise, then gathered."""
+    def cast(n: Any, split: Any, norm: bool, saved: bool = False) -> tuple[Any, Any]:
+        """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``;
+        ``saved``: the 16-bit input saved (``original``)."""
         local, both = n / split, split == 1 or recipe == "te-mxfp8"
+        if saved:
+            per = _quantize(local, width, recipe, transpose, True, False)
+            if both:
+                return per, _quantize(local, width, recipe, transpose, False, True)
+            return per, per + (2 * n if transpose else 0)
         if norm and recipe == "te-delayed":  # the norm writes 8 bits, not 16; the transpose its own kernel
             return -(width - 1) * local, (2 * n if transpose else 0)
         if norm and recipe == "te-current":  # the amax taken by the norm: one cast
@@ -329,7 +340,7 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
         else:
             per = _quantize(local, width, recipe, transpose, True, both)
         return per, (0 if both or not transpose else 2 * n)
-    per, once = cast(x, gather_in, fused)
+    per, once = cast(x, gather_in, fused, original)
     grad, after = cast(g, gather_grad, False)
     return passes * per + once + grad + after
 
@@ -342,8 +353,8 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     False by default) and TE caches the 8-bit weights across micro-batches unless the module is under PyTorch's
     FSDP2 (linear.py ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2)``; base.py ``is_fsdp2``:
     torch's ``_get_module_fsdp_state``). NOTE(fp8_casts): so under ``--zero 3`` too, which with TE's recipes is
-    Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) keeps no workspace under
-    ZeRO-3, an assumption the two do not share (``CAST_SOURCE``)."""
+    Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) holds the same cached
+    8-bit weights (``CAST_SOURCE``)."""
     o = est.options
     if o.fp8 not in TE_FP8:
         return 0, 0
@@ -354,8 +365,13 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
 @per_graph
 def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tuple[Any, Any]:
     """``fp8_cast_bytes``' (micro-batch, step) expressions, once per graph: one module per distinct input of a
-    block's linears (Megatron's fused qkv, fc1 of gate and up), one per weight of an expert op (GroupedLinear's
-    fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options)."""
+    block's linears in the same share of its layers (Megatron's fused qkv, fc1 of gate and up; a dense MLP's fc1 and
+    the shared experts' read the same norm output in different layers), one per weight of an expert op (GroupedLinear's
+    fc1 and fc2); ``gathered``: sequence parallelism (over the t tensor-parallel ranks, t > 1 by the options).
+    Under ``moe_act`` recompute (the experts' activation recomputed, their GEMMs not) Megatron sets
+    ``save_original_input`` on the experts' fc2 (moe/experts.py L269-276; TE grouped_linear.py L462, L541, L1030:
+    row-wise cast forward, the saved 16-bit input cast again in the backward); delayed scaling refuses it
+    (transformer_config.py L2000-2006, as ``Options`` does)."""
     split = tp_degree if gathered else 1
     modules: dict[tuple, dict[str, Any]] = {}
     for blk, op in te_linears(graph):
@@ -365,9 +381,11 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
                 continue
             rows, w = f.operands
             param = params[w.name.removesuffix(".one_expert")]
-            key = (blk.name, op.inputs) if op.kind == "linear" else (blk.name, op.path, param.name)
+            key = ((blk.name, op.inputs, const(op.share)) if op.kind == "linear" else
+                   (blk.name, op.path, param.name))
             row = modules.setdefault(key, {"blk": blk, "op": op, "x": rows.numel * w.shape[-1], "g": 0, "w": {},
-                                           "recompute": False, "axis": param.tp_axis})
+                                           "recompute": False, "axis": param.tp_axis,
+                                           "fc2": const(w.shape[-2]) == const(op.output.shape[-1])})
             if f.phase == "recompute":
                 row["recompute"] = True
             else:
@@ -383,8 +401,11 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
         gather_in = split if linear and row["axis"] == 0 else 1
         gather_grad = split if linear and row["axis"] == 1 else 1
         scale = blk.repeat * op.share
+        original = TEFloat8(recipe).saves_original(blk, op) or (
+            op.kind == "experts" and recipe != "te-delayed" and row["fc2"] and not row["recompute"]
+            and any(f.kind != "matmul" and f.phase == "recompute" for f in op.flops))  # moe_act: fc2's input saved
         micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
-                                       2 if row["recompute"] else 1)
+                                       2 if row["recompute"] else 1, original)
         weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
     return micro, weights
 

@@ -76,12 +76,16 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
     (what it would save without recompute, less what recompute already keeps) add to the stored ones. Under
     core_attn's checkpoint of a fused kernel (``mcore_recompute``) the rerun writes a new output beside the one
-    linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward)."""
+    linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward);
+    where linear_proj keeps only an 8-bit copy (Transformer Engine's delayed scaling) the rebuilt output is already
+    in the layer's recomputed activations, not counted twice."""
     plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
     rerun = const(0)
     if opts.core_attn_checkpointed:
-        rerun = sum((op.share * op.output.nbytes for op in graph.block("layer").ops if op.kind == "flash-attention"),
-                    const(0))
+        layer = graph.block("layer").ops
+        kept = {x.name for op in layer for x in op.saved}
+        rerun = sum((op.share * op.output.nbytes for op in layer if op.kind == "flash-attention"
+                     and op.output.name in kept), const(0))
     return Breakdown((Term("recompute/working_layer", plain - stored.total + rerun),), "bytes")
 
 
@@ -180,19 +184,18 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     """What Transformer Engine's fp8 keeps beside the model states under Megatron-Core (``--fp8 te-*``): each
     layer linear's cached 8-bit weight (and, on Hopper and Ada, its transpose) and, under delayed scaling, its
     amax history and scales (``symbolic.te_float8.workspace_terms``), persistent across micro-batches and steps,
-    whole per tensor-parallel rank (not sharded by the distributed optimizer); and the note that says so."""
+    whole per tensor-parallel rank (not sharded by the distributed optimizer, nor by ZeRO-3's Megatron-FSDP:
+    ``te_float8.workspace_terms``); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
-    sharded = opts.zero == 3
-    terms = workspace_terms(graph, opts.fp8, transpose, cached=not sharded)
-    note = (f"fp8 ({opts.fp8}): " + (
-        "ZeRO-3: no 8-bit weight workspace cached (Transformer Engine under FSDP2 quantizes the gathered weight "
-        "again each micro-batch, module/linear.py L1958; Megatron-FSDP assumed to do the same; the one layer's "
-        "transient 8-bit weight is not counted)" if sharded else
-        "Transformer Engine's 8-bit weight workspaces cached across micro-batches (Megatron-Core passes "
-        "is_first_microbatch)" + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu "
-                                  "counts as Hopper)" if transpose else ""))
+    terms = workspace_terms(graph, opts.fp8, transpose)
+    note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches "
+            "(Megatron-Core passes is_first_microbatch)"
+            + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu counts as Hopper)"
+               if transpose else "")
             + (", and the delayed-scaling amax history (Megatron-Core's fp8_amax_history_len 1)"
-               if opts.fp8 == "te-delayed" else "") + ("" if sharded else ", whole per tensor-parallel rank"))
+               if opts.fp8 == "te-delayed" else "") + ", whole per tensor-parallel rank"
+            + (" (under ZeRO-3 too: Megatron-FSDP is not torch's FSDP2, for which TE would not cache, module/linear.py "
+               "L1958 is_fsdp2; the weights are cast once per step, as the time counts)" if opts.zero == 3 else ""))
     return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), note
 
 
