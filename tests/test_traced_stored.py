@@ -1,0 +1,125 @@
+"""A traced model's checkpoint read as stored (issue 38: "an FP8, a GPTQ, an AWQ and a bitsandbytes config.json each give
+the stored weight bytes with no flag"): the ``quantization_config`` of a config.json whose model_type no hand-written
+family takes. Expected bytes come from transformers' own FP8 module replacement on the meta device, or from each
+method's tensor shapes written out by hand over the meta model's ``nn.Linear`` shapes; never from memderive."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from in_process import ROOT  # noqa: E402
+
+from memderive.commands import cli  # noqa: E402
+from memderive.arguments import options_from_args  # noqa: E402
+from memderive.derivations.models.config_fields import ConfigError  # noqa: E402
+from memderive.derivations.models.quantization import read_quantization  # noqa: E402
+from memderive.derivations.quantities import traced  # noqa: E402
+from memderive.derivations.quantities.traced_stored import stored_weights  # noqa: E402
+
+#: MiniMax M2 (traced: no hand-written family) at toy widths: 2 layers, 4 experts of width 64, attention 4 x 32 / 2 KV.
+MINIMAX = {"model_type": "minimax_m2", "hidden_size": 128, "intermediate_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 256, "rotary_dim": 16, "use_qk_norm": True,
+           "qk_norm_type": "per_layer", "tie_word_embeddings": False}
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [32, 32],
+       "modules_to_not_convert": ["model.layers.*.mlp.gate", "lm_head"]}
+
+
+def _meta(config: dict):
+    cfg = transformers.CONFIG_MAPPING[config["model_type"]].from_dict(
+        {k: v for k, v in config.items() if k not in ("model_type", "quantization_config")})
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+
+
+def _weights(config: dict) -> int:
+    """memderive's stored bytes of the traced module tree (the function the CLI calls; the CLI itself is run once, in
+    ``test_cli_reads_the_checkpoint_without_a_flag_and_prints_no_noise``: each infer run traces a prefill)."""
+    model = _meta(config)
+    return stored_weights(model, read_quantization(config["quantization_config"]), "test")[0]
+
+
+def _fp8_replaced(config: dict) -> int:
+    """Bytes of transformers' own FineGrainedFP8 replacement (``FP8Linear``, ``FP8Experts``: fp8 weights and fp32
+    ``weight_scale_inv`` per block) of the meta model; what it leaves (router, lm_head, embeddings, norms) in bf16."""
+    from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+    skip = FP8["modules_to_not_convert"]
+    q = transformers.FineGrainedFP8Config(weight_block_size=FP8["weight_block_size"], modules_to_not_convert=skip)
+    model = replace_with_fp8_linear(_meta(config), skip, q, pre_quantized=True)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_fp8_block_checkpoint_as_transformers_replaces_it():
+    assert _weights({**MINIMAX, "quantization_config": FP8}) == _fp8_replaced(MINIMAX)
+
+
+def test_gptq_and_bnb_nf4_checkpoints_by_hand():
+    model = _meta(MINIMAX)
+    linears = [(m.out_features, m.in_features) for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and not n.endswith("mlp.gate") and n != "lm_head"]
+    # experts: gate_up_proj (E, 2f, h) stored per expert as gate_proj and up_proj (f, h); down_proj (E, h, f)
+    mats = linears + [(rows // 2, cols) if n.endswith("gate_up_proj") else (rows, cols)
+                      for n, p in model.named_parameters() if p.dim() == 3
+                      for e, rows, cols in [p.shape] for _ in range(2 * e if n.endswith("gate_up_proj") else e)]
+    quantized = sum(r * c for r, c in mats)
+    rest = sum(p.numel() for p in model.parameters()) - quantized
+    # GPTQ 4-bit, groups of 32: qweight int32 (in*4/32, out); qzeros int32 (in/32, out*4/32); scales fp16 (in/32, out);
+    # g_idx int32 (in,)
+    gptq = sum(4 * (c * 4 // 32) * r + 4 * (c // 32) * (r * 4 // 32) + 2 * (c // 32) * r + 4 * c for r, c in mats)
+    cfg = {**MINIMAX, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False}}
+    assert _weights(cfg) == gptq + 2 * rest
+    # bitsandbytes nf4, no double quantization: 4-bit weight (n/2 B), fp32 absmax per 64 weights, a 16-entry fp32
+    # quant_map per module
+    nf4 = sum(r * c // 2 + 4 * math.ceil(r * c / 64) + 64 for r, c in mats)
+    cfg = {**MINIMAX, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                              "bnb_4bit_quant_type": "nf4"}}
+    assert _weights(cfg) == nf4 + 2 * rest
+
+
+def _stored(config: dict, *extra: str):
+    """The traced estimate's reading of the checkpoint (``traced._stored``, which ``traced_estimate`` calls before it
+    traces the prefill: an infer run through the CLI traces ~18 fake forwards, too slow for this file)."""
+    options = options_from_args(cli.build_parser().parse_args(
+        ["estimate", "--model", "x", "--mode", "infer", "--batch", "1", "--seq", "4", *extra]))
+    return traced._stored(config, traced.hf_config(config), "test", options)
+
+
+def test_estimate_reads_the_checkpoint_without_a_flag():
+    one = {**MINIMAX, "num_hidden_layers": 1, "quantization_config": FP8}
+    total, scheme, parts = _stored(one)
+    assert total == _fp8_replaced({**MINIMAX, "num_hidden_layers": 1}) and scheme.startswith("fp8")
+    assert dict(parts)["scales"] > 0
+    assert _stored(one, "--weight-dtype", "bf16") is None  # an explicit --weight-dtype overrides the checkpoint
+
+
+def test_refusals_in_one_line():
+    with pytest.raises(ConfigError, match="quant_method 'hqq' is not modelled"):
+        _stored({**MINIMAX, "quantization_config": {"quant_method": "hqq"}})
+    with pytest.raises(ConfigError, match="--tp 2 with the checkpoint's quantization_config"):
+        _stored({**MINIMAX, "quantization_config": FP8}, "--tp", "2")
+    # DBRX writes its experts as its own stacked 2-D weights (DbrxExpertGLU's w1, v1, w2): no checkpoint layout known,
+    # refused (never counted as 16-bit)
+    dbrx = {"model_type": "dbrx", "d_model": 64, "n_heads": 2, "n_layers": 1, "vocab_size": 128, "max_seq_len": 64,
+            "attn_config": {"kv_n_heads": 1, "rope_theta": 10000}, "ffn_config": {
+                "ffn_hidden_size": 64, "moe_num_experts": 2, "moe_top_k": 1}, "quantization_config": FP8}
+    with pytest.raises(ConfigError, match="DbrxExpertGLU's expert weights"):
+        _stored(dbrx)
+
+
+def test_traced_estimate_prints_no_import_noise(tmp_path):
+    # a fresh interpreter: torchao (installed with the test extra) logs "Failed to load ..." per extension it cannot
+    # load, and torch's pytree a deprecation per Enum torchao registers, when transformers' quantizers import it
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MINIMAX, "num_hidden_layers": 1}))
+    run = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
