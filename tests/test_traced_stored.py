@@ -123,3 +123,25 @@ def test_traced_estimate_prints_no_import_noise(tmp_path):
     run = subprocess.run([sys.executable, "-m", "memderive", "estimate", "--model", str(path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stderr == "", run.stderr
+
+
+def test_gpt_oss_note_says_what_its_config_declares():
+    # a config.json carrying gpt-oss's mxfp4 quantization_config is weighed as stored with no flag; the note said
+    # "--weight-dtype mxfp4 weighs them as stored, the default bf16" on that config too (the default was mxfp4)
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.models.config import from_config
+
+    small = {"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+             "head_dim": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_local_experts": 4,
+             "num_experts_per_tok": 2, "vocab_size": 128}
+    mx = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                              "model.embed_tokens", "lm_head"]}
+    stored = estimate(from_config({**small, "quantization_config": mx}), mode="infer", batch=1, seq=8)
+    plain = estimate(from_config(small), mode="infer", batch=1, seq=8)
+    note = [n for n in stored.model.notes if n.startswith("weights:")]
+    assert len(note) == 1 and "with no flag" in note[0] and "default bf16" not in note[0]
+    # the figure the note promises: the experts' 4-bit blocks, one e8m0 byte per 32 along the input, the rest bf16
+    experts = 3 * 4 * 64 * 64 * 2  # gate, up, down: E * f * h each, 2 layers
+    total = plain.number("parameters")
+    assert stored.number("weight_bytes") == experts // 2 + experts // 32 + 2 * (total - experts)
+    assert any("with --weight-dtype mxfp4" in n for n in plain.model.notes if n.startswith("weights:"))
