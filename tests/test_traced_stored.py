@@ -177,3 +177,27 @@ def test_mamba2_config_trains_through_the_traced_path(tmp_path):
         run.stderr
     run = estimate_cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "8")  # inference: hand-written
     assert run.returncode == 0 and "Parameters of one Mamba 2 layer" in run.stdout
+
+
+def test_a_vision_language_checkpoint_leaves_its_tower_as_its_config_names_it():
+    # Qwen2.5-VL-7B-Instruct-AWQ's config: modules_to_not_convert ["visual"] (its tower's top-level name before
+    # transformers 5; now model.visual). Real config measured: 6,923,847,680 B (the repo's two shards: ~6.9 GB);
+    # matching only v5 names quantized the tower too: 5,925,422,080 B. Here a 1-layer model, expected by hand: every
+    # text-side Linear but lm_head in AWQ GEMM (qweight int32 (in, out*4/32), qzeros int32 (in/32, out*4/32), scales
+    # fp16 (in/32, out)), everything else, the vision tower included, 16-bit.
+    vl = {"model_type": "qwen2_5_vl", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+          "num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 256, "tie_word_embeddings": False,
+          "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+          "vision_config": {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2,
+                            "out_hidden_size": 64, "fullatt_block_indexes": [0]}}
+    cfg = transformers.CONFIG_MAPPING["qwen2_5_vl"].from_dict({k: v for k, v in vl.items() if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForImageTextToText.from_config(cfg)
+    mats = [(m.out_features, m.in_features) for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and ".visual." not in n and n != "lm_head"]
+    assert mats and all(c % 32 == 0 and r % 8 == 0 for r, c in mats)
+    awq = sum(4 * c * r * 4 // 32 + 4 * (c // 32) * r * 4 // 32 + 2 * (c // 32) * r for r, c in mats)
+    rest = sum(p.numel() for p in model.parameters()) - sum(r * c for r, c in mats)
+    q = {"bits": 4, "group_size": 32, "modules_to_not_convert": ["visual"], "quant_method": "awq", "version": "gemm",
+         "zero_point": True}
+    assert stored_weights(model, read_quantization(q), "vl")[0] == awq + 2 * rest

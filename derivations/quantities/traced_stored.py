@@ -41,8 +41,13 @@ def stored_weights(model: Any, q: Quantization, label: str) -> tuple[int, tuple[
     modules = dict(model.named_modules())
     keep = dc.replace(q, skip=tuple(getattr(model, "_keep_in_fp32_modules", None) or ()), regex_skip=False)
 
+    # a vision-language checkpoint saved before transformers 5 names its towers at the top (``visual``, ``vision_tower``)
+    # where the v5 module tree has them under ``model.`` (Qwen2.5-VL-7B-Instruct-AWQ: modules_to_not_convert ["visual"])
+    legacy = getattr(model.config, "vision_config", None) is not None
+
     def skipped(name: str) -> bool:
-        return skips_module(q, name) or skips_module(keep, name)
+        names = (name, name[len("model."):]) if legacy and name.startswith("model.") else (name,)
+        return any(skips_module(q, n) or skips_module(keep, n) for n in names)
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     done: set[int] = set()
