@@ -201,3 +201,21 @@ def test_a_vision_language_checkpoint_leaves_its_tower_as_its_config_names_it():
     q = {"bits": 4, "group_size": 32, "modules_to_not_convert": ["visual"], "quant_method": "awq", "version": "gemm",
          "zero_point": True}
     assert stored_weights(model, read_quantization(q), "vl")[0] == awq + 2 * rest
+
+
+def test_llama4_experts_stored_per_expert_from_their_transposed_layout():
+    # Llama4TextExperts (no @use_experts_implementation): gate_up_proj (E, h, 2f), down_proj (E, f, h), i.e. (E, in,
+    # out); a checkpoint stores gate_proj, up_proj (f x h) and down_proj (h x f) per expert. FP8 by hand per module of
+    # r x c: r*c fp8 bytes + 4 * ceil(r/32) * ceil(c/32) scale bytes; the router (a Linear beside the experts) and
+    # lm_head stay bf16.
+    text = {"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 32, "intermediate_size_mlp": 96,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+            "num_local_experts": 3, "num_experts_per_tok": 1, "vocab_size": 128, "interleave_moe_layer_step": 1}
+    model = _meta(text)
+    h, f, e = 64, 32, 3
+    mats = [(m.out_features, m.in_features) for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and not n.endswith("router") and n != "lm_head"]
+    mats += [(f, h)] * (2 * e) + [(h, f)] * e
+    fp8 = sum(r * c + 4 * math.ceil(r / 32) * math.ceil(c / 32) for r, c in mats)
+    rest = sum(p.numel() for p in model.parameters()) - sum(r * c for r, c in mats)
+    assert _weights({**text, "quantization_config": {**FP8, "modules_to_not_convert": None}}) == fp8 + 2 * rest

@@ -11,8 +11,9 @@ left in 16 bit, as ``stored`` leaves the hand-written router); and the 3-D weigh
 ``down_proj`` (E, h, f); ``is_transposed`` (gpt-oss): (E, in, out)). MXFP4 quantizes the experts only. Each quantized
 module's tensors are ``stored.module_bytes``; every other parameter is 16-bit (``stored.OTHER_BYTES``).
 
-An experts module transformers writes without ``@use_experts_implementation`` (DBRX's ``DbrxExpertGLU``, Llama 4's
-``Llama4TextExperts``: their own stacked weights) has no layout memderive knows the checkpoint's tensors by: refused in one line (``--weight-dtype`` overrides).
+Llama 4's ``Llama4TextExperts`` (no decorator) stores (E, in, out) as gpt-oss does (``TRANSPOSED_EXPERTS``). Any other
+experts module transformers writes without ``@use_experts_implementation`` (DBRX's ``DbrxExpertGLU``: stacked 2-D
+weights) has no layout memderive knows the checkpoint's tensors by: refused in one line (``--weight-dtype`` overrides).
 """
 
 from __future__ import annotations
@@ -27,9 +28,20 @@ from memderive.derivations.quantities.stored import OTHER_BYTES, module_bytes
 __all__ = ["stored_weights"]
 
 
+#: Experts modules transformers writes without ``@use_experts_implementation`` whose 3-D weights are laid out as
+#: (E, in, out): Llama 4's ``gate_up_proj`` (E, h, 2f) and ``down_proj`` (E, f, h) (models/llama4/modeling_llama4.py).
+TRANSPOSED_EXPERTS = ("Llama4TextExperts",)
+
+
 def _experts(module: Any) -> bool:
-    """An experts module of ``@use_experts_implementation`` (it sets ``has_gate`` and ``is_transposed``)."""
-    return hasattr(module, "is_transposed") and hasattr(module, "has_gate")
+    """An experts module of ``@use_experts_implementation`` (it sets ``has_gate`` and ``is_transposed``), or one of
+    ``TRANSPOSED_EXPERTS``."""
+    return (hasattr(module, "is_transposed") and hasattr(module, "has_gate")) or \
+        type(module).__name__ in TRANSPOSED_EXPERTS
+
+
+def _transposed(module: Any) -> bool:
+    return bool(getattr(module, "is_transposed", False)) or type(module).__name__ in TRANSPOSED_EXPERTS
 
 
 def stored_weights(model: Any, q: Quantization, label: str) -> tuple[int, tuple[tuple[str, int], ...]]:
@@ -72,7 +84,7 @@ def stored_weights(model: Any, q: Quantization, label: str) -> tuple[int, tuple[
                 if p.dim() != 3:
                     continue
                 experts, rows, cols = p.shape
-                if module.is_transposed:
+                if _transposed(module):
                     rows, cols = cols, rows
                 if pname == "gate_up_proj" and q.scheme != "mxfp4":  # stored as gate_proj and up_proj per expert
                     experts, rows = 2 * experts, rows // 2
