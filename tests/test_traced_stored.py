@@ -219,3 +219,21 @@ def test_llama4_experts_stored_per_expert_from_their_transposed_layout():
     fp8 = sum(r * c + 4 * math.ceil(r / 32) * math.ceil(c / 32) for r, c in mats)
     rest = sum(p.numel() for p in model.parameters()) - sum(r * c for r, c in mats)
     assert _weights({**text, "quantization_config": {**FP8, "modules_to_not_convert": None}}) == fp8 + 2 * rest
+
+
+def test_learned_positions_bound_the_sequence(tmp_path):
+    # Whisper's decoder holds max_target_positions learned positions (448 for large-v3): a real forward past them
+    # fails on the lookup, fake tensors do not check indices, so --seq 4096 on whisper-large-v3's config printed a
+    # cache for 4,097 decoder positions. A prefill of s then one decode step needs s + 1 positions; training needs s.
+    whisper = {"model_type": "whisper", "d_model": 64, "encoder_layers": 1, "decoder_layers": 1,
+               "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 96,
+               "decoder_ffn_dim": 96, "vocab_size": 128, "num_mel_bins": 8, "max_source_positions": 16,
+               "max_target_positions": 32, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+               "decoder_start_token_id": 1}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(whisper))
+    run = estimate_cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "32")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "has 32 learned positions (model.decoder.embed_positions)" in run.stderr and "--seq 31 or less" in run.stderr
+    run = estimate_cli("--model", str(path), "--mode", "train", "--batch", "1", "--seq", "33")
+    assert run.returncode == 2 and "--seq 32 or less" in run.stderr, run.stderr

@@ -323,6 +323,7 @@ class TracedParameters:
     total: int
     groups: tuple[tuple[str, str, int, int], ...]
     tied: tuple[tuple[str, str], ...] = ()
+    positions: tuple[str, int] | None = None  # the text's learned position table (module, positions), if it has one
 
 
 def parameters(cfg: Any, task: str | None = None) -> TracedParameters:
@@ -382,7 +383,25 @@ def module_parameters(model: Any) -> TracedParameters:
                for path, count in rest.items()]
     total = sum(p.numel() for p in model.parameters())
     assert total == sum(n * each for _, _, n, each in groups), "groups must add up to the module tree's parameters"
-    return TracedParameters(total, tuple(groups), tuple(tied))
+    return TracedParameters(total, tuple(groups), tuple(tied), learned_positions(model))
+
+
+#: Where a model's towers that read no text tokens live (their position tables count patches or audio frames).
+_NOT_TEXT = ("vision", "visual", "image", "audio", "encoder")
+
+
+def learned_positions(model: Any) -> tuple[str, int] | None:
+    """The learned position table the text tokens index (``nn.Embedding`` named ``embed_positions``, ``wpe`` or
+    ``position_embeddings`` outside the vision, audio and encoder towers): its module path and the positions it
+    holds (less its ``offset``: BART's table keeps 2 rows more); None where positions are computed (RoPE, ALiBi,
+    T5's relative buckets). A real forward past it fails on the lookup; fake tensors do not check indices."""
+    import torch
+
+    found = [(name, module.num_embeddings - int(getattr(module, "offset", 0) or 0))
+             for name, module in model.named_modules() if isinstance(module, torch.nn.Embedding)
+             and name.rsplit(".", 1)[-1] in ("embed_positions", "wpe", "position_embeddings")
+             and not any(part in name.lower() for part in _NOT_TEXT)]
+    return min(found, key=lambda x: x[1]) if found else None
 
 
 def _ids(cfg: Any, b: int, s: int) -> Any:
@@ -1024,6 +1043,13 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
     b, s = options.batch or 1, options.seq
     if s is None:
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
+    if params.positions is not None:  # a prefill of s tokens then one decode step reads position s too
+        table, limit = params.positions
+        need = s if options.mode == "train" else s + max(options.new_tokens, 1)
+        if need > limit:
+            raise TracedError(f"{name} has {limit:,} learned positions ({table}): --seq {s:,}"
+                              + ("" if options.mode == "train" else " plus the tokens generated")
+                              + f" needs {need:,}; give --seq {limit - (0 if options.mode == 'train' else max(options.new_tokens, 1)):,} or less")
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     images = _images(cfg, name, options)
