@@ -155,9 +155,19 @@ def _gpt_oss(c: Fields) -> Adapted:
     window = sliding(128, slides=lambda c, l: (l + 1) // 2)(c, sizes["l"])  # even layers (0, 2, ...) slide
     notes = (*window.pop("notes", ()), "activations: gpt-oss's router takes the softmax of the top-k logits only; "
              "outside --implementation hf the graph's softmax top-k router saves the scores of all E experts",
-             "weights: gpt-oss ships its routed experts in MXFP4; inference with --weight-dtype mxfp4 weighs them as "
-             "stored, the default bf16 as transformers loads them without its MXFP4 kernels (dequantized)")
+             "weights: gpt-oss ships its routed experts in MXFP4; " + (
+                 "this config's quantization_config says so: inference weighs them as stored with no flag, "
+                 "--weight-dtype bf16 as transformers loads them without its MXFP4 kernels (dequantized)"
+                 if _quant_method(c) == "mxfp4" else
+                 "inference with --weight-dtype mxfp4 weighs them as stored, the default bf16 as transformers loads "
+                 "them without its MXFP4 kernels (dequantized)"))
     return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), **window, "notes": notes}
+
+
+def _quant_method(c: Fields) -> object:
+    """The ``quant_method`` of the config's ``quantization_config`` (None without one)."""
+    q = c.get("quantization_config", None)
+    return q.get("quant_method") if isinstance(q, dict) else None
 
 
 def _phimoe(c: Fields) -> Adapted:

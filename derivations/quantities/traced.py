@@ -46,8 +46,10 @@ from memderive.derivations.models.config import config_name
 from memderive.derivations.models.config_fields import ConfigError
 from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.models.quantization import read_quantization
 from memderive.derivations.options import Options
 from memderive.derivations.quantities import traced_strategies
+from memderive.derivations.quantities.traced_stored import stored_weights
 from memderive.symbolic.dtypes import dtype as dtype_of
 
 __all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
@@ -125,6 +127,7 @@ def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
                           "transformers' modeling code needs torch and transformers: pip install 'memderive[traced]'"
                           ) from None
     transformers.logging.set_verbosity_error()
+    _import_modeling()
     if model_type not in transformers.CONFIG_MAPPING:
         raise TracedError(f"{label}: model_type {model_type!r} is unknown to transformers {transformers.__version__} "
                           "and to memderive's families; check the name or upgrade transformers")
@@ -134,6 +137,31 @@ def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
     except Exception as exc:  # noqa: BLE001 - any validation error of the config class, in one line
         raise TracedError(f"{label}: transformers {transformers.__version__} cannot build a {cls.__name__} from it: "
                           f"{_one_line(exc)}") from None
+
+
+#: Loggers whose import-time warnings are not about the user's model: torchao's (imported by transformers' quantizers
+#: when installed; ``torchao/__init__.py`` warns "Failed to load ..." for each compiled extension built for another
+#: Python or CUDA) and torch's pytree (``register_constant`` on the Enums torchao registers, deprecated in torch 2.13).
+_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+
+
+def _import_modeling() -> None:
+    """Import transformers' modeling code (and through its quantizers torchao, where installed) once, with the
+    warnings those imports log muted: they would print on every traced estimate, and none is about the model."""
+    import logging
+    import sys
+
+    if "transformers.modeling_utils" in sys.modules:
+        return
+    loggers = [logging.getLogger(name) for name in _IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        import transformers.modeling_utils  # noqa: F401
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -295,6 +323,7 @@ class TracedParameters:
     total: int
     groups: tuple[tuple[str, str, int, int], ...]
     tied: tuple[tuple[str, str], ...] = ()
+    positions: tuple[str, int] | None = None  # the text's learned position table (module, positions), if it has one
 
 
 def parameters(cfg: Any, task: str | None = None) -> TracedParameters:
@@ -354,7 +383,25 @@ def module_parameters(model: Any) -> TracedParameters:
                for path, count in rest.items()]
     total = sum(p.numel() for p in model.parameters())
     assert total == sum(n * each for _, _, n, each in groups), "groups must add up to the module tree's parameters"
-    return TracedParameters(total, tuple(groups), tuple(tied))
+    return TracedParameters(total, tuple(groups), tuple(tied), learned_positions(model))
+
+
+#: Where a model's towers that read no text tokens live (their position tables count patches or audio frames).
+_NOT_TEXT = ("vision", "visual", "image", "audio", "encoder")
+
+
+def learned_positions(model: Any) -> tuple[str, int] | None:
+    """The learned position table the text tokens index (``nn.Embedding`` named ``embed_positions``, ``wpe`` or
+    ``position_embeddings`` outside the vision, audio and encoder towers): its module path and the positions it
+    holds (less its ``offset``: BART's table keeps 2 rows more); None where positions are computed (RoPE, ALiBi,
+    T5's relative buckets). A real forward past it fails on the lookup; fake tensors do not check indices."""
+    import torch
+
+    found = [(name, module.num_embeddings - int(getattr(module, "offset", 0) or 0))
+             for name, module in model.named_modules() if isinstance(module, torch.nn.Embedding)
+             and name.rsplit(".", 1)[-1] in ("embed_positions", "wpe", "position_embeddings")
+             and not any(part in name.lower() for part in _NOT_TEXT)]
+    return min(found, key=lambda x: x[1]) if found else None
 
 
 def _ids(cfg: Any, b: int, s: int) -> Any:
@@ -884,6 +931,8 @@ class TracedEstimate:
     saved: int | None = None
     saved_fit: Fit | None = None
     weights: int | None = None
+    weight_scheme: str | None = None  # the checkpoint's quantization_config in words (None: --weight-dtype or 16-bit)
+    weight_parts: tuple[tuple[str, int], ...] = ()
     encoder_length: int | None = None
     image_tokens: int | None = None
     image_size: int | None = None
@@ -957,6 +1006,9 @@ class TracedEstimate:
         out.update(self.strategies.to_json())
         if self.cache is not None:
             out["weight_bytes"] = self.weights
+            if self.weight_scheme is not None:
+                out["weight_scheme"] = self.weight_scheme
+                out["weight_parts"] = dict(self.weight_parts)
             out["cache_bytes"] = self.cache.total
             out["cache_kind"] = self.cache.kind
             out["cache_parts"] = [dict(holder=p, dtype=d, bytes=n) for p, d, n in self.cache.parts]
@@ -991,6 +1043,13 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
     b, s = options.batch or 1, options.seq
     if s is None:
         raise TracedError(f"{name}: --mode {options.mode} needs --seq")
+    if params.positions is not None:  # a prefill of s tokens then one decode step reads position s too
+        table, limit = params.positions
+        need = s if options.mode == "train" else s + max(options.new_tokens, 1)
+        if need > limit:
+            raise TracedError(f"{name} has {limit:,} learned positions ({table}): --seq {s:,}"
+                              + ("" if options.mode == "train" else " plus the tokens generated")
+                              + f" needs {need:,}; give --seq {limit - (0 if options.mode == 'train' else max(options.new_tokens, 1)):,} or less")
     if getattr(cfg, "is_encoder_decoder", False) and model_class(cfg).__name__ != "AutoModelForCausalLM":
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     images = _images(cfg, name, options)
@@ -1015,6 +1074,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
         return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
                              b, s)
     weight = options.weight_dtype or "bf16"
+    stored = _stored(config, cfg, name, options)  # before the traces: a checkpoint refused is refused at once
     with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
         model, mode = build(cfg, attention, options.kv_dtype or weight, prepare=traced_strategies.prepare(options),
                             images=images)
@@ -1025,10 +1085,30 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
             fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
             fit = fit if fit is not None and fit(b, s) == cache.total else None
     est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
+    if stored is not None:
+        est = dc.replace(est, weights=stored[0], weight_scheme=stored[1], weight_parts=stored[2])
     if options.tp > 1:
         est = _traced_tp(est, cfg, options)
     return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
                          b, s)
+
+
+def _stored(config: Mapping[str, Any], cfg: Any, name: str,
+            options: Options) -> tuple[int, str, tuple[tuple[str, int], ...]] | None:
+    """The weights as the checkpoint's ``quantization_config`` stores them (``traced_stored``): bytes, the scheme in
+    words, the parts; None without one or under ``--weight-dtype`` (which overrides the checkpoint). A config
+    memderive cannot store exactly is refused in one line."""
+    if options.weight_dtype is not None or config.get("quantization_config") is None:
+        return None
+    q = read_quantization(config["quantization_config"])
+    if q.reason:
+        raise TracedError(f"{name}: quantization_config: {q.reason}")
+    if options.tp > 1:
+        raise TracedError(f"{name}: --tp {options.tp} with the checkpoint's quantization_config ({q.method}) is not "
+                          "traced yet; give --weight-dtype, or leave out --tp")
+    model, _ = build(cfg, "eager", fake=True, images=0)
+    total, parts = stored_weights(model, q, name)
+    return total, q.label, parts
 
 
 def _images(cfg: Any, name: str, options: Options) -> int:

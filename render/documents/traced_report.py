@@ -136,7 +136,9 @@ def _lines(est: TracedEstimate, markdown: bool) -> str:
         lines.append(f"{bullet}Training memory {_bytes(est.saved + states)} (model states + saved activations)")
     if est.cache is not None:
         lines += ["", f"inference ({layout(est.strategies) if est.strategies.tp > 1 else 'one GPU'}):"]
-        lines.append(f"{bullet}Weights {_bytes(est.weights)}")
+        lines.append(f"{bullet}Weights {_bytes(est.weights)}" + (f" (as the checkpoint stores them: {est.weight_scheme})"
+                                                                 if est.weight_scheme else ""))
+        lines += [f"{bullet}  {part} {n:,} B" for part, n in est.weight_parts]
         lines.append(f"{bullet}Cache {_bytes(est.cache.total)} ({est.cache.kind} after a prefill of {est.seq:,} tokens "
                      "and one decode step" + (f"; the cross-attention's of {est.encoder_length:,} encoder positions"
                                               if est.encoder_length is not None else "") + ")")
