@@ -11,18 +11,16 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from in_process import ROOT, estimate_cli  # noqa: E402
-
-from memderive.commands import cli  # noqa: E402
-from memderive.arguments import options_from_args  # noqa: E402
-from memderive.derivations.models.config_fields import ConfigError  # noqa: E402
-from memderive.derivations.models.quantization import read_quantization  # noqa: E402
-from memderive.derivations.quantities import traced  # noqa: E402
-from memderive.derivations.quantities.traced_stored import stored_weights  # noqa: E402
+from memderive.arguments import options_from_args
+from memderive.commands import cli
+from memderive.derivations.models.config_fields import ConfigError
+from memderive.derivations.models.quantization import read_quantization
+from memderive.derivations.quantities import traced
+from memderive.derivations.quantities.traced_stored import stored_weights
+from tests.in_process import ROOT, estimate_cli
 
 #: MiniMax M2 (traced: no hand-written family) at toy widths: 2 layers, 4 experts of width 64, attention 4 x 32 / 2 KV.
 MINIMAX = {"model_type": "minimax_m2", "hidden_size": 128, "intermediate_size": 64, "num_hidden_layers": 2,
