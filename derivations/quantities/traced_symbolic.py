@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.quantities.traced import Fit, TracedError, build, cache_bytes, polynomial, saved_bytes
+from memderive.derivations.quantities.traced import (Fit, TracedError, build, cache_bytes, flops, polynomial,
+                                                    saved_bytes)
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
@@ -251,7 +252,7 @@ def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, 
     result = Symbolic(general, None if sp.expand(one - general.subs(_b(), 1)) == 0 else one, words)
     value = result(b, s)
     if value != measured:
-        raise TracedError(f"the expression gives {value:,} B at b = {b}, s = {s}, the trace measured {measured:,} B")
+        raise TracedError(f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {measured:,}")
     return result
 
 
@@ -259,19 +260,38 @@ def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
     return cache_bytes(model, mode, b, s).total
 
 
+def _prefill_flops(model: Any, mode: Any, b: Any, s: Any) -> Any:
+    return flops(model, mode, b, s, train=False, use_cache=True)[0]
+
+
+#: What ``formula`` derives: the count run on symbolic sizes, the count its fallback polynomial is fitted through
+#: (``traced``'s own), and the polynomial's degree in s. FLOPs: ``FlopCounterMode`` multiplies the SymInt sizes as
+#: it multiplies integers, so the symbolic run's count is the FLOPs in b and s; a prefill counted on symbolic
+#: sizes writes a cache as generate's does (``traced.flops``' ``use_cache``), the measured count at the user's
+#: (b, s) (without) must equal it there.
+KINDS: dict[str, tuple[Callable[..., Any], Callable[..., Any], int]] = {
+    "saved": (saved_bytes, saved_bytes, 2),
+    "cache": (_cache_total, _cache_total, 1),
+    "prefill_flops": (_prefill_flops, lambda m, md, b, s: flops(m, md, b, s, train=False)[0], 2),
+    "forward_flops": (lambda m, md, b, s: flops(m, md, b, s)[0], lambda m, md, b, s: flops(m, md, b, s)[0], 2),
+    "model_flops": (lambda m, md, b, s: sum(flops(m, md, b, s)), lambda m, md, b, s: sum(flops(m, md, b, s)), 2),
+}
+
+
 def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, measured: int,
             model: Any, mode: Any) -> Symbolic | Fallback:
-    """The bytes of ``kind`` ("saved": a training forward's saved activations; "cache": the cache after a prefill and
-    one decode step) of ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s)
-    as hints), else ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the
-    reason. ``measured``: the bytes at the user's (b, s), which either must give. ``traced.traced_estimate``'s
+    """The bytes or FLOPs of ``kind`` (``KINDS``: "saved": a training forward's saved activations; "cache": the cache
+    after a prefill and one decode step; "prefill_flops", "forward_flops", "model_flops": ``traced.flops``') of
+    ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s) as hints), else
+    ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the reason.
+    ``measured``: the value at the user's (b, s), which either must give. ``traced.traced_estimate``'s
     ``formula``."""
-    count = saved_bytes if kind == "saved" else _cache_total
+    count, fitted, degree = KINDS[kind]
     try:
         sym_model, sym_mode = symbolic_model(cfg, attention, dtype, images=getattr(model, "_traced_images", 1))
         # traced with the user's sizes as hints: the branches taken are theirs, the guards say how far it holds
         return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
     except TracedError as exc:
         why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
-    fit = polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=2 if kind == "saved" else 1)
+    fit = polynomial(lambda bb, ss: fitted(model, mode, bb, ss), s_degree=degree)
     return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)
