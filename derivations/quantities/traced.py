@@ -1189,7 +1189,7 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
         value = f(b, s)
         if symbolic and kind is not None:
             got = derive(cfg, "eager", dtype, kind, b, s, value, *plain)
-            return value, str(got) if got else None
+            return value, got.short if got else None
         fit = polynomial(f)
         return value, str(fit) if fit is not None and fit(b, s) == value else None
 

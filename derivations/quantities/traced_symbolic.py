@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.quantities.traced import (Fit, TracedError, build, cache_bytes, flops, polynomial,
-                                                    saved_bytes)
+from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, flops,
+                                                    polynomial, saved_bytes)
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
@@ -68,6 +68,33 @@ class Symbolic:
     def __str__(self) -> str:
         return self.expression + self.note
 
+    @property
+    def short(self) -> str:
+        """The expression as ``traced.Fit`` prints a polynomial (a FLOPs row's formula, as the fitted route wrote it)
+        where it is one of degree 1 in b and 2 in s, and the guards that restrict it, if any."""
+        fit = _as_fit(self.general, self.one)
+        more = f" (holds for {'; '.join(self.guards)})" if self.guards else ""
+        return (str(fit) if fit is not None else self.expression) + more
+
+
+def _polynomial(expr: Any) -> Polynomial | None:
+    """``expr`` (in b and s) as ``traced.Polynomial``, None where it is not a polynomial of degree 1 in b and 2 in s."""
+    from fractions import Fraction
+
+    if not expr.is_polynomial(_b(), _s()):
+        return None
+    terms = sp.Poly(expr, _b(), _s()).terms()
+    if any(i > 1 or j > 2 for (i, j), _ in terms):
+        return None
+    return Polynomial({(i, j): Fraction(int(c.p), int(c.q)) for (i, j), c in terms})
+
+
+def _as_fit(general: Any, one: Any) -> Fit | None:
+    polys = _polynomial(general), None if one is None else _polynomial(one)
+    if polys[0] is None or (one is not None and polys[1] is None):
+        return None
+    return Fit(*polys)
+
 
 @dataclass(frozen=True)
 class Fallback:
@@ -94,6 +121,10 @@ class Fallback:
 
     def __str__(self) -> str:
         return self.expression + self.note if self.fit else f"not symbolic: {self.why}"
+
+    @property
+    def short(self) -> str:
+        return str(self)
 
 
 def _b() -> Any:
