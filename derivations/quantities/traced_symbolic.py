@@ -61,9 +61,7 @@ class Symbolic:
 
     @property
     def note(self) -> str:
-        more = len(self.guards) - 3
-        where = "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
-        return f", exact (traced with symbolic b and s; holds for {where})"
+        return f", exact (traced with symbolic b and s; {self._where})"
 
     def __str__(self) -> str:
         return self.expression + self.note
@@ -73,8 +71,13 @@ class Symbolic:
         """The expression as ``traced.Fit`` prints a polynomial (a FLOPs row's formula, as the fitted route wrote it)
         where it is one of degree 1 in b and 2 in s, and the guards that restrict it, if any."""
         fit = _as_fit(self.general, self.one)
-        more = f" (holds for {'; '.join(self.guards)})" if self.guards else ""
-        return (str(fit) if fit is not None else self.expression) + more
+        return (str(fit) if fit is not None else self.expression) + (f" ({self._where})" if self.guards else "")
+
+    @property
+    def _where(self) -> str:
+        """Where the expression holds: s >= 2 and the first three guards (the rest counted)."""
+        more = len(self.guards) - 3
+        return "holds for " + "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
 
 
 def _polynomial(expr: Any) -> Polynomial | None:
