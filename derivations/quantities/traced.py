@@ -1188,10 +1188,17 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
     def fitted(f: Callable[[int, int], int], kind: str | None = None) -> tuple[int, str | None]:
         value = f(b, s)
         if symbolic and kind is not None:
-            got = derive(cfg, "eager", dtype, kind, b, s, value, *plain)
+            got = derived("prefill_flops") if kind == "prefill_flops" else derived("train_flops")[kind == "model_flops"]
             return value, got.short if got else None
         fit = polynomial(f)
         return value, str(fit) if fit is not None and fit(b, s) == value else None
+
+    @functools.cache
+    def derived(kind: str) -> Any:  # a training step's forward and model FLOPs: one symbolic run, a pair
+        if kind == "prefill_flops":
+            return derive(cfg, "eager", dtype, kind, b, s, counted(b, s)[0], *plain)
+        forward, backward = counted(b, s)
+        return derive(cfg, "eager", dtype, "train_flops", b, s, (forward, forward + backward), *plain)
 
     plain = built if built is not None and (not train or options.recompute == "none") else build(
         cfg, "eager", dtype,

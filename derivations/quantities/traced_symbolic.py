@@ -22,6 +22,7 @@ misses the bytes measured at the user's (b, s), ``formula`` falls back to ``trac
 from __future__ import annotations
 
 import contextlib
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -232,14 +233,15 @@ def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode:
     env.guards.names = names
     with enable_python_dispatcher(), _cpu_dropout(), _quiet():
         total = count(model, mode, sb, ss)
-    expr = sp.expand(env.replace(sp.sympify(total.node.expr if hasattr(total, "node") else total)).xreplace(names))
-    unknown = expr.free_symbols - {_b(), _s()}
+    exprs = tuple(sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t)).xreplace(names))
+                  for t in (total if isinstance(total, tuple) else (total,)))
+    unknown = set().union(*(e.free_symbols for e in exprs)) - {_b(), _s()}
     if unknown:
         raise TracedError("the bytes depend on sizes the code computed from tensor values "
                           f"({', '.join(map(str, unknown))})")
     guards = tuple((sp.sympify(g.expr).xreplace(names), where)
                    for g, where in zip(env.guards[first:], env.guards.where[first:]))
-    return expr, guards
+    return (exprs if isinstance(total, tuple) else exprs[0]), guards
 
 
 #: Sizes a guard is tried at to tell whether it restricts b and s at all (a guard true at every one, such as a size
@@ -283,15 +285,23 @@ def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, 
             raise TracedError(f"transformers' code branched on {_words(guard)} at b = {hint[0] if b > 1 else 1}, "
                               f"s = {hint[1]} ({where}), which b = {b}, s = {s} fails")
     words = tuple(dict.fromkeys(f"{_words(g)} ({where})" for g, where in _telling((*guards, *guards_one))))
-    result = Symbolic(general, None if sp.expand(one - general.subs(_b(), 1)) == 0 else one, words)
-    value = result(b, s)
-    if value != measured:
-        raise TracedError(f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {measured:,}")
-    return result
+    results = []
+    for gen, on, want in zip(*((x,) if not isinstance(x, tuple) else x for x in (general, one, measured))):
+        result = Symbolic(gen, None if sp.expand(on - gen.subs(_b(), 1)) == 0 else on, words)
+        value = result(b, s)
+        if value != want:
+            raise TracedError(f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {want:,}")
+        results.append(result)
+    return tuple(results) if isinstance(measured, tuple) else results[0]
 
 
 def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
     return cache_bytes(model, mode, b, s).total
+
+
+def _train_flops(model: Any, mode: Any, b: Any, s: Any) -> tuple[Any, Any]:
+    forward, backward = flops(model, mode, b, s)
+    return forward, forward + backward
 
 
 def _prefill_flops(model: Any, mode: Any, b: Any, s: Any) -> Any:
@@ -307,15 +317,15 @@ KINDS: dict[str, tuple[Callable[..., Any], Callable[..., Any], int]] = {
     "saved": (saved_bytes, saved_bytes, 2),
     "cache": (_cache_total, _cache_total, 1),
     "prefill_flops": (_prefill_flops, lambda m, md, b, s: flops(m, md, b, s, train=False)[0], 2),
-    "forward_flops": (lambda m, md, b, s: flops(m, md, b, s)[0], lambda m, md, b, s: flops(m, md, b, s)[0], 2),
-    "model_flops": (lambda m, md, b, s: sum(flops(m, md, b, s)), lambda m, md, b, s: sum(flops(m, md, b, s)), 2),
+    # a training step's (forward, forward + backward) from one run; ``measured`` and the result are pairs too
+    "train_flops": (_train_flops, _train_flops, 2),
 }
 
 
 def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, measured: int,
             model: Any, mode: Any) -> Symbolic | Fallback:
     """The bytes or FLOPs of ``kind`` (``KINDS``: "saved": a training forward's saved activations; "cache": the cache
-    after a prefill and one decode step; "prefill_flops", "forward_flops", "model_flops": ``traced.flops``') of
+    after a prefill and one decode step; "prefill_flops", "train_flops": ``traced.flops``', the latter a pair) of
     ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s) as hints), else
     ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the reason.
     ``measured``: the value at the user's (b, s), which either must give. ``traced.traced_estimate``'s
@@ -327,5 +337,10 @@ def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, mea
         return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
     except TracedError as exc:
         why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
+    if isinstance(measured, tuple):
+        counted = functools.cache(lambda bb, ss: fitted(model, mode, bb, ss))  # each (b, s) run once
+        fits = [polynomial(lambda bb, ss, i=i: counted(bb, ss)[i], s_degree=degree) for i in range(len(measured))]
+        return tuple(Fallback(fit if fit is not None and fit(b, s) == want else None, why)
+                     for fit, want in zip(fits, measured))
     fit = polynomial(lambda bb, ss: fitted(model, mode, bb, ss), s_degree=degree)
     return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)
