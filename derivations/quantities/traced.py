@@ -758,15 +758,17 @@ def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
 def flops(model: Any, mode: Any, b: int, s: int, train: bool = True, use_cache: bool = False) -> tuple[int, int]:
     """``(forward, backward)`` FLOPs of a training forward of ``b`` sequences of ``s`` tokens and its backward
     (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0),
-    ``use_cache``: writing a cache as generate's prefill does (the symbolic route's: transformers' packed-sequence
-    check, run without a cache, reads the position values, which symbolic sizes do not hold)."""
+    ``use_cache``: writing a cache (as generate's prefill does; the symbolic route's, training too: transformers'
+    packed-sequence check, run without a cache, reads the position values, which symbolic sizes do not hold)."""
     import inspect
 
     import torch
 
     def go() -> tuple[int, int]:
         if train:
-            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s)).loss, backward=True)
+            more = {"use_cache": True} if use_cache else {}
+            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s), **more).loss,
+                                                    backward=True)
             model.zero_grad(set_to_none=True)
             return counted
         model.eval()

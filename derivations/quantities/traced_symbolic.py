@@ -300,7 +300,7 @@ def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
 
 
 def _train_flops(model: Any, mode: Any, b: Any, s: Any) -> tuple[Any, Any]:
-    forward, backward = flops(model, mode, b, s)
+    forward, backward = flops(model, mode, b, s, use_cache=True)
     return forward, forward + backward
 
 
@@ -310,15 +310,15 @@ def _prefill_flops(model: Any, mode: Any, b: Any, s: Any) -> Any:
 
 #: What ``formula`` derives: the count run on symbolic sizes, the count its fallback polynomial is fitted through
 #: (``traced``'s own), and the polynomial's degree in s. FLOPs: ``FlopCounterMode`` multiplies the SymInt sizes as
-#: it multiplies integers, so the symbolic run's count is the FLOPs in b and s; a prefill counted on symbolic
-#: sizes writes a cache as generate's does (``traced.flops``' ``use_cache``), the measured count at the user's
-#: (b, s) (without) must equal it there.
+#: it multiplies integers, so the symbolic run's count is the FLOPs in b and s; the forward counted on symbolic sizes
+#: writes a cache (``traced.flops``' ``use_cache``: a prefill's as generate's does, a training step's too), the
+#: measured count at the user's (b, s) (without) must equal it there.
 KINDS: dict[str, tuple[Callable[..., Any], Callable[..., Any], int]] = {
     "saved": (saved_bytes, saved_bytes, 2),
     "cache": (_cache_total, _cache_total, 1),
     "prefill_flops": (_prefill_flops, lambda m, md, b, s: flops(m, md, b, s, train=False)[0], 2),
     # a training step's (forward, forward + backward) from one run; ``measured`` and the result are pairs too
-    "train_flops": (_train_flops, _train_flops, 2),
+    "train_flops": (_train_flops, lambda m, md, b, s: (lambda f, bw: (f, f + bw))(*flops(m, md, b, s)), 2),
 }
 
 
