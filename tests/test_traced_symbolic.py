@@ -79,6 +79,34 @@ def test_symbolic_equals_polynomial(model_type: str) -> None:
                                 sp.sympify(str(fit.one), locals={"s": s}))) == 0
 
 
+def test_symbolic_flops_equal_polynomial() -> None:
+    # the FLOPs formula from one run on symbolic b and s (FlopCounterMode multiplying SymInt sizes) is the fitted
+    # polynomial's (12 concrete fake forwards through small (b, s)), printed the same; by hand for arcee (2 layers,
+    # 4 heads of 16, eager): Q K^T and A V 2 x 2 x 4 x 16 = 256 b s^2 a layer, 512 b s^2 in all. (Training's
+    # forward formula through this route: test_traced_strategies.test_flops_by_hand)
+    kind = "prefill_flops"
+    cfg = _config("arcee")
+    model, mode = traced.build(cfg, "eager")
+    count = ts.KINDS[kind][1]
+    fit = traced.polynomial(lambda bb, ss: count(model, mode, bb, ss))
+    got = ts.formula(cfg, "eager", "bf16", kind, 2, 24, count(model, mode, 2, 24), model, mode)
+    assert isinstance(got, ts.Symbolic), got
+    assert got.short == str(fit) and got.general.coeff(b * s**2) == 512
+
+
+def test_symbolic_training_flops_one_run_without_cache() -> None:
+    # a config with use_cache false (SmolLM3's): without a cache transformers' packed-sequence check reads position
+    # values, and the symbolic run fell back to the 12-point fit; now one forward + backward on symbolic sizes gives
+    # the pair (forward, model): by hand 512 b s^2 + 2 x (2 x 24,576 + 8,192) b s forward (test_flops_by_hand's),
+    # the backward twice that
+    cfg = traced.hf_config({"model_type": "arcee", **ARCEE, "use_cache": False})
+    model, mode = traced.build(cfg, "eager")
+    forward, backward = traced.flops(model, mode, 2, 7)
+    got = ts.formula(cfg, "eager", "bf16", "train_flops", 2, 7, (forward, forward + backward), model, mode)
+    assert all(isinstance(g, ts.Symbolic) for g in got), got
+    assert [g.short for g in got] == ["512*b*s**2 + 114688*b*s", "1536*b*s**2 + 344064*b*s"]
+
+
 def test_qwen3_next_chunks_held_by_guards() -> None:
     # Qwen3-Next's gated DeltaNet pads s to its chunk of 64 (torch_chunk_gated_delta_rule): traced at s = 24 the
     # expression holds for one chunk, its guards say so, and it equals the polynomial (fitted at s 4, 6, 8, one

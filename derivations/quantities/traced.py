@@ -755,16 +755,20 @@ def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     return {**inputs, "labels": labels}
 
 
-def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[int, int]:
+def flops(model: Any, mode: Any, b: int, s: int, train: bool = True, use_cache: bool = False) -> tuple[int, int]:
     """``(forward, backward)`` FLOPs of a training forward of ``b`` sequences of ``s`` tokens and its backward
-    (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0)."""
+    (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0),
+    ``use_cache``: writing a cache (as generate's prefill does; the symbolic route's, training too: transformers'
+    packed-sequence check, run without a cache, reads the position values, which symbolic sizes do not hold)."""
     import inspect
 
     import torch
 
     def go() -> tuple[int, int]:
         if train:
-            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s)).loss, backward=True)
+            more = {"use_cache": True} if use_cache else {}
+            counted = traced_strategies.count_flops(lambda: model(**_train_inputs(model, b, s), **more).loss,
+                                                    backward=True)
             model.zero_grad(set_to_none=True)
             return counted
         model.eval()
@@ -780,7 +784,7 @@ def flops(model: Any, mode: Any, b: int, s: int, train: bool = True) -> tuple[in
                     inputs.setdefault("decoder_input_ids", ids)
                 if "logits_to_keep" in inspect.signature(model.forward).parameters:
                     inputs["logits_to_keep"] = 1  # as generate's prefill asks: the last position's logits
-                return traced_strategies.count_flops(lambda: model(**inputs, use_cache=False), backward=False)
+                return traced_strategies.count_flops(lambda: model(**inputs, use_cache=use_cache), backward=False)
         finally:
             for p, flag in wanted:
                 p.requires_grad_(flag)
@@ -1072,7 +1076,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
             done = dc.replace(_traced_tp(est, cfg, options).strategies, recompute=options.recompute)
         est = dc.replace(est, states=rows, saved=saved, saved_fit=fit, strategies=done)
         return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
-                             b, s)
+                             b, s, formula)
     weight = options.weight_dtype or "bf16"
     stored = _stored(config, cfg, name, options)  # before the traces: a checkpoint refused is refused at once
     with traced_strategies.fake_group(options.tp):  # --tp: rank 0's cache
@@ -1090,7 +1094,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
     if options.tp > 1:
         est = _traced_tp(est, cfg, options)
     return _traced_flops(est, cfg, options, (model, mode) if attention == "eager" and options.tp == 1 else None,
-                         b, s)
+                         b, s, formula)
 
 
 def _stored(config: Mapping[str, Any], cfg: Any, name: str,
@@ -1154,47 +1158,63 @@ def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimat
 
 
 def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
-                  s: int) -> TracedEstimate:
+                  s: int, formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """``_count_flops``, or where transformers' code cannot be counted on fake tensors the estimate without FLOPs and
     the reason in one line (the bytes stand on their own)."""
     import dataclasses as dc
 
     try:
-        return _count_flops(est, cfg, options, built, b, s)
+        return _count_flops(est, cfg, options, built, b, s, formula)
     except TracedError as exc:
         return dc.replace(est, strategies=dc.replace(est.strategies, flops_error=str(exc)))
 
 
 def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[Any, Any] | None, b: int,
-                 s: int) -> TracedEstimate:
+                 s: int, formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """FLOPs as the hand-written path words them, counted on an eager build (``built`` where the estimate's own
     model is one without recompute), each with its polynomial in b and s. Training: forward, model (forward +
     backward, no recompute), hardware (with ``--recompute full``'s re-run forward) and per token; inference: the
-    prefill of s tokens (the last position's logits, as generate asks)."""
+    prefill of s tokens (the last position's logits, as generate asks). Each value is counted at the user's (b, s);
+    its formula is ``formula``'s (``traced_symbolic.formula``: one run on symbolic b and s, checked equal to that
+    count) where given and no strategy prepares the model, else the polynomial fitted through small (b, s)."""
     import dataclasses as dc
 
     import functools
 
     train = options.mode == "train"
+    dtype = options.dtype if train else (options.weight_dtype or "bf16")
+    derive = formula  # (``formula`` below is each row's formula in words)
+    symbolic = derive is not None and (not train or traced_strategies.prepare(options, recompute=False, tp=False)
+                                        is None)
 
-    def fitted(f: Callable[[int, int], int]) -> tuple[int, str | None]:
+    def fitted(f: Callable[[int, int], int], kind: str | None = None) -> tuple[int, str | None]:
         value = f(b, s)
+        if symbolic and kind is not None:
+            got = derived("prefill_flops") if kind == "prefill_flops" else derived("train_flops")[kind == "model_flops"]
+            return value, got.short if got else None
         fit = polynomial(f)
         return value, str(fit) if fit is not None and fit(b, s) == value else None
 
+    @functools.cache
+    def derived(kind: str) -> Any:  # a training step's forward and model FLOPs: one symbolic run, a pair
+        if kind == "prefill_flops":
+            return derive(cfg, "eager", dtype, kind, b, s, counted(b, s)[0], *plain)
+        forward, backward = counted(b, s)
+        return derive(cfg, "eager", dtype, "train_flops", b, s, (forward, forward + backward), *plain)
+
     plain = built if built is not None and (not train or options.recompute == "none") else build(
-        cfg, "eager", options.dtype if train else (options.weight_dtype or "bf16"),
+        cfg, "eager", dtype,
         prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None,
         images=est.images_per_sequence)
     counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
     rows = []
     if not train:
-        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0], "prefill_flops")
         rows.append(("prefill_flops", "Prefill FLOPs", value, formula))
         return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
-    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0])
+    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0], "forward_flops")
     rows.append(("forward_flops", "Forward FLOPs per micro-batch", forward, formula))
-    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)))
+    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)), "model_flops")
     rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
     if options.recompute != "none":
         again = built if built is not None and est.attention == "eager" else build(

@@ -22,12 +22,14 @@ misses the bytes measured at the user's (b, s), ``formula`` falls back to ``trac
 from __future__ import annotations
 
 import contextlib
+import functools
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.quantities.traced import Fit, TracedError, build, cache_bytes, polynomial, saved_bytes
+from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, flops,
+                                                    polynomial, saved_bytes)
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
@@ -60,12 +62,42 @@ class Symbolic:
 
     @property
     def note(self) -> str:
-        more = len(self.guards) - 3
-        where = "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
-        return f", exact (traced with symbolic b and s; holds for {where})"
+        return f", exact (traced with symbolic b and s; {self._where})"
 
     def __str__(self) -> str:
         return self.expression + self.note
+
+    @property
+    def short(self) -> str:
+        """The expression as ``traced.Fit`` prints a polynomial (a FLOPs row's formula, as the fitted route wrote it)
+        where it is one of degree 1 in b and 2 in s, and the guards that restrict it, if any."""
+        fit = _as_fit(self.general, self.one)
+        return (str(fit) if fit is not None else self.expression) + (f" ({self._where})" if self.guards else "")
+
+    @property
+    def _where(self) -> str:
+        """Where the expression holds: s >= 2 and the first three guards (the rest counted)."""
+        more = len(self.guards) - 3
+        return "holds for " + "; ".join(("s >= 2", *self.guards[:3], *([f"and {more} more guards"] if more > 0 else [])))
+
+
+def _polynomial(expr: Any) -> Polynomial | None:
+    """``expr`` (in b and s) as ``traced.Polynomial``, None where it is not a polynomial of degree 1 in b and 2 in s."""
+    from fractions import Fraction
+
+    if not expr.is_polynomial(_b(), _s()):
+        return None
+    terms = sp.Poly(expr, _b(), _s()).terms()
+    if any(i > 1 or j > 2 for (i, j), _ in terms):
+        return None
+    return Polynomial({(i, j): Fraction(int(c.p), int(c.q)) for (i, j), c in terms})
+
+
+def _as_fit(general: Any, one: Any) -> Fit | None:
+    polys = _polynomial(general), None if one is None else _polynomial(one)
+    if polys[0] is None or (one is not None and polys[1] is None):
+        return None
+    return Fit(*polys)
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,10 @@ class Fallback:
 
     def __str__(self) -> str:
         return self.expression + self.note if self.fit else f"not symbolic: {self.why}"
+
+    @property
+    def short(self) -> str:
+        return str(self)
 
 
 def _b() -> Any:
@@ -197,14 +233,15 @@ def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode:
     env.guards.names = names
     with enable_python_dispatcher(), _cpu_dropout(), _quiet():
         total = count(model, mode, sb, ss)
-    expr = sp.expand(env.replace(sp.sympify(total.node.expr if hasattr(total, "node") else total)).xreplace(names))
-    unknown = expr.free_symbols - {_b(), _s()}
+    exprs = tuple(sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t)).xreplace(names))
+                  for t in (total if isinstance(total, tuple) else (total,)))
+    unknown = set().union(*(e.free_symbols for e in exprs)) - {_b(), _s()}
     if unknown:
         raise TracedError("the bytes depend on sizes the code computed from tensor values "
                           f"({', '.join(map(str, unknown))})")
     guards = tuple((sp.sympify(g.expr).xreplace(names), where)
                    for g, where in zip(env.guards[first:], env.guards.where[first:]))
-    return expr, guards
+    return (exprs if isinstance(total, tuple) else exprs[0]), guards
 
 
 #: Sizes a guard is tried at to tell whether it restricts b and s at all (a guard true at every one, such as a size
@@ -248,30 +285,62 @@ def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, 
             raise TracedError(f"transformers' code branched on {_words(guard)} at b = {hint[0] if b > 1 else 1}, "
                               f"s = {hint[1]} ({where}), which b = {b}, s = {s} fails")
     words = tuple(dict.fromkeys(f"{_words(g)} ({where})" for g, where in _telling((*guards, *guards_one))))
-    result = Symbolic(general, None if sp.expand(one - general.subs(_b(), 1)) == 0 else one, words)
-    value = result(b, s)
-    if value != measured:
-        raise TracedError(f"the expression gives {value:,} B at b = {b}, s = {s}, the trace measured {measured:,} B")
-    return result
+    results = []
+    for gen, on, want in zip(*((x,) if not isinstance(x, tuple) else x for x in (general, one, measured))):
+        result = Symbolic(gen, None if sp.expand(on - gen.subs(_b(), 1)) == 0 else on, words)
+        value = result(b, s)
+        if value != want:
+            raise TracedError(f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {want:,}")
+        results.append(result)
+    return tuple(results) if isinstance(measured, tuple) else results[0]
 
 
 def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
     return cache_bytes(model, mode, b, s).total
 
 
+def _train_flops(model: Any, mode: Any, b: Any, s: Any) -> tuple[Any, Any]:
+    forward, backward = flops(model, mode, b, s, use_cache=True)
+    return forward, forward + backward
+
+
+def _prefill_flops(model: Any, mode: Any, b: Any, s: Any) -> Any:
+    return flops(model, mode, b, s, train=False, use_cache=True)[0]
+
+
+#: What ``formula`` derives: the count run on symbolic sizes, the count its fallback polynomial is fitted through
+#: (``traced``'s own), and the polynomial's degree in s. FLOPs: ``FlopCounterMode`` multiplies the SymInt sizes as
+#: it multiplies integers, so the symbolic run's count is the FLOPs in b and s; the forward counted on symbolic sizes
+#: writes a cache (``traced.flops``' ``use_cache``: a prefill's as generate's does, a training step's too), the
+#: measured count at the user's (b, s) (without) must equal it there.
+KINDS: dict[str, tuple[Callable[..., Any], Callable[..., Any], int]] = {
+    "saved": (saved_bytes, saved_bytes, 2),
+    "cache": (_cache_total, _cache_total, 1),
+    "prefill_flops": (_prefill_flops, lambda m, md, b, s: flops(m, md, b, s, train=False)[0], 2),
+    # a training step's (forward, forward + backward) from one run; ``measured`` and the result are pairs too
+    "train_flops": (_train_flops, lambda m, md, b, s: (lambda f, bw: (f, f + bw))(*flops(m, md, b, s)), 2),
+}
+
+
 def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, measured: int,
             model: Any, mode: Any) -> Symbolic | Fallback:
-    """The bytes of ``kind`` ("saved": a training forward's saved activations; "cache": the cache after a prefill and
-    one decode step) of ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s)
-    as hints), else ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the
-    reason. ``measured``: the bytes at the user's (b, s), which either must give. ``traced.traced_estimate``'s
+    """The bytes or FLOPs of ``kind`` (``KINDS``: "saved": a training forward's saved activations; "cache": the cache
+    after a prefill and one decode step; "prefill_flops", "train_flops": ``traced.flops``', the latter a pair) of
+    ``cfg`` as a function of b and s: the ``Symbolic`` expression (traced with the user's (b, s) as hints), else
+    ``Fallback`` to the polynomial fitted on ``model`` and ``mode`` (``traced.build``'s) with the reason.
+    ``measured``: the value at the user's (b, s), which either must give. ``traced.traced_estimate``'s
     ``formula``."""
-    count = saved_bytes if kind == "saved" else _cache_total
+    count, fitted, degree = KINDS[kind]
     try:
         sym_model, sym_mode = symbolic_model(cfg, attention, dtype, images=getattr(model, "_traced_images", 1))
         # traced with the user's sizes as hints: the branches taken are theirs, the guards say how far it holds
         return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
     except TracedError as exc:
         why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
-    fit = polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=2 if kind == "saved" else 1)
+    if isinstance(measured, tuple):
+        counted = functools.cache(lambda bb, ss: fitted(model, mode, bb, ss))  # each (b, s) run once
+        fits = [polynomial(lambda bb, ss, i=i: counted(bb, ss)[i], s_degree=degree) for i in range(len(measured))]
+        return tuple(Fallback(fit if fit is not None and fit(b, s) == want else None, why)
+                     for fit, want in zip(fits, measured))
+    fit = polynomial(lambda bb, ss: fitted(model, mode, bb, ss), s_degree=degree)
     return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)
