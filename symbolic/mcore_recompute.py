@@ -102,6 +102,15 @@ def _saves(op: Op, name: str) -> bool:
     return any(x.name == name for x in op.saved)
 
 
+def _is_or_copy(x: Tensor, name: str) -> bool:
+    """``x`` is tensor ``name`` or one of Transformer Engine's 8-bit copies of it (``name:fp8``, its scales)."""
+    return x.name == name or x.name.startswith(name + ":")
+
+
+def _saves_or_copy(op: Op, name: str) -> bool:
+    return any(_is_or_copy(x, name) for x in op.saved)
+
+
 def _column(op: Op) -> bool:
     """A column-parallel linear: the module Transformer Engine fuses a norm into (``TELayerNormColumnParallelLinear``)."""
     return op.kind == "linear" and any(x.role == "weight" and x.tp_axis == 0 for x in op.params)
@@ -109,7 +118,7 @@ def _column(op: Op) -> bool:
 
 def _without(op: Op, name: str) -> Op:
     """``op`` no longer saving tensor ``name`` nor its 8-bit copies (``name:fp8``, Transformer Engine's)."""
-    return replace(op, saved=tuple(x for x in op.saved if x.name != name and not x.name.startswith(name + ":")))
+    return replace(op, saved=tuple(x for x in op.saved if not _is_or_copy(x, name)))
 
 
 def _split(op: Op, share: Expr) -> tuple[Op | None, Op]:
@@ -143,7 +152,7 @@ def _layernorm(blk: Block) -> Block:
         out = norm.output.name
         groups: dict[Expr, list[Op]] = {}
         for op in ops:
-            if op.path != norm.path and _saves(op, out) or any(x.name.startswith(out + ":") for x in op.saved):
+            if op.path != norm.path and _saves_or_copy(op, out):  # the copies are the linears' (te_float8)
                 groups.setdefault(const(op.share), []).append(op)
         separate = [share for share, readers in groups.items() if not all(_column(op) for op in readers)]
         if not separate:
@@ -201,7 +210,7 @@ def _checkpointed(ops: tuple[Op, ...], region: list[Op], kept: Tensor) -> tuple[
     return tuple(inside(op) if op.path in paths else op for op in ops)
 
 
-def _region(blk: Block, ops: tuple[Op, ...], prefix: str) -> list[Op]:
+def _region(ops: tuple[Op, ...], prefix: str) -> list[Op]:
     return [op for op in ops if op.path.startswith(prefix) and op.kind != "dropout"]
 
 
@@ -209,7 +218,7 @@ def _mlp(blk: Block) -> Block:
     """A dense MLP and its fused pre-MLP norm under one checkpoint of the residual stream (in the share of the
     layers that hold a dense MLP)."""
     ops = blk.ops
-    region = _region(blk, ops, "mlp/")
+    region = _region(ops, "mlp/")
     if not region:
         return blk
     share = const(region[0].share)
@@ -220,19 +229,17 @@ def _mlp(blk: Block) -> Block:
         kept = next(x for x in norm.saved if x.name == norm.inputs[0])
         rest, part = _split(norm, share)
         ops = _replace_op(ops, norm.path, (rest, part))
-        region = [part, *_region(blk, ops, "mlp/")]
+        region = [part, *_region(ops, "mlp/")]
     return replace(blk, ops=_checkpointed(ops, region, kept))
 
 
 def _moe(blk: Block, prefix: str) -> Block:
     """The MoE layer (``moe/``) or its shared experts (``moe/shared``) under one checkpoint of the pre-MLP norm's
     output."""
-    region = _region(blk, blk.ops, prefix)
+    region = _region(blk.ops, prefix)
     if not region:
         return blk
-    norm = next((n for n in _pre_norms(blk)
-                 if any(_saves(op, n.output.name) or any(x.name.startswith(n.output.name + ":") for x in op.saved)
-                        for op in region)), None)
+    norm = next((n for n in _pre_norms(blk) if any(_saves_or_copy(op, n.output.name) for op in region)), None)
     if norm is None:
         return blk
     return replace(blk, ops=_checkpointed(blk.ops, region, norm.output))
