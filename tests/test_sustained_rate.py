@@ -26,7 +26,9 @@ def test_the_h100_sxm_takes_the_h200s_sustained_rate() -> None:
     # MAMF table's burst, 794.5 (6.2% faster: 794.5 / 745 = 1.0664)
     assert gpu("h100-sxm").bf16_flops == gpu("h200").bf16_flops
     assert matmul_rate(gpu("h100-sxm"), "bf16", SIDE, SIDE, SIDE) == pytest.approx(745e12)
-    assert fp8_rate_ratio(gpu("h100-sxm")) == pytest.approx(1333.5 / 745)
+    # fp8: the H100's own MAMF, 1,402.6, times the H200's sustained over burst, 1,333.5 / 1,453.4 = 0.91750:
+    # 1,286.9 TFLOP/s, 1,286.9 / 745 = 1.7274 the bf16 rate
+    assert fp8_rate_ratio(gpu("h100-sxm")) == pytest.approx(1402.6 * 1333.5 / 1453.4 / 745)
 
 
 def test_the_h100_pcie_takes_the_sxms_fraction_of_peak() -> None:
@@ -42,12 +44,19 @@ def test_b200_bf16_sustained_and_fp8_keeps_the_mamf_ratio() -> None:
 
 
 def test_gpus_without_a_sustained_rate_keep_their_mamf() -> None:
-    # A100 SXM and GB200: no MSMF measured; their MAMF, 271.2 and 1,822.0
+    # A100 SXM: no MSMF measured for it or its die; its MAMF, 271.2
     assert matmul_rate(gpu("a100-80gb"), "bf16", SIDE, SIDE, SIDE) == pytest.approx(271.2e12)
-    assert matmul_rate(gpu("gb200"), "bf16", SIDE, SIDE, SIDE) == pytest.approx(1822.0e12)
+
+
+def test_the_gb200_takes_the_b200s_sustained_over_burst() -> None:
+    # the B200's die: its own MAMF 1,822.0 times the B200's 1,424.5 / 1,745.0 = 0.81633: 1,487.4 TFLOP/s (was the
+    # burst, 1,822.0); fp8: 3,615.6 x 0.81633 = 2,951.5
+    assert matmul_rate(gpu("gb200"), "bf16", SIDE, SIDE, SIDE) == pytest.approx(1822.0 * 1424.5 / 1745.0 * 1e12)
+    assert matmul_rate(gpu("gb200"), "fp8", SIDE, SIDE, SIDE) == pytest.approx(3615.6 * 1424.5 / 1745.0 * 1e12)
+    assert "no measured MSMF: b200's sustained over burst" in rate_note(gpu("gb200"), None)
 
 
 def test_the_time_model_names_the_rate_it_uses() -> None:
     assert "sustained rate (MSMF) 745.0 TFLOP/s" in rate_note(gpu("h200"), None)
-    assert "no measured MSMF: h200's sustained rate" in rate_note(gpu("h100-sxm"), None)
+    assert "no measured MSMF: h200's sustained over burst" in rate_note(gpu("h100-sxm"), None)
     assert "MAMF 271.2 TFLOP/s" in rate_note(gpu("a100-80gb"), None)

@@ -88,9 +88,11 @@ MSMF: dict[str, tuple[float, float | None]] = {
     "h200": (745.0, 1333.5),
     "b200": (1424.5, None),
 }
-#: GPUs without a measured MSMF that take another's: the H100 SXM is the H200's GH100 die (132 SMs, the same dense
-#: peaks) at the same 700 W power limit (nvidia-h100-datasheet); Bekman's MAMF table: "H200 is the same".
-MSMF_STAND_IN = {"h100-sxm": "h200"}
+#: GPUs without a measured MSMF that take another's sustained over burst ratio, times their own MAMF: the H100 SXM is
+#: the H200's GH100 die (132 SMs, the same dense peaks) at the same 700 W power limit (nvidia-h100-datasheet);
+#: Bekman's MAMF table: "H200 is the same". The GB200 is the B200's die (its burst MAMF only 4.4% above the B200's:
+#: 1,822.0 against 1,745.0) at a higher power limit, which may hold a little more: no GB200 MSMF is published.
+MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
          "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942"}
@@ -119,19 +121,17 @@ def _measured_sustained(name: str) -> str | None:
 
 
 def _level(gpu: GPU, dtype: str) -> float:
-    """The GPU's matmul level in FLOP/s for ``dtype`` (bf16 or fp8): its sustained rate (MSMF) where one is measured
-    for it or the GPU standing in for it (that GPU's fraction of its dense peak), else its MAMF (``_burst``). fp8
-    without a measured MSMF: the bf16 MSMF times the MAMF table's fp8 over bf16."""
+    """The GPU's matmul level in FLOP/s for ``dtype`` (bf16 or fp8): its MAMF (``_burst``) times the sustained over
+    burst rate (MSMF / MAMF) of the GPU whose MSMF is measured, itself or the same die standing in (the GB200's
+    B200, the H100's H200), else its MAMF. fp8 without a measured fp8 MSMF: the bf16 ratio."""
     burst = _burst(gpu, dtype)
     name = _measured_sustained(gpu.name)
     if name is None:
         return burst
     ref, (bf16, fp8) = lookup(name), MSMF[name]
-    if dtype == "fp8" and gpu.fp8_flops is not None:
-        if fp8 is not None:
-            return fp8 * 1e12 / (ref.fp8_flops or ref.bf16_flops) * gpu.fp8_flops
-        return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops * burst / _burst(gpu, "bf16")
-    return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops
+    if dtype == "fp8" and gpu.fp8_flops is not None and fp8 is not None:
+        return burst * fp8 * 1e12 / _burst(ref, "fp8")
+    return burst * bf16 * 1e12 / _burst(ref, "bf16")
 
 
 def _burst(gpu: GPU, dtype: str) -> float:
@@ -186,11 +186,13 @@ def _cells(values: Any, size: int | None) -> list[Any]:
     return values.tolist() if is_column(values) else [values] * size
 
 
-def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
+def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8_linears: bool = False) -> Any:
     """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
     their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
-    ``forward_only``: the forward's products alone (inference). Cells with the same products (layouts that differ
-    in data parallelism or ZeRO alone) are computed once."""
+    ``forward_only``: the forward's products alone (inference); ``fp8_linears``: the linear and expert products
+    at the fp8 rate of their shapes (Transformer Engine runs all three GEMMs of every layer linear in fp8), the
+    attention core at its own 16-bit kernel's, so a layer's time is each product's own (the fraction may pass 1).
+    Cells with the same products (layouts that differ in data parallelism or ZeRO alone) are computed once."""
     values = est.values
     evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
     seq = layout_int(sym("s"), values)
@@ -208,7 +210,7 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
         for j, value in zip(varying, key):
             cell[j] = value
         cells.append(tuple(cell))
-    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only)
+    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only, "fp8" if fp8_linears else "bf16")
     if size is None:
         return rates[0]
     column = np.empty(size, dtype=object)
@@ -217,10 +219,10 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False) -> Any:
 
 
 def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: list[tuple],
-                       forward_only: bool) -> list[float]:
+                       forward_only: bool, linear_dtype: str = "bf16") -> list[float]:
     """``gemm_efficiency`` of each cell, all at once: a cell holds each product's values (``gemm_products``' fields
     after its kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp
-    degree. The products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
+    degree; linear products at ``linear_dtype``'s rates, the unfused core's at bf16's. The products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
     product of no FLOPs adds 0.0); each GEMM shape's rate is taken once."""
     fields = list(zip(*cells))
     seq, cp = fields[-2], fields[-1]
@@ -228,20 +230,20 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
     flops, time = ([0.0], [0.0]) if one else (np.zeros(len(cells)), np.zeros(len(cells)))
     rates: dict[tuple, float] = {}
 
-    def rate(shape: tuple) -> float:
-        if shape not in rates:
-            rates[shape] = matmul_rate(gpu, "bf16", *shape)
-        return rates[shape]
+    def rate(shape: tuple, dtype: str) -> float:
+        if (shape, dtype) not in rates:
+            rates[(shape, dtype)] = matmul_rate(gpu, dtype, *shape)
+        return rates[(shape, dtype)]
 
     triples: dict[tuple, tuple[float, float, float]] = {}
 
-    def three(sides: tuple) -> tuple[float, float, float]:
+    def three(sides: tuple, dtype: str) -> tuple[float, float, float]:
         """The rates of a product of sides (m, n, k) in its three phases: forward (m, n, k), input gradient
         (m, k, n), weight gradient (n, k, m)."""
-        if sides not in triples:
+        if (sides, dtype) not in triples:
             m, n, k = sides
-            triples[sides] = (rate((m, n, k)), rate((m, k, n)), rate((n, k, m)))
-        return triples[sides]
+            triples[(sides, dtype)] = (rate((m, n, k), dtype), rate((m, k, n), dtype), rate((n, k, m), dtype))
+        return triples[(sides, dtype)]
 
     def add(counts: Any, speeds: Any) -> None:
         nonlocal flops, time
@@ -269,7 +271,8 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
             sides = [(s // c, int(s), int(i)) for s, c, i in zip(seq, cp, in_side)]
         else:  # the tokens one weight multiplies: forward / (2 out in experts)
             sides = [((f // (2 * o * i * e) if f else 1), o, i) for f, o, i, e in zip(forward, out_side, in_side, experts)]
-        rated = [three(x) for x in sides]
+        dtype = "bf16" if kind == "attention" else linear_dtype
+        rated = [three(x, dtype) for x in sides]
         for phase, counts in enumerate((ahead, dgrad, wgrad)):
             if any(counts):
                 add(counts, [r[phase] if c else 1.0 for c, r in zip(counts, rated)])
@@ -344,7 +347,8 @@ def rate_note(gpu: GPU, framework: str | None) -> str:
     mamf, sustained = MAMF.get(gpu.name), _measured_sustained(gpu.name)
     if sustained is not None:  # the rate a training step holds at the power limit (MSMF)
         level = (f"sustained rate (MSMF) {MSMF[sustained][0]:,.1f} TFLOP/s" if sustained == gpu.name else
-                 f"no measured MSMF: {sustained}'s sustained rate (MSMF) as a fraction of its peak") + \
+                 f"no measured MSMF: {sustained}'s sustained over burst rate (MSMF / MAMF) times this GPU's "
+                 f"MAMF{'' if mamf else ' (its stand-in fraction of peak)'}") + \
             f" ({cite(MSMF_SOURCE)}; the burst MAMF: {cite(MAMF_SOURCE)})"
     else:
         level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else

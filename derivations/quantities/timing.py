@@ -23,7 +23,10 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   bandwidth per NIC).
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
   (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
-  linears' scaled matmuls run at the fp8 peak (``float8_flops``) while MFU stays against the 16-bit one.
+  linears' scaled matmuls run at the fp8 rate (``float8_flops``) while MFU stays against the 16-bit one; under
+  Transformer Engine (``te-*``) each layer linear's GEMMs at the fp8 rate of its own shape, the attention core at
+  its 16-bit kernel's (``gemm_efficiency(..., fp8_linears=True)``), under torchao's the layer's 16-bit rate times
+  the fp8 over bf16 ratio.
 
 Inference, one GPU of t (roofline, Williams et al. 2009): each phase takes the longer of its FLOPs at the matmul
 efficiency x peak and its bytes at the memory bandwidth (the prefill reads the weights once; a decode step the
@@ -82,7 +85,7 @@ from memderive.derivations.quantities.param_offload_time import param_offload_li
 
 np = lazy("numpy")
 
-__all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
+__all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "product_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
@@ -271,8 +274,10 @@ class StepTime:
         """How the time was modelled, one line per cause (for writeups)."""
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
-            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at the 16-bit "
-            f"rate times the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at "
+            + ("each GEMM's own shape at the fp8 rate, the attention core at its 16-bit kernel's; the GPU's fp8 "
+               if self.fp8 in TE_FP8 else "the 16-bit rate times the GPU's fp8 ")
+            + f"over bf16 measured rate (MSMF or MAMF) {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast "
@@ -674,7 +679,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
     fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
-    micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
+    if opts.fp8 in TE_FP8 and efficiency is None:  # each layer product at its own kernel's rate, linears in fp8
+        products = product_flops(est)
+        micro = ((stage - products) / (hw.bf16_flops * eff)
+                 + products / (hw.bf16_flops * gemm_efficiency(hw, est, fp8_linears=True)))
+    else:  # torchao's Float8 matmuls (or a given efficiency): the 16-bit rate times the fp8 over bf16 ratio
+        micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
     eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = cast_micro = cast_step = 0.0
     if efficiency is None:  # elementwise work at the bandwidth a streaming kernel reaches (memory_bound.py)
         bandwidth = achievable_bandwidth(hw)
@@ -754,6 +764,12 @@ def _cells(fn: Any, *args: Any) -> Any:
     out[:] = [done[k] if k in done else done.setdefault(k, fn(*k))
               for k in zip(*(x if is_column(x) else [x] * size for x in args))]
     return out
+
+
+def product_flops(est: Evaluated) -> int:
+    """Hardware FLOPs per micro-batch of the layers' products (``gemm_products``: linears, experts, the attention
+    core), every phase: the FLOPs ``gemm_efficiency`` weighs."""
+    return sum(layout_int(sum(p[1:3 if p[0] == "flash" else 4], 0), est.values) for p in gemm_products(est.graph))
 
 
 def float8_flops(est: Evaluated) -> int:
