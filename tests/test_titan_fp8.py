@@ -12,7 +12,9 @@ import pytest
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
 from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.efficiency import fp8_rate_ratio, matmul_rate
 from memderive.derivations.quantities.timing import float8_flops, step_time
 
 #: Llama 3 8B (h 4,096, 32 heads of 128, 8 KV heads, f 14,336, 32 layers, V 128,256), b 1, s 4,096, torchtitan.
@@ -66,3 +68,23 @@ def test_refused_in_one_line(fp8: str, fragment: str, capsys: pytest.CaptureFixt
                  "--framework", "torchtitan", "--fp8", fp8]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err
+
+
+def test_rowwise_with_gw_hp_times_the_weight_gradients_at_the_16_bit_rate_of_their_shapes() -> None:
+    """torchao's ``rowwise_with_gw_hp`` keeps each Float8 linear's weight gradient a 16-bit ``mm``: against
+    ``rowwise`` the step gains, for each layer linear, its weight gradient's bf16 time less its fp8 time at the
+    gradient's own shape (out, in, M), and for the converted head (outside the layers' products) its weight
+    gradient at the layer's 16-bit rate less that rate times the fp8 over bf16 ratio. Llama 3 8B under torchtitan
+    (separate gate and up), b 1, s 4,096 (M = 4,096), 32 layers; per layer (out, in): qkv (6,144, 4,096), proj
+    (4,096, 4,096), gate and up (14,336, 4,096), down (4,096, 14,336), each 2 M out in FLOPs; the head 2 M V h
+    with V 128,256, h 4,096."""
+    kw = dict(mode="train", batch=1, seq=4096, framework="torchtitan", gpu="h100-sxm", recompute="none")
+    rowwise = step_time(estimate("llama-3-8b", fp8="rowwise", **kw), "h100-sxm")
+    kept = step_time(estimate("llama-3-8b", fp8="rowwise_with_gw_hp", **kw), "h100-sxm")
+    hw, m, expected = gpu("h100-sxm"), 4096, 0.0
+    for out, inp in [(6144, 4096), (4096, 4096), (14336, 4096), (14336, 4096), (4096, 14336)]:
+        flops = 2 * m * out * inp * 32
+        expected += flops / matmul_rate(hw, "bf16", out, inp, m) - flops / matmul_rate(hw, "fp8", out, inp, m)
+    head, layer_rate = 2 * m * 128256 * 4096, hw.bf16_flops * rowwise.efficiency
+    expected += head / layer_rate - head / (layer_rate * fp8_rate_ratio(hw))
+    assert kept.compute_s - rowwise.compute_s == pytest.approx(expected, rel=1e-9)

@@ -40,11 +40,13 @@ from typing import Any
 from memderive.derivations.columns import is_column
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.memo import per_graph
+from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.compute import HARDWARE
 from memderive.derivations.quantities.gemm_table import SHAPE_CURVES, XLA_GEMM_TABLE, shape_fraction
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.references import cite
 from memderive.symbolic.dims import sym
+from memderive.symbolic.float8 import is_float8
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.lazy import lazy
 from memderive.symbolic.mcore_recompute import CHECKPOINTED
@@ -52,7 +54,7 @@ from memderive.symbolic.mcore_recompute import CHECKPOINTED
 np = lazy("numpy")
 
 __all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
-           "gemm_products", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
+           "gemm_products", "float8_phases", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
                        "(float8_e4m3fn) rows")
@@ -186,13 +188,13 @@ def _cells(values: Any, size: int | None) -> list[Any]:
     return values.tolist() if is_column(values) else [values] * size
 
 
-def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8_linears: bool = False) -> Any:
+def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8: str = "none") -> Any:
     """The FLOP-weighted fraction of ``gpu``'s dense 16-bit peak that ``est``'s layer products reach (matmuls at
     their shapes' rates, FlashAttention's core at its kernel's), cell by cell on columns of layouts;
-    ``forward_only``: the forward's products alone (inference); ``fp8_linears``: the linear and expert products
-    at the fp8 rate of their shapes (Transformer Engine runs all three GEMMs of every layer linear in fp8), the
-    attention core at its own 16-bit kernel's, so a layer's time is each product's own (the fraction may pass 1).
-    Cells with the same products (layouts that differ in data parallelism or ZeRO alone) are computed once."""
+    ``forward_only``: the forward's products alone (inference); ``fp8``: the recipe whose GEMMs run at the fp8 rate
+    of their shapes (``float8_phases``), the rest at the 16-bit rate, so a layer's time is each product's own (the
+    fraction may pass 1). Cells with the same products (layouts that differ in data parallelism or ZeRO alone) are
+    computed once."""
     values = est.values
     evaluated = [(kind, [layout_int(x, values) for x in rest]) for kind, *rest in gemm_products(est.graph)]
     seq = layout_int(sym("s"), values)
@@ -210,7 +212,8 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8_linears:
         for j, value in zip(varying, key):
             cell[j] = value
         cells.append(tuple(cell))
-    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only, "fp8" if fp8_linears else "bf16")
+    dtypes = tuple(tuple("fp8" if x else "bf16" for x in row) for row in float8_phases(est.graph, fp8))
+    rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only, dtypes)
     if size is None:
         return rates[0]
     column = np.empty(size, dtype=object)
@@ -219,10 +222,11 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8_linears:
 
 
 def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: list[tuple],
-                       forward_only: bool, linear_dtype: str = "bf16") -> list[float]:
+                       forward_only: bool, dtypes: tuple[tuple[str, str, str], ...]) -> list[float]:
     """``gemm_efficiency`` of each cell, all at once: a cell holds each product's values (``gemm_products``' fields
     after its kind: 2 for a FlashAttention core, 7 otherwise) in ``kinds``' order, then the sequence and the cp
-    degree; linear products at ``linear_dtype``'s rates, the unfused core's at bf16's. The products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
+    degree; each product's phases (forward, input and weight gradient) at the rates of ``dtypes``' row for it. The
+    products' FLOPs and times are summed in ``weighted_rate``'s order, each sum a double as there (a
     product of no FLOPs adds 0.0); each GEMM shape's rate is taken once."""
     fields = list(zip(*cells))
     seq, cp = fields[-2], fields[-1]
@@ -256,7 +260,7 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
         time = time + count / np.asarray(speeds, dtype=np.float64)
 
     at = 0
-    for kind in kinds:
+    for kind, phase_dtypes in zip(kinds, dtypes):
         if kind == "flash":
             fwd, bwd = FLASH[kernel]
             add(fields[at], fwd * gpu.bf16_flops)
@@ -271,11 +275,10 @@ def _cell_efficiencies(gpu: GPU, kernel: str, kinds: tuple[str, ...], cells: lis
             sides = [(s // c, int(s), int(i)) for s, c, i in zip(seq, cp, in_side)]
         else:  # the tokens one weight multiplies: forward / (2 out in experts)
             sides = [((f // (2 * o * i * e) if f else 1), o, i) for f, o, i, e in zip(forward, out_side, in_side, experts)]
-        dtype = "bf16" if kind == "attention" else linear_dtype
-        rated = [three(x, dtype) for x in sides]
         for phase, counts in enumerate((ahead, dgrad, wgrad)):
             if any(counts):
-                add(counts, [r[phase] if c else 1.0 for c, r in zip(counts, rated)])
+                rated = [three(x, phase_dtypes[phase])[phase] for x in sides]
+                add(counts, [r if c else 1.0 for c, r in zip(counts, rated)])
     level = _level(gpu, "bf16") / gpu.bf16_flops
     if one:
         reached = flops[0] / time[0] if time[0] else 0.0
@@ -298,7 +301,13 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
     * ``("flash", forward FLOPs, the other phases' FLOPs)`` per FlashAttention core (a checkpoint's rerun of its
       forward, ``mcore_recompute.CHECKPOINTED``, with the forward).
     """
-    out: list[tuple[Any, ...]] = []
+    return tuple(row for row, _ in _products(graph))
+
+
+@per_graph
+def _products(graph: Any) -> tuple[tuple[tuple[Any, ...], bool], ...]:
+    """``gemm_products``' rows, each beside whether it is a Float8 linear's (``symbolic.float8.is_float8``)."""
+    out: list[tuple[tuple[Any, ...], bool]] = []
     ahead = ("forward", "recompute")
     for blk in graph.blocks:
         if blk.name in ("embed", "head"):
@@ -325,21 +334,34 @@ def gemm_products(graph: Any) -> tuple[tuple[Any, ...], ...]:
                         experts *= side
                     if op.kind == "experts":  # one expert's (out, in): the GPU's E/ep experts share its b s k rows
                         experts = next(p.shape[0] for p in op.params if f"{p.name}.one_expert" == w.name)
-                    out.append(("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
-                                w.shape[-1], experts))
+                    out.append((("linear", scale * fwd, scale * dgrad, scale * wgrad, forward, w.shape[-2],
+                                 w.shape[-1], experts), is_float8(graph, blk.name, op)))
             elif op.kind == "flash-attention":  # a checkpoint's rerun of the forward kernel: at the forward's rate
                 ahead_kernel = [f.phase == "forward" or f.name.endswith(CHECKPOINTED) for f in terms]
                 forward = sum((f.count for f, a in zip(terms, ahead_kernel) if a), 0)
                 rest = sum((f.count for f, a in zip(terms, ahead_kernel) if not a), 0)
-                out.append(("flash", scale * forward, scale * rest))
+                out.append((("flash", scale * forward, scale * rest), False))
             elif op.kind == "attention":
                 # NOTE(gemm_products): the forward's coef / 2 is the head dim (ops._attention_flops)
                 widths = {f.name: f.coef / 2 for f in terms if f.phase == "forward"}
                 for name, width in widths.items():
                     fwd = sum((f.count for f in terms if f.name == name and f.phase in ahead), 0)
                     back = sum((f.count for f in terms if f.name == name and f.phase not in ahead), 0)
-                    out.append(("attention", scale * fwd, scale * back, 0, 0, width, width, 1))
+                    out.append((("attention", scale * fwd, scale * back, 0, 0, width, width, 1), False))
     return tuple(out)
+
+
+def float8_phases(graph: Any, fp8: str) -> tuple[tuple[bool, bool, bool], ...]:
+    """For each of ``gemm_products``' rows, which of its forward, input- and weight-gradient GEMMs run in fp8 under
+    the recipe ``fp8``: under Transformer Engine (``te-*``) all three of every layer linear's and expert's
+    (Megatron-Core's TE linears and grouped GEMMs), under torchao's Float8 those of the converted linears, less the
+    weight gradient that ``rowwise_with_gw_hp`` keeps 16-bit; none for the attention core or without ``--fp8``."""
+    rows = _products(graph)
+    if fp8 == "none":
+        return tuple((False, False, False) for _ in rows)
+    te = fp8 in TE_FP8
+    return tuple((False, False, False) if row[0] != "linear" or not (te or converted) else
+                 (True, True, te or fp8 != "rowwise_with_gw_hp") for row, converted in rows)
 
 
 def rate_note(gpu: GPU, framework: str | None) -> str:

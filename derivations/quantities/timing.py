@@ -23,10 +23,10 @@ Training, one optimizer step of m micro-batches on t x p x d GPUs (Narayanan et 
   bandwidth per NIC).
 * ``tokens_per_s = b s m d / step``; ``mfu = model FLOPs per step / (step x GPUs x peak)``
   (Chowdhery et al. 2022, App. B), never above the matmul efficiency assumed, but with ``--fp8``: the Float8
-  linears' scaled matmuls run at the fp8 rate (``float8_flops``) while MFU stays against the 16-bit one; under
-  Transformer Engine (``te-*``) each layer linear's GEMMs at the fp8 rate of its own shape, the attention core at
-  its 16-bit kernel's (``gemm_efficiency(..., fp8_linears=True)``), under torchao's the layer's 16-bit rate times
-  the fp8 over bf16 ratio.
+  linears' scaled matmuls run at the fp8 rate (``float8_flops``) while MFU stays against the 16-bit one: each GEMM
+  at the fp8 rate of its own shape where it runs in fp8 (``efficiency.float8_phases``: under Transformer Engine
+  every layer linear's three, under torchao's the converted linears'), the attention core at its 16-bit kernel's
+  (``gemm_efficiency(..., fp8=...)``).
 
 Inference, one GPU of t (roofline, Williams et al. 2009): each phase takes the longer of its FLOPs at the matmul
 efficiency x peak and its bytes at the memory bandwidth (the prefill reads the weights once; a decode step the
@@ -61,7 +61,8 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
-from memderive.derivations.quantities.efficiency import fp8_rate_ratio, gemm_efficiency, gemm_products, rate_note
+from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
+                                                          rate_note)
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
 from memderive.derivations.options import TE_FP8, Options, derived, te_transposes
@@ -274,10 +275,12 @@ class StepTime:
         """How the time was modelled, one line per cause (for writeups)."""
         cluster = self.cluster or Cluster(self.gpu)
         fp8 = () if not self.fp8_share else (
-            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, timed at "
-            + ("each GEMM's own shape at the fp8 rate, the attention core at its 16-bit kernel's; the GPU's fp8 "
-               if self.fp8 in TE_FP8 else "the 16-bit rate times the GPU's fp8 ")
-            + f"over bf16 measured rate (MSMF or MAMF) {fp8_rate_ratio(self.gpu):.2f} (dense FP8 peak "
+            f"Float8 linears (--fp8): {self.fp8_share:.1%} of the FLOPs are their scaled matmuls, "
+            + ("each GEMM timed at the fp8 rate of its own shape, the attention core at its 16-bit kernel's (a Float8 "
+               "linear outside the layers at the 16-bit rate times " if self.calibrated else
+               "timed at the 16-bit rate times ")
+            + f"the GPU's fp8 over bf16 measured rate (MSMF or MAMF), {fp8_rate_ratio(self.gpu):.2f}"
+            + (")" if self.calibrated else "") + " (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
             + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast "
@@ -679,11 +682,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
     fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
-    if opts.fp8 in TE_FP8 and efficiency is None:  # each layer product at its own kernel's rate, linears in fp8
-        products = product_flops(est)
-        micro = ((stage - products) / (hw.bf16_flops * eff)
-                 + products / (hw.bf16_flops * gemm_efficiency(hw, est, fp8_linears=True)))
-    else:  # torchao's Float8 matmuls (or a given efficiency): the 16-bit rate times the fp8 over bf16 ratio
+    if opts.fp8 != "none" and efficiency is None:  # each layer product at its own kernel's rate, in its own dtype
+        products, inside = product_flops(est)
+        rest = fp8 - inside  # Float8 matmuls outside the layers' products (a converted head): the ratio
+        micro = ((stage - products - rest) / (hw.bf16_flops * eff) + rest / (hw.bf16_flops * eff * fp8_ratio)
+                 + products / (hw.bf16_flops * gemm_efficiency(hw, est, fp8=opts.fp8)))
+    else:  # a given efficiency: of each dtype's dense peak
         micro = (stage - fp8) / (hw.bf16_flops * eff) + fp8 / (hw.bf16_flops * eff * fp8_ratio)
     eager_micro = copy_micro = optimizer = accumulate_micro = elementwise_micro = cast_micro = cast_step = 0.0
     if efficiency is None:  # elementwise work at the bandwidth a streaming kernel reaches (memory_bound.py)
@@ -766,10 +770,15 @@ def _cells(fn: Any, *args: Any) -> Any:
     return out
 
 
-def product_flops(est: Evaluated) -> int:
+def product_flops(est: Evaluated) -> tuple[Any, Any]:
     """Hardware FLOPs per micro-batch of the layers' products (``gemm_products``: linears, experts, the attention
-    core), every phase: the FLOPs ``gemm_efficiency`` weighs."""
-    return sum(layout_int(sum(p[1:3 if p[0] == "flash" else 4], 0), est.values) for p in gemm_products(est.graph))
+    core), every phase: the FLOPs ``gemm_efficiency`` weighs; and of them, those that run in fp8 under the
+    estimate's ``--fp8`` (``float8_phases``)."""
+    rows = gemm_products(est.graph)
+    total = sum(layout_int(sum(p[1:3 if p[0] == "flash" else 4], 0), est.values) for p in rows)
+    fp8 = sum(layout_int(sum((x for x, on in zip(p[1:4], phases) if on), 0), est.values)
+              for p, phases in zip(rows, float8_phases(est.graph, est.options.fp8)) if any(phases))
+    return total, fp8
 
 
 def float8_flops(est: Evaluated) -> int:
