@@ -17,7 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.published_runs import (BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
-                                  MOE_HOST_GAP, RUNS, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
+                                  MOE_HOST_GAP, RUNS, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run,
+                                  moe_memory, predict)
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -45,6 +46,7 @@ def table() -> list[float]:
                    "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
     _rows(f"Held out, apart from the bounds: {BRIDGE_DENSE_GAP}", DENSE_APART)
+    _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
     moe()
     groups()
     zero3()
@@ -55,7 +57,7 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT + MOE + DENSE_APART:
+    for run in FITTED + HELD_OUT + MOE + DENSE_APART + TORCHTITAN_FLOAT8:
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -64,7 +66,8 @@ def groups() -> None:
                                                     or "Korthikanti" in run.source or "MegaScale" in run.source
                                                     else "llama3")
         moe = ("moe" if any(run is r for r in MOE) else
-               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART) else "dense")
+               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART + TORCHTITAN_FLOAT8) else
+               "dense")
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
     print(f"{'GPU':12s} {'framework':12s} {'kind':23s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
     for key, errors in sorted(rows.items()):
@@ -74,7 +77,11 @@ def groups() -> None:
     print(f"all {len(every)} dense runs: median |error| {statistics.median(every):.1%}, worst {max(every):.1%}")
     every += [abs(predict(r).error) for r in DENSE_APART]
     print(f"with the {len(DENSE_APART)} apart (tests/published_runs.DENSE_APART): {len(every)} dense runs, median |error| "
-          f"{statistics.median(every):.1%}, worst {max(every):.1%}\n")
+          f"{statistics.median(every):.1%}, worst {max(every):.1%}")
+    every += [abs(predict(r).error) for r in TORCHTITAN_FLOAT8]
+    print(f"with torchtitan's {len(TORCHTITAN_FLOAT8)} Float8 rows too (tests/published_runs.TORCHTITAN_FLOAT8): "
+          f"{len(every)} dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
+          f"{sum(e <= 0.25 for e in every)} within 25%\n")
 
 
 def moe() -> None:

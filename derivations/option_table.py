@@ -152,9 +152,10 @@ OPTIONS: tuple[Option, ...] = (
        modes=_TRAIN, commands=_PLANNED, echo="changed", example=(*_TRAIN_STEP, "--grad-buffer", "fp32")),
     _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
-       "16-bit input and weight stay saved, the 8-bit casts are transients, their matmuls run at the GPU's fp8 "
-       "peak; with --implementation hf, or --framework torchtitan (rowwise recipes, with its TP, PP, CP and "
-       "op-level checkpointing, which saves every _scaled_mm output), and a 16-bit --dtype. Or Transformer Engine's "
+       "16-bit input and weight stay saved, the 8-bit casts are transients, each matmul at the GPU's fp8 rate of "
+       "its shape; with --implementation hf, or --framework torchtitan (rowwise recipes, with its TP, PP, CP and "
+       "op-level checkpointing, which saves every _scaled_mm output; its default tensorwise at --tp 1), and a "
+       "16-bit --dtype. Or Transformer Engine's "
        "fp8 under Megatron-Core "
        "(--implementation megatron): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), every layer "
        "linear's three GEMMs at the GPU's fp8 rate, its input saved as the 8-bit cast, its 8-bit weight cached", choices=("none", "tensorwise", "rowwise",

@@ -172,8 +172,12 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
 #: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
 #: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
-#: input saved by each Float8Linear.
+#: input saved by each Float8Linear. Its default, no recipe_name, is tensorwise scaling (docs/float8.md: "For
+#: float8 with tensorwise scaling ... --model.converters=float8"; the only recipe of its 2024 benchmarks):
+#: modelled without tensor parallelism (``TORCHTITAN_TENSORWISE``), whose Float8 TP plan is not. torchao's three
+#: recipes (``kernel_choices.RECIPES``) are all torchtitan's.
 TORCHTITAN_FP8 = ("rowwise", "rowwise_with_gw_hp")
+TORCHTITAN_TENSORWISE = "tensorwise"
 #: The GPUs of the table with Blackwell's MXFP8 tensor cores.
 BLACKWELL = ("b200", "gb200", "b300", "gb300")
 
@@ -463,11 +467,10 @@ class Options:
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
                                "--implementation hf, or torchtitan's (--framework torchtitan); Megatron-Core's "
                                "linears are Transformer Engine's: use --fp8 te-delayed, te-current or te-mxfp8 there")
-        if self.framework == "torchtitan" and self.fp8 not in TORCHTITAN_FP8:
-            raise OptionsError(f"--fp8 {self.fp8} is not a torchtitan recipe: its Float8LinearConverter takes "
-                               f"recipe_name {' or '.join(TORCHTITAN_FP8)} (torchtitan/components/quantization/"
-                               "float8.py); its tensorwise Float8 tensor parallelism (8-bit all-gathers, 8-bit "
-                               "inputs saved) is not modelled")
+        if self.framework == "torchtitan" and self.fp8 == TORCHTITAN_TENSORWISE and self.tp > 1:
+            raise OptionsError("--fp8 tensorwise (torchtitan's default Float8) is modelled at --tp 1: its tensorwise "
+                               "Float8 tensor parallelism (8-bit all-gathers, 8-bit inputs saved) is not; give --tp 1 "
+                               f"or --fp8 {' or '.join(TORCHTITAN_FP8)}")
         if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
             raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
                                f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")

@@ -57,15 +57,15 @@ def test_composes_with_torchtitans_parallelisms(layout: dict) -> None:
     assert e.number("total_bytes") > 0 and float8_flops(e) > 0 and e.graph.float8
 
 
-@pytest.mark.parametrize(("fp8", "fragment"), [
-    ("tensorwise", "is not a torchtitan recipe"),
-    ("te-delayed", "torchtitan trains torchao's Float8Linear"),
+@pytest.mark.parametrize(("fp8", "tp", "fragment"), [
+    ("tensorwise", 2, "is modelled at --tp 1"),
+    ("te-delayed", 1, "torchtitan trains torchao's Float8Linear"),
 ])
-def test_refused_in_one_line(fp8: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_in_one_line(fp8: str, tp: int, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(OptionsError, match=fragment):
-        estimate(**RUN, fp8=fp8)
+        estimate(**RUN, fp8=fp8, tp=tp)
     assert main(["estimate", "--model", "llama-3-8b", "--mode", "train", "--batch", "1", "--seq", "4096",
-                 "--framework", "torchtitan", "--fp8", fp8]) == 2
+                 "--framework", "torchtitan", "--fp8", fp8, "--tp", str(tp)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err
 
