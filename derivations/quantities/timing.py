@@ -332,6 +332,9 @@ class StepTime:
                 + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
                    f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
+                   "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
+                   "torchtitan" and self.tp_s else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
