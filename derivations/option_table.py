@@ -189,8 +189,9 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
     _o("tp_comm_overlap", "bool", False, "Megatron-LM's --tp-comm-overlap, for times: Transformer Engine overlaps "
        "each sequence-parallel all-gather and reduce-scatter with its linear's GEMM, split into t chunks (with --tp "
-       "and --sp); under --framework torchtitan, its AsyncTP (enable_async_tensor_parallel: torch's micro-pipeline "
-       "TP splits the same collectives per rank behind the matmuls and _scaled_mm's)", modes=_TRAIN, shared=True, echo="set",
+       "and --sp); under --framework torchtitan, its AsyncTP (enable_async_tensor_parallel: torch's "
+       "micro-pipeline TP splits the same collectives per rank behind the matmuls and _scaled_mm's)",
+       modes=_TRAIN, shared=True, echo="set",
        example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),

@@ -279,8 +279,9 @@ def _titan_float8(name: str, table: str, dp: int, cp: int, batch: int, seq: int,
 
 #: Tables 4-5 give no sequence length: torchtitan 9dec370 (the page's) train_configs/llama3_70b.toml and
 #: llama3_405b.toml, seq_len = 8192. AsyncTP (experimental.enable_async_tensor_parallel: torch._inductor's
-#: micro-pipeline TP, each all-gather and reduce-scatter split per rank behind its matmul, _scaled_mm included in torch 2.13:
-#: torch/_inductor/fx_passes/micro_pipeline_tp.py, torch/distributed/_symmetric_memory _fused_all_gather_scaled_matmul)
+#: micro-pipeline TP, each all-gather and reduce-scatter split per rank behind its matmul, _scaled_mm included in
+#: torch 2.13: torch/_inductor/fx_passes/micro_pipeline_tp.py, torch/distributed/_symmetric_memory
+#: _fused_all_gather_scaled_matmul)
 #: is --tp-comm-overlap's model of the same split.
 _TT_TP = "; seq 8,192 (train_configs/llama3_70b.toml, llama3_405b.toml at 9dec370), TP 8 with Float8's TP plan"
 #: Table 5: with PP, torchtitan 9dec370 (parallelisms/parallelize_llama.py apply_fsdp) shards with

@@ -197,10 +197,10 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset()) -> tuple[tuple
 
     A linear whose weight is in ``float8`` runs torchtitan's Float8 tensor parallelism (sequence-parallel layouts,
     ``symbolic.float8.TP_SOURCE``), each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B
-    bytes moves what an all-reduce of B/2 does (one ring phase against two: ``Cluster.reduce_scatter``, ``all_reduce``). A
-    column-parallel one gathers its input in 8 bits in forward (once per module: the input's name) and
-    reduce-scatters the input's 16-bit gradient in backward; a row-parallel one reduce-scatters its 16-bit output
-    in forward and gathers the output's gradient, cast to 8 bits first, in backward."""
+    bytes moves what an all-reduce of B/2 does (one ring phase against two: ``Cluster.reduce_scatter``,
+    ``all_reduce``). A column-parallel one gathers its input in 8 bits in forward (once per module: the input's
+    name) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one reduce-scatters its
+    16-bit output in forward and gathers the output's gradient, cast to 8 bits first, in backward."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
