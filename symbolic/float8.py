@@ -270,7 +270,20 @@ class Float8Training:
     saves that gathered 8-bit tensor, whole over the sequence, one per module; each row-parallel one (o, down) casts
     its head- or width-sharded input (``Float8RowwiseParallel``) and saves the 8-bit cast; beside each, the cast's
     fp32 scale (one per tensor). The reduce-scatters of the outputs stay 16-bit, the norms' outputs are not saved
-    by the linears; the output layer keeps torchtitan's plain ``ColwiseParallel`` (a 16-bit gather and input)."""
+    by the linears; the output layer keeps torchtitan's plain ``ColwiseParallel`` (a 16-bit gather and input).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> up = bb.linear("mlp/up", bb.input, 4 * h, bias=False, parallel="column")
+    >>> _ = bb.linear("mlp/down", up, h, bias=False, parallel="row")
+    >>> g = Float8Training("tensorwise", {h: 64}, tp_plan=True)(Graph("mlp", (bb.build(repeat=l),)))
+    >>> saved = [x for op in g.blocks[0].ops for x in op.saved]
+    >>> [(x.name, x.seq_axis) for x in saved]  # up's input gathered: no sequence axis for SP to split
+    [('in:fp8', None), ('in:fp8.scale', None), ('mlp/up.out:fp8', 1), ('mlp/up.out:fp8.scale', None)]
+    >>> [x.nbytes for x in saved]
+    [b*h*s, 4, 4*b*h*s, 4]
+    """
 
     recipe: str
     values: Any
