@@ -38,6 +38,7 @@ from memderive.symbolic.graph import Graph
 from memderive.symbolic.mcore_experts import megatron_moe
 from memderive.symbolic.strategies import fused_swiglu
 from memderive.symbolic.te_float8 import te_float8
+from memderive.symbolic.dtensor_tp import GatheredInputs
 from memderive.symbolic.timeline import Timeline
 from memderive.symbolic.dtypes import dtype
 from memderive.derivations.quantities.inference import (check_inference, infer_quantities, inference_values, peak_phase,
@@ -338,6 +339,8 @@ _fused_swiglu = per_graph(fused_swiglu)
 _te_float8 = per_graph(te_float8)
 #: Megatron-Core's MoE layer (TopKRouter, alltoall dispatcher, TEGroupedMLP) once per base graph (as ``_fused_swiglu``).
 _megatron_moe = per_graph(megatron_moe)
+#: torchtitan's tensor parallelism (DTensor): column-parallel linears save their gathered input (``dtensor_tp``).
+_titan_gathered = per_graph(GatheredInputs())
 
 
 @per_graph
@@ -385,6 +388,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules
             base = _titan_float8(base, recipe=options.fp8, sizes=tuple(resolved.values().items()),
                                  tp_plan=options.float8_tp_plan)
+        if options.framework == "torchtitan" and options.tp > 1:  # DTensor saves the gathered linear inputs
+            base = _titan_gathered(base)
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base
