@@ -12,7 +12,9 @@ Float8 tensor by its 8-bit data (its 0-d fp32 scale not counted). gloo has no fl
 uint8, the bytes NCCL moves. Printed: rank 0's saved tensors by dtype and shape. Measured (torch 2.13, torchao 0.18):
 16-bit plan 616,448 B, Float8 plan 571,392 B (-45,056): the two gathered 16-bit inputs (2-d views (128, 128),
 32,768 B each) become 8-bit (2, 64, 128), 16,384 B each; w2's 16-bit input (128, 160), 40,960 B, its 8-bit cast
-(2, 64, 160), 20,480 B; wo adds its 8-bit input (2, 64, 64), 8,192 B (``tests/test_titan_fp8.py``).
+(2, 64, 160), 20,480 B; wo adds its 8-bit input (2, 64, 64), 8,192 B (``tests/test_titan_fp8.py``). Its
+8-bit all-gathers: INPUT twice (the attention's and the feed-forward's input, forward), GRAD_OUTPUT twice (wo's and
+w2's output gradients, backward); the reduce-scatters move 16-bit tensors.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ class Block(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
+#: The 8-bit all-gathers rank 0 ran, by the gathered tensor's role (torchao's GemmInputRole).
+GATHERED: list[str] = []
+
+
 def _gloo_float8() -> None:
     """torchao's all-gather of a Float8 tensor, its 8-bit data moved as uint8 (gloo has no float8 dtype)."""
     import torchao.float8.float8_ops as ops
@@ -74,6 +80,7 @@ def _gloo_float8() -> None:
         return Float8TrainingTensor(data, x._scale, x._orig_dtype, x._linear_mm_config, x._gemm_input_role)
 
     def gather(aten_op, args, kwargs=None):  # noqa: ANN001, ANN202 (torchao's table signature)
+        GATHERED.append(args[0]._gemm_input_role.name)
         return wrap(aten_op(args[0]._data.contiguous().view(torch.uint8), *args[1:], **(kwargs or {})), args[0])
 
     def wait(aten_op, args, kwargs=None):  # noqa: ANN001, ANN202
@@ -134,7 +141,8 @@ def _run(rank: int, mode: str, port: str) -> None:
         y = block(x)
     (y.to_local() if isinstance(y, DTensor) else y).float().sum().backward()
     if rank == 0:
-        print(f"{mode}: {sum(n for _, n in saved.values()):,} B saved on rank 0")
+        print(f"{mode}: {sum(n for _, n in saved.values()):,} B saved on rank 0"
+              + (f"; 8-bit all-gathers: {', '.join(GATHERED)}" if GATHERED else ""))
         for what, nbytes in sorted(saved.values(), key=lambda v: (-v[1], v[0])):
             print(f"  {what:24s} {nbytes:8,d}")
     dist.destroy_process_group()

@@ -135,7 +135,8 @@ def test_tensor_parallel_saves_what_torchtitans_plans_save_measured_on_cpu() -> 
 
 def test_tensorwise_tensor_parallel_plan_all_gathers_in_8_bits_by_hand() -> None:
     """The plan's all-gathers move 8-bit tensors (the layer inputs of q/k/v and gate/up in forward, o's and down's
-    output gradients, cast first by NoopFwToFloat8BwDynamic, in backward); its reduce-scatters stay 16-bit. In
+    output gradients, cast first by NoopFwToFloat8BwDynamic, in backward; benchmarks/titan_tp_saved.py, on 2 CPU
+    ranks, sees those four per layer: INPUT, INPUT, GRAD_OUTPUT, GRAD_OUTPUT); its reduce-scatters stay 16-bit. In
     all-reduce bytes (a reduce-scatter or all-gather of B bytes is one ring phase, an all-reduce of B/2), Llama 3 8B,
     b 1, s 4,096, TP 2 (b s h x 2 B = 33,554,432): regular TP, per layer 2 all-reduces forward and 2 backward,
     4 x 33,554,432 = 134,217,728, x 32 = 4,294,967,296, plus the embedding's forward partial sums and the output
