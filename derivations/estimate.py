@@ -38,6 +38,7 @@ from memderive.symbolic.graph import Graph
 from memderive.symbolic.mcore_experts import megatron_moe
 from memderive.symbolic.strategies import fused_swiglu
 from memderive.symbolic.te_float8 import te_float8
+from memderive.symbolic.dtensor_tp import GatheredInputs
 from memderive.symbolic.timeline import Timeline
 from memderive.symbolic.dtypes import dtype
 from memderive.derivations.quantities.inference import (check_inference, infer_quantities, inference_values, peak_phase,
@@ -338,16 +339,25 @@ _fused_swiglu = per_graph(fused_swiglu)
 _te_float8 = per_graph(te_float8)
 #: Megatron-Core's MoE layer (TopKRouter, alltoall dispatcher, TEGroupedMLP) once per base graph (as ``_fused_swiglu``).
 _megatron_moe = per_graph(megatron_moe)
+#: torchtitan's tensor parallelism (DTensor): column-parallel linears save their gathered input (``dtensor_tp``).
+_titan_gathered = per_graph(GatheredInputs())
 
 
 @per_graph
-def _titan_float8(graph: Graph, recipe: str, sizes: tuple) -> Graph:
+def _titan_float8(graph: Graph, recipe: str, sizes: tuple, tp_plan: bool) -> Graph:
     """torchao's ``convert_to_float8_training`` of torchtitan's Llama (every ``nn.Linear`` whose dims divide by 16,
-    the output layer too: ``filter_fqns`` is empty by default), once per base graph and recipe."""
+    the output layer too: ``filter_fqns`` is empty by default), with its Float8 tensor parallelism where
+    ``tp_plan`` (``Options.float8_tp_plan``), once per base graph and recipe."""
     # lazy: torchao's Float8 model, for --fp8 only (test_cold_path: a plain estimate does not load it)
     from memderive.symbolic.float8 import Float8Training
 
-    return Float8Training(recipe, dict(sizes))(graph)
+    convert = Float8Training(recipe, dict(sizes), tp_plan=tp_plan)
+    unplanned = convert.unplanned(graph) if tp_plan else ()
+    if unplanned:
+        raise OptionsError(f"--fp8 {recipe} with --tp: torchtitan's Float8 tensor parallelism takes every layer "
+                           f"linear as a Float8Linear of a dense layer; {', '.join(unplanned)} is not one (a dim not "
+                           "divisible by 16, or experts): use --fp8 rowwise (regular tensor parallelism)")
+    return convert(graph)
 
 
 @lru_cache(maxsize=1024)
@@ -376,7 +386,10 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
         if options.fp8 in TE_FP8:  # Transformer Engine's linears save their inputs' 8-bit casts
             base = _te_float8(base, recipe=options.fp8)
         elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules
-            base = _titan_float8(base, recipe=options.fp8, sizes=tuple(resolved.values().items()))
+            base = _titan_float8(base, recipe=options.fp8, sizes=tuple(resolved.values().items()),
+                                 tp_plan=options.float8_tp_plan)
+        if options.framework == "torchtitan" and options.tp > 1:  # DTensor saves the gathered linear inputs
+            base = _titan_gathered(base)
     moe = resolved.arch.moe
     quantities = list(_parameters(base, active_embedding=moe is None or moe.active_embedding))
     graph = base

@@ -154,7 +154,8 @@ OPTIONS: tuple[Option, ...] = (
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
        "16-bit input and weight stay saved, the 8-bit casts are transients, each matmul at the GPU's fp8 rate of "
        "its shape; with --implementation hf, or --framework torchtitan (rowwise recipes, with its TP, PP, CP and "
-       "op-level checkpointing, which saves every _scaled_mm output; its default tensorwise at --tp 1), and a "
+       "op-level checkpointing, which saves every _scaled_mm output; its default, tensorwise, with its Float8 tensor "
+       "parallelism at --tp > 1: 8-bit all-gathers, the linears' 8-bit inputs saved), and a "
        "16-bit --dtype. Or Transformer Engine's "
        "fp8 under Megatron-Core "
        "(--implementation megatron): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), every layer "
@@ -188,7 +189,9 @@ OPTIONS: tuple[Option, ...] = (
        example=(*_TRAIN_STEP, "--tp", "2", "--sp")),
     _o("tp_comm_overlap", "bool", False, "Megatron-LM's --tp-comm-overlap, for times: Transformer Engine overlaps "
        "each sequence-parallel all-gather and reduce-scatter with its linear's GEMM, split into t chunks (with --tp "
-       "and --sp)", modes=_TRAIN, shared=True, echo="set",
+       "and --sp); under --framework torchtitan, its AsyncTP (enable_async_tensor_parallel: torch's "
+       "micro-pipeline TP splits the same collectives per rank behind the matmuls and _scaled_mm's)",
+       modes=_TRAIN, shared=True, echo="set",
        example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),

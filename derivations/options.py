@@ -173,9 +173,9 @@ TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
 #: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
 #: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
 #: input saved by each Float8Linear. Its default, no recipe_name, is tensorwise scaling (docs/float8.md: "For
-#: float8 with tensorwise scaling ... --model.converters=float8"; the only recipe of its 2024 benchmarks):
-#: modelled without tensor parallelism (``TORCHTITAN_TENSORWISE``), whose Float8 TP plan is not. torchao's three
-#: recipes (``kernel_choices.RECIPES``) are all torchtitan's.
+#: float8 with tensorwise scaling ... --model.converters=float8"; the only recipe of its 2024 benchmarks,
+#: ``TORCHTITAN_TENSORWISE``), which with tp > 1 runs its Float8 tensor parallelism (``Options.float8_tp_plan``).
+#: torchao's three recipes (``kernel_choices.RECIPES``) are all torchtitan's.
 TORCHTITAN_FP8 = ("rowwise", "rowwise_with_gw_hp")
 TORCHTITAN_TENSORWISE = "tensorwise"
 #: The GPUs of the table with Blackwell's MXFP8 tensor cores.
@@ -467,10 +467,9 @@ class Options:
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
                                "--implementation hf, or torchtitan's (--framework torchtitan); Megatron-Core's "
                                "linears are Transformer Engine's: use --fp8 te-delayed, te-current or te-mxfp8 there")
-        if self.framework == "torchtitan" and self.fp8 == TORCHTITAN_TENSORWISE and self.tp > 1:
-            raise OptionsError("--fp8 tensorwise (torchtitan's default Float8) is modelled at --tp 1: its tensorwise "
-                               "Float8 tensor parallelism (8-bit all-gathers, 8-bit inputs saved) is not; give --tp 1 "
-                               f"or --fp8 {' or '.join(TORCHTITAN_FP8)}")
+        if self.float8_tp_plan and not self.sp:
+            raise OptionsError("--fp8 tensorwise with --tp under torchtitan is its Float8 tensor parallelism, whose "
+                               "plan shards the sequence between the linears: give --sp (torchtitan's default)")
         if dtype(self.dtype).nbytes >= 4 or self.precision == "autocast":
             raise OptionsError(f"--fp8 is modelled for 16-bit weights and compute (--dtype bf16 or fp16, "
                                f"--precision master or pure), not --dtype {self.dtype} --precision {self.precision}")
@@ -479,6 +478,14 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--fp8 is not modelled with {what}")
+
+    @property
+    def float8_tp_plan(self) -> bool:
+        """torchtitan's Float8 tensor parallelism: its default tensorwise recipe with --tp > 1, where ``apply_tp``
+        takes torchao's ``Float8ColwiseParallel``, ``Float8RowwiseParallel`` and ``PrepareFloat8ModuleInput``
+        (torchtitan 9dec370 parallelisms/parallelize_llama.py; 238fa99 models/llama3/infra/parallelize.py:
+        ``enable_float8_tensorwise_tp = enable_float8_linear and not float8_is_rowwise``)."""
+        return self.framework == "torchtitan" and self.fp8 == TORCHTITAN_TENSORWISE and self.tp > 1
 
     def _check_te_fp8(self) -> None:
         """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8

@@ -49,7 +49,8 @@ from memderive.symbolic.kernel_choices import RECIPES
 from memderive.symbolic.kernels import KINDS, Kernel, Rule
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "SOURCE", "SAVED_NOTE"]
+__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "tp_planned", "SOURCE",
+           "SAVED_NOTE", "TP_SOURCE", "FP8"]
 
 SOURCE = ("torchao 0.18.0 torchao/float8/float8_linear.py (matmul_with_hp_or_float8_args), config.py "
           "(Float8LinearConfig.from_recipe_name), float8_ops.py (preprocess_addmm, addmm_float8_unwrapped)")
@@ -58,6 +59,15 @@ SAVED_NOTE = ("Float8 linears (torchao): the 16-bit input and weight are saved f
               "activations equal the 16-bit model's; weights, gradients and optimizer states keep their "
               "precision; the 8-bit copies are transients of the forward and the backward")
 
+TP_SOURCE = ("torchao torchao/float8/float8_tensor_parallel.py (eab345c, 2024-12-23, and 36027d8): "
+             "Float8ColwiseParallel / Float8RowwiseParallel._prepare_input_fn cast the input "
+             "(hp_tensor_to_float8_dynamic) before its redistribute, PrepareFloat8ModuleInput._prepare_input_arg casts "
+             "a module's input once and all-gathers the 8-bit tensor for all its linears, _prepare_output_fn's "
+             "NoopFwToFloat8BwDynamic casts the output's gradient before the backward's all-gather; "
+             "float8_linear.py matmul_with_hp_or_float8_args: an input already in 8 bits is used and saved as it is; "
+             "torchtitan apply_tp (9dec370 torchtitan/parallelisms/parallelize_llama.py, the December 2024 "
+             "benchmarks' commit; 238fa99 torchtitan/models/llama3/infra/parallelize.py: "
+             "enable_float8_tensorwise_tp)")
 FP32, FP64, FP8 = dtype("fp32"), DType("fp64", 8), dtype("fp8")
 Event = tuple[str, str, Any]  # ("alloc", key, Tensor) | ("free", key, None) | ("output", "", None) | ("grad", input, Tensor)
 
@@ -252,15 +262,37 @@ class Float8Training:
     """``convert_to_float8_training`` with torchtitan's filter: every ``nn.Linear`` whose in and out features
     are multiples of 16 becomes a ``Float8Linear`` (torchtitan: "nn.Linear modules with any dim size not
     divisible by 16 are always skipped"); ``conv1d``: the paths that are transformers' ``Conv1D`` (GPT-2's
-    layers), which torchao does not swap. ``values``: the model's sizes (whether a dim divides by 16)."""
+    layers), which torchao does not swap. ``values``: the model's sizes (whether a dim divides by 16).
+
+    ``tp_plan``: torchtitan's Float8 tensor parallelism, which it applies with tensorwise scaling and tp > 1
+    (``TP_SOURCE``): the attention's and the feed-forward's input is cast to 8 bits on its sequence shard and
+    all-gathered in 8 bits (``PrepareFloat8ModuleInput``), so every column-parallel layer linear (q, k, v, gate, up)
+    saves that gathered 8-bit tensor, whole over the sequence, one per module; each row-parallel one (o, down) casts
+    its head- or width-sharded input (``Float8RowwiseParallel``) and saves the 8-bit cast; beside each, the cast's
+    fp32 scale (one per tensor). The reduce-scatters of the outputs stay 16-bit, the norms' outputs are not saved
+    by the linears; the output layer keeps torchtitan's plain ``ColwiseParallel`` (a 16-bit gather and input).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> up = bb.linear("mlp/up", bb.input, 4 * h, bias=False, parallel="column")
+    >>> _ = bb.linear("mlp/down", up, h, bias=False, parallel="row")
+    >>> g = Float8Training("tensorwise", {h: 64}, tp_plan=True)(Graph("mlp", (bb.build(repeat=l),)))
+    >>> saved = [x for op in g.blocks[0].ops for x in op.saved]
+    >>> [(x.name, x.seq_axis) for x in saved]  # up's input gathered: no sequence axis for SP to split
+    [('in:fp8', None), ('in:fp8.scale', None), ('mlp/up.out:fp8', 1), ('mlp/up.out:fp8.scale', None)]
+    >>> [x.nbytes for x in saved]
+    [b*h*s, 4, 4*b*h*s, 4]
+    """
 
     recipe: str
     values: Any
     conv1d: bool = False
+    tp_plan: bool = False
 
     @property
     def name(self) -> str:
-        return f"Float8 linears (torchao {self.recipe})"
+        return f"Float8 linears (torchao {self.recipe}{', Float8 tensor parallelism' if self.tp_plan else ''})"
 
     def weights(self, graph: Graph) -> tuple[str, ...]:
         """``block/param`` of every weight whose linear is converted."""
@@ -301,9 +333,50 @@ class Float8Training:
         kept = [f"{blk.name}/{op.path}" for blk, op in graph.ops() if op.kind == "linear" and not is_float8(graph, blk.name, op, chosen)]
         note = (f"fp8: torchao Float8Linear ({self.recipe}) for {len(chosen)} linear weight(s) whose dims divide "
                 f"by 16" + (f"; 16-bit still ({'Conv1D, or ' if self.conv1d else ''}a dim not divisible by 16): "
-                            f"{', '.join(kept)}" if kept else "") + f"; {SAVED_NOTE}")
+                            f"{', '.join(kept)}" if kept else ""))
+        if not self.tp_plan:
+            note += f"; {SAVED_NOTE}"
+        else:
+            blocks = [replace(blk, ops=tuple(_planned(op) if is_float8(graph, blk.name, op, chosen) else op
+                                             for op in blk.ops)) if blk.name == "layer" else blk for blk in blocks]
+            note += ("; torchtitan's Float8 tensor parallelism (tensorwise): each layer linear saves its input as the "
+                     "8-bit cast the plan made (q, k, v and gate, up: one all-gathered, whole over the sequence, per "
+                     "module; o and down: their sharded input) and its fp32 scale, its 16-bit weight as it is; the "
+                     "all-gathers of those inputs and of o's and down's output gradients run in 8 bits, the "
+                     f"reduce-scatters in 16 ({TP_SOURCE})")
         return replace(graph, blocks=tuple(blocks), strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,), float8=frozenset(chosen))
+
+    def unplanned(self, graph: Graph) -> tuple[str, ...]:
+        """The layer ops torchtitan's Float8 TP plan cannot take: linears left 16-bit (``Float8ColwiseParallel``
+        and ``Float8RowwiseParallel`` raise on a module that is not a ``Float8Linear``) and expert ops (the plan is
+        the dense Llama's, ``apply_tp``)."""
+        chosen = set(self.weights(graph))
+        return tuple(f"{blk.name}/{op.path}" for blk, op in graph.ops() if blk.name == "layer" and (
+            op.kind == "experts" or op.kind == "linear" and not is_float8(graph, blk.name, op, chosen)))
+
+
+def _planned(op: Any) -> Any:
+    """``op`` (a converted layer linear) as torchtitan's Float8 TP plan runs it: its saved input is the 8-bit cast
+    (``<input>:fp8``), all-gathered (no sequence axis left for sequence parallelism to split) where the linear is
+    column-parallel, with the cast's fp32 scale (``<input>:fp8.scale``, 0-d: tensorwise)."""
+    x = op.inputs[0]
+    gathered = any(p.role == "weight" and p.tp_axis == 0 for p in op.params)
+    saved: list[Tensor] = []
+    for t in op.saved:
+        saved += [replace(t, name=f"{x}:fp8", dtype=FP8, seq_axis=None if gathered else t.seq_axis),
+                  Tensor(f"{x}:fp8.scale", (), FP32, role=t.role)] if t.name == x else [t]
+    saved_for: list[tuple[str, tuple[str, ...]]] = []
+    for name, grads in op.saved_for:
+        saved_for += [(f"{x}:fp8", grads), (f"{x}:fp8.scale", grads)] if name == x else [(name, grads)]
+    return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
+
+
+def tp_planned(graph: Graph) -> frozenset[str]:
+    """The weights (``block/param``) of the layer linears that torchtitan's Float8 TP plan covers: every Float8
+    layer linear (the output layer keeps a plain ``ColwiseParallel``)."""
+    return frozenset(f"{blk.name}/{p.name}" for blk, op in graph.ops() if blk.name == "layer"
+                     and is_float8(graph, blk.name, op) for p in op.params if p.role == "weight")
 
 
 def is_float8(graph: Graph, block: str, op: Any, chosen: Any = None) -> bool:

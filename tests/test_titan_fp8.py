@@ -57,14 +57,15 @@ def test_composes_with_torchtitans_parallelisms(layout: dict) -> None:
     assert e.number("total_bytes") > 0 and float8_flops(e) > 0 and e.graph.float8
 
 
-@pytest.mark.parametrize(("fp8", "tp", "fragment"), [
-    ("tensorwise", 2, "is modelled at --tp 1"),
-    ("te-delayed", 1, "torchtitan trains torchao's Float8Linear"),
+@pytest.mark.parametrize(("model", "fp8", "tp", "fragment"), [
+    ("mixtral-8x7b", "tensorwise", 2, "layer/moe/experts is not one"),  # the Float8 TP plan is the dense Llama's
+    ("llama-3-8b", "te-delayed", 1, "torchtitan trains torchao's Float8Linear"),
 ])
-def test_refused_in_one_line(fp8: str, tp: int, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_in_one_line(model: str, fp8: str, tp: int, fragment: str, capsys: pytest.CaptureFixture[str]
+                             ) -> None:
     with pytest.raises(OptionsError, match=fragment):
-        estimate(**RUN, fp8=fp8, tp=tp)
-    assert main(["estimate", "--model", "llama-3-8b", "--mode", "train", "--batch", "1", "--seq", "4096",
+        estimate(**{**RUN, "model": model}, fp8=fp8, tp=tp)
+    assert main(["estimate", "--model", model, "--mode", "train", "--batch", "1", "--seq", "4096",
                  "--framework", "torchtitan", "--fp8", fp8, "--tp", str(tp)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err
@@ -88,3 +89,65 @@ def test_rowwise_with_gw_hp_times_the_weight_gradients_at_the_16_bit_rate_of_the
     head, layer_rate = 2 * m * 128256 * 4096, hw.bf16_flops * rowwise.efficiency
     expected += head / layer_rate - head / (layer_rate * fp8_rate_ratio(hw))
     assert kept.compute_s - rowwise.compute_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_tensorwise_tensor_parallel_plan_saves_the_8_bit_casts_by_hand() -> None:
+    """torchtitan's default Float8 (tensorwise) with TP runs torchao's Float8 TP plan: PrepareFloat8ModuleInput casts
+    the attention's and the feed-forward's input on its sequence shard and all-gathers the 8-bit tensor, which q, k,
+    v (gate, up) save as it is (matmul_with_hp_or_float8_args keeps an input already in 8 bits); Float8RowwiseParallel
+    casts o's and down's sharded inputs, which they save. rowwise (regular TP) saves the 16-bit inputs, q/k/v's and
+    gate/up's gathered as DTensor leaves them (2 b s h, whatever t).
+    Llama 3 8B, b 1, s 4,096 (b s h = 16,777,216, b s f = 58,720,256), no recompute, per layer, TP 2:
+    q/k/v's input 33,554,432 (2 B, gathered) -> 16,777,216 (1 B, gathered) + a 4 B scale: -16,777,212; gate/up's
+    the same; o: its 16-bit input is the attention's saved output (kept), plus the 8-bit cast b s h / 2 = 8,388,608
+    + 4; down: b s f / 2 x 2 B = 58,720,256 -> 29,360,128 + 4: -29,360,124. Sum -54,525,936, x 32 = -1,744,829,952.
+    TP 4: q/k/v and gate/up as at TP 2, o +4,194,308, down 29,360,128 -> 14,680,068 (-14,680,060): -44,040,176 per
+    layer, x 32 = -1,409,285,632."""
+    kw = dict(recompute="none")
+    assert _acts(fp8="tensorwise", tp=2, **kw) - _acts(fp8="rowwise", tp=2, **kw) == -1_744_829_952
+    assert _acts(fp8="tensorwise", tp=4, **kw) - _acts(fp8="rowwise", tp=4, **kw) == -1_409_285_632
+    assert _acts(fp8="tensorwise", **kw) == _acts(fp8="rowwise", **kw)  # TP 1: no plan, the 16-bit inputs saved
+    with pytest.raises(OptionsError, match="give --sp"):  # the plan's layouts are sequence-parallel
+        estimate(**RUN, fp8="tensorwise", tp=2, sp=False)
+
+
+#: The Llama block benchmarks/titan_tp_saved.py measures: h 128, 4 heads, FFN 320, one layer.
+TINY = {"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 1, "intermediate_size": 320, "vocab_size": 256, "max_position_embeddings": 64,
+        "tie_word_embeddings": False, "hidden_act": "silu"}
+
+
+def test_tensor_parallel_saves_what_torchtitans_plans_save_measured_on_cpu() -> None:
+    """Measured with PyTorch 2.13 and torchao 0.18 on CPU (benchmarks/titan_tp_saved.py: torchtitan's layer plan on
+    2 gloo ranks, every tensor autograd saves recorded once, b 2, s 64): the 16-bit plan saves the attention's and
+    the feed-forward's gathered input, 2 x 64 x 128 x 2 B = 32,768 B each (the sequence shard is 16,384); the Float8
+    plan saves 571,392 B against 616,448, -45,056 B of 8-bit data (its four 0-d fp32 scales, 4 B each, not
+    counted): memderive's layer, -45,056 + 16 = -45,040."""
+    def layer(**kw: object) -> object:
+        return estimate(TINY, mode="train", batch=2, seq=64, framework="torchtitan", tp=2, recompute="none", **kw)
+
+    bf16 = layer()
+    gathered = [x for blk, op in bf16.graph.ops() for x in op.saved if blk.name == "layer" and op.path == "attn/qkv"]
+    assert [x.nbytes.evaluate(bf16.values) for x in gathered] == [32_768]
+    assert (layer(fp8="tensorwise").number("activation_bytes_per_layer")
+            - bf16.number("activation_bytes_per_layer")) == -45_040
+
+
+def test_tensorwise_tensor_parallel_plan_all_gathers_in_8_bits_by_hand() -> None:
+    """The plan's all-gathers move 8-bit tensors (the layer inputs of q/k/v and gate/up in forward, o's and down's
+    output gradients, cast first by NoopFwToFloat8BwDynamic, in backward; benchmarks/titan_tp_saved.py, on 2 CPU
+    ranks, sees those four per layer: INPUT, INPUT, GRAD_OUTPUT, GRAD_OUTPUT); its reduce-scatters stay 16-bit. In
+    all-reduce bytes (a reduce-scatter or all-gather of B bytes is one ring phase, an all-reduce of B/2), Llama 3 8B,
+    b 1, s 4,096, TP 2 (b s h x 2 B = 33,554,432): regular TP, per layer 2 all-reduces forward and 2 backward,
+    4 x 33,554,432 = 134,217,728, x 32 = 4,294,967,296, plus the embedding's forward partial sums and the output
+    layer's input gradient (16-bit in both), 2 x 33,554,432: 4,362,076,160. Float8 TP: per layer 2 reduce-scatters
+    (2 x 16,777,216) and 2 all-gathers (2 x 8,388,608) each way, 100,663,296, x 32 + 67,108,864 = 3,288,334,336.
+    Full recompute repeats the layers' forward collectives: 6,509,559,808 against 4,898,947,072. Inside one node
+    the time is linear in those bytes."""
+    def tp_s(fp8: str, recompute: str) -> float:
+        return step_time(estimate(**RUN, fp8=fp8, tp=2, recompute=recompute), "h100-sxm").tp_s
+
+    assert tp_s("tensorwise", "none") / tp_s("rowwise", "none") == pytest.approx(3_288_334_336 / 4_362_076_160,
+                                                                                  rel=1e-12)
+    assert tp_s("tensorwise", "full") / tp_s("rowwise", "full") == pytest.approx(4_898_947_072 / 6_509_559_808,
+                                                                                  rel=1e-12)

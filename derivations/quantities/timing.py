@@ -77,7 +77,7 @@ from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes)
 from memderive.derivations.quantities.model_states import state_widths
-from memderive.symbolic.float8 import float8_matmul_flops
+from memderive.symbolic.float8 import FP8, float8_matmul_flops, tp_planned
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -171,15 +171,17 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
 
 
-def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False
-             ) -> tuple[int, int]:
+def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False,
+             float8: frozenset[str] = frozenset()) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
     gradients) in backward, each distinct tensor once per repeat of its block; ``modules``: the partial sums of
-    the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more."""
+    the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more.
+    ``float8``: the weights of the linears under torchtitan's Float8 tensor parallelism (``float8.tp_planned``),
+    whose all-gathers move 8-bit tensors (``_tp_forms``)."""
     forward = backward = 0
-    for name, out, back, again in _tp_forms(graph):
+    for name, out, back, again in _tp_forms(graph, float8=float8):
         layer_fwd = _bytes(out, values) if out else 0
         forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
         # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
@@ -189,13 +191,22 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modu
 
 
 @per_graph
-def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any, Any], ...]:
+def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset()) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
-    backward's input gradients, times the block's repeat; 0 when none), once per graph."""
+    backward's input gradients, times the block's repeat; 0 when none), once per graph.
+
+    A linear whose weight is in ``float8`` runs torchtitan's Float8 tensor parallelism (sequence-parallel layouts,
+    ``symbolic.float8.TP_SOURCE``), each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B
+    bytes moves what an all-reduce of B/2 does (one ring phase against two: ``Cluster.reduce_scatter``,
+    ``all_reduce``). A column-parallel one gathers its input in 8 bits in forward (once per module: the input's
+    name) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one reduce-scatters its
+    16-bit output in forward and gathers the output's gradient, cast to 8 bits first, in backward."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
+        gathered: dict[str, Any] = {}  # the forward's 8-bit all-gathers (torchtitan's Float8 TP), by input
         out: Any = 0
+        back: Any = 0  # the backward's 8-bit all-gathers of output gradients
         again: Any = 0  # the partial sums of row-parallel ops that are recomputed
         for op in blk.ops:
             axes = {x.tp_axis for x in op.params if x.role == "weight"}
@@ -206,6 +217,15 @@ def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any, Any], ...]:
                 out += op.share * op.output.nbytes
                 again += op.share * op.output.nbytes if redone else 0
                 inputs[op.path] = op.share * op.output.nbytes
+            elif op.kind == "linear" and any(f"{blk.name}/{p.name}" in float8 for p in op.params):
+                rows, weight = op.flops[0].operands
+                half = rows.numel / 2  # elements, in all-reduce terms (above)
+                if weight.tp_axis == 1:  # forward: 16-bit reduce-scatter; backward: 8-bit gradient all-gather
+                    out += half * weight.shape[0] * rows.dtype.nbytes
+                    back += half * weight.shape[0] * FP8.nbytes
+                elif weight.tp_axis == 0:  # forward: 8-bit input all-gather; backward: 16-bit reduce-scatter
+                    gathered[op.inputs[0]] = half * weight.shape[1] * FP8.nbytes
+                    inputs[op.inputs[0]] = half * weight.shape[1] * rows.dtype.nbytes
             elif op.kind == "linear":
                 rows, weight = op.flops[0].operands  # the forward product: rows x weight
                 width = rows.numel * rows.dtype.nbytes
@@ -214,7 +234,9 @@ def _tp_forms(graph: Graph) -> tuple[tuple[str, Any, Any, Any], ...]:
                     again += width * weight.shape[0] if redone else 0
                 elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
                     inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
-        forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * sum(inputs.values()) if inputs else 0,
+        out = out + sum(gathered.values())
+        back = back + sum(inputs.values())
+        forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * back if back else 0,
                       blk.repeat * again if again else 0))
     return tuple(forms)
 
@@ -310,6 +332,9 @@ class StepTime:
                 + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
                    f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
+                   "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
+                   "torchtitan" and self.tp_s else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
@@ -709,7 +734,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full",
-                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)))
+                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)),
+                            tp_planned(est.graph) if opts.float8_tp_plan else frozenset())
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
