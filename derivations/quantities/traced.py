@@ -36,10 +36,21 @@ torch and transformers are imported only here, and only when a traced model is a
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses as dc
+import functools
+import importlib
+import inspect
+import json
+import os
+import sys
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from memderive.derivations.models.config import config_name
@@ -51,6 +62,15 @@ from memderive.derivations.options import Options
 from memderive.derivations.quantities import traced_strategies
 from memderive.derivations.quantities.traced_stored import stored_weights
 from memderive.symbolic.dtypes import dtype as dtype_of
+from memderive.symbolic.lazy import lazy
+
+torch = lazy("torch")
+transformers = lazy("transformers")
+modeling_auto = lazy("transformers.models.auto.modeling_auto")
+fake_tensor = lazy("torch._subclasses.fake_tensor")
+mode_utils = lazy("torch.utils._mode_utils")
+pytree = lazy("torch.utils._pytree")
+logging = lazy("logging")  # on a cold estimate's path (this module is imported by estimate.py), used on traced runs only
 
 __all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
            "saved_bytes", "polynomial", "Polynomial", "Fit", "transformers_version", "build"]
@@ -68,9 +88,6 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
     ``config.json`` (or folder holding one) whose model_type no hand-written family takes, or a bare model_type
     transformers knows that is no bundled name (its config class's defaults). Reads JSON only: torch and
     transformers are imported only for a bare name, which no other path answers."""
-    import json
-    from pathlib import Path
-
     if not isinstance(model, (str, Path)):
         return None
     text = str(model)
@@ -102,26 +119,24 @@ TRACED_REFUSED = ("gemma3",)
 
 
 def transformers_version() -> str:
-    import transformers
-
     return transformers.__version__
 
 
 def known_model_type(model_type: str) -> bool:
     """Whether the installed transformers has a config class for ``model_type`` (False without transformers)."""
     try:
-        from transformers import CONFIG_MAPPING
+        mapping = transformers.CONFIG_MAPPING  # the first read imports transformers
     except ImportError:
         return False
-    return model_type in CONFIG_MAPPING
+    return model_type in mapping
 
 
 def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
     """transformers' config object of a parsed ``config.json`` (its config class's defaults for what it omits)."""
     model_type = config.get("model_type")
-    try:
-        import torch  # noqa: F401
-        import transformers
+    try:  # imported here, where a missing torch or transformers is said in one line
+        importlib.import_module("torch")
+        importlib.import_module("transformers")
     except ImportError:
         raise TracedError(f"{label}: model_type {model_type!r} is not one of memderive's families; tracing it from "
                           "transformers' modeling code needs torch and transformers: pip install 'memderive[traced]'"
@@ -148,17 +163,14 @@ _IMPORT_NOISE = ("torchao", "torch.utils._pytree")
 def _import_modeling() -> None:
     """Import transformers' modeling code (and through its quantizers torchao, where installed) once, with the
     warnings those imports log muted: they would print on every traced estimate, and none is about the model."""
-    import logging
-    import sys
-
     if "transformers.modeling_utils" in sys.modules:
         return
     loggers = [logging.getLogger(name) for name in _IMPORT_NOISE]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
-    try:
-        import transformers.modeling_utils  # noqa: F401
+    try:  # imported now, while its loggers are muted (a lazy binding would import it at some later read)
+        importlib.import_module("transformers.modeling_utils")
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
@@ -171,8 +183,6 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _torch_dtype(name: str) -> Any:
-    import torch
-
     return getattr(torch, _DTYPES.get(name, name))
 
 
@@ -180,16 +190,13 @@ def model_class(cfg: Any, task: str | None = None) -> Any:
     """The transformers auto class a traced ``cfg`` is built with: an encoder-decoder (``is_encoder_decoder``) that
     transformers maps to a speech or text sequence-to-sequence LM is built whole (encoder, decoder, LM head); any other
     config, or ``task`` "causal", as ``AutoModelForCausalLM`` (an encoder-decoder's causal LM is its decoder alone)."""
-    import transformers
-    from transformers.models.auto import modeling_auto as auto
-
     if task != "causal" and getattr(cfg, "vision_config", None) is not None \
-            and cfg.model_type in auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+            and cfg.model_type in modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
         return transformers.AutoModelForImageTextToText
     if task != "causal" and getattr(cfg, "is_encoder_decoder", False):
-        if cfg.model_type in auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+        if cfg.model_type in modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
             return transformers.AutoModelForSpeechSeq2Seq
-        if cfg.model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        if cfg.model_type in modeling_auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
             return transformers.AutoModelForSeq2SeqLM
     return transformers.AutoModelForCausalLM
 
@@ -204,11 +211,6 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
     once built (``traced_strategies.prepare``: checkpointing, PEFT), before its tensors are made fake. ``images``: the
     images per sequence a vision-language model runs with (``_image_inputs``; 0: text only). ``mode``: the fake mode
     to make them in (``traced_symbolic``'s, with a ``ShapeEnv``)."""
-    import copy
-
-    import torch
-    import transformers
-
     transformers.logging.set_verbosity_error()
     cfg = copy.deepcopy(cfg)
     auto = model_class(cfg, task)
@@ -228,8 +230,6 @@ def build(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", fake: bool = T
 def _to_fake(model: Any, mode: Any = None) -> Any:
     """Replace a meta model's parameters and buffers by fake CPU tensors of ``mode`` (None: one new valued
     ``FakeTensorMode``; a tied weight stays one parameter)."""
-    import torch
-
     mode = _valued_mode_class()(allow_non_fake_inputs=True) if mode is None else mode
     cpu = torch.device("cpu")
     made: dict[int, Any] = {}
@@ -263,12 +263,8 @@ def _valued_mode_class() -> Any:
     cannot. Before ``values`` is set it is PyTorch's FakeTensorMode unchanged."""
     if _VALUED:
         return _VALUED[0]
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils._mode_utils import no_dispatch
-    from torch.utils._pytree import tree_leaves, tree_map_only
 
-    class ValuedFakeTensorMode(FakeTensorMode):
+    class ValuedFakeTensorMode(fake_tensor.FakeTensorMode):
         values = False
 
         def may_turn_const(self, t: Any) -> bool:
@@ -280,15 +276,15 @@ def _valued_mode_class() -> Any:
             kwargs = kwargs or {}
             if (self.values and isinstance(func, torch._ops.OpOverload)
                     and torch.Tag.nondeterministic_seeded not in func.tags
-                    and not any(isinstance(x, torch.Tensor) for x in tree_leaves((args, kwargs)))
+                    and not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves((args, kwargs)))
                     and str(kwargs.get("device", "cpu")) == "cpu"):
-                with no_dispatch():
+                with mode_utils.no_dispatch():
                     out = func(*args, **kwargs)
-                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                made = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
                 if made and all(self.may_turn_const(t) for t in made):
                     converter = self.fake_tensor_converter
-                    return tree_map_only(torch.Tensor, lambda t: converter.from_real_tensor(self, t, make_constant=True),
-                                         out)
+                    return pytree.tree_map_only(torch.Tensor,
+                                                lambda t: converter.from_real_tensor(self, t, make_constant=True), out)
             return super().dispatch(func, types, args, kwargs)
 
     _VALUED.append(ValuedFakeTensorMode)
@@ -299,13 +295,10 @@ def _fake_copies() -> Any:
     """A ``TorchFunctionMode`` under which ``copy.deepcopy`` of a fake tensor is a fake copy (``detach().clone()``, a
     storage of its own): ``Tensor.__deepcopy__`` copies a storage's bytes, which a fake tensor has none of (Dory
     deep-copies its looped layers' cache layers, each holding a window-size tensor)."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.overrides import TorchFunctionMode
 
-    class FakeCopies(TorchFunctionMode):
+    class FakeCopies(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+            if func is torch.Tensor.__deepcopy__ and isinstance(args[0], fake_tensor.FakeTensor):
                 tensor, memo = args
                 if id(tensor) not in memo:
                     memo[id(tensor)] = tensor.detach().clone().requires_grad_(tensor.requires_grad)
@@ -328,9 +321,6 @@ class TracedParameters:
 
 def parameters(cfg: Any, task: str | None = None) -> TracedParameters:
     """The parameters of ``cfg``'s model (``model_class``), from its module tree on the meta device."""
-    import torch
-    import transformers
-
     transformers.logging.set_verbosity_error()
     auto = model_class(cfg, task)
     try:
@@ -344,8 +334,6 @@ def parameters(cfg: Any, task: str | None = None) -> TracedParameters:
 def module_parameters(model: Any) -> TracedParameters:
     """Group ``model``'s parameters: a parameter under ``<list>.<i>`` of a ``ModuleList`` belongs to layer i of that
     list (grouped by the layer's class and its own parameter count); any other to its top-level module."""
-    import torch
-
     modules = dict(model.named_modules())
     first: dict[int, str] = {}
     tied: list[tuple[str, str]] = []
@@ -395,8 +383,6 @@ def learned_positions(model: Any) -> tuple[str, int] | None:
     ``position_embeddings`` outside the vision, audio and encoder towers): its module path and the positions it
     holds (less its ``offset``: BART's table keeps 2 rows more); None where positions are computed (RoPE, ALiBi,
     T5's relative buckets). A real forward past it fails on the lookup; fake tensors do not check indices."""
-    import torch
-
     found = [(name, module.num_embeddings - int(getattr(module, "offset", 0) or 0))
              for name, module in model.named_modules() if isinstance(module, torch.nn.Embedding)
              and name.rsplit(".", 1)[-1] in ("embed_positions", "wpe", "position_embeddings")
@@ -405,8 +391,6 @@ def learned_positions(model: Any) -> tuple[str, int] | None:
 
 
 def _ids(cfg: Any, b: int, s: int) -> Any:
-    import torch
-
     vocab = getattr(cfg.get_text_config(), "vocab_size", None) or 2
     # token ids away from any special image/audio token ids a multimodal model scans for: 1..min(vocab, 100)
     return (torch.arange(b * s).reshape(b, s) % max(1, min(vocab - 1, 97))) + 1
@@ -427,8 +411,6 @@ def encoder_length(cfg: Any, s: int) -> int:
 def _encoder_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     """The encoder's inputs: Whisper's log-mel features ``(b, num_mel_bins, 2 * max_source_positions)`` in the
     model's dtype (its first convolution halves them to ``max_source_positions``), else ``s`` token ids."""
-    import torch
-
     cfg = model.config
     if model.main_input_name == "input_ids":
         return {"input_ids": _ids(cfg, b, s)}
@@ -499,8 +481,6 @@ def _image_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     image's span as its processor writes it (``image_span``: LLaVA's k placeholders; Gemma 3's boi, k image tokens,
     eoi, with ``token_type_ids`` 1 on the image tokens, which its training forward requires; Qwen2(.5)-VL: one
     ``image_grid_thw`` row per image, its patches flattened)."""
-    import torch
-
     cfg = model.config
     n, k = model._traced_images, image_tokens(cfg)
     vision = cfg.vision_config
@@ -530,11 +510,8 @@ def _rope_index(model: Any, b: int, s: int, k: int, grid: tuple[int, int, int], 
     ``get_rope_index`` on real tensors outside the fake mode (it reads the token types and the grid, no weights, and
     builds its result with ``torch.tensor`` of per-sequence values, which fake tensors cannot give); its
     ``rope_deltas`` kept on the model for the decode steps, as ``generate`` keeps them."""
-    import torch
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
     cfg = model.config
-    with unset_fake_temporarily():
+    with fake_tensor.unset_fake_temporarily():
         types = torch.cat([torch.ones(b, k, dtype=torch.int), torch.zeros(b, s, dtype=torch.int)], dim=1)
         ids = torch.where(types.bool(), cfg.image_token_id, 1)
         positions, deltas = model.model.get_rope_index(ids, image_grid_thw=torch.tensor([grid] * (b * n)),
@@ -551,13 +528,6 @@ def _vision(model: Any) -> bool:
 
 
 def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
-    import contextlib
-    import os
-    import sys
-    import warnings
-
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
-
     # a multimodal model checks its image tokens against its image features with a tensor comparison that fake
     # tensors cannot answer (no data): transformers' documented switch TRANSFORMERS_DISABLE_TORCH_CHECK skips its
     # torch_compilable_check on fake tensors (the inputs are made to match: _image_inputs)
@@ -577,7 +547,7 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
             warnings.simplefilter("ignore")  # transformers' deprecation notes are not the user's to act on
             try:
                 return fn()
-            except (DataDependentOutputException, DynamicOutputShapeException):
+            except (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException):
                 if mode is None or getattr(mode, "values", True):
                     raise
                 # the forward read a value (a .tolist() of positions, a nonzero of a mask): again, the inputs and
@@ -586,7 +556,7 @@ def _run(model: Any, mode: Any, fn: Callable[[], Any]) -> Any:
                 return fn()
     except TracedError:
         raise
-    except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+    except (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException) as exc:
         raise TracedError(f"{model.config.model_type}: transformers' forward reads a value computed from the weights "
                           f"({exc.func}: e.g. a router's tokens per expert), which fake tensors do not hold; memderive "
                           "cannot trace it (--mode params counts it)") from None
@@ -606,8 +576,6 @@ def _tensors(obj: Any, where: str = "", depth: int = 0, seen: set[int] | None = 
     """Every tensor reachable from a cache object (attributes, lists, tuples, dicts), with the attribute that holds
     it (``Class.attribute``: a list or dict of states is named by the attribute holding it; a cache held by another,
     as ``EncoderDecoderCache`` holds two, prefixes its tensors' names with the attribute holding it)."""
-    import torch
-
     seen = set() if seen is None else seen
     if id(obj) in seen or depth > 6:
         return
@@ -641,10 +609,6 @@ class CacheBytes:
 def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> CacheBytes:
     """Prefill ``s`` tokens of a batch of ``b`` with ``use_cache=True``, then ``decoded`` steps of one token each;
     the bytes of every storage the returned cache holds."""
-    import inspect
-
-    import torch
-
     cfg = model.config
     # the cache argument: ``cache`` in transformers 5 (``past_key_values`` a deprecated alias that some forwards, Dory's,
     # do not map: passed under that name the cache went into **kwargs and each step began a new one)
@@ -678,9 +642,7 @@ def cache_bytes(model: Any, mode: Any, b: int, s: int, decoded: int = 1) -> Cach
                 if cache is None and params is None and past == "cache":
                     # a forward that fills the cache it is given and returns none (XLM; RecurrentGemma, whose
                     # recurrent states stay on its modules): given one, as generate() gives it
-                    from transformers import DynamicCache
-
-                    cache = DynamicCache(config=cfg)
+                    cache = transformers.DynamicCache(config=cfg)
                     try:
                         model(input_ids=ids, cache=cache, use_cache=True)
                         for _ in range(decoded):
@@ -760,10 +722,6 @@ def flops(model: Any, mode: Any, b: int, s: int, train: bool = True, use_cache: 
     (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0),
     ``use_cache``: writing a cache (as generate's prefill does; the symbolic route's, training too: transformers'
     packed-sequence check, run without a cache, reads the position values, which symbolic sizes do not hold)."""
-    import inspect
-
-    import torch
-
     def go() -> tuple[int, int]:
         if train:
             more = {"use_cache": True} if use_cache else {}
@@ -796,8 +754,6 @@ def flops(model: Any, mode: Any, b: int, s: int, train: bool = True, use_cache: 
 def saved_bytes(model: Any, mode: Any, b: int, s: int) -> int:
     """Bytes of the storages autograd holds for backward at the end of a training forward ``model(ids, labels=ids)``
     (an encoder-decoder: its encoder's inputs, ``labels=ids``; each storage once; parameters and buffers excluded; a saved tensor freed during the forward not counted)."""
-    import torch
-
     cfg = model.config
 
     def go() -> int:
@@ -1024,8 +980,6 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
                     formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
     under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
-    import dataclasses as dc
-
     defaults = Options()
     changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
                and getattr(options, f.name) != getattr(defaults, f.name)]
@@ -1146,8 +1100,6 @@ def _traced_strategies(options: Options, trainable: int, total: int) -> traced_s
 def _traced_tp(est: TracedEstimate, cfg: Any, options: Options) -> TracedEstimate:
     """Under ``--tp``: rank 0's parameters under the model's ``tp_plan``, and from them its model states (training)
     or weights (inference)."""
-    import dataclasses as dc
-
     model, _ = build(cfg, "eager", fake=True)
     per_rank, rows = traced_strategies.tp_rank_parameters(model, options.tp)
     done = traced_strategies.Strategies(options.recompute, dp=options.dp, zero=options.zero, tp=options.tp,
@@ -1161,8 +1113,6 @@ def _traced_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[
                   s: int, formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """``_count_flops``, or where transformers' code cannot be counted on fake tensors the estimate without FLOPs and
     the reason in one line (the bytes stand on their own)."""
-    import dataclasses as dc
-
     try:
         return _count_flops(est, cfg, options, built, b, s, formula)
     except TracedError as exc:
@@ -1177,10 +1127,6 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
     prefill of s tokens (the last position's logits, as generate asks). Each value is counted at the user's (b, s);
     its formula is ``formula``'s (``traced_symbolic.formula``: one run on symbolic b and s, checked equal to that
     count) where given and no strategy prepares the model, else the polynomial fitted through small (b, s)."""
-    import dataclasses as dc
-
-    import functools
-
     train = options.mode == "train"
     dtype = options.dtype if train else (options.weight_dtype or "bf16")
     derive = formula  # (``formula`` below is each row's formula in words)

@@ -24,6 +24,9 @@ from typing import Any
 from memderive.derivations.models.config_fields import ConfigError
 from memderive.derivations.models.quantization import Quantization, skips_module
 from memderive.derivations.quantities.stored import OTHER_BYTES, module_bytes
+from memderive.symbolic.lazy import lazy
+
+torch = lazy("torch")
 
 __all__ = ["stored_weights"]
 
@@ -48,8 +51,6 @@ def stored_weights(model: Any, q: Quantization, label: str) -> tuple[int, tuple[
     """Bytes of ``model``'s parameters (meta or fake tensors: shapes only) as a ``q`` checkpoint stores them, and
     their parts (``quantized``: the packed weights; ``scales``, ``zeros``, ``g_idx``... as ``module_bytes`` names
     them; ``16-bit``: every other parameter)."""
-    import torch
-
     modules = dict(model.named_modules())
     keep = dc.replace(q, skip=tuple(getattr(model, "_keep_in_fp32_modules", None) or ()), regex_skip=False)
 

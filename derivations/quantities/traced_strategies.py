@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ torch = lazy("torch")
 flop_counter = lazy("torch.utils.flop_counter")
 dtensor = lazy("torch.distributed.tensor")
 peft = lazy("peft")
+fake_pg = lazy("torch.testing._internal.distributed.fake_pg")
+hf_distributed = lazy("transformers.distributed")
 
 __all__ = ["STRATEGY_OPTIONS", "APPLIES", "NOT_YET", "StrategyError", "check", "prepare", "lora_config", "adapter_dtype",
            "trainable_parameters", "state_rows", "tp_rank_parameters", "count_flops", "Strategies"]
@@ -98,8 +101,6 @@ def prepare(options: Any, recompute: bool = True, tp: bool = True) -> Callable[[
         return None
 
     def apply(model: Any) -> Any:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' deprecation notes PEFT triggers are not the user's
             return _apply(model)
@@ -274,12 +275,10 @@ def fake_group(t: int) -> Iterator[None]:
     if t == 1:
         yield
         return
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
     dist = torch.distributed
     if dist.is_initialized():
         raise StrategyError("--tp traces in a fake process group; this process already has one")
-    dist.init_process_group("fake", rank=0, world_size=t, store=FakeStore())
+    dist.init_process_group("fake", rank=0, world_size=t, store=fake_pg.FakeStore())
     try:
         yield
     finally:
@@ -290,12 +289,10 @@ def distribute(model: Any, t: int) -> Any:
     """``model`` (built on the meta device) sharded over ``t`` ranks by its own tp_plan, as ``from_pretrained(...,
     distributed_config=DistributedConfig(tp_size=t))`` does after building it (``prepare_distribute_model``,
     ``maybe_distribute_model``), in the ``fake_group`` that must be open."""
-    from transformers.distributed import DistributedConfig
-
     if not getattr(model, "tp_plan", None):
         raise StrategyError(f"{model.config.model_type}: transformers' {type(model).__name__} has no tp_plan; "
                             "--tp cannot be traced for it")
-    config, _, meshes = type(model).prepare_distribute_model(DistributedConfig(tp_size=t), None)
+    config, _, meshes = type(model).prepare_distribute_model(hf_distributed.DistributedConfig(tp_size=t), None)
     try:
         return type(model).maybe_distribute_model(model, config, meshes)
     except (ValueError, NotImplementedError, RuntimeError) as exc:

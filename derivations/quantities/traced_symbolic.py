@@ -26,6 +26,7 @@ import functools
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, flops,
@@ -34,6 +35,12 @@ from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
 sp = lazy("sympy")
+torch = lazy("torch")
+fake_tensor = lazy("torch._subclasses.fake_tensor")
+symbolic_shapes = lazy("torch.fx.experimental.symbolic_shapes")
+dynamo_source = lazy("torch._dynamo.source")
+python_dispatcher = lazy("torch._dispatch.python")
+logging = lazy("logging")  # on a cold estimate's path (estimate.py imports this module), used on traced runs only
 
 __all__ = ["Symbolic", "Fallback", "symbolic_model", "symbolic_bytes", "symbolic", "formula", "HINT"]
 
@@ -83,8 +90,6 @@ class Symbolic:
 
 def _polynomial(expr: Any) -> Polynomial | None:
     """``expr`` (in b and s) as ``traced.Polynomial``, None where it is not a polynomial of degree 1 in b and 2 in s."""
-    from fractions import Fraction
-
     if not expr.is_polynomial(_b(), _s()):
         return None
     terms = sp.Poly(expr, _b(), _s()).terms()
@@ -164,22 +169,16 @@ def symbolic_model(cfg: Any, attention: str = "sdpa", dtype: str = "bf16", task:
                    images: int = 1) -> tuple[Any, Any]:
     """``traced.build``'s model, its parameters and buffers fake tensors (of static sizes) of a new
     ``FakeTensorMode`` that has a ``ShapeEnv`` (returned: the model, the mode; ``mode.shape_env`` holds the guards)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-    env = ShapeEnv()
+    env = symbolic_shapes.ShapeEnv()
     env.guards = _Guards()
     return build(cfg, attention, dtype, task=task, images=images,
-                 mode=FakeTensorMode(allow_non_fake_inputs=True, shape_env=env))
+                 mode=fake_tensor.FakeTensorMode(allow_non_fake_inputs=True, shape_env=env))
 
 
 def _size(env: Any, name: str, hint: int) -> tuple[Any, Any]:
     """A new symbolic size (a source of its own: ``ShapeEnv`` gives one source one symbol) and its SymPy symbol."""
-    from torch._dynamo.source import ConstantSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic
-
-    source = ConstantSource(f"{name}{len(env.var_to_sources)}")
-    symbol = env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC)
+    source = dynamo_source.ConstantSource(f"{name}{len(env.var_to_sources)}")
+    symbol = env.create_symbol(hint, source, dynamic_dim=symbolic_shapes.DimDynamic.DYNAMIC)
     return env.create_symintnode(symbol, hint=hint, source=source), symbol
 
 
@@ -187,8 +186,6 @@ def _size(env: Any, name: str, hint: int) -> tuple[Any, Any]:
 def _quiet() -> Iterator[None]:
     """PyTorch's ShapeEnv logs a guard that fails (``_Guards`` stops a run by raising in one): the reason is ours
     to say, in one line."""
-    import logging
-
     log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
     before = log.disabled
     log.disabled = True
@@ -203,11 +200,8 @@ def _cpu_dropout() -> Iterator[None]:
     """``aten.dropout`` as CPU eager runs it (C++: ``input * noise``, the noise kept in the input's dtype) while the
     Python dispatcher is on: its Python kernels (``torch._decomp.decompositions.dropout``: ``native_dropout``, a
     bool mask) would save other tensors than a real training step (BART's dropout: 1 B a mask element, not 2)."""
-    import torch
-    from torch._C import DispatchKey
-
     op = torch.ops.aten.dropout.default
-    keys = (DispatchKey.CompositeImplicitAutograd, DispatchKey.Autograd)
+    keys = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
     kept = {k: op.py_kernels.pop(k) for k in keys if k in op.py_kernels}
     op._dispatch_cache.clear()
     try:
@@ -223,15 +217,13 @@ def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode:
     ``hint[1]``) and b symbolic (hint ``hint[0]``) or ``b`` given: the SymPy expression of its bytes in memderive's
     b and s, and the guards the run added (SymPy, in b and s) with the transformers function that asked each.
     Raises ``TracedError`` where the run fails (a data-dependent size: the code read a tensor's values)."""
-    from torch._dispatch.python import enable_python_dispatcher
-
     env = mode.shape_env
     first = len(env.guards)
     sb, symbol_b = _size(env, "b", hint[0]) if b is None else (b, None)
     ss, symbol_s = _size(env, "s", hint[1])
     names = {symbol_s: _s(), **({symbol_b: _b()} if symbol_b is not None else {})}
     env.guards.names = names
-    with enable_python_dispatcher(), _cpu_dropout(), _quiet():
+    with python_dispatcher.enable_python_dispatcher(), _cpu_dropout(), _quiet():
         total = count(model, mode, sb, ss)
     exprs = tuple(sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t)).xreplace(names))
                   for t in (total if isinstance(total, tuple) else (total,)))
