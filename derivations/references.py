@@ -25,6 +25,9 @@ from types import MappingProxyType
 
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
+from memderive.symbolic.lazy import lazy
+
+difflib = lazy("difflib")  # read only for an unknown key's hint (tests/test_cold_path.py: the cold estimate does not load it)
 
 __all__ = ["Reference", "REFERENCES", "reference", "cite", "cited", "UnknownReference"]
 
@@ -550,8 +553,6 @@ def reference(key: str) -> Reference:
     """The entry of ``key``; ``UnknownReference`` (one line, with the nearest keys) otherwise."""
     if key in REFERENCES:
         return REFERENCES[key]
-    import difflib  # only for the error's hint
-
     near = difflib.get_close_matches(key, REFERENCES, n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
     raise UnknownReference(f"no reference {key!r}; memderive references lists the keys{hint}")

@@ -38,6 +38,7 @@ transformers' loss in a graph of its own saves the same logits, the graph's inpu
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -264,7 +265,6 @@ class _Joint:
         return out
 
     def _first_unfusible(self, starts: list[tuple], limit: int, index: dict[tuple, int]) -> int:
-        import heapq
         heap = [(index[u], u, True) for u in dict.fromkeys(starts)]
         heapq.heapify(heap)
         seen = set(heap)

@@ -27,13 +27,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.expr import ceiling, const
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.step_run import UPDATES, Moment, Run, StepRecipe, Stop
+from memderive.symbolic.lazy import lazy
 from memderive.symbolic.tensor import Tensor
+
+if TYPE_CHECKING:
+    import difflib
+else:
+    difflib = lazy("difflib")  # read only past WALKED_LAYERS (tests/test_cold_path.py: the cold estimate does not load it)
 
 __all__ = ["StepRecipe", "Moment", "Timeline", "step_timeline", "moment_name", "UPDATES", "PHASES", "WALKED_LAYERS",
            "FOLD_AT"]
@@ -190,8 +196,6 @@ def _folded(graph: Graph, values: Mapping[Any, int], recipe: StepRecipe, at: int
     against the walk at FOLD_AT + 3 (None when it differs: not foldable). The peak at ``count`` is the largest of
     the affine forms there; what is alive at it, each term's count affine in k, read from the replays at the same
     moment of the three walks and checked the same way."""
-    import difflib  # only past WALKED_LAYERS (tests/test_cold_path.py: the cold estimate does not load it)
-
     walks = []
     for n in range(FOLD_AT, FOLD_AT + 4):
         blocks = tuple(replace(b, repeat=const(n)) if i == at else b for i, b in enumerate(graph.blocks))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from functools import cache
 from typing import Any
 
@@ -266,8 +267,6 @@ def _part_options(options: Options, mode: str) -> Options:
     """The options of a ratio's part in its own mode (a parameter count keeps what counts parameters)."""
     if options.mode == mode:
         return options
-    from dataclasses import fields as dataclass_fields
-
     keep = ("dtype", "lora_rank", "lora_targets", "dora", "train_only", "freeze_embeddings", "batch", "seq")
     given = {f.name: getattr(options, f.name) for f in dataclass_fields(Options) if f.name in keep}
     try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from memderive.arguments import add_model_options, add_options, add_output_options, check_output, emit, fail, option_values
@@ -94,8 +94,6 @@ def run(args: argparse.Namespace) -> int:
 def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     """Command-line keys that apply to every marker of a file (a marker's own keys win): the
     claim keys given and the options that differ from ``Options``' defaults."""
-    from dataclasses import fields
-
     keys = {"symbols": args.symbols or None, "model": args.model, "units": args.units, "expect": args.expect}
     defaults = {f.name: f.default for f in fields(Options)}
     # an explicit --new-tokens 0 pins n = 0 (a prompt-only cache): kept although 0 is the default

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
+from fractions import Fraction
 
 from memderive.arguments import add_model_options, add_options, options_from_args
 from memderive.derivations.hardware import gpu
@@ -40,9 +42,6 @@ def _capacity(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-    from fractions import Fraction
-
     mode = args.mode or "infer"  # MODE_DEFAULT: why fit's default is not estimate's params
     if mode not in ("infer", "train"):
         raise ValueError(f"fit solves --mode infer or --mode train, not {mode}")
@@ -105,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
 def _does_it_fit(args: argparse.Namespace, mode: str) -> int:
     """Both --batch and --seq: whether that step fits, under the budget rule and the figure that decide it (exit 0
     fits, 1 does not), with the largest batch at that context."""
-    from dataclasses import replace
-
     capacity = _capacity(args)
     model = resolve_model(args.model)
     options = options_from_args(args, mode=mode)

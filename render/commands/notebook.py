@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from memderive.arguments import add_model_options, add_options, command_line, options_from_args
 from memderive.derivations.estimate import estimate
@@ -22,8 +23,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
     if not args.output.endswith(".ipynb"):
         raise ValueError(f"-o must name a .ipynb file, got {args.output!r}")
     if os.path.lexists(args.output) and not args.force:  # a dangling symlink too: writing would follow it

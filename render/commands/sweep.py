@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import sys
 
@@ -84,8 +85,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_size(swept: dict[str, list[int] | range]) -> None:
     """The grid's size against the sweep's limits, then the CSV's, before a value is built."""
-    import math
-
     check_grid_size({k: len(v) for k, v in swept.items()})
     rows = math.prod(len(v) for v in swept.values())
     if rows > MAX_CSV_ROWS:
