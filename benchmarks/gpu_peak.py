@@ -28,6 +28,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memderive.derivations.estimate import estimate
+from memderive.derivations.frameworks import FRAMEWORKS
+from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.options import Options
+from memderive.derivations.quantities.runtime import runtime
+from memderive.derivations.quantities.serving import vllm_startup
+from memderive.symbolic.lazy import lazy
+
+torch = lazy("torch")
+transformers = lazy("transformers")
+vllm = lazy("vllm")
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GIB = 2**30
@@ -59,8 +71,6 @@ def table_gpu(device_name: str) -> str | None:
 
 def runs(model: str, layers: int, batch: int, seq: int) -> list[dict[str, Any]]:
     """One run per preset: the framework, the options both sides use, and what is overridden."""
-    from memderive.derivations.frameworks import FRAMEWORKS
-
     out = []
     for name, framework in FRAMEWORKS.items():
         mode = framework.mode
@@ -71,8 +81,6 @@ def runs(model: str, layers: int, batch: int, seq: int) -> list[dict[str, Any]]:
 
 
 def _config(name: str, layers: int) -> dict[str, Any]:
-    from memderive.derivations.models.presets import PRESETS
-
     config = dict(PRESETS[name])
     for key in ("num_hidden_layers", "n_layer"):
         if key in config and layers:
@@ -82,10 +90,6 @@ def _config(name: str, layers: int) -> dict[str, Any]:
 
 def derived(run: dict[str, Any], gpu: str) -> dict[str, Any]:
     """memderive's numbers for a run on ``gpu``."""
-    from memderive.derivations.estimate import estimate
-    from memderive.derivations.quantities.runtime import runtime
-    from memderive.derivations.quantities.serving import vllm_startup
-
     est = estimate(_config(run["model"], run["layers"]), gpu=gpu, **run["options"])
     r = runtime(est)
     out = {"allocated": r.allocated_bytes, "reserved": r.reserved_bytes, "device": r.device_bytes,
@@ -98,11 +102,6 @@ def derived(run: dict[str, Any], gpu: str) -> dict[str, Any]:
 
 def _train(run: dict[str, Any], steps: int) -> dict[str, int]:
     """The run in plain PyTorch: the preset's dtype, checkpointing, attention and dropout."""
-    import torch
-    import transformers
-
-    from memderive.derivations.options import Options
-
     o = Options.from_keywords(run["options"])
     config = transformers.AutoConfig.for_model(**_config(run["model"], run["layers"]))
     config._attn_implementation = o.attention_kernel if o.attention_kernel != "flash" else "sdpa"
@@ -131,16 +130,14 @@ def _train(run: dict[str, Any], steps: int) -> dict[str, int]:
 def _vllm(run: dict[str, Any]) -> dict[str, int] | str:
     """vLLM's engine on a local config with dummy weights: its KV blocks (or why nothing was measured)."""
     try:
-        import vllm
+        engine = vllm.LLM  # the first read imports vLLM
     except ImportError:
         return "vllm is not installed: nothing measured for the vllm preset"
-    import torch
-
     o = run["options"]
     with tempfile.TemporaryDirectory() as folder:
         Path(folder, "config.json").write_text(json.dumps({**_config(run["model"], run["layers"]),
                                                            "torch_dtype": "bfloat16"}))
-        llm = vllm.LLM(model=folder, load_format="dummy", skip_tokenizer_init=True, max_model_len=o["seq"],
+        llm = engine(model=folder, load_format="dummy", skip_tokenizer_init=True, max_model_len=o["seq"],
                        gpu_memory_utilization=0.9)
         cache = llm.llm_engine.vllm_config.cache_config
         free, total = torch.cuda.mem_get_info()
@@ -149,8 +146,6 @@ def _vllm(run: dict[str, Any]) -> dict[str, int] | str:
 
 
 def measure_one(run: dict[str, Any], steps: int) -> dict[str, Any]:
-    import torch
-
     gpu = table_gpu(torch.cuda.get_device_name())
     measured = _vllm(run) if run["framework"] == "vllm" else _train(run, steps)
     return {"gpu": gpu, "device_name": torch.cuda.get_device_name(), "measured": measured}
@@ -186,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: one run, JSON out
     args = parser.parse_args(argv)
     try:
-        import torch
+        cuda = torch.cuda.is_available()  # the first read imports torch
     except ImportError:
         print("gpu_peak: torch is not installed; nothing measured")
         return 0
-    if not torch.cuda.is_available():
+    if not cuda:
         print("gpu_peak: no CUDA device; nothing measured (this benchmark needs a GPU)")
         return 0
     plans = [r for r in runs(args.model, args.layers, args.batch, args.seq) if args.only in (None, r["framework"])]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import signal
 import sys
 import time
@@ -30,6 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memderive.derivations.quantities import traced  # noqa: E402
+from memderive.symbolic.lazy import lazy  # noqa: E402
+
+torch = lazy("torch")
+transformers = lazy("transformers")
+modeling_auto = lazy("transformers.models.auto.modeling_auto")
 
 #: Small sizes, each set where the config class has the field (as tests/hf_meta.py's SMALL, with MoE and SSM sizes).
 SMALL = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_attention_heads": 4, "n_head": 4, "n_heads": 4,
@@ -56,15 +63,11 @@ def small_config(model_type: str):
     """``model_type``'s config with ``SMALL`` sizes where the class accepts them (greedily: a size the class's
     validation refuses keeps its default), sub-configs (text, vision, audio) shrunk alike, layer-type lists cut
     to ``LAYERS`` layers keeping one of each kind."""
-    import transformers
-
     cls = transformers.CONFIG_MAPPING[model_type]
     return cls(**_small_kwargs(cls))
 
 
 def _small_kwargs(cls) -> dict:
-    import transformers
-
     base = cls()
     names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set(vars(base))
     kwargs: dict = {}
@@ -135,8 +138,6 @@ def _alarm(_signum, _frame):
 
 
 def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
-    import torch
-
     out = {"type": model_type, "params": "", "cache": "", "eager": "", "sdpa": "", "why": ""}
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(seconds)
@@ -145,8 +146,6 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
             cfg = small_config(model_type)
             got = traced.parameters(cfg, task="causal")
         except Exception as exc:  # noqa: BLE001 - the config class's own defaults (full size: parameters only)
-            import transformers
-
             cls = transformers.CONFIG_MAPPING[model_type]
             cfg = cls(is_decoder=True) if "is_decoder" in {f.name for f in dataclasses.fields(cls)} else cls()
             got = traced.parameters(cfg, task="causal")
@@ -173,9 +172,6 @@ def row(model_type: str, only: str = "", seconds: int = 120) -> dict:
 
 def transformers_count(cfg) -> int:
     """What transformers instantiates, counted as tests/hf_meta.py counts it (meta device, parameters() once)."""
-    import torch
-    import transformers
-
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     return sum(p.numel() for p in model.parameters())
@@ -222,8 +218,6 @@ def _verdict(poly, fake, got: list[int]) -> str:
 
 
 def _saved(cfg, attention: str) -> str:
-    import torch
-
     try:
         model, mode = traced.build(cfg, attention, task="causal")
         poly = traced.polynomial(lambda b, s: traced.saved_bytes(model, mode, b, s), **FIT)
@@ -240,9 +234,6 @@ def _saved(cfg, attention: str) -> str:
 def forked_row(model_type: str, only: str, seconds: int) -> dict:
     """``row`` in a forked child (torch and transformers already imported): a model type that kills its interpreter
     (a C++ ``terminate`` inside a fake-tensor kernel) or hangs gets a row saying so, and the table goes on."""
-    import json
-    import os
-
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: one row, as JSON, then exit without cleanup
@@ -267,9 +258,6 @@ def forked_row(model_type: str, only: str, seconds: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", help="comma-separated model types (default: all causal-LM types)")
     parser.add_argument("--only", choices=("params",), help="parameters only (no forwards)")
@@ -283,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         return merge(args.merge)
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
-    types = args.types.split(",") if args.types else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # read here: the forked rows find transformers imported
+    types = args.types.split(",") if args.types else sorted(causal)
     index, count = (int(x) for x in args.shard.split("/"))
     types = types[index::count]
     print(f"transformers {transformers.__version__}: {len(types)} causal-LM model types")

@@ -16,9 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from memderive.derivations.hardware import gpu  # noqa: E402
+from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
                                   MOE_HOST_GAP, RUNS, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run,
                                   moe_memory, predict)
+from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -151,10 +154,6 @@ def _shown(options: dict) -> str:
 
 def against_plan() -> None:
     """Each published layout's predicted time beside the planner's best on its cluster (``plan_against``)."""
-    from memderive.derivations.hardware import gpu
-    from memderive.derivations.search.plan import PlanError
-    from tests.published_runs import PLAN_SLACK, plan_against
-
     print(f"The published layout against the planner's best on the same cluster (within: published <= {PLAN_SLACK:g} "
           "x best)\n"
           f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")

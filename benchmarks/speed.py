@@ -37,6 +37,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from memderive.derivations.search.sweep import sweep  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MEMDERIVE_BENCH_CACHE", Path.home() / ".cache" / "memderive-bench"))
 PEER = "llm-analysis==0.2.2"
@@ -164,9 +168,6 @@ def cold_estimate(runs: int) -> None:
 
 
 def sweep_throughput() -> None:
-    sys.path.insert(0, str(ROOT))
-    from memderive.derivations.search.sweep import sweep
-
     axes = {"batch": range(1, 1001), "seq": range(128, 131073, 128)}
     count = 1000 * 1024
     out = sweep("llama-2-7b", mode="train", **axes)  # warm-up: derivation and evaluation plan
