@@ -3,7 +3,8 @@ module's underscore name, the floors point one way (symbolic <- derivations <- r
 derivations/ and render/ below), and no import closes a loop among the project's modules.
 
 Every import counts, at any depth (inside functions too), and so does a string naming a project module (the
-modules ``memderive``'s ``__getattr__`` and the command line's dispatcher import by name).
+modules ``memderive``'s ``__getattr__`` and the command line's dispatcher import by name). Imports sit at a module's
+top: none inside a function but a memderive one under a ``# lazy:`` comment (``function_imports``).
 
 Each rule is checked against a hand-written bad module too, so a checker that sees nothing fails.
 """
@@ -169,6 +170,27 @@ def floor_violations(folder: str, source: str) -> list[str]:
     return bad
 
 
+def function_imports(source: str) -> list[str]:
+    """Import statements inside a function body (at any depth), but a ``from memderive... import`` right under a
+    ``# lazy:`` comment (issue 36: a memderive module that would make a cold path heavier, loaded where it is
+    needed). Every other import sits at the module's top, a heavy third-party module bound there with
+    ``symbolic.lazy.lazy`` (a docstring's ``>>>`` lines are a string, not statements)."""
+    lines = source.splitlines()
+    return [f"line {sub.lineno}: {ast.unparse(sub)}" for sub in _imports_in_functions(_parsed(source))
+            if not (isinstance(sub, ast.ImportFrom) and (sub.module or "").split(".")[0] == "memderive"
+                    and lines[sub.lineno - 2].strip().startswith("# lazy:"))]
+
+
+def _imports_in_functions(node: ast.AST, inside: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements under ``node`` that sit inside a function (``inside``: ``node`` is in one), in order."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    for child in ast.iter_child_nodes(node):
+        if inside and isinstance(child, (ast.Import, ast.ImportFrom)):
+            out.append(child)
+        out += _imports_in_functions(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return out
+
+
 def test_the_checks_see_a_bad_module() -> None:
     bad = ("from memderive.symbolic.expr import _Node\n"
            "def f():\n    from memderive.derivations.quantities.inference import _check\n"
@@ -229,3 +251,22 @@ def test_no_private_name_crosses_a_module_border(folder: str, path: Path) -> Non
 @pytest.mark.parametrize("folder,path", _modules(), ids=lambda x: str(x.relative_to(ROOT)) if isinstance(x, Path) else x)
 def test_imports_point_down_the_floors(folder: str, path: Path) -> None:
     assert floor_violations(folder, path.read_text()) == []
+
+
+def test_function_imports_sees_a_bad_module() -> None:
+    bad = ('"""\n>>> import json\n"""\n'
+           "import os\n"
+           "def f():\n    import json\n    from torch.utils import _pytree\n"
+           "    # lazy: the time model, with a --gpu only\n    from memderive.derivations.quantities import device\n"
+           "    # lazy: not ours, so not allowed\n    import torch\n"
+           "    from memderive.symbolic import dims\n"
+           "class C:\n    def g(self):\n        def h():\n            import heapq\n")
+    assert function_imports(bad) == ["line 6: import json", "line 7: from torch.utils import _pytree",
+                                     "line 11: import torch", "line 12: from memderive.symbolic import dims",
+                                     "line 16: import heapq"]
+    assert function_imports("import json\nfrom memderive.symbolic.lazy import lazy\ntorch = lazy('torch')\n") == []
+
+
+@pytest.mark.parametrize("folder,path", _modules(), ids=lambda x: str(x.relative_to(ROOT)) if isinstance(x, Path) else x)
+def test_imports_sit_at_the_module_top(folder: str, path: Path) -> None:
+    assert function_imports(path.read_text()) == []
