@@ -6,6 +6,8 @@ and from then on holds its namespace. Every memderive module imports its memderi
 runs no third-party import while it is imported, so importing one is cheap, and a run imports only the heavy
 modules its path uses (the cold ``estimate`` path none: ``tests/test_cold_path.py``). Where a type checker reads
 the module (symbolic/, under mypy), the binding sits under ``if TYPE_CHECKING: import sympy as sp`` / ``else:``.
+A standard-library module that a cold path should not pay for is bound the same way (``difflib``, which
+``tests/test_cold_path.py`` keeps off the cold estimate; ``logging`` in the traced modules, which it imports untraced).
 A module's own tables of SymPy objects (the checker's symbol tables) are ``functools.cache``'d functions, and the
 module keeps their names readable through ``__getattr__ = lazy_names(__name__, WIDTH=width)``: built on first read.
 

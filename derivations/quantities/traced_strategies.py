@@ -23,7 +23,7 @@ before:
   formulas for the CPU flash kernel (``sdpa_flop_count``, ``sdpa_backward_flop_count``) that its registry names only
   for the CUDA kernels.
 
-torch and PEFT load on first use (``symbolic.lazy``): importing this module imports neither.
+torch, transformers and PEFT load on first use (``symbolic.lazy``): importing this module imports none of them.
 """
 
 from __future__ import annotations
