@@ -24,12 +24,21 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
+
+from memderive.symbolic.lazy import lazy
+
+# torchao, for the Float8 plan's ranks only (the 16-bit plan's ranks do not import it)
+float8 = lazy("torchao.float8")
+float8_ops = lazy("torchao.float8.float8_ops")
+float8_tp = lazy("torchao.float8.float8_tensor_parallel")
+float8_tensor = lazy("torchao.float8.float8_training_tensor")
 
 B, S, H, HEADS, FFN = 2, 64, 128, 4, 320
 
@@ -73,11 +82,8 @@ GATHERED: list[str] = []
 
 def _gloo_float8() -> None:
     """torchao's all-gather of a Float8 tensor, its 8-bit data moved as uint8 (gloo has no float8 dtype)."""
-    import torchao.float8.float8_ops as ops
-    from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
-
-    def wrap(data: torch.Tensor, x: Float8TrainingTensor) -> Float8TrainingTensor:
-        return Float8TrainingTensor(data, x._scale, x._orig_dtype, x._linear_mm_config, x._gemm_input_role)
+    def wrap(data: torch.Tensor, x: float8_tensor.Float8TrainingTensor) -> float8_tensor.Float8TrainingTensor:
+        return float8_tensor.Float8TrainingTensor(data, x._scale, x._orig_dtype, x._linear_mm_config, x._gemm_input_role)
 
     def gather(aten_op, args, kwargs=None):  # noqa: ANN001, ANN202 (torchao's table signature)
         GATHERED.append(args[0]._gemm_input_role.name)
@@ -85,15 +91,15 @@ def _gloo_float8() -> None:
 
     def wait(aten_op, args, kwargs=None):  # noqa: ANN001, ANN202
         x = args[0]
-        fp8 = torch.float8_e5m2 if x._gemm_input_role == GemmInputRole.GRAD_OUTPUT else torch.float8_e4m3fn
+        fp8 = torch.float8_e5m2 if x._gemm_input_role == float8_tensor.GemmInputRole.GRAD_OUTPUT else torch.float8_e4m3fn
         out = aten_op(x._data, *args[1:], **(kwargs or {}))
         return wrap(out.view(fp8) if out.dtype == torch.uint8 else out, x)
 
-    for op, fn in list(ops.FLOAT8_OPS_TABLE.items()):
-        if fn is ops.allgather_fp8:
-            ops.FLOAT8_OPS_TABLE[op] = gather
-        elif fn is ops.wait_tensor_fp8:
-            ops.FLOAT8_OPS_TABLE[op] = wait
+    for op, fn in list(float8_ops.FLOAT8_OPS_TABLE.items()):
+        if fn is float8_ops.allgather_fp8:
+            float8_ops.FLOAT8_OPS_TABLE[op] = gather
+        elif fn is float8_ops.wait_tensor_fp8:
+            float8_ops.FLOAT8_OPS_TABLE[op] = wait
 
 
 def _storage(t: torch.Tensor) -> tuple[int, str, int]:
@@ -113,13 +119,10 @@ def _run(rank: int, mode: str, port: str) -> None:
     block = Block().to(torch.bfloat16)
     col, row, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
     if mode == "float8":
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,
-                                                           PrepareFloat8ModuleInput)
-
         _gloo_float8()
-        convert_to_float8_training(block, config=Float8LinearConfig(emulate=True))
-        col, row, prepare = Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+        float8.convert_to_float8_training(block, config=float8.Float8LinearConfig(emulate=True))
+        col, row, prepare = (float8_tp.Float8ColwiseParallel, float8_tp.Float8RowwiseParallel,
+                             float8_tp.PrepareFloat8ModuleInput)
     parallelize_module(block, mesh, {
         "attention_norm": SequenceParallel(),
         "attention": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
@@ -149,8 +152,6 @@ def _run(rank: int, mode: str, port: str) -> None:
 
 
 if __name__ == "__main__":
-    import torch.multiprocessing as mp
-
     for mode, port in (("bf16", "29533"), ("float8", "29534")):
         mp.spawn(_run, args=(mode, port), nprocs=2)
     sys.exit(0)
