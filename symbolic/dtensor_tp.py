@@ -44,7 +44,7 @@ SOURCE = ("torchtitan apply_tp (9dec370 torchtitan/parallelisms/parallelize_llam
 
 def _gathered(op: Op) -> Op:
     """``op`` saving its input as the gathered tensor, where it is a column-parallel linear that saves its input."""
-    if op.kind != "linear" or not op.inputs or not any(p.role == "weight" and p.tp_axis == 0 for p in op.params):
+    if not op.column_parallel or not op.inputs:
         return op
     x = op.inputs[0]
     saved = tuple(replace(t, name=f"{x}:gathered", seq_axis=None) if t.name == x else t for t in op.saved)

@@ -361,7 +361,7 @@ def _planned(op: Any) -> Any:
     (``<input>:fp8``), all-gathered (no sequence axis left for sequence parallelism to split) where the linear is
     column-parallel, with the cast's fp32 scale (``<input>:fp8.scale``, 0-d: tensorwise)."""
     x = op.inputs[0]
-    gathered = any(p.role == "weight" and p.tp_axis == 0 for p in op.params)
+    gathered = op.column_parallel
     saved: list[Tensor] = []
     for t in op.saved:
         saved += [replace(t, name=f"{x}:fp8", dtype=FP8, seq_axis=None if gathered else t.seq_axis),

@@ -103,6 +103,12 @@ class Op:
     reads: tuple[Tensor, ...] = ()
     program: tuple[Kernel, ...] = ()
 
+    @property
+    def column_parallel(self) -> bool:
+        """A linear whose weight tensor parallelism splits by output features (``tp_axis`` 0): it reads the whole
+        input (gathered under sequence parallelism) and writes a shard of its output."""
+        return self.kind == "linear" and any(x.role == "weight" and x.tp_axis == 0 for x in self.params)
+
     def needs(self, tensor: Tensor) -> tuple[str, ...] | None:
         """Whose gradients need saved ``tensor`` (None: not declared, always kept)."""
         return next((grads for name, grads in self.saved_for if name == tensor.name), None)

@@ -111,11 +111,6 @@ def _saves_or_copy(op: Op, name: str) -> bool:
     return any(_is_or_copy(x, name) for x in op.saved)
 
 
-def _column(op: Op) -> bool:
-    """A column-parallel linear: the module Transformer Engine fuses a norm into (``TELayerNormColumnParallelLinear``)."""
-    return op.kind == "linear" and any(x.role == "weight" and x.tp_axis == 0 for x in op.params)
-
-
 def _without(op: Op, name: str) -> Op:
     """``op`` no longer saving tensor ``name`` nor its 8-bit copies (``name:fp8``, Transformer Engine's)."""
     return replace(op, saved=tuple(x for x in op.saved if not _is_or_copy(x, name)))
@@ -154,7 +149,7 @@ def _layernorm(blk: Block) -> Block:
         for op in ops:
             if op.path != norm.path and _saves_or_copy(op, out):  # the copies are the linears' (te_float8)
                 groups.setdefault(const(op.share), []).append(op)
-        separate = [share for share, readers in groups.items() if not all(_column(op) for op in readers)]
+        separate = [share for share, readers in groups.items() if not all(op.column_parallel for op in readers)]
         if not separate:
             continue  # fused into a TELayerNormColumnParallelLinear: IdentityOp, nothing recomputed
         rest, part = _split(norm, total(separate))
