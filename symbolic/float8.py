@@ -49,7 +49,8 @@ from memderive.symbolic.kernel_choices import RECIPES
 from memderive.symbolic.kernels import KINDS, Kernel, Rule
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "tp_planned", "SOURCE",
+__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "weight_grad_in_float8",
+           "tp_planned", "SOURCE",
            "SAVED_NOTE", "TP_SOURCE", "FP8"]
 
 SOURCE = ("torchao 0.18.0 torchao/float8/float8_linear.py (matmul_with_hp_or_float8_args), config.py "
@@ -388,16 +389,23 @@ def is_float8(graph: Graph, block: str, op: Any, chosen: Any = None) -> bool:
     return bool(names & set(chosen))
 
 
+def weight_grad_in_float8(recipe: str) -> bool:
+    """Whether a Float8 linear's weight gradient is a scaled 8-bit matmul under ``recipe``: its operands are cast
+    (``_RECIPES``); ``rowwise_with_gw_hp`` keeps it a 16-bit ``mm``."""
+    r = _RECIPES[recipe]
+    return r.grad_output_for_grad_weight.granularity is not None and r.input_for_grad_weight.granularity is not None
+
+
 def float8_matmul_flops(graph: Graph, recipe: str, phases: tuple[str, ...]) -> Any:
     """The matmul FLOPs that run as scaled 8-bit matmuls: every matmul term of a Float8 linear in ``phases``, less
-    the weight gradient under ``rowwise_with_gw_hp`` (a 16-bit ``mm``), over the block's repeats."""
+    the weight gradient where the recipe keeps it 16-bit (``weight_grad_in_float8``), over the block's repeats."""
+    skipped = () if weight_grad_in_float8(recipe) else ("weight-grad",)
     total: Any = const(0)
     for blk, op in graph.ops():
         if not is_float8(graph, blk.name, op):
             continue
         for f in op.flops:
-            if f.kind == "matmul" and f.phase in phases and not (recipe == "rowwise_with_gw_hp"
-                                                                 and f.phase == "weight-grad"):
+            if f.kind == "matmul" and f.phase in phases and f.phase not in skipped:
                 total = total + blk.repeat * op.share * f.count
     return total
 

@@ -46,7 +46,7 @@ from memderive.derivations.quantities.gemm_table import SHAPE_CURVES, XLA_GEMM_T
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.references import cite
 from memderive.symbolic.dims import sym
-from memderive.symbolic.float8 import is_float8
+from memderive.symbolic.float8 import is_float8, weight_grad_in_float8
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.lazy import lazy
 from memderive.symbolic.mcore_recompute import CHECKPOINTED
@@ -360,8 +360,9 @@ def float8_phases(graph: Any, fp8: str) -> tuple[tuple[bool, bool, bool], ...]:
     if fp8 == "none":
         return tuple((False, False, False) for _ in rows)
     te = fp8 in TE_FP8
-    return tuple((False, False, False) if row[0] != "linear" or not (te or converted) else
-                 (True, True, te or fp8 != "rowwise_with_gw_hp") for row, converted in rows)
+    grad = te or weight_grad_in_float8(fp8)
+    return tuple((False, False, False) if row[0] != "linear" or not (te or converted) else (True, True, grad)
+                 for row, converted in rows)
 
 
 def rate_note(gpu: GPU, framework: str | None) -> str:

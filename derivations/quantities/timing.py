@@ -814,7 +814,7 @@ def float8_flops(est: Evaluated) -> int:
     if est.options.fp8 == "none":
         return 0
     if est.options.fp8 in TE_FP8:  # Transformer Engine: every layer linear's forward, dgrad and wgrad GEMMs
-        return sum(layout_int(p[1] + p[2] + p[3], est.values) for p in gemm_products(est.graph) if p[0] == "linear")
+        return product_flops(est)[1]
 
     return layout_int(float8_matmul_flops(est.graph, est.options.fp8, HARDWARE), est.values)  # columns: each layout
 
