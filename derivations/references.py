@@ -493,6 +493,18 @@ _ENTRIES: tuple[Reference, ...] = (
               "across micro-batches)", None,
               "github.com/NVIDIA/TransformerEngine/blob/d0067d0da6cb01811b8072a7d304f0e00344ce2b/transformer_engine/"
               "pytorch/csrc/quantizer.cpp", "code"),
+    Reference("te-sp-gathers", "Transformer Engine", _NV, "TransformerEngine v2.9 (70f5366): transformer_engine/"
+              "pytorch/distributed.py (gather_along_first_dim; _all_gather_fp8 L903-984: the 8-bit _data gathered, "
+              "no scale sent; _all_gather_mxfp8 L1445-1570: each usage's data and 1-byte scales per 32), module/"
+              "linear.py (_Linear.forward L175-207, L344: the column-parallel input quantized on its shard and "
+              "gathered row-wise, the row-parallel output reduce-scattered in 16 bits; _Linear.backward L569, "
+              "L639-666, L735-744: the output gradient quantized row- and column-wise, the input re-gathered for the "
+              "weight gradient behind the dgrad GEMM, the input gradient reduce-scattered in 16 bits), module/"
+              "layernorm_linear.py L232-266, L646-676, module/base.py (grad_output_preprocess L1145-1192; "
+              "initialize_ub L288-298, L412-416: under fp8 the userbuffers all-gather buffers are uint8), "
+              "tensor/float8_tensor.py supports_only_rowwise_all_gather (symbolic.te_float8.SP_SOURCE)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/70f536662ae10a62a54f4ed1ba92e3314c5cfd69/transformer_engine/"
+              "pytorch/distributed.py", "code"),
     Reference("te-userbuffers", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/module/"
               "base.py (initialize_ub: communication-GEMM overlap per layer, ring exchange for the sequence-parallel "
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "

@@ -45,13 +45,14 @@ from typing import Any
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.expr import Expr, const, prod
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.kernel_choices import RECIPES
 from memderive.symbolic.kernels import KINDS, Kernel, Rule
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "weight_grad_in_float8",
            "tp_planned", "SOURCE",
-           "SAVED_NOTE", "TP_SOURCE", "FP8"]
+           "SAVED_NOTE", "TP_SOURCE", "FP8", "TP_GATHERS"]
 
 SOURCE = ("torchao 0.18.0 torchao/float8/float8_linear.py (matmul_with_hp_or_float8_args), config.py "
           "(Float8LinearConfig.from_recipe_name), float8_ops.py (preprocess_addmm, addmm_float8_unwrapped)")
@@ -70,6 +71,9 @@ TP_SOURCE = ("torchao torchao/float8/float8_tensor_parallel.py (eab345c, 2024-12
              "benchmarks' commit; 238fa99 torchtitan/models/llama3/infra/parallelize.py: "
              "enable_float8_tensorwise_tp)")
 FP32, FP64, FP8 = dtype("fp32"), DType("fp64", 8), dtype("fp8")
+#: torchao's Float8 tensor parallelism (``TP_SOURCE``), tensorwise scaling only: the input's and the output
+#: gradient's 8-bit ``_data`` (a Float8TrainingTensor's one layout), their 0-d scales replicated, not gathered.
+TP_GATHERS = {"tensorwise": Gathered(1, 1)}
 Event = tuple[str, str, Any]  # ("alloc", key, Tensor) | ("free", key, None) | ("output", "", None) | ("grad", input, Tensor)
 
 

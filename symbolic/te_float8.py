@@ -55,11 +55,13 @@ from typing import Any
 
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import const
+from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph, Op
 from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY"]
+__all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
+           "SP_GATHERS", "SP_SOURCE", "sp_gathered"]
 
 TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8")
 SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
@@ -73,11 +75,47 @@ MEGATRON_AMAX_HISTORY = 1
 _NOT_TE = ("embed", "head")
 FP8, FP32, E8M0 = dtype("fp8"), dtype("fp32"), dtype("int8")  # E8M0 scales: one byte (torch.uint8 in TE)
 
+SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward L175-207 (a column-parallel input "
+             "quantized on its sequence shard, row-wise only for Float8 quantizers, then gather_along_first_dim with "
+             "the quantizer set row-wise), L330 and L385-390 (the gathered copy freed, the local shard saved), L344 "
+             "(the row-parallel output reduce-scattered in the GEMM's 16-bit dtype), _Linear.backward L569 (the "
+             "gradient's quantizer row- and column-wise), L639-666 (the input re-gathered for the weight gradient, "
+             "async behind the dgrad GEMM: Float8 row-wise, MXFP8 column-wise), L735-744 (the input gradient "
+             "reduce-scattered in 16 bits); module/layernorm_linear.py L232-266, L646-676 (the same for the norm's "
+             "output); module/base.py grad_output_preprocess L1145-1192 (a row-parallel output gradient quantized, "
+             "then gathered); distributed.py _all_gather_fp8 L903-984 (the 8-bit _data gathered, 'Assume scaling "
+             "factors are identical across ranks': no scale sent; the transpose made after), _all_gather_mxfp8 "
+             "L1445-1570 (each usage the quantizer asks for gathered, its data and its 1-byte scales per 32); "
+             "linear.py _customize_quantizers_float8_current_scaling L1649-1672 (current scaling's amax reduced over "
+             "the TP group, so the ranks' scales agree); tensor/float8_tensor.py supports_only_rowwise_all_gather; "
+             "module/base.py initialize_ub L288-298, L412-416 (--tp-comm-overlap: every all-gather buffer uint8 "
+             "under fp8, the reduce-scatters' in the activations' dtype unless a user config sets fp8_buf on "
+             "proj_fprop or fc2_fprop; Megatron-LM megatron/training/initialize.py passes the FP8 mode under --fp8)")
+#: Transformer Engine's quantizers as its sequence-parallel all-gathers treat them (``SP_SOURCE``): the elements per
+#: one-byte scale sent with each copy (None: a per-tensor fp32 scale_inv, not sent), and whether the quantizer
+#: gathers row-wise data only (``supports_only_rowwise_all_gather``: Float8 data is gathered, its transpose made
+#: after; MXFP8 gathers each usage asked for).
+_TE_QUANTIZERS = {"te-delayed": (None, True), "te-current": (None, True), "te-mxfp8": (32, False)}
+#: Per recipe, what each sequence-parallel all-gather of a TE linear sends: the forward's input all-gather one copy
+#: (the quantizer set row-wise before it); the backward's output-gradient all-gather the gradient's two usages (dgrad
+#: row-wise, wgrad column-wise), one where the quantizer gathers row-wise data only. The input's re-gather for the
+#: weight gradient (one copy) runs behind the dgrad GEMM and is not among them.
+SP_GATHERS = {recipe: Gathered(1, 1 if rowwise_only else 2, block=block)
+              for recipe, (block, rowwise_only) in _TE_QUANTIZERS.items()}
+
 
 def te_linears(graph: Graph) -> list[tuple[Any, Op]]:
     """The (block, op) pairs of ``graph`` that Megatron-Core builds as Transformer Engine linears: every linear
     and expert op of the layers (not the embedding, not the output layer)."""
     return [(blk, op) for blk, op in graph.ops() if blk.name not in _NOT_TE and op.kind in ("linear", "experts")]
+
+
+def sp_gathered(graph: Graph) -> frozenset[str]:
+    """The weights (``block/param``) of the Transformer Engine linears whose sequence-parallel all-gathers move
+    their quantized tensors (``SP_GATHERS``): every linear of the layers (``te_linears``; the experts' GroupedLinear
+    gathers nothing over tensor parallelism itself)."""
+    return frozenset(f"{blk.name}/{p.name}" for blk, op in te_linears(graph) if op.kind == "linear"
+                     for p in op.params if p.role == "weight")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,12 @@ import sympy as sp
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
+from memderive.derivations.quantities.timing import step_time, tp_bytes
 from memderive.symbolic.dims import b, f, f_s, h, l, l_d, p, s, t
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.ops import BlockBuilder
-from memderive.symbolic.te_float8 import TEFloat8, workspace_terms
+from memderive.symbolic.te_float8 import SP_GATHERS, TEFloat8, sp_gathered, workspace_terms
 
 #: Llama 2 7B (h 4,096, 32 heads of 128, no GQA, f 11,008, 32 layers), b 1, s 4,096, TP 2 with SP, Megatron-Core.
 RUN = {"mode": "train", "batch": 1, "seq": 4096, "implementation": "megatron", "tp": 2, "sp": True}
@@ -170,3 +171,51 @@ def test_the_step_timeline_is_not_claimed(capsys: pytest.CaptureFixture[str]) ->
                  "--implementation", "megatron", "--tp", "2", "--sp", "--fp8", "te-delayed"]) == 0
     out = capsys.readouterr().out
     assert "weight workspaces cached across micro-batches" in out or "weights/te_fp8" in out
+
+
+def test_sequence_parallel_all_gathers_move_the_quantized_tensor_by_hand() -> None:
+    """One MLP under TP 2 with SP, b 2, s 8, h 64: up (column-parallel) gathers its input x, b s h = 1,024 elements;
+    down (row-parallel) reduce-scatters its output (1,024 elements) and, in backward, gathers that output's gradient.
+    An all-gather or reduce-scatter of a B-byte tensor over t ranks moves (t - 1)/t x B per rank, one ring phase:
+    tp_bytes counts it as an all-reduce of B/2 (two phases). 16 bits: B = 2,048 for each of the four collectives,
+    forward 1,024 + 1,024, backward the same.
+    Transformer Engine (v2.9 linear.py _Linear.forward L175-207, distributed.py _all_gather_fp8, _all_gather_mxfp8):
+    delayed and current scaling gather the 8-bit _data, 1 B per element, no scale (every rank holds the same): x
+    1,024 B, forward 1,024 (down's 16-bit reduce-scatter) + 512; backward: up's input gradient reduce-scattered in
+    16 bits (1,024) + the output gradient gathered in 8 bits, row-wise only (Float8 cannot gather its transpose),
+    512. MXFP8: each copy 1 B + one E8M0 byte per 32 elements, 1,024 x 33/32 = 1,056 B: forward 1,024 + 528 = 1,552;
+    the gradient's row- and column-wise copies both (dgrad and wgrad): 2,112 B, backward 1,024 + 1,056 = 2,080."""
+    bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    up = bb.linear("mlp/up", bb.input, 4 * h, bias=False, parallel="column")
+    _ = bb.linear("mlp/down", up, h, bias=False, parallel="row")
+    g = Graph("mlp", (bb.build(repeat=l),))
+    values = {b: 2, s: 8, h: 64, l: 1}
+    te = sp_gathered(g)
+    assert te == {"layer/mlp/up.weight", "layer/mlp/down.weight"}
+    assert tp_bytes(g, values, False) == (2_048, 2_048)
+    assert tp_bytes(g, values, False, False, te, SP_GATHERS["te-delayed"]) == (1_536, 1_536)
+    assert tp_bytes(g, values, False, False, te, SP_GATHERS["te-current"]) == (1_536, 1_536)
+    assert tp_bytes(g, values, False, False, te, SP_GATHERS["te-mxfp8"]) == (1_552, 2_080)
+
+
+def test_the_step_times_tensor_parallel_all_gathers_are_8_bit_under_sequence_parallelism_by_hand() -> None:
+    """Llama 2 7B, b 1, s 4,096, TP 2 with SP (``RUN``), in all-reduce bytes (above), b s h x 2 B = 33,554,432.
+    16 bits: per layer 4 x 33,554,432 (qkv's and fc1's input gathers and gradient reduce-scatters, proj's and fc2's
+    output reduce-scatters and gradient gathers, half each), x 32 = 4,294,967,296, plus the embedding's partial sums
+    and the output layer's input gradient (Megatron's, not TE's: 16-bit), 67,108,864: 4,362,076,160.
+    Delayed scaling: the four all-gathers per layer at 1 B, 8,388,608 each: 4 x 16,777,216 + 4 x 8,388,608 =
+    100,663,296, x 32 + 67,108,864 = 3,288,334,336. MXFP8: qkv's and fc1's input 8,388,608 x 33/32 = 8,650,752 each,
+    proj's and fc2's gradient 8,388,608 x 33/16 = 17,301,504 each: 67,108,864 + 51,904,512 = 119,013,376, x 32 +
+    67,108,864 = 3,875,536,896. Inside one node the TP time is linear in those bytes (the message size, one layer's
+    activations, is the same), so the ratios to the 16-bit run's TP time on the same GPU are the bytes'. Without SP
+    the all-reduces stay 16-bit."""
+    def tp_s(fp8: str, gpu: str, sp: bool = True) -> float:
+        return step_time(estimate("llama-2-7b", fp8=fp8, gpu=gpu, **{**RUN, "sp": sp}), gpu).tp_s
+
+    assert tp_s("te-delayed", "h100-sxm") / tp_s("none", "h100-sxm") == pytest.approx(
+        3_288_334_336 / 4_362_076_160, rel=1e-12)
+    assert tp_s("te-mxfp8", "b200") / tp_s("none", "b200") == pytest.approx(3_875_536_896 / 4_362_076_160, rel=1e-12)
+    assert tp_s("te-current", "h100-sxm", sp=False) == tp_s("none", "h100-sxm", sp=False)
+    note = step_time(estimate("llama-2-7b", fp8="te-mxfp8", gpu="b200", **RUN), "b200").model()
+    assert "all-gathers move the quantized tensor" in " ".join(note) and "(33/16 B, its row- and column-wise" in \
+        " ".join(note)

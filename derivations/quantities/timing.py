@@ -77,7 +77,9 @@ from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes)
 from memderive.derivations.quantities.model_states import state_widths
-from memderive.symbolic.float8 import FP8, float8_matmul_flops, tp_planned
+from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
+from memderive.symbolic.gathered import Gathered
+from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -90,6 +92,8 @@ __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "product_fl
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
+TE_GATHERS = Citation("te-sp-gathers", "gather_along_first_dim, _all_gather_fp8, _all_gather_mxfp8, "
+                      "grad_output_preprocess, _Linear.forward/backward")
 
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
@@ -172,16 +176,17 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
 
 
 def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False,
-             float8: frozenset[str] = frozenset()) -> tuple[int, int]:
+             float8: frozenset[str] = frozenset(), gathered: Gathered | None = None) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
     gradients) in backward, each distinct tensor once per repeat of its block; ``modules``: the partial sums of
     the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more.
-    ``float8``: the weights of the linears under torchtitan's Float8 tensor parallelism (``float8.tp_planned``),
-    whose all-gathers move 8-bit tensors (``_tp_forms``)."""
+    ``float8``: the weights of the linears whose sequence-parallel all-gathers move quantized tensors, ``gathered``
+    the recipe's widths of them (``quantized_gathers``: torchtitan's Float8 tensor parallelism, Transformer Engine's
+    fp8 under sequence parallelism; ``_tp_forms``)."""
     forward = backward = 0
-    for name, out, back, again in _tp_forms(graph, float8=float8):
+    for name, out, back, again in _tp_forms(graph, float8=float8, gathered=gathered):
         layer_fwd = _bytes(out, values) if out else 0
         forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
         # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
@@ -190,23 +195,39 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modu
     return forward, backward
 
 
+def quantized_gathers(est: Evaluated, whole: Graph) -> tuple[frozenset[str], Gathered | None]:
+    """The linears (weights, ``block/param``) whose sequence-parallel all-gathers move quantized tensors, and what
+    each sends per element (``Gathered``, keyed on the recipe): torchtitan's Float8 tensor parallelism
+    (``symbolic.float8.TP_GATHERS``, ``tp_planned``); Transformer Engine's fp8 under sequence parallelism, every
+    layer linear (``symbolic.te_float8.SP_GATHERS``, ``sp_gathered``); none otherwise."""
+    opts = est.options
+    if opts.float8_tp_plan:
+        return tp_planned(est.graph), TP_GATHERS[opts.fp8]
+    if opts.fp8 in TE_FP8 and opts.sp:
+        return sp_gathered(whole), SP_GATHERS[opts.fp8]
+    return frozenset(), None
+
+
 @per_graph
-def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset()) -> tuple[tuple[str, Any, Any, Any], ...]:
+def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
+              gathered: Gathered | None = None) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
     backward's input gradients, times the block's repeat; 0 when none), once per graph.
 
-    A linear whose weight is in ``float8`` runs torchtitan's Float8 tensor parallelism (sequence-parallel layouts,
-    ``symbolic.float8.TP_SOURCE``), each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B
-    bytes moves what an all-reduce of B/2 does (one ring phase against two: ``Cluster.reduce_scatter``,
-    ``all_reduce``). A column-parallel one gathers its input in 8 bits in forward (once per module: the input's
-    name) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one reduce-scatters its
-    16-bit output in forward and gathers the output's gradient, cast to 8 bits first, in backward."""
+    A linear whose weight is in ``float8`` gathers quantized tensors under sequence parallelism (torchtitan's Float8
+    tensor parallelism, ``symbolic.float8.TP_SOURCE``; Transformer Engine's, ``symbolic.te_float8.SP_SOURCE``),
+    each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B bytes moves what an all-reduce of
+    B/2 does (one ring phase against two: ``Cluster.reduce_scatter``, ``all_reduce``). A column-parallel one
+    gathers its input quantized in forward (once per module: the input's name; ``gathered.width(gathered.input)``
+    bytes per element) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one
+    reduce-scatters its 16-bit output in forward and gathers the output's gradient, quantized first, in backward
+    (``gathered.width(gathered.grad)``)."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
-        gathered: dict[str, Any] = {}  # the forward's 8-bit all-gathers (torchtitan's Float8 TP), by input
+        quantized_in: dict[str, Any] = {}  # the forward's quantized all-gathers, by input
         out: Any = 0
-        back: Any = 0  # the backward's 8-bit all-gathers of output gradients
+        back: Any = 0  # the backward's quantized all-gathers of output gradients
         again: Any = 0  # the partial sums of row-parallel ops that are recomputed
         for op in blk.ops:
             axes = {x.tp_axis for x in op.params if x.role == "weight"}
@@ -217,14 +238,14 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset()) -> tuple[tuple
                 out += op.share * op.output.nbytes
                 again += op.share * op.output.nbytes if redone else 0
                 inputs[op.path] = op.share * op.output.nbytes
-            elif op.kind == "linear" and any(f"{blk.name}/{p.name}" in float8 for p in op.params):
+            elif op.kind == "linear" and gathered and any(f"{blk.name}/{p.name}" in float8 for p in op.params):
                 rows, weight = op.flops[0].operands
                 half = rows.numel / 2  # elements, in all-reduce terms (above)
-                if weight.tp_axis == 1:  # forward: 16-bit reduce-scatter; backward: 8-bit gradient all-gather
+                if weight.tp_axis == 1:  # forward: 16-bit reduce-scatter; backward: quantized gradient all-gather
                     out += half * weight.shape[0] * rows.dtype.nbytes
-                    back += half * weight.shape[0] * FP8.nbytes
-                elif weight.tp_axis == 0:  # forward: 8-bit input all-gather; backward: 16-bit reduce-scatter
-                    gathered[op.inputs[0]] = half * weight.shape[1] * FP8.nbytes
+                    back += half * weight.shape[0] * gathered.width(gathered.grad)
+                elif weight.tp_axis == 0:  # forward: quantized input all-gather; backward: 16-bit reduce-scatter
+                    quantized_in[op.inputs[0]] = half * weight.shape[1] * gathered.width(gathered.input)
                     inputs[op.inputs[0]] = half * weight.shape[1] * rows.dtype.nbytes
             elif op.kind == "linear":
                 rows, weight = op.flops[0].operands  # the forward product: rows x weight
@@ -234,7 +255,7 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset()) -> tuple[tuple
                     again += width * weight.shape[0] if redone else 0
                 elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
                     inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
-        out = out + sum(gathered.values())
+        out = out + sum(quantized_in.values())
         back = back + sum(inputs.values())
         forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * back if back else 0,
                       blk.repeat * again if again else 0))
@@ -278,6 +299,7 @@ class StepTime:
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
     fp8: str = "none"  # --fp8: the recipe
+    sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
 
     @property
     def step_s(self) -> float:
@@ -335,6 +357,7 @@ class StepTime:
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
                    "torchtitan" and self.tp_s else "")
+                + (te_gathers_note(self.fp8) if self.fp8 in TE_FP8 and self.sp and self.tp_s else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
@@ -368,6 +391,23 @@ class StepTime:
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
+
+
+def te_gathers_note(fp8: str) -> str:
+    """Which of the tensor-parallel collectives Transformer Engine's recipe ``fp8`` runs in 8 bits under sequence
+    parallelism, in words (``SP_GATHERS``)."""
+    g = SP_GATHERS[fp8]
+    def per(copies: int) -> str:
+        w = g.width(copies)
+        return f"{w.numerator}/{w.denominator} B" if w.denominator != 1 else f"{w.numerator} B"
+    scales = (f"the 8-bit data and one 1-byte scale per {g.block} elements" if g.block else
+              "the 8-bit data, no scale (each rank holds the same)")
+    return (f"; under Transformer Engine's fp8 (--fp8 {fp8}) with sequence parallelism the layer linears' "
+            f"all-gathers move the quantized tensor, {scales}: a column-parallel input in forward "
+            f"({per(g.input)} per element), a row-parallel output's gradient in backward ({per(g.grad)}"
+            + (", its row- and column-wise copies" if g.grad > 1 else "") + "); the reduce-scatters (a row-parallel "
+            "output, a column-parallel input's gradient) 16-bit; the input's re-gather for the weight gradient runs "
+            f"behind the input-gradient GEMM, as in 16 bits, not timed ({cite(TE_GATHERS)})")
 
 
 def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | None = None) -> str:
@@ -733,9 +773,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
+        quantized, gathered = quantized_gathers(est, whole)
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full",
-                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)),
-                            tp_planned(est.graph) if opts.float8_tp_plan else frozenset())
+                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered)
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
@@ -780,7 +820,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
-                    moe_dispatcher=opts.moe_dispatcher, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8)
+                    moe_dispatcher=opts.moe_dispatcher, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
+                    sp=bool(opts.sp))
 
 
 def _cells(fn: Any, *args: Any) -> Any:
