@@ -505,6 +505,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "tensor/float8_tensor.py supports_only_rowwise_all_gather (symbolic.te_float8.SP_SOURCE)", None,
               "github.com/NVIDIA/TransformerEngine/blob/70f536662ae10a62a54f4ed1ba92e3314c5cfd69/transformer_engine/"
               "pytorch/distributed.py", "code"),
+    Reference("nemo-userbuffers", "NeMo", _NV, "NeMo: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py "
+              "(the per-model userbuffers configs: the fp8 H100 ones set fp8_buf=True on proj_fprop, and on fc2_fprop "
+              "where it is pipelined, the reduce-scatters of the row-parallel outputs, e.g. "
+              "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192)",
+              None, "github.com/NVIDIA/NeMo/blob/26005325d0cf22928521593fd68e9f8c7be24ec0/nemo/collections/llm/recipes/"
+              "tp_overlap_configs/userbuffers.py", "code"),
     Reference("te-userbuffers", "Transformer Engine", _NV, "TransformerEngine: transformer_engine/pytorch/module/"
               "base.py (initialize_ub: communication-GEMM overlap per layer, ring exchange for the sequence-parallel "
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "

@@ -92,6 +92,7 @@ __all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "product_fl
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
+NEMO_UB = Citation("nemo-userbuffers", "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
 TE_GATHERS = Citation("te-sp-gathers", "gather_along_first_dim, _all_gather_fp8, _all_gather_mxfp8, "
                       "grad_output_preprocess, _Linear.forward/backward")
 
@@ -357,7 +358,8 @@ class StepTime:
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
                    "torchtitan" and self.tp_s else "")
-                + (te_gathers_note(self.fp8) if self.fp8 in TE_FP8 and self.sp and self.tp_s else "")
+                + (te_gathers_note(self.fp8, self.tp_comm_overlap) if self.fp8 in TE_FP8 and self.sp and self.tp_s
+                   else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
@@ -393,9 +395,10 @@ class StepTime:
                 "mfu": self.mfu}
 
 
-def te_gathers_note(fp8: str) -> str:
+def te_gathers_note(fp8: str, overlap: bool = False) -> str:
     """Which of the tensor-parallel collectives Transformer Engine's recipe ``fp8`` runs in 8 bits under sequence
-    parallelism, in words (``SP_GATHERS``)."""
+    parallelism, in words (``SP_GATHERS``); ``overlap``: under --tp-comm-overlap (userbuffers), whose all-gather
+    buffers are 8-bit as well and whose reduce-scatters are 16-bit by TE's default."""
     g = SP_GATHERS[fp8]
     def per(copies: int) -> str:
         w = g.width(copies)
@@ -406,8 +409,11 @@ def te_gathers_note(fp8: str) -> str:
             f"all-gathers move the quantized tensor, {scales}: a column-parallel input in forward "
             f"({per(g.input)} per element), a row-parallel output's gradient in backward ({per(g.grad)}"
             + (", its row- and column-wise copies" if g.grad > 1 else "") + "); the reduce-scatters (a row-parallel "
-            "output, a column-parallel input's gradient) 16-bit; the input's re-gather for the weight gradient runs "
-            f"behind the input-gradient GEMM, as in 16 bits, not timed ({cite(TE_GATHERS)})")
+            "output, a column-parallel input's gradient) 16-bit"
+            + (" (userbuffers' by TE's default; a config setting fp8_buf on proj_fprop or fc2_fprop, as NeMo's fp8 "
+               f"H100 ones do ({cite(NEMO_UB)}), makes the forward's 8-bit: not modelled)" if overlap else "")
+            + "; the input's re-gather for the weight gradient runs behind the input-gradient GEMM, as in 16 bits, "
+            f"not timed ({cite(TE_GATHERS)})")
 
 
 def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | None = None) -> str:
