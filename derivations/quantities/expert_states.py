@@ -59,18 +59,3 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     if not opts.offload:
         return states, None
     return states, on_cpu(dense, d, f_dense) + _renamed(on_cpu(experts, expert_dp, f_experts), "experts")
-    routed = set(expert_ops(graph))
-    dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
-    f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
-    f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
-    expert_dp = d / ep if opts.ep > 1 else d
-    states = (states_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, opts.offload, f_dense, opts.precision)
-              + _renamed(states_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, opts.offload,
-                                          f_experts, opts.precision), "experts"))
-    if not opts.offload:
-        return states, None
-    cpu = (offloaded_breakdown(dense, opts.dtype, opts.optimizer, opts.zero, d, f_dense, opts.precision)
-           + _renamed(offloaded_breakdown(experts, opts.dtype, opts.optimizer, opts.zero, expert_dp, f_experts,
-                                              opts.precision),
-                      "experts"))
-    return states, cpu

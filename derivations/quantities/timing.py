@@ -70,6 +70,7 @@ from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
+from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
@@ -377,6 +378,8 @@ class StepTime:
                 + (f"DeepEP's: a token once per GPU, and per node across nodes, that holds one of its experts under "
                    f"balanced routing ({cite(DEEPEP_SOURCE)})" if self.moe_dispatcher == "deepep" else
                    f"a token once per routed expert ({cite(EP_SOURCE)})")
+                + "; the routed experts' gradients and weights reduced and gathered over the ranks that hold the "
+                f"same experts (d x cp / ep, t x ep apart: {cite(EDP_SOURCE)})"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
@@ -553,7 +556,8 @@ def _kv_chunk(graph: Graph) -> Any:
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
-                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1) -> Any:
+                    weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
+                    experts: ExpertGroup | None = None) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -567,19 +571,73 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
     whose all-gather opens the step and whose reduce-scatter closes it, once a step. Each collective is ``calls``
     calls of an equal share (``data_parallel_calls``: Megatron's buckets, FSDP's units), each paying NCCL's latency
-    across nodes (inside a node the rated ring is linear in the bytes: the same time)."""
+    across nodes (inside a node the rated ring is linear in the bytes: the same time).
+
+    ``experts``: the routed experts' part of ``grads`` and ``weights``, reduced and gathered over their own group
+    (``ExpertGroup``, Megatron-Core's expert data-parallel ranks) on the same stream, one collective after the other:
+    their times add before the overlap is taken."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
+    groups = [(grads, weights, d, stride, calls, 1)]
+    if experts is not None:  # a group of one rank (d x cp = ep) moves nothing: ``live`` 0 (cell by cell)
+        live = where(experts.ranks > 1, 1, 0)
+        groups = [(grads - experts.grads, weights - experts.weights, d, stride, experts.dense_calls, 1),
+                  (experts.grads, experts.weights, maximum(experts.ranks, 2), experts.stride, experts.calls, live)]
+
+    def timed(collective: Any, part: int) -> Any:  # one collective of every group's bytes (0: grads, 1: weights)
+        return sum(on * c * collective(g[part] / maximum(c, 1), n, s) for *g, n, s, c, on in groups)
+
     if zero == 3:
-        per_micro = calls * (2 * cluster.all_gather(weights / calls, d, stride)
-                             + cluster.reduce_scatter(grads / calls, d, stride))
-        edge_s = cluster.all_gather(weights * edge, d, stride) + cluster.reduce_scatter(grads * edge, d, stride)
+        per_micro = 2 * timed(cluster.all_gather, 1) + timed(cluster.reduce_scatter, 0)
+        edge_s = sum(on * (cluster.all_gather(w * edge, n, s) + cluster.reduce_scatter(g * edge, n, s))
+                     for g, w, n, s, _, on in groups)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
-        return chunked_reduce_s(calls * cluster.all_reduce(grads / calls, d, stride), micro_s, p, v)
-    return (chunked_reduce_s(calls * cluster.reduce_scatter(grads / calls, d, stride), micro_s, p, v)
-            + chunked_gather_s(calls * cluster.all_gather(weights / calls, d, stride), micro_s, p, v))
+        return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+    return (chunked_reduce_s(timed(cluster.reduce_scatter, 0), micro_s, p, v)
+            + chunked_gather_s(timed(cluster.all_gather, 1), micro_s, p, v))
+
+
+#: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
+#: distributed optimizer their shards gathered, over the t x cp x d / (etp x ep) ranks that hold the same experts
+#: (etp = t here), ``t x ep`` apart in the expert grid's order tp-ep-dp-pp; the dense parameters over the t-apart
+#: data- and context-parallel ranks as before.
+EDP_SOURCE = Citation("megatron-ddp", "DistributedDataParallel: expert_parallel_buffers over the expert data-parallel "
+                      "group (intra_expt_dp_group), its own buckets", also=(EP_SOURCE,))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGroup:
+    """The routed experts' share of a GPU's data-parallel traffic: gradient and weight bytes, the ranks that hold
+    the same experts, how far apart, and the buckets (calls) their collectives take (``expert_group``)."""
+
+    grads: Any
+    weights: Any
+    ranks: Any
+    stride: Any
+    calls: Any
+    dense_calls: Any  # the calls of the rest of the GPU's parameters, bucketed apart
+
+
+def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertGroup | None:
+    """``ExpertGroup`` of an estimate with routed experts under ``ep`` > 1 (``EDP_SOURCE``), else None: the
+    experts' share of the GPU's parameters (their ``parameters_per_gpu`` terms, ``symbolic.experts.expert_ops``)
+    of ``grads`` and ``weights``, over d x cp / ep ranks t x ep apart; Megatron-Core buckets them apart
+    (``data_parallel_calls`` of their parameters over those ranks)."""
+    o = est.options
+    if o.ep <= 1:
+        return None
+    routed = set(expert_ops(est.graph))
+    if not routed:
+        return None
+    held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed)
+    share = held / est.number("parameters_per_gpu")
+    ranks = o.dp * o.cp // o.ep
+    total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    experts = share * total if o.finetuning else held
+    return ExpertGroup(grads * share, weights * share, ranks, o.tp * o.ep, _bucket_calls(est, experts, ranks, zero),
+                       _bucket_calls(est, total - experts, o.dp * o.cp, zero))
 
 
 #: Megatron-Core's gradient buckets (``DistributedDataParallel``: ``bucket_size = max(40000000, 1000000 *
@@ -596,13 +654,19 @@ def data_parallel_calls(est: Evaluated, zero: int) -> Any:
     interleaved schedule; else one call (Megatron-LM of 2021 all-reduced its contiguous buffer at once; PyTorch
     DDP's 25 MB buckets are not modelled)."""
     o = est.options
+    params = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    return _bucket_calls(est, params, o.dp * o.cp, zero)
+
+
+def _bucket_calls(est: Evaluated, params: Any, ranks: Any, zero: int) -> Any:
+    """``data_parallel_calls`` of ``params`` parameters reduced over ``ranks``."""
+    o = est.options
     if zero == 3:
         return _bytes(est.graph.block("layer").repeat, est.values) + (2 if o.pp == 1 else 0)
     if o.framework != "megatron":
         return 1
     v = o.virtual_stages or 1
-    params = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
-    bucket = maximum(40_000_000, 1_000_000 * o.dp * o.cp)
+    bucket = maximum(40_000_000, 1_000_000 * ranks)
     return v * -(-params // (v * bucket))
 
 
@@ -808,7 +872,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
-                               data_parallel_calls(est, zero))
+                               data_parallel_calls(est, zero), expert_group(est, grads, weights, zero))
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
