@@ -536,6 +536,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "Mapping: 64 H100 80GB, 8 per node on NVLink 4, 8x400 Gbit/s InfiniBand, TE v1.9) and megatron/training/"
               "training.py num_floating_point_operations (the throughput's FLOP count)", None,
               "github.com/NVIDIA/Megatron-LM/blob/core_r0.8.0/megatron/core/transformer/moe/README.md", "code"),
+    Reference("megatron-dsv3-gb200", "Megatron-LM", _NV, "Megatron-LM: docs/discussions/deepseek-v3-gb200-"
+              "optimization/deepseek-v3-gb200-optimization.md (DeepSeek-V3 on 256 GB200 from 494 to 970 TFLOP/s per GPU: "
+              "'large gaps between kernels ... CPU overhead or host boundedness'; CUDA graphs +84.8 TFLOP/s, CPU binding "
+              "+70.6; the device-host sync for the tokens per expert left)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/docs/discussions/deepseek-v3-gb200-optimization/"
+              "deepseek-v3-gb200-optimization.md", "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

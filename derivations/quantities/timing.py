@@ -349,6 +349,7 @@ class StepTime:
         elif self.host_memory_bandwidth is not None:
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
+        cautions = tuple(c for c in (caution, MOE_HOST_CAUTION if self.ep_s else None) if c)
         return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
@@ -383,7 +384,7 @@ class StepTime:
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
-                *((caution,) if caution else ()))
+                *cautions)
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
@@ -514,6 +515,18 @@ def zero3_caution(ranks: int) -> str | None:
             "FSDP on 128 H100s); at 384-2,240 A100s DeepSpeed's ZeRO-3 took longer than this model gives (its time 30-78% short) "
             f"({cite(Citation('narayanan-2021', 'Table 2, ZeRO-3 without model parallelism'))}): this time may be "
             "optimistic")
+
+
+#: What the time of an expert-parallel step leaves out, said beside it: the host. Megatron-Core's dropless all-to-all
+#: dispatcher copies the tokens per expert to the host once per MoE layer and waits on them
+#: (``MoEAlltoAllTokenDispatcher.preprocess``), after which the GPU runs only as fast as the host issues the layer's
+#: many small kernels; NVIDIA's own DeepSeek-V3 tuning found the step host-bound without CUDA graphs.
+MOE_HOST_CAUTION = ("MoE: not timed, the host: the dropless all-to-all dispatcher's device-to-host copy of the tokens "
+                    f"per expert, once per MoE layer ({cite(EP_SOURCE)}), and the launches of the layer's small "
+                    f"kernels, which left NVIDIA's DeepSeek-V3 runs host-bound without CUDA graphs "
+                    f"({cite(Citation('megatron-dsv3-gb200', 'CPU overhead, host boundedness'))}); the published "
+                    "Megatron-Core runs of fine-grained MoE (Qwen3 30B-A3B, gpt-oss) ran slower than this time "
+                    "(tests/published_runs.MOE): read it as a lower bound")
 
 
 CP_SOURCE = Citation("megatron-core-context-parallel", "ring of K/V chunks overlapped with attention",
