@@ -45,7 +45,8 @@ Parallel = Literal["column", "row", "vocab", None]
 #: measurement (FlopCounterMode counts matmuls only); backward is counted as twice the forward,
 #: except a residual add's (its gradient passes through).
 ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "tanh": 1, "gelu": 8, "silu": 4,
-               "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
+               "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1,
+               "clamp": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
 
 
 def matmul_rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
@@ -309,7 +310,7 @@ class BlockBuilder:
         return self._add(Op(path, "router", tuple(params), saved, out, flops=flops))
 
     def experts(self, path: str, x: Tensor, experts: Size, top_k: Size, width: Size, *, kind: str,
-                bias: bool, note: str = "") -> Tensor:
+                bias: bool, note: str = "", clamp: bool = False) -> Tensor:
         """E routed expert MLPs, weights ``(E, out, in)`` as transformers stores them; each token
         goes through k of them (``kind``: ``swiglu``/``geglu`` gated, else ``gelu``/``relu``).
 
@@ -344,7 +345,7 @@ class BlockBuilder:
                  self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
         rows = self._act(f"{path}.rows", lead, buffer, seq_axis=None)  # every token reaches the experts (SP gathers)
-        flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1])
+        flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1], clamp and gated)
         return self._add(Op(path, "experts", tuple(params), saved, out, note, flops=flops))
 
     def scale(self, path: str, x: Tensor, gate_width: Size = 1, *, kind: str = "sigmoid-gate") -> Tensor:
@@ -414,7 +415,7 @@ class BlockBuilder:
 
 
 def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor, kind: str,
-                  weighted: Tensor) -> tuple[Flop, ...]:
+                  weighted: Tensor, clamp: bool = False) -> tuple[Flop, ...]:
     """Each of the b s k token-expert ``rows`` goes through one expert's matrices: the FLOPs of one
     expert's weights per row (an ``(out, in)`` operand per matrix, split by tensor parallelism as the
     experts' are; expert parallelism moves rows between ranks, not work), its activation, and the
@@ -430,6 +431,8 @@ def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor,
         else:
             terms += [Flop(f"{path} +bias", (rows, one), 1, "elementwise"),
                       Flop(f"{path} +bias", (rows, one), 1, "elementwise", "weight-grad", weight.name)]
+    if clamp:  # before the activation: the gate and up projections clamped (gpt-oss)
+        terms += pointwise_flops(path, "clamp", hidden)
     if kind in ("swiglu", "geglu"):
         terms += [*pointwise_flops(path, "silu" if kind == "swiglu" else "gelu", hidden), *pointwise_flops(path, "glu", hidden)]
     else:

@@ -52,6 +52,8 @@ class Moe:
     group_masked: bool = False
     input_jitter: bool = False  # training multiplies the MoE input by uniform noise (Phi-MoE's input_jitter_noise > 0)
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
+    # the gated experts clamp their gate (from above) and up (both ways) projections before the GLU (gpt-oss: limit 7)
+    glu_clamp: bool = False
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)
     active_embedding: bool = True

@@ -144,7 +144,7 @@ def _gpt_oss(c: Fields) -> Adapted:
     """gpt-oss: attention sinks, biases on attention, router and experts; layers alternate a sliding
     window (128) and full attention."""
     bias = c.flag("attention_bias", True)
-    moe = Moe(router_bias=True, expert_bias=True, active_embedding=False,
+    moe = Moe(router_bias=True, expert_bias=True, active_embedding=False, glu_clamp=True,
               note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as SwiGLU "
                    "except under --implementation hf (its code's tensors)")
     arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
