@@ -46,7 +46,7 @@ Parallel = Literal["column", "row", "vocab", None]
 #: except a residual add's (its gradient passes through).
 ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "tanh": 1, "gelu": 8, "silu": 4,
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1,
-               "clamp": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
+               "clamp": 3, "rotary-yarn": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
 
 
 def matmul_rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
@@ -219,16 +219,19 @@ class BlockBuilder:
         return tuple(self._act(f"{path}.{name}", (bsz, n_heads, seq, d_head), role=name, tp_axis=1, seq_axis=2)
                      for name, n_heads in zip(names, heads))
 
-    def rotary(self, path: str, x: Tensor, width: Size | None = None) -> Tensor:
+    def rotary(self, path: str, x: Tensor, width: Size | None = None, yarn: bool = False) -> Tensor:
         """RoPE: ``x*cos + rotate_half(x)*sin`` saves no activation; it reads the cos/sin tables
         ``(s, width)`` made once per forward (``width``: the rotated part of each head, all of it
-        unless partial rotary, e.g. GPT-NeoX's ``rotary_pct``)."""
+        unless partial rotary, e.g. GPT-NeoX's ``rotary_pct``). ``yarn``: YaRN-scaled tables (its
+        mscale on the tables, the same work per element), the term named ``rotary-yarn``: frameworks
+        that fuse plain RoPE only run it unfused (``memory_bound.UNFUSED_MOVES``)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         seq, cols = x.shape[-2], x.shape[-1] if width is None else width
         tables = tuple(Tensor(f"rotary.{k}", (seq, cols), self.act, role="rotary-tables", seq_axis=0)
                        for k in ("cos", "sin"))
         return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
-                            flops=pointwise_flops(path, "rotary", out), inputs=(x.name,), reads=tables))
+                            flops=pointwise_flops(path, "rotary-yarn" if yarn else "rotary", out), inputs=(x.name,),
+                            reads=tables))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""

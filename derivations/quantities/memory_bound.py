@@ -144,7 +144,7 @@ _SKIP = ("glu",)
 #: stays on chip (none); a linear's bias add runs in the GEMM's epilogue or the bias-GELU (none).
 FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
     **{(norm, norm): {"forward": 2, "recompute": 2, "input-grad": 3} for norm in ("rms_norm", "layer_norm")},
-    ("rotary", "rotary"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    **{("rotary", rope): {"forward": 2, "recompute": 2, "input-grad": 2} for rope in ("rotary", "rotary-yarn")},
     ("silu-glu", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
     ("gelu", "gelu"): {"forward": 2, "recompute": 2, "input-grad": 3},
     ("add", "add"): {"forward": 3, "recompute": 3},
@@ -172,7 +172,8 @@ TOKEN_MOVES_SOURCE = Citation("megatron-moe-dispatcher", "moe_utils.py permute (
 MCORE_UNFUSED_SOURCE = Citation("megatron-core-0.15-experts", "megatron/core/fusions/fused_bias_geglu.py "
                                 "weighted_bias_quick_geglu_impl (the clamp before the fused function); "
                                 "megatron/core/transformer/moe/experts.py TEGroupedMLP._apply_bias (fc2's bias, "
-                                "skip_bias_add=True)", also=(
+                                "skip_bias_add=True); megatron/core/models/common/embeddings/rope_utils.py "
+                                "_apply_rotary_pos_emb_bshd (YaRN unfused)", also=(
     Citation("transformer-engine-2.9-grouped-linear", "GroupedLinear: fc1's bias in the grouped GEMM, its gradient "
              "fused with the wgrad GEMM"),))
 
@@ -193,10 +194,19 @@ MCORE_UNFUSED_SOURCE = Citation("megatron-core-0.15-experts", "megatron/core/fus
 #:   two gradients (``g * p`` r 1 w 1 summed r 1, ``g * b`` r 1 w 1 summed r 1) and the split's gradient ``cat``
 #:   r 1 w 1 = 8. fc1's bias is TE's (``GroupedLinear``, returned by no one): in the GEMM's epilogue, its gradient
 #:   in the wgrad GEMM's (none).
+#: * YaRN's rotary embedding unfused: Megatron-LM (arguments.py validate_args: ``position_embedding_type != 'rope'``
+#:   sets ``apply_rope_fusion = False``) and Megatron-Bridge 0.2.0 (utils/fusions.py
+#:   validate_rope_fusion_compatibility, called by GPTModelProvider.provide; gpt-oss's provider sets 'yarn') run
+#:   ``_apply_rotary_pos_emb_bshd`` (rope_utils.py), per element of q and k: forward ``t * cos_`` r 1 w 1, the
+#:   rotate_half's neg r w of half and cat r 1 w 1, ``* sin_`` r 1 w 1, the add r 2 w 1, the cat with the empty
+#:   ``t_pass`` r 1 w 1 = 12; backward the two products r 1 w 1 each, the neg (1), the chunk's cat (2), the two
+#:   gradients of t summed (3), the empty t_pass's ``slice_backward`` (zeros, w 1) added (3) = 14 (the cos/sin
+#:   tables, per position only, left out); the fused kernel's 2 and 2 (``FUSED_MOVES``) are already counted.
 UNFUSED_MOVES: dict[str, dict[tuple[str, str], dict[str, Moves]]] = {
     "megatron": {
         ("experts", "clamp"): {"forward": Moves(8), "recompute": Moves(8), "input-grad": Moves(11, byte=8)},
         ("experts", "down_bias"): {"forward": Moves(6), "recompute": Moves(6), "weight-grad": Moves(8)},
+        ("rotary", "rotary-yarn"): {"forward": Moves(10), "recompute": Moves(10), "input-grad": Moves(12)},
     },
 }
 
