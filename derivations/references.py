@@ -542,6 +542,20 @@ _ENTRIES: tuple[Reference, ...] = (
               "+70.6; the device-host sync for the tokens per expert left)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/docs/discussions/deepseek-v3-gb200-optimization/"
               "deepseek-v3-gb200-optimization.md", "code"),
+    Reference("megatron-core-0.15-experts", "Megatron-Core", _NV, "Megatron-LM core_v0.15.0 (0d7e02bd): "
+              "megatron/core/transformer/moe/experts.py (TEGroupedMLP: fc1 skip_bias_add=False, fc2 skip_bias_add="
+              "True; forward's bias_act_func: weighted_bias_quick_geglu_impl under bias_activation_fusion; "
+              "_apply_bias: per local expert t + b * p, torch.cat) and megatron/core/fusions/fused_bias_geglu.py "
+              "(weighted_bias_quick_geglu_impl: chunk, clamp, clamp, torch.cat eager before "
+              "WeightedQuickGeGLUFunction); Megatron-Bridge v0.2.0 src/megatron/bridge/models/gpt_oss/"
+              "gpt_oss_provider.py (GPTOSSProvider: quick_gelu, glu_linear_offset 1.0, bias_activation_fusion True, "
+              "activation_func_clamp_value 7.0)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/core_v0.15.0/megatron/core/transformer/moe/experts.py", "code"),
+    Reference("transformer-engine-2.9-grouped-linear", "Transformer Engine", _NV, "TransformerEngine v2.9 (70f53666): "
+              "transformer_engine/pytorch/module/grouped_linear.py (_GroupedLinear.forward: general_grouped_gemm "
+              "with bias; backward without fp8: 'Grad bias is fused with wgrad GEMM')", None,
+              "github.com/NVIDIA/TransformerEngine/blob/v2.9/transformer_engine/pytorch/module/grouped_linear.py",
+              "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

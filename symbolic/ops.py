@@ -45,7 +45,8 @@ Parallel = Literal["column", "row", "vocab", None]
 #: measurement (FlopCounterMode counts matmuls only); backward is counted as twice the forward,
 #: except a residual add's (its gradient passes through).
 ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "tanh": 1, "gelu": 8, "silu": 4,
-               "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1}
+               "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1,
+               "clamp": 3, "rotary-yarn": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
 
 
 def matmul_rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
@@ -218,16 +219,19 @@ class BlockBuilder:
         return tuple(self._act(f"{path}.{name}", (bsz, n_heads, seq, d_head), role=name, tp_axis=1, seq_axis=2)
                      for name, n_heads in zip(names, heads))
 
-    def rotary(self, path: str, x: Tensor, width: Size | None = None) -> Tensor:
+    def rotary(self, path: str, x: Tensor, width: Size | None = None, yarn: bool = False) -> Tensor:
         """RoPE: ``x*cos + rotate_half(x)*sin`` saves no activation; it reads the cos/sin tables
         ``(s, width)`` made once per forward (``width``: the rotated part of each head, all of it
-        unless partial rotary, e.g. GPT-NeoX's ``rotary_pct``)."""
+        unless partial rotary, e.g. GPT-NeoX's ``rotary_pct``). ``yarn``: YaRN-scaled tables (its
+        mscale on the tables, the same work per element), the term named ``rotary-yarn``: frameworks
+        that fuse plain RoPE only run it unfused (``memory_bound.UNFUSED_MOVES``)."""
         out = Tensor(f"{path}.out", x.shape, x.dtype, role=x.role, tp_axis=x.tp_axis, seq_axis=x.seq_axis)
         seq, cols = x.shape[-2], x.shape[-1] if width is None else width
         tables = tuple(Tensor(f"rotary.{k}", (seq, cols), self.act, role="rotary-tables", seq_axis=0)
                        for k in ("cos", "sin"))
         return self._add(Op(path, "rotary", (), (), out, "cos/sin tables are buffers shared by all layers",
-                            flops=pointwise_flops(path, "rotary", out), inputs=(x.name,), reads=tables))
+                            flops=pointwise_flops(path, "rotary-yarn" if yarn else "rotary", out), inputs=(x.name,),
+                            reads=tables))
 
     def head_norm(self, path: str, x: Tensor, kind: str) -> Tensor:
         """Per-head q/k norm (Qwen3, OLMo2-style) over d_h: weight (d_h,), saves input and rstd."""
@@ -309,7 +313,7 @@ class BlockBuilder:
         return self._add(Op(path, "router", tuple(params), saved, out, flops=flops))
 
     def experts(self, path: str, x: Tensor, experts: Size, top_k: Size, width: Size, *, kind: str,
-                bias: bool, note: str = "") -> Tensor:
+                bias: bool, note: str = "", clamp: bool = False) -> Tensor:
         """E routed expert MLPs, weights ``(E, out, in)`` as transformers stores them; each token
         goes through k of them (``kind``: ``swiglu``/``geglu`` gated, else ``gelu``/``relu``).
 
@@ -344,7 +348,7 @@ class BlockBuilder:
                  self._act(f"{path}.weighted", (*lead, h)))
         out = self._act(f"{path}.out", x.shape, tp_axis=None)
         rows = self._act(f"{path}.rows", lead, buffer, seq_axis=None)  # every token reaches the experts (SP gathers)
-        flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1])
+        flops = _expert_flops(path, rows, params, hidden[0], kind, saved[-1], clamp and gated)
         return self._add(Op(path, "experts", tuple(params), saved, out, note, flops=flops))
 
     def scale(self, path: str, x: Tensor, gate_width: Size = 1, *, kind: str = "sigmoid-gate") -> Tensor:
@@ -414,7 +418,7 @@ class BlockBuilder:
 
 
 def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor, kind: str,
-                  weighted: Tensor) -> tuple[Flop, ...]:
+                  weighted: Tensor, clamp: bool = False) -> tuple[Flop, ...]:
     """Each of the b s k token-expert ``rows`` goes through one expert's matrices: the FLOPs of one
     expert's weights per row (an ``(out, in)`` operand per matrix, split by tensor parallelism as the
     experts' are; expert parallelism moves rows between ranks, not work), its activation, and the
@@ -430,6 +434,8 @@ def _expert_flops(path: str, rows: Tensor, params: list[Tensor], hidden: Tensor,
         else:
             terms += [Flop(f"{path} +bias", (rows, one), 1, "elementwise"),
                       Flop(f"{path} +bias", (rows, one), 1, "elementwise", "weight-grad", weight.name)]
+    if clamp:  # before the activation: the gate and up projections clamped (gpt-oss)
+        terms += pointwise_flops(path, "clamp", hidden)
     if kind in ("swiglu", "geglu"):
         terms += [*pointwise_flops(path, "silu" if kind == "swiglu" else "gelu", hidden), *pointwise_flops(path, "glu", hidden)]
     else:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from memderive.derivations.estimate import estimate
-from memderive.derivations.quantities.memory_bound import (EAGER_EXTRA, adam_moves, eager_extra_bytes,
-                                                            fused_elementwise_bytes,
-                                                            optimizer_bytes, zero3_copy_bytes)
+from memderive.derivations.quantities.memory_bound import (EAGER_EXTRA, UNFUSED_MOVES, adam_moves, eager_extra_bytes,
+                                                            fused_elementwise_bytes, optimizer_bytes,
+                                                            unfused_framework_bytes, zero3_copy_bytes)
 from memderive.derivations.quantities.timing import step_time
 
 P = 8_030_261_248  # LLaMA-3 8B's parameters
@@ -75,6 +75,34 @@ def test_fused_elementwise_bytes_by_hand() -> None:
     est = estimate("llama-3-8b", mode="train", batch=1, seq=8, flash=True)
     assert fused_elementwise_bytes(est) == 8 * (32 * (81920 + 40960 + 229376 + 49152) + 40960 + 2052096)
     assert step_time(est, "h100-sxm").elementwise_s == pytest.approx(119_504_896 / 2.97e12, rel=1e-12)
+
+
+def test_megatron_cores_unfused_passes_of_gpt_oss_by_hand() -> None:
+    """gpt-oss's experts under Megatron-Core 0.15 (memory_bound.UNFUSED_MOVES): the clamp before the fused quick-GeGLU,
+    per element of the gate at bf16, forward clamp 2 + clamp 2 + cat 4 moves x 2 B = 16 B; backward ge, le (2 B read,
+    1 B mask written), logical_and_ (2 masks read, 1 written), where (2 B grad + mask read, 2 B written), le, where,
+    the chunk's gradient cat (4 x 2 B): 3 + 3 + 3 + 5 + 3 + 5 + 8 = 30 B. fc2's bias (``_apply_bias``), per element
+    of fc2's output: forward b * p (w), add (r 2 w 1), cat (r w) = 6 moves, 12 B; backward two products and their sums
+    (r w r, twice) and the split's cat (r w) = 8 moves, 16 B.
+    YaRN's rotary unfused (rope_utils.py _apply_rotary_pos_emb_bshd), per element of q and k beyond the fused
+    kernel's 2 + 2 moves: forward 12 - 2, backward 14 - 2 = 22 moves, 44 B.
+    gpt-oss-20b (24 layers, k 4, f_e = h = 2,880, 64 query and 8 KV heads of 64), b 1, s 8, one GPU: 32 token-expert
+    rows per layer, 32 x 2,880 x (16 + 30 + 12 + 16) = 6,819,840 B per layer, x 24 = 163,676,160 B; rotary on
+    8 x (64 + 8) x 64 = 36,864 elements x 44 B = 1,622,016 per layer, x 24 = 38,928,384 B: 202,604,544 B. Another
+    framework, a MoE without clamp or expert biases (Qwen3 30B-A3B) or a plain-RoPE model (Llama 3 8B) adds none; on
+    an H100 the step's elementwise time grows by those bytes over BabelStream's Triad, 2.97 TB/s."""
+    clamp, bias = UNFUSED_MOVES["megatron"][("experts", "clamp")], UNFUSED_MOVES["megatron"][("experts", "down_bias")]
+    assert (clamp["forward"].nbytes(2), clamp["input-grad"].nbytes(2)) == (16, 30)
+    assert (bias["forward"].nbytes(2), bias["weight-grad"].nbytes(2)) == (12, 16)
+    yarn = UNFUSED_MOVES["megatron"][("rotary", "rotary-yarn")]
+    assert yarn["forward"].nbytes(2) + yarn["input-grad"].nbytes(2) == 44
+    meg = estimate("gpt-oss-20b", mode="train", batch=1, seq=8, framework="megatron")
+    assert unfused_framework_bytes(meg) == 163_676_160 + 38_928_384
+    assert unfused_framework_bytes(estimate("gpt-oss-20b", mode="train", batch=1, seq=8)) == 0
+    for plain in ("qwen3-30b-a3b", "llama-3-8b"):
+        assert unfused_framework_bytes(estimate(plain, mode="train", batch=1, seq=8, framework="megatron")) == 0
+    fused_s = fused_elementwise_bytes(meg) / 2.97e12
+    assert step_time(meg, "h100-sxm").elementwise_s - fused_s == pytest.approx(202_604_544 / 2.97e12, rel=1e-9)
 
 
 def test_the_step_time_shows_each_term_over_the_memory_bandwidth() -> None:

@@ -52,6 +52,8 @@ class Moe:
     group_masked: bool = False
     input_jitter: bool = False  # training multiplies the MoE input by uniform noise (Phi-MoE's input_jitter_noise > 0)
     note: str = ""  # what the experts compute beyond the graph's MLP kind (gpt-oss's clamped SwiGLU)
+    # the gated experts clamp their gate (from above) and up (both ways) projections before the GLU (gpt-oss: limit 7)
+    glu_clamp: bool = False
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)
     active_embedding: bool = True
@@ -93,6 +95,7 @@ class Arch:
     mla_absorbed: bool = False  # MLA only: the decode form with kv_b absorbed (vLLM/SGLang), not transformers'
     q_lora: bool = True  # MLA only: low-rank query (q_lora_rank); False: one h -> a(d_h + d_hR) projection
     sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
+    rope_yarn: bool = False  # the rotary embedding YaRN-scaled (gpt-oss's rope_scaling 'yarn'): its own term name
     act_fn: str = ""  # the config's activation name where transformers' code for it matters (gelu_new: Python)
 
     def __post_init__(self) -> None:
@@ -147,7 +150,7 @@ def _attention(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tens
         k = bb.head_norm("attn/k_norm", k, "rms_norm")
     if arch.positions == "rotary":
         width = d_r if arch.partial_rotary else None
-        q, k = bb.rotary("attn/rotary_q", q, width), bb.rotary("attn/rotary_k", k, width)
+        q, k = (bb.rotary(f"attn/rotary_{n}", x, width, yarn=arch.rope_yarn) for n, x in (("q", q), ("k", k)))
     ctx = bb.attention("attn/core", q, k, v, dropout="attention" in dropout)
     out = bb.linear("attn/proj", ctx, h, bias=arch.out_bias, parallel="row")
     return bb.dropout("attn/dropout", out) if "attn_out" in dropout else out

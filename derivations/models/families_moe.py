@@ -144,10 +144,12 @@ def _gpt_oss(c: Fields) -> Adapted:
     """gpt-oss: attention sinks, biases on attention, router and experts; layers alternate a sliding
     window (128) and full attention."""
     bias = c.flag("attention_bias", True)
-    moe = Moe(router_bias=True, expert_bias=True, active_embedding=False,
+    moe = Moe(router_bias=True, expert_bias=True, active_embedding=False, glu_clamp=True,
               note="gpt-oss experts: clamped SwiGLU (up + 1) * gate * sigmoid(1.702 gate), saved as SwiGLU "
                    "except under --implementation hf (its code's tensors)")
-    arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True,
+    scaling = c.get("rope_scaling", None)  # transformers' GptOssConfig defaults to YaRN (factor 32)
+    yarn = scaling is None or (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "yarn")
+    arch = replace(LLAMA, family="gpt_oss", qkv_bias=bias, out_bias=bias, sinks=True, rope_yarn=yarn,
                    tied_embeddings=c.flag("tie_word_embeddings", False))
     sizes = decoder_sizes(c, head_dim=64, kv_heads=8)
     sizes.update(_experts(c, "num_local_experts", 128, 4, sizes["f"]))

@@ -37,7 +37,8 @@ def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[str], de
         dense(bb, plain, x, dropout)
         bb.share = (l - l_d) / l
     bb.router("moe/router", x, E, k, bias=moe.router_bias, renormalize=moe.renormalize)
-    out = bb.experts("moe/experts", x, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note)
+    out = bb.experts("moe/experts", x, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note,
+                     clamp=moe.glu_clamp)
     if moe.shared:
         shared = dense(bb, replace(plain, mlp_bias=False), x, frozenset(), width=f_s, prefix="moe/shared")
         if moe.shared_gate:

@@ -52,7 +52,8 @@ from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import TEFloat8, te_linears
 
-__all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+__all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
+           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE"]
 
@@ -98,13 +99,15 @@ def achievable_bandwidth(hw: GPU) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Moves:
-    """Element reads plus writes per element of the op's tensor: ``act`` in its own dtype, ``fp32`` upcast."""
+    """Element reads plus writes per element of the op's tensor: ``act`` in its own dtype, ``fp32`` upcast, ``byte``
+    one-byte (bool masks)."""
 
     act: int
     fp32: int = 0
+    byte: int = 0
 
     def nbytes(self, act_bytes: Any) -> Any:
-        return self.act * act_bytes + 4 * self.fp32
+        return self.act * act_bytes + 4 * self.fp32 + self.byte
 
 
 #: Reads and writes eager kernels make beyond a fused kernel's, per element of the op's tensor, by phase
@@ -141,7 +144,7 @@ _SKIP = ("glu",)
 #: stays on chip (none); a linear's bias add runs in the GEMM's epilogue or the bias-GELU (none).
 FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
     **{(norm, norm): {"forward": 2, "recompute": 2, "input-grad": 3} for norm in ("rms_norm", "layer_norm")},
-    ("rotary", "rotary"): {"forward": 2, "recompute": 2, "input-grad": 2},
+    **{("rotary", rope): {"forward": 2, "recompute": 2, "input-grad": 2} for rope in ("rotary", "rotary-yarn")},
     ("silu-glu", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
     ("gelu", "gelu"): {"forward": 2, "recompute": 2, "input-grad": 3},
     ("add", "add"): {"forward": 3, "recompute": 3},
@@ -164,6 +167,78 @@ TOKEN_MOVES = {"forward": 4, "recompute": 4, "input-grad": 4}
 TOKEN_MOVES_SOURCE = Citation("megatron-moe-dispatcher", "moe_utils.py permute (index_select), unpermute "
                               "(scatter_add)", also=(Citation("megatron-moe-readme", "MCore v0.13: probs applied in the "
                                                                                "GroupedMLP's activation"),))
+
+
+MCORE_UNFUSED_SOURCE = Citation("megatron-core-0.15-experts", "megatron/core/fusions/fused_bias_geglu.py "
+                                "weighted_bias_quick_geglu_impl (the clamp before the fused function); "
+                                "megatron/core/transformer/moe/experts.py TEGroupedMLP._apply_bias (fc2's bias, "
+                                "skip_bias_add=True); megatron/core/models/common/embeddings/rope_utils.py "
+                                "_apply_rotary_pos_emb_bshd (YaRN unfused)", also=(
+    Citation("transformer-engine-2.9-grouped-linear", "GroupedLinear: fc1's bias in the grouped GEMM, its gradient "
+             "fused with the wgrad GEMM"),))
+
+#: Passes a framework's own code runs as separate PyTorch kernels around its fused ones, beyond ``FUSED_MOVES``
+#: (every run pays them, whatever ``--kernels``), by framework, (op kind, term) and phase, per element of the term's
+#: elements (its FLOPs over its coefficient: a bias term's rows x width). NOTE(unfused_moves): Megatron-Core 0.15
+#: (Megatron-Bridge 0.2.0's pin) with Transformer Engine 2.9 runs gpt-oss's experts (``TEGroupedMLP.forward``,
+#: ``bias_activation_fusion`` True, quick-GeGLU, ``activation_func_clamp_value`` 7) as:
+#: * the clamp, eager before ``WeightedQuickGeGLUFunction`` (``weighted_bias_quick_geglu_impl``): per element of the
+#:   gate, forward ``x_glu.clamp(max=7)`` r 1 w 1, ``x_linear.clamp(-7, 7)`` r 1 w 1, ``torch.cat`` r 2 w 2 = 8;
+#:   backward (``clamp_backward``) the up's ``self >= min`` r 1 w 1 byte, ``self <= max`` r 1 w 1 byte,
+#:   ``logical_and_`` r 2 w 1 byte, ``where`` r grad 1 + mask byte w 1; the gate's ``self <= max`` r 1 w 1 byte,
+#:   ``where`` r 1 + byte w 1; the chunk's gradient ``cat`` r 2 w 2 = 11 + 8 bytes (aten ops counted under
+#:   ``TorchDispatchMode`` on CPU, views left out); the fused function after it reads and writes as
+#:   ``FUSED_MOVES``' SwiGLU;
+#: * fc2's bias (``skip_bias_add=True``), per local expert ``t + b * p``, then ``torch.cat`` (``_apply_bias``): per
+#:   element of fc2's output, forward ``b * p`` w 1, the add r 2 w 1, the cat r 1 w 1 = 6; backward the product's
+#:   two gradients (``g * p`` r 1 w 1 summed r 1, ``g * b`` r 1 w 1 summed r 1) and the split's gradient ``cat``
+#:   r 1 w 1 = 8. fc1's bias is TE's (``GroupedLinear``, returned by no one): in the GEMM's epilogue, its gradient
+#:   in the wgrad GEMM's (none).
+#: * YaRN's rotary embedding unfused: Megatron-LM (arguments.py validate_args: ``position_embedding_type != 'rope'``
+#:   sets ``apply_rope_fusion = False``) and Megatron-Bridge 0.2.0 (utils/fusions.py
+#:   validate_rope_fusion_compatibility, called by GPTModelProvider.provide; gpt-oss's provider sets 'yarn') run
+#:   ``_apply_rotary_pos_emb_bshd`` (rope_utils.py), per element of q and k: forward ``t * cos_`` r 1 w 1, the
+#:   rotate_half's neg r w of half and cat r 1 w 1, ``* sin_`` r 1 w 1, the add r 2 w 1, the cat with the empty
+#:   ``t_pass`` r 1 w 1 = 12; backward the two products r 1 w 1 each, the neg (1), the chunk's cat (2), the two
+#:   gradients of t summed (3), the empty t_pass's ``slice_backward`` (zeros, w 1) added (3) = 14 (the cos/sin
+#:   tables, per position only, left out); the fused kernel's 2 and 2 (``FUSED_MOVES``) are already counted.
+UNFUSED_MOVES: dict[str, dict[tuple[str, str], dict[str, Moves]]] = {
+    "megatron": {
+        ("experts", "clamp"): {"forward": Moves(8), "recompute": Moves(8), "input-grad": Moves(11, byte=8)},
+        ("experts", "down_bias"): {"forward": Moves(6), "recompute": Moves(6), "weight-grad": Moves(8)},
+        ("rotary", "rotary-yarn"): {"forward": Moves(10), "recompute": Moves(10), "input-grad": Moves(12)},
+    },
+}
+
+
+def unfused_framework_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), on one GPU of the
+    first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
+    if est.options.framework not in UNFUSED_MOVES:
+        return 0
+    total = _unfused_form(est.graph, framework=est.options.framework)
+    return layout_int(total, est.values) if total else 0
+
+
+@per_graph
+def _unfused_form(graph: Any, framework: str) -> Any:
+    """``unfused_framework_bytes``' expression, once per graph and framework: each term of ``UNFUSED_MOVES`` over its
+    elements (a bias term's rows times the bias, its name the bias's: ``down_bias``) in the activations' dtype."""
+    table = UNFUSED_MOVES[framework]
+    total: Any = 0
+    for blk in graph.blocks:
+        for op in blk.ops:
+            for f in op.flops:
+                name = f.name.rsplit(" ", 1)[-1]
+                if name == "+bias" and len(f.operands) == 2:
+                    name = f.operands[1].name.rsplit(".", 2)[-2]  # experts' ``{path}.down_bias.one_expert``
+                moves = table.get((op.kind, name), {}).get(f.phase) if f.kind == "elementwise" else None
+                if moves:
+                    elements = blk.repeat * op.share
+                    for x in f.operands:
+                        elements = elements * x.numel
+                    total += elements * moves.nbytes(f.operands[0].dtype.nbytes)
+    return total
 
 
 def fused_elementwise_bytes(est: Evaluated) -> Any:

@@ -64,7 +64,8 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
                                                           rate_note)
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
-                                                            layout_int, layout_int as _bytes, optimizer_bytes, zero3_copy_bytes)
+                                                            layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
+                                                            zero3_copy_bytes)
 from memderive.derivations.options import TE_FP8, Options, derived, te_transposes
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
@@ -296,7 +297,9 @@ class StepTime:
     param_offload: str | None = None  # --offload-params: the optimizer the CPU steps (param_offload_time.py)
     zero3_ranks: Any = 0  # the ranks ZeRO-3 shards over (d x cp; a column in a plan); 0 below ZeRO-3
     framework: str | None = None  # --framework: which FlashAttention kernel runs (efficiency.flash_kernel)
-    elementwise_s: float = 0.0  # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes)
+    # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes), and the passes the
+    # framework's code runs unfused beside them (memory_bound.unfused_framework_bytes)
+    elementwise_s: float = 0.0
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
@@ -843,9 +846,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         # memory-bound work (memory_bound.py): unfused kernels' extra, on the busiest stage
         extra = eager_extra_bytes(est) if opts.kernels == "eager" else 0
         eager_micro = extra * stage / est.number("hardware_flops_per_gpu") / bandwidth if extra else 0.0
-        # every elementwise kernel's reads and writes, fused (memory_bound.py), on the busiest stage
-        elementwise_micro = (fused_elementwise_bytes(est) * stage / est.number("hardware_flops_per_gpu")
-                             / bandwidth)
+        # every elementwise kernel's reads and writes, fused, and the passes the framework's code runs unfused
+        # (memory_bound.py), on the busiest stage
+        elementwise_micro = ((fused_elementwise_bytes(est) + unfused_framework_bytes(est)) * stage
+                             / est.number("hardware_flops_per_gpu") / bandwidth)
         # Transformer Engine's fp8 quantization (memory_bound.py), on the busiest stage: per micro-batch, per step
         casts = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
