@@ -103,7 +103,8 @@ def moe() -> None:
         layers = run.estimate().model.sizes["l"] // lay.get("pp", 1)
         gap = (p.measured_s - p.predicted_s) / (lay.get("micro_batches", 1) * layers) * 1e3
         print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {gap:10.2f} {need / 2**30:14.1f} "
-              f"{capacity / 2**30:8.0f}  {'fits' if not assumed else 'over: ' + assumed}")
+              f"{capacity / 2**30:8.0f}  {'fits' if not assumed else 'over: ' + assumed}"
+              f"{'; assumed: ' + run.assumed if run.assumed else ''}")
     print()
     drop_and_pad()
 

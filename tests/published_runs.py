@@ -23,6 +23,7 @@ from typing import Any
 from memderive.derivations.estimate import estimate
 from memderive.derivations.models.architectures import GPT
 from memderive.derivations.models.model import Model
+from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
@@ -779,6 +780,13 @@ OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads":
             "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
             "num_local_experts": 128, "num_experts_per_tok": 4, "sliding_window": 128, "attention_bias": True}
 
+#: Qwen3-235B-A22B (Qwen/Qwen3-235B-A22B config.json; Qwen Team 2025, arXiv:2505.09388 Table 2; Megatron-Bridge
+#: v0.2.0 models/qwen/qwen_provider.py L414-424 ``Qwen3MoEModelProvider235B_A22B``): Qwen3 30B-A3B's shapes
+#: (presets.py: head_dim 128, 128 experts, 8 per token, vocabulary 151,936, untied) with hidden 4,096, 64 query and 4
+#: KV heads, 94 layers, dense width 12,288, expert width 1,536.
+QWEN3_235B = {**PRESETS["qwen3-30b-a3b"], "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 4,
+              "num_hidden_layers": 94, "intermediate_size": 12288, "moe_intermediate_size": 1536}
+
 
 @dataclass(frozen=True)
 class MoERun(Run):
@@ -835,18 +843,48 @@ _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optim
                     "recompute_modules layernorm, moe_act inert without 'selective'), bf16 gradient buffers (the "
                     "recipes' grad_reduce_in_fp32 False)")
 
+#: DeepSeek-V3's 25.11 recipe (Megatron-Bridge v0.2.0 scripts/performance/configs/deepseek/): recompute_granularity
+#: 'selective' (deepseek_llm_pretrain.py L37, and recipes/deepseek/deepseek_v3.py's default), so the modules run:
+#: mla_up_proj on GB200 and B200 (workload_base_configs.py L54, L69); grad_reduce_in_fp32 False (L40-41); dispatcher
+#: HybridEP on GB200 (moe_flex_dispatcher_backend "hybridep", L52), the provider's alltoall on B200
+#: (models/deepseek/deepseek_provider.py L76); moe_a2a_overlap False on both (L53, L70); moe_router_dtype fp32
+#: (deepseek_provider.py L79). The uneven stages: the recipe's layout_map for the row's (pp, vp) (deepseek_v3.py
+#: L235-245: (4, 4) and (16, 1) both E+4 layers | 14 chunks of 4 | 1 layer + MTP + loss), the MTP layer there by
+#: default (mtp_num_layers 1, L174).
+_BRIDGE_DSV3_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced balanced routing, token-dropless (the "
+                     "page's notes); recompute_granularity 'selective' with recompute_modules mla_up_proj (the "
+                     "recipe's), bf16 gradient buffers (grad_reduce_in_fp32 False), moe_router_dtype fp32, the "
+                     "recipe's pipeline layout")
+#: What memderive cannot take from DeepSeek-V3's recipe: its precision-aware optimizer (deepseek_v3.py L272-276:
+#: main_grads, exp_avg and exp_avg_sq in bf16, main params fp32: 12 bytes per parameter where memderive's
+#: --precision master with bf16 gradients counts 16, so its model states are an upper bound).
+_DSV3_OPTIMIZER = ("the optimizer's moments and main gradients in bf16 (use_precision_aware_optimizer, deepseek_v3.py "
+                   "L272-276) counted in fp32: 16 bytes per parameter for its 12")
+#: Qwen3-235B-A22B's 25.11 recipe (Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/): recompute none
+#: (qwen3_llm_pretrain.py L36: recompute_granularity None, no modules), grad_reduce_in_fp32 False (L44-45); HybridEP on
+#: GB200 BF16 (workload_base_configs.py L71-77), the provider's alltoall with moe_a2a_overlap on B200 (L109-116:
+#: overlap_moe_expert_parallel_comm and delay_wgrad_compute, utils/helpers.py L182-186); the embedding and the loss
+#: each count as a layer in the pipeline split (recipes/qwen/qwen3_moe.py L160-161:
+#: account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split), so 94 + 2 over p x v chunks.
+_BRIDGE_Q235_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced balanced routing, token-dropless (the "
+                     "page's notes); recompute none (recompute_granularity None, the recipe's), bf16 gradient buffers "
+                     "(grad_reduce_in_fp32 False), the embedding and the loss one layer each in the pipeline split")
+
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
-                fp8: str = "none", per_node: int = 8, inert: tuple[str, ...] = ()) -> MoERun:
+                fp8: str = "none", per_node: int = 8, inert: tuple[str, ...] = (), recipe: str = _BRIDGE_MOE_NOTE,
+                assumed: str = "") -> MoERun:
     """Megatron-Bridge's 25.11 table (megatron-bridge-performance): MoE rows, tokens/s per GPU, its layout (the
     micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX:
-    te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink)."""
+    te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink);
+    ``recipe``: what the row's recipe sets, ``assumed``: what memderive assumes that neither the row nor its recipe
+    says, or what it substitutes for what they say."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
               "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE}, {system}", model, layout, seq, hw, NDR, tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
-                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_BRIDGE_MOE_NOTE}")
+                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}", assumed=assumed)
 
 
 def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups: int, ffn: int, top_k: int,
@@ -867,6 +905,7 @@ _MIXTRAL_TFLOPS = 438
 _MIXTRAL_STEP = megatron_flops(256, 4096, 32, 4096, 32, 8, 14336, 2, 32000) / (_MIXTRAL_TFLOPS * 1e12 * 64)
 
 _OSS_MODULES = ("layernorm", "moe_act")  # gpt-oss-120b's recipe names them (``BRIDGE_RECOMPUTE``)
+_DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}  # ``_BRIDGE_DSV3_NOTE``
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -894,6 +933,33 @@ MOE = [
                 inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B ep8 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72),
+    # The same table's DeepSeek-V3 and Qwen3-235B-A22B rows. Left out: DeepSeek-V3 FP8-MX on GB200 (PP 8 VP 4 EP 32):
+    # the recipe's layout_map has no (8, 4) and 61 layers do not split over 32 chunks, so its layout is a
+    # command-line override the page does not give; Qwen3-235B-A22B FP8-CS on H100 (TP 2 PP 8 VP 4 EP 32): EP 32
+    # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express; the DGX-GB300 rows
+    # (as for the gpt-oss and Qwen3 30B-A3B rows).
+    _bridge_moe("DeepSeek-V3 p4 v4 ep64 GB200", "DGX-GB200", "gb200", "deepseek-v3",
+                {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep"}, 4096, 3139, 782, per_node=72,
+                recipe=_BRIDGE_DSV3_NOTE,
+                assumed="the row is 'w/o MTP' (mtp_num_layers 0, a command-line override the page does not give): the "
+                        "recipe's (4, 4) layout without its MTP layer; HybridEP timed as DeepEP (--moe-dispatcher "
+                        f"deepep: one copy of a token per destination GPU); {_DSV3_OPTIMIZER}"),
+    _bridge_moe("DeepSeek-V3 p16 ep8 B200", "DGX-B200", "b200", "deepseek-v3",
+                {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 128, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL"}, 4096, 2139, 557, fp8="te-mxfp8", recipe=_BRIDGE_DSV3_NOTE,
+                assumed="the row is 'w/ MTP': the last stage's MTP layer is in the layout but memderive does not "
+                        f"model it (neither its weights, activations nor time); {_DSV3_OPTIMIZER}"),
+    _bridge_moe("Qwen3 235B-A22B p8 v3 ep32 GB200", "DGX-GB200", "gb200", QWEN3_235B,
+                {"pp": 8, "virtual_stages": 3, "dp": 32, "ep": 32, "micro_batches": 256,
+                 "pipeline_layout": "Et*3|(t*4|)*22t*3L", "moe_dispatcher": "deepep"}, 4096, 4916, 728, per_node=72,
+                recipe=_BRIDGE_Q235_NOTE, assumed="HybridEP timed as DeepEP (--moe-dispatcher deepep: one copy of a "
+                                                  "token per destination GPU)"),
+    _bridge_moe("Qwen3 235B-A22B p8 v2 ep8 B200", "DGX-B200", "b200", QWEN3_235B,
+                {"pp": 8, "virtual_stages": 2, "dp": 8, "ep": 8, "micro_batches": 128,
+                 "pipeline_layout": "Et*5|(t*6|)*14t*5L"}, 4096, 3269, 484, fp8="te-mxfp8", recipe=_BRIDGE_Q235_NOTE,
+                assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
+                        "wgrad delayed) not modelled: the all-to-alls timed in series"),
 ]
 
 
