@@ -701,7 +701,8 @@ PLAN_SLACK = 1.15
 #: The layout options the planner sets (or, ``recompute`` and the attention kernel, takes from the run): the rest of a run's
 #: options are its recipe, given to the planner as they are.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
-                     "first_stage_layers", "last_stage_layers", "recompute", "flash", "attention", "tp_comm_overlap"})
+                     "first_stage_layers", "last_stage_layers", "pipeline_layout", "recompute", "flash", "attention",
+                     "tp_comm_overlap"})
 
 
 @dataclass
@@ -760,7 +761,10 @@ def plan_against(run: Run) -> PlanComparison:
     recipe = {k: v for k, v in layout.items() if k not in PLANNED}  # e.g. torchtitan's kernels
     # the run's framework limits the layouts compared (frameworks.plan_space); its preset is not applied (the
     # run's recipe is)
-    base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu, **{"framework": run_framework(run), **recipe})
+    # Megatron-Core's recompute modules (recipe) name what selective recomputes: Options wants selective beside them
+    selective = {"recompute": layout["recompute"]} if recipe.get("recompute_modules") else {}
+    base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu,
+                   **{"framework": run_framework(run), **selective, **recipe})
     capacity = run.memory_bytes or gpu(run.gpu).memory_bytes
     found = plan(run.model, capacity, run.global_batch, run.seq, run.gpus, options=base,
                  flash=layout.get("attention") != "eager", top=1, cluster=run.cluster(),
