@@ -869,10 +869,14 @@ _DSV3_OPTIMIZER = ("the optimizer's moments and main gradients in bf16 (use_prec
 #: GB200 BF16 (workload_base_configs.py L71-77), the provider's alltoall with moe_a2a_overlap on B200 (L109-116:
 #: overlap_moe_expert_parallel_comm and delay_wgrad_compute, utils/helpers.py L182-186); the embedding and the loss
 #: each count as a layer in the pipeline split (recipes/qwen/qwen3_moe.py L160-161:
-#: account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split), so 94 + 2 over p x v chunks.
+#: account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split), so 94 + 2 over p x v chunks;
+#: moe_router_dtype unset (models/qwen/qwen_provider.py ``Qwen3MoEModelProvider``; only Qwen3-Next's sets fp32, L452):
+#: Megatron-Core's default None, the router in bf16, where memderive's router softmax moves fp32 (memory_bound.py
+#: FUSED_MOVES "router"), 128 values per token.
 _BRIDGE_Q235_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced balanced routing, token-dropless (the "
                      "page's notes); recompute none (recompute_granularity None, the recipe's), bf16 gradient buffers "
-                     "(grad_reduce_in_fp32 False), the embedding and the loss one layer each in the pipeline split")
+                     "(grad_reduce_in_fp32 False), moe_router_dtype unset (bf16), the embedding and the loss one "
+                     "layer each in the pipeline split")
 
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
