@@ -941,7 +941,10 @@ MOE = [
                 inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B ep8 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72),
-    # The same table's DeepSeek-V3 and Qwen3-235B-A22B rows. Left out: DeepSeek-V3 FP8-MX on GB200 (PP 8 VP 4 EP 32):
+    # The same table's DeepSeek-V3 and Qwen3-235B-A22B rows; DeepSeek-V3's as the page was corrected on 2025-12-09
+    # (Megatron-Bridge 1804c076f, #1669, in v0.2.1: the GB200 rows became 'w/o MTP', GBS 4096, the B200 row 'w/ MTP'
+    # with its figures unchanged; the first 25.11 page had one GB200 FP8-MX row at the recipe's p4 v4 ep64, GBS 2048,
+    # 3,653 tokens/s, withdrawn). Left out: DeepSeek-V3 FP8-MX on GB200 (PP 8 VP 4 EP 32):
     # the recipe's layout_map has no (8, 4) and 61 layers do not split over 32 chunks, so its layout is a
     # command-line override the page does not give; Qwen3-235B-A22B FP8-CS on H100 (TP 2 PP 8 VP 4 EP 32): EP 32
     # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express; the DGX-GB300 rows
