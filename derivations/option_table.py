@@ -205,6 +205,12 @@ OPTIONS: tuple[Option, ...] = (
        "one copy per destination GPU, one per destination node across nodes, forwarded there over NVLink)",
        choices=("alltoall", "deepep"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
        example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2", "--moe-dispatcher", "deepep")),
+    _o("moe_a2a_overlap", "bool", False, "Megatron-Core's --overlap-moe-expert-parallel-comm, for times: one "
+       "micro-batch's expert all-to-alls behind another's attention and expert GEMMs, layer by layer (the combined "
+       "1F1B schedule: steady-state forward beside backward; warmup and cooldown alone); with --ep, --virtual-stages "
+       "where --pp > 1, not with full recompute",
+       modes=_TRAIN, echo="set",
+       example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2", "--moe-a2a-overlap")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
        modes=_ALL, echo="never", example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--capacity-factor", "1.25")),
     _o("zero", "int", 0, choices=(0, 1, 2, 3), modes=_TRAIN,

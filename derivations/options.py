@@ -265,6 +265,7 @@ class Options:
     ep: int = 1  # expert-parallel degree: the routed experts over ep ranks of the expert grid (etp x ep x edp x pp)
     etp: int | None = None  # expert tensor-parallel degree (MoE parallel folding); None: the tp (Megatron-Core's default)
     moe_dispatcher: str = "alltoall"  # alltoall | deepep: the MoE token dispatch, for times (quantities.timing)
+    moe_a2a_overlap: bool = False  # Megatron-Core --overlap-moe-expert-parallel-comm, for times (quantities.a2a_overlap)
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
     efficiency: float | None = None  # fraction of dense peak (derivations.quantities.timing.DEFAULT_EFFICIENCY)
@@ -721,6 +722,16 @@ class Options:
                                "grid etp x ep x edp folds the same GPUs; choose degrees whose product divides it")
         if self.capacity_factor is not None:
             self.capacity()
+        if self.moe_a2a_overlap:  # Megatron-Core's TransformerConfig.__post_init__ (quantities.a2a_overlap)
+            if self.ep <= 1:
+                raise OptionsError("--moe-a2a-overlap overlaps the expert-parallel all-to-alls: give --ep greater "
+                                   "than 1 (Megatron-Core asserts the same)")
+            if self.pp > 1 and (self.virtual_stages or 1) == 1:
+                raise OptionsError("--moe-a2a-overlap with --pp greater than 1 runs on the interleaved schedule: "
+                                   "give --virtual-stages (Megatron-Core asserts virtual_pipeline_model_parallel_size)")
+            if self.recompute == "full":
+                raise OptionsError("--moe-a2a-overlap runs without full recompute (Megatron-Core asserts "
+                                   "recompute_granularity != 'full'); use --recompute none or selective")
 
     @property
     def expert_tp(self) -> int:

@@ -702,7 +702,7 @@ PLAN_SLACK = 1.15
 #: options are its recipe, given to the planner as they are.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
                      "first_stage_layers", "last_stage_layers", "pipeline_layout", "recompute", "flash", "attention",
-                     "tp_comm_overlap"})
+                     "tp_comm_overlap", "moe_a2a_overlap"})
 
 
 @dataclass
@@ -769,7 +769,7 @@ def plan_against(run: Run) -> PlanComparison:
     found = plan(run.model, capacity, run.global_batch, run.seq, run.gpus, options=base,
                  flash=layout.get("attention") != "eager", top=1, cluster=run.cluster(),
                  recomputes=(layout.get("recompute", "none"),), zeros=run.zero_stages,
-                 sequence_parallel=run.sequence_parallel)
+                 sequence_parallel=run.sequence_parallel, a2a_overlap=bool(layout.get("moe_a2a_overlap")))
     return PlanComparison(run, predict(run).predicted_s, found[0], found.evaluated)
 
 
@@ -966,17 +966,17 @@ MOE = [
                                                   "token per destination GPU)"),
     _bridge_moe("Qwen3 235B-A22B p8 v2 ep8 B200", "DGX-B200", "b200", QWEN3_235B,
                 {"pp": 8, "virtual_stages": 2, "dp": 8, "ep": 8, "micro_batches": 128,
-                 "pipeline_layout": "Et*5|(t*6|)*14t*5L"}, 4096, 3269, 484, fp8="te-mxfp8", recipe=_BRIDGE_Q235_NOTE,
-                assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
-                        "wgrad delayed) not modelled: the all-to-alls timed in series"),
+                 "pipeline_layout": "Et*5|(t*6|)*14t*5L", "moe_a2a_overlap": True}, 4096, 3269, 484, fp8="te-mxfp8",
+                recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap (--moe-a2a-overlap; its delay_wgrad_compute not timed "
+                "apart: the weight gradients with the experts' backward)"),
     # H100 FP8-CS (workload_base_configs.py L135-144: TP 2 PP 8 VP 4 EP 32, GBS 2048, moe_a2a_overlap; ETP 1 from
     # BASE_QWEN3_235B_A22B_CONFIG L22-24; qwen3_llm_pretrain.py L153 tp_comm_overlap False; recipes/qwen/qwen3_moe.py
     # sequence_parallel True): EP 32 over TP 2 x DP 16, MoE parallel folding (--etp 1); 94 + 2 layers over 32 chunks
     _bridge_moe("Qwen3 235B-A22B t2 p8 v4 ep32 etp1 H100", "DGX-H100", "h100-sxm", QWEN3_235B,
                 {"tp": 2, "sp": True, "pp": 8, "virtual_stages": 4, "dp": 16, "ep": 32, "etp": 1, "micro_batches": 128,
-                 "pipeline_layout": "Et*2|(t*3|)*30t*2L"}, 4096, 1575, 233, fp8="te-current", recipe=_BRIDGE_Q235_NOTE,
-                assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
-                        "wgrad delayed) not modelled: the all-to-alls timed in series"),
+                 "pipeline_layout": "Et*2|(t*3|)*30t*2L", "moe_a2a_overlap": True}, 4096, 1575, 233, fp8="te-current",
+                recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap (--moe-a2a-overlap; its delay_wgrad_compute not timed "
+                "apart: the weight gradients with the experts' backward)"),
 ]
 
 

@@ -57,6 +57,7 @@ from functools import lru_cache
 from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, where
+from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
@@ -307,6 +308,7 @@ class StepTime:
     elementwise_s: float = 0.0
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
+    moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
     fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
     fp8: str = "none"  # --fp8: the recipe
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
@@ -382,8 +384,13 @@ class StepTime:
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
                 f"({cite(NCCL_COST)}), the data-parallel ones call by call: FSDP's units, Megatron-Core's gradient "
                 f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}); "
-                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) not hidden, over "
-                f"NVLink inside a node and each GPU's port for the share bound to other nodes, "
+                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) "
+                + ("behind another micro-batch's compute (--moe-a2a-overlap: Megatron-Core's combined 1F1B, the "
+                   "steady state's forward beside a backward, layer by layer: combine behind attention, dispatch "
+                   "behind the experts' GEMMs, each one's excess exposed; the warmup's forwards and the cooldown's "
+                   f"backwards alone, exposed; {cite(A2A_OVERLAP_SOURCE)})" if self.moe_a2a_overlap else "not hidden")
+                + ", over "
+                "NVLink inside a node and each GPU's port for the share bound to other nodes, "
                 + (f"DeepEP's: a token once per GPU, and per node across nodes, that holds one of its experts under "
                    f"balanced routing ({cite(DEEPEP_SOURCE)})" if self.moe_dispatcher == "deepep" else
                    f"a token once per routed expert ({cite(EP_SOURCE)})")
@@ -884,6 +891,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
                                  opts, (sizes["E"], sizes["k"]) if "E" in sizes else None) if opts.ep > 1 else 0.0
+    if opts.moe_a2a_overlap:  # the combined 1F1B schedule (a2a_overlap.py); a selective moe recompute's two exposed
+        four = ep_micro * 4 / (6 if "moe" in opts.recomputed_modules else 4)
+        ep_micro = (overlapped_ep_s(est.graph, values, micro, four, m, p, v) + m * (ep_micro - four)) / m
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
         pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
@@ -916,7 +926,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
-                    moe_dispatcher=opts.moe_dispatcher, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
+                    moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     sp=bool(opts.sp))
 
 

@@ -1,0 +1,62 @@
+"""Megatron-Core's EP A2A overlap (``--moe-a2a-overlap``, --overlap-moe-expert-parallel-comm; Megatron-LM
+combined_1f1b.py, model_chunk_schedule_plan.py ``TransformerLayerSchedulePlan.run``): one micro-batch's
+dispatch and combine behind another's attention and expert GEMMs, layer by layer; the warmup's forwards and the
+cooldown's backwards alone. Expected numbers are hand arithmetic written beside each."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.commands.cli import main
+from memderive.derivations.estimate import estimate
+from memderive.derivations.options import OptionsError
+from memderive.derivations.quantities.a2a_overlap import exposed_s
+from memderive.derivations.quantities.timing import step_time
+
+
+def test_no_pipelining_pairs_each_backward_with_the_next_forward() -> None:
+    # combined_1f1b_schedule_for_no_pipelining, m 4: F0 | B0+F1 | B1+F2 | B2+F3 | B3: 3 pairs, F0 and B3 alone.
+    # 10 s of all-to-alls per micro-batch, q = 10/4 = 2.5 s each of combine_bwd, dispatch_fwd, dispatch_bwd,
+    # combine_fwd, behind attn_fwd 1, mlp_bwd 6, mlp_fwd 3, attn_bwd 2: a pair exposes (2.5 - 1) + 0 + 0 + (2.5 - 2)
+    # = 2; F0's two and B3's two all-to-alls: 5 + 5 = 10. Step: 3 x 2 + 10 = 16 s (in series: 4 x 10 = 40 s).
+    assert exposed_s(10.0, (1.0, 6.0, 3.0, 2.0), 4, 1, 1) == pytest.approx(16.0)
+
+
+def test_interleaved_warmup_runs_alone() -> None:
+    # p 2, v 2, m 4: m v = 8 chunk micro-batches; the first stage's warmup (p - 1) 2 + (v - 1) p + 1 = 2 + 2 + 1 = 5
+    # (schedules.py get_pp_rank_microbatches, + 1 under the overlap): 5 forwards and 5 backwards alone, 3 pairs.
+    # Per chunk (1/v of a micro-batch): all-to-alls 12/2 = 6 s, q = 1.5 behind 0.5, 4, 2, 1 -> (1.5 - 0.5) + 0 + 0 +
+    # (1.5 - 1) = 1.5 per pair. Step: 3 x 1.5 + 5 x 6 = 34.5 s (in series: 4 x 12 = 48 s).
+    assert exposed_s(12.0, (1.0, 8.0, 4.0, 2.0), 4, 2, 2) == pytest.approx(34.5)
+
+
+def test_compute_that_hides_every_pair_leaves_one_micro_batch_exposed() -> None:
+    # Mixtral 8x7B, p 1, m 8, s 4,096 on H100s over NVLink: each of the four all-to-alls is far shorter than the
+    # attention or experts it hides behind, so every pair hides it all and only F0's and B7's stay: 1/8 of them
+    options = dict(mode="train", batch=1, seq=4096, dp=8, ep=8, zero=1, micro_batches=8, flash=True,
+                   framework="megatron", gpu="h100-sxm")
+    off = step_time(estimate("mixtral-8x7b", **options), "h100-sxm")
+    on = step_time(estimate("mixtral-8x7b", **options, moe_a2a_overlap=True), "h100-sxm")
+    assert off.ep_s > 0 and on.ep_s == pytest.approx(off.ep_s / 8)
+    assert on.compute_s == off.compute_s
+    assert any("--moe-a2a-overlap" in line for line in on.model())
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (dict(dp=2), "give --ep greater than 1"),
+    (dict(dp=2, ep=2, pp=2, micro_batches=2), "give --virtual-stages"),
+    (dict(dp=2, ep=2, recompute="full"), "without full recompute"),
+])
+def test_refused_where_megatron_core_asserts(options: dict, fragment: str) -> None:
+    # TransformerConfig.__post_init__: expert_model_parallel_size > 1, virtual_pipeline_model_parallel_size with
+    # pipeline_model_parallel_size > 1, recompute_granularity != 'full'
+    with pytest.raises(OptionsError) as err:
+        estimate("mixtral-8x7b", mode="train", batch=1, seq=64, moe_a2a_overlap=True, **options)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["estimate", "--model", "mixtral-8x7b", "--mode", "train", "--batch", "1", "--seq", "64",
+                 "--dp", "2", "--moe-a2a-overlap"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "give --ep greater than 1" in err
