@@ -556,18 +556,21 @@ _ENTRIES: tuple[Reference, ...] = (
               "with bias; backward without fp8: 'Grad bias is fused with wgrad GEMM')", None,
               "github.com/NVIDIA/TransformerEngine/blob/v2.9/transformer_engine/pytorch/module/grouped_linear.py",
               "code"),
-    Reference("megatron-core-a2a-overlap", "Megatron-Core", _NV, "Megatron-LM: megatron/core/pipeline_parallel/"
+    Reference("megatron-core-a2a-overlap", "Megatron-Core", _NV, "Megatron-LM 0d8e0714 (Megatron-Bridge v0.2.0's "
+              "3rdparty/Megatron-LM): megatron/core/pipeline_parallel/"
               "combined_1f1b.py (combined_1f1b_schedule_for_no_pipelining: the first forward alone, micro-batch i's "
               "backward beside i + 1's forward, the last backward alone; combined_1f1b_schedule_for_interleaved_"
               "pipelining: the steady 1F1B phase's forward and backward merged), megatron/core/models/common/"
-              "model_chunk_schedule_plan.py (TransformerLayerSchedulePlan.run: comm stream combine_bwd | dispatch_fwd, "
+              "model_chunk_schedule_plan.py (TransformerLayerSchedulePlan.run L176-237: comm stream combine_bwd | dispatch_fwd, "
               "dispatch_bwd | combine_fwd beside comp stream attn_fwd | mlp_bwd, mlp_fwd | attn_bwd, one event per "
-              "micro-batch), megatron/core/pipeline_parallel/schedules.py (get_pp_rank_microbatches: one more warmup "
-              "micro-batch under the overlap), megatron/core/transformer/transformer_config.py (__post_init__: ep > 1, "
+              "micro-batch), megatron/core/pipeline_parallel/schedules.py (get_pp_rank_microbatches L730-734: one more "
+              "warmup micro-batch under the overlap), megatron/core/transformer/transformer_config.py (__post_init__ "
+              "L1665-1701: ep > 1, "
               "alltoall or flex dispatcher, virtual_pipeline_model_parallel_size where pp > 1, no full recompute; "
-              "delay_wgrad_compute only with the overlap); read at main (00caa53a, 01cf4fb5); "
-              "Megatron-Bridge v0.2.0's recipes set it as moe_a2a_overlap", None,
-              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/pipeline_parallel/combined_1f1b.py", "code"),
+              "delay_wgrad_compute only with the overlap); Megatron-Bridge v0.2.0's recipes set it as "
+              "moe_a2a_overlap (scripts/performance/utils/helpers.py L182-185: with delay_wgrad_compute)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/0d8e0714cd29c01e164fe6de9f532182bdffa942/megatron/core/"
+              "pipeline_parallel/combined_1f1b.py", "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

@@ -5,13 +5,20 @@ cooldown's backwards alone. Expected numbers are hand arithmetic written beside 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
-from memderive.derivations.options import OptionsError
+from memderive.derivations.hardware import gpu
+from memderive.derivations.models.architectures import LLAMA, Moe
+from memderive.derivations.models.model import Model
+from memderive.derivations.options import Options, OptionsError
+from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.quantities.a2a_overlap import exposed_s
 from memderive.derivations.quantities.timing import step_time
+from memderive.derivations.search.plan import plan
 
 
 def test_no_pipelining_pairs_each_backward_with_the_next_forward() -> None:
@@ -60,3 +67,18 @@ def test_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
                  "--dp", "2", "--moe-a2a-overlap"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "give --ep greater than 1" in err
+
+
+def test_the_planner_sets_it_where_megatron_core_runs_it_and_times_as_estimate_does() -> None:
+    # 16 experts, 2 per token, h 64, 4 layers on 16 H100s: every row with ep > 1 and (p 1 or v > 1) carries the
+    # overlap, the others not (Options would refuse them); each row's step time is its own estimate's
+    model = Model("wide-moe", replace(LLAMA, moe=Moe()), {"h": 64, "a": 4, "a_kv": 2, "l": 4, "V": 128, "f": 128,
+                                                          "E": 16, "k": 2, "f_e": 64})
+    cluster = Cluster(gpu("h100-sxm"), 8, 50e9)
+    rows = plan(model, 80 * 2**30, 32, 64, 16, options=Options(gpu="h100-sxm"), top=10**6, cluster=cluster,
+                recomputes=("none",), zeros=(0,), a2a_overlap=True)
+    runs = {(r.options.get("ep", 1) > 1 and (r.options.get("pp", 1) == 1 or (r.options.get("virtual_stages") or 1) > 1),
+             bool(r.options.get("moe_a2a_overlap"))) for r in rows}
+    assert runs == {(True, True), (False, False)}
+    for row in [r for r in rows if r.options.get("moe_a2a_overlap")][::5]:
+        assert row.step_time_s == pytest.approx(step_time(estimate(model, **row.options), cluster).step_s)

@@ -14,9 +14,11 @@ bandwidth, before efficiency.MSMF and memory_bound.achievable_bandwidth); NeMo A
 (DeepEP) median 24.0%, worst 28.0% (Qwen3 30B-A3B +28.0%, gpt-oss-20b -24.0%, gpt-oss-120b EP 64 over 8 nodes -4.1%);
 Megatron-LM's Mixtral 8x7B (MCore v0.8) -22.8%; Megatron-Bridge's six gpt-oss and Qwen3 30B-A3B rows all predicted
 too fast (18-68%), and its four DeepSeek-V3 and Qwen3-235B-A22B rows too (DeepSeek-V3 p4 v4 ep64 GB200 -14.6%, p16 ep8
-B200 -41.7%; Qwen3-235B-A22B p8 v3 ep32 GB200 -11.7%, p8 v2 ep8 B200 -48.6%); Qwen3-235B-A22B t2 p8 v4 ep32 etp1
-on H100 +5.6%, no evidence of a right model: 12.1 s of its 22.0 s predicted are the expert all-to-alls over the
-network, timed in series where the recipe overlaps them (moe_a2a_overlap).
+B200 -41.7%; Qwen3-235B-A22B p8 v3 ep32 GB200 -11.7%, p8 v2 ep8 B200 -55.9%); Qwen3-235B-A22B t2 p8 v4 ep32 etp1
+on H100 -24.4%. The three rows whose recipes set moe_a2a_overlap (Megatron-Core's EP A2A overlap, --moe-a2a-overlap,
+quantities/a2a_overlap.py) before it was timed: Qwen3 30B-A3B p2 v24 ep8 H100 -59.1% (now -65.1%, its all-to-alls 1.60
+s to 0.10 s exposed), Qwen3-235B-A22B B200 -48.6% (1.57 s to 0.14 s), H100 +5.6% (12.1 s of its 22.0 s predicted
+were the expert all-to-alls over the network in series; 5.9 s of 15.7 s stay exposed).
 """
 
 from __future__ import annotations

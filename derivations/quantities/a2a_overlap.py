@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memderive.derivations.columns import maximum
+from memderive.derivations.columns import maximum, where
 from memderive.derivations.memo import per_graph
 from memderive.derivations.quantities.compute import HARDWARE
 from memderive.derivations.quantities.memory_bound import layout_int
@@ -66,8 +66,8 @@ def _halves_form(graph: Graph) -> tuple[Any, Any, Any, Any, Any]:
     return attn_f, attn_b, mlp_f, mlp_b, whole
 
 
-def overlapped_ep_s(graph: Graph, values: Mapping[Any, int], compute_s: Any, a2a_s: Any, micro_batches: int,
-                    pp: int, virtual: int) -> Any:
+def overlapped_ep_s(graph: Graph, values: Mapping[Any, int], compute_s: Any, a2a_s: Any, micro_batches: Any,
+                    pp: Any, virtual: Any) -> Any:
     """Exposed expert-parallel all-to-all time of one step under ``--moe-a2a-overlap`` (the module's schedule):
     ``compute_s`` one micro-batch's compute on the stage (forward and backward), ``a2a_s`` its four all-to-alls
     in series (dispatch and combine, forward and backward); the compute split as the graph's matmul FLOPs split
@@ -83,16 +83,17 @@ def overlapped_ep_s(graph: Graph, values: Mapping[Any, int], compute_s: Any, a2a
                      micro_batches, pp, virtual)
 
 
-def exposed_s(a2a_s: Any, behind: tuple[Any, Any, Any, Any], micro_batches: int, pp: int, virtual: int) -> Any:
+def exposed_s(a2a_s: Any, behind: tuple[Any, Any, Any, Any], micro_batches: Any, pp: Any, virtual: Any) -> Any:
     """``overlapped_ep_s`` given the four computations each quarter of ``a2a_s`` hides behind, in the order of
-    ``TransformerLayerSchedulePlan.run``'s phases (attn_fwd, mlp_bwd, mlp_fwd, attn_bwd), per micro-batch.
+    ``TransformerLayerSchedulePlan.run``'s phases (attn_fwd, mlp_bwd, mlp_fwd, attn_bwd), per micro-batch (each a
+    number, or a column of the layouts of one structure, ``derivations.columns``).
 
     >>> exposed_s(10.0, (1.0, 6.0, 3.0, 2.0), 4, 1, 1)  # p 1: 3 pairs expose 1.5 + 0 + 0 + 0.5 each, 2 alone 5 each
     16.0
     """
     q = a2a_s / 4
     pair = sum(maximum(0.0, q - c) for c in behind)
-    warmup = 1 if pp == 1 else 2 * (pp - 1) + (virtual - 1) * pp + 1
+    warmup = 2 * (pp - 1) + (virtual - 1) * pp + 1  # p 1 (v 1): 1, the first forward
     chunks = micro_batches * virtual
-    alone = min(warmup, chunks)  # forwards alone, and as many backwards alone
+    alone = where(warmup < chunks, warmup, chunks)  # forwards alone, and as many backwards alone
     return ((chunks - alone) * pair + alone * a2a_s) / virtual
