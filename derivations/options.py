@@ -729,6 +729,9 @@ class Options:
             if self.pp > 1 and (self.virtual_stages or 1) == 1:
                 raise OptionsError("--moe-a2a-overlap with --pp greater than 1 runs on the interleaved schedule: "
                                    "give --virtual-stages (Megatron-Core asserts virtual_pipeline_model_parallel_size)")
+            if self.framework not in (None, "megatron"):
+                raise OptionsError(f"--moe-a2a-overlap is Megatron-Core's schedule; --framework {self.framework} "
+                                   "runs none: drop it or use --framework megatron")
             if self.recompute == "full":
                 raise OptionsError("--moe-a2a-overlap runs without full recompute (Megatron-Core asserts "
                                    "recompute_granularity != 'full'); use --recompute none or selective")

@@ -53,10 +53,11 @@ def test_compute_that_hides_every_pair_leaves_one_micro_batch_exposed() -> None:
     (dict(dp=2), "give --ep greater than 1"),
     (dict(dp=2, ep=2, pp=2, micro_batches=2), "give --virtual-stages"),
     (dict(dp=2, ep=2, recompute="full"), "without full recompute"),
+    (dict(dp=2, ep=2, framework="torchtitan"), "--framework torchtitan runs none"),
 ])
 def test_refused_where_megatron_core_asserts(options: dict, fragment: str) -> None:
     # TransformerConfig.__post_init__: expert_model_parallel_size > 1, virtual_pipeline_model_parallel_size with
-    # pipeline_model_parallel_size > 1, recompute_granularity != 'full'
+    # pipeline_model_parallel_size > 1, recompute_granularity != 'full'; another framework has no such schedule
     with pytest.raises(OptionsError) as err:
         estimate("mixtral-8x7b", mode="train", batch=1, seq=64, moe_a2a_overlap=True, **options)
     assert fragment in str(err.value) and "\n" not in str(err.value)

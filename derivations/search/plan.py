@@ -390,7 +390,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         raise PlanError(f"--cp {context} runs ring attention on a fused kernel; plan it with FlashAttention "
                         "(drop --no-flash)")
     # etp: the plan keeps the experts' tensor-parallel degree at the tp (Megatron-Core's default; no folded layouts)
-    overlap = a2a_overlap or (options or Options()).moe_a2a_overlap  # set row by row (``_candidates``)
+    # set row by row (``_candidates``); Megatron-Core's schedule alone (Options refuses it under another framework)
+    overlap = (a2a_overlap or (options or Options()).moe_a2a_overlap) and (options or Options()).framework in (
+        None, "megatron")
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
                    sp=False, zero=0, recompute="none", recompute_modules=(), moe_a2a_overlap=False)
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
