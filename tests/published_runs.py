@@ -987,8 +987,12 @@ MOE = [
     # 3,653 tokens/s, withdrawn). Left out: DeepSeek-V3 FP8-MX on GB200 (PP 8 VP 4 EP 32):
     # the recipe's layout_map has no (8, 4) and 61 layers do not split over 32 chunks, so its layout is a
     # command-line override the page does not give; Qwen3-235B-A22B FP8-CS on H100 (TP 2 PP 8 VP 4 EP 32): EP 32
-    # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express; the DGX-GB300 rows
-    # (as for the gpt-oss and Qwen3 30B-A3B rows).
+    # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express. The DGX-GB300 rows of
+    # gpt-oss-120b and Qwen3 30B-A3B follow the GB200 rows; left out of GB300's: DeepSeek-V3 BF16 and FP8-MX (PP 2
+    # VP 4 EP 32), for the GB200 FP8-MX row's reason: the layout_map has no (2, 4) and 61 layers do not split over
+    # 8 chunks; Qwen3-235B-A22B BF16 (PP 4 VP 12 EP 16, MBS 2, GBS 8192 on 256 GPUs): the page's GA 32 disagrees with
+    # its own GBS / (MBS x DP) = 8192 / (2 x 64) = 64, so its layout is not stated consistently (v0.2.0's base config
+    # is TP 2 EP 64 on 64 GPUs, MBS 4, no PP). 26.02's MoE rows (every system) are not read here.
     _bridge_moe("DeepSeek-V3 p4 v4 ep64 GB200", "DGX-GB200", "gb200", "deepseek-v3",
                 {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
                  "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep"}, 4096, 3139, 782, per_node=72,
@@ -1011,6 +1015,16 @@ MOE = [
                  "pipeline_layout": "Et*5|(t*6|)*14t*5L"}, 4096, 3269, 484, fp8="te-mxfp8", recipe=_BRIDGE_Q235_NOTE,
                 assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
                         "wgrad delayed) not modelled: the all-to-alls timed in series"),
+    # DGX-GB300 (GB300 NVL72), 25.11: the page's layouts (MBS 2 and 4 where v0.2.0's base configs set 4 and 8:
+    # gpt_oss/workload_base_configs.py L33-39, qwen3/workload_base_configs.py L160-170); no recompute_modules in
+    # either GB300 config, nothing inert.
+    _bridge_moe("gpt-oss-120b ep64 GB300", "DGX-GB300", "gb300", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 2, "micro_batches": 10}, 8192, 18347, 565, per_node=72,
+                assumed=f"MBS 2 as the page gives it (the base config: 4); {_GB300_RATE}"),
+    _bridge_moe("Qwen3 30B-A3B ep8 GB300", "DGX-GB300", "gb300", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 28934, 666, fp8="te-mxfp8", per_node=72,
+                assumed="MBS 4 as the page gives it (the base config: 8); HybridEP (moe_flex_dispatcher_backend) "
+                        f"timed as the alltoall dispatcher, as the GB200 row; {_GB300_RATE}"),
 ]
 
 
