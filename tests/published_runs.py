@@ -921,16 +921,18 @@ _BRIDGE_Q235_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced bala
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
                 fp8: str = "none", per_node: int = 8, inert: tuple[str, ...] = (), recipe: str = _BRIDGE_MOE_NOTE,
-                assumed: str = "") -> MoERun:
-    """Megatron-Bridge's 25.11 table (megatron-bridge-performance): MoE rows, tokens/s per GPU, its layout (the
-    micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX:
-    te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 NVL72 (72 on NVLink);
+                assumed: str = "", release: str = "25.11") -> MoERun:
+    """Megatron-Bridge's 25.11 table (megatron-bridge-performance; or ``release``'s): MoE rows, tokens/s per GPU, its
+    layout (the micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX,
+    26.02's MXFP8: te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 / GB300
+    NVL72 (72 on NVLink);
     ``recipe``: what the row's recipe sets, ``assumed``: what memderive assumes that neither the row nor its recipe
     says, or what it substitutes for what they say."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
               "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
-    return MoERun(name, f"{_BRIDGE_MOE}, {system}", model, layout, seq, hw, NDR, tokens_per_s_per_gpu=tps,
+    return MoERun(name, f"{_BRIDGE_MOE.replace('25.11', release)}, {system}", model, layout, seq, hw, NDR,
+                  tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
                   note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}", assumed=assumed)
 
@@ -990,9 +992,8 @@ MOE = [
     # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express. The DGX-GB300 rows of
     # gpt-oss-120b and Qwen3 30B-A3B follow the GB200 rows; left out of GB300's: DeepSeek-V3 BF16 and FP8-MX (PP 2
     # VP 4 EP 32), for the GB200 FP8-MX row's reason: the layout_map has no (2, 4) and 61 layers do not split over
-    # 8 chunks; Qwen3-235B-A22B BF16 (PP 4 VP 12 EP 16, MBS 2, GBS 8192 on 256 GPUs): the page's GA 32 disagrees with
-    # its own GBS / (MBS x DP) = 8192 / (2 x 64) = 64, so its layout is not stated consistently (v0.2.0's base config
-    # is TP 2 EP 64 on 64 GPUs, MBS 4, no PP). 26.02's MoE rows (every system) are not read here.
+    # 8 chunks. GB300's Qwen3-235B-A22B BF16 row is in, its GA 32 taken as a slip (its ``assumed`` says why). Of
+    # 26.02's MoE rows only GB300's are read here (the other systems' are not yet).
     _bridge_moe("DeepSeek-V3 p4 v4 ep64 GB200", "DGX-GB200", "gb200", "deepseek-v3",
                 {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
                  "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep"}, 4096, 3139, 782, per_node=72,
@@ -1017,7 +1018,7 @@ MOE = [
                         "wgrad delayed) not modelled: the all-to-alls timed in series"),
     # DGX-GB300 (GB300 NVL72), 25.11: the page's layouts (MBS 2 and 4 where v0.2.0's base configs set 4 and 8:
     # gpt_oss/workload_base_configs.py L33-39, qwen3/workload_base_configs.py L160-170); no recompute_modules in
-    # either GB300 config, nothing inert.
+    # their GB300 configs, nothing inert.
     _bridge_moe("gpt-oss-120b ep64 GB300", "DGX-GB300", "gb300", OSS_120B,
                 {"dp": 64, "ep": 64, "batch": 2, "micro_batches": 10}, 8192, 18347, 565, per_node=72,
                 assumed=f"MBS 2 as the page gives it (the base config: 4); {_GB300_RATE}"),
@@ -1025,6 +1026,38 @@ MOE = [
                 {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 28934, 666, fp8="te-mxfp8", per_node=72,
                 assumed="MBS 4 as the page gives it (the base config: 8); HybridEP (moe_flex_dispatcher_backend) "
                         f"timed as the alltoall dispatcher, as the GB200 row; {_GB300_RATE}"),
+    _bridge_moe("Qwen3 235B-A22B p4 v12 ep16 GB300", "DGX-GB300", "gb300", QWEN3_235B,
+                {"pp": 4, "virtual_stages": 12, "dp": 64, "ep": 16, "batch": 2, "micro_batches": 64,
+                 "pipeline_layout": "Et|(t*2|)*46tL", "moe_dispatcher": "deepep"}, 4096, 6131, 907, per_node=72,
+                recipe=_BRIDGE_Q235_NOTE,
+                assumed="MBS 2 and GBS 8,192 as the page and v0.3.0's V2 recipe give them (qwen/"
+                        "qwen3_workload_base_configs.py L54-64, L187-194): GBS / (MBS x DP) = 64 micro-batches, the "
+                        "page's GA 32 taken as a slip; HybridEP timed as DeepEP (--moe-dispatcher deepep: one copy of "
+                        f"a token per destination GPU); {_GB300_RATE}"),
+    # DGX-GB300, 26.02 (Megatron-Bridge 0.3.0, its recipes keep the 25.11 settings each note cites: v0.3.0
+    # scripts/performance/configs/deepseek/deepseek_llm_pretrain.py L34-38, qwen/qwen3_llm_pretrain.py L33-42,
+    # gpt_oss/gpt_oss_llm_pretrain.py L30-31; qwen3_moe.py L160-161; the page's "MXFP8" is FP8_MX, V2 variants)
+    _bridge_moe("DeepSeek-V3 p2 v8 ep32 GB300", "DGX-GB300", "gb300", "deepseek-v3",
+                {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "batch": 2, "micro_batches": 16, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "moe_dispatcher": "deepep"}, 4096, 4612, 1199,
+                fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_DSV3_NOTE, release="26.02",
+                assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L41-54, L142-151: its pp_layout holds the "
+                        "MTP layer, which memderive does not model (neither its weights, activations nor time); "
+                        f"HybridEP timed as DeepEP; {_DSV3_OPTIMIZER}; {_GB300_RATE}"),
+    _bridge_moe("gpt-oss-120b ep64 b4 GB300", "DGX-GB300", "gb300", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5}, 4096, 19412, 527, per_node=72, release="26.02",
+                assumed=f"v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L45-51, L90-93; {_GB300_RATE}"),
+    _bridge_moe("Qwen3 30B-A3B ep8 b8 GB300", "DGX-GB300", "gb300", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 8, "micro_batches": 8}, 4096, 30376, 699, fp8="te-mxfp8", per_node=72,
+                release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L323-333; HybridEP timed as the alltoall "
+                        f"dispatcher, as the GB200 row; {_GB300_RATE}"),
+    _bridge_moe("Qwen3 235B-A22B p4 ep32 GB300", "DGX-GB300", "gb300", QWEN3_235B,
+                {"pp": 4, "dp": 64, "ep": 32, "batch": 2, "micro_batches": 64,
+                 "pipeline_layout": "Et*23|(t*24|)*2t*23L", "moe_dispatcher": "deepep"}, 4096, 6583, 974,
+                fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_Q235_NOTE, release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L67-80, L197-207; HybridEP timed as DeepEP; "
+                        f"{_GB300_RATE}"),
 ]
 
 
