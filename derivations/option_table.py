@@ -193,8 +193,13 @@ OPTIONS: tuple[Option, ...] = (
        "micro-pipeline TP splits the same collectives per rank behind the matmuls and _scaled_mm's)",
        modes=_TRAIN, shared=True, echo="set",
        example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
-    _o("ep", "int", 1, "expert parallelism: routed experts over ep of the dp ranks", modes=_ALL, symbol="ep",
+    _o("ep", "int", 1, "expert parallelism: routed experts over ep of the tp x cp x dp ranks (etp x ep must divide "
+       "them)", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),
+    _o("etp", "int", None, "expert tensor parallelism (Megatron-Core's --expert-tensor-parallel-size, MoE parallel "
+       "folding): the routed experts' weights split over etp of the tp ranks, their tokens all-gathered over them; "
+       "default the --tp", modes=_TRAIN, symbol="etp", shared=True, echo="set",
+       example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--tp", "2", "--sp", "--dp", "2", "--ep", "4", "--etp", "1")),
     _o("moe_dispatcher", "choice", "alltoall", "MoE token dispatch over the expert-parallel ranks, for times: "
        "alltoall (Megatron-Core's all-to-all dispatcher: one copy of a token per routed expert) or deepep (DeepEP: "
        "one copy per destination GPU, one per destination node across nodes, forwarded there over NVLink)",

@@ -262,7 +262,8 @@ class Options:
     fsdp_flat_params: bool = False  # FSDP1 FlatParameter (use_orig_params=True): whole units get gradients
     freeze_embeddings: bool = False
     train_only: tuple[str, ...] = ()
-    ep: int = 1  # expert-parallel degree: the routed experts over ep of the dp data-parallel ranks
+    ep: int = 1  # expert-parallel degree: the routed experts over ep ranks of the expert grid (etp x ep x edp x pp)
+    etp: int | None = None  # expert tensor-parallel degree (MoE parallel folding); None: the tp (Megatron-Core's default)
     moe_dispatcher: str = "alltoall"  # alltoall | deepep: the MoE token dispatch, for times (quantities.timing)
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
@@ -318,7 +319,7 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
+                     "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
         for name in ("new_tokens", "overhead_bytes"):
             value = getattr(self, name)
@@ -706,11 +707,31 @@ class Options:
     def _check_experts(self) -> None:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise OptionsError(f"--moe-dispatcher must be one of {', '.join(MOE_DISPATCHERS)}, got {self.moe_dispatcher!r}")
-        if self.dp % self.ep:
-            raise OptionsError(f"--ep {self.ep} must divide --dp {self.dp}: expert-parallel ranks are data-parallel "
-                               "ranks holding different experts")
+        # Megatron-Core's expert grid (parallel_state.initialize_model_parallel, order tp-ep-dp-pp) folds the same
+        # tp x cp x dp ranks of a pipeline stage as etp x ep x edp (MoE parallel folding, Liu et al. 2025)
+        etp, ranks = self.expert_tp, self.tp * self.cp * self.dp
+        if self.etp is not None and self.etp > self.tp:
+            raise OptionsError(f"--etp {self.etp} is larger than --tp {self.tp}: memderive models expert tensor "
+                               "parallelism within the tensor-parallel ranks; use --etp at most --tp")
+        if self.etp not in (None, 1, self.tp):  # the expert-tensor group's own all-gather and reduce-scatter
+            raise OptionsError(f"--etp {self.etp} between 1 and --tp {self.tp} is not modelled (the dispatcher's "
+                               "all-gather over the expert tensor-parallel ranks); use --etp 1 or --etp equal to --tp")
+        if ranks % (etp * self.ep):
+            raise OptionsError(f"--etp {etp} x --ep {self.ep} must divide --tp x --cp x --dp ({ranks}): the experts' "
+                               "grid etp x ep x edp folds the same GPUs; choose degrees whose product divides it")
         if self.capacity_factor is not None:
             self.capacity()
+
+    @property
+    def expert_tp(self) -> int:
+        """The routed experts' tensor-parallel degree: ``--etp``, else the tp (Megatron-LM arguments.py:
+        ``expert_tensor_parallel_size`` defaults to ``tensor_model_parallel_size``)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """Experts over an expert tensor-parallel degree other than the tp (MoE parallel folding)."""
+        return self.etp is not None and self.etp != self.tp  # plan's columns of tp leave etp None
 
     def capacity(self) -> Fraction | None:
         """The capacity factor as an exact fraction (None: no capacity limit)."""
@@ -861,11 +882,11 @@ class Options:
         if self.cp > 1:  # before tensor and sequence parallelism: those split the s/cp tokens further
             out.append(ContextParallel(dims.cp))
         if self.tp > 1:
-            out.append(TensorParallel(dims.t))
+            out.append(TensorParallel(dims.t, dims.etp if self.folded else None))
         if self.ep > 1:
             out.append(ExpertParallel(dims.ep))
         if self.sp:
-            out.append(SequenceParallel(dims.t))
+            out.append(SequenceParallel(dims.t, dims.etp if self.folded else None))
         if self.pp > 1 and self.pipeline_layout is not None:  # the rank's chunks, p and v as numbers
             rank = {"first": 0, "middle": 1, "last": self.pp - 1}.get(stage) if not stage.startswith("rank ") else \
                 int(stage.split()[-1])

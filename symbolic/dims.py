@@ -26,7 +26,7 @@ else:
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
-           "d_v", "ep", "cp", "Psi_a"]
+           "d_v", "ep", "etp", "cp", "Psi_a"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +95,7 @@ DIMS: tuple[Dim, ...] = (
     Dim("m", "micro-batches per step", "m"),
     Dim("v", "virtual pipeline stages per device", "v"),
     Dim("ep", "expert-parallel degree", "e_{p}"),
+    Dim("etp", "expert tensor-parallel degree (MoE parallel folding)", "e_{tp}"),
     Dim("cp", "context-parallel degree", "c_{p}"),
     # aggregate: the parameter count, as papers write model-state formulas (ZeRO's Psi)
     Dim("Psi", "parameters held by one GPU", "\\Psi"),
@@ -117,4 +118,4 @@ def sym(name: str) -> Expr:
 
 (b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, d_in, n_sh, d_sh,
  d_st, n_g, d_cv, l_a, n, w, l_w, g, r, t, p,
- d, m, v, ep, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)
+ d, m, v, ep, etp, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)

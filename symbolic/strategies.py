@@ -57,31 +57,90 @@ class TensorParallel(Strategy):
 
     Column-parallel weights split their output features, row-parallel their input features;
     attention splits heads and the output layer the vocabulary (Shoeybi et al. 2019).
+
+    ``experts``: the expert tensor-parallel degree etp of Megatron-Core's MoE parallel folding
+    (``expert_tensor_parallel_size``, default the tensor-parallel size: Megatron-LM arguments.py; Liu et al. 2025,
+    arXiv:2504.14960), None for t. The routed experts' weights split over etp instead of t, and an expert GPU
+    computes on the tokens of its etp expert-tensor ranks: the alltoall dispatcher sends each rank's b s/t tokens'
+    k copies over the ep ranks and all-gathers them over the etp ranks (token_dispatcher.py
+    ``MoEAlltoAllTokenDispatcher``: ``num_global_tokens = num_local_tokens * tp_size * ep_size``, its tp group the
+    expert tensor-parallel one), so b s k etp/t token-expert rows at width f_e/etp (their product, in FLOPs and
+    bytes, 1/t of the whole as without folding).
+
+    >>> from memderive.symbolic.dims import b, s, k, E, f_e, h, t, etp
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.experts("moe/experts", bb.input, E, k, f_e, kind="swiglu", bias=False)
+    >>> op = TensorParallel(t, experts=etp)(Graph("toy", (bb.build(),))).blocks[0].ops[0]
+    >>> op.params[0].shape, next(x for x in op.saved if x.name.endswith(".hidden")).shape
+    ((E, 2*f_e/etp, h), (b, etp*s/t, k, f_e/etp))
     """
 
     t: int | Expr
+    experts: int | Expr | None = None
 
     @property
     def name(self) -> str:
-        return "tensor parallel" if self.t == dims.t else f"tensor parallel (t={self.t})"
+        name = "tensor parallel" if self.t == dims.t else f"tensor parallel (t={self.t})"
+        if self.experts is None:
+            return name
+        return f"{name}, routed experts over {'etp' if self.experts == dims.etp else f'etp={self.experts}'}"
 
     def __call__(self, graph: Graph) -> Graph:
         t = _degree(self.t)
-        if t == 1:
+        folded = self.experts is not None and _degree(self.experts) != t
+        if t == 1 and not folded:
             return graph
 
         def split(tensor: Tensor) -> Tensor:
             return tensor.split(tensor.tp_axis, t) if tensor.tp_axis is not None else tensor
 
-        return graph.map_blocks(lambda blk: blk.map_tensors(split), self.name)
+        if not folded:
+            return graph.map_blocks(lambda blk: blk.map_tensors(split), self.name)
+        etp = _degree(self.experts)
+
+        def fold(tensor: Tensor) -> Tensor:
+            """A routed-expert op's tensor: weights over etp; the rows an expert GPU computes on, b s k etp/t (axis
+            1 of the row tensor and of the width-f_e buffers), those buffers' width over etp. The buffers at width h
+            keep their rows here (``SequenceParallel`` splits them by t/etp: the all-gather over the etp ranks)."""
+            if tensor.role in PARAM_ROLES:
+                return tensor.split(tensor.tp_axis, etp) if tensor.tp_axis is not None else tensor
+            if tensor.tp_axis is not None:
+                return tensor.split(tensor.tp_axis, etp).split(1, t / etp)
+            # the (b, s, k) rows of the experts' FLOPs: seq_axis None, as sequence parallelism leaves them whole
+            return tensor.split(1, t / etp) if tensor.role == "expert-buffer" and tensor.seq_axis is None else tensor
+
+        def per_op(op: Op) -> Op:  # "experts": symbolic.experts.EXPERTS (that module imports this one)
+            return op.map_tensors(fold) if op.kind == "experts" else op.map_tensors(split)
+
+        return graph.map_blocks(lambda blk: replace(blk.map_ops(per_op), input=split(blk.input)), self.name)
 
 
 @dataclass(frozen=True, slots=True)
 class SequenceParallel(Strategy):
     """Sequence parallelism (Korthikanti et al. 2022 §4.2.2): activations that tensor
-    parallelism leaves whole (norm and dropout regions, linear inputs) are split along s."""
+    parallelism leaves whole (norm and dropout regions, linear inputs) are split along s.
+
+    The routed experts' buffers at width h (their gathered inputs and outputs) are the exception: each rank
+    dispatches its s/t tokens, and the expert GPU all-gathers what it receives over its ``experts`` (etp)
+    expert tensor-parallel ranks (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_
+    region`` over the expert tensor-parallel group after the all-to-all), so those rows are split by t/etp: not at
+    all when etp = t (``experts`` None), by t under MoE parallel folding's etp 1.
+
+    >>> from memderive.symbolic.dims import b, s, k, E, h, t, etp
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.experts("moe/experts", bb.input, E, k, 4 * h, kind="swiglu", bias=False)
+    >>> g = Graph("toy", (bb.build(),))
+    >>> [next(x for x in SequenceParallel(t, e)(g).blocks[0].ops[0].saved if x.name.endswith(".gathered")).shape
+    ...  for e in (None, etp)]
+    [(b, s, k, h), (b, etp*s/t, k, h)]
+    """
 
     t: int | Expr
+    experts: int | Expr | None = None
 
     @property
     def name(self) -> str:
@@ -91,10 +150,13 @@ class SequenceParallel(Strategy):
         t = _degree(self.t)
         if t == 1:
             return graph
+        gathered = 1 if self.experts is None else t / _degree(self.experts)  # the expert buffers' split
 
         def split(tensor: Tensor) -> Tensor:
             if tensor.role in PARAM_ROLES or tensor.tp_axis is not None or tensor.seq_axis is None:
                 return tensor
+            if tensor.role == "expert-buffer":
+                return tensor if gathered == 1 else tensor.split(tensor.seq_axis, gathered)
             return tensor.split(tensor.seq_axis, t)
 
         return graph.map_blocks(lambda blk: blk.map_tensors(split), self.name)

@@ -988,8 +988,7 @@ MOE = [
     # with its figures unchanged; the first 25.11 page had one GB200 FP8-MX row at the recipe's p4 v4 ep64, GBS 2048,
     # 3,653 tokens/s, withdrawn). Left out: DeepSeek-V3 FP8-MX on GB200 (PP 8 VP 4 EP 32):
     # the recipe's layout_map has no (8, 4) and 61 layers do not split over 32 chunks, so its layout is a
-    # command-line override the page does not give; Qwen3-235B-A22B FP8-CS on H100 (TP 2 PP 8 VP 4 EP 32): EP 32
-    # over TP 2 x DP 16 with ETP 1, which memderive's --ep (a divisor of --dp) cannot express. The DGX-GB300 rows of
+    # command-line override the page does not give. The DGX-GB300 rows of
     # gpt-oss-120b and Qwen3 30B-A3B follow the GB200 rows; left out of GB300's: DeepSeek-V3 BF16 and FP8-MX (PP 2
     # VP 4 EP 32), for the GB200 FP8-MX row's reason: the layout_map has no (2, 4) and 61 layers do not split over
     # 8 chunks. GB300's Qwen3-235B-A22B BF16 row is in, its GA 32 taken as a slip (its ``assumed`` says why). Of
@@ -1014,6 +1013,14 @@ MOE = [
     _bridge_moe("Qwen3 235B-A22B p8 v2 ep8 B200", "DGX-B200", "b200", QWEN3_235B,
                 {"pp": 8, "virtual_stages": 2, "dp": 8, "ep": 8, "micro_batches": 128,
                  "pipeline_layout": "Et*5|(t*6|)*14t*5L"}, 4096, 3269, 484, fp8="te-mxfp8", recipe=_BRIDGE_Q235_NOTE,
+                assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
+                        "wgrad delayed) not modelled: the all-to-alls timed in series"),
+    # H100 FP8-CS (workload_base_configs.py L135-144: TP 2 PP 8 VP 4 EP 32, GBS 2048, moe_a2a_overlap; ETP 1 from
+    # BASE_QWEN3_235B_A22B_CONFIG L22-24; qwen3_llm_pretrain.py L153 tp_comm_overlap False; recipes/qwen/qwen3_moe.py
+    # sequence_parallel True): EP 32 over TP 2 x DP 16, MoE parallel folding (--etp 1); 94 + 2 layers over 32 chunks
+    _bridge_moe("Qwen3 235B-A22B t2 p8 v4 ep32 etp1 H100", "DGX-H100", "h100-sxm", QWEN3_235B,
+                {"tp": 2, "sp": True, "pp": 8, "virtual_stages": 4, "dp": 16, "ep": 32, "etp": 1, "micro_batches": 128,
+                 "pipeline_layout": "Et*2|(t*3|)*30t*2L"}, 4096, 1575, 233, fp8="te-current", recipe=_BRIDGE_Q235_NOTE,
                 assumed="the recipe's moe_a2a_overlap (the expert all-to-alls behind other micro-batches' compute, "
                         "wgrad delayed) not modelled: the all-to-alls timed in series"),
     # DGX-GB300 (GB300 NVL72), 25.11: the page's layouts (MBS 2 and 4 where v0.2.0's base configs set 4 and 8:

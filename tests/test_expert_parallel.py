@@ -60,7 +60,7 @@ def test_zero_shards_expert_states_over_the_ranks_holding_them() -> None:
 
 @pytest.mark.parametrize(("model", "options", "fragment"), [
     ("mixtral-8x7b", dict(dp=6, ep=3), "8 experts are not divisible by expert-parallel degree 3"),
-    ("mixtral-8x7b", dict(dp=4, ep=8), "--ep 8 must divide --dp 4"),
+    ("mixtral-8x7b", dict(dp=4, ep=8), "--etp 1 x --ep 8 must divide --tp x --cp x --dp (4)"),
     ("llama-2-7b", dict(dp=2, ep=2), "no mixture-of-experts layers"),
     ("llama-2-7b", dict(capacity_factor="1.25"), "no mixture-of-experts layers"),
     ("mixtral-8x7b", dict(capacity_factor="-1"), "--capacity-factor must be a positive number"),

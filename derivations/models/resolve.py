@@ -113,12 +113,14 @@ def check_layout(model: Model, opts: Options) -> None:
 
 
 def check_expert_layout(model: Model, opts: Options) -> None:
-    """``--ep`` needs routed experts it divides; tensor parallelism splits each expert's width f_e."""
+    """``--ep`` needs routed experts it divides; expert tensor parallelism (``--etp``, the tp unless given) splits
+    each expert's width f_e."""
     z, moe = model.sizes, model.arch.moe
     if moe is None:
         # one rule for an option of a part the model lacks (as --mla-decode on a model without latent attention,
         # quantities.inference): refused in one line; a kernel other than the default names routed experts' kernel
-        given = [flag for flag, on in (("--ep", opts.ep > 1), ("--capacity-factor", opts.capacity_factor is not None),
+        given = [flag for flag, on in (("--ep", opts.ep > 1), ("--etp", opts.etp is not None),
+                                       ("--capacity-factor", opts.capacity_factor is not None),
                                        ("--experts-implementation", opts.experts_implementation != "grouped_mm")) if on]
         if given:
             raise OptionsError(f"{model.name} has no mixture-of-experts layers: {given[0]} applies to routed experts")
@@ -126,9 +128,17 @@ def check_expert_layout(model: Model, opts: Options) -> None:
     if z["E"] % opts.ep:
         raise InvalidLayoutError(f"{model.name}: {z['E']} experts are not divisible by expert-parallel degree "
                                  f"{opts.ep}; choose a degree that divides it")
-    if z["f_e"] % opts.tp:
-        raise InvalidLayoutError(f"{model.name}: expert width {z['f_e']} is not divisible by tensor-parallel degree "
-                                 f"{opts.tp}; choose a degree that divides it")
+    if z["f_e"] % opts.expert_tp:
+        raise InvalidLayoutError(f"{model.name}: expert width {z['f_e']} is not divisible by "
+                                 f"{'expert ' if opts.folded else ''}tensor-parallel degree {opts.expert_tp}; "
+                                 f"choose a degree that divides it")
+    if opts.folded and not opts.sp:  # Megatron-LM arguments.py: "When using MoE and tensor parallelism, sequence
+        # parallelism must be used."; the folded experts' rows (b s k etp/t) are those of s/t tokens per rank
+        raise OptionsError(f"--etp {opts.etp} with --tp {opts.tp} needs --sp: Megatron-Core runs MoE with tensor "
+                           "parallelism under sequence parallelism; add --sp")
+    if opts.folded and opts.capacity_factor is not None:
+        raise OptionsError("--capacity-factor with --etp other than --tp is not modelled (the padded expert buffers "
+                           "under parallel folding); drop one of them")
     if opts.mode == "infer" and opts.ep > 1:
         raise OptionsError("--ep is modelled in training; inference is modelled with --tp only")
 

@@ -3,7 +3,10 @@
 With ``ep`` > 1 each GPU holds E/ep of every MoE layer's routed experts; ZeRO shards the dense
 parameters' states over the d data-parallel ranks as before, and the experts' over the d/ep ranks
 that hold the same experts (Megatron-Core's expert data-parallel group; DeepSpeed-MoE, Rajbhandari
-et al. 2022 §5). ``ep`` must divide both d and E.
+et al. 2022 §5). ``ep`` must divide both d and E. Under MoE parallel folding (``--etp`` other than the tp) the
+experts' grid etp x ep x edp folds the t x d ranks of a stage (d x cp under context parallelism), so the
+expert data-parallel group has edp = t d / (etp ep) ranks (Megatron-Core parallel_state:
+``expert_data_parallel_size = world_size // (etp * ep * pp)``).
 
 >>> from memderive.derivations.options import Options
 >>> from memderive.derivations.models.presets import preset
@@ -16,7 +19,7 @@ et al. 2022 §5). ``ep`` must divide both d and E.
 from __future__ import annotations
 
 from memderive.symbolic.derive import Breakdown, Term
-from memderive.symbolic.dims import ep
+from memderive.symbolic.dims import ep, etp, t
 from memderive.symbolic.experts import expert_ops, has_experts
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
@@ -55,6 +58,8 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
     f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
     expert_dp = d / ep if opts.ep > 1 else d
+    if opts.folded:  # the expert grid folds the t tensor-parallel ranks too: edp = t d / (etp ep)
+        expert_dp = expert_dp * t / etp
     states = on_gpu(dense, d, f_dense) + _renamed(on_gpu(experts, expert_dp, f_experts), "experts")
     if not opts.offload:
         return states, None

@@ -163,23 +163,24 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
     its tokens to their experts and combines the outputs (two all-to-alls forward, two for their gradients in
     backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher:
-    one copy of a token per routed expert, b s k h bytes, ``EP_SOURCE``), over the ep ranks ``t`` apart (the
-    expert grid's order tp-ep-dp-pp, its tensor-parallel size t), so a group of ep x t past a node's GPUs spans
-    nodes and ``Cluster.all_to_all`` sends the share bound elsewhere over each GPU's network port; each rank sends
-    its s/t tokens under sequence parallelism."""
+    one copy of a token per routed expert, b s k h bytes, ``EP_SOURCE``), over the ep ranks etp apart (the
+    expert grid's order tp-ep-dp-pp, its tensor-parallel size the experts' etp, ``Options.expert_tp``: t unless
+    folded), so a group of ep x etp past a node's GPUs spans nodes and ``Cluster.all_to_all`` sends the share bound
+    elsewhere over each GPU's network port; each rank sends its s/t tokens under sequence parallelism."""
     if opts.ep <= 1 or not dispatched:
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
     count = 4 + (2 if opts.recompute == "full" or "moe" in opts.recomputed_modules else 0)  # the MoE layer again
     if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
-        nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.tp)
+        nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.expert_tp)
         token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
         return count * maximum(nvlink * token / cluster.intra, network * token / cluster.inter_node_bandwidth)
-    return count * cluster.all_to_all(per_rank, opts.ep, opts.tp)
+    return count * cluster.all_to_all(per_rank, opts.ep, opts.expert_tp)
 
 
 def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False,
-             float8: frozenset[str] = frozenset(), gathered: Gathered | None = None) -> tuple[int, int]:
+             float8: frozenset[str] = frozenset(), gathered: Gathered | None = None, experts: bool = True
+             ) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
@@ -187,9 +188,11 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modu
     the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more.
     ``float8``: the weights of the linears whose sequence-parallel all-gathers move quantized tensors, ``gathered``
     the recipe's widths of them (``quantized_gathers``: torchtitan's Float8 tensor parallelism, Transformer Engine's
-    fp8 under sequence parallelism; ``_tp_forms``)."""
+    fp8 under sequence parallelism; ``_tp_forms``). ``experts`` False: the routed experts move nothing over the
+    tensor-parallel group (MoE parallel folding at etp 1: each rank dispatches its own s/t tokens over the ep
+    ranks and gets their outputs back, ``EP_SOURCE``; the all-to-alls are ``expert_parallel_s``')."""
     forward = backward = 0
-    for name, out, back, again in _tp_forms(graph, float8=float8, gathered=gathered):
+    for name, out, back, again in _tp_forms(graph, float8=float8, gathered=gathered, experts=experts):
         layer_fwd = _bytes(out, values) if out else 0
         forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
         # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
@@ -213,7 +216,7 @@ def quantized_gathers(est: Evaluated, whole: Graph) -> tuple[frozenset[str], Gat
 
 @per_graph
 def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
-              gathered: Gathered | None = None) -> tuple[tuple[str, Any, Any, Any], ...]:
+              gathered: Gathered | None = None, experts: bool = True) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
     backward's input gradients, times the block's repeat; 0 when none), once per graph.
 
@@ -237,6 +240,8 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
             redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
             if op.kind == "embedding" and 0 in axes:
                 out += op.output.nbytes
+            elif op.kind == "experts" and not experts:  # folded at etp 1: no tensor-parallel collective
+                continue
             elif op.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
                 out += op.share * op.output.nbytes
                 again += op.share * op.output.nbytes if redone else 0
@@ -383,7 +388,7 @@ class StepTime:
                    f"balanced routing ({cite(DEEPEP_SOURCE)})" if self.moe_dispatcher == "deepep" else
                    f"a token once per routed expert ({cite(EP_SOURCE)})")
                 + "; the routed experts' gradients and weights reduced and gathered over the ranks that hold the "
-                f"same experts (d x cp / ep, t x ep apart: {cite(EDP_SOURCE)})"
+                f"same experts (t x d x cp / (etp x ep), etp x ep apart: {cite(EDP_SOURCE)})"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
@@ -617,7 +622,8 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
 
 #: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
 #: distributed optimizer their shards gathered, over the t x cp x d / (etp x ep) ranks that hold the same experts
-#: (etp = t here), ``t x ep`` apart in the expert grid's order tp-ep-dp-pp; the dense parameters over the t-apart
+#: (etp = t unless folded: ``Options.expert_tp``), ``etp x ep`` apart in the expert grid's order tp-ep-dp-pp; the
+#: dense parameters over the t-apart
 #: data- and context-parallel ranks as before.
 EDP_SOURCE = Citation("megatron-ddp", "DistributedDataParallel: expert_parallel_buffers over the expert data-parallel "
                       "group (intra_expt_dp_group), its own buckets", also=(EP_SOURCE,))
@@ -639,20 +645,22 @@ class ExpertGroup:
 def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertGroup | None:
     """``ExpertGroup`` of an estimate with routed experts under ``ep`` > 1 (``EDP_SOURCE``), else None: the
     experts' share of the GPU's parameters (their ``parameters_per_gpu`` terms, ``symbolic.experts.expert_ops``)
-    of ``grads`` and ``weights``, over d x cp / ep ranks t x ep apart; Megatron-Core buckets them apart
+    of ``grads`` and ``weights``, over the expert data-parallel ranks, t x d x cp / (etp x ep) of them etp x ep
+    apart (the expert grid tp-ep-dp-pp folds the t x d x cp ranks; etp = t unless folded: d x cp / ep ranks t x ep
+    apart); Megatron-Core buckets them apart
     (``data_parallel_calls`` of their parameters over those ranks)."""
     o = est.options
-    if o.ep <= 1:
+    if o.ep <= 1 and not o.folded:
         return None
     routed = set(expert_ops(est.graph))
     if not routed:
         return None
     held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed)
     share = held / est.number("parameters_per_gpu")
-    ranks = o.dp * o.cp // o.ep
+    ranks = o.tp * o.dp * o.cp // (o.expert_tp * o.ep)
     total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
     experts = share * total if o.finetuning else held
-    return ExpertGroup(grads * share, weights * share, ranks, o.tp * o.ep, _bucket_calls(est, experts, ranks, zero),
+    return ExpertGroup(grads * share, weights * share, ranks, o.expert_tp * o.ep, _bucket_calls(est, experts, ranks, zero),
                        _bucket_calls(est, total - experts, o.dp * o.cp, zero))
 
 
@@ -862,7 +870,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
         fwd, bwd = tp_bytes(whole, values, opts.recompute == "full",
-                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered)
+                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered,
+                            experts=not opts.folded)
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)

@@ -383,8 +383,9 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     if context > 1 and not flash:
         raise PlanError(f"--cp {context} runs ring attention on a fused kernel; plan it with FlashAttention "
                         "(drop --no-flash)")
-    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, cp=1, sp=False,
-                   zero=0, recompute="none", recompute_modules=())
+    # etp: the plan keeps the experts' tensor-parallel degree at the tp (Megatron-Core's default; no folded layouts)
+    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
+                   sp=False, zero=0, recompute="none", recompute_modules=())
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
     space = plan_space(base.framework)
