@@ -900,7 +900,7 @@ class Options:
         if self.ep > 1:
             out.append(ExpertParallel(dims.ep))
         if self.sp:
-            out.append(SequenceParallel(dims.t))
+            out.append(SequenceParallel(dims.t, dims.etp if self.folded else None))
         if self.pp > 1 and self.pipeline_layout is not None:  # the rank's chunks, p and v as numbers
             rank = {"first": 0, "middle": 1, "last": self.pp - 1}.get(stage) if not stage.startswith("rank ") else \
                 int(stage.split()[-1])

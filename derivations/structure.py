@@ -27,12 +27,12 @@ FIXED_FIELDS = tuple(f.name for f in fields(Options) if f.name not in VALUE_FIEL
 def structure_key(model: Model, options: Options) -> tuple:
     """What a derivation depends on: the model (architecture, sizes, window) and the options, with the
     degrees and step sizes reduced to the switches they flip (t > 1, t > a_kv, p > 1, d > 1, cp > 1, ep > 1, m given,
-    v > 1)."""
+    v > 1, etp other than t)."""
     fixed = tuple((name, getattr(options, name)) for name in FIXED_FIELDS)
     # bool(): the flags of columns of layouts of one structure (``search.columns``) are one value each
     flags = tuple(map(bool, (options.tp > 1, options.tp > model.sizes["a_kv"], options.pp > 1, options.dp > 1,
                              options.cp > 1, options.micro_batches is None, options.virtual_stages in (None, 1),
-                             options.lora_rank is None, options.ep > 1)))
+                             options.lora_rank is None, options.ep > 1, options.folded)))
     if options.uneven_stages:
         flags += (options.pp,)
     if options.pipeline_layout is not None:  # each rank's chunks and in-flight counts are numbers

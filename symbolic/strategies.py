@@ -103,7 +103,7 @@ class TensorParallel(Strategy):
         def fold(tensor: Tensor) -> Tensor:
             """A routed-expert op's tensor: weights over etp; the rows an expert GPU computes on, b s k etp/t (axis
             1 of the row tensor and of the width-f_e buffers), those buffers' width over etp. The buffers at width h
-            keep their rows here (sequence parallelism splits them by t, as without folding)."""
+            keep their rows here (``SequenceParallel`` splits them by t/etp: the all-gather over the etp ranks)."""
             if tensor.role in PARAM_ROLES:
                 return tensor.split(tensor.tp_axis, etp) if tensor.tp_axis is not None else tensor
             if tensor.tp_axis is not None:
@@ -120,9 +120,27 @@ class TensorParallel(Strategy):
 @dataclass(frozen=True, slots=True)
 class SequenceParallel(Strategy):
     """Sequence parallelism (Korthikanti et al. 2022 §4.2.2): activations that tensor
-    parallelism leaves whole (norm and dropout regions, linear inputs) are split along s."""
+    parallelism leaves whole (norm and dropout regions, linear inputs) are split along s.
+
+    The routed experts' buffers at width h (their gathered inputs and outputs) are the exception: each rank
+    dispatches its s/t tokens, and the expert GPU all-gathers what it receives over its ``experts`` (etp)
+    expert tensor-parallel ranks (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: ``gather_from_sequence_parallel_
+    region`` over the expert tensor-parallel group after the all-to-all), so those rows are split by t/etp: not at
+    all when etp = t (``experts`` None), by t under MoE parallel folding's etp 1.
+
+    >>> from memderive.symbolic.dims import b, s, k, E, h, t, etp
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.experts("moe/experts", bb.input, E, k, 4 * h, kind="swiglu", bias=False)
+    >>> g = Graph("toy", (bb.build(),))
+    >>> [next(x for x in SequenceParallel(t, e)(g).blocks[0].ops[0].saved if x.name.endswith(".gathered")).shape
+    ...  for e in (None, etp)]
+    [(b, s, k, h), (b, etp*s/t, k, h)]
+    """
 
     t: int | Expr
+    experts: int | Expr | None = None
 
     @property
     def name(self) -> str:
@@ -132,10 +150,13 @@ class SequenceParallel(Strategy):
         t = _degree(self.t)
         if t == 1:
             return graph
+        gathered = 1 if self.experts is None else t / _degree(self.experts)  # the expert buffers' split
 
         def split(tensor: Tensor) -> Tensor:
             if tensor.role in PARAM_ROLES or tensor.tp_axis is not None or tensor.seq_axis is None:
                 return tensor
+            if tensor.role == "expert-buffer":
+                return tensor if gathered == 1 else tensor.split(tensor.seq_axis, gathered)
             return tensor.split(tensor.seq_axis, t)
 
         return graph.map_blocks(lambda blk: blk.map_tensors(split), self.name)

@@ -12,6 +12,8 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.options import Options, OptionsError
 from memderive.derivations.quantities.cluster import Cluster
+from memderive.symbolic.expr import named_values
+from memderive.symbolic.derive import evaluate
 from memderive.derivations.quantities.timing import expert_group, expert_parallel_s, tp_bytes, whole_model
 
 # TP 2 with sequence parallelism (Megatron-Core requires it for MoE with TP), EP 4 over the t x d ranks, ETP 1
@@ -97,3 +99,20 @@ def test_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
                  "--tp", "2", "--sp", "--dp", "2", "--ep", "8", "--etp", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "must divide --tp x --cp x --dp (4)" in err
+
+
+def _gathered_bytes(**changes) -> int:
+    """Bytes of the routed experts' saved fc1 input (width h) per layer on one GPU."""
+    est = estimate("mixtral-8x7b", **{**FOLDED, **changes})
+    op = next(op for op in est.graph.block("layer").ops if op.kind == "experts")
+    saved = next(x for x in op.saved if x.name.endswith(".gathered"))
+    return evaluate(saved.nbytes, named_values(est.values))
+
+
+def test_expert_inputs_are_gathered_over_the_expert_tensor_parallel_ranks() -> None:
+    # Each rank dispatches its b s/t tokens' k copies; the expert GPU all-gathers what it receives over its etp ranks
+    # (Megatron-Core's MoEAlltoAllTokenDispatcher): b s k etp/t rows of h. b 1, s 64, k 2, h 4,096, bf16:
+    # etp = t = 2 (the default): 1 x 64 x 2 x 4,096 x 2 B = 1,048,576; etp 1: half, 524,288. The unfolded layout
+    # first, then the folded one, in one process: the two must not share a derivation.
+    assert _gathered_bytes(etp=None, dp=4) == 1_048_576
+    assert _gathered_bytes(dp=2) == 524_288
