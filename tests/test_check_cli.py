@@ -159,5 +159,5 @@ def test_check_passes_every_option_field() -> None:
                                       "--gpu-memory-utilization", "0.8", "--max-num-batched-tokens", "64",
                                       "--max-num-seqs", "4", "--intra-node-link", "pcie", "--mla-decode", "expanded",
                                           "--first-stage-layers", "2", "--last-stage-layers", "2", "--profile", "exact",
-                                      "--images", "0", "--pipeline-layout", "Et|tL"])
+                                      "--images", "0", "--pipeline-layout", "Et|tL", "--etp", "1"])
     assert set(_options(args)) == {f.name for f in fields(Options)} - {"mode"}
