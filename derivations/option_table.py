@@ -209,7 +209,7 @@ OPTIONS: tuple[Option, ...] = (
        "micro-batch's expert all-to-alls behind another's attention and expert GEMMs, layer by layer (the combined "
        "1F1B schedule: steady-state forward beside backward; warmup and cooldown alone); with --ep, --virtual-stages "
        "where --pp > 1, not with full recompute",
-       modes=_TRAIN, echo="set",
+       modes=_TRAIN, echo="set", commands=_PLANNED,
        example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2", "--moe-a2a-overlap")),
     _o("capacity_factor", "text", None, "MoE capacity factor c: each expert padded to ceil(c k b s / E) token slots",
        modes=_ALL, echo="never", example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--capacity-factor", "1.25")),

@@ -5,6 +5,7 @@ cooldown's backwards alone. Expected numbers are hand arithmetic written beside 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -83,3 +84,14 @@ def test_the_planner_sets_it_where_megatron_core_runs_it_and_times_as_estimate_d
     assert runs == {(True, True), (False, False)}
     for row in [r for r in rows if r.options.get("moe_a2a_overlap")][::5]:
         assert row.step_time_s == pytest.approx(step_time(estimate(model, **row.options), cluster).step_s)
+
+
+def test_plan_takes_the_flag_and_its_rows_time_as_estimate_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # memderive plan --moe-a2a-overlap: the best row carries the overlap (ep 8 given, p 1 or v > 1 there) and its
+    # options, through estimate, give the row's own step time
+    argv = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256", "--seq", "4096", "--gpu",
+            "h100-sxm", "--ep", "8", "--framework", "megatron", "--moe-a2a-overlap", "--top", "1", "--json"]
+    assert main(argv) == 0
+    row = json.loads(capsys.readouterr().out)["layouts"][0]
+    assert row["options"]["moe_a2a_overlap"] is True
+    assert step_time(estimate("mixtral-8x7b", **row["options"]), "h100-sxm").step_s == pytest.approx(row["step_time_s"])
