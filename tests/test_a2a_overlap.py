@@ -86,6 +86,7 @@ def test_the_planner_sets_it_where_megatron_core_runs_it_and_times_as_estimate_d
         assert row.step_time_s == pytest.approx(step_time(estimate(model, **row.options), cluster).step_s)
 
 
+@pytest.mark.slow  # a whole plan, about a second
 def test_plan_takes_the_flag_and_its_rows_time_as_estimate_does(capsys: pytest.CaptureFixture[str]) -> None:
     # memderive plan --moe-a2a-overlap: the best row carries the overlap (ep 8 given, p 1 or v > 1 there) and its
     # options, through estimate, give the row's own step time
