@@ -225,20 +225,14 @@ def _unfused_form(graph: Any, framework: str) -> Any:
     """``unfused_framework_bytes``' expression, once per graph and framework: each term of ``UNFUSED_MOVES`` over its
     elements (a bias term's rows times the bias, its name the bias's: ``down_bias``) in the activations' dtype."""
     table = UNFUSED_MOVES[framework]
-    total: Any = 0
-    for blk in graph.blocks:
-        for op in blk.ops:
-            for f in op.flops:
-                name = f.name.rsplit(" ", 1)[-1]
-                if name == "+bias" and len(f.operands) == 2:
-                    name = f.operands[1].name.rsplit(".", 2)[-2]  # experts' ``{path}.down_bias.one_expert``
-                moves = table.get((op.kind, name), {}).get(f.phase) if f.kind == "elementwise" else None
-                if moves:
-                    elements = blk.repeat * op.share
-                    for x in f.operands:
-                        elements = elements * x.numel
-                    total += elements * moves.nbytes(f.operands[0].dtype.nbytes)
-    return total
+
+    def moves_of(blk: Any, op: Any, f: Any) -> Moves | None:
+        name = f.name.rsplit(" ", 1)[-1]
+        if name == "+bias" and len(f.operands) == 2:
+            name = f.operands[1].name.rsplit(".", 2)[-2]  # experts' ``{path}.down_bias.one_expert``
+        return table.get((op.kind, name), {}).get(f.phase)
+
+    return _elementwise_bytes(graph, moves_of, every_operand=True)
 
 
 def fused_elementwise_bytes(est: Evaluated) -> Any:
@@ -263,10 +257,11 @@ def _fused_moves(blk: Any, op: Any, f: Any) -> int | None:
     return FUSED_MOVES.get((op.kind, name), {}).get(f.phase)
 
 
-def _elementwise_bytes(graph: Any, moves_of: Any) -> Any:
+def _elementwise_bytes(graph: Any, moves_of: Any, every_operand: bool = False) -> Any:
     """Bytes over the graph's elementwise terms: each term's operand (its elements in its dtype, times the block's
     repeats and the op's share) times ``moves_of(block, op, term)`` (element reads plus writes, or a ``Moves``;
-    None or 0: the term moves nothing)."""
+    None or 0: the term moves nothing). ``every_operand``: the term's elements are the product of all its operands'
+    (a bias term's rows times the bias), in the first one's dtype."""
     total: Any = 0
     for blk in graph.blocks:
         for op in blk.ops:
@@ -276,7 +271,10 @@ def _elementwise_bytes(graph: Any, moves_of: Any) -> Any:
                     continue
                 x = f.operands[0]
                 per = moves.nbytes(x.dtype.nbytes) if isinstance(moves, Moves) else moves * x.dtype.nbytes
-                total += blk.repeat * op.share * x.numel * per
+                elements = x.numel
+                for y in f.operands[1:] if every_operand else ():
+                    elements = elements * y.numel
+                total += blk.repeat * op.share * elements * per
     return total
 
 
