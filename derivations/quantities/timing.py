@@ -159,6 +159,12 @@ def deepep_copies(cluster: Cluster, experts: int, top_k: int, ep: Any, stride: A
     return (inside - 1) * rank * nodes, (nodes - 1) * node
 
 
+def all_to_alls(opts: Options) -> int:
+    """Expert-parallel all-to-alls per MoE layer and micro-batch: dispatch and combine forward, their gradients
+    backward, and the forward's two again where the MoE layer is recomputed (full, or the ``moe`` module)."""
+    return 4 + (2 if opts.recompute == "full" or "moe" in opts.recomputed_modules else 0)
+
+
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None
                       ) -> float:
     """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
@@ -171,7 +177,7 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     if opts.ep <= 1 or not dispatched:
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
-    count = 4 + (2 if opts.recompute == "full" or "moe" in opts.recomputed_modules else 0)  # the MoE layer again
+    count = all_to_alls(opts)
     if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
         nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.expert_tp)
         token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
@@ -630,8 +636,7 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
 #: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
 #: distributed optimizer their shards gathered, over the t x cp x d / (etp x ep) ranks that hold the same experts
 #: (etp = t unless folded: ``Options.expert_tp``), ``etp x ep`` apart in the expert grid's order tp-ep-dp-pp; the
-#: dense parameters over the t-apart
-#: data- and context-parallel ranks as before.
+#: dense parameters over the t-apart data- and context-parallel ranks as before.
 EDP_SOURCE = Citation("megatron-ddp", "DistributedDataParallel: expert_parallel_buffers over the expert data-parallel "
                       "group (intra_expt_dp_group), its own buckets", also=(EP_SOURCE,))
 
@@ -654,8 +659,7 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
     experts' share of the GPU's parameters (their ``parameters_per_gpu`` terms, ``symbolic.experts.expert_ops``)
     of ``grads`` and ``weights``, over the expert data-parallel ranks, t x d x cp / (etp x ep) of them etp x ep
     apart (the expert grid tp-ep-dp-pp folds the t x d x cp ranks; etp = t unless folded: d x cp / ep ranks t x ep
-    apart); Megatron-Core buckets them apart
-    (``data_parallel_calls`` of their parameters over those ranks)."""
+    apart); Megatron-Core buckets them apart (``data_parallel_calls`` of their parameters over those ranks)."""
     o = est.options
     if o.ep <= 1 and not o.folded:
         return None
@@ -892,7 +896,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
                                  opts, (sizes["E"], sizes["k"]) if "E" in sizes else None) if opts.ep > 1 else 0.0
     if opts.moe_a2a_overlap:  # the combined 1F1B schedule (a2a_overlap.py); a selective moe recompute's two exposed
-        four = ep_micro * 4 / (6 if "moe" in opts.recomputed_modules else 4)
+        four = ep_micro * 4 / all_to_alls(opts)
         ep_micro = (overlapped_ep_s(est.graph, values, micro, four, m, p, v) + m * (ep_micro - four)) / m
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
