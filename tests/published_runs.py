@@ -955,6 +955,17 @@ _MIXTRAL_TFLOPS = 438
 _MIXTRAL_STEP = megatron_flops(256, 4096, 32, 4096, 32, 8, 14336, 2, 32000) / (_MIXTRAL_TFLOPS * 1e12 * 64)
 
 _OSS_MODULES = ("layernorm", "moe_act")  # gpt-oss-120b's recipe names them (``BRIDGE_RECOMPUTE``)
+#: gpt-oss-120b on H100, 25.11: the page's row (GBS 512, MBS 4, PP 4, EP 8, GA 2) does not multiply out: 64 GPUs over
+#: PP 4 are DP 16, and 4 x 2 x 16 = 128, not 512 (its MBS, GA and the rest are the B200 row's, PP aside). The recipe
+#: sets MBS 1: Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/workload_base_configs.py L22-28
+#: (``BASE_GPT_OSS_120B_CONFIG``: EP 8, GBS 512, micro_batch_size 1), L58-62 (H100: pipeline_model_parallel_size 4,
+#: recompute_modules; no micro_batch_size), set by utils/helpers.py L65-66 (``set_workload_base_configs``); MBS 1 in
+#: every version of that file that gives H100 PP 4 (from #1438, cb30a7fd5, 2025-11-20, to 2026-01-16, the
+#: ``..._H100_BF16_V1/V2`` of c66005d47 too), and the later pages' H100 rows (26.02 on) print MBS 1 with PP 4, EP 8.
+#: So MBS 1, GA 512 / 16 = 32.
+_OSS_H100_MBS = ("MBS 1, GA 32, as the recipe's H100 config sets it (Megatron-Bridge v0.2.0 gpt_oss/"
+                 "workload_base_configs.py L22-28, L58-62); the page's MBS 4 and GA 2 do not multiply out to its GBS "
+                 "512 over DP 16 (4 x 2 x 16 = 128)")
 _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}  # ``_BRIDGE_DSV3_NOTE``
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
@@ -969,8 +980,10 @@ MOE = [
            note=f"{_MIXTRAL_TFLOPS} TFLOP/s per GPU by Megatron's count: {_MIXTRAL_STEP:.2f} s per step of 256 x 4,096 "
                 "tokens; all-to-all dispatcher, distributed optimizer (the README's example script), dropless, recompute "
                 "none (assumed: the mapping table names none), Mixtral's dropout 0"),
+    # MBS 1, GA 32: the recipe's, not the page's MBS 4 (``_OSS_H100_MBS``)
     _bridge_moe("gpt-oss-120b p4 ep8 H100", "DGX-H100", "h100-sxm", OSS_120B,
-                {"pp": 4, "dp": 16, "ep": 8, "batch": 4, "micro_batches": 8}, 4096, 5630, 153, inert=_OSS_MODULES),
+                {"pp": 4, "dp": 16, "ep": 8, "batch": 1, "micro_batches": 32}, 4096, 5630, 153, inert=_OSS_MODULES,
+                assumed=_OSS_H100_MBS),
     _bridge_moe("Qwen3 30B-A3B p2 v24 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
                 {"pp": 2, "virtual_stages": 24, "dp": 8, "ep": 8, "batch": 2, "micro_batches": 32,
                  "moe_a2a_overlap": True}, 4096, 5275, 121, fp8="te-current"),

@@ -1,8 +1,9 @@
 """Issue 39, mixture of experts: expert-parallel all-to-alls timed on the link they cross, and the published MoE
 runs (``tests/published_runs.MOE``, held out, apart from the dense runs' bounds).
 
-Measured (python benchmarks/published_runs.py, "Mixture of experts"): 22 runs, median |error| 23.4%, worst 68.3%
-(20.6% before Megatron-Core's EP A2A overlap was timed on the three rows whose recipes set it, below; 28.0% over the 15 before Bridge's GB300 rows, 28.7% and 68.3% over 14, before the Qwen3-235B-A22B H100 row,
+Measured (python benchmarks/published_runs.py, "Mixture of experts"): 22 runs, median |error| 24.2%, worst 68.3%
+(23.4% before Bridge's gpt-oss-120b p4 on H100 ran its recipe's MBS 1, GA 32 (-17.6% to -29.6%, published_runs.
+_OSS_H100_MBS); 20.6% before Megatron-Core's EP A2A overlap was timed on the three rows whose recipes set it, below; 28.0% over the 15 before Bridge's GB300 rows, 28.7% and 68.3% over 14, before the Qwen3-235B-A22B H100 row,
 expressible with --etp 1; the same over the first 10, before Bridge's DeepSeek-V3 and Qwen3-235B-A22B rows; 30.7%
 and 71.1% before
 Megatron-Core's unfused passes of gpt-oss were timed, memory_bound.UNFUSED_MOVES: around the experts (clamp, fc2's
@@ -194,13 +195,13 @@ def test_the_token_drop_rows_are_the_dropless_layouts_without_the_sync() -> None
 
 
 def test_the_moe_errors_do_not_grow() -> None:
-    """Measured: 22 runs, median |error| 23.4%, worst 68.3% (module docstring); a guard on the figures reported, not a
+    """Measured: 22 runs, median |error| 24.2%, worst 68.3% (module docstring); a guard on the figures reported, not a
     bound the issue accepts (that is the xfail below)."""
     errors = [abs(predict(r).error) for r in MOE]
     assert statistics.median(errors) <= 0.39 and max(errors) <= 0.75
 
 
-@pytest.mark.xfail(strict=True, reason="issue 39's bounds (median 10%, every run within 25%); measured 23.4% / 68.3%: "
+@pytest.mark.xfail(strict=True, reason="issue 39's bounds (median 10%, every run within 25%); measured 24.2% / 68.3%: "
                    "Megatron-Bridge's MoE runs are all but one predicted too fast")
 def test_the_moe_runs_meet_issue_39s_bounds() -> None:
     errors = [abs(predict(r).error) for r in MOE]
@@ -213,7 +214,9 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
     (symbolic/mcore_experts.py; before: transformers' eager loop, 4 of 10 fit) and Bridge's gradients in bf16 as its
     recipes set them (grad_reduce_in_fp32 False; before: Megatron-LM's fp32 main_grad, 7 of 10 fit), measured: 9 of 10
     fit (AutoModel's three, Megatron's Mixtral 8x7B, Bridge's Qwen3 on 8 B200s and on GB200, gpt-oss-120b on B200
-    (167.8 of 180 GiB; was 198.4) and EP 64 on GB200); Bridge's gpt-oss-120b p4 on H100 (110.6 GiB) stays over. Qwen3
+    (167.8 of 180 GiB; was 198.4) and EP 64 on GB200); Bridge's gpt-oss-120b p4 on H100 (110.6 GiB) stays over. Since
+    the H100 row runs its recipe's MBS 1, GA 32 (published_runs._OSS_H100_MBS; the page's MBS 4, GA 2 do not
+    multiply out to its GBS), it fits: 55.4 of 80 GiB (activations 18.4, model states 37.0). Before, Qwen3
     30B-A3B p2 v24 on H100 now fits, barely: 85,871,885,692 of 85,899,345,920 B (was 87,448,944,184, 81.4 GiB; its
     linear_proj saves the attention's own 16-bit output under current scaling, set_save_original_input, not an 8-bit
     copy: 16,777,220 B per layer and micro-batch held, 94 of them on the first stage). Recompute none is what the
@@ -235,9 +238,9 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
         assert (need <= capacity) == (assumed == "")
         if assumed:
             over.append(run.name)
-            assert "eager loop" not in assumed and ("still over" in assumed) == bool(run.inert_modules)
+            assert "eager loop" not in assumed and ("with them" in assumed) == bool(run.inert_modules)
             if run.layout["recompute"] == "none":
                 assert "recompute none, as the 25.11 recipe ran" in assumed
             else:
                 assert "1F1B keeps 2 micro-batches' activations" in assumed and _DSV3_OPTIMIZER in run.assumed
-    assert over == ["gpt-oss-120b p4 ep8 H100", "DeepSeek-V3 p2 v8 ep32 GB300"]
+    assert over == ["DeepSeek-V3 p2 v8 ep32 GB300"]
