@@ -382,7 +382,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
                                    "would run in 8 bits")
     elif options.mode == "train":  # Megatron-LM's layers: its SwiGLU is one fused function (bias_swiglu_fusion)
-        base = _megatron_moe(_fused_swiglu(base))  # and its MoE layer's own saved tensors (symbolic.mcore_experts)
+        # and its MoE layer's own saved tensors (symbolic.mcore_experts; gpt-oss's clamped copy: Megatron-Core's code)
+        base = _megatron_moe(_fused_swiglu(base), clamp_copy=options.framework == "megatron")
         if options.fp8 in TE_FP8:  # Transformer Engine's linears save their inputs' 8-bit casts
             base = _te_float8(base, recipe=options.fp8)
         elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules

@@ -38,6 +38,16 @@ experts (the dispatcher's ``permute``, ``TEGroupedMLP.forward``, the dispatcher'
   (experts.py:966, Megatron-LM's ``--bias-swiglu-fusion`` default, arguments.py:2895) is ``WeightedSwiGLUFunction``,
   ``ctx.save_for_backward(input_for_backward, weights)`` (fused_bias_swiglu.py:270; ``WeightedQuickGeGLUFunction``
   the same, fused_bias_geglu.py:327). silu(gate) and the scaled product are recomputed in backward.
+* clamped (gpt-oss: ``activation_func_clamp_value`` 7.0, Megatron-Bridge v0.2.0 gpt_oss_provider.py L84), under
+  ``--framework megatron`` (``clamp_copy``): also ``fc1_clamped`` (b, s, k, 2 f_e). ``weighted_bias_quick_geglu_impl``
+  (fused_bias_geglu.py L424-432 at 0d8e0714, Megatron-Bridge v0.2.0's Megatron-LM, as at core_v0.15.0; called by
+  experts.py L923-931) clamps the two halves of fc1's output eagerly, ``x_glu.clamp(max=7)`` and
+  ``x_linear.clamp(-7, 7)``, each saving its input (PyTorch's ``clamp_backward(grad, self, min, max)``): views that
+  keep fc1's whole output alive; the fused function then saves the ``torch.cat`` of the clamped halves, a second
+  tensor of that size (L379). Measured, ``tests/test_mcore_experts.py``. Under ``moe_act`` recompute the clamp runs
+  inside ``CheckpointWithoutOutput``'s no-grad forward: neither is made, fc1's output is the checkpoint's input.
+  Other frameworks this graph stands in for do not make the copy: NeMo AutoModel's ``quick_geglu_deepep``
+  (nemo_automodel.components.moe) is ``torch.compile``d, its clamps inside the compiled region.
 * not gated: ``act_in`` (fc1's output, saved by the activation), ``act`` and ``weights`` (saved by
   ``intermediate_parallel * permuted_probs``, experts.py:1015).
 * ``hidden`` (b, s, k, f_e): fc2's input (the scaled activation), saved by TE's ``GroupedLinear``
@@ -96,8 +106,10 @@ def megatron_router(op: Op) -> Op:
     return replace(op, saved=kept, note=(op.note + "; " if op.note else "") + "Megatron-Core TopKRouter")
 
 
-def megatron_experts(op: Op) -> Op:
-    """The experts op as Megatron-Core's dispatcher and ``TEGroupedMLP`` save it (see the module's docstring)."""
+def megatron_experts(op: Op, clamp_copy: bool = False) -> Op:
+    """The experts op as Megatron-Core's dispatcher and ``TEGroupedMLP`` save it (see the module's docstring);
+    ``clamp_copy``: a clamped activation (gpt-oss) keeps fc1's output and its clamped copy, as Megatron-Core's
+    eager clamp before the fused function does."""
     tokens, gathered, hidden, weights = (_named(op, n) for n in ("tokens", "gathered", "hidden", "weights"))
     experts = op.params[0].shape[0]  # the routing map's columns: every expert, whatever the rank holds
     index = (_renamed(tokens, op, "permute_index", shape=(*tokens.shape[:-1], experts)),
@@ -108,6 +120,8 @@ def megatron_experts(op: Op) -> Op:
         gate = _named(op, "gate")
         fc1 = _renamed(gate, op, "fc1_out", shape=(*gate.shape[:-1], 2 * gate.shape[-1]))
         mlp: tuple[Tensor, ...] = (fc1, weights)
+        if clamp_copy and any(f.name == f"{op.path} clamp" for f in op.flops):  # the clamps keep fc1's output
+            mlp = (fc1, _renamed(fc1, op, "fc1_clamped"), weights)
     else:  # activation(fc1) saves fc1's output; (* permuted_probs) saves the activation and the probs
         act_in = _named(op, "act_in")
         mlp = (act_in, _renamed(act_in, op, "act"), weights)
@@ -115,16 +129,16 @@ def megatron_experts(op: Op) -> Op:
                    note=(op.note + "; " if op.note else "") + "Megatron-Core TEGroupedMLP, alltoall dispatcher")
 
 
-def megatron_moe(graph: Graph) -> Graph:
-    """Every router and experts op of ``graph`` as Megatron-Core saves them; a graph without experts is returned as
-    it is."""
+def megatron_moe(graph: Graph, clamp_copy: bool = False) -> Graph:
+    """Every router and experts op of ``graph`` as Megatron-Core saves them (``clamp_copy``: ``megatron_experts``');
+    a graph without experts is returned as it is."""
     if not any(op.kind == "experts" for _, op in graph.ops()):
         return graph
 
     def per_op(op: Op) -> Op:
         if op.kind == "router":
             return megatron_router(op)
-        return megatron_experts(op) if op.kind == "experts" else op
+        return megatron_experts(op, clamp_copy) if op.kind == "experts" else op
 
     return replace(graph, blocks=tuple(blk.map_ops(per_op) for blk in graph.blocks),
                    assumptions=graph.assumptions + (MCORE_MOE,))

@@ -161,10 +161,11 @@ def _layernorm(blk: Block) -> Block:
 
 def _moe_act(op: Op) -> Op:
     """The routed experts' activation under ``CheckpointWithoutOutput``: its output (fc2's input, and an unfused
-    activation's own output) no longer saved, its elementwise forward again."""
+    activation's own output) no longer saved, nor gpt-oss's clamped copy of fc1's output (the clamp runs in the
+    checkpoint's no-grad forward), its elementwise forward again."""
     if op.kind != "experts":
         return op
-    dropped = (f"{op.path}.hidden", f"{op.path}.act")
+    dropped = (f"{op.path}.hidden", f"{op.path}.act", f"{op.path}.fc1_clamped")  # the clamp runs under no_grad
     again = tuple(replace(f, phase="recompute") for f in op.flops
                   if f.phase == "forward" and f.kind == "elementwise" and not f.name.endswith("+bias")
                   and not f.operands[0].name.endswith(".weighted"))  # the scaling term is the tokens' movement

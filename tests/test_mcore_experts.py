@@ -167,3 +167,65 @@ def test_the_graph_saves_what_megatron_cores_calls_save(renormalize: bool) -> No
             for t in op.saved if blk.name == "layer" and op.path.startswith("moe/") else ():
                 want[t.dtype.name] += int(evaluate(t.nbytes, est.values))
     assert got == want, seen
+
+
+# --- gpt-oss's clamped quick-GeGLU: the clamp's input and the fused function's input are two tensors ------------
+#: A tiny gpt-oss (its experts' activation clamped at 7, as gpt-oss's ``swiglu_limit``; Megatron-Bridge v0.2.0
+#: gpt_oss_provider.py L84 ``activation_func_clamp_value`` 7.0): h = 64, E = 4, k = 2, f_e = 48.
+TINY_OSS = {"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "intermediate_size": 48, "vocab_size": 100, "num_local_experts": 4,
+            "num_experts_per_tok": 2, "head_dim": 16, "sliding_window": 8}
+
+
+def _oss_experts_bytes(**options: object) -> dict[str, int]:
+    est = estimate(TINY_OSS, mode="train", batch=2, seq=16, dropout=False, **{"framework": "megatron", **options})
+    return {x.name.rsplit(".", 1)[1]: int(evaluate(x.nbytes, est.values)) for blk in est.graph.blocks
+            if blk.name == "layer" for op in blk.ops if op.kind == "experts" for x in op.saved}
+
+
+def test_clamped_quick_geglu_keeps_fc1s_output_twice_by_hand() -> None:
+    # b s = 32 tokens, T = b s k = 64 token-expert pairs, bf16. weighted_bias_quick_geglu_impl (Megatron-LM
+    # fused_bias_geglu.py L424-432) clamps fc1's output's halves eagerly, each clamp saving its input, a view of fc1's
+    # output (T 2 f_e x 2 = 64 x 96 x 2 = 12,288 B); WeightedBiasQuickGeGLUFunction saves the cat of the clamped
+    # halves (L379), another 12,288 B. With the rest of the experts (permute_index 4 x 32 x 8 = 1,024, sorted_indices
+    # 64 x 8 = 512, fc1's input 64 x 64 x 2 = 8,192, the probs 64 x 2 = 128, fc2's input 64 x 48 x 2 = 6,144):
+    # 1,024 + 512 + 8,192 + 2 x 12,288 + 128 + 6,144 = 40,576 B
+    got = _oss_experts_bytes()
+    assert got == {"permute_index": 1024, "sorted_indices": 512, "gathered": 8192, "fc1_out": 12288,
+                   "fc1_clamped": 12288, "weights": 128, "hidden": 6144}
+    assert sum(got.values()) == 40_576
+    # moe_act: the activation (clamp included) in CheckpointWithoutOutput's no-grad forward: fc1's output (its
+    # input) and the probs stay; the clamped copy and fc2's input go: 40,576 - 12,288 - 6,144 = 22,144 B
+    assert sum(_oss_experts_bytes(recompute="selective", recompute_modules=("moe_act",)).values()) == 22_144
+    # without --framework megatron (the graph standing in for another framework's code, e.g. NeMo AutoModel's
+    # torch.compile'd quick_geglu_deepep): no copy, 40,576 - 12,288 = 28,288 B
+    assert sum(_oss_experts_bytes(framework=None).values()) == 28_288
+
+
+def test_clamped_quick_geglu_saves_what_its_torch_calls_save() -> None:
+    # fc1 (TE GroupedLinear: saves its input), then weighted_bias_quick_geglu_impl as Megatron-LM writes it (chunk,
+    # clamp(max=7), clamp(-7, 7), cat, then the fused function saving its input and the probs), then fc2 (saves
+    # its input), measured on CPU against the graph's MLP tensors of the same T = 64 rows
+    from tests.test_saved_tensors import measured_bytes
+
+    torch.manual_seed(0)
+    dt, rows, h, f = torch.bfloat16, 64, 64, 48
+    fc1_w = torch.nn.Parameter(torch.randn(2 * f, h, dtype=dt) / h**0.5)
+    fc2_w = torch.nn.Parameter(torch.randn(h, f, dtype=dt) / f**0.5)
+    x = torch.randn(rows, h, dtype=dt, requires_grad=True)
+    probs = torch.rand(rows, 1, dtype=dt, requires_grad=True)
+
+    def quick_geglu(y: torch.Tensor, p: torch.Tensor) -> torch.Tensor:  # fused_bias_geglu.py weighted_quick_geglu
+        gate, up = torch.chunk(y, 2, -1)
+        return (gate * torch.sigmoid(1.702 * gate) * (up + 1) * p).to(y.dtype)
+
+    def run() -> torch.Tensor:
+        y = _SavesInputs.apply(lambda i, w: i @ w.t(), x, fc1_w)
+        x_glu, x_linear = y.chunk(2, -1)
+        clamped = torch.cat((x_glu.clamp(min=None, max=7.0), x_linear.clamp(min=-7.0, max=7.0)), -1)
+        act = _SavesInputs.apply(quick_geglu, clamped, probs)
+        return _SavesInputs.apply(lambda i, w: i @ w.t(), act, fc2_w)
+
+    got, seen = measured_bytes(run, torch.nn.ParameterList([fc1_w, fc2_w]))
+    want = _oss_experts_bytes()
+    assert got == {"bf16": sum(want[n] for n in ("gathered", "fc1_out", "fc1_clamped", "weights", "hidden"))}, seen

@@ -216,13 +216,20 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
     fit (AutoModel's three, Megatron's Mixtral 8x7B, Bridge's Qwen3 on 8 B200s and on GB200, gpt-oss-120b on B200
     (167.8 of 180 GiB; was 198.4) and EP 64 on GB200); Bridge's gpt-oss-120b p4 on H100 (110.6 GiB) stays over. Since
     the H100 row runs its recipe's MBS 1, GA 32 (published_runs._OSS_H100_MBS; the page's MBS 4, GA 2 do not
-    multiply out to its GBS), it fits: 55.4 of 80 GiB (activations 18.4, model states 37.0). Before, Qwen3
+    multiply out to its GBS), it fits: 55.4 of 80 GiB (activations 18.4, model states 37.0). Since gpt-oss's clamped
+    copy of fc1's output is counted under --framework megatron (Megatron-Core's eager clamp before the fused
+    quick-GeGLU, symbolic/mcore_experts.py: 4 f_e k bytes per token and layer more): the H100 row 61.7 of 80 GiB (at
+    MBS 4 it would be 135.9: activations 98.9, model states 37.0); gpt-oss-120b on B200 over, 193.1 of 180 GiB
+    (activations 111.3, model states 81.7 at the page's EP 8; the recipe's B200 config says EP 64, Megatron-Bridge
+    v0.2.0 gpt_oss/workload_base_configs.py L50-55, at which memderive gives 146.3), its note naming recompute none
+    (153.1 with the recipe's inert modules); EP 64 on GB200 78.0 to 90.7, the GB300 rows 121.0 to 146.3. Qwen3
     30B-A3B p2 v24 on H100 now fits, barely: 85,871,885,692 of 85,899,345,920 B (was 87,448,944,184, 81.4 GiB; its
     linear_proj saves the attention's own 16-bit output under current scaling, set_save_original_input, not an 8-bit
     copy: 16,777,220 B per layer and micro-batch held, 94 of them on the first stage). Recompute none is what the
     25.11 recipes ran (``published_runs.BRIDGE_RECOMPUTE``:
     gpt-oss-120b's recompute_modules layernorm, moe_act were inert without recompute_granularity 'selective'); with
-    those modules (--recompute-modules) the H100 gpt-oss layout would still be over: 95.2 GiB. Bridge's DeepSeek-V3 and
+    those modules (--recompute-modules) the H100 gpt-oss layout at MBS 4 would still have been over: 95.2 GiB.
+    Bridge's DeepSeek-V3 and
     Qwen3-235B-A22B rows fit too: 14 of 15 (DeepSeek-V3 p4 v4 ep64 on GB200 143.5 of 186 GiB, p16 ep8 on B200 140.6 of
     180 with its bf16 moments counted in fp32; Qwen3-235B-A22B p8 v3 ep32 on GB200 116.4 of 186, p8 v2 ep8 on B200
     173.1 of 180; t2 p8 v4 ep32 etp1 on H100 64.6 of 80). Bridge's GB300 rows: 6 of 7 fit (25.11: gpt-oss-120b ep64
@@ -243,4 +250,4 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
                 assert "recompute none, as the 25.11 recipe ran" in assumed
             else:
                 assert "1F1B keeps 2 micro-batches' activations" in assumed and _DSV3_OPTIMIZER in run.assumed
-    assert over == ["DeepSeek-V3 p2 v8 ep32 GB300"]
+    assert over == ["gpt-oss-120b ep8 B200", "DeepSeek-V3 p2 v8 ep32 GB300"]
