@@ -966,6 +966,13 @@ _OSS_MODULES = ("layernorm", "moe_act")  # gpt-oss-120b's recipe names them (``B
 _OSS_H100_MBS = ("MBS 1, GA 32, as the recipe's H100 config sets it (Megatron-Bridge v0.2.0 gpt_oss/"
                  "workload_base_configs.py L22-28, L58-62); the page's MBS 4 and GA 2 do not multiply out to its GBS "
                  "512 over DP 16 (4 x 2 x 16 = 128)")
+#: gpt-oss-120b on B200, 25.11: the page prints EP 8 (as in every later page), but the recipe's B200 config sets
+#: expert_model_parallel_size 64 in every version (Megatron-Bridge v0.2.0 scripts/performance/configs/gpt_oss/
+#: workload_base_configs.py L50-55, ``GPT_OSS_120B_B200_BF16_BASE_CONFIG``; v0.2.1, v0.2.2; v0.3.0
+#: gpt_oss_workload_base_configs.py L71-75), as the GB200 and GB300 configs do; the page's EP column is the base
+#: config's 8. The recipe is the code that ran: EP 64, its MBS 4 and GBS 512 as the page gives them.
+_OSS_B200_EP = ("EP 64, as the recipe's B200 config sets it (Megatron-Bridge v0.2.0 gpt_oss/workload_base_configs.py "
+                "L50-55; every version since); the page prints the base config's EP 8")
 _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}  # ``_BRIDGE_DSV3_NOTE``
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
@@ -987,8 +994,10 @@ MOE = [
     _bridge_moe("Qwen3 30B-A3B p2 v24 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
                 {"pp": 2, "virtual_stages": 24, "dp": 8, "ep": 8, "batch": 2, "micro_batches": 32,
                  "moe_a2a_overlap": True}, 4096, 5275, 121, fp8="te-current"),
-    _bridge_moe("gpt-oss-120b ep8 B200", "DGX-B200", "b200", OSS_120B,
-                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 2}, 4096, 8213, 223, inert=_OSS_MODULES),
+    # EP 64: the recipe's, not the page's EP 8 (``_OSS_B200_EP``)
+    _bridge_moe("gpt-oss-120b ep64 B200", "DGX-B200", "b200", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 2}, 4096, 8213, 223, inert=_OSS_MODULES,
+                assumed=_OSS_B200_EP),
     _bridge_moe("Qwen3 30B-A3B ep8 B200", "DGX-B200", "b200", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 1, "micro_batches": 64}, 4096, 9299, 214, fp8="te-mxfp8"),
     _bridge_moe("gpt-oss-120b ep64 GB200", "DGX-GB200", "gb200", OSS_120B,
