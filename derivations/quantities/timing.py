@@ -389,7 +389,8 @@ class StepTime:
                    + (", FSDP2 gathering the parameters again in each forward" if self.zero2 == "regather" else "")
                    + f" ({cite(ZERO2_SOURCE)}), " if self.zero2 in ("each", "regather") else
                    f"ZeRO-2 under torch.distributed.pipelining: whole gradients accumulated, reduce-scattered once "
-                   f"after the last backward ({cite(ZERO2_SOURCE)}), " if self.zero2 == "once" else "")
+                   f"after the last backward ({cite(ZERO2_SOURCE)}; the memory counts ZeRO-2's 1/d gradient shard, "
+                   f"less than such a stage holds), " if self.zero2 == "once" else "")
                 + f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
