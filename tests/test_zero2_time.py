@@ -74,3 +74,11 @@ def test_torchtitan_pipeline_stages_reduce_once_and_say_so() -> None:
     assert z2[4].dp_s == pytest.approx(z2[2].dp_s, rel=1e-9)
     note = " ".join(z2[4].model())
     assert z2[4].zero2 == "once" and "less than such a stage holds" in note
+
+
+def test_deepspeed_zero2_note_names_overlap_comm() -> None:
+    """DeepSpeed's ZeRO config turns overlap_comm on only for stage 3 (config.py overlap_comm_valid); the time hides
+    stage 2's reduce-scatters behind each backward as overlap_comm true does, and the note says so."""
+    est = estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=16, zero=2, micro_batches=4,
+                   framework="deepspeed", dtype="bf16")
+    assert "overlap_comm true" in " ".join(step_time(est, SLOW).model())

@@ -387,6 +387,9 @@ class StepTime:
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
                 + (f"ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
                    + (", FSDP2 gathering the parameters again in each forward" if self.zero2 == "regather" else "")
+                   + (" (timed as DeepSpeed's overlap_comm true; its default for stage 2 is false, each reduction "
+                      "then on the compute stream, not hidden: deepspeed/runtime/zero/config.py overlap_comm_valid)"
+                      if self.framework == "deepspeed" else "")
                    + f" ({cite(ZERO2_SOURCE)}), " if self.zero2 in ("each", "regather") else
                    f"ZeRO-2 under torch.distributed.pipelining: whole gradients accumulated, reduce-scattered once "
                    f"after the last backward ({cite(ZERO2_SOURCE)}; the memory counts ZeRO-2's 1/d gradient shard, "
