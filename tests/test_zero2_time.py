@@ -63,6 +63,8 @@ def test_deepspeed_engine_zero2_reduces_every_micro_batch() -> None:
     p = est.number("parameters_per_gpu")
     assert deepspeed_data_parallel_s(est, c) == pytest.approx(4 * c.reduce_scatter(4 * p, 16, 1)
                                                               + c.all_gather(2 * p, 16, 1))
+    timed = step_time(est, c)
+    assert timed.zero2 == "exposed" and "under ZeRO-2 a reduce-scatter in each micro-batch's" in " ".join(timed.model())
 
 
 def test_torchtitan_pipeline_stages_reduce_once_and_say_so() -> None:

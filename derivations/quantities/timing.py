@@ -318,7 +318,9 @@ class StepTime:
     fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
     fp8: str = "none"  # --fp8: the recipe
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
-    zero2: str = ""  # ZeRO-2 over more than one rank: "each" (a reduce-scatter per micro-batch), else "once"
+    # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
+    # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
+    zero2: str = ""
 
     @property
     def step_s(self) -> float:
@@ -360,7 +362,9 @@ class StepTime:
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
                        "the fp32 gradients all-reduced (fp16: the 16-bit ones, ZeRO-1 reduce-scattered), the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
-                       f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
+                       f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})"
+                       + (f"; under ZeRO-2 a reduce-scatter in each micro-batch's backward, none hidden "
+                          f"({cite(ZERO2_SOURCE)})" if self.zero2 == "exposed" else ""),)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
@@ -983,9 +987,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 def _zero2_sync(opts: Options, zero: int) -> str:
     """How a ZeRO-2 step over more than one rank reduces its gradients (``data_parallel_s``), for the note: "each"
     micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once" (FSDP2 under pipeline
-    stages); empty otherwise (and under --grad-sync deepspeed, whose note says its own)."""
-    if zero != 2 or opts.grad_sync == "deepspeed" or not bool(opts.dp * opts.cp > 1):
+    stages), "exposed" (--grad-sync deepspeed: each micro-batch's, none hidden); empty otherwise."""
+    if zero != 2 or not bool(opts.dp * opts.cp > 1):
         return ""
+    if opts.grad_sync == "deepspeed":
+        return "exposed"
     if opts.framework not in FSDP2_FRAMEWORKS:
         return "each"
     return "once" if bool(opts.pp > 1) else "regather"
