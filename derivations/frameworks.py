@@ -238,8 +238,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
     ), (), (
         Limit(_RECOMPUTES, ("none", "selective", "full"), "", _MEG_AC),  # what plan searches anyway: no line
-        # every ZeRO stage, with pipeline stages too (no limit found in Megatron-Core's code): the distributed
-        # optimizer is ZeRO-1, Megatron FSDP's sharding strategies ZeRO-1 to 3
+        # every ZeRO stage, with pipeline and expert parallelism too: the distributed optimizer is ZeRO-1, Megatron
+        # FSDP's sharding strategies ZeRO-1 to 3. Megatron-LM's validate_args (megatron/training/arguments.py at
+        # d98e8a64) asserts pipeline_model_parallel_size == 1 and expert_model_parallel_size == 1 for
+        # --use-torch-fsdp2 only, nothing of the kind for --use-megatron-fsdp (--megatron-fsdp-version 1, the
+        # default); version 2, opt-in, refuses tp, pp or cp > 1 (megatron/core/distributed/fsdp/
+        # mcore_fsdp_adapter.py: "MFSDP v2 does not currently support")
         Limit("zeros", (0, 1, 2, 3), "", "Megatron-LM megatron/core/distributed/distributed_data_parallel_config.py: "
               "use_distributed_optimizer (ZeRO-1); use_megatron_fsdp with data_parallel_sharding_strategy 'optim', "
               "'optim_grads' (ZeRO-2) or 'optim_grads_params' (ZeRO-3, its default)"),

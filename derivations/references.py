@@ -403,6 +403,16 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
               "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/distributed/distributed_data_parallel.py", "code"),
+    Reference("megatron-fsdp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/src/megatron_fsdp/"
+              "megatron_fsdp.py (the post-backward hook: grad_reduce_every_bprop for the sharding strategies "
+              "'optim_grads' and 'optim_grads_params', a reduce-scatter after every micro-batch's backward)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/core/distributed/"
+              "fsdp/src/megatron_fsdp/megatron_fsdp.py", "code"),
+    Reference("pytorch-pipelining-stage", "PyTorch", "PyTorch", "PyTorch: torch/distributed/pipelining/stage.py "
+              "(_PipelineStageBase.backward_maybe_with_nosync: an FSDP stage runs every micro-batch's backward with "
+              "set_requires_gradient_sync(False) and set_reshard_after_backward(False), its gradients reduced once "
+              "after the last)", None, "github.com/pytorch/pytorch/blob/0138610331c90b8053a0bfc6df0175b200a1cad2/torch/"
+              "distributed/pipelining/stage.py", "code"),
     Reference("megatron-arguments", "Megatron-LM", _NV, "Megatron-LM: megatron/training/arguments.py "
               "(--context-parallel-size, --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers)",
               None, "github.com/NVIDIA/Megatron-LM/blob/main/megatron/training/arguments.py", "code"),

@@ -59,7 +59,7 @@ def test_zero3_gathers_every_micro_batch() -> None:
     for m in (1, 4, 32):
         micro = 0.5
         assert data_parallel_s(slow, grads, d, 8, 3, m, micro) == pytest.approx(m * (3 * one_collective - micro))
-    # ZeRO 0-2 reduce once per step, whatever m
+    # ZeRO 0 (and 1) reduce once per step, whatever m (ZeRO-2: tests/test_zero2_time.py)
     assert data_parallel_s(slow, grads, d, 8, 0, 32, 0.5) == data_parallel_s(slow, grads, d, 8, 0, 1, 0.5)
 
 

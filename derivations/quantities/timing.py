@@ -318,6 +318,9 @@ class StepTime:
     fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
     fp8: str = "none"  # --fp8: the recipe
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
+    # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
+    # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
+    zero2: str = ""
 
     @property
     def step_s(self) -> float:
@@ -359,7 +362,9 @@ class StepTime:
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
                        "the fp32 gradients all-reduced (fp16: the 16-bit ones, ZeRO-1 reduce-scattered), the tied "
                        "embedding's between the first and last stage, ZeRO-1's updated shards gathered, after the "
-                       f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})",)
+                       f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})"
+                       + (f"; under ZeRO-2 a reduce-scatter in each micro-batch's backward, none hidden "
+                          f"({cite(ZERO2_SOURCE)})" if self.zero2 == "exposed" else ""),)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
@@ -384,7 +389,16 @@ class StepTime:
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
-                f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
+                + (f"ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
+                   + (", FSDP2 gathering the parameters again in each forward" if self.zero2 == "regather" else "")
+                   + (" (timed as DeepSpeed's overlap_comm true; its default for stage 2 is false, each reduction "
+                      "then on the compute stream, not hidden: deepspeed/runtime/zero/config.py overlap_comm_valid)"
+                      if self.framework == "deepspeed" else "")
+                   + f" ({cite(ZERO2_SOURCE)}), " if self.zero2 in ("each", "regather") else
+                   f"ZeRO-2 under torch.distributed.pipelining: whole gradients accumulated, reduce-scattered once "
+                   f"after the last backward ({cite(ZERO2_SOURCE)}; the memory counts ZeRO-2's 1/d gradient shard, "
+                   f"less than such a stage holds), " if self.zero2 == "once" else "")
+                + f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
@@ -589,17 +603,41 @@ def _kv_chunk(graph: Graph) -> Any:
                0) or 0
 
 
+#: Under ZeRO-2 each micro-batch's backward reduce-scatters its gradients (``data_parallel_s``), read in each
+#: framework's code: DeepSpeed's ZeRO stage 2 reduces its buckets from every backward's hooks, stage 1 only at the
+#: accumulation boundary; Megatron-FSDP reduces every backward under 'optim_grads' (ZeRO-2) and
+#: 'optim_grads_params'; FSDP2 reduce-scatters and reshards after every backward unless told not to, which
+#: torch.distributed.pipelining does for every micro-batch of an FSDP stage.
+ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_and_remove_grads: `if "
+                        "self.partition_gradients or self.is_gradient_accumulation_boundary()`; "
+                        "independent_gradient_partition_epilogue: get_accelerator().synchronize() under overlap_comm",
+                        also=(Citation("megatron-fsdp", "grad_reduce_every_bprop"),
+                              Citation("pytorch-fsdp2", "_fsdp_param_group.py FSDPParamGroup.post_backward: "
+                                       "reduce_grads and reshard_after_backward True by default"),
+                              Citation("pytorch-pipelining-stage", "backward_maybe_with_nosync")))
+
+#: The frameworks whose data parallelism is FSDP2's ``fully_shard`` (``frameworks.py``): torchtitan, torchtune.
+FSDP2_FRAMEWORKS = frozenset({"torchtitan", "torchtune"})
+
+
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
                     weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
-                    experts: ExpertGroup | None = None) -> Any:
+                    experts: ExpertGroup | None = None, fsdp2: bool = False) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
     ZeRO 0: one all-reduce of the gradients, bucketed behind the last micro-batch's backward (about 2/3 of
-    its time; PyTorch DDP, Li et al. 2020 §3.2.3; Megatron-LM ``--overlap-grad-reduce``). ZeRO 1-2 (the distributed
+    its time; PyTorch DDP, Li et al. 2020 §3.2.3; Megatron-LM ``--overlap-grad-reduce``). ZeRO-1 (the distributed
     optimizer): a reduce-scatter behind that backward and the parameters' all-gather behind the next step's first
     forward (1/3). With ``v`` model chunks per GPU (the interleaved schedule over ``p`` stages) each chunk's share is
-    launched on its own (``chunked_reduce_s``, ``chunked_gather_s``). ZeRO-3: every micro-batch gathers the weights
+    launched on its own (``chunked_reduce_s``, ``chunked_gather_s``). ZeRO-2 (``ZERO2_SOURCE``): a gradient sharded
+    1/d cannot accumulate over micro-batches, so every micro-batch's backward reduce-scatters its own gradients,
+    each hidden behind that backward alone (DeepSpeed synchronizes the device at the end of each backward), the
+    last as ZeRO-1's; the all-gather once a step as ZeRO-1's. ``fsdp2`` (torchtitan, torchtune): FSDP2 reshards the
+    parameters after every backward, so each micro-batch's forward gathers them again (1/3 of its time to hide
+    behind); with pipeline stages (``p`` > 1) torch.distributed.pipelining accumulates whole gradients and reduces
+    once after the last backward, timed as ZeRO-1 (its gradients are then not sharded: memderive's ZeRO-2 memory
+    is below what such a stage holds). ZeRO-3: every micro-batch gathers the weights
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
     the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
@@ -629,8 +667,16 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
         return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
-    return (chunked_reduce_s(timed(cluster.reduce_scatter, 0), micro_s, p, v)
-            + chunked_gather_s(timed(cluster.all_gather, 1), micro_s, p, v))
+    reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
+    once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
+    if zero == 1:
+        return once
+    # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
+    each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
+    if not fsdp2:
+        return each
+    regather = (m - 1) * maximum(0.0, gather - micro_s / 3)  # FSDP2: each later forward's all-gather
+    return where(p > 1, once, each + regather)
 
 
 #: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
@@ -806,7 +852,8 @@ def deepspeed_data_parallel_s(est: Evaluated, cluster: Cluster) -> float:
     """Data-parallel communication of DeepSpeed's engine (``--grad-sync deepspeed``), none of it hidden: after the
     last micro-batch's backward the pipeline schedule reduces the tied embedding's fp32 gradient between the first
     and last stage (ReduceTiedGrads) and all-reduces the fp32 gradients over the data-parallel ranks (ReduceGrads:
-    ``buffered_allreduce_fallback`` of the bf16 optimizer's fp32 gradients, ZeRO 0-1; a reduce-scatter from ZeRO-2);
+    ``buffered_allreduce_fallback`` of the bf16 optimizer's fp32 gradients, ZeRO 0-1; under ZeRO-2 a reduce-scatter
+    in every micro-batch's backward, ``ZERO2_SOURCE``; ZeRO-3's per-micro-batch traffic is not timed here);
     under ZeRO 1-2 each rank's updated 16-bit shard is then all-gathered (the bf16 optimizer's
     ``update_lp_params``). Under fp16 (DeepSpeed's FP16 optimizer, as MT-NLG trained in 2021) the pipeline engine
     reduces the 16-bit ``.grad`` (``_exec_reduce_grads``: ``allreduce_gradients``), ZeRO-1 by a reduce-scatter at
@@ -816,7 +863,9 @@ def deepspeed_data_parallel_s(est: Evaluated, cluster: Cluster) -> float:
     t, d, p = o.tp, o.dp * o.cp, o.pp
     params = est.number("parameters_per_gpu")
     width = 2 if o.dtype == "fp16" else 4  # fp16: the 16-bit .grad; else the bf16 optimizer's fp32 gradients
-    if o.zero >= 2 or (o.zero == 1 and o.dtype == "fp16"):
+    if o.zero == 2:  # stage 2 reduces in every micro-batch's backward (ZERO2_SOURCE), here none of it hidden
+        reduce = (o.micro_batches or 1) * cluster.reduce_scatter(params * width, d, t)
+    elif o.zero >= 2 or (o.zero == 1 and o.dtype == "fp16"):
         reduce = cluster.reduce_scatter(params * width, d, t)
     else:
         reduce = cluster.all_reduce(params * width, d, t)
@@ -912,7 +961,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
-                               data_parallel_calls(est, zero), expert_group(est, grads, weights, zero))
+                               data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
+                               fsdp2=opts.framework in FSDP2_FRAMEWORKS)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -931,7 +981,20 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
-                    sp=bool(opts.sp))
+                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero))
+
+
+def _zero2_sync(opts: Options, zero: int) -> str:
+    """How a ZeRO-2 step over more than one rank reduces its gradients (``data_parallel_s``), for the note: "each"
+    micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once" (FSDP2 under pipeline
+    stages), "exposed" (--grad-sync deepspeed: each micro-batch's, none hidden); empty otherwise."""
+    if zero != 2 or not bool(opts.dp * opts.cp > 1):
+        return ""
+    if opts.grad_sync == "deepspeed":
+        return "exposed"
+    if opts.framework not in FSDP2_FRAMEWORKS:
+        return "each"
+    return "once" if bool(opts.pp > 1) else "regather"
 
 
 def _cells(fn: Any, *args: Any) -> Any:

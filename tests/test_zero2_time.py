@@ -1,0 +1,86 @@
+"""ZeRO-2's data-parallel time is what the frameworks' code runs: a gradient sharded 1/d cannot accumulate over
+micro-batches, so every micro-batch's backward reduce-scatters its own (DeepSpeed stage_1_and_2.py
+``reduce_ready_partitions_and_remove_grads``; Megatron-FSDP ``grad_reduce_every_bprop`` under 'optim_grads'; FSDP2's
+post_backward, which also reshards, so each forward gathers again), while torch.distributed.pipelining holds an FSDP
+stage's gradients whole and reduces once after the last backward (``backward_maybe_with_nosync``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
+from memderive.derivations.quantities.cluster import Cluster
+from memderive.derivations.quantities.timing import data_parallel_s, deepspeed_data_parallel_s, step_time
+
+H100 = gpu("h100-sxm")
+#: 8 GPUs a node, 0.8 Gb/s between nodes: nothing hides. 1 B bf16 parameters (2e9 B) over 16 ranks 8 apart (one per
+#: node): each collective sends 15/16 of the bytes at 1e8 B/s, 18.75 s, plus NCCL's ring latency under Simple,
+#: 8.4 + 15 x 14.0 = 218.4 us (nccl_cost; tests/test_time_model.py reads the same numbers)
+SLOW = Cluster(H100, 8, 10**8)
+GRADS, D, ONE, L = 2 * 10**9, 16, 18.75, 218.4e-6
+
+
+def test_zero2_reduces_every_micro_batch_by_hand() -> None:
+    """A micro-batch of 3 s (backward 2, forward 1), one stage, m 4.
+    ZeRO-1: one reduce-scatter past the last backward, 18.75 - 2 = 16.75, one all-gather past the next step's first
+    forward, 18.75 - 1 = 17.75: 34.5 s and 2 latencies, whatever m.
+    ZeRO-2: the same plus the 3 earlier micro-batches' reduce-scatters, each past its own backward: 3 x 16.75 =
+    50.25; 84.75 s and 5 latencies (4 reduce-scatters, 1 all-gather).
+    ZeRO-2 under FSDP2: also the 3 later forwards' all-gathers, 3 x 17.75 = 53.25: 138.0 s and 8 latencies.
+    ZeRO-2 under FSDP2 with 4 pipeline stages: the pipelining schedule reduces once, as ZeRO-1: 34.5 s, 2 latencies."""
+    micro = 3.0
+    for m in (1, 4):
+        assert data_parallel_s(SLOW, GRADS, D, 8, 1, m, micro) == pytest.approx(34.5 + 2 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 1, micro) == pytest.approx(34.5 + 2 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro) == pytest.approx(84.75 + 5 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro, fsdp2=True) == pytest.approx(138.0 + 8 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro, p=4, fsdp2=True) == pytest.approx(34.5 + 2 * L)
+    # a micro-batch long enough (backward 2/3 x 60 = 40 s > 18.75, forward 20 s > 18.75): every collective hidden
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, 60.0, fsdp2=True) == 0.0
+
+
+def test_zero2_step_time_grows_with_micro_batches() -> None:
+    """Through ``step_time``: on the slow network ZeRO-2's data-parallel time grows with m (4 reduce-scatters of the
+    GPU's gradients against 1) and ZeRO-1's does not; the note says how ZeRO-2 reduced."""
+    step = dict(mode="train", batch=1, seq=1024, dp=16)
+    z1, z2 = ({m: step_time(estimate("llama-2-7b", **step, zero=z, micro_batches=m), SLOW) for m in (1, 4)}
+              for z in (1, 2))
+    assert z1[4].dp_s == pytest.approx(z1[1].dp_s, rel=1e-9)
+    assert z2[1].dp_s == pytest.approx(z1[1].dp_s, rel=1e-9)  # one micro-batch: the same collectives
+    assert z2[4].dp_s > z1[4].dp_s + 3 * 10.0  # 3 more reduce-scatters of 2 x 6.7e9 B each past a backward
+    assert z2[4].zero2 == "each" and "ZeRO-2 reduce-scatters each micro-batch's" in " ".join(z2[4].model())
+    titan = step_time(estimate("llama-2-7b", **step, zero=2, micro_batches=4, framework="torchtitan"), SLOW)
+    assert titan.zero2 == "regather" and titan.dp_s > z2[4].dp_s
+
+
+def test_deepspeed_engine_zero2_reduces_every_micro_batch() -> None:
+    """--grad-sync deepspeed (nothing hidden): stage 2 reduce-scatters in each of the m backwards, m x the one
+    reduce-scatter of 4 P bytes (the fp32 gradients), then the all-gather of the 2 P bf16 shards once."""
+    c = Cluster(H100, 8, 25 * 10**9)
+    step = dict(mode="train", batch=1, seq=1024, dp=16, zero=2, grad_sync="deepspeed", dtype="bf16", micro_batches=4)
+    est = estimate("gpt2-xl", **step)
+    p = est.number("parameters_per_gpu")
+    assert deepspeed_data_parallel_s(est, c) == pytest.approx(4 * c.reduce_scatter(4 * p, 16, 1)
+                                                              + c.all_gather(2 * p, 16, 1))
+    timed = step_time(est, c)
+    assert timed.zero2 == "exposed" and "under ZeRO-2 a reduce-scatter in each micro-batch's" in " ".join(timed.model())
+
+
+def test_torchtitan_pipeline_stages_reduce_once_and_say_so() -> None:
+    """torchtitan with pipeline stages: torch.distributed.pipelining holds each stage's gradients whole and reduces
+    once after the last backward, so the time is ZeRO-1's whatever m, and the note says the memory's ZeRO-2
+    gradient shard is less than the stage holds."""
+    step = dict(mode="train", batch=1, seq=1024, dp=16, pp=2, framework="torchtitan")
+    z2 = {m: step_time(estimate("llama-2-7b", **step, zero=2, micro_batches=m), SLOW) for m in (2, 4)}
+    assert z2[4].dp_s == pytest.approx(z2[2].dp_s, rel=1e-9)
+    note = " ".join(z2[4].model())
+    assert z2[4].zero2 == "once" and "less than such a stage holds" in note
+
+
+def test_deepspeed_zero2_note_names_overlap_comm() -> None:
+    """DeepSpeed's ZeRO config turns overlap_comm on only for stage 3 (config.py overlap_comm_valid); the time hides
+    stage 2's reduce-scatters behind each backward as overlap_comm true does, and the note says so."""
+    est = estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=16, zero=2, micro_batches=4,
+                   framework="deepspeed", dtype="bf16")
+    assert "overlap_comm true" in " ".join(step_time(est, SLOW).model())
