@@ -1,0 +1,79 @@
+"""Megatron-Core's multi-token-prediction layers (``--mtp-layers``, ``derivations.models.mtp``).
+
+megatron-core is not importable in this venv (``python -c "import megatron.core"``: ModuleNotFoundError), so the
+MTP layer's parameters are checked against a hand count of Megatron-LM's MultiTokenPredictionLayer
+(multi_token_prediction.py L1157-1247) over transformers' own DeepSeek-V3 layer sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.commands.cli import main
+from memderive.derivations.estimate import estimate, stage_derivations
+from memderive.derivations.models.config import from_config
+from memderive.derivations.options import Options, OptionsError
+
+# A small DeepSeek-V3 (tests/test_truthful_output.py's): h 64, 4 heads, 3 layers (the first dense), V 300.
+S = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=3, intermediate_size=96, vocab_size=300,
+         num_key_value_heads=4, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+         first_k_dense_replace=1, n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+         qk_nope_head_dim=12, v_head_dim=10)
+MODEL = from_config({"model_type": "deepseek_v3", **S}, name="tiny-dsv3")
+# One MoE layer, by hand (transformers' DeepseekV3DecoderLayer; no biases, the correction bias a buffer):
+#   input_layernorm 64; q_a 64*24 = 1,536; q_a_layernorm 24; q_b 24*4*(12+8) = 1,920; kv_a 64*(16+8) = 1,536;
+#   kv_a_layernorm 16; kv_b 16*4*(12+10) = 1,408; o_proj 4*10*64 = 2,560; post_attention_layernorm 64;
+#   router 8*64 = 512; experts 8*3*64*32 = 49,152; one shared expert 3*64*32 = 6,144  -> 64,936.
+MOE_LAYER = 64 + 1536 + 24 + 1920 + 1536 + 16 + 1408 + 2560 + 64 + 512 + 49152 + 6144
+# One MTP layer: enorm 64 + hnorm 64 + eh_proj 2*64*64 = 8,192 (no bias) + final_layernorm 64, and its
+# transformer layer, a MoE layer (the model's last layer's kind)  -> 73,320.
+MTP_LAYER = 64 + 64 + 2 * 64 * 64 + 64 + MOE_LAYER
+TRAIN = dict(mode="train", batch=1, seq=16)
+
+
+def test_one_mtp_layer_adds_its_hand_counted_parameters() -> None:
+    assert MOE_LAYER == 64_936 and MTP_LAYER == 73_320  # the arithmetic above
+    assert estimate(MODEL, Options(**TRAIN)).number("parameters_per_layer") == MOE_LAYER
+    plain, mtp = (estimate(MODEL, Options(**TRAIN, mtp_layers=n)).number("parameters") for n in (0, 1))
+    assert mtp - plain == MTP_LAYER
+    two = estimate(MODEL, Options(**TRAIN, mtp_layers=2)).number("parameters")
+    assert two - plain == 2 * MTP_LAYER
+    # transformers builds no MTP weights: the parameter count of --mode params does not move
+    assert estimate(MODEL).number("parameters") == plain
+
+
+def test_mtp_saves_activations_and_runs_flops() -> None:
+    plain, mtp = (estimate(MODEL, Options(**TRAIN, mtp_layers=n)) for n in (0, 1))
+    for key in ("activation_bytes", "model_flops"):
+        assert mtp.number(key) > plain.number(key)
+    # the MTP loss's logits: b s V fp32 log-softmax, as the head's (4 * 16 * 300 bytes)
+    terms = dict((p, v) for p, _, v in mtp.quantity("activation_bytes").term_values(mtp.values))
+    assert terms["mtp/loss"] - terms["head/loss"] == 0 and terms["mtp/loss"] >= 4 * 16 * 300
+
+
+def test_the_last_stage_holds_the_mtp_layer_and_a_copy_of_the_embedding() -> None:
+    # --pp 2, layout Et|ttmL: rank 1 holds layers 1 and 2 (MoE), the MTP layer, the final norm (64), the output
+    # layer (300*64 = 19,200) and the embedding Megatron-Core builds on the MTP rank (gpt_model.py L173: 19,200):
+    # 2*64,936 + 73,320 + 64 + 19,200 + 19,200 = 241,656
+    opts = Options(**TRAIN, pp=2, pipeline_layout="Et|ttmL", mtp_layers=1, micro_batches=2)
+    ranks = stage_derivations(MODEL, opts)
+    held = [next(q for q in qs if q.key == "parameters_per_gpu").value(MODEL.values() | {}) for _, qs in ranks]
+    assert held[-1] == 2 * MOE_LAYER + MTP_LAYER + 64 + 2 * 19_200
+
+
+@pytest.mark.parametrize("words, fragment", [
+    (["--mtp-layers", "-1"], "--mtp-layers must be a whole number that is not negative"),
+    (["--mode", "infer", "--mtp-layers", "1"], "--mtp-layers"),
+    (["--implementation", "hf", "--mtp-layers", "1"], "transformers builds no MTP layers"),
+    (["--pp", "2", "--pipeline-layout", "Et|ttmL", "--micro-batches", "2"], "give --mtp-layers 1"),
+])
+def test_refusals_are_one_line(words: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    mode = [] if "--mode" in words else ["--mode", "train"]
+    assert main(["estimate", "--model", "deepseek-v3", *mode, "--batch", "1", "--seq", "16", *words]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err and "Traceback" not in err
+
+
+def test_an_encoder_has_no_mtp() -> None:
+    with pytest.raises(OptionsError, match="has none: drop --mtp-layers"):
+        estimate("bert-base", Options(**TRAIN, mtp_layers=1))
