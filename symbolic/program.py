@@ -70,6 +70,11 @@ def flatten(graph: Graph, values: Mapping[Any, int], weight: DType, params: dict
     block_in: tuple | None = None
     if graph.blocks:
         batch[INPUT_IDS] = replace(graph.blocks[0].input, name="input_ids", role="batch")
+    for blk in graph.blocks:  # the blocks run once, registered first: an MTP layer reads the head's output layer
+        if int(blk.repeat.evaluate(values)) == 1:
+            for op in blk.ops:
+                for w in op.params:
+                    params[("param", blk.name, w.name)] = (replace(w, dtype=weight), graph.trainable(blk.name, w.name))
     for blk in graph.blocks:
         repeat = int(blk.repeat.evaluate(values))
         for index in range(repeat):

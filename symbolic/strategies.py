@@ -231,6 +231,8 @@ class FullRecompute(Strategy):
 
     def __call__(self, graph: Graph) -> Graph:
         def checkpoint(blk: Block) -> Block:
+            if blk.name == "mtp":
+                return _mtp_checkpoint(blk)
             if blk.name != "layer":
                 return blk
             ops = tuple(replace(op, saved=()).recomputed() for op in blk.ops)
@@ -238,6 +240,21 @@ class FullRecompute(Strategy):
             return replace(blk, ops=(keep, *ops))
 
         return graph.map_blocks(checkpoint, self.name)
+
+
+def _mtp_checkpoint(blk: Block) -> Block:
+    """An MTP layer under full recompute (``derivations.models.mtp``): Megatron-Core checkpoints its
+    ``_proj_and_transformer_layer`` (multi_token_prediction.py ``MultiTokenPredictionLayer.forward``:
+    ``recompute_granularity == 'full'`` -> ``_checkpointed_forward``), the norms, eh_proj and the layer, keeping the
+    two tensors it reads (the hidden states and the shifted tokens' embedding); its final norm, the output layer and
+    the loss run after it and save as usual."""
+    end = next(i for i, op in enumerate(blk.ops) if op.path == "final_layernorm")
+    region = blk.ops[:end]
+    made = tuple(f"{op.path}." for op in region)  # what the region makes, views included (``<op path>.*``)
+    read = {x.name: x for op in region for x in op.saved if x.name in op.inputs and not x.name.startswith(made)}
+    keep = Op("checkpoint", "checkpoint", (), tuple(read.values()), blk.input,
+              "MTP layer's inputs kept for recompute")
+    return replace(blk, ops=(keep, *(replace(op, saved=()).recomputed() for op in region), *blk.ops[end:]))
 
 
 @dataclass(frozen=True, slots=True)

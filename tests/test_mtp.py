@@ -51,6 +51,17 @@ def test_mtp_saves_activations_and_runs_flops() -> None:
     assert terms["mtp/loss"] - terms["head/loss"] == 0 and terms["mtp/loss"] >= 4 * 16 * 300
 
 
+def test_full_recompute_checkpoints_the_mtp_layer_as_megatron_does() -> None:
+    """Megatron-Core checkpoints _proj_and_transformer_layer (norms, eh_proj, the layer) under full recompute and
+    runs the final norm, output layer and loss after it. b 1, s 16, h 64, V 300, bf16, --profile exact:
+    checkpoint: the hidden states and the shifted embedding, 2 * 16*64*2 = 4,096; final_layernorm: its input
+    16*64*2 = 2,048 + fp32 rstd 16*4 = 64; the output layer's input 2,048; the loss: fp32 log-softmax 16*300*4 =
+    19,200, int64 labels 16*8 = 128, total_weight 4  -> 27,588."""
+    est = estimate(MODEL, Options(**TRAIN, recompute="full", profile="exact", mtp_layers=1))
+    terms = dict((p, v) for p, _, v in est.quantity("activation_bytes").term_values(est.values))
+    assert sum(v for p, v in terms.items() if p.startswith("mtp/")) == 4096 + 2048 + 64 + 2048 + 19200 + 128 + 4
+
+
 def test_the_last_stage_holds_the_mtp_layer_and_a_copy_of_the_embedding() -> None:
     # --pp 2, layout Et|ttmL: rank 1 holds layers 1 and 2 (MoE), the MTP layer, the final norm (64), the output
     # layer (300*64 = 19,200) and the embedding Megatron-Core builds on the MTP rank (gpt_model.py L173: 19,200):
