@@ -12,6 +12,7 @@ import pytest
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate, stage_derivations
 from memderive.derivations.models.config import from_config
+from memderive.derivations.option_table import symbol_values
 from memderive.derivations.options import Options, OptionsError
 
 # A small DeepSeek-V3 (tests/test_truthful_output.py's): h 64, 4 heads, 3 layers (the first dense), V 300.
@@ -43,9 +44,14 @@ def test_one_mtp_layer_adds_its_hand_counted_parameters() -> None:
 
 
 def test_mtp_saves_activations_and_runs_flops() -> None:
+    """Model FLOPs of one MTP layer, b 1 s 16, by hand: the matmul weights a token multiplies, q_a 1,536 + q_b 1,920
+    + kv_a 1,536 + kv_b 1,408 + o 2,560 + router 512 + 2 of 8 experts 2*6,144 + shared 6,144 + eh_proj 8,192 + the
+    output layer 300*64 = 19,200 -> 55,296, times 2 (multiply-add) x 3 (forward, two backward) x 16 tokens =
+    5,308,416; attention over the full 16 x 16 (memderive's count, ``ops.attention``): q k^T 2*4*16*16*(12+8) =
+    40,960 and P v 2*4*16*16*10 = 20,480, times 3 -> 184,320; 5,492,736 in all."""
     plain, mtp = (estimate(MODEL, Options(**TRAIN, mtp_layers=n)) for n in (0, 1))
-    for key in ("activation_bytes", "model_flops"):
-        assert mtp.number(key) > plain.number(key)
+    assert mtp.number("model_flops") - plain.number("model_flops") == 6 * 16 * 55_296 + 3 * (40_960 + 20_480)
+    assert mtp.number("activation_bytes") > plain.number("activation_bytes")
     # the MTP loss's logits: b s V fp32 log-softmax, as the head's (4 * 16 * 300 bytes)
     terms = dict((p, v) for p, _, v in mtp.quantity("activation_bytes").term_values(mtp.values))
     assert terms["mtp/loss"] - terms["head/loss"] == 0 and terms["mtp/loss"] >= 4 * 16 * 300
@@ -68,8 +74,26 @@ def test_the_last_stage_holds_the_mtp_layer_and_a_copy_of_the_embedding() -> Non
     # 2*64,936 + 73,320 + 64 + 19,200 + 19,200 = 241,656
     opts = Options(**TRAIN, pp=2, pipeline_layout="Et|ttmL", mtp_layers=1, micro_batches=2)
     ranks = stage_derivations(MODEL, opts)
-    held = [next(q for q in qs if q.key == "parameters_per_gpu").value(MODEL.values() | {}) for _, qs in ranks]
+    held = [next(q for q in qs if q.key == "parameters_per_gpu").value(MODEL.values()) for _, qs in ranks]
     assert held[-1] == 2 * MOE_LAYER + MTP_LAYER + 64 + 2 * 19_200
+    # without a layout, --pp 3: the last stage holds the MTP layer and the embedding's copy (19,200) besides its own
+    last = []
+    for n in (0, 1):
+        opts = Options(**TRAIN, pp=3, mtp_layers=n, micro_batches=3)
+        values = {**MODEL.values(), **symbol_values(opts)}
+        last.append(next(q for q in stage_derivations(MODEL, opts)[-1][1] if q.key == "parameters_per_gpu")
+                    .value(values))
+    assert last[1] - last[0] == MTP_LAYER + 19_200
+
+
+def test_deepseek_v3_mtp_module_by_hand() -> None:
+    """deepseek-ai/DeepSeek-V3's config (h 7,168, 128 heads, q_lora 1,536, kv_lora 512, qk 128 + rope 64, v 128,
+    256 experts of 2,048, one shared; tests/test_pipeline_layout.py's count): a MoE layer's attention and norms
+    187,121,664 + router 256*7,168 = 1,835,008 + shared 3*7,168*2,048 = 44,040,192 + experts 256 x 44,040,192 =
+    11,274,289,152 -> 11,507,286,016; MTP's own enorm, hnorm, final_layernorm 3*7,168 + eh_proj 2*7,168^2 =
+    102,781,952 -> 11,610,067,968 (the checkpoint's layer 61 less its copies of the embedding and the head)."""
+    plain, mtp = (estimate("deepseek-v3", Options(**TRAIN, mtp_layers=n)).number("parameters") for n in (0, 1))
+    assert mtp - plain == 11_507_286_016 + 102_781_952 == 11_610_067_968
 
 
 @pytest.mark.parametrize("words, fragment", [
