@@ -124,14 +124,14 @@ def _split(op: Op, share: Expr) -> tuple[Op | None, Op]:
 
 
 #: An MTP layer's own norms (``derivations.models.mtp``): modules of MultiTokenPredictionLayer, not of its
-#: TransformerLayer, so no recompute module names them.
+#: TransformerLayer, so no recompute module names them; its eh_proj's output is its TransformerLayer's input.
 _MTP_NORMS = ("enorm", "hnorm", "final_layernorm")
 
 
 def _pre_norms(blk: Block) -> list[Op]:
     """The norms that read the residual stream (the layer's input or a residual add): Megatron's ``input_layernorm``
     and ``pre_mlp_layernorm``, not the norms inside attention (q/k norms) or after a sublayer."""
-    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add"}
+    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add" or op.path == "eh_proj"}
     return [op for op in blk.ops if op.kind in NORMS and op.inputs and op.inputs[0] in stream
             and op.path not in _MTP_NORMS]
 
