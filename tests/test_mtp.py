@@ -109,6 +109,14 @@ def test_refusals_are_one_line(words: list[str], fragment: str, capsys: pytest.C
     assert fragment in err and "\n" not in err and "Traceback" not in err
 
 
+def test_a_config_with_mtp_layers_says_how_to_train_them() -> None:
+    """DeepSeek-V3's config.json declares num_nextn_predict_layers 1; transformers builds none, so the count leaves
+    them out and the model's notes name the option (the default stays 0: Megatron-Core's mtp_num_layers None)."""
+    model = from_config({"model_type": "deepseek_v3", **S, "num_nextn_predict_layers": 2}, name="m")
+    assert any("--mtp-layers 2" in note for note in model.notes)
+    assert estimate(model).number("parameters") == estimate(MODEL).number("parameters")
+
+
 def test_an_encoder_has_no_mtp() -> None:
     with pytest.raises(OptionsError, match="has none: drop --mtp-layers"):
         estimate("bert-base", Options(**TRAIN, mtp_layers=1))
