@@ -57,6 +57,25 @@ def test_mtp_saves_activations_and_runs_flops() -> None:
     assert terms["mtp/loss"] - terms["head/loss"] == 0 and terms["mtp/loss"] >= 4 * 16 * 300
 
 
+MTP_OWN = ("enorm", "hnorm", "concat", "eh_proj", "final_layernorm", "lm_head", "loss")
+
+
+@pytest.mark.parametrize("more", [{}, {"recompute": "selective", "recompute_modules": ("mla_up_proj", "moe_act")}])
+def test_the_mtp_layer_saves_what_a_decoder_layer_saves_and_its_own(more: dict) -> None:
+    """All three layers MoE (first_k_dense_replace 0): the MTP layer's transformer layer saves what each decoder
+    layer saves, under the same recompute modules; its own tensors, b 2 s 16 h 64 V 300, bf16, by hand (Korthikanti
+    profile: no norm statistics, no labels): the shifted embedding and the hidden states that enorm and hnorm read,
+    2*16*64*2 = 4,096 each; eh_proj's input, the (b, s, 2h) concatenation, 8,192; final_layernorm's input 4,096;
+    the output layer's input 4,096; the loss's fp32 log-softmax 2*16*300*4 = 38,400  -> 62,976."""
+    model = from_config({"model_type": "deepseek_v3", **dict(S, first_k_dense_replace=0)}, name="all-moe")
+    est = estimate(model, Options(mode="train", batch=2, seq=16, mtp_layers=1, **more))
+    terms = dict((p, v) for p, _, v in est.quantity("activation_bytes").term_values(est.values))
+    layers = sum(v for p, v in terms.items() if p.startswith("layer/"))
+    own = sum(v for p, v in terms.items() if p.startswith("mtp/") and p.split("/")[1] in MTP_OWN)
+    assert sum(v for p, v in terms.items() if p.startswith("mtp/")) - own == layers // 3
+    assert own == 4 * 4096 + 8192 + 38_400
+
+
 def test_full_recompute_checkpoints_the_mtp_layer_as_megatron_does() -> None:
     """Megatron-Core checkpoints _proj_and_transformer_layer (norms, eh_proj, the layer) under full recompute and
     runs the final norm, output layer and loss after it. b 1, s 16, h 64, V 300, bf16, --profile exact:
