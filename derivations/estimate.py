@@ -367,7 +367,8 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
     resolved, options, stage = structure.value
     act = options.dtype if options.mode == "train" else "bf16"
     dropout = options.dropout and options.mode == "train"
-    base = resolved.graph(activation_dtype=act, dropout=dropout)
+    base = resolved.graph(activation_dtype=act, dropout=dropout,
+                          mtp_layers=options.mtp_layers if options.mode == "train" else 0)
     if options.mode == "train" and options.implementation_kind == "hf":  # transformers' code (imported for it)
         # lazy: as in _hf_kernel (transformers' code: ~15% of a cold estimate's time when imported)
         from memderive.derivations.models.implementations import float8_layers, hf_layers

@@ -285,6 +285,12 @@ OPTIONS: tuple[Option, ...] = (
        "i mod p as virtual stage i div p; e.g. \"Et*3|(tt|)*29,m|L\" with --pp 16 --virtual-stages 2 (plan refuses it: "
        "a layout fixes pp and v, which plan searches)", modes=_TRAIN, echo="set", commands=_PLANNED,
        example=(*_TRAIN_STEP, "--pp", "2", "--pipeline-layout", "Et*15|t*17L")),
+    _o("mtp_layers", "int", 0, "Megatron-Core's --mtp-num-layers: multi-token-prediction layers after the decoder "
+       "layers (DeepSeek-V3's MTP module; each: enorm, hnorm, eh_proj 2h -> h, one layer of the model's last kind, "
+       "a final norm, the shared output layer and a loss), on the last pipeline stage with a copy of the embedding "
+       "(or where --pipeline-layout puts its m); default 0 as Megatron-Core's (mtp_num_layers None), whatever the "
+       "config's num_nextn_predict_layers", modes=_TRAIN, echo="changed", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--mtp-layers", "1")),
     _o("profile", "choice", None, "activation profile: the paper's (norm stats neglected) or every saved tensor "
        "(default: exact under --implementation hf, whose code saves them all; korthikanti under megatron)",
        choices=("korthikanti", "exact"), modes=_TRAIN, commands=_PLANNED,

@@ -243,6 +243,7 @@ class Options:
     first_stage_layers: int | None = None  # uneven pipeline stages (Megatron-LM --decoder-first-pipeline-num-layers)
     last_stage_layers: int | None = None  # (--decoder-last-pipeline-num-layers); the rest evenly over the others
     pipeline_layout: str | None = None  # Megatron-Core's --pipeline-model-parallel-layout (symbolic.pipeline_layout)
+    mtp_layers: int = 0  # Megatron-Core's --mtp-num-layers: multi-token-prediction layers (models.mtp)
     profile: str | None = None  # None: by the implementation (exact under hf, korthikanti under megatron)
     overhead_bytes: int = 0
     weight_dtype: str | None = None  # inference
@@ -322,7 +323,7 @@ class Options:
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
                      "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
-        for name in ("new_tokens", "overhead_bytes"):
+        for name in ("new_tokens", "overhead_bytes", "mtp_layers"):
             value = getattr(self, name)
             flag = f"--{name.replace('_', '-').replace('-bytes', '')}"
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -584,12 +585,30 @@ class Options:
     def _check_stages(self) -> None:
         if self.pipeline_layout is not None:
             self._check_layout()
+        self._check_mtp()
         if not self.uneven_stages:
             return
         given = sum(x is not None for x in (self.first_stage_layers, self.last_stage_layers))
         if self.pp < given + (0 if given == 2 else 1) or self.pp == 1:
             raise OptionsError(f"--first-stage-layers/--last-stage-layers set the layers of pipeline stages; give "
                                f"--pp greater than {max(given, 1)}")
+
+    def _check_mtp(self) -> None:
+        """``--mtp-layers``: Megatron-Core's MTP layers, trained under its own layers; a layout places exactly
+        that many (``validate_layer_layout``: the layout's m count equals mtp_num_layers, or both are none)."""
+        if self.mtp_layers and self.mode != "train":
+            raise OptionsError("--mtp-layers adds Megatron-Core's multi-token-prediction layers to a training step; "
+                               "use it with --mode train (transformers builds no MTP weights: --mode params counts "
+                               "the model without them)")
+        if self.mtp_layers and self.implementation_kind == "hf":
+            raise OptionsError(f"--mtp-layers is Megatron-Core's MultiTokenPredictionBlock; transformers builds no "
+                               f"MTP layers (--implementation {self.implementation}): use --implementation megatron")
+        if self.pipeline_layout is not None and self.mode == "train" and self.pp > 1:
+            placed = sum(c.mtp for c in self.layout_chunks())
+            if placed != self.mtp_layers:
+                raise OptionsError(f"--pipeline-layout places {placed} MTP layers (m) and --mtp-layers is "
+                                   f"{self.mtp_layers}: give --mtp-layers {placed} (Megatron-Core's "
+                                   "validate_layer_layout: the layout's m count equals mtp_num_layers)")
 
     def _check_layout(self) -> None:
         if self.mode != "train" or self.pp == 1:

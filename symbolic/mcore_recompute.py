@@ -123,11 +123,17 @@ def _split(op: Op, share: Expr) -> tuple[Op | None, Op]:
     return replace(op, share=const(op.share) - const(share)), replace(op, path=f"{op.path}[recomputed]", share=share)
 
 
+#: An MTP layer's own norms (``derivations.models.mtp``): modules of MultiTokenPredictionLayer, not of its
+#: TransformerLayer, so no recompute module names them; its eh_proj's output is its TransformerLayer's input.
+_MTP_NORMS = ("enorm", "hnorm", "final_layernorm")
+
+
 def _pre_norms(blk: Block) -> list[Op]:
     """The norms that read the residual stream (the layer's input or a residual add): Megatron's ``input_layernorm``
     and ``pre_mlp_layernorm``, not the norms inside attention (q/k norms) or after a sublayer."""
-    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add"}
-    return [op for op in blk.ops if op.kind in NORMS and op.inputs and op.inputs[0] in stream]
+    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add" or op.path == "eh_proj"}
+    return [op for op in blk.ops if op.kind in NORMS and op.inputs and op.inputs[0] in stream
+            and op.path not in _MTP_NORMS]
 
 
 def _replace_op(ops: tuple[Op, ...], path: str, new: tuple[Op | None, ...]) -> tuple[Op, ...]:
@@ -295,7 +301,7 @@ class ModuleRecompute(Strategy):
         return f"Megatron-Core recompute modules ({', '.join(self.modules)})"
 
     def _layer(self, blk: Block) -> Block:
-        if blk.name != "layer":
+        if blk.name not in ("layer", "mtp"):  # an MTP layer's transformer layer reads the same recompute modules
             return blk
         if "moe" in self.modules:  # the whole MoE layer: its shared experts and activation inside it
             blk = _moe(blk, "moe/")

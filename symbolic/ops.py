@@ -211,6 +211,12 @@ class BlockBuilder:
         out = self._act(f"{path}.out", x.shape)
         return self._add(Op(path, "add", (), (), out, flops=pointwise_flops(path, "add", out), inputs=(x.name, y.name)))
 
+    def concat(self, path: str, *xs: Tensor) -> Tensor:
+        """``torch.cat`` along the last axis: saves nothing (its backward slices the gradient)."""
+        width = sum((x.shape[-1] for x in xs[1:]), xs[0].shape[-1])
+        out = self._act(f"{path}.out", (*xs[0].shape[:-1], width))
+        return self._add(Op(path, "concat", (), (), out, inputs=tuple(x.name for x in xs)))
+
     # --- attention --------------------------------------------------------------------------
     def split_heads(self, path: str, qkv: Tensor, heads: tuple[Size, ...], d_head: Size,
                     names: tuple[str, ...] = ("q", "k", "v")) -> tuple[Tensor, ...]:

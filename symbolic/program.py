@@ -70,6 +70,8 @@ def flatten(graph: Graph, values: Mapping[Any, int], weight: DType, params: dict
     block_in: tuple | None = None
     if graph.blocks:
         batch[INPUT_IDS] = replace(graph.blocks[0].input, name="input_ids", role="batch")
+    for name, w in _read_ahead(graph).items():  # a weight an earlier block reads (an MTP layer's output layer)
+        params[("param", *name.split("/", 1))] = (replace(w, dtype=weight), graph.trainable(*name.split("/", 1)))
     for blk in graph.blocks:
         repeat = int(blk.repeat.evaluate(values))
         for index in range(repeat):
@@ -81,6 +83,21 @@ def flatten(graph: Graph, values: Mapping[Any, int], weight: DType, params: dict
             block_in = _block_calls(blk, scope, scopes, block_in, params, calls)
     _inputs_from_outside(calls, params, batch)
     return calls
+
+
+def _read_ahead(graph: Graph) -> dict[str, Tensor]:
+    """The weights (``block/name``) of a block run once that an op of an earlier block reads: the head's output
+    layer in an MTP layer (``derivations.models.mtp``), registered before the blocks are walked."""
+    once = {blk.name: blk for blk in graph.blocks if blk.repeat == 1}
+    out: dict[str, Tensor] = {}
+    for i, blk in enumerate(graph.blocks):
+        later = {b.name for b in graph.blocks[i + 1:]} & set(once)
+        for op in blk.ops:
+            for x in (x for f in op.flops for x in f.operands if x.role == "weight"):
+                owner, _, rest = x.name.partition("/")
+                if owner in later and any(w.name == rest for o in once[owner].ops for w in o.params):
+                    out[x.name] = next(w for o in once[owner].ops for w in o.params if w.name == rest)
+    return out
 
 
 def _inputs_from_outside(calls: list[Call], params: Mapping[tuple, Any], batch: dict[tuple, Tensor]) -> None:

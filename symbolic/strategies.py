@@ -231,6 +231,8 @@ class FullRecompute(Strategy):
 
     def __call__(self, graph: Graph) -> Graph:
         def checkpoint(blk: Block) -> Block:
+            if blk.name == "mtp":
+                return _mtp_checkpoint(blk)
             if blk.name != "layer":
                 return blk
             ops = tuple(replace(op, saved=()).recomputed() for op in blk.ops)
@@ -238,6 +240,21 @@ class FullRecompute(Strategy):
             return replace(blk, ops=(keep, *ops))
 
         return graph.map_blocks(checkpoint, self.name)
+
+
+def _mtp_checkpoint(blk: Block) -> Block:
+    """An MTP layer under full recompute (``derivations.models.mtp``): Megatron-Core checkpoints its
+    ``_proj_and_transformer_layer`` (multi_token_prediction.py ``MultiTokenPredictionLayer.forward``:
+    ``recompute_granularity == 'full'`` -> ``_checkpointed_forward``), the norms, eh_proj and the layer, keeping the
+    two tensors it reads (the hidden states and the shifted tokens' embedding); its final norm, the output layer and
+    the loss run after it and save as usual."""
+    end = next(i for i, op in enumerate(blk.ops) if op.path == "final_layernorm")
+    region = blk.ops[:end]
+    made = tuple(f"{op.path}." for op in region)  # what the region makes, views included (``<op path>.*``)
+    read = {x.name: x for op in region for x in op.saved if x.name in op.inputs and not x.name.startswith(made)}
+    keep = Op("checkpoint", "checkpoint", (), tuple(read.values()), blk.input,
+              "MTP layer's inputs kept for recompute")
+    return replace(blk, ops=(keep, *(replace(op, saved=()).recomputed() for op in region), *blk.ops[end:]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +439,9 @@ class PipelineParallel(Strategy):
             return self._layout(graph)
         if self.stage not in ("first", "middle", "last"):
             raise ValueError(f"stage must be 'first', 'middle' or 'last', not {self.stage!r}")
-        kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "head"}}[self.stage]
+        kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "mtp", "head"}}[self.stage]
+        if self.stage == "last" and graph.has_block("mtp"):  # Megatron-Core builds the embedding on the MTP rank
+            kept = kept | {"embed"}  # (models/gpt/gpt_model.py L173: pre_process or mtp_process; models.mtp)
         flight = self.in_flight()
         blocks = []
         for blk in graph.blocks:
@@ -432,8 +451,9 @@ class PipelineParallel(Strategy):
                 blk = replace(blk, repeat=self.layers(blk.repeat))
             # NOTE(lastinflight): the output layer is in the last rank's last chunk, whose backward of a micro-batch
             # runs straight after its forward (1F1B, and interleaved: the warm-up fills the other v - 1 chunks), so
-            # it holds one micro-batch whatever the stage's layers hold.
-            own = const(1) if blk.name == "head" else flight
+            # it holds one micro-batch whatever the stage's layers hold; so do the MTP layers before it and the
+            # embedding lookup of their shifted tokens on that rank.
+            own = const(1) if self.stage == "last" and blk.name in ("head", "mtp", "embed") else flight
             blocks.append(replace(blk, in_flight=blk.in_flight * own))
         count = "l/p" if self.uneven is None else "its"
         interleaved = self.virtual not in (None, 1)
@@ -471,8 +491,12 @@ class PipelineParallel(Strategy):
                     else replace(op, share=op.share.subs({dims.l_d: dense * dims.l / n})) for op in blk.ops)
                 blk = replace(blk, ops=ops, repeat=const(n),
                               in_flight=blk.in_flight * (const(held) / n if n else const(0)))
-            elif blk.name == "embed" and any(c.embedding for c in chunks):
-                blk = replace(blk, in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight) if c.embedding))
+            elif blk.name == "embed" and any(c.embedding or c.mtp for c in chunks):  # the MTP rank's own copy
+                blk = replace(blk, in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight)
+                                                                  if c.embedding or c.mtp))
+            elif blk.name == "mtp" and any(c.mtp for c in chunks):  # its chunk's micro-batches, as its layers'
+                blk = replace(blk, repeat=const(sum(c.mtp for c in chunks)),
+                              in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight) if c.mtp))
             elif blk.name != "head" or not any(c.loss for c in chunks):
                 continue
             blocks.append(blk)
@@ -480,7 +504,7 @@ class PipelineParallel(Strategy):
         note = (f"pipeline {self.stage} of {self.p} (--pipeline-layout): {n} decoder layers in chunks {shown} "
                 "micro-batches in flight at the rank's peak (Megatron-LM's schedule run chunk by chunk)")
         if any(c.mtp for c in chunks):
-            note += "; its MTP layers (m) are not counted: the model as built here has none"
+            note += "; its MTP layers (m) with the embedding's copy Megatron-Core builds for them (models.mtp)"
         if dims.l_d in graph.block("layer").repeat.free_symbols or any(
                 isinstance(op.share, Expr) and dims.l_d in op.share.free_symbols for op in graph.block("layer").ops):
             note += ("; dense and MoE layers counted where they sit, their saved tensors at the rank's "

@@ -73,6 +73,8 @@ SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.p
 MEGATRON_AMAX_HISTORY = 1
 #: The blocks whose linears are Transformer Engine modules (Megatron's embedding and output layer are not).
 _NOT_TE = ("embed", "head")
+#: The output layer's op path: in the head, and in an MTP layer, which runs the head's output layer (models.mtp).
+_OUTPUT_LAYER = "lm_head"
 FP8, FP32, E8M0 = dtype("fp8"), dtype("fp32"), dtype("int8")  # E8M0 scales: one byte (torch.uint8 in TE)
 
 SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward L175-207 (a column-parallel input "
@@ -107,7 +109,8 @@ SP_GATHERS = {recipe: Gathered(1, 1 if rowwise_only else 2, block=block)
 def te_linears(graph: Graph) -> list[tuple[Any, Op]]:
     """The (block, op) pairs of ``graph`` that Megatron-Core builds as Transformer Engine linears: every linear
     and expert op of the layers (not the embedding, not the output layer)."""
-    return [(blk, op) for blk, op in graph.ops() if blk.name not in _NOT_TE and op.kind in ("linear", "experts")]
+    return [(blk, op) for blk, op in graph.ops() if blk.name not in _NOT_TE and op.kind in ("linear", "experts")
+            and op.path != _OUTPUT_LAYER]
 
 
 def sp_gathered(graph: Graph) -> frozenset[str]:
@@ -171,7 +174,8 @@ class TEFloat8:
 
     def __call__(self, graph: Graph) -> Graph:
         blocks = tuple(blk if blk.name in _NOT_TE else replace(
-            blk, ops=tuple(self._op(op, self.saves_original(blk, op)) for op in blk.ops)) for blk in graph.blocks)
+            blk, ops=tuple(op if op.path == _OUTPUT_LAYER else self._op(op, self.saves_original(blk, op))
+                           for op in blk.ops)) for blk in graph.blocks)
         experts = any(op.kind == "experts" for _, op in te_linears(graph))
         note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
                 "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"

@@ -1024,9 +1024,9 @@ MOE = [
                         f"deepep: one copy of a token per destination GPU); {_DSV3_OPTIMIZER}"),
     _bridge_moe("DeepSeek-V3 p16 ep8 B200", "DGX-B200", "b200", "deepseek-v3",
                 {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 128, **_DSV3_RECOMPUTE,
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL"}, 4096, 2139, 557, fp8="te-mxfp8", recipe=_BRIDGE_DSV3_NOTE,
-                assumed="the row is 'w/ MTP': the last stage's MTP layer is in the layout but memderive does not "
-                        f"model it (neither its weights, activations nor time); {_DSV3_OPTIMIZER}"),
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1}, 4096, 2139, 557, fp8="te-mxfp8",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1, the row's 'w/ MTP')",
+                assumed=f"{_DSV3_OPTIMIZER}"),
     _bridge_moe("Qwen3 235B-A22B p8 v3 ep32 GB200", "DGX-GB200", "gb200", QWEN3_235B,
                 {"pp": 8, "virtual_stages": 3, "dp": 32, "ep": 32, "micro_batches": 256,
                  "pipeline_layout": "Et*3|(t*4|)*22t*3L", "moe_dispatcher": "deepep"}, 4096, 4916, 728, per_node=72,
@@ -1068,11 +1068,11 @@ MOE = [
     # gpt_oss/gpt_oss_llm_pretrain.py L30-31; qwen3_moe.py L160-161; the page's "MXFP8" is FP8_MX, V2 variants)
     _bridge_moe("DeepSeek-V3 p2 v8 ep32 GB300", "DGX-GB300", "gb300", "deepseek-v3",
                 {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "batch": 2, "micro_batches": 16, **_DSV3_RECOMPUTE,
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "moe_dispatcher": "deepep"}, 4096, 4612, 1199,
-                fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_DSV3_NOTE, release="26.02",
-                assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L41-54, L142-151: its pp_layout holds the "
-                        "MTP layer, which memderive does not model (neither its weights, activations nor time); "
-                        f"HybridEP timed as DeepEP; {_DSV3_OPTIMIZER}; {_GB300_RATE}"),
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep"}, 4096, 4612,
+                1199, fp8="te-mxfp8", per_node=72, release="26.02",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (v0.3.0 deepseek/deepseek_workload_base_configs.py "
+                "L41-54, L142-151: the pp_layout holds it; mtp_num_layers 1)",
+                assumed=f"HybridEP timed as DeepEP; {_DSV3_OPTIMIZER}; {_GB300_RATE}"),
     _bridge_moe("gpt-oss-120b ep64 b4 GB300", "DGX-GB300", "gb300", OSS_120B,
                 {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5}, 4096, 19412, 527, per_node=72, release="26.02",
                 assumed=f"v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L45-51, L90-93; {_GB300_RATE}"),

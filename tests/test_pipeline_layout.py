@@ -168,7 +168,7 @@ def test_deepseek_v3_rank_0_holds_the_dense_layers_where_they_sit() -> None:
     5,961,695,232 (at the 61 layers' mean per GPU, 97,002,864,640/61 = 1,590,210,895.7, 5 layers and the embedding
     would make 8.88 billion)."""
     est = estimate("deepseek-v3", mode="train", batch=1, seq=4096, pp=16, virtual_stages=2, ep=8, dp=8,
-                   micro_batches=32, framework="megatron", pipeline_layout="Et*3|(tt|)*29,m|L")
+                   micro_batches=32, framework="megatron", pipeline_layout="Et*3|(tt|)*29,m|L", mtp_layers=1)
     assert any(x.startswith("pipeline") and x.endswith("rank 0)") for x in est.graph.strategies)
     assert est.number("parameters_per_gpu") == 5_961_695_232
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from memderive.derivations.models.moe_mla import mla_attention, moe_mlp
+from memderive.derivations.models.mtp import mtp_block
 from memderive.symbolic.dims import V, a, a_kv, b, d_h, d_r, f, h, l, n_ctx, n_type, s
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph
@@ -176,19 +177,23 @@ def _mla(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
 
 def _layer(arch: Arch, act: DType, dropout: Places) -> Block:
     bb = BlockBuilder("layer", (b, s, h), act)
-    x = bb.input
+    _decoder(bb, arch, bb.input, dropout)
+    return bb.build(repeat=l)
+
+
+def _decoder(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
+    """One decoder layer's ops over ``x`` (the ``layer`` block's, and an MTP layer's transformer layer)."""
     if arch.post_norm:
         r = _norm(bb, arch, "norm1", bb.add("residual1", x, _attention(bb, arch, x, dropout)))
-        _norm(bb, arch, "norm2", bb.add("residual2", r, _mlp(bb, arch, r, dropout)))
+        return _norm(bb, arch, "norm2", bb.add("residual2", r, _mlp(bb, arch, r, dropout)))
     elif arch.parallel_block:
         n1 = _norm(bb, arch, "norm1", x)
         n2 = n1 if arch.shared_norm else _norm(bb, arch, "norm2", x)
         attn, mlp = _attention(bb, arch, n1, dropout), _mlp(bb, arch, n2, dropout)
-        bb.add("residual", x, bb.add("attn+mlp", attn, mlp))
+        return bb.add("residual", x, bb.add("attn+mlp", attn, mlp))
     else:
         r = bb.add("residual1", x, _sublayer(bb, arch, _attention, ("norm1", "attn_out_norm"), x, dropout))
-        bb.add("residual2", r, _sublayer(bb, arch, _mlp, ("norm2", "mlp_out_norm"), r, dropout))
-    return bb.build(repeat=l)
+        return bb.add("residual2", r, _sublayer(bb, arch, _mlp, ("norm2", "mlp_out_norm"), r, dropout))
 
 
 def _sublayer(bb: BlockBuilder, arch: Arch, body: Callable[..., Tensor], norms: tuple[str, str], x: Tensor,
@@ -233,7 +238,7 @@ def _head(arch: Arch, act: DType) -> Block:
 
 
 def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: bool = True,
-                relations: dict | None = None, name: str | None = None) -> Graph:
+                relations: dict | None = None, name: str | None = None, mtp_layers: int = 0) -> Graph:
     """The graph of a whole model: embeddings, ``l`` layers, head (final norm, LM head, loss).
 
     Args:
@@ -241,10 +246,13 @@ def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: 
         activation_dtype: dtype of saved activations (16-bit under mixed precision).
         dropout: whether to keep the family's dropout layers (training with dropout > 0).
         relations: size relations used to print closed forms (e.g. ``{d_h: h/a}``).
+        mtp_layers: Megatron-Core's multi-token-prediction layers, a block between the layers and the head
+            (``models.mtp``); 0: none.
     """
     act = dtype(activation_dtype)
     places = frozenset(DROPOUT_PLACES) - set(arch.no_dropout_at) if dropout and arch.dropout else frozenset()
-    blocks = (_embed(arch, act, places), _layer(arch, act, places), _head(arch, act))
+    mtp = (mtp_block(arch, act, places, mtp_layers, _decoder, _norm),) if mtp_layers else ()
+    blocks = (_embed(arch, act, places), _layer(arch, act, places), *mtp, _head(arch, act))
     return Graph(name or arch.family, blocks, relations=dict(relations or {}))
 
 

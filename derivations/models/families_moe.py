@@ -135,6 +135,10 @@ def _deepseek(version: int) -> Callable[[Fields], Adapted]:
                               "have no biases while the dense and shared MLPs would")
         notes = ("multi-head latent attention: the KV cache holds the latent (d_c) and the rotary key (d_hR) per "
                  "token per layer, as transformers and serving engines keep it",)
+        mtp = c.count("num_nextn_predict_layers", 0) if version == 3 else 0
+        if mtp:  # transformers builds none (its modeling code skips them); Megatron-Core trains them when asked
+            notes += (f"{mtp} multi-token-prediction layer{'s' if mtp > 1 else ''} (num_nextn_predict_layers) not "
+                      f"counted, as transformers builds none; training as Megatron-Core runs them: --mtp-layers {mtp}",)
         return arch, sizes, {"max_positions": c.get("max_position_embeddings", None), "notes": notes}
 
     return adapt

@@ -148,13 +148,14 @@ class Model:
             rel[d_r] = d_h
         return rel
 
-    def graph(self, activation_dtype: str = "bf16", dropout: bool = True) -> Graph:
-        """The model's graph (built once per model, dtype and dropout within a process: graphs are immutable)."""
-        return _graph(Keyed((repr(self), activation_dtype, dropout), self))
+    def graph(self, activation_dtype: str = "bf16", dropout: bool = True, mtp_layers: int = 0) -> Graph:
+        """The model's graph (built once per model, dtype, dropout and MTP layers within a process: graphs are
+        immutable); ``mtp_layers``: Megatron-Core's multi-token-prediction layers (``models.mtp``)."""
+        return _graph(Keyed((repr(self), activation_dtype, dropout, mtp_layers), self))
 
 
 @lru_cache(maxsize=128)
 def _graph(key: Keyed) -> Graph:
-    model, (_, activation_dtype, dropout) = key.value, key.key
+    model, (_, activation_dtype, dropout, mtp_layers) = key.value, key.key
     return build_graph(model.arch, activation_dtype=activation_dtype, dropout=dropout,
-                       relations=model.relations(), name=model.name)
+                       relations=model.relations(), name=model.name, mtp_layers=mtp_layers)

@@ -89,13 +89,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # DeepSeek-AI 2024 (DeepSeek-V3, arXiv:2412.19437 §4.2); deepseek-ai/DeepSeek-V3 config.json (= transformers'
     # DeepseekV3Config defaults): MLA, 3 dense layers, 256 routed + 1 shared expert of width 2048, 8 per token;
     # the multi-token-prediction module (num_nextn_predict_layers) is not part of the model transformers builds
+    # (--mtp-layers 1 adds it to a training step as Megatron-Core runs it; models.mtp)
     "deepseek-v3": {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
                     "num_key_value_heads": 128, "num_hidden_layers": 61, "intermediate_size": 18432,
                     "moe_intermediate_size": 2048, "vocab_size": 129280, "max_position_embeddings": 163840,
                     "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
                     "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
                     "qk_nope_head_dim": 128, "v_head_dim": 128, "n_group": 8, "topk_group": 4,
-                    "tie_word_embeddings": False},
+                    "tie_word_embeddings": False, "num_nextn_predict_layers": 1},
     # Qwen Team 2025 (Qwen3 technical report, arXiv:2505.09388, Table 2); Qwen/Qwen3-30B-A3B config.json
     "qwen3-30b-a3b": {**_llama(2048, 32, 4, 48, 6144, 151936, 40960), "model_type": "qwen3_moe", "head_dim": 128,
                       "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,

@@ -92,6 +92,9 @@ def check_layout(model: Model, opts: Options) -> None:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
     check_expert_layout(model, opts)
+    if opts.mtp_layers and not model.arch.lm_head:  # MTP is GPTModel's (models/gpt/gpt_model.py)
+        raise OptionsError(f"--mtp-layers: multi-token prediction is Megatron-Core's GPTModel's (a causal language "
+                           f"model's output layer); {model.name} ({model.arch.family}) has none: drop --mtp-layers")
     if "moe_act" in opts.recomputed_modules and model.arch.moe is None:  # Megatron-Core: "moe_act in
         # recompute_modules is only supported with moe_grouped_gemm" (transformer_config.py), experts' only
         raise OptionsError(f"--recompute-modules moe_act recomputes the routed experts' activation; {model.name} has "

@@ -506,7 +506,8 @@ def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
     """One pipeline stage's hardware FLOPs per GPU as a closed form, derived once per structure and stage (the
     sizes and degrees left as symbols, as ``estimate``'s derivation memo leaves them)."""
     est = structure.value
-    graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout)
+    graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout,
+                            mtp_layers=est.options.mtp_layers)
     return _hardware_total(applied(graph, est.options.strategies(stage)))
 
 
@@ -924,7 +925,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / bandwidth
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
-    base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout)
+    base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
     tp_micro = pp_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
