@@ -63,7 +63,8 @@ from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PE
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
-                                                          rate_note)
+                                                          matmul_rate, rate_note)
+from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -370,8 +371,9 @@ class StepTime:
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: "
-                + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
-                   f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
+                + (f"TP all-gathers and reduce-scatters behind their own GEMMs (--tp-comm-overlap: split into t "
+                   f"chunks, one chunk's transfer and what the rest takes past the GEMMs it is fused with exposed; "
+                   f"{cite(TP_OVERLAP)}; {cite(TP_OVERLAP_PAIRS)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
@@ -889,8 +891,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             tp_micro = total / message * cluster.all_reduce(message, t, 1)
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
-        if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
-            tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
+        if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
+            forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
+            pairs = overlap_pairs(forms, values, opts.recompute == "full",
+                                  bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), t, p,
+                                  opts.cp, tp_micro / ((fwd + bwd) / p / opts.cp), _gemm_rate(hw))
+            tp_micro = exposed_s(pairs, t)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -932,6 +938,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     sp=bool(opts.sp))
+
+
+def _gemm_rate(hw: GPU) -> Any:
+    """``rate(dtype, m, n, k)``: FLOP/s of one product on ``hw`` at its shape (``efficiency.matmul_rate``), cell by
+    cell on columns of layouts."""
+    return lambda dt, m, n, k: _cells(lambda *mnk: matmul_rate(hw, dt, *mnk), m, n, k)
 
 
 def _cells(fn: Any, *args: Any) -> Any:
