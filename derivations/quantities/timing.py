@@ -64,6 +64,7 @@ from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PE
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
                                                           matmul_rate, rate_note)
+from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
@@ -316,7 +317,7 @@ class StepTime:
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
-    fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
+    fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
     fp8: str = "none"  # --fp8: the recipe
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
 
@@ -352,6 +353,11 @@ class StepTime:
                "gradient's per "
                "backward, the transposes Hopper's TN-only fp8 GEMMs need, the weights once per step (cached across "
                f"micro-batches), {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
+               "); torchao's tensorwise casts at the memory-bound line's bandwidth, a lower bound: a pass per cast "
+               "reading the 16-bit tensor and writing 8 bits (its amax fused into the kernel that wrote it), each "
+               "linear's input and weight per forward, its output gradient per backward, the saved input again for "
+               f"the weight gradient but under the Float8 TP plan, {self.fp8_cast_s:.3g} s per step "
+               f"({cite(TORCHAO_CASTS)})" if self.fp8 == "tensorwise" else
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
@@ -872,7 +878,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         elementwise_micro = ((fused_elementwise_bytes(est) + unfused_framework_bytes(est)) * stage
                              / est.number("hardware_flops_per_gpu") / bandwidth)
         # Transformer Engine's fp8 quantization (memory_bound.py), on the busiest stage: per micro-batch, per step
-        casts = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
+        te_micro, te_step = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
+        casts = (te_micro + torchao_cast_bytes(est), te_step)  # torchao's tensorwise casts per micro-batch
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / bandwidth
