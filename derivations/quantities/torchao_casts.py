@@ -7,12 +7,16 @@ per element. NOTE(torchao_casts): a lower bound: the amax is taken as fused into
 (torch.compile's Inductor fuses reductions into their producer; eager adds a 2-byte read), and the copies the fp8
 GEMMs' layouts need (``addmm_float8_unwrapped``'s ``contiguous``) are left out.
 
-Per Float8 linear and micro-batch (torchao of December 2024, the torchtitan benchmarks' eab345c; ``TORCHAO_CASTS``):
+Per Float8 linear and micro-batch (torchao 0.18.0, as the memory side reads it: ``symbolic.float8.SAVED_NOTE``;
+``TORCHAO_CASTS``):
 
 * forward: its input, once per distinct input (a module's q, k, v or gate, up read one cast), and its weight;
   again where the op is recomputed;
 * backward: its output gradient (``cast_output_to_float8_in_bw``), and, without torchtitan's Float8 tensor
-  parallelism, the saved 16-bit input cast again for the weight gradient, once per distinct input;
+  parallelism, the saved 16-bit input cast again for the weight gradient, once per distinct input (torchao of
+  December 2024, eab345c: manual_float8_matmul_with_args_in_float8 saved the 8-bit input and weight; that pass,
+  about a quarter of the 8B FSDP
+  rows' cast bytes, did not run there); the weight is cast once per forward;
 * under the Float8 TP plan (``Options.float8_tp_plan``): ``PrepareFloat8ModuleInput`` casts a column-parallel
   module's input on its sequence shard (1/t of the gathered rows), ``Float8RowwiseParallel`` a row-parallel one's
   sharded input, both then saved in 8 bits (no cast in backward); ``NoopFwToFloat8BwDynamic`` casts a
