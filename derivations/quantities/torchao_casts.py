@@ -15,8 +15,7 @@ Per Float8 linear and micro-batch (torchao 0.18.0, as the memory side reads it: 
 * backward: its output gradient (``cast_output_to_float8_in_bw``), and, without torchtitan's Float8 tensor
   parallelism, the saved 16-bit input cast again for the weight gradient, once per distinct input (torchao of
   December 2024, eab345c: manual_float8_matmul_with_args_in_float8 saved the 8-bit input and weight; that pass,
-  about a quarter of the 8B FSDP
-  rows' cast bytes, did not run there); the weight is cast once per forward;
+  about a quarter of the 8B FSDP rows' cast bytes, did not run there); the weight is cast once per forward;
 * under the Float8 TP plan (``Options.float8_tp_plan``): ``PrepareFloat8ModuleInput`` casts a column-parallel
   module's input on its sequence shard (1/t of the gathered rows), ``Float8RowwiseParallel`` a row-parallel one's
   sharded input, both then saved in 8 bits (no cast in backward); ``NoopFwToFloat8BwDynamic`` casts a
