@@ -56,7 +56,7 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     the run without overlap over its 21,609,054,208 bytes), each GEMM's FLOPs over t = 8 at the H100's bf16 rate of
     its per-GPU shape (M, n, k): o (4,096, 8,192, 1,024) forward and (4,096, 1,024, 8,192) as its data gradient, fc2
     (4,096, 8,192, 3,584), qkv (4,096, 1,280, 8,192), gate and up (4,096, 3,584, 8,192), the head (4,096, 16,032,
-    8,192), backward transposed; each pair c/8 + max(0, 7c/8 - g). o's GEMM is a quarter of fc2's, shorter than its
+    8,192), backward transposed; each pair c/8 + max(0, 7c/8 - g). o's GEMM, 8,192/28,672 of fc2's, is shorter than its
     reduce-scatter: that part stays exposed where the old model hid every transfer behind the micro-batch's compute
     (tp_s / 8 then)."""
     plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
