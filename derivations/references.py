@@ -526,6 +526,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "
               "--tp-comm-overlap (megatron/training/arguments.py: only with sequence parallelism)", None,
               "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/module/base.py", "code"),
+    Reference("pytorch-micro-pipeline-tp", "PyTorch", "PyTorch", "PyTorch: torch/_inductor/fx_passes/"
+              "micro_pipeline_tp.py (fuse_all_gather_matmul: an all-gather fused with the matmuls and _scaled_mm's "
+              "whose left operand it is; fuse_matmul_reduce_scatter: a reduce-scatter fused with its producer "
+              "matmul; torch.ops.symm_mem.fused_all_gather_scaled_matmul, fused_scaled_matmul_reduce_scatter), "
+              "torchtitan's AsyncTP (experimental.enable_async_tensor_parallel)", None,
+              "github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/micro_pipeline_tp.py", "code"),
     Reference("megatron-bridge-performance", "Megatron-Bridge", _NV, "Megatron-Bridge: docs/performance-summary.md "
               "(pre-training throughput by system, model, precision and layout: tokens/s and model TFLOP/s per GPU)",
               None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/00b7660be0254ac6f95f44164ddd0c3e9cc798ed/docs/"

@@ -229,15 +229,15 @@ def test_summary_keeps_the_times_and_a_layout_that_does_not_fit_says_so(capsys: 
 
 def test_tp_comm_overlap_leaves_one_chunk_of_t_exposed() -> None:
     """--tp-comm-overlap (Megatron-LM with Transformer Engine's userbuffers): each sequence-parallel all-gather and
-    reduce-scatter runs behind its linear's GEMM, split into t chunks; one chunk's transfer stays exposed, and any
-    excess over the micro-batch's compute. Llama 3 70B, t 8 with SP on an H100 node, b 1, s 4,096: the TP traffic
-    is far below the compute, so the exposed time is 1/8 of it; without SP Megatron-LM refuses the flag, and so
-    does memderive."""
+    reduce-scatter runs behind its linear's GEMM, split into t chunks; one chunk's transfer stays exposed, and what
+    the rest takes past that GEMM (tests/test_tp_overlap.py by hand). Llama 3 70B, t 8 with SP on an H100 node, b 1,
+    s 4,096: the TP traffic is far below the compute, but o's reduce-scatter outlasts o's GEMM, so more than 1/8 of
+    it stays exposed; without SP Megatron-LM refuses the flag, and so does memderive."""
     kw = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, micro_batches=4, recompute="selective")
     plain = step_time(estimate("llama-3-70b", **kw), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **kw), "h100-sxm")
     assert plain.tp_s * 7 / 8 < plain.compute_s
-    assert overlapped.tp_s == pytest.approx(plain.tp_s / 8, rel=1e-12)
+    assert plain.tp_s / 8 < overlapped.tp_s < plain.tp_s / 2
     assert overlapped.compute_s == plain.compute_s
     with pytest.raises(OptionsError, match="--tp-comm-overlap"):
         estimate("llama-3-70b", mode="train", batch=1, seq=4096, tp=8, tp_comm_overlap=True)

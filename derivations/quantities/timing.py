@@ -63,7 +63,9 @@ from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PE
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
-                                                          rate_note)
+                                                          matmul_rate, rate_note)
+from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
+from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -315,7 +317,7 @@ class StepTime:
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
-    fp8_cast_s: float = 0.0  # Transformer Engine's fp8 quantization kernels (memory_bound.fp8_cast_bytes)
+    fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
     fp8: str = "none"  # --fp8: the recipe
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
     # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
@@ -354,6 +356,11 @@ class StepTime:
                "gradient's per "
                "backward, the transposes Hopper's TN-only fp8 GEMMs need, the weights once per step (cached across "
                f"micro-batches), {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
+               "); torchao's tensorwise casts at the memory-bound line's bandwidth, a lower bound: a pass per cast "
+               "reading the 16-bit tensor and writing 8 bits (its amax fused into the kernel that wrote it), each "
+               "linear's input and weight per forward, its output gradient per backward, the saved input again for "
+               f"the weight gradient but under the Float8 TP plan, {self.fp8_cast_s:.3g} s per step "
+               f"({cite(TORCHAO_CASTS)})" if self.fp8 == "tensorwise" else
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
@@ -375,8 +382,9 @@ class StepTime:
                 "pipeline bubble: (p - 1)/(m v) of a micro-batch's time, communication included "
                 "(Narayanan et al. 2021 §2.2)",
                 f"communication on {cluster.describe()}: "
-                + (f"TP all-gathers and reduce-scatters behind their GEMMs (--tp-comm-overlap: split into t chunks, "
-                   f"one chunk's transfer and any excess over the micro-batch's compute exposed; {cite(TP_OVERLAP)})"
+                + (f"TP all-gathers and reduce-scatters behind their own GEMMs (--tp-comm-overlap: split into t "
+                   f"chunks, one chunk's transfer and what the rest takes past the GEMMs it is fused with exposed; "
+                   f"{cite(TP_OVERLAP)}; {cite(TP_OVERLAP_PAIRS)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
@@ -920,7 +928,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         elementwise_micro = ((fused_elementwise_bytes(est) + unfused_framework_bytes(est)) * stage
                              / est.number("hardware_flops_per_gpu") / bandwidth)
         # Transformer Engine's fp8 quantization (memory_bound.py), on the busiest stage: per micro-batch, per step
-        casts = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
+        te_micro, te_step = fp8_cast_bytes(est, te_transposes(opts.fp8, hw.name))
+        casts = (te_micro + torchao_cast_bytes(est), te_step)  # torchao's tensorwise casts per micro-batch
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
         optimizer = optimizer_bytes(est) / bandwidth
@@ -939,8 +948,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             tp_micro = total / message * cluster.all_reduce(message, t, 1)
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
-        if opts.tp_comm_overlap:  # TE's userbuffers: each transfer behind its GEMM, one chunk of t exposed
-            tp_micro = tp_micro / t + maximum(0.0, tp_micro * (t - 1) / t - micro)
+        if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
+            forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
+            pairs = overlap_pairs(forms, values, opts.recompute == "full",
+                                  bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), t, p,
+                                  opts.cp, tp_micro / ((fwd + bwd) / p / opts.cp), _gemm_rate(hw))
+            tp_micro = exposed_s(pairs, t)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -996,6 +1009,12 @@ def _zero2_sync(opts: Options, zero: int) -> str:
     if opts.framework not in FSDP2_FRAMEWORKS:
         return "each"
     return "once" if bool(opts.pp > 1) else "regather"
+
+
+def _gemm_rate(hw: GPU) -> Any:
+    """``rate(dtype, m, n, k)``: FLOP/s of one product on ``hw`` at its shape (``efficiency.matmul_rate``), cell by
+    cell on columns of layouts."""
+    return lambda dt, m, n, k: _cells(lambda *mnk: matmul_rate(hw, dt, *mnk), m, n, k)
 
 
 def _cells(fn: Any, *args: Any) -> Any:

@@ -1,0 +1,133 @@
+"""Tensor-parallel collectives overlapped with their own GEMM (``--tp-comm-overlap``): what stays exposed.
+
+Transformer Engine's userbuffers (``te-userbuffers``: Megatron-LM's --tp-comm-overlap) and PyTorch's micro-pipeline
+TP (``pytorch-micro-pipeline-tp``: torchtitan's AsyncTP, ``torch._inductor.config._micro_pipeline_tp``) both split a
+sequence-parallel all-gather into t chunks behind the GEMM that reads the gathered tensor (``fuse_all_gather_matmul``:
+the matmuls whose left operand it is, q/k/v or gate/up together) and a reduce-scatter into t chunks behind the GEMM
+that produces its input (``fuse_matmul_reduce_scatter``: its producer matmul alone). Neither hides a collective
+behind any other kernel: a transfer longer than its GEMM leaves the excess exposed, whatever else the layer computes.
+
+Per collective of c seconds (unhidden) beside its GEMMs of g seconds: one chunk exposed, and what the other t - 1
+chunks take past the GEMM: ``c/t + max(0, c (t - 1)/t - g)``. The transfer of a row-parallel linear's output scales
+as b s h and its GEMM as b s h h_in/t, so their ratio is the same at every batch and sequence: an attention output
+projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more of its reduce-scatter exposed.
+
+>>> exposed_s([(8.0, 3.0)], 8)  # 8 s of transfer, 3 s of GEMM: 1 chunk (1 s) + (7 - 3) s past the GEMM
+5.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memderive.derivations.columns import maximum
+from memderive.derivations.memo import per_graph
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.gathered import Gathered
+from memderive.symbolic.graph import Graph
+
+__all__ = ["TP_OVERLAP_PAIRS", "exposed_s", "overlap_forms", "overlap_pairs"]
+
+TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
+                            also=(Citation("te-userbuffers", "initialize_ub"),))
+
+
+def exposed_s(pairs: Any, t: int) -> Any:
+    """Seconds not hidden of ``pairs`` (transfer seconds, GEMM seconds), each collective behind its own GEMMs split
+    into ``t`` chunks (module docstring)."""
+    return sum((c / t + maximum(0.0, c * (t - 1) / t - g) for c, g in pairs), 0.0)
+
+
+def _gemms(op: Any, column: bool) -> tuple[tuple[Any, Any, Any, Any, bool], ...]:
+    """The op's forward GEMM and its data gradient's, as (whole-model FLOPs, m, n, k, split side) on the whole-model
+    graph: (M, out, in) forward, (M, in, out) backward, the side tensor parallelism splits (out of a column-parallel
+    weight, in of a row-parallel one) marked by ``column``. Both count the same FLOPs, 2 M out in."""
+    rows, weight = next(f.operands for f in op.flops if f.kind == "matmul" and f.phase == "forward")
+    flops = sum((f.count for f in op.flops if f.kind == "matmul" and f.phase == "forward"), 0)
+    out, inp = weight.shape[-2], weight.shape[-1]
+    return ((flops, rows.numel, out, inp, column),)
+
+
+@per_graph
+def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: Gathered | None = None,
+                  experts: bool = True) -> tuple[tuple[str, Any, tuple, tuple, tuple], ...]:
+    """Per block of the whole-model graph (t = 1): (name, forward pairs, backward pairs, pairs recomputed by a
+    selective module), each pair (bytes in all-reduce terms, whether its GEMMs run in fp8, the GEMMs it overlaps as
+    ``_gemms`` gives them), times the block's repeat.
+
+    The bytes are ``timing.tp_bytes``' own, its all-reduces taken apart into their two ring halves (a ring
+    reduce-scatter or all-gather of B bytes moves what an all-reduce of B/2 does): a row-parallel linear
+    reduce-scatters its output behind its forward GEMM and gathers the output's gradient behind its data-gradient
+    GEMM; a column-parallel input is gathered behind the forward GEMMs of the linears that read it and its gradient
+    reduce-scattered behind their data-gradient GEMMs. ``float8``/``gathered``: the linears whose gathers move
+    quantized tensors and their widths (``timing.quantized_gathers``), their GEMMs in fp8; the reduce-scatters stay
+    16-bit. A vocabulary-parallel embedding's all-reduce has no GEMM (exposed); a MoE expert op all-reduces its
+    output and its input's gradient behind its own products (``experts`` False: folded at etp 1, nothing)."""
+    forms = []
+    for blk in graph.blocks:
+        forward: list[tuple[Any, bool, tuple]] = []
+        backward: list[tuple[Any, bool, tuple]] = []
+        again: list[tuple[Any, bool, tuple]] = []
+        columns: dict[str, list[Any]] = {}  # input -> [gather bytes, gradient bytes, fp8, its readers' GEMMs]
+        r = blk.repeat
+        for op in blk.ops:
+            axes = {x.tp_axis for x in op.params if x.role == "weight"}
+            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
+            if op.kind == "embedding" and 0 in axes:
+                forward.append((r * op.output.nbytes, False, ()))
+            elif op.kind == "experts" and experts:  # split over t like an MLP, its GEMMs at one expert's shape
+                gemms = tuple((r * op.share * f, m, n, k, True) for f, m, n, k, _ in _gemms(op, True))
+                moved = r * op.share * op.output.nbytes
+                forward.append((moved, False, gemms))
+                backward.append((moved, False, gemms))
+                again += [(moved, False, gemms)] if redone else []
+            elif op.kind == "linear":
+                rows, weight = op.flops[0].operands
+                half = rows.numel / 2  # elements, in all-reduce terms
+                quantized = bool(gathered) and any(f"{blk.name}/{p.name}" in float8 for p in op.params)
+                gemms = tuple((r * f, m, n, k, split) for f, m, n, k, split in _gemms(op, weight.tp_axis == 0))
+                if weight.tp_axis == 1:  # row-parallel: output reduce-scattered, its gradient gathered
+                    grad = gathered.width(gathered.grad) if quantized else rows.dtype.nbytes
+                    forward.append((r * half * weight.shape[0] * rows.dtype.nbytes, quantized, gemms))
+                    backward.append((r * half * weight.shape[0] * grad, quantized, gemms))
+                    if redone and not quantized:  # a selective module's rerun: its all-reduce again
+                        again.append((r * 2 * half * weight.shape[0] * rows.dtype.nbytes, quantized, gemms))
+                elif weight.tp_axis == 0:  # column-parallel: input gathered, its gradient reduce-scattered
+                    width = gathered.width(gathered.input) if quantized else rows.dtype.nbytes
+                    key = op.inputs[0] if op.inputs else rows.name
+                    entry = columns.setdefault(key, [r * half * weight.shape[1] * width,
+                                                     r * half * weight.shape[1] * rows.dtype.nbytes, quantized, ()])
+                    entry[3] += gemms
+        for gather, grad, quantized, gemms in columns.values():
+            forward.append((gather, quantized, gemms))
+            backward.append((grad, quantized, gemms))
+        forms.append((blk.name, tuple(forward), tuple(backward), tuple(again)))
+    return tuple(forms)
+
+
+def overlap_pairs(forms: tuple, values: Any, recompute_full: bool, modules: bool, t: int, p: int, cp: int,
+                  per_byte: Any, rate: Callable[[str, Any, Any, Any], Any]) -> list[tuple[Any, Any]]:
+    """``overlap_forms``' pairs of one micro-batch on a GPU of the busiest stage, as (transfer seconds unhidden, GEMM
+    seconds): the bytes over p stages and cp ranks at ``per_byte`` seconds a byte (the unhidden TP time over
+    ``tp_bytes``' total, so the transfers take what ``timing.step_time`` gives them without overlap); each GEMM's
+    FLOPs over t p cp at ``rate(dtype, m, n, k)``, its per-GPU shape: M/cp rows (the sequence-parallel gather
+    rejoins the cp rank's tokens), the split side over t, the data gradient's (M, in, out) behind a backward
+    collective. Full recompute runs the layers' forward pairs twice; ``modules`` the selective modules' again."""
+    pairs = []
+    for name, forward, backward, again in forms:
+        rounds = [(forward, False)] * (2 if recompute_full and name == "layer" else 1) + [(backward, True)]
+        rounds += [(again, False)] if modules else []
+        for group, back in rounds:
+            for moved, fp8, gemms in group:
+                seconds = 0.0
+                for flops, m, n, k, column in gemms:
+                    n, k = (layout_int(n, values), layout_int(k, values))
+                    n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
+                    if back:  # the data gradient: (M, in, out)
+                        n, k = k, n
+                    seconds += (layout_int(flops, values) / (t * p * cp)
+                                / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
+                pairs.append((layout_int(moved, values) / p / cp * per_byte, seconds))
+    return pairs

@@ -1,0 +1,97 @@
+"""--tp-comm-overlap: each tensor-parallel collective behind the GEMMs it is fused with (Transformer Engine's
+userbuffers, PyTorch's micro-pipeline TP: ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``), never behind
+the rest of the micro-batch; the pairs and the exposed time by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from memderive.derivations.estimate import estimate
+from memderive.derivations.hardware import gpu
+from memderive.derivations.quantities.compute import whole_model
+from memderive.derivations.quantities.efficiency import matmul_rate
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.timing import quantized_gathers, step_time, tp_bytes
+from memderive.derivations.quantities.tp_overlap import exposed_s, overlap_forms
+
+H100 = gpu("h100-sxm")
+# Llama 3 70B: h 8,192, 8 KV heads of 128 (k, v: 1,024 each), FFN 28,672, V 128,256, 80 layers; b 1, s 4,096
+KW = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, micro_batches=4, recompute="selective")
+M, H, QKV, F, V, L = 4096, 8192, 8192 + 2 * 1024, 28672, 128256, 80
+HALF = M * H * 2 // 2  # a ring all-gather or reduce-scatter of b s h 16-bit values, in all-reduce terms: 33,554,432
+
+
+def _pairs(est):
+    whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
+    quantized, gathered = quantized_gathers(est, whole)
+    forms = overlap_forms(whole, float8=quantized, gathered=gathered)
+    ev = lambda x: layout_int(x, est.values)  # noqa: E731
+    return whole, {name: [[(ev(b), fp8, [(ev(f), ev(m), ev(n), ev(k), c) for f, m, n, k, c in g]) for b, fp8, g in grp]
+                          for grp in groups] for name, *groups in forms}
+
+
+def test_pairs_of_a_llama_layer_by_hand() -> None:
+    """Per layer, forward: o's and fc2's reduce-scatters behind their own GEMMs (2 M h h, 2 M f h), the attention's
+    and the MLP's input gathers behind q k v (2 M h (h + 2 kv)) and gate, up (2 M f h each); backward the same
+    GEMMs' data gradients behind the other halves. The embedding's all-reduce (b s h x 2 B) has no GEMM; the head
+    gathers its input behind 2 M V h. The bytes add up to tp_bytes' own."""
+    est = estimate("llama-3-70b", tp_comm_overlap=True, **KW)
+    whole, pairs = _pairs(est)
+    o, fc2, qkv, gate = (2 * M * H * H * L, M, H, H), (2 * M * H * F * L, M, H, F), (2 * M * QKV * H * L, M, QKV, H), \
+        (2 * M * F * H * L, M, F, H)  # 43,980,465,111,040; 153,931,627,888,640; 54,975,581,388,800; = fc2's
+    row = lambda g: (*g, False)  # noqa: E731  (the split side: in)
+    col = lambda g: (*g, True)  # noqa: E731  (the split side: out)
+    layer = [(HALF * L, False, [row(o)]), (HALF * L, False, [row(fc2)]), (HALF * L, False, [col(qkv)]),
+             (HALF * L, False, [col(gate), col(gate)])]
+    assert pairs["layer"] == [layer, layer, []]
+    head = [(HALF, False, [(2 * M * V * H, M, V, H, True)])]
+    assert pairs["head"] == [head, head, []]
+    assert pairs["embed"] == [[(2 * HALF, False, [])], [], []]
+    fwd, bwd = tp_bytes(whole, est.values, False)
+    assert fwd + bwd == 2 * HALF + 8 * HALF * L + 2 * HALF == 21_609_054_208
+
+
+def test_each_collective_hides_behind_its_own_gemm_only() -> None:
+    """The exposed TP time of a micro-batch, by hand: the transfers at the unhidden time's seconds per byte (tp_s of
+    the run without overlap over its 21,609,054,208 bytes), each GEMM's FLOPs over t = 8 at the H100's bf16 rate of
+    its per-GPU shape (M, n, k): o (4,096, 8,192, 1,024) forward and (4,096, 1,024, 8,192) as its data gradient, fc2
+    (4,096, 8,192, 3,584), qkv (4,096, 1,280, 8,192), gate and up (4,096, 3,584, 8,192), the head (4,096, 16,032,
+    8,192), backward transposed; each pair c/8 + max(0, 7c/8 - g). o's GEMM, 8,192/28,672 of fc2's, is shorter than its
+    reduce-scatter: that part stays exposed where the old model hid every transfer behind the micro-batch's compute
+    (tp_s / 8 then)."""
+    plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
+    overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
+    per_byte = plain.tp_s / 4 / 21_609_054_208
+
+    def gemm(m: int, n: int, k: int, count: int = 1) -> float:
+        return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
+
+    def pair(nbytes: int, seconds: float) -> float:
+        c = nbytes * per_byte
+        return c / 8 + max(0.0, c * 7 / 8 - seconds)
+
+    forward = (pair(HALF, gemm(M, H, H // 8)) + pair(HALF, gemm(M, H, F // 8)) + pair(HALF, gemm(M, QKV // 8, H))
+               + pair(HALF, gemm(M, F // 8, H, 2)))
+    backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H)) + pair(HALF, gemm(M, H, QKV // 8))
+                + pair(HALF, gemm(M, H, F // 8, 2)))
+    rest = pair(2 * HALF, 0.0) + pair(HALF, gemm(M, V // 8, H)) + pair(HALF, gemm(M, H, V // 8))
+    assert overlapped.tp_s == pytest.approx(4 * (L * (forward + backward) + rest), rel=1e-9)
+    assert HALF * per_byte * 7 / 8 > gemm(M, H, H // 8)  # o's reduce-scatter outlasts its GEMM
+    assert plain.tp_s / 8 < overlapped.tp_s < plain.tp_s
+    assert exposed_s([(8.0, 3.0), (8.0, 9.0)], 8) == 1 + 4 + 1  # a chunk each, 4 s past the first's GEMM
+
+
+def test_float8_tensor_parallelism_pairs_its_8_bit_gathers_with_fp8_gemms() -> None:
+    """torchtitan's Float8 tensor parallelism (tensorwise, AsyncTP as --tp-comm-overlap): the attention's and the
+    MLP's inputs gathered in 8 bits (half the 16-bit bytes), o's and down's output gradients too, the reduce-scatters
+    16-bit; every layer pair's GEMMs in fp8; the head, outside the plan (plain ColwiseParallel, a 16-bit gather),
+    paired at the 16-bit rate (its GEMM, 2 M V h, outlasts its gather either way)."""
+    est = estimate("llama-3-70b", framework="torchtitan", fp8="tensorwise", zero=3, dp=2, flash=True,
+                   tp_comm_overlap=True, **{**KW, "recompute": "full"})
+    _, pairs = _pairs(est)
+    forward, backward, _ = pairs["layer"]
+    assert [(b, fp8) for b, fp8, _ in forward] == [(HALF * L, True), (HALF * L, True), (HALF * L // 2, True),
+                                                   (HALF * L // 2, True)]
+    assert [(b, fp8) for b, fp8, _ in backward] == [(HALF * L // 2, True), (HALF * L // 2, True), (HALF * L, True),
+                                                    (HALF * L, True)]
+    assert [fp8 for _, fp8, _ in pairs["head"][0]] == [False]
