@@ -397,7 +397,7 @@ class StepTime:
                 "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
-                + (f"ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
+                + ("ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
                    + (", FSDP2 gathering the parameters again in each forward" if self.zero2 == "regather" else "")
                    + (" (timed as DeepSpeed's overlap_comm true; its default for stage 2 is false, each reduction "
                       "then on the compute stream, not hidden: deepspeed/runtime/zero/config.py overlap_comm_valid)"
