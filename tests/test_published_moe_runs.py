@@ -176,17 +176,23 @@ def test_the_moe_runs_are_held_out_named_and_apart() -> None:
 
 def test_the_token_drop_rows_are_the_dropless_layouts_without_the_sync() -> None:
     """``MOE_DROP_AND_PAD`` (NOTE(moe-host), tests/published_runs.py): Megatron-Bridge's 25.09 token-drop rows of the
-    25.11 Qwen3 30B-A3B layouts, the same layout at FP8 current scaling, apart from ``MOE`` and the bounds. B200 by
+    25.11 Qwen3 30B-A3B layouts, the same layout at FP8 current scaling, apart from ``MOE`` and the bounds, with the
+    25.09 recipe's token drop: capacity factor 1 padded, the alltoall dispatcher (Megatron-Bridge v0.1.0rc3
+    scripts/performance/run_script.py L102, moe_token_drop.py L18-22 defaults; ``_TOKEN_DROP``). B200 by
     hand: 512 x 4,096 tokens / (18,066 tokens/s x 8 GPUs) = 2,097,152 / 144,528 = 14.5104 s a step; over 64
     micro-batches x 48 layers, 4.7234 ms per layer and micro-batch. The dropless 25.11 row: 2,097,152 / (9,299 x 8)
     = 28.1906 s, 9.1766 ms."""
     assert len(MOE_DROP_AND_PAD) == 3 and all(r.held_out for r in MOE_DROP_AND_PAD)
     assert not {id(r) for r in MOE_DROP_AND_PAD} & {id(r) for r in MOE + RUNS}
+    recipe = {"fp8", "capacity_factor", "moe_dispatcher"}
     for run in MOE_DROP_AND_PAD:
         twin = next(r for r in MOE if r.name == run.name.replace("Qwen3 30B tokendrop", "Qwen3 30B-A3B"))
-        assert {k: v for k, v in run.layout.items() if k != "fp8"} == {k: v for k, v in twin.layout.items() if k != "fp8"}
+        assert {k: v for k, v in run.layout.items() if k not in recipe} == {
+            k: v for k, v in twin.layout.items() if k not in recipe}
         assert (run.layout["fp8"], run.gpu, run.seq, run.gpus_per_node) == ("te-current", twin.gpu, twin.seq,
                                                                             twin.gpus_per_node)
+        options = run.estimate().options
+        assert (float(options.capacity_factor), options.moe_dispatcher, run.assumed) == (1.0, "alltoall", "")
     b200 = next(r for r in MOE_DROP_AND_PAD if r.gpu == "b200")
     dropless = next(r for r in MOE if r.name == "Qwen3 30B-A3B ep8 B200")
     assert b200.measured() == pytest.approx(14.5104, abs=1e-4)
