@@ -886,16 +886,29 @@ _AM_NOTE = ("FSDP2 (ZeRO-3 over every GPU) with expert parallelism, TE linears a
 
 
 def _automodel(name: str, model: Any, gpus: int, ep: int, local: int, accumulation: int, recompute: str, step: float,
-               tflops: float, config: str) -> MoERun:
+               tflops: float, config: str, assumed: str = "") -> MoERun:
     """NeMo AutoModel's pre-training table (nemo-automodel-performance): DGX-H100 (8 H100 SXM per node, a 400 Gb/s
     port per GPU), BF16, sequence 4,096, FSDP2 over all GPUs (dp_replicate_size 1: ZeRO-3), ep_size as its config
     sets it, local batch ``local`` (the micro-batch) times ``accumulation``, activation checkpointing as the config
-    sets it (full: each block recomputed), TE attention (fused: flash)."""
+    sets it (full: each block recomputed), TE attention (fused: flash; gpt-oss's FlexAttention timed as it, said in
+    ``assumed``)."""
     layout = {"dp": gpus, "zero": 3, "ep": ep, "batch": local, "micro_batches": accumulation, "recompute": recompute,
               "flash": True, "optimizer": "adam", "moe_dispatcher": "deepep"}
     return MoERun(name, f"{_AM} ({config})", model, layout, 4096, "h100-sxm", NDR, measured_s=step, held_out=True,
                   note=f"{_AM_NOTE}; {step:g} s per global step, {tflops:g} model TFLOP/s per GPU",
-                  sequence_parallel=False, published_mfu=tflops / 989.5)
+                  sequence_parallel=False, published_mfu=tflops / 989.5, assumed=assumed)
+
+
+#: NeMo AutoModel's gpt-oss configs run FlexAttention (examples/benchmark/configs/gptoss_20b_te_deepep.yaml L70,
+#: gptoss_120b_te_deepep.yaml L71 at 89e3a9fdd: the backend's attn: flex; the page's "TE + DeepEP + FlexAttn"), which
+#: memderive has no kernel for: timed as flash.
+_AM_FLEX = "FlexAttention (the config's attn: flex) timed as flash"
+#: gpt-oss-20b's 10.04 s entered the page with it (NVIDIA-NeMo/Automodel 89e3a9fdd, 2025-10-06) and has not changed;
+#: the config in that tree sets ``activation_checkpointing: true`` (examples/benchmark/configs/gptoss_20b_te_deepep.yaml
+#: L59 at 89e3a9fdd, L60 until 5aa79650c of 2025-11-04); 8df18da35 (2025-11-10) turned it off with the page's figures
+#: unchanged. The run took full recompute; until this audit the row ran none (the later config's), -24.0% then.
+_AM_OSS20_RECOMPUTE = ("full recompute: activation_checkpointing true in gptoss_20b_te_deepep.yaml L59 at 89e3a9fdd, "
+                       "the commit that published 10.04 s (false only from 8df18da35); " + _AM_FLEX)
 
 
 _BRIDGE_MOE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container"
@@ -1011,9 +1024,10 @@ _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj"
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
-    _automodel("gpt-oss-20b FSDP8 ep8", "gpt-oss-20b", 8, 8, 2, 16, "none", 10.04, 279, "gptoss_20b_te_deepep.yaml"),
+    _automodel("gpt-oss-20b FSDP8 ep8", "gpt-oss-20b", 8, 8, 2, 16, "full", 10.04, 279, "gptoss_20b_te_deepep.yaml",
+               _AM_OSS20_RECOMPUTE),
     _automodel("gpt-oss-120b FSDP64 ep64", OSS_120B, 64, 64, 2, 4, "none", 4.30, 231,
-               "gptoss_120b_te_deepep.yaml"),
+               "gptoss_120b_te_deepep.yaml", _AM_FLEX),
     MoERun("Mixtral 8x7B p4 v8 ep8 H100", "Megatron-LM megatron/core/transformer/moe/README.md (MCore v0.8)",
            "mixtral-8x7b", {"pp": 4, "virtual_stages": 8, "dp": 16, "ep": 8, "batch": 1, "micro_batches": 16,
                             "recompute": "none", "flash": True, "framework": "megatron", "zero": 1},
