@@ -332,14 +332,14 @@ TITAN_FLOAT8_GAP = ("torchtitan's torchao Float8 (tensorwise) on 500 W H100s, it
 _BRIDGE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100"
 
 
-#: What the 25.11 recipe of these two rows sets and the page does not say (Megatron-Bridge v0.2.0, the 25.11 container's;
-#: each setting the same in v0.2.1, v0.2.2 and v0.3.0): the distributed optimizer (src/megatron/bridge/recipes/llama/
-#: llama3.py L555-559, use_distributed_optimizer: --zero 1; the 8B's page FSDP 1: --zero 3), the gradients reduced in
-#: bf16 (scripts/performance/configs/llama3/llama3_llm_pretrain.py L46-47, grad_reduce_in_fp32 False: --grad-buffer
-#: param, not Megatron-LM's forced fp32 main_grad), no dropout (src/megatron/bridge/models/llama/llama_provider.py
-#: L115-116, Llama3ModelProvider hidden_dropout, attention_dropout 0.0). Until this audit the rows took
-#: --framework megatron's fp32 buffer, dropout and no distributed optimizer: the 70B's layout, which ran, needed
-#: 85.4 GiB of the H100's 80.
+#: What the 25.11 recipe of these two rows sets and the page does not say (Megatron-Bridge v0.2.0, the 25.11
+#: container's; each setting the same in v0.2.1, v0.2.2 and v0.3.0): the distributed optimizer
+#: (src/megatron/bridge/recipes/llama/llama3.py L555-559, use_distributed_optimizer: --zero 1; the 8B's page FSDP 1:
+#: --zero 3), the gradients reduced in bf16 (scripts/performance/configs/llama3/llama3_llm_pretrain.py L46-47,
+#: grad_reduce_in_fp32 False: --grad-buffer param, not Megatron-LM's forced fp32 main_grad), no dropout
+#: (src/megatron/bridge/models/llama/llama_provider.py L115-116, Llama3ModelProvider hidden_dropout, attention_dropout
+#: 0.0). Until this audit the rows took --framework megatron's fp32 buffer, dropout and no distributed optimizer: the
+#: 70B's layout, which ran, needed 85.4 GiB of the H100's 80.
 _BRIDGE_RECIPE = ("distributed optimizer, bf16 gradient reduction, no dropout (Megatron-Bridge v0.2.0 recipes/llama/"
                   "llama3.py L555-559, configs/llama3/llama3_llm_pretrain.py L46-47, llama_provider.py L115-116)")
 #: The 8B's recipe recomputes 5 of its 32 layers whole (v0.2.0 configs/llama3/workload_base_configs.py L229-233,
@@ -443,7 +443,8 @@ _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fractio
 #: from ``HELD_OUT``'s bounds (``BRIDGE_DENSE_GAP``) and printed as their own table. Left out:
 #: the rows that offload activations to the CPU (GB200 70B FP8-CS of 25.09 and 25.11: cpu_offloading_num_layers 40,
 #: v0.2.0 llama3/workload_base_configs.py L73-78; GB200 405B FP8-CS of 25.09: 95 of 126 layers, v0.1.0rc3
-#: llama31/llama31_405b_llm_pretrain.yaml L117-123; v0.2.0's llama31/workload_base_configs.py L81-88: 92), which memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
+#: llama31/llama31_405b_llm_pretrain.yaml L117-123; v0.2.0's llama31/workload_base_configs.py L81-88: 92), which
+#: memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
 #: and 26.02 (FSDP, cpu_offloading_num_layers 20: v0.2.0 L43-48, v0.3.0 llama/llama3_workload_base_configs.py
 #: L211-216); GB300's and GB200's 26.02 NVFP4 rows (memderive times nothing in 4 bits: ``hardware``); and 25.09 rows
 #: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B), and 26.02's GB200 405B FP8

@@ -4,8 +4,8 @@ runs (``tests/published_runs.MOE``, held out, apart from the dense runs' bounds)
 Measured (python benchmarks/published_runs.py, "Mixture of experts"): 22 runs, median |error| 22.5%, worst 68.3%
 (23.4% before NeMo AutoModel's gpt-oss-20b ran the full recompute its config set when its figure was published,
 -24.0% to -2.1%, published_runs._AM_OSS20_RECOMPUTE; 24.2% before Bridge's gpt-oss-120b on B200 ran its recipe's
-EP 64, published_runs._OSS_B200_EP; 23.4% before Bridge's gpt-oss-120b p4 on H100 ran its recipe's MBS 1, GA 32 (-17.6% to -29.6%, published_runs.
-_OSS_H100_MBS); 20.6% before Megatron-Core's EP A2A overlap was timed on the three rows whose recipes set it, below; 28.0% over the 15 before Bridge's GB300 rows, 28.7% and 68.3% over 14, before the Qwen3-235B-A22B H100 row,
+EP 64, published_runs._OSS_B200_EP; 23.4% before Bridge's gpt-oss-120b p4 on H100 ran its recipe's MBS 1, GA 32
+(-17.6% to -29.6%, published_runs._OSS_H100_MBS); 20.6% before Megatron-Core's EP A2A overlap was timed on the three rows whose recipes set it, below; 28.0% over the 15 before Bridge's GB300 rows, 28.7% and 68.3% over 14, before the Qwen3-235B-A22B H100 row,
 expressible with --etp 1; the same over the first 10, before Bridge's DeepSeek-V3 and Qwen3-235B-A22B rows; 30.7%
 and 71.1% before
 Megatron-Core's unfused passes of gpt-oss were timed, memory_bound.UNFUSED_MOVES: around the experts (clamp, fc2's

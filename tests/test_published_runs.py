@@ -26,8 +26,8 @@ from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities import efficiency
 
 from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, NEMO_2407, PLAN_SLACK,
-                                  RUNS, SCALING, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, plan_against,
-                                  predict)
+                                  RUNS, SCALING, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP,
+                                  plan_against, predict)
 
 
 def test_the_table_names_its_runs() -> None:
