@@ -544,7 +544,8 @@ def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: flo
 #: GPT-3 175B's own launcher config keeps dropout: NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/
 #: 175b.yaml L74-75 at git tag 24.07 (hidden_dropout 0.1, attention_dropout 0.1; the same at 24.05 and 24.09), where
 #: the Llama yamls ``_NEMO`` cites set 0.0; the page says nothing. Until this audit the two rows took the Llama yaml's
-#: no dropout.
+#: no dropout. The d16 row (MBS 2), which ran on 80 GB H100s, is over them in memderive's bytes either way: 80.3 GiB
+#: without dropout, 83.0 with its 1-byte masks (python -c over tests/published_runs.NEMO_2407; not investigated).
 _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.07 sets it, not the Llama yamls' 0.0"
 
 
