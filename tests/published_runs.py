@@ -339,22 +339,45 @@ TITAN_FLOAT8_GAP = ("torchtitan's torchao Float8 (tensorwise) on 500 W H100s, it
 _BRIDGE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100"
 
 
-def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float) -> Run:
+#: What the 25.11 recipe of these two rows sets and the page does not say (Megatron-Bridge v0.2.0, the 25.11
+#: container's; each setting the same in v0.2.1, v0.2.2 and v0.3.0): the distributed optimizer
+#: (src/megatron/bridge/recipes/llama/llama3.py L555-559, use_distributed_optimizer: --zero 1; the 8B's page FSDP 1:
+#: --zero 3), the gradients reduced in bf16 (scripts/performance/configs/llama3/llama3_llm_pretrain.py L46-47,
+#: grad_reduce_in_fp32 False: --grad-buffer param, not Megatron-LM's forced fp32 main_grad), no dropout
+#: (src/megatron/bridge/models/llama/llama_provider.py L115-116, Llama3ModelProvider hidden_dropout, attention_dropout
+#: 0.0). Until this audit the rows took --framework megatron's fp32 buffer, dropout and no distributed optimizer: the
+#: 70B's layout, which ran, needed 85.4 GiB of the H100's 80.
+_BRIDGE_RECIPE = ("distributed optimizer, bf16 gradient reduction, no dropout (Megatron-Bridge v0.2.0 recipes/llama/"
+                  "llama3.py L555-559, configs/llama3/llama3_llm_pretrain.py L46-47, llama_provider.py L115-116)")
+#: The 8B's recipe recomputes 5 of its 32 layers whole (v0.2.0 configs/llama3/workload_base_configs.py L229-233,
+#: LLAMA3_8B_H100_FP8_CS_BASE_CONFIG recompute_num_layers 5, which utils/helpers.py L174-177 turns into
+#: recompute_granularity 'full', recompute_method 'block'; the same in v0.2.1, v0.2.2 and v0.3.0's _V1), and its base
+#: config has no use_megatron_fsdp where the page prints FSDP 1 (a command-line override, as the page's run is taken).
+#: memderive has no full recompute of some layers only: the row runs none, a lower bound on its time.
+_BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers (v0.2.0 llama3/workload_base_configs.py "
+                        "L229-233, helpers.py L174-177) not expressible: recompute none")
+
+
+def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note: str = "") -> Run:
     """NVIDIA Megatron-Bridge's performance summary (docs/performance-summary.md, 25.11 NeMo container, DGX-H100:
     8 H100 SXM per node, a 400 Gb/s NDR port per GPU), FP8 with current scaling (Transformer Engine's
     Float8CurrentScaling: --fp8 te-current), sequence 8,192, Megatron-Core with fused kernels and cuDNN attention
-    (--framework megatron, flash). Not said on the page: recompute (none assumed), TP communication overlap (on
-    where TP > 1, as the H100 perf recipes set tp_comm_overlap; assumed)."""
-    layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", **layout}
+    (--framework megatron, flash), what the recipe sets (``_BRIDGE_RECIPE``). Not said on the page: TP communication
+    overlap (on where TP > 1, as the H100 perf recipes set tp_comm_overlap; assumed); ``note``: what the row cannot
+    take from its recipe."""
+    layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", "zero": 1,
+              "dropout": False, "grad_buffer": "param", **layout}
     return Run(name, _BRIDGE, model, layout, 8192, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / 989.5:.1%} of the "
-                    "bf16 dense peak); recompute none and TP overlap assumed", published_mfu=tflops / 989.5)
+                    f"bf16 dense peak); {_BRIDGE_RECIPE}; TP overlap assumed" + (f"; {note}" if note else ""),
+               published_mfu=tflops / 989.5)
 
 
 #: Megatron-Bridge's H100 rows of dense Llama 3 (the 405B row, 126 layers over PP 8 x VP 8, is left out: its uneven
 #: chunks are not given).
 BRIDGE = [
-    _bridge("L3 8B MCore FSDP d8 fp8", "llama-3-8b", {"dp": 8, "zero": 3, "micro_batches": 16}, 14451, 744),
+    _bridge("L3 8B MCore FSDP d8 fp8", "llama-3-8b", {"dp": 8, "zero": 3, "micro_batches": 16}, 14451, 744,
+            _BRIDGE_8B_RECOMPUTE),
     _bridge("L3 70B MCore t4 p8 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "sp": True,
                                                           "tp_comm_overlap": True, "micro_batches": 64}, 1602, 719),
 ]
@@ -426,8 +449,9 @@ _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fractio
 #: Megatron-Bridge's dense Llama rows on B200, GB200 and H100 beside ``BRIDGE`` (held out; nothing fitted), kept apart
 #: from ``HELD_OUT``'s bounds (``BRIDGE_DENSE_GAP``) and printed as their own table. Left out:
 #: the rows that offload activations to the CPU (GB200 70B FP8-CS of 25.09 and 25.11: cpu_offloading_num_layers 40,
-#: v0.2.0 llama3/workload_base_configs.py L73-78; GB200 405B FP8-CS of 25.09: 92 of 126 layers, llama31/
-#: workload_base_configs.py L81-88), which memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
+#: v0.2.0 llama3/workload_base_configs.py L73-78; GB200 405B FP8-CS of 25.09: 95 of 126 layers, v0.1.0rc3
+#: llama31/llama31_405b_llm_pretrain.yaml L117-123; v0.2.0's llama31/workload_base_configs.py L81-88: 92), which
+#: memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
 #: and 26.02 (FSDP, cpu_offloading_num_layers 20: v0.2.0 L43-48, v0.3.0 llama/llama3_workload_base_configs.py
 #: L211-216); GB300's and GB200's 26.02 NVFP4 rows (memderive times nothing in 4 bits: ``hardware``); and 25.09 rows
 #: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B), and 26.02's GB200 405B FP8
@@ -514,13 +538,22 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
               "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
 
 
-def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float) -> Run:
+def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "") -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
-    (``_NEMO``); micro-batches = GBS / (MBS x DP)."""
+    (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise."""
     layout = _mcore_fp8("te-delayed", layout)
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,
-               note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}")
+               note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}"
+                    + (f"; {note}" if note else ""))
+
+
+#: GPT-3 175B's own launcher config keeps dropout: NeMo-Framework-Launcher launcher_scripts/conf/training/gpt3/
+#: 175b.yaml L74-75 at git tag 24.07 (hidden_dropout 0.1, attention_dropout 0.1; the same at 24.05 and 24.09), where
+#: the Llama yamls ``_NEMO`` cites set 0.0; the page says nothing. Until this audit the two rows took the Llama yaml's
+#: no dropout. The d16 row (MBS 2), which ran on 80 GB H100s, is over them in memderive's bytes either way: 80.3 GiB
+#: without dropout, 83.0 with its 1-byte masks (python -c over tests/published_runs.NEMO_2407; not investigated).
+_NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.07 sets it, not the Llama yamls' 0.0"
 
 
 #: NeMo 24.07's FP8 rows of the models memderive has (Llama 2 7B/13B/70B, Llama 3 8B/70B, GPT-3 175B); its GPT-3
@@ -536,9 +569,11 @@ NEMO_2407 = [
     _nemo("L3 70B NeMo t4 p4 c2 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5, "dp": 2,
                                                          "batch": 1, "micro_batches": 64}, 8192, 1524, 734),
     _nemo("GPT3 175B NeMo t4 p8 v6 d4 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 4, "batch": 1,
-                                                          "micro_batches": 64}, 2048, 716, 771),
+                                                          "micro_batches": 64, "dropout": True}, 2048, 716, 771,
+          _NEMO_GPT3_DROPOUT),
     _nemo("GPT3 175B NeMo t4 p8 v6 d16 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 16, "batch": 2,
-                                                           "micro_batches": 64}, 2048, 825, 888),
+                                                           "micro_batches": 64, "dropout": True}, 2048, 825, 888,
+          _NEMO_GPT3_DROPOUT),
 ]
 
 
@@ -635,8 +670,9 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: block-scaled GEMMs are in no benchmark used (timed at the per-tensor fp8 rate: Bekman's fp8 rows time
 #: torch._scaled_mm with one scale); CP 2 rows are the furthest off. The long-sequence sweep (``NEMO_LONG_CONTEXT``)
 #: goes from -14.4% at 4K tokens through -0.7% at 32K to +3.0%..+10.5% from 64K to 1M. Over all 30: median 10.0%,
-#: worst 31.3% (8.9% and 31.1% with those all-gathers at 16 bits); over all 36 with GB300's: 10.0% and 31.3%. Nothing
-#: is tuned to close it.
+#: worst 31.3% (8.9% and 31.1% with those all-gathers at 16 bits); over all 36 with GB300's: 10.0% and 31.3%; 9.7%
+#: and 31.3% over the 30 and the 36 once NeMo's GPT-3 175B rows kept their launcher config's dropout
+#: (``_NEMO_GPT3_DROPOUT``: -18.2% and -10.0% -> -17.7% and -9.4%). Nothing is tuned to close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast at 2K-8K tokens (H100, B200, "
                     "GB200; current, delayed and MXFP8 scaling), the gap fading with sequence length as attention "
                     "takes over; on GB300 (the GB200's matmul fraction standing in) 3-13% too slow: "
@@ -859,16 +895,29 @@ _AM_NOTE = ("FSDP2 (ZeRO-3 over every GPU) with expert parallelism, TE linears a
 
 
 def _automodel(name: str, model: Any, gpus: int, ep: int, local: int, accumulation: int, recompute: str, step: float,
-               tflops: float, config: str) -> MoERun:
+               tflops: float, config: str, assumed: str = "") -> MoERun:
     """NeMo AutoModel's pre-training table (nemo-automodel-performance): DGX-H100 (8 H100 SXM per node, a 400 Gb/s
     port per GPU), BF16, sequence 4,096, FSDP2 over all GPUs (dp_replicate_size 1: ZeRO-3), ep_size as its config
     sets it, local batch ``local`` (the micro-batch) times ``accumulation``, activation checkpointing as the config
-    sets it (full: each block recomputed), TE attention (fused: flash)."""
+    sets it (full: each block recomputed), TE attention (fused: flash; gpt-oss's FlexAttention timed as it, said in
+    ``assumed``)."""
     layout = {"dp": gpus, "zero": 3, "ep": ep, "batch": local, "micro_batches": accumulation, "recompute": recompute,
               "flash": True, "optimizer": "adam", "moe_dispatcher": "deepep"}
     return MoERun(name, f"{_AM} ({config})", model, layout, 4096, "h100-sxm", NDR, measured_s=step, held_out=True,
                   note=f"{_AM_NOTE}; {step:g} s per global step, {tflops:g} model TFLOP/s per GPU",
-                  sequence_parallel=False, published_mfu=tflops / 989.5)
+                  sequence_parallel=False, published_mfu=tflops / 989.5, assumed=assumed)
+
+
+#: NeMo AutoModel's gpt-oss configs run FlexAttention (examples/benchmark/configs/gptoss_20b_te_deepep.yaml L70,
+#: gptoss_120b_te_deepep.yaml L71 at 89e3a9fdd: the backend's attn: flex; the page's "TE + DeepEP + FlexAttn"), which
+#: memderive has no kernel for: timed as flash.
+_AM_FLEX = "FlexAttention (the config's attn: flex) timed as flash"
+#: gpt-oss-20b's 10.04 s entered the page with it (NVIDIA-NeMo/Automodel 89e3a9fdd, 2025-10-06) and has not changed;
+#: the config in that tree sets ``activation_checkpointing: true`` (examples/benchmark/configs/gptoss_20b_te_deepep.yaml
+#: L59 at 89e3a9fdd, L60 until 5aa79650c of 2025-11-04); 8df18da35 (2025-11-10) turned it off with the page's figures
+#: unchanged. The run took full recompute; until this audit the row ran none (the later config's), -24.0% then.
+_AM_OSS20_RECOMPUTE = ("full recompute: activation_checkpointing true in gptoss_20b_te_deepep.yaml L59 at 89e3a9fdd, "
+                       "the commit that published 10.04 s (false only from 8df18da35); " + _AM_FLEX)
 
 
 _BRIDGE_MOE = "Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container"
@@ -984,9 +1033,10 @@ _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj"
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
-    _automodel("gpt-oss-20b FSDP8 ep8", "gpt-oss-20b", 8, 8, 2, 16, "none", 10.04, 279, "gptoss_20b_te_deepep.yaml"),
+    _automodel("gpt-oss-20b FSDP8 ep8", "gpt-oss-20b", 8, 8, 2, 16, "full", 10.04, 279, "gptoss_20b_te_deepep.yaml",
+               _AM_OSS20_RECOMPUTE),
     _automodel("gpt-oss-120b FSDP64 ep64", OSS_120B, 64, 64, 2, 4, "none", 4.30, 231,
-               "gptoss_120b_te_deepep.yaml"),
+               "gptoss_120b_te_deepep.yaml", _AM_FLEX),
     MoERun("Mixtral 8x7B p4 v8 ep8 H100", "Megatron-LM megatron/core/transformer/moe/README.md (MCore v0.8)",
            "mixtral-8x7b", {"pp": 4, "virtual_stages": 8, "dp": 16, "ep": 8, "batch": 1, "micro_batches": 16,
                             "recompute": "none", "flash": True, "framework": "megatron", "zero": 1},
@@ -1011,7 +1061,9 @@ MOE = [
                 {"dp": 64, "ep": 64, "batch": 1, "micro_batches": 20}, 8192, 15876, 488, per_node=72,
                 inert=_OSS_MODULES),
     _bridge_moe("Qwen3 30B-A3B ep8 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
-                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72),
+                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 23766, 547, fp8="te-mxfp8", per_node=72,
+                assumed="HybridEP (v0.2.0 qwen3/workload_base_configs.py L193-200: moe_flex_dispatcher_backend) timed "
+                        "as the alltoall dispatcher"),
     # The same table's DeepSeek-V3 and Qwen3-235B-A22B rows; DeepSeek-V3's as the page was corrected on 2025-12-09
     # (Megatron-Bridge 1804c076f, #1669, in v0.2.1: the GB200 rows became 'w/o MTP', GBS 4096, the B200 row 'w/ MTP'
     # with its figures unchanged; the first 25.11 page had one GB200 FP8-MX row at the recipe's p4 v4 ep64, GBS 2048,
@@ -1126,12 +1178,22 @@ MOE_HOST_GAP = ("Megatron-Bridge 25.09, the 25.11 Qwen3 30B-A3B layouts with tok
                 "per-layer device-to-host sync (tests/published_runs.MOE_DROP_AND_PAD)")
 
 
+#: The 25.09 recipe's token drop (Megatron-Bridge v0.1.0rc3, NeMo 25.09's): scripts/performance/run_script.py L102
+#: calls ``apply_moe_token_drop(recipe.model)`` on every Qwen3 30B-A3B run with its defaults
+#: (src/megatron/bridge/training/utils/moe_token_drop.py L18-22: moe_expert_capacity_factor 1.0,
+#: moe_pad_expert_input_to_capacity True), which asserts the alltoall dispatcher: --capacity-factor 1, each expert
+#: padded to its capacity. (Until this audit the rows left it unset; at capacity 1 over balanced routing memderive's
+#: bytes and times are the same either way.)
+_TOKEN_DROP = {"capacity_factor": "1", "moe_dispatcher": "alltoall"}
+
+
 def _drop_and_pad(dropless: str, tps: float, tflops: float) -> MoERun:
-    """The 25.09 token-drop row (``MOE_HOST_GAP``) of the 25.11 dropless run named ``dropless``."""
+    """The 25.09 token-drop row (``MOE_HOST_GAP``) of the 25.11 dropless run named ``dropless``, with the 25.09
+    recipe's token drop (``_TOKEN_DROP``)."""
     run = next(r for r in MOE if r.name == dropless)
     return replace(run, name=dropless.replace("Qwen3 30B-A3B", "Qwen3 30B tokendrop"),
                    source=f"{_BRIDGE_MOE.replace('25.11', '25.09')}, {run.source.rsplit(', ', 1)[1]}",
-                   layout={**run.layout, "fp8": "te-current"}, tokens_per_s_per_gpu=tps,
+                   layout={**run.layout, "fp8": "te-current", **_TOKEN_DROP}, tokens_per_s_per_gpu=tps, assumed="",
                    published_mfu=tflops / (gpu(run.gpu).bf16_flops / 1e12),
                    note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; token drop, capacity factor 1, "
                         f"padded (the page's '(tokendrop)'); otherwise as {dropless}")
