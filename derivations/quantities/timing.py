@@ -80,7 +80,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
-                                                            OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes)
+                                                            OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
+                                                            fp8_gathered_elements)
 from memderive.derivations.quantities.model_states import state_widths
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
@@ -850,7 +851,7 @@ def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
     width, grad, _ = state_widths(o.dtype, o.optimizer, o.precision)
     grad = 4 if o.grad_buffer == "fp32" and o.precision == "master" else grad
     trained = est.number("trainable_parameters") if o.finetuning else params
-    return trained * grad, params * width
+    return trained * grad, params * width - (width - 1) * fp8_gathered_elements(est)  # --fp8-param-gather: 1 B
 
 
 #: The token embedding's weight, the one a tied LM head shares (``models.architectures``).
