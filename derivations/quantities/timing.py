@@ -94,7 +94,7 @@ from memderive.derivations.quantities.param_offload_time import param_offload_li
 
 np = lazy("numpy")
 
-__all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "product_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
+__all__ = ["StepTime", "reduced_bytes", "InferenceTime", "step_time", "float8_flops", "product_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
