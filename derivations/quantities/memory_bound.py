@@ -433,8 +433,11 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
     if o.fp8_param_gather and o.fp8 != "te-mxfp8":
-        weights = _primary_cast(est.graph, o.fp8, transpose, o.dp * o.cp)
+        return (layout_int(micro, est.values) if micro else 0), _primary_cast(est, transpose)
     return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
+
+
+_te_weights = per_graph(te_weight_elements)
 
 
 def fp8_gathered_elements(est: Evaluated) -> Any:
@@ -445,20 +448,23 @@ def fp8_gathered_elements(est: Evaluated) -> Any:
     o = est.options
     if not o.fp8_param_gather or o.fp8 == "te-mxfp8":
         return 0
-    return layout_int(te_weight_elements(est.graph), est.values)
+    return layout_int(_te_weights(est.graph), est.values)
 
 
-def _primary_cast(graph: Any, recipe: str, transpose: bool, shard: int) -> Any:
+def _primary_cast(est: Evaluated, transpose: bool) -> Any:
     """``fp8_cast_bytes``' step part under ``--fp8-param-gather`` with delayed or current scaling: no 16-bit module
-    weight to cast; after the optimizer, TE's ``quantize_master_weights`` casts the rank's fp32 main shard (1/``shard``
-    of each weight) to 16 bits (L285-291: the copy memderive's ``optimizer_bytes`` counts, into a temporary now),
-    then quantizes it row-wise into the uint8 buffer (current scaling an amax pass first, its amax all-reduced);
-    after the all-gather, ``post_all_gather_processing`` makes each whole weight's transpose where only TN fp8 GEMMs
-    run (r 1 w 1). MXFP8's step cast is the 16-bit gathered weight quantized both ways, as without the option
+    weight to cast; after the optimizer, TE's ``quantize_master_weights`` casts the rank's fp32 main shard (1/(d cp)
+    of the layers' linear weights, the distributed optimizer's; the ceiling, as ``optimizer_bytes``) to 16 bits
+    (L285-291: the copy ``optimizer_bytes`` counts, into a temporary now), then quantizes it row-wise into the uint8
+    buffer (current scaling an amax pass first, its amax all-reduced); after the all-gather,
+    ``post_all_gather_processing`` makes each whole weight's transpose where only TN fp8 GEMMs run (r 1 w 1).
+    MXFP8's step cast is the 16-bit gathered weight quantized both ways, as without the option
     (``te_float8.PARAM_GATHER_SOURCE``)."""
-    n = te_weight_elements(graph)
+    o = est.options
+    n = layout_int(_te_weights(est.graph), est.values)
+    shard = -(-n // (o.dp * o.cp))
     width = 2  # the master shard cast to Megatron's 16-bit model dtype first (quantize_master_weights)
-    return _quantize(n / shard, width, recipe, False, True, False) + (2 * n if transpose else 0)
+    return _quantize(shard, width, o.fp8, False, True, False) + (2 * n if transpose else 0)
 
 
 @per_graph
