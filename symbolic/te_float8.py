@@ -261,7 +261,8 @@ PARAM_GATHER_SOURCE = (
     "shard), L2904-2930 (_copy_main_params_to_param_buffer, MXFP8: the fp32 shard into the 16-bit param buffer); "
     "optimizer/optimizer.py L800-808. TransformerEngine d0067d0d: module/base.py quantize_weight L835-846 (a "
     "QuantizedTensor weight is used as it is: no workspace), tensor/utils.py quantize_master_weights L285-291 "
-    "(the fp32 master shard cast to the 16-bit dtype first), post_all_gather_processing L1404-1436 (Float8Tensor: _create_transpose where only TN fp8 GEMMs run; MXFP8: nothing, its row- and "
+    "(the fp32 master shard cast to the 16-bit dtype first), post_all_gather_processing L1404-1436 (Float8Tensor: "
+    "_create_transpose where only TN fp8 GEMMs run; MXFP8: nothing, its row- and "
     "column-wise data kept), _cast_master_weights_to_fp8_current_scaling L466-590 (amax of the master shard, "
     "all-reduced, then the cast), _cast_master_weights_to_fp8_mxfp8_scaling L1015-1148")
 

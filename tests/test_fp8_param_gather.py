@@ -107,4 +107,5 @@ def test_cli_round_trip(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(words) == 0
     out = capsys.readouterr().out
     assert "fp8 param gather on" in out and "fp8_weight" not in out.split("inputs:")[0]
-    assert estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", fp8_param_gather=True, **RUN).options.fp8_param_gather
+    primary = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", fp8_param_gather=True, **RUN)
+    assert primary.options.fp8_param_gather
