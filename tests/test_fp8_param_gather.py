@@ -11,7 +11,7 @@ import pytest
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import fp8_cast_bytes
-from memderive.derivations.quantities.timing import reduced_bytes
+from memderive.derivations.quantities.timing import expert_group, reduced_bytes
 
 #: Llama 2 7B (h 4,096, 32 heads, f 11,008, 32 layers, vocab 32,000), b 1, s 4,096, TP 2 with SP, d 2 under the
 #: distributed optimizer, Megatron-Core.
@@ -71,6 +71,22 @@ def test_the_parameter_all_gather_moves_one_byte_per_fp8_weight_by_hand() -> Non
         plain, primary = (estimate("llama-2-7b", fp8=fp8, gpu=gpu, fp8_param_gather=on, **RUN) for on in (False, True))
         assert reduced_bytes(plain) == (2 * (LINEAR + REST), 6_738_681_856)
         assert reduced_bytes(primary) == (2 * (LINEAR + REST), gathered)
+
+
+def test_the_experts_gather_their_own_8_bit_weights_by_hand() -> None:
+    """Mixtral 8x7B (h 4,096, f 14,336, 8 experts, 32 layers, vocab 32,000), d 2, ep 2, current scaling: each GPU
+    holds 4 experts of 3 x 4,096 x 14,336 elements per layer, 22,548,578,304 in all, gathered over their own group
+    (Megatron-Core's expert data-parallel buffers) at 1 B each, 45,097,156,608 B in 16 bits. The rest: attention
+    qkv 4,096 x 6,144 + proj 4,096^2 = 41,943,040 per layer, 1,342,177,280 in 8 bits; the embedding and output layer
+    2 x 131,072,000, the norms 2 x 4,096 x 32 + 4,096 and the routers 8 x 4,096 x 32: 263,458,816 in 16 bits. The
+    GPU gathers 2 x 263,458,816 + 1,342,177,280 + 22,548,578,304 = 24,417,673,216 B (48,308,428,800 without); the
+    experts' part is theirs, not the GPU's 8-bit share spread by parameter count."""
+    run = {"mode": "train", "batch": 1, "seq": 8, "implementation": "megatron", "dp": 2, "ep": 2, "zero": 1,
+           "fp8": "te-current", "gpu": "h100-sxm"}
+    for on, gathered, experts in ((False, 48_308_428_800, 45_097_156_608), (True, 24_417_673_216, 22_548_578_304)):
+        e = estimate("mixtral-8x7b", fp8_param_gather=on, **run)
+        grads, weights = reduced_bytes(e)
+        assert weights == gathered and expert_group(e, grads, weights, 1).weights == experts
 
 
 def test_the_step_casts_the_fp32_shard_not_the_16_bit_weight_by_hand() -> None:

@@ -47,6 +47,7 @@ from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
@@ -440,15 +441,23 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
 _te_weights = per_graph(te_weight_elements)
 
 
-def fp8_gathered_elements(est: Evaluated) -> Any:
-    """The weight elements one GPU's data-parallel all-gather moves in 8 bits, not 16: the layers' linear weights
-    under ``--fp8-param-gather`` with delayed or current scaling (their _data in the uint8 parameter buffer); 0
-    otherwise, and under MXFP8, whose bucket is gathered in 16 bits through the gradient buffer and quantized after
-    (``te_float8.PARAM_GATHER_SOURCE``: param_and_grad_buffer.py L1160-1190, L303-343)."""
+@per_graph
+def _routed_te_weights(graph: Any) -> Any:
+    """``te_weight_elements`` of the routed experts' ops alone (``symbolic.experts.expert_ops``)."""
+    routed = set(expert_ops(graph))
+    return te_weight_elements(graph, lambda path: path in routed)
+
+
+def fp8_gathered_elements(est: Evaluated, routed: bool = False) -> Any:
+    """The weight elements one GPU's data-parallel all-gather moves in 8 bits, not 16 (``routed``: of the routed
+    experts alone, gathered over their own group): the layers' linear weights under ``--fp8-param-gather`` with
+    delayed or current scaling (their _data in the uint8 parameter buffer); 0 otherwise, and under MXFP8, whose
+    bucket is gathered in 16 bits through the gradient buffer and quantized after (``te_float8.PARAM_GATHER_SOURCE``:
+    param_and_grad_buffer.py L1160-1190, L303-343)."""
     o = est.options
     if not o.fp8_param_gather or o.fp8 == "te-mxfp8":
         return 0
-    return layout_int(_te_weights(est.graph), est.values)
+    return layout_int((_routed_te_weights if routed else _te_weights)(est.graph), est.values)
 
 
 def _primary_cast(est: Evaluated, transpose: bool) -> Any:

@@ -727,7 +727,11 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
     ranks = o.tp * o.dp * o.cp // (o.expert_tp * o.ep)
     total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
     experts = share * total if o.finetuning else held
-    return ExpertGroup(grads * share, weights * share, ranks, o.expert_tp * o.ep, _bucket_calls(est, experts, ranks, zero),
+    gathered = weights * share
+    if fp8_gathered_elements(est):  # --fp8-param-gather: every expert weight 8-bit, the embedding and norms 16-bit
+        width = state_widths(o.dtype, o.optimizer, o.precision)[0]
+        gathered = held * width - (width - 1) * fp8_gathered_elements(est, routed=True)
+    return ExpertGroup(grads * share, gathered, ranks, o.expert_tp * o.ep, _bucket_calls(est, experts, ranks, zero),
                        _bucket_calls(est, total - experts, o.dp * o.cp, zero))
 
 
