@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, Optimizer
+from memderive.derivations.quantities.precision_aware import PrecisionAware
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Expr, prod, total
@@ -49,9 +50,14 @@ from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
-           "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths"]
+           "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
+#: The precision-aware optimizer's fp32 copies of its states not kept in fp32 (``quantities.precision_aware``).
+UNSCALED = "model_states/fp32_unscaled_states"
+#: The terms that live in the optimizer step only, after the backward has freed the activations (the last part of
+#: a term's path; an expert part's too): the fp32 gradient copy and the unscaled states.
+STEP_ONLY = ("fp32_gradient_copy", "fp32_unscaled_states")
 #: ZeRO under context parallelism: the cp ranks of one data-parallel replica hold the same weights and reduce their
 #: gradients together, so the shards are over d x cp (Megatron-LM's distributed optimizer over intra_dp_cp_group).
 CP_ZERO_CITATION = Citation("megatron-optimizer-init", "get_megatron_optimizer: DistributedOptimizer's "
@@ -179,16 +185,24 @@ def state_widths(param_dtype: str, optimizer: str, precision: str = "master") ->
 
 
 def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-           factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> list[Term]:
+           factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param",
+           aware: PrecisionAware | None = None) -> list[Term]:
     """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
     ``factored`` second-moment elements), sharded per stage, under a ``precision`` recipe; the gradients
-    in the ``grad_buffer``'s dtype, its fp32 copy sharded with the optimizer states."""
+    in the ``grad_buffer``'s dtype, its fp32 copy sharded with the optimizer states. ``aware``: Megatron-Core's
+    precision-aware optimizer (``quantities.precision_aware``): K its main params and moments, the step's fp32
+    copies sharded with them."""
     width, grad, k = state_widths(param_dtype, optimizer, precision)
     if grad_buffer not in GRAD_BUFFERS:
         raise ValueError(f"unknown gradient buffer {grad_buffer!r}; choose one of {', '.join(GRAD_BUFFERS)}")
     grad = 4 if grad_buffer == "fp32" else grad
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
     copy = [Term("model_states/fp32_gradient_copy", params * 4 / shard[2])] if grad_buffer == "param+fp32" else []
+    if aware is not None:
+        held = aware.widths(param_dtype, grad_buffer)
+        k = held.master + held.moments
+        copy = [Term(path, params * n / shard[2]) for path, n in (
+            ("model_states/fp32_gradient_copy", held.copy), (UNSCALED, held.unscaled)) if n]
     return [Term("model_states/weights", params * width / shard[0]),
             Term("model_states/gradients", params * grad / shard[1]), *copy,
             Term("model_states/optimizer", (params * k + factored * factored_state_bytes(param_dtype, precision))
@@ -197,16 +211,21 @@ def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr |
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
                      offload: bool = False, factored: Expr | int = 0, precision: str = "master",
-                     grad_buffer: str = "param") -> Breakdown:
+                     grad_buffer: str = "param", aware: PrecisionAware | None = None) -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
     the gradients and the optimizer states live in CPU memory: only the weights stay. ``factored``:
     the elements of Adafactor's second moments (``factored_state_elements``), fp32. ``precision``: the
-    recipe (``PRECISIONS``). ``grad_buffer``: the gradients' buffer (``GRAD_BUFFERS``).
+    recipe (``PRECISIONS``). ``grad_buffer``: the gradients' buffer (``GRAD_BUFFERS``). ``aware``: Megatron-Core's
+    precision-aware optimizer (``quantities.precision_aware``).
+
+    >>> from memderive.symbolic.dims import Psi, d
+    >>> states_breakdown(Psi, "bf16", "adam", 1, d, aware=PrecisionAware("bf16")).total  # 2 + 2 + (2 + 4 + 8)/d
+    4*Psi + 14*Psi/d
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer, aware)
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 

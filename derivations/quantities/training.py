@@ -25,7 +25,9 @@ from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITAT
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
                                                            OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
-                                                           offload_gradient_widths, offload_host_citation, state_widths)
+                                                           STEP_ONLY, offload_gradient_widths, offload_host_citation,
+                                                           state_widths)
+from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
                                                             offload_params_states)
@@ -102,8 +104,6 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     return states, cpu, None
 
 
-#: The fp32 gradient copy of --grad-buffer param+fp32 (``quantities.model_states``).
-COPY = "model_states/fp32_gradient_copy"
 
 
 #: What the ZeRO-3 gathered-weight terms of the total model (``param_offload.gathered_weights``).
@@ -114,16 +114,22 @@ ZERO3_GATHERED_NOTE = (
     "reduce-scatter are not counted")
 
 
+def _step_only(path: str) -> bool:
+    """A term that lives in the optimizer step only (``model_states.STEP_ONLY``), an expert part's too."""
+    return path.rsplit("/", 1)[-1] in STEP_ONLY
+
+
 def _held_states(states: Breakdown, acts: Breakdown) -> Breakdown:
     """The model states the sum holds beside ``acts`` (the activations and the other buffers of forward and
     backward). The fp32 copy of 16-bit gradients (``--grad-buffer param+fp32``) lives only in the optimizer step:
     Megatron-LM's train_step calls optimizer.zero_grad() (set_to_none) before the next forward, and the step runs
     after the backward has freed the activations; so it adds only what it exceeds them by: the sum is
-    max(16-bit states + activations, states with the copy)."""
-    copy = states.where(lambda path: path == COPY)
+    max(16-bit states + activations, states with the copy). So do the precision-aware optimizer's fp32 copies of
+    its states (``quantities.precision_aware``)."""
+    copy = states.where(_step_only)
     if not copy.terms:
         return states
-    held = states.where(lambda path: path != COPY)
+    held = states.where(lambda path: not _step_only(path))
     step = Max(const(0), copy.total - acts.total)
     return held + Breakdown((Term("optimizer_step/fp32_gradient_copy_over_activations", step),), "bytes")
 
@@ -133,7 +139,8 @@ def _states_citation(opts: Options) -> Citation:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
         (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
-        (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ())
+        (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ()) + (
+        (PRECISION_AWARE_CITATION,) if opts.precision_aware_optimizer else ())
     return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=also) if also else ZERO_CITATION
 
 
@@ -155,7 +162,7 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
         return PARAM_OFFLOAD_NOTES
-    grads = GRAD_BUFFER_NOTES[opts.grad_buffer]
+    grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ())
     if not OPTIMIZERS[opts.optimizer].factored:
         return grads
     return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
