@@ -578,7 +578,7 @@ class Options:
             raise OptionsError("--precision-aware-optimizer keeps main params beside 16-bit weights: give --dtype "
                                f"bf16 or fp16 and --precision master, not --dtype {self.dtype} --precision "
                                f"{self.precision}")
-        if self.zero != 1:
+        if self.zero != 1 and not (self.zero == 0 and self.dp == 1):  # one rank: nothing to shard
             raise OptionsError("--precision-aware-optimizer runs only under Megatron-Core's distributed optimizer "
                                f"(get_megatron_optimizer raises otherwise): give --zero 1, not --zero {self.zero}")
         if self.grad_buffer == "param+fp32":
@@ -586,6 +586,7 @@ class Options:
                                "an fp32 copy only under --fp8 te-current or te-mxfp8, which it counts): give "
                                "--grad-buffer param (--main-grads-dtype bf16) or fp32, not param+fp32")
         unmodelled = [(self.implementation_kind != "megatron", f"--implementation {self.implementation}"),
+                      (self.framework not in (None, "megatron"), f"--framework {self.framework}"),
                       (self.finetuning, "fine-tuning options"), (self.offload, "--offload"),
                       (self.offload_params, "--offload-params"), (self.grad_sync != "overlapped",
                                                                  f"--grad-sync {self.grad_sync}")]
