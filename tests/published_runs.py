@@ -943,6 +943,13 @@ _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optim
                     "recompute_modules layernorm, moe_act inert without 'selective'), bf16 gradient buffers (the "
                     "recipes' grad_reduce_in_fp32 False)")
 
+#: Megatron-Bridge's performance scripts turn the precision-aware optimizer on for every BF16 run: v0.2.0
+#: scripts/performance/utils/helpers.py L254-255 (set_user_overrides: ``if compute_dtype == "bf16":
+#: recipe.optimizer.use_precision_aware_optimizer = True``), v0.3.0 utils/overrides.py L420-421 (set_post_overrides);
+#: the recipe's dtypes stay (fp32 unless it sets them, as DeepSeek-V3's does): --precision-aware-optimizer, Transformer
+#: Engine's FusedAdam holding the fp32 main params of the bf16 weights as 16-bit remainders.
+BRIDGE_BF16_OPTIMIZER = ("the precision-aware optimizer (the performance scripts' BF16 override: helpers.py "
+                         "L254-255, v0.3.0 overrides.py L420-421)")
 #: DeepSeek-V3's 25.11 recipe (Megatron-Bridge v0.2.0 scripts/performance/configs/deepseek/): recompute_granularity
 #: 'selective' (deepseek_llm_pretrain.py L37, and recipes/deepseek/deepseek_v3.py's default), so the modules run:
 #: mla_up_proj on GB200 and B200 (workload_base_configs.py L54, L69); grad_reduce_in_fp32 False (L40-41); dispatcher
@@ -984,13 +991,15 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
     NVL72 (72 on NVLink);
     ``recipe``: what the row's recipe sets, ``assumed``: what memderive assumes that neither the row nor its recipe
     says, or what it substitutes for what they say."""
+    aware = fp8 == "none"  # BRIDGE_BF16_OPTIMIZER: the performance scripts' BF16 runs
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8}), **layout}
+              "grad_buffer": "param", "precision_aware_optimizer": aware, **({} if aware else {"fp8": fp8}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE.replace('25.11', release)}, {system}", model, layout, seq, hw, NDR,
                   tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
-                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}", assumed=assumed)
+                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}"
+                       + (f"; {BRIDGE_BF16_OPTIMIZER}" if aware else ""), assumed=assumed)
 
 
 def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups: int, ffn: int, top_k: int,
