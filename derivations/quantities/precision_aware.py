@@ -20,7 +20,9 @@ Bytes per parameter, 16-bit weights of w bytes, the states sharded over the d ra
 * **in the optimizer step only**: Megatron-Core's fp32 gradient copy above, and FusedAdam's fp32 copy of each state
   not kept in fp32 (Transformer Engine 2.9 and 2.12 ``FusedAdam.step``: ``get_unscaled_state`` is ``.float()`` of
   bf16, fp16 and fp8 moments and fp16 main params, for every parameter of the group before the kernel runs, freed
-  after ``_apply_scale``), 4 bytes each. The step runs after the backward has freed the activations.
+  after ``_apply_scale``), 4 bytes each; later Transformer Engine reads bf16 moments in the kernel itself
+  (TransformerEngine#2632, 459e7cf4, after 2.12: not the runs' versions). The step runs after the backward has freed
+  the activations.
 
 Not counted: FusedAdam's per-tensor fp32 scalars (one scale per state not in fp32, and for fp8 moments the
 quantizer's scale and amax and the tensor's scale_inv: at most 16 bytes per state of each parameter tensor).
