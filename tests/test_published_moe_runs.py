@@ -258,7 +258,11 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
     121.0, Qwen3 30B-A3B ep8 MBS 8 253.3, Qwen3-235B-A22B p4 ep32 186.4); 26.02's DeepSeek-V3 p2 v8 ep32 fits, 284.5
     of 288 GiB, with its recipe's precision-aware optimizer (``published_runs._DSV3_OPTIMIZER``: bf16 moments 2 + 2
     and, under MXFP8, Megatron-Core's fp32 main params 4 over the 4 expert data-parallel ranks, where fp32 moments
-    and main params counted 12: 294.3 GiB, over)."""
+    and main params counted 12: 294.3 GiB, over). Bridge's BF16 rows all run the precision-aware optimizer (the
+    performance scripts' override, ``published_runs.BRIDGE_BF16_OPTIMIZER``): the main params 2 bytes per parameter
+    over the ranks that shard them where fp32 ones counted 4 (gpt-oss-120b p4 ep8 H100 61.7 to 58.3 GiB, ep64 B200
+    146.3 to 142.9, ep64 GB200 90.7 to 87.3, the GB300 rows 146.3 to 142.9; Qwen3-235B-A22B p8 v3 ep32 GB200 116.4 to
+    114.7, p4 v12 ep16 GB300 198.3 to 196.6)."""
     over = []
     for run in MOE:
         need, capacity, assumed = moe_memory(run)
