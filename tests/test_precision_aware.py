@@ -27,6 +27,7 @@ from memderive.derivations.options import OptionsError
 from memderive.derivations.quantities.model_states import states_breakdown
 from memderive.derivations.quantities.precision_aware import PrecisionAware
 from memderive.symbolic.dims import Psi, d
+from tests.published_runs import MOE
 
 #: (moments, main params, --fp8, --dtype, --grad-buffer) -> the terms by hand, bytes per parameter:
 CASES = [
@@ -131,3 +132,15 @@ def test_the_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None
     code = main(["estimate", "--model", "gpt2", "--mode", "train", "--batch", "1", "--seq", "8", "--moments", "fp8"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "give --precision-aware-optimizer" in err
+
+
+def test_the_bridge_rows_run_it_as_their_scripts_and_recipes_set_it() -> None:
+    # Megatron-Bridge's performance scripts set use_precision_aware_optimizer for every BF16 run (v0.2.0
+    # scripts/performance/utils/helpers.py L254-255, v0.3.0 utils/overrides.py L420-421), not for the fp8 ones, whose
+    # recipes leave it off but DeepSeek-V3's (recipes/deepseek/deepseek_v3.py L272-276: bf16 moments)
+    bridge = [r for r in MOE if r.source.startswith("Megatron-Bridge")]
+    for run in bridge:
+        deepseek = run.model == "deepseek-v3"
+        assert run.layout["precision_aware_optimizer"] == ("fp8" not in run.layout or deepseek), run.name
+        assert run.layout.get("moments", "fp32") == ("bf16" if deepseek else "fp32"), run.name
+    assert len(bridge) >= 15 and sum(r.model == "deepseek-v3" for r in bridge) == 3
