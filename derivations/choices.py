@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PRECISIONS", "GRAD_BUFFERS", "MOMENT_DTYPES", "MAIN_PARAM_DTYPES", "Optimizer", "OPTIMIZERS", "IMPLEMENTATIONS", "SHORTHANDS", "DESCRIPTIONS",
-           "parse_implementation", "describe"]
+__all__ = ["PRECISIONS", "GRAD_BUFFERS", "Optimizer", "OPTIMIZERS", "IMPLEMENTATIONS", "SHORTHANDS", "DESCRIPTIONS",
+           "parse_implementation", "describe", "MOMENT_DTYPES", "MAIN_PARAM_DTYPES"]
 
 #: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
 PRECISIONS = ("master", "autocast", "pure")

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.choices import MAIN_PARAM_DTYPES, MOMENT_DTYPES
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.sizes import parse_size, size_text
 from memderive.symbolic.dims import by_name, sym
@@ -156,11 +157,11 @@ OPTIONS: tuple[Option, ...] = (
        "param: --main-grads-dtype bf16; fp32: its default)", modes=_TRAIN, commands=_PLANNED, echo="set",
        example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer")),
     _o("moments", "choice", "fp32", "Adam's exp_avg and exp_avg_sq dtype under --precision-aware-optimizer "
-       "(Megatron-Core's --exp-avg-dtype, --exp-avg-sq-dtype)", choices=("fp32", "bf16", "fp16", "fp8"),
+       "(Megatron-Core's --exp-avg-dtype, --exp-avg-sq-dtype)", choices=MOMENT_DTYPES,
        modes=_TRAIN, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer", "--moments", "bf16")),
     _o("main_params", "choice", "fp32", "the main params' dtype under --precision-aware-optimizer (Megatron-Core's "
-       "--main-params-dtype)", choices=("fp32", "fp16"), modes=_TRAIN, commands=_PLANNED, echo="changed",
+       "--main-params-dtype)", choices=MAIN_PARAM_DTYPES, modes=_TRAIN, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer", "--main-params", "fp16")),
     _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
