@@ -104,8 +104,6 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     return states, cpu, None
 
 
-
-
 #: What the ZeRO-3 gathered-weight terms of the total model (``param_offload.gathered_weights``).
 ZERO3_GATHERED_NOTE = (
     "ZeRO-3: beside the 1/d shards, the gathered weights of the root (embeddings, final norm, head: FSDP does not "
@@ -131,7 +129,9 @@ def _held_states(states: Breakdown, acts: Breakdown) -> Breakdown:
         return states
     held = states.where(lambda path: not _step_only(path))
     step = Max(const(0), copy.total - acts.total)
-    return held + Breakdown((Term("optimizer_step/fp32_gradient_copy_over_activations", step),), "bytes")
+    only_gradients = all(t.path.endswith("fp32_gradient_copy") for t in copy.terms)
+    name = "fp32_gradient_copy" if only_gradients else "fp32_copies"  # the precision-aware optimizer's states too
+    return held + Breakdown((Term(f"optimizer_step/{name}_over_activations", step),), "bytes")
 
 
 def _states_citation(opts: Options) -> Citation:
