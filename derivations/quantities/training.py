@@ -24,8 +24,10 @@ from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
-                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
-                                                           offload_gradient_widths, offload_host_citation, state_widths)
+                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS,
+                                                           PIPELINED_FSDP2_CITATION, PIPELINED_FSDP2_NOTE, ZERO_CITATION,
+                                                           offload_gradient_widths, offload_host_citation, pipelined_fsdp2,
+                                                           state_widths)
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
                                                             offload_params_states)
@@ -132,6 +134,7 @@ def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
+        (PIPELINED_FSDP2_CITATION,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ()) + (
         (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
         (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ())
     return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=also) if also else ZERO_CITATION
@@ -155,7 +158,8 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
         return PARAM_OFFLOAD_NOTES
-    grads = GRAD_BUFFER_NOTES[opts.grad_buffer]
+    grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + (
+        (PIPELINED_FSDP2_NOTE,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ())
     if not OPTIMIZERS[opts.optimizer].factored:
         return grads
     return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
@@ -241,7 +245,8 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         buffers, note = te_fp8_buffers(graph, opts)
         total += buffers
         assumptions += (note,)
-    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None:
+    if (opts.zero == 3 and not opts.offload_params and opts.base_dtype is None
+            and not pipelined_fsdp2(opts.framework, opts.pp, opts.zero)):  # else the weights are held whole
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
         assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
