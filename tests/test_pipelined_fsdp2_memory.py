@@ -44,3 +44,10 @@ def test_other_frameworks_and_no_pipeline_keep_the_shards() -> None:
     assert flat.number("model_state_bytes") == 8 * 6_738_415_616
     megatron = estimate("llama-2-7b", **{**STEP, "framework": "megatron"}, zero=2)
     assert megatron.number("model_state_bytes") == 10 * STAGE
+
+
+def test_the_finetuning_path_holds_the_stage_whole_too() -> None:
+    """A paged optimizer takes the fine-tuning path (finetune.finetune_states): its states leave the GPU, the stage
+    keeps 2 B bf16 weights + 4 B fp32 gradients whole = 6 B/param (before: 2 + 2 / 2 = 3, 10,107,617,280 B)."""
+    est = estimate("llama-2-7b", **STEP, zero=2, optimizer="paged-adamw-8bit")
+    assert est.number("model_state_bytes") == 6 * STAGE == 20_215_234_560
