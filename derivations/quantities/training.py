@@ -245,8 +245,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         buffers, note = te_fp8_buffers(graph, opts)
         total += buffers
         assumptions += (note,)
-    if (opts.zero == 3 and not opts.offload_params and opts.base_dtype is None
-            and not pipelined_fsdp2(opts.framework, opts.pp, opts.zero)):  # else the weights are held whole
+    # FSDP2 under pipeline stages: the stage held whole (not modelled with --offload-params: the gathered root and layer)
+    whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero) and not opts.offload_params
+    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None and not whole:
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
         assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
@@ -264,7 +265,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
                  OFFLOAD_CITATION)]
     return graph, [
-        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
+        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 or whole else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
                  graph_parameters(graph), rel),
         *tuned,
