@@ -6,8 +6,15 @@ its gradients whole, upcast to torchtitan's fp32 reduce dtype (``FSDPParam.to_ac
 from __future__ import annotations
 
 import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
 from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.model_states import states_breakdown
+from memderive.symbolic.dims import Psi, d
 
 # llama-2-7b's first stage of two, counted by hand from its config (hidden 4,096, MLP 11,008, vocabulary 32,000,
 # 32 layers): the embedding 32,000 x 4,096 = 131,072,000 and 16 layers of 4 x 4,096^2 (attention) + 3 x 4,096 x
@@ -51,3 +58,55 @@ def test_the_finetuning_path_holds_the_stage_whole_too() -> None:
     keeps 2 B bf16 weights + 4 B fp32 gradients whole = 6 B/param (before: 2 + 2 / 2 = 3, 10,107,617,280 B)."""
     est = estimate("llama-2-7b", **STEP, zero=2, optimizer="paged-adamw-8bit")
     assert est.number("model_state_bytes") == 6 * STAGE == 20_215_234_560
+
+
+def _held_before_the_reduce(reshard_after_forward: bool) -> tuple[int, int, int, set]:
+    """Run torch 2.13's pipelining over an FSDP2 stage on CPU (gloo, one rank; torchtitan's MixedPrecisionPolicy
+    bf16 / fp32, each Linear its own unit, then the root), 4 micro-batches; just before the stage's one
+    reduce-scatter (``perform_reduce_grad``, after every backward), read what FSDP2 holds: (parameters, bytes of
+    the unsharded parameters, bytes of the accumulated unsharded gradients, their dtypes)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 16), nn.Linear(16, 8))
+    policy = dict(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+                  reshard_after_forward=reshard_after_forward)
+    for layer in model:
+        fully_shard(layer, **policy)
+    fully_shard(model, **policy)
+    stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+    schedule = ScheduleGPipe(stage, n_microbatches=4, loss_fn=lambda y, _: y.float().pow(2).mean())
+    held: list = []
+    reduce = stage.perform_reduce_grad
+
+    def probe(*args, **kwargs):
+        groups = [m._get_fsdp_state()._fsdp_param_group for m in model.modules() if hasattr(m, "_get_fsdp_state")]
+        params = [p for g in groups if g is not None for p in g.fsdp_params]
+        held.append((sum(p._unsharded_param.untyped_storage().nbytes() for p in params),
+                     sum(p.unsharded_accumulated_grad.untyped_storage().nbytes() for p in params),
+                     {p.unsharded_accumulated_grad.dtype for p in params}))
+        return reduce(*args, **kwargs)
+
+    stage.perform_reduce_grad = probe
+    schedule.step(torch.randn(8, 16), target=torch.zeros(8, 8))
+    return (sum(p.numel() for p in model.parameters()), *held[0])
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/store", rank=0, world_size=1)
+    try:
+        yield {zero: _held_before_the_reduce(reshard_after_forward=zero == 3) for zero in (2, 3)}
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_torch_pipelining_holds_what_the_derivation_counts(measured, zero: int) -> None:
+    """Measured on torch 2.13 (CPU): 1,208 parameters (16 x 32 + 32 + 32 x 16 + 16 + 16 x 8 + 8, by hand); after
+    the last micro-batch's backward FSDP2 holds 2,416 B of bf16 unsharded parameters (2 B each) and 4,832 B of fp32
+    accumulated gradients (4 B each), under reshard_after_forward False (ZeRO-2) and True (ZeRO-3) alike: the
+    weights and gradients terms of states_breakdown(..., whole=True), whatever d."""
+    n, params, grads, dtypes = measured[zero]
+    assert (n, params, grads, dtypes) == (1_208, 2_416, 4_832, {torch.float32})
+    terms = {t.path: t.expr for t in states_breakdown(Psi, "bf16", "adamw", zero, d, whole=True).terms}
+    assert terms["model_states/weights"] == params // n * Psi
+    assert terms["model_states/gradients"] == grads // n * Psi
