@@ -24,9 +24,10 @@ from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
-                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
+                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS,
+                                                           PIPELINED_FSDP2_CITATION, PIPELINED_FSDP2_NOTE, ZERO_CITATION,
                                                            STEP_ONLY, offload_gradient_widths, offload_host_citation,
-                                                           state_widths)
+                                                           pipelined_fsdp2, state_widths)
 from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
@@ -138,6 +139,7 @@ def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
+        (PIPELINED_FSDP2_CITATION,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ()) + (
         (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
         (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ()) + (
         (PRECISION_AWARE_CITATION,) if opts.precision_aware_optimizer else ())
@@ -162,7 +164,8 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
         return PARAM_OFFLOAD_NOTES
-    grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ())
+    grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ()) + (
+        (PIPELINED_FSDP2_NOTE,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ())
     if not OPTIMIZERS[opts.optimizer].factored:
         return grads
     return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
@@ -248,7 +251,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         buffers, note = te_fp8_buffers(graph, opts)
         total += buffers
         assumptions += (note,)
-    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None:
+    # FSDP2 under pipeline stages: the stage held whole (not modelled with --offload-params: the gathered root and layer)
+    whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero) and not opts.offload_params
+    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None and not whole:
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
         assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
@@ -266,7 +271,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
                  OFFLOAD_CITATION)]
     return graph, [
-        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
+        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 or whole else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
                  graph_parameters(graph), rel),
         *tuned,
