@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "Optimizer", "OPTIMIZERS", "IMPLEMENTATIONS", "SHORTHANDS", "DESCRIPTIONS",
-           "parse_implementation", "describe"]
+           "parse_implementation", "describe", "MOMENT_DTYPES", "MAIN_PARAM_DTYPES"]
 
 #: The precision recipes: 16-bit model with an fp32 master copy, torch.autocast over an fp32 model, 16-bit only.
 PRECISIONS = ("master", "autocast", "pure")
@@ -15,6 +15,11 @@ PRECISIONS = ("master", "autocast", "pure")
 #: buffer (Megatron-LM under --bf16, DeepSpeed's BF16_Optimizer), a 16-bit buffer and an fp32 copy (Megatron-LM
 #: under --fp16).
 GRAD_BUFFERS = ("param", "fp32", "param+fp32")
+#: The dtypes of Adam's exp_avg and exp_avg_sq and of the main params under Megatron-Core's precision-aware
+#: optimizer (megatron/training/arguments.py: --exp-avg-dtype / --exp-avg-sq-dtype fp32, fp16, bf16, fp8;
+#: --main-params-dtype fp32, fp16; ``quantities.precision_aware``).
+MOMENT_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+MAIN_PARAM_DTYPES = ("fp32", "fp16")
 
 
 @dataclass(frozen=True, slots=True)

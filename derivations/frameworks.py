@@ -233,7 +233,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
         Setting("grad_buffer", "param+fp32", "Megatron-LM under --fp16: a 16-bit main_grad buffer (no fp32 "
                 "accumulation by default), copied to fp32 each step by main_param.grad = model_param.main_grad.float() "
                 "(megatron/core/optimizer/optimizer.py _copy_model_grads_to_main_grads; docs/source/"
-                "distrib_optimizer.md: 20 bytes per parameter, 4 + 16/d distributed)", when=_master_in("fp16")),
+                "distrib_optimizer.md: 20 bytes per parameter, 4 + 16/d distributed); not under "
+                "--precision-aware-optimizer, which reads the 16-bit buffer in place (decoupled_grad)",
+                when=lambda given: _master_in("fp16")(given) and not given.get("precision_aware_optimizer")),
         Setting("recompute", "none", f"{_MEG}: --recompute-granularity None"),
         Setting("dropout", True, f"{_MEG}: --attention-dropout 0.1, --hidden-dropout 0.1"),
     ), (), (

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.choices import MAIN_PARAM_DTYPES, MOMENT_DTYPES
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.sizes import parse_size, size_text
 from memderive.symbolic.dims import by_name, sym
@@ -150,6 +151,18 @@ OPTIONS: tuple[Option, ...] = (
        "BF16_Optimizer: 18 bytes), param+fp32 (a 16-bit buffer and the optimizer's fp32 copy, sharded with the states: "
        "Megatron-LM under --fp16, 20 bytes); --framework megatron sets it", choices=("param", "fp32", "param+fp32"),
        modes=_TRAIN, commands=_PLANNED, echo="changed", example=(*_TRAIN_STEP, "--grad-buffer", "fp32")),
+    _o("precision_aware_optimizer", "bool", False, "Megatron-Core's --use-precision-aware-optimizer (Transformer "
+       "Engine's FusedAdam, with --zero 1): the moments in --moments, the main params in --main-params (fp32 ones "
+       "of bf16 weights stored as 16-bit remainders), the gradients read from the buffer in place (--grad-buffer "
+       "param: --main-grads-dtype bf16; fp32: its default)", modes=_TRAIN, commands=_PLANNED, echo="set",
+       example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer")),
+    _o("moments", "choice", "fp32", "Adam's exp_avg and exp_avg_sq dtype under --precision-aware-optimizer "
+       "(Megatron-Core's --exp-avg-dtype, --exp-avg-sq-dtype)", choices=MOMENT_DTYPES,
+       modes=_TRAIN, commands=_PLANNED, echo="changed",
+       example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer", "--moments", "bf16")),
+    _o("main_params", "choice", "fp32", "the main params' dtype under --precision-aware-optimizer (Megatron-Core's "
+       "--main-params-dtype)", choices=MAIN_PARAM_DTYPES, modes=_TRAIN, commands=_PLANNED, echo="changed",
+       example=(*_TRAIN_STEP, "--dp", "2", "--zero", "1", "--precision-aware-optimizer", "--main-params", "fp16")),
     _o("fp8", "choice", "none", "Float8 linears as torchao trains them (convert_to_float8_training, every nn.Linear "
        "whose dims divide by 16): tensorwise, rowwise or rowwise_with_gw_hp (torchao's Float8LinearRecipeName); the "
        "16-bit input and weight stay saved, the 8-bit casts are transients, each matmul at the GPU's fp8 rate of "

@@ -25,7 +25,8 @@ from memderive.symbolic.strategies import (ContextParallel, FlashAttention, Full
                                  SequenceParallel, Strategy, TensorParallel)
 from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
-from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, parse_implementation
+from memderive.derivations.choices import (GRAD_BUFFERS, MAIN_PARAM_DTYPES, MOMENT_DTYPES, OPTIMIZERS, PRECISIONS,
+                                          parse_implementation)
 
 __all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
@@ -213,6 +214,9 @@ class Options:
     dtype: str = "bf16"  # parameter / compute dtype in training
     precision: str = "master"  # master | autocast | pure (derivations.quantities.model_states.PRECISIONS)
     grad_buffer: str = "param"  # param | fp32 | param+fp32: the gradients' buffer (quantities.model_states.GRAD_BUFFERS)
+    precision_aware_optimizer: bool = False  # Megatron-Core's, TE FusedAdam (quantities.precision_aware)
+    moments: str = "fp32"  # its exp_avg and exp_avg_sq dtype (choices.MOMENT_DTYPES)
+    main_params: str = "fp32"  # its main params' dtype (choices.MAIN_PARAM_DTYPES)
     optimizer: str = "adamw"
     optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
     optimizer_impl: str = "foreach"  # torch's Adam/AdamW implementation: foreach | fused | for-loop
@@ -402,6 +406,7 @@ class Options:
         self._check_offload_params()
         self._check_compile()
         self._check_fp8()
+        self._check_precision_aware()
         self._check_recompute_modules()
 
     @property
@@ -556,6 +561,46 @@ class Options:
         for flag, what in unmodelled:
             if flag:
                 raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}")
+
+    def _check_precision_aware(self) -> None:
+        """Megatron-Core's precision-aware optimizer: Transformer Engine's FusedAdam under the distributed optimizer,
+        over 16-bit weights with main params (optimizer_config.py and get_megatron_optimizer assert the same)."""
+        for name, choices in (("moments", MOMENT_DTYPES), ("main_params", MAIN_PARAM_DTYPES)):
+            if getattr(self, name) not in choices:
+                raise OptionsError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, got "
+                                   f"{getattr(self, name)!r}")
+        lowered = [f"--{n.replace('_', '-')} {getattr(self, n)}" for n in ("moments", "main_params")
+                   if getattr(self, n) != "fp32"]
+        if not self.precision_aware_optimizer:
+            if lowered and self.mode == "train":
+                raise OptionsError(f"{' '.join(lowered)}: Megatron-Core keeps Adam's moments and main params in fp32 "
+                                   "unless --use-precision-aware-optimizer (optimizer_config.py asserts it); give "
+                                   "--precision-aware-optimizer")
+            return
+        if self.mode != "train":
+            return
+        if self.optimizer not in ("adam", "adamw"):
+            raise OptionsError(f"--precision-aware-optimizer is Transformer Engine's FusedAdam (Megatron-Core asserts "
+                               f"optimizer == 'adam'); not with --optimizer {self.optimizer}")
+        if self.precision != "master" or dtype(self.dtype).nbytes >= 4:
+            raise OptionsError("--precision-aware-optimizer keeps main params beside 16-bit weights: give --dtype "
+                               f"bf16 or fp16 and --precision master, not --dtype {self.dtype} --precision "
+                               f"{self.precision}")
+        if self.zero != 1 and not (self.zero == 0 and self.dp == 1):  # one rank: nothing to shard
+            raise OptionsError("--precision-aware-optimizer runs only under Megatron-Core's distributed optimizer "
+                               f"(get_megatron_optimizer raises otherwise): give --zero 1, not --zero {self.zero}")
+        if self.grad_buffer == "param+fp32":
+            raise OptionsError("--precision-aware-optimizer reads a 16-bit gradient buffer in place (decoupled_grad; "
+                               "an fp32 copy only under --fp8 te-current or te-mxfp8, which it counts): give "
+                               "--grad-buffer param (--main-grads-dtype bf16) or fp32, not param+fp32")
+        unmodelled = [(self.implementation_kind != "megatron", f"--implementation {self.implementation}"),
+                      (self.framework not in (None, "megatron"), f"--framework {self.framework}"),
+                      (self.finetuning, "fine-tuning options"), (self.offload, "--offload"),
+                      (self.offload_params, "--offload-params"), (self.grad_sync != "overlapped",
+                                                                 f"--grad-sync {self.grad_sync}")]
+        for flag, what in unmodelled:
+            if flag:
+                raise OptionsError(f"--precision-aware-optimizer (Megatron-Core's) is not modelled with {what}")
 
     def _check_precision(self) -> None:
         if self.precision not in PRECISIONS:

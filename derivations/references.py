@@ -388,6 +388,18 @@ _ENTRIES: tuple[Reference, ...] = (
               "(get_megatron_optimizer: the distributed optimizer over intra_dp_cp_group, the data- and "
               "context-parallel ranks together)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/__init__.py", "code"),
+    Reference("megatron-distrib-optimizer-code", "Megatron-LM", _NV, "Megatron-LM core_v0.15.0 (0d7e02bd): "
+              "megatron/core/optimizer/distrib_optimizer.py (_build_model_and_main_param_groups: main params held by "
+              "FusedAdam under the precision-aware optimizer; _copy_model_grads_to_main_grads: decoupled_grad = the "
+              "buffer's shard, else main_grad.float()), optimizer_config.py (store_param_remainders True, "
+              "use_precision_aware_optimizer_no_fp8_or_ds_fp8)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/core_v0.15.0/megatron/core/optimizer/distrib_optimizer.py", "code"),
+    Reference("te-fused-adam", "Transformer Engine", _NV, "TransformerEngine v2.9 (70f53666): transformer_engine/"
+              "pytorch/optimizers/fused_adam.py (FusedAdam: exp_avg_dtype, exp_avg_sq_dtype, master_weight_dtype, "
+              "store_param_remainders; step unscales each state not in fp32 with .float() before the kernel), "
+              "common/multi_tensor/adam.cu (AdamFunctorMaster, AdamFunctorMasterParamRemainder)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/v2.9/transformer_engine/pytorch/optimizers/fused_adam.py",
+              "code"),
     Reference("megatron-schedules", "Megatron-LM", _NV, "Megatron-LM: megatron/core/pipeline_parallel/schedules.py "
               "(forward_backward_pipelining_with_interleaving, get_pp_rank_microbatches: num_warmup_microbatches = "
               "2(p - rank - 1) + (v - 1)p, capped at the m v chunk micro-batches; before commit 4295be1a6c, "

@@ -28,6 +28,7 @@ from typing import Any
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import ArgumentError, Options, OptionsError
+from tests.published_runs import TORCHTITAN_FLOAT8
 
 __all__ = ["Measurement", "MEASUREMENTS", "KINDS", "PENDING_WHY", "BERT_LARGE", "LLAMA_3_2_3B", "LLAMA_3_1_405B", "STARCODER",
            "QWEN3_235B"]
@@ -290,6 +291,23 @@ TORCHTITAN = [
            batch=1, seq=32768, recompute="full"),
 ]
 
+#: Tables 5-6 (Llama 3.1 405B, FSDP 8 (x CP), TP 8, PP 8, torch.compile, Float8, AsyncTP, full checkpointing): the
+#: page's 'Memory(GiB)', the largest over the PP ranks (its note 1); the layouts as tests/published_runs
+#: TORCHTITAN_FLOAT8 runs them (ZeRO-2: torchtitan's reshard_after_forward False with PP, 8 micro-batches, 15-layer
+#: first stage), memderive's first stage (1F1B's pp micro-batches in flight). FSDP2 under
+#: torch.distributed.pipelining holds the stage's 16-bit weights and fp32 gradients whole
+#: (model_states.pipelined_fsdp2): without it these rows read 1.64-1.98.
+_TITAN_PP_GIB = {"405B FSDP8 TP8 PP8 1F1B Float8": 82.5, "405B FSDP8 TP8 PP8 i1F1B Float8": 72.7,
+                 "405B FSDP8 CP1 TP8 PP8 Float8": 75.3, "405B FSDP4 CP2 TP8 PP8 Float8": 75.9,
+                 "405B FSDP2 CP4 TP8 PP8 Float8": 77.1, "405B FSDP1 CP8 TP8 PP8 Float8": 84.9}
+TORCHTITAN_PP = [
+    Measurement(f"torchtitan Llama 3.1 {run.name}", _TITAN, f"{run.source.split(', ')[-1]}: {run.note}",
+                run.model, {"mode": "train", "gpu": "h100-sxm", "seq": run.seq, **run.layout},
+                int(_TITAN_PP_GIB[run.name] * GIB), "reserved", {"compile": "layers"},
+                "The page's maximum over the 8 pipeline ranks, memderive's first stage. Grand Teton H100s with 96 GB "
+                "HBM2e (h100-sxm stands in)")
+    for run in TORCHTITAN_FLOAT8 if run.name in _TITAN_PP_GIB]
+
 _OCTO = ("huggingface/transformers docs/source/en/llm_tutorial_optimization.md ('Optimizing LLMs for Speed and "
          "Memory', 2023): bytes_to_giga_bytes(torch.cuda.max_memory_allocated()), bytes / 1024**3")
 _OCTO_SETUP = ("bigcode/octocoder with transformers' pipeline('text-generation'), the short prompt ('Question: "
@@ -350,4 +368,5 @@ VLLM = [
                      "weights and the fused-MoE workspace: a small difference of large numbers"),
 ]
 
-MEASUREMENTS = HF_BERT + TORCHTUNE_README + TORCHTUNE_FLAGS + TORCHTITAN + TRANSFORMERS_GENERATE + VLLM
+MEASUREMENTS = (HF_BERT + TORCHTUNE_README + TORCHTUNE_FLAGS + TORCHTITAN + TORCHTITAN_PP + TRANSFORMERS_GENERATE
+                + VLLM)

@@ -955,6 +955,13 @@ _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optim
                     "recompute_modules layernorm, moe_act inert without 'selective'), bf16 gradient buffers (the "
                     "recipes' grad_reduce_in_fp32 False)")
 
+#: Megatron-Bridge's performance scripts turn the precision-aware optimizer on for every BF16 run: v0.2.0
+#: scripts/performance/utils/helpers.py L254-255 (set_user_overrides: ``if compute_dtype == "bf16":
+#: recipe.optimizer.use_precision_aware_optimizer = True``), v0.3.0 utils/overrides.py L420-421 (set_post_overrides);
+#: the recipe's dtypes stay (fp32 unless it sets them, as DeepSeek-V3's does): --precision-aware-optimizer, Transformer
+#: Engine's FusedAdam holding the fp32 main params of the bf16 weights as 16-bit remainders.
+BRIDGE_BF16_OPTIMIZER = ("the precision-aware optimizer (the performance scripts' BF16 override: helpers.py "
+                         "L254-255, v0.3.0 overrides.py L420-421)")
 #: DeepSeek-V3's 25.11 recipe (Megatron-Bridge v0.2.0 scripts/performance/configs/deepseek/): recompute_granularity
 #: 'selective' (deepseek_llm_pretrain.py L37, and recipes/deepseek/deepseek_v3.py's default), so the modules run:
 #: mla_up_proj on GB200 and B200 (workload_base_configs.py L54, L69); grad_reduce_in_fp32 False (L40-41); dispatcher
@@ -966,12 +973,12 @@ _BRIDGE_MOE_NOTE = ("Megatron-Core: alltoall token dispatcher, distributed optim
 _BRIDGE_DSV3_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced balanced routing, token-dropless (the "
                      "page's notes); recompute_granularity 'selective' with recompute_modules mla_up_proj (the "
                      "recipe's), bf16 gradient buffers (grad_reduce_in_fp32 False), moe_router_dtype fp32, the "
-                     "recipe's pipeline layout")
-#: What memderive cannot take from DeepSeek-V3's recipe: its precision-aware optimizer (deepseek_v3.py L272-276:
-#: main_grads, exp_avg and exp_avg_sq in bf16, main params fp32: 12 bytes per parameter where memderive's
-#: --precision master with bf16 gradients counts 16, so its model states are an upper bound).
-_DSV3_OPTIMIZER = ("the optimizer's moments and main gradients in bf16 (use_precision_aware_optimizer, deepseek_v3.py "
-                   "L272-276) counted in fp32: 16 bytes per parameter for its 12")
+                     "recipe's pipeline layout, the precision-aware optimizer with bf16 moments and main gradients "
+                     "and fp32 main params (deepseek_v3.py L272-276)")
+#: DeepSeek-V3's precision-aware optimizer (recipes/deepseek/deepseek_v3.py L272-276 at v0.2.0, L279-283 at v0.3.0:
+#: use_precision_aware_optimizer, main_params_dtype fp32, main_grads_dtype, exp_avg_dtype and exp_avg_sq_dtype bf16):
+#: --precision-aware-optimizer --moments bf16 with the bf16 buffer (``grad_buffer`` param) the rows already give.
+_DSV3_OPTIMIZER = {"precision_aware_optimizer": True, "moments": "bf16"}
 #: Qwen3-235B-A22B's 25.11 recipe (Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/): recompute none
 #: (qwen3_llm_pretrain.py L36: recompute_granularity None, no modules), grad_reduce_in_fp32 False (L44-45); HybridEP on
 #: GB200 BF16 (workload_base_configs.py L71-77), the provider's alltoall with moe_a2a_overlap on B200 (L109-116:
@@ -996,13 +1003,16 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
     NVL72 (72 on NVLink);
     ``recipe``: what the row's recipe sets, ``assumed``: what memderive assumes that neither the row nor its recipe
     says, or what it substitutes for what they say."""
+    aware = fp8 == "none"  # BRIDGE_BF16_OPTIMIZER: the performance scripts' BF16 runs
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "grad_buffer": "param", **({} if fp8 == "none" else {"fp8": fp8, **_FP8_PARAMS}), **layout}
+              "grad_buffer": "param", "precision_aware_optimizer": aware,
+              **({} if aware else {"fp8": fp8, **_FP8_PARAMS}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE.replace('25.11', release)}, {system}", model, layout, seq, hw, NDR,
                   tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
-                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}", assumed=assumed)
+                  note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}"
+                       + (f"; {BRIDGE_BF16_OPTIMIZER}" if aware else ""), assumed=assumed)
 
 
 def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups: int, ffn: int, top_k: int,
@@ -1088,16 +1098,16 @@ MOE = [
     # 26.02's MoE rows only GB300's are read here (the other systems' are not yet).
     _bridge_moe("DeepSeek-V3 p4 v4 ep64 GB200", "DGX-GB200", "gb200", "deepseek-v3",
                 {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
-                 "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep"}, 4096, 3139, 782, per_node=72,
+                 "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep", **_DSV3_OPTIMIZER}, 4096, 3139,
+                782, per_node=72,
                 recipe=_BRIDGE_DSV3_NOTE,
                 assumed="the row is 'w/o MTP' (mtp_num_layers 0, a command-line override the page does not give): the "
                         "recipe's (4, 4) layout without its MTP layer; HybridEP timed as DeepEP (--moe-dispatcher "
-                        f"deepep: one copy of a token per destination GPU); {_DSV3_OPTIMIZER}"),
+                        "deepep: one copy of a token per destination GPU)"),
     _bridge_moe("DeepSeek-V3 p16 ep8 B200", "DGX-B200", "b200", "deepseek-v3",
                 {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 128, **_DSV3_RECOMPUTE,
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1}, 4096, 2139, 557, fp8="te-mxfp8",
-                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1, the row's 'w/ MTP')",
-                assumed=f"{_DSV3_OPTIMIZER}"),
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, **_DSV3_OPTIMIZER}, 4096, 2139, 557,
+                fp8="te-mxfp8", recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1, the row's 'w/ MTP')"),
     _bridge_moe("Qwen3 235B-A22B p8 v3 ep32 GB200", "DGX-GB200", "gb200", QWEN3_235B,
                 {"pp": 8, "virtual_stages": 3, "dp": 32, "ep": 32, "micro_batches": 256,
                  "pipeline_layout": "Et*3|(t*4|)*22t*3L", "moe_dispatcher": "deepep"}, 4096, 4916, 728, per_node=72,
@@ -1139,11 +1149,11 @@ MOE = [
     # gpt_oss/gpt_oss_llm_pretrain.py L30-31; qwen3_moe.py L160-161; the page's "MXFP8" is FP8_MX, V2 variants)
     _bridge_moe("DeepSeek-V3 p2 v8 ep32 GB300", "DGX-GB300", "gb300", "deepseek-v3",
                 {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "batch": 2, "micro_batches": 16, **_DSV3_RECOMPUTE,
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep"}, 4096, 4612,
-                1199, fp8="te-mxfp8", per_node=72, release="26.02",
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                 **_DSV3_OPTIMIZER}, 4096, 4612, 1199, fp8="te-mxfp8", per_node=72, release="26.02",
                 recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (v0.3.0 deepseek/deepseek_workload_base_configs.py "
                 "L41-54, L142-151: the pp_layout holds it; mtp_num_layers 1)",
-                assumed=f"HybridEP timed as DeepEP; {_DSV3_OPTIMIZER}; {_GB300_RATE}"),
+                assumed=f"HybridEP timed as DeepEP; {_GB300_RATE}"),
     _bridge_moe("gpt-oss-120b ep64 b4 GB300", "DGX-GB300", "gb300", OSS_120B,
                 {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5}, 4096, 19412, 527, per_node=72, release="26.02",
                 assumed=f"v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L45-51, L90-93; {_GB300_RATE}"),

@@ -47,7 +47,7 @@ def _states(ctx: Context, cmp: Comparison) -> list[tuple[str, sp.Expr]]:
     """Model-state conventions of mixed-precision training (16-bit weights)."""
     o = ctx.options
     if (o.mode != "train" or ctx.quantity.key not in ("model_state_bytes", "total_bytes") or o.offload
-            or o.precision != "master"):
+            or o.precision != "master" or o.precision_aware_optimizer):
         return []
     width = dtype(o.dtype).nbytes
     if width >= 4:

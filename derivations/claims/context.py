@@ -27,6 +27,7 @@ from memderive.derivations.claims.parts import bits_quantity, narrow, with_adapt
 from memderive.derivations.claims.spec import ClaimError, QuantitySpec
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.model_states import OPTIMIZERS, master_bytes, optimizer_state_bytes
+from memderive.derivations.quantities.precision_aware import precision_aware
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, RECOMPUTE, Options
 from memderive.derivations.quantity import Quantity
@@ -104,6 +105,10 @@ class Context:
         """ZeRO's K: optimizer-state bytes per parameter, master weights included."""
         if self.options.mode != "train":
             return None
+        aware = precision_aware(self.options)
+        if aware is not None:  # Megatron-Core's precision-aware optimizer: its main params and moments
+            held = aware.widths(self.options.dtype, self.options.grad_buffer)
+            return held.master + held.moments
         return optimizer_state_bytes(self.options.optimizer, self.options.dtype, self.options.precision)
 
     def compare(self, expr: sp.Expr) -> Comparison:
@@ -161,7 +166,8 @@ def _degrees() -> frozenset[sp.Symbol]:
 def _split_optimizer(piece: Piece, options: Options) -> list[Piece]:
     """The optimizer-state term as its parts: the fp32 master copy (mixed precision) and the
     optimizer's own states (Adam's momentum and variance), so a gap names the part it lacks."""
-    if not piece.path.endswith("model_states/optimizer") or options.mode != "train":
+    if not piece.path.endswith("model_states/optimizer") or options.mode != "train" or \
+            options.precision_aware_optimizer:
         return [piece]
     k = optimizer_state_bytes(options.optimizer, options.dtype, options.precision)
     own = OPTIMIZERS[options.optimizer]

@@ -26,8 +26,9 @@ from memderive.symbolic.graph import Graph
 
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.parameters import graph_parameters
+from memderive.derivations.quantities.precision_aware import precision_aware
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
-                                                           states_breakdown, zero_ranks)
+                                                           pipelined_fsdp2, states_breakdown, zero_ranks)
 
 __all__ = ["EP_CITATION", "expert_split_states"]
 
@@ -47,8 +48,9 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     d = zero_ranks(opts.cp)
     factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
+    whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero)  # FSDP2 under pipeline stages
     on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision,  # noqa: E731
-                                               opts.grad_buffer)
+                                               opts.grad_buffer, precision_aware(opts), whole)
     on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision, opts.grad_buffer)  # noqa: E731
     if not has_experts(graph):
         f = factored_state_elements(graph) if factored else 0

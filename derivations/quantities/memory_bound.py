@@ -19,7 +19,8 @@ on the others).
   Engine ``FusedAdam``, ``torch.optim.AdamW(fused=True)``: parameter, gradient and both moments read, three
   written, 7), plus the gradient-norm clipping (``clip_grad_norm_``: a norm read and a scaling, 3) and, with the
   fp32 master copy outside ZeRO-3, the copy into the 16-bit weights (Megatron-LM's
-  ``_copy_main_params_to_model_params``: 4 + 2 bytes).
+  ``_copy_main_params_to_model_params``: 4 + 2 bytes). Under ``--precision-aware-optimizer``, Transformer Engine's
+  FusedAdam at the widths the run keeps (``precision_aware.PrecisionAware.step_bytes``).
 * **DeepSpeed's fp32 gradient accumulation** (``--grad-sync deepspeed``: its engine with the bf16 optimizer, as
   BigScience's Megatron-DeepSpeed trained BLOOM), each micro-batch: ``BF16_Optimizer.update_hp_grads`` casts every
   16-bit gradient to fp32 and adds it into the fp32 gradients (the pipeline engine calls it after each backward).
@@ -45,6 +46,7 @@ from typing import Any
 from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
+from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
 from memderive.symbolic.experts import expert_ops
@@ -330,6 +332,8 @@ def optimizer_bytes(est: Evaluated) -> Any:
     state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
     params = est.number("parameters_per_gpu")
     shard = -(-params // (o.dp * o.cp)) if o.zero >= 1 else params  # FSDP pads the last shard: the ceiling
+    if o.precision_aware_optimizer:  # Transformer Engine's FusedAdam at the states' own widths
+        return shard * aware_step_bytes(o)
     copy = 6 if o.precision == "master" and o.zero != 3 else 0  # fp32 main params into the 16-bit model's
     return shard * (adam_moves(o.kernels == "eager") * state + copy)
 

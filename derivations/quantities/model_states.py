@@ -32,6 +32,13 @@ ZeRO shards it with the optimizer states, as Megatron-LM's distributed optimizer
 [16*Psi, 16*Psi, 8*Psi]
 >>> [states_breakdown(Psi, "bf16", "adamw", 1, d, grad_buffer=g).total for g in GRAD_BUFFERS]
 [4*Psi + 12*Psi/d, 6*Psi + 12*Psi/d, 4*Psi + 16*Psi/d]
+
+FSDP2 under torch.distributed.pipelining (torchtitan with pipeline stages, ZeRO 2-3; ``PIPELINED_FSDP2_CITATION``)
+holds the stage's 16-bit weights whole and its gradients whole in the fp32 reduce dtype until the step's one
+reduce-scatter; only the fp32 master and the optimizer states stay 1/d:
+
+>>> [states_breakdown(Psi, "bf16", "adamw", zero, d, whole=True).total for zero in (2, 3)]
+[6*Psi + 12*Psi/d, 6*Psi + 12*Psi/d]
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, Optimizer
+from memderive.derivations.quantities.precision_aware import PrecisionAware
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Expr, prod, total
@@ -49,9 +57,15 @@ from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
-           "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths"]
+           "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
+           "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
+#: The precision-aware optimizer's fp32 copies of its states not kept in fp32 (``quantities.precision_aware``).
+UNSCALED = "model_states/fp32_unscaled_states"
+#: The terms that live in the optimizer step only, after the backward has freed the activations (the last part of
+#: a term's path; an expert part's too): the fp32 gradient copy and the unscaled states.
+STEP_ONLY = ("fp32_gradient_copy", "fp32_unscaled_states")
 #: ZeRO under context parallelism: the cp ranks of one data-parallel replica hold the same weights and reduce their
 #: gradients together, so the shards are over d x cp (Megatron-LM's distributed optimizer over intra_dp_cp_group).
 CP_ZERO_CITATION = Citation("megatron-optimizer-init", "get_megatron_optimizer: DistributedOptimizer's "
@@ -163,6 +177,46 @@ OFFLOAD_HOST_NOTE = (
     "accumulation over micro-batches (accumulated_grads_in_cpu)")
 
 
+#: The frameworks whose data parallelism is FSDP2's ``fully_shard`` (``frameworks.py``): torchtitan, torchtune.
+FSDP2_FRAMEWORKS = frozenset({"torchtitan", "torchtune"})
+
+#: FSDP2 under torch.distributed.pipelining (PyTorch 2.13, the installed version): the stage runs every micro-batch's
+#: backward with gradient sync and resharding after backward off, and reduce-scatters and reshards once, after the
+#: last; without sync FSDP2 keeps each gradient unsharded, upcast to the reduce dtype and accumulated there; torchtitan
+#: gives fully_shard reduce_dtype float32 and, with pipeline stages, reshard_after_forward False (its 'default').
+PIPELINED_FSDP2_CITATION = Citation(
+    "pytorch-pipelining-stage", "backward_maybe_with_nosync: an FSDPModule's set_reshard_after_backward(False), "
+    "set_requires_gradient_sync(False) for every backward; perform_reduce_grad after the last: both True, "
+    "post_backward", also=(
+        Citation("pytorch-fsdp2", "_fsdp_param_group.py FSDPParamGroup.post_backward: `if not self.reduce_grads: if "
+                 "self.reshard_after_backward: self.reshard()`, then to_accumulated_grad_if_needed; _fsdp_param.py "
+                 "FSDPParam.to_accumulated_grad_if_needed: unsharded_accumulated_grad = unsharded_grad.to("
+                 "self.reduce_dtype); accumulate_unsharded_grad_if_needed: += each later micro-batch's"),
+        Citation("torchtitan-parallelize", "apply_fsdp: MixedPrecisionPolicy(param_dtype, reduce_dtype="
+                 "training.mixed_precision_reduce, 'float32' by default); reshard_after_forward = not pp_enabled "
+                 "under fsdp_reshard_after_forward 'default'")))
+#: What ``states_breakdown(..., whole=True)`` counts (``pipelined_fsdp2``).
+PIPELINED_FSDP2_NOTE = (
+    "FSDP2 under pipeline stages (torch.distributed.pipelining, PyTorch 2.13): gradient sync and resharding after "
+    "backward are off for every micro-batch, so the stage's gradients are held whole in the fp32 reduce dtype "
+    "(torchtitan's mixed_precision_reduce), 4 B per parameter, and its gathered 16-bit weights stay whole until the "
+    "one reduce-scatter after the last backward (ZeRO-3 too: resharded after a forward, gathered again for the "
+    "backward and kept); the fp32 master weights and the optimizer states stay 1/d. Not counted: the 16-bit "
+    "gradient of the layer in backward before it is added in. Torch versions before set_reshard_after_backward(False) "
+    "(backward_maybe_with_nosync calling only set_requires_gradient_sync(last_backward)) held the gradients as here "
+    "but resharded ZeRO-3's weights after each backward")
+
+
+def pipelined_fsdp2(framework: str | None, pp: int, zero: int) -> bool:
+    """Whether a stage's gradients and weights are held whole (``PIPELINED_FSDP2_CITATION``): FSDP2's ZeRO 2-3 under
+    pipeline stages; torchtune runs none (``frameworks.py``), so torchtitan's.
+
+    >>> pipelined_fsdp2("torchtitan", 8, 2), pipelined_fsdp2("torchtitan", 1, 3), pipelined_fsdp2("megatron", 8, 2)
+    (True, False, False)
+    """
+    return framework in FSDP2_FRAMEWORKS and bool(pp > 1) and zero >= 2
+
+
 def state_widths(param_dtype: str, optimizer: str, precision: str = "master") -> tuple[int, int, int]:
     """Bytes per parameter of the weights, the gradients and ZeRO's K (master copy included) under a
     precision recipe (see the module docstring).
@@ -179,16 +233,26 @@ def state_widths(param_dtype: str, optimizer: str, precision: str = "master") ->
 
 
 def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
-           factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param") -> list[Term]:
+           factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param",
+           aware: PrecisionAware | None = None, whole: bool = False) -> list[Term]:
     """Weights, gradients and optimizer states (ZeRO's K, master weights included, and Adafactor's
     ``factored`` second-moment elements), sharded per stage, under a ``precision`` recipe; the gradients
-    in the ``grad_buffer``'s dtype, its fp32 copy sharded with the optimizer states."""
+    in the ``grad_buffer``'s dtype, its fp32 copy sharded with the optimizer states. ``aware``: Megatron-Core's
+    precision-aware optimizer (``quantities.precision_aware``): K its main params and moments, the step's fp32
+    copies sharded with them. ``whole``: FSDP2 under pipeline stages, the weights and the fp32 gradients whole
+    (``pipelined_fsdp2``)."""
     width, grad, k = state_widths(param_dtype, optimizer, precision)
     if grad_buffer not in GRAD_BUFFERS:
         raise ValueError(f"unknown gradient buffer {grad_buffer!r}; choose one of {', '.join(GRAD_BUFFERS)}")
-    grad = 4 if grad_buffer == "fp32" else grad
+    grad = 4 if grad_buffer == "fp32" or whole else grad  # whole: accumulated in the fp32 reduce dtype
     shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
+    shard = (1, 1, shard[2]) if whole else shard
     copy = [Term("model_states/fp32_gradient_copy", params * 4 / shard[2])] if grad_buffer == "param+fp32" else []
+    if aware is not None:
+        held = aware.widths(param_dtype, grad_buffer)
+        k = held.master + held.moments
+        copy = [Term(path, params * n / shard[2]) for path, n in (
+            ("model_states/fp32_gradient_copy", held.copy), (UNSCALED, held.unscaled)) if n]
     return [Term("model_states/weights", params * width / shard[0]),
             Term("model_states/gradients", params * grad / shard[1]), *copy,
             Term("model_states/optimizer", (params * k + factored * factored_state_bytes(param_dtype, precision))
@@ -197,16 +261,22 @@ def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr |
 
 def states_breakdown(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
                      offload: bool = False, factored: Expr | int = 0, precision: str = "master",
-                     grad_buffer: str = "param") -> Breakdown:
+                     grad_buffer: str = "param", aware: PrecisionAware | None = None, whole: bool = False) -> Breakdown:
     """Bytes of model states on one GPU for ``params`` parameters held by that GPU.
 
     16-bit ``param_dtype`` means mixed precision: 16-bit weights and gradients plus an fp32
     master copy counted with the optimizer states (ZeRO's K). With ``offload`` (ZeRO-Offload)
     the gradients and the optimizer states live in CPU memory: only the weights stay. ``factored``:
     the elements of Adafactor's second moments (``factored_state_elements``), fp32. ``precision``: the
-    recipe (``PRECISIONS``). ``grad_buffer``: the gradients' buffer (``GRAD_BUFFERS``).
+    recipe (``PRECISIONS``). ``grad_buffer``: the gradients' buffer (``GRAD_BUFFERS``). ``aware``: Megatron-Core's
+    precision-aware optimizer (``quantities.precision_aware``). ``whole``: the stage's weights and fp32
+    gradients whole (``pipelined_fsdp2``).
+
+    >>> from memderive.symbolic.dims import Psi, d
+    >>> states_breakdown(Psi, "bf16", "adam", 1, d, aware=PrecisionAware("bf16")).total  # 2 + 2 + (2 + 4 + 8)/d
+    4*Psi + 14*Psi/d
     """
-    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer)
+    terms = _terms(params, param_dtype, optimizer, zero, dp, factored, precision, grad_buffer, aware, whole)
     return Breakdown(tuple(terms[:1] if offload else terms), "bytes")
 
 

@@ -72,6 +72,7 @@ def not_covered(opts: Options) -> str | None:
                 f"chunked cross-entropy over {opts.seq} tokens in {opts.loss_chunks} chunks of unequal size"),
                (opts.compile, "torch.compile (the partitioned graphs' recompute in backward)"),
                (opts.grad_buffer != "param", f"--grad-buffer {opts.grad_buffer} (Megatron-LM's gradient buffers)"),
+               (opts.precision_aware_optimizer, "Megatron-Core's precision-aware optimizer"),
                (opts.fp8 in TE_FP8, f"--fp8 {opts.fp8} (Transformer Engine's weight workspaces)")]
     missing = [why for flag, why in reasons if flag]
     return None if not missing else "the step timeline does not model " + ", ".join(missing)

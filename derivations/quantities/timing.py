@@ -82,7 +82,7 @@ from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
-from memderive.derivations.quantities.model_states import state_widths
+from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, state_widths
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
@@ -405,8 +405,8 @@ class StepTime:
                       if self.framework == "deepspeed" else "")
                    + f" ({cite(ZERO2_SOURCE)}), " if self.zero2 in ("each", "regather") else
                    f"ZeRO-2 under torch.distributed.pipelining: whole gradients accumulated, reduce-scattered once "
-                   f"after the last backward ({cite(ZERO2_SOURCE)}; the memory counts ZeRO-2's 1/d gradient shard, "
-                   f"less than such a stage holds), " if self.zero2 == "once" else "")
+                   f"after the last backward ({cite(ZERO2_SOURCE)}; the memory holds them whole, in fp32), "
+                   if self.zero2 == "once" else "")
                 + f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
                 f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
@@ -625,9 +625,6 @@ ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_an
                               Citation("pytorch-fsdp2", "_fsdp_param_group.py FSDPParamGroup.post_backward: "
                                        "reduce_grads and reshard_after_backward True by default"),
                               Citation("pytorch-pipelining-stage", "backward_maybe_with_nosync")))
-
-#: The frameworks whose data parallelism is FSDP2's ``fully_shard`` (``frameworks.py``): torchtitan, torchtune.
-FSDP2_FRAMEWORKS = frozenset({"torchtitan", "torchtune"})
 
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,

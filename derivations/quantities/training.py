@@ -24,8 +24,11 @@ from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
-                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS, ZERO_CITATION,
-                                                           offload_gradient_widths, offload_host_citation, state_widths)
+                                                           OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS,
+                                                           PIPELINED_FSDP2_CITATION, PIPELINED_FSDP2_NOTE, ZERO_CITATION,
+                                                           STEP_ONLY, offload_gradient_widths, offload_host_citation,
+                                                           pipelined_fsdp2, state_widths)
+from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
                                                             offload_params_states)
@@ -103,10 +106,6 @@ def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, B
     return states, cpu, None
 
 
-#: The fp32 gradient copy of --grad-buffer param+fp32 (``quantities.model_states``).
-COPY = "model_states/fp32_gradient_copy"
-
-
 #: What the ZeRO-3 gathered-weight terms of the total model (``param_offload.gathered_weights``).
 ZERO3_GATHERED_NOTE = (
     "ZeRO-3: beside the 1/d shards, the gathered weights of the root (embeddings, final norm, head: FSDP does not "
@@ -115,26 +114,36 @@ ZERO3_GATHERED_NOTE = (
     "reduce-scatter are not counted")
 
 
+def _step_only(path: str) -> bool:
+    """A term that lives in the optimizer step only (``model_states.STEP_ONLY``), an expert part's too."""
+    return path.rsplit("/", 1)[-1] in STEP_ONLY
+
+
 def _held_states(states: Breakdown, acts: Breakdown) -> Breakdown:
     """The model states the sum holds beside ``acts`` (the activations and the other buffers of forward and
     backward). The fp32 copy of 16-bit gradients (``--grad-buffer param+fp32``) lives only in the optimizer step:
     Megatron-LM's train_step calls optimizer.zero_grad() (set_to_none) before the next forward, and the step runs
     after the backward has freed the activations; so it adds only what it exceeds them by: the sum is
-    max(16-bit states + activations, states with the copy)."""
-    copy = states.where(lambda path: path == COPY)
+    max(16-bit states + activations, states with the copy). So do the precision-aware optimizer's fp32 copies of
+    its states (``quantities.precision_aware``)."""
+    copy = states.where(_step_only)
     if not copy.terms:
         return states
-    held = states.where(lambda path: path != COPY)
+    held = states.where(lambda path: not _step_only(path))
     step = Max(const(0), copy.total - acts.total)
-    return held + Breakdown((Term("optimizer_step/fp32_gradient_copy_over_activations", step),), "bytes")
+    only_gradients = all(t.path.endswith("fp32_gradient_copy") for t in copy.terms)
+    name = "fp32_gradient_copy" if only_gradients else "fp32_copies"  # the precision-aware optimizer's states too
+    return held + Breakdown((Term(f"optimizer_step/{name}_over_activations", step),), "bytes")
 
 
 def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
+        (PIPELINED_FSDP2_CITATION,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ()) + (
         (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
-        (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ())
+        (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ()) + (
+        (PRECISION_AWARE_CITATION,) if opts.precision_aware_optimizer else ())
     return Citation(ZERO_CITATION.key, ZERO_CITATION.locus, also=also) if also else ZERO_CITATION
 
 
@@ -156,7 +165,8 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
         return PARAM_OFFLOAD_NOTES
-    grads = GRAD_BUFFER_NOTES[opts.grad_buffer]
+    grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ()) + (
+        (PIPELINED_FSDP2_NOTE,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ())
     if not OPTIMIZERS[opts.optimizer].factored:
         return grads
     return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "
@@ -280,7 +290,9 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         buffers, note = te_fp8_buffers(graph, opts)
         total += buffers
         assumptions += (note,)
-    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None:
+    # FSDP2 under pipeline stages: the stage held whole (not modelled with --offload-params: the gathered root and layer)
+    whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero) and not opts.offload_params
+    if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None and not whole:
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
         assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
@@ -298,7 +310,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
                  OFFLOAD_CITATION)]
     return graph, [
-        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 else
+        Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 or whole else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
                  graph_parameters(graph), rel),
         *tuned,

@@ -403,6 +403,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
                    fp8_param_gather=False)  # set row by row (``_candidates``)
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
+    if base.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (Options refuses the others)
+        zeros = (1,)
     space = plan_space(base.framework)
     recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context, modules)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
