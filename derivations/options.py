@@ -17,7 +17,7 @@ from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
-from memderive.symbolic.expr import Expr, const
+from memderive.symbolic.expr import Expr, Min, const
 from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
 from memderive.symbolic.mcore_recompute import MODULES as RECOMPUTE_MODULES, ModuleRecompute
 from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_flight, parse_layout, rank_chunks
@@ -433,8 +433,9 @@ class Options:
 
     def _check_recompute_layers(self) -> None:
         """--recompute-method and --recompute-layers are Megatron's --recompute-method and --recompute-num-layers
-        (megatron/core/recompute.py ``checkpointed_forward``), under --recompute full only; the layers a stage or
-        chunk holds are checked against the model (``models.resolve.check_layout``)."""
+        (megatron/core/recompute.py ``checkpointed_forward``), under --recompute full only. More layers than a model
+        chunk holds are not refused: Megatron asserts nothing and checkpoints them all (block) or runs one group
+        (uniform), as the quantities do."""
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise OptionsError(f"--recompute-method must be one of {', '.join(RECOMPUTE_METHODS)}, got "
                                f"{self.recompute_method!r}")
@@ -459,11 +460,11 @@ class Options:
         """The fraction of a stage's decoder layers Megatron's full recompute checkpoints: 1 (each layer, or groups
         of ``recompute_layers`` under uniform), ``recompute_layers`` of each model chunk's l/(p v) under block
         (recompute.py: ``range(self.num_layers_per_pipeline_rank)``, a TransformerBlock's own layers, one per
-        virtual stage)."""
+        virtual stage); where a chunk holds fewer (a layout the planner tries), Megatron checkpoints all of them."""
         if self.recompute != "full" or self.recompute_method != "block":
             return const(1)
         chunks = (dims.p if self.pp > 1 else const(1)) * (dims.v if self.virtual_stages not in (None, 1) else const(1))
-        return const(self.recompute_layers) * chunks / dims.l
+        return Min(const(1), const(self.recompute_layers) * chunks / dims.l)  # more than a chunk holds: all of them
 
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""

@@ -846,7 +846,9 @@ def plan_against(run: Run) -> PlanComparison:
     # the run's framework limits the layouts compared (frameworks.plan_space); its preset is not applied (the
     # run's recipe is)
     # Megatron-Core's recompute modules (recipe) name what selective recomputes: Options wants selective beside them
-    selective = {"recompute": layout["recompute"]} if recipe.get("recompute_modules") else {}
+    # and full beside Megatron's recompute method and layers
+    selective = {"recompute": layout["recompute"]} if {"recompute_modules", "recompute_method",
+                                                        "recompute_layers"} & set(recipe) else {}
     base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu,
                    **{"framework": run_framework(run), **selective, **recipe})
     capacity = run.memory_bytes or gpu(run.gpu).memory_bytes

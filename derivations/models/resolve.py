@@ -91,7 +91,6 @@ def check_layout(model: Model, opts: Options) -> None:
     for remainder, message in checks:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
-    _check_recompute_layers(model, opts)
     check_expert_layout(model, opts)
     if opts.mtp_layers and not model.arch.lm_head:  # MTP is GPTModel's (models/gpt/gpt_model.py)
         raise OptionsError(f"--mtp-layers: multi-token prediction is Megatron-Core's GPTModel's (a causal language "
@@ -114,24 +113,6 @@ def check_layout(model: Model, opts: Options) -> None:
         if opts.seq + opts.new_tokens > model.max_positions:
             raise OptionsError(f"{model.name} has {model.max_positions:,} learned positions: --seq plus --new-tokens "
                                f"({opts.seq + opts.new_tokens:,}) must not exceed it")
-
-
-def _check_recompute_layers(model: Model, opts: Options) -> None:
-    """--recompute-layers against the layers of a model chunk (l/(p v): Megatron's TransformerBlock of each virtual
-    stage; recompute.py counts its own layers). Megatron runs more than the chunk holds as all of them (block) or one
-    group (uniform), and a uniform group past the chunk's end shorter: both refused here, the first as a mistake, the
-    second as not modelled (every group here is recompute_layers long)."""
-    n = opts.recompute_layers
-    if opts.recompute != "full" or (opts.recompute_method, n) == ("uniform", 1):
-        return
-    chunk = model.sizes["l"] // (opts.pp * (opts.virtual_stages or 1))
-    if n > chunk:
-        raise OptionsError(f"--recompute-layers {n}: each model chunk of {model.name} holds {chunk} layers "
-                           f"(l/(p v)); give at most {chunk}")
-    if opts.recompute_method == "uniform" and chunk % n:
-        raise OptionsError(f"--recompute-layers {n} does not divide the {chunk} layers of a model chunk: Megatron's "
-                           "last uniform group would be shorter, not modelled; give a divisor or --recompute-method "
-                           "block")
 
 
 def check_expert_layout(model: Model, opts: Options) -> None:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, where
+from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
@@ -179,7 +179,7 @@ def full_share(opts: Options, values: Mapping[Any, Any] | None) -> Any:
     chunks = opts.pp * (opts.virtual_stages or 1)
     if values is None:
         raise ValueError("full_share: Megatron's block method needs the model's layers (values)")
-    return opts.recompute_layers * chunks / values[dims.l]
+    return minimum(1, opts.recompute_layers * chunks / values[dims.l])  # a chunk of fewer layers: all of them
 
 
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None,
@@ -219,7 +219,7 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: Any, modul
     forward = backward = 0
     for name, out, back, again in _tp_forms(graph, float8=float8, gathered=gathered, experts=experts):
         layer_fwd = _bytes(out, values) if out else 0
-        forward += layer_fwd + (int(layer_fwd * recompute_full) if name == "layer" else 0)
+        forward += layer_fwd + (layer_fwd * recompute_full if name == "layer" else 0)
         # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
         forward += _bytes(again, values) if again and modules else 0
         backward += _bytes(back, values) if back else 0
@@ -616,7 +616,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
     if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
-        exposed += float(full_share(opts, est.values)) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
+        exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     return _bytes(layer.repeat, est.values) * exposed
 
 

@@ -92,21 +92,31 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
         kept = {x.name for op in layer for x in op.saved}
         rerun = sum((op.share * op.output.nbytes for op in layer if op.kind == "flash-attention"
                      and op.output.name in kept), const(0))
-    group = opts.recompute_layers if opts.recompute == "full" and opts.recompute_method == "uniform" else 1
+    group = min(opts.recompute_layers, _chunk_layers(model, opts)) if opts.recompute == "full" and \
+        opts.recompute_method == "uniform" else 1
     return Breakdown((Term("recompute/working_layer", plain * group - stored.total + rerun),), "bytes")
+
+
+def _chunk_layers(model: Model, opts: Options) -> int:
+    """The decoder layers of a model chunk, l/(p v): Megatron's TransformerBlock of one virtual stage, whose own
+    layers recompute.py's ``checkpointed_forward`` counts (even stages: Options refuses the methods with others)."""
+    return model.sizes["l"] // (opts.pp * (opts.virtual_stages or 1))
 
 
 def _some_layers_checkpointed(base: Graph, opts: Options, acts: Breakdown, ignore: tuple[str, ...], model: Model,
                               stage: str) -> Breakdown:
     """The activations when Megatron's full recompute checkpoints some layers only (megatron/core/recompute.py
     ``checkpointed_forward``; ``acts``: every layer checkpointed, the graph's). Uniform groups of n layers keep one
-    checkpoint per group: the decoder layers' kept tensors 1/n of ``acts``'. Block checkpoints ``recompute_share``
+    checkpoint per group: ceil(c/n) of a chunk's c layers (the last group shorter where n does not divide c, one group
+    where n > c, as Megatron runs them), so the decoder layers' kept tensors ceil(c/n)/c of ``acts``'. Block
+    checkpoints ``recompute_share``
     of each chunk's layers: those keep their checkpoint, the others save what they save without recompute (the
     same layout's graph without it, its layers as many and as many micro-batches in flight)."""
     layers = acts.where(lambda path: path.split("/")[0] == "layer")
     rest = acts.where(lambda path: path.split("/")[0] != "layer")
     if opts.recompute_method == "uniform":
-        return rest + layers.scaled(Fraction(1, opts.recompute_layers))
+        chunk = _chunk_layers(model, opts)
+        return rest + layers.scaled(Fraction(-(-chunk // opts.recompute_layers), chunk))
     share = opts.recompute_share()
     plain = transformed(base, derived(opts, recompute="none", recompute_method="uniform", recompute_layers=1), model,
                         stage)
