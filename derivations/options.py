@@ -463,7 +463,8 @@ class Options:
         virtual stage); where a chunk holds fewer (a layout the planner tries), Megatron checkpoints all of them."""
         if self.recompute != "full" or self.recompute_method != "block":
             return const(1)
-        chunks = (dims.p if self.pp > 1 else const(1)) * (dims.v if self.virtual_stages not in (None, 1) else const(1))
+        # p and v as symbols: the whole model's graph (``quantities.compute.whole_model``, pp 1) keeps the layout's
+        chunks = dims.p * (dims.v if self.virtual_stages not in (None, 1) else const(1))
         return Min(const(1), const(self.recompute_layers) * chunks / dims.l)  # more than a chunk holds: all of them
 
     def _check_recompute_modules(self) -> None:
