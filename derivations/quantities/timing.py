@@ -970,7 +970,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
-                                 opts, (sizes["E"], sizes["k"]) if "E" in sizes else None, values) if opts.ep > 1 else 0.0
+                                 opts, (sizes["E"], sizes["k"]) if "E" in sizes else None, values
+                                 ) if opts.ep > 1 else 0.0
     if opts.moe_a2a_overlap:  # the combined 1F1B schedule (a2a_overlap.py); a selective moe recompute's two exposed
         four = ep_micro * 4 / all_to_alls(opts, values)
         ep_micro = (overlapped_ep_s(est.graph, values, micro, four, m, p, v) + m * (ep_micro - four)) / m
