@@ -249,6 +249,14 @@ OPTIONS: tuple[Option, ...] = (
        "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
        "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,
        example=(*_TRAIN_STEP, "--recompute", "full")),
+    _o("recompute_method", "choice", "uniform", "with --recompute full, Megatron's --recompute-method: uniform "
+       "(groups of --recompute-layers layers, each checkpointed at its input and rebuilt whole in backward) or block "
+       "(only the first --recompute-layers layers of each pipeline stage's model chunk checkpointed, the others save "
+       "everything)", choices=("uniform", "block"), modes=_TRAIN, echo="changed",
+       example=(*_TRAIN_STEP, "--recompute", "full", "--recompute-method", "block", "--recompute-layers", "1")),
+    _o("recompute_layers", "int", 1, "with --recompute full, Megatron's --recompute-num-layers: the layers of a "
+       "uniform group, or of each model chunk checkpointed under block", modes=_TRAIN, echo="changed",
+       example=(*_TRAIN_STEP, "--recompute", "full", "--recompute-layers", "2")),
     _o("recompute_modules", "names", (), "with --recompute selective, Megatron-Core's --recompute-modules (default "
        "core_attn): core_attn, layernorm (the norms that are modules of their own: a MoE layer's pre-MLP norm, MLA's "
        "input norm; Transformer Engine fuses the others into their linears), moe_act (the routed experts' "

@@ -17,6 +17,7 @@ from memderive.symbolic import dims
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.errors import DerivationError, shown
 from memderive.symbolic.experts import ExpertCapacity, ExpertParallel
+from memderive.symbolic.expr import Expr, Min, const
 from memderive.symbolic.kernel_choices import DEVICES, EXPERTS_KERNELS, RECIPES
 from memderive.symbolic.mcore_recompute import MODULES as RECOMPUTE_MODULES, ModuleRecompute
 from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_flight, parse_layout, rank_chunks
@@ -42,6 +43,8 @@ TRAIN_DTYPES = ("fp32", "bf16", "fp16")
 ACCEPTED_DTYPES = {"dtype": TRAIN_DTYPES, "weight_dtype": ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "nf4", "mxfp4"),
                    "kv_dtype": ("fp32", "fp16", "bf16", "fp8", "int8")}
 RECOMPUTE = ("none", "selective", "full", "selective-op")
+#: Megatron's --recompute-method under full recompute (megatron/core/recompute.py ``checkpointed_forward``)
+RECOMPUTE_METHODS = ("uniform", "block")
 #: Activation profiles: which saved tensors a profile neglects, and why.
 PROFILES = {
     "exact": ((), "every tensor autograd saves"),
@@ -234,6 +237,8 @@ class Options:
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ()  # Megatron-Core's, under selective (symbolic.mcore_recompute); () = core_attn
+    recompute_method: str = "uniform"  # Megatron's --recompute-method under full: uniform | block
+    recompute_layers: int = 1  # Megatron's --recompute-num-layers under full (uniform: per group; block: per chunk)
     compile: bool = False  # torch.compile: the min-cut partitioner's saved set (symbolic.compile_partition)
     timeline: bool = False  # estimate --json lists the step timeline op by op (output only)
     kernels: str = "fused"  # fused | eager: the elementwise kernels and optimizer step, for times (quantities.memory_bound)
@@ -408,6 +413,7 @@ class Options:
         self._check_fp8()
         self._check_precision_aware()
         self._check_recompute_modules()
+        self._check_recompute_layers()
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:
@@ -425,6 +431,42 @@ class Options:
         own checkpointing policies: no core_attn module)."""
         return ("core_attn" in self.recomputed_modules and self.attention_kernel != "eager"
                 and self.implementation_kind == "megatron" and self.framework in (None, "megatron"))
+
+    def _check_recompute_layers(self) -> None:
+        """--recompute-method and --recompute-layers are Megatron's --recompute-method and --recompute-num-layers
+        (megatron/core/recompute.py ``checkpointed_forward``), under --recompute full only. More layers than a model
+        chunk holds are not refused: Megatron asserts nothing and checkpoints them all (block) or runs one group
+        (uniform), as the quantities do."""
+        if self.recompute_method not in RECOMPUTE_METHODS:
+            raise OptionsError(f"--recompute-method must be one of {', '.join(RECOMPUTE_METHODS)}, got "
+                               f"{self.recompute_method!r}")
+        if not isinstance(self.recompute_layers, int) or isinstance(self.recompute_layers, bool) or \
+                self.recompute_layers < 1:
+            raise OptionsError(f"--recompute-layers must be a whole number of layers, 1 or more, got "
+                               f"{self.recompute_layers!r}")
+        if (self.recompute_method, self.recompute_layers) == ("uniform", 1):
+            return
+        if self.recompute != "full":
+            raise OptionsError("--recompute-method and --recompute-layers say which layers Megatron's full recompute "
+                               "checkpoints; add --recompute full")
+        if self.implementation_kind != "megatron" or self.framework not in (None, "megatron"):
+            raise OptionsError("--recompute-method and --recompute-layers are Megatron-Core's (--recompute-method, "
+                               "--recompute-num-layers); under another framework or implementation every layer is "
+                               "checkpointed: drop them")
+        if self.uneven_stages or self.pipeline_layout is not None:
+            raise OptionsError("--recompute-method block or --recompute-layers above 1 with uneven pipeline stages "
+                               "or a pipeline layout is not modelled (chunks of different sizes); drop one")
+
+    def recompute_share(self) -> Expr:
+        """The fraction of a stage's decoder layers Megatron's full recompute checkpoints: 1 (each layer, or groups
+        of ``recompute_layers`` under uniform), ``recompute_layers`` of each model chunk's l/(p v) under block
+        (recompute.py: ``range(self.num_layers_per_pipeline_rank)``, a TransformerBlock's own layers, one per
+        virtual stage); where a chunk holds fewer (a layout the planner tries), Megatron checkpoints all of them."""
+        if self.recompute != "full" or self.recompute_method != "block":
+            return const(1)
+        # p and v as symbols: the whole model's graph (``quantities.compute.whole_model``, pp 1) keeps the layout's
+        chunks = dims.p * (dims.v if self.virtual_stages not in (None, 1) else const(1))
+        return Min(const(1), const(self.recompute_layers) * chunks / dims.l)  # more than a chunk holds: all of them
 
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""
@@ -956,7 +998,7 @@ class Options:
             if modules:
                 out.append(ModuleRecompute(modules))
         elif self.recompute == "full":
-            out.append(FullRecompute())
+            out.append(FullRecompute(self.recompute_share()))
         elif self.recompute == "selective-op":
             # lazy: the op-level checkpoint transform, imported for this choice only (~1% of a cold estimate)
             from memderive.symbolic.op_checkpoint import OpSelectiveRecompute

@@ -52,6 +52,9 @@ class Flop:
     kind: str = "matmul"
     phase: str = "forward"
     param: str | None = None
+    #: the fraction of the block's repeats that run the term: a recompute of some layers only (Megatron's
+    #: ``--recompute-method block``: ``recompute_layers`` of each chunk's layers); 1 for every other term
+    share: Any = 1
 
     def __post_init__(self) -> None:
         if self.kind not in FLOP_KINDS or self.phase not in FLOP_PHASES:
@@ -59,7 +62,7 @@ class Flop:
 
     @property
     def count(self) -> Any:
-        return self.coef * prod(x.numel for x in self.operands)
+        return self.coef * self.share * prod(x.numel for x in self.operands)
 
     def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> Flop:
         return replace(self, operands=tuple(map(fn, self.operands)))
@@ -119,9 +122,10 @@ class Op:
                        flops=tuple(x.map_tensors(fn) for x in self.flops),
                        program=tuple(k.map_tensors(fn) for k in self.program))
 
-    def recomputed(self) -> Op:
-        """The op with its forward FLOPs done once more in backward (activation recompute)."""
-        again = tuple(replace(x, phase="recompute") for x in self.flops if x.phase == "forward")
+    def recomputed(self, share: Any = 1) -> Op:
+        """The op with its forward FLOPs done once more in backward (activation recompute), in ``share`` of the
+        block's repeats (1: every one)."""
+        again = tuple(replace(x, phase="recompute", share=x.share * share) for x in self.flops if x.phase == "forward")
         return replace(self, flops=self.flops + again)
 
     def frozen(self, *params: str) -> Op:

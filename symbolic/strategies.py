@@ -223,11 +223,17 @@ class SelectiveRecompute(Strategy):
 
 @dataclass(frozen=True, slots=True)
 class FullRecompute(Strategy):
-    """Checkpoint each layer's input and recompute the layer (its whole forward) in backward."""
+    """Checkpoint each layer's input and recompute the layer (its whole forward) in backward. ``share``: the
+    fraction of the layers checkpointed (Megatron's ``--recompute-method block``: ``recompute_layers`` of each model
+    chunk's, ``Options.recompute_share``); their recompute's FLOPs are that share of the layers'. What the layers
+    that are not checkpointed save is the memory quantities' (``quantities.training``): the graph holds the
+    checkpointed layer."""
+
+    share: Expr | int = 1
 
     @property
     def name(self) -> str:
-        return "full recompute"
+        return "full recompute" if const(self.share) == const(1) else "full recompute of some layers"
 
     def __call__(self, graph: Graph) -> Graph:
         def checkpoint(blk: Block) -> Block:
@@ -235,7 +241,7 @@ class FullRecompute(Strategy):
                 return _mtp_checkpoint(blk)
             if blk.name != "layer":
                 return blk
-            ops = tuple(replace(op, saved=()).recomputed() for op in blk.ops)
+            ops = tuple(replace(op, saved=()).recomputed(self.share) for op in blk.ops)
             keep = Op("checkpoint", "checkpoint", (), (blk.input,), blk.input, "layer input kept for recompute")
             return replace(blk, ops=(keep, *ops))
 

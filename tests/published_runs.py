@@ -353,9 +353,9 @@ _BRIDGE_RECIPE = ("distributed optimizer, bf16 gradient reduction, no dropout (M
 #: LLAMA3_8B_H100_FP8_CS_BASE_CONFIG recompute_num_layers 5, which utils/helpers.py L174-177 turns into
 #: recompute_granularity 'full', recompute_method 'block'; the same in v0.2.1, v0.2.2 and v0.3.0's _V1), and its base
 #: config has no use_megatron_fsdp where the page prints FSDP 1 (a command-line override, as the page's run is taken).
-#: memderive has no full recompute of some layers only: the row runs none, a lower bound on its time.
-_BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers (v0.2.0 llama3/workload_base_configs.py "
-                        "L229-233, helpers.py L174-177) not expressible: recompute none")
+#: The row runs it: --recompute full --recompute-method block --recompute-layers 5.
+_BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers, Megatron's block method (v0.2.0 "
+                        "llama3/workload_base_configs.py L229-233, helpers.py L174-177)")
 
 
 #: Megatron-Bridge's performance scripts take FP8-CS and FP8-MX from its mixed-precision recipes (v0.1.0rc3, the 25.09
@@ -387,8 +387,9 @@ def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note
 #: Megatron-Bridge's H100 rows of dense Llama 3 (the 405B row, 126 layers over PP 8 x VP 8, is left out: its uneven
 #: chunks are not given).
 BRIDGE = [
-    _bridge("L3 8B MCore FSDP d8 fp8", "llama-3-8b", {"dp": 8, "zero": 3, "micro_batches": 16}, 14451, 744,
-            _BRIDGE_8B_RECOMPUTE),
+    _bridge("L3 8B MCore FSDP d8 fp8", "llama-3-8b", {"dp": 8, "zero": 3, "micro_batches": 16, "recompute": "full",
+                                                      "recompute_method": "block", "recompute_layers": 5},
+            14451, 744, _BRIDGE_8B_RECOMPUTE),
     _bridge("L3 70B MCore t4 p8 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "sp": True,
                                                           "tp_comm_overlap": True, "micro_batches": 64}, 1602, 719),
 ]
@@ -856,7 +857,9 @@ def plan_against(run: Run) -> PlanComparison:
     # the run's framework limits the layouts compared (frameworks.plan_space); its preset is not applied (the
     # run's recipe is)
     # Megatron-Core's recompute modules (recipe) name what selective recomputes: Options wants selective beside them
-    selective = {"recompute": layout["recompute"]} if recipe.get("recompute_modules") else {}
+    # and full beside Megatron's recompute method and layers
+    selective = {"recompute": layout["recompute"]} if {"recompute_modules", "recompute_method",
+                                                        "recompute_layers"} & set(recipe) else {}
     base = Options(mode="train", batch=1, seq=run.seq, gpu=run.gpu,
                    **{"framework": run_framework(run), **selective, **recipe})
     capacity = run.memory_bytes or gpu(run.gpu).memory_bytes

@@ -64,8 +64,8 @@ def whole_model(base: Graph, options: Options, transform: Callable[[Graph, Optio
     """The graph one model replica runs without model parallelism (t = p = 1), with the
     options' other transforms (recompute, FlashAttention; fine-tuning through ``transform``, the
     estimate's own pipeline of transforms, when given)."""
-    whole = derived(options, tp=1, pp=1, cp=1, sp=False, virtual_stages=None, first_stage_layers=None,
-                    last_stage_layers=None)
+    whole = derived(options, tp=1, pp=1, cp=1, sp=False, first_stage_layers=None, last_stage_layers=None)  # v kept:
+    # a block recompute's share of the layers is N of each of the p v chunks' (``Options.recompute_share``)
     if transform is not None:
         return transform(base, whole)
     return applied(base, whole.strategies())

@@ -277,7 +277,7 @@ def _elementwise_bytes(graph: Any, moves_of: Any, every_operand: bool = False) -
                 elements = x.numel
                 for y in f.operands[1:] if every_operand else ():
                     elements = elements * y.numel
-                total += blk.repeat * op.share * elements * per
+                total += blk.repeat * op.share * f.share * elements * per  # f.share: a recompute of some layers
     return total
 
 
@@ -502,10 +502,10 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
             key = ((blk.name, op.inputs, const(op.share)) if op.kind == "linear" else
                    (blk.name, op.path, param.name))
             row = modules.setdefault(key, {"blk": blk, "op": op, "x": rows.numel * w.shape[-1], "g": 0, "w": {},
-                                           "recompute": False, "axis": param.tp_axis,
+                                           "recompute": 0, "axis": param.tp_axis,
                                            "fc2": const(w.shape[-2]) == const(op.output.shape[-1])})
-            if f.phase == "recompute":
-                row["recompute"] = True
+            if f.phase == "recompute":  # the share of the layers that rerun it (Megatron's block method: some)
+                row["recompute"] = f.share
             else:
                 row["g"] += rows.numel * w.shape[-2]
                 row["w"][param.name] = param.numel
@@ -523,7 +523,7 @@ def _cast_form(graph: Any, recipe: str, transpose: bool, gathered: bool) -> tupl
             op.kind == "experts" and recipe != "te-delayed" and row["fc2"] and not row["recompute"]
             and any(f.kind != "matmul" and f.phase == "recompute" for f in op.flops))  # moe_act: fc2's input saved
         micro += scale * _module_casts(recipe, transpose, width, row["x"], row["g"], fused, gather_in, gather_grad,
-                                       2 if row["recompute"] else 1, original)
+                                       1 + row["recompute"], original)
         weights += scale * _quantize(sum(row["w"].values()), width, recipe, transpose, True, True)
     return micro, weights
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, where
+from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
@@ -74,6 +74,7 @@ from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
+from memderive.symbolic import dims
 from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
@@ -162,14 +163,28 @@ def deepep_copies(cluster: Cluster, experts: int, top_k: int, ep: Any, stride: A
     return (inside - 1) * rank * nodes, (nodes - 1) * node
 
 
-def all_to_alls(opts: Options) -> int:
+def all_to_alls(opts: Options, values: Mapping[Any, Any] | None = None) -> Any:
     """Expert-parallel all-to-alls per MoE layer and micro-batch: dispatch and combine forward, their gradients
-    backward, and the forward's two again where the MoE layer is recomputed (full, or the ``moe`` module)."""
-    return 4 + (2 if opts.recompute == "full" or "moe" in opts.recomputed_modules else 0)
+    backward, and the forward's two again where the MoE layer is recomputed (full, in the share of the layers it
+    checkpoints: ``full_share``, or the ``moe`` module)."""
+    return 4 + 2 * (1 if "moe" in opts.recomputed_modules else full_share(opts, values))
 
 
-def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None
-                      ) -> float:
+def full_share(opts: Options, values: Mapping[Any, Any] | None) -> Any:
+    """The share of the decoder layers full recompute reruns (``Options.recompute_share``, at ``values``): 0 without
+    it, 1 under uniform, recompute_layers of each chunk's l/(p v) under Megatron's block method."""
+    if opts.recompute != "full":
+        return 0
+    if opts.recompute_method != "block":
+        return 1
+    chunks = opts.pp * (opts.virtual_stages or 1)
+    if values is None:
+        raise ValueError("full_share: Megatron's block method needs the model's layers (values)")
+    return minimum(1, opts.recompute_layers * chunks / values[dims.l])  # a chunk of fewer layers: all of them
+
+
+def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None,
+                      values: Mapping[Any, Any] | None = None) -> float:
     """Expert-parallel all-to-alls of one micro-batch on the busiest stage, not hidden: each MoE layer dispatches
     its tokens to their experts and combines the outputs (two all-to-alls forward, two for their gradients in
     backward, two more under full recompute; Lepikhin et al. 2020 §2.2, Megatron-Core's all-to-all dispatcher:
@@ -180,7 +195,7 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     if opts.ep <= 1 or not dispatched:
         return 0.0
     per_rank = dispatched / opts.pp / (opts.tp if opts.sp else 1) / opts.cp
-    count = all_to_alls(opts)
+    count = all_to_alls(opts, values)
     if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
         nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.expert_tp)
         token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
@@ -188,14 +203,15 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     return count * cluster.all_to_all(per_rank, opts.ep, opts.expert_tp)
 
 
-def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modules: bool = False,
+def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: Any, modules: bool = False,
              float8: frozenset[str] = frozenset(), gathered: Gathered | None = None, experts: bool = True
              ) -> tuple[int, int]:
     """Bytes one micro-batch all-reduces over the tensor-parallel group in forward and backward,
     read off the whole-model graph: outputs of row-parallel layers and of the vocabulary-parallel
     embedding (partial sums) in forward, inputs of column- and vocabulary-parallel layers (their
     gradients) in backward, each distinct tensor once per repeat of its block; ``modules``: the partial sums of
-    the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more.
+    the row-parallel ops a selective module recomputes (Megatron-Core's mlp, moe, shared_experts) once more;
+    ``recompute_full``: the share of the layers full recompute reruns (``full_share``), their forward's again.
     ``float8``: the weights of the linears whose sequence-parallel all-gathers move quantized tensors, ``gathered``
     the recipe's widths of them (``quantized_gathers``: torchtitan's Float8 tensor parallelism, Transformer Engine's
     fp8 under sequence parallelism; ``_tp_forms``). ``experts`` False: the routed experts move nothing over the
@@ -204,7 +220,7 @@ def tp_bytes(graph: Graph, values: Mapping[Any, int], recompute_full: bool, modu
     forward = backward = 0
     for name, out, back, again in _tp_forms(graph, float8=float8, gathered=gathered, experts=experts):
         layer_fwd = _bytes(out, values) if out else 0
-        forward += layer_fwd * (2 if recompute_full and name == "layer" else 1)
+        forward += layer_fwd + (layer_fwd * recompute_full if name == "layer" else 0)
         # a module recomputed alone (Megatron-Core's mlp, moe, shared_experts) all-reduces its partial sums again
         forward += _bytes(again, values) if again and modules else 0
         backward += _bytes(back, values) if back else 0
@@ -600,8 +616,8 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     link = where(nodes > 1, cluster.network, cluster.intra)  # a send across nodes at NCCL's per-NIC speed
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
-    if opts.recompute == "full":
-        exposed += (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
+    if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
+        exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     return _bytes(layer.repeat, est.values) * exposed
 
 
@@ -941,7 +957,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
-        fwd, bwd = tp_bytes(whole, values, opts.recompute == "full",
+        fwd, bwd = tp_bytes(whole, values, full_share(opts, values),
                             bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered,
                             experts=not opts.folded)
         total = (fwd + bwd) / p / opts.cp
@@ -952,16 +968,17 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
-            pairs = overlap_pairs(forms, values, opts.recompute == "full",
+            pairs = overlap_pairs(forms, values, full_share(opts, values),
                                   bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), t, p,
                                   opts.cp, tp_micro / ((fwd + bwd) / p / opts.cp), _gemm_rate(hw))
             tp_micro = exposed_s(pairs, t)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
-                                 opts, (sizes["E"], sizes["k"]) if "E" in sizes else None) if opts.ep > 1 else 0.0
+                                 opts, (sizes["E"], sizes["k"]) if "E" in sizes else None, values
+                                 ) if opts.ep > 1 else 0.0
     if opts.moe_a2a_overlap:  # the combined 1F1B schedule (a2a_overlap.py); a selective moe recompute's two exposed
-        four = ep_micro * 4 / all_to_alls(opts)
+        four = ep_micro * 4 / all_to_alls(opts, values)
         ep_micro = (overlapped_ep_s(est.graph, values, micro, four, m, p, v) + m * (ep_micro - four)) / m
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp

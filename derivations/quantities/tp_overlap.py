@@ -107,19 +107,22 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
     return tuple(forms)
 
 
-def overlap_pairs(forms: tuple, values: Any, recompute_full: bool, modules: bool, t: int, p: int, cp: int,
+def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
                   per_byte: Any, rate: Callable[[str, Any, Any, Any], Any]) -> list[tuple[Any, Any]]:
     """``overlap_forms``' pairs of one micro-batch on a GPU of the busiest stage, as (transfer seconds unhidden, GEMM
     seconds): the bytes over p stages and cp ranks at ``per_byte`` seconds a byte (the unhidden TP time over
     ``tp_bytes``' total, so the transfers take what ``timing.step_time`` gives them without overlap); each GEMM's
     FLOPs over t p cp at ``rate(dtype, m, n, k)``, its per-GPU shape: M/cp rows (the sequence-parallel gather
     rejoins the cp rank's tokens), the split side over t, the data gradient's (M, in, out) behind a backward
-    collective. Full recompute runs the layers' forward pairs twice; ``modules`` the selective modules' again."""
+    collective. Full recompute runs the layers' forward pairs twice (``recompute_full``: the share of the layers it
+    checkpoints, 0 to 1; Megatron's block method some only: their pairs, scaled); ``modules`` the selective modules'
+    again."""
     pairs = []
     for name, forward, backward, again in forms:
-        rounds = [(forward, False)] * (2 if recompute_full and name == "layer" else 1) + [(backward, True)]
-        rounds += [(again, False)] if modules else []
-        for group, back in rounds:
+        rounds = [(forward, False, 1)] + ([(forward, False, recompute_full)] if recompute_full and name == "layer"
+                                          else []) + [(backward, True, 1)]
+        rounds += [(again, False, 1)] if modules else []
+        for group, back, share in rounds:
             for moved, fp8, gemms in group:
                 seconds = 0.0
                 for flops, m, n, k, column in gemms:
@@ -129,5 +132,5 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: bool, modules: bool
                         n, k = k, n
                     seconds += (layout_int(flops, values) / (t * p * cp)
                                 / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
-                pairs.append((layout_int(moved, values) / p / cp * per_byte, seconds))
+                pairs.append((share * layout_int(moved, values) / p / cp * per_byte, share * seconds))
     return pairs

@@ -15,6 +15,7 @@ first, then the layout strategies, then ``RequiresGrad`` (what frozen weights no
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from memderive.derivations.memo import applied, per_graph
@@ -78,19 +79,51 @@ def _one_layer(graph: Graph, ignore: tuple[str, ...]) -> Breakdown:
 def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore: tuple[str, ...],
                            model: Model, graph: Graph) -> Breakdown:
     """Backward rebuilds one layer at a time: at the peak, that layer's recomputed activations
-    (what it would save without recompute, less what recompute already keeps) add to the stored ones. Under
+    (what it would save without recompute, less what recompute already keeps) add to the stored ones; a uniform
+    group of n layers (Megatron's --recompute-num-layers) is rebuilt at once from its one checkpoint, n layers'. Under
     core_attn's checkpoint of a fused kernel (``mcore_recompute``) the rerun writes a new output beside the one
     linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward);
     where linear_proj keeps only an 8-bit copy (Transformer Engine's delayed scaling) the rebuilt output is already
     in the layer's recomputed activations, not counted twice."""
-    plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
+    plain = one_layer(transformed(base, derived(opts, recompute="none", recompute_method="uniform",
+                                          recompute_layers=1), model), ignore).total
     rerun = const(0)
     if opts.core_attn_checkpointed:
         layer = graph.block("layer").ops
         kept = {x.name for op in layer for x in op.saved}
         rerun = sum((op.share * op.output.nbytes for op in layer if op.kind == "flash-attention"
                      and op.output.name in kept), const(0))
-    return Breakdown((Term("recompute/working_layer", plain - stored.total + rerun),), "bytes")
+    group = min(opts.recompute_layers, _chunk_layers(model, opts)) if opts.recompute == "full" and \
+        opts.recompute_method == "uniform" else 1
+    return Breakdown((Term("recompute/working_layer", plain * group - stored.total + rerun),), "bytes")
+
+
+def _chunk_layers(model: Model, opts: Options) -> int:
+    """The decoder layers of a model chunk, l/(p v): Megatron's TransformerBlock of one virtual stage, whose own
+    layers recompute.py's ``checkpointed_forward`` counts (even stages: Options refuses the methods with others)."""
+    return model.sizes["l"] // (opts.pp * (opts.virtual_stages or 1))
+
+
+def _some_layers_checkpointed(base: Graph, opts: Options, acts: Breakdown, ignore: tuple[str, ...], model: Model,
+                              stage: str) -> Breakdown:
+    """The activations when Megatron's full recompute checkpoints some layers only (megatron/core/recompute.py
+    ``checkpointed_forward``; ``acts``: every layer checkpointed, the graph's). Uniform groups of n layers keep one
+    checkpoint per group: ceil(c/n) of a chunk's c layers (the last group shorter where n does not divide c, one group
+    where n > c, as Megatron runs them), so the decoder layers' kept tensors ceil(c/n)/c of ``acts``'. Block
+    checkpoints ``recompute_share``
+    of each chunk's layers: those keep their checkpoint, the others save what they save without recompute (the
+    same layout's graph without it, its layers as many and as many micro-batches in flight)."""
+    layers = acts.where(lambda path: path.split("/")[0] == "layer")
+    rest = acts.where(lambda path: path.split("/")[0] != "layer")
+    if opts.recompute_method == "uniform":
+        chunk = _chunk_layers(model, opts)
+        return rest + layers.scaled(Fraction(-(-chunk // opts.recompute_layers), chunk))
+    share = opts.recompute_share()
+    plain = transformed(base, derived(opts, recompute="none", recompute_method="uniform", recompute_layers=1), model,
+                        stage)
+    saved = _activations(plain, ignore_roles=tuple(ignore), blocks=("layer",))
+    return rest + layers.scaled(share) + Breakdown(tuple(Term(f"not_checkpointed/{t.path}", t.expr * (1 - share))
+                                                         for t in saved.terms), "bytes")
 
 
 def _states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None, Breakdown | None]:
@@ -279,6 +312,13 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
 
         acts, per_layer = compiled_activations(graph, opts, model)
         act_cite, assumptions = COMPILE_CITATION, assumptions + COMPILE_NOTES
+    if opts.recompute == "full" and (opts.recompute_method, opts.recompute_layers) != ("uniform", 1):
+        acts = _some_layers_checkpointed(base, opts, acts, ignore, model, stage)
+        assumptions += (f"full recompute, Megatron's --recompute-method {opts.recompute_method} "
+                        f"--recompute-num-layers {opts.recompute_layers}: " + (
+                            "each group of layers keeps its input, rebuilt whole in backward"
+                            if opts.recompute_method == "uniform" else
+                            "that many layers of each model chunk keep their input, the others save everything"),)
     total = acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore, model, graph)

@@ -400,7 +400,11 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         None, "megatron")
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
                    sp=False, zero=0, recompute="none", recompute_modules=(), moe_a2a_overlap=False,
-                   fp8_param_gather=False)  # set row by row (``_candidates``)
+                   fp8_param_gather=False,  # set row by row (``_candidates``)
+                   recompute_method="uniform", recompute_layers=1)
+    # Megatron's full recompute of some layers (--recompute-method, --recompute-layers), as given, on full's rows
+    some = {"recompute_method": (options or Options()).recompute_method,
+            "recompute_layers": (options or Options()).recompute_layers}
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
     if base.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (Options refuses the others)
@@ -412,6 +416,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
                        fp8_params or (options or Options()).fp8_param_gather)
     for row in rows:
         row["recompute_modules"] = modules if row["recompute"] == "selective" else ()
+        row.update(some if row["recompute"] == "full" else {"recompute_method": "uniform", "recompute_layers": 1})
     if not rows:
         raise PlanError(f"{resolved.name}: no layout of {gpus} GPUs divides the model and a global batch of "
                         f"{global_batch}; try another --gpus or --global-batch")

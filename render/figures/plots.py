@@ -102,7 +102,8 @@ def strategy_ladder(est: Estimate) -> tuple[tuple[str, Options], ...]:
     """
     opts = est.options
     base = replace(opts, tp=1, sp=False, dp=1, zero=0, offload=False,
-                   recompute="none" if opts.mode == "train" else opts.recompute)
+                   recompute="none" if opts.mode == "train" else opts.recompute, recompute_method="uniform",
+                   recompute_layers=1)
     degrees = [k for k in (8, 4, 2) if _fits(est, replace(base, tp=k))]
     if opts.mode != "train":
         return tuple((f"TP {k}", replace(base, tp=k)) for k in (1, *reversed(degrees)))
