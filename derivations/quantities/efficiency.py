@@ -54,7 +54,8 @@ from memderive.symbolic.mcore_recompute import CHECKPOINTED
 np = lazy("numpy")
 
 __all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
-           "gemm_products", "float8_phases", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
+           "gemm_products", "float8_phases", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE",
+           "FP4_STAND_IN", "low_precision"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
                        "(float8_e4m3fn) rows")
@@ -152,10 +153,24 @@ def _burst(gpu: GPU, dtype: str) -> float:
 
 
 def matmul_rate(gpu: GPU, dtype: str, m: int, n: int, k: int) -> float:
-    """FLOP/s of one ``m x k`` by ``k x n`` product on ``gpu`` in ``dtype``: its MAMF times the shape fraction."""
+    """FLOP/s of one ``m x k`` by ``k x n`` product on ``gpu`` in ``dtype``: its MAMF times the shape fraction.
+    ``fp4`` (NVFP4): no NVFP4 GEMM benchmark is published, so the fp8 rate of the shape stands in for the fraction of
+    peak: the fp8 rate times the GPU's dense FP4 over FP8 peak (``FP4_STAND_IN``)."""
+    if dtype == "fp4":
+        return matmul_rate(gpu, "fp8", m, n, k) * gpu.peak_flops("fp4") / gpu.peak_flops("fp8")
     arch = CURVE.get(gpu.name, "sm_90")
     curve = (arch, "fp8") if dtype == "fp8" and (arch, "fp8") in SHAPE_CURVES else (arch, "bf16")
     return _level(gpu, dtype) * shape_fraction(*curve, int(m), int(n), int(k))
+
+
+#: The stand-in behind NVFP4 matmul rates (``matmul_rate``), in words for the time model's output.
+FP4_STAND_IN = ("NVFP4 GEMMs at the GPU's dense FP4 peak times its fp8 matmuls' fraction of the fp8 peak, a stand-in: "
+                "no NVFP4 GEMM benchmark is published")
+
+
+def low_precision(fp8: str) -> str:
+    """The dtype a recipe's quantized GEMMs run in: ``fp4`` under Transformer Engine's NVFP4, ``fp8`` otherwise."""
+    return "fp4" if fp8 == "te-nvfp4" else "fp8"
 
 
 def fp8_rate_ratio(gpu: GPU) -> float:
@@ -212,7 +227,8 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8: str = "
         for j, value in zip(varying, key):
             cell[j] = value
         cells.append(tuple(cell))
-    dtypes = tuple(tuple("fp8" if x else "bf16" for x in row) for row in float8_phases(est.graph, fp8))
+    low = low_precision(fp8)
+    dtypes = tuple(tuple(low if x else "bf16" for x in row) for row in float8_phases(est.graph, fp8))
     rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only, dtypes)
     if size is None:
         return rates[0]
