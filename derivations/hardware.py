@@ -122,6 +122,7 @@ class GPU:
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "title": self.title, "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
+                "fp4_flops": self.fp4_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                 "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
                 "source": cite(self.source)}
