@@ -530,10 +530,11 @@ BRIDGE_DENSE = [
 #: "nvfp4"``: SP on where TP > 1, no userbuffers overlap); utils/overrides.py L431 (no
 #: overlap_param_gather_with_optimizer_step under nvfp4, as MXFP8); the layouts and the rest as ``BRIDGE_DENSE``'s
 #: (``_BRIDGE_PAGE``). Not modelled: CUDA graphs (none of the four runs them in the end: cuda_graph_impl "none").
-#: NVFP4 GEMMs have no published benchmark: memderive times them at the GPU's dense FP4 peak times its fp8 matmuls'
-#: fraction of the fp8 peak (``efficiency.FP4_STAND_IN``, a stand-in), the GB300's fp8 fraction itself the GB200's
-#: (``_GB300_RATE``).
-_NVFP4_RATE = "NVFP4 GEMMs at the FP4 peak times the fp8 matmul fraction, a stand-in (efficiency.FP4_STAND_IN)"
+#: NVFP4 GEMMs have no published benchmark: memderive times them at cuBLAS's measured MXFP4 rate on a B200 as a
+#: fraction of the FP4 peak, with the fp8 shape curve (``efficiency.FP4_STAND_IN``, a stand-in), the GB300's fp8
+#: fraction itself the GB200's (``_GB300_RATE``).
+_NVFP4_RATE = ("NVFP4 GEMMs at the B200's measured MXFP4 fraction of the FP4 peak, a stand-in "
+               "(efficiency.FP4_STAND_IN)")
 BRIDGE_NVFP4 = [
     _bridge_dense("L3 70B p4 v5 b256 nvfp4 GB300", "26.02", _GB3, "gb300", "llama-3-70b",
                   {"pp": 4, "virtual_stages": 5, "dp": 16, "batch": 1, "micro_batches": 16}, 6798, 3056, "te-nvfp4",
@@ -709,14 +710,15 @@ BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast a
                     "tests/published_runs.BRIDGE_DENSE_GAP")
 
 #: Why ``BRIDGE_NVFP4`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): its GEMMs'
-#: rate is a stand-in (``efficiency.FP4_STAND_IN``), no NVFP4 GEMM benchmark being published. Measured when the rows
-#: were added, nothing tuned: all four predicted too fast, GB300 70B -6.1%, 405B -17.7%; GB200 70B -25.3%, 405B
-#: -4.6% (median 11.9%, worst 25.3%). The same layouts' MXFP8 rows: GB300 70B +6.9%, GB200 70B -15.6%, GB200 405B
-#: -2.2%: memderive's NVFP4 over MXFP8 speed-up of the 70B, 7.62 / 4.53 = 1.68x on GB300 and 7.65 / 5.49 = 1.39x on
-#: GB200, passes the page's 6,798 / 4,596 = 1.48x and 4,458 / 3,613 = 1.23x: the stand-in (fp8's fraction of peak
-#: kept at twice or three times the peak) is likely optimistic for 4-bit GEMMs.
-NVFP4_GAP = ("NVFP4 (--fp8 te-nvfp4) on GB300 and GB200, its GEMMs at the FP4 peak times the fp8 matmul fraction (a "
-             "stand-in: no NVFP4 GEMM benchmark published): tests/published_runs.NVFP4_GAP")
+#: rate is a stand-in (``efficiency.FP4_STAND_IN``), no NVFP4 GEMM benchmark being published. Measured, nothing
+#: tuned: GB300 70B +1.8%, 405B -8.7%; GB200 70B -17.6%, 405B +6.3% (median 7.5%, worst 17.6%). The same layouts'
+#: MXFP8 rows: GB300 70B +6.9%, GB200 70B -15.6%, GB200 405B -2.2%. With the 4-bit GEMMs first taken at twice (B200,
+#: GB200) or three times (B300, GB300) the fp8 rate, the GPU's FP4 over FP8 peak, before cuBLAS's measured MXFP4
+#: rate was found (5,239 TFLOP/s at 8192^3 on a B200, 58% of its FP4 peak against fp8's 76%): -6.1%, -17.7%,
+#: -25.3%, -4.6% (median 11.9%, worst 25.3%), every row predicted too fast.
+NVFP4_GAP = ("NVFP4 (--fp8 te-nvfp4) on GB300 and GB200, its GEMMs at cuBLAS's MXFP4 fraction of the FP4 peak on a "
+             "B200 with the fp8 shape curve (a stand-in: no NVFP4 GEMM benchmark published): "
+             "tests/published_runs.NVFP4_GAP")
 #: llm-foundry (MosaicML 2023), scripts/train/benchmarking/README.md: the HFU (%) of MPT 760M-70B with Composer FSDP,
 #: FlashAttention and BF16 on each GPU, as (model, SeqLen, # GPUs, HFU): every row of the "H100 80GB BF16" table and
 #: the rows of the "A100 80GB" table for the same models. Until issue 39 the H100's matmul ceiling was the A100's fit
