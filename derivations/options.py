@@ -518,12 +518,13 @@ class Options:
                                f"not --dtype {self.dtype}")
         if self.gpu is not None:
             hw = GPUS.get(self.gpu.strip().lower())
+            if hw is not None and self.fp8 == "te-nvfp4" and hw.fp4_flops is None:
+                raise OptionsError(f"--fp8 te-nvfp4 runs Blackwell's FP4 tensor cores (Transformer Engine's "
+                                   f"NVFP4BlockScaling); {hw.name} has none: give a Blackwell --gpu "
+                                   f"({', '.join(BLACKWELL)}) or another recipe")
             if hw is not None and hw.fp8_flops is None:
                 raise OptionsError(f"--fp8 {self.fp8}: {hw.name} has no fp8 tensor cores (Transformer Engine needs "
                                    "Hopper, Ada or later)")
-            if hw is not None and self.fp8 == "te-nvfp4" and hw.fp4_flops is None:
-                raise OptionsError(f"--fp8 te-nvfp4 runs Blackwell's FP4 tensor cores (Transformer Engine's "
-                                   f"NVFP4BlockScaling); {hw.name} has none: use te-current or te-mxfp8")
             if hw is not None and self.fp8 == "te-mxfp8" and hw.name not in BLACKWELL:
                 raise OptionsError(f"--fp8 te-mxfp8 is Blackwell's block-scaled fp8 (Transformer Engine's "
                                    f"MXFP8BlockScaling); {hw.name} is not Blackwell: use te-delayed or te-current")

@@ -97,7 +97,7 @@ def test_the_step_names_its_stand_in() -> None:
 
 @pytest.mark.parametrize("args, says", [
     (["--gpu", "h100-sxm"], "h100-sxm has none"),
-    (["--gpu", "a100-80gb"], "a100-80gb has no fp8 tensor cores"),
+    (["--gpu", "a100-80gb"], "a100-80gb has none: give a Blackwell --gpu (b200, gb200, b300, gb300)"),
     (["--gpu", "b200", "--implementation", "hf"], "--implementation megatron"),
     (["--gpu", "b200", "--framework", "torchtitan"], "torchtitan trains torchao's Float8Linear"),
     (["--gpu", "b200", "--tp", "2", "--sp", "--tp-comm-overlap"], "drop --tp-comm-overlap"),
