@@ -222,6 +222,7 @@ class Options:
     optimizer_in_backward: bool = False  # each parameter updated from its post-accumulate-grad hook
     optimizer_impl: str = "foreach"  # torch's Adam/AdamW implementation: foreach | fused | for-loop
     fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
+    fp8_param_gather: bool = False  # Megatron-LM --fp8-param-gather: TE fp8 primary weights (symbolic.te_float8)
     loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
     pp: int = 1
@@ -462,6 +463,13 @@ class Options:
     def _check_fp8(self) -> None:
         """--fp8 converts transformers' nn.Linear modules as torchao does; what is not modelled is refused in one
         line (the divisibility of the dims is checked against the model: ``estimate``)."""
+        if self.fp8_param_gather and self.fp8 not in TE_FP8:
+            raise OptionsError("--fp8-param-gather keeps the layers' linear weights as Transformer Engine fp8 tensors: "
+                               "give --fp8 te-delayed, te-current or te-mxfp8")
+        if self.fp8_param_gather and self.fp8 == "te-nvfp4":
+            raise OptionsError("--fp8-param-gather with --fp8 te-nvfp4 (4-bit primary weights) is not modelled; "
+                               "Megatron-Bridge's nvfp4 recipe sets fp8_param_gather False (mixed_precision.py "
+                               "bf16_with_nvfp4_mixed): drop --fp8-param-gather")
         if self.fp8 == "none":
             return
         if self.fp8 in TE_FP8:
@@ -500,6 +508,10 @@ class Options:
     def _check_te_fp8(self) -> None:
         """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
         tensor cores (MXFP8: Blackwell's block scaling)."""
+        if self.fp8_param_gather and self.zero != 1:
+            raise OptionsError(f"--fp8-param-gather is modelled under Megatron-Core's distributed optimizer: give "
+                               f"--zero 1, not --zero {self.zero} (Megatron-LM asserts the distributed optimizer or "
+                               "FSDP, arguments.py; Megatron-FSDP's fp8 buffers are not modelled)")
         if self.mode != "train":
             raise OptionsError(f"--fp8 {self.fp8} trains Transformer Engine's fp8 linears; use it with --mode train")
         if self.framework == "torchtitan":

@@ -61,6 +61,7 @@ micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -72,7 +73,7 @@ from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
-           "SP_GATHERS", "SP_SOURCE", "sp_gathered"]
+           "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE"]
 
 TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
 SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
@@ -215,7 +216,7 @@ class TEFloat8:
                    "experts' fc1 save their 16-bit inputs (Megatron-Core's set_save_original_input, attention.py "
                    "L428-444, moe/shared_experts.py L147-161, Transformer Engine >= 2.6)")
                 + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
-                + "; fp8 primary weights (--fp8-param-gather) and fp8 attention are not modelled")
+                + "; fp8 attention is not modelled")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
 
@@ -274,6 +275,48 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
         if recipe == "te-delayed":
             terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
     return terms
+
+
+#: Megatron-Core's fp8 primary weights (``--fp8-param-gather``; Megatron-Bridge v0.1.0rc3, v0.2.0 and v0.3.0 set it in
+#: every fp8 recipe but the blockwise one, src/megatron/bridge/training/mixed_precision.py v0.2.0 L218, L237, L251-252,
+#: L266-267, L289), read at Megatron-LM d98e8a6 and TransformerEngine d0067d0d.
+PARAM_GATHER_SOURCE = (
+    "Megatron-LM d98e8a6: megatron/core/fp8_utils.py get_fp8_context L832-881 (is_init: fp8_model_init with the "
+    "recipe, entered per layer by transformer/transformer_block.py L355-359: the layers' TE modules only, not the "
+    "embedding or the output layer); distributed/param_and_grad_buffer.py L81-89, L921-923 (a TE quantized "
+    "parameter's buffer is uint8), L1160-1190 (MXFP8 under the distributed optimizer: one shared buffer in the "
+    "gradients' dtype, param_data a 16-bit view of it), L1245-1290 (a Float8Tensor's _data remapped into the uint8 "
+    "param_data; an MXFP8 parameter keeps its own storage under reuse_grad_buf_for_mxfp8_param_ag), L303-343 "
+    "(_post_param_sync: MXFP8 quantized from the gathered 16-bit bucket, copy_tensors_to_quantized_params; Float8 "
+    "post_all_gather_processing); optimizer/distrib_optimizer.py L2825-2850 (quantize_param_shard of the fp32 main "
+    "shard), L2904-2930 (_copy_main_params_to_param_buffer, MXFP8: the fp32 shard into the 16-bit param buffer); "
+    "optimizer/optimizer.py L800-808. TransformerEngine d0067d0d: module/base.py quantize_weight L835-846 (a "
+    "QuantizedTensor weight is used as it is: no workspace), tensor/utils.py quantize_master_weights L285-291 "
+    "(the fp32 master shard cast to the 16-bit dtype first), post_all_gather_processing L1404-1436 (Float8Tensor: "
+    "_create_transpose where only TN fp8 GEMMs run; MXFP8: nothing, its row- and "
+    "column-wise data kept), _cast_master_weights_to_fp8_current_scaling L466-590 (amax of the master shard, "
+    "all-reduced, then the cast), _cast_master_weights_to_fp8_mxfp8_scaling L1015-1148")
+
+
+def te_weight_elements(graph: Graph, keep: Callable[[str], bool] | None = None) -> Any:
+    """Elements of the weights of ``graph``'s Transformer Engine linears (``te_linears``) over the blocks' repeats
+    and each op's share of them: what ``--fp8-param-gather`` builds as fp8 tensors (``PARAM_GATHER_SOURCE``);
+    ``keep``: only the ops whose ``block/path`` it keeps. Biases and norms stay 16-bit (TE quantizes the modules'
+    weights only).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> from memderive.symbolic.dtypes import dtype
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> te_weight_elements(Graph("toy", (bb.build(repeat=l),)))
+    4*h**2*l
+    """
+    total = const(0)
+    for blk, op in te_linears(graph):
+        if keep is None or keep(f"{blk.name}/{op.path}"):
+            total = total + blk.repeat * op.share * sum((w.numel for w in op.params if w.role == "weight"), const(0))
+    return total
 
 
 def te_float8(graph: Graph, recipe: str) -> Graph:

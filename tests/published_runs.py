@@ -358,6 +358,16 @@ _BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers (v0.2.0 l
                         "L229-233, helpers.py L174-177) not expressible: recompute none")
 
 
+#: Megatron-Bridge's performance scripts take FP8-CS and FP8-MX from its mixed-precision recipes (v0.1.0rc3, the 25.09
+#: container's, scripts/performance/utils/helpers.py L92-105; v0.2.0 helpers.py L35-46; v0.3.0 utils/precision.py
+#: L26-37), and each sets fp8_param_gather (src/megatron/bridge/training/mixed_precision.py: v0.1.0rc3 L230-231, L268;
+#: v0.2.0 and v0.3.0 L251-252, L289; MXFP8 with reuse_grad_buf_for_mxfp8_param_ag), which no performance config
+#: overrides: --fp8-param-gather on every fp8 row under the distributed optimizer (--zero 1). Not on the 8B FSDP row
+#: (Megatron-FSDP's fp8 buffers are not modelled: the option is refused there), nor on NeMo 24.x's (``_NEMO``: the
+#: launcher's yamls set no fp8_params, NeMo's default False; only its MLPerf GPT-3 yamls do).
+_FP8_PARAMS = {"fp8_param_gather": True}
+
+
 def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note: str = "") -> Run:
     """NVIDIA Megatron-Bridge's performance summary (docs/performance-summary.md, 25.11 NeMo container, DGX-H100:
     8 H100 SXM per node, a 400 Gb/s NDR port per GPU), FP8 with current scaling (Transformer Engine's
@@ -367,6 +377,7 @@ def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note
     take from its recipe."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", "zero": 1,
               "dropout": False, "grad_buffer": "param", **layout}
+    layout = {**layout, **(_FP8_PARAMS if layout["zero"] == 1 else {})}  # ``_FP8_PARAMS``
     return Run(name, _BRIDGE, model, layout, 8192, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / 989.5:.1%} of the "
                     f"bf16 dense peak); {_BRIDGE_RECIPE}; TP overlap assumed" + (f"; {note}" if note else ""),
@@ -423,7 +434,7 @@ def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, lay
     "25.09", "26.02") on ``system`` (DGX-H100, DGX-B200: 8 GPUs per node, a 400 Gb/s port each; DGX-GB200, DGX-GB300:
     GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192, micro-batches = GBS / (MBS x DP), what the recipes ran
     (``_BRIDGE_PAGE``)."""
-    layout = _mcore_fp8(fp8, {"grad_buffer": "param", **layout})
+    layout = _mcore_fp8(fp8, {"grad_buffer": "param", **_FP8_PARAMS, **layout})
     peak = gpu(hw).bf16_flops / 1e12
     return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, 8192, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
@@ -533,22 +544,25 @@ BRIDGE_DENSE = [
 #: NVFP4 GEMMs have no published benchmark: memderive times them at cuBLAS's measured MXFP4 rate on a B200 as a
 #: fraction of the FP4 peak, with the fp8 shape curve (``efficiency.FP4_STAND_IN``, a stand-in), the GB300's fp8
 #: fraction itself the GB200's (``_GB300_RATE``).
+#: bf16_with_nvfp4_mixed's fp8_param_gather False (the layers' weights 16-bit, cast each step), over ``_FP8_PARAMS``.
+_NVFP4 = {"fp8_param_gather": False}
 _NVFP4_RATE = ("NVFP4 GEMMs at the B200's measured MXFP4 fraction of the FP4 peak, a stand-in "
                "(efficiency.FP4_STAND_IN)")
 BRIDGE_NVFP4 = [
     _bridge_dense("L3 70B p4 v5 b256 nvfp4 GB300", "26.02", _GB3, "gb300", "llama-3-70b",
-                  {"pp": 4, "virtual_stages": 5, "dp": 16, "batch": 1, "micro_batches": 16}, 6798, 3056, "te-nvfp4",
+                  {"pp": 4, "virtual_stages": 5, "dp": 16, "batch": 1, "micro_batches": 16, **_NVFP4}, 6798, 3056,
+                  "te-nvfp4",
                   f"v0.3.0 llama/llama3_workload_base_configs.py L225-231; {_NVFP4_RATE}; {_GB300_RATE}"),
     _bridge_dense("L3.1 405B t4 p8 v4 b1536 nvfp4 GB300", "26.02", _GB3, "gb300", LLAMA_405B,
-                  {**_l405(4, 8, 1, 4, 8, 192), "tp_comm_overlap": False}, 1333, 3365, "te-nvfp4",
+                  {**_l405(4, 8, 1, 4, 8, 192), "tp_comm_overlap": False, **_NVFP4}, 1333, 3365, "te-nvfp4",
                   "v0.3.0 llama/llama31_workload_base_configs.py L64-74, L245-250 (no FSDP, no offload, no "
                   f"recompute); {_NVFP4_RATE}; {_GB300_RATE}"),
     _bridge_dense("L3 70B t2 p4 v5 b256 nvfp4 GB200", "26.02", _GB, "gb200", "llama-3-70b",
                   {"tp": 2, "pp": 4, "virtual_stages": 5, "dp": 8, "batch": 1, "micro_batches": 32,
-                   "tp_comm_overlap": False}, 4458, 2004, "te-nvfp4",
+                   "tp_comm_overlap": False, **_NVFP4}, 4458, 2004, "te-nvfp4",
                   f"v0.3.0 llama/llama3_workload_base_configs.py L256-264; {_NVFP4_RATE}"),
     _bridge_dense("L3.1 405B t4 p16 v8 b1536 nvfp4 GB200", "26.02", _GB, "gb200", LLAMA_405B,
-                  {**_l405(4, 16, 1, 8, 4, 384), "tp_comm_overlap": False}, 1076, 2716, "te-nvfp4",
+                  {**_l405(4, 16, 1, 8, 4, 384), "tp_comm_overlap": False, **_NVFP4}, 1076, 2716, "te-nvfp4",
                   "v0.3.0 llama/llama31_workload_base_configs.py L108-119, L283-288 (V2: recompute_num_layers None, "
                   f"no recompute); {_NVFP4_RATE}"),
 ]
@@ -826,7 +840,7 @@ PLAN_SLACK = 1.15
 #: options are its recipe, given to the planner as they are.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
                      "first_stage_layers", "last_stage_layers", "pipeline_layout", "recompute", "flash", "attention",
-                     "tp_comm_overlap", "moe_a2a_overlap"})
+                     "tp_comm_overlap", "moe_a2a_overlap", "fp8_param_gather"})
 
 
 @dataclass
@@ -893,7 +907,8 @@ def plan_against(run: Run) -> PlanComparison:
     found = plan(run.model, capacity, run.global_batch, run.seq, run.gpus, options=base,
                  flash=layout.get("attention") != "eager", top=1, cluster=run.cluster(),
                  recomputes=(layout.get("recompute", "none"),), zeros=run.zero_stages,
-                 sequence_parallel=run.sequence_parallel, a2a_overlap=bool(layout.get("moe_a2a_overlap")))
+                 sequence_parallel=run.sequence_parallel, a2a_overlap=bool(layout.get("moe_a2a_overlap")),
+                 fp8_params=bool(layout.get("fp8_param_gather")))
     return PlanComparison(run, predict(run).predicted_s, found[0], found.evaluated)
 
 
@@ -1034,7 +1049,8 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
     says, or what it substitutes for what they say."""
     aware = fp8 == "none"  # BRIDGE_BF16_OPTIMIZER: the performance scripts' BF16 runs
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "grad_buffer": "param", "precision_aware_optimizer": aware, **({} if aware else {"fp8": fp8}), **layout}
+              "grad_buffer": "param", "precision_aware_optimizer": aware,
+              **({} if aware else {"fp8": fp8, **_FP8_PARAMS}), **layout}
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE.replace('25.11', release)}, {system}", model, layout, seq, hw, NDR,
                   tokens_per_s_per_gpu=tps,
@@ -1243,7 +1259,8 @@ def _drop_and_pad(dropless: str, tps: float, tflops: float) -> MoERun:
     run = next(r for r in MOE if r.name == dropless)
     return replace(run, name=dropless.replace("Qwen3 30B-A3B", "Qwen3 30B tokendrop"),
                    source=f"{_BRIDGE_MOE.replace('25.11', '25.09')}, {run.source.rsplit(', ', 1)[1]}",
-                   layout={**run.layout, "fp8": "te-current", **_TOKEN_DROP}, tokens_per_s_per_gpu=tps, assumed="",
+                   layout={**run.layout, "fp8": "te-current", **_FP8_PARAMS, **_TOKEN_DROP}, tokens_per_s_per_gpu=tps,
+                   assumed="",
                    published_mfu=tflops / (gpu(run.gpu).bf16_flops / 1e12),
                    note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; token drop, capacity factor 1, "
                         f"padded (the page's '(tokendrop)'); otherwise as {dropless}")

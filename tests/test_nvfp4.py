@@ -101,6 +101,7 @@ def test_the_step_names_its_stand_in() -> None:
     (["--gpu", "b200", "--implementation", "hf"], "--implementation megatron"),
     (["--gpu", "b200", "--framework", "torchtitan"], "torchtitan trains torchao's Float8Linear"),
     (["--gpu", "b200", "--tp", "2", "--sp", "--tp-comm-overlap"], "drop --tp-comm-overlap"),
+    (["--gpu", "b200", "--fp8-param-gather", "--zero", "1", "--dp", "2"], "drop --fp8-param-gather"),
 ])
 def test_refusals_in_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Where NVFP4 does not run or is not modelled: one line on stderr, exit 2."""
@@ -121,4 +122,5 @@ def test_bridges_nvfp4_rows_are_expressible_and_fit() -> None:
     for run in BRIDGE_NVFP4:
         e = run.estimate()
         assert run.held_out and e.options.fp8 == "te-nvfp4" and not e.options.tp_comm_overlap
+        assert not e.options.fp8_param_gather
         assert e.number("total_bytes") <= gpu(run.gpu).memory_bytes

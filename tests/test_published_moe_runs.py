@@ -262,7 +262,10 @@ def test_each_moe_layout_fits_or_names_what_is_assumed() -> None:
     performance scripts' override, ``published_runs.BRIDGE_BF16_OPTIMIZER``): the main params 2 bytes per parameter
     over the ranks that shard them where fp32 ones counted 4 (gpt-oss-120b p4 ep8 H100 61.7 to 58.3 GiB, ep64 B200
     146.3 to 142.9, ep64 GB200 90.7 to 87.3, the GB300 rows 146.3 to 142.9; Qwen3-235B-A22B p8 v3 ep32 GB200 116.4 to
-    114.7, p4 v12 ep16 GB300 198.3 to 196.6)."""
+    114.7, p4 v12 ep16 GB300 198.3 to 196.6). Since the Bridge fp8 rows hold their linear weights as Transformer Engine
+    fp8 tensors, as every Bridge fp8 recipe sets (--fp8-param-gather, ``published_runs._FP8_PARAMS``: no 16-bit copy
+    of them), the fp8 rows hold less: DeepSeek-V3 p2 v8 ep32 GB300 284.5 to 249.7 GiB, Qwen3 30B-A3B p2 v24 on H100
+    80.0 to 75.8 (python benchmarks/published_runs.py)."""
     over = []
     for run in MOE:
         need, capacity, assumed = moe_memory(run)

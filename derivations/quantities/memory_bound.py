@@ -49,15 +49,16 @@ from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
+from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.te_float8 import TEFloat8, te_linears
+from memderive.symbolic.te_float8 import TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
-           "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE"]
+           "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
     Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
@@ -444,7 +445,47 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     if o.fp8 not in TE_FP8:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
+    if o.fp8_param_gather and o.fp8 != "te-mxfp8":
+        return (layout_int(micro, est.values) if micro else 0), _primary_cast(est, transpose)
     return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
+
+
+_te_weights = per_graph(te_weight_elements)
+
+
+@per_graph
+def _routed_te_weights(graph: Any) -> Any:
+    """``te_weight_elements`` of the routed experts' ops alone (``symbolic.experts.expert_ops``)."""
+    routed = set(expert_ops(graph))
+    return te_weight_elements(graph, lambda path: path in routed)
+
+
+def fp8_gathered_elements(est: Evaluated, routed: bool = False) -> Any:
+    """The weight elements one GPU's data-parallel all-gather moves in 8 bits, not 16 (``routed``: of the routed
+    experts alone, gathered over their own group): the layers' linear weights under ``--fp8-param-gather`` with
+    delayed or current scaling (their _data in the uint8 parameter buffer); 0 otherwise, and under MXFP8, whose
+    bucket is gathered in 16 bits through the gradient buffer and quantized after (``te_float8.PARAM_GATHER_SOURCE``:
+    param_and_grad_buffer.py L1160-1190, L303-343)."""
+    o = est.options
+    if not o.fp8_param_gather or o.fp8 == "te-mxfp8":
+        return 0
+    return layout_int((_routed_te_weights if routed else _te_weights)(est.graph), est.values)
+
+
+def _primary_cast(est: Evaluated, transpose: bool) -> Any:
+    """``fp8_cast_bytes``' step part under ``--fp8-param-gather`` with delayed or current scaling: no 16-bit module
+    weight to cast; after the optimizer, TE's ``quantize_master_weights`` casts the rank's fp32 main shard (1/(d cp)
+    of the layers' linear weights, the distributed optimizer's; the ceiling, as ``optimizer_bytes``) to 16 bits
+    (L285-291: the copy ``optimizer_bytes`` counts, into a temporary now), then quantizes it row-wise into the uint8
+    buffer (current scaling an amax pass first, its amax all-reduced); after the all-gather,
+    ``post_all_gather_processing`` makes each whole weight's transpose where only TN fp8 GEMMs run (r 1 w 1).
+    MXFP8's step cast is the 16-bit gathered weight quantized both ways, as without the option
+    (``te_float8.PARAM_GATHER_SOURCE``)."""
+    o = est.options
+    n = layout_int(_te_weights(est.graph), est.values)
+    shard = -(-n // (o.dp * o.cp))
+    width = 2  # the master shard cast to Megatron's 16-bit model dtype first (quantize_master_weights)
+    return _quantize(shard, width, o.fp8, False, True, False) + (2 * n if transpose else 0)
 
 
 @per_graph

@@ -80,7 +80,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
-                                                            OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes)
+                                                            OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
+                                                            fp8_gathered_elements)
 from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, state_widths
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
@@ -93,7 +94,7 @@ from memderive.derivations.quantities.param_offload_time import param_offload_li
 
 np = lazy("numpy")
 
-__all__ = ["StepTime", "InferenceTime", "step_time", "float8_flops", "product_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
+__all__ = ["StepTime", "reduced_bytes", "InferenceTime", "step_time", "float8_flops", "product_flops", "inference_time", "DEFAULT_EFFICIENCY", "EFFICIENCY_SOURCE",
            "time_json", "time_of", "tp_bytes", "implied_mfu", "ZERO3_CHECKED_RANKS", "zero3_caution"]
 
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
@@ -726,7 +727,11 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
     ranks = o.tp * o.dp * o.cp // (o.expert_tp * o.ep)
     total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
     experts = share * total if o.finetuning else held
-    return ExpertGroup(grads * share, weights * share, ranks, o.expert_tp * o.ep, _bucket_calls(est, experts, ranks, zero),
+    gathered = weights * share
+    if fp8_gathered_elements(est):  # --fp8-param-gather: every expert weight 8-bit, the embedding and norms 16-bit
+        width = state_widths(o.dtype, o.optimizer, o.precision)[0]
+        gathered = held * width - (width - 1) * fp8_gathered_elements(est, routed=True)
+    return ExpertGroup(grads * share, gathered, ranks, o.expert_tp * o.ep, _bucket_calls(est, experts, ranks, zero),
                        _bucket_calls(est, total - experts, o.dp * o.cp, zero))
 
 
@@ -850,7 +855,7 @@ def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
     width, grad, _ = state_widths(o.dtype, o.optimizer, o.precision)
     grad = 4 if o.grad_buffer == "fp32" and o.precision == "master" else grad
     trained = est.number("trainable_parameters") if o.finetuning else params
-    return trained * grad, params * width
+    return trained * grad, params * width - (width - 1) * fp8_gathered_elements(est)  # --fp8-param-gather: 1 B
 
 
 #: The token embedding's weight, the one a tied LM head shares (``models.architectures``).

@@ -41,7 +41,8 @@ from memderive.symbolic.expr import Max, const
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
-from memderive.symbolic.te_float8 import workspace_terms
+from memderive.symbolic.experts import expert_ops
+from memderive.symbolic.te_float8 import PARAM_GATHER_SOURCE, te_weight_elements, workspace_terms
 from memderive.symbolic.simplify import factor_out
 
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
@@ -190,6 +191,37 @@ def context_parallel_buffers(graph: Graph) -> Breakdown:
     return Breakdown((Term("context_parallel/kv_chunks", chunk * (dims.cp - 1)),), "bytes")
 
 
+#: What ``--fp8-param-gather`` holds per recipe (``symbolic.te_float8.PARAM_GATHER_SOURCE``).
+_FLOAT8_PARAMS = ("fp8 primary weights (--fp8-param-gather): each layer linear's weight a Float8Tensor, its 1-byte "
+                  "_data in the distributed optimizer's uint8 parameter buffer, a 4-byte scale_inv per tensor, no "
+                  "16-bit copy; the norms, biases, embedding and output layer 16-bit; fp32 main params and the "
+                  "gradient buffer as before")
+PARAM_GATHER_NOTES = {
+    "te-delayed": _FLOAT8_PARAMS + " (and the delayed-scaling amax history)",
+    "te-current": _FLOAT8_PARAMS,
+    "te-mxfp8": ("fp8 primary weights (--fp8-param-gather, with Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag): "
+                 "each layer linear's weight an MXFP8Tensor of its own, row- and column-wise data and a 1-byte scale "
+                 "per 32 elements each, no 16-bit copy; its 16-bit parameter buffer a view of the gradient buffer "
+                 "(nothing beside it); the norms, biases, embedding and output layer 16-bit; fp32 main params and the "
+                 "gradient buffer as before"),
+}
+
+
+def fp8_primary_weights(states: Breakdown, graph: Graph, opts: Options) -> Breakdown:
+    """``states`` with the layers' linear weights taken out of the 16-bit weights under ``--fp8-param-gather`` (their
+    8-bit tensors are ``te_fp8_buffers``' terms): ``model_states/weights`` less the dense linears' elements,
+    ``model_states/experts/weights`` less the routed experts', each times the weights' width (unsharded: the
+    distributed optimizer, --zero 1)."""
+    if not opts.fp8_param_gather:
+        return states
+    width = state_widths(opts.dtype, opts.optimizer, opts.precision)[0]
+    routed = set(expert_ops(graph))
+    fp8 = {"model_states/weights": te_weight_elements(graph, lambda p: p not in routed),
+           "model_states/experts/weights": te_weight_elements(graph, lambda p: p in routed)}
+    return Breakdown(tuple(Term(t.path, t.expr - width * fp8[t.path]) if t.path in fp8 else t
+                           for t in states.terms), "bytes")
+
+
 def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     """What Transformer Engine's fp8 keeps beside the model states under Megatron-Core (``--fp8 te-*``): each
     layer linear's cached 8-bit weight (and, on Hopper and Ada, its transpose) and, under delayed scaling, its
@@ -198,6 +230,12 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     ``te_float8.workspace_terms``); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
     terms = workspace_terms(graph, opts.fp8, transpose)
+    if opts.fp8_param_gather:  # the same bytes, held as the weights themselves
+        terms = [(path.replace("/weight_workspace", "/fp8_weight"), expr) for path, expr in terms]
+        return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), (
+            PARAM_GATHER_NOTES[opts.fp8] + (", a transposed copy beside each (post_all_gather_processing: Hopper "
+                                            "and Ada run only TN fp8 GEMMs; no --gpu counts as Hopper)"
+                                            if transpose else "") + f" ({PARAM_GATHER_SOURCE})")
     note = (f"fp8 ({opts.fp8}): Transformer Engine's 8-bit weight workspaces cached across micro-batches "
             "(Megatron-Core passes is_first_microbatch)"
             + (", a transposed copy beside each (Hopper and Ada run only TN fp8 GEMMs; no --gpu counts as Hopper)"
@@ -230,6 +268,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     ignore, why = PROFILES[opts.profile]
     rel = graph.relations
     states, cpu, trainable = _states(graph, opts)
+    states = fp8_primary_weights(states, graph, opts)
     acts = _activations(graph, ignore_roles=tuple(ignore))
     per_layer = one_layer(graph, ignore)
     assumptions = graph.assumptions + (f"activation profile {opts.profile}: {why}",) + finetune_notes(opts)

@@ -200,14 +200,15 @@ def expert_degrees(model: Model, ep: int = 1) -> tuple[int, ...]:
 def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None, flash: bool,
                 ep: int = 1, recomputes: tuple[str, ...] | None = None,
                 zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp: int = 1,
-                space: PlanSpace = EVERY_LAYOUT, a2a_overlap: bool = False) -> list[dict]:
+                space: PlanSpace = EVERY_LAYOUT, a2a_overlap: bool = False, fp8_params: bool = False) -> list[dict]:
     """Every layout as ``Options`` fields (memory not yet checked); the expert-parallel degrees of
     ``expert_degrees`` (``ep`` given: that one), each over data-parallel degrees it divides; the
     context-parallel degrees of ``CONTEXT`` (``cp`` > 1 given: that one); the recompute
     modes ``recomputes`` (None: none and full, and selective without FlashAttention) and the ZeRO stages ``zeros``
     (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off;
     of those, what the framework runs (``space``: its ZeRO stages with pipeline stages, cp, ep); ``a2a_overlap``:
-    ``moe_a2a_overlap`` on the layouts that can run it (ep > 1, v > 1 where p > 1, no full recompute)."""
+    ``moe_a2a_overlap`` on the layouts that can run it (ep > 1, v > 1 where p > 1, no full recompute); ``fp8_params``:
+    ``fp8_param_gather`` on the layouts of the distributed optimizer (ZeRO-1: Options refuses it elsewhere)."""
     out: list[dict] = []
     eps = (1,) if base.offload_params or not space.ep else expert_degrees(model, ep)  # Options refuses --ep with --offload-params
     if recomputes is None:
@@ -238,6 +239,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                     # Megatron-Core's EP A2A overlap where it runs (Options refuses it elsewhere: quantities.a2a_overlap)
                     overlap = {"moe_a2a_overlap": ep > 1 and (pp == 1 or vs > 1) and recompute != "full"} \
                         if a2a_overlap else {}
+                    if fp8_params:
+                        overlap["fp8_param_gather"] = zero == 1
                     out.append({**overlap, "tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
                                 "flash": flash, **({} if flash else {"attention": "eager"}), "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
@@ -344,7 +347,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
          options: Options | None = None, peak_flops: float | None = None, flash: bool = True,
          top: int = 10, cluster: Any = None, recomputes: tuple[str, ...] | None = None,
          zeros: tuple[int, ...] = (0, 1, 2, 3), sequence_parallel: bool = True, cp_pays: bool = True,
-         a2a_overlap: bool = False, **fields: Any) -> Plan:
+         a2a_overlap: bool = False, fp8_params: bool = False, **fields: Any) -> Plan:
     """The ``top`` layouts that fit ``capacity`` bytes per GPU, fastest first (see the module's NOTE).
 
     Args:
@@ -366,6 +369,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         sequence_parallel: sequence parallelism with tensor parallelism (False: a framework without it).
         a2a_overlap: Megatron-Core's EP A2A overlap (``Options.moe_a2a_overlap``, also taken from ``options``) on
             every row that can run it (ep > 1, v > 1 where p > 1, no full recompute; the others without it).
+        fp8_params: Megatron-Core's fp8 primary weights (``Options.fp8_param_gather``, also taken from ``options``)
+            on every row of the distributed optimizer (ZeRO-1; the others without it).
         cp_pays: rows of cp > 1 only where they pay (``_paying``: faster than every row of cp 1 that fits, or none of
             cp 1 fits); False: every row that fits.
 
@@ -394,7 +399,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     overlap = (a2a_overlap or (options or Options()).moe_a2a_overlap) and (options or Options()).framework in (
         None, "megatron")
     base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
-                   sp=False, zero=0, recompute="none", recompute_modules=(), moe_a2a_overlap=False)
+                   sp=False, zero=0, recompute="none", recompute_modules=(), moe_a2a_overlap=False,
+                   fp8_param_gather=False)  # set row by row (``_candidates``)
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
     if base.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (Options refuses the others)
@@ -402,7 +408,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     space = plan_space(base.framework)
     recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context, modules)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
-                       sequence_parallel and space.sp, context, space, overlap)
+                       sequence_parallel and space.sp, context, space, overlap,
+                       fp8_params or (options or Options()).fp8_param_gather)
     for row in rows:
         row["recompute_modules"] = modules if row["recompute"] == "selective" else ()
     if not rows:
