@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memderive.derivations.hardware import gpu  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
-from tests.published_runs import (BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
-                                  MOE_HOST_GAP, RUNS, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run,
+from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_NVFP4, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
+                                  MOE_HOST_GAP, NVFP4_GAP, RUNS, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run,
                                   moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
@@ -49,6 +49,7 @@ def table() -> list[float]:
                    "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
     _rows(f"Held out, apart from the bounds: {BRIDGE_DENSE_GAP}", DENSE_APART)
+    _rows(f"Held out, apart from the bounds: {NVFP4_GAP}", BRIDGE_NVFP4)
     _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
     moe()
     groups()
@@ -60,7 +61,7 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT + MOE + DENSE_APART + TORCHTITAN_FLOAT8:
+    for run in FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8:
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -69,7 +70,7 @@ def groups() -> None:
                                                     or "Korthikanti" in run.source or "MegaScale" in run.source
                                                     else "llama3")
         moe = ("moe" if any(run is r for r in MOE) else
-               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART + TORCHTITAN_FLOAT8) else
+               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8) else
                "dense")
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
     print(f"{'GPU':12s} {'framework':12s} {'kind':23s} {'runs':>5s} {'median':>8s} {'worst':>8s}")

@@ -12,7 +12,9 @@ Conventions (NOTE(memderive)):
   FP16/BF16 36 PFLOPS with sparsity, 2.3 TB, NVLink 14.4 TB/s); GB300 NVL72 from its datasheet over 72 GPUs as the
   GB200 (FP8 720, BF16 360 PFLOPS with sparsity, 576 TB/s, NVLink 130 TB/s). Both GPUs' HBM3e is NVIDIA's
   Blackwell Ultra figure, 288 GB at 8 TB/s (the rack's "up to 21 TB" is not a whole number of GB over 72).
-  Their dense NVFP4 (B300 108 / 8 = 13.5, GB300 15 PFLOPS) has no column here: the time model runs nothing in 4 bits.
+* ``fp4``: the dense NVFP4 tensor rate of Blackwell (``--fp8 te-nvfp4``), the datasheets' FP4 figures halved where
+  given with sparsity only: B200 144 / 8 / 2 = 9, GB200 1,440 / 72 / 2 = 10, B300 108 / 8 = 13.5 and GB300 1,080 /
+  72 = 15 PFLOPS dense (Blackwell Ultra's FP4 is three times its FP8, Blackwell's twice).
 * Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
   has no such link), the total of both directions; a collective moves data at half of it each way.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
@@ -46,12 +48,12 @@ _H100 = Citation("nvidia-h100-datasheet",
 _H200 = Citation("nvidia-h200-datasheet",
                  "H200 SXM: BF16 1,979 / FP8 3,958 TFLOPS with sparsity, 141 GB, 4.8 TB/s, NVLink 900 GB/s")
 _B200 = Citation("nvidia-dgx-b200-datasheet",
-                 "8 GPUs: FP8 72 PFLOPS, FP16/BF16 36 PFLOPS with sparsity, 1,440 GB, 64 TB/s HBM3e; NVLink 5 "
-                 "1.8 TB/s per GPU")
+                 "8 GPUs: FP4 144 PFLOPS, FP8 72 PFLOPS, FP16/BF16 36 PFLOPS with sparsity, 1,440 GB, 64 TB/s "
+                 "HBM3e; NVLink 5 1.8 TB/s per GPU")
 _GB200 = Citation("nvidia-gb200-nvl72-datasheet",
-                  "72 GPUs: FP8 720 PFLOPS, FP16/BF16 360 PFLOPS with sparsity, up to 13.4 TB HBM3e, 576 TB/s; NVLink "
-                  "130 TB/s, one NVLink domain of 72 GPUs", also=(Citation("bekman-mamf", "GB200 SXM theory: BF16 "
-                                                                           "2,500, FP8 5,000 TFLOPS"),))
+                  "72 GPUs: FP4 1,440 PFLOPS, FP8 720 PFLOPS, FP16/BF16 360 PFLOPS with sparsity, up to 13.4 TB "
+                  "HBM3e, 576 TB/s; NVLink 130 TB/s, one NVLink domain of 72 GPUs",
+                  also=(Citation("bekman-mamf", "GB200 SXM theory: BF16 2,500, FP8 5,000 TFLOPS"),))
 _B300 = Citation("nvidia-dgx-b300-datasheet",
                  "8 GPUs: FP8 72 PFLOPS with sparsity, FP4 144 | 108 PFLOPS, 2.3 TB of GPU memory; NVLink 14.4 TB/s "
                  "(1.8 TB/s per GPU)", also=(Citation("nvidia-hgx-b300", "HGX B300, 8 GPUs: FP16/BF16 36 PFLOPS, "
@@ -106,6 +108,7 @@ class GPU:
     link: str
     source: Citation
     nvlink_domain: int = 8  # GPUs one NVLink/NVSwitch domain joins (an 8-GPU node; GB200 NVL72: 72)
+    fp4_flops: int | None = None  # dense NVFP4 tensor FLOP/s (Blackwell); None: no FP4 tensor cores
 
     def peak_flops(self, dtype: str = "bf16") -> int:
         """Dense peak for a compute dtype: fp8 where the GPU has it, else the 16-bit rate.
@@ -113,10 +116,13 @@ class GPU:
         NOTE(memderive): fp32 work is timed at the 16-bit tensor rate (TF32 is slower); int8/int4
         weight-only quantization computes in 16 bits.
         """
-        return self.fp8_flops if dtype == "fp8" and self.fp8_flops is not None else self.bf16_flops
+        if dtype == "fp4" and self.fp4_flops is not None:
+            return self.fp4_flops
+        return self.fp8_flops if dtype in ("fp8", "fp4") and self.fp8_flops is not None else self.bf16_flops
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "title": self.title, "bf16_flops": self.bf16_flops, "fp8_flops": self.fp8_flops,
+                "fp4_flops": self.fp4_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                 "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
                 "source": cite(self.source)}
@@ -129,13 +135,14 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
         "NVLink bridge", _H100),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G, "NVLink 4", _H200),
-    GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200),
+    GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
+        fp4_flops=9000 * T),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72),
+        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T),
     GPU("b300", "NVIDIA B300 Blackwell Ultra (DGX/HGX) 288GB", 2250 * T, 4500 * T, 288 * GIB, 8000 * G, 1800 * G,
-        "NVLink 5", _B300),
+        "NVLink 5", _B300, fp4_flops=13500 * T),
     GPU("gb300", "NVIDIA GB300 NVL72 (per Blackwell Ultra GPU) 288GB", 2500 * T, 5000 * T, 288 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72),
+        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
         "PCIe 4.0 x16", _ADA),

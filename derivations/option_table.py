@@ -172,9 +172,10 @@ OPTIONS: tuple[Option, ...] = (
        "16-bit --dtype. Or Transformer Engine's "
        "fp8 under Megatron-Core "
        "(--implementation megatron): te-delayed, te-current (Hopper and later), te-mxfp8 (Blackwell), every layer "
-       "linear's three GEMMs at the GPU's fp8 rate, its input saved as the 8-bit cast, its 8-bit weight cached", choices=("none", "tensorwise", "rowwise",
+       "linear's three GEMMs at the GPU's fp8 rate, its input saved as the 8-bit cast, its 8-bit weight cached; "
+       "te-nvfp4 (Blackwell: NVFP4BlockScaling), the same in 4 bits at the GPU's FP4 rate", choices=("none", "tensorwise", "rowwise",
                                                                       "rowwise_with_gw_hp", "te-delayed",
-                                                                      "te-current", "te-mxfp8"),
+                                                                      "te-current", "te-mxfp8", "te-nvfp4"),
        modes=_TRAIN, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise")),
     _o("fp8_param_gather", "bool", False, "Megatron-LM's --fp8-param-gather (Megatron-Bridge's fp8 recipes set it), "

@@ -172,8 +172,9 @@ def given_options(options: Any, call: str = "estimate") -> Any:
 
 
 #: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
-#: MXFP8BlockScaling (transformer_engine/common/recipe).
-TE_FP8 = ("te-delayed", "te-current", "te-mxfp8")
+#: MXFP8BlockScaling, NVFP4BlockScaling (transformer_engine/common/recipe; NVFP4 is Megatron-Core's --fp4-format e2m1
+#: --fp4-recipe nvfp4, Megatron-Bridge's bf16_with_nvfp4_mixed).
+TE_FP8 = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
 #: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
 #: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
 #: input saved by each Float8Linear. Its default, no recipe_name, is tensorwise scaling (docs/float8.md: "For
@@ -507,6 +508,10 @@ class Options:
         if self.fp8_param_gather and self.fp8 not in TE_FP8:
             raise OptionsError("--fp8-param-gather keeps the layers' linear weights as Transformer Engine fp8 tensors: "
                                "give --fp8 te-delayed, te-current or te-mxfp8")
+        if self.fp8_param_gather and self.fp8 == "te-nvfp4":
+            raise OptionsError("--fp8-param-gather with --fp8 te-nvfp4 (4-bit primary weights) is not modelled; "
+                               "Megatron-Bridge's nvfp4 recipe sets fp8_param_gather False (mixed_precision.py "
+                               "bf16_with_nvfp4_mixed): drop --fp8-param-gather")
         if self.fp8 == "none":
             return
         if self.fp8 in TE_FP8:
@@ -520,7 +525,8 @@ class Options:
         if self.implementation_kind != "hf" and self.framework != "torchtitan":
             raise OptionsError("--fp8 converts torch.nn.Linear modules as torchao does: transformers' layers, "
                                "--implementation hf, or torchtitan's (--framework torchtitan); Megatron-Core's "
-                               "linears are Transformer Engine's: use --fp8 te-delayed, te-current or te-mxfp8 there")
+                               "linears are Transformer Engine's: use --fp8 te-delayed, te-current, te-mxfp8 or "
+                               "te-nvfp4 there")
         if self.float8_tp_plan and not self.sp:
             raise OptionsError("--fp8 tensorwise with --tp under torchtitan is its Float8 tensor parallelism, whose "
                                "plan shards the sequence between the linears: give --sp (torchtitan's default)")
@@ -557,11 +563,19 @@ class Options:
             raise OptionsError(f"--fp8 {self.fp8} is Transformer Engine's recipe under Megatron-Core: use "
                                "--implementation megatron (or --framework megatron); for transformers' layers use "
                                "torchao's tensorwise, rowwise or rowwise_with_gw_hp")
+        if self.fp8 == "te-nvfp4" and self.tp_comm_overlap:
+            raise OptionsError("--fp8 te-nvfp4 with --tp-comm-overlap is not modelled (Megatron-Bridge turns TP "
+                               "overlap off for nvfp4, scripts/performance/configs/llama/llama3_llm_pretrain.py): "
+                               "drop --tp-comm-overlap")
         if dtype(self.dtype).nbytes >= 4:
             raise OptionsError(f"--fp8 {self.fp8} is modelled for 16-bit weights and compute (--dtype bf16 or fp16), "
                                f"not --dtype {self.dtype}")
         if self.gpu is not None:
             hw = GPUS.get(self.gpu.strip().lower())
+            if hw is not None and self.fp8 == "te-nvfp4" and hw.fp4_flops is None:
+                raise OptionsError(f"--fp8 te-nvfp4 runs Blackwell's FP4 tensor cores (Transformer Engine's "
+                                   f"NVFP4BlockScaling); {hw.name} has none: give a Blackwell --gpu "
+                                   f"({', '.join(BLACKWELL)}) or another recipe")
             if hw is not None and hw.fp8_flops is None:
                 raise OptionsError(f"--fp8 {self.fp8}: {hw.name} has no fp8 tensor cores (Transformer Engine needs "
                                    "Hopper, Ada or later)")

@@ -617,6 +617,9 @@ _ENTRIES: tuple[Reference, ...] = (
               "as its forks keep it, e.g. samuel-bohman/AI-benchmarking-guide) (HBM Bandwidth: BabelStream Copy, Mul, "
               "Add, Triad, Dot in TB/s; GEMM cuBLASLt; NCCL all-reduce)", None,
               "github.com/Azure/AI-benchmarking-guide/tree/main/Azure_Results", "code"),
+    Reference("deepgemm-348", "deepseek-ai/DeepGEMM#348", "z52527", "DeepGEMM pull request 348: support mxfp4 x "
+              "mxfp4 GEMM on sm100 (Dense GEMM perf on a B200, CUDA 12.9, beside cublasTest 13.3 run directly: "
+              "TFLOP/s per M x N x K)", 2026, "github.com/deepseek-ai/DeepGEMM/pull/348", "report"),
     Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
               "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "

@@ -30,7 +30,12 @@ class Gathered:
     input: int
     grad: int
     block: int | None = None
+    data: int | Fraction = FP8.nbytes  # bytes per element of each copy's data (NVFP4: 1/2, two elements a byte)
 
     def width(self, copies: int) -> Fraction:
-        """Bytes per element of the gathered tensor for ``copies`` layouts."""
-        return copies * (FP8.nbytes + (Fraction(1, self.block) if self.block else Fraction(0)))
+        """Bytes per element of the gathered tensor for ``copies`` layouts.
+
+        >>> Gathered(1, 2, block=16, data=Fraction(1, 2)).width(2)  # NVFP4's gradient: 4-bit data, a scale per 16
+        Fraction(9, 8)
+        """
+        return copies * (self.data + (Fraction(1, self.block) if self.block else Fraction(0)))

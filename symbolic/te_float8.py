@@ -35,6 +35,16 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   under ``shared_experts`` recompute, whose checkpoint saves only its input). Dense mlp.py calls none (fc2 keeps
   its cast).
 
+* **NVFP4** (``te-nvfp4``, ``NVFP4BlockScaling``, common/recipe/__init__.py L489-609): every layer linear's three
+  GEMMs in 4 bits (E2M1; attention not quantized, ``fp8_dpa = False``). A quantized tensor's usage is packed 2
+  elements a byte with one E4M3 scale (1 byte) per 16 elements along the GEMM's reduction and one fp32 amax per
+  usage (tensor/nvfp4_tensor.py L273-307 ``get_scale_shape``: rowwise ``[M, K / 16]``, columnwise ``[K, M / 16]``,
+  padded to multiples of [128, 4]; L365-399 ``inner_tensor_specs``: ``_rowwise_data`` / ``_columnwise_data``
+  ``shape[-1] // 2`` uint8, ``_amax_rowwise`` / ``_amax_columnwise`` one fp32 each). The input saved for the
+  weight gradient is its columnwise usage (random-Hadamard-transformed, ``fp4_quant_fwd_inp``): n / 2 + n / 16 + 4
+  bytes; the weights' 16x16 2D scaling (``fp4_quant_fwd_weight``) keeps the 1D scale layout. Megatron-Core sets
+  ``save_original_input`` on proj under fp4 as under current scaling (attention.py L428-444: ``config.fp4``).
+
 ``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
 micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
 
@@ -52,9 +62,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
-from memderive.symbolic.dtypes import dtype
+from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.expr import const
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph, Op
@@ -64,10 +75,11 @@ from memderive.symbolic.tensor import Tensor
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
            "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE"]
 
-TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8")
+TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
 SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
           "column-wise in 8 bits), module/layernorm_linear.py L475-487 (ln_out), tensor/float8_tensor.py L423-429 "
-          "(_data, _transpose, _scale_inv), tensor/mxfp8_tensor.py L84-93, L164-176 (data and 1-byte scales per 32)")
+          "(_data, _transpose, _scale_inv), tensor/mxfp8_tensor.py L84-93, L164-176 (data and 1-byte scales per 32), "
+          "tensor/nvfp4_tensor.py L273-307, L365-399 (4-bit data 2 a byte, 1-byte E4M3 scales per 16, an fp32 amax)")
 #: Megatron-Core's default amax history (megatron/core/transformer/transformer_config.py:
 #: ``fp8_amax_history_len: int = 1``; Transformer Engine's own DelayedScaling default is 1024,
 #: transformer_engine/common/recipe/__init__.py L255).
@@ -77,6 +89,9 @@ _NOT_TE = ("embed", "head")
 #: The output layer's op path: in the head, and in an MTP layer, which runs the head's output layer (models.mtp).
 _OUTPUT_LAYER = "lm_head"
 FP8, FP32, E8M0 = dtype("fp8"), dtype("fp32"), dtype("int8")  # E8M0 scales: one byte (torch.uint8 in TE)
+FP4 = DType("fp4", Fraction(1, 2))  # NVFP4's E2M1 data, two elements a byte (uint8 in TE)
+#: Elements per one-byte block scale of TE's block-scaled recipes (MXFP8's E8M0, NVFP4's E4M3).
+BLOCK = {"te-mxfp8": 32, "te-nvfp4": 16}
 
 SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward L175-207 (a column-parallel input "
              "quantized on its sequence shard, row-wise only for Float8 quantizers, then gather_along_first_dim with "
@@ -89,6 +104,8 @@ SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward
              "then gathered); distributed.py _all_gather_fp8 L903-984 (the 8-bit _data gathered, 'Assume scaling "
              "factors are identical across ranks': no scale sent; the transpose made after), _all_gather_mxfp8 "
              "L1445-1570 (each usage the quantizer asks for gathered, its data and its 1-byte scales per 32); "
+             "_all_gather_nvfp4 (TransformerEngine d0067d0d distributed.py L1332-1480: each usage's 4-bit data and "
+             "its unpadded 1-byte scales per 16 gathered, the amax carried over, not sent); "
              "linear.py _customize_quantizers_float8_current_scaling L1649-1672 (current scaling's amax reduced over "
              "the TP group, so the ranks' scales agree); tensor/float8_tensor.py supports_only_rowwise_all_gather; "
              "module/base.py initialize_ub L288-298, L412-416 (--tp-comm-overlap: every all-gather buffer uint8 "
@@ -98,12 +115,14 @@ SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward
 #: one-byte scale sent with each copy (None: a per-tensor fp32 scale_inv, not sent), and whether the quantizer
 #: gathers row-wise data only (``supports_only_rowwise_all_gather``: Float8 data is gathered, its transpose made
 #: after; MXFP8 gathers each usage asked for).
-_TE_QUANTIZERS = {"te-delayed": (None, True), "te-current": (None, True), "te-mxfp8": (32, False)}
+_TE_QUANTIZERS = {"te-delayed": (None, True), "te-current": (None, True), "te-mxfp8": (32, False),
+                  "te-nvfp4": (16, False)}
 #: Per recipe, what each sequence-parallel all-gather of a TE linear sends: the forward's input all-gather one copy
 #: (the quantizer set row-wise before it); the backward's output-gradient all-gather the gradient's two usages (dgrad
 #: row-wise, wgrad column-wise), one where the quantizer gathers row-wise data only. The input's re-gather for the
 #: weight gradient (one copy) runs behind the dgrad GEMM and is not among them.
-SP_GATHERS = {recipe: Gathered(1, 1 if rowwise_only else 2, block=block)
+SP_GATHERS = {recipe: Gathered(1, 1 if rowwise_only else 2, block=block,
+                        data=(FP4 if recipe == "te-nvfp4" else FP8).nbytes)
               for recipe, (block, rowwise_only) in _TE_QUANTIZERS.items()}
 
 
@@ -139,27 +158,35 @@ class TEFloat8:
     def name(self) -> str:
         return f"Transformer Engine fp8 ({self.recipe})"
 
-    def _scale(self, x: Tensor) -> Tensor:
-        """The scales saved beside ``x``'s 8-bit cast: one fp32 ``_scale_inv`` (delayed, current scaling), or
-        MXFP8's column-wise scale_inv, one byte per 32 rows of each column: rows * k / 32 bytes (put on the last
-        axis, so that tensor, sequence and context parallelism split it as they split ``x``)."""
-        name = f"{x.name}:fp8.scale_inv"
-        if self.recipe != "te-mxfp8":
-            return Tensor(name, (), FP32, role=x.role)
-        return replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / 32), dtype=E8M0)
+    @property
+    def _suffix(self) -> str:
+        return "fp4" if self.recipe == "te-nvfp4" else "fp8"
+
+    def _scale(self, x: Tensor) -> list[Tensor]:
+        """The scales saved beside ``x``'s cast: one fp32 ``_scale_inv`` (delayed, current scaling), or the block
+        recipes' column-wise scale_inv, one byte per 32 (MXFP8) or 16 (NVFP4) rows of each column: rows * k / block
+        bytes (put on the last axis, so that tensor, sequence and context parallelism split it as they split
+        ``x``), and NVFP4's fp32 ``_amax_columnwise``."""
+        name = f"{x.name}:{self._suffix}.scale_inv"
+        if self.recipe not in BLOCK:
+            return [Tensor(name, (), FP32, role=x.role)]
+        scales = [replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / BLOCK[self.recipe]), dtype=E8M0)]
+        return scales + ([Tensor(f"{x.name}:fp4.amax", (), FP32, role=x.role)] if self.recipe == "te-nvfp4" else [])
 
     def _op(self, op: Op, original: bool = False) -> Op:
-        """``op`` saving its inputs' 8-bit casts, or (``original``) its inputs as they are."""
+        """``op`` saving its inputs' 8-bit (NVFP4: 4-bit) casts, or (``original``) its inputs as they are."""
         if op.kind != "linear" or original:
             return op
-        casts = {x.name for x in op.saved if x.name in op.inputs}
+        casts = {x.name: x for x in op.saved if x.name in op.inputs}
+        data = FP4 if self.recipe == "te-nvfp4" else FP8
         saved: list[Tensor] = []
         for x in op.saved:
-            saved += [replace(x, name=f"{x.name}:fp8", dtype=FP8), self._scale(x)] if x.name in casts else [x]
+            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x)] if x.name in casts \
+                else [x]
         saved_for: list[tuple[str, tuple[str, ...]]] = []
         for name, grads in op.saved_for:
-            saved_for += [(f"{name}:fp8", grads), (f"{name}:fp8.scale_inv", grads)] if name in casts else [
-                (name, grads)]
+            saved_for += ([(f"{name}:{self._suffix}", grads)] + [(t.name, grads) for t in self._scale(casts[name])]
+                          if name in casts else [(name, grads)])
         return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
 
     def saves_original(self, blk: Any, op: Op) -> bool:
@@ -180,9 +207,11 @@ class TEFloat8:
         experts = any(op.kind == "experts" for _, op in te_linears(graph))
         note = (f"fp8: Transformer Engine {self.recipe} (Megatron-Core's layer linears): each saves its input's "
                 "8-bit cast and its scales for the weight gradient instead of the 16-bit input (" + SOURCE + ")"
-                + ("; MXFP8 scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
-                   "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe == "te-mxfp8"
+                + ("; block scales unpadded (TE pads them to multiples of 128 rows and 4 or 128 columns: exact when "
+                   "the tokens per GPU and the linears' sides are multiples of 128)" if self.recipe in BLOCK
                    else "")
+                + ("; NVFP4: 4-bit data two a byte, a 1-byte E4M3 scale per 16 elements and an fp32 amax per usage"
+                   if self.recipe == "te-nvfp4" else "")
                 + ("" if self.recipe == "te-delayed" else "; the attention's output projection and the shared "
                    "experts' fc1 save their 16-bit inputs (Megatron-Core's set_save_original_input, attention.py "
                    "L428-444, moe/shared_experts.py L147-161, Transformer Engine >= 2.6)")
@@ -238,6 +267,8 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
     for block, path, repeats, data, gemms in modules.values():
         if recipe == "te-mxfp8":
             ws = 2 * data + data / 32 + data / 32
+        elif recipe == "te-nvfp4":  # both usages: 4-bit data, an E4M3 scale per 16, an fp32 amax each
+            ws = 2 * (data / 2 + data / 16) + 2 * FP32.nbytes * gemms
         else:
             ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
         terms.append((f"{block}/{path}/weight_workspace", repeats * ws))

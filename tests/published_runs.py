@@ -465,7 +465,7 @@ _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fractio
 #: llama31/llama31_405b_llm_pretrain.yaml L117-123; v0.2.0's llama31/workload_base_configs.py L81-88: 92), which
 #: memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
 #: and 26.02 (FSDP, cpu_offloading_num_layers 20: v0.2.0 L43-48, v0.3.0 llama/llama3_workload_base_configs.py
-#: L211-216); GB300's and GB200's 26.02 NVFP4 rows (memderive times nothing in 4 bits: ``hardware``); and 25.09 rows
+#: L211-216); and 25.09 rows
 #: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B), and 26.02's GB200 405B FP8
 #: (25.11's layout). The 26.02 rows are read from the page at Megatron-Bridge commit c0b9a0003 (2026-02-26); the 25.11
 #: GB300 rows (25.09 has none) at 5776a6d90 (2025-12-10) as 1804c076f (2025-12-09, #1669) rewrote them: the first
@@ -532,6 +532,40 @@ BRIDGE_DENSE = [
     _bridge_dense("L3.1 405B t2 p8 c2 v4 b1536 mxfp8 GB300", "26.02", _GB3, "gb300", LLAMA_405B,
                   _l405(2, 8, 2, 4, 8, 192), 931, 2349, "te-mxfp8",
                   f"v0.3.0 llama/llama31_workload_base_configs.py L54-62, L238-242; {_GB300_RATE}"),
+]
+
+#: Megatron-Bridge's 26.02 NVFP4 rows on GB300 and GB200 (held out; nothing fitted): Transformer Engine's
+#: NVFP4BlockScaling, --fp8 te-nvfp4. What the recipe runs, read at v0.3.0: scripts/performance/utils/precision.py
+#: L39-41 (``nvfp4``: bf16_with_nvfp4_mixed as it is, src/megatron/bridge/training/mixed_precision.py L392-403: fp4
+#: e2m1, recipe nvfp4, no fp8_param_gather, first_last_layers_bf16 False, so every layer's linears in 4 bits);
+#: configs/llama/llama3_llm_pretrain.py L79 and llama31_llm_pretrain.py L74 (``tp_comm_overlap = False if precision ==
+#: "nvfp4"``: SP on where TP > 1, no userbuffers overlap); utils/overrides.py L431 (no
+#: overlap_param_gather_with_optimizer_step under nvfp4, as MXFP8); the layouts and the rest as ``BRIDGE_DENSE``'s
+#: (``_BRIDGE_PAGE``). Not modelled: CUDA graphs (none of the four runs them in the end: cuda_graph_impl "none").
+#: NVFP4 GEMMs have no published benchmark: memderive times them at cuBLAS's measured MXFP4 rate on a B200 as a
+#: fraction of the FP4 peak, with the fp8 shape curve (``efficiency.FP4_STAND_IN``, a stand-in), the GB300's fp8
+#: fraction itself the GB200's (``_GB300_RATE``).
+#: bf16_with_nvfp4_mixed's fp8_param_gather False (the layers' weights 16-bit, cast each step), over ``_FP8_PARAMS``.
+_NVFP4 = {"fp8_param_gather": False}
+_NVFP4_RATE = ("NVFP4 GEMMs at the B200's measured MXFP4 fraction of the FP4 peak, a stand-in "
+               "(efficiency.FP4_STAND_IN)")
+BRIDGE_NVFP4 = [
+    _bridge_dense("L3 70B p4 v5 b256 nvfp4 GB300", "26.02", _GB3, "gb300", "llama-3-70b",
+                  {"pp": 4, "virtual_stages": 5, "dp": 16, "batch": 1, "micro_batches": 16, **_NVFP4}, 6798, 3056,
+                  "te-nvfp4",
+                  f"v0.3.0 llama/llama3_workload_base_configs.py L225-231; {_NVFP4_RATE}; {_GB300_RATE}"),
+    _bridge_dense("L3.1 405B t4 p8 v4 b1536 nvfp4 GB300", "26.02", _GB3, "gb300", LLAMA_405B,
+                  {**_l405(4, 8, 1, 4, 8, 192), "tp_comm_overlap": False, **_NVFP4}, 1333, 3365, "te-nvfp4",
+                  "v0.3.0 llama/llama31_workload_base_configs.py L64-74, L245-250 (no FSDP, no offload, no "
+                  f"recompute); {_NVFP4_RATE}; {_GB300_RATE}"),
+    _bridge_dense("L3 70B t2 p4 v5 b256 nvfp4 GB200", "26.02", _GB, "gb200", "llama-3-70b",
+                  {"tp": 2, "pp": 4, "virtual_stages": 5, "dp": 8, "batch": 1, "micro_batches": 32,
+                   "tp_comm_overlap": False, **_NVFP4}, 4458, 2004, "te-nvfp4",
+                  f"v0.3.0 llama/llama3_workload_base_configs.py L256-264; {_NVFP4_RATE}"),
+    _bridge_dense("L3.1 405B t4 p16 v8 b1536 nvfp4 GB200", "26.02", _GB, "gb200", LLAMA_405B,
+                  {**_l405(4, 16, 1, 8, 4, 384), "tp_comm_overlap": False, **_NVFP4}, 1076, 2716, "te-nvfp4",
+                  "v0.3.0 llama/llama31_workload_base_configs.py L108-119, L283-288 (V2: recompute_num_layers None, "
+                  f"no recompute); {_NVFP4_RATE}"),
 ]
 
 
@@ -690,6 +724,16 @@ BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast a
                     "takes over; on GB300 (the GB200's matmul fraction standing in) 3-13% too slow: "
                     "tests/published_runs.BRIDGE_DENSE_GAP")
 
+#: Why ``BRIDGE_NVFP4`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): its GEMMs'
+#: rate is a stand-in (``efficiency.FP4_STAND_IN``), no NVFP4 GEMM benchmark being published. Measured, nothing
+#: tuned: GB300 70B +1.8%, 405B -8.7%; GB200 70B -17.6%, 405B +6.3% (median 7.5%, worst 17.6%). The same layouts'
+#: MXFP8 rows: GB300 70B +6.9%, GB200 70B -15.6%, GB200 405B -2.2%. With the 4-bit GEMMs first taken at twice (B200,
+#: GB200) or three times (B300, GB300) the fp8 rate, the GPU's FP4 over FP8 peak, before cuBLAS's measured MXFP4
+#: rate was found (5,239 TFLOP/s at 8192^3 on a B200, 58% of its FP4 peak against fp8's 76%): -6.1%, -17.7%,
+#: -25.3%, -4.6% (median 11.9%, worst 25.3%), every row predicted too fast.
+NVFP4_GAP = ("NVFP4 (--fp8 te-nvfp4) on GB300 and GB200, its GEMMs at cuBLAS's MXFP4 fraction of the FP4 peak on a "
+             "B200 with the fp8 shape curve (a stand-in: no NVFP4 GEMM benchmark published): "
+             "tests/published_runs.NVFP4_GAP")
 #: llm-foundry (MosaicML 2023), scripts/train/benchmarking/README.md: the HFU (%) of MPT 760M-70B with Composer FSDP,
 #: FlashAttention and BF16 on each GPU, as (model, SeqLen, # GPUs, HFU): every row of the "H100 80GB BF16" table and
 #: the rows of the "A100 80GB" table for the same models. Until issue 39 the H100's matmul ceiling was the A100's fit

@@ -54,7 +54,8 @@ from memderive.symbolic.mcore_recompute import CHECKPOINTED
 np = lazy("numpy")
 
 __all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLASH_SOURCES", "matmul_rate", "gemm_efficiency",
-           "gemm_products", "float8_phases", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE"]
+           "gemm_products", "float8_phases", "weighted_rate", "flash_kernel", "fp8_rate_ratio", "rate_note", "XLA_GEMM_TABLE",
+           "FP4_STAND_IN", "FP4_MAMF", "FP4_SOURCE", "fp4_burst", "low_precision"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
                        "(float8_e4m3fn) rows")
@@ -152,10 +153,40 @@ def _burst(gpu: GPU, dtype: str) -> float:
 
 
 def matmul_rate(gpu: GPU, dtype: str, m: int, n: int, k: int) -> float:
-    """FLOP/s of one ``m x k`` by ``k x n`` product on ``gpu`` in ``dtype``: its MAMF times the shape fraction."""
+    """FLOP/s of one ``m x k`` by ``k x n`` product on ``gpu`` in ``dtype``: its MAMF times the shape fraction.
+    ``fp4`` (NVFP4): the fp8 rate of the shape times the measured 4-bit over fp8 burst rate (``fp4_burst``), so the
+    fp8 shape curve and sustained-over-burst ratio stand in for 4 bits' (``FP4_STAND_IN``)."""
+    if dtype == "fp4":
+        return matmul_rate(gpu, "fp8", m, n, k) * fp4_burst(gpu) / _burst(gpu, "fp8")
     arch = CURVE.get(gpu.name, "sm_90")
     curve = (arch, "fp8") if dtype == "fp8" and (arch, "fp8") in SHAPE_CURVES else (arch, "bf16")
     return _level(gpu, dtype) * shape_fraction(*curve, int(m), int(n), int(k))
+
+
+#: The one measured large 4-bit GEMM found: cuBLAS (cublasTest 13.3) on a B200, MXFP4 x MXFP4 at 8192 x 8192 x 8192,
+#: 5,239 TFLOP/s, 58.2% of the B200's 9,000 dense FP4 peak (``FP4_SOURCE``). NVFP4 runs the same block-scaled 4-bit
+#: tensor-core MMA (tcgen05 kind::mxf4nvf4), with an E4M3 scale per 16 elements where MXFP4 has an E8M0 per 32; no
+#: NVFP4 GEMM benchmark of a training shape is published (vLLM's CUTLASS NVFP4 at 16384 x 6144 x 4096, 3,904
+#: TFLOP/s without quantization, vllm-project/vllm#20646, is an inference kernel's early configs).
+FP4_MAMF = ("b200", 5239.0)
+FP4_SOURCE = Citation("deepgemm-348", "Dense GEMM perf (B200, CUDA 12.9, vs cublasTest 13.3): 8192x8192x8192, "
+                      "cBLT 5,239 TFLOPS (MXFP4)")
+#: The stand-in behind NVFP4 matmul rates (``matmul_rate``), in words for the time model's output.
+FP4_STAND_IN = (f"NVFP4 GEMMs at cuBLAS's measured MXFP4 rate on a B200 ({FP4_MAMF[1]:,.0f} TFLOP/s at 8192^3, "
+                f"{cite(FP4_SOURCE)}) as a fraction of the FP4 peak, on this GPU's FP4 peak, with the fp8 shape curve "
+                "and sustained-over-burst ratio: a stand-in, no NVFP4 GEMM benchmark being published")
+
+
+def fp4_burst(gpu: GPU) -> float:
+    """The GPU's 4-bit burst matmul rate in FLOP/s: the measured B200 rate's fraction of its dense FP4 peak
+    (``FP4_MAMF``) on this GPU's FP4 peak (the fp8 peak where it has none)."""
+    name, tflops = FP4_MAMF
+    return tflops * 1e12 / lookup(name).peak_flops("fp4") * gpu.peak_flops("fp4")
+
+
+def low_precision(fp8: str) -> str:
+    """The dtype a recipe's quantized GEMMs run in: ``fp4`` under Transformer Engine's NVFP4, ``fp8`` otherwise."""
+    return "fp4" if fp8 == "te-nvfp4" else "fp8"
 
 
 def fp8_rate_ratio(gpu: GPU) -> float:
@@ -212,7 +243,8 @@ def gemm_efficiency(gpu: GPU, est: Any, forward_only: bool = False, fp8: str = "
         for j, value in zip(varying, key):
             cell[j] = value
         cells.append(tuple(cell))
-    dtypes = tuple(tuple("fp8" if x else "bf16" for x in row) for row in float8_phases(est.graph, fp8))
+    low = low_precision(fp8)
+    dtypes = tuple(tuple(low if x else "bf16" for x in row) for row in float8_phases(est.graph, fp8))
     rates = _cell_efficiencies(gpu, kernel, kinds, cells, forward_only, dtypes)
     if size is None:
         return rates[0]

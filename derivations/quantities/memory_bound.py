@@ -28,9 +28,9 @@ on the others).
   (``foreach_all_gather_copy_out``: ``split_with_sizes_copy``, one read and one write of every gathered 16-bit
   parameter), for the forward and again for the backward (``reshard_after_forward=True``), and the gradients
   copied into the reduce-scatter's input (``foreach_reduce``: ``_chunk_cat``, a read and a write).
-* **Transformer Engine's fp8 quantization** (``--fp8 te-delayed | te-current | te-mxfp8``, ``fp8_cast_bytes``): per
-  layer linear, each micro-batch, its input's cast (forward, again in a recompute) and its output gradient's
-  (backward), row-wise for one GEMM and column-wise for the weight gradient, and once per step its weight's
+* **Transformer Engine's fp8 quantization** (``--fp8 te-delayed | te-current | te-mxfp8 | te-nvfp4``,
+  ``fp8_cast_bytes``): per layer linear, each micro-batch, its input's cast (forward, again in a recompute) and its
+  output gradient's (backward), row-wise for one GEMM and column-wise for the weight gradient, and once per step its weight's
   (``CAST_SOURCE``; NOTE(fp8_casts) below).
 
 >>> round(EAGER_EXTRA["rms_norm"]["forward"].nbytes(2))  # eager RMSNorm forward: 36 bytes/element, fused 4
@@ -374,10 +374,18 @@ def _quantize(n: Any, width: Any, recipe: str, transpose: bool, row: bool, col: 
     casts with the scale it holds and takes the amax in the same kernel: r w. The cast writes one byte per element
     per copy: delayed and current scaling one ``_data`` serving both usages where non-TN fp8 GEMMs run (Blackwell),
     the data and its ``_transpose`` on Hopper (``transpose``; one kernel, cast_transpose); MXFP8 row-wise and
-    column-wise data, each with its one-byte E8M0 scale per 32 elements, from one read."""
-    reads = width * n * (2 if recipe == "te-current" else 1)
+    column-wise data, each with its one-byte E8M0 scale per 32 elements, from one read. NVFP4 (``te-nvfp4``): its
+    per-tensor fp32 scale is the tensor's amax, read first as current scaling's (the column-wise usage's after the
+    random Hadamard transform, ``with_post_rht_amax``, taken by the same pass: TransformerEngine d0067d0d
+    csrc/quantizer.cpp L2630-2645 ``nvte_hadamard_transform_amax``), then one cast (the RHT fused in it,
+    L2700-2712 ``nvte_quantize_with_hadamard_transform``: row-wise, and RHT then column-wise) writes each usage
+    asked: 4-bit data, half a byte per element, and a 1-byte E4M3 scale per 16 (``te_float8.BLOCK``): r 2 w
+    (1/2 + 1/16) per usage."""
+    reads = width * n * (2 if recipe in ("te-current", "te-nvfp4") else 1)
     if recipe == "te-mxfp8":
         return reads + (int(row) + int(col)) * (n + n / 32)
+    if recipe == "te-nvfp4":
+        return reads + (int(row) + int(col)) * (n / 2 + n / 16)
     return reads + n * ((int(row) + int(col)) if transpose else 1)
 
 
@@ -405,7 +413,7 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     def cast(n: Any, split: Any, norm: bool, saved: bool = False) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``;
         ``saved``: the 16-bit input saved (``original``)."""
-        local, both = n / split, split == 1 or recipe == "te-mxfp8"
+        local, both = n / split, split == 1 or recipe in ("te-mxfp8", "te-nvfp4")
         if saved:
             per = _quantize(local, width, recipe, transpose, True, False)
             if both:

@@ -62,8 +62,8 @@ from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
-from memderive.derivations.quantities.efficiency import (float8_phases, fp8_rate_ratio, gemm_efficiency, gemm_products,
-                                                          matmul_rate, rate_note)
+from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
+                                                         gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
@@ -101,7 +101,7 @@ __all__ = ["StepTime", "reduced_bytes", "InferenceTime", "step_time", "float8_fl
 TP_OVERLAP = Citation("te-userbuffers", "initialize_ub", also=(Citation("megatron-arguments", "--tp-comm-overlap"),))
 NEMO_UB = Citation("nemo-userbuffers", "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192")
 TE_GATHERS = Citation("te-sp-gathers", "gather_along_first_dim, _all_gather_fp8, _all_gather_mxfp8, "
-                      "grad_output_preprocess, _Linear.forward/backward")
+                      "_all_gather_nvfp4, grad_output_preprocess, _Linear.forward/backward")
 
 #: The fraction of dense peak that large-model training sustains: Narayanan et al. 2021 report 52%
 #: of peak per GPU end to end (1T parameters on 3,072 A100s, Table 1), 44% to 52% across their runs.
@@ -367,6 +367,8 @@ class StepTime:
             + (")" if self.calibrated else "") + " (dense FP8 peak "
             f"{self.gpu.peak_flops('fp8') / 1e12:,.1f} TFLOP/s"
             + (", the 16-bit rate: this GPU has no FP8 tensor cores" if self.gpu.fp8_flops is None else "")
+            + (f"; under te-nvfp4 the {FP4_STAND_IN}, dense FP4 peak {self.gpu.peak_flops('fp4') / 1e12:,.1f} TFLOP/s"
+               if self.fp8 == "te-nvfp4" else "")
             + ("); Transformer Engine's quantization at the memory-bound line's bandwidth: each linear's input cast "
                "per forward (current scaling: an amax pass, then the cast; delayed: one pass; MXFP8: one pass "
                "writing both layouts and their scales per 32), fused with the norm where TE fuses it, its output "
@@ -467,8 +469,9 @@ def te_gathers_note(fp8: str, overlap: bool = False) -> str:
     def per(copies: int) -> str:
         w = g.width(copies)
         return f"{w.numerator}/{w.denominator} B" if w.denominator != 1 else f"{w.numerator} B"
-    scales = (f"the 8-bit data and one 1-byte scale per {g.block} elements" if g.block else
-              "the 8-bit data, no scale (each rank holds the same)")
+    bits = "the 4-bit data (two elements a byte)" if g.data < 1 else "the 8-bit data"
+    scales = (f"{bits} and one 1-byte scale per {g.block} elements" if g.block else
+              f"{bits}, no scale (each rank holds the same)")
     return (f"; under Transformer Engine's fp8 (--fp8 {fp8}) with sequence parallelism the layer linears' "
             f"all-gathers move the quantized tensor, {scales}: a column-parallel input in forward "
             f"({per(g.input)} per element), a row-parallel output's gradient in backward ({per(g.grad)}"
@@ -927,7 +930,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     stage = _stage_flops(est)
     fp8 = float8_flops(est)  # torchao's scaled matmuls at the fp8 peak (none without --fp8)
     # a given efficiency is of each dtype's dense peak; the measured rates' fp8 over bf16 is the MSMF's or MAMF's (efficiency.py)
-    fp8_ratio = fp8_rate_ratio(hw) if efficiency is None else hw.peak_flops("fp8") / hw.bf16_flops
+    fp8_ratio = (fp8_rate_ratio(hw) if efficiency is None else
+                 hw.peak_flops(low_precision(opts.fp8)) / hw.bf16_flops)
     if opts.fp8 != "none" and efficiency is None:  # each layer product at its own kernel's rate, in its own dtype
         products, inside = product_flops(est)
         rest = fp8 - inside  # Float8 matmuls outside the layers' products (a converted head): the ratio

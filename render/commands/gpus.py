@@ -17,12 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def table() -> str:
-    """One row per GPU: dense 16-bit and FP8 peak, memory, memory bandwidth, link; then the sources."""
-    head = f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} {'link GB/s':>9}  link"
+    """One row per GPU: dense 16-bit, FP8 and FP4 peak, memory, memory bandwidth, link; then the sources."""
+    head = (f"{'name':<10} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'fp4 TFLOP/s':>11} {'memory':>8} {'mem GB/s':>9} "
+            f"{'link GB/s':>9}  link")
     rows = [head]
     for x in GPUS.values():
         fp8 = f"{x.fp8_flops / 1e12:,.1f}" if x.fp8_flops else "-"
-        rows.append(f"{x.name:<10} {x.bf16_flops / 1e12:>12,.1f} {fp8:>11} {x.memory_bytes // 2**30:>4} GiB "
+        fp4 = f"{x.fp4_flops / 1e12:,.1f}" if x.fp4_flops else "-"
+        rows.append(f"{x.name:<10} {x.bf16_flops / 1e12:>12,.1f} {fp8:>11} {fp4:>11} {x.memory_bytes // 2**30:>4} GiB "
                     f"{x.memory_bandwidth / 1e9:>9,.0f} {x.link_bandwidth / 1e9:>9,.0f}  {x.link}")
     rows += ["", "dense peaks (datasheets' sparsity figures halved); memory in binary GB as datasheets mean them; "
              "link: intra-node, both directions", "sources:"]
