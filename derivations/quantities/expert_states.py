@@ -18,6 +18,8 @@ expert data-parallel group has edp = t d / (etp ep) ranks (Megatron-Core paralle
 
 from __future__ import annotations
 
+from typing import Any
+
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dims import ep, etp, t
 from memderive.symbolic.experts import expert_ops, has_experts
@@ -30,7 +32,7 @@ from memderive.derivations.quantities.precision_aware import precision_aware
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
                                                            pipelined_fsdp2, states_breakdown, zero_ranks)
 
-__all__ = ["EP_CITATION", "expert_split_states"]
+__all__ = ["EP_CITATION", "expert_split_states", "expert_zero_ranks"]
 
 EP_CITATION = Citation("lepikhin-2020", "experts sharded over ranks",
                        also=(Citation("rajbhandari-2022", "expert data parallelism"),))
@@ -38,6 +40,21 @@ EP_CITATION = Citation("lepikhin-2020", "experts sharded over ranks",
 
 def _renamed(breakdown: Breakdown, part: str) -> Breakdown:
     return Breakdown(tuple(Term(t.path.replace("/", f"/{part}/", 1), t.expr) for t in breakdown.terms), "bytes")
+
+
+def expert_zero_ranks(opts: Options) -> Any:
+    """The ranks ZeRO (Megatron-Core's distributed optimizer) shards the routed experts' states over: the expert
+    data-parallel group, d/ep of the d (x cp) ranks (``zero_ranks``), t/etp times as many under MoE parallel
+    folding: edp = t d cp / (etp ep); ``zero_ranks`` without expert parallelism.
+
+    >>> from memderive.derivations.options import Options
+    >>> expert_zero_ranks(Options(dp=4, ep=2)), expert_zero_ranks(Options(tp=2, dp=4, ep=2, etp=1))
+    (d/ep, d*t/(ep*etp))
+    """
+    expert_dp = zero_ranks(opts.cp) / ep if opts.ep > 1 else zero_ranks(opts.cp)
+    if opts.folded:  # the expert grid folds the t tensor-parallel ranks too: edp = t d / (etp ep)
+        expert_dp = expert_dp * t / etp
+    return expert_dp
 
 
 def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None]:
@@ -59,9 +76,7 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
     f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
     f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
-    expert_dp = d / ep if opts.ep > 1 else d
-    if opts.folded:  # the expert grid folds the t tensor-parallel ranks too: edp = t d / (etp ep)
-        expert_dp = expert_dp * t / etp
+    expert_dp = expert_zero_ranks(opts)
     states = on_gpu(dense, d, f_dense) + _renamed(on_gpu(experts, expert_dp, f_experts), "experts")
     if not opts.offload:
         return states, None

@@ -46,6 +46,7 @@ from typing import Any
 from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
+from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -57,7 +58,7 @@ from memderive.symbolic.te_float8 import TEFloat8, te_linears, te_weight_element
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
-           "optimizer_bytes", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
+           "optimizer_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
@@ -331,11 +332,26 @@ def optimizer_bytes(est: Evaluated) -> Any:
         return 0
     state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
     params = est.number("parameters_per_gpu")
-    shard = -(-params // (o.dp * o.cp)) if o.zero >= 1 else params  # FSDP pads the last shard: the ceiling
+    routed = set(expert_ops(est.graph))
+    held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+    shard = optimizer_shard(est, params, held) if o.zero >= 1 else params
     if o.precision_aware_optimizer:  # Transformer Engine's FusedAdam at the states' own widths
         return shard * aware_step_bytes(o)
     copy = 6 if o.precision == "master" and o.zero != 3 else 0  # fp32 main params into the 16-bit model's
     return shard * (adam_moves(o.kernels == "eager") * state + copy)
+
+
+def optimizer_shard(est: Evaluated, n: Any, routed: Any) -> Any:
+    """The elements of ``n`` (``routed`` of them the routed experts') whose optimizer step one GPU runs under ZeRO:
+    the rest over the d x cp ranks, the routed experts' over their own expert data-parallel group
+    (``expert_states.expert_zero_ranks``, the ranks the memory shards their states over: Megatron-Core's
+    distributed optimizer shards the expert buffers over ``intra_expt_dp_group``); each the ceiling (FSDP pads the
+    last shard)."""
+    o = est.options
+    ranks = o.dp * o.cp
+    if not (o.ep > 1 or o.folded):
+        return -(-n // ranks)
+    return -(-(n - routed) // ranks) + -(-routed // layout_int(expert_zero_ranks(o), est.values))
 
 
 def zero3_copy_bytes(est: Evaluated) -> Any:
@@ -475,7 +491,8 @@ def fp8_gathered_elements(est: Evaluated, routed: bool = False) -> Any:
 def _primary_cast(est: Evaluated, transpose: bool) -> Any:
     """``fp8_cast_bytes``' step part under ``--fp8-param-gather`` with delayed or current scaling: no 16-bit module
     weight to cast; after the optimizer, TE's ``quantize_master_weights`` casts the rank's fp32 main shard (1/(d cp)
-    of the layers' linear weights, the distributed optimizer's; the ceiling, as ``optimizer_bytes``) to 16 bits
+    of the layers' linear weights, the routed experts' over their own group: ``optimizer_shard``, as
+    ``optimizer_bytes``) to 16 bits
     (L285-291: the copy ``optimizer_bytes`` counts, into a temporary now), then quantizes it row-wise into the uint8
     buffer (current scaling an amax pass first, its amax all-reduced); after the all-gather,
     ``post_all_gather_processing`` makes each whole weight's transpose where only TN fp8 GEMMs run (r 1 w 1).
@@ -483,7 +500,7 @@ def _primary_cast(est: Evaluated, transpose: bool) -> Any:
     (``te_float8.PARAM_GATHER_SOURCE``)."""
     o = est.options
     n = layout_int(_te_weights(est.graph), est.values)
-    shard = -(-n // (o.dp * o.cp))
+    shard = optimizer_shard(est, n, layout_int(_routed_te_weights(est.graph), est.values))
     width = 2  # the master shard cast to Megatron's 16-bit model dtype first (quantize_master_weights)
     return _quantize(shard, width, o.fp8, False, True, False) + (2 * n if transpose else 0)
 

@@ -83,6 +83,7 @@ from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
+from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, state_widths
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
@@ -740,7 +741,7 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
         return None
     held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed)
     share = held / est.number("parameters_per_gpu")
-    ranks = o.tp * o.dp * o.cp // (o.expert_tp * o.ep)
+    ranks = layout_int(expert_zero_ranks(o), est.values)  # the ranks the memory shards their states over
     total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
     experts = share * total if o.finetuning else held
     gathered = weights * share
