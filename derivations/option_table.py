@@ -149,7 +149,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("grad_buffer", "choice", "param", "the gradients' buffer under --precision master: param (the weights' dtype: "
        "ZeRO's 16 bytes per parameter), fp32 (an fp32 buffer: Megatron-LM's main_grad, forced under --bf16; DeepSpeed's "
        "BF16_Optimizer: 18 bytes), param+fp32 (a 16-bit buffer and the optimizer's fp32 copy, sharded with the states: "
-       "Megatron-LM under --fp16, 20 bytes); --framework megatron sets it", choices=("param", "fp32", "param+fp32"),
+       "Megatron-LM under --fp16, 20 bytes); --framework megatron sets it (its param is param+fp32 unless "
+       "--precision-aware-optimizer: Megatron-Core's step copies 16-bit gradients to fp32)", choices=("param", "fp32", "param+fp32"),
        modes=_TRAIN, commands=_PLANNED, echo="changed", example=(*_TRAIN_STEP, "--grad-buffer", "fp32")),
     _o("precision_aware_optimizer", "bool", False, "Megatron-Core's --use-precision-aware-optimizer (Transformer "
        "Engine's FusedAdam, with --zero 1): the moments in --moments, the main params in --main-params (fp32 ones "

@@ -605,18 +605,35 @@ class Options:
         (Megatron-LM, DeepSpeed's BF16_Optimizer); elsewhere the gradients already are in the weights' dtype."""
         if self.grad_buffer not in GRAD_BUFFERS:
             raise OptionsError(f"--grad-buffer must be one of {', '.join(GRAD_BUFFERS)}, got {self.grad_buffer!r}")
+        if self.grad_buffer == "param" and self._megatron_copies_grads():  # what Megatron runs: the copy counted
+            object.__setattr__(self, "grad_buffer", "param+fp32")
         if self.grad_buffer == "param" or self.mode != "train":
             return
         if self.precision != "master" or dtype(self.dtype).nbytes >= 4:
             raise OptionsError(f"--grad-buffer {self.grad_buffer} is the gradient buffer of 16-bit weights with an fp32 "
                                f"master copy (--dtype bf16 or fp16, --precision master), not --dtype {self.dtype} "
                                f"--precision {self.precision}")
-        unmodelled = [(self.finetuning, "fine-tuning options"), (self.offload, "--offload"),
-                      (self.offload_params, "--offload-params"),
-                      (self.optimizer.startswith("paged"), f"--optimizer {self.optimizer}")]
-        for flag, what in unmodelled:
+        for flag, what in self._grad_copy_unmodelled():
             if flag:
                 raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}")
+
+    def _grad_copy_unmodelled(self) -> list[tuple[bool, str]]:
+        """What --grad-buffer fp32 and param+fp32 are not modelled with: (set, its words)."""
+        return [(self.finetuning, "fine-tuning options"), (self.offload, "--offload"),
+                (self.offload_params, "--offload-params"),
+                (self.optimizer.startswith("paged"), f"--optimizer {self.optimizer}")]
+
+    def _megatron_copies_grads(self) -> bool:
+        """Megatron-Core's optimizer step makes an fp32 copy of each 16-bit gradient shard: 16-bit weights with fp32
+        main params under --framework megatron, without the precision-aware optimizer (Megatron-Core 0.15,
+        0d8e0714: distrib_optimizer.py L2399 ``shard_main_param.grad = shard_model_grad.float()``, optimizer.py
+        L755 ``main_param.grad = model_param.main_grad.float()`` without the distributed optimizer, Megatron-FSDP
+        param_and_grad_buffer.py L2449 ``optimizer_grad.to(param.dtype)``). So --grad-buffer param there (Megatron's
+        --grad-reduce-in-bf16, Bridge's grad_reduce_in_fp32 False) is ``param+fp32``, as the options record and echo
+        it (the copy step-only: ``model_states``' fp32_gradient_copy); left param where param+fp32 is not modelled."""
+        return (self.framework == "megatron" and self.mode == "train" and self.precision == "master"
+                and dtype(self.dtype).nbytes < 4 and not self.precision_aware_optimizer
+                and not any(flag for flag, _ in self._grad_copy_unmodelled()))
 
     def _check_precision_aware(self) -> None:
         """Megatron-Core's precision-aware optimizer: Transformer Engine's FusedAdam under the distributed optimizer,

@@ -366,6 +366,13 @@ _BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers, Megatron
 #: (Megatron-FSDP's fp8 buffers are not modelled: the option is refused there), nor on NeMo 24.x's (``_NEMO``: the
 #: launcher's yamls set no fp8_params, NeMo's default False; only its MLPerf GPT-3 yamls do).
 _FP8_PARAMS = {"fp8_param_gather": True}
+#: The recipes' bf16 gradient buffers (grad_reduce_in_fp32 False, ``_BRIDGE_PAGE``, ``_BRIDGE_MOE_NOTE``) under
+#: Megatron-Core's optimizer without the precision-aware one: each step copies the rank's gradient shard to fp32
+#: (core 0.15 / 0d8e0714, the 25.11 container's: distrib_optimizer.py L2399 ``shard_main_param.grad =
+#: shard_model_grad.float()``; Megatron-FSDP param_and_grad_buffer.py L2449): --grad-buffer param+fp32, a step-only
+#: copy (``Options._megatron_copies_grads``). Under the precision-aware optimizer (the BF16 rows) the 16-bit buffer
+#: is read in place: param.
+BF16_GRADS = "param+fp32"
 
 
 def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note: str = "") -> Run:
@@ -376,7 +383,7 @@ def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note
     overlap (on where TP > 1, as the H100 perf recipes set tp_comm_overlap; assumed); ``note``: what the row cannot
     take from its recipe."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", "zero": 1,
-              "dropout": False, "grad_buffer": "param", **layout}
+              "dropout": False, "grad_buffer": BF16_GRADS, **layout}
     layout = {**layout, **(_FP8_PARAMS if layout["zero"] == 1 else {})}  # ``_FP8_PARAMS``
     return Run(name, _BRIDGE, model, layout, 8192, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / 989.5:.1%} of the "
@@ -435,7 +442,7 @@ def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, lay
     "25.09", "26.02") on ``system`` (DGX-H100, DGX-B200: 8 GPUs per node, a 400 Gb/s port each; DGX-GB200, DGX-GB300:
     GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192, micro-batches = GBS / (MBS x DP), what the recipes ran
     (``_BRIDGE_PAGE``)."""
-    layout = _mcore_fp8(fp8, {"grad_buffer": "param", **_FP8_PARAMS, **layout})
+    layout = _mcore_fp8(fp8, {"grad_buffer": BF16_GRADS, **_FP8_PARAMS, **layout})
     peak = gpu(hw).bf16_flops / 1e12
     return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, 8192, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
@@ -1052,8 +1059,8 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
     says, or what it substitutes for what they say."""
     aware = fp8 == "none"  # BRIDGE_BF16_OPTIMIZER: the performance scripts' BF16 runs
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
-              "grad_buffer": "param", "precision_aware_optimizer": aware,
-              **({} if aware else {"fp8": fp8, **_FP8_PARAMS}), **layout}
+              "precision_aware_optimizer": aware, **({} if aware else {"fp8": fp8, **_FP8_PARAMS}), **layout}
+    layout["grad_buffer"] = "param" if layout["precision_aware_optimizer"] else BF16_GRADS
     peak = gpu(hw).bf16_flops / 1e12
     return MoERun(name, f"{_BRIDGE_MOE.replace('25.11', release)}, {system}", model, layout, seq, hw, NDR,
                   tokens_per_s_per_gpu=tps,
