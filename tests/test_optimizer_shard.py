@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.memory_bound import fp8_cast_bytes, optimizer_bytes
+from memderive.derivations.quantities.timing import step_time
 
 # Mixtral 8x7B (hidden 4,096, FFN 14,336, 32 layers, 8 experts, vocab 32,000, 8 KV heads of 128):
 # routed experts 8 x 3 x 4,096 x 14,336 x 32 = 45,097,156,608, half of them on a GPU under ep 2: 22,548,578,304;
@@ -35,3 +36,16 @@ def test_the_fp8_step_cast_quantizes_the_experts_shard_by_hand() -> None:
     e = estimate("mixtral-8x7b", **RUN, implementation="megatron", fp8="te-current", fp8_param_gather=True,
                  gpu="h100-sxm")
     assert fp8_cast_bytes(e, True)[1] == 105_830_678_528
+
+
+def test_the_time_says_where_the_step_cast_comes_from() -> None:
+    """Under --fp8-param-gather (current scaling) the weights are not cast from a cached 16-bit copy: the time's
+    note names the fp32 main shard's quantization after the optimizer; MXFP8 quantizes the gathered 16-bit bucket."""
+    def words(**kw) -> str:  # noqa: ANN003
+        e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, implementation="megatron", dp=2, zero=1, **kw)
+        return next(line for line in step_time(e, kw["gpu"]).model() if "once per step" in line)
+    assert "cached across micro-batches" in words(fp8="te-current", gpu="h100-sxm")
+    on = words(fp8="te-current", fp8_param_gather=True, gpu="h100-sxm")
+    assert "fp32 main shard" in on and "quantize_master_weights" in on and "cached across" not in on
+    mx = words(fp8="te-mxfp8", fp8_param_gather=True, gpu="b200")
+    assert "16-bit bucket" in mx and "cached across" not in mx

@@ -13,7 +13,8 @@ on the others).
   code). Ops whose eager form is already one kernel (``F.layer_norm``, ``F.gelu``, dropout, residual adds) and the
   cross-entropy (Megatron's is eager too: ``FUSED_MOVES`` holds it) add nothing.
 * **Fused elementwise kernels** (``FUSED_MOVES``, every run): one read of each input and one write of each output.
-* **The optimizer step**, once per step over the parameters this GPU updates (its 1/(d cp) shard under ZeRO 1-3):
+* **The optimizer step**, once per step over the parameters this GPU updates (its 1/(d cp) shard under ZeRO 1-3,
+  the routed experts' over their expert data-parallel group: ``optimizer_shard``):
   AdamW as ``torch.optim.AdamW(foreach=True)`` runs it (torchtitan's default) with ``--kernels eager`` (``_multi_tensor_adam``: eight
   foreach kernels, 21 fp32 element reads and writes per parameter), as a fused kernel otherwise (apex/Transformer
   Engine ``FusedAdam``, ``torch.optim.AdamW(fused=True)``: parameter, gradient and both moments read, three

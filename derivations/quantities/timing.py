@@ -337,6 +337,7 @@ class StepTime:
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
     fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
     fp8: str = "none"  # --fp8: the recipe
+    fp8_param_gather: bool = False  # --fp8-param-gather: the weights' step cast from the fp32 main shard
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
     # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
     # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
@@ -374,8 +375,8 @@ class StepTime:
                "per forward (current scaling: an amax pass, then the cast; delayed: one pass; MXFP8: one pass "
                "writing both layouts and their scales per 32), fused with the norm where TE fuses it, its output "
                "gradient's per "
-               "backward, the transposes Hopper's TN-only fp8 GEMMs need, the weights once per step (cached across "
-               f"micro-batches), {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
+               "backward, the transposes Hopper's TN-only fp8 GEMMs need, " + self._weight_cast_words()
+               + f", {self.fp8_cast_s:.3g} s per step ({cite(CAST_SOURCE)})" if self.fp8 in TE_FP8 else
                "); torchao's tensorwise casts at the memory-bound line's bandwidth, a lower bound: a pass per cast "
                "reading the 16-bit tensor and writing 8 bits (its amax fused into the kernel that wrote it), each "
                "linear's input and weight per forward, its output gradient per backward, the saved input again for "
@@ -448,6 +449,18 @@ class StepTime:
                    f"each behind its step's attention ({cite(CP_SOURCE)})"),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
                 *cautions)
+
+    def _weight_cast_words(self) -> str:
+        """Where the step's weight cast comes from (``memory_bound.fp8_cast_bytes``), in words."""
+        if not self.fp8_param_gather:
+            return "the weights once per step (cached across micro-batches)"
+        if self.fp8 == "te-mxfp8":
+            return ("the weights once per step, quantized both ways from the 16-bit bucket the --fp8-param-gather "
+                    "all-gather brings (Megatron-LM param_and_grad_buffer.py _post_param_sync)")
+        return ("the weights once per step after the optimizer, under --fp8-param-gather: the rank's fp32 main shard "
+                "cast to 16 bits and quantized into the 8-bit parameter buffer (quantize_master_weights), and, "
+                "where only TN fp8 GEMMs run, each gathered weight's transpose (Megatron-LM distrib_optimizer.py quantize_param_shard; Transformer Engine "
+                "tensor/utils.py quantize_master_weights, post_all_gather_processing)")
 
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
@@ -1019,6 +1032,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
+                    fp8_param_gather=opts.fp8_param_gather,
                     sp=bool(opts.sp), zero2=_zero2_sync(opts, zero))
 
 
