@@ -78,13 +78,42 @@ from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.graph import Graph, Op
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["megatron_moe", "megatron_router", "megatron_experts", "MCORE_MOE"]
+__all__ = ["megatron_moe", "megatron_router", "megatron_experts", "MCORE_MOE", "GROUPED_SOURCE", "grouped_inputs"]
 
 FP32 = dtype("fp32")
 
 MCORE_MOE = ("routed experts as Megatron-Core saves them (TopKRouter, the alltoall dispatcher's unfused permute and "
              "scatter_add unpermute, TEGroupedMLP with the probs applied in its fused weighted SwiGLU: "
              "symbolic/mcore_experts.py); no auxiliary loss (moe_aux_loss_coeff 0.0)")
+
+
+#: What TE's GroupedLinear (``TEGroupedMLP``'s linear_fc1 and linear_fc2) saves under an fp8 or fp4 recipe
+#: (``te_float8.TEFloat8``), read at TransformerEngine v2.9 (the Megatron-Bridge 25.11 container's; the same at v2.12).
+GROUPED_SOURCE = (
+    "TransformerEngine v2.9 module/grouped_linear.py _GroupedLinear.forward: the input split per expert and quantized "
+    "(L127 tex.split_quantize(inp_view, m_splits, input_quantizers), one quantizer, so one per-tensor scale, per "
+    "expert), then L204 inputmat.update_usage(rowwise_usage=False, columnwise_usage=True) and L231 "
+    "ctx.save_for_backward(*inputmats, *weights_fp8, *weights, *biases) (the same at v2.12, L149, L238): the "
+    "column-wise casts (Float8: its transpose on Hopper, its data where non-TN "
+    "GEMMs run, one byte per element either way; MXFP8 and NVFP4: column-wise data and 1-byte scales per 32 or 16), "
+    "the cached weight workspaces (L141 module.get_weight_workspace, cache_name f'weight{i}': "
+    "te_float8.workspace_terms) "
+    "and the parameters themselves, nothing new; save_original_input (L200 inputmats[0] = inp; Megatron-LM core_v0.15.0 "
+    "moe/experts.py L808-815: fc2 under moe_act recompute) saves the 16-bit input, the checkpoint's discarded output; "
+    "the output in the activations' dtype (L157 torch.empty(..., dtype=activation_dtype)): fc1's output, which the fused "
+    "weighted SwiGLU saves, stays 16-bit (activation_func_fp8_input_store False, transformer_config.py, not set by "
+    "Megatron-Bridge's recipes). Megatron-Core's Fp8Padding (core_v0.15.0 experts.py L817-820, L859-866; TE "
+    "module/fp8_padding.py L117) pads each expert's rows to a multiple of 16 (32 under MXFP8) before fc1")
+
+
+def grouped_inputs(op: Op) -> tuple[str, ...]:
+    """The names of the two tensors that ``TEGroupedMLP``'s GroupedLinears save for their weight gradients (fc1's
+    input, the permuted tokens; fc2's input, the scaled activation) in ``op`` as ``megatron_experts`` rewrote it,
+    or () for an experts op it did not (transformers' loop)."""
+    names = {x.name for x in op.saved}
+    if f"{op.path}.sorted_indices" not in names:
+        return ()
+    return tuple(n for n in (f"{op.path}.gathered", f"{op.path}.hidden") if n in names)
 
 
 def _named(op: Op, suffix: str) -> Tensor:

@@ -175,7 +175,8 @@ def _moe_act(op: Op) -> Op:
     again = tuple(replace(f, phase="recompute") for f in op.flops
                   if f.phase == "forward" and f.kind == "elementwise" and not f.name.endswith("+bias")
                   and not f.operands[0].name.endswith(".weighted"))  # the scaling term is the tokens' movement
-    return replace(op, saved=tuple(x for x in op.saved if x.name not in dropped), flops=op.flops + again)
+    return replace(op, saved=tuple(x for x in op.saved if x.name.split(":")[0] not in dropped),  # fp8 casts too
+                   flops=op.flops + again)
 
 
 def _core_attn(blk: Block) -> Block:

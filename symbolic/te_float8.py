@@ -26,9 +26,9 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   recompute proj adds nothing beside a fused kernel's saved ``out``, and with ``core_attn`` checkpointed (the
   kernel's ``out`` no longer saved) or an unfused core (whose last bmm saves its inputs, not its output) proj holds
   2 bytes per element, not 1. Megatron's other ``set_save_original_input``
-  calls touch linears not in the graph's 8-bit form: the experts' fc2 under ``moe_act`` recompute and fc1 under
-  expert offloading (moe/experts.py L269-284; the experts' buffers stay 16-bit here, fc2's second cast timed in
-  ``memory_bound``), MLA's down projections under
+  calls: the experts' fc2 under ``moe_act`` recompute (moe/experts.py L269-284: its 16-bit input is the
+  checkpoint's output, discarded after fc2 and recomputed, so nothing is saved for it, ``mcore_recompute``; fc2's
+  second cast timed in ``memory_bound``) and fc1 under expert offloading (not modelled), MLA's down projections under
   ``layernorm`` recompute (their saved norm output is recomputed either way, ``mcore_recompute``). The shared
   experts' fc1 gets the same treatment as proj, on the same condition (moe/shared_experts.py L147-161: the
   pre-MLP norm's output is saved by the router, so fc1 saves it as it is, not an 8-bit copy beside it; not set
@@ -44,6 +44,12 @@ d0067d0d (``TE`` below: transformer_engine/pytorch/...):
   weight gradient is its columnwise usage (random-Hadamard-transformed, ``fp4_quant_fwd_inp``): n / 2 + n / 16 + 4
   bytes; the weights' 16x16 2D scaling (``fp4_quant_fwd_weight``) keeps the 1D scale layout. Megatron-Core sets
   ``save_original_input`` on proj under fp4 as under current scaling (attention.py L428-444: ``config.fp4``).
+
+* **the routed experts** (Megatron-Core's ``TEGroupedMLP``, two TE ``GroupedLinear``s, ``mcore_experts.GROUPED_SOURCE``):
+  fc1's input (the permuted tokens) and fc2's input (the scaled activation) are split per expert, quantized and
+  saved column-wise as the dense linears' are, one per-tensor scale (and NVFP4 amax) per expert; fc1's output, the
+  fused weighted SwiGLU's saved input, stays in the activations' dtype. The expert weights' 8-bit caches are
+  ``workspace_terms``' (one per expert: ``cache_name=f"weight{i}"``).
 
 ``TEFloat8`` rewrites the graph's linears so; ``workspace_terms`` derives the buffers Megatron keeps across
 micro-batches and steps (``te_fp8_buffers`` in ``quantities.training``).
@@ -69,6 +75,7 @@ from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.expr import const
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph, Op
+from memderive.symbolic.mcore_experts import GROUPED_SOURCE, grouped_inputs
 from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
@@ -144,8 +151,9 @@ def sp_gathered(graph: Graph) -> frozenset[str]:
 @dataclass(frozen=True, slots=True)
 class TEFloat8:
     """Transformer Engine's fp8 recipe ``recipe`` over the layers' linears: each linear's saved input becomes its
-    8-bit cast and its scales (names ``<input>:fp8``, ``<input>:fp8.scale_inv``). Expert ops (TE's GroupedLinear)
-    keep their 16-bit buffers (what they save is not rewritten here; the note says so)."""
+    8-bit cast and its scales (names ``<input>:fp8``, ``<input>:fp8.scale_inv``); Megatron-Core's experts ops
+    (TE's GroupedLinear, ``mcore_experts.GROUPED_SOURCE``) their fc1's and fc2's inputs' casts, a per-tensor scale
+    per expert."""
 
     recipe: str
 
@@ -162,19 +170,26 @@ class TEFloat8:
     def _suffix(self) -> str:
         return "fp4" if self.recipe == "te-nvfp4" else "fp8"
 
-    def _scale(self, x: Tensor) -> list[Tensor]:
+    def _scale(self, x: Tensor, gemms: tuple[Any, ...] = ()) -> list[Tensor]:
         """The scales saved beside ``x``'s cast: one fp32 ``_scale_inv`` (delayed, current scaling), or the block
         recipes' column-wise scale_inv, one byte per 32 (MXFP8) or 16 (NVFP4) rows of each column: rows * k / block
         bytes (put on the last axis, so that tensor, sequence and context parallelism split it as they split
-        ``x``), and NVFP4's fp32 ``_amax_columnwise``."""
+        ``x``), and NVFP4's fp32 ``_amax_columnwise``. ``gemms``: the shape of one quantized tensor per GEMM (a
+        GroupedLinear's experts, ``mcore_experts.GROUPED_SOURCE``): a per-tensor scale and amax each."""
         name = f"{x.name}:{self._suffix}.scale_inv"
+        role = "fp8-scale" if gemms else x.role  # the experts' per-expert scales: no token axis to split
         if self.recipe not in BLOCK:
-            return [Tensor(name, (), FP32, role=x.role)]
+            return [Tensor(name, gemms, FP32, role=role)]
         scales = [replace(x, name=name, shape=(*x.shape[:-1], x.shape[-1] / BLOCK[self.recipe]), dtype=E8M0)]
-        return scales + ([Tensor(f"{x.name}:fp4.amax", (), FP32, role=x.role)] if self.recipe == "te-nvfp4" else [])
+        return scales + ([Tensor(f"{x.name}:fp4.amax", gemms, FP32, role=role)] if self.recipe == "te-nvfp4"
+                         else [])
 
     def _op(self, op: Op, original: bool = False) -> Op:
-        """``op`` saving its inputs' 8-bit (NVFP4: 4-bit) casts, or (``original``) its inputs as they are."""
+        """``op`` saving its inputs' 8-bit (NVFP4: 4-bit) casts, or (``original``) its inputs as they are; an experts
+        op (Megatron-Core's ``TEGroupedMLP``, ``symbolic.mcore_experts``) its two GroupedLinears' inputs' casts,
+        one per expert (``mcore_experts.grouped_inputs``)."""
+        if op.kind == "experts":
+            return self._grouped(op)
         if op.kind != "linear" or original:
             return op
         casts = {x.name: x for x in op.saved if x.name in op.inputs}
@@ -188,6 +203,22 @@ class TEFloat8:
             saved_for += ([(f"{name}:{self._suffix}", grads)] + [(t.name, grads) for t in self._scale(casts[name])]
                           if name in casts else [(name, grads)])
         return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
+
+    def _grouped(self, op: Op) -> Op:
+        """The experts op with what TE's ``_GroupedLinear.forward`` saves for the weight gradient: each of fc1's and
+        fc2's inputs split per expert and quantized (``tex.split_quantize``), kept column-wise only
+        (``update_usage(rowwise_usage=False, columnwise_usage=True)``): the recipe's data bytes per element and its
+        scales (``_scale``), one per-tensor scale per expert of the op (``GROUPED_SOURCE``)."""
+        inputs = grouped_inputs(op)
+        if not inputs:  # not Megatron-Core's experts (hf's loop): left as it is
+            return op
+        data = FP4 if self.recipe == "te-nvfp4" else FP8
+        experts = (op.params[0].shape[0],)
+        saved: list[Tensor] = []
+        for x in op.saved:
+            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x, experts)] \
+                if x.name in inputs else [x]
+        return replace(op, saved=tuple(saved))
 
     def saves_original(self, blk: Any, op: Op) -> bool:
         """Whether Megatron-Core sets ``save_original_input`` on linear ``op`` of ``blk`` under this recipe (current
@@ -215,7 +246,12 @@ class TEFloat8:
                 + ("" if self.recipe == "te-delayed" else "; the attention's output projection and the shared "
                    "experts' fc1 save their 16-bit inputs (Megatron-Core's set_save_original_input, attention.py "
                    "L428-444, moe/shared_experts.py L147-161, Transformer Engine >= 2.6)")
-                + ("; the experts' GroupedLinear buffers are left 16-bit" if experts else "")
+                + ("; the routed experts' GroupedLinears save fc1's and fc2's inputs quantized column-wise, one "
+                   "per-tensor scale per expert (of the E: 4 (E - E/ep) bytes over where expert parallel), fc1's "
+                   "output 16-bit for the fused SwiGLU; Fp8Padding's rows (each expert's tokens to a multiple of "
+                   f"{16 if self.recipe != 'te-mxfp8' else 32}) not counted: none under balanced routing where "
+                   "b s k ep / E is a multiple, fewer than that many per local expert otherwise (" + GROUPED_SOURCE
+                   + ")" if experts else "")
                 + "; fp8 attention is not modelled")
         return replace(graph, blocks=blocks, strategies=graph.strategies + (self.name,),
                        assumptions=graph.assumptions + (note,))
@@ -261,7 +297,8 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
             for side in w.shape[:-2]:  # the experts' leading axis: one GEMM per local expert
                 gemms = gemms * side
             key = (blk.name, op.inputs, const(op.share)) if op.kind == "linear" else (blk.name, op.path, w.name)
-            row = modules.setdefault(key, [blk.name, op.path, blk.repeat * op.share, const(0), gemms])
+            path = op.path if op.kind == "linear" else w.name  # the experts' two GroupedLinears: a term each
+            row = modules.setdefault(key, [blk.name, path, blk.repeat * op.share, const(0), gemms])
             row[3] = row[3] + w.numel
     terms: list[tuple[str, Any]] = []
     for block, path, repeats, data, gemms in modules.values():

@@ -465,6 +465,7 @@ _GB3 = "DGX-GB300"
 #: No matmul benchmark of a GB300 is published: memderive runs its GEMMs at the GB200's measured fraction of peak
 #: (``efficiency.MAMF_STAND_IN``) times GB300's datasheet peak (``hardware``: the same 2.5 PFLOP/s dense bf16).
 _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fraction of peak (efficiency.MAMF_STAND_IN)"
+_B300_RATE = "B300's matmul rate a stand-in, not measured: the B200's fraction of peak (efficiency.MAMF_STAND_IN)"
 #: Megatron-Bridge's dense Llama rows on B200, GB200 and H100 beside ``BRIDGE`` (held out; nothing fitted), kept apart
 #: from ``HELD_OUT``'s bounds (``BRIDGE_DENSE_GAP``) and printed as their own table. Left out:
 #: the rows that offload activations to the CPU (GB200 70B FP8-CS of 25.09 and 25.11: cpu_offloading_num_layers 40,
@@ -472,9 +473,10 @@ _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fractio
 #: llama31/llama31_405b_llm_pretrain.yaml L117-123; v0.2.0's llama31/workload_base_configs.py L81-88: 92), which
 #: memderive cannot express, and for the same reason GB300 70B FP8-CS of 25.11
 #: and 26.02 (FSDP, cpu_offloading_num_layers 20: v0.2.0 L43-48, v0.3.0 llama/llama3_workload_base_configs.py
-#: L211-216); and 25.09 rows
-#: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B), and 26.02's GB200 405B FP8
-#: (25.11's layout). The 26.02 rows are read from the page at Megatron-Bridge commit c0b9a0003 (2026-02-26); the 25.11
+#: L211-216) and GB200 70B FP8 of 26.02 (FSDP, cpu_offloading_num_layers 40: v0.3.0 L241-246); and 25.09 rows
+#: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B). 26.02's GB200 405B FP8 repeats
+#: 25.11's layout and is in (its figures are 26.02's: every 26.02 row the page prints and memderive can express is a
+#: test). The 26.02 page (v0.3.0) has no dense rows on DGX-B300 or DGX-B200. The 26.02 rows are read from the page at Megatron-Bridge commit c0b9a0003 (2026-02-26); the 25.11
 #: GB300 rows (25.09 has none) at 5776a6d90 (2025-12-10) as 1804c076f (2025-12-09, #1669) rewrote them: the first
 #: 25.11 page (97ad8cc6f) had other GB300 rows (70B at GBS 128, 405B at GBS 64 on 128 GPUs, DeepSeek-V3 p8 v2 ep64,
 #: gpt-oss-120b MBS 4 GBS 512 at 4,096 tokens, Qwen3-235B-A22B t2 ep64; only the 8B and Qwen3 30B-A3B rows kept),
@@ -511,6 +513,10 @@ BRIDGE_DENSE = [
     _bridge_dense("L3.1 405B t4 p16 v8 mxfp8 GB200", "26.02", _GB, "gb200", LLAMA_405B,
                   _l405(4, 16, 1, 8, 4, 384), 786, 1983, "te-mxfp8",
                   "v0.3.0 llama/llama31_workload_base_configs.py L98-106, L275-281"),
+    _bridge_dense("L3.1 405B t4 p16 v4 b1536 fp8cs GB200", "26.02", _GB, "gb200", LLAMA_405B,
+                  _l405(4, 16, 1, 4, 4, 384), 793, 2004, "te-current",
+                  "v0.3.0 llama/llama31_workload_base_configs.py L88-95, L262-272 (V2: no FSDP, no offload); 25.11's "
+                  "layout: GBS 1536 = MBS 1 x 384 x DP 4"),
     _bridge_dense("L3 70B t4 p8 v5 b256 fp8cs H100", "26.02", "DGX-H100", "h100-sxm", "llama-3-70b",
                   {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "batch": 1, "micro_batches": 128}, 1621, 728,
                   "te-current"),
@@ -1148,8 +1154,8 @@ MOE = [
     # command-line override the page does not give. The DGX-GB300 rows of
     # gpt-oss-120b and Qwen3 30B-A3B follow the GB200 rows; left out of GB300's: DeepSeek-V3 BF16 and FP8-MX (PP 2
     # VP 4 EP 32), for the GB200 FP8-MX row's reason: the layout_map has no (2, 4) and 61 layers do not split over
-    # 8 chunks. GB300's Qwen3-235B-A22B BF16 row is in, its GA 32 taken as a slip (its ``assumed`` says why). Of
-    # 26.02's MoE rows only GB300's are read here (the other systems' are not yet).
+    # 8 chunks. GB300's Qwen3-235B-A22B BF16 row is in, its GA 32 taken as a slip (its ``assumed`` says why). Every
+    # 26.02 MoE row is read here (GB300's, then GB200's, B300's, B200's and H100's below).
     _bridge_moe("DeepSeek-V3 p4 v4 ep64 GB200", "DGX-GB200", "gb200", "deepseek-v3",
                 {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
                  "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep", **_DSV3_OPTIMIZER}, 4096, 3139,
@@ -1222,6 +1228,103 @@ MOE = [
                 fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_Q235_NOTE, release="26.02",
                 assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L67-80, L197-207; HybridEP timed as DeepEP; "
                         f"{_GB300_RATE}"),
+    # 26.02 on DGX-GB200, DGX-B300, DGX-B200 and DGX-H100 (Megatron-Bridge 0.3.0, the V2 configs where the GBS is
+    # theirs, V1 where only V1 exists; the settings as the GB300 rows above cite them). gpt-oss-120b's GB200, B200 and
+    # H100 configs name recompute_modules layernorm, moe_act, and v0.3.0 runs them: utils/overrides.py L141-143
+    # (``recompute_granularity = "selective"`` wherever recompute_modules is set; the 25.11 rows' inert modules,
+    # ``BRIDGE_RECOMPUTE``, no longer). DeepSeek-V3's B300 and B200 configs now set moe_flex_dispatcher_backend
+    # "hybridep" (v0.3.0 deepseek/deepseek_workload_base_configs.py L90-117), where 25.11's B200 ran the alltoall.
+    # B300 GEMMs at the B200's measured fraction of peak (``_B300_RATE``); the DGX-B300 rows keep the builder's
+    # 400 Gb/s port per GPU, as the GB300 rows do. Arithmetic: GBS = MBS x micro-batches x DP in each row.
+    _bridge_moe("DeepSeek-V3 p4 v4 ep64 b4096 GB200", "DGX-GB200", "gb200", "deepseek-v3",
+                {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "micro_batches": 64, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                 **_DSV3_OPTIMIZER}, 4096, 3955, 1028, fp8="te-mxfp8", per_node=72, release="26.02",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1: v0.3.0 recipes/deepseek/deepseek_v3.py "
+                "L198, L244; the (4, 4) layout_map entry L56 holds it)",
+                assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L72-87, L155-161 (GBS 4096 / (MBS 1 x DP 64) "
+                        "= 64); HybridEP timed as DeepEP; CUDA graphs (attn, moe_router, moe_preprocess) not modelled"),
+    _bridge_moe("DeepSeek-V3 p16 ep8 b4096 B300", "DGX-B300", "b300", "deepseek-v3",
+                {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 256, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                 **_DSV3_OPTIMIZER}, 4096, 2983, 776, fp8="te-mxfp8", release="26.02",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1, the (16, 1) layout_map entry)",
+                assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L90-102, L164-175 (FP8_MX V2: GBS 4096 / "
+                        f"(MBS 1 x DP 16) = 256); HybridEP timed as DeepEP; {_B300_RATE}"),
+    _bridge_moe("DeepSeek-V3 p16 ep8 b4096 B200", "DGX-B200", "b200", "deepseek-v3",
+                {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 256, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                 **_DSV3_OPTIMIZER}, 4096, 2689, 699, fp8="te-mxfp8", release="26.02",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1, the (16, 1) layout_map entry)",
+                assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L105-117, L178-184 (GBS 4096 / (MBS 1 x DP "
+                        "16) = 256); HybridEP timed as DeepEP"),
+    _bridge_moe("gpt-oss-120b ep64 b4 GB200", "DGX-GB200", "gb200", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5, "recompute": "selective",
+                 "recompute_modules": _OSS_MODULES}, 4096, 15784, 428, per_node=72, release="26.02",
+                assumed="v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L54-59, L96-99 (GBS 1280 / (MBS 4 x DP 64) = "
+                        "5); recompute_modules layernorm, moe_act run (overrides.py L141-143: granularity 'selective')"),
+    _bridge_moe("gpt-oss-120b ep64 b4 B300", "DGX-B300", "b300", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5}, 4096, 8359, 228, release="26.02",
+                assumed="v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L62-68, L102-105 (no recompute_modules; CUDA "
+                        f"graphs attn, moe_router, moe_preprocess not modelled); {_B300_RATE}"),
+    _bridge_moe("gpt-oss-120b ep64 b4 B200", "DGX-B200", "b200", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5, "recompute": "selective",
+                 "recompute_modules": _OSS_MODULES}, 4096, 8047, 219, release="26.02",
+                assumed="v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L71-76, L108-111 (the page's EP 64 now the "
+                        "recipe's); recompute_modules layernorm, moe_act run (overrides.py L141-143)"),
+    _bridge_moe("gpt-oss-120b p4 ep8 b1280 H100", "DGX-H100", "h100-sxm", OSS_120B,
+                {"pp": 4, "dp": 16, "ep": 8, "batch": 1, "micro_batches": 80, "recompute": "selective",
+                 "recompute_modules": _OSS_MODULES}, 4096, 5993, 163, release="26.02",
+                assumed="v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L79-83, L114-117 (GBS 1280 / (MBS 1 x DP 16) "
+                        "= 80); recompute_modules layernorm, moe_act run (overrides.py L141-143)"),
+    _bridge_moe("Qwen3 30B-A3B ep8 b4 GB200", "DGX-GB200", "gb200", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 26084, 600, fp8="te-mxfp8", per_node=72,
+                release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L356-363 (25.11's layout; CUDA graphs moe_router, "
+                        "moe_preprocess not modelled); HybridEP timed as the alltoall dispatcher, as 25.11's row"),
+    _bridge_moe("Qwen3 30B-A3B ep8 b8 B300", "DGX-B300", "b300", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 8, "micro_batches": 8}, 4096, 29521, 679, fp8="te-mxfp8",
+                release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L376-386; HybridEP timed as the alltoall "
+                        f"dispatcher, as the GB200 row; {_B300_RATE}"),
+    _bridge_moe("Qwen3 30B-A3B ep8 b1 B200", "DGX-B200", "b200", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 1, "micro_batches": 64}, 4096, 9691, 223, fp8="te-mxfp8",
+                release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L397-405 (25.11's layout, MBS 1 the base "
+                        "config's; CUDA graphs moe_router, moe_preprocess not modelled)"),
+    _bridge_moe("Qwen3 30B-A3B p2 v12 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
+                {"pp": 2, "virtual_stages": 12, "dp": 8, "ep": 8, "batch": 1, "micro_batches": 128,
+                 "moe_a2a_overlap": True, "moe_dispatcher": "deepep"}, 4096, 5113, 118, fp8="te-current",
+                release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L421-429 (16 GPUs, GBS 1024 / (MBS 1 x DP 8) = "
+                        "128; moe_a2a_overlap, its delay_wgrad_compute not timed apart; moe_flex_dispatcher_backend "
+                        "deepep: --moe-dispatcher deepep)"),
+    _bridge_moe("Qwen3 235B-A22B p8 ep32 GB200", "DGX-GB200", "gb200", QWEN3_235B,
+                {"pp": 8, "dp": 32, "ep": 32, "micro_batches": 256,
+                 "pipeline_layout": "Et*11|(t*12|)*6t*11L", "moe_dispatcher": "deepep"}, 4096, 5448, 806,
+                fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_Q235_NOTE, release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L95-107, L217-225 (GBS 8192 / (MBS 1 x DP 32) = "
+                        "256; 94 + 2 over 8 stages of 12); HybridEP timed as DeepEP; CUDA graphs not modelled"),
+    _bridge_moe("Qwen3 235B-A22B p8 v4 ep8 B300", "DGX-B300", "b300", QWEN3_235B,
+                {"pp": 8, "virtual_stages": 4, "dp": 32, "ep": 8, "micro_batches": 256,
+                 "pipeline_layout": "Et*2|(t*3|)*30t*2L", "moe_a2a_overlap": True}, 4096, 2691, 399, fp8="te-mxfp8",
+                recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap (--moe-a2a-overlap; its delay_wgrad_compute not timed "
+                "apart)", release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L121-132, L235-242 (GBS 8192 / (MBS 1 x DP 32) = "
+                        f"256; 94 + 2 over 32 chunks of 3); {_B300_RATE}"),
+    _bridge_moe("Qwen3 235B-A22B p8 ep8 b8192 B200", "DGX-B200", "b200", QWEN3_235B,
+                {"pp": 8, "dp": 32, "ep": 8, "micro_batches": 256,
+                 "pipeline_layout": "Et*11|(t*12|)*6t*11L"}, 4096, 3805, 563, fp8="te-mxfp8",
+                recipe=_BRIDGE_Q235_NOTE, release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L146-156, L252-259 (no VP, moe_a2a_overlap False; "
+                        "GBS 8192 / (MBS 1 x DP 32) = 256; 94 + 2 over 8 stages of 12)"),
+    _bridge_moe("Qwen3 235B-A22B t2 p8 v4 ep32 etp1 b8192 H100", "DGX-H100", "h100-sxm", QWEN3_235B,
+                {"tp": 2, "sp": True, "pp": 8, "virtual_stages": 4, "dp": 16, "ep": 32, "etp": 1, "micro_batches": 512,
+                 "pipeline_layout": "Et*2|(t*3|)*30t*2L", "moe_a2a_overlap": True}, 4096, 1633, 242, fp8="te-current",
+                recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap (--moe-a2a-overlap; its delay_wgrad_compute not timed "
+                "apart)", release="26.02",
+                assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L171-180, L268-271 (25.11's layout at GBS 8192: "
+                        "8192 / (MBS 1 x DP 16) = 512)"),
 ]
 
 

@@ -143,4 +143,4 @@ def test_the_bridge_rows_run_it_as_their_scripts_and_recipes_set_it() -> None:
         deepseek = run.model == "deepseek-v3"
         assert run.layout["precision_aware_optimizer"] == ("fp8" not in run.layout or deepseek), run.name
         assert run.layout.get("moments", "fp32") == ("bf16" if deepseek else "fp32"), run.name
-    assert len(bridge) >= 15 and sum(r.model == "deepseek-v3" for r in bridge) == 3
+    assert len(bridge) >= 30 and sum(r.model == "deepseek-v3" for r in bridge) == 6
