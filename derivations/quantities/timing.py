@@ -90,6 +90,7 @@ from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
+from memderive.derivations.quantities.activation_offload import ACTIVATION_OFFLOAD_TIME_NOTE
 from memderive.derivations.quantities.offload_time import offload_line, offload_time
 from memderive.derivations.quantities.param_offload_time import param_offload_line, param_offload_time
 
@@ -340,6 +341,7 @@ class StepTime:
     # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
     # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
     zero2: str = ""
+    activation_offload_layers: int = 0  # --activation-offload-layers: its host copies not timed
 
     @property
     def step_s(self) -> float:
@@ -395,6 +397,8 @@ class StepTime:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
+        if self.activation_offload_layers:
+            memory += (ACTIVATION_OFFLOAD_TIME_NOTE,)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
         cautions = tuple(c for c in (caution, MOE_HOST_CAUTION if self.ep_s else None) if c)
         return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
@@ -1018,7 +1022,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
-                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero))
+                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero),
+                    activation_offload_layers=opts.activation_offload_layers)
 
 
 def _zero2_sync(opts: Options, zero: int) -> str:
