@@ -32,6 +32,9 @@ def test_the_offloaded_layers_bytes_leave_the_gpu() -> None:
     # TE keeps l - N = 24 layers' saved tensors at once: 8 layers' fewer on the GPU, the rest (embedding, loss) as is
     assert plain.number("activation_bytes") - off.number("activation_bytes") == 8 * LAYER
     assert plain.number("total_bytes") - off.number("total_bytes") == 8 * LAYER
+    names = off.to_json()["names"]  # the host line has a public name, as every key
+    assert names["offloaded_activation_bytes"] == "activations.offloaded"
+    assert off.quantity("activations.offloaded") is off.quantity("offloaded_activation_bytes")
 
 
 def _replay(layers: int, n: int, c: float, f: float) -> float:
