@@ -247,6 +247,14 @@ OPTIONS: tuple[Option, ...] = (
        "before each all-gather and the gradients down over PCIe, torch's AdamW on the CPU at "
        "--host-memory-bandwidth (plan: every layout offloads, ZeRO-3 sharding)", modes=_TRAIN, commands=_PLANNED,
        echo="set", example=(*_TRAIN_STEP, "--offload-params")),
+    _o("activation_offload_layers", "int", 0, "Megatron-Core's CPU activation offloading (cpu_offloading, "
+       "cpu_offloading_num_layers N; Transformer Engine's get_cpu_offload_context): the saved activations of the "
+       "first N of a GPU's layers copied to pinned host memory after their forward and back before their backward, "
+       "so the GPU holds l - N layers' at once (--framework megatron, no pipeline stages; N below the layers); "
+       "their copies over the GPU's host link (NVLink-C2C on GB200/GB300, else PCIe) are timed behind the other "
+       "layers' compute", modes=_TRAIN, echo="changed",
+       example=("--model", "llama-3-8b", *_TRAIN_STEP, "--framework", "megatron", "--activation-offload-layers",
+                "4")),
     _o("recompute", "choice", "none", "activation recompute: selective (Megatron: the attention core), full (each "
        "layer from its input), selective-op (torchtitan's op-level policy: every other matmul's and the fused "
        "attention's outputs kept)", choices=("none", "selective", "full", "selective-op"), modes=_TRAIN,

@@ -236,6 +236,7 @@ class Options:
     zero: int = 0
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
+    activation_offload_layers: int = 0  # Megatron-Core cpu_offloading_num_layers (quantities.activation_offload)
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ()  # Megatron-Core's, under selective (symbolic.mcore_recompute); () = core_attn
     recompute_method: str = "uniform"  # Megatron's --recompute-method under full: uniform | block
@@ -415,6 +416,7 @@ class Options:
         self._check_precision_aware()
         self._check_recompute_modules()
         self._check_recompute_layers()
+        self._check_activation_offload()
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:
@@ -457,6 +459,26 @@ class Options:
         if self.uneven_stages or self.pipeline_layout is not None:
             raise OptionsError("--recompute-method block or --recompute-layers above 1 with uneven pipeline stages "
                                "or a pipeline layout is not modelled (chunks of different sizes); drop one")
+
+    def _check_activation_offload(self) -> None:
+        """--activation-offload-layers is Megatron-Core's cpu_offloading_num_layers (Transformer Engine's
+        ``get_cpu_offload_context`` around a TransformerBlock's layers, model_layers its config.num_layers: the
+        whole model's, so one pipeline stage only); the bound by the model's layers is checked where they are known
+        (``quantities.activation_offload``)."""
+        n = self.activation_offload_layers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise OptionsError(f"--activation-offload-layers must be a whole number of layers, 0 or more, got {n!r}")
+        if n == 0:
+            return
+        if self.mode != "train":
+            raise OptionsError("--activation-offload-layers offloads a training step's saved activations; use it "
+                               "with --mode train")
+        if self.framework != "megatron":
+            raise OptionsError("--activation-offload-layers is Megatron-Core's cpu_offloading_num_layers; add "
+                               "--framework megatron")
+        if self.pp > 1:
+            raise OptionsError("--activation-offload-layers with --pp is not modelled (Megatron-Core passes the "
+                               "whole model's num_layers to each stage's offload context); drop one")
 
     def recompute_share(self) -> Expr:
         """The fraction of a stage's decoder layers Megatron's full recompute checkpoints: 1 (each layer, or groups

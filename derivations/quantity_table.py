@@ -97,6 +97,8 @@ QUANTITY_NAMES: tuple[QuantityName, ...] = (
     _q("activations.per_layer", "train", "activation_bytes_per_layer", "bytes", "activations",
        "activation_bytes_per_layer"),
     _q("activations.total", "train", "activation_bytes", "bytes", "activations-total", "activation_bytes"),
+    _q("activations.offloaded", "train", "offloaded_activation_bytes", "bytes", "offloaded_activation_bytes",
+       checkable=False),
     _q("model_states.total", "train", "model_state_bytes", "bytes", "model-states", "model_states",
        "model_state_bytes"),
     _q("model_states.offloaded", "train", "offloaded_bytes", "bytes", "offloaded_bytes", checkable=False),

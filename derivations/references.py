@@ -400,6 +400,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "common/multi_tensor/adam.cu (AdamFunctorMaster, AdamFunctorMasterParamRemainder)", None,
               "github.com/NVIDIA/TransformerEngine/blob/v2.9/transformer_engine/pytorch/optimizers/fused_adam.py",
               "code"),
+    Reference("te-cpu-offload", "Transformer Engine", _NV, "TransformerEngine v2.10+ (d0067d0d): transformer_engine/"
+              "pytorch/cpu_offload.py (get_cpu_offload_context; DefaultOffloadSynchronizer: layers 0..N-1 offloaded, "
+              "layer i's GPU copy released at layer l-N+i's forward and reloaded from layer l-1-N+i's backward, "
+              "saved-activation peak (l - N) layers'); v2.7's v1 path (AsyncDoubleBufferGroupOffloadHandler, "
+              "layer_window_map) spreads the N offloads over the l layers likewise", None,
+              "github.com/NVIDIA/TransformerEngine/blob/v2.10/transformer_engine/pytorch/cpu_offload.py", "code"),
     Reference("megatron-schedules", "Megatron-LM", _NV, "Megatron-LM: megatron/core/pipeline_parallel/schedules.py "
               "(forward_backward_pipelining_with_interleaving, get_pp_rank_microbatches: num_warmup_microbatches = "
               "2(p - rank - 1) + (v - 1)p, capped at the m v chunk micro-batches; before commit 4295be1a6c, "

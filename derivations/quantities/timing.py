@@ -91,6 +91,7 @@ from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
+from memderive.derivations.quantities.activation_offload import activation_offload_line, activation_offload_s
 from memderive.derivations.quantities.offload_time import offload_line, offload_time
 from memderive.derivations.quantities.param_offload_time import param_offload_line, param_offload_time
 
@@ -342,12 +343,15 @@ class StepTime:
     # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
     # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
     zero2: str = ""
+    activation_offload_layers: int = 0  # --activation-offload-layers (activation_offload.py)
+    activation_offload_s: Any = 0.0  # its host copies not hidden behind the other layers' compute
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
-                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s + self.fp8_cast_s)
+                + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s + self.fp8_cast_s
+                + self.activation_offload_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -397,6 +401,8 @@ class StepTime:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
+        if self.activation_offload_layers:
+            memory += (activation_offload_line(self.gpu, self.activation_offload_layers),)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
         cautions = tuple(c for c in (caution, MOE_HOST_CAUTION if self.ep_s else None) if c)
         return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
@@ -471,6 +477,7 @@ class StepTime:
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
+                "act_offload_time_s": self.activation_offload_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
 
@@ -1033,7 +1040,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
-                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero))
+                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero),
+                    activation_offload_layers=opts.activation_offload_layers,
+                    activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
 
 
 def _zero2_sync(opts: Options, zero: int) -> str:

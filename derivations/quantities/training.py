@@ -21,6 +21,8 @@ from typing import Any
 from memderive.derivations.memo import applied, per_graph
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, TE_FP8, Options, derived, te_transposes
+from memderive.derivations.quantities.activation_offload import (ACTIVATION_OFFLOAD_CITATION, activation_offload,
+                                                                  activation_offload_note)
 from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
@@ -319,6 +321,10 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
                             "each group of layers keeps its input, rebuilt whole in backward"
                             if opts.recompute_method == "uniform" else
                             "that many layers of each model chunk keep their input, the others save everything"),)
+    host_acts = None
+    if opts.activation_offload_layers:  # TE's CPU offload: l - N layers' saved activations on the GPU at once
+        acts, host_acts = activation_offload(acts, model.sizes["l"], opts.activation_offload_layers)
+        assumptions += (activation_offload_note(model.sizes["l"], opts.activation_offload_layers),)
     total = acts + dequantized_weight(graph, opts)
     if opts.recompute != "none":
         total += _recompute_working_set(base, opts, per_layer, ignore, model, graph)
@@ -349,6 +355,10 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
         _offloaded(cpu, rel, opts) if opts.offload else
         Quantity("offloaded_bytes", "Gradients and optimizer states offloaded (or paged) to CPU memory", cpu, rel,
                  OFFLOAD_CITATION)]
+    if host_acts is not None:
+        offloaded.append(Quantity("offloaded_activation_bytes", "Saved activations offloaded to CPU memory "
+                                  "(Megatron-Core CPU activation offloading)", host_acts, rel,
+                                  ACTIVATION_OFFLOAD_CITATION))
     return graph, [
         Quantity("parameters_per_gpu", "Parameters held by one GPU" if opts.zero < 3 or whole else
                  "Parameters of one GPU's model shard (ZeRO-3 stores 1/d of them, gathered layer by layer)",
