@@ -72,5 +72,6 @@ if __name__ == "__main__":
     for shape in sys.argv[3:]:
         b, s = map(int, shape.removeprefix("cache:").split("x"))
         out[shape] = _cache(model, b, s) if shape.startswith("cache:") else _saved(model, b, s)
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    dist.barrier()  # neither rank tears gloo down while the other is still in a collective (an abort at exit)
     dist.destroy_process_group()
