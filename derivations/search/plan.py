@@ -387,24 +387,23 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         positive_option(name, value, required=name != "gpus")
     if options is not None and options.pipeline_layout is not None:
         raise PlanError(LAYOUT_REFUSED)
-    modules = options.recompute_modules if options is not None else ()  # every selective row's (Options checks them)
+    given = options or Options()  # the defaults where no options are given
+    modules = given.recompute_modules  # every selective row's (Options checks them)
     resolved = resolve_model(model)
-    experts = (options or Options()).ep  # expert parallelism: over ep of the dp ranks of each row
-    context = (options or Options()).cp  # > 1: every row splits its sequences over that many ranks
+    experts = given.ep  # expert parallelism: over ep of the dp ranks of each row
+    context = given.cp  # > 1: every row splits its sequences over that many ranks
     if context > 1 and not flash:
         raise PlanError(f"--cp {context} runs ring attention on a fused kernel; plan it with FlashAttention "
                         "(drop --no-flash)")
     # etp: the plan keeps the experts' tensor-parallel degree at the tp (Megatron-Core's default; no folded layouts)
     # set row by row (``_candidates``); Megatron-Core's schedule alone (Options refuses it under another framework)
-    overlap = (a2a_overlap or (options or Options()).moe_a2a_overlap) and (options or Options()).framework in (
-        None, "megatron")
-    base = replace(options or Options(), mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
+    overlap = (a2a_overlap or given.moe_a2a_overlap) and given.framework in (None, "megatron")
+    base = replace(given, mode="train", batch=1, seq=seq, tp=1, pp=1, dp=1, ep=1, etp=None, cp=1,
                    sp=False, zero=0, recompute="none", recompute_modules=(), moe_a2a_overlap=False,
                    fp8_param_gather=False,  # set row by row (``_candidates``)
                    recompute_method="uniform", recompute_layers=1)
     # Megatron's full recompute of some layers (--recompute-method, --recompute-layers), as given, on full's rows
-    some = {"recompute_method": (options or Options()).recompute_method,
-            "recompute_layers": (options or Options()).recompute_layers}
+    some = {"recompute_method": given.recompute_method, "recompute_layers": given.recompute_layers}
     if base.offload_params:  # FSDP's CPU offload shards as ZeRO-3 does (Options refuses ZeRO 1-2 with it)
         zeros = (3,)
     if base.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (Options refuses the others)
@@ -413,7 +412,7 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
     recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context, modules)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,
                        sequence_parallel and space.sp, context, space, overlap,
-                       fp8_params or (options or Options()).fp8_param_gather)
+                       fp8_params or given.fp8_param_gather)
     for row in rows:
         row["recompute_modules"] = modules if row["recompute"] == "selective" else ()
         row.update(some if row["recompute"] == "full" else {"recompute_method": "uniform", "recompute_layers": 1})
