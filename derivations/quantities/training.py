@@ -87,8 +87,7 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
     linear_proj keeps (random.py: ``outputs = ctx.run_function(*detached_inputs)``, alive for the kernel's backward);
     where linear_proj keeps only an 8-bit copy (Transformer Engine's delayed scaling) the rebuilt output is already
     in the layer's recomputed activations, not counted twice."""
-    plain = one_layer(transformed(base, derived(opts, recompute="none", recompute_method="uniform",
-                                          recompute_layers=1), model), ignore).total
+    plain = one_layer(transformed(base, derived(opts, recompute="none"), model), ignore).total
     rerun = const(0)
     if opts.core_attn_checkpointed:
         layer = graph.block("layer").ops
@@ -121,8 +120,7 @@ def _some_layers_checkpointed(base: Graph, opts: Options, acts: Breakdown, ignor
         chunk = _chunk_layers(model, opts)
         return rest + layers.scaled(Fraction(-(-chunk // opts.recompute_layers), chunk))
     share = opts.recompute_share()
-    plain = transformed(base, derived(opts, recompute="none", recompute_method="uniform", recompute_layers=1), model,
-                        stage)
+    plain = transformed(base, derived(opts, recompute="none"), model, stage)
     saved = _activations(plain, ignore_roles=tuple(ignore), blocks=("layer",))
     return rest + layers.scaled(share) + Breakdown(tuple(Term(f"not_checkpointed/{t.path}", t.expr * (1 - share))
                                                          for t in saved.terms), "bytes")
