@@ -19,7 +19,8 @@ from typing import Any
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
-                                                           pipelined_fsdp2, state_widths, zero_ranks)
+                                                           pipelined_fsdp2, state_widths, zero_ranks,
+                                                           zero_shards)
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, ceiling, const, total
@@ -164,9 +165,9 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     trainable = trainable_parameters(graph)
     _, width, k = state_widths(opts.dtype, opts.optimizer, opts.precision)
     n = zero_ranks(opts.cp)  # d, or d x cp under context parallelism
-    shard = {0: (1, 1, 1), 1: (1, 1, n), 2: (1, n, n), 3: (n, n, n)}[opts.zero]
-    if pipelined_fsdp2(opts.framework, opts.pp, opts.zero):  # weights and fp32 gradients whole (model_states)
-        shard, width = (1, 1, n), dtype("fp32").nbytes
+    whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero)  # weights and fp32 gradients whole (model_states)
+    shard = zero_shards(opts.zero, n, whole)
+    width = dtype("fp32").nbytes if whole else width
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
     graded = flat_unit_elements(graph) if opts.fsdp_flat_params else trainable.total
     grads = Term("model_states/gradients", graded * width / shard[1])

@@ -58,7 +58,7 @@ from memderive.symbolic import dims
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
            "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
-           "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2"]
+           "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2", "zero_shards"]
 
 ZERO_CITATION = Citation("rajbhandari-2020", "§3.1, §5, Figure 1")
 #: The precision-aware optimizer's fp32 copies of its states not kept in fp32 (``quantities.precision_aware``).
@@ -232,6 +232,18 @@ def state_widths(param_dtype: str, optimizer: str, precision: str = "master") ->
     return width, width, optimizer_state_bytes(optimizer, param_dtype, precision)
 
 
+def zero_shards(zero: int, dp: Expr | int, whole: bool = False) -> tuple[Expr | int, Expr | int, Expr | int]:
+    """The ranks ZeRO stage ``zero`` splits (weights, gradients, optimizer states) over, ``dp`` of them; ``whole``:
+    FSDP2 under pipeline stages (``pipelined_fsdp2``), the weights and gradients unsharded, the states over dp.
+
+    >>> zero_shards(2, 8), zero_shards(3, 8, whole=True)
+    ((1, 8, 8), (1, 1, 8))
+    """
+    if whole:
+        return 1, 1, dp
+    return {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
+
+
 def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr | int,
            factored: Expr | int = 0, precision: str = "master", grad_buffer: str = "param",
            aware: PrecisionAware | None = None, whole: bool = False) -> list[Term]:
@@ -245,8 +257,7 @@ def _terms(params: Expr, param_dtype: str, optimizer: str, zero: int, dp: Expr |
     if grad_buffer not in GRAD_BUFFERS:
         raise ValueError(f"unknown gradient buffer {grad_buffer!r}; choose one of {', '.join(GRAD_BUFFERS)}")
     grad = 4 if grad_buffer == "fp32" or whole else grad  # whole: accumulated in the fp32 reduce dtype
-    shard = {0: (1, 1, 1), 1: (1, 1, dp), 2: (1, dp, dp), 3: (dp, dp, dp)}[zero]
-    shard = (1, 1, shard[2]) if whole else shard
+    shard = zero_shards(zero, dp, whole)
     copy = [Term("model_states/fp32_gradient_copy", params * 4 / shard[2])] if grad_buffer == "param+fp32" else []
     if aware is not None:
         held = aware.widths(param_dtype, grad_buffer)
