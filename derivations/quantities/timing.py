@@ -982,9 +982,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
-        fwd, bwd = tp_bytes(whole, values, full_share(opts, values),
-                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered,
-                            experts=not opts.folded)
+        share, modules = full_share(opts, values), bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules))
+        fwd, bwd = tp_bytes(whole, values, share, modules, quantized, gathered, experts=not opts.folded)
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
@@ -993,9 +992,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
-            pairs = overlap_pairs(forms, values, full_share(opts, values),
-                                  bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), t, p,
-                                  opts.cp, tp_micro / ((fwd + bwd) / p / opts.cp), _gemm_rate(hw))
+            pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw))
             tp_micro = exposed_s(pairs, t)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
