@@ -760,9 +760,10 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
     if not routed:
         return None
     held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed)
-    share = held / est.number("parameters_per_gpu")
+    params = est.number("parameters_per_gpu")
+    share = held / params
     ranks = layout_int(expert_zero_ranks(o), est.values)  # the ranks the memory shards their states over
-    total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    total = est.number("trainable_parameters") if o.finetuning else params
     experts = share * total if o.finetuning else held
     gathered = weights * share
     if fp8_gathered_elements(est):  # --fp8-param-gather: every expert weight 8-bit, the embedding and norms 16-bit
