@@ -117,20 +117,25 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
     collective. Full recompute runs the layers' forward pairs twice (``recompute_full``: the share of the layers it
     checkpoints, 0 to 1; Megatron's block method some only: their pairs, scaled); ``modules`` the selective modules'
     again."""
+    def timed(group: tuple, back: bool) -> list[tuple[Any, Any]]:  # each collective's bytes, its GEMMs' seconds
+        entries = []
+        for moved, fp8, gemms in group:
+            seconds = 0.0
+            for flops, m, n, k, column in gemms:
+                n, k = (layout_int(n, values), layout_int(k, values))
+                n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
+                if back:  # the data gradient: (M, in, out)
+                    n, k = k, n
+                seconds += (layout_int(flops, values) / (t * p * cp)
+                            / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
+            entries.append((layout_int(moved, values), seconds))
+        return entries
+
     pairs = []
     for name, forward, backward, again in forms:
-        rounds = [(forward, False, 1)] + ([(forward, False, recompute_full)] if recompute_full and name == "layer"
-                                          else []) + [(backward, True, 1)]
-        rounds += [(again, False, 1)] if modules else []
-        for group, back, share in rounds:
-            for moved, fp8, gemms in group:
-                seconds = 0.0
-                for flops, m, n, k, column in gemms:
-                    n, k = (layout_int(n, values), layout_int(k, values))
-                    n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
-                    if back:  # the data gradient: (M, in, out)
-                        n, k = k, n
-                    seconds += (layout_int(flops, values) / (t * p * cp)
-                                / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
-                pairs.append((share * layout_int(moved, values) / p / cp * per_byte, share * seconds))
+        ahead = timed(forward, False)  # evaluated once, rerun by full recompute
+        rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if recompute_full and name == "layer" else [])
+        rounds += [(timed(backward, True), 1)] + ([(timed(again, False), 1)] if modules else [])
+        pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
+                  for moved, seconds in entries]
     return pairs
