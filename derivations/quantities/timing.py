@@ -760,9 +760,10 @@ def expert_group(est: Evaluated, grads: Any, weights: Any, zero: int) -> ExpertG
     if not routed:
         return None
     held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed)
-    share = held / est.number("parameters_per_gpu")
+    params = est.number("parameters_per_gpu")
+    share = held / params
     ranks = layout_int(expert_zero_ranks(o), est.values)  # the ranks the memory shards their states over
-    total = est.number("trainable_parameters") if o.finetuning else est.number("parameters_per_gpu")
+    total = est.number("trainable_parameters") if o.finetuning else params
     experts = share * total if o.finetuning else held
     gathered = weights * share
     if fp8_gathered_elements(est):  # --fp8-param-gather: every expert weight 8-bit, the embedding and norms 16-bit
@@ -982,9 +983,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
-        fwd, bwd = tp_bytes(whole, values, full_share(opts, values),
-                            bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), quantized, gathered,
-                            experts=not opts.folded)
+        share, modules = full_share(opts, values), bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules))
+        fwd, bwd = tp_bytes(whole, values, share, modules, quantized, gathered, experts=not opts.folded)
         total = (fwd + bwd) / p / opts.cp
         message = _bytes(base.block("layer").input.nbytes, values) / opts.cp
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
@@ -993,9 +993,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
-            pairs = overlap_pairs(forms, values, full_share(opts, values),
-                                  bool({"mlp", "moe", "shared_experts"} & set(opts.recomputed_modules)), t, p,
-                                  opts.cp, tp_micro / ((fwd + bwd) / p / opts.cp), _gemm_rate(hw))
+            pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw))
             tp_micro = exposed_s(pairs, t)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes

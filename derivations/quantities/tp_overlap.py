@@ -40,14 +40,14 @@ def exposed_s(pairs: Any, t: int) -> Any:
     return sum((c / t + maximum(0.0, c * (t - 1) / t - g) for c, g in pairs), 0.0)
 
 
-def _gemms(op: Any, column: bool) -> tuple[tuple[Any, Any, Any, Any, bool], ...]:
-    """The op's forward GEMM and its data gradient's, as (whole-model FLOPs, m, n, k, split side) on the whole-model
-    graph: (M, out, in) forward, (M, in, out) backward, the side tensor parallelism splits (out of a column-parallel
-    weight, in of a row-parallel one) marked by ``column``. Both count the same FLOPs, 2 M out in."""
+def _gemm(op: Any, scale: Any, column: bool) -> tuple[Any, Any, Any, Any, bool]:
+    """The op's forward GEMM, which also stands for its data gradient's, as (whole-model FLOPs times ``scale``, m,
+    n, k, split side) on the whole-model graph: (M, out, in) forward, (M, in, out) backward, the side tensor
+    parallelism splits (out of a column-parallel weight, in of a row-parallel one) marked by ``column``. Both count
+    the same FLOPs, 2 M out in."""
     rows, weight = next(f.operands for f in op.flops if f.kind == "matmul" and f.phase == "forward")
     flops = sum((f.count for f in op.flops if f.kind == "matmul" and f.phase == "forward"), 0)
-    out, inp = weight.shape[-2], weight.shape[-1]
-    return ((flops, rows.numel, out, inp, column),)
+    return scale * flops, rows.numel, weight.shape[-2], weight.shape[-1], column
 
 
 @per_graph
@@ -55,7 +55,7 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
                   experts: bool = True) -> tuple[tuple[str, Any, tuple, tuple, tuple], ...]:
     """Per block of the whole-model graph (t = 1): (name, forward pairs, backward pairs, pairs recomputed by a
     selective module), each pair (bytes in all-reduce terms, whether its GEMMs run in fp8, the GEMMs it overlaps as
-    ``_gemms`` gives them), times the block's repeat.
+    ``_gemm`` gives them), times the block's repeat.
 
     The bytes are ``timing.tp_bytes``' own, its all-reduces taken apart into their two ring halves (a ring
     reduce-scatter or all-gather of B bytes moves what an all-reduce of B/2 does): a row-parallel linear
@@ -78,7 +78,7 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
             if op.kind == "embedding" and 0 in axes:
                 forward.append((r * op.output.nbytes, False, ()))
             elif op.kind == "experts" and experts:  # split over t like an MLP, its GEMMs at one expert's shape
-                gemms = tuple((r * op.share * f, m, n, k, True) for f, m, n, k, _ in _gemms(op, True))
+                gemms = (_gemm(op, r * op.share, True),)
                 moved = r * op.share * op.output.nbytes
                 forward.append((moved, False, gemms))
                 backward.append((moved, False, gemms))
@@ -87,7 +87,7 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
                 rows, weight = op.flops[0].operands
                 half = rows.numel / 2  # elements, in all-reduce terms
                 quantized = bool(gathered) and any(f"{blk.name}/{p.name}" in float8 for p in op.params)
-                gemms = tuple((r * f, m, n, k, split) for f, m, n, k, split in _gemms(op, weight.tp_axis == 0))
+                gemms = (_gemm(op, r, weight.tp_axis == 0),)
                 if weight.tp_axis == 1:  # row-parallel: output reduce-scattered, its gradient gathered
                     grad = gathered.width(gathered.grad) if quantized else rows.dtype.nbytes
                     forward.append((r * half * weight.shape[0] * rows.dtype.nbytes, quantized, gemms))
@@ -117,20 +117,25 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
     collective. Full recompute runs the layers' forward pairs twice (``recompute_full``: the share of the layers it
     checkpoints, 0 to 1; Megatron's block method some only: their pairs, scaled); ``modules`` the selective modules'
     again."""
+    def timed(group: tuple, back: bool) -> list[tuple[Any, Any]]:  # each collective's bytes, its GEMMs' seconds
+        entries = []
+        for moved, fp8, gemms in group:
+            seconds = 0.0
+            for flops, m, n, k, column in gemms:
+                n, k = (layout_int(n, values), layout_int(k, values))
+                n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
+                if back:  # the data gradient: (M, in, out)
+                    n, k = k, n
+                seconds += (layout_int(flops, values) / (t * p * cp)
+                            / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
+            entries.append((layout_int(moved, values), seconds))
+        return entries
+
     pairs = []
     for name, forward, backward, again in forms:
-        rounds = [(forward, False, 1)] + ([(forward, False, recompute_full)] if recompute_full and name == "layer"
-                                          else []) + [(backward, True, 1)]
-        rounds += [(again, False, 1)] if modules else []
-        for group, back, share in rounds:
-            for moved, fp8, gemms in group:
-                seconds = 0.0
-                for flops, m, n, k, column in gemms:
-                    n, k = (layout_int(n, values), layout_int(k, values))
-                    n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
-                    if back:  # the data gradient: (M, in, out)
-                        n, k = k, n
-                    seconds += (layout_int(flops, values) / (t * p * cp)
-                                / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
-                pairs.append((share * layout_int(moved, values) / p / cp * per_byte, share * seconds))
+        ahead = timed(forward, False)  # evaluated once, rerun by full recompute
+        rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if recompute_full and name == "layer" else [])
+        rounds += [(timed(backward, True), 1)] + ([(timed(again, False), 1)] if modules else [])
+        pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
+                  for moved, seconds in entries]
     return pairs
