@@ -87,7 +87,8 @@ def activation_offload_note(layers: int, n: int) -> str:
     """The assumption line an estimate prints."""
     return (f"CPU activation offloading (Megatron-Core cpu_offloading_num_layers {n}, Transformer Engine): "
             f"{layers - n} of {layers} layers' saved activations on the GPU at once, {n} layers' in host memory; "
-            "the host copies' time not modelled (the step time a lower bound)")
+            "the host copies timed with --gpu where its host link is known (the time model's line says which), else "
+            "not (the step time a lower bound)")
 
 
 def host_link(hw: GPU) -> tuple[int, str] | None:
