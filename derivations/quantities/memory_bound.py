@@ -40,7 +40,7 @@ on the others).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -333,8 +333,11 @@ def optimizer_bytes(est: Evaluated) -> Any:
         return 0
     state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
     params = est.number("parameters_per_gpu")
-    routed = set(expert_ops(est.graph))
-    held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+
+    def held() -> Any:  # the routed experts' terms of it, evaluated only where their shard is apart
+        routed = set(expert_ops(est.graph))
+        return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+
     shard = optimizer_shard(est, params, held) if o.zero >= 1 else params
     if o.precision_aware_optimizer:  # Transformer Engine's FusedAdam at the states' own widths
         return shard * aware_step_bytes(o)
@@ -342,9 +345,10 @@ def optimizer_bytes(est: Evaluated) -> Any:
     return shard * (adam_moves(o.kernels == "eager") * state + copy)
 
 
-def optimizer_shard(est: Evaluated, n: Any, routed: Any) -> Any:
-    """The elements of ``n`` (``routed`` of them the routed experts') whose optimizer step one GPU runs under ZeRO:
-    the rest over the d x cp ranks, the routed experts' over their own expert data-parallel group
+def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:
+    """The elements of ``n`` (``routed()`` of them the routed experts', called only under expert parallelism or
+    folding) whose optimizer step one GPU runs under ZeRO: the rest over the d x cp ranks, the routed experts' over
+    their own expert data-parallel group
     (``expert_states.expert_zero_ranks``, the ranks the memory shards their states over: Megatron-Core's
     distributed optimizer shards the expert buffers over ``intra_expt_dp_group``); each the ceiling (FSDP pads the
     last shard)."""
@@ -352,7 +356,8 @@ def optimizer_shard(est: Evaluated, n: Any, routed: Any) -> Any:
     ranks = o.dp * o.cp
     if not (o.ep > 1 or o.folded):
         return -(-n // ranks)
-    return -(-(n - routed) // ranks) + -(-routed // layout_int(expert_zero_ranks(o), est.values))
+    held = routed()
+    return -(-(n - held) // ranks) + -(-held // layout_int(expert_zero_ranks(o), est.values))
 
 
 def zero3_copy_bytes(est: Evaluated) -> Any:
@@ -501,7 +506,7 @@ def _primary_cast(est: Evaluated, transpose: bool) -> Any:
     (``te_float8.PARAM_GATHER_SOURCE``)."""
     o = est.options
     n = layout_int(_te_weights(est.graph), est.values)
-    shard = optimizer_shard(est, n, layout_int(_routed_te_weights(est.graph), est.values))
+    shard = optimizer_shard(est, n, lambda: layout_int(_routed_te_weights(est.graph), est.values))
     width = 2  # the master shard cast to Megatron's 16-bit model dtype first (quantize_master_weights)
     return _quantize(shard, width, o.fp8, False, True, False) + (2 * n if transpose else 0)
 
