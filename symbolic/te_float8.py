@@ -195,17 +195,15 @@ class TEFloat8:
             return self._grouped(op)
         if op.kind != "linear" or original:
             return op
-        casts = {x.name: x for x in op.saved if x.name in op.inputs}
-        data = _data(self.recipe)
-        saved: list[Tensor] = []
-        for x in op.saved:
-            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x)] if x.name in casts \
-                else [x]
-        saved_for: list[tuple[str, tuple[str, ...]]] = []
-        for name, grads in op.saved_for:
-            saved_for += ([(f"{name}:{self._suffix}", grads)] + [(t.name, grads) for t in self._scale(casts[name])]
-                          if name in casts else [(name, grads)])
-        return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
+        casts = {x.name: self._cast(x) for x in op.saved if x.name in op.inputs}
+        saved = tuple(t for x in op.saved for t in casts.get(x.name, [x]))
+        saved_for = tuple((n, grads) for name, grads in op.saved_for
+                          for n in ([t.name for t in casts[name]] if name in casts else [name]))
+        return replace(op, saved=saved, saved_for=saved_for)
+
+    def _cast(self, x: Tensor, gemms: tuple[Any, ...] = ()) -> list[Tensor]:
+        """``x``'s quantized data (``<x>:fp8`` or ``<x>:fp4``) and its scales (``_scale``)."""
+        return [replace(x, name=f"{x.name}:{self._suffix}", dtype=_data(self.recipe)), *self._scale(x, gemms)]
 
     def _grouped(self, op: Op) -> Op:
         """The experts op with what TE's ``_GroupedLinear.forward`` saves for the weight gradient: each of fc1's and
@@ -215,13 +213,9 @@ class TEFloat8:
         inputs = grouped_inputs(op)
         if not inputs:  # not Megatron-Core's experts (hf's loop): left as it is
             return op
-        data = _data(self.recipe)
         experts = (op.params[0].shape[0],)
-        saved: list[Tensor] = []
-        for x in op.saved:
-            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x, experts)] \
-                if x.name in inputs else [x]
-        return replace(op, saved=tuple(saved))
+        casts = {x.name: self._cast(x, experts) for x in op.saved if x.name in inputs}
+        return replace(op, saved=tuple(t for x in op.saved for t in casts.get(x.name, [x])))
 
     def saves_original(self, blk: Any, op: Op) -> bool:
         """Whether Megatron-Core sets ``save_original_input`` on linear ``op`` of ``blk`` under this recipe (current
