@@ -55,7 +55,7 @@ from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.te_float8 import TEFloat8, te_linears, te_weight_elements
+from memderive.symbolic.te_float8 import BLOCK, TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
@@ -435,7 +435,7 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     def cast(n: Any, split: Any, norm: bool, saved: bool = False) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``;
         ``saved``: the 16-bit input saved (``original``)."""
-        local, both = n / split, split == 1 or recipe in ("te-mxfp8", "te-nvfp4")
+        local, both = n / split, split == 1 or recipe in BLOCK  # the block-scaled recipes gather each usage
         if saved:
             per = _quantize(local, width, recipe, transpose, True, False)
             if both:
