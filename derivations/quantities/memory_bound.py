@@ -467,9 +467,16 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     if o.fp8 not in TE_FP8:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
-    if o.fp8_param_gather and o.fp8 != "te-mxfp8":
-        return (layout_int(micro, est.values) if micro else 0), _primary_cast(est, transpose)
-    return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
+    per_micro = layout_int(micro, est.values) if micro else 0
+    if _fp8_primary(o):
+        return per_micro, _primary_cast(est, transpose)
+    return per_micro, (layout_int(weights, est.values) if weights else 0)
+
+
+def _fp8_primary(o: Any) -> bool:
+    """Whether the layers' linear weights are fp8 primary tensors, gathered and cast as such: ``--fp8-param-gather``
+    with delayed or current scaling, not MXFP8 (``fp8_gathered_elements``)."""
+    return bool(o.fp8_param_gather) and o.fp8 != "te-mxfp8"
 
 
 _te_weights = per_graph(te_weight_elements)
@@ -488,8 +495,7 @@ def fp8_gathered_elements(est: Evaluated, routed: bool = False) -> Any:
     delayed or current scaling (their _data in the uint8 parameter buffer); 0 otherwise, and under MXFP8, whose
     bucket is gathered in 16 bits through the gradient buffer and quantized after (``te_float8.PARAM_GATHER_SOURCE``:
     param_and_grad_buffer.py L1160-1190, L303-343)."""
-    o = est.options
-    if not o.fp8_param_gather or o.fp8 == "te-mxfp8":
+    if not _fp8_primary(est.options):
         return 0
     return layout_int((_routed_te_weights if routed else _te_weights)(est.graph), est.values)
 
