@@ -95,8 +95,10 @@ def _read_ahead(graph: Graph) -> dict[str, Tensor]:
         for op in blk.ops:
             for x in (x for f in op.flops for x in f.operands if x.role == "weight"):
                 owner, _, rest = x.name.partition("/")
-                if owner in later and any(w.name == rest for o in once[owner].ops for w in o.params):
-                    out[x.name] = next(w for o in once[owner].ops for w in o.params if w.name == rest)
+                held = None if owner not in later else next(
+                    (w for o in once[owner].ops for w in o.params if w.name == rest), None)
+                if held is not None:
+                    out[x.name] = held
     return out
 
 

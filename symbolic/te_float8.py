@@ -80,7 +80,7 @@ from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
-           "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE"]
+           "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE", "BLOCK"]
 
 TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
 SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
@@ -118,19 +118,22 @@ SP_SOURCE = ("TransformerEngine v2.9 (70f5366): module/linear.py _Linear.forward
              "module/base.py initialize_ub L288-298, L412-416 (--tp-comm-overlap: every all-gather buffer uint8 "
              "under fp8, the reduce-scatters' in the activations' dtype unless a user config sets fp8_buf on "
              "proj_fprop or fc2_fprop; Megatron-LM megatron/training/initialize.py passes the FP8 mode under --fp8)")
-#: Transformer Engine's quantizers as its sequence-parallel all-gathers treat them (``SP_SOURCE``): the elements per
-#: one-byte scale sent with each copy (None: a per-tensor fp32 scale_inv, not sent), and whether the quantizer
-#: gathers row-wise data only (``supports_only_rowwise_all_gather``: Float8 data is gathered, its transpose made
-#: after; MXFP8 gathers each usage asked for).
-_TE_QUANTIZERS = {"te-delayed": (None, True), "te-current": (None, True), "te-mxfp8": (32, False),
-                  "te-nvfp4": (16, False)}
-#: Per recipe, what each sequence-parallel all-gather of a TE linear sends: the forward's input all-gather one copy
-#: (the quantizer set row-wise before it); the backward's output-gradient all-gather the gradient's two usages (dgrad
-#: row-wise, wgrad column-wise), one where the quantizer gathers row-wise data only. The input's re-gather for the
-#: weight gradient (one copy) runs behind the dgrad GEMM and is not among them.
-SP_GATHERS = {recipe: Gathered(1, 1 if rowwise_only else 2, block=block,
-                        data=(FP4 if recipe == "te-nvfp4" else FP8).nbytes)
-              for recipe, (block, rowwise_only) in _TE_QUANTIZERS.items()}
+
+
+def _data(recipe: str) -> DType:
+    """The dtype of a recipe's quantized data: NVFP4's 4 bits, every other recipe's 8."""
+    return FP4 if recipe == "te-nvfp4" else FP8
+
+
+#: Per recipe, what each sequence-parallel all-gather of a TE linear sends (``SP_SOURCE``): the forward's input
+#: all-gather one copy (the quantizer set row-wise before it); the backward's output-gradient all-gather the
+#: gradient's two usages (dgrad row-wise, wgrad column-wise), one where the quantizer gathers row-wise data only
+#: (``supports_only_rowwise_all_gather``: Float8 data is gathered, its transpose made after; the block-scaled
+#: recipes gather each usage asked for, with its one-byte scales, ``BLOCK``; Float8's per-tensor fp32 scale_inv is
+#: not sent). The input's re-gather for the weight gradient (one copy) runs behind the dgrad GEMM and is not among
+#: them.
+SP_GATHERS = {recipe: Gathered(1, 2 if recipe in BLOCK else 1, block=BLOCK.get(recipe), data=_data(recipe).nbytes)
+              for recipe in TE_RECIPES}
 
 
 def te_linears(graph: Graph) -> list[tuple[Any, Op]]:
@@ -168,7 +171,7 @@ class TEFloat8:
 
     @property
     def _suffix(self) -> str:
-        return "fp4" if self.recipe == "te-nvfp4" else "fp8"
+        return _data(self.recipe).name
 
     def _scale(self, x: Tensor, gemms: tuple[Any, ...] = ()) -> list[Tensor]:
         """The scales saved beside ``x``'s cast: one fp32 ``_scale_inv`` (delayed, current scaling), or the block
@@ -192,17 +195,15 @@ class TEFloat8:
             return self._grouped(op)
         if op.kind != "linear" or original:
             return op
-        casts = {x.name: x for x in op.saved if x.name in op.inputs}
-        data = FP4 if self.recipe == "te-nvfp4" else FP8
-        saved: list[Tensor] = []
-        for x in op.saved:
-            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x)] if x.name in casts \
-                else [x]
-        saved_for: list[tuple[str, tuple[str, ...]]] = []
-        for name, grads in op.saved_for:
-            saved_for += ([(f"{name}:{self._suffix}", grads)] + [(t.name, grads) for t in self._scale(casts[name])]
-                          if name in casts else [(name, grads)])
-        return replace(op, saved=tuple(saved), saved_for=tuple(saved_for))
+        casts = {x.name: self._cast(x) for x in op.saved if x.name in op.inputs}
+        saved = tuple(t for x in op.saved for t in casts.get(x.name, [x]))
+        saved_for = tuple((n, grads) for name, grads in op.saved_for
+                          for n in ([t.name for t in casts[name]] if name in casts else [name]))
+        return replace(op, saved=saved, saved_for=saved_for)
+
+    def _cast(self, x: Tensor, gemms: tuple[Any, ...] = ()) -> list[Tensor]:
+        """``x``'s quantized data (``<x>:fp8`` or ``<x>:fp4``) and its scales (``_scale``)."""
+        return [replace(x, name=f"{x.name}:{self._suffix}", dtype=_data(self.recipe)), *self._scale(x, gemms)]
 
     def _grouped(self, op: Op) -> Op:
         """The experts op with what TE's ``_GroupedLinear.forward`` saves for the weight gradient: each of fc1's and
@@ -212,13 +213,9 @@ class TEFloat8:
         inputs = grouped_inputs(op)
         if not inputs:  # not Megatron-Core's experts (hf's loop): left as it is
             return op
-        data = FP4 if self.recipe == "te-nvfp4" else FP8
         experts = (op.params[0].shape[0],)
-        saved: list[Tensor] = []
-        for x in op.saved:
-            saved += [replace(x, name=f"{x.name}:{self._suffix}", dtype=data), *self._scale(x, experts)] \
-                if x.name in inputs else [x]
-        return replace(op, saved=tuple(saved))
+        casts = {x.name: self._cast(x, experts) for x in op.saved if x.name in inputs}
+        return replace(op, saved=tuple(t for x in op.saved for t in casts.get(x.name, [x])))
 
     def saves_original(self, blk: Any, op: Op) -> bool:
         """Whether Megatron-Core sets ``save_original_input`` on linear ``op`` of ``blk`` under this recipe (current

@@ -40,7 +40,7 @@ on the others).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import const
 from memderive.symbolic.dims import t as tp_degree
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.te_float8 import TEFloat8, te_linears, te_weight_elements
+from memderive.symbolic.te_float8 import BLOCK, TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
@@ -333,8 +333,11 @@ def optimizer_bytes(est: Evaluated) -> Any:
         return 0
     state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
     params = est.number("parameters_per_gpu")
-    routed = set(expert_ops(est.graph))
-    held = est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+
+    def held() -> Any:  # the routed experts' terms of it, evaluated only where their shard is apart
+        routed = set(expert_ops(est.graph))
+        return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+
     shard = optimizer_shard(est, params, held) if o.zero >= 1 else params
     if o.precision_aware_optimizer:  # Transformer Engine's FusedAdam at the states' own widths
         return shard * aware_step_bytes(o)
@@ -342,9 +345,10 @@ def optimizer_bytes(est: Evaluated) -> Any:
     return shard * (adam_moves(o.kernels == "eager") * state + copy)
 
 
-def optimizer_shard(est: Evaluated, n: Any, routed: Any) -> Any:
-    """The elements of ``n`` (``routed`` of them the routed experts') whose optimizer step one GPU runs under ZeRO:
-    the rest over the d x cp ranks, the routed experts' over their own expert data-parallel group
+def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:
+    """The elements of ``n`` (``routed()`` of them the routed experts', called only under expert parallelism or
+    folding) whose optimizer step one GPU runs under ZeRO: the rest over the d x cp ranks, the routed experts' over
+    their own expert data-parallel group
     (``expert_states.expert_zero_ranks``, the ranks the memory shards their states over: Megatron-Core's
     distributed optimizer shards the expert buffers over ``intra_expt_dp_group``); each the ceiling (FSDP pads the
     last shard)."""
@@ -352,7 +356,8 @@ def optimizer_shard(est: Evaluated, n: Any, routed: Any) -> Any:
     ranks = o.dp * o.cp
     if not (o.ep > 1 or o.folded):
         return -(-n // ranks)
-    return -(-(n - routed) // ranks) + -(-routed // layout_int(expert_zero_ranks(o), est.values))
+    held = routed()
+    return -(-(n - held) // ranks) + -(-held // layout_int(expert_zero_ranks(o), est.values))
 
 
 def zero3_copy_bytes(est: Evaluated) -> Any:
@@ -430,7 +435,7 @@ def _module_casts(recipe: str, transpose: bool, width: Any, x: Any, g: Any, fuse
     def cast(n: Any, split: Any, norm: bool, saved: bool = False) -> tuple[Any, Any]:
         """(bytes per pass, bytes once in the backward) of quantizing n elements, all-gathered over ``split``;
         ``saved``: the 16-bit input saved (``original``)."""
-        local, both = n / split, split == 1 or recipe in ("te-mxfp8", "te-nvfp4")
+        local, both = n / split, split == 1 or recipe in BLOCK  # the block-scaled recipes gather each usage
         if saved:
             per = _quantize(local, width, recipe, transpose, True, False)
             if both:
@@ -462,9 +467,16 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     if o.fp8 not in TE_FP8:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
-    if o.fp8_param_gather and o.fp8 != "te-mxfp8":
-        return (layout_int(micro, est.values) if micro else 0), _primary_cast(est, transpose)
-    return (layout_int(micro, est.values) if micro else 0), (layout_int(weights, est.values) if weights else 0)
+    per_micro = layout_int(micro, est.values) if micro else 0
+    if _fp8_primary(o):
+        return per_micro, _primary_cast(est, transpose)
+    return per_micro, (layout_int(weights, est.values) if weights else 0)
+
+
+def _fp8_primary(o: Any) -> bool:
+    """Whether the layers' linear weights are fp8 primary tensors, gathered and cast as such: ``--fp8-param-gather``
+    with delayed or current scaling, not MXFP8 (``fp8_gathered_elements``)."""
+    return bool(o.fp8_param_gather) and o.fp8 != "te-mxfp8"
 
 
 _te_weights = per_graph(te_weight_elements)
@@ -483,8 +495,7 @@ def fp8_gathered_elements(est: Evaluated, routed: bool = False) -> Any:
     delayed or current scaling (their _data in the uint8 parameter buffer); 0 otherwise, and under MXFP8, whose
     bucket is gathered in 16 bits through the gradient buffer and quantized after (``te_float8.PARAM_GATHER_SOURCE``:
     param_and_grad_buffer.py L1160-1190, L303-343)."""
-    o = est.options
-    if not o.fp8_param_gather or o.fp8 == "te-mxfp8":
+    if not _fp8_primary(est.options):
         return 0
     return layout_int((_routed_te_weights if routed else _te_weights)(est.graph), est.values)
 
@@ -501,7 +512,7 @@ def _primary_cast(est: Evaluated, transpose: bool) -> Any:
     (``te_float8.PARAM_GATHER_SOURCE``)."""
     o = est.options
     n = layout_int(_te_weights(est.graph), est.values)
-    shard = optimizer_shard(est, n, layout_int(_routed_te_weights(est.graph), est.values))
+    shard = optimizer_shard(est, n, lambda: layout_int(_routed_te_weights(est.graph), est.values))
     width = 2  # the master shard cast to Megatron's 16-bit model dtype first (quantize_master_weights)
     return _quantize(shard, width, o.fp8, False, True, False) + (2 * n if transpose else 0)
 
