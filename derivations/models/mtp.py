@@ -39,12 +39,10 @@ from memderive.symbolic.graph import Block
 from memderive.symbolic.ops import BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["mtp_block", "MTP_BLOCK", "MTP_OWN", "MTP_SOURCE"]
+__all__ = ["mtp_block", "MTP_BLOCK", "MTP_SOURCE"]
 
 #: The block's name (after the decoder layers, before the head: the order Megatron-Core runs them).
 MTP_BLOCK = "mtp"
-#: The MTP layer's own ops around its transformer layer (not the layer's modules: recompute modules skip them).
-MTP_OWN = ("enorm", "hnorm", "concat", "eh_proj", "final_layernorm", "lm_head", "loss")
 MTP_SOURCE = ("Megatron-LM d98e8a64 megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer "
               "L1157-1247 (enorm, hnorm, eh_proj 2h -> h column-parallel, the model's layer, final_layernorm), "
               "process_mtp_loss L1012-1047 (the main output layer over each MTP layer's hidden states); "
