@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memderive.derivations.hardware import gpu  # noqa: E402
+from memderive.derivations.quantities.host_timeline import LAUNCH_S, moe_layer_kernels  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_NVFP4, DENSE_APART, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD,  # noqa: E402
                                   MOE_HOST_GAP, NVFP4_GAP, RUNS, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run,
@@ -93,9 +94,12 @@ def moe() -> None:
     layout fits memderive's device bytes (or what memderive assumes that the run did not)."""
     _rows("Mixture of experts, held out (tests/published_runs.MOE)", MOE)
     print("gap/layer: (measured - predicted) over the micro-batches times the layers a GPU runs, in ms: what the model "
-          "leaves out per MoE layer and micro-batch")
-    print(f"{'run':32s} {'EP s':>6s} {'EP link':>10s} {'gap/layer':>10s} {'memderive GiB':>14s} {'GPU GiB':>8s}  "
-          "fits, or what is assumed")
+          "leaves out per MoE layer and micro-batch; GPU/layer: the predicted step in the same unit; host/layer: the "
+          "launches a source counts per MoE layer, forward and backward (router, one GEMM per local expert per "
+          "GroupedLinear call) at cuLaunchKernel's cost, a lower bound (quantities/host_timeline.py)")
+    print(f"{'run':32s} {'EP s':>6s} {'EP link':>10s} {'gap/layer':>10s} {'GPU/layer':>10s} {'host/layer':>11s} "
+          f"{'memderive GiB':>14s} {'GPU GiB':>8s}  fits, or what is assumed")
+    needed, binds = [], 0
     for run in MOE:
         p = predict(run)
         need, capacity, assumed = moe_memory(run)
@@ -103,10 +107,20 @@ def moe() -> None:
         link = "network" if lay.get("ep", 1) * lay.get("tp", 1) > per_node else "NVLink"
         layers = run.estimate().model.sizes["l"] // lay.get("pp", 1)
         gap = (p.measured_s - p.predicted_s) / (lay.get("micro_batches", 1) * layers) * 1e3
-        print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {gap:10.2f} {need / 2**30:14.1f} "
+        sizes = run.estimate().model.sizes
+        launches = sum(moe_layer_kernels(sizes["E"] // lay.get("ep", 1),
+                                         "deepep" if lay.get("moe_dispatcher") == "deepep" else "fused"))
+        needed.append(gap / launches * 1e3)
+        binds += launches * LAUNCH_S * 1e3 > per_layer_ms(run, p.predicted_s)
+        print(f"{run.name:32s} {p.parts['ep_comm_time_s']:6.2f} {link:>10s} {gap:10.2f} "
+              f"{per_layer_ms(run, p.predicted_s):10.2f} {launches * LAUNCH_S * 1e3:11.2f} {need / 2**30:14.1f} "
               f"{capacity / 2**30:8.0f}  {'fits' if not assumed else 'over: ' + assumed}"
               f"{'; assumed: ' + run.assumed if run.assumed else ''}")
-    print()
+    positive = [x for x in needed if x > 0]
+    print(f"host/layer > GPU/layer on {binds} of {len(MOE)} rows (where it is not, max(G, H) = G: the counted "
+          f"launches do not bind; not timed in the step); "
+          f"the gap over the counted launches would need {min(positive):.0f}-{max(positive):.0f} us each "
+          f"(cuLaunchKernel alone: {LAUNCH_S * 1e6:.1f} us)\n")
     drop_and_pad()
 
 

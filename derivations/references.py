@@ -626,6 +626,11 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("deepgemm-348", "deepseek-ai/DeepGEMM#348", "z52527", "DeepGEMM pull request 348: support mxfp4 x "
               "mxfp4 GEMM on sm100 (Dense GEMM perf on a B200, CUDA 12.9, beside cublasTest 13.3 run directly: "
               "TFLOP/s per M x N x K)", 2026, "github.com/deepseek-ai/DeepGEMM/pull/348", "report"),
+    Reference("tritonbench-launch-overhead", "meta-pytorch/tritonbench#1017", "tissue3", "tritonbench pull "
+              "request 1017: profile inductor launch overhead and add per-kernel benchmark (per-kernel host cost on a "
+              "GB200: cuLaunchKernel alone 3.0 us with 0 arguments, 3.3 us with 19; Triton's binder 4.7 / 5.6 us; "
+              "Inductor's CachingAutotuner.run 6.8 / 9.1 us)", 2026, "github.com/meta-pytorch/tritonbench/pull/1017",
+              "report"),
     Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
               "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "
