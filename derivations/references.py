@@ -631,6 +631,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "GB200: cuLaunchKernel alone 3.0 us with 0 arguments, 3.3 us with 19; Triton's binder 4.7 / 5.6 us; "
               "Inductor's CachingAutotuner.run 6.8 / 9.1 us)", 2026, "github.com/meta-pytorch/tritonbench/pull/1017",
               "report"),
+    Reference("te-grace-cpu-overhead", "NVIDIA/TransformerEngine#2053", "Marks101", "Transformer Engine issue 2053: "
+              "[PyTorch] High CPU overhead on Grace systems (host CPU time per Linear forward, BF16, hidden 2,048, "
+              "8,192 tokens: torch.nn.Linear 37.08 us on GB200, 33.17 on GH200, 13.48 on a DGX H100's Xeon Platinum "
+              "8480C; te.Linear 99.66 on GB200, 90.53 on GH200)", 2025,
+              "github.com/NVIDIA/TransformerEngine/issues/2053", "report"),
     Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
               "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "
