@@ -626,6 +626,16 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("deepgemm-348", "deepseek-ai/DeepGEMM#348", "z52527", "DeepGEMM pull request 348: support mxfp4 x "
               "mxfp4 GEMM on sm100 (Dense GEMM perf on a B200, CUDA 12.9, beside cublasTest 13.3 run directly: "
               "TFLOP/s per M x N x K)", 2026, "github.com/deepseek-ai/DeepGEMM/pull/348", "report"),
+    Reference("tritonbench-launch-overhead", "meta-pytorch/tritonbench#1017", "tissue3", "tritonbench pull "
+              "request 1017: profile inductor launch overhead and add per-kernel benchmark (per-kernel host cost on a "
+              "GB200: cuLaunchKernel alone 3.0 us with 0 arguments, 3.3 us with 19; Triton's binder 4.7 / 5.6 us; "
+              "Inductor's CachingAutotuner.run 6.8 / 9.1 us)", 2026, "github.com/meta-pytorch/tritonbench/pull/1017",
+              "report"),
+    Reference("te-grace-cpu-overhead", "NVIDIA/TransformerEngine#2053", "Marks101", "Transformer Engine issue 2053: "
+              "[PyTorch] High CPU overhead on Grace systems (host CPU time per Linear forward, BF16, hidden 2,048, "
+              "8,192 tokens: torch.nn.Linear 37.08 us on GB200, 33.17 on GH200, 13.48 on a DGX H100's Xeon Platinum "
+              "8480C; te.Linear 99.66 on GB200, 90.53 on GH200)", 2025,
+              "github.com/NVIDIA/TransformerEngine/issues/2053", "report"),
     Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
               "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "

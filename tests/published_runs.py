@@ -1363,6 +1363,10 @@ MOE = [
 #: by 8 x 99.66 + 25 x 37.08 = 1.72 ms on Grace per layer and micro-batch. On the Xeon the bound is 0.63 ms, with
 #: te.Linear scaled by the torch ratio (uncited). That is under 30% of the gap on GB200 (1.72 of 5.95 and 6.15 ms)
 #: and under 10% on the DGX runs (0.63 of 6.81 on B200); the rest has no cited cause.
+#: quantities/host_timeline.py walks it per segment (each MoE layer's forward between two syncs, max(G, H)) with
+#: the host work a source counts (router ops, the two GroupedLinear calls, one GEMM launch per local expert): 0.04-1.44
+#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 37 rows (the "gap/layer" table's
+#: fwd host and exposed columns, python benchmarks/published_runs.py).
 #: These rows are the same three layouts in Bridge's 25.09 table, run with token drop instead: capacity factor 1,
 #: padded to capacity (``apply_moe_token_drop``, src/megatron/bridge/training/utils/moe_token_drop.py). Every split
 #: is then known on the host and there is no per-layer copy or block. Forced-balanced routing at capacity 1 fills

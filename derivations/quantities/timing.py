@@ -58,6 +58,7 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
+from memderive.derivations.quantities.host_timeline import HOST_COST_SOURCE
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
@@ -609,8 +610,11 @@ def zero3_caution(ranks: int) -> str | None:
 MOE_HOST_CAUTION = ("MoE: not timed, the host: the dropless all-to-all dispatcher's device-to-host copy of the tokens "
                     f"per expert, once per MoE layer ({cite(EP_SOURCE)}), and the launches of the layer's small "
                     f"kernels, which left NVIDIA's DeepSeek-V3 runs host-bound without CUDA graphs "
-                    f"({cite(Citation('megatron-dsv3-gb200', 'CPU overhead, host boundedness'))}); the published "
-                    "Megatron-Core runs of fine-grained MoE (Qwen3 30B-A3B, gpt-oss) ran slower than this time "
+                    f"({cite(Citation('megatron-dsv3-gb200', 'CPU overhead, host boundedness'))}); the host work "
+                    "a source counts per MoE layer (router, the experts' GroupedLinear calls and their per-expert "
+                    f"GEMMs, at measured per-call CPU costs: {cite(HOST_COST_SOURCE)}) stays below the layer's GPU "
+                    "time on every published run (quantities/host_timeline.py), yet the published Megatron-Core runs "
+                    "of fine-grained MoE (Qwen3 30B-A3B, gpt-oss) ran slower than this time "
                     "(tests/published_runs.MOE): read it as a lower bound")
 
 
