@@ -65,7 +65,7 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
-from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
+from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs, tp_traffic
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -246,16 +246,17 @@ def quantized_gathers(est: Evaluated, whole: Graph) -> tuple[frozenset[str], Gat
 def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
               gathered: Gathered | None = None, experts: bool = True) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
-    backward's input gradients, times the block's repeat; 0 when none), once per graph.
+    backward's input gradients, times the block's repeat; 0 when none), once per graph, summed from
+    ``tp_overlap.tp_traffic``.
 
-    A linear whose weight is in ``float8`` gathers quantized tensors under sequence parallelism (torchtitan's Float8
-    tensor parallelism, ``symbolic.float8.TP_SOURCE``; Transformer Engine's, ``symbolic.te_float8.SP_SOURCE``),
-    each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B bytes moves what an all-reduce of
-    B/2 does (one ring phase against two: ``Cluster.reduce_scatter``, ``all_reduce``). A column-parallel one
-    gathers its input quantized in forward (once per module: the input's name; ``gathered.width(gathered.input)``
-    bytes per element) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one
-    reduce-scatters its 16-bit output in forward and gathers the output's gradient, quantized first, in backward
-    (``gathered.width(gathered.grad)``)."""
+    A linear's two halves rejoin into the all-reduce it runs without sequence parallelism: a row-parallel one's in
+    forward (its partial sums, again where a selective module reruns it), a column-parallel one's in backward (its
+    input's gradient, once per module: the input's name). A linear whose weight is in ``float8`` gathers quantized
+    tensors under sequence parallelism (torchtitan's Float8 tensor parallelism, ``symbolic.float8.TP_SOURCE``;
+    Transformer Engine's, ``symbolic.te_float8.SP_SOURCE``), so its halves stay apart, each on its own side: a
+    column-parallel one gathers its input quantized in forward and reduce-scatters the input's 16-bit gradient in
+    backward; a row-parallel one reduce-scatters its 16-bit output in forward and gathers the output's gradient,
+    quantized first, in backward."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
@@ -263,34 +264,24 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
         out: Any = 0
         back: Any = 0  # the backward's quantized all-gathers of output gradients
         again: Any = 0  # the partial sums of row-parallel ops that are recomputed
-        for op in blk.ops:
-            axes = {x.tp_axis for x in op.params if x.role == "weight"}
-            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
-            if op.kind == "embedding" and 0 in axes:
-                out += op.output.nbytes
-            elif op.kind == "experts" and not experts:  # folded at etp 1: no tensor-parallel collective
-                continue
-            elif op.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
-                out += op.share * op.output.nbytes
-                again += op.share * op.output.nbytes if redone else 0
-                inputs[op.path] = op.share * op.output.nbytes
-            elif op.kind == "linear" and gathered and any(f"{blk.name}/{p.name}" in float8 for p in op.params):
-                rows, weight = op.flops[0].operands
-                half = rows.numel / 2  # elements, in all-reduce terms (above)
-                if weight.tp_axis == 1:  # forward: 16-bit reduce-scatter; backward: quantized gradient all-gather
-                    out += half * weight.shape[0] * rows.dtype.nbytes
-                    back += half * weight.shape[0] * gathered.width(gathered.grad)
-                elif weight.tp_axis == 0:  # forward: quantized input all-gather; backward: 16-bit reduce-scatter
-                    quantized_in[op.inputs[0]] = half * weight.shape[1] * gathered.width(gathered.input)
-                    inputs[op.inputs[0]] = half * weight.shape[1] * rows.dtype.nbytes
-            elif op.kind == "linear":
-                rows, weight = op.flops[0].operands  # the forward product: rows x weight
-                width = rows.numel * rows.dtype.nbytes
-                if weight.tp_axis == 1:  # row-parallel: partial sums of the output
-                    out += width * weight.shape[0]
-                    again += width * weight.shape[0] if redone else 0
-                elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
-                    inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
+        for c in tp_traffic(blk, float8, gathered, experts):
+            if c.kind == "embedding":
+                out += c.forward
+            elif c.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
+                out += c.forward
+                again += c.forward if c.redone else 0
+                inputs[c.key] = c.backward
+            elif c.kind == "row" and c.quantized:  # forward: 16-bit reduce-scatter; backward: quantized gather
+                out += c.forward
+                back += c.backward
+            elif c.kind == "row":  # partial sums of the output
+                out += c.forward + c.backward
+                again += c.forward + c.backward if c.redone else 0
+            elif c.quantized:  # column: forward: quantized input all-gather; backward: 16-bit reduce-scatter
+                quantized_in[c.key] = c.forward
+                inputs[c.key] = c.backward
+            else:  # column/vocabulary-parallel: the input's gradient
+                inputs[c.key] = c.forward + c.backward
         out = out + sum(quantized_in.values())
         back = back + sum(inputs.values())
         forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * back if back else 0,
