@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, minimum, where
+from memderive.derivations.columns import is_column, maximum, where
 from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
@@ -74,9 +74,8 @@ from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
-from memderive.symbolic import dims
 from memderive.symbolic.experts import expert_ops
-from memderive.symbolic.expr import Expr
+from memderive.symbolic.expr import Expr, evaluate
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
@@ -173,16 +172,15 @@ def all_to_alls(opts: Options, values: Mapping[Any, Any] | None = None) -> Any:
 
 
 def full_share(opts: Options, values: Mapping[Any, Any] | None) -> Any:
-    """The share of the decoder layers full recompute reruns (``Options.recompute_share``, at ``values``): 0 without
-    it, 1 under uniform, recompute_layers of each chunk's l/(p v) under Megatron's block method."""
+    """The share of the decoder layers full recompute reruns: 0 without it, else ``Options.recompute_share`` at
+    ``values`` (its p, v and l fixed by a structure: one number for every layout of a plan's column), as the time
+    model's float where it is less than 1."""
     if opts.recompute != "full":
         return 0
-    if opts.recompute_method != "block":
-        return 1
-    chunks = opts.pp * (opts.virtual_stages or 1)
-    if values is None:
+    if values is None and opts.recompute_method == "block":
         raise ValueError("full_share: Megatron's block method needs the model's layers (values)")
-    return minimum(1, opts.recompute_layers * chunks / values[dims.l])  # a chunk of fewer layers: all of them
+    share = evaluate(opts.recompute_share(), values or {})
+    return 1 if share == 1 else float(share)
 
 
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None,
