@@ -705,14 +705,14 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
-    if zero == 1:
+    sync = _zero2_sync(zero, d, p, fsdp2)
+    if zero == 1 or sync == "once":
         return once
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
     each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
-    if not fsdp2:
+    if sync == "each":
         return each
-    regather = (m - 1) * maximum(0.0, gather - micro_s / 3)  # FSDP2: each later forward's all-gather
-    return where(p > 1, once, each + regather)
+    return each + (m - 1) * maximum(0.0, gather - micro_s / 3)  # FSDP2: each later forward's all-gather
 
 
 #: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
@@ -1027,22 +1027,24 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
-                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero),
+                    sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
+                                                       opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
 
 
-def _zero2_sync(opts: Options, zero: int) -> str:
-    """How a ZeRO-2 step over more than one rank reduces its gradients (``data_parallel_s``), for the note: "each"
-    micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once" (FSDP2 under pipeline
-    stages), "exposed" (--grad-sync deepspeed: each micro-batch's, none hidden); empty otherwise."""
-    if zero != 2 or not bool(opts.dp * opts.cp > 1):
+def _zero2_sync(zero: int, d: Any, p: Any, fsdp2: bool, deepspeed: bool = False) -> str:
+    """How a ZeRO-2 step over ``d`` > 1 ranks reduces its gradients, the one decision ``data_parallel_s`` times and
+    the note names: "each" micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once"
+    (FSDP2 under pipeline stages), "exposed" (``deepspeed``: --grad-sync deepspeed, each micro-batch's, none
+    hidden); empty otherwise."""
+    if zero != 2 or not bool(d > 1):
         return ""
-    if opts.grad_sync == "deepspeed":
+    if deepspeed:
         return "exposed"
-    if opts.framework not in FSDP2_FRAMEWORKS:
+    if not fsdp2:
         return "each"
-    return "once" if bool(opts.pp > 1) else "regather"
+    return "once" if bool(p > 1) else "regather"
 
 
 def _gemm_rate(hw: GPU) -> Any:
