@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from memderive.derivations.columns import maximum
 from memderive.derivations.memo import per_graph
 from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.symbolic.float8 import param_in
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
@@ -86,7 +87,7 @@ def tp_traffic(blk: Any, float8: frozenset[str] = frozenset(), gathered: Gathere
         elif op.kind == "linear":
             rows, weight = op.flops[0].operands  # the forward product: rows x weight
             half = rows.numel / 2  # elements, in all-reduce terms
-            quantized = bool(gathered) and any(f"{blk.name}/{p.name}" in float8 for p in op.params)
+            quantized = bool(gathered) and param_in(blk.name, op, float8)
             if weight.tp_axis == 1:  # row-parallel: output reduce-scattered, its gradient gathered
                 grad = gathered.width(gathered.grad) if quantized else rows.dtype.nbytes
                 ops.append(TpTraffic(op, "row", op.path, half * weight.shape[0] * rows.dtype.nbytes,
