@@ -40,12 +40,25 @@ from memderive.symbolic.mtp_layer import EH_PROJ, ENORM, FINAL_NORM, HNORM, MTP_
 from memderive.symbolic.ops import BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["mtp_block", "MTP_SOURCE"]
+__all__ = ["mtp_block", "mtp_note", "MTP_SOURCE"]
 
 MTP_SOURCE = ("Megatron-LM d98e8a64 megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer "
               "L1157-1247 (enorm, hnorm, eh_proj 2h -> h column-parallel, the model's layer, final_layernorm), "
               "process_mtp_loss L1012-1047 (the main output layer over each MTP layer's hidden states); "
               "models/gpt/gpt_model.py L173 (the embedding built on the MTP rank)")
+
+
+
+def mtp_note(layers: int) -> str:
+    """What the graph assumes of its ``layers`` MTP layers, citing ``MTP_SOURCE`` (a graph assumption: the memory
+    and time notes print it).
+
+    >>> mtp_note(2)[:75]
+    '2 multi-token prediction layers (--mtp-layers) after the decoder layers, ea'
+    """
+    return (f"{layers} multi-token prediction layer{'s' if layers > 1 else ''} (--mtp-layers) after the decoder "
+            f"layers, each as Megatron-Core builds and runs it: {MTP_SOURCE}")
+
 
 #: ``architectures.Arch`` by name only (``architectures`` imports this module).
 Arch = Any

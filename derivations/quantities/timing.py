@@ -80,6 +80,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
+                                                            MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
@@ -322,6 +323,7 @@ class StepTime:
     # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes), and the passes the
     # framework's code runs unfused beside them (memory_bound.unfused_framework_bytes)
     elementwise_s: float = 0.0
+    unfused: bool = False  # the framework's code runs passes unfused (memory_bound.runs_unfused): the note names them
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
@@ -377,7 +379,7 @@ class StepTime:
                f"({cite(TORCHAO_CASTS)})" if self.fp8 == "tensorwise" else
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
-        memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
+        memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels, self.unfused),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -503,11 +505,14 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | 
             f"{rate_note(hw, framework)}, FLOP-weighted; nothing fitted to a run's step time")
 
 
-def memory_line(hw: GPU, kernels: str) -> str:
-    """How the memory-bound work was timed, in words."""
+def memory_line(hw: GPU, kernels: str, unfused: bool = False) -> str:
+    """How the memory-bound work was timed, in words; ``unfused``: the framework's code runs passes of the model
+    unfused (``memory_bound.runs_unfused``: Megatron-Core's, the one ``UNFUSED_MOVES`` lists)."""
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
+    framework = (f"the passes Megatron-Core's code runs unfused around its fused kernels (the experts' clamp and fc2 "
+                 f"bias, YaRN's rotary; memory_bound.UNFUSED_MOVES: {cite(MCORE_UNFUSED_SOURCE)}); " if unfused else "")
     reached = achievable_bandwidth(hw)
     rate = (f"{reached / 1e9:,.0f} GB/s (BabelStream's Triad, {reached / hw.memory_bandwidth:.1%} of the rated "
             f"{hw.memory_bandwidth / 1e9:,.0f}: {cite(STREAM_SOURCE)})" if reached != hw.memory_bandwidth else
@@ -515,7 +520,7 @@ def memory_line(hw: GPU, kernels: str) -> str:
     return (f"memory-bound, at {rate}: every elementwise kernel's reads and writes as "
             f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
             f"loss, the routed experts' tokens permuted and scattered back and their router; memory_bound.FUSED_MOVES, "
-            f"TOKEN_MOVES); {eager}ZeRO-3's copy-out of each gathered "
+            f"TOKEN_MOVES); {framework}{eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
@@ -1024,7 +1029,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
-                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
+                    elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
