@@ -24,6 +24,7 @@ from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_fli
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
+from memderive.symbolic.te_float8 import TE_RECIPES
 from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import (GRAD_BUFFERS, MAIN_PARAM_DTYPES, MOMENT_DTYPES, OPTIMIZERS, PRECISIONS,
@@ -171,10 +172,8 @@ def given_options(options: Any, call: str = "estimate") -> Any:
     return options
 
 
-#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
-#: MXFP8BlockScaling, NVFP4BlockScaling (transformer_engine/common/recipe; NVFP4 is Megatron-Core's --fp4-format e2m1
-#: --fp4-recipe nvfp4, Megatron-Bridge's bf16_with_nvfp4_mixed).
-TE_FP8 = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
+#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): ``symbolic.te_float8.TE_RECIPES``, the one tuple.
+TE_FP8 = TE_RECIPES
 #: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
 #: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
 #: input saved by each Float8Linear. Its default, no recipe_name, is tensorwise scaling (docs/float8.md: "For
