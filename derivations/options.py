@@ -332,9 +332,9 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
+                     "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers", "recompute_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
-        for name in ("new_tokens", "overhead_bytes", "mtp_layers"):
+        for name in ("new_tokens", "overhead_bytes", "mtp_layers", "activation_offload_layers"):
             value = getattr(self, name)
             flag = f"--{name.replace('_', '-').replace('-bytes', '')}"
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -442,10 +442,6 @@ class Options:
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise OptionsError(f"--recompute-method must be one of {', '.join(RECOMPUTE_METHODS)}, got "
                                f"{self.recompute_method!r}")
-        if not isinstance(self.recompute_layers, int) or isinstance(self.recompute_layers, bool) or \
-                self.recompute_layers < 1:
-            raise OptionsError(f"--recompute-layers must be a whole number of layers, 1 or more, got "
-                               f"{self.recompute_layers!r}")
         if (self.recompute_method, self.recompute_layers) == ("uniform", 1):
             return
         if self.recompute != "full":
@@ -464,10 +460,7 @@ class Options:
         ``get_cpu_offload_context`` around a TransformerBlock's layers, model_layers its config.num_layers: the
         whole model's, so one pipeline stage only); the bound by the model's layers is checked where they are known
         (``quantities.activation_offload``)."""
-        n = self.activation_offload_layers
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise OptionsError(f"--activation-offload-layers must be a whole number of layers, 0 or more, got {n!r}")
-        if n == 0:
+        if self.activation_offload_layers == 0:
             return
         if self.mode != "train":
             raise OptionsError("--activation-offload-layers offloads a training step's saved activations; use it "
