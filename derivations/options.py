@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
@@ -30,7 +30,7 @@ from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import (GRAD_BUFFERS, MAIN_PARAM_DTYPES, MOMENT_DTYPES, OPTIMIZERS, PRECISIONS,
                                           parse_implementation)
 
-__all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "block_share", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: MoE token dispatchers the time model knows (--moe-dispatcher; quantities.timing.expert_parallel_s).
@@ -115,6 +115,18 @@ def _accepts(kind: str, value: object) -> bool:
 #: numbers say nothing about any machine, and plots could not draw them.
 MAX_OPTION = 10**15
 MAX_BYTES = 10**30
+
+
+def block_share(recompute_layers: Any, chunks: Any, layers: Any, low: Callable[[Any, Any], Any]) -> Any:
+    """The share of the decoder layers Megatron's block method checkpoints: ``recompute_layers`` of each of
+    ``chunks`` model chunks (p v) of ``layers`` (l); more than a chunk holds: all of them. ``low``: the minimum,
+    ``Min`` on symbols (``Options.recompute_share``), ``columns.minimum`` on one layout's numbers or a plan's
+    columns of them (``timing.full_share``).
+
+    >>> block_share(2, 4 * 2, 32, min), block_share(5, 4 * 2, 32, min)
+    (0.5, 1)
+    """
+    return low(1, recompute_layers * chunks / layers)
 
 
 def positive_option(name: str, value: int | None, required: bool = False) -> None:
@@ -481,7 +493,7 @@ class Options:
             return const(1)
         # p and v as symbols: the whole model's graph (``quantities.compute.whole_model``, pp 1) keeps the layout's
         chunks = dims.p * (dims.v if self.virtual_stages not in (None, 1) else const(1))
-        return Min(const(1), const(self.recompute_layers) * chunks / dims.l)  # more than a chunk holds: all of them
+        return block_share(self.recompute_layers, chunks, dims.l, Min)
 
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, where
+from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.quantities.a2a_overlap import A2A_OVERLAP_SOURCE, overlapped_ep_s
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
@@ -69,13 +69,14 @@ from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, expose
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
-from memderive.derivations.options import TE_FP8, Options, derived, te_transposes
+from memderive.derivations.options import TE_FP8, Options, block_share, derived, te_transposes
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
+from memderive.symbolic import dims
 from memderive.symbolic.experts import expert_ops
-from memderive.symbolic.expr import Expr, evaluate
+from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
@@ -173,15 +174,16 @@ def all_to_alls(opts: Options, values: Mapping[Any, Any] | None = None) -> Any:
 
 
 def full_share(opts: Options, values: Mapping[Any, Any] | None) -> Any:
-    """The share of the decoder layers full recompute reruns: 0 without it, else ``Options.recompute_share`` at
-    ``values`` (its p, v and l fixed by a structure: one number for every layout of a plan's column), as the time
-    model's float where it is less than 1."""
+    """The share of the decoder layers full recompute reruns (``Options.recompute_share``, at ``values``): 0 without
+    it, 1 under uniform, ``options.block_share`` under Megatron's block method, on the layout's numbers (a plan's
+    columns of p and v cell by cell)."""
     if opts.recompute != "full":
         return 0
-    if values is None and opts.recompute_method == "block":
+    if opts.recompute_method != "block":
+        return 1
+    if values is None:
         raise ValueError("full_share: Megatron's block method needs the model's layers (values)")
-    share = evaluate(opts.recompute_share(), values or {})
-    return 1 if share == 1 else float(share)
+    return block_share(opts.recompute_layers, opts.pp * (opts.virtual_stages or 1), values[dims.l], minimum)
 
 
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None,
