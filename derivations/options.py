@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
@@ -24,12 +24,13 @@ from memderive.symbolic.pipeline_layout import Chunk, LayoutError, chunks_in_fli
 from memderive.symbolic.strategies import (ContextParallel, FlashAttention, FullRecompute, PipelineParallel,
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
+from memderive.symbolic.te_float8 import TE_RECIPES
 from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import (GRAD_BUFFERS, MAIN_PARAM_DTYPES, MOMENT_DTYPES, OPTIMIZERS, PRECISIONS,
                                           parse_implementation)
 
-__all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
+__all__ = ["te_transposes", "ArgumentError", "Options", "OptionsError", "derived", "block_share", "given_options", "positive_option", "capacity_bytes", "peak_flops_option", "MAX_OPTION", "MODES", "RECOMPUTE", "PROFILES", "ATTENTION", "BASE_DTYPES"]
 
 MODES = ("params", "train", "infer")
 #: MoE token dispatchers the time model knows (--moe-dispatcher; quantities.timing.expert_parallel_s).
@@ -116,6 +117,18 @@ MAX_OPTION = 10**15
 MAX_BYTES = 10**30
 
 
+def block_share(recompute_layers: Any, chunks: Any, layers: Any, low: Callable[[Any, Any], Any]) -> Any:
+    """The share of the decoder layers Megatron's block method checkpoints: ``recompute_layers`` of each of
+    ``chunks`` model chunks (p v) of ``layers`` (l); more than a chunk holds: all of them. ``low``: the minimum,
+    ``Min`` on symbols (``Options.recompute_share``), ``columns.minimum`` on one layout's numbers or a plan's
+    columns of them (``timing.full_share``).
+
+    >>> block_share(2, 4 * 2, 32, min), block_share(5, 4 * 2, 32, min)
+    (0.5, 1)
+    """
+    return low(1, recompute_layers * chunks / layers)
+
+
 def positive_option(name: str, value: int | None, required: bool = False) -> None:
     """A positive integer up to ``MAX_OPTION`` (or None), else an ``OptionsError`` naming ``--name``.
 
@@ -171,10 +184,8 @@ def given_options(options: Any, call: str = "estimate") -> Any:
     return options
 
 
-#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): DelayedScaling, Float8CurrentScaling,
-#: MXFP8BlockScaling, NVFP4BlockScaling (transformer_engine/common/recipe; NVFP4 is Megatron-Core's --fp4-format e2m1
-#: --fp4-recipe nvfp4, Megatron-Bridge's bf16_with_nvfp4_mixed).
-TE_FP8 = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
+#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8): ``symbolic.te_float8.TE_RECIPES``, the one tuple.
+TE_FP8 = TE_RECIPES
 #: torchtitan's Float8 recipes: Float8LinearConverter.Config.recipe_name, Literal["rowwise", "rowwise_with_gw_hp"]
 #: (torchtitan b5bcd76 torchtitan/components/quantization/float8.py); regular tensor parallelism, the 16-bit
 #: input saved by each Float8Linear. Its default, no recipe_name, is tensorwise scaling (docs/float8.md: "For
@@ -333,9 +344,9 @@ class Options:
         if self.mode not in MODES:
             raise OptionsError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         for name in ("batch", "seq", "tp", "pp", "dp", "micro_batches", "virtual_stages", "quant_group", "kv_block",
-                     "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers"):
+                     "ep", "etp", "loss_chunks", "cp", "first_stage_layers", "last_stage_layers", "recompute_layers"):
             _positive(name.replace("_", "-"), getattr(self, name))
-        for name in ("new_tokens", "overhead_bytes", "mtp_layers"):
+        for name in ("new_tokens", "overhead_bytes", "mtp_layers", "activation_offload_layers"):
             value = getattr(self, name)
             flag = f"--{name.replace('_', '-').replace('-bytes', '')}"
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -443,10 +454,6 @@ class Options:
         if self.recompute_method not in RECOMPUTE_METHODS:
             raise OptionsError(f"--recompute-method must be one of {', '.join(RECOMPUTE_METHODS)}, got "
                                f"{self.recompute_method!r}")
-        if not isinstance(self.recompute_layers, int) or isinstance(self.recompute_layers, bool) or \
-                self.recompute_layers < 1:
-            raise OptionsError(f"--recompute-layers must be a whole number of layers, 1 or more, got "
-                               f"{self.recompute_layers!r}")
         if (self.recompute_method, self.recompute_layers) == ("uniform", 1):
             return
         if self.recompute != "full":
@@ -465,10 +472,7 @@ class Options:
         ``get_cpu_offload_context`` around a TransformerBlock's layers, model_layers its config.num_layers: the
         whole model's, so one pipeline stage only); the bound by the model's layers is checked where they are known
         (``quantities.activation_offload``)."""
-        n = self.activation_offload_layers
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise OptionsError(f"--activation-offload-layers must be a whole number of layers, 0 or more, got {n!r}")
-        if n == 0:
+        if self.activation_offload_layers == 0:
             return
         if self.mode != "train":
             raise OptionsError("--activation-offload-layers offloads a training step's saved activations; use it "
@@ -489,7 +493,7 @@ class Options:
             return const(1)
         # p and v as symbols: the whole model's graph (``quantities.compute.whole_model``, pp 1) keeps the layout's
         chunks = dims.p * (dims.v if self.virtual_stages not in (None, 1) else const(1))
-        return Min(const(1), const(self.recompute_layers) * chunks / dims.l)  # more than a chunk holds: all of them
+        return block_share(self.recompute_layers, chunks, dims.l, Min)
 
     def _check_recompute_modules(self) -> None:
         """--recompute-modules names Megatron-Core's modules (``symbolic.mcore_recompute``), under selective only."""

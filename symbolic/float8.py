@@ -38,7 +38,7 @@ weight; the weight gradient a 16-bit ``mm``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,7 +50,7 @@ from memderive.symbolic.kernel_choices import RECIPES
 from memderive.symbolic.kernels import KINDS, Kernel, Rule
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "float8_matmul_flops", "weight_grad_in_float8",
+__all__ = ["RECIPES", "Float8Training", "float8_kind", "is_float8", "param_in", "float8_matmul_flops", "weight_grad_in_float8",
            "tp_planned", "SOURCE",
            "SAVED_NOTE", "TP_SOURCE", "FP8", "TP_GATHERS"]
 
@@ -329,7 +329,7 @@ class Float8Training:
         for blk in graph.blocks:
             ops = []
             for op in blk.ops:
-                if op.kind == "linear" and op.program and any(f"{blk.name}/{p.name}" in chosen for p in op.params) \
+                if op.kind == "linear" and op.program and param_in(blk.name, op, chosen) \
                         or op.kind == "linear" and op.program and not op.params and any(
                             kern.inputs[-1] in chosen for kern in op.program):
                     op = replace(op, program=_converted(op.program, kind))
@@ -386,11 +386,21 @@ def tp_planned(graph: Graph) -> frozenset[str]:
 
 def is_float8(graph: Graph, block: str, op: Any, chosen: Any = None) -> bool:
     """Whether ``op`` of ``block`` is a Float8 linear: one of its weights (or the tied weight it reads) converted."""
-    chosen = graph.float8 if chosen is None else chosen
+    chosen = set(graph.float8 if chosen is None else chosen)
     if op.kind != "linear":
         return False
-    names = {f"{block}/{p.name}" for p in op.params} | {f.param for f in op.flops if f.param and "/" in f.param}
-    return bool(names & set(chosen))
+    return param_in(block, op, chosen) or any(f.param in chosen for f in op.flops if f.param and "/" in f.param)
+
+
+def param_in(block: str, op: Any, names: Collection[str]) -> bool:
+    """Whether one of ``op``'s parameters, named ``block/param``, is among ``names`` (``tp_planned``'s weights,
+    ``Graph.float8``, ``timing.quantized_gathers``').
+
+    >>> from types import SimpleNamespace as N
+    >>> param_in("layer", N(params=(N(name="attn.q.weight"),)), {"layer/attn.q.weight"})
+    True
+    """
+    return any(f"{block}/{p.name}" in names for p in op.params)
 
 
 def weight_grad_in_float8(recipe: str) -> bool:

@@ -72,6 +72,7 @@ from dataclasses import dataclass, replace
 
 from memderive.symbolic.expr import Expr, const, total
 from memderive.symbolic.graph import Block, Graph, Op
+from memderive.symbolic.mtp_layer import EH_PROJ, MTP_BLOCK, MTP_NORMS
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
 
@@ -123,17 +124,13 @@ def _split(op: Op, share: Expr) -> tuple[Op | None, Op]:
     return replace(op, share=const(op.share) - const(share)), replace(op, path=f"{op.path}[recomputed]", share=share)
 
 
-#: An MTP layer's own norms (``derivations.models.mtp``): modules of MultiTokenPredictionLayer, not of its
-#: TransformerLayer, so no recompute module names them; its eh_proj's output is its TransformerLayer's input.
-_MTP_NORMS = ("enorm", "hnorm", "final_layernorm")
-
-
 def _pre_norms(blk: Block) -> list[Op]:
     """The norms that read the residual stream (the layer's input or a residual add): Megatron's ``input_layernorm``
     and ``pre_mlp_layernorm``, not the norms inside attention (q/k norms) or after a sublayer."""
-    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add" or op.path == "eh_proj"}
+    # an MTP layer's eh_proj output is its TransformerLayer's input (``symbolic.mtp_layer``)
+    stream = {blk.input.name} | {op.output.name for op in blk.ops if op.kind == "add" or op.path == EH_PROJ}
     return [op for op in blk.ops if op.kind in NORMS and op.inputs and op.inputs[0] in stream
-            and op.path not in _MTP_NORMS]
+            and op.path not in MTP_NORMS]  # an MTP layer's own: no recompute module names them
 
 
 def _replace_op(ops: tuple[Op, ...], path: str, new: tuple[Op | None, ...]) -> tuple[Op, ...]:
@@ -302,7 +299,7 @@ class ModuleRecompute(Strategy):
         return f"Megatron-Core recompute modules ({', '.join(self.modules)})"
 
     def _layer(self, blk: Block) -> Block:
-        if blk.name not in ("layer", "mtp"):  # an MTP layer's transformer layer reads the same recompute modules
+        if blk.name not in ("layer", MTP_BLOCK):  # an MTP layer's transformer layer reads the same recompute modules
             return blk
         if "moe" in self.modules:  # the whole MoE layer: its shared experts and activation inside it
             blk = _moe(blk, "moe/")

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from memderive.symbolic.float8 import param_in
 from memderive.symbolic.graph import Block, Flop, Graph, Op
 from memderive.symbolic.strategies import Strategy
 from memderive.symbolic.tensor import Tensor
@@ -105,7 +106,7 @@ class OpSelectiveRecompute(Strategy):
             return blk
         attention = next((op for op in blk.ops if op.kind in FUSED_ATTENTION), None)
         parts = {op.path: _mm_outputs(op, attention) for op in blk.ops if op.kind == "linear"}
-        scaled = {op.path for op in blk.ops if any(f"{blk.name}/{p.name}" in float8 for p in op.params)}
+        scaled = {op.path for op in blk.ops if param_in(blk.name, op, float8)}
         mms = [t for op in blk.ops if op.path not in scaled for t in parts.get(op.path, ())]
         odd = frozenset(t.name for t in mms[0::2]) | {t.name for path in scaled for t in parts[path]}
         ops = (Op("checkpoint", "checkpoint", (), (blk.input,), blk.input, "layer input kept for recompute"),

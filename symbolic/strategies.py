@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from memderive.symbolic import dims
 from memderive.symbolic.expr import Expr, Max, Min, const
 from memderive.symbolic.graph import Block, Flop, Graph, Op
+from memderive.symbolic.mtp_layer import FINAL_NORM, MTP_BLOCK
 from memderive.symbolic.pipeline_layout import Chunk
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic.dtypes import dtype
@@ -237,7 +238,7 @@ class FullRecompute(Strategy):
 
     def __call__(self, graph: Graph) -> Graph:
         def checkpoint(blk: Block) -> Block:
-            if blk.name == "mtp":
+            if blk.name == MTP_BLOCK:
                 return _mtp_checkpoint(blk)
             if blk.name != "layer":
                 return blk
@@ -254,7 +255,7 @@ def _mtp_checkpoint(blk: Block) -> Block:
     ``recompute_granularity == 'full'`` -> ``_checkpointed_forward``), the norms, eh_proj and the layer, keeping the
     two tensors it reads (the hidden states and the shifted tokens' embedding); its final norm, the output layer and
     the loss run after it and save as usual."""
-    end = next(i for i, op in enumerate(blk.ops) if op.path == "final_layernorm")
+    end = next(i for i, op in enumerate(blk.ops) if op.path == FINAL_NORM)
     region = blk.ops[:end]
     made = tuple(f"{op.path}." for op in region)  # what the region makes, views included (``<op path>.*``)
     read = {x.name: x for op in region for x in op.saved if x.name in op.inputs and not x.name.startswith(made)}
@@ -445,8 +446,8 @@ class PipelineParallel(Strategy):
             return self._layout(graph)
         if self.stage not in ("first", "middle", "last"):
             raise ValueError(f"stage must be 'first', 'middle' or 'last', not {self.stage!r}")
-        kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", "mtp", "head"}}[self.stage]
-        if self.stage == "last" and graph.has_block("mtp"):  # Megatron-Core builds the embedding on the MTP rank
+        kept = {"first": {"embed", "layer"}, "middle": {"layer"}, "last": {"layer", MTP_BLOCK, "head"}}[self.stage]
+        if self.stage == "last" and graph.has_block(MTP_BLOCK):  # Megatron-Core builds the embedding on the MTP rank
             kept = kept | {"embed"}  # (models/gpt/gpt_model.py L173: pre_process or mtp_process; models.mtp)
         flight = self.in_flight()
         blocks = []
@@ -459,7 +460,7 @@ class PipelineParallel(Strategy):
             # runs straight after its forward (1F1B, and interleaved: the warm-up fills the other v - 1 chunks), so
             # it holds one micro-batch whatever the stage's layers hold; so do the MTP layers before it and the
             # embedding lookup of their shifted tokens on that rank.
-            own = const(1) if self.stage == "last" and blk.name in ("head", "mtp", "embed") else flight
+            own = const(1) if self.stage == "last" and blk.name in ("head", MTP_BLOCK, "embed") else flight
             blocks.append(replace(blk, in_flight=blk.in_flight * own))
         count = "l/p" if self.uneven is None else "its"
         interleaved = self.virtual not in (None, 1)
@@ -500,7 +501,7 @@ class PipelineParallel(Strategy):
             elif blk.name == "embed" and any(c.embedding or c.mtp for c in chunks):  # the MTP rank's own copy
                 blk = replace(blk, in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight)
                                                                   if c.embedding or c.mtp))
-            elif blk.name == "mtp" and any(c.mtp for c in chunks):  # its chunk's micro-batches, as its layers'
+            elif blk.name == MTP_BLOCK and any(c.mtp for c in chunks):  # its chunk's micro-batches, as its layers'
                 blk = replace(blk, repeat=const(sum(c.mtp for c in chunks)),
                               in_flight=blk.in_flight * next(f for c, f in zip(chunks, flight) if c.mtp))
             elif blk.name != "head" or not any(c.loss for c in chunks):

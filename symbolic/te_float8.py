@@ -82,6 +82,9 @@ from memderive.symbolic.tensor import Tensor
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
            "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE", "BLOCK"]
 
+#: Transformer Engine's fp8 recipes under Megatron-Core (--fp8; ``derivations.options.TE_FP8``): DelayedScaling,
+#: Float8CurrentScaling, MXFP8BlockScaling, NVFP4BlockScaling (transformer_engine/common/recipe; NVFP4 is
+#: Megatron-Core's --fp4-format e2m1 --fp4-recipe nvfp4, Megatron-Bridge's bf16_with_nvfp4_mixed).
 TE_RECIPES = ("te-delayed", "te-current", "te-mxfp8", "te-nvfp4")
 SOURCE = ("TransformerEngine d0067d0d transformer_engine/pytorch/module/linear.py L604-621 (the input saved "
           "column-wise in 8 bits), module/layernorm_linear.py L475-487 (ln_out), tensor/float8_tensor.py L423-429 "

@@ -73,7 +73,8 @@ def test_exposed_copies_over_pcie_match_a_replay_of_te_schedule(n: int) -> None:
 
 
 @pytest.mark.parametrize("more, message", [
-    (dict(activation_offload_layers=-1), "0 or more"),
+    (dict(activation_offload_layers=-1), "--activation-offload-layers must be a whole number that is not negative"),
+    (dict(activation_offload_layers=10**16), "--activation-offload-layers = 1.000e\\+16 is past the bound of 10\\^15"),
     (dict(activation_offload_layers=32), "at most 31"),
     (dict(activation_offload_layers=2, framework=None), "add --framework megatron"),
     (dict(activation_offload_layers=2, pp=2), "with --pp is not modelled"),

@@ -105,6 +105,19 @@ def test_megatron_cores_unfused_passes_of_gpt_oss_by_hand() -> None:
     assert step_time(meg, "h100-sxm").elementwise_s - fused_s == pytest.approx(202_604_544 / 2.97e12, rel=1e-9)
 
 
+def test_the_time_note_cites_megatron_cores_unfused_passes_where_they_run() -> None:
+    """The memory-bound line names the passes Megatron-Core runs unfused and cites core_v0.15.0's code for them
+    (fused_bias_geglu.py, experts.py, rope_utils.py) where gpt-oss-20b runs them under --framework megatron; not where
+    none run (the same model under torch, Llama 3 8B under Megatron-Core: 0 bytes above)."""
+    def line(model: str, **kw: str) -> str:
+        notes = step_time(estimate(model, mode="train", batch=1, seq=8, **kw), "h100-sxm").model()
+        return next(x for x in notes if "memory-bound, at" in x)
+
+    said = line("gpt-oss-20b", framework="megatron")
+    assert "runs unfused around its fused kernels" in said and "core_v0.15.0" in said and "rope_utils.py" in said
+    assert "UNFUSED_MOVES" not in line("gpt-oss-20b") + line("llama-3-8b", framework="megatron")
+
+
 def test_the_step_time_shows_each_term_over_the_memory_bandwidth() -> None:
     """torchtitan's 8-H100 run (b 2, s 8,192, FSDP over 8, selective-op): each term is its bytes over the H100
     SXM's BabelStream Triad, 2.97 TB/s (rated 3.35), in the breakdown and in the step; --kernels fused drops the eager

@@ -57,6 +57,16 @@ def test_mtp_saves_activations_and_runs_flops() -> None:
     assert terms["mtp/loss"] - terms["head/loss"] == 0 and terms["mtp/loss"] >= 4 * 16 * 300
 
 
+def test_the_notes_cite_megatrons_mtp_layer_where_there_is_one() -> None:
+    """The graph's assumptions (each printed as an ``assumes:`` line) name the MTP layers and the code they follow,
+    Megatron-LM d98e8a64's multi_token_prediction.py; a model trained without them says nothing of MTP."""
+    plain, two = (estimate(MODEL, Options(**TRAIN, mtp_layers=n)) for n in (0, 2))
+    said = [x for x in two.graph.assumptions if "multi-token prediction" in x]
+    assert len(said) == 1 and said[0].startswith("2 multi-token prediction layers (--mtp-layers)")
+    assert "Megatron-LM d98e8a64 megatron/core/transformer/multi_token_prediction.py" in said[0]
+    assert not any("multi-token" in x for x in plain.graph.assumptions)
+
+
 MTP_OWN = ("enorm", "hnorm", "concat", "eh_proj", "final_layernorm", "lm_head", "loss")
 
 

@@ -108,3 +108,18 @@ def test_rows_of_an_eager_or_deepspeed_plan_equal_estimate_one_by_one(given) -> 
         else:
             assert timing.fp32_accumulation_s > 0
         assert math.isclose(x.step_time_s, timing.step_s, rel_tol=1e-9), (x.options, x.step_time_s, timing.step_s)
+
+
+def test_rows_of_a_block_recompute_plan_equal_estimate_one_by_one() -> None:
+    """Megatron's block method (--recompute-layers 2 of each chunk's layers): the share full recompute reruns
+    (``Options.recompute_share``, ``options.block_share``) over a plan's columns of p and v is each row's own, in the
+    TP and CP terms that rerun with it; rows under pipeline stages (interleaved too) with tp > 1 compared."""
+    given = {"recompute": "full", "recompute_method": "block", "recompute_layers": 2}
+    rows = plan("llama-2-7b", 80 * 10**9, 32, 4096, 16, options=Options(gpu="h100-sxm", **given), top=10**6)
+    full = [x for x in rows if x.options.get("recompute") == "full"]
+    picked = ([x for x in full if x.options.get("virtual_stages")][:3]
+              + [x for x in full if x.options.get("pp") and x.options.get("tp")][:3] + random.Random(26).sample(full, 4))
+    assert len(picked) == 10
+    for x in picked:
+        timing = time_of(estimate("llama-2-7b", **{**given, **x.options}))
+        assert math.isclose(x.step_time_s, timing.step_s, rel_tol=1e-9), (x.options, x.step_time_s, timing.step_s)

@@ -86,7 +86,9 @@ def test_cli_echoes_and_times() -> None:
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("--recompute", "full", "--recompute-layers", "0"), "--recompute-layers must be a whole number of layers"),
+    (("--recompute", "full", "--recompute-layers", "0"), "--recompute-layers must be a positive integer, got 0"),
+    # Options' shared bound on step sizes and degrees (MAX_OPTION, 10^15), as every other count
+    (("--recompute", "full", "--recompute-layers", str(10**16)), "--recompute-layers = 1.000e+16 is past the bound"),
     (("--recompute", "selective", "--recompute-method", "block"), "add --recompute full"),
     (("--recompute-layers", "2"), "add --recompute full"),
     (("--recompute", "full", "--recompute-method", "block", "--framework", "torchtitan"), "Megatron-Core's"),

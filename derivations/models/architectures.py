@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from memderive.derivations.models.moe_mla import mla_attention, moe_mlp
-from memderive.derivations.models.mtp import mtp_block
+from memderive.derivations.models.mtp import mtp_block, mtp_note
 from memderive.symbolic.dims import V, a, a_kv, b, d_h, d_r, f, h, l, n_ctx, n_type, s
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph
@@ -253,7 +253,8 @@ def build_graph(arch: Arch, *, activation_dtype: str | DType = "bf16", dropout: 
     places = frozenset(DROPOUT_PLACES) - set(arch.no_dropout_at) if dropout and arch.dropout else frozenset()
     mtp = (mtp_block(arch, act, places, mtp_layers, _decoder, _norm),) if mtp_layers else ()
     blocks = (_embed(arch, act, places), _layer(arch, act, places), *mtp, _head(arch, act))
-    return Graph(name or arch.family, blocks, relations=dict(relations or {}))
+    return Graph(name or arch.family, blocks, relations=dict(relations or {}),
+                 assumptions=(mtp_note(mtp_layers),) if mtp_layers else ())
 
 
 def with_arch(arch: Arch, **changes: object) -> Arch:

@@ -36,17 +36,29 @@ from typing import Any
 from memderive.symbolic.dims import V, b, h, s
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block
+from memderive.symbolic.mtp_layer import EH_PROJ, ENORM, FINAL_NORM, HNORM, MTP_BLOCK
 from memderive.symbolic.ops import BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["mtp_block", "MTP_BLOCK", "MTP_SOURCE"]
+__all__ = ["mtp_block", "mtp_note", "MTP_SOURCE"]
 
-#: The block's name (after the decoder layers, before the head: the order Megatron-Core runs them).
-MTP_BLOCK = "mtp"
 MTP_SOURCE = ("Megatron-LM d98e8a64 megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer "
               "L1157-1247 (enorm, hnorm, eh_proj 2h -> h column-parallel, the model's layer, final_layernorm), "
               "process_mtp_loss L1012-1047 (the main output layer over each MTP layer's hidden states); "
               "models/gpt/gpt_model.py L173 (the embedding built on the MTP rank)")
+
+
+
+def mtp_note(layers: int) -> str:
+    """What the graph assumes of its ``layers`` MTP layers, citing ``MTP_SOURCE`` (a graph assumption: the memory
+    and time notes print it).
+
+    >>> mtp_note(2)[:75]
+    '2 multi-token prediction layers (--mtp-layers) after the decoder layers, ea'
+    """
+    return (f"{layers} multi-token prediction layer{'s' if layers > 1 else ''} (--mtp-layers) after the decoder "
+            f"layers, each as Megatron-Core builds and runs it: {MTP_SOURCE}")
+
 
 #: ``architectures.Arch`` by name only (``architectures`` imports this module).
 Arch = Any
@@ -60,11 +72,11 @@ def mtp_block(arch: Arch, act: DType, dropout: frozenset[str], layers: int,
     (no dense share: DeepSeek-V3's first ``l_d`` dense layers are not the last)."""
     bb = BlockBuilder(MTP_BLOCK, (b, s, h), act)  # ``in``: the hidden states of the layer before
     embedded = Tensor("embed.out", (b, s, h), act, seq_axis=1)  # the shifted tokens' embedding (``embed`` block)
-    joined = bb.concat("concat", norm(bb, arch, "enorm", embedded), norm(bb, arch, "hnorm", bb.input))
-    x = bb.linear("eh_proj", joined, h, bias=False, parallel="column")
+    joined = bb.concat("concat", norm(bb, arch, ENORM, embedded), norm(bb, arch, HNORM, bb.input))
+    x = bb.linear(EH_PROJ, joined, h, bias=False, parallel="column")
     last = arch if arch.moe is None else replace(arch, moe=replace(arch.moe, dense_layers=False))
     x = replace(x, tp_axis=None)  # gathered over the tensor-parallel ranks (L1353), the layer's whole-h input
-    x = norm(bb, arch, "final_layernorm", decoder(bb, last, x, dropout))
+    x = norm(bb, arch, FINAL_NORM, decoder(bb, last, x, dropout))
     tied = arch.tied_embeddings  # the output layer's weight: the head's own, or the embedding's where tied
     weight = Tensor("embed/tokens.weight" if tied else "head/lm_head.weight", (V, h), dtype("fp32"), role="weight",
                     tp_axis=0)

@@ -58,7 +58,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import BLOCK, TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
-           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
@@ -219,10 +219,20 @@ UNFUSED_MOVES: dict[str, dict[tuple[str, str], dict[str, Moves]]] = {
 def unfused_framework_bytes(est: Evaluated) -> Any:
     """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), on one GPU of the
     first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
-    if est.options.framework not in UNFUSED_MOVES:
-        return 0
-    total = _unfused_form(est.graph, framework=est.options.framework)
+    total = _unfused(est)
     return layout_int(total, est.values) if total else 0
+
+
+def runs_unfused(est: Evaluated) -> bool:
+    """Whether the framework's code runs any pass of the layout's graph unfused (``UNFUSED_MOVES``: Megatron-Core's,
+    ``MCORE_UNFUSED_SOURCE``), so that the time note names them."""
+    return bool(_unfused(est))
+
+
+def _unfused(est: Evaluated) -> Any:
+    """``_unfused_form`` of the layout's graph under its framework; 0 for a framework without any."""
+    framework = est.options.framework
+    return _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
 
 
 @per_graph

@@ -66,11 +66,11 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
-from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs
+from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs, tp_traffic
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
-from memderive.derivations.options import TE_FP8, Options, derived, te_transposes
+from memderive.derivations.options import TE_FP8, Options, block_share, derived, te_transposes
 from memderive.derivations.memo import Keyed, applied, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
@@ -82,6 +82,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
+                                                            MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
@@ -175,15 +176,15 @@ def all_to_alls(opts: Options, values: Mapping[Any, Any] | None = None) -> Any:
 
 def full_share(opts: Options, values: Mapping[Any, Any] | None) -> Any:
     """The share of the decoder layers full recompute reruns (``Options.recompute_share``, at ``values``): 0 without
-    it, 1 under uniform, recompute_layers of each chunk's l/(p v) under Megatron's block method."""
+    it, 1 under uniform, ``options.block_share`` under Megatron's block method, on the layout's numbers (a plan's
+    columns of p and v cell by cell)."""
     if opts.recompute != "full":
         return 0
     if opts.recompute_method != "block":
         return 1
-    chunks = opts.pp * (opts.virtual_stages or 1)
     if values is None:
         raise ValueError("full_share: Megatron's block method needs the model's layers (values)")
-    return minimum(1, opts.recompute_layers * chunks / values[dims.l])  # a chunk of fewer layers: all of them
+    return block_share(opts.recompute_layers, opts.pp * (opts.virtual_stages or 1), values[dims.l], minimum)
 
 
 def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts: tuple[int, int] | None = None,
@@ -247,16 +248,17 @@ def quantized_gathers(est: Evaluated, whole: Graph) -> tuple[frozenset[str], Gat
 def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
               gathered: Gathered | None = None, experts: bool = True) -> tuple[tuple[str, Any, Any, Any], ...]:
     """Per block of ``graph``: its name and the expressions ``tp_bytes`` evaluates (forward's partial sums, the
-    backward's input gradients, times the block's repeat; 0 when none), once per graph.
+    backward's input gradients, times the block's repeat; 0 when none), once per graph, summed from
+    ``tp_overlap.tp_traffic``.
 
-    A linear whose weight is in ``float8`` gathers quantized tensors under sequence parallelism (torchtitan's Float8
-    tensor parallelism, ``symbolic.float8.TP_SOURCE``; Transformer Engine's, ``symbolic.te_float8.SP_SOURCE``),
-    each all-reduce's two halves apart: a ring reduce-scatter or all-gather of B bytes moves what an all-reduce of
-    B/2 does (one ring phase against two: ``Cluster.reduce_scatter``, ``all_reduce``). A column-parallel one
-    gathers its input quantized in forward (once per module: the input's name; ``gathered.width(gathered.input)``
-    bytes per element) and reduce-scatters the input's 16-bit gradient in backward; a row-parallel one
-    reduce-scatters its 16-bit output in forward and gathers the output's gradient, quantized first, in backward
-    (``gathered.width(gathered.grad)``)."""
+    A linear's two halves rejoin into the all-reduce it runs without sequence parallelism: a row-parallel one's in
+    forward (its partial sums, again where a selective module reruns it), a column-parallel one's in backward (its
+    input's gradient, once per module: the input's name). A linear whose weight is in ``float8`` gathers quantized
+    tensors under sequence parallelism (torchtitan's Float8 tensor parallelism, ``symbolic.float8.TP_SOURCE``;
+    Transformer Engine's, ``symbolic.te_float8.SP_SOURCE``), so its halves stay apart, each on its own side: a
+    column-parallel one gathers its input quantized in forward and reduce-scatters the input's 16-bit gradient in
+    backward; a row-parallel one reduce-scatters its 16-bit output in forward and gathers the output's gradient,
+    quantized first, in backward."""
     forms = []
     for blk in graph.blocks:
         inputs: dict[str, Any] = {}
@@ -264,34 +266,24 @@ def _tp_forms(graph: Graph, float8: frozenset[str] = frozenset(),
         out: Any = 0
         back: Any = 0  # the backward's quantized all-gathers of output gradients
         again: Any = 0  # the partial sums of row-parallel ops that are recomputed
-        for op in blk.ops:
-            axes = {x.tp_axis for x in op.params if x.role == "weight"}
-            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
-            if op.kind == "embedding" and 0 in axes:
-                out += op.output.nbytes
-            elif op.kind == "experts" and not experts:  # folded at etp 1: no tensor-parallel collective
-                continue
-            elif op.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
-                out += op.share * op.output.nbytes
-                again += op.share * op.output.nbytes if redone else 0
-                inputs[op.path] = op.share * op.output.nbytes
-            elif op.kind == "linear" and gathered and any(f"{blk.name}/{p.name}" in float8 for p in op.params):
-                rows, weight = op.flops[0].operands
-                half = rows.numel / 2  # elements, in all-reduce terms (above)
-                if weight.tp_axis == 1:  # forward: 16-bit reduce-scatter; backward: quantized gradient all-gather
-                    out += half * weight.shape[0] * rows.dtype.nbytes
-                    back += half * weight.shape[0] * gathered.width(gathered.grad)
-                elif weight.tp_axis == 0:  # forward: quantized input all-gather; backward: 16-bit reduce-scatter
-                    quantized_in[op.inputs[0]] = half * weight.shape[1] * gathered.width(gathered.input)
-                    inputs[op.inputs[0]] = half * weight.shape[1] * rows.dtype.nbytes
-            elif op.kind == "linear":
-                rows, weight = op.flops[0].operands  # the forward product: rows x weight
-                width = rows.numel * rows.dtype.nbytes
-                if weight.tp_axis == 1:  # row-parallel: partial sums of the output
-                    out += width * weight.shape[0]
-                    again += width * weight.shape[0] if redone else 0
-                elif weight.tp_axis == 0:  # column/vocabulary-parallel: the input's gradient
-                    inputs[op.inputs[0] if op.inputs else rows.name] = width * weight.shape[1]
+        for c in tp_traffic(blk, float8, gathered, experts):
+            if c.kind == "embedding":
+                out += c.forward
+            elif c.kind == "experts":  # split over t like an MLP: partial sums out, the input's gradient back
+                out += c.forward
+                again += c.forward if c.redone else 0
+                inputs[c.key] = c.backward
+            elif c.kind == "row" and c.quantized:  # forward: 16-bit reduce-scatter; backward: quantized gather
+                out += c.forward
+                back += c.backward
+            elif c.kind == "row":  # partial sums of the output
+                out += c.forward + c.backward
+                again += c.forward + c.backward if c.redone else 0
+            elif c.quantized:  # column: forward: quantized input all-gather; backward: 16-bit reduce-scatter
+                quantized_in[c.key] = c.forward
+                inputs[c.key] = c.backward
+            else:  # column/vocabulary-parallel: the input's gradient
+                inputs[c.key] = c.forward + c.backward
         out = out + sum(quantized_in.values())
         back = back + sum(inputs.values())
         forms.append((blk.name, blk.repeat * out if out else 0, blk.repeat * back if back else 0,
@@ -334,6 +326,7 @@ class StepTime:
     # fused elementwise kernels' HBM reads and writes (memory_bound.fused_elementwise_bytes), and the passes the
     # framework's code runs unfused beside them (memory_bound.unfused_framework_bytes)
     elementwise_s: float = 0.0
+    unfused: bool = False  # the framework's code runs passes unfused (memory_bound.runs_unfused): the note names them
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
@@ -389,7 +382,7 @@ class StepTime:
                f"({cite(TORCHAO_CASTS)})" if self.fp8 == "tensorwise" else
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
-        memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels),)
+        memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels, self.unfused),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -515,11 +508,14 @@ def compute_line(hw: GPU, efficiency: float, calibrated: bool, framework: str | 
             f"{rate_note(hw, framework)}, FLOP-weighted; nothing fitted to a run's step time")
 
 
-def memory_line(hw: GPU, kernels: str) -> str:
-    """How the memory-bound work was timed, in words."""
+def memory_line(hw: GPU, kernels: str, unfused: bool = False) -> str:
+    """How the memory-bound work was timed, in words; ``unfused``: the framework's code runs passes of the model
+    unfused (``memory_bound.runs_unfused``: Megatron-Core's, the one ``UNFUSED_MOVES`` lists)."""
     eager = (f"eager kernels (--kernels eager): each norm, SwiGLU and rotary op's extra HBM reads and writes over a "
              f"fused kernel's, op by op from the module's code ({cite(EAGER_SOURCE)}); " if kernels == "eager" else "")
     adam = "foreach" if kernels == "eager" else "fused"
+    framework = (f"the passes Megatron-Core's code runs unfused around its fused kernels (the experts' clamp and fc2 "
+                 f"bias, YaRN's rotary; memory_bound.UNFUSED_MOVES: {cite(MCORE_UNFUSED_SOURCE)}); " if unfused else "")
     reached = achievable_bandwidth(hw)
     rate = (f"{reached / 1e9:,.0f} GB/s (BabelStream's Triad, {reached / hw.memory_bandwidth:.1%} of the rated "
             f"{hw.memory_bandwidth / 1e9:,.0f}: {cite(STREAM_SOURCE)})" if reached != hw.memory_bandwidth else
@@ -527,7 +523,7 @@ def memory_line(hw: GPU, kernels: str) -> str:
     return (f"memory-bound, at {rate}: every elementwise kernel's reads and writes as "
             f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
             f"loss, the routed experts' tokens permuted and scattered back and their router; memory_bound.FUSED_MOVES, "
-            f"TOKEN_MOVES); {eager}ZeRO-3's copy-out of each gathered "
+            f"TOKEN_MOVES); {framework}{eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
@@ -720,14 +716,14 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
-    if zero == 1:
+    sync = _zero2_sync(zero, d, p, fsdp2)
+    if zero == 1 or sync == "once":
         return once
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
     each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
-    if not fsdp2:
+    if sync == "each":
         return each
-    regather = (m - 1) * maximum(0.0, gather - micro_s / 3)  # FSDP2: each later forward's all-gather
-    return where(p > 1, once, each + regather)
+    return each + (m - 1) * maximum(0.0, gather - micro_s / 3)  # FSDP2: each later forward's all-gather
 
 
 #: Megatron-Core's expert data-parallel group: the routed experts' gradient buffers are reduced, and under the
@@ -1039,25 +1035,27 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
-                    elementwise_s=m * elementwise_micro, tp_comm_overlap=opts.tp_comm_overlap,
+                    elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
-                    sp=bool(opts.sp), zero2=_zero2_sync(opts, zero),
+                    sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
+                                                       opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
 
 
-def _zero2_sync(opts: Options, zero: int) -> str:
-    """How a ZeRO-2 step over more than one rank reduces its gradients (``data_parallel_s``), for the note: "each"
-    micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once" (FSDP2 under pipeline
-    stages), "exposed" (--grad-sync deepspeed: each micro-batch's, none hidden); empty otherwise."""
-    if zero != 2 or not bool(opts.dp * opts.cp > 1):
+def _zero2_sync(zero: int, d: Any, p: Any, fsdp2: bool, deepspeed: bool = False) -> str:
+    """How a ZeRO-2 step over ``d`` > 1 ranks reduces its gradients, the one decision ``data_parallel_s`` times and
+    the note names: "each" micro-batch, "regather" (FSDP2, its parameters gathered again in each forward), "once"
+    (FSDP2 under pipeline stages), "exposed" (``deepspeed``: --grad-sync deepspeed, each micro-batch's, none
+    hidden); empty otherwise."""
+    if zero != 2 or not bool(d > 1):
         return ""
-    if opts.grad_sync == "deepspeed":
+    if deepspeed:
         return "exposed"
-    if opts.framework not in FSDP2_FRAMEWORKS:
+    if not fsdp2:
         return "each"
-    return "once" if bool(opts.pp > 1) else "regather"
+    return "once" if bool(p > 1) else "regather"
 
 
 def _gemm_rate(hw: GPU) -> Any:

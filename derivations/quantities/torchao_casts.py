@@ -30,7 +30,7 @@ from memderive.derivations.memo import per_graph
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.dims import t as tp_degree
-from memderive.symbolic.float8 import is_float8, tp_planned
+from memderive.symbolic.float8 import is_float8, param_in, tp_planned
 from memderive.symbolic.formula import Citation
 
 __all__ = ["TORCHAO_CASTS", "torchao_cast_bytes"]
@@ -64,7 +64,7 @@ def _cast_form(graph: Any, planned: bool) -> Any:
             rows, weight = next(f.operands for f in op.flops if f.kind == "matmul" and f.phase == "forward")
             passes = 2 if any(f.kind == "matmul" and f.phase == "recompute" for f in op.flops) else 1
             column = weight.tp_axis == 0
-            in_plan = any(f"{blk.name}/{p.name}" in plan for p in op.params)
+            in_plan = param_in(blk.name, op, plan)
             width = op.output.dtype.nbytes + 1  # read the 16-bit tensor, write its 8-bit copy
             scale = blk.repeat * op.share * width
             key = op.inputs[0] if op.inputs else rows.name

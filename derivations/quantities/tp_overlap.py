@@ -19,16 +19,17 @@ projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from memderive.derivations.columns import maximum
 from memderive.derivations.memo import per_graph
 from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.symbolic.float8 import param_in
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
 
-__all__ = ["TP_OVERLAP_PAIRS", "exposed_s", "overlap_forms", "overlap_pairs"]
+__all__ = ["TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms", "overlap_pairs", "tp_traffic"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
@@ -50,6 +51,55 @@ def _gemm(op: Any, scale: Any, column: bool) -> tuple[Any, Any, Any, Any, bool]:
     return scale * flops, rows.numel, weight.shape[-2], weight.shape[-1], column
 
 
+class TpTraffic(NamedTuple):
+    """One op's tensor-parallel collectives per repeat of its block, bytes in all-reduce terms (``tp_traffic``)."""
+
+    op: Any
+    kind: str  # "embedding" (vocabulary-parallel), "experts", "row" or "column" (a linear's weight split)
+    key: str  # what moves: a column-parallel linear's input (its readers share one gather), else the op's path
+    forward: Any  # the forward's collective
+    backward: Any  # the backward's (0: none)
+    quantized: bool  # its gathers move quantized tensors, its GEMMs run in fp8
+    redone: bool  # a selective module reruns its forward GEMMs
+
+
+def tp_traffic(blk: Any, float8: frozenset[str] = frozenset(), gathered: Gathered | None = None,
+               experts: bool = True) -> list[TpTraffic]:
+    """The ops of ``blk`` that move tensors over the tensor-parallel group, in order, and what each moves: the one
+    classification ``overlap_forms`` pairs with GEMMs and ``timing.tp_bytes`` sums.
+
+    A vocabulary-parallel embedding all-reduces its output (forward). A MoE expert op split over t like an MLP
+    all-reduces its output forward and its input's gradient backward (``experts`` False: folded at etp 1, nothing).
+    A linear's all-reduce is taken apart into its two ring halves (a ring reduce-scatter or all-gather of B bytes
+    moves what an all-reduce of B/2 does): a row-parallel one reduce-scatters its 16-bit output forward and
+    gathers the output's gradient backward; a column-parallel one gathers its input forward and reduce-scatters the
+    input's 16-bit gradient backward. ``float8``/``gathered``: the linears (``block/param``) whose gathers move
+    quantized tensors and their widths per element (``timing.quantized_gathers``)."""
+    ops = []
+    for op in blk.ops:
+        axes = {x.tp_axis for x in op.params if x.role == "weight"}
+        redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
+        if op.kind == "embedding" and 0 in axes:
+            ops.append(TpTraffic(op, "embedding", op.path, op.output.nbytes, 0, False, redone))
+        elif op.kind == "experts" and experts:
+            moved = op.share * op.output.nbytes
+            ops.append(TpTraffic(op, "experts", op.path, moved, moved, False, redone))
+        elif op.kind == "linear":
+            rows, weight = op.flops[0].operands  # the forward product: rows x weight
+            half = rows.numel / 2  # elements, in all-reduce terms
+            quantized = bool(gathered) and param_in(blk.name, op, float8)
+            if weight.tp_axis == 1:  # row-parallel: output reduce-scattered, its gradient gathered
+                grad = gathered.width(gathered.grad) if quantized else rows.dtype.nbytes
+                ops.append(TpTraffic(op, "row", op.path, half * weight.shape[0] * rows.dtype.nbytes,
+                                     half * weight.shape[0] * grad, quantized, redone))
+            elif weight.tp_axis == 0:  # column-parallel: input gathered, its gradient reduce-scattered
+                width = gathered.width(gathered.input) if quantized else rows.dtype.nbytes
+                key = op.inputs[0] if op.inputs else rows.name
+                ops.append(TpTraffic(op, "column", key, half * weight.shape[1] * width,
+                                     half * weight.shape[1] * rows.dtype.nbytes, quantized, redone))
+    return ops
+
+
 @per_graph
 def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: Gathered | None = None,
                   experts: bool = True) -> tuple[tuple[str, Any, tuple, tuple, tuple], ...]:
@@ -57,14 +107,12 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
     selective module), each pair (bytes in all-reduce terms, whether its GEMMs run in fp8, the GEMMs it overlaps as
     ``_gemm`` gives them), times the block's repeat.
 
-    The bytes are ``timing.tp_bytes``' own, its all-reduces taken apart into their two ring halves (a ring
-    reduce-scatter or all-gather of B bytes moves what an all-reduce of B/2 does): a row-parallel linear
-    reduce-scatters its output behind its forward GEMM and gathers the output's gradient behind its data-gradient
-    GEMM; a column-parallel input is gathered behind the forward GEMMs of the linears that read it and its gradient
-    reduce-scattered behind their data-gradient GEMMs. ``float8``/``gathered``: the linears whose gathers move
-    quantized tensors and their widths (``timing.quantized_gathers``), their GEMMs in fp8; the reduce-scatters stay
-    16-bit. A vocabulary-parallel embedding's all-reduce has no GEMM (exposed); a MoE expert op all-reduces its
-    output and its input's gradient behind its own products (``experts`` False: folded at etp 1, nothing)."""
+    The bytes are ``tp_traffic``'s (``timing.tp_bytes`` sums them): a row-parallel linear reduce-scatters its output
+    behind its forward GEMM and gathers the output's gradient behind its data-gradient GEMM; a column-parallel input
+    is gathered behind the forward GEMMs of the linears that read it and its gradient reduce-scattered behind their
+    data-gradient GEMMs, their GEMMs in fp8 where the gathers are quantized (the reduce-scatters stay 16-bit). A
+    vocabulary-parallel embedding's all-reduce has no GEMM (exposed); a MoE expert op all-reduces its output and its
+    input's gradient behind its own products."""
     forms = []
     for blk in graph.blocks:
         forward: list[tuple[Any, bool, tuple]] = []
@@ -72,34 +120,23 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
         again: list[tuple[Any, bool, tuple]] = []
         columns: dict[str, list[Any]] = {}  # input -> [gather bytes, gradient bytes, fp8, its readers' GEMMs]
         r = blk.repeat
-        for op in blk.ops:
-            axes = {x.tp_axis for x in op.params if x.role == "weight"}
-            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
-            if op.kind == "embedding" and 0 in axes:
-                forward.append((r * op.output.nbytes, False, ()))
-            elif op.kind == "experts" and experts:  # split over t like an MLP, its GEMMs at one expert's shape
-                gemms = (_gemm(op, r * op.share, True),)
-                moved = r * op.share * op.output.nbytes
-                forward.append((moved, False, gemms))
-                backward.append((moved, False, gemms))
-                again += [(moved, False, gemms)] if redone else []
-            elif op.kind == "linear":
-                rows, weight = op.flops[0].operands
-                half = rows.numel / 2  # elements, in all-reduce terms
-                quantized = bool(gathered) and any(f"{blk.name}/{p.name}" in float8 for p in op.params)
-                gemms = (_gemm(op, r, weight.tp_axis == 0),)
-                if weight.tp_axis == 1:  # row-parallel: output reduce-scattered, its gradient gathered
-                    grad = gathered.width(gathered.grad) if quantized else rows.dtype.nbytes
-                    forward.append((r * half * weight.shape[0] * rows.dtype.nbytes, quantized, gemms))
-                    backward.append((r * half * weight.shape[0] * grad, quantized, gemms))
-                    if redone and not quantized:  # a selective module's rerun: its all-reduce again
-                        again.append((r * 2 * half * weight.shape[0] * rows.dtype.nbytes, quantized, gemms))
-                elif weight.tp_axis == 0:  # column-parallel: input gathered, its gradient reduce-scattered
-                    width = gathered.width(gathered.input) if quantized else rows.dtype.nbytes
-                    key = op.inputs[0] if op.inputs else rows.name
-                    entry = columns.setdefault(key, [r * half * weight.shape[1] * width,
-                                                     r * half * weight.shape[1] * rows.dtype.nbytes, quantized, ()])
-                    entry[3] += gemms
+        for c in tp_traffic(blk, float8, gathered, experts):
+            if c.kind == "embedding":
+                forward.append((r * c.forward, False, ()))
+            elif c.kind == "experts":  # split over t like an MLP, its GEMMs at one expert's shape
+                gemms = (_gemm(c.op, r * c.op.share, True),)
+                forward.append((r * c.forward, False, gemms))
+                backward.append((r * c.backward, False, gemms))
+                again += [(r * c.forward, False, gemms)] if c.redone else []
+            elif c.kind == "row":
+                gemms = (_gemm(c.op, r, False),)
+                forward.append((r * c.forward, c.quantized, gemms))
+                backward.append((r * c.backward, c.quantized, gemms))
+                if c.redone and not c.quantized:  # a selective module's rerun: its all-reduce again
+                    again.append((r * (c.forward + c.backward), c.quantized, gemms))
+            else:  # column
+                entry = columns.setdefault(c.key, [r * c.forward, r * c.backward, c.quantized, ()])
+                entry[3] += (_gemm(c.op, r, True),)
         for gather, grad, quantized, gemms in columns.values():
             forward.append((gather, quantized, gemms))
             backward.append((grad, quantized, gemms))
