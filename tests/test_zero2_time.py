@@ -28,14 +28,18 @@ def test_zero2_reduces_every_micro_batch_by_hand() -> None:
     ZeRO-2: the same plus the 3 earlier micro-batches' reduce-scatters, each past its own backward: 3 x 16.75 =
     50.25; 84.75 s and 5 latencies (4 reduce-scatters, 1 all-gather).
     ZeRO-2 under FSDP2: also the 3 later forwards' all-gathers, 3 x 17.75 = 53.25: 138.0 s and 8 latencies.
-    ZeRO-2 under FSDP2 with 4 pipeline stages: the pipelining schedule reduces once, as ZeRO-1: 34.5 s, 2 latencies."""
+    ZeRO-2 under FSDP2 with 4 pipeline stages: the pipelining schedule reduces once, after the last backward has
+    returned (stage.py backward_maybe_with_nosync: post_backward after perform_backward), nothing left to hide it:
+    18.75 s, and the all-gather as ZeRO-1's, 17.75: 36.5 s, 2 latencies; with 60 s micro-batches the gather hides
+    (20 s of forward) and the reduce-scatter does not: 18.75 s, 1 latency."""
     micro = 3.0
     for m in (1, 4):
         assert data_parallel_s(SLOW, GRADS, D, 8, 1, m, micro) == pytest.approx(34.5 + 2 * L)
     assert data_parallel_s(SLOW, GRADS, D, 8, 2, 1, micro) == pytest.approx(34.5 + 2 * L)
     assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro) == pytest.approx(84.75 + 5 * L)
     assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro, fsdp2=True) == pytest.approx(138.0 + 8 * L)
-    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro, p=4, fsdp2=True) == pytest.approx(34.5 + 2 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, micro, p=4, fsdp2=True) == pytest.approx(36.5 + 2 * L)
+    assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, 60.0, p=4, fsdp2=True) == pytest.approx(ONE + L)
     # a micro-batch long enough (backward 2/3 x 60 = 40 s > 18.75, forward 20 s > 18.75): every collective hidden
     assert data_parallel_s(SLOW, GRADS, D, 8, 2, 4, 60.0, fsdp2=True) == 0.0
 
