@@ -21,6 +21,23 @@ M, H, QKV, F, V, L = 4096, 8192, 8192 + 2 * 1024, 28672, 128256, 80
 HALF = M * H * 2 // 2  # a ring all-gather or reduce-scatter of b s h 16-bit values, in all-reduce terms: 33,554,432
 
 
+def _gemm(m: int, n: int, k: int, count: int = 1) -> float:
+    """Seconds of ``count`` bf16 GEMMs of shape (m, n, k) on the H100, at the measured rate of that shape."""
+    return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
+
+
+def _pairs_of(per_byte: float):
+    """``pair(bytes, GEMM seconds)``: a collective at ``per_byte`` split into 8 chunks behind its GEMMs,
+    c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it."""
+    def pair(nbytes: int, seconds: float) -> float:
+        c = nbytes * per_byte
+        return c / 8 + max(0.0, c * 7 / 8 - seconds)
+
+    forward = (pair(HALF, _gemm(M, H, H // 8)) + pair(HALF, _gemm(M, H, F // 8)) + pair(HALF, _gemm(M, QKV // 8, H))
+               + pair(HALF, _gemm(M, F // 8, H, 2)))
+    return pair, forward
+
+
 def _pairs(est):
     whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
     quantized, gathered = quantized_gathers(est, whole)
@@ -62,16 +79,8 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
     per_byte = plain.tp_s / 4 / 21_609_054_208
-
-    def gemm(m: int, n: int, k: int, count: int = 1) -> float:
-        return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
-
-    def pair(nbytes: int, seconds: float) -> float:
-        c = nbytes * per_byte
-        return c / 8 + max(0.0, c * 7 / 8 - seconds)
-
-    forward = (pair(HALF, gemm(M, H, H // 8)) + pair(HALF, gemm(M, H, F // 8)) + pair(HALF, gemm(M, QKV // 8, H))
-               + pair(HALF, gemm(M, F // 8, H, 2)))
+    pair, forward = _pairs_of(per_byte)
+    gemm = _gemm
     backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H)) + pair(HALF, gemm(M, H, QKV // 8))
                 + pair(HALF, gemm(M, H, F // 8, 2)))
     rest = pair(2 * HALF, 0.0) + pair(HALF, gemm(M, V // 8, H)) + pair(HALF, gemm(M, H, V // 8))
@@ -117,17 +126,8 @@ def test_torchtitan_async_tp_fuses_what_the_pattern_matcher_finds() -> None:
     assert layer_back == [[1, 1, 0, 0]]  # o's and fc2's gathers fused; qkv's and gate/up's reduce-scatters whole
     assert all(not g for name, *groups in forms if name != "layer" for grp in groups for _, _, g in grp)
     per_byte = plain.tp_s / 4 / (4 * HALF + 12 * HALF * L)
-
-    def gemm(m: int, n: int, k: int, count: int = 1) -> float:
-        return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
-
-    def pair(nbytes: int, seconds: float) -> float:
-        c = nbytes * per_byte
-        return c / 8 + max(0.0, c * 7 / 8 - seconds)
-
-    forward = (pair(HALF, gemm(M, H, H // 8)) + pair(HALF, gemm(M, H, F // 8)) + pair(HALF, gemm(M, QKV // 8, H))
-               + pair(HALF, gemm(M, F // 8, H, 2)))
-    backward = pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H)) + 2 * HALF * per_byte
+    pair, forward = _pairs_of(per_byte)
+    backward = pair(HALF, _gemm(M, H // 8, H)) + pair(HALF, _gemm(M, F // 8, H)) + 2 * HALF * per_byte
     rest = 4 * HALF * per_byte  # the embedding's all-reduce (2 HALF), the head's gather and reduce-scatter
     # 2 row-parallel outputs (o, fc2) x 2 forwards x 80 layers x 4,096 x 8,192 values x 2 B x (1 + 1/8)
     sums = 2 * 2 * L * M * H * 2 * (1 + 1 / 8) / achievable_bandwidth(H100)
