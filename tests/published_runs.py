@@ -268,11 +268,13 @@ def _titan_float8(name: str, table: str, dp: int, cp: int, batch: int, seq: int,
                   model: Any = "llama-3-8b", note: str = "", **layout: Any) -> Run:
     """A Float8 row of torchtitan's December 2024 H100 benchmarks (``_TT_H100``): FSDP2 (ZeRO-3 over dp x cp),
     torch.compile (``kernels="fused"``), torchao's Float8Linear with torchtitan's default recipe, tensorwise dynamic
-    scaling (the page's torchao eab345c of 2024-12-23: recipe_name arrived later); ``layout``: the tensor and
+    scaling (the page's torchao eab345c of 2024-12-23: recipe_name arrived later), the output layer left 16-bit
+    (``fp8_keep_output``: 9dec370 torchtitan/float8.py L99, module_filter_fn fqn != "output"); ``layout``: the tensor and
     pipeline parallelism of Tables 4-5 (with tp, torchtitan's Float8 tensor parallelism: apply_tp takes torchao's
     Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput; sequence parallel)."""
     layout = {"dp": dp, "cp": cp, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute,
-              "flash": True, "kernels": "fused", "fp8": "tensorwise", "framework": "torchtitan", **layout}
+              "flash": True, "kernels": "fused", "fp8": "tensorwise", "fp8_keep_output": True,
+              "framework": "torchtitan", **layout}
     return Run(name, f"{_TT_H100}, {table}", model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps,
                held_out=True, memory_bandwidth=_TT_HBM, memory_bytes=_TT_MEMORY,
                note=_TT_NOTE + f"; torch.compile, Float8 (tensorwise), {recompute} activation checkpointing" + note)
@@ -317,8 +319,8 @@ TORCHTITAN_FLOAT8 = [
 #: Why ``TORCHTITAN_FLOAT8`` is apart (python benchmarks/published_runs.py): the page's H100s ran at 500 W, where
 #: memderive's H100 rates are measured at 700 W (its bf16 rows, ``TORCHTITAN``, are 12-19% too fast), and torchao's
 #: casts are timed as a lower bound (``torchao_casts``: one 3-byte pass per cast, the amax fused into its producer).
-#: The 8K rows without TP or with TP and no AsyncTP are 16-18% too fast. The 8B CP rows: 32K +12%, 64K +30%, 128K and
-#: 256K within 3%; the page's own four are not one curve: at the same 32,768 tokens per GPU the step grows by 4.5 s
+#: The 8K rows without TP or with TP and no AsyncTP are 14-17% too fast. The 8B CP rows: 32K +14%, 64K +31%, 128K and
+#: 256K within 4%; the page's own four are not one curve: at the same 32,768 tokens per GPU the step grows by 4.5 s
 #: from 32K to 64K but by 17.7 s from 64K to 128K, twice the attention FLOPs added (FlashAttention 2 at its 35%
 #: matches 128K-256K; nothing in memderive slows CP 4-8 or speeds CP 1-2). AsyncTP (--tp-comm-overlap under
 #: --framework torchtitan: each collective behind the GEMMs micro_pipeline_tp fuses it with, ``tp_overlap``, and only
@@ -327,17 +329,15 @@ TORCHTITAN_FLOAT8 = [
 #: L189, L253), so those stay whole; apply_compile, L297-303, compiles the TransformerBlocks only, so the head's
 #: collectives stay whole; each fused reduce-scatter sums its t stacked partials in a pass of its own) hides 1.56 s of
 #: the 70B's 3.38 s TP time where the page's AsyncTP gains 1.06 s (829 -> 876 TPS/GPU; it hid 2.45 s before these
-#: limits were read): the 70B AsyncTP row -21.0%, the 405B PP rows (AsyncTP too) -22.4% (1F1B) and -25.6%
+#: limits were read): the 70B AsyncTP row -20.6%, the 405B PP rows (AsyncTP too) -22.4% (1F1B) and -25.6%
 #: (interleaved; its measured-to-1F1B ratio, 1.28, is the bubble formula's 1.30, and torch's interleaved schedule of
 #: the time, replayed step by step, runs within 1% of that formula: the rest of the gap is the micro-batch's own time,
 #: as in the 70B rows). FSDP2 under torch's pipelining reduce-scatters the stage's gradients after its last backward
 #: has returned (stage.py backward_maybe_with_nosync), exposed: 0.23 s of the 405B step. Table 6's 405B with CP
-#: (32K-256K) within 9%. Not modelled: FSDP's Float8 weight all-gathers (llama3_405b.toml:
-#: enable_fsdp_float8_all_gather), the output layer left 16-bit by the page's torchtitan (9dec370 float8.py L99:
-#: module_filter_fn fqn != "output"; memderive converts it, as torchtitan now does; kept 16-bit, by a patched run,
-#: the 8B rows would move 1-2 points slower, 64K +30.2% -> +31.0%, the 70B 0.4 points, the 405B none: an option is
-#: left for later), the per-cast amax all-reduces over the TP group (about 29 per layer and micro-batch,
-#: latency-bound: tens of ms a step).
+#: (32K-256K) within 9%. The output layer runs 16-bit, as the page's torchtitan left it (--fp8-keep-output: 9dec370
+#: float8.py L99, module_filter_fn fqn != "output"; converted, the 8B rows were 1-2 points faster, 64K +30.2%).
+#: Not modelled: FSDP's Float8 weight all-gathers (llama3_405b.toml: enable_fsdp_float8_all_gather), the per-cast
+#: amax all-reduces over the TP group (about 29 per layer and micro-batch, latency-bound: tens of ms a step).
 TITAN_FLOAT8_GAP = ("torchtitan's torchao Float8 (tensorwise) on 500 W H100s, its casts a lower bound, AsyncTP "
                     "hiding more than the page's gain: tests/published_runs.TITAN_FLOAT8_GAP")
 
