@@ -329,12 +329,14 @@ TORCHTITAN_FLOAT8 = [
 #: L189, L253), so those stay whole; apply_compile, L297-303, compiles the TransformerBlocks only, so the head's
 #: collectives stay whole; each fused reduce-scatter sums its t stacked partials in a pass of its own) hides 1.56 s of
 #: the 70B's 3.38 s TP time where the page's AsyncTP gains 1.06 s (829 -> 876 TPS/GPU; it hid 2.45 s before these
-#: limits were read): the 70B AsyncTP row -20.6%, the 405B PP rows (AsyncTP too) -22.4% (1F1B) and -25.6%
+#: limits were read): the 70B AsyncTP row -20.6%, the 405B PP rows (AsyncTP too) -21.4% (1F1B) and -24.6%
 #: (interleaved; its measured-to-1F1B ratio, 1.28, is the bubble formula's 1.30, and torch's interleaved schedule of
 #: the time, replayed step by step, runs within 1% of that formula: the rest of the gap is the micro-batch's own time,
 #: as in the 70B rows). FSDP2 under torch's pipelining reduce-scatters the stage's gradients after its last backward
-#: has returned (stage.py backward_maybe_with_nosync), exposed: 0.23 s of the 405B step. Table 6's 405B with CP
-#: (32K-256K) within 9%. The output layer runs 16-bit, as the page's torchtitan left it (--fp8-keep-output: 9dec370
+#: has returned (stage.py backward_maybe_with_nosync), exposed: 0.23 s of the 405B step; before, each micro-batch's
+#: post_backward upcasts or adds its bf16 gradients into fp32 ones (_fsdp_param.py to_accumulated_grad_if_needed,
+#: accumulate_unsharded_grad_if_needed, read in torch 2.13): 0.22 s more, and the bubble's share. Table 6's 405B
+#: with CP (32K-256K) within 8%. The output layer runs 16-bit, as the page's torchtitan left it (--fp8-keep-output: 9dec370
 #: float8.py L99, module_filter_fn fqn != "output"; converted, the 8B rows were 1-2 points faster, 64K +30.2%).
 #: Not modelled: FSDP's Float8 weight all-gathers (llama3_405b.toml: enable_fsdp_float8_all_gather), the per-cast
 #: amax all-reduces over the TP group (about 29 per layer and micro-batch, latency-bound: tens of ms a step).

@@ -316,7 +316,7 @@ class StepTime:
     zero3_copy_s: float = 0.0  # ZeRO-3's copies of the gathered parameters and of the gradients to reduce
     optimizer_s: float = 0.0  # the optimizer step over this GPU's shard, and the gradient clipping
     kernels: str = "fused"
-    fp32_accumulation_s: float = 0.0  # --grad-sync deepspeed: each micro-batch's gradients added into fp32 ones
+    fp32_accumulation_s: float = 0.0  # each micro-batch's gradients added into fp32 ones (DeepSpeed, pipelined FSDP2)
     grad_sync: str = "overlapped"
     offload_copy_s: float = 0.0  # ZeRO-Offload's PCIe copies not hidden (offload_time.py)
     cpu_optimizer_s: float = 0.0  # ZeRO-Offload's CPU Adam step (offload_time.py)
@@ -392,6 +392,11 @@ class StepTime:
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})"
                        + (f"; under ZeRO-2 a reduce-scatter in each micro-batch's backward, none hidden "
                           f"({cite(ZERO2_SOURCE)})" if self.zero2 == "exposed" else ""),)
+        elif self.fp32_accumulation_s:  # FSDP2 under pipeline stages (memory_bound.fp32_accumulation_bytes)
+            memory += ("FSDP2 under torch.distributed.pipelining, gradient sync off until the last backward: each "
+                       "micro-batch's 16-bit gradients upcast (the first, 6 bytes per parameter) or added (10) into "
+                       f"fp32 ones at the memory bandwidth, {self.fp32_accumulation_s:.3g} s per step "
+                       f"({cite(PIPELINED_FSDP2_CITATION)})",)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
