@@ -216,8 +216,8 @@ def reduced_partials(graph: Graph) -> Any:
     """
     total: Any = 0
     for blk in graph.blocks:
-        for op in blk.ops if blk.name == "layer" else ():
-            if op.kind == "linear":
-                rows, weight = next(f.operands for f in op.flops if f.kind == "matmul" and f.phase == "forward")
-                total += blk.repeat * rows.numel * weight.shape[0] if weight.tp_axis == 1 else 0
+        for c in tp_traffic(blk) if blk.name == "layer" else ():
+            if c.kind == "row":  # its forward product: rows (M) x weight (out, in/t)
+                rows, weight = c.op.flops[0].operands
+                total += blk.repeat * rows.numel * weight.shape[0]
     return total
