@@ -344,14 +344,16 @@ _titan_gathered = per_graph(GatheredInputs())
 
 
 @per_graph
-def _titan_float8(graph: Graph, recipe: str, sizes: tuple, tp_plan: bool) -> Graph:
+def _titan_float8(graph: Graph, recipe: str, sizes: tuple, tp_plan: bool, keep_output: bool = False) -> Graph:
     """torchao's ``convert_to_float8_training`` of torchtitan's Llama (every ``nn.Linear`` whose dims divide by 16,
     the output layer too: ``filter_fqns`` is empty by default), with its Float8 tensor parallelism where
-    ``tp_plan`` (``Options.float8_tp_plan``), once per base graph and recipe."""
+    ``tp_plan`` (``Options.float8_tp_plan``), once per base graph and recipe; ``keep_output``: the output layer
+    left 16-bit (``--fp8-keep-output``: torchtitan 9dec370 float8.py L99, ``module_filter_fn=lambda mod, fqn: fqn !=
+    "output"``)."""
     # lazy: torchao's Float8 model, for --fp8 only (test_cold_path: a plain estimate does not load it)
     from memderive.symbolic.float8 import Float8Training
 
-    convert = Float8Training(recipe, dict(sizes), tp_plan=tp_plan)
+    convert = Float8Training(recipe, dict(sizes), tp_plan=tp_plan, keep_output=keep_output)
     unplanned = convert.unplanned(graph) if tp_plan else ()
     if unplanned:
         raise OptionsError(f"--fp8 {recipe} with --tp: torchtitan's Float8 tensor parallelism takes every layer "
@@ -377,7 +379,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
                        loss_chunks=options.loss_chunks)
         base = _autocast(resolved, options, hf, dropout) or _cast_in_part(options, hf(base))
         if options.fp8 != "none":
-            base = float8_layers(resolved, options.fp8)(base)
+            base = float8_layers(resolved, options.fp8, keep_output=options.fp8_keep_output)(base)
             if not base.float8:
                 raise OptionsError(f"--fp8 {options.fp8}: no linear of {resolved.name} has both dims divisible by "
                                    "16 (torch._scaled_mm needs them; torchtitan skips such linears), so nothing "
@@ -389,7 +391,7 @@ def derivation(structure: Keyed) -> tuple[Graph, tuple[Quantity, ...]]:
             base = _te_float8(base, recipe=options.fp8)
         elif options.fp8 != "none":  # torchtitan's Float8Linear (torchao) over its own nn.Linear modules
             base = _titan_float8(base, recipe=options.fp8, sizes=tuple(resolved.values().items()),
-                                 tp_plan=options.float8_tp_plan)
+                                 tp_plan=options.float8_tp_plan, keep_output=options.fp8_keep_output)
         if options.framework == "torchtitan" and options.tp > 1:  # DTensor saves the gathered linear inputs
             base = _titan_gathered(base)
     moe = resolved.arch.moe

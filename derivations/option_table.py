@@ -185,6 +185,10 @@ OPTIONS: tuple[Option, ...] = (
        "MXFP8 in 16 through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag)", modes=_TRAIN,
        commands=_PLANNED, echo="set",
        example=(*_TRAIN_STEP, "--fp8", "te-current", "--dp", "2", "--zero", "1", "--fp8-param-gather")),
+    _o("fp8_keep_output", "bool", False, "with a torchao --fp8 recipe: the output layer left 16-bit, as torchtitan's "
+       "December 2024 benchmarks ran (9dec370 float8.py: module_filter_fn=lambda mod, fqn: fqn != \"output\"); by default "
+       "every linear whose dims divide by 16 is converted, the output layer too", modes=_TRAIN, commands=_PLANNED,
+       echo="set", example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise", "--fp8-keep-output")),
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
        "adafactor (factored second moments)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),

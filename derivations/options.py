@@ -237,6 +237,7 @@ class Options:
     optimizer_impl: str = "foreach"  # torch's Adam/AdamW implementation: foreach | fused | for-loop
     fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
     fp8_param_gather: bool = False  # Megatron-LM --fp8-param-gather: TE fp8 primary weights (symbolic.te_float8)
+    fp8_keep_output: bool = False  # torchao's Float8 conversion with the output layer filtered out (16-bit)
     loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
     pp: int = 1
@@ -538,6 +539,9 @@ class Options:
             raise OptionsError("--fp8-param-gather with --fp8 te-nvfp4 (4-bit primary weights) is not modelled; "
                                "Megatron-Bridge's nvfp4 recipe sets fp8_param_gather False (mixed_precision.py "
                                "bf16_with_nvfp4_mixed): drop --fp8-param-gather")
+        if self.fp8_keep_output and self.fp8 not in RECIPES:
+            raise OptionsError("--fp8-keep-output filters the output layer out of torchao's Float8 conversion: give "
+                               f"--fp8 {', '.join(RECIPES)}")
         if self.fp8 == "none":
             return
         if self.fp8 in TE_FP8:

@@ -294,6 +294,7 @@ class Float8Training:
     values: Any
     conv1d: bool = False
     tp_plan: bool = False
+    keep_output: bool = False  # module_filter_fn fqn != "output": the output layer (block "head") stays 16-bit
 
     @property
     def name(self) -> str:
@@ -303,7 +304,7 @@ class Float8Training:
         """``block/param`` of every weight whose linear is converted."""
         out = []
         for blk, op in graph.ops():
-            if op.kind != "linear" or (self.conv1d and blk.name == "layer"):
+            if op.kind != "linear" or (self.conv1d and blk.name == "layer") or (self.keep_output and blk.name == "head"):
                 continue
             ws = [p for p in op.params if p.role == "weight"]
             if op.path == "attn/qkv" and op.program:  # held as q_proj, k_proj, v_proj
@@ -337,8 +338,9 @@ class Float8Training:
             blocks.append(replace(blk, ops=tuple(ops)))
         kept = [f"{blk.name}/{op.path}" for blk, op in graph.ops() if op.kind == "linear" and not is_float8(graph, blk.name, op, chosen)]
         note = (f"fp8: torchao Float8Linear ({self.recipe}) for {len(chosen)} linear weight(s) whose dims divide "
-                f"by 16" + (f"; 16-bit still ({'Conv1D, or ' if self.conv1d else ''}a dim not divisible by 16): "
-                            f"{', '.join(kept)}" if kept else ""))
+                f"by 16" + (f"; 16-bit still ({'Conv1D, or ' if self.conv1d else ''}"
+                            f"{'the output layer by --fp8-keep-output, or ' if self.keep_output else ''}a dim not "
+                            f"divisible by 16): {', '.join(kept)}" if kept else ""))
         if not self.tp_plan:
             note += f"; {SAVED_NOTE}"
         else:

@@ -268,11 +268,13 @@ def _titan_float8(name: str, table: str, dp: int, cp: int, batch: int, seq: int,
                   model: Any = "llama-3-8b", note: str = "", **layout: Any) -> Run:
     """A Float8 row of torchtitan's December 2024 H100 benchmarks (``_TT_H100``): FSDP2 (ZeRO-3 over dp x cp),
     torch.compile (``kernels="fused"``), torchao's Float8Linear with torchtitan's default recipe, tensorwise dynamic
-    scaling (the page's torchao eab345c of 2024-12-23: recipe_name arrived later); ``layout``: the tensor and
+    scaling (the page's torchao eab345c of 2024-12-23: recipe_name arrived later), the output layer left 16-bit
+    (``fp8_keep_output``: 9dec370 torchtitan/float8.py L99, module_filter_fn fqn != "output"); ``layout``: the tensor and
     pipeline parallelism of Tables 4-5 (with tp, torchtitan's Float8 tensor parallelism: apply_tp takes torchao's
     Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput; sequence parallel)."""
     layout = {"dp": dp, "cp": cp, "zero": 3, "batch": batch, "micro_batches": 1, "recompute": recompute,
-              "flash": True, "kernels": "fused", "fp8": "tensorwise", "framework": "torchtitan", **layout}
+              "flash": True, "kernels": "fused", "fp8": "tensorwise", "fp8_keep_output": True,
+              "framework": "torchtitan", **layout}
     return Run(name, f"{_TT_H100}, {table}", model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps,
                held_out=True, memory_bandwidth=_TT_HBM, memory_bytes=_TT_MEMORY,
                note=_TT_NOTE + f"; torch.compile, Float8 (tensorwise), {recompute} activation checkpointing" + note)
@@ -317,22 +319,27 @@ TORCHTITAN_FLOAT8 = [
 #: Why ``TORCHTITAN_FLOAT8`` is apart (python benchmarks/published_runs.py): the page's H100s ran at 500 W, where
 #: memderive's H100 rates are measured at 700 W (its bf16 rows, ``TORCHTITAN``, are 12-19% too fast), and torchao's
 #: casts are timed as a lower bound (``torchao_casts``: one 3-byte pass per cast, the amax fused into its producer).
-#: The 8K rows without TP or with TP and no AsyncTP are 16-18% too fast. The 8B CP rows: 32K +12%, 64K +30%, 128K and
-#: 256K within 3%; the page's own four are not one curve: at the same 32,768 tokens per GPU the step grows by 4.5 s
+#: The 8K rows without TP or with TP and no AsyncTP are 14-17% too fast. The 8B CP rows: 32K +14%, 64K +31%, 128K and
+#: 256K within 4%; the page's own four are not one curve: at the same 32,768 tokens per GPU the step grows by 4.5 s
 #: from 32K to 64K but by 17.7 s from 64K to 128K, twice the attention FLOPs added (FlashAttention 2 at its 35%
-#: matches 128K-256K; nothing in memderive slows CP 4-8 or speeds CP 1-2). AsyncTP (--tp-comm-overlap: each
-#: collective behind the GEMMs micro_pipeline_tp fuses it with, ``tp_overlap``) hides 2.45 s of the 70B's 3.38 s TP
-#: time where the page's AsyncTP gains 1.06 s (829 -> 876 TPS/GPU): the 70B AsyncTP row -25.7%, the 405B PP rows
-#: (AsyncTP too) -26.7% (1F1B) and -30.0% (interleaved); timed without the overlap they would be -12.6%, -16.3%,
-#: -19.7%, as the other 8K rows. If only the 8-bit all-gathers were fused with their _scaled_mm's (the 16-bit
-#: reduce-scatters exposed) the 70B would gain 0.97 s; the micro_pipeline_tp.py read (late 2024) has
-#: fused_scaled_matmul_reduce_scatter for reshape -> _scaled_mm -> reshape, so that is not what the code says and
-#: is not modelled. Table 6's 405B with CP (32K-256K) within 11%. Not modelled: FSDP's Float8 weight all-gathers
-#: (llama3_405b.toml: enable_fsdp_float8_all_gather), the output layer left 16-bit by the page's torchtitan
-#: (float8.py: module_filter_fn fqn != "output"; memderive converts it, as torchtitan now does), the per-cast amax
-#: all-reduces over the TP group (about 29 per layer and micro-batch, latency-bound: tens of ms a step), torch
-#: pipelining's FSDP gradient reduction after the last backward (stage.py backward_maybe_with_nosync, in the
-#: versions read; about 0.5 s of fp32 reduce-scatter for the 405B, not dated to the page's torch).
+#: matches 128K-256K; nothing in memderive slows CP 4-8 or speeds CP 1-2). AsyncTP (--tp-comm-overlap under
+#: --framework torchtitan: each collective behind the GEMMs micro_pipeline_tp fuses it with, ``tp_overlap``, and only
+#: those: fuse_matmul_reduce_scatter takes a reduce-scatter of one matmul's output, and the backward's of
+#: parallelize_llama.py L181-192's wq, wk, wv and w1, w3 reduce-scatter the sum of their data gradients (model.py
+#: L189, L253), so those stay whole; apply_compile, L297-303, compiles the TransformerBlocks only, so the head's
+#: collectives stay whole; each fused reduce-scatter sums its t stacked partials in a pass of its own) hides 1.56 s of
+#: the 70B's 3.38 s TP time where the page's AsyncTP gains 1.06 s (829 -> 876 TPS/GPU; it hid 2.45 s before these
+#: limits were read): the 70B AsyncTP row -20.6%, the 405B PP rows (AsyncTP too) -21.4% (1F1B) and -24.6%
+#: (interleaved; its measured-to-1F1B ratio, 1.28, is the bubble formula's 1.30, and torch's interleaved schedule of
+#: the time, replayed step by step, runs within 1% of that formula: the rest of the gap is the micro-batch's own time,
+#: as in the 70B rows). FSDP2 under torch's pipelining reduce-scatters the stage's gradients after its last backward
+#: has returned (stage.py backward_maybe_with_nosync), exposed: 0.23 s of the 405B step; before, each micro-batch's
+#: post_backward upcasts or adds its bf16 gradients into fp32 ones (_fsdp_param.py to_accumulated_grad_if_needed,
+#: accumulate_unsharded_grad_if_needed, read in torch 2.13): 0.22 s more, and the bubble's share. Table 6's 405B
+#: with CP (32K-256K) within 8%. The output layer runs 16-bit, as the page's torchtitan left it (--fp8-keep-output: 9dec370
+#: float8.py L99, module_filter_fn fqn != "output"; converted, the 8B rows were 1-2 points faster, 64K +30.2%).
+#: Not modelled: FSDP's Float8 weight all-gathers (llama3_405b.toml: enable_fsdp_float8_all_gather), the per-cast
+#: amax all-reduces over the TP group (about 29 per layer and micro-batch, latency-bound: tens of ms a step).
 TITAN_FLOAT8_GAP = ("torchtitan's torchao Float8 (tensorwise) on 500 W H100s, its casts a lower bound, AsyncTP "
                     "hiding more than the page's gain: tests/published_runs.TITAN_FLOAT8_GAP")
 

@@ -10,7 +10,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import matmul_rate
-from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.memory_bound import achievable_bandwidth, layout_int
 from memderive.derivations.quantities.timing import quantized_gathers, step_time, tp_bytes
 from memderive.derivations.quantities.tp_overlap import exposed_s, overlap_forms
 
@@ -19,6 +19,23 @@ H100 = gpu("h100-sxm")
 KW = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, micro_batches=4, recompute="selective")
 M, H, QKV, F, V, L = 4096, 8192, 8192 + 2 * 1024, 28672, 128256, 80
 HALF = M * H * 2 // 2  # a ring all-gather or reduce-scatter of b s h 16-bit values, in all-reduce terms: 33,554,432
+
+
+def _gemm(m: int, n: int, k: int, count: int = 1) -> float:
+    """Seconds of ``count`` bf16 GEMMs of shape (m, n, k) on the H100, at the measured rate of that shape."""
+    return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
+
+
+def _pairs_of(per_byte: float):
+    """``pair(bytes, GEMM seconds)``: a collective at ``per_byte`` split into 8 chunks behind its GEMMs,
+    c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it."""
+    def pair(nbytes: int, seconds: float) -> float:
+        c = nbytes * per_byte
+        return c / 8 + max(0.0, c * 7 / 8 - seconds)
+
+    forward = (pair(HALF, _gemm(M, H, H // 8)) + pair(HALF, _gemm(M, H, F // 8)) + pair(HALF, _gemm(M, QKV // 8, H))
+               + pair(HALF, _gemm(M, F // 8, H, 2)))
+    return pair, forward
 
 
 def _pairs(est):
@@ -62,16 +79,8 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
     per_byte = plain.tp_s / 4 / 21_609_054_208
-
-    def gemm(m: int, n: int, k: int, count: int = 1) -> float:
-        return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
-
-    def pair(nbytes: int, seconds: float) -> float:
-        c = nbytes * per_byte
-        return c / 8 + max(0.0, c * 7 / 8 - seconds)
-
-    forward = (pair(HALF, gemm(M, H, H // 8)) + pair(HALF, gemm(M, H, F // 8)) + pair(HALF, gemm(M, QKV // 8, H))
-               + pair(HALF, gemm(M, F // 8, H, 2)))
+    pair, forward = _pairs_of(per_byte)
+    gemm = _gemm
     backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H)) + pair(HALF, gemm(M, H, QKV // 8))
                 + pair(HALF, gemm(M, H, F // 8, 2)))
     rest = pair(2 * HALF, 0.0) + pair(HALF, gemm(M, V // 8, H)) + pair(HALF, gemm(M, H, V // 8))
@@ -95,3 +104,32 @@ def test_float8_tensor_parallelism_pairs_its_8_bit_gathers_with_fp8_gemms() -> N
     assert [(b, fp8) for b, fp8, _ in backward] == [(HALF * L // 2, True), (HALF * L // 2, True), (HALF * L, True),
                                                     (HALF * L, True)]
     assert [fp8 for _, fp8, _ in pairs["head"][0]] == [False]
+
+
+def test_torchtitan_async_tp_fuses_what_the_pattern_matcher_finds() -> None:
+    """torchtitan's AsyncTP (--framework torchtitan --tp-comm-overlap; tp_overlap's NOTE): fuse_matmul_reduce_scatter
+    takes a reduce-scatter of one matmul's output only, and torchtitan's wq, wk, wv (and w1, w3) are separate
+    linears, so the backward's reduce-scatters of their summed input gradients stay whole; only the compiled
+    TransformerBlocks are fused, so the head's gather and reduce-scatter and the embedding's all-reduce stay whole;
+    each fused reduce-scatter (o's and fc2's, forward and full recompute's rerun) sums its 8 stacked partials in a
+    pass of its own: M h 16-bit values read, M h / 8 written, at the H100's streaming bandwidth.
+    By hand, per micro-batch: the forward's four pairs twice (full recompute), the backward's two gathers behind
+    their data-gradient GEMMs, its two reduce-scatters whole (c/8 + 7c/8 = c), the head's two and the embedding's
+    whole; the bytes over the unhidden run's: embedding 2 HALF, head 2 HALF, layers (4 + 4 + 4) HALF each."""
+    kw = {**KW, "recompute": "full"}
+    titan = dict(framework="torchtitan", zero=3, dp=2, flash=True)
+    plain = step_time(estimate("llama-3-70b", **titan, **kw), "h100-sxm")
+    est = estimate("llama-3-70b", tp_comm_overlap=True, **titan, **kw)
+    whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
+    forms = overlap_forms(whole, micro_pipeline=True)
+    layer_back = [[len(g) for _, _, g in grp] for name, _, grp, _ in forms if name == "layer"]
+    assert layer_back == [[1, 1, 0, 0]]  # o's and fc2's gathers fused; qkv's and gate/up's reduce-scatters whole
+    assert all(not g for name, *groups in forms if name != "layer" for grp in groups for _, _, g in grp)
+    per_byte = plain.tp_s / 4 / (4 * HALF + 12 * HALF * L)
+    pair, forward = _pairs_of(per_byte)
+    backward = pair(HALF, _gemm(M, H // 8, H)) + pair(HALF, _gemm(M, F // 8, H)) + 2 * HALF * per_byte
+    rest = 4 * HALF * per_byte  # the embedding's all-reduce (2 HALF), the head's gather and reduce-scatter
+    # 2 row-parallel outputs (o, fc2) x 2 forwards x 80 layers x 4,096 x 8,192 values x 2 B x (1 + 1/8)
+    sums = 2 * 2 * L * M * H * 2 * (1 + 1 / 8) / achievable_bandwidth(H100)
+    assert step_time(est, "h100-sxm").tp_s == pytest.approx(4 * (L * (2 * forward + backward) + rest + sums),
+                                                            rel=1e-9)

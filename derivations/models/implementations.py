@@ -131,8 +131,9 @@ def hf_layers(model: Model, attention: str, device: str = "cuda", experts: str =
                        window=(model.window, model.windowed_layers, z["l"]) if model.windowed_layers else None)
 
 
-def float8_layers(model: Model, recipe: str) -> Float8Training:
+def float8_layers(model: Model, recipe: str, keep_output: bool = False) -> Float8Training:
     """torchao's ``convert_to_float8_training`` of ``model`` as transformers builds it: its ``nn.Linear``
     modules whose dims divide by 16 (torchtitan's filter); GPT-2's layers are ``Conv1D``, which torchao does
-    not swap (``swap_linear_layers`` converts ``nn.Linear`` instances only)."""
-    return Float8Training(recipe, model.values(), conv1d=model.arch.family == "gpt")
+    not swap (``swap_linear_layers`` converts ``nn.Linear`` instances only); ``keep_output``: the output layer
+    filtered out (``--fp8-keep-output``)."""
+    return Float8Training(recipe, model.values(), conv1d=model.arch.family == "gpt", keep_output=keep_output)

@@ -48,6 +48,7 @@ from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
+from memderive.derivations.quantities.model_states import pipelined_fsdp2
 from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -386,9 +387,20 @@ def fp32_accumulation_bytes(est: Evaluated) -> Any:
     ``hp_grad.add_(lp.grad.to(fp32))``, the cast (r 2, w 4) and the add (r 4 + 4, w 4), 18 bytes per parameter of
     the first stage (``parameters_per_gpu``); 0 otherwise, and in fp32 (no 16-bit gradient to upcast). Under fp16
     (DeepSpeed's FP16 optimizer, no fp32 gradients) autograd adds each micro-batch's gradient into the 16-bit
-    ``.grad`` (PyTorch's AccumulateGrad, ``variable.grad += new_grad``): r 2 + 2, w 2, 6 bytes per parameter."""
+    ``.grad`` (PyTorch's AccumulateGrad, ``variable.grad += new_grad``): r 2 + 2, w 2, 6 bytes per parameter.
+
+    FSDP2 under pipeline stages (``pipelined_fsdp2``: torchtitan, reduce dtype fp32) with a 16-bit --dtype: each
+    micro-batch's post_backward, gradient sync off, upcasts the first micro-batch's 16-bit gradient to fp32
+    (``to_accumulated_grad_if_needed``: r 2, w 4) and adds each later one into it (``accumulate_unsharded_grad_if_
+    needed``, fp32 += bf16: r 4 + 2, w 4): (6 + 10 (m - 1))/m bytes per parameter and micro-batch
+    (``PIPELINED_FSDP2_CITATION``)."""
     o = est.options
-    if o.grad_sync != "deepspeed" or o.dtype == "fp32":
+    if o.dtype == "fp32":
+        return 0
+    if pipelined_fsdp2(o.framework, o.pp, o.zero) and o.grad_sync != "deepspeed":
+        m = o.micro_batches or 1
+        return est.number("parameters_per_gpu") * (6 + 10 * (m - 1)) / m
+    if o.grad_sync != "deepspeed":
         return 0
     return est.number("parameters_per_gpu") * (6 if o.dtype == "fp16" else 18)
 

@@ -66,7 +66,8 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
-from memderive.derivations.quantities.tp_overlap import TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_pairs, tp_traffic
+from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
+                                                         overlap_forms, overlap_pairs, reduced_partials, tp_traffic)
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -86,7 +87,7 @@ from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEE
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
-from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, state_widths
+from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, PIPELINED_FSDP2_CITATION, state_widths
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
@@ -315,7 +316,7 @@ class StepTime:
     zero3_copy_s: float = 0.0  # ZeRO-3's copies of the gathered parameters and of the gradients to reduce
     optimizer_s: float = 0.0  # the optimizer step over this GPU's shard, and the gradient clipping
     kernels: str = "fused"
-    fp32_accumulation_s: float = 0.0  # --grad-sync deepspeed: each micro-batch's gradients added into fp32 ones
+    fp32_accumulation_s: float = 0.0  # each micro-batch's gradients added into fp32 ones (DeepSpeed, pipelined FSDP2)
     grad_sync: str = "overlapped"
     offload_copy_s: float = 0.0  # ZeRO-Offload's PCIe copies not hidden (offload_time.py)
     cpu_optimizer_s: float = 0.0  # ZeRO-Offload's CPU Adam step (offload_time.py)
@@ -391,6 +392,11 @@ class StepTime:
                        f"last backward, not hidden ({cite(DEEPSPEED_SOURCE)})"
                        + (f"; under ZeRO-2 a reduce-scatter in each micro-batch's backward, none hidden "
                           f"({cite(ZERO2_SOURCE)})" if self.zero2 == "exposed" else ""),)
+        elif self.fp32_accumulation_s:  # FSDP2 under pipeline stages (memory_bound.fp32_accumulation_bytes)
+            memory += ("FSDP2 under torch.distributed.pipelining, gradient sync off until the last backward: each "
+                       "micro-batch's 16-bit gradients upcast (the first, 6 bytes per parameter) or added (10) into "
+                       f"fp32 ones at the memory bandwidth, {self.fp32_accumulation_s:.3g} s per step "
+                       f"({cite(PIPELINED_FSDP2_CITATION)})",)
         if self.param_offload is not None and self.host_memory_bandwidth is not None:
             memory += (param_offload_line(self.gpu, self.host_memory_bandwidth, self.param_offload),)
         elif self.host_memory_bandwidth is not None:
@@ -407,6 +413,11 @@ class StepTime:
                    f"chunks, one chunk's transfer and what the rest takes past the GEMMs it is fused with exposed; "
                    f"{cite(TP_OVERLAP)}; {cite(TP_OVERLAP_PAIRS)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + ("; torchtitan's AsyncTP fuses a reduce-scatter with one matmul's output only and inside the "
+                   "compiled blocks only: the backward's reduce-scatters of the summed input gradients of wq, wk, wv "
+                   "and w1, w3 and the head's and embedding's collectives stay whole, and each fused reduce-scatter "
+                   f"sums its t stacked partials in a memory-bound pass of its own ({cite(MICRO_PIPELINE_LIMITS)})"
+                   if self.tp_comm_overlap and self.framework == "torchtitan" else "")
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
                    "torchtitan" and self.tp_s else "")
@@ -425,7 +436,8 @@ class StepTime:
                       if self.framework == "deepspeed" else "")
                    + f" ({cite(ZERO2_SOURCE)}), " if self.zero2 in ("each", "regather") else
                    f"ZeRO-2 under torch.distributed.pipelining: whole gradients accumulated, reduce-scattered once "
-                   f"after the last backward ({cite(ZERO2_SOURCE)}; the memory holds them whole, in fp32), "
+                   f"after the last backward has returned, not hidden ({cite(PIPELINED_FSDP2_CITATION)}; the memory "
+                   f"holds them whole, in fp32), "
                    if self.zero2 == "once" else "")
                 + f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
@@ -683,8 +695,9 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     last as ZeRO-1's; the all-gather once a step as ZeRO-1's. ``fsdp2`` (torchtitan, torchtune): FSDP2 reshards the
     parameters after every backward, so each micro-batch's forward gathers them again (1/3 of its time to hide
     behind); with pipeline stages (``p`` > 1) torch.distributed.pipelining accumulates whole gradients and reduces
-    once after the last backward, timed as ZeRO-1 (its gradients are then not sharded: memderive's ZeRO-2 memory
-    is below what such a stage holds). ZeRO-3: every micro-batch gathers the weights
+    once after the last backward has returned (``PIPELINED_FSDP2_CITATION``: ``post_backward`` of every group,
+    called from ``backward_maybe_with_nosync`` once ``perform_backward`` is done), so that reduce-scatter is exposed
+    whole; the gather as ZeRO-1's. ZeRO-3: every micro-batch gathers the weights
     for its forward and again for its backward and reduce-scatters its gradients (Rajbhandari et al. 2020 §7: 1.5x
     the all-reduce's volume, per micro-batch), prefetched behind that micro-batch's compute (FSDP), but for the
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
@@ -717,8 +730,10 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
     sync = _zero2_sync(zero, d, p, fsdp2)
-    if zero == 1 or sync == "once":
+    if zero == 1:
         return once
+    if sync == "once":  # the stage's reduce-scatters start after its last backward has ended: nothing to hide behind
+        return reduce + chunked_gather_s(gather, micro_s, p, v)
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
     each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
     if sync == "each":
@@ -992,9 +1007,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
-            forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded)
+            titan = opts.framework == "torchtitan"  # AsyncTP: what PyTorch's pattern matcher fuses (tp_overlap.py)
+            forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
+                                  micro_pipeline=titan)
             pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw))
-            tp_micro = exposed_s(pairs, t)
+            tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw) if titan else 0.0)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -1042,6 +1059,14 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
+
+
+def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
+    """Seconds of one micro-batch's fused reduce-scatters' own sums under PyTorch's AsyncTP (``tp_overlap``'s NOTE):
+    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in 16 bits and written over t,
+    on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
+    elements = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
+    return elements * 2 * (1 + 1 / t) / achievable_bandwidth(hw)
 
 
 def _zero2_sync(zero: int, d: Any, p: Any, fsdp2: bool, deepspeed: bool = False) -> str:

@@ -14,6 +14,20 @@ projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more
 
 >>> exposed_s([(8.0, 3.0)], 8)  # 8 s of transfer, 3 s of GEMM: 1 chunk (1 s) + (7 - 3) s past the GEMM
 5.0
+
+NOTE(tp_overlap): PyTorch's micro-pipeline TP (``micro_pipeline=True``, torchtitan's AsyncTP) fuses what its pattern
+matcher finds in a compiled graph, and less than that model: (1) ``fuse_matmul_reduce_scatter`` returns unless the
+reduce-scatter's input is one matmul's output (``_find_producer_matmul``: an ``aten.mm`` or ``_scaled_mm``, or a
+reshape of one; else None, and no fusion; read in a late-2024 copy, before pytorch/pytorch#147794 of February 2025);
+torchtitan's Llama (models/llama/model.py at 9dec370, L189 and L253: ``wq``, ``wk``, ``wv`` and ``w1``, ``w3``
+separate ``nn.Linear``s reading one input) reduce-scatters the *sum* of those linears' data gradients in backward,
+an add, so every backward reduce-scatter of a layer stays whole; (2) torchtitan compiles each TransformerBlock only
+(parallelize_llama.py ``apply_compile``), so the head's and the embedding's collectives, outside Inductor, stay
+whole; (3) the fused reduce-scatter (``_fused_matmul_reduce_scatter_impl``, ``_fused_scaled_matmul_reduce_scatter_impl``
+in torch/distributed/_symmetric_memory) writes each rank's t partial chunks into ``stacked_partials`` (M x N) and
+sums them in a kernel of its own after the pipeline (``reduce_fn(stacked_partials ...)``: torch.sum over the t
+partials), a memory-bound pass on the critical path (pytorch/pytorch#191801 replaced it in 2026 for that reason):
+``reduced_partials`` counts its elements, read 16-bit and written over t.
 """
 
 from __future__ import annotations
@@ -29,10 +43,15 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
 
-__all__ = ["TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms", "overlap_pairs", "tp_traffic"]
+__all__ = ["MICRO_PIPELINE_LIMITS", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms", "overlap_pairs",
+           "reduced_partials", "tp_traffic"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
+#: What torchtitan's AsyncTP leaves whole (module NOTE(tp_overlap)).
+MICRO_PIPELINE_LIMITS = Citation("pytorch-micro-pipeline-tp", "fuse_matmul_reduce_scatter (a reduce-scatter of one "
+                                 "matmul's output only); symm_mem _fused_matmul_reduce_scatter_impl's reduce_fn over "
+                                 "stacked_partials", also=(Citation("torchtitan-parallelize", "apply_compile"),))
 
 
 def exposed_s(pairs: Any, t: int) -> Any:
@@ -102,7 +121,7 @@ def tp_traffic(blk: Any, float8: frozenset[str] = frozenset(), gathered: Gathere
 
 @per_graph
 def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: Gathered | None = None,
-                  experts: bool = True) -> tuple[tuple[str, Any, tuple, tuple, tuple], ...]:
+                  experts: bool = True, micro_pipeline: bool = False) -> tuple[tuple[str, Any, tuple, tuple, tuple], ...]:
     """Per block of the whole-model graph (t = 1): (name, forward pairs, backward pairs, pairs recomputed by a
     selective module), each pair (bytes in all-reduce terms, whether its GEMMs run in fp8, the GEMMs it overlaps as
     ``_gemm`` gives them), times the block's repeat.
@@ -112,7 +131,9 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
     is gathered behind the forward GEMMs of the linears that read it and its gradient reduce-scattered behind their
     data-gradient GEMMs, their GEMMs in fp8 where the gathers are quantized (the reduce-scatters stay 16-bit). A
     vocabulary-parallel embedding's all-reduce has no GEMM (exposed); a MoE expert op all-reduces its output and its
-    input's gradient behind its own products."""
+    input's gradient behind its own products. ``micro_pipeline``: PyTorch's pattern matcher under torchtitan (module
+    NOTE(tp_overlap)): the backward's reduce-scatters of column-parallel inputs and every collective outside the
+    decoder layers paired with no GEMM."""
     forms = []
     for blk in graph.blocks:
         forward: list[tuple[Any, bool, tuple]] = []
@@ -139,7 +160,10 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
                 entry[3] += (_gemm(c.op, r, True),)
         for gather, grad, quantized, gemms in columns.values():
             forward.append((gather, quantized, gemms))
-            backward.append((grad, quantized, gemms))
+            backward.append((grad, quantized, () if micro_pipeline else gemms))  # a sum of data gradients: whole
+        if micro_pipeline and blk.name != "layer":  # outside the compiled blocks: nothing fused
+            forward, backward, again = ([(moved, fp8, ()) for moved, fp8, _ in group]
+                                        for group in (forward, backward, again))
         forms.append((blk.name, tuple(forward), tuple(backward), tuple(again)))
     return tuple(forms)
 
@@ -176,3 +200,24 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
         pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
                   for moved, seconds in entries]
     return pairs
+
+
+@per_graph
+def reduced_partials(graph: Graph) -> Any:
+    """Elements of the decoder layers' row-parallel outputs (M x out per linear, whole model, times the layers'
+    repeat): what PyTorch's fused matmul-reduce-scatter stacks per forward and sums in a pass of its own (module
+    NOTE(tp_overlap)); on a GPU each is read whole (its M/cp rows, t partial chunks) and written over t.
+
+    >>> from memderive.derivations.estimate import estimate
+    >>> from memderive.derivations.quantities.compute import whole_model
+    >>> e = estimate("llama-3-70b", mode="train", batch=1, seq=4096, tp=8, sp=True)
+    >>> layout_int(reduced_partials(whole_model(e.model.graph(), e.options)), e.values)  # 80 x 4,096 x 8,192 x 2
+    5368709120
+    """
+    total: Any = 0
+    for blk in graph.blocks:
+        for c in tp_traffic(blk) if blk.name == "layer" else ():
+            if c.kind == "row":  # its forward product: rows (M) x weight (out, in/t)
+                rows, weight = c.op.flops[0].operands
+                total += blk.repeat * rows.numel * weight.shape[0]
+    return total
