@@ -106,16 +106,15 @@ def moe() -> None:
         need, capacity, assumed = moe_memory(run)
         lay, per_node = run.layout, run.cluster().gpus_per_node
         link = "network" if lay.get("ep", 1) * lay.get("tp", 1) > per_node else "NVLink"
-        layers = run.estimate().model.sizes["l"] // lay.get("pp", 1)
-        gap = (p.measured_s - p.predicted_s) / (lay.get("micro_batches", 1) * layers) * 1e3
         sizes = run.estimate().model.sizes
-        gpu_ms = per_layer_ms(run, p.predicted_s)
+        layers = sizes["l"] // lay.get("pp", 1)
+        gap, gpu_ms = per_layer_ms(run, p.measured_s - p.predicted_s), per_layer_ms(run, p.predicted_s)
         # the recipe's CUDA graphs over the router (the row's assumed text names moe_router), DeepEP's router kernels
         router = ("graphed" if "moe_router" in (run.assumed or "") else
                   "deepep" if lay.get("moe_dispatcher") == "deepep" else "fused")
-        forward, backward = moe_layer_host_s(sizes["E"] // lay.get("ep", 1), host_of(run.gpu), router)
-        exposed = moe_host_exposed_s(gpu_ms / 3e3, gpu_ms * 2 / 3e3, sizes["E"] // lay.get("ep", 1),
-                                     host_of(run.gpu), router) * 1e3
+        host = (sizes["E"] // lay.get("ep", 1), host_of(run.gpu), router)  # local experts, host CPU, router
+        forward, backward = moe_layer_host_s(*host)
+        exposed = moe_host_exposed_s(gpu_ms / 3e3, gpu_ms * 2 / 3e3, *host) * 1e3
         needed.append(gap / (forward + backward) / 1e3)
         binds += exposed > 0
         applied.append((p.predicted_s + exposed / 1e3 * lay.get("micro_batches", 1) * layers) / p.measured_s - 1)

@@ -388,9 +388,9 @@ def tp_planned(graph: Graph) -> frozenset[str]:
 
 def is_float8(graph: Graph, block: str, op: Any, chosen: Any = None) -> bool:
     """Whether ``op`` of ``block`` is a Float8 linear: one of its weights (or the tied weight it reads) converted."""
-    chosen = set(graph.float8 if chosen is None else chosen)
     if op.kind != "linear":
         return False
+    chosen = graph.float8 if chosen is None else chosen
     return param_in(block, op, chosen) or any(f.param in chosen for f in op.flops if f.param and "/" in f.param)
 
 

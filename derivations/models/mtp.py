@@ -48,7 +48,6 @@ MTP_SOURCE = ("Megatron-LM d98e8a64 megatron/core/transformer/multi_token_predic
               "models/gpt/gpt_model.py L173 (the embedding built on the MTP rank)")
 
 
-
 def mtp_note(layers: int) -> str:
     """What the graph assumes of its ``layers`` MTP layers, citing ``MTP_SOURCE`` (a graph assumption: the memory
     and time notes print it).

@@ -397,12 +397,12 @@ def fp32_accumulation_bytes(est: Evaluated) -> Any:
     o = est.options
     if o.dtype == "fp32":
         return 0
-    if pipelined_fsdp2(o.framework, o.pp, o.zero) and o.grad_sync != "deepspeed":
-        m = o.micro_batches or 1
-        return est.number("parameters_per_gpu") * (6 + 10 * (m - 1)) / m
-    if o.grad_sync != "deepspeed":
+    if o.grad_sync == "deepspeed":
+        return est.number("parameters_per_gpu") * (6 if o.dtype == "fp16" else 18)
+    if not pipelined_fsdp2(o.framework, o.pp, o.zero):
         return 0
-    return est.number("parameters_per_gpu") * (6 if o.dtype == "fp16" else 18)
+    m = o.micro_batches or 1
+    return est.number("parameters_per_gpu") * (6 + 10 * (m - 1)) / m
 
 
 CAST_SOURCE = Citation("te-fp8-casts", "quantize_impl, rmsnorm_fwd's Impl, grad_output_preprocess, _all_gather_fp8, "

@@ -729,9 +729,9 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
-    sync = _zero2_sync(zero, d, p, fsdp2)
     if zero == 1:
         return once
+    sync = _zero2_sync(zero, d, p, fsdp2)
     if sync == "once":  # the stage's reduce-scatters start after its last backward has ended: nothing to hide behind
         return reduce + chunked_gather_s(gather, micro_s, p, v)
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
