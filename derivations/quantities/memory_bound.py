@@ -59,7 +59,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import BLOCK, TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
-           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused",
+           "LOCAL_SORT_MOVES", "LOCAL_SORT_SOURCE", "sorts_by_local_expert", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
@@ -217,23 +218,63 @@ UNFUSED_MOVES: dict[str, dict[tuple[str, str], dict[str, Moves]]] = {
 }
 
 
+#: NOTE(local_sort): Megatron-Core's all-to-all dispatcher sorts the tokens it received by local expert where a GPU
+#: holds more than one (``num_local_experts > 1``), after the dispatch's all-to-all (``dispatch_postprocess``,
+#: "Permutation 2"), and unsorts the experts' outputs before the combine's (``combine_preprocess``): dropless,
+#: ``sort_chunks_by_idxs`` (TE's fused ``moe_sort_chunks_by_index`` under ``moe_permute_fusion``, split and
+#: ``torch.cat`` otherwise); dropped and padded to capacity, ``view(ep, E/ep, C, h).transpose(0, 1).contiguous()``.
+#: Each is a copy of the received (token, expert) rows, r 1 w 1 = 2 per element of the (b, s, k, h) rows the
+#: experts scale (``TOKEN_MOVES``' term), the two of them 4; backward their gradients copied back the same way (the
+#: fused kernel's inverse, ``cat``'s of the split, ``reshape`` of the transposed gradient), 4; a recompute repeats the
+#: forward (``LOCAL_SORT_SOURCE``). The probabilities sorted beside them (one fp32 per row, not per h) are left out.
+#: Not the flex (DeepEP) dispatcher's: its one permute after the dispatch sorts by expert (``TOKEN_MOVES``).
+LOCAL_SORT_MOVES = {"forward": 4, "recompute": 4, "input-grad": 4}
+LOCAL_SORT_SOURCE = Citation("megatron-moe-dispatcher", "core_v0.15.0 megatron/core/transformer/moe/token_dispatcher.py "
+                             "MoEAlltoAllTokenDispatcher.dispatch_postprocess L667-698 (Permutation 2: sort tokens by "
+                             "local expert), combine_preprocess L713-734 (Unpermutation 2); moe_utils.py "
+                             "sort_chunks_by_idxs")
+
+
 def unfused_framework_bytes(est: Evaluated) -> Any:
-    """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), on one GPU of the
-    first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
+    """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``) and Megatron-Core's
+    all-to-all dispatcher's sort by local expert (``LOCAL_SORT_MOVES``, where ``sorts_by_local_expert``), on one GPU
+    of the first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
     total = _unfused(est)
     return layout_int(total, est.values) if total else 0
 
 
 def runs_unfused(est: Evaluated) -> bool:
     """Whether the framework's code runs any pass of the layout's graph unfused (``UNFUSED_MOVES``: Megatron-Core's,
-    ``MCORE_UNFUSED_SOURCE``), so that the time note names them."""
+    ``MCORE_UNFUSED_SOURCE``; its dispatcher's local sort, ``LOCAL_SORT_MOVES``), so that the time note names them."""
     return bool(_unfused(est))
 
 
+def sorts_by_local_expert(est: Evaluated) -> bool:
+    """Whether Megatron-Core's all-to-all dispatcher sorts each layer's tokens by local expert (``LOCAL_SORT_MOVES``):
+    under ``--framework megatron`` and ``--moe-dispatcher alltoall``, with more than one routed expert per GPU
+    (E / ep > 1; at ep 1 too: the sort runs whatever the expert-parallel size)."""
+    o = est.options
+    experts = est.model.sizes.get("E", 0)
+    return o.framework == "megatron" and o.moe_dispatcher == "alltoall" and experts // max(o.ep, 1) > 1
+
+
 def _unfused(est: Evaluated) -> Any:
-    """``_unfused_form`` of the layout's graph under its framework; 0 for a framework without any."""
+    """``_unfused_form`` of the layout's graph under its framework, with ``_local_sort_form`` where the dispatcher
+    sorts by local expert; 0 for a framework without any."""
     framework = est.options.framework
-    return _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
+    total = _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
+    return total + _local_sort_form(est.graph) if sorts_by_local_expert(est) else total
+
+
+@per_graph
+def _local_sort_form(graph: Any) -> Any:
+    """The bytes of ``LOCAL_SORT_MOVES``, once per graph: on the routed experts' scaling term, as ``TOKEN_MOVES``."""
+
+    def moves_of(blk: Any, op: Any, f: Any) -> int | None:
+        weighted = op.kind == "experts" and f.name.rsplit(" ", 1)[-1] == "glu"
+        return LOCAL_SORT_MOVES.get(f.phase) if weighted and f.operands[0].name.endswith(".weighted") else None
+
+    return _elementwise_bytes(graph, moves_of)
 
 
 @per_graph
