@@ -196,3 +196,21 @@ def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
                            "a100-80gb")
     assert overlapped.fp32_accumulation_s == 0 and overlapped.dp_s < st.dp_s
     assert st.to_json()["grad_accum_time_s"] == st.fp32_accumulation_s
+
+
+def test_megatron_cores_fp8_padding_copies_the_routed_rows_by_hand() -> None:
+    """Under fp8 Megatron-Core 0.15's TEGroupedMLP pads each local expert's rows to a multiple of 16 (32 under
+    MXFP8) before fc1 and unpads fc2's output (experts.py L859-866, L957-958); TE copies them (fused_multi_row_padding,
+    fused_multi_row_unpadding: r 1 w 1 each, 4 moves forward, the gradients' 4 backward) unless every count is
+    already a multiple, which dropless routing's data-dependent counts are not (memory_bound.FP8_PAD_MOVES). Qwen3
+    30B-A3B (48 layers, h 2,048, k 8), b 1, s 8, --fp8 te-current: 64 rows x 2,048 x 8 moves x 2 B x 48 layers =
+    100,663,296 B on top of the dispatcher's local sort's 100,663,296 (the test above): 201,326,592 B; the same
+    under MXFP8 and the flex dispatcher (padding: 100,663,296; no sort). Dropped and padded to capacity (each count
+    fixed): the sort alone; bf16 or outside Megatron-Core: no padding."""
+    def copies(**kw: object) -> int:
+        return unfused_framework_bytes(estimate("qwen3-30b-a3b", mode="train", batch=1, seq=8, **kw))
+
+    assert copies(framework="megatron", fp8="te-current") == 201_326_592
+    assert copies(framework="megatron", fp8="te-mxfp8", ep=8, dp=8, moe_dispatcher="deepep") == 100_663_296
+    assert copies(framework="megatron", fp8="te-current", capacity_factor="1") == 100_663_296
+    assert copies(fp8="te-current") == 0
