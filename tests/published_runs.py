@@ -1382,8 +1382,9 @@ MOE = [
 #: as FP8 current scaling. Measured (python benchmarks/published_runs.py), per layer and micro-batch: B200 4.72 ms
 #: with token drop and 9.18 dropless; H100 16.26 and 32.35; GB200 14.99 and 14.36. GB200's 25.11 recipe ran
 #: HybridEP, not the alltoall dispatcher (Bridge v0.2.1 scripts/performance/configs/qwen3/workload_base_configs.py,
-#: QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG). memderive predicts 2.95, 11.29 and 10.19 ms: the sync-free rows too run
-#: 31-38% slower than predicted (python benchmarks/published_runs.py, the MOE_DROP_AND_PAD table).
+#: QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG). memderive predicts 3.09, 12.04 and 10.75 ms (2.95, 11.29 and 10.19 before
+#: the dispatcher's sort by local expert was timed, memory_bound.LOCAL_SORT_MOVES): the sync-free rows too run
+#: 26-35% slower than predicted (30-38% before; python benchmarks/published_runs.py, the MOE_DROP_AND_PAD table).
 MOE_HOST_GAP = ("Megatron-Bridge 25.09, the 25.11 Qwen3 30B-A3B layouts with token drop padded to capacity: no "
                 "per-layer device-to-host sync (tests/published_runs.MOE_DROP_AND_PAD)")
 
