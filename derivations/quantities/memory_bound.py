@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.columns import where
 from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
@@ -254,16 +255,24 @@ LOCAL_SORT_SOURCE = Citation("megatron-moe-dispatcher", "core_v0.15.0 megatron/c
 def unfused_framework_bytes(est: Evaluated) -> Any:
     """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), Megatron-Core's
     all-to-all dispatcher's sort by local expert (``LOCAL_SORT_MOVES``, where ``sorts_by_local_expert``) and its fp8
-    padding of the routed rows (``FP8_PAD_MOVES``, where ``pads_for_fp8``), on one GPU
-    of the first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
+    padding of the routed rows (``FP8_PAD_MOVES``, where ``pads_for_fp8``), on one GPU of the first pipeline stage
+    (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any. Cell by cell on columns
+    of layouts (the local experts E/ep differ with ep)."""
     total = _unfused(est)
-    return layout_int(total, est.values) if total else 0
+    out = layout_int(total, est.values) if total else 0
+    if _sorts(est):
+        sort = layout_int(_token_copy_form(est.graph, moves=tuple(LOCAL_SORT_MOVES.items())), est.values)
+        out = out + where(sorts_by_local_expert(est), sort, 0)
+    if pads_for_fp8(est):
+        out = out + layout_int(_token_copy_form(est.graph, moves=tuple(FP8_PAD_MOVES.items())), est.values)
+    return out
 
 
 def runs_unfused(est: Evaluated) -> bool:
     """Whether the framework's code runs any pass of the layout's graph unfused (``UNFUSED_MOVES``: Megatron-Core's,
-    ``MCORE_UNFUSED_SOURCE``; its dispatcher's local sort, ``LOCAL_SORT_MOVES``), so that the time note names them."""
-    return bool(_unfused(est))
+    ``MCORE_UNFUSED_SOURCE``) or copies the routed rows (``LOCAL_SORT_MOVES`` where the dispatcher could hold more
+    than one expert a GPU, ``FP8_PAD_MOVES``), so that the time note names them."""
+    return bool(_unfused(est)) or _sorts(est) or pads_for_fp8(est)
 
 
 def pads_for_fp8(est: Evaluated) -> bool:
@@ -275,24 +284,24 @@ def pads_for_fp8(est: Evaluated) -> bool:
     return routed and o.framework == "megatron" and o.fp8 in TE_FP8 and o.capacity_factor is None
 
 
-def sorts_by_local_expert(est: Evaluated) -> bool:
-    """Whether Megatron-Core's all-to-all dispatcher sorts each layer's tokens by local expert (``LOCAL_SORT_MOVES``):
-    under ``--framework megatron`` and ``--moe-dispatcher alltoall``, with more than one routed expert per GPU
-    (E / ep > 1; at ep 1 too: the sort runs whatever the expert-parallel size)."""
+def _sorts(est: Evaluated) -> bool:
+    """Whether Megatron-Core's all-to-all dispatcher runs the layers' routed experts (``--framework megatron``,
+    ``--moe-dispatcher alltoall``, more than one routed expert): ``sorts_by_local_expert`` then says where."""
     o = est.options
-    experts = est.model.sizes.get("E", 0)
-    return o.framework == "megatron" and o.moe_dispatcher == "alltoall" and experts // max(o.ep, 1) > 1
+    return o.framework == "megatron" and o.moe_dispatcher == "alltoall" and est.model.sizes.get("E", 0) > 1
+
+
+def sorts_by_local_expert(est: Evaluated) -> Any:
+    """Whether Megatron-Core's all-to-all dispatcher sorts each layer's tokens by local expert (``LOCAL_SORT_MOVES``):
+    where it runs (``_sorts``) with more than one routed expert per GPU (E / ep > 1; at ep 1 too: the sort runs
+    whatever the expert-parallel size); cell by cell on a column of ep degrees."""
+    return _sorts(est) and est.model.sizes["E"] // est.options.ep > 1
 
 
 def _unfused(est: Evaluated) -> Any:
-    """``_unfused_form`` of the layout's graph under its framework, with ``_local_sort_form`` where the dispatcher
-    sorts by local expert; 0 for a framework without any."""
+    """``_unfused_form`` of the layout's graph under its framework; 0 for a framework without any."""
     framework = est.options.framework
-    total = _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
-    for copies, table in ((sorts_by_local_expert, LOCAL_SORT_MOVES), (pads_for_fp8, FP8_PAD_MOVES)):
-        if copies(est):
-            total += _token_copy_form(est.graph, moves=tuple(table.items()))
-    return total
+    return _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
 
 
 @per_graph
