@@ -190,13 +190,17 @@ def test_the_token_drop_rows_are_the_dropless_layouts_without_the_sync() -> None
     """``MOE_DROP_AND_PAD`` (NOTE(moe-host), tests/published_runs.py): Megatron-Bridge's 25.09 token-drop rows of the
     25.11 Qwen3 30B-A3B layouts, the same layout at FP8 current scaling, apart from ``MOE`` and the bounds, with the
     25.09 recipe's token drop: capacity factor 1 padded, the alltoall dispatcher (Megatron-Bridge v0.1.0rc3
-    scripts/performance/run_script.py L102, moe_token_drop.py L18-22 defaults; ``_TOKEN_DROP``). B200 by
+    scripts/performance/run_script.py L102, moe_token_drop.py L18-22 defaults; ``_TOKEN_DROP``) and without the
+    EP A2A overlap the 25.11 H100 row sets (25.09 sets it for DeepSeek-V3 alone, run_script.py L79-86; off by
+    default, training/comm_overlap.py L432-439: ``_NO_A2A_OVERLAP``). B200 by
     hand: 512 x 4,096 tokens / (18,066 tokens/s x 8 GPUs) = 2,097,152 / 144,528 = 14.5104 s a step; over 64
     micro-batches x 48 layers, 4.7234 ms per layer and micro-batch. The dropless 25.11 row: 2,097,152 / (9,299 x 8)
     = 28.1906 s, 9.1766 ms."""
     assert len(MOE_DROP_AND_PAD) == 3 and all(r.held_out for r in MOE_DROP_AND_PAD)
     assert not {id(r) for r in MOE_DROP_AND_PAD} & {id(r) for r in MOE + RUNS}
-    recipe = {"fp8", "capacity_factor", "moe_dispatcher"}
+    recipe = {"fp8", "capacity_factor", "moe_dispatcher", "moe_a2a_overlap"}
+    assert [r.gpu for r in MOE if r.layout.get("moe_a2a_overlap") and "Qwen3 30B-A3B p2 v24" in r.name] == ["h100-sxm"]
+    assert not any(r.layout.get("moe_a2a_overlap") for r in MOE_DROP_AND_PAD)
     for run in MOE_DROP_AND_PAD:
         twin = next(r for r in MOE if r.name == run.name.replace("Qwen3 30B tokendrop", "Qwen3 30B-A3B"))
         assert {k: v for k, v in run.layout.items() if k not in recipe} == {
