@@ -1382,8 +1382,10 @@ MOE = [
 #: as FP8 current scaling. Measured (python benchmarks/published_runs.py), per layer and micro-batch: B200 4.72 ms
 #: with token drop and 9.18 dropless; H100 16.26 and 32.35; GB200 14.99 and 14.36. GB200's 25.11 recipe ran
 #: HybridEP, not the alltoall dispatcher (Bridge v0.2.1 scripts/performance/configs/qwen3/workload_base_configs.py,
-#: QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG). memderive predicts 2.95, 11.29 and 10.19 ms: the sync-free rows too run
-#: 31-38% slower than predicted (python benchmarks/published_runs.py, the MOE_DROP_AND_PAD table).
+#: QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG). memderive predicts 3.09, 14.00 and 10.75 ms (2.95, 11.29 and 10.19 before
+#: the dispatcher's sort by local expert was timed, memory_bound.LOCAL_SORT_MOVES, and the H100 row's all-to-alls
+#: exposed as 25.09 ran them, ``_NO_A2A_OVERLAP``): the sync-free rows too run 14-35% slower than predicted (30-38%
+#: before; python benchmarks/published_runs.py, the MOE_DROP_AND_PAD table).
 MOE_HOST_GAP = ("Megatron-Bridge 25.09, the 25.11 Qwen3 30B-A3B layouts with token drop padded to capacity: no "
                 "per-layer device-to-host sync (tests/published_runs.MOE_DROP_AND_PAD)")
 
@@ -1395,6 +1397,12 @@ MOE_HOST_GAP = ("Megatron-Bridge 25.09, the 25.11 Qwen3 30B-A3B layouts with tok
 #: padded to its capacity. (Until this audit the rows left it unset; at capacity 1 over balanced routing memderive's
 #: bytes and times are the same either way.)
 _TOKEN_DROP = {"capacity_factor": "1", "moe_dispatcher": "alltoall"}
+#: And without Megatron-Core's EP A2A overlap, which the 25.11 H100 row sets: 25.09's run_script.py sets
+#: overlap_moe_expert_parallel_comm for DeepSeek-V3 alone (v0.1.0rc3 scripts/performance/run_script.py L79-86; the
+#: qwen3 30b_a3b branch L96-102 sets none, nor does recipes/qwen/qwen3_30b_a3b.py), and the comm-overlap config
+#: defaults it off (training/comm_overlap.py L432-439: "Optimizations disabled by default"). Until this audit the
+#: H100 row kept the 25.11 row's overlap: -26.0% (now -13.9%, its all-to-alls exposed).
+_NO_A2A_OVERLAP = ("moe_a2a_overlap",)
 
 
 def _drop_and_pad(dropless: str, tps: float, tflops: float) -> MoERun:
@@ -1403,7 +1411,8 @@ def _drop_and_pad(dropless: str, tps: float, tflops: float) -> MoERun:
     run = next(r for r in MOE if r.name == dropless)
     return replace(run, name=dropless.replace("Qwen3 30B-A3B", "Qwen3 30B tokendrop"),
                    source=f"{_BRIDGE_MOE.replace('25.11', '25.09')}, {run.source.rsplit(', ', 1)[1]}",
-                   layout={**run.layout, "fp8": "te-current", **_FP8_PARAMS, **_TOKEN_DROP}, tokens_per_s_per_gpu=tps,
+                   layout={**{k: v for k, v in run.layout.items() if k not in _NO_A2A_OVERLAP}, "fp8": "te-current",
+                           **_FP8_PARAMS, **_TOKEN_DROP}, tokens_per_s_per_gpu=tps,
                    assumed="",
                    published_mfu=tflops / (gpu(run.gpu).bf16_flops / 1e12),
                    note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; token drop, capacity factor 1, "

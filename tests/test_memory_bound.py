@@ -88,21 +88,42 @@ def test_megatron_cores_unfused_passes_of_gpt_oss_by_hand() -> None:
     kernel's 2 + 2 moves: forward 12 - 2, backward 14 - 2 = 22 moves, 44 B.
     gpt-oss-20b (24 layers, k 4, f_e = h = 2,880, 64 query and 8 KV heads of 64), b 1, s 8, one GPU: 32 token-expert
     rows per layer, 32 x 2,880 x (16 + 30 + 12 + 16) = 6,819,840 B per layer, x 24 = 163,676,160 B; rotary on
-    8 x (64 + 8) x 64 = 36,864 elements x 44 B = 1,622,016 per layer, x 24 = 38,928,384 B: 202,604,544 B. Another
-    framework, a MoE without clamp or expert biases (Qwen3 30B-A3B) or a plain-RoPE model (Llama 3 8B) adds none; on
-    an H100 the step's elementwise time grows by those bytes over BabelStream's Triad, 2.97 TB/s."""
+    8 x (64 + 8) x 64 = 36,864 elements x 44 B = 1,622,016 per layer, x 24 = 38,928,384 B: 202,604,544 B. Its
+    all-to-all dispatcher's sort by local expert (32 experts on the GPU; ``LOCAL_SORT_MOVES``, tested below) adds
+    32 rows x 2,880 x (4 + 4) moves x 2 B = 1,474,560 B per layer, x 24 = 35,389,440 B: 237,993,984 B. Another
+    framework or a plain-RoPE dense model (Llama 3 8B) adds none; on an H100 the step's elementwise time grows by
+    those bytes over BabelStream's Triad, 2.97 TB/s."""
     clamp, bias = UNFUSED_MOVES["megatron"][("experts", "clamp")], UNFUSED_MOVES["megatron"][("experts", "down_bias")]
     assert (clamp["forward"].nbytes(2), clamp["input-grad"].nbytes(2)) == (16, 30)
     assert (bias["forward"].nbytes(2), bias["weight-grad"].nbytes(2)) == (12, 16)
     yarn = UNFUSED_MOVES["megatron"][("rotary", "rotary-yarn")]
     assert yarn["forward"].nbytes(2) + yarn["input-grad"].nbytes(2) == 44
     meg = estimate("gpt-oss-20b", mode="train", batch=1, seq=8, framework="megatron")
-    assert unfused_framework_bytes(meg) == 163_676_160 + 38_928_384
+    assert unfused_framework_bytes(meg) == 163_676_160 + 38_928_384 + 35_389_440
     assert unfused_framework_bytes(estimate("gpt-oss-20b", mode="train", batch=1, seq=8)) == 0
-    for plain in ("qwen3-30b-a3b", "llama-3-8b"):
-        assert unfused_framework_bytes(estimate(plain, mode="train", batch=1, seq=8, framework="megatron")) == 0
+    assert unfused_framework_bytes(estimate("llama-3-8b", mode="train", batch=1, seq=8, framework="megatron")) == 0
     fused_s = fused_elementwise_bytes(meg) / 2.97e12
-    assert step_time(meg, "h100-sxm").elementwise_s - fused_s == pytest.approx(202_604_544 / 2.97e12, rel=1e-9)
+    assert step_time(meg, "h100-sxm").elementwise_s - fused_s == pytest.approx(237_993_984 / 2.97e12, rel=1e-9)
+
+
+def test_megatron_cores_alltoall_dispatcher_sorts_tokens_by_local_expert_by_hand() -> None:
+    """Megatron-Core 0.15's all-to-all dispatcher copies the received rows into local-expert order after the dispatch
+    (sort_chunks_by_idxs; drop-and-pad: transpose(0, 1).contiguous()) and back before the combine, where a GPU holds
+    more than one expert (token_dispatcher.py L667-698, L713-734): r 1 w 1 each, 4 moves forward, their gradients'
+    4 backward, the forward's 4 again under full recompute. Qwen3 30B-A3B (48 layers, h 2,048, E 128, k 8; no clamp,
+    no expert bias, plain RoPE: nothing else unfused), b 1, s 8: 64 rows x 2,048 x 8 moves x 2 B = 2,097,152 B per
+    layer, x 48 = 100,663,296 B, the same at ep 8 (each GPU receives as many rows as it sends under balanced
+    routing, 16 experts apiece); full recompute + 64 x 2,048 x 4 x 2 x 48 = 50,331,648: 150,994,944 B. None at ep 128
+    (one expert a GPU: no sort), under the flex dispatcher (DeepEP: its one permute is TOKEN_MOVES') or outside
+    Megatron-Core."""
+    def sort(**kw: object) -> int:
+        return unfused_framework_bytes(estimate("qwen3-30b-a3b", mode="train", batch=1, seq=8, **kw))
+
+    assert sort(framework="megatron") == sort(framework="megatron", ep=8, dp=8) == 100_663_296
+    assert sort(framework="megatron", recompute="full") == 150_994_944
+    assert sort(framework="megatron", ep=128, dp=128) == 0
+    assert sort(framework="megatron", ep=8, dp=8, moe_dispatcher="deepep") == 0
+    assert sort() == 0
 
 
 def test_the_time_note_cites_megatron_cores_unfused_passes_where_they_run() -> None:
@@ -175,3 +196,21 @@ def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
                            "a100-80gb")
     assert overlapped.fp32_accumulation_s == 0 and overlapped.dp_s < st.dp_s
     assert st.to_json()["grad_accum_time_s"] == st.fp32_accumulation_s
+
+
+def test_megatron_cores_fp8_padding_copies_the_routed_rows_by_hand() -> None:
+    """Under fp8 Megatron-Core 0.15's TEGroupedMLP pads each local expert's rows to a multiple of 16 (32 under
+    MXFP8) before fc1 and unpads fc2's output (experts.py L859-866, L957-958); TE copies them (fused_multi_row_padding,
+    fused_multi_row_unpadding: r 1 w 1 each, 4 moves forward, the gradients' 4 backward) unless every count is
+    already a multiple, which dropless routing's data-dependent counts are not (memory_bound.FP8_PAD_MOVES). Qwen3
+    30B-A3B (48 layers, h 2,048, k 8), b 1, s 8, --fp8 te-current: 64 rows x 2,048 x 8 moves x 2 B x 48 layers =
+    100,663,296 B on top of the dispatcher's local sort's 100,663,296 (the test above): 201,326,592 B; the same
+    under MXFP8 and the flex dispatcher (padding: 100,663,296; no sort). Dropped and padded to capacity (each count
+    fixed): the sort alone; bf16 or outside Megatron-Core: no padding."""
+    def copies(**kw: object) -> int:
+        return unfused_framework_bytes(estimate("qwen3-30b-a3b", mode="train", batch=1, seq=8, **kw))
+
+    assert copies(framework="megatron", fp8="te-current") == 201_326_592
+    assert copies(framework="megatron", fp8="te-mxfp8", ep=8, dp=8, moe_dispatcher="deepep") == 100_663_296
+    assert copies(framework="megatron", fp8="te-current", capacity_factor="1") == 100_663_296
+    assert copies(fp8="te-current") == 0

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memderive.derivations.columns import where
 from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
@@ -59,7 +60,9 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.te_float8 import BLOCK, TEFloat8, te_linears, te_weight_elements
 
 __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EAGER_EXTRA", "FUSED_MOVES", "fused_elementwise_bytes", "EAGER_SOURCE",
-           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
+           "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused",
+           "LOCAL_SORT_MOVES", "LOCAL_SORT_SOURCE", "sorts_by_local_expert", "FP8_PAD_MOVES", "FP8_PAD_SOURCE",
+           "pads_for_fp8", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
@@ -217,23 +220,101 @@ UNFUSED_MOVES: dict[str, dict[tuple[str, str], dict[str, Moves]]] = {
 }
 
 
+#: NOTE(local_sort): Megatron-Core's all-to-all dispatcher sorts the tokens it received by local expert where a GPU
+#: holds more than one (``num_local_experts > 1``), after the dispatch's all-to-all (``dispatch_postprocess``,
+#: "Permutation 2"), and unsorts the experts' outputs before the combine's (``combine_preprocess``): dropless,
+#: ``sort_chunks_by_idxs`` (TE's fused ``moe_sort_chunks_by_index`` under ``moe_permute_fusion``, split and
+#: ``torch.cat`` otherwise); dropped and padded to capacity, ``view(ep, E/ep, C, h).transpose(0, 1).contiguous()``.
+#: Each is a copy of the received (token, expert) rows, r 1 w 1 = 2 per element of the (b, s, k, h) rows the
+#: experts scale (``TOKEN_MOVES``' term), the two of them 4; backward their gradients copied back the same way (the
+#: fused kernel's inverse, ``cat``'s of the split, ``reshape`` of the transposed gradient), 4; a recompute repeats the
+#: forward (``LOCAL_SORT_SOURCE``). The probabilities sorted beside them (one fp32 per row, not per h) are left out.
+#: Not the flex (DeepEP) dispatcher's: its one permute after the dispatch sorts by expert (``TOKEN_MOVES``).
+LOCAL_SORT_MOVES = {"forward": 4, "recompute": 4, "input-grad": 4}
+#: NOTE(fp8_padding): under fp8 Megatron-Core's TEGroupedMLP pads each local expert's rows to a multiple of 16 (32
+#: under MXFP8) before fc1 and unpads fc2's output (core_v0.15.0 experts.py L817-820, L859-866, L957-958, whatever
+#: the dispatcher). TE's Fp8Padding returns its input untouched only where every expert's count is already a multiple
+#: (module/fp8_padding.py L117-122); otherwise ``fused_multi_row_padding`` copies all the rows into a new buffer
+#: (L36-39: r 1 w 1), and Fp8Unpadding copies fc2's output back (fp8_unpadding.py: r 1 w 1); backward each copies
+#: the gradient the other way: 4 moves forward, 4 backward per element of the (b, s, k, h) rows, a recompute's
+#: forward again (``FP8_PAD_SOURCE``). Dropless routing makes the counts data-dependent: the chance that all E/ep
+#: are multiples of 16 is 16^-(E/ep), so the copies are counted; dropped and padded to capacity, each count is
+#: the fixed C ep etp (the published rows' 4,096, a multiple): not counted (an unaligned capacity would copy too).
+#: Megatron-Bridge 0.2.0 sets no ``moe_router_padding_for_fp8`` (the router's padding that would align them).
+FP8_PAD_MOVES = {"forward": 4, "recompute": 4, "input-grad": 4}
+FP8_PAD_SOURCE = Citation("megatron-core-0.15-experts", "megatron/core/transformer/moe/experts.py TEGroupedMLP "
+                          "L817-820, L859-866, L957-958 (Fp8Padding, Fp8Unpadding under config.fp8)", also=(
+    Citation("transformer-engine-2.9-grouped-linear", "module/fp8_padding.py L36-39 (fused_multi_row_padding into a "
+             "new buffer), L117-122 (skipped where every split is aligned); module/fp8_unpadding.py L36-38 (fused_multi_row_unpadding), L114-120 (skipped likewise)"),))
+LOCAL_SORT_SOURCE = Citation("megatron-moe-dispatcher", "core_v0.15.0 megatron/core/transformer/moe/token_dispatcher.py "
+                             "MoEAlltoAllTokenDispatcher.dispatch_postprocess L667-698 (Permutation 2: sort tokens by "
+                             "local expert), combine_preprocess L713-734 (Unpermutation 2); moe_utils.py "
+                             "sort_chunks_by_idxs")
+
+
 def unfused_framework_bytes(est: Evaluated) -> Any:
-    """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), on one GPU of the
-    first pipeline stage (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any."""
+    """HBM bytes of one micro-batch's passes the framework's code runs unfused (``UNFUSED_MOVES``), Megatron-Core's
+    all-to-all dispatcher's sort by local expert (``LOCAL_SORT_MOVES``, where ``sorts_by_local_expert``) and its fp8
+    padding of the routed rows (``FP8_PAD_MOVES``, where ``pads_for_fp8``), on one GPU of the first pipeline stage
+    (the layout's graph, as ``fused_elementwise_bytes``); 0 for a framework without any. Cell by cell on columns
+    of layouts (the local experts E/ep differ with ep)."""
     total = _unfused(est)
-    return layout_int(total, est.values) if total else 0
+    out = layout_int(total, est.values) if total else 0
+    if _sorts(est):
+        sort = layout_int(_token_copy_form(est.graph, moves=tuple(LOCAL_SORT_MOVES.items())), est.values)
+        out = out + where(sorts_by_local_expert(est), sort, 0)
+    if pads_for_fp8(est):
+        out = out + layout_int(_token_copy_form(est.graph, moves=tuple(FP8_PAD_MOVES.items())), est.values)
+    return out
 
 
 def runs_unfused(est: Evaluated) -> bool:
     """Whether the framework's code runs any pass of the layout's graph unfused (``UNFUSED_MOVES``: Megatron-Core's,
-    ``MCORE_UNFUSED_SOURCE``), so that the time note names them."""
-    return bool(_unfused(est))
+    ``MCORE_UNFUSED_SOURCE``) or copies the routed rows (``LOCAL_SORT_MOVES`` where the dispatcher could hold more
+    than one expert a GPU, ``FP8_PAD_MOVES``), so that the time note names them."""
+    return bool(_unfused(est)) or _sorts(est) or pads_for_fp8(est)
+
+
+def pads_for_fp8(est: Evaluated) -> bool:
+    """Whether Megatron-Core's TEGroupedMLP copies the routed rows into and out of Fp8Padding's buffer
+    (``FP8_PAD_MOVES``): under ``--framework megatron`` with a Transformer Engine fp8 recipe and dropless routing
+    (no ``--capacity-factor``), on a model with routed experts."""
+    o = est.options
+    routed = est.model.sizes.get("E", 0) > 0
+    return routed and o.framework == "megatron" and o.fp8 in TE_FP8 and o.capacity_factor is None
+
+
+def _sorts(est: Evaluated) -> bool:
+    """Whether Megatron-Core's all-to-all dispatcher runs the layers' routed experts (``--framework megatron``,
+    ``--moe-dispatcher alltoall``, more than one routed expert): ``sorts_by_local_expert`` then says where."""
+    o = est.options
+    return o.framework == "megatron" and o.moe_dispatcher == "alltoall" and est.model.sizes.get("E", 0) > 1
+
+
+def sorts_by_local_expert(est: Evaluated) -> Any:
+    """Whether Megatron-Core's all-to-all dispatcher sorts each layer's tokens by local expert (``LOCAL_SORT_MOVES``):
+    where it runs (``_sorts``) with more than one routed expert per GPU (E / ep > 1; at ep 1 too: the sort runs
+    whatever the expert-parallel size); cell by cell on a column of ep degrees."""
+    return _sorts(est) and est.model.sizes["E"] // est.options.ep > 1
 
 
 def _unfused(est: Evaluated) -> Any:
     """``_unfused_form`` of the layout's graph under its framework; 0 for a framework without any."""
     framework = est.options.framework
     return _unfused_form(est.graph, framework=framework) if framework in UNFUSED_MOVES else 0
+
+
+@per_graph
+def _token_copy_form(graph: Any, moves: tuple[tuple[str, int], ...]) -> Any:
+    """The bytes of copies of the routed rows (``moves``: element reads plus writes by phase, ``LOCAL_SORT_MOVES``,
+    ``FP8_PAD_MOVES``), once per graph: on the routed experts' scaling term, as ``TOKEN_MOVES``."""
+    table = dict(moves)
+
+    def moves_of(blk: Any, op: Any, f: Any) -> int | None:
+        weighted = op.kind == "experts" and f.name.rsplit(" ", 1)[-1] == "glu"
+        return table.get(f.phase) if weighted and f.operands[0].name.endswith(".weighted") else None
+
+    return _elementwise_bytes(graph, moves_of)
 
 
 @per_graph
