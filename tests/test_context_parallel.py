@@ -54,6 +54,17 @@ def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
     assert inside.cp_s == 0.0
 
 
+def test_the_ring_sends_k_and_v_under_full_recompute_too() -> None:
+    """Full recompute saves each layer's input alone, yet the ring still sends k and v (and reruns the forward's
+    sends in the recompute): llama-2-7b, t = 8, cp = 2 across two nodes as above, per layer (cp - 1) x (2 x (87.381
+    - 17.362) + (174.763 - 34.725)) us, x 32 layers: 8.9626 ms (before, 0: the chunk was read off the saved k, v)."""
+    est = estimate("llama-2-7b", **STEP, tp=8, sp=True, cp=2, recompute="full")
+    flops = 989.5e12 * 0.5
+    by_hand = 32 * (2 * (4_194_304 / 48e9 - 8_589_934_592 / flops) + (8_388_608 / 48e9 - 17_179_869_184 / flops))
+    assert step_time(est, "h100-sxm", efficiency=0.5).cp_s == pytest.approx(by_hand, rel=1e-9)
+    assert by_hand == pytest.approx(8.9626e-3, rel=1e-4)
+
+
 def test_transformer_engine_merges_the_steps_at_memory_bandwidth() -> None:
     """Transformer Engine's p2p ring (v2.9 context_parallel.py) merges each step's partial attention outside its
     overlapped loop: llama-2-7b, s 4,096, t = 4, cp = 2 on one H100 node (the sends hidden, as above). Per rank q,

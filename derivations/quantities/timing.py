@@ -646,7 +646,8 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     c = opts.cp
     layer = est.graph.block("layer")
     attention = [op for op in layer.ops if "attention" in op.kind]
-    chunk = _bytes(_kv_chunk(est.graph), est.values)
+    sent = _unrecomputed(est)  # the ring moves k and v whatever the layer saves for backward
+    chunk = _bytes(_kv_chunk(sent), est.values)
     products = [f for op in attention for f in op.flops if f.kind == "matmul"]
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
@@ -657,7 +658,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
         exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     if opts.framework == "megatron":  # Transformer Engine's merges of the steps' partial results, not overlapped
-        q, out, kv = (_bytes(x, est.values) for x in _cp_tensors(est.graph))
+        q, out, kv = (_bytes(x, est.values) for x in _cp_tensors(sent))
         ahead, back = te_cp_merge_bytes(c, q, out, kv)
         again = full_share(opts, est.values) if opts.recompute == "full" else 0.0
         exposed += (ahead * (1 + again) + back) / achievable_bandwidth(cluster.gpu)
@@ -702,6 +703,16 @@ def _cp_tensors(graph: Graph) -> tuple[Any, Any, Any]:
     saved = [x for op in graph.block("layer").ops if "attention" in op.kind for x in op.saved]
     return tuple(sum((x.nbytes for x in saved if x.role in roles), 0) or 0
                  for roles in (("q",), ("attention-output",), ("k", "v")))
+
+
+def _unrecomputed(est: Evaluated) -> Graph:
+    """The estimate's per-rank graph without recompute, whose attention saves q, k, v and its output: under full
+    recompute the layer saves its input alone, yet the ring still sends k and v and merges the steps' outputs."""
+    opts = est.options
+    if opts.recompute == "none":
+        return est.graph
+    base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
+    return applied(base, derived(opts, recompute="none").strategies())
 
 
 @per_graph
