@@ -299,6 +299,12 @@ _TT_PP = dict(tp=8, pp=8, zero=2, micro_batches=8, first_stage_layers=15, last_s
 TORCHTITAN_FLOAT8 = [
     _titan_float8("8B FSDP+compile+Float8 d8", "Table 1", 8, 1, 2, 8192, "selective-op", 8532),
     _titan_float8("8B FSDP+compile+Float8 d128", "Table 3", 128, 1, 2, 8192, "selective-op", 8380),
+    # Table 2 keeps 32,768 tokens per GPU, so the linears' time is the same on each row and a rank's (load-balanced)
+    # attention doubles from row to row: 1, 2, 4, 8 units. The page's steps (32,768 / TPS: 8.42, 12.90, 30.60,
+    # 59.80 s) add 4.48 s per unit from CP1 to CP2, 8.85 from CP2 to CP4, 7.30 from CP4 to CP8: no per-step ring cost
+    # (send, merge, kernel at the step's shape; the same 32K x 16K steps on every row) both lowers CP2 and keeps CP4
+    # and CP8; the CP2 row's +31% stays as the page gives it (the CP rows' SDPA is FlashAttention-2 either way:
+    # torchtitan 9dec370 utils.py get_train_context, sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION])).
     _titan_float8("8B FSDP8 CP1 Float8 32K", "Table 2", 8, 1, 1, 32768, "full", 3890),
     _titan_float8("8B FSDP4 CP2 Float8 64K", "Table 2", 4, 2, 1, 65536, "full", 2540),
     _titan_float8("8B FSDP2 CP4 Float8 128K", "Table 2", 2, 4, 1, 131072, "full", 1071),

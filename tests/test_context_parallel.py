@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import OptionsError
-from memderive.derivations.quantities.timing import step_time
+from memderive.derivations.quantities.timing import step_time, te_cp_merge_bytes
 
 STEP = dict(mode="train", batch=1, seq=4096, flash=True)
 
@@ -52,6 +52,33 @@ def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
     assert across.gpus == 16
     inside = step_time(estimate("llama-2-7b", **STEP, tp=4, sp=True, cp=2), "h100-sxm", efficiency=0.5)
     assert inside.cp_s == 0.0
+
+
+def test_the_ring_sends_k_and_v_under_full_recompute_too() -> None:
+    """Full recompute saves each layer's input alone, yet the ring still sends k and v (and reruns the forward's
+    sends in the recompute): llama-2-7b, t = 8, cp = 2 across two nodes as above, per layer (cp - 1) x (2 x (87.381
+    - 17.362) + (174.763 - 34.725)) us, x 32 layers: 8.9626 ms (before, 0: the chunk was read off the saved k, v)."""
+    est = estimate("llama-2-7b", **STEP, tp=8, sp=True, cp=2, recompute="full")
+    flops = 989.5e12 * 0.5
+    by_hand = 32 * (2 * (4_194_304 / 48e9 - 8_589_934_592 / flops) + (8_388_608 / 48e9 - 17_179_869_184 / flops))
+    assert step_time(est, "h100-sxm", efficiency=0.5).cp_s == pytest.approx(by_hand, rel=1e-9)
+    assert by_hand == pytest.approx(8.9626e-3, rel=1e-4)
+
+
+def test_transformer_engine_merges_the_steps_at_memory_bandwidth() -> None:
+    """Transformer Engine's p2p ring (v2.9 context_parallel.py) merges each step's partial attention outside its
+    overlapped loop: llama-2-7b, s 4,096, t = 4, cp = 2 on one H100 node (the sends hidden, as above). Per rank q,
+    the output, k and v are each 8 heads x 2,048 tokens x 128 x 2 B = 4,194,304 B. The last rank, forward: k and v
+    into the send buffer (read, write: 2 x 8,388,608), the first step's output scaled (2 x 4,194,304), the second
+    added (3 x 4,194,304): 37,748,736 B; backward: k and v copied (2 x 8,388,608), dq copied then added (5 x
+    4,194,304), dk and dv half copied at step 0 (8,388,608) and added whole at the last (3 x 8,388,608):
+    71,303,168 B. 109,051,904 B a layer x 32 layers = 3,489,660,928 B at the H100's Triad 2.97 TB/s: 1.17497 ms.
+    Without --framework megatron (torchtitan's ring, its own merges) nothing is added."""
+    est = estimate("llama-2-7b", **STEP, tp=4, sp=True, cp=2, framework="megatron")
+    assert step_time(est, "h100-sxm", efficiency=0.5).cp_s == pytest.approx(3_489_660_928 / 2.97e12, rel=1e-12)
+    assert te_cp_merge_bytes(2, 4_194_304, 4_194_304, 8_388_608) == (37_748_736, 71_303_168)
+    # cp = 4, the last rank: forward 2 kv + (2 + 3 x 3) out; backward 2 kv + 11 q + (copy 1 + 2 x 1.5 + 3) kv
+    assert te_cp_merge_bytes(4, 10, 10, 20) == (2 * 20 + 11 * 10, 2 * 20 + 11 * 10 + 7 * 20)
 
 
 @pytest.mark.parametrize(("extra", "fragment"), [

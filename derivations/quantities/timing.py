@@ -458,7 +458,9 @@ class StepTime:
                 + "; the routed experts' gradients and weights reduced and gathered over the ranks that hold the "
                 f"same experts (t x d x cp / (etp x ep), etp x ep apart: {cite(EDP_SOURCE)})"
                 + ("" if self.cp == 1 else f"; context parallelism over {self.cp}: the ring's K/V chunk sends, "
-                   f"each behind its step's attention ({cite(CP_SOURCE)})"),
+                   f"each behind its step's attention ({cite(CP_SOURCE)})"
+                   + ("; Transformer Engine's merges of the steps' outputs and gradients at memory bandwidth, outside "
+                      f"the overlapped loop ({cite(TE_CP_MERGE_SOURCE)})" if self.framework == "megatron" else "")),
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
                 *cautions)
 
@@ -646,7 +648,8 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     c = opts.cp
     layer = est.graph.block("layer")
     attention = [op for op in layer.ops if "attention" in op.kind]
-    chunk = _bytes(_kv_chunk(est.graph), est.values)
+    sent = _unrecomputed(est)  # the ring moves k and v whatever the layer saves for backward
+    chunk = _bytes(_kv_chunk(sent), est.values)
     products = [f for op in attention for f in op.flops if f.kind == "matmul"]
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
@@ -656,7 +659,62 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
     if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
         exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
+    if opts.framework == "megatron":  # Transformer Engine's merges of the steps' partial results, not overlapped
+        q, out, kv = (_bytes(x, est.values) for x in _cp_tensors(sent))
+        ahead, back = te_cp_merge_bytes(c, q, out, kv)
+        again = full_share(opts, est.values) if opts.recompute == "full" else 0.0
+        exposed += (ahead * (1 + again) + back) / achievable_bandwidth(cluster.gpu)
     return _bytes(layer.repeat, est.values) * exposed
+
+
+#: Transformer Engine's ring (AttnFuncWithCPAndKVP2P, the p2p cp_comm_type Megatron-Core passes when a recipe sets
+#: none: megatron/core/extensions/transformer_engine.py L925-926 at core_v0.15.0; no Llama recipe of Megatron-Bridge
+#: 25.11/26.02 sets one) merges each step's partial attention with memory-bound kernels outside the overlapped loop.
+TE_CP_MERGE_SOURCE = Citation("te-context-parallel", "v2.9 context_parallel.py: forward L1366 torch.cat of k and v "
+                              "into the send buffer; L1631-1690 the output corrections after the loop, on the current "
+                              "stream (flash_attn_fwd_out_correction_init, flash_attn_fwd_out_correction: out.add_); "
+                              "backward L2033-2038 dq_buffer like q, kv copied into the 16-bit send buffer; "
+                              "L2262-2420 per step dq.add_(dq_), dk.add_(dk_), dv.add_(dv_) on one stream")
+
+
+def te_cp_merge_bytes(c: int, q: Any, out: Any, kv: Any) -> tuple[Any, Any]:
+    """Bytes Transformer Engine's p2p context parallelism moves outside its overlapped loop per layer and micro-batch
+    on the rank that moves most (the last, whose every step covers its whole query: ``i <= rank``), forward and
+    backward, for a rank's ``q``, ``out`` and ``k`` + ``v`` bytes in the 16-bit attention (``TE_CP_MERGE_SOURCE``):
+
+    * forward: k and v concatenated into the send buffer (read, write: 2 kv); the first step's output scaled into a new
+      out (read, write: 2 out); each of the c - 1 others added to it (read out, read the step's, write: 3 out);
+    * backward: k and v copied into the send buffer (2 kv); dq copied at step 0 (2 q), added at the c - 1 others
+      (3 q); dk and dv copied half at step 0 (kv), added half at steps 1 .. c - 2 (1.5 kv each), whole at the last
+      (3 kv): (1.5 c + 1) kv, c >= 2.
+
+    The softmax statistics' corrections (one fp32 per head and token, 1/d of the output) and the per-step ones
+    inside the loop (on the second stream, behind the next step's attention) are left out.
+
+    >>> te_cp_merge_bytes(2, 100, 100, 20)  # forward 2*20 + (2 + 3)*100; backward 2*20 + (2 + 3)*100 + 4*20
+    (540, 620.0)
+    """
+    ahead = 2 * kv + (2 + 3 * (c - 1)) * out
+    back = 2 * kv + (2 + 3 * (c - 1)) * q + (1.5 * c + 1) * kv
+    return ahead, back
+
+
+@per_graph
+def _cp_tensors(graph: Graph) -> tuple[Any, Any, Any]:
+    """A rank's q, attention output and k + v bytes per layer (``te_cp_merge_bytes``), once per graph."""
+    saved = [x for op in graph.block("layer").ops if "attention" in op.kind for x in op.saved]
+    return tuple(sum((x.nbytes for x in saved if x.role in roles), 0) or 0
+                 for roles in (("q",), ("attention-output",), ("k", "v")))
+
+
+def _unrecomputed(est: Evaluated) -> Graph:
+    """The estimate's per-rank graph without recompute, whose attention saves q, k, v and its output: under full
+    recompute the layer saves its input alone, yet the ring still sends k and v and merges the steps' outputs."""
+    opts = est.options
+    if opts.recompute == "none":
+        return est.graph
+    base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
+    return applied(base, derived(opts, recompute="none").strategies())
 
 
 @per_graph
