@@ -657,12 +657,12 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     link = where(nodes > 1, cluster.network, cluster.intra)  # a send across nodes at NCCL's per-NIC speed
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
-    if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
-        exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
+    again = full_share(opts, est.values)  # the checkpointed layers' share (Megatron's block method: some only)
+    if opts.recompute == "full":
+        exposed += again * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     if opts.framework == "megatron":  # Transformer Engine's merges of the steps' partial results, not overlapped
-        q, out, kv = (_bytes(x, est.values) for x in _cp_tensors(sent))
-        ahead, back = te_cp_merge_bytes(c, q, out, kv)
-        again = full_share(opts, est.values) if opts.recompute == "full" else 0.0
+        q, out = (_bytes(x, est.values) for x in _cp_tensors(sent)[:2])
+        ahead, back = te_cp_merge_bytes(c, q, out, chunk)
         exposed += (ahead * (1 + again) + back) / achievable_bandwidth(cluster.gpu)
     return _bytes(layer.repeat, est.values) * exposed
 
