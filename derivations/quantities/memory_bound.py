@@ -309,12 +309,7 @@ def _token_copy_form(graph: Any, moves: tuple[tuple[str, int], ...]) -> Any:
     """The bytes of copies of the routed rows (``moves``: element reads plus writes by phase, ``LOCAL_SORT_MOVES``,
     ``FP8_PAD_MOVES``), once per graph: on the routed experts' scaling term, as ``TOKEN_MOVES``."""
     table = dict(moves)
-
-    def moves_of(blk: Any, op: Any, f: Any) -> int | None:
-        weighted = op.kind == "experts" and f.name.rsplit(" ", 1)[-1] == "glu"
-        return table.get(f.phase) if weighted and f.operands[0].name.endswith(".weighted") else None
-
-    return _elementwise_bytes(graph, moves_of)
+    return _elementwise_bytes(graph, lambda blk, op, f: table.get(f.phase) if _routed_rows(op, f) else None)
 
 
 @per_graph
@@ -348,10 +343,15 @@ def _fused_form(graph: Any) -> Any:
 def _fused_moves(blk: Any, op: Any, f: Any) -> int | None:
     """Element reads plus writes of one elementwise term, fused (``FUSED_MOVES``; a routed expert's scaling of its
     outputs carries its tokens' movement, ``TOKEN_MOVES``)."""
-    name = f.name.rsplit(" ", 1)[-1]
-    if op.kind == "experts" and name == "glu" and f.operands[0].name.endswith(".weighted"):
+    if _routed_rows(op, f):
         return TOKEN_MOVES.get(f.phase)
-    return FUSED_MOVES.get((op.kind, name), {}).get(f.phase)
+    return FUSED_MOVES.get((op.kind, f.name.rsplit(" ", 1)[-1]), {}).get(f.phase)
+
+
+def _routed_rows(op: Any, f: Any) -> bool:
+    """Whether ``f`` is the routed experts' scaling of their outputs, the term on the (b, s, k, h) rows that carries
+    the tokens' movement (``TOKEN_MOVES``) and Megatron-Core's copies of them (``_token_copy_form``)."""
+    return op.kind == "experts" and f.name.rsplit(" ", 1)[-1] == "glu" and f.operands[0].name.endswith(".weighted")
 
 
 def _elementwise_bytes(graph: Any, moves_of: Any, every_operand: bool = False) -> Any:

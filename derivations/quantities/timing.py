@@ -649,7 +649,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     layer = est.graph.block("layer")
     attention = [op for op in layer.ops if "attention" in op.kind]
     sent = _unrecomputed(est)  # the ring moves k and v whatever the layer saves for backward
-    chunk = _bytes(_kv_chunk(sent), est.values)
+    chunk = _bytes(_cp_tensors(sent)[2], est.values)
     products = [f for op in attention for f in op.flops if f.kind == "matmul"]
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
@@ -657,12 +657,12 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     link = where(nodes > 1, cluster.network, cluster.intra)  # a send across nodes at NCCL's per-NIC speed
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
-    if opts.recompute == "full":  # the checkpointed layers' share (Megatron's block method: some only)
-        exposed += full_share(opts, est.values) * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
+    again = full_share(opts, est.values)  # the checkpointed layers' share (Megatron's block method: some only)
+    if opts.recompute == "full":
+        exposed += again * (c - 1) * maximum(0.0, chunk / link - forward / c / flops_per_s)
     if opts.framework == "megatron":  # Transformer Engine's merges of the steps' partial results, not overlapped
-        q, out, kv = (_bytes(x, est.values) for x in _cp_tensors(sent))
-        ahead, back = te_cp_merge_bytes(c, q, out, kv)
-        again = full_share(opts, est.values) if opts.recompute == "full" else 0.0
+        q, out = (_bytes(x, est.values) for x in _cp_tensors(sent)[:2])
+        ahead, back = te_cp_merge_bytes(c, q, out, chunk)
         exposed += (ahead * (1 + again) + back) / achievable_bandwidth(cluster.gpu)
     return _bytes(layer.repeat, est.values) * exposed
 
@@ -701,7 +701,8 @@ def te_cp_merge_bytes(c: int, q: Any, out: Any, kv: Any) -> tuple[Any, Any]:
 
 @per_graph
 def _cp_tensors(graph: Graph) -> tuple[Any, Any, Any]:
-    """A rank's q, attention output and k + v bytes per layer (``te_cp_merge_bytes``), once per graph."""
+    """A rank's q, attention output and k + v bytes per layer (``te_cp_merge_bytes``; k + v: the chunk one rank of
+    the ring sends, ``context_parallel_s``), once per graph."""
     saved = [x for op in graph.block("layer").ops if "attention" in op.kind for x in op.saved]
     return tuple(sum((x.nbytes for x in saved if x.role in roles), 0) or 0
                  for roles in (("q",), ("attention-output",), ("k", "v")))
@@ -715,14 +716,6 @@ def _unrecomputed(est: Evaluated) -> Graph:
         return est.graph
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
     return applied(base, derived(opts, recompute="none").strategies())
-
-
-@per_graph
-def _kv_chunk(graph: Graph) -> Any:
-    """The k and v one rank of the ring sends per layer (``context_parallel_s``), once per graph."""
-    layer = graph.block("layer")
-    return sum((x.nbytes for op in layer.ops if "attention" in op.kind for x in op.saved if x.role in ("k", "v")),
-               0) or 0
 
 
 #: Under ZeRO-2 each micro-batch's backward reduce-scatters its gradients (``data_parallel_s``), read in each
