@@ -83,7 +83,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
-                                                            LOCAL_SORT_SOURCE, MCORE_UNFUSED_SOURCE, runs_unfused,
+                                                            FP8_PAD_SOURCE, LOCAL_SORT_SOURCE, MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
@@ -531,7 +531,9 @@ def memory_line(hw: GPU, kernels: str, unfused: bool = False) -> str:
     framework = (f"the passes Megatron-Core's code runs unfused around its fused kernels (the experts' clamp and fc2 "
                  f"bias, YaRN's rotary; memory_bound.UNFUSED_MOVES: {cite(MCORE_UNFUSED_SOURCE)}; where its all-to-all "
                  f"dispatcher holds more than one expert a GPU, the tokens sorted by local expert and back, "
-                 f"memory_bound.LOCAL_SORT_MOVES: {cite(LOCAL_SORT_SOURCE)}); " if unfused else "")
+                 f"memory_bound.LOCAL_SORT_MOVES: {cite(LOCAL_SORT_SOURCE)}; under fp8 with dropless routing, "
+                 f"TEGroupedMLP's padding of each expert's rows and back, memory_bound.FP8_PAD_MOVES: "
+                 f"{cite(FP8_PAD_SOURCE)}); " if unfused else "")
     reached = achievable_bandwidth(hw)
     rate = (f"{reached / 1e9:,.0f} GB/s (BabelStream's Triad, {reached / hw.memory_bandwidth:.1%} of the rated "
             f"{hw.memory_bandwidth / 1e9:,.0f}: {cite(STREAM_SOURCE)})" if reached != hw.memory_bandwidth else
