@@ -94,6 +94,7 @@ from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
+from memderive.derivations.quantities.training import transformed
 from memderive.derivations.quantities.activation_offload import activation_offload_line, activation_offload_s
 from memderive.derivations.quantities.offload_time import offload_line, offload_time
 from memderive.derivations.quantities.param_offload_time import param_offload_line, param_offload_time
@@ -717,7 +718,7 @@ def _unrecomputed(est: Evaluated) -> Graph:
     if opts.recompute == "none":
         return est.graph
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
-    return applied(base, derived(opts, recompute="none").strategies())
+    return transformed(base, derived(opts, recompute="none"), est.model)  # fine-tuning's transforms too, as est.graph
 
 
 #: Under ZeRO-2 each micro-batch's backward reduce-scatters its gradients (``data_parallel_s``), read in each
