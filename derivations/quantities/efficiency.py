@@ -17,7 +17,13 @@ run's step time.
   forward and backward (``FLASH``): FlashAttention-2 on the A100 (up to 73% forward, 63% backward: Dao 2023 §1) and
   on the H100 (35%: Shah et al. 2024, abstract); FlashAttention-3 on the H100 (75% forward, 740 TFLOP/s; backward
   1.5-1.75x FlashAttention-2's: the lower end, 52.5%) where the framework runs a Hopper kernel (Megatron-Core with
-  Transformer Engine's fused attention).
+  Transformer Engine's fused attention). The fractions apply to the full ``s x s`` FLOPs the count gives, of which a
+  causal kernel runs half: on its own work that is 37.5% / 26.3% of the peak (FlashAttention-2 on the H100: 17.5%),
+  below the kernels' published causal speeds (FlashAttention-3's Figs. 5 and 6: cuDNN 518-539 TFLOP/s forward at
+  4K-16K on the H100). Those speeds are not what a training step's attention reaches: with them, the H100 runs
+  where attention weighs most (NeMo's 16K-1M rows, torchtitan's 32K-256K context-parallel ones) come out a median
+  36.7% too fast, against +3.8% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
+  microbenchmarks is taken up.
 * A layer's efficiency is the FLOP-weighted one of its products (their FLOPs over their time); the elementwise
   work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
 
