@@ -1119,10 +1119,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
     """Seconds of one micro-batch's fused reduce-scatters' own sums under PyTorch's AsyncTP (``tp_overlap``'s NOTE):
-    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in 16 bits and written over t,
-    on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
-    elements = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
-    return elements * 2 * (1 + 1 / t) / achievable_bandwidth(hw)
+    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in the activation dtype and
+    written over t, on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
+    partials = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
+    return partials * (1 + 1 / t) / achievable_bandwidth(hw)
 
 
 def _zero2_sync(zero: int, d: Any, p: Any, fsdp2: bool, deepspeed: bool = False) -> str:
