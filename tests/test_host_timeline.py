@@ -80,3 +80,12 @@ def test_host_is_the_gpus_own() -> None:
     assert all(GPUS[n].host is not None for n in NCCL_ARCH)  # NCCL's latency reads every covered GPU's host
     with pytest.raises(ValueError):
         replace(gpu("h100-sxm"), host="arm")
+
+
+def test_graphed_router_is_a_field_of_the_run() -> None:
+    """The rows whose recipe captures the router in a CUDA graph (cuda_graph_scope moe_router, as each row's v0.3.0
+    config names it) say so in a field, which the benchmark reads (one graph launch for the router's host work), not
+    in their ``assumed`` text."""
+    assert [r.name for r in MOE if "moe_router" in r.cuda_graph_scope] == [
+        "DeepSeek-V3 p4 v4 ep64 b4096 GB200", "gpt-oss-120b ep64 b4 B300", "Qwen3 30B-A3B ep8 b4 GB200",
+        "Qwen3 30B-A3B ep8 b1 B200"]
