@@ -146,3 +146,14 @@ def test_stacked_partials_are_summed_in_the_runs_dtype() -> None:
     assert layout_int(reduced_partials(whole), est.values) == 4_294_967_296
     assert _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100) == pytest.approx(
         4_831_838_208 / achievable_bandwidth(H100), rel=1e-12)
+
+
+def test_async_tp_is_decided_once() -> None:
+    """--tp-comm-overlap is PyTorch's AsyncTP under torchtitan only (Megatron-LM's is TE's userbuffers): one
+    property of the options, read by the time (the stacked partials' sum) and by the note that names it."""
+    titan = estimate("llama-3-8b", framework="torchtitan", zero=3, dp=2, flash=True, tp_comm_overlap=True, **KW)
+    megatron = estimate("llama-3-8b", framework="megatron", tp_comm_overlap=True, **KW)
+    assert (titan.options.async_tp, megatron.options.async_tp) == (True, False)
+    for est, named in ((titan, True), (megatron, False)):
+        step = step_time(est, "h100-sxm")
+        assert step.async_tp is named and ("AsyncTP" in " ".join(step.model())) is named
