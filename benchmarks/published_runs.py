@@ -109,8 +109,8 @@ def moe() -> None:
         sizes = run.estimate().model.sizes
         layers = sizes["l"] // lay.get("pp", 1)
         gap, gpu_ms = per_layer_ms(run, p.measured_s - p.predicted_s), per_layer_ms(run, p.predicted_s)
-        # the recipe's CUDA graphs over the router (the row's assumed text names moe_router), DeepEP's router kernels
-        router = ("graphed" if "moe_router" in (run.assumed or "") else
+        # the recipe's CUDA graphs over the router (the row's cuda_graph_scope), DeepEP's router kernels
+        router = ("graphed" if "moe_router" in run.cuda_graph_scope else
                   "deepep" if lay.get("moe_dispatcher") == "deepep" else "fused")
         host = (sizes["E"] // lay.get("ep", 1), host_of(run.gpu), router)  # local experts, host CPU, router
         forward, backward = moe_layer_host_s(*host)

@@ -17,6 +17,13 @@ Conventions (NOTE(memderive)):
   72 = 15 PFLOPS dense (Blackwell Ultra's FP4 is three times its FP8, Blackwell's twice).
 * Link bandwidth is the datasheet's intra-node figure (NVLink, Infinity Fabric, or PCIe where a card
   has no such link), the total of both directions; a collective moves data at half of it each way.
+* ``host``: the CPU of the NVIDIA system the GPU ships in, for what depends on the host (NCCL's network post
+  overhead, ``nccl_cost``; the time an eager step takes to issue, ``host_timeline``): DGX-1 and DGX-2 (V100): Intel
+  Xeon (E5-2698 v4, Platinum 8168; the DGX-1 and DGX-2 user guides); DGX A100: two AMD EPYC 7742 (the DGX A100 user
+  guide); DGX H100 and H200: two Intel Xeon Platinum 8480C (``nvidia-dgx-h100-guide``); DGX B200: two Intel Xeon
+  8570 (the DGX B200 user guide); DGX B300: two Intel Xeon 6776P (``nvidia-dgx-b300-datasheet``); GB200 and GB300
+  NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``). ``None`` for a card
+  no such system fixes the host of (PCIe cards, MI300X).
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -36,9 +43,12 @@ from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
-__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth"]
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS"]
 
 T, G, GIB = 10**12, 10**9, 2**30
+
+#: The host CPUs a GPU's system can have (``GPU.host``): x86 Intel Xeon, x86 AMD EPYC, NVIDIA Grace (Arm).
+HOSTS = ("intel", "amd", "grace")
 
 _A100 = Citation("nvidia-a100-datasheet",
                  "BF16 312 TFLOPS (624 with sparsity); 1,555 GB/s (40GB), 2,039 GB/s (80GB SXM); NVLink 600 GB/s")
@@ -109,6 +119,11 @@ class GPU:
     source: Citation
     nvlink_domain: int = 8  # GPUs one NVLink/NVSwitch domain joins (an 8-GPU node; GB200 NVL72: 72)
     fp4_flops: int | None = None  # dense NVFP4 tensor FLOP/s (Blackwell); None: no FP4 tensor cores
+    host: str | None = None  # the CPU of the system it ships in (``HOSTS``; the module's docstring); None: any server
+
+    def __post_init__(self) -> None:
+        if self.host is not None and self.host not in HOSTS:
+            raise ValueError(f"a GPU's host is one of {', '.join(HOSTS)} or None, got {self.host!r}")
 
     def peak_flops(self, dtype: str = "bf16") -> int:
         """Dense peak for a compute dtype: fp8 where the GPU has it, else the 16-bit rate.
@@ -125,29 +140,33 @@ class GPU:
                 "fp4_flops": self.fp4_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                 "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
-                "source": cite(self.source)}
+                "host": self.host, "source": cite(self.source)}
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (
-    GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100),
-    GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100),
-    GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G, "NVLink 4", _H100),
+    GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100, host="amd"),
+    GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd"),
+    GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G,
+        "NVLink 4", _H100, host="intel"),
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
         "NVLink bridge", _H100),
-    GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G, "NVLink 4", _H200),
+    GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G,
+        "NVLink 4", _H200, host="intel"),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
-        fp4_flops=9000 * T),
+        fp4_flops=9000 * T, host="intel"),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T),
+        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T, host="grace"),
     GPU("b300", "NVIDIA B300 Blackwell Ultra (DGX/HGX) 288GB", 2250 * T, 4500 * T, 288 * GIB, 8000 * G, 1800 * G,
-        "NVLink 5", _B300, fp4_flops=13500 * T),
+        "NVLink 5", _B300, fp4_flops=13500 * T, host="intel"),
     GPU("gb300", "NVIDIA GB300 NVL72 (per Blackwell Ultra GPU) 288GB", 2500 * T, 5000 * T, 288 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T),
+        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace"),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
         "PCIe 4.0 x16", _ADA),
-    GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G, "NVLink 2", _V100),
-    GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G, "NVLink 2", _V100),
+    GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G,
+        "NVLink 2", _V100, host="intel"),
+    GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G,
+        "NVLink 2", _V100, host="intel"),
     GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10),
     GPU("a6000", "NVIDIA RTX A6000 48GB", 1548 * T // 10, None, 48 * GIB, 768 * G, 1125 * G // 10, "NVLink bridge",
         _A6000),

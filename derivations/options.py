@@ -577,6 +577,13 @@ class Options:
         ``enable_float8_tensorwise_tp = enable_float8_linear and not float8_is_rowwise``)."""
         return self.framework == "torchtitan" and self.fp8 == TORCHTITAN_TENSORWISE and self.tp > 1
 
+    @property
+    def async_tp(self) -> bool:
+        """PyTorch's micro-pipeline TP (torchtitan's AsyncTP): --tp-comm-overlap under torchtitan, which fuses what
+        PyTorch's pattern matcher finds, not what Transformer Engine's userbuffers overlap (``tp_overlap``'s NOTE);
+        the one place the time model and its note decide it."""
+        return self.tp_comm_overlap and self.framework == "torchtitan"
+
     def _check_te_fp8(self) -> None:
         """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
         tensor cores (MXFP8: Blackwell's block scaling)."""

@@ -989,6 +989,10 @@ class MoERun(Run):
     #: Megatron-Core recompute modules the run's recipe names but did not run (``BRIDGE_RECOMPUTE``): the memory
     #: table prints memderive's bytes with them beside the run's
     inert_modules: tuple[str, ...] = ()
+    #: What the recipe captures in CUDA graphs (Megatron-Core's ``cuda_graph_scope``: attn, moe_router,
+    #: moe_preprocess), where the row names it: not in the step time; the host work of a graphed router is one
+    #: graph launch (``host_timeline.ROUTER_KERNELS``)
+    cuda_graph_scope: tuple[str, ...] = ()
 
 
 _AM = "NeMo AutoModel docs/performance-summary.md, DGX-H100 BF16"
@@ -1089,13 +1093,13 @@ _BRIDGE_Q235_NOTE = ("Megatron-Core, distributed optimizer (ZeRO-1), forced bala
 
 def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: int, tps: float, tflops: float,
                 fp8: str = "none", per_node: int = 8, inert: tuple[str, ...] = (), recipe: str = _BRIDGE_MOE_NOTE,
-                assumed: str = "", release: str = "25.11") -> MoERun:
+                assumed: str = "", release: str = "25.11", graphs: tuple[str, ...] = ()) -> MoERun:
     """Megatron-Bridge's 25.11 table (megatron-bridge-performance; or ``release``'s): MoE rows, tokens/s per GPU, its
     layout (the micro-batch count from GBS / (MBS x DP)), FP8 as the row names it (FP8-CS: --fp8 te-current; FP8-MX,
     26.02's MXFP8: te-mxfp8), on DGX nodes of 8 GPUs with a 400 Gb/s port each (DGX-B200, DGX-H100) or GB200 / GB300
     NVL72 (72 on NVLink);
     ``recipe``: what the row's recipe sets, ``assumed``: what memderive assumes that neither the row nor its recipe
-    says, or what it substitutes for what they say."""
+    says, or what it substitutes for what they say; ``graphs``: the recipe's ``cuda_graph_scope``."""
     aware = fp8 == "none"  # BRIDGE_BF16_OPTIMIZER: the performance scripts' BF16 runs
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "zero": 1, "dropout": False,
               "precision_aware_optimizer": aware, **({} if aware else {"fp8": fp8, **_FP8_PARAMS}), **layout}
@@ -1105,7 +1109,7 @@ def _bridge_moe(name: str, system: str, hw: str, model: Any, layout: dict, seq: 
                   tokens_per_s_per_gpu=tps,
                   held_out=True, published_mfu=tflops / peak, gpus_per_node=per_node, inert_modules=inert,
                   note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {recipe}"
-                       + (f"; {BRIDGE_BF16_OPTIMIZER}" if aware else ""), assumed=assumed)
+                       + (f"; {BRIDGE_BF16_OPTIMIZER}" if aware else ""), assumed=assumed, cuda_graph_scope=graphs)
 
 
 def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups: int, ffn: int, top_k: int,
@@ -1125,6 +1129,7 @@ def megatron_flops(batch: int, seq: int, layers: int, h: int, heads: int, groups
 _MIXTRAL_TFLOPS = 438
 _MIXTRAL_STEP = megatron_flops(256, 4096, 32, 4096, 32, 8, 14336, 2, 32000) / (_MIXTRAL_TFLOPS * 1e12 * 64)
 
+_GRAPHS = ("attn", "moe_router", "moe_preprocess")  # the cuda_graph_scope the 26.02 rows below name
 _OSS_MODULES = ("layernorm", "moe_act")  # gpt-oss-120b's recipe names them (``BRIDGE_RECOMPUTE``)
 #: gpt-oss-120b on H100, 25.11: the page's row (GBS 512, MBS 4, PP 4, EP 8, GA 2) does not multiply out: 64 GPUs over
 #: PP 4 are DP 16, and 4 x 2 x 16 = 128, not 512 (its MBS, GA and the rest are the B200 row's, PP aside). The recipe
@@ -1276,7 +1281,8 @@ MOE = [
                 recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (mtp_num_layers 1: v0.3.0 recipes/deepseek/deepseek_v3.py "
                 "L198, L244; the (4, 4) layout_map entry L56 holds it)",
                 assumed="v0.3.0 deepseek/deepseek_workload_base_configs.py L72-87, L155-161 (GBS 4096 / (MBS 1 x DP 64) "
-                        "= 64); HybridEP timed as DeepEP; CUDA graphs (attn, moe_router, moe_preprocess) not modelled"),
+                        "= 64); HybridEP timed as DeepEP; CUDA graphs (attn, moe_router, moe_preprocess) not modelled",
+                graphs=_GRAPHS),
     _bridge_moe("DeepSeek-V3 p16 ep8 b4096 B300", "DGX-B300", "b300", "deepseek-v3",
                 {"pp": 16, "dp": 16, "ep": 8, "micro_batches": 256, **_DSV3_RECOMPUTE,
                  "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
@@ -1299,7 +1305,7 @@ MOE = [
     _bridge_moe("gpt-oss-120b ep64 b4 B300", "DGX-B300", "b300", OSS_120B,
                 {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5}, 4096, 8359, 228, release="26.02",
                 assumed="v0.3.0 gpt_oss/gpt_oss_workload_base_configs.py L62-68, L102-105 (no recompute_modules; CUDA "
-                        f"graphs attn, moe_router, moe_preprocess not modelled); {_B300_RATE}"),
+                        f"graphs attn, moe_router, moe_preprocess not modelled); {_B300_RATE}", graphs=_GRAPHS),
     _bridge_moe("gpt-oss-120b ep64 b4 B200", "DGX-B200", "b200", OSS_120B,
                 {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5, "recompute": "selective",
                  "recompute_modules": _OSS_MODULES}, 4096, 8047, 219, release="26.02",
@@ -1314,7 +1320,8 @@ MOE = [
                 {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 26084, 600, fp8="te-mxfp8", per_node=72,
                 release="26.02",
                 assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L356-363 (25.11's layout; CUDA graphs moe_router, "
-                        "moe_preprocess not modelled); HybridEP timed as the alltoall dispatcher, as 25.11's row"),
+                        "moe_preprocess not modelled); HybridEP timed as the alltoall dispatcher, as 25.11's row",
+                graphs=("moe_router", "moe_preprocess")),
     _bridge_moe("Qwen3 30B-A3B ep8 b8 B300", "DGX-B300", "b300", "qwen3-30b-a3b",
                 {"dp": 8, "ep": 8, "batch": 8, "micro_batches": 8}, 4096, 29521, 679, fp8="te-mxfp8",
                 release="26.02",
@@ -1324,7 +1331,8 @@ MOE = [
                 {"dp": 8, "ep": 8, "batch": 1, "micro_batches": 64}, 4096, 9691, 223, fp8="te-mxfp8",
                 release="26.02",
                 assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L397-405 (25.11's layout, MBS 1 the base "
-                        "config's; CUDA graphs moe_router, moe_preprocess not modelled)"),
+                        "config's; CUDA graphs moe_router, moe_preprocess not modelled)",
+                graphs=("moe_router", "moe_preprocess")),
     _bridge_moe("Qwen3 30B-A3B p2 v12 ep8 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
                 {"pp": 2, "virtual_stages": 12, "dp": 8, "ep": 8, "batch": 1, "micro_batches": 128,
                  "moe_a2a_overlap": True, "moe_dispatcher": "deepep"}, 4096, 5113, 118, fp8="te-current",

@@ -12,10 +12,14 @@ is not timed in ``step_time``. The gap per layer is 1-171x the counted host work
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from memderive.derivations.hardware import GPUS, gpu
 from memderive.derivations.quantities.host_timeline import (host_of, moe_host_exposed_s, moe_layer_host_s, segment_s,
                                                             timeline_s)
+from memderive.derivations.quantities.nccl_cost import NCCL_ARCH
 from tests.published_runs import MOE, predict
 
 
@@ -63,3 +67,25 @@ def test_counted_host_work_never_binds_on_published_rows() -> None:
         forward, _ = moe_layer_host_s(experts, host_of(run.gpu))
         assert 0 < forward < per_layer / 3
         assert moe_host_exposed_s(per_layer / 3, per_layer * 2 / 3, experts, host_of(run.gpu)) == 0
+
+
+def test_host_is_the_gpus_own() -> None:
+    """One host field per GPU (hardware.py), read by both host_of and NCCL's post overhead: DGX B300 ships two Intel
+    Xeon 6776P (its datasheet), GB300 NVL72 36 Grace CPUs (its datasheet), DGX A100 two AMD EPYC 7742, DGX H100 two
+    Xeon 8480C; a PCIe card (L40S) names no system, so no host."""
+    assert [gpu(n).host for n in ("b300", "gb300", "a100-80gb", "h100-sxm", "gb200", "l40s")] == [
+        "intel", "grace", "amd", "intel", "grace", None]
+    assert [host_of(n) for n in ("b300", "gb300", "a100-80gb", "gb200", "l40s")] == ["x86", "grace", "x86", "grace",
+                                                                                       "x86"]
+    assert all(GPUS[n].host is not None for n in NCCL_ARCH)  # NCCL's latency reads every covered GPU's host
+    with pytest.raises(ValueError):
+        replace(gpu("h100-sxm"), host="arm")
+
+
+def test_graphed_router_is_a_field_of_the_run() -> None:
+    """The rows whose recipe captures the router in a CUDA graph (cuda_graph_scope moe_router, as each row's v0.3.0
+    config names it) say so in a field, which the benchmark reads (one graph launch for the router's host work), not
+    in their ``assumed`` text."""
+    assert [r.name for r in MOE if "moe_router" in r.cuda_graph_scope] == [
+        "DeepSeek-V3 p4 v4 ep64 b4096 GB200", "gpt-oss-120b ep64 b4 B300", "Qwen3 30B-A3B ep8 b4 GB200",
+        "Qwen3 30B-A3B ep8 b1 B200"]

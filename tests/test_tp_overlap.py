@@ -11,8 +11,8 @@ from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities.compute import whole_model
 from memderive.derivations.quantities.efficiency import matmul_rate
 from memderive.derivations.quantities.memory_bound import achievable_bandwidth, layout_int
-from memderive.derivations.quantities.timing import quantized_gathers, step_time, tp_bytes
-from memderive.derivations.quantities.tp_overlap import exposed_s, overlap_forms
+from memderive.derivations.quantities.timing import _stacked_sum_s, quantized_gathers, step_time, tp_bytes
+from memderive.derivations.quantities.tp_overlap import exposed_s, overlap_forms, reduced_partials
 
 H100 = gpu("h100-sxm")
 # Llama 3 70B: h 8,192, 8 KV heads of 128 (k, v: 1,024 each), FFN 28,672, V 128,256, 80 layers; b 1, s 4,096
@@ -133,3 +133,27 @@ def test_torchtitan_async_tp_fuses_what_the_pattern_matcher_finds() -> None:
     sums = 2 * 2 * L * M * H * 2 * (1 + 1 / 8) / achievable_bandwidth(H100)
     assert step_time(est, "h100-sxm").tp_s == pytest.approx(4 * (L * (2 * forward + backward) + rest + sums),
                                                             rel=1e-9)
+
+
+def test_stacked_partials_are_summed_in_the_runs_dtype() -> None:
+    """AsyncTP's stacked partials are the row-parallel matmuls' outputs, in the run's activation dtype: under
+    --dtype fp32, 4 bytes each, not 2. Llama 3 8B (h 4,096, 32 layers), b 1, s 4,096, t 8, no recompute, one stage:
+    o's and fc2's outputs, 2 x 32 x 4,096 x 4,096 values x 4 B = 4,294,967,296 B per forward; the sum reads them
+    whole and writes them over t: 4,294,967,296 x (1 + 1/8) = 4,831,838,208 B at the H100's streaming bandwidth."""
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=4096, tp=8, sp=True, dtype="fp32", framework="torchtitan",
+                   zero=3, dp=2, flash=True, tp_comm_overlap=True)
+    whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
+    assert layout_int(reduced_partials(whole), est.values) == 4_294_967_296
+    assert _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100) == pytest.approx(
+        4_831_838_208 / achievable_bandwidth(H100), rel=1e-12)
+
+
+def test_async_tp_is_decided_once() -> None:
+    """--tp-comm-overlap is PyTorch's AsyncTP under torchtitan only (Megatron-LM's is TE's userbuffers): one
+    property of the options, read by the time (the stacked partials' sum) and by the note that names it."""
+    titan = estimate("llama-3-8b", framework="torchtitan", zero=3, dp=2, flash=True, tp_comm_overlap=True, **KW)
+    megatron = estimate("llama-3-8b", framework="megatron", tp_comm_overlap=True, **KW)
+    assert (titan.options.async_tp, megatron.options.async_tp) == (True, False)
+    for est, named in ((titan, True), (megatron, False)):
+        step = step_time(est, "h100-sxm")
+        assert step.async_tp is named and ("AsyncTP" in " ".join(step.model())) is named

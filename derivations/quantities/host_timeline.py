@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memderive.derivations.hardware import gpu
 from memderive.symbolic.formula import Citation
 
 __all__ = ["HOST_SYNC_SOURCE", "ROUTER_KERNELS_SOURCE", "GROUPED_GEMM_LAUNCHES", "LAUNCH_SOURCE", "HOST_COST_SOURCE",
@@ -68,13 +69,15 @@ class HostCosts:
     launch: float
 
 
-#: Per host CPU (``host_of``): DGX x86 (Xeon 8480C measured; B200's and B300's Xeons taken the same) and Grace.
+#: Per host CPU (``host_of``): DGX x86 (Xeon 8480C measured; the other DGX Xeons, A100's EPYC and a card's unnamed
+#: server taken the same) and Grace.
 HOST_COSTS = {"x86": HostCosts(13.48e-6, 13.48e-6, 3.0e-6), "grace": HostCosts(37.08e-6, 99.66e-6, 3.0e-6)}
 
 
 def host_of(gpu_name: str) -> str:
-    """The host CPU beside ``gpu_name``: Grace on the Grace-Hopper and Grace-Blackwell superchips, else x86."""
-    return "grace" if gpu_name.startswith(("gb", "gh")) else "x86"
+    """``HOST_COSTS``' key for the host CPU beside ``gpu_name``: the GPU's own (``GPU.host``, hardware.py), Grace
+    on the Grace-Blackwell racks, else x86 (Intel, AMD, or a card no system fixes the host of)."""
+    return "grace" if gpu(gpu_name).host == "grace" else "x86"
 
 
 def timeline_s(kernels: Sequence[tuple[float, float, bool]]) -> float:

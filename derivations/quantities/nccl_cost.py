@@ -78,16 +78,14 @@ NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tun
                                     "'~24GB/s per NIC'")))
 
 #: Per GPU kind: (NCCL's compute-capability row: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell; NCCL's speed of one
-#: NVLink link in GB/s, topo.h:19-24; the link's rated GB/s each way; the host CPU of the reference 8-GPU node, for
-#: the network post overhead). NVLink 3/4 links are 25 GB/s each way (A100: 12 x 2 x 25 = 600 GB/s; H100: 18 x 2 x
-#: 25 = 900), NVLink 5 links 50 (B200: 18 x 2 x 50 = 1,800; hardware.py). Hosts: DGX A100's two AMD EPYC 7742,
-#: DGX H100's two Intel Xeon 8480C, DGX B200's two Intel Xeon 8570 (the DGX guides), GB200's Grace (Arm: NCCL's
-#: default 1.0 us, tuning.cc:228-233).
-NCCL_ARCH: dict[str, tuple[int, float, float, str]] = {
-    "v100-16gb": (0, 20.0, 25.0, "intel"), "v100-32gb": (0, 20.0, 25.0, "intel"),
-    "a100-40gb": (1, 20.0, 25.0, "amd"), "a100-80gb": (1, 20.0, 25.0, "amd"),
-    "h100-sxm": (2, 20.6, 25.0, "intel"), "h200": (2, 20.6, 25.0, "intel"),
-    "b200": (3, 40.1, 50.0, "intel"), "gb200": (3, 40.1, 50.0, "arm"),
+#: NVLink link in GB/s, topo.h:19-24; the link's rated GB/s each way). NVLink 3/4 links are 25 GB/s each way (A100:
+#: 12 x 2 x 25 = 600 GB/s; H100: 18 x 2 x 25 = 900), NVLink 5 links 50 (B200: 18 x 2 x 50 = 1,800; hardware.py).
+#: The host CPU, for the network post overhead, is the GPU's own (``GPU.host``, hardware.py).
+NCCL_ARCH: dict[str, tuple[int, float, float]] = {
+    "v100-16gb": (0, 20.0, 25.0), "v100-32gb": (0, 20.0, 25.0),
+    "a100-40gb": (1, 20.0, 25.0), "a100-80gb": (1, 20.0, 25.0),
+    "h100-sxm": (2, 20.6, 25.0), "h200": (2, 20.6, 25.0),
+    "b200": (3, 40.1, 50.0), "gb200": (3, 40.1, 50.0),
 }
 
 #: search.cc:1052-1053, 1058-1059, 1064-1065: the per-channel speeds (GB/s) the topology search tries across nodes.
@@ -105,8 +103,9 @@ BASE_LATENCY = {("tree", "ll128"): 14.0, ("tree", "simple"): 8.4, ("ring", "ll12
 NVLINK_LATENCY = {("tree", "ll128"): 1.25, ("tree", "simple"): 4.0, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4}
 NET_LATENCY = {("tree", "ll128"): 8.5, ("tree", "simple"): 14.0, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0,
                ("pat", "simple"): 14.0}
-#: tuning.cc:228-233: the network's post overhead (us) by host CPU; x86 Intel 1.0, AMD 2.0, others 1.0.
-NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+#: tuning.cc:228-233: the network's post overhead (us) by host CPU (``GPU.host``); x86 Intel 1.0, AMD 2.0, others
+#: (Grace, Arm) 1.0.
+NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "grace": 1.0}
 #: tuning.cc:184-204: GB/s per channel, by NCCL's compute-capability row and nodes (1, 2, more).
 RING_LL128_CAP = {0: (20.0,) * 3, 1: (20.0,) * 3, 2: (36.7,) * 3, 3: (40.0,) * 3}
 TREE_LL128_CAP = {0: (20.0, 20.0, 20.0), 1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 29.0), 3: (55.6, 31.67, 20.0)}
@@ -146,7 +145,7 @@ def maximum(a: Any, *rest: Any) -> Any:
     return _extreme("maximum", _maximum, a, rest)
 
 
-def nccl_arch(gpu: GPU) -> tuple[int, float, float, str] | None:
+def nccl_arch(gpu: GPU) -> tuple[int, float, float] | None:
     """``NCCL_ARCH``'s row for ``gpu``, None for a GPU NCCL's tables do not cover here (PCIe cards, MI300X)."""
     return NCCL_ARCH.get(gpu.name)
 
@@ -165,7 +164,7 @@ def net_channel_bw(row: int, port: float) -> float:
 def bus_bandwidth(gpu: GPU, ppn: Any, port: float, intra: float) -> Any:
     """NCCL's bus bandwidth (GB/s) of a group with ``ppn`` GPUs in each node: one channel at ``net_channel_bw`` per
     GPU's NIC, no more than the GPU's NVLink at NCCL's per-link speed (``intra``: the link's rated bytes/s each way)."""
-    row, link_bw, rated_link, _ = NCCL_ARCH[gpu.name]
+    row, link_bw, rated_link = NCCL_ARCH[gpu.name]
     nvlink = intra / 1e9 * link_bw / rated_link
     return where(ppn > 1, minimum(ppn * net_channel_bw(row, port), nvlink), net_channel_bw(row, port))
 
@@ -184,7 +183,9 @@ def _log2i(x: Any) -> Any:
 
 def latency_us(gpu: GPU, coll: str, algorithm: str, protocol: str, n: Any, ppn: Any, nodes: Any) -> Any:
     """NCCL's latency (us) of one call (tuning.cc:384-435), before the ring's plateau factor."""
-    cpu = NCCL_ARCH[gpu.name][3]
+    cpu = gpu.host
+    if cpu is None:
+        raise ValueError(f"{gpu.name} has no host CPU in the hardware table; NCCL's latency needs one")
     key = (algorithm, protocol)
     base = BASE_LATENCY[key]
     if algorithm == "ring":

@@ -330,6 +330,7 @@ class StepTime:
     elementwise_s: float = 0.0
     unfused: bool = False  # the framework's code runs passes unfused (memory_bound.runs_unfused): the note names them
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
+    async_tp: bool = False  # PyTorch's AsyncTP (``Options.async_tp``): what its pattern matcher leaves whole
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
     fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
@@ -418,7 +419,7 @@ class StepTime:
                    "compiled blocks only: the backward's reduce-scatters of the summed input gradients of wq, wk, wv "
                    "and w1, w3 and the head's and embedding's collectives stay whole, and each fused reduce-scatter "
                    f"sums its t stacked partials in a memory-bound pass of its own ({cite(MICRO_PIPELINE_LIMITS)})"
-                   if self.tp_comm_overlap and self.framework == "torchtitan" else "")
+                   if self.async_tp else "")
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
                    "torchtitan" and self.tp_s else "")
@@ -1063,11 +1064,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
             tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
-            titan = opts.framework == "torchtitan"  # AsyncTP: what PyTorch's pattern matcher fuses (tp_overlap.py)
+            # torchtitan's AsyncTP: what PyTorch's pattern matcher fuses, its stacked partials summed (tp_overlap.py)
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
-                                  micro_pipeline=titan)
+                                  micro_pipeline=opts.async_tp)
             pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw))
-            tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw) if titan else 0.0)
+            tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
+                                              if opts.async_tp else 0.0)
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -1105,10 +1107,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     t * p * d * opts.cp, cluster, efficiency is None, m * ep_micro, m * cp_micro, opts.cp,
                     fp8 / stage if stage else 0.0, m * eager_micro, m * copy_micro, optimizer, opts.kernels,
                     m * accumulate_micro, opts.grad_sync,
-                    *((offload.copy_s, offload.cpu_s, opts.host_memory_bandwidth) if offload else ()),
+                    offload_copy_s=offload.copy_s if offload else 0.0, cpu_optimizer_s=offload.cpu_s if offload else 0.0,
+                    host_memory_bandwidth=opts.host_memory_bandwidth if offload else None,
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
+                    async_tp=opts.async_tp,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
@@ -1119,10 +1123,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
     """Seconds of one micro-batch's fused reduce-scatters' own sums under PyTorch's AsyncTP (``tp_overlap``'s NOTE):
-    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in 16 bits and written over t,
-    on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
-    elements = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
-    return elements * 2 * (1 + 1 / t) / achievable_bandwidth(hw)
+    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in the activation dtype and
+    written over t, on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
+    partials = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
+    return partials * (1 + 1 / t) / achievable_bandwidth(hw)
 
 
 def _zero2_sync(zero: int, d: Any, p: Any, fsdp2: bool, deepspeed: bool = False) -> str:

@@ -27,7 +27,8 @@ whole; (3) the fused reduce-scatter (``_fused_matmul_reduce_scatter_impl``, ``_f
 in torch/distributed/_symmetric_memory) writes each rank's t partial chunks into ``stacked_partials`` (M x N) and
 sums them in a kernel of its own after the pipeline (``reduce_fn(stacked_partials ...)``: torch.sum over the t
 partials), a memory-bound pass on the critical path (pytorch/pytorch#191801 replaced it in 2026 for that reason):
-``reduced_partials`` counts its elements, read 16-bit and written over t.
+``reduced_partials`` counts its bytes, in the dtype the matmul writes (the run's activation dtype), read whole and
+written over t.
 """
 
 from __future__ import annotations
@@ -204,20 +205,21 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
 
 @per_graph
 def reduced_partials(graph: Graph) -> Any:
-    """Elements of the decoder layers' row-parallel outputs (M x out per linear, whole model, times the layers'
-    repeat): what PyTorch's fused matmul-reduce-scatter stacks per forward and sums in a pass of its own (module
-    NOTE(tp_overlap)); on a GPU each is read whole (its M/cp rows, t partial chunks) and written over t.
+    """Bytes of the decoder layers' row-parallel outputs (M x out per linear, whole model, times the layers'
+    repeat), in the dtype their matmul writes, its input's (the activation dtype, as ``tp_traffic`` reads the
+    reduce-scatter's): what PyTorch's fused matmul-reduce-scatter stacks per forward and sums in a pass of its own
+    (module NOTE(tp_overlap)); on a GPU each is read whole (its M/cp rows, t partial chunks) and written over t.
 
     >>> from memderive.derivations.estimate import estimate
     >>> from memderive.derivations.quantities.compute import whole_model
     >>> e = estimate("llama-3-70b", mode="train", batch=1, seq=4096, tp=8, sp=True)
-    >>> layout_int(reduced_partials(whole_model(e.model.graph(), e.options)), e.values)  # 80 x 4,096 x 8,192 x 2
-    5368709120
+    >>> layout_int(reduced_partials(whole_model(e.model.graph(), e.options)), e.values)  # 80 x 4,096 x 8,192 x 2 x 2 B
+    10737418240
     """
     total: Any = 0
     for blk in graph.blocks:
         for c in tp_traffic(blk) if blk.name == "layer" else ():
             if c.kind == "row":  # its forward product: rows (M) x weight (out, in/t)
                 rows, weight = c.op.flops[0].operands
-                total += blk.repeat * rows.numel * weight.shape[0]
+                total += blk.repeat * rows.numel * weight.shape[0] * rows.dtype.nbytes
     return total
