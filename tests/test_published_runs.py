@@ -248,7 +248,8 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
     rows sit on one NVL72 domain (72 GPUs per NVLink domain), the others on 8-GPU nodes. Llama 3.1 405B's 126 layers
     on the H100 row (PP 8 x VP 8, embedding and loss counted as a layer each): 128 / 64 = 2 per chunk, 8 x 2 - 1 = 15
     on the first and the last stage. DGX-GB300 (25.11: 8B FP8-CS and FP8-MX on 8 GPUs, GBS 128; 405B FP8-CS on 256,
-    GBS 1,536; 26.02: 70B MXFP8 on 64, GBS 256; 405B FP8 and MXFP8 on 256, GBS 1,536), also on NVL72; DGX-GB200
+    GBS 1,536; 26.02: 70B MXFP8 on 64, GBS 256; 405B FP8 and MXFP8 on 256, GBS 1,536; 26.04.01, in
+    docs/performance-summary-archive.md: 70B FP8 with FSDP on 64, GBS 256), also on NVL72; DGX-GB200
     26.02: 405B FP8 on 256, GBS 1,536 (TP 4 x PP 16 leaves DP 4: 1,536 / 4 = 384 micro-batches of 1). 405B FP8-CS
     on GB300 at 25.11: 1,536 x 8,192 / (999 x 256) = 49.2012 s; TP 2 x PP 8 x CP 2 leaves DP 8, 1,536 / 8 = 192
     micro-batches of 1; PP 8 x VP 4: 128 / 32 = 4 per chunk, 4 x 4 - 1 = 15 on the first and the last stage."""
@@ -256,7 +257,7 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
         (8, 128), (8, 128), (8, 128), (8, 128), (128, 64), (128, 64), (256, 1536), (64, 128), (128, 64), (1024, 512),
         (64, 256), (256, 1536), (256, 1536), (64, 256), (1024, 1536),
         (128, 64), (64, 256),
-        (8, 128), (8, 128), (256, 1536), (64, 256), (256, 1536), (256, 1536),
+        (8, 128), (8, 128), (256, 1536), (64, 256), (256, 1536), (256, 1536), (64, 256),
         (8, 128), (16, 128), (64, 128), (8, 128), (64, 128), (128, 256), (512, 2048),
         (4, 1024), (8, 512), (16, 256), (32, 128), (64, 64), (128, 32), (256, 16), (512, 8), (1024, 4)]
     b200 = next(r for r in DENSE_APART if r.name == "L3 8B MCore d8 fp8cs B200")
@@ -267,11 +268,13 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
     assert gb300.measured() == pytest.approx(49.2012, abs=1e-4)
     # the CPU activation offload rows: 405B FP8-CS of 25.09, TP 2 on 128 GPUs leaves DP 64, GBS 64 = one micro-batch
     # of 1: 64 x 8,192 / (729 x 128) = 5.6187 s; 70B FP8 of 26.02, DP 64, MBS 2: 256 / (2 x 64) = 2 micro-batches,
-    # 256 x 8,192 / (4,040 x 64) = 8.1109 s
+    # 256 x 8,192 / (4,040 x 64) = 8.1109 s; GB300 70B FP8 of 26.04.01 the same layout offloading 20 of 80 layers
+    # (v0.4.2 llama3_workload_base_configs.py L211-216): 256 x 8,192 / (5,248 x 64) = 6.2439 s
     off = {r.name: r for r in DENSE_APART if "offload" in r.name}
     assert {n: (r.layout["activation_offload_layers"], r.layout["micro_batches"], round(r.measured(), 4))
             for n, r in off.items()} == {"L3.1 405B t2 FSDP d64 offload95 fp8cs GB200": (95, 1, 5.6187),
-                                         "L3 70B FSDP d64 offload40 b256 fp8cs GB200": (40, 2, 8.1109)}
+                                         "L3 70B FSDP d64 offload40 b256 fp8cs GB200": (40, 2, 8.1109),
+                                         "L3 70B FSDP d64 offload20 b256 fp8cs GB300": (20, 2, 6.2439)}
     assert (gb300.layout["micro_batches"], gb300.layout["first_stage_layers"], gb300.layout["last_stage_layers"]) == (
         192, 15, 15)
     assert all(r.cluster().gpus_per_node == (72 if r.gpu in ("gb200", "gb300") else 8) for r in DENSE_APART)
