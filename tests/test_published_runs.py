@@ -25,9 +25,9 @@ import pytest
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities import efficiency
 
-from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, NEMO_2407, PLAN_SLACK,
-                                  RUNS, SCALING, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP,
-                                  plan_against, predict)
+from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT, NEMO_2407,
+                                  PLAN_SLACK, RUNS, SCALING, SFT_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021,
+                                  ZERO3_GAP, plan_against, predict)
 
 
 def test_the_table_names_its_runs() -> None:
@@ -282,6 +282,35 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
     assert all(r.estimate().options.micro_batches == r.layout["micro_batches"] for r in DENSE_APART)
     assert not {id(r) for r in DENSE_APART} & {id(r) for r in RUNS}
 
+
+def test_bridges_sft_rows_are_the_pages() -> None:
+    """Megatron-Bridge's 26.06 Llama 3 70B SFT rows (docs/performance-summary-archive.md, read by hand): 32 GPUs, GBS
+    32, MBS 1, 4,096 tokens; GB300 TP 1 PP 2 VP 20 (DP 16: 32 / 16 = 2 micro-batches), GB200 PP 8 VP 10 (DP 4: 8),
+    H100 TP 4 PP 4 VP 5 (DP 2: 16). GB300 FP8: 4,819 tokens/s per GPU, 32 x 4,096 / (4,819 x 32) = 0.84997 s; H100:
+    32 x 4,096 / (1,638 x 32) = 2.50061 s. The recipe at v0.5.0: the distributed optimizer with fp8 parameter
+    gathers, bf16 gradients copied to fp32 for the step, SP and TP overlap on the H100 (TP 4). They ran, so each fits
+    its GPU (GB300 288 GB, GB200 186 GB, H100 80 GB) in memderive's device bytes."""
+    assert [(r.gpu, r.gpus, r.global_batch, r.seq, r.layout["micro_batches"], r.layout["fp8"]) for r in BRIDGE_SFT] == [
+        ("gb300", 32, 32, 4096, 2, "te-current"), ("gb300", 32, 32, 4096, 2, "te-mxfp8"),
+        ("gb200", 32, 32, 4096, 8, "te-current"), ("gb200", 32, 32, 4096, 8, "te-mxfp8"),
+        ("h100-sxm", 32, 32, 4096, 16, "te-current")]
+    assert BRIDGE_SFT[0].measured() == pytest.approx(0.84997, abs=1e-5)
+    assert BRIDGE_SFT[-1].measured() == pytest.approx(2.50061, abs=1e-5)
+    for run in BRIDGE_SFT:
+        e = run.estimate()
+        assert run.held_out and (e.options.zero, e.options.fp8_param_gather, e.options.grad_buffer) == (
+            1, True, "param+fp32")
+        assert e.options.sp == e.options.tp_comm_overlap == (run.layout.get("tp", 1) > 1)
+        assert e.number("total_bytes") <= gpu(run.gpu).memory_bytes
+    assert not {id(r) for r in BRIDGE_SFT} & {id(r) for r in RUNS + DENSE_APART}
+
+
+@pytest.mark.xfail(strict=True, reason=SFT_GAP)
+def test_bridges_sft_rows_meet_issue_39s_bounds() -> None:
+    """Issue 39's bounds (median 10%, every run within 25%) on the SFT rows: measured median 10.7%, worst 13.4%, every
+    one too fast (python benchmarks/published_runs.py); strict, so a model that meets them shows as an XPASS."""
+    errors = [abs(predict(run).error) for run in BRIDGE_SFT]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
 
 def test_megatron_bridges_h100_llama_rows_run_their_recipe() -> None:
     """Megatron-Bridge 25.11's H100 Llama 3 rows (``BRIDGE``) as their recipe sets what the page does not say
