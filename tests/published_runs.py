@@ -450,14 +450,14 @@ def _mcore_fp8(fp8: str, layout: dict) -> dict:
 
 
 def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, layout: dict, tps: float, tflops: float,
-                  fp8: str, note: str = "") -> Run:
+                  fp8: str, note: str = "", seq: int = 8192) -> Run:
     """A dense row of Megatron-Bridge's performance summary (megatron-bridge-performance) at ``release`` ("25.11",
     "25.09", "26.02") on ``system`` (DGX-H100, DGX-B200: 8 GPUs per node, a 400 Gb/s port each; DGX-GB200, DGX-GB300:
-    GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192, micro-batches = GBS / (MBS x DP), what the recipes ran
-    (``_BRIDGE_PAGE``)."""
+    GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192 (pretraining; the fine-tuning rows' 4,096: ``seq``),
+    micro-batches = GBS / (MBS x DP), what the recipes ran (``_BRIDGE_PAGE``)."""
     layout = _mcore_fp8(fp8, {"grad_buffer": BF16_GRADS, **_FP8_PARAMS, **layout})
     peak = gpu(hw).bf16_flops / 1e12
-    return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, 8192, hw, NDR,
+    return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, seq, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
                gpus_per_node=72 if system in (_GB, _GB3) else 8,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / peak:.1%} of the bf16 "
@@ -482,11 +482,12 @@ _B300_RATE = "B300's matmul rate a stand-in, not measured: the B200's fraction o
 #: Megatron-Bridge's dense Llama rows on B200, GB200 and H100 beside ``BRIDGE`` (held out; nothing fitted), kept apart
 #: from ``HELD_OUT``'s bounds (``BRIDGE_DENSE_GAP``) and printed as their own table. The rows that offload
 #: activations to the CPU are expressible (--activation-offload-layers, Megatron-Core's cpu_offloading_num_layers):
-#: GB200 405B FP8-CS of 25.09 (95 of 126 layers, v0.1.0rc3 llama31/llama31_405b_llm_pretrain.yaml L117-123) and GB200
-#: 70B FP8 of 26.02 (FSDP, 40 of 80: v0.3.0 llama/llama3_workload_base_configs.py L241-246) are in. Left out, not yet
-#: added: GB200 70B FP8-CS of 25.09 and 25.11 (cpu_offloading_num_layers 40, v0.2.0 llama3/workload_base_configs.py
-#: L73-78) and GB300 70B FP8-CS of 25.11 and 26.02 (FSDP, cpu_offloading_num_layers 20: v0.2.0 L43-48, v0.3.0
-#: L211-216); and 25.09 rows
+#: GB200 405B FP8-CS of 25.09 (95 of 126 layers, v0.1.0rc3 llama31/llama31_405b_llm_pretrain.yaml L117-123), GB200
+#: 70B FP8 of 26.02 (FSDP, 40 of 80: v0.3.0 llama/llama3_workload_base_configs.py L241-246) and GB300 70B FP8 of
+#: 26.04.01 (FSDP, 20 of 80: v0.4.2 L211-216; the same recipe, v0.2.0 L43-48 and v0.3.0 L211-216, ran the GB300 row
+#: of 25.11, 26.02, 26.02.01 and 26.04: the latest release's figures taken) are in. Left out, not yet added: GB200 70B
+#: FP8-CS of 25.09 (GBS 128) and 25.11 (the 26.02 row's layout and offload: cpu_offloading_num_layers 40, v0.2.0
+#: llama3/workload_base_configs.py L73-78); and 25.09 rows
 #: whose layout the 25.11 table repeats (H100 8B, 70B, 405B; B200 8B, 405B; GB200 8B). 26.02's GB200 405B FP8 repeats
 #: 25.11's layout and is in (its figures are 26.02's: every 26.02 row the page prints and memderive can express is a
 #: test). The 26.02 page (v0.3.0) has no dense rows on DGX-B300 or DGX-B200. The 26.02 rows are read from the page at Megatron-Bridge commit c0b9a0003 (2026-02-26); the 25.11
@@ -494,6 +495,20 @@ _B300_RATE = "B300's matmul rate a stand-in, not measured: the B200's fraction o
 #: 25.11 page (97ad8cc6f) had other GB300 rows (70B at GBS 128, 405B at GBS 64 on 128 GPUs, DeepSeek-V3 p8 v2 ep64,
 #: gpt-oss-120b MBS 4 GBS 512 at 4,096 tokens, Qwen3-235B-A22B t2 ep64; only the 8B and Qwen3 30B-A3B rows kept),
 #: withdrawn and not used, as ``MOE``'s first DeepSeek-V3 GB200 row.
+#: The newer releases (docs/performance-summary-archive.md at Megatron-Bridge 067f987df, 2026-08-22; 26.02.01: v0.3.1,
+#: 26.04: v0.4.0, 26.04.01: v0.4.2, which took the page's 26.04.01 rows into r0.4.0 the day before its tag, cab6db381
+#: and 2b82f6f17; 26.06: v0.5.0; docs/releases/software-versions.md) print dense Llama pretraining on DGX-GB300,
+#: GB200 and H100 only (26.06.01 and 26.08 none; no DGX-B300 or B200 row). Every (system, model, precision, layout)
+#: they print is already a row here but four (the rows already in keep the figures of the release they were added
+#: from; v0.5.0 keeps every 405B layout of v0.3.0, llama/llama31_workload_base_configs.py). Added: GB300 70B FP8 FSDP
+#: offload 20 (26.04.01, below; read from docs/performance-summary.md at 21d102f5e, 2026-05-27, which revised
+#: 17a381f95's 5,376 tokens/s to 5,248) and GB200 405B NVFP4 t4 p16 v4 (26.02.01, ``BRIDGE_NVFP4``; the page at
+#: cfeddcd94, 2026-03-21); both as the archive prints them at 067f987df. Left out: 26.02.01's
+#: GB300 70B NVFP4 at MBS 2, TP 1, PP 1, FSDP 0 (DP 64) and GB300 70B MXFP8 at MBS 2, PP 4, no VP (DP 16): no recipe
+#: from v0.3.0 to v0.4.2 has either layout (v0.3.1 llama/llama3_workload_base_configs.py L219-231: PP 4, VP 5, MBS 1
+#: for both), and as printed neither fits memderive's device bytes (611.5 GiB and 363.4 GiB of the GB300's 288 GiB: the
+#: runs must have sharded, recomputed or offloaded what the page does not print); a setting guessed to make them fit
+#: would be chosen by the row's result.
 BRIDGE_DENSE = [
     _bridge_dense("L3 8B MCore d8 fp8cs GB200", "25.11", _GB, "gb200", "llama-3-8b",
                   {"dp": 8, "batch": 2, "micro_batches": 8}, 31508, 1622, "te-current"),
@@ -575,6 +590,15 @@ BRIDGE_DENSE = [
     _bridge_dense("L3.1 405B t2 p8 c2 v4 b1536 mxfp8 GB300", "26.02", _GB3, "gb300", LLAMA_405B,
                   _l405(2, 8, 2, 4, 8, 192), 931, 2349, "te-mxfp8",
                   f"v0.3.0 llama/llama31_workload_base_configs.py L54-62, L238-242; {_GB300_RATE}"),
+    # 26.04.01 (Megatron-Bridge v0.4.2): the GB300 FSDP row, as the GB200 one above (Megatron FSDP: its fp8 buffers not
+    # modelled, no --fp8-param-gather; offload timed on TE 2.10+'s schedule). Memory, the activations only as there:
+    # 218.6 GiB on the GPU (60 layers') and 70.1 GiB on the host (3.5 GiB a layer, as the GB200 row's)
+    _bridge_dense("L3 70B FSDP d64 offload20 b256 fp8cs GB300", "26.04.01", _GB3, "gb300", "llama-3-70b",
+                  {"dp": 64, "zero": 3, "batch": 2, "micro_batches": 2, "fp8_param_gather": False,
+                   "activation_offload_layers": 20}, 5248, 2348, "te-current",
+                  "v0.4.2 llama/llama3_workload_base_configs.py L211-216 (MBS 2, Megatron FSDP, "
+                  "cpu_offloading_num_layers 20 of 80), llama3_llm_pretrain.py L74-77 (fsdp_double_buffer); GBS 256 "
+                  f"= MBS 2 x 2 x DP 64; {_GB300_RATE}"),
 ]
 
 #: Megatron-Bridge's 26.02 NVFP4 rows on GB300 and GB200 (held out; nothing fitted): Transformer Engine's
@@ -609,8 +633,68 @@ BRIDGE_NVFP4 = [
                   {**_l405(4, 16, 1, 8, 4, 384), "tp_comm_overlap": False, **_NVFP4}, 1076, 2716, "te-nvfp4",
                   "v0.3.0 llama/llama31_workload_base_configs.py L108-119, L283-288 (V2: recompute_num_layers None, "
                   f"no recompute); {_NVFP4_RATE}"),
+    # 26.02.01 (Megatron-Bridge v0.3.1: llama31_workload_base_configs.py as v0.3.0's)
+    _bridge_dense("L3.1 405B t4 p16 v4 b1536 nvfp4 GB200", "26.02.01", _GB, "gb200", LLAMA_405B,
+                  {**_l405(4, 16, 1, 4, 4, 384), "tp_comm_overlap": False, **_NVFP4}, 1083, 2734, "te-nvfp4",
+                  "the layout as the page gives it (VP 4): v0.3.1's V2 (llama/llama31_workload_base_configs.py "
+                  "L108-119, L283-288) is VP 8; the rest assumed its (no recompute, no CUDA graphs, "
+                  f"llama31_llm_pretrain.py L110: no userbuffers overlap); {_NVFP4_RATE}"),
 ]
 
+
+#: Megatron-Bridge's 26.06 fine-tuning rows of Llama 3 70B (docs/performance-summary-archive.md at 067f987df, as
+#: 63b08b397 first printed them; 26.06: Megatron-Bridge v0.5.0), sequence 4,096, MBS 1, GBS 32 (held out; nothing
+#: fitted). SFT: full fine-tuning, what v0.5.0 runs: scripts/performance/configs/llama/llama3_llm_finetune.py L38-49
+#: (bf16 gradient reduction; the distributed optimizer, whose overlapped gradient reduce-scatter and parameter
+#: all-gather Megatron-Bridge's CommOverlapConfig sets wherever DP > 1, src/megatron/bridge/training/comm_overlap.py
+#: L563-566, L625-633, over the recipe's overlap_grad_reduce False), L100-193 (TP communication overlap where TP > 1,
+#: the H100's; SP with it, utils/overrides.py L226 and utils/utils.py L73-75); src/megatron/bridge/recipes/llama/
+#: llama3.py L1656-1757 (llama3_70b_sft_config: no recompute, precision-aware optimizer off, fp32 main gradients:
+#: --grad-buffer param+fp32); fp8_param_gather from the precision recipes (training/mixed_precision.py L264, L302);
+#: the layouts llama3_workload_base_configs.py L517-572 (GB300 TP 1 PP 2 VP 20, GB200 PP 8 VP 10, H100 TP 4 PP 4 VP
+#: 5), as the page prints them. Assumed: the performance scripts' default --data mock (argument_parser.py L323-327),
+#: which replaces the recipe's packed SQuAD with whole 4,096-token mock sequences (utils/overrides.py L376-385); the
+#: page does not say. Had the runs packed SQuAD (--data squad_packed), each sample's attention would run apart
+#: (cu_seqlens) and memderive's whole-sequence attention core, 8.4% of the layers' product FLOPs on the GB300 row,
+#: would overstate it. Not modelled, as the pretraining rows' CUDA graphs: Transformer Engine's CUDA graphs of the
+#: MLPs on all five (cuda_graph_impl "transformer_engine", scope "mlp": L526-527, L544-545, L570-571);
+#: defer_embedding_wgrad_compute (llama3_llm_finetune.py L123-124).
+#: Left out, the five LoRA rows (llama3_70b_peft_config, L2442-2556: rank 16 on linear_qkv only,
+#: llama3_llm_finetune.py L219, L260, L354): memderive's time model times the frozen base's weight-gradient GEMMs.
+#: On the GB300 LoRA layout (PP 2 VP 20, DP 4, fp8 current scaling; --grad-buffer param, as memderive refuses
+#: param+fp32 with fine-tuning options) --lora-rank 16 --lora-targets q_proj,k_proj,v_proj drops memderive's own
+#: model_flops per micro-batch from 1,840 to 1,271 TFLOP, but the layers' products the time model reads
+#: (efficiency.gemm_products) keep their 280 TFLOP of weight gradients and compute_time_s moves from 2.848 s to
+#: 2.874 s: the five rows came out 26-52% too slow, a defect of the time model's, not of the rows. (Also: memderive
+#: adapts q, k and v apart, PEFT's names, where Megatron-Bridge wraps the fused linear_qkv in one adapter; the GB200
+#: FP8 LoRA layout, PP 2 on 8 GPUs, needs 189.8 GiB of memderive's 186.)
+_SFT_NOTE = ("the SFT recipe (tests/published_runs.BRIDGE_SFT's comment): mock 4,096-token sequences, the default "
+             "--data, assumed")
+
+
+def _bridge_sft(name: str, system: str, hw: str, layout: dict, tps: float, tflops: float, fp8: str,
+                note: str = "") -> Run:
+    """A Llama 3 70B SFT row of Megatron-Bridge's 26.06 performance summary: ``_bridge_dense`` at 4,096 tokens."""
+    return _bridge_dense(name, "26.06", system, hw, "llama-3-70b", {"batch": 1, **layout}, tps, tflops, fp8,
+                         _SFT_NOTE + (f"; {note}" if note else ""), seq=4096)
+
+
+BRIDGE_SFT = [
+    _bridge_sft("L3 70B SFT p2 v20 fp8cs GB300", _GB3, "gb300",
+                {"pp": 2, "virtual_stages": 20, "dp": 16, "micro_batches": 2}, 4819, 2083, "te-current", _GB300_RATE),
+    _bridge_sft("L3 70B SFT p2 v20 mxfp8 GB300", _GB3, "gb300",
+                {"pp": 2, "virtual_stages": 20, "dp": 16, "micro_batches": 2}, 4312, 1877, "te-mxfp8", _GB300_RATE),
+    _bridge_sft("L3 70B SFT p8 v10 fp8cs GB200", _GB, "gb200",
+                {"pp": 8, "virtual_stages": 10, "dp": 4, "micro_batches": 8}, 3864, 1671, "te-current"),
+    _bridge_sft("L3 70B SFT p8 v10 mxfp8 GB200", _GB, "gb200",
+                {"pp": 8, "virtual_stages": 10, "dp": 4, "micro_batches": 8}, 3593, 1553, "te-mxfp8"),
+    _bridge_sft("L3 70B SFT t4 p4 v5 fp8cs H100", "DGX-H100", "h100-sxm",
+                {"tp": 4, "pp": 4, "virtual_stages": 5, "dp": 2, "micro_batches": 16}, 1638, 710, "te-current"),
+]
+#: Why ``BRIDGE_SFT`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): as the
+#: pretraining rows beside them (``BRIDGE_DENSE_GAP``), every one is predicted too fast; nothing tuned.
+SFT_GAP = ("Megatron-Bridge's Llama 3 70B SFT at 4,096 tokens (26.06), fp8 under Transformer Engine predicted too "
+           "fast as the pretraining rows: tests/published_runs.SFT_GAP")
 
 _NEMO = "NeMo docs/source/performance/performance_summary.md (2024-09-09), NeMo 24.07, DGX-H100 FP8"
 #: What NeMo 24.07's pre-training table (NVIDIA/NeMo docs/source/performance/performance_summary.md as last revised,
@@ -764,15 +848,18 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: (``_NEMO_GPT3_DROPOUT``: -18.2% and -10.0% -> -17.7% and -9.4%). The two CPU activation offload rows on GB200
 #: (Megatron FSDP; their copies over NVLink-C2C hidden behind the other layers, 0 s exposed): 405B 95 layers -15.4%,
 #: 70B 40 layers -11.5%; with them the median over the 39 stays 9.4% (worst 31.3%), over the 30 at 2K-8K tokens
-#: 10.5% -> 10.8%. Nothing is tuned to close it.
+#: 10.5% -> 10.8%. GB300's 70B FSDP offload row of 26.04.01 (20 layers): +15.0%, too slow as the other GB300 rows;
+#: over the 40 the median stays 10.1%, the worst 31.0% (python benchmarks/published_runs.py). Nothing is tuned to
+#: close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast at 2K-8K tokens (H100, B200, "
                     "GB200; current, delayed and MXFP8 scaling), the gap fading with sequence length as attention "
-                    "takes over; on GB300 (the GB200's matmul fraction standing in) 3-13% too slow: "
+                    "takes over; on GB300 (the GB200's matmul fraction standing in) 3-15% too slow: "
                     "tests/published_runs.BRIDGE_DENSE_GAP")
 
 #: Why ``BRIDGE_NVFP4`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): its GEMMs'
 #: rate is a stand-in (``efficiency.FP4_STAND_IN``), no NVFP4 GEMM benchmark being published. Measured, nothing
-#: tuned: GB300 70B +1.8%, 405B -8.7%; GB200 70B -17.6%, 405B +6.3% (median 7.5%, worst 17.6%). The same layouts'
+#: tuned: GB300 70B +1.8%, 405B -8.7%; GB200 70B -17.6%, 405B +6.3% (median 7.5%, worst 17.6%); 26.02.01's GB200
+#: 405B at VP 4 -2.0% (over the 5: median 6.3%, worst 17.6%). The same layouts'
 #: MXFP8 rows: GB300 70B +6.9%, GB200 70B -15.6%, GB200 405B -2.2%. With the 4-bit GEMMs first taken at twice (B200,
 #: GB200) or three times (B300, GB300) the fp8 rate, the GPU's FP4 over FP8 peak, before cuBLAS's measured MXFP4
 #: rate was found (5,239 TFLOP/s at 8192^3 on a B200, 58% of its FP4 peak against fp8's 76%): -6.1%, -17.7%,

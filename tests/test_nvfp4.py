@@ -115,10 +115,11 @@ def test_refusals_in_one_line(args: list[str], says: str, capsys: pytest.Capture
 
 def test_bridges_nvfp4_rows_are_expressible_and_fit() -> None:
     """Megatron-Bridge's 26.02 NVFP4 rows (docs/performance-summary.md at v0.3.0, read by hand): GB300 70B on 64 GPUs
-    at GBS 256, 405B on 256 at 1,536; GB200 the same. Each is held out, runs te-nvfp4 without userbuffers overlap
-    (the recipe turns it off for nvfp4), and fits its GPU (they ran: GB300 288 GB, GB200 186 GB)."""
+    at GBS 256, 405B on 256 at 1,536; GB200 the same; 26.02.01 (docs/performance-summary-archive.md): GB200 405B
+    at VP 4 on 256, GBS 1,536. Each is held out, runs te-nvfp4 without userbuffers overlap (the recipe turns it off
+    for nvfp4), and fits its GPU (they ran: GB300 288 GB, GB200 186 GB)."""
     assert [(r.gpu, r.gpus, r.global_batch) for r in BRIDGE_NVFP4] == [
-        ("gb300", 64, 256), ("gb300", 256, 1536), ("gb200", 64, 256), ("gb200", 256, 1536)]
+        ("gb300", 64, 256), ("gb300", 256, 1536), ("gb200", 64, 256), ("gb200", 256, 1536), ("gb200", 256, 1536)]
     for run in BRIDGE_NVFP4:
         e = run.estimate()
         assert run.held_out and e.options.fp8 == "te-nvfp4" and not e.options.tp_comm_overlap

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities import efficiency
+from memderive.derivations.quantities.memory_bound import layout_int
 
-from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, DENSE_APART, FITTED, HELD_OUT, NEMO_2407, PLAN_SLACK,
-                                  RUNS, SCALING, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP,
-                                  plan_against, predict)
+from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT, NEMO_2407,
+                                  PLAN_SLACK, RUNS, SCALING, SFT_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021,
+                                  ZERO3_GAP, plan_against, predict)
 
 
 def test_the_table_names_its_runs() -> None:
@@ -248,7 +250,8 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
     rows sit on one NVL72 domain (72 GPUs per NVLink domain), the others on 8-GPU nodes. Llama 3.1 405B's 126 layers
     on the H100 row (PP 8 x VP 8, embedding and loss counted as a layer each): 128 / 64 = 2 per chunk, 8 x 2 - 1 = 15
     on the first and the last stage. DGX-GB300 (25.11: 8B FP8-CS and FP8-MX on 8 GPUs, GBS 128; 405B FP8-CS on 256,
-    GBS 1,536; 26.02: 70B MXFP8 on 64, GBS 256; 405B FP8 and MXFP8 on 256, GBS 1,536), also on NVL72; DGX-GB200
+    GBS 1,536; 26.02: 70B MXFP8 on 64, GBS 256; 405B FP8 and MXFP8 on 256, GBS 1,536; 26.04.01, in
+    docs/performance-summary-archive.md: 70B FP8 with FSDP on 64, GBS 256), also on NVL72; DGX-GB200
     26.02: 405B FP8 on 256, GBS 1,536 (TP 4 x PP 16 leaves DP 4: 1,536 / 4 = 384 micro-batches of 1). 405B FP8-CS
     on GB300 at 25.11: 1,536 x 8,192 / (999 x 256) = 49.2012 s; TP 2 x PP 8 x CP 2 leaves DP 8, 1,536 / 8 = 192
     micro-batches of 1; PP 8 x VP 4: 128 / 32 = 4 per chunk, 4 x 4 - 1 = 15 on the first and the last stage."""
@@ -256,7 +259,7 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
         (8, 128), (8, 128), (8, 128), (8, 128), (128, 64), (128, 64), (256, 1536), (64, 128), (128, 64), (1024, 512),
         (64, 256), (256, 1536), (256, 1536), (64, 256), (1024, 1536),
         (128, 64), (64, 256),
-        (8, 128), (8, 128), (256, 1536), (64, 256), (256, 1536), (256, 1536),
+        (8, 128), (8, 128), (256, 1536), (64, 256), (256, 1536), (256, 1536), (64, 256),
         (8, 128), (16, 128), (64, 128), (8, 128), (64, 128), (128, 256), (512, 2048),
         (4, 1024), (8, 512), (16, 256), (32, 128), (64, 64), (128, 32), (256, 16), (512, 8), (1024, 4)]
     b200 = next(r for r in DENSE_APART if r.name == "L3 8B MCore d8 fp8cs B200")
@@ -267,17 +270,67 @@ def test_the_apart_fp8_rows_are_the_pages() -> None:
     assert gb300.measured() == pytest.approx(49.2012, abs=1e-4)
     # the CPU activation offload rows: 405B FP8-CS of 25.09, TP 2 on 128 GPUs leaves DP 64, GBS 64 = one micro-batch
     # of 1: 64 x 8,192 / (729 x 128) = 5.6187 s; 70B FP8 of 26.02, DP 64, MBS 2: 256 / (2 x 64) = 2 micro-batches,
-    # 256 x 8,192 / (4,040 x 64) = 8.1109 s
+    # 256 x 8,192 / (4,040 x 64) = 8.1109 s; GB300 70B FP8 of 26.04.01 the same layout offloading 20 of 80 layers
+    # (v0.4.2 llama3_workload_base_configs.py L211-216): 256 x 8,192 / (5,248 x 64) = 6.2439 s
     off = {r.name: r for r in DENSE_APART if "offload" in r.name}
     assert {n: (r.layout["activation_offload_layers"], r.layout["micro_batches"], round(r.measured(), 4))
             for n, r in off.items()} == {"L3.1 405B t2 FSDP d64 offload95 fp8cs GB200": (95, 1, 5.6187),
-                                         "L3 70B FSDP d64 offload40 b256 fp8cs GB200": (40, 2, 8.1109)}
+                                         "L3 70B FSDP d64 offload40 b256 fp8cs GB200": (40, 2, 8.1109),
+                                         "L3 70B FSDP d64 offload20 b256 fp8cs GB300": (20, 2, 6.2439)}
     assert (gb300.layout["micro_batches"], gb300.layout["first_stage_layers"], gb300.layout["last_stage_layers"]) == (
         192, 15, 15)
     assert all(r.cluster().gpus_per_node == (72 if r.gpu in ("gb200", "gb300") else 8) for r in DENSE_APART)
     assert all(r.held_out and r.layout["fp8"].startswith("te-") for r in DENSE_APART)
     assert all(r.estimate().options.micro_batches == r.layout["micro_batches"] for r in DENSE_APART)
     assert not {id(r) for r in DENSE_APART} & {id(r) for r in RUNS}
+
+
+def test_bridges_sft_rows_are_the_pages() -> None:
+    """Megatron-Bridge's 26.06 Llama 3 70B SFT rows (docs/performance-summary-archive.md, read by hand): 32 GPUs, GBS
+    32, MBS 1, 4,096 tokens; GB300 TP 1 PP 2 VP 20 (DP 16: 32 / 16 = 2 micro-batches), GB200 PP 8 VP 10 (DP 4: 8),
+    H100 TP 4 PP 4 VP 5 (DP 2: 16). GB300 FP8: 4,819 tokens/s per GPU, 32 x 4,096 / (4,819 x 32) = 0.84997 s; H100:
+    32 x 4,096 / (1,638 x 32) = 2.50061 s. The recipe at v0.5.0: the distributed optimizer with fp8 parameter
+    gathers, bf16 gradients copied to fp32 for the step, SP and TP overlap on the H100 (TP 4). They ran, so each fits
+    its GPU (GB300 288 GB, GB200 186 GB, H100 80 GB) in memderive's device bytes."""
+    assert [(r.gpu, r.gpus, r.global_batch, r.seq, r.layout["micro_batches"], r.layout["fp8"]) for r in BRIDGE_SFT] == [
+        ("gb300", 32, 32, 4096, 2, "te-current"), ("gb300", 32, 32, 4096, 2, "te-mxfp8"),
+        ("gb200", 32, 32, 4096, 8, "te-current"), ("gb200", 32, 32, 4096, 8, "te-mxfp8"),
+        ("h100-sxm", 32, 32, 4096, 16, "te-current")]
+    assert BRIDGE_SFT[0].measured() == pytest.approx(0.84997, abs=1e-5)
+    assert BRIDGE_SFT[-1].measured() == pytest.approx(2.50061, abs=1e-5)
+    for run in BRIDGE_SFT:
+        e = run.estimate()
+        assert run.held_out and (e.options.zero, e.options.fp8_param_gather, e.options.grad_buffer) == (
+            1, True, "param+fp32")
+        assert e.options.sp == e.options.tp_comm_overlap == (run.layout.get("tp", 1) > 1)
+        assert e.number("total_bytes") <= gpu(run.gpu).memory_bytes
+    assert not {id(r) for r in BRIDGE_SFT} & {id(r) for r in RUNS + DENSE_APART}
+
+
+@pytest.mark.xfail(strict=True, reason=SFT_GAP)
+def test_bridges_sft_rows_meet_issue_39s_bounds() -> None:
+    """Issue 39's bounds (median 10%, every run within 25%) on the SFT rows: measured median 10.7%, worst 13.4%, every
+    one too fast (python benchmarks/published_runs.py); strict, so a model that meets them shows as an XPASS."""
+    errors = [abs(predict(run).error) for run in BRIDGE_SFT]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
+
+
+@pytest.mark.xfail(strict=True, reason="the time model's products (efficiency.gemm_products) keep the frozen base's "
+                   "weight-gradient GEMMs under LoRA: Megatron-Bridge's LoRA rows left out, tests/published_runs."
+                   "BRIDGE_SFT's comment")
+def test_lora_times_no_weight_gradient_of_the_frozen_base() -> None:
+    """Transformer Engine runs a linear's weight-gradient GEMM only where its weight requires a gradient
+    (module/linear.py and layernorm_linear.py: ctx.requires_wgrad = weight.requires_grad), so under LoRA the
+    frozen base computes none and the layers' weight-gradient FLOPs are the adapters'. Megatron-Bridge 26.06's GB300
+    LoRA layout (Llama 3 70B, PP 2 VP 20: 40 layers a GPU, 4,096 tokens a micro-batch, rank 16 on q, k and v): per
+    layer, 2 x 4,096 x 16 x (in + out) for each adapter's A and B, q (8,192 + 8,192), k and v (8,192 + 1,024) each:
+    2 x 4,096 x 16 x 34,816 = 4,563,402,752; x 40 layers = 182,536,110,080 FLOPs, against 280 TFLOP read today."""
+    run = BRIDGE_SFT[0]  # the GB300 SFT row's recipe, its LoRA layout (DP 4 on 8 GPUs) and rank-16 adapters
+    layout = {**run.layout, "dp": 4, "micro_batches": 8, "grad_buffer": "param", "lora_rank": 16,
+              "lora_targets": ("q_proj", "k_proj", "v_proj")}
+    e = estimate(run.model, mode="train", seq=run.seq, **layout)
+    wgrad = sum(layout_int(p[3], e.values) for p in efficiency.gemm_products(e.graph) if p[0] == "linear")
+    assert wgrad <= 182_536_110_080
 
 
 def test_megatron_bridges_h100_llama_rows_run_their_recipe() -> None:
