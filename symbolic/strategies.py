@@ -631,7 +631,10 @@ def _live_ops(blk: Block, graph: Graph, live_in: bool) -> tuple[tuple[Op, ...], 
             continue
         live.add(op.output.name)
         kept = tuple(x for x in op.saved if (grads := op.needs(x)) is None or any(needed(g) for g in grads))
-        work = op.flops if reads else tuple(x for x in op.flops if x.phase != "input-grad")
+        # a frozen weight's gradient is never computed (autograd: no grad_fn input for it; Transformer Engine's
+        # linears: ctx.requires_wgrad = weight.requires_grad), nor, with no live input, the input's
+        work = tuple(x for x in op.flops if (reads or x.phase != "input-grad")
+                     and not (x.phase == "weight-grad" and x.param is not None and not graph.trainable(blk.name, x.param)))
         if op.kind == "attention" and reads:
             work = _attention_grads(work, *(needed(x) for x in op.inputs))
         ops.append(replace(op, saved=kept, flops=work))
