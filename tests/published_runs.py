@@ -1364,8 +1364,8 @@ MOE = [
     # layout): 26.04.01 -> v0.4.2 (the page's DeepSeek-V3 B200 PP 8 VP 2 EP 32 and B300 MBS 2 PP 8 are v0.4.2's
     # configs, not v0.4.1's), 26.06 -> v0.5.0, 26.08 -> v0.6.0 (tagged 2026-08-19, after the page's 2026-08-11; its
     # scripts/performance/configs were replaced by src/megatron/bridge/perf_recipes/, #2803 and #4623). The settings
-    # 25.11 and 26.02 cite hold unless a row says otherwise: grad_reduce_in_fp32 False (v0.4.2 and v0.5.0
-    # qwen3_llm_pretrain.py L42-43, deepseek_llm_pretrain.py L43-44; v0.6.0 perf_recipes/_common.py L70-72), the
+    # 25.11 and 26.02 cite hold unless a row says otherwise: grad_reduce_in_fp32 False (qwen3_llm_pretrain.py L41-42
+    # at v0.4.2, L42-43 at v0.5.0; deepseek_llm_pretrain.py L42-43, L43-44; v0.6.0 perf_recipes/_common.py L70-72), the
     # performance scripts' BF16 precision-aware optimizer (v0.4.2 utils/overrides.py L470-471), DeepSeek-V3's
     # precision-aware optimizer with bf16 moments and its MTP layer (v0.4.2 recipes/deepseek/deepseek_v3.py L84,
     # L161-165; v0.5.0 L122, L205-209; v0.6.0 recipes/deepseek/h100/deepseek_v3.py L123, L206-210), recompute_modules
@@ -1512,7 +1512,7 @@ MOE = [
 #: and under 10% on the DGX runs (0.63 of 6.81 on B200); the rest has no cited cause.
 #: quantities/host_timeline.py walks it per segment (each MoE layer's forward between two syncs, max(G, H)) with
 #: the host work a source counts (router ops, the two GroupedLinear calls, one GEMM launch per local expert): 0.04-1.44
-#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 37 rows (the "gap/layer" table's
+#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 51 rows (the "gap/layer" table's
 #: fwd host and exposed columns, python benchmarks/published_runs.py).
 #: These rows are the same three layouts in Bridge's 25.09 table, run with token drop instead: capacity factor 1,
 #: padded to capacity (``apply_moe_token_drop``, src/megatron/bridge/training/utils/moe_token_drop.py). Every split
