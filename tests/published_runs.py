@@ -1145,6 +1145,15 @@ _OSS_H100_MBS = ("MBS 1, GA 32, as the recipe's H100 config sets it (Megatron-Br
 _OSS_B200_EP = ("EP 64, as the recipe's B200 config sets it (Megatron-Bridge v0.2.0 gpt_oss/workload_base_configs.py "
                 "L50-55; every version since); the page prints the base config's EP 8")
 _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}  # ``_BRIDGE_DSV3_NOTE``
+#: DeepSeek-V3 on GB300 at 26.06 and 26.08 (v0.5.0 deepseek/deepseek_workload_base_configs.py L41-54, L68-76; v0.6.0
+#: perf_recipes/deepseek/gb300/deepseek_v3.py L133-157): PP 2 VP 8 EP 32, MBS 1, recompute_modules [] under
+#: 'selective' (nothing recomputed), HybridEP (timed as DeepEP), moe_a2a_overlap, the MTP layer in the pp_layout
+_DSV3_GB300_V2 = {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "recompute": "none",
+                  "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                  "moe_a2a_overlap": True, **_DSV3_OPTIMIZER}
+_BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
+                                                     " with recompute_modules [] (nothing)")
+                           + ", its MTP layer, moe_a2a_overlap")
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -1425,12 +1434,8 @@ MOE = [
                         "GBS 4096 / (MBS 2 x DP 32) = 64); HybridEP timed as DeepEP; CUDA graphs attn, moe_router, "
                         f"moe_preprocess not modelled; {_B300_RATE}"),
     _bridge_moe("DeepSeek-V3 p2 v8 ep32 b15360 GB300", "DGX-GB300", "gb300", "deepseek-v3",
-                {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "micro_batches": 120, "recompute": "none",
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
-                 "moe_a2a_overlap": True, **_DSV3_OPTIMIZER}, 4096, 6422, 1670, fp8="te-mxfp8", per_node=72,
-                release="26.06", recipe=_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
-                                                                  " with recompute_modules [] (nothing)")
-                + ", its MTP layer, moe_a2a_overlap",
+                {**_DSV3_GB300_V2, "micro_batches": 120}, 4096, 6422, 1670, fp8="te-mxfp8", per_node=72,
+                release="26.06", recipe=_BRIDGE_DSV3_GB300_NOTE,
                 assumed="v0.5.0 deepseek/deepseek_workload_base_configs.py L41-54, L68-76, L193-196, L323-326 (FP8_MX "
                         "GBS15360: MBS 1, 15360 / (1 x DP 128) = 120); HybridEP timed as DeepEP; full-iteration CUDA "
                         "graph with expert padding (deepseek_llm_pretrain.py L49-61: capacity factor 1.5, paged "
@@ -1449,12 +1454,8 @@ MOE = [
                         "PP, moe_a2a_overlap False; GBS 1024 / (MBS 1 x DP 16) = 64); HybridEP over two nodes timed as "
                         "DeepEP (one copy per destination node across nodes)"),
     _bridge_moe("DeepSeek-V3 p2 v8 ep32 b1 GB300", "DGX-GB300", "gb300", "deepseek-v3",
-                {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "micro_batches": 32, "recompute": "none",
-                 "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
-                 "moe_a2a_overlap": True, **_DSV3_OPTIMIZER}, 4096, 6288, 1635, fp8="te-mxfp8", per_node=72,
-                release="26.08", recipe=_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
-                                                                  " with recompute_modules [] (nothing)")
-                + ", its MTP layer, moe_a2a_overlap",
+                {**_DSV3_GB300_V2, "micro_batches": 32}, 4096, 6288, 1635, fp8="te-mxfp8", per_node=72,
+                release="26.08", recipe=_BRIDGE_DSV3_GB300_NOTE,
                 assumed="v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py L133-157, deepseek/common.py L31-37, L49-77 "
                         "(GBS 4096 / (MBS 1 x DP 128) = 32); HybridEP timed as DeepEP; full-iteration CUDA graph with "
                         "expert padding (capacity factor 1.5, paged stash), FP8 attention (timed as flash) and "
