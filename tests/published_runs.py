@@ -1154,6 +1154,9 @@ _DSV3_GB300_V2 = {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "recompute"
 _BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
                                                      " with recompute_modules [] (nothing)")
                            + ", its MTP layer, moe_a2a_overlap")
+#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express: Kimi K2
+#: (the Muon optimizer, which memderive does not have), Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
+#: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -1384,10 +1387,8 @@ MOE = [
     # (--moe-a2a-overlap), recompute_modules [] under 'selective' as none. Not modelled, said in each row's
     # ``assumed``: CUDA graphs (transformer_engine scopes; 26.06/26.08's full_iteration graphs with their per-rank
     # expert padding, moe_expert_rank_capacity_factor 1.5, and paged stash), cuteDSL's fused grouped MLP, FP8
-    # dot-product attention (timed as bf16 flash attention), delay_wgrad_compute. Left out: Kimi K2 (the Muon
-    # optimizer, which memderive does not have), Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning (hybrid
-    # Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
-    # Not added, the layout already above: rows a later release reprints with new figures (Qwen3 30B-A3B MBS 4 on
+    # dot-product attention (timed as bf16 flash attention), delay_wgrad_compute. Left out: Kimi K2, the Nemotron 3
+    # hybrids and DeepSeek V4 Flash (the comment above ``MOE`` says why). Not added, the layout already above: rows a later release reprints with new figures (Qwen3 30B-A3B MBS 4 on
     # GB200 26,084 tokens/s at 26.02, 39,936 at 26.08; gpt-oss-120b BF16 GB200 15,784 at 26.02, 16,640 at 26.04.01).
     _bridge_moe("DeepSeek-V3 p8 v2 ep32 B200", "DGX-B200", "b200", "deepseek-v3",
                 {"pp": 8, "virtual_stages": 2, "dp": 32, "ep": 32, "micro_batches": 128, "recompute": "selective",
