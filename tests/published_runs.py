@@ -1237,6 +1237,18 @@ _OSS_H100_MBS = ("MBS 1, GA 32, as the recipe's H100 config sets it (Megatron-Br
 _OSS_B200_EP = ("EP 64, as the recipe's B200 config sets it (Megatron-Bridge v0.2.0 gpt_oss/workload_base_configs.py "
                 "L50-55; every version since); the page prints the base config's EP 8")
 _DSV3_RECOMPUTE = {"recompute": "selective", "recompute_modules": ("mla_up_proj",)}  # ``_BRIDGE_DSV3_NOTE``
+#: DeepSeek-V3 on GB300 at 26.06 and 26.08 (v0.5.0 deepseek/deepseek_workload_base_configs.py L41-54, L68-76; v0.6.0
+#: perf_recipes/deepseek/gb300/deepseek_v3.py L133-157): PP 2 VP 8 EP 32, MBS 1, recompute_modules [] under
+#: 'selective' (nothing recomputed), HybridEP (timed as DeepEP), moe_a2a_overlap, the MTP layer in the pp_layout
+_DSV3_GB300_V2 = {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "recompute": "none",
+                  "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                  "moe_a2a_overlap": True, **_DSV3_OPTIMIZER}
+_BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
+                                                     " with recompute_modules [] (nothing)")
+                           + ", its MTP layer, moe_a2a_overlap")
+#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express: Kimi K2
+#: (the Muon optimizer, which memderive does not have), Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
+#: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -1453,6 +1465,130 @@ MOE = [
                 "apart)", release="26.02",
                 assumed="v0.3.0 qwen/qwen3_workload_base_configs.py L171-180, L268-271 (25.11's layout at GBS 8192: "
                         "8192 / (MBS 1 x DP 16) = 512)"),
+    # Megatron-Bridge's newer releases (held out as read, nothing tuned): each MoE pretraining row whose (system, model,
+    # precision, layout) is not above, with the figures of the latest release that prints it and the recipe read at
+    # that release's tag. Release -> tag (docs/releases/software-versions.md; the patch releases by date and by
+    # layout): 26.04.01 -> v0.4.2 (the page's DeepSeek-V3 B200 PP 8 VP 2 EP 32 and B300 MBS 2 PP 8 are v0.4.2's
+    # configs, not v0.4.1's), 26.06 -> v0.5.0, 26.08 -> v0.6.0 (tagged 2026-08-19, after the page's 2026-08-11; its
+    # scripts/performance/configs were replaced by src/megatron/bridge/perf_recipes/, #2803 and #4623). The settings
+    # 25.11 and 26.02 cite hold unless a row says otherwise: grad_reduce_in_fp32 False (qwen3_llm_pretrain.py L41-42
+    # at v0.4.2, L42-43 at v0.5.0; deepseek_llm_pretrain.py L42-43, L43-44; v0.6.0 perf_recipes/_common.py L70-72), the
+    # performance scripts' BF16 precision-aware optimizer (v0.4.2 utils/overrides.py L470-471), DeepSeek-V3's
+    # precision-aware optimizer with bf16 moments and its MTP layer (v0.4.2 recipes/deepseek/deepseek_v3.py L84,
+    # L161-165; v0.5.0 L122, L205-209; v0.6.0 recipes/deepseek/h100/deepseek_v3.py L123, L206-210), recompute_modules
+    # run under 'selective' (v0.4.2 overrides.py L150). New settings memderive has the option for are modelled: DeepEP
+    # where a recipe names it, HybridEP timed as DeepEP as the 26.02 DeepSeek-V3 and Qwen3-235B-A22B rows do (the
+    # Qwen3 30B-A3B rows inside one node as the alltoall dispatcher, as that model's earlier rows), moe_a2a_overlap
+    # (--moe-a2a-overlap), recompute_modules [] under 'selective' as none. Not modelled, said in each row's
+    # ``assumed``: CUDA graphs (transformer_engine scopes; 26.06/26.08's full_iteration graphs with their per-rank
+    # expert padding, moe_expert_rank_capacity_factor 1.5, and paged stash), cuteDSL's fused grouped MLP, FP8
+    # dot-product attention (timed as bf16 flash attention), delay_wgrad_compute. Left out: Kimi K2, the Nemotron 3
+    # hybrids and DeepSeek V4 Flash (the comment above ``MOE`` says why). Not added, the layout already above: rows a later release reprints with new figures (Qwen3 30B-A3B MBS 4 on
+    # GB200 26,084 tokens/s at 26.02, 39,936 at 26.08; gpt-oss-120b BF16 GB200 15,784 at 26.02, 16,640 at 26.04.01).
+    _bridge_moe("DeepSeek-V3 p8 v2 ep32 B200", "DGX-B200", "b200", "deepseek-v3",
+                {"pp": 8, "virtual_stages": 2, "dp": 32, "ep": 32, "micro_batches": 128, "recompute": "selective",
+                 "recompute_modules": ("mla_up_proj", "mlp"), "pipeline_layout": "Et*4|(t*4|)*14tmL", "mtp_layers": 1,
+                 "moe_dispatcher": "deepep", "moe_a2a_overlap": True, **_DSV3_OPTIMIZER}, 4096, 3328, 864,
+                fp8="te-mxfp8", release="26.04.01",
+                recipe=_BRIDGE_DSV3_NOTE.replace("recompute_modules mla_up_proj", "recompute_modules mla_up_proj, mlp")
+                + ", its MTP layer, moe_a2a_overlap",
+                assumed="v0.4.2 deepseek/deepseek_workload_base_configs.py L110-119, L197-214 (FP8_MX V2: DeepEP, PP 8 "
+                        "VP 2 EP 32, pp_layout, recompute_modules mla_up_proj, mlp; GBS 4096 / (MBS 1 x DP 32) = 128); "
+                        "CUDA graphs attn, moe_router, moe_preprocess and delay_wgrad_compute not modelled"),
+    _bridge_moe("gpt-oss-120b ep8 b4 B200", "DGX-B200", "b200", OSS_120B,
+                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 5, "recompute": "selective",
+                 "recompute_modules": _OSS_MODULES}, 4096, 13568, 369, release="26.04.01",
+                assumed="v0.4.2 gpt_oss/gpt_oss_workload_base_configs.py L71-76, L117-121 (V2: EP 8, GBS 1280 / (MBS "
+                        "4 x DP 64) = 5; the alltoall dispatcher: #3614 dropped HybridEP, overrides.py L233); "
+                        "recompute_modules layernorm, moe_act run (overrides.py L150)"),
+    _bridge_moe("gpt-oss-120b ep8 b4 B300", "DGX-B300", "b300", OSS_120B,
+                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 5, "moe_dispatcher": "deepep"}, 4096, 15232, 414,
+                release="26.04.01",
+                assumed="v0.4.2 gpt_oss/gpt_oss_workload_base_configs.py L62-68, L109-114 (V2: EP 8, HybridEP timed as "
+                        f"DeepEP; no recompute_modules; CUDA graphs attn, moe_router, moe_preprocess not modelled); "
+                        f"{_B300_RATE}"),
+    _bridge_moe("Qwen3 235B-A22B p8 ep8 b2 B300", "DGX-B300", "b300", QWEN3_235B,
+                {"pp": 8, "dp": 32, "ep": 8, "batch": 2, "micro_batches": 128,
+                 "pipeline_layout": "Et*11|(t*12|)*6t*11L", "moe_dispatcher": "deepep"}, 4096, 5936, 878,
+                fp8="te-mxfp8", recipe=_BRIDGE_Q235_NOTE, release="26.04.01",
+                assumed="v0.4.2 qwen/qwen3_workload_base_configs.py L123-131, L239-247 (FP8_MX V2: no VP, "
+                        "moe_a2a_overlap False, HybridEP (#3490) timed as DeepEP; GBS 8192 / (MBS 2 x DP 32) = 128; "
+                        f"94 + 2 over 8 stages of 12); {_B300_RATE}"),
+    _bridge_moe("Qwen3 30B-A3B ep8 b4 B200", "DGX-B200", "b200", "qwen3-30b-a3b",
+                {"dp": 8, "ep": 8, "batch": 4, "micro_batches": 16}, 4096, 27136, 619, fp8="te-mxfp8",
+                release="26.04.01",
+                assumed="v0.4.2 qwen/qwen3_workload_base_configs.py L396-409 (MBS 4; GBS 512 / (4 x 8) = 16); HybridEP "
+                        "timed as the alltoall dispatcher, as the GB200 row; CUDA graphs attn, moe_router, "
+                        "moe_preprocess not modelled"),
+    _bridge_moe("DeepSeek-V3 p8 ep8 b2 B300", "DGX-B300", "b300", "deepseek-v3",
+                {"pp": 8, "dp": 32, "ep": 8, "batch": 2, "micro_batches": 64, **_DSV3_RECOMPUTE,
+                 "pipeline_layout": "Et*8|(t*8|)*6t*5mL", "mtp_layers": 1, "moe_dispatcher": "deepep",
+                 **_DSV3_OPTIMIZER}, 4096, 3541, 920, fp8="te-mxfp8", release="26.06",
+                recipe=_BRIDGE_DSV3_NOTE + ", its MTP layer (the (8, 1) layout_map entry, v0.5.0 recipes/deepseek/"
+                "deepseek_v3.py L71: E+8 | 6 x 8 | 5 + MTP + loss)",
+                assumed="v0.5.0 deepseek/deepseek_workload_base_configs.py L130-139, L222-235 (V2: MBS 2, PP 8, no VP; "
+                        "GBS 4096 / (MBS 2 x DP 32) = 64); HybridEP timed as DeepEP; CUDA graphs attn, moe_router, "
+                        f"moe_preprocess not modelled; {_B300_RATE}"),
+    _bridge_moe("DeepSeek-V3 p2 v8 ep32 b15360 GB300", "DGX-GB300", "gb300", "deepseek-v3",
+                {**_DSV3_GB300_V2, "micro_batches": 120}, 4096, 6422, 1670, fp8="te-mxfp8", per_node=72,
+                release="26.06", recipe=_BRIDGE_DSV3_GB300_NOTE,
+                assumed="v0.5.0 deepseek/deepseek_workload_base_configs.py L41-54, L68-76, L193-196, L323-326 (FP8_MX "
+                        "GBS15360: MBS 1, 15360 / (1 x DP 128) = 120); HybridEP timed as DeepEP; full-iteration CUDA "
+                        "graph with expert padding (deepseek_llm_pretrain.py L49-61: capacity factor 1.5, paged "
+                        "stash), cuteDSL fused grouped MLP, FP8 attention (timed as flash) and delay_wgrad_compute "
+                        f"not modelled; {_GB300_RATE}"),
+    _bridge_moe("gpt-oss-120b ep8 b4 mxfp8 B300", "DGX-B300", "b300", OSS_120B,
+                {"dp": 64, "ep": 8, "batch": 4, "micro_batches": 5, "moe_dispatcher": "deepep"}, 4096, 18534, 604,
+                fp8="te-mxfp8", release="26.06",
+                assumed="v0.5.0 gpt_oss/gpt_oss_workload_base_configs.py L134-140, L181-186, L222 (FP8_MX V2 = BF16 "
+                        "V2: EP 8, HybridEP timed as DeepEP; no recompute_modules; CUDA graphs attn, moe_router, "
+                        f"moe_preprocess not modelled); {_B300_RATE}"),
+    _bridge_moe("Qwen3 30B-A3B ep16 H100", "DGX-H100", "h100-sxm", "qwen3-30b-a3b",
+                {"dp": 16, "ep": 16, "batch": 1, "micro_batches": 64, "moe_dispatcher": "deepep"}, 4096, 8826, 203,
+                fp8="te-current", release="26.06",
+                assumed="v0.5.0 qwen/qwen3_workload_base_configs.py L37-41, L470-477 (FP8_CS V1: 16 GPUs, EP 16, no "
+                        "PP, moe_a2a_overlap False; GBS 1024 / (MBS 1 x DP 16) = 64); HybridEP over two nodes timed as "
+                        "DeepEP (one copy per destination node across nodes)"),
+    _bridge_moe("DeepSeek-V3 p2 v8 ep32 b1 GB300", "DGX-GB300", "gb300", "deepseek-v3",
+                {**_DSV3_GB300_V2, "micro_batches": 32}, 4096, 6288, 1635, fp8="te-mxfp8", per_node=72,
+                release="26.08", recipe=_BRIDGE_DSV3_GB300_NOTE,
+                assumed="v0.6.0 perf_recipes/deepseek/gb300/deepseek_v3.py L133-157, deepseek/common.py L31-37, L49-77 "
+                        "(GBS 4096 / (MBS 1 x DP 128) = 32); HybridEP timed as DeepEP; full-iteration CUDA graph with "
+                        "expert padding (capacity factor 1.5, paged stash), FP8 attention (timed as flash) and "
+                        f"delay_wgrad_compute not modelled; {_GB300_RATE}"),
+    _bridge_moe("gpt-oss-120b ep64 b4 mxfp8 GB200", "DGX-GB200", "gb200", OSS_120B,
+                {"dp": 64, "ep": 64, "batch": 4, "micro_batches": 5, "moe_dispatcher": "deepep",
+                 "moe_a2a_overlap": True}, 4096, 28672, 934, fp8="te-mxfp8", per_node=72, release="26.08",
+                assumed="v0.6.0 perf_recipes/gpt_oss/gb200/gpt_oss.py L221-241 (recompute_modules [] after the full-"
+                        "iteration settings: none), gpt_oss/common.py L23-49 (HybridEP timed as DeepEP, "
+                        "moe_a2a_overlap); full-iteration CUDA graph with expert padding (capacity factor 1.5, paged "
+                        "stash), FP8 attention (timed as flash), delay_wgrad_compute not modelled"),
+    _bridge_moe("gpt-oss-120b ep16 b4 mxfp8 GB300", "DGX-GB300", "gb300", OSS_120B,
+                {"dp": 64, "ep": 16, "batch": 4, "micro_batches": 5, "moe_dispatcher": "deepep",
+                 "moe_a2a_overlap": True}, 4096, 33024, 1077, fp8="te-mxfp8", per_node=72, release="26.08",
+                assumed="v0.6.0 perf_recipes/gpt_oss/gb300/gpt_oss.py L216-231 (EP 16; recompute none, recipes/"
+                        "gpt_oss/h100/gpt_oss.py L236-237), gpt_oss/common.py L23-49 (HybridEP timed as DeepEP, "
+                        "moe_a2a_overlap); full-iteration CUDA graph with expert padding, FP8 attention (timed as "
+                        f"flash), delay_wgrad_compute not modelled; {_GB300_RATE}"),
+    _bridge_moe("Qwen3 235B-A22B p8 v3 ep32 mxfp8 GB200", "DGX-GB200", "gb200", QWEN3_235B,
+                {"pp": 8, "virtual_stages": 3, "dp": 32, "ep": 32, "micro_batches": 256,
+                 "pipeline_layout": "Et*3|(t*4|)*22t*3L", "moe_dispatcher": "deepep", "moe_a2a_overlap": True},
+                4096, 7280, 1077, fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap",
+                release="26.08",
+                assumed="v0.6.0 perf_recipes/qwen/gb200/qwen3_moe.py L462-488 (GBS 8192 / (MBS 1 x DP 32) = 256; "
+                        "94 + 2 over 24 chunks of 4: recipes/qwen/h100/qwen3_moe.py L261-262), qwen/common.py L36-60 "
+                        "(HybridEP timed as DeepEP, moe_a2a_overlap); full-iteration CUDA graph with expert padding "
+                        "(capacity factor 1.5, paged stash), FP8 attention (timed as flash), delay_wgrad_compute not "
+                        "modelled"),
+    _bridge_moe("Qwen3 235B-A22B p4 v12 ep32 GB300", "DGX-GB300", "gb300", QWEN3_235B,
+                {"pp": 4, "virtual_stages": 12, "dp": 64, "ep": 32, "batch": 2, "micro_batches": 64,
+                 "pipeline_layout": "Et|(t*2|)*46tL", "moe_dispatcher": "deepep", "moe_a2a_overlap": True},
+                4096, 8816, 1306, fp8="te-mxfp8", per_node=72, recipe=_BRIDGE_Q235_NOTE + ", moe_a2a_overlap",
+                release="26.08",
+                assumed="v0.6.0 perf_recipes/qwen/gb300/qwen3_moe.py L461-487 (GBS 8192 / (MBS 2 x DP 64) = 64; 94 + 2 "
+                        "over 48 chunks of 2), qwen/common.py L36-60 (HybridEP timed as DeepEP, moe_a2a_overlap); "
+                        "full-iteration CUDA graph with expert padding, FP8 attention (timed as flash), "
+                        f"delay_wgrad_compute not modelled; {_GB300_RATE}"),
 ]
 
 
@@ -1473,7 +1609,7 @@ MOE = [
 #: and under 10% on the DGX runs (0.63 of 6.81 on B200); the rest has no cited cause.
 #: quantities/host_timeline.py walks it per segment (each MoE layer's forward between two syncs, max(G, H)) with
 #: the host work a source counts (router ops, the two GroupedLinear calls, one GEMM launch per local expert): 0.04-1.44
-#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 37 rows (the "gap/layer" table's
+#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 51 rows (the "gap/layer" table's
 #: fwd host and exposed columns, python benchmarks/published_runs.py).
 #: These rows are the same three layouts in Bridge's 25.09 table, run with token drop instead: capacity factor 1,
 #: padded to capacity (``apply_moe_token_drop``, src/megatron/bridge/training/utils/moe_token_drop.py). Every split

@@ -143,4 +143,5 @@ def test_the_bridge_rows_run_it_as_their_scripts_and_recipes_set_it() -> None:
         deepseek = run.model == "deepseek-v3"
         assert run.layout["precision_aware_optimizer"] == ("fp8" not in run.layout or deepseek), run.name
         assert run.layout.get("moments", "fp32") == ("bf16" if deepseek else "fp32"), run.name
-    assert len(bridge) >= 30 and sum(r.model == "deepseek-v3" for r in bridge) == 6
+    # 6 of 25.11 and 26.02, 4 of 26.04.01, 26.06 and 26.08 (B200 p8 v2, B300 p8, GB300 p2 v8 at GBS 15360 and 4096)
+    assert len(bridge) >= 44 and sum(r.model == "deepseek-v3" for r in bridge) == 10
