@@ -29,8 +29,8 @@ from memderive.symbolic.graph import Graph
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.precision_aware import precision_aware
-from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
-                                                           pipelined_fsdp2, states_breakdown, zero_ranks)
+from memderive.derivations.quantities.model_states import (offloaded_breakdown, pipelined_fsdp2,
+                                                           second_state_elements, states_breakdown, zero_ranks)
 
 __all__ = ["EP_CITATION", "expert_split_states", "expert_zero_ranks"]
 
@@ -63,19 +63,18 @@ def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdo
     one breakdown over d (x cp) as before."""
     params = graph_parameters(graph)
     d = zero_ranks(opts.cp)
-    factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
     whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero)  # FSDP2 under pipeline stages
     on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision,  # noqa: E731
                                                opts.grad_buffer, precision_aware(opts), whole)
     on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision, opts.grad_buffer)  # noqa: E731
     if not has_experts(graph):
-        f = factored_state_elements(graph) if factored else 0
+        f = second_state_elements(graph, opts.optimizer)
         return on_gpu(params.total, d, f), on_cpu(params.total, d, f) if opts.offload else None
     routed = set(expert_ops(graph))
     dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
-    f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
-    f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
+    f_dense = second_state_elements(graph, opts.optimizer, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed)
+    f_experts = second_state_elements(graph, opts.optimizer, lambda blk, op, x: f"{blk.name}/{op.path}" in routed)
     expert_dp = expert_zero_ranks(opts)
     states = on_gpu(dense, d, f_dense) + _renamed(on_gpu(experts, expert_dp, f_experts), "experts")
     if not opts.offload:

@@ -68,6 +68,7 @@ from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_ph
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
                                                          overlap_forms, overlap_pairs, reduced_partials, tp_traffic)
+from memderive.derivations.quantities.muon_step import newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -737,7 +738,7 @@ ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_an
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
                     weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
-                    experts: ExpertGroup | None = None, fsdp2: bool = False) -> Any:
+                    experts: ExpertGroup | None = None, fsdp2: bool = False, gather_after: bool = False) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -763,7 +764,12 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
 
     ``experts``: the routed experts' part of ``grads`` and ``weights``, reduced and gathered over their own group
     (``ExpertGroup``, Megatron-Core's expert data-parallel ranks) on the same stream, one collective after the other:
-    their times add before the overlap is taken."""
+    their times add before the overlap is taken.
+
+    ``gather_after`` (Megatron-Core's Muon under its layer-wise distributed optimizer, ``--optimizer muon --zero 1``):
+    ZeRO 0's all-reduce (DDP reduces whole gradients: no distributed optimizer), then, after the step, one all-gather
+    of the updated weights per group, each rank's own whole parameters, hidden behind nothing (``allgather_params``
+    in ``LayerWiseDistributedOptimizer.step`` when overlap_param_gather is off, as the Kimi-K2 recipe sets it)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
@@ -782,7 +788,8 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
                      for g, w, n, s, _, on in groups)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
-        return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+        reduced = chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+        return reduced + sum(on * cluster.all_gather(w, n, s) for _, w, n, s, _, on in groups) if gather_after else reduced
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
     if zero == 1:
@@ -1047,7 +1054,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         casts = (te_micro + torchao_cast_bytes(est), te_step)  # torchao's tensorwise casts per micro-batch
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
-        optimizer = optimizer_bytes(est) / bandwidth
+        optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, hw) if opts.optimizer == "muon" else 0.0)
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
     tp_micro = pp_micro = 0.0
@@ -1089,9 +1096,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
-                               data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
-                               fsdp2=opts.framework in FSDP2_FRAMEWORKS)
+        layer_wise = opts.optimizer == "muon" and zero == 1  # Muon's layer-wise optimizer: all-reduce, then gather
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if layer_wise else zero, m, micro + memory_micro,
+                               weights, p, v, edge, data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
+                               fsdp2=opts.framework in FSDP2_FRAMEWORKS, gather_after=layer_wise)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
