@@ -10,6 +10,7 @@ import transformers
 
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
+from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
 from memderive.derivations.quantities.muon_step import muon_matrices, newton_schulz_flops
 from memderive.derivations.quantities.timing import step_time
 from tests.hf_saved import FAMILIES
@@ -104,3 +105,14 @@ def test_layer_wise_gather_is_exposed() -> None:
             for z in (0, 1)}
     gather = runs[1].cluster.all_gather(2 * 6_738_415_616, 8, 1)
     assert runs[1].dp_s == pytest.approx(runs[0].dp_s + gather, rel=1e-12) and gather > 0
+
+
+def test_routed_expert_biases_are_adams() -> None:
+    # gpt-oss-20b's experts keep biases stacked (E, 2 f_e) and (E, h): E vectors each, which Megatron-Core's rule
+    # (len(param.shape) == 2 per expert's weight, TEGroupedLinear's bias{i} 1-D) leaves to Adam; the stacked
+    # (E, rows, cols) weights are E matrices, Muon's.
+    e = estimate("gpt-oss-20b", mode="train", batch=1, seq=8)
+    owned = {x.name: muon_owned(blk, op, x) for blk, op in e.graph.ops() if op.kind == "experts"
+             for x in stored_parameters(op)}
+    assert owned == {"moe/experts.gate_up": True, "moe/experts.down": True, "moe/experts.gate_up_bias": False,
+                     "moe/experts.down_bias": False}

@@ -174,8 +174,8 @@ def muon_owned(blk: Block, op: Op, x: Tensor) -> bool:
     >>> [muon_owned(blk, op, x) for x in op.params]  # the weight, the bias
     [True, False]
     """
-    routed = op.kind == "experts"
-    return (len(x.shape) == 2 or (routed and len(x.shape) == 3)) and op.kind != "embedding" and not (
+    matrix = 3 if op.kind == "experts" else 2  # a routed experts' (E, n) bias stack: E vectors, Adam's
+    return len(x.shape) == matrix and op.kind != "embedding" and not (
         blk.name == "head" and op.path == "lm_head")
 
 
