@@ -19,7 +19,7 @@ transformers.logging.set_verbosity_error()
 
 
 def _states(model: object, **kw: object) -> dict[str, int]:
-    e = estimate(model, mode="train", batch=1, seq=8, optimizer="muon", **kw)
+    e = estimate(model, mode="train", optimizer="muon", **{"batch": 1, "seq": 8, **kw})
     return {t.path: int(t.expr.evaluate(e.values)) for t in e.quantity("model_state_bytes").breakdown.terms}
 
 
@@ -116,3 +116,17 @@ def test_routed_expert_biases_are_adams() -> None:
              for x in stored_parameters(op)}
     assert owned == {"moe/experts.gate_up": True, "moe/experts.down": True, "moe/experts.gate_up_bias": False,
                      "moe/experts.down_bias": False}
+
+
+KIMI_K2 = "tests/fixtures/kimi-k2/config.json"  # moonshotai/Kimi-K2-Instruct's sizes on DeepSeek-V3's architecture
+
+
+def test_kimi_k2_gb300_expert_states_by_hand() -> None:
+    # Megatron-Bridge 26.04's Kimi-K2 on 256 GB300s: PP 4, VP 4 (layout Et*4|(t*4|)*14tL), EP 64, DP 64, so the
+    # experts' data-parallel group is 64 x 1 / 64 = 1 rank: the layer-wise optimizer leaves each GPU all of its
+    # experts' states. Pipeline rank 0 holds chunks 0, 4, 8, 12: layers 0-3 (0 dense), 16-19, 32-35, 48-51, 15 MoE
+    # layers of 384 / 64 = 6 experts, 3 x 7,168 x 2,048 = 44,040,192 elements each; 4 B main params + 4 B momentum:
+    # 15 x 6 x 44,040,192 x 8 = 31,708,938,240 B.
+    states = _states(KIMI_K2, seq=4096, batch=2, micro_batches=32, pp=4, virtual_stages=4, dp=64, ep=64, zero=1,
+                     pipeline_layout="Et*4|(t*4|)*14tL", framework="megatron", grad_buffer="param+fp32")
+    assert states["model_states/experts/optimizer"] == 31_708_938_240

@@ -68,7 +68,7 @@ from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_ph
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
                                                          overlap_forms, overlap_pairs, reduced_partials, tp_traffic)
-from memderive.derivations.quantities.muon_step import newton_schulz_s
+from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -83,12 +83,13 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
-from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
+from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, MUON_STEP_BYTES, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             FP8_PAD_SOURCE, LOCAL_SORT_SOURCE, MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
-from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, PIPELINED_FSDP2_CITATION, state_widths
+from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUON_CITATION, PIPELINED_FSDP2_CITATION,
+                                                           state_widths)
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
@@ -342,6 +343,7 @@ class StepTime:
     zero2: str = ""
     activation_offload_layers: int = 0  # --activation-offload-layers (activation_offload.py)
     activation_offload_s: Any = 0.0  # its host copies not hidden behind the other layers' compute
+    muon: str = ""  # --optimizer muon: "layer-wise" under --zero 1 (its distributed optimizer), "whole" otherwise
 
     @property
     def step_s(self) -> float:
@@ -386,6 +388,16 @@ class StepTime:
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels, self.unfused),)
+        if self.muon and self.calibrated:
+            memory += (f"--optimizer muon (Megatron-Core's): the optimizer time is Muon's step, {NS_STEPS} Newton-Schulz "
+                       "iterations per matrix it owns, X X^T, A A and B X (4 m^2 n + 2 m^3 FLOPs, m the smaller side), "
+                       "each product at the bf16 rate of its shape (fp32_matmul_prec medium), its elementwise passes "
+                       f"({MUON_STEP_BYTES} B per element) and Adam's fused step for the rest at the memory bandwidth "
+                       f"({cite(NS_CITATION)})" + (
+                           "; under --zero 1 (LayerWiseDistributedOptimizer) the mean rank's 1/d of them (the routed "
+                           "experts' 1/edp), the gradients all-reduced as without a distributed optimizer, the "
+                           "updated 16-bit weights all-gathered after the step, not hidden (overlap_param_gather off: "
+                           f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else ""),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -1122,7 +1134,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
-                    activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
+                    activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
+                    muon=("layer-wise" if opts.zero == 1 else "whole") if opts.optimizer == "muon" else "")
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
