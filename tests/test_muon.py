@@ -130,3 +130,8 @@ def test_kimi_k2_gb300_expert_states_by_hand() -> None:
     states = _states(KIMI_K2, seq=4096, batch=2, micro_batches=32, pp=4, virtual_stages=4, dp=64, ep=64, zero=1,
                      pipeline_layout="Et*4|(t*4|)*14tL", framework="megatron", grad_buffer="param+fp32")
     assert states["model_states/experts/optimizer"] == 31_708_938_240
+    # The dense parameters are dealt whole over the 64 data-parallel ranks (shard_params' ping-pong by size): the
+    # rank dealt the embedding (163,840 x 7,168 = 1,174,405,120 elements, Adam's: 4 + 8 B) holds 14,092,861,440 B of
+    # states, more than the mean rank's 1/64; the experts' group is one rank, nothing to add.
+    assert states["model_states/optimizer"] + states["model_states/layer_wise_busiest_rank"] == 14_092_861_440
+    assert states["model_states/experts/layer_wise_busiest_rank"] == 0

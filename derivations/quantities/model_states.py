@@ -49,14 +49,14 @@ from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, 
 from memderive.derivations.quantities.precision_aware import PrecisionAware
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
-from memderive.symbolic.expr import Expr, prod, total
+from memderive.symbolic.expr import Expr, Max, prod, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
-           "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "muon_owned", "second_state_elements", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
+           "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "muon_owned", "second_state_elements", "layer_wise_largest", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
            "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
            "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2", "zero_shards"]
 
@@ -156,9 +156,11 @@ MUON_NOTE = (
     "(norms, biases, embedding, output layer), fp32 main params for all under bf16; --zero 1 is its layer-wise "
     "distributed optimizer (dist_muon), which deals whole parameters to the data-parallel ranks (the routed experts' "
     "to the expert data-parallel ranks), main params and states with them, the 16-bit weights and the gradients "
-    "whole: counted here as the mean rank's 1/d, while the code deals the parameters sorted by size in ping-pong "
-    "order, so a rank that gets the largest parameter (the embedding or output layer of a first or last stage) "
-    "holds up to that parameter's states more")
+    "whole; the code deals the parameters sorted by size in ping-pong order (shard_params), so the GPU counted is "
+    "the busiest rank as far as its largest parameter: the mean rank's 1/d, or the largest parameter's main params "
+    "and moments whole where that is more (layer_wise_busiest_rank: the embedding or output layer of a first or "
+    "last stage); the few small parameters the deal adds to that rank, and its fp32 gradient copy of them under "
+    "--grad-buffer param+fp32, not counted")
 
 
 def muon_owned(blk: Block, op: Op, x: Tensor) -> bool:
@@ -200,6 +202,28 @@ def second_state_elements(graph: Graph, optimizer: str, keep: Callable[[Block, O
     parts = [blk.repeat * op.share * prod(x.shape) for blk, op in graph.ops() for x in stored_parameters(op)
              if not muon_owned(blk, op, x) and (keep is None or keep(blk, op, x))]
     return total(parts)
+
+
+def layer_wise_largest(graph: Graph, param_dtype: str, precision: str = "master",
+                       keep: Callable[[Block, Op, Tensor], bool] | None = None) -> Expr:
+    """The optimizer-state bytes (main params and moments) of the largest parameter ``keep`` accepts, whole: Megatron-
+    Core's LayerWiseDistributedOptimizer deals whole parameters to the data-parallel ranks (``MUON_NOTE``), so the
+    rank that gets it holds at least this much, whatever the mean. A routed experts' stacked weight is E parameters
+    (TEGroupedLinear's weight0..weightN), one of them counted.
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> layer_wise_largest(Graph("toy", (bb.build(repeat=l),)), "bf16")  # the (4h, h) weight's 4 + 4 B, the bias's 4 + 8
+    Max(48*h, 32*h**2)
+    """
+    own = optimizer_state_bytes("muon", param_dtype, precision)
+    adam = factored_state_bytes(param_dtype, precision)
+    sizes = [prod(x.shape[1:] if op.kind == "experts" and len(x.shape) == 3 else x.shape)
+             * (own + (0 if muon_owned(blk, op, x) else adam))
+             for blk, op in graph.ops() for x in stored_parameters(op) if keep is None or keep(blk, op, x)]
+    return Max(*sizes) if len(sizes) > 1 else total(sizes)
 
 
 OFFLOAD_CITATION = Citation("ren-2021",
