@@ -135,3 +135,12 @@ def test_kimi_k2_gb300_expert_states_by_hand() -> None:
     # states, more than the mean rank's 1/64; the experts' group is one rank, nothing to add.
     assert states["model_states/optimizer"] + states["model_states/layer_wise_busiest_rank"] == 14_092_861_440
     assert states["model_states/experts/layer_wise_busiest_rank"] == 0
+
+
+def test_plan_searches_what_muon_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # Megatron-Core's Muon runs ZeRO 0 or its layer-wise optimizer (1), never the distributed optimizer's 2-3: the
+    # planner searches those (it stopped at Options' refusal of --zero 2 before).
+    code = main(["plan", "--model", "llama-2-7b", "--gpus", "16", "--gpu", "h100-sxm", "--seq", "4096",
+                 "--global-batch", "256", "--optimizer", "muon", "--framework", "megatron"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line[:6].strip().isdigit()]
+    assert code == 0 and rows and {row[5] for row in rows} <= {"0", "1"}
