@@ -31,6 +31,7 @@ class Optimizer:
     paged: bool = False  # bitsandbytes paged optimizer: states in unified memory, evicted to the CPU
     like_param: bool = False  # torch.optim: states are zeros_like(param), in the parameter's dtype
     factored: bool = False  # Adafactor: second moments per matrix row and column (``factored_state_elements``)
+    muon: bool = False  # Muon: a momentum for every parameter, Adam's second moment for those Muon does not own
 
 
 OPTIMIZERS = {
@@ -51,6 +52,10 @@ OPTIMIZERS = {
                            "--precision pure): a row and a column vector per matrix, "
                            "the whole second moment of a vector; no first moment (beta1=None)",
                            "Shazeer & Stern 2018 §3; torch.optim.Adafactor, transformers' Adafactor", factored=True),
+    "muon": Optimizer("muon", 4, "fp32 momentum for the 2-D weights Muon orthogonalizes (Newton-Schulz); Adam's "
+                      "fp32 exp_avg and exp_avg_sq for the rest: embedding, output layer, norms, biases",
+                      "Jordan et al. 2024; Megatron-Core's TensorParallelMuon (emerging_optimizers)",
+                      like_param=True, muon=True),
 }
 
 

@@ -190,7 +190,8 @@ OPTIONS: tuple[Option, ...] = (
        "every linear whose dims divide by 16 is converted, the output layer too", modes=_TRAIN, commands=_PLANNED,
        echo="set", example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise", "--fp8-keep-output")),
     _o("optimizer", "text", "adamw", "adamw, adam, adam-8bit, paged-adamw, paged-adamw-8bit, sgd-momentum, sgd, "
-       "adafactor (factored second moments)",
+       "adafactor (factored second moments), muon (Megatron-Core's: Newton-Schulz on the 2-D weights, Adam on the "
+       "rest; --zero 1: its layer-wise distributed optimizer, whole parameters per data-parallel rank)",
        modes=_TRAIN, commands=_PLANNED, example=(*_TRAIN_STEP, "--optimizer", "sgd")),
     _o("optimizer_impl", "choice", "foreach", "torch's Adam/AdamW at the step: foreach (one state-sized temporary "
        "per parameter, all at once: _multi_tensor_adam's exp_avg_sq_sqrt), fused (torch._fused_adamw_: none; "

@@ -875,6 +875,8 @@ class Options:
 
         if self.optimizer not in OPTIMIZERS:  # checked here, not as a KeyError deep in the derivation
             raise OptionsError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.optimizer == "muon":
+            self._check_muon()
         if self.cuda_module_loading not in ("lazy", "eager"):
             raise OptionsError(f"--cuda-module-loading must be lazy or eager, got {self.cuda_module_loading!r}")
         _positive("max-num-batched-tokens", self.max_num_batched_tokens)
@@ -886,6 +888,24 @@ class Options:
                                                      "max_num_seqs") if getattr(self, n) is not None]
         if given and self.framework != "vllm":
             raise OptionsError(f"{', '.join(given)} describe vLLM's engine; add --framework vllm")
+
+    def _check_muon(self) -> None:
+        """What Megatron-Core's Muon refuses (get_megatron_muon_optimizer, Megatron-LM d7288711, the commit
+        Megatron-Bridge v0.4.0 pins): 'muon with dist optimizer is not supported' (the layer-wise optimizer of
+        --zero 1 shards the states only; weights and gradients stay whole), 'muon with fp16 is not supported';
+        its precision-aware optimizer and CPU offload are not wired to Muon (TODO: support precision aware
+        optimizer)."""
+        if self.zero >= 2:
+            raise OptionsError(f"--optimizer muon with --zero {self.zero}: Megatron-Core's Muon refuses the "
+                               "distributed optimizer ('muon with dist optimizer is not supported'); use --zero 1 "
+                               "(its layer-wise distributed optimizer) or --zero 0")
+        refused = [flag for flag, on in (("--dtype fp16", self.dtype == "fp16"), ("--offload", self.offload),
+                                         ("--offload-params", self.offload_params),
+                                         ("--precision-aware-optimizer", self.precision_aware_optimizer)) if on]
+        if refused:
+            raise OptionsError(f"--optimizer muon with {', '.join(refused)}: Megatron-Core's Muon supports neither "
+                               "(get_megatron_muon_optimizer: 'muon with fp16 is not supported', no offload or "
+                               "precision-aware path); drop it")
 
     def _check_experts(self) -> None:
         if self.moe_dispatcher not in MOE_DISPATCHERS:

@@ -388,6 +388,32 @@ _ENTRIES: tuple[Reference, ...] = (
               "(get_megatron_optimizer: the distributed optimizer over intra_dp_cp_group, the data- and "
               "context-parallel ranks together)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/optimizer/__init__.py", "code"),
+    Reference("megatron-muon", "Megatron-LM", _NV, "Megatron-LM d7288711 (the commit Megatron-Bridge v0.4.0 pins as "
+              "3rdparty/Megatron-LM): megatron/core/optimizer/muon.py (get_megatron_muon_optimizer: 2-D non-embedding "
+              "parameters to TensorParallelMuon, the rest to Adam; 'muon with dist optimizer is not supported'; "
+              "'muon with fp16 is not supported') and layer_wise_optimizer.py (LayerWiseDistributedOptimizer: whole "
+              "parameters dealt to the data-parallel ranks by size, ping-pong; allgather_params after the step unless "
+              "async_allgather)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/d7288711ba278d160d2a5a22c099915c9fe1395c/megatron/core/optimizer/"
+              "muon.py", "code"),
+    Reference("megatron-language-module", "Megatron-LM", _NV, "Megatron-LM: megatron/core/models/common/"
+              "language_module/language_module.py (is_embedding_or_output_parameter on the word embeddings and the "
+              "output layer)", None, "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/models/common/"
+              "language_module/language_module.py", "code"),
+    Reference("emerging-optimizers-muon", "Emerging-Optimizers", _NV, "NVIDIA-NeMo Emerging-Optimizers: "
+              "emerging_optimizers/orthogonalized_optimizers/muon_utils.py (newton_schulz: transposed so the Gram "
+              "matrix is the smaller; under fp32 matmul precision 'medium' the iterate cast to bf16; "
+              "newton_schulz_step: A = X X^T, B = addmm(A, A, A), X = addmm(X, B, X); the quintic coefficient sets) and "
+              "orthogonalized_optimizer.py (OrthogonalizedOptimizer.step: decoupled weight decay, momentum lerp_, "
+              "Nesterov lerp, orthogonalize, p.add_)", None,
+              "github.com/NVIDIA-NeMo/Emerging-Optimizers/blob/main/emerging_optimizers/orthogonalized_optimizers/"
+              "muon_utils.py", "code"),
+    Reference("bridge-kimi-k2", "Megatron-Bridge", _NV, "Megatron-Bridge v0.4.0: src/megatron/bridge/recipes/kimi/"
+              "kimi_k2.py (Muon: use_distributed_optimizer False, overlap_param_gather False, grad_reduce_in_fp32 True, "
+              "fp32 main params and grads) and recipes/utils/optimizer_utils.py (distributed_muon_with_cosine_annealing: "
+              "dist_muon, momentum 0.95, Nesterov, spectral scale, fp32_matmul_prec medium, 5 Newton-Schulz steps, "
+              "tp mode blockwise, Adam for the rest)", None,
+              "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/v0.4.0/src/megatron/bridge/recipes/kimi/kimi_k2.py", "code"),
     Reference("megatron-distrib-optimizer-code", "Megatron-LM", _NV, "Megatron-LM core_v0.15.0 (0d7e02bd): "
               "megatron/core/optimizer/distrib_optimizer.py (_build_model_and_main_param_groups: main params held by "
               "FusedAdam under the precision-aware optimizer; _copy_model_grads_to_main_grads: decoupled_grad = the "

@@ -29,8 +29,9 @@ from memderive.symbolic.graph import Graph
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.precision_aware import precision_aware
-from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_elements, offloaded_breakdown,
-                                                           pipelined_fsdp2, states_breakdown, zero_ranks)
+from memderive.derivations.quantities.model_states import (layer_wise_largest, offloaded_breakdown, pipelined_fsdp2,
+                                                           second_state_elements, states_breakdown, zero_ranks)
+from memderive.symbolic.expr import Max, const
 
 __all__ = ["EP_CITATION", "expert_split_states", "expert_zero_ranks"]
 
@@ -57,27 +58,45 @@ def expert_zero_ranks(opts: Options) -> Any:
     return expert_dp
 
 
+def _busiest_rank(states: Breakdown, graph: Graph, opts: Options, routed: set[str] | None = None) -> Breakdown:
+    """Under Muon's layer-wise distributed optimizer (``--optimizer muon --zero 1``), what the rank dealt the largest
+    parameter holds beyond the mean rank's 1/d: max(0, that parameter's main params and moments - the mean), the
+    dense parameters' and the routed experts' apart (``model_states.layer_wise_largest``); empty otherwise."""
+    if opts.optimizer != "muon" or opts.zero != 1:
+        return Breakdown((), "bytes")
+    parts = [("", lambda blk, op, x: routed is None or f"{blk.name}/{op.path}" not in routed)]
+    if routed:
+        parts.append(("experts/", lambda blk, op, x: f"{blk.name}/{op.path}" in routed))
+    terms = []
+    for part, keep in parts:
+        mean = next(t.expr for t in states.terms if t.path == f"model_states/{part}optimizer")
+        largest = layer_wise_largest(graph, opts.dtype, opts.precision, keep)
+        terms.append(Term(f"model_states/{part}layer_wise_busiest_rank", Max(const(0), largest - mean)))
+    return Breakdown(tuple(terms), "bytes")
+
+
 def expert_split_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown | None]:
     """Model states per GPU (and what ZeRO-Offload moves to the CPU): the dense parameters' over the d ranks
     (d x cp under context parallelism, ``zero_ranks``), the routed experts' over 1/ep of them. Without experts,
     one breakdown over d (x cp) as before."""
     params = graph_parameters(graph)
     d = zero_ranks(opts.cp)
-    factored = OPTIMIZERS[opts.optimizer].factored
     args = (opts.dtype, opts.optimizer, opts.zero)
     whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero)  # FSDP2 under pipeline stages
     on_gpu = lambda n, dp, f: states_breakdown(n, *args, dp, opts.offload, f, opts.precision,  # noqa: E731
                                                opts.grad_buffer, precision_aware(opts), whole)
     on_cpu = lambda n, dp, f: offloaded_breakdown(n, *args, dp, f, opts.precision, opts.grad_buffer)  # noqa: E731
     if not has_experts(graph):
-        f = factored_state_elements(graph) if factored else 0
-        return on_gpu(params.total, d, f), on_cpu(params.total, d, f) if opts.offload else None
+        f = second_state_elements(graph, opts.optimizer)
+        states = on_gpu(params.total, d, f)
+        return states + _busiest_rank(states, graph, opts), on_cpu(params.total, d, f) if opts.offload else None
     routed = set(expert_ops(graph))
     dense, experts = params.where(lambda p: p not in routed).total, params.where(lambda p: p in routed).total
-    f_dense = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed) if factored else 0
-    f_experts = factored_state_elements(graph, lambda blk, op, x: f"{blk.name}/{op.path}" in routed) if factored else 0
+    f_dense = second_state_elements(graph, opts.optimizer, lambda blk, op, x: f"{blk.name}/{op.path}" not in routed)
+    f_experts = second_state_elements(graph, opts.optimizer, lambda blk, op, x: f"{blk.name}/{op.path}" in routed)
     expert_dp = expert_zero_ranks(opts)
     states = on_gpu(dense, d, f_dense) + _renamed(on_gpu(experts, expert_dp, f_experts), "experts")
+    states = states + _busiest_rank(states, graph, opts, routed)
     if not opts.offload:
         return states, None
     return states, on_cpu(dense, d, f_dense) + _renamed(on_cpu(experts, expert_dp, f_experts), "experts")

@@ -18,7 +18,7 @@ from typing import Any
 
 from memderive.derivations.models.model import Model
 from memderive.derivations.options import Options
-from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
+from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, second_state_elements,
                                                            pipelined_fsdp2, state_widths, zero_ranks,
                                                            zero_shards)
 from memderive.symbolic.derive import Breakdown, Term
@@ -171,8 +171,7 @@ def finetune_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown, 
     weights = [Term(t.path, t.expr / shard[0]) for t in _weight_terms(graph, opts)]
     graded = flat_unit_elements(graph) if opts.fsdp_flat_params else trainable.total
     grads = Term("model_states/gradients", graded * width / shard[1])
-    factored = (factored_state_elements(graph, lambda blk, op, x: graph.trainable(blk.name, x.name))
-                if OPTIMIZERS[opts.optimizer].factored else 0)
+    factored = second_state_elements(graph, opts.optimizer, lambda blk, op, x: graph.trainable(blk.name, x.name))
     states = Term("model_states/optimizer", (trainable.total * k + factored * factored_state_bytes(
         opts.dtype, opts.precision)) / shard[2])
     on_gpu, off = [*weights, grads, states], []

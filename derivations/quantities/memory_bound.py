@@ -49,7 +49,7 @@ from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
-from memderive.derivations.quantities.model_states import pipelined_fsdp2
+from memderive.derivations.quantities.model_states import pipelined_fsdp2, second_state_elements
 from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -63,7 +63,7 @@ __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EA
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused",
            "LOCAL_SORT_MOVES", "LOCAL_SORT_SOURCE", "sorts_by_local_expert", "FP8_PAD_MOVES", "FP8_PAD_SOURCE",
            "pads_for_fp8", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
-           "optimizer_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
+           "optimizer_bytes", "MUON_STEP_BYTES", "muon_step_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
@@ -417,9 +417,12 @@ def adam_moves(eager: bool) -> int:
 
 
 def optimizer_bytes(est: Evaluated) -> Any:
-    """HBM bytes of one optimizer step on one GPU (AdamW/Adam over all its parameters, none offloaded); 0 for the
-    other optimizers, fine-tuning and offload (not modelled: said in the time model's note)."""
+    """HBM bytes of one optimizer step on one GPU (AdamW/Adam over all its parameters, none offloaded; Muon's
+    elementwise work, ``muon_step_bytes``); 0 for the other optimizers, fine-tuning and offload (not modelled: said
+    in the time model's note)."""
     o = est.options
+    if o.optimizer == "muon" and not (o.lora_rank is not None or o.train_only or o.freeze_embeddings):
+        return muon_step_bytes(est)
     if (o.optimizer not in ("adamw", "adam") or o.offload or o.offload_params or o.lora_rank is not None
             or o.train_only or o.freeze_embeddings or o.base_dtype is not None):
         return 0
@@ -435,6 +438,35 @@ def optimizer_bytes(est: Evaluated) -> Any:
         return shard * aware_step_bytes(o)
     copy = 6 if o.precision == "master" and o.zero != 3 else 0  # fp32 main params into the 16-bit model's
     return shard * (adam_moves(o.kernels == "eager") * state + copy)
+
+
+#: HBM bytes per owned element of one Muon step outside the Newton-Schulz products, fp32 master and momentum
+#: (OrthogonalizedOptimizer.step, Emerging-Optimizers, ``muon_step.NS_CITATION``; Megatron-Core's Float16OptimizerWithFloat16Params):
+#: decoupled weight decay p.add_(p) r 4 w 4; exp_avg.lerp_(grad) r 4 + 4 w 4; Nesterov grad.lerp(exp_avg) r 4 + 4
+#: w 4; F.normalize (the norm r 4, the division r 4 w 4); the cast to bf16 r 4 w 2 and back r 2 w 4; the scale and
+#: extra scale (two multiplications) r 4 w 4 each; p.add_(update) r 4 + 4 w 4; the main params copied into the
+#: 16-bit model r 4 w 2; the gradient clipping's norm r 4 and scaling r 4 w 4.
+MUON_STEP_BYTES = 8 + 12 + 12 + 12 + 6 + 6 + 16 + 12 + 6 + 12
+
+
+def muon_step_bytes(est: Evaluated) -> Any:
+    """HBM bytes of one Muon step on one GPU outside its Newton-Schulz products (``MUON_STEP_BYTES`` per
+    element Muon owns; Adam's fused step and main-param copy, ``adam_moves``, per element it does not), over the
+    GPU's share under ``--zero 1`` (the layer-wise optimizer's whole parameters per rank, counted as the mean rank's,
+    ``optimizer_shard``)."""
+    o, graph = est.options, est.graph
+    routed = set(expert_ops(graph))
+    in_experts = lambda blk, op, x: f"{blk.name}/{op.path}" in routed  # noqa: E731
+    params = est.number("parameters_per_gpu")
+    adam = layout_int(second_state_elements(graph, "muon"), est.values)
+    adam_routed = layout_int(second_state_elements(graph, "muon", in_experts), est.values) if routed else 0
+
+    def held() -> Any:
+        return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
+
+    shard = (lambda n, r: optimizer_shard(est, n, r)) if o.zero else (lambda n, r: n)  # noqa: E731
+    return (shard(params - adam, lambda: held() - adam_routed) * MUON_STEP_BYTES
+            + shard(adam, lambda: adam_routed) * (adam_moves(o.kernels == "eager") * 4 + 6))
 
 
 def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:

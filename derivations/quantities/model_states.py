@@ -49,14 +49,14 @@ from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, 
 from memderive.derivations.quantities.precision_aware import PrecisionAware
 from memderive.symbolic.derive import Breakdown, Term
 from memderive.symbolic.dtypes import dtype
-from memderive.symbolic.expr import Expr, prod, total
+from memderive.symbolic.expr import Expr, Max, prod, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
-           "factored_state_elements", "stored_parameters", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
+           "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "muon_owned", "second_state_elements", "layer_wise_largest", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
            "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
            "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2", "zero_shards"]
 
@@ -137,6 +137,93 @@ def factored_state_elements(graph: Graph, keep: Callable[[Block, Op, Tensor], bo
     parts = [blk.repeat * op.share * _factored(x.shape) for blk, op in graph.ops()
              for x in stored_parameters(op) if keep is None or keep(blk, op, x)]
     return total(parts)
+
+
+#: Which parameters Megatron-Core's Muon owns: the 2-D ones that are not the embedding or the output layer (those carry
+#: is_embedding_or_output_parameter); the rest (norms, biases, embedding, output layer) go to Adam, the scalar optimizer.
+MUON_CITATION = Citation("megatron-muon", "get_megatron_muon_optimizer: linear_params = not "
+                         "is_embedding_or_output_parameter and len(param.shape) == 2, else nonlinear_params (Adam: "
+                         "muon_scalar_optimizer); muon_init_state_fn: momentum_buffer = zeros_like(p.data); "
+                         "adam_init_state_fn: exp_avg, exp_avg_sq", also=(
+                             Citation("megatron-language-module", "weight.is_embedding_or_output_parameter = True "
+                                      "for embedding.word_embeddings and output_layer"),))
+
+
+#: What ``--optimizer muon`` counts (``second_state_elements``), and how ``--zero 1`` shards it.
+MUON_NOTE = (
+    "Muon (Megatron-Core's TensorParallelMuon): an fp32 momentum for every 2-D weight but the embedding and the output "
+    "layer (the routed experts' weights one matrix per expert), Adam's fp32 exp_avg and exp_avg_sq for the rest "
+    "(norms, biases, embedding, output layer), fp32 main params for all under bf16; --zero 1 is its layer-wise "
+    "distributed optimizer (dist_muon), which deals whole parameters to the data-parallel ranks (the routed experts' "
+    "to the expert data-parallel ranks), main params and states with them, the 16-bit weights and the gradients "
+    "whole; the code deals the parameters sorted by size in ping-pong order (shard_params), so the GPU counted is "
+    "the busiest rank as far as its largest parameter: the mean rank's 1/d, or the largest parameter's main params "
+    "and moments whole where that is more (layer_wise_busiest_rank: the embedding or output layer of a first or "
+    "last stage); the few small parameters the deal adds to that rank, and its fp32 gradient copy of them under "
+    "--grad-buffer param+fp32, not counted")
+
+
+def muon_owned(blk: Block, op: Op, x: Tensor) -> bool:
+    """Whether Muon orthogonalizes parameter ``x`` of ``op`` (``MUON_CITATION``): a matrix (the routed experts' stacked
+    (E, rows, cols) weights are E matrices: TEGroupedLinear's weight0..weightN), not the token embedding or the LM
+    head (the head block's ``lm_head``).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> blk = bb.build(); op = blk.ops[0]
+    >>> [muon_owned(blk, op, x) for x in op.params]  # the weight, the bias
+    [True, False]
+    """
+    matrix = 3 if op.kind == "experts" else 2  # a routed experts' (E, n) bias stack: E vectors, Adam's
+    return len(x.shape) == matrix and op.kind != "embedding" and not (
+        blk.name == "head" and op.path == "lm_head")
+
+
+def second_state_elements(graph: Graph, optimizer: str, keep: Callable[[Block, Op, Tensor], bool] | None = None) -> Expr | int:
+    """Elements of the optimizer's states that depend on each parameter's shape, beyond its per-parameter bytes (the
+    ``factored`` slot of ``states_breakdown``, 4 bytes each, the weights' dtype under ``pure``): Adafactor's
+    factored second moments (``factored_state_elements``); under Muon, Adam's exp_avg_sq of the parameters Muon does
+    not own (``muon_owned``: every parameter has a momentum, Muon's or Adam's exp_avg); 0 otherwise.
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> second_state_elements(Graph("toy", (bb.build(repeat=l),)), "muon")  # the bias, Adam's
+    4*h*l
+    """
+    own = OPTIMIZERS[optimizer]
+    if own.factored:
+        return factored_state_elements(graph, keep)
+    if not own.muon:
+        return 0
+    parts = [blk.repeat * op.share * prod(x.shape) for blk, op in graph.ops() for x in stored_parameters(op)
+             if not muon_owned(blk, op, x) and (keep is None or keep(blk, op, x))]
+    return total(parts)
+
+
+def layer_wise_largest(graph: Graph, param_dtype: str, precision: str = "master",
+                       keep: Callable[[Block, Op, Tensor], bool] | None = None) -> Expr:
+    """The optimizer-state bytes (main params and moments) of the largest parameter ``keep`` accepts, whole: Megatron-
+    Core's LayerWiseDistributedOptimizer deals whole parameters to the data-parallel ranks (``MUON_NOTE``), so the
+    rank that gets it holds at least this much, whatever the mean. A routed experts' stacked weight is E parameters
+    (TEGroupedLinear's weight0..weightN), one of them counted.
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h, l
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> layer_wise_largest(Graph("toy", (bb.build(repeat=l),)), "bf16")  # the (4h, h) weight's 4 + 4 B, the bias's 4 + 8
+    Max(48*h, 32*h**2)
+    """
+    own = optimizer_state_bytes("muon", param_dtype, precision)
+    adam = factored_state_bytes(param_dtype, precision)
+    sizes = [prod(x.shape[1:] if op.kind == "experts" and len(x.shape) == 3 else x.shape)
+             * (own + (0 if muon_owned(blk, op, x) else adam))
+             for blk, op in graph.ops() for x in stored_parameters(op) if keep is None or keep(blk, op, x)]
+    return Max(*sizes) if len(sizes) > 1 else total(sizes)
 
 
 OFFLOAD_CITATION = Citation("ren-2021",

@@ -68,6 +68,7 @@ from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_ph
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
                                                          overlap_forms, overlap_pairs, reduced_partials, tp_traffic)
+from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
@@ -82,12 +83,13 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
-from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
+from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, MUON_STEP_BYTES, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             FP8_PAD_SOURCE, LOCAL_SORT_SOURCE, MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
-from memderive.derivations.quantities.model_states import FSDP2_FRAMEWORKS, PIPELINED_FSDP2_CITATION, state_widths
+from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUON_CITATION, PIPELINED_FSDP2_CITATION,
+                                                           state_widths)
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
@@ -342,6 +344,7 @@ class StepTime:
     zero2: str = ""
     activation_offload_layers: int = 0  # --activation-offload-layers (activation_offload.py)
     activation_offload_s: Any = 0.0  # its host copies not hidden behind the other layers' compute
+    muon: str = ""  # --optimizer muon: "layer-wise" under --zero 1 (its distributed optimizer), "whole" otherwise
 
     @property
     def step_s(self) -> float:
@@ -386,6 +389,16 @@ class StepTime:
                "); the casts' elementwise work is not timed")
             + "; MFU stays against the 16-bit peak",)
         memory = () if not self.calibrated else (memory_line(self.gpu, self.kernels, self.unfused),)
+        if self.muon and self.calibrated:
+            memory += (f"--optimizer muon (Megatron-Core's): the optimizer time is Muon's step, {NS_STEPS} Newton-Schulz "
+                       "iterations per matrix it owns, X X^T, A A and B X (4 m^2 n + 2 m^3 FLOPs, m the smaller side), "
+                       "each product at the bf16 rate of its shape (fp32_matmul_prec medium), its elementwise passes "
+                       f"({MUON_STEP_BYTES} B per element) and Adam's fused step for the rest at the memory bandwidth "
+                       f"({cite(NS_CITATION)})" + (
+                           "; under --zero 1 (LayerWiseDistributedOptimizer) the mean rank's 1/d of them (the routed "
+                           "experts' 1/edp), the gradients all-reduced as without a distributed optimizer, the "
+                           "updated 16-bit weights all-gathered after the step, not hidden (overlap_param_gather off: "
+                           f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else ""),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -738,7 +751,7 @@ ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_an
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
                     weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
-                    experts: ExpertGroup | None = None, fsdp2: bool = False) -> Any:
+                    experts: ExpertGroup | None = None, fsdp2: bool = False, gather_after: bool = False) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -764,7 +777,12 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
 
     ``experts``: the routed experts' part of ``grads`` and ``weights``, reduced and gathered over their own group
     (``ExpertGroup``, Megatron-Core's expert data-parallel ranks) on the same stream, one collective after the other:
-    their times add before the overlap is taken."""
+    their times add before the overlap is taken.
+
+    ``gather_after`` (Megatron-Core's Muon under its layer-wise distributed optimizer, ``--optimizer muon --zero 1``):
+    ZeRO 0's all-reduce (DDP reduces whole gradients: no distributed optimizer), then, after the step, one all-gather
+    of the updated weights per group, each rank's own whole parameters, hidden behind nothing (``allgather_params``
+    in ``LayerWiseDistributedOptimizer.step`` when overlap_param_gather is off, as the Kimi-K2 recipe sets it)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
@@ -783,7 +801,8 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
                      for g, w, n, s, _, on in groups)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     if zero == 0:
-        return chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+        reduced = chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+        return reduced + sum(on * cluster.all_gather(w, n, s) for _, w, n, s, _, on in groups) if gather_after else reduced
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
     if zero == 1:
@@ -1048,7 +1067,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         casts = (te_micro + torchao_cast_bytes(est), te_step)  # torchao's tensorwise casts per micro-batch
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
-        optimizer = optimizer_bytes(est) / bandwidth
+        optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, hw) if opts.optimizer == "muon" else 0.0)
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
     tp_micro = pp_micro = 0.0
@@ -1091,9 +1110,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, zero, m, micro + memory_micro, weights, p, v, edge,
-                               data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
-                               fsdp2=opts.framework in FSDP2_FRAMEWORKS)
+        layer_wise = opts.optimizer == "muon" and zero == 1  # Muon's layer-wise optimizer: all-reduce, then gather
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if layer_wise else zero, m, micro + memory_micro,
+                               weights, p, v, edge, data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
+                               fsdp2=opts.framework in FSDP2_FRAMEWORKS, gather_after=layer_wise)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -1118,7 +1138,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
-                    activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m))
+                    activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
+                    muon=("layer-wise" if opts.zero == 1 else "whole") if opts.optimizer == "muon" else "")
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:

@@ -27,6 +27,7 @@ from memderive.derivations.quantities.expert_states import expert_split_states
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
+                                                           MUON_CITATION, MUON_NOTE,
                                                            OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS,
                                                            PIPELINED_FSDP2_CITATION, PIPELINED_FSDP2_NOTE, ZERO_CITATION,
                                                            STEP_ONLY, offload_gradient_widths, offload_host_citation,
@@ -173,6 +174,7 @@ def _states_citation(opts: Options) -> Citation:
     if opts.offload_params:
         return PARAM_OFFLOAD_CITATION
     also = ((ADAFACTOR_CITATION,) if OPTIMIZERS[opts.optimizer].factored else ()) + (
+        (MUON_CITATION,) if OPTIMIZERS[opts.optimizer].muon else ()) + (
         (PIPELINED_FSDP2_CITATION,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ()) + (
         (GRAD_BUFFER_CITATIONS[opts.grad_buffer],) if opts.grad_buffer != "param" else ()) + (
         (CP_ZERO_CITATION,) if opts.zero and opts.cp > 1 else ()) + (
@@ -200,6 +202,8 @@ def _states_notes(opts: Options) -> tuple[str, ...]:
         return PARAM_OFFLOAD_NOTES
     grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ()) + (
         (PIPELINED_FSDP2_NOTE,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ())
+    if OPTIMIZERS[opts.optimizer].muon:
+        return grads + (MUON_NOTE,)
     if not OPTIMIZERS[opts.optimizer].factored:
         return grads
     return grads + ("Adafactor (torch.optim.Adafactor; transformers' Adafactor with beta1=None): fp32 second moments "

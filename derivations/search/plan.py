@@ -408,6 +408,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         zeros = (3,)
     if base.precision_aware_optimizer:  # Megatron-Core's distributed optimizer only (Options refuses the others)
         zeros = (1,)
+    if base.optimizer == "muon":  # Megatron-Core's Muon: no distributed optimizer, its layer-wise one (Options)
+        zeros = tuple(z for z in zeros if z < 2)
     space = plan_space(base.framework)
     recomputes, zeros = _offered(resolved, space, base.framework, flash, recomputes, zeros, experts, context, modules)
     rows = _candidates(resolved, base, global_batch, gpus, flash, experts, recomputes, zeros,

@@ -1,0 +1,138 @@
+"""The time of Megatron-Core's Muon step on one GPU (``--optimizer muon``; states: ``model_states.second_state_elements``).
+
+Muon orthogonalizes each owned matrix's Nesterov momentum with Newton-Schulz iterations (Emerging-Optimizers'
+``newton_schulz``, ``NS_CITATION``): the iterate X is transposed so that it has m = min(rows, cols) rows and
+n = max(rows, cols) columns, normalized, cast to bf16 (fp32 matmul precision ``medium``, Megatron-Bridge's Kimi-K2
+recipe), and each of the ``NS_STEPS`` iterations runs three products::
+
+    A = X X^T          (m x n) (n x m): 2 m^2 n FLOPs
+    B = b A + c A A    (m x m) (m x m): 2 m^3
+    X = a X + B X      (m x m) (m x n): 2 m^2 n
+
+4 m^2 n + 2 m^3 FLOPs per iteration, each product at the matmul rate of its own shape (``efficiency.matmul_rate``).
+Under ``--zero 1`` (Megatron-Core's LayerWiseDistributedOptimizer) each data-parallel rank steps the whole
+parameters dealt to it, the routed experts' over the expert data-parallel ranks: the mean rank's share, 1/d of
+the GPU's matrices (the code deals them sorted by size, ping-pong: ``model_states.MUON_NOTE``). Under tensor
+parallelism the recipe's ``muon_tp_mode`` blockwise orthogonalizes each rank's own block: the per-GPU shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memderive.derivations.columns import column_class, is_column
+from memderive.derivations.hardware import GPU
+from memderive.derivations.quantities.efficiency import matmul_rate
+from memderive.derivations.quantities.expert_states import expert_zero_ranks
+from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
+from memderive.derivations.quantity import Evaluated
+from memderive.symbolic import dims
+from memderive.symbolic.experts import expert_ops
+from memderive.symbolic.expr import Expr
+from memderive.symbolic.formula import Citation
+from memderive.symbolic.graph import Graph
+from memderive.symbolic.lazy import lazy
+
+np = lazy("numpy")
+
+__all__ = ["NS_STEPS", "NS_CITATION", "newton_schulz_flops", "newton_schulz_products",
+           "muon_matrices", "newton_schulz_s"]
+
+#: Newton-Schulz iterations per step: Megatron-Bridge v0.4.0's distributed_muon_with_cosine_annealing
+#: (muon_num_ns_steps=5), Megatron-Core's OptimizerConfig default too; the quintic coefficient set has 5 rows.
+NS_STEPS = 5
+NS_CITATION = Citation("emerging-optimizers-muon", "newton_schulz: transpose = x.size(-2) > x.size(-1); X.to(bfloat16) "
+                       "under fp32 matmul precision 'medium'; newton_schulz_step: A = X @ X.mT, B = torch.addmm(A, A, "
+                       "A, alpha=c, beta=b), X = torch.addmm(X, B, X, alpha=1.0, beta=a)", also=(
+                           Citation("bridge-kimi-k2", "distributed_muon_with_cosine_annealing: muon_num_ns_steps 5, "
+                                    "muon_fp32_matmul_prec medium, muon_tp_mode blockwise"),))
+
+
+
+def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> int:
+    """FLOPs of ``steps`` Newton-Schulz iterations on one (rows, cols) matrix: (4 m^2 n + 2 m^3) each, m the smaller
+    side, n the larger (the module docstring).
+
+    >>> newton_schulz_flops(2048, 7168)  # m 2,048, n 7,168: 4 x 4,194,304 x 7,168 + 2 x 8,589,934,592, x 5
+    687194767360
+    """
+    return steps * sum(2 * m * n * k for m, n, k in newton_schulz_products(rows, cols))
+
+
+def newton_schulz_products(rows: int, cols: int) -> tuple[tuple[int, int, int], ...]:
+    """The (m, n, k) of one iteration's three products (an m x k by k x n product each): X X^T, A A, B X.
+
+    >>> newton_schulz_products(7168, 2048)
+    ((2048, 2048, 7168), (2048, 2048, 2048), (2048, 7168, 2048))
+    """
+    m, n = min(rows, cols), max(rows, cols)
+    return (m, m, n), (m, m, m), (m, n, m)
+
+
+def _qkv_split(op_path: str, rows: Expr, est: Evaluated) -> tuple[Expr, ...]:
+    """Megatron-Core's fused linear_qkv split into q, k and v before Newton-Schulz (muon_split_qkv, True by default:
+    TensorParallelMuon.orthogonalize), where the graph's fused (q + 2 kv, h) weight is that; else the weight whole."""
+    if op_path != "attn/qkv" or est.options.implementation != "megatron":
+        return (rows,)
+    q, kv = dims.a * dims.d_h / dims.t, dims.a_kv * dims.d_h / dims.t
+    try:
+        fused = layout_int(rows, est.values) == layout_int(q + 2 * kv, est.values)
+    except (KeyError, ValueError, TypeError):  # a graph whose qkv is not a * d_h + 2 a_kv d_h rows
+        return (rows,)
+    return (q, kv, kv) if bool(fused if not is_column(fused) else fused.all()) else (rows,)
+
+
+def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, bool]]:
+    """``(rows, cols, count, routed)`` of each matrix Muon orthogonalizes on one GPU (``model_states.muon_owned``):
+    a routed experts' stacked weight E matrices; Megatron's fused qkv as q, k and v (``_qkv_split``), its gated MLP's
+    gate and up as the one (2f, h) linear_fc1 they are there (Megatron-Core's mlp.py: ffn_hidden_size * 2 under
+    gated_linear_unit)."""
+    routed = set(expert_ops(graph))
+    megatron = est.options.implementation == "megatron"
+    found: list[tuple[Expr, Expr, Expr, bool]] = []
+    for blk, op in graph.ops():
+        paths = {o.path for o in blk.ops}
+        for x in stored_parameters(op):
+            if not muon_owned(blk, op, x):
+                continue
+            count, shape = blk.repeat * op.share, x.shape
+            if len(shape) == 3:
+                count, shape = count * shape[0], shape[1:]
+            rows = shape[0]
+            if megatron and op.path.endswith("gate") and op.path[:-4] + "up" in paths:
+                rows = 2 * rows  # linear_fc1: gate and up in one weight
+            elif megatron and op.path.endswith("up") and op.path[:-2] + "gate" in paths:
+                continue
+            found += [(r, shape[1], count, f"{blk.name}/{op.path}" in routed) for r in _qkv_split(op.path, rows, est)]
+    return found
+
+
+def _seconds(hw: GPU, cell: list[tuple[int, int, int, bool]], ranks: int, expert_ranks: int) -> float:
+    """One layout's Newton-Schulz seconds: each matrix's products at their shapes' bf16 rates, shared over ranks."""
+    total = 0.0
+    for rows, cols, count, routed in cell:
+        one = sum(2 * m * n * k / matmul_rate(hw, "bf16", m, n, k) for m, n, k in newton_schulz_products(rows, cols))
+        total += NS_STEPS * count * one / (expert_ranks if routed else ranks)
+    return total
+
+
+def newton_schulz_s(est: Evaluated, hw: GPU) -> Any:
+    """Seconds of one step's Newton-Schulz products on one GPU (the module docstring): its matrices' share under
+    ``--zero 1`` (1/(d cp), the routed experts' 1/edp), all of them under ``--zero 0``; cell by cell on columns of
+    layouts."""
+    o, values = est.options, est.values
+    cells = [(layout_int(r, values), layout_int(c, values), layout_int(n, values), routed)
+             for r, c, n, routed in muon_matrices(est.graph, est)]
+    ranks = o.dp * o.cp if o.zero else 1
+    experts = layout_int(expert_zero_ranks(o), values) if o.zero else 1
+    size = next((len(x) for x in (experts, *(v for cell in cells for v in cell[:3])) if is_column(x)), None)
+    if size is None:
+        return _seconds(hw, cells, ranks, experts)
+
+    def at(x: Any, i: int) -> int:
+        return int(x[i]) if is_column(x) else int(x)
+
+    seconds = [_seconds(hw, [(at(r, i), at(c, i), at(n, i), routed) for r, c, n, routed in cells], at(ranks, i),
+                        at(experts, i)) for i in range(size)]
+    return np.array(seconds, dtype=object).view(column_class())
