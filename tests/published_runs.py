@@ -17,7 +17,9 @@ MFU over model FLOPs): ``measured_s = FLOPs per step / (TFLOP/s x GPUs)``. Assum
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from memderive.derivations.estimate import estimate
@@ -1054,6 +1056,8 @@ def plan_against(run: Run) -> PlanComparison:
 
 #: gpt-oss-120b (openai/gpt-oss-120b config.json; OpenAI 2025 model card): gpt-oss-20b's shapes (presets.py) with
 #: 36 layers and 128 experts, 4 per token.
+#: Kimi K2 (moonshotai/Kimi-K2-Instruct's config.json sizes: DeepSeek-V3's architecture with 384 routed experts)
+KIMI_K2 = json.loads((Path(__file__).parent / "fixtures" / "kimi-k2" / "config.json").read_text())
 OSS_120B = {"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "num_key_value_heads": 8,
             "num_hidden_layers": 36, "intermediate_size": 2880, "vocab_size": 201088,
             "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu", "head_dim": 64,
@@ -1246,8 +1250,8 @@ _DSV3_GB300_V2 = {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "recompute"
 _BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
                                                      " with recompute_modules [] (nothing)")
                            + ", its MTP layer, moe_a2a_overlap")
-#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express: Kimi K2
-#: (the Muon optimizer, which memderive does not have), Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
+#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express:
+#: Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
 #: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
@@ -1589,6 +1593,22 @@ MOE = [
                         "over 48 chunks of 2), qwen/common.py L36-60 (HybridEP timed as DeepEP, moe_a2a_overlap); "
                         "full-iteration CUDA graph with expert padding, FP8 attention (timed as flash), "
                         f"delay_wgrad_compute not modelled; {_GB300_RATE}"),
+    # Kimi K2 under Megatron-Core's distributed Muon (--optimizer muon: the layer-wise optimizer, no distributed
+    # optimizer, its parameter all-gather not overlapped); 26.06 (v0.5.0) repeats 26.04's recipe for GB300 unchanged
+    _bridge_moe("Kimi K2 p4 v4 ep64 muon GB300", "DGX-GB300", "gb300", KIMI_K2,
+                {"pp": 4, "virtual_stages": 4, "dp": 64, "ep": 64, "batch": 2, "micro_batches": 32,
+                 "pipeline_layout": "Et*4|(t*4|)*14tL", "moe_dispatcher": "deepep", "optimizer": "muon",
+                 "fp8_param_gather": False, **_DSV3_RECOMPUTE}, 4096, 5372, 1099, fp8="te-mxfp8", per_node=72,
+                release="26.06", recipe="Megatron-Core, dist_muon (the layer-wise optimizer, ZeRO-1 states, no "
+                "distributed optimizer, overlap_param_gather False: src/megatron/bridge/recipes/kimi/kimi_k2.py "
+                "L123-130, L193-200), forced balanced routing, token-dropless, recompute_modules mla_up_proj, bf16 "
+                "gradient reduction (scripts/performance/configs/kimi/kimi_llm_pretrain.py L47-51), fp8_param_gather "
+                "off for Muon with MXFP8 (L35-44), moe_shared_expert_overlap, no EP all-to-all overlap (kimi_k2.py "
+                "L184-185)",
+                assumed="v0.5.0 kimi/kimi_workload_base_configs.py L22-38 (GBS 4096 / (MBS 2 x DP 64) = 32; PP 4 VP 4 "
+                        "EP 64), the layout of recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout(4, 4) (61 "
+                        "layers: E+4 | 14 x 4 | 1 + loss); HybridEP timed as DeepEP; Kimi K2's sizes from "
+                        f"tests/fixtures/kimi-k2/config.json; {_GB300_RATE}"),
 ]
 
 
@@ -1609,7 +1629,7 @@ MOE = [
 #: and under 10% on the DGX runs (0.63 of 6.81 on B200); the rest has no cited cause.
 #: quantities/host_timeline.py walks it per segment (each MoE layer's forward between two syncs, max(G, H)) with
 #: the host work a source counts (router ops, the two GroupedLinear calls, one GEMM launch per local expert): 0.04-1.44
-#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 51 rows (the "gap/layer" table's
+#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 52 rows (the "gap/layer" table's
 #: fwd host and exposed columns, python benchmarks/published_runs.py).
 #: These rows are the same three layouts in Bridge's 25.09 table, run with token drop instead: capacity factor 1,
 #: padded to capacity (``apply_moe_token_drop``, src/megatron/bridge/training/utils/moe_token_drop.py). Every split
