@@ -480,7 +480,8 @@ _GB3 = "DGX-GB300"
 #: No matmul benchmark of a GB300 is published: memderive runs its GEMMs at the GB200's measured fraction of peak
 #: (``efficiency.MAMF_STAND_IN``) times GB300's datasheet peak (``hardware``: the same 2.5 PFLOP/s dense bf16).
 _GB300_RATE = "GB300's matmul rate a stand-in, not measured: the GB200's fraction of peak (efficiency.MAMF_STAND_IN)"
-_B300_RATE = "B300's matmul rate a stand-in, not measured: the B200's fraction of peak (efficiency.MAMF_STAND_IN)"
+_B300_RATE = ("B300's burst matmul rate measured (Bekman's MAMF, 1,769.0 TFLOP/s bf16), its sustained rate the "
+              "B200's sustained over burst ratio (efficiency.MSMF_STAND_IN)")
 #: Megatron-Bridge's dense Llama rows on B200, GB200 and H100 beside ``BRIDGE`` (held out; nothing fitted), kept apart
 #: from ``HELD_OUT``'s bounds (``BRIDGE_DENSE_GAP``) and printed as their own table. The rows that offload
 #: activations to the CPU are expressible (--activation-offload-layers, Megatron-Core's cpu_offloading_num_layers):

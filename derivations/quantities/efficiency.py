@@ -68,7 +68,7 @@ MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS compariso
 
 #: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table: A100 SXM 271.2; H100 SXM 794.5
 #: and fp8 1,402.6; H200 SXM fp8 1,453.4 (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5;
-#: GB200 SXM 1,822.0 and 3,615.6;
+#: B300 SXM 1,769.0 and 3,353.3 (torch 2.9.1+cu130: "same as B200, newer torch/cuda"); GB200 SXM 1,822.0 and 3,615.6;
 #: MI300X 668.4 (PyTorch 2.5.1, ROCm 6.3, TunableOp).
 MAMF: dict[str, tuple[float, float | None]] = {
     "a100-80gb": (271.2, None),
@@ -76,12 +76,13 @@ MAMF: dict[str, tuple[float, float | None]] = {
     "h100-sxm": (794.5, 1402.6),
     "h200": (794.5, 1453.4),
     "b200": (1745.0, 3432.5),
+    "b300": (1769.0, 3353.3),
     "gb200": (1822.0, 3615.6),
     "mi300x": (668.4, None),
 }
 #: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
 #: the table has one, else the A100's 86.9%).
-MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "b300": "b200", "gb300": "gb200"}
+MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "gb300": "gb200"}
 
 MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/benchmarks/README.md, How MAMF and MSMF are defined, "
                        "How close it gets: H200 MSMF 743-746 (745 at 1536x2816x6144), B200 1421-1428 TFLOP/s (BF16); "
@@ -100,8 +101,10 @@ MSMF: dict[str, tuple[float, float | None]] = {
 #: GPUs without a measured MSMF that take another's sustained over burst ratio, times their own MAMF: the H100 SXM is
 #: the H200's GH100 die (132 SMs, the same dense peaks) at the same 700 W power limit (nvidia-h100-datasheet);
 #: Bekman's MAMF table: "H200 is the same". The GB200 is the B200's die (its burst MAMF only 4.4% above the B200's:
-#: 1,822.0 against 1,745.0) at a higher power limit, which may hold a little more: no GB200 MSMF is published.
-MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200"}
+#: 1,822.0 against 1,745.0) at a higher power limit, which may hold a little more: no GB200 MSMF is published. The
+#: B300 is Blackwell Ultra, its burst MAMF 1.4% above the B200's (1,769.0 against 1,745.0, "same as B200"): the
+#: B200's ratio, no B300 MSMF being published.
+MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
          "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942"}
