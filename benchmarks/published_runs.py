@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memderive.derivations.hardware import gpu  # noqa: E402
 from memderive.derivations.quantities.host_timeline import host_of, moe_host_exposed_s, moe_layer_host_s  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
-from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT, MOE,  # noqa: E402
-                                  MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP, TITAN_FLOAT8_GAP,
-                                  TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
+from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
+                                  FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
+                                  TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
 
@@ -52,6 +52,8 @@ def table() -> list[float]:
     _rows(f"Held out, apart from the bounds: {BRIDGE_DENSE_GAP}", DENSE_APART)
     _rows(f"Held out, apart from the bounds: {NVFP4_GAP}", BRIDGE_NVFP4)
     _rows(f"Held out, apart from the bounds: {SFT_GAP}", BRIDGE_SFT)
+    _rows("Held out, apart from the bounds: Megatron-Bridge's Llama 3 70B LoRA at 4,096 tokens (26.06), rank 16 on "
+          "linear_qkv: tests/published_runs.BRIDGE_LORA", BRIDGE_LORA)
     _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
     moe()
     groups()
@@ -63,7 +65,7 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT:
+    for run in FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA:
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -73,6 +75,7 @@ def groups() -> None:
                                                     else "llama3")
         moe = ("moe" if any(run is r for r in MOE) else
                f"sft {run.layout['fp8']}" if any(run is r for r in BRIDGE_SFT) else
+               f"lora {run.layout['fp8']}" if any(run is r for r in BRIDGE_LORA) else
                f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8) else
                "dense")
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
@@ -92,6 +95,10 @@ def groups() -> None:
     every += [abs(predict(r).error) for r in BRIDGE_SFT]
     print(f"with Megatron-Bridge's {len(BRIDGE_SFT)} SFT rows too (tests/published_runs.BRIDGE_SFT): {len(every)} dense "
           f"runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
+          f"{sum(e <= 0.25 for e in every)} within 25%")
+    every += [abs(predict(r).error) for r in BRIDGE_LORA]
+    print(f"with Megatron-Bridge's {len(BRIDGE_LORA)} LoRA rows too (tests/published_runs.BRIDGE_LORA): {len(every)} "
+          f"dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
           f"{sum(e <= 0.25 for e in every)} within 25%\n")
 
 

@@ -390,7 +390,9 @@ OPTIONS: tuple[Option, ...] = (
     _o("lora_rank", "int", None, "LoRA rank r (with --lora-targets)", modes=_TRAIN, symbol="r", shared=True,
        echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj")),
-    _o("lora_targets", "names", (), "modules as PEFT names them (q_proj,v_proj) or all-linear", modes=_TRAIN,
+    _o("lora_targets", "names", (), ("modules as PEFT names them (q_proj,v_proj) or all-linear; under --framework "
+                                     "megatron Megatron-Core's (linear_qkv, linear_proj, linear_fc1, linear_fc2: "
+                                     "Megatron-Bridge's LoRA)"), modes=_TRAIN,
        echo="set", group=_TUNING, commands=_PLANNED,
        example=(*_TRAIN_STEP, "--lora-rank", "8", "--lora-targets", "q_proj,v_proj")),
     _o("lora_target_parameters", "names", (), "parameters as PEFT's target_parameters names them: MoE expert "

@@ -662,15 +662,7 @@ BRIDGE_NVFP4 = [
 #: would overstate it. Not modelled, as the pretraining rows' CUDA graphs: Transformer Engine's CUDA graphs of the
 #: MLPs on all five (cuda_graph_impl "transformer_engine", scope "mlp": L526-527, L544-545, L570-571);
 #: defer_embedding_wgrad_compute (llama3_llm_finetune.py L123-124).
-#: Left out, the five LoRA rows (llama3_70b_peft_config, L2442-2556: rank 16 on linear_qkv only,
-#: llama3_llm_finetune.py L219, L260, L354): memderive's time model times the frozen base's weight-gradient GEMMs.
-#: On the GB300 LoRA layout (PP 2 VP 20, DP 4, fp8 current scaling; --grad-buffer param, as memderive refuses
-#: param+fp32 with fine-tuning options) --lora-rank 16 --lora-targets q_proj,k_proj,v_proj drops memderive's own
-#: model_flops per micro-batch from 1,840 to 1,271 TFLOP, but the layers' products the time model reads
-#: (efficiency.gemm_products) keep their 280 TFLOP of weight gradients and compute_time_s moves from 2.848 s to
-#: 2.874 s: the five rows came out 26-52% too slow, a defect of the time model's, not of the rows. (Also: memderive
-#: adapts q, k and v apart, PEFT's names, where Megatron-Bridge wraps the fused linear_qkv in one adapter; the GB200
-#: FP8 LoRA layout, PP 2 on 8 GPUs, needs 189.8 GiB of memderive's 186.)
+#: The five LoRA rows are ``BRIDGE_LORA`` below (their recipe in its comment).
 _SFT_NOTE = ("the SFT recipe (tests/published_runs.BRIDGE_SFT's comment): mock 4,096-token sequences, the default "
              "--data, assumed")
 
@@ -698,6 +690,62 @@ BRIDGE_SFT = [
 #: pretraining rows beside them (``BRIDGE_DENSE_GAP``), every one is predicted too fast; nothing tuned.
 SFT_GAP = ("Megatron-Bridge's Llama 3 70B SFT at 4,096 tokens (26.06), fp8 under Transformer Engine predicted too "
            "fast as the pretraining rows: tests/published_runs.SFT_GAP")
+
+#: Megatron-Bridge's 26.06 LoRA rows of Llama 3 70B (the page as ``BRIDGE_SFT``'s; held out, nothing fitted): 8 GPUs,
+#: GBS 32, MBS 1, 4,096 tokens. What v0.5.0 runs: src/megatron/bridge/recipes/llama/llama3.py L2442-2555
+#: (llama3_70b_peft_config: LoRA dim 16, alpha 32, no recompute, precision-aware optimizer off, fp32 main gradients)
+#: with src/megatron/bridge/peft/lora.py L97-109 (dropout 0.0) and scripts/performance/configs/llama/
+#: llama3_llm_finetune.py L196-356 (target_modules ["linear_qkv"] alone: L219, L260, L354; L38-49: the distributed
+#: optimizer, bf16 gradient reduction; TP communication overlap where TP > 1, L216, L257, L351, SP with it as
+#: ``BRIDGE_SFT``'s); layouts llama3_workload_base_configs.py L578-601 (GB300 PP 2 VP 20), L622-638 (GB200 FP8 PP 2
+#: VP 20, MXFP8 PP 4 VP 20), L683-702 (H100 TP 2 PP 4 VP 20), as the page prints them. Megatron-Bridge wraps
+#: Megatron-Core's fused linear_qkv in ONE ParallelLinearAdapter (lora.py L206-212: A (16, 8,192), B (10,240, 16)):
+#: --framework megatron --lora-targets linear_qkv (``adapters.MEGATRON_NAMES``); PEFT's q_proj,k_proj,v_proj would
+#: add two A's a layer and 2 x 4,096 x 16 x 16,384 = 2,147,483,648 FLOPs a layer per forward, input- and
+#: weight-gradient GEMM (0.26 TFLOP a micro-batch on a GB300 GPU's 40 layers, of 637). Transformer Engine skips the
+#: frozen base's weight-gradient GEMMs (``strategies.RequiresGrad``). Not as the recipe: --grad-buffer param
+#: (memderive refuses param+fp32 with fine-tuning options: the adapters' 23.6 million gradients' fp32 copy, under
+#: 100 MB, left out); on the H100 (DP 1) --zero 0 without --fp8-param-gather (memderive's --zero 1 needs DP > 1 and
+#: its fp8 parameter gathers --zero 1; with one data-parallel rank the distributed optimizer shards nothing), so its
+#: frozen weights are counted 16-bit where the run kept them in 8 bits. The page's "Model TFLOP/sec" is
+#: src/megatron/bridge/training/utils/flop_utils.py L372-396's LoRA count (frozen layers 2/3 of the full count:
+#: forward and input gradients; attention by each sample's squared length), taken only for packed SQuAD
+#: (``is_squad`` and the packed file): 278.1-279.1 GFLOP a token on the five rows (GB300 FP8: 2,086 TFLOP/s over 7,481
+#: tokens/s, 278.8), that count's frozen part at full sequences (278.0) plus about 1 GFLOP of attention, where whole
+#: 4,096-token sequences give 32.2 (memderive's model FLOPs, 1,270.5 TFLOP a micro-batch, are that count at whole
+#: sequences, 1,270.7: its MFU over the measured step is the page's x 310.2 / 278.8). So these runs fine-tuned
+#: packed SQuAD, not the mock data the SFT rows assume: memderive has no packed sequences and times each 4,096-token
+#: sequence's causal attention whole, 12.1% of the layers' product FLOPs on the GB300 row, which per-sample attention
+#: (cu_seqlens) would mostly drop. Not modelled: Transformer Engine's CUDA graphs of the MLPs on the GB300 and GB200
+#: (cuda_graph_scope "mlp"). Memory: each fits its GPU in memderive's device bytes estimated for that GPU (--gpu:
+#: Blackwell keeps no transposed fp8 copy of the weights; without it the GB200 FP8 layout had 189.7 GiB of 186):
+#: GB300 157.8 and 191.7 GiB of 288, GB200 157.8 and 127.5 of 186, H100 63.3 of 80.
+_LORA = {"grad_buffer": "param", "lora_rank": 16, "lora_targets": ("linear_qkv",)}
+_LORA_NOTE = ("the LoRA recipe (tests/published_runs.BRIDGE_LORA's comment): rank 16 on the fused linear_qkv, whole "
+              "4,096-token sequences where the page's FLOP count says packed SQuAD")
+
+
+def _bridge_lora(name: str, system: str, hw: str, layout: dict, tps: float, tflops: float, fp8: str,
+                 note: str = "") -> Run:
+    """A Llama 3 70B LoRA row of Megatron-Bridge's 26.06 performance summary: ``_bridge_dense`` at 4,096 tokens."""
+    return _bridge_dense(name, "26.06", system, hw, "llama-3-70b", {"batch": 1, **_LORA, **layout}, tps, tflops, fp8,
+                         _LORA_NOTE + (f"; {note}" if note else ""), seq=4096)
+
+
+BRIDGE_LORA = [
+    _bridge_lora("L3 70B LoRA p2 v20 fp8cs GB300", _GB3, "gb300",
+                 {"pp": 2, "virtual_stages": 20, "dp": 4, "micro_batches": 8}, 7481, 2086, "te-current", _GB300_RATE),
+    _bridge_lora("L3 70B LoRA p2 v20 mxfp8 GB300", _GB3, "gb300",
+                 {"pp": 2, "virtual_stages": 20, "dp": 4, "micro_batches": 8}, 7447, 2072, "te-mxfp8", _GB300_RATE),
+    _bridge_lora("L3 70B LoRA p2 v20 fp8cs GB200", _GB, "gb200",
+                 {"pp": 2, "virtual_stages": 20, "dp": 4, "micro_batches": 8}, 6206, 1731, "te-current"),
+    _bridge_lora("L3 70B LoRA p4 v20 mxfp8 GB200", _GB, "gb200",
+                 {"pp": 4, "virtual_stages": 20, "dp": 2, "micro_batches": 16}, 5958, 1663, "te-mxfp8"),
+    _bridge_lora("L3 70B LoRA t2 p4 v20 fp8cs H100", "DGX-H100", "h100-sxm",
+                 {"tp": 2, "pp": 4, "virtual_stages": 20, "dp": 1, "micro_batches": 32, "zero": 0,
+                  "fp8_param_gather": False}, 2643, 735, "te-current",
+                 "--zero 0 without --fp8-param-gather (DP 1; the comment)"),
+]
 
 _NEMO = "NeMo docs/source/performance/performance_summary.md (2024-09-09), NeMo 24.07, DGX-H100 FP8"
 #: What NeMo 24.07's pre-training table (NVIDIA/NeMo docs/source/performance/performance_summary.md as last revised,

@@ -21,7 +21,7 @@ from memderive.symbolic.dims import a, a_kv, d_h, r
 from memderive.symbolic.lora import Adapter, LoRA, ParamLoRA, SplitFused
 from memderive.symbolic.strategies import Freeze, Strategy
 
-__all__ = ["PEFT_NAMES", "resolve_adapters", "module_paths", "lora_steps", "train_only", "ALL_LINEAR"]
+__all__ = ["PEFT_NAMES", "MEGATRON_NAMES", "resolve_adapters", "module_paths", "lora_steps", "train_only", "ALL_LINEAR"]
 
 ALL_LINEAR = "all-linear"
 _QKV = "layer/attn/qkv"
@@ -93,10 +93,47 @@ def _module_steps(model: Model, choice: PeftChoice) -> tuple[list[Strategy], lis
     return splits, adapters
 
 
+#: Megatron-Core's linear modules as Megatron-Bridge's LoRA names them (``target_modules``, matched by a module's last
+#: name: src/megatron/bridge/peft/lora.py L97-98 at v0.5.0, ``["linear_qkv", "linear_proj", "linear_fc1",
+#: "linear_fc2"]``), each wrapped whole by one ``ParallelLinearAdapter`` (lora.py L206-212: in_features and
+#: out_features of the module, the fused ones' too): ``linear_qkv`` the fused q, k and v (one A of (r, h), one B of
+#: ((a + 2 a_kv) d_h, r)), ``linear_fc1`` the fused gate and up of a gated MLP. Under --framework megatron only.
+MEGATRON_NAMES = {"linear_qkv": (_QKV,), "linear_proj": ("layer/attn/proj",),
+                  "linear_fc1": ("layer/mlp/gate+layer/mlp/up", "layer/mlp/fc1"), "linear_fc2": ("layer/mlp/fc2",)}
+
+
+def _megatron_adapters(model: Model, opts: Options) -> list[Adapter] | None:
+    """Megatron-Bridge's adapters for ``--lora-targets`` of Megatron-Core's names (``MEGATRON_NAMES``), or None
+    where the targets are PEFT's names."""
+    names = [n for n in opts.lora_targets if n in MEGATRON_NAMES]
+    if not names:
+        return None
+    if opts.framework != "megatron":
+        raise OptionsError(f"--lora-targets {names[0]} is Megatron-Core's module name (Megatron-Bridge's LoRA); give "
+                           "--framework megatron, or PEFT's names (q_proj, ...) for transformers' modules")
+    if len(names) != len(opts.lora_targets) or opts.lora_target_parameters:
+        raise OptionsError("--lora-targets: give Megatron-Core's module names (" + ", ".join(MEGATRON_NAMES)
+                           + ") or PEFT's, not both, and no --lora-target-parameters with them")
+    present = _ops_of(model)
+    adapters = []
+    for name in names:
+        group = next((tuple(g.split("+")) for g in MEGATRON_NAMES[name] if set(g.split("+")) <= present), None)
+        if group is None:
+            raise OptionsError(f"{model.name} has no {name} module (its graph lacks {MEGATRON_NAMES[name][0]})")
+        adapters.append(Adapter(name, tuple(p.split("/", 1)[1] for p in group)))
+    return adapters
+
+
 def lora_steps(model: Model, opts: Options) -> list[Strategy]:
     """PEFT's adapters for ``--lora-targets`` and ``--lora-target-parameters``: ``lora.Linear`` and
-    ``lora.Embedding`` modules (``LoRA``), ``ParamWrapper`` parameters (``ParamLoRA``)."""
+    ``lora.Embedding`` modules (``LoRA``), ``ParamWrapper`` parameters (``ParamLoRA``); under --framework megatron,
+    Megatron-Bridge's on Megatron-Core's modules (``MEGATRON_NAMES``)."""
 
+    megatron = _megatron_adapters(model, opts)
+    if megatron is not None:
+        if opts.dora:
+            raise OptionsError("--dora with Megatron-Core's module names is not modelled; adapt with LoRA")
+        return [LoRA(r, tuple(megatron), dropout=opts.lora_dropout > 0)]
     choice = peft_choose(model, opts.lora_targets, opts.lora_target_parameters)
     if choice.params and (opts.lora_dropout or opts.dora):
         raise OptionsError("PEFT's ParamWrapper (target parameters, MoE experts and routers) works with neither "

@@ -73,7 +73,7 @@ from memderive.derivations.quantities.memory_bound import (achievable_bandwidth,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
                                                             zero3_copy_bytes)
 from memderive.derivations.options import TE_FP8, Options, block_share, derived, te_transposes
-from memderive.derivations.memo import Keyed, applied, per_graph
+from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.quantity import Evaluated
 from memderive.derivations.references import cite
 from memderive.derivations.structure import structure_key
@@ -587,7 +587,7 @@ def _stage_flops_form(structure: Keyed, stage: str) -> Expr:
     est = structure.value
     graph = est.model.graph(activation_dtype=est.options.dtype, dropout=est.options.dropout,
                             mtp_layers=est.options.mtp_layers)
-    return _hardware_total(applied(graph, est.options.strategies(stage)))
+    return _hardware_total(transformed(graph, est.options, est.model, stage))  # fine-tuning's transforms too
 
 
 @per_graph
