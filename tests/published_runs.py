@@ -80,7 +80,7 @@ class Run:
         return self.layout["batch"] * self.layout.get("micro_batches", 1) * self.layout.get("dp", 1)
 
     def estimate(self) -> Any:
-        return estimate(self.model, mode="train", seq=self.seq, **self.layout)
+        return estimate(self.model, mode="train", seq=self.seq, gpu=self.gpu, **self.layout)
 
     def measured(self) -> float:
         """The measured step time in seconds (or the one the published throughput implies)."""
