@@ -652,7 +652,8 @@ class Options:
                                f"--precision {self.precision}")
         for flag, what in self._grad_copy_unmodelled():
             if flag:
-                raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}")
+                raise OptionsError(f"--grad-buffer {self.grad_buffer} is not modelled with {what}; give --grad-buffer "
+                                   f"param (gradients in the weights' dtype)")
 
     def _grad_copy_unmodelled(self) -> list[tuple[bool, str]]:
         """What --grad-buffer fp32 and param+fp32 are not modelled with: (set, its words)."""

@@ -36,6 +36,9 @@ def test_virtual_stages_without_pp_is_one_warning_and_the_answer(capsys) -> None
 @pytest.mark.parametrize("words, line", [
     (["--framework", "megatron", "--offload"],
      "--framework megatron sets --grad-buffer fp32, which is not modelled with --offload"),
+    (["--framework", "megatron", "--lora-rank", "16", "--lora-targets", "linear_qkv"],  # and what to give instead
+     "--framework megatron sets --grad-buffer fp32, which is not modelled with fine-tuning options; give "
+     "--grad-buffer param"),
     (["--framework", "torchtune", "--micro-batches", "4"],
      "--framework torchtune sets --optimizer-in-backward, which is not supported with gradient accumulation"),
     (["--framework", "torchtune", "--fp8", "tensorwise"],
