@@ -87,14 +87,15 @@ def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, 
     """``(rows, cols, count, routed)`` of each matrix Muon orthogonalizes on one GPU (``model_states.muon_owned``):
     a routed experts' stacked weight E matrices; Megatron's fused qkv as q, k and v (``_qkv_split``), its gated MLP's
     gate and up as the one (2f, h) linear_fc1 they are there (Megatron-Core's mlp.py: ffn_hidden_size * 2 under
-    gated_linear_unit)."""
+    gated_linear_unit). A frozen weight is none of them (get_megatron_muon_optimizer: ``if not
+    param.requires_grad: continue``; fine-tuning's frozen base, ``Graph.trainable``)."""
     routed = set(expert_ops(graph))
     megatron = est.options.implementation == "megatron"
     found: list[tuple[Expr, Expr, Expr, bool]] = []
     for blk, op in graph.ops():
-        paths = {o.path for o in blk.ops}
+        paths = {o.path for o in blk.ops if any(graph.trainable(blk.name, x.name) for x in stored_parameters(o))}
         for x in stored_parameters(op):
-            if not muon_owned(blk, op, x):
+            if not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
                 continue
             count, shape = blk.repeat * op.share, x.shape
             if len(shape) == 3:
