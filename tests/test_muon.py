@@ -4,6 +4,8 @@ FLOPs against hand arithmetic; the combinations Megatron-Core refuses, refused."
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import transformers
@@ -84,17 +86,31 @@ def test_newton_schulz_flops_by_hand() -> None:
     assert newton_schulz_flops(2048, 7168) == newton_schulz_flops(7168, 2048) == 687_194_767_360
 
 
+def _muon_flops(e: Any) -> int:
+    """One step's Newton-Schulz FLOPs on the GPU of estimate ``e``, matrix by matrix."""
+    return sum(int(n.evaluate(e.values) if hasattr(n, "evaluate") else n)
+               * newton_schulz_flops(int(r.evaluate(e.values)), int(c.evaluate(e.values)))
+               for r, c, n, _ in muon_matrices(e.graph, e))
+
+
 def test_llama_2_7b_newton_schulz_flops_by_hand() -> None:
     # Megatron's layer of llama-2-7b as Muon sees it: q, k, v split from linear_qkv (muon_split_qkv) and the output
     # projection, (4,096, 4,096) each: 6 x 4,096^3 = 412,316,860,416 FLOPs per iteration each, 1,649,267,441,664;
     # linear_fc1 (gate and up, 22,016 x 4,096): 4 x 4,096^2 x 22,016 + 2 x 4,096^3 = 1,614,907,703,296;
     # linear_fc2 (4,096 x 11,008): 4 x 4,096^2 x 11,008 + 2 x 4,096^3 = 876,173,328,384. Per layer and iteration
     # 4,140,348,473,344; x 5 iterations x 32 layers = 662,455,755,735,040. The embedding, LM head and norms: Adam's.
-    e = estimate("llama-2-7b", mode="train", batch=1, seq=8, optimizer="muon")
-    flops = sum(int(n.evaluate(e.values) if hasattr(n, "evaluate") else n)
-                * newton_schulz_flops(int(r.evaluate(e.values)), int(c.evaluate(e.values)))
-                for r, c, n, _ in muon_matrices(e.graph, e))
-    assert flops == 662_455_755_735_040
+    assert _muon_flops(estimate("llama-2-7b", mode="train", batch=1, seq=8, optimizer="muon")) == 662_455_755_735_040
+
+
+def test_frozen_weights_are_not_orthogonalized() -> None:
+    # Megatron-Core's Muon skips a parameter without requires_grad (get_megatron_muon_optimizer). llama-2-7b,
+    # --train-only q_proj: the 32 (4,096, 4,096) q weights alone, 6 x 4,096^3 = 412,316,860,416 FLOPs per iteration
+    # each, x 5 x 32 = 65,970,697,666,560 (the whole model's 662,455,755,735,040 before). LoRA r 8 on q_proj and
+    # v_proj: per layer two A (8, 4,096) and two B (4,096, 8), m 8, n 4,096: 4 x 64 x 4,096 + 2 x 512 = 1,049,600
+    # each, 4,198,400 per layer; x 5 x 32 = 671,744,000.
+    kw = {"mode": "train", "batch": 1, "seq": 8, "optimizer": "muon"}
+    assert _muon_flops(estimate("llama-2-7b", train_only="q_proj", **kw)) == 65_970_697_666_560
+    assert _muon_flops(estimate("llama-2-7b", lora_rank=8, lora_targets="q_proj,v_proj", **kw)) == 671_744_000
 
 
 def test_layer_wise_gather_is_exposed() -> None:

@@ -428,12 +428,7 @@ def optimizer_bytes(est: Evaluated) -> Any:
         return 0
     state = 2 if o.precision == "pure" else 4  # torchtune's pure bf16 keeps the states 16-bit
     params = est.number("parameters_per_gpu")
-
-    def held() -> Any:  # the routed experts' terms of it, evaluated only where their shard is apart
-        routed = set(expert_ops(est.graph))
-        return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
-
-    shard = optimizer_shard(est, params, held) if o.zero >= 1 else params
+    shard = optimizer_shard(est, params, lambda: _routed_held(est)) if o.zero >= 1 else params
     if o.precision_aware_optimizer:  # Transformer Engine's FusedAdam at the states' own widths
         return shard * aware_step_bytes(o)
     copy = 6 if o.precision == "master" and o.zero != 3 else 0  # fp32 main params into the 16-bit model's
@@ -460,13 +455,16 @@ def muon_step_bytes(est: Evaluated) -> Any:
     params = est.number("parameters_per_gpu")
     adam = layout_int(second_state_elements(graph, "muon"), est.values)
     adam_routed = layout_int(second_state_elements(graph, "muon", in_experts), est.values) if routed else 0
-
-    def held() -> Any:
-        return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
-
     shard = (lambda n, r: optimizer_shard(est, n, r)) if o.zero else (lambda n, r: n)  # noqa: E731
-    return (shard(params - adam, lambda: held() - adam_routed) * MUON_STEP_BYTES
+    return (shard(params - adam, lambda: _routed_held(est) - adam_routed) * MUON_STEP_BYTES
             + shard(adam, lambda: adam_routed) * (adam_moves(o.kernels == "eager") * 4 + 6))
+
+
+def _routed_held(est: Evaluated) -> Any:
+    """The routed experts' terms of ``parameters_per_gpu`` (0 without them), for ``optimizer_shard``'s ``routed``:
+    evaluated only where their shard is apart."""
+    routed = set(expert_ops(est.graph))
+    return est.quantity("parameters_per_gpu").value_where(est.values, lambda path: path in routed) if routed else 0
 
 
 def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:

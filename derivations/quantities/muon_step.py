@@ -18,11 +18,10 @@ parallelism the recipe's ``muon_tp_mode`` blockwise orthogonalizes each rank's o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from memderive.derivations.columns import column_class, is_column
-from memderive.derivations.hardware import GPU
-from memderive.derivations.quantities.efficiency import matmul_rate
+from memderive.derivations.columns import is_column, maximum, minimum
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
@@ -32,9 +31,6 @@ from memderive.symbolic.experts import expert_ops
 from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
-from memderive.symbolic.lazy import lazy
-
-np = lazy("numpy")
 
 __all__ = ["NS_STEPS", "NS_CITATION", "newton_schulz_flops", "newton_schulz_products",
            "muon_matrices", "newton_schulz_s"]
@@ -60,13 +56,14 @@ def newton_schulz_flops(rows: int, cols: int, steps: int = NS_STEPS) -> int:
     return steps * sum(2 * m * n * k for m, n, k in newton_schulz_products(rows, cols))
 
 
-def newton_schulz_products(rows: int, cols: int) -> tuple[tuple[int, int, int], ...]:
-    """The (m, n, k) of one iteration's three products (an m x k by k x n product each): X X^T, A A, B X.
+def newton_schulz_products(rows: Any, cols: Any) -> tuple[tuple[Any, Any, Any], ...]:
+    """The (m, n, k) of one iteration's three products (an m x k by k x n product each): X X^T, A A, B X (cell by
+    cell on columns of layouts).
 
     >>> newton_schulz_products(7168, 2048)
     ((2048, 2048, 7168), (2048, 2048, 2048), (2048, 7168, 2048))
     """
-    m, n = min(rows, cols), max(rows, cols)
+    m, n = minimum(rows, cols), maximum(rows, cols)
     return (m, m, n), (m, m, m), (m, n, m)
 
 
@@ -87,14 +84,15 @@ def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, 
     """``(rows, cols, count, routed)`` of each matrix Muon orthogonalizes on one GPU (``model_states.muon_owned``):
     a routed experts' stacked weight E matrices; Megatron's fused qkv as q, k and v (``_qkv_split``), its gated MLP's
     gate and up as the one (2f, h) linear_fc1 they are there (Megatron-Core's mlp.py: ffn_hidden_size * 2 under
-    gated_linear_unit)."""
+    gated_linear_unit). A frozen weight is none of them (get_megatron_muon_optimizer: ``if not
+    param.requires_grad: continue``; fine-tuning's frozen base, ``Graph.trainable``)."""
     routed = set(expert_ops(graph))
     megatron = est.options.implementation == "megatron"
     found: list[tuple[Expr, Expr, Expr, bool]] = []
     for blk, op in graph.ops():
-        paths = {o.path for o in blk.ops}
+        paths = {o.path for o in blk.ops if any(graph.trainable(blk.name, x.name) for x in stored_parameters(o))}
         for x in stored_parameters(op):
-            if not muon_owned(blk, op, x):
+            if not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
                 continue
             count, shape = blk.repeat * op.share, x.shape
             if len(shape) == 3:
@@ -108,31 +106,16 @@ def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, 
     return found
 
 
-def _seconds(hw: GPU, cell: list[tuple[int, int, int, bool]], ranks: int, expert_ranks: int) -> float:
-    """One layout's Newton-Schulz seconds: each matrix's products at their shapes' bf16 rates, shared over ranks."""
-    total = 0.0
-    for rows, cols, count, routed in cell:
-        one = sum(2 * m * n * k / matmul_rate(hw, "bf16", m, n, k) for m, n, k in newton_schulz_products(rows, cols))
-        total += NS_STEPS * count * one / (expert_ranks if routed else ranks)
-    return total
-
-
-def newton_schulz_s(est: Evaluated, hw: GPU) -> Any:
+def newton_schulz_s(est: Evaluated, rate: Callable[[str, Any, Any, Any], Any]) -> Any:
     """Seconds of one step's Newton-Schulz products on one GPU (the module docstring): its matrices' share under
-    ``--zero 1`` (1/(d cp), the routed experts' 1/edp), all of them under ``--zero 0``; cell by cell on columns of
-    layouts."""
+    ``--zero 1`` (1/(d cp), the routed experts' 1/edp), all of them under ``--zero 0``; ``rate(dtype, m, n, k)`` the
+    FLOP/s of one product at its shape, cell by cell on columns of layouts (``timing._gemm_rate``)."""
     o, values = est.options, est.values
-    cells = [(layout_int(r, values), layout_int(c, values), layout_int(n, values), routed)
-             for r, c, n, routed in muon_matrices(est.graph, est)]
     ranks = o.dp * o.cp if o.zero else 1
     experts = layout_int(expert_zero_ranks(o), values) if o.zero else 1
-    size = next((len(x) for x in (experts, *(v for cell in cells for v in cell[:3])) if is_column(x)), None)
-    if size is None:
-        return _seconds(hw, cells, ranks, experts)
-
-    def at(x: Any, i: int) -> int:
-        return int(x[i]) if is_column(x) else int(x)
-
-    seconds = [_seconds(hw, [(at(r, i), at(c, i), at(n, i), routed) for r, c, n, routed in cells], at(ranks, i),
-                        at(experts, i)) for i in range(size)]
-    return np.array(seconds, dtype=object).view(column_class())
+    total: Any = 0.0
+    for rows, cols, count, routed in muon_matrices(est.graph, est):
+        products = newton_schulz_products(layout_int(rows, values), layout_int(cols, values))
+        one = sum(2 * m * n * k / rate("bf16", m, n, k) for m, n, k in products)
+        total = total + NS_STEPS * layout_int(count, values) * one / (experts if routed else ranks)
+    return total

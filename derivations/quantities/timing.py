@@ -1067,7 +1067,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         casts = (te_micro + torchao_cast_bytes(est), te_step)  # torchao's tensorwise casts per micro-batch
         cast_micro, cast_step = (x * stage / est.number("hardware_flops_per_gpu") / bandwidth for x in casts)
         copy_micro = where(d * opts.cp > 1, zero3_copy_bytes(est) / bandwidth, 0.0)
-        optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, hw) if opts.optimizer == "muon" else 0.0)
+        optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, _gemm_rate(hw)) if opts.optimizer == "muon" else 0.0)
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
     tp_micro = pp_micro = 0.0
