@@ -900,6 +900,12 @@ class Options:
             raise OptionsError(f"--optimizer muon with --zero {self.zero}: Megatron-Core's Muon refuses the "
                                "distributed optimizer ('muon with dist optimizer is not supported'); use --zero 1 "
                                "(its layer-wise distributed optimizer) or --zero 0")
+        elsewhere = (self.framework not in (None, "megatron") or self.implementation != "megatron"
+                     or self.grad_sync == "deepspeed")
+        if self.zero == 1 and elsewhere:
+            raise OptionsError("--optimizer muon with --zero 1 is Megatron-Core's layer-wise distributed optimizer "
+                               "(LayerWiseDistributedOptimizer), which only Megatron-Core runs: give --framework "
+                               "megatron, or --zero 0")
         refused = [flag for flag, on in (("--dtype fp16", self.dtype == "fp16"), ("--offload", self.offload),
                                          ("--offload-params", self.offload_params),
                                          ("--precision-aware-optimizer", self.precision_aware_optimizer)) if on]

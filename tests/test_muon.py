@@ -71,6 +71,8 @@ def test_states_equal_torch_muon_with_adamw() -> None:
 @pytest.mark.parametrize("argv,message", [
     (["--zero", "2", "--dp", "8"], "--optimizer muon with --zero 2"),
     (["--dtype", "fp16"], "--optimizer muon with --dtype fp16"),
+    (["--zero", "1", "--dp", "8", "--framework", "torchtitan"], "only Megatron-Core runs: give --framework megatron"),
+    (["--zero", "1", "--dp", "8", "--implementation", "hf"], "only Megatron-Core runs"),
 ])
 def test_refused(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "8",
