@@ -438,9 +438,10 @@ TORCHTITAN_2025 = [
 #: selective-op takes with Float8 (symbolic/op_checkpoint.py: every _scaled_mm output kept, torchtitan#2357 of
 #: 2026-02 took PyTorch's compute-intensive ops). Whether a compiled Float8Linear's matmul reached that policy as
 #: aten.mm (every other output kept, as bf16) or as _scaled_mm (none kept: its forward GEMM rerun in backward;
-#: pytorch/pytorch#177767 says the compiled SAC path sees _scaled_mm) decides the 8B Float8 rows' recompute and
-#: memory: rerun, their steps would be longer than memderive's (the 8B tensorwise rows are 34-35% too fast where its
-#: bf16 rows are 27-28%), and Trainy's reserved bytes lower (tests/published_memory TORCHTITAN_H200: 0.62).
+#: pytorch/pytorch#177767, on a float8 SAC bug, suggests the compiled path decides on _scaled_mm) decides the 8B
+#: Float8 rows' recompute and memory: rerun, their steps would be longer than memderive's (the 8B tensorwise rows are
+#: 34-35% too fast where its bf16 rows are 27-28%), and Trainy's reserved bytes lower (tests/published_memory
+#: TORCHTITAN_H200: 0.62).
 TITAN_2025_GAP = ("torchtitan's 2025 pages: 500 W H100s with TP 8 (bf16, Float8 tensorwise and rowwise, AsyncTP; "
                   "rowwise's small-GEMM slowdown not modelled) and Trainy's H200s: tests/published_runs.TITAN_2025_GAP")
 
