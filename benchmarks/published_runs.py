@@ -21,7 +21,7 @@ from memderive.derivations.quantities.host_timeline import host_of, moe_host_exp
 from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
                                   FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
-                                  TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
+                                  TITAN_2025_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
 
@@ -55,6 +55,7 @@ def table() -> list[float]:
     _rows("Held out, apart from the bounds: Megatron-Bridge's Llama 3 70B LoRA at 4,096 tokens (26.06), rank 16 on "
           "linear_qkv: tests/published_runs.BRIDGE_LORA", BRIDGE_LORA)
     _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
+    _rows(f"Held out, apart from the bounds: {TITAN_2025_GAP}", TORCHTITAN_2025)
     moe()
     groups()
     zero3()
@@ -65,7 +66,8 @@ def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
-    for run in FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA:
+    for run in (FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA
+                + TORCHTITAN_2025):
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -76,7 +78,8 @@ def groups() -> None:
         moe = ("moe" if any(run is r for r in MOE) else
                f"sft {run.layout['fp8']}" if any(run is r for r in BRIDGE_SFT) else
                f"lora {run.layout['fp8']}" if any(run is r for r in BRIDGE_LORA) else
-               f"dense-apart {run.layout['fp8']}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8) else
+               f"dense-apart {run.layout.get('fp8', 'bf16')}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4
+                                                                    + TORCHTITAN_FLOAT8 + TORCHTITAN_2025) else
                "dense")
         rows.setdefault((run.gpu, framework, moe), []).append(abs(p.error))
     print(f"{'GPU':12s} {'framework':12s} {'kind':23s} {'runs':>5s} {'median':>8s} {'worst':>8s}")
@@ -99,6 +102,10 @@ def groups() -> None:
     every += [abs(predict(r).error) for r in BRIDGE_LORA]
     print(f"with Megatron-Bridge's {len(BRIDGE_LORA)} LoRA rows too (tests/published_runs.BRIDGE_LORA): {len(every)} "
           f"dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
+          f"{sum(e <= 0.25 for e in every)} within 25%")
+    every += [abs(predict(r).error) for r in TORCHTITAN_2025]
+    print(f"with torchtitan's {len(TORCHTITAN_2025)} rows of its 2025 pages too (tests/published_runs.TORCHTITAN_2025): "
+          f"{len(every)} dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
           f"{sum(e <= 0.25 for e in every)} within 25%\n")
 
 

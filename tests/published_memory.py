@@ -28,7 +28,7 @@ from typing import Any
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.options import ArgumentError, Options, OptionsError
-from tests.published_runs import TORCHTITAN_FLOAT8
+from tests.published_runs import TORCHTITAN_2025, TORCHTITAN_FLOAT8
 
 __all__ = ["Measurement", "MEASUREMENTS", "KINDS", "PENDING_WHY", "BERT_LARGE", "LLAMA_3_2_3B", "LLAMA_3_1_405B", "STARCODER",
            "QWEN3_235B"]
@@ -308,6 +308,24 @@ TORCHTITAN_PP = [
                 "HBM2e (h100-sxm stands in)")
     for run in TORCHTITAN_FLOAT8 if run.name in _TITAN_PP_GIB]
 
+_TRAINY = ("pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchtitan e7c0cae, torch "
+           "2.8.0a0+5228986c39, 2025-06): 'Memory(GiB)' at the 100th step, the max_reserved torchtitan logs "
+           "(torchtitan/components/metrics.py at e7c0cae L403, 'memory: {max_reserved_gib}'; the peak reset at each "
+           "log, every 10 steps)")
+#: Trainy's two H200 rows as tests/published_runs TORCHTITAN_2025 runs them (FSDP 32 and 64, local batch 2, seq
+#: 8,192, selective-op checkpointing, Float8 tensorwise with the output layer 16-bit); torch.compile pending.
+_TRAINY_GIB = {"8B H200 FSDP32 Float8": 47.96, "8B H200 FSDP64 Float8": 46.97}
+TORCHTITAN_H200 = [
+    Measurement(f"torchtitan Llama 3.1 {run.name}", _TRAINY, f"{run.source.split(', ')[-1]}: {run.note}",
+                run.model, {"mode": "train", "gpu": "h200", "seq": run.seq, **run.layout},
+                int(_TRAINY_GIB[run.name] * GIB), "reserved", {"compile": "layers"},
+                "torchtitan at e7c0cae compiles the loss too (components/loss.py L27-29, torch.compile(loss_fn) "
+                "under training.compile): the fp32 V x s buffers the eager loss holds (_LOSS) are not all there; "
+                "FSDP's Float8 all-gather (the gathered weights in 8 bits) is not modelled either; memderive's "
+                "selective-op keeps every Float8 linear's output (torchtitan's 2026 policy), e7c0cae's _save_list "
+                "names aten.mm, not _scaled_mm (tests/published_runs.TITAN_2025_GAP)")
+    for run in TORCHTITAN_2025 if run.name in _TRAINY_GIB]
+
 _OCTO = ("huggingface/transformers docs/source/en/llm_tutorial_optimization.md ('Optimizing LLMs for Speed and "
          "Memory', 2023): bytes_to_giga_bytes(torch.cuda.max_memory_allocated()), bytes / 1024**3")
 _OCTO_SETUP = ("bigcode/octocoder with transformers' pipeline('text-generation'), the short prompt ('Question: "
@@ -368,5 +386,5 @@ VLLM = [
                      "weights and the fused-MoE workspace: a small difference of large numbers"),
 ]
 
-MEASUREMENTS = (HF_BERT + TORCHTUNE_README + TORCHTUNE_FLAGS + TORCHTITAN + TORCHTITAN_PP + TRANSFORMERS_GENERATE
-                + VLLM)
+MEASUREMENTS = (HF_BERT + TORCHTUNE_README + TORCHTUNE_FLAGS + TORCHTITAN + TORCHTITAN_PP + TORCHTITAN_H200
+                + TRANSFORMERS_GENERATE + VLLM)

@@ -9,7 +9,8 @@ allocated memory where the timeline runs transformers' code call by call, torcht
 before that, with --precision, --optimizer-in-backward, --loss-chunks and
 --offload-params applied; median 0.99, range 0.10-1.68,
 16 of 32 on main just before them; median 0.85 and 15 of 32 when the corpus was first bounded; since then median
-1.03, 28 of 38 with torchtitan's six 405B pipeline rows, FSDP2's stage held whole):
+1.03, 28 of 38 with torchtitan's six 405B pipeline rows, FSDP2's stage held whole; 28 of 40, range 0.56-1.63, with
+Trainy's two H200 rows, 0.62 each, torch.compile and its compiled loss pending):
 settings memderive cannot express yet are listed per entry (``pending``) and applied as soon as ``Options``
 takes them, which moves the torchtune entries towards 1; a change that moves the distribution outside these
 bounds must say why in the corpus or set new bounds from ``benchmarks/published_memory.py``."""

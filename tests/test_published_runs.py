@@ -28,8 +28,8 @@ from memderive.derivations.quantities import efficiency, timing
 from memderive.derivations.quantities.memory_bound import layout_int
 
 from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT,
-                                  NEMO_2407, PLAN_SLACK, RUNS, SCALING, SFT_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_FLOAT8,
-                                  ZERO3_2021, ZERO3_GAP, plan_against, predict)
+                                  NEMO_2407, PLAN_SLACK, RUNS, SCALING, SFT_GAP, TITAN_2025_GAP, TITAN_FLOAT8_GAP,
+                                  TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, plan_against, predict)
 
 
 def test_the_table_names_its_runs() -> None:
@@ -448,4 +448,42 @@ def test_torchtitans_float8_rows_meet_issue_39s_bounds() -> None:
     """Issue 39's bounds on torchtitan's fourteen Float8 rows: measured median 15.4%, worst 32.2% (python
     benchmarks/published_runs.py); strict, so a model that meets them shows as an XPASS."""
     errors = [abs(predict(run).error) for run in TORCHTITAN_FLOAT8]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
+
+
+def test_torchtitans_2025_rows_are_expressible() -> None:
+    """torchtitan's June 2025 AsyncTP page (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, 820504e) and
+    Trainy's H200 page (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md, e7c0cae): bf16, then Float8
+    tensorwise (with Float8's TP plan), then rowwise (regular TP: parallelize_llama.py enable_float8_tensorwise_tp),
+    each with vanilla TP and AsyncTP, for the 70B and the 8B; then the two H200 rows (tensorwise, no TP). Steps from
+    the pages' TPS/GPU by hand: 70B bf16, local batch 16 of 8,192 over TP 8 at 597.3: 16 x 8,192 / 8 / 597.3 =
+    27.430 s; 8B tensorwise AsyncTP, local batch 12 over TP 8 at 5,570.1: 12 x 8,192 / 8 / 5,570.1 = 2.2061 s; H200
+    FSDP 64, local batch 2 at 10,753: 2 x 8,192 / 10,753 = 1.5237 s."""
+    rows = TORCHTITAN_2025
+    assert len(rows) == 14 and all(r.held_out for r in rows)
+    options = [r.estimate().options for r in rows]
+    assert [o.fp8 for o in options] == (["none"] * 2 + ["tensorwise"] * 2 + ["rowwise"] * 2) * 2 + ["tensorwise"] * 2
+    assert [o.float8_tp_plan for o in options] == ([False] * 2 + [True] * 2 + [False] * 2) * 2 + [False] * 2
+    assert [o.async_tp for o in options] == [False, True] * 6 + [False] * 2
+    assert [bool(r.estimate().graph.float8) for r in rows] == ([False] * 2 + [True] * 4) * 2 + [True] * 2
+    assert all(o.fp8_keep_output for o in options if o.fp8 != "none")  # filter_fqns = ["output"] in the tomls
+    assert [r.gpus for r in rows] == [256] * 6 + [64] * 6 + [32, 64]
+    assert rows[0].measured() == pytest.approx(16 * 8192 / 8 / 597.3, rel=1e-12)
+    assert rows[9].measured() == pytest.approx(12 * 8192 / 8 / 5570.1, rel=1e-12)
+    assert rows[-1].measured() == pytest.approx(2 * 8192 / 10753, rel=1e-12)
+    assert not {id(r) for r in rows} & {id(r) for r in RUNS + DENSE_APART + TORCHTITAN_FLOAT8}
+
+
+def test_trainys_h200_rows_meet_issue_39s_median_bound() -> None:
+    """Trainy's two H200 rows (FSDP 32 and 64, Float8 tensorwise, torch.compile) within issue 39's 10%: measured
+    -1.6% and -3.3% (python benchmarks/published_runs.py), FSDP's Float8 all-gather not modelled."""
+    assert [abs(predict(run).error) <= 0.10 for run in TORCHTITAN_2025[-2:]] == [True, True]
+
+
+@pytest.mark.xfail(strict=True, reason=TITAN_2025_GAP)
+def test_torchtitans_2025_rows_meet_issue_39s_bounds() -> None:
+    """Issue 39's bounds on the fourteen rows of torchtitan's 2025 pages: measured median 27.5%, worst 54.2% (the
+    8B's rowwise AsyncTP row; python benchmarks/published_runs.py); strict, so a model that meets them shows as an
+    XPASS."""
+    errors = [abs(predict(run).error) for run in TORCHTITAN_2025]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
