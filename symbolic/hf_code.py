@@ -22,8 +22,9 @@ ATTENTION_KERNELS = ("eager", "sdpa", "flash")
 #: ``(x * (1 + w.float())).to(dt)`` (fp32 normed value and the fp32 ``1 + w`` saved: Gemma).
 RMS_NORMS = ("llama", "fp32-product", "offset")
 #: ``fused``: ``nn.LayerNorm`` (``F.layer_norm``); ``python-fp32``: Cohere's mean-centred LayerNorm
-#: written out in fp32 (two centred copies, rstd, the fp32 weight and the normed value saved).
-LAYER_NORMS = ("fused", "python-fp32")
+#: written out in fp32 (two centred copies, rstd, the fp32 weight and the normed value saved); ``one-plus``:
+#: ``F.layer_norm(x, shape, weight + 1.0, bias)`` (Nemotron's LayerNorm1P): the (h,) ``weight + 1`` saved too.
+LAYER_NORMS = ("fused", "python-fp32", "one-plus")
 #: ``shared``: cos/sin made once per forward, read by every layer (LLaMA); ``per-call``: each
 #: ``apply_rotary_pos_emb`` call repeats them (``repeat_interleave``, GPT-J): saved per q and k per layer;
 #: ``shared-fp32``: shared, kept in fp32 (OLMo 2's rotary embedding returns them uncast).
@@ -33,6 +34,7 @@ _RULES = {
     ("rms_norm", "fp32-product"): "RMSNorm: (w * x) in fp32, cast after (fp32 normed value saved)",
     ("rms_norm", "offset"): "RMSNorm: x * (1 + w) in fp32, cast after (the fp32 (1 + w) and normed value saved)",
     ("layer_norm", "python-fp32"): "LayerNorm written out in fp32 (centred copies, rstd, fp32 weight, normed value)",
+    ("layer_norm", "one-plus"): "LayerNorm1P: F.layer_norm with weight + 1 (the (h,) sum saved by each norm)",
     ("softmax_fp32", False): "eager softmax in the activation dtype (no fp32 copy)",
     ("scores_fp32", True): "eager scores from fp32 copies of q and k (fp32 q, k and probabilities saved)",
     ("python_gelu", True): "GeLU is gelu_new, a Python formula (input, x/2, tanh and 1 + tanh saved)",

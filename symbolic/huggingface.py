@@ -189,6 +189,8 @@ class HuggingFace(Strategy):
     def _layer_norm(self, op: Op) -> Op:
         if self.code.layer_norm == "python-fp32":
             return _python_layer_norm(op)
+        if self.code.layer_norm == "one-plus":
+            op = _one_plus_layer_norm(op)
         if self.device == "cpu":  # F.layer_norm with 16-bit weights returns 16-bit mean and rstd on CPU
             return replace(op, saved=tuple(like(x, x.name, op.output.dtype) if x.role == "norm-stats" else x
                                            for x in op.saved))
@@ -288,6 +290,19 @@ def _python_layer_norm(op: Op) -> Op:
         saved.append((Tensor(f"{op.path}.weight_fp32", op.params[0].shape, FP32, role="norm-weight"), (x.name,)))
     return replace(op, saved=tuple(t for t, _ in saved), note="Python LayerNorm in fp32 (CohereLayerNorm)",
                    saved_for=tuple((t.name, g) for t, g in saved) if op.saved_for else ())
+
+
+def _one_plus_layer_norm(op: Op) -> Op:
+    """Nemotron's LayerNorm1P: ``F.layer_norm(x, shape, self.weight + 1.0, self.bias)``; ``native_layer_norm``
+    saves its weight argument, the (h,) sum, a tensor made in the forward (in the activation dtype: the module's
+    own under a 16-bit model, autocast's cast of it otherwise), needed for the input's gradient."""
+    if not op.params:
+        return op
+    weight = op.params[0]
+    one_plus = Tensor(f"{op.path}.weight_plus_one", weight.shape, op.output.dtype, role="norm-weight")
+    x = op.saved[0]
+    saved_for = (*op.saved_for, (one_plus.name, (x.name,))) if op.saved_for else ()
+    return replace(op, saved=(*op.saved, one_plus), saved_for=saved_for, note="LayerNorm1P (weight + 1)")
 
 
 def _bool_mask(graph: Graph) -> Tensor:

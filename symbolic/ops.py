@@ -43,8 +43,8 @@ Parallel = Literal["column", "row", "vocab", None]
 #: Elementwise FLOPs per output element of the forward pass, one per arithmetic operation as
 #: written (softmax 3: Hoffmann et al. 2022, App. F). NOTE(memderive): a convention, not a
 #: measurement (FlopCounterMode counts matmuls only); backward is counted as twice the forward,
-#: except a residual add's (its gradient passes through).
-ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "tanh": 1, "gelu": 8, "silu": 4,
+#: except a residual add's (its gradient passes through). relu2 (squared ReLU): the relu, then its square.
+ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "relu2": 2, "tanh": 1, "gelu": 8, "silu": 4,
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1,
                "clamp": 3, "rotary-yarn": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
 
@@ -185,7 +185,10 @@ class BlockBuilder:
 
     # --- pointwise --------------------------------------------------------------------------
     def activation(self, path: str, x: Tensor, kind: str) -> Tensor:
-        """GeLU / ReLU / SiLU / tanh: saves its input (ReLU and tanh save their output: same size)."""
+        """GeLU / ReLU / SiLU / tanh: saves its input (ReLU and tanh save their output: same size).
+        Squared ReLU (``relu2``) saves one tensor of the input's size: Megatron-Core's ``squared_relu``
+        (``torch.pow(F.relu(x), 2)`` under ``jit_fuser``) its input, transformers' ReLUSquaredActivation the
+        ReLU's output, which both ``relu`` (its result) and ``square`` (its input) save."""
         out = self._act(f"{path}.out", x.shape, tp_axis=x.tp_axis)
         saved = out if kind in ("relu", "tanh") else x
         return self._add(Op(path, kind, (), (saved,), out, flops=pointwise_flops(path, kind, out), inputs=(x.name,)))

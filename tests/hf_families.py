@@ -51,6 +51,7 @@ TINY: dict[str, dict] = {
     "olmo2": dict(_L),
     "granite": dict(_L),
     "cohere": dict(_L),
+    "nemotron": dict(_L),
     "stablelm": dict(_L),
     "starcoder2": dict(_L, residual_dropout=0.1, embedding_dropout=0.1),
     "phi": dict(_L, num_key_value_heads=4, resid_pdrop=0.1),

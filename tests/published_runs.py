@@ -874,9 +874,39 @@ def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: flo
 _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.07 sets it, not the Llama yamls' 0.0"
 
 
-#: NeMo 24.07's FP8 rows of the models memderive has (Llama 2 7B/13B/70B, Llama 3 8B/70B, GPT-3 175B); its GPT-3
-#: 5B/20B and Nemotron 8B/22B/340B rows are left out (no preset of their shapes here), held apart from ``HELD_OUT``'s
-#: bounds as ``BRIDGE_DENSE`` is.
+_LAUNCHER = "NeMo-Framework-Launcher launcher_scripts/conf/training/{}.yaml at git tag 24.07"
+#: Nemotron's shapes as NeMo-Framework-Launcher's yamls at tag 24.07 set them (``_LAUNCHER``, nemotron/nemotron_8b.yaml
+#: L67-70 and L140, nemotron_22b.yaml L67-70 and L140, nemotron_340b.yaml L65-68 and L137: num_layers, hidden_size,
+#: ffn_hidden_size (340B: 4 x hidden_size), num_attention_heads, num_query_groups (null: one KV head per head; 340B: 8));
+#: every yaml: normalization layernorm1p, bias false, activation squared-relu, rotary_percentage 0.5,
+#: share_embeddings_and_output_weights false, max_position_embeddings 4096, make_vocab_size_divisible_by 128. The
+#: vocabulary: 256,000, the SentencePiece model nemotron_2_256k.model that nemotron_340b.yaml L97 names (Nemotron-4
+#: 340B Technical Report, arXiv:2406.11704, §2.1: 256,000 tokens); the 8B and 22B yamls leave tokenizer.model null
+#: (assumed the same tokenizer). 256,000 divides by 128 x TP at TP 2 and 8: no padding.
+_NEMOTRON = {"model_type": "nemotron", "vocab_size": 256000, "partial_rotary_factor": 0.5, "hidden_act": "relu2",
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+NEMOTRON_8B = {**_NEMOTRON, "hidden_size": 4096, "intermediate_size": 16384, "num_attention_heads": 32,
+               "num_key_value_heads": 32, "num_hidden_layers": 32}
+NEMOTRON_22B = {**_NEMOTRON, "hidden_size": 6144, "intermediate_size": 24576, "num_attention_heads": 48,
+                "num_key_value_heads": 48, "num_hidden_layers": 40}
+NEMOTRON_340B = {**_NEMOTRON, "hidden_size": 18432, "intermediate_size": 73728, "num_attention_heads": 96,
+                 "num_key_value_heads": 8, "num_hidden_layers": 96}
+#: NeMo's GPT-3 5B and 20B (``_LAUNCHER``, gpt3/5b.yaml L69-72, gpt3/20b.yaml L69-72: 24 layers h 4,096 32 heads;
+#: 44 layers h 6,144 48 heads; FFN 4h; learned positions, biases, tied embeddings by NeMo's GPT defaults), the GPT-2 BPE
+#: vocabulary (L113-117: 50,257) padded as Megatron pads it, to a multiple of make_vocab_size_divisible_by (L79: 128)
+#: x TP: 50,304 at TP 1, 50,432 at TP 2; dropout 0.1 (L74-75), as ``_NEMO_GPT3_DROPOUT`` for the 175B.
+GPT3_5B, GPT3_20B = gpt(4096, 32, 24, vocab=50304), gpt(6144, 48, 44, vocab=50432)
+_NEMO_GPT3_SMALL_DROPOUT = "dropout 0.1 as the launcher's gpt3/5b.yaml and 20b.yaml L74-75 at 24.07 set it"
+#: The 340B's own yaml (nemotron_340b.yaml L122, L156): activations_checkpoint_granularity selective and
+#: ub_tp_comm_overlap False, with no tp_overlap config in its defaults list (the 8B and 22B yamls: no recompute,
+#: ub_tp_comm_overlap true, sequence_parallel true, L125-130, L158); taken as read for the page's 128-GPU layout.
+_NEMOTRON_340B_NOTE = ("selective recompute and no TP communication overlap, as the launcher's nemotron_340b.yaml L122 "
+                       "and L156 at 24.07 set them")
+
+
+#: NeMo 24.07's FP8 rows (all on the page: Llama 2 7B/13B/70B, Llama 3 8B/70B, GPT-3 5B/20B/175B, Nemotron
+#: 8B/22B/340B, the last three with memderive's ``nemotron`` family), held apart from ``HELD_OUT``'s bounds as
+#: ``BRIDGE_DENSE`` is.
 NEMO_2407 = [
     _nemo("L2 7B NeMo d8 fp8", "llama-2-7b", {"dp": 8, "batch": 1, "micro_batches": 16}, 4096, 16934, 780),
     _nemo("L2 13B NeMo p4 v10 fp8", "llama-2-13b", {"pp": 4, "virtual_stages": 10, "dp": 4, "batch": 1,
@@ -892,6 +922,18 @@ NEMO_2407 = [
     _nemo("GPT3 175B NeMo t4 p8 v6 d16 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 16, "batch": 2,
                                                            "micro_batches": 64, "dropout": True}, 2048, 825, 888,
           _NEMO_GPT3_DROPOUT),
+    _nemo("GPT3 5B NeMo d64 fp8", GPT3_5B, {"dp": 64, "batch": 4, "micro_batches": 8, "dropout": True}, 2048, 23406,
+          765, _NEMO_GPT3_SMALL_DROPOUT),
+    _nemo("GPT3 20B NeMo t2 d32 fp8", GPT3_20B, {"tp": 2, "dp": 32, "batch": 2, "micro_batches": 4, "dropout": True},
+          2048, 5851, 750, _NEMO_GPT3_SMALL_DROPOUT),
+    _nemo("Nemotron 8B NeMo t2 d32 fp8", NEMOTRON_8B, {"tp": 2, "dp": 32, "batch": 4, "micro_batches": 2}, 4096,
+          12507, 643),
+    _nemo("Nemotron 22B NeMo t2 p4 v10 fp8", NEMOTRON_22B, {"tp": 2, "pp": 4, "virtual_stages": 10, "dp": 8, "batch": 2,
+                                                            "micro_batches": 16}, 4096, 4312, 562),
+    _nemo("Nemotron 340B NeMo t8 p8 v12 fp8", NEMOTRON_340B, {"tp": 8, "pp": 8, "virtual_stages": 12, "dp": 2,
+                                                              "batch": 1, "micro_batches": 16, "recompute": "selective",
+                                                              "tp_comm_overlap": False}, 4096, 326, 686,
+          _NEMOTRON_340B_NOTE),
 ]
 
 

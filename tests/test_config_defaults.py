@@ -65,8 +65,13 @@ def test_table_is_the_config_class_defaults(model_type: str) -> None:
 def test_config_class_without_arguments(model_type: str) -> None:
     """Every field at its default: given, left out all at once (``{"model_type": ...}``), or one at a time."""
     config = transformers.CONFIG_MAPPING[model_type]()
-    expected = _theirs(model_type, config)
     whole = config.to_dict()
+    try:
+        expected = _theirs(model_type, config)
+    except TypeError:  # NemotronConfig() leaves num_key_value_heads None, which NemotronAttention divides by
+        with pytest.raises(ValueError, match="num_key_value_heads"):
+            _ours(whole)
+        return
     assert _ours_or_no_default(whole) in (expected, None)
     assert _ours_or_no_default({**config.to_diff_dict(), "model_type": model_type}) in (expected, None)
     assert _ours_or_no_default({"model_type": model_type}) in (expected, None)

@@ -45,6 +45,12 @@ FAMILY_CONFIGS = [
                       vocab_size=1000)),
     ("gpt_neox", dict(hidden_size=128, num_attention_heads=8, num_hidden_layers=2, intermediate_size=512,
                       vocab_size=1000, use_parallel_residual=False, tie_word_embeddings=True)),
+    # Nemotron: LayerNorm1P (weight and bias), relu2 MLP without gate, partial rotary; biases switched on once
+    ("nemotron", dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, num_hidden_layers=2,
+                      intermediate_size=344, vocab_size=1000)),
+    ("nemotron", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=4, head_dim=48,
+                      num_hidden_layers=2, intermediate_size=300, vocab_size=1000, attention_bias=True,
+                      mlp_bias=True, tie_word_embeddings=True)),
     ("bert", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, intermediate_size=384,
                   vocab_size=700, max_position_embeddings=128, type_vocab_size=2)),
 ]

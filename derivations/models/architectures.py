@@ -32,7 +32,7 @@ Norm = Literal["layernorm", "rmsnorm"]
 #: Where the graph drops out: the embeddings, the attention probabilities, the attention and MLP outputs.
 DROPOUT_PLACES = ("embed", "attention", "attn_out", "mlp_out")
 Places = frozenset[str]
-Mlp = Literal["gelu", "relu", "swiglu", "geglu"]
+Mlp = Literal["gelu", "relu", "relu2", "swiglu", "geglu"]
 
 
 @dataclass(frozen=True, slots=True)

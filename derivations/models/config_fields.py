@@ -202,7 +202,7 @@ def mlp_kind(c: Fields, key: str, default: str, gated: bool = False) -> str:
     if gated:
         kinds = {"silu": "swiglu", "swish": "swiglu", **dict.fromkeys(GELUS, "geglu")}
     else:
-        kinds = {"relu": "relu", **dict.fromkeys(GELUS, "gelu")}
+        kinds = {"relu": "relu", "relu2": "relu2", **dict.fromkeys(GELUS, "gelu")}
     if act not in kinds:
         c.fail(key, f"is not supported: the {'gated ' if gated else ''}MLP is modelled with {', '.join(kinds)}")
     return kinds[act]
@@ -245,7 +245,7 @@ DROPOUT_RATES: dict[str, dict[str, tuple[float, tuple[str, ...]]]] = {
     "bert": {"hidden_dropout_prob": (0.1, _E + _R), "attention_probs_dropout_prob": (0.1, _A)},
     "stablelm": {"hidden_dropout": (0.0, _M), "attention_dropout": (0.0, _A)},  # the MLP output only
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "granite",
-                     "cohere", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                     "cohere", "nemotron", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
                      "phimoe", "granitemoe"), _LLAMA_DROPOUT),
 }
 
@@ -273,7 +273,7 @@ def with_dropout(c: Fields, arch: Arch, extra: dict[str, Any]) -> tuple[Arch, di
 #: BLOOM, MPT, GPT-Neo, GPT-BigCode and GPT-NeoX pass no ``padding_idx``.
 PADDED_EMBEDDINGS = frozenset({
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite", "cohere",
-    "stablelm", "starcoder2", "phi", "opt", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
+    "nemotron", "stablelm", "starcoder2", "phi", "opt", "bert", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
     "deepseek_v3", "gpt_oss", "phimoe", "granitemoe"})
 
 

@@ -57,6 +57,10 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "granite": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
         2048, "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False},
+    "nemotron": {"vocab_size": 256000, "hidden_size": 6144, "intermediate_size": 24576, "num_hidden_layers": 32,
+        "num_attention_heads": 48, "head_dim": None, "num_key_value_heads": None, "hidden_act": "relu2",
+        "max_position_embeddings": 4096, "tie_word_embeddings": False,
+        "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False},
     "cohere": {"vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
         "num_attention_heads": 64, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings":
         8192, "tie_word_embeddings": True, "attention_bias": False, "attention_dropout": 0.0, "use_qk_norm": False},

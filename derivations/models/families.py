@@ -231,6 +231,24 @@ def _cohere(c: Fields) -> Adapted:
     return LlamaLike(_COHERE, reads=("attention_bias",))(c)
 
 
+def _nemotron(c: Fields) -> Adapted:
+    """Nemotron-4 (transformers' ``nemotron``): LayerNorm1P (a LayerNorm with weight and bias, applied as
+    ``weight + 1``), a plain MLP up_proj -> relu2 (squared ReLU) -> down_proj, partial rotary (factor 0.5),
+    grouped KV, untied embeddings; ``attention_bias`` on q/k/v/o, ``mlp_bias`` on up/down (both off by default)."""
+    if c.given("num_key_value_heads") is None:  # NemotronConfig leaves it None: heads // None in NemotronAttention
+        c.fail("num_key_value_heads", "is required: transformers 5.25's NemotronAttention cannot build the model "
+                                      "without it (num_heads // None); give the number of key/value heads")
+    sizes = decoder_sizes(c)
+    part = rotary_dims(c, sizes.get("d_h") or sizes["h"] // sizes["a"], "partial_rotary_factor", 0.5)
+    attn_bias, mlp_bias = c.flag("attention_bias", False), c.flag("mlp_bias", False)
+    arch = replace(LLAMA, family="nemotron", norm="layernorm", norm_bias=True,
+                   **activation(c, "hidden_act", "relu2"), qkv_bias=attn_bias, out_bias=attn_bias,
+                   mlp_bias=mlp_bias, tied_embeddings=c.flag("tie_word_embeddings", False),
+                   partial_rotary=bool(part))
+    sizes.update({k: v for k, v in part.items() if k == "d_r"})
+    return arch, sizes, {"max_positions": c.get("max_position_embeddings", None)}
+
+
 def _refuse(why: str) -> Callable[[Fields], NoReturn]:
     def adapt(c: Fields) -> NoReturn:
         raise ConfigError(f"{c.name}: model_type {c.config['model_type']!r} is not supported: {why}")
@@ -262,6 +280,7 @@ ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "olmo2": LlamaLike(_OLMO2, reads=("attention_bias",)),
     "granite": LlamaLike(replace(LLAMA, family="granite")),
     "cohere": _cohere,
+    "nemotron": _nemotron,
     "stablelm": _stablelm,
     "starcoder2": _starcoder2,
     "phi": _phi,

@@ -55,6 +55,9 @@ def family_code() -> dict[str, HfCode]:
         # then softmax of the top-k values; GptOssExperts._apply_gate; GptOssRotaryEmbedding: emb = freqs
         "gpt_oss": HfCode(rms_norm="fp32-product", sinks=True, router_topk_first=True, clamped_glu=True, rotary_half=True),
         "cohere": HfCode(layer_norm="python-fp32"),  # CohereLayerNorm: mean-centred, in fp32
+        # NemotronLayerNorm1P: F.layer_norm(input, shape, self.weight + 1.0, self.bias); apply_rotary_pos_emb:
+        # torch.cat((q_embed, q_pass), dim=-1) on (b, a, s, d)
+        "nemotron": HfCode(layer_norm="one-plus", q_head_major=True),
         "phi3": HfCode(q_head_major=True),  # apply_rotary_pos_emb: torch.cat([rotated, pass]) on (b, a, s, d)
         "gpt_neox": HfCode(q_head_major=True),
         "stablelm": HfCode(q_head_major=True),  # StableLmAttention: torch.cat((query_rot, query_pass))

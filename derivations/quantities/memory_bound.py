@@ -156,6 +156,9 @@ FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
     **{("rotary", rope): {"forward": 2, "recompute": 2, "input-grad": 2} for rope in ("rotary", "rotary-yarn")},
     ("silu-glu", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
     ("gelu", "gelu"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    # squared ReLU: Megatron-Core's squared_relu, torch.pow(F.relu(x), 2) under jit_fuser (torch.compile from torch
+    # 2.2: megatron/core/jit.py), one pointwise kernel: r x w y, backward r g, x w dx (as the fused GELU)
+    ("relu2", "relu2"): {"forward": 2, "recompute": 2, "input-grad": 3},
     ("add", "add"): {"forward": 3, "recompute": 3},
     ("dropout", "dropout"): {"forward": 2, "recompute": 2, "input-grad": 2},
     ("attention", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},

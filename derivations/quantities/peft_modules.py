@@ -84,6 +84,8 @@ HF_MODULES: dict[str, dict[str, str]] = {
                                                   "layer/attn/proj": "self_attn.o_proj",
                                                   "layer/mlp/gate+layer/mlp/up": "mlp.gate_up_proj",
                                                   "layer/mlp/fc2": "mlp.down_proj"}),
+    "nemotron": _layout(_TOKENS, "model.layers.{i}", {**_prefixed("self_attn", _ATTN),
+                                                      "layer/mlp/fc1": "mlp.up_proj", "layer/mlp/fc2": "mlp.down_proj"}),
     "starcoder2": _layout(_TOKENS, "model.layers.{i}", {**_prefixed("self_attn", _ATTN),
                                                         "layer/mlp/fc1": "mlp.c_fc", "layer/mlp/fc2": "mlp.c_proj"}),
     "phi": _layout(_TOKENS, "model.layers.{i}", {**_prefixed("self_attn", {**_ATTN, "layer/attn/proj": "dense"}),

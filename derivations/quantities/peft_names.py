@@ -31,6 +31,8 @@ PEFT_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
                 "fc_out": ("layer/mlp/fc2",)},
     "opt": {**_QKV_SEPARATE, "out_proj": ("layer/attn/proj",), "fc1": ("layer/mlp/fc1",), "fc2": ("layer/mlp/fc2",)},
     "phi": {**_QKV_SEPARATE, "dense": ("layer/attn/proj",), "fc1": ("layer/mlp/fc1",), "fc2": ("layer/mlp/fc2",)},
+    "nemotron": {**_QKV_SEPARATE, "o_proj": ("layer/attn/proj",), "up_proj": ("layer/mlp/fc1",),
+                 "down_proj": ("layer/mlp/fc2",)},
     "starcoder2": {**_QKV_SEPARATE, "o_proj": ("layer/attn/proj",), "c_fc": ("layer/mlp/fc1",),
                    "c_proj": ("layer/mlp/fc2",)},
     "gpt_neo": {**_QKV_SEPARATE, "out_proj": ("layer/attn/proj",), "c_fc": ("layer/mlp/fc1",),
