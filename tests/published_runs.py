@@ -390,6 +390,16 @@ _FP8_PARAMS = {"fp8_param_gather": True}
 BF16_GRADS = "param+fp32"
 
 
+def _bridge_ub(hw: str, model: Any) -> dict:
+    """The userbuffers config Megatron-Bridge's Llama 3 70B / 3.1 405B performance recipe selects for an fp8 run on
+    ``hw`` (every row here is fp8; symbolic/userbuffers.py cites the recipes: the h100 configs on H100, the b200 ones
+    on B200, B300, GB200 and GB300; h8192 for the 70B, h16384 for the 405B), as --tp-comm-overlap-cfg."""
+    size = "h16384_tp8_cp2" if model is LLAMA_405B else "h8192_tp4"
+    if hw != "h100-sxm":
+        size = "h16384_tp4_cp2" if model is LLAMA_405B else "h8192_tp2"
+    return {"tp_comm_overlap_cfg": f"userbuffers_fp8_{'h100' if hw == 'h100-sxm' else 'b200'}_{size}_mbs1_seqlen8192"}
+
+
 def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note: str = "") -> Run:
     """NVIDIA Megatron-Bridge's performance summary (docs/performance-summary.md, 25.11 NeMo container, DGX-H100:
     8 H100 SXM per node, a 400 Gb/s NDR port per GPU), FP8 with current scaling (Transformer Engine's
@@ -413,7 +423,8 @@ BRIDGE = [
                                                       "recompute_method": "block", "recompute_layers": 5},
             14451, 744, _BRIDGE_8B_RECOMPUTE),
     _bridge("L3 70B MCore t4 p8 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "sp": True,
-                                                          "tp_comm_overlap": True, "micro_batches": 64}, 1602, 719),
+                                                          "tp_comm_overlap": True, "micro_batches": 64,
+                                                          **_bridge_ub("h100-sxm", "llama-3-70b")}, 1602, 719),
 ]
 
 
@@ -458,6 +469,7 @@ def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, lay
     GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192 (pretraining; the fine-tuning rows' 4,096: ``seq``),
     micro-batches = GBS / (MBS x DP), what the recipes ran (``_BRIDGE_PAGE``)."""
     layout = _mcore_fp8(fp8, {"grad_buffer": BF16_GRADS, **_FP8_PARAMS, **layout})
+    layout = {**layout, **(_bridge_ub(hw, model) if layout.get("tp_comm_overlap") else {})}
     peak = gpu(hw).bf16_flops / 1e12
     return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, seq, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
