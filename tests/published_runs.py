@@ -1034,10 +1034,10 @@ def predict(run: Run) -> Prediction:
 #: ranking (issue 24: "the published layout within 15% of the planner's best for that cluster").
 PLAN_SLACK = 1.15
 #: The layout options the planner sets (or, ``recompute`` and the attention kernel, takes from the run): the rest of a run's
-#: options are its recipe, given to the planner as they are.
+#: options are its recipe, given to the planner as they are. The userbuffers config goes with --tp-comm-overlap.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
                      "first_stage_layers", "last_stage_layers", "pipeline_layout", "recompute", "flash", "attention",
-                     "tp_comm_overlap", "moe_a2a_overlap", "fp8_param_gather"})
+                     "tp_comm_overlap", "tp_comm_overlap_cfg", "moe_a2a_overlap", "fp8_param_gather"})
 
 
 @dataclass

@@ -230,8 +230,8 @@ def ub_margin_s(forms: tuple, values: Any, recompute_full: float, modules: bool,
 
     >>> gemm = (2 * 8192 * 8192 * 8192, 8192, 8192, 8192, False, "proj")  # one h x h GEMM of 8,192 tokens
     >>> forms = (("layer", ((0, False, (gemm,)),), (), ()),)
-    >>> ub_margin_s(forms, {}, 0, False, 1, 1, 1, lambda *_: 1e15, {"proj_fprop": 16}, 132)  # 1.1 ms x 16/116
-    0.00015164...
+    >>> ub_margin_s(forms, {}, 0, False, 1, 1, 1, lambda *_: 1e15, {"proj_fprop": 16}, 132)  # 1.0995 ms x 16/116
+    0.00015165...
     """
     if not sms or not margins:
         return 0.0
