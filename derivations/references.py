@@ -590,6 +590,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py (v0.3.0: configs/llama/): comm_overlap_cfg",
               None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/v0.2.0/src/megatron/bridge/training/comm_overlap.py",
               "code"),
+    Reference("nemo-launcher-tp-overlap", "NeMo-Framework-Launcher", _NV, "NeMo-Framework-Launcher: "
+              "launcher_scripts/conf/training/tp_overlap/ub_cfg_h100_*.yaml (userbuffers configs per GEMM: method, "
+              "num_sm, set_sm_margin), chosen by name in nemo_launcher/core/stages.py _get_ub_cfg_override "
+              "(ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}_seqlen{s})", None,
+              "github.com/NVIDIA/NeMo-Framework-Launcher/tree/main/launcher_scripts/conf/training/tp_overlap", "code"),
     Reference("pytorch-micro-pipeline-tp", "PyTorch", "PyTorch", "PyTorch: torch/_inductor/fx_passes/"
               "micro_pipeline_tp.py (fuse_all_gather_matmul: an all-gather fused with the matmuls and _scaled_mm's "
               "whose left operand it is; fuse_matmul_reduce_scatter: a reduce-scatter fused with its producer "

@@ -17,7 +17,9 @@ v0.2.0 and v0.3.0), keyed as Bridge keys them, the ones its Llama 3 / 3.1 perfor
 (scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/ at v0.2.0, configs/llama/ at v0.3.0:
 ``comm_overlap_cfg``, bf16 or else fp8 by precision; H100 the h100 configs, B200, B300, GB200 and GB300 the b200
 ones). Their bulk overlaps set no margin; their fp8 configs run proj_fprop and fc2_fprop as a ring exchange of one
-SM with the margin.
+SM with the margin. ``ub_cfg_*``: NeMo-Framework-Launcher's yamls (launcher_scripts/conf/training/tp_overlap/), keyed
+as the launcher names them (nemo_launcher/core/stages.py ``_get_ub_cfg_override``: ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}
+_seqlen{s}; where no file has the name, none is loaded: TE's defaults), the ones of NeMo 24.07's H100 rows.
 
 >>> UB_CONFIGS["te"]["qkv_wgrad"], UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]["fc2_fprop"]
 (16, 1)
@@ -27,18 +29,22 @@ from __future__ import annotations
 
 from memderive.symbolic.formula import Citation
 
-__all__ = ["BRIDGE_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "UB_CONFIGS", "ub_gemm"]
+__all__ = ["BRIDGE_UB", "NEMO_LAUNCHER_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "UB_CONFIGS", "ub_gemm"]
 
 SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
                                              "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
 TE_UB_DEFAULTS = Citation("te-userbuffers", "v2.9 initialize_ub get_default_config: num_sm 16 and set_sm_margin "
                                             "for the pipeline and bulk methods, 1 SM without a margin for ring_exchange")
+NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096.yaml, "
+                            "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml, ub_cfg_h100_h12288_tp4_mbs2_seqlen2048.yaml: "
+                            "bulk overlaps set_sm_margin 0; proj_fprop, fc2_fprop num_sm with set_sm_margin 1")
 BRIDGE_UB = Citation("megatron-bridge-comm-overlap", "userbuffers_* TransformerLayerTPOverlapCfg, selected by "
                                                      "scripts/performance/configs/llama*: comm_overlap_cfg")
 
 
 def _bridge(proj: int, fc2: int) -> dict[str, int]:
-    """A Bridge config: its bulk overlaps without a margin, proj_fprop and fc2_fprop taking ``proj`` and ``fc2``."""
+    """A Bridge (or NeMo launcher) config: its bulk overlaps without a margin, proj_fprop and fc2_fprop taking
+    ``proj`` and ``fc2``."""
     return {"proj_fprop": proj, "fc2_fprop": fc2}
 
 
@@ -53,6 +59,9 @@ UB_CONFIGS: dict[str, dict[str, int]] = {
     "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192": _bridge(1, 1),
     "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge(32, 8),
     "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge(1, 1),
+    "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096": _bridge(24, 16),
+    "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192": _bridge(24, 16),
+    "ub_cfg_h100_h12288_tp4_mbs2_seqlen2048": _bridge(24, 1),
 }
 
 

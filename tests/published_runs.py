@@ -29,6 +29,7 @@ from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
+from memderive.symbolic.userbuffers import UB_CONFIGS
 
 HDR = 200 * 10**9 // 8  # one 200 Gb/s HDR InfiniBand port per A100 (DGX A100: 8 ConnectX-6 per 8 GPUs; Selene)
 NDR = 400 * 10**9 // 8  # one 400 Gb/s port per H100 (Llama 3 §3.3.1)
@@ -774,10 +775,23 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
               "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
 
 
+#: The hidden sizes of the models NeMo 24.07's H100 rows run with TP > 1 (their launcher yamls' hidden_size).
+_NEMO_HIDDEN = {"llama-2-70b": 8192, "llama-3-70b": 8192, "gpt3-175b": 12288, "llama-2-7b": 4096}
+
+
+def _nemo_ub(model: Any, layout: dict, seq: int) -> dict:
+    """The userbuffers yaml NeMo-Framework-Launcher loads for a row under TP overlap (symbolic/userbuffers.py:
+    ub_cfg_h100_h{hidden}_tp{t}_mbs{b}_seqlen{s}, by name), where memderive has it; else TE's defaults (no launcher
+    yaml of that name: the L2 7B long-sequence rows' h4096 and GPT-3's mbs 1 row)."""
+    name = f"ub_cfg_h100_h{_NEMO_HIDDEN.get(model)}_tp{layout.get('tp', 1)}_mbs{layout.get('batch')}_seqlen{seq}"
+    return {"tp_comm_overlap_cfg": name} if layout.get("tp_comm_overlap") and name in UB_CONFIGS else {}
+
+
 def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "") -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
     (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise."""
     layout = _mcore_fp8("te-delayed", layout)
+    layout = {**layout, **_nemo_ub(model, layout, seq)}
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}"
