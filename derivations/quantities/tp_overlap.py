@@ -15,6 +15,13 @@ projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more
 >>> exposed_s([(8.0, 3.0)], 8)  # 8 s of transfer, 3 s of GEMM: 1 chunk (1 s) + (7 - 3) s past the GEMM
 5.0
 
+Transformer Engine's userbuffers run each overlapped transfer on SMs of their own, and where a GEMM's config sets
+``set_sm_margin`` the GEMM beside it runs on the rest (``symbolic/userbuffers.py``: TE's defaults take 16 of the
+GPU's SMs from o's and fc2's forward GEMMs and from the column-parallel data- and weight-gradient GEMMs;
+Megatron-Bridge's fp8 configs 1 SM from the two forward ones): ``ub_margin_s`` times what that adds, the GEMM's rate
+taken as proportional to its SMs (an assumption, not a measurement), and the pairs' GEMMs run that much longer.
+PyTorch's AsyncTP (symmetric-memory kernels, no such setting) is timed without any.
+
 NOTE(tp_overlap): PyTorch's micro-pipeline TP (``micro_pipeline=True``, torchtitan's AsyncTP) fuses what its pattern
 matcher finds in a compiled graph, and less than that model: (1) ``fuse_matmul_reduce_scatter`` returns unless the
 reduce-scatter's input is one matmul's output (``_find_producer_matmul``: an ``aten.mm`` or ``_scaled_mm``, or a
