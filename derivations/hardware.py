@@ -24,6 +24,13 @@ Conventions (NOTE(memderive)):
   8570 (the DGX B200 user guide); DGX B300: two Intel Xeon 6776P (``nvidia-dgx-b300-datasheet``); GB200 and GB300
   NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``). ``None`` for a card
   no such system fixes the host of (PCIe cards, MI300X).
+* ``sms``: the streaming multiprocessors a GPU runs kernels on, from NVIDIA's architecture whitepapers (``SM_COUNTS``):
+  A100 108, H100 SXM5 132, H100 PCIe 114 (the H100 whitepaper's Table 3), V100 80, RTX 4090 128, RTX 3090 82, RTX
+  A6000 84; H200 132 (the H100 SXM's GH100 with HBM3e: its datasheet's tensor peaks are the H100 SXM's, the same SMs at
+  the same clocks; inferred, not said in words). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
+  shipping part's count: B200, GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S,
+  A10, L4, T4; MI300X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
+  ``quantities.tp_overlap.ub_margin_s``) is not timed where it is ``None``.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -43,7 +50,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
-__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS"]
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -100,6 +107,14 @@ _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
 
+#: The sources of ``GPU.sms`` (the module's docstring).
+SM_COUNTS = (Citation("nvidia-a100-whitepaper", "A100: 108 SMs"),
+             Citation("nvidia-h100-whitepaper", "H100 SXM5 132 SMs, H100 PCIe 114"),
+             Citation("nvidia-volta-whitepaper", "Tesla V100: 80 SMs"),
+             Citation("nvidia-ada-whitepaper", "Appendix A, Table 2: GeForce RTX 4090, 128 SMs"),
+             Citation("nvidia-ga102-whitepaper", "GeForce RTX 3090 82 SMs, RTX A6000 84"))
+
+
 class HardwareError(DerivationError):
     """An accelerator the table does not have."""
 
@@ -120,6 +135,7 @@ class GPU:
     nvlink_domain: int = 8  # GPUs one NVLink/NVSwitch domain joins (an 8-GPU node; GB200 NVL72: 72)
     fp4_flops: int | None = None  # dense NVFP4 tensor FLOP/s (Blackwell); None: no FP4 tensor cores
     host: str | None = None  # the CPU of the system it ships in (``HOSTS``; the module's docstring); None: any server
+    sms: int | None = None  # streaming multiprocessors (``SM_COUNTS``); None: no NVIDIA document read here gives it
 
     def __post_init__(self) -> None:
         if self.host is not None and self.host not in HOSTS:
@@ -144,14 +160,16 @@ class GPU:
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (
-    GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100, host="amd"),
-    GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd"),
+    GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100, host="amd",
+        sms=108),
+    GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd",
+        sms=108),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G,
-        "NVLink 4", _H100, host="intel"),
+        "NVLink 4", _H100, host="intel", sms=132),
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
-        "NVLink bridge", _H100),
+        "NVLink bridge", _H100, sms=114),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G,
-        "NVLink 4", _H200, host="intel"),
+        "NVLink 4", _H200, host="intel", sms=132),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
         fp4_flops=9000 * T, host="intel"),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
@@ -162,17 +180,18 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
         1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace"),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
-        "PCIe 4.0 x16", _ADA),
+        "PCIe 4.0 x16", _ADA, sms=128),
     GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel"),
+        "NVLink 2", _V100, host="intel", sms=80),
     GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel"),
+        "NVLink 2", _V100, host="intel", sms=80),
     GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10),
     GPU("a6000", "NVIDIA RTX A6000 48GB", 1548 * T // 10, None, 48 * GIB, 768 * G, 1125 * G // 10, "NVLink bridge",
-        _A6000),
+        _A6000, sms=84),
     GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4),
     GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4),
-    GPU("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 71 * T, None, 24 * GIB, 936 * G, 64 * G, "PCIe 4.0 x16", _RTX3090),
+    GPU("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 71 * T, None, 24 * GIB, 936 * G, 64 * G, "PCIe 4.0 x16", _RTX3090,
+        sms=82),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
         "Infinity Fabric", _MI300X),
 )}

@@ -24,6 +24,7 @@ from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.sizes import parse_size, size_text
 from memderive.symbolic.dims import by_name, sym
 from memderive.symbolic.expr import Expr
+from memderive.symbolic.userbuffers import UB_CONFIGS
 
 __all__ = ["Option", "OPTIONS", "OPTIONS_BY_NAME", "KINDS", "MODES", "COMMANDS", "STRATEGY_COMMANDS",
            "options_for", "marker_option", "value_from_text", "value_text", "symbol_values", "shared_names"]
@@ -219,6 +220,14 @@ OPTIONS: tuple[Option, ...] = (
        "micro-pipeline TP splits the same collectives per rank behind the matmuls and _scaled_mm's)",
        modes=_TRAIN, shared=True, echo="set",
        example=(*_TRAIN_STEP, "--tp", "2", "--sp", "--tp-comm-overlap")),
+    _o("tp_comm_overlap_cfg", "choice", "te", "Transformer Engine's userbuffers config under --tp-comm-overlap, "
+       "for times: the SMs each overlapped communication takes from its GEMM (set_sm_margin), the GEMM timed on the "
+       "rest; te (TE's defaults: 16 SMs from the row-parallel forward GEMMs and the column-parallel data- and "
+       "weight-gradient GEMMs), a Megatron-Bridge config by its name (comm_overlap.py's userbuffers_*) or a NeMo "
+       "launcher yaml's (ub_cfg_*)",
+       choices=tuple(UB_CONFIGS), modes=_TRAIN, shared=True, echo="changed",
+       example=(*_TRAIN_STEP, "--tp", "4", "--sp", "--tp-comm-overlap", "--framework", "megatron",
+                "--tp-comm-overlap-cfg", "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")),
     _o("ep", "int", 1, "expert parallelism: routed experts over ep of the tp x cp x dp ranks (etp x ep must divide "
        "them)", modes=_ALL, symbol="ep",
        shared=True, echo="never", commands=_PLANNED, example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2")),

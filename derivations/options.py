@@ -25,6 +25,7 @@ from memderive.symbolic.strategies import (ContextParallel, FlashAttention, Full
                                           SelectiveRecompute,
                                  SequenceParallel, Strategy, TensorParallel)
 from memderive.symbolic.te_float8 import TE_RECIPES
+from memderive.symbolic.userbuffers import UB_CONFIGS
 from memderive.derivations.hardware import GPUS, gpu, intra_bandwidth
 from memderive.derivations.frameworks import FRAMEWORKS
 from memderive.derivations.choices import (GRAD_BUFFERS, MAIN_PARAM_DTYPES, MOMENT_DTYPES, OPTIMIZERS, PRECISIONS,
@@ -245,6 +246,7 @@ class Options:
     cp: int = 1  # context-parallel degree: ring attention over cp ranks, s/cp tokens each
     sp: bool = False
     tp_comm_overlap: bool = False  # Megatron-LM --tp-comm-overlap (TE userbuffers), for times
+    tp_comm_overlap_cfg: str = "te"  # TE userbuffers' per-GEMM SM margins (symbolic.userbuffers.UB_CONFIGS)
     zero: int = 0
     offload: bool = False
     offload_params: bool = False  # FSDP CPU offload: parameters, gradients, optimizer states on the host
@@ -372,6 +374,12 @@ class Options:
         if self.tp_comm_overlap and not (self.sp and self.tp > 1):
             raise OptionsError("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters: give "
                                "--tp greater than 1 and --sp (Megatron-LM asserts the same)")
+        if self.tp_comm_overlap_cfg not in UB_CONFIGS:
+            raise OptionsError(f"--tp-comm-overlap-cfg must be one of {', '.join(UB_CONFIGS)}, got "
+                               f"{self.tp_comm_overlap_cfg!r}")
+        if self.tp_comm_overlap_cfg != "te" and not (self.tp_comm_overlap and self.framework != "torchtitan"):
+            raise OptionsError("--tp-comm-overlap-cfg names Transformer Engine's userbuffers config: give "
+                               "--tp-comm-overlap (not under --framework torchtitan, whose AsyncTP has none), or drop it")
         if self.profile is not None and self.profile not in PROFILES:
             raise OptionsError(f"--profile must be one of {', '.join(PROFILES)}, got {self.profile!r}")
         for name in ("dtype", "weight_dtype", "kv_dtype"):

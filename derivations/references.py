@@ -266,6 +266,15 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("nvidia-blackwell-ultra-blog", "NVIDIA 2025 (Blackwell Ultra)", _NV, "Inside NVIDIA Blackwell Ultra: "
               "The Chip Powering the AI Factory Era", 2025,
               "developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era/", "blog"),
+    Reference("nvidia-a100-whitepaper", "NVIDIA A100 whitepaper", _NV, "NVIDIA A100 Tensor Core GPU Architecture "
+              "whitepaper (Table 1: A100 108 SMs)", None, "images.nvidia.com/aem-dam/en-zz/Solutions/data-center/"
+              "nvidia-ampere-architecture-whitepaper.pdf", "datasheet"),
+    Reference("nvidia-h100-whitepaper", "NVIDIA H100 whitepaper", _NV, "NVIDIA H100 Tensor Core GPU Architecture "
+              "whitepaper (Table 3: H100 SXM5 132 SMs, H100 PCIe 114 SMs)", None,
+              "resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper", "datasheet"),
+    Reference("nvidia-volta-whitepaper", "NVIDIA V100 whitepaper", _NV, "NVIDIA Tesla V100 GPU Architecture "
+              "whitepaper (Table 1: Tesla V100 80 SMs)", None,
+              "images.nvidia.com/content/volta-architecture/pdf/volta-architecture-whitepaper.pdf", "datasheet"),
     Reference("nvidia-l40s-datasheet", "NVIDIA L40S datasheet", _NV, "NVIDIA L40S datasheet", None,
               "nvidia.com/en-us/data-center/l40s/", "datasheet"),
     Reference("nvidia-ada-whitepaper", "NVIDIA Ada whitepaper", _NV, "NVIDIA Ada GPU Architecture whitepaper v2.1",
@@ -570,6 +579,22 @@ _ENTRIES: tuple[Reference, ...] = (
               "all-gathers, the GEMM split into tp chunks for the reduce-scatters), enabled by Megatron-LM's "
               "--tp-comm-overlap (megatron/training/arguments.py: only with sequence parallelism)", None,
               "github.com/NVIDIA/TransformerEngine/blob/main/transformer_engine/pytorch/module/base.py", "code"),
+    Reference("te-comm-gemm-overlap", "Transformer Engine", _NV, "TransformerEngine v2.9: transformer_engine/common/"
+              "comm_gemm_overlap/comm_gemm_overlap.cpp (CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
+              "num_comm_sm : sm_count; every overlapped GEMM, bulk, pipelined or ring-exchanged, launched on "
+              "_math_sms)", None, "github.com/NVIDIA/TransformerEngine/blob/release_v2.9/transformer_engine/common/"
+              "comm_gemm_overlap/comm_gemm_overlap.cpp", "code"),
+    Reference("megatron-bridge-comm-overlap", "Megatron-Bridge", _NV, "Megatron-Bridge v0.2.0 (v0.3.0 the same): "
+              "src/megatron/bridge/training/comm_overlap.py (the userbuffers_* TransformerLayerTPOverlapCfg configs: "
+              "num_sm and set_sm_margin per GEMM), selected by scripts/performance/configs/llama3/"
+              "llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py (v0.3.0: configs/llama/): comm_overlap_cfg",
+              None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/v0.2.0/src/megatron/bridge/training/comm_overlap.py",
+              "code"),
+    Reference("nemo-launcher-tp-overlap", "NeMo-Framework-Launcher", _NV, "NeMo-Framework-Launcher: "
+              "launcher_scripts/conf/training/tp_overlap/ub_cfg_h100_*.yaml (userbuffers configs per GEMM: method, "
+              "num_sm, set_sm_margin), chosen by name in nemo_launcher/core/stages.py _get_ub_cfg_override "
+              "(ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}_seqlen{s})", None,
+              "github.com/NVIDIA/NeMo-Framework-Launcher/tree/main/launcher_scripts/conf/training/tp_overlap", "code"),
     Reference("pytorch-micro-pipeline-tp", "PyTorch", "PyTorch", "PyTorch: torch/_inductor/fx_passes/"
               "micro_pipeline_tp.py (fuse_all_gather_matmul: an all-gather fused with the matmuls and _scaled_mm's "
               "whose left operand it is; fuse_matmul_reduce_scatter: a reduce-scatter fused with its producer "

@@ -31,6 +31,7 @@ from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
+from memderive.symbolic.userbuffers import UB_CONFIGS
 
 HDR = 200 * 10**9 // 8  # one 200 Gb/s HDR InfiniBand port per A100 (DGX A100: 8 ConnectX-6 per 8 GPUs; Selene)
 NDR = 400 * 10**9 // 8  # one 400 Gb/s port per H100 (Llama 3 §3.3.1)
@@ -484,6 +485,16 @@ _FP8_PARAMS = {"fp8_param_gather": True}
 BF16_GRADS = "param+fp32"
 
 
+def _bridge_ub(hw: str, model: Any) -> dict:
+    """The userbuffers config Megatron-Bridge's Llama 3 70B / 3.1 405B performance recipe selects for an fp8 run on
+    ``hw`` (every row here is fp8; symbolic/userbuffers.py cites the recipes: the h100 configs on H100, the b200 ones
+    on B200, B300, GB200 and GB300; h8192 for the 70B, h16384 for the 405B), as --tp-comm-overlap-cfg."""
+    size = "h16384_tp8_cp2" if model is LLAMA_405B else "h8192_tp4"
+    if hw != "h100-sxm":
+        size = "h16384_tp4_cp2" if model is LLAMA_405B else "h8192_tp2"
+    return {"tp_comm_overlap_cfg": f"userbuffers_fp8_{'h100' if hw == 'h100-sxm' else 'b200'}_{size}_mbs1_seqlen8192"}
+
+
 def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note: str = "") -> Run:
     """NVIDIA Megatron-Bridge's performance summary (docs/performance-summary.md, 25.11 NeMo container, DGX-H100:
     8 H100 SXM per node, a 400 Gb/s NDR port per GPU), FP8 with current scaling (Transformer Engine's
@@ -507,7 +518,8 @@ BRIDGE = [
                                                       "recompute_method": "block", "recompute_layers": 5},
             14451, 744, _BRIDGE_8B_RECOMPUTE),
     _bridge("L3 70B MCore t4 p8 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 8, "virtual_stages": 5, "dp": 2, "sp": True,
-                                                          "tp_comm_overlap": True, "micro_batches": 64}, 1602, 719),
+                                                          "tp_comm_overlap": True, "micro_batches": 64,
+                                                          **_bridge_ub("h100-sxm", "llama-3-70b")}, 1602, 719),
 ]
 
 
@@ -552,6 +564,7 @@ def _bridge_dense(name: str, release: str, system: str, hw: str, model: Any, lay
     GB200 / GB300 NVL72, 72 on NVLink), sequence 8,192 (pretraining; the fine-tuning rows' 4,096: ``seq``),
     micro-batches = GBS / (MBS x DP), what the recipes ran (``_BRIDGE_PAGE``)."""
     layout = _mcore_fp8(fp8, {"grad_buffer": BF16_GRADS, **_FP8_PARAMS, **layout})
+    layout = {**layout, **(_bridge_ub(hw, model) if layout.get("tp_comm_overlap") else {})}
     peak = gpu(hw).bf16_flops / 1e12
     return Run(name, f"{_BRIDGE_PAGE}, {release} NeMo container, {system}", model, layout, seq, hw, NDR,
                tokens_per_s_per_gpu=tps, held_out=True, published_mfu=tflops / peak,
@@ -856,10 +869,23 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
               "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
 
 
+#: The hidden sizes of the models NeMo 24.07's H100 rows run with TP > 1 (their launcher yamls' hidden_size).
+_NEMO_HIDDEN = {"llama-2-70b": 8192, "llama-3-70b": 8192, "gpt3-175b": 12288, "llama-2-7b": 4096}
+
+
+def _nemo_ub(model: Any, layout: dict, seq: int) -> dict:
+    """The userbuffers yaml NeMo-Framework-Launcher loads for a row under TP overlap (symbolic/userbuffers.py:
+    ub_cfg_h100_h{hidden}_tp{t}_mbs{b}_seqlen{s}, by name), where memderive has it; else TE's defaults (no launcher
+    yaml of that name: the L2 7B long-sequence rows' h4096 and GPT-3's mbs 1 row)."""
+    name = f"ub_cfg_h100_h{_NEMO_HIDDEN.get(model)}_tp{layout.get('tp', 1)}_mbs{layout.get('batch')}_seqlen{seq}"
+    return {"tp_comm_overlap_cfg": name} if layout.get("tp_comm_overlap") and name in UB_CONFIGS else {}
+
+
 def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "") -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
     (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise."""
     layout = _mcore_fp8("te-delayed", layout)
+    layout = {**layout, **_nemo_ub(model, layout, seq)}
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}"
@@ -1158,10 +1184,10 @@ def predict(run: Run) -> Prediction:
 #: ranking (issue 24: "the published layout within 15% of the planner's best for that cluster").
 PLAN_SLACK = 1.15
 #: The layout options the planner sets (or, ``recompute`` and the attention kernel, takes from the run): the rest of a run's
-#: options are its recipe, given to the planner as they are.
+#: options are its recipe, given to the planner as they are. The userbuffers config goes with --tp-comm-overlap.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
                      "first_stage_layers", "last_stage_layers", "pipeline_layout", "recompute", "flash", "attention",
-                     "tp_comm_overlap", "moe_a2a_overlap", "fp8_param_gather"})
+                     "tp_comm_overlap", "tp_comm_overlap_cfg", "moe_a2a_overlap", "fp8_param_gather"})
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities.compute import whole_model
@@ -26,14 +27,16 @@ def _gemm(m: int, n: int, k: int, count: int = 1) -> float:
     return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
 
 
-def _pairs_of(per_byte: float):
+def _pairs_of(per_byte: float, slow: float = 1.0):
     """``pair(bytes, GEMM seconds)``: a collective at ``per_byte`` split into 8 chunks behind its GEMMs,
-    c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it."""
+    c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it, o's and fc2's GEMMs
+    ``slow`` times as long (TE's userbuffers' SM margin on proj_fprop and fc2_fprop)."""
     def pair(nbytes: int, seconds: float) -> float:
         c = nbytes * per_byte
         return c / 8 + max(0.0, c * 7 / 8 - seconds)
 
-    forward = (pair(HALF, _gemm(M, H, H // 8)) + pair(HALF, _gemm(M, H, F // 8)) + pair(HALF, _gemm(M, QKV // 8, H))
+    forward = (pair(HALF, slow * _gemm(M, H, H // 8)) + pair(HALF, slow * _gemm(M, H, F // 8))
+               + pair(HALF, _gemm(M, QKV // 8, H))
                + pair(HALF, _gemm(M, F // 8, H, 2)))
     return pair, forward
 
@@ -43,8 +46,8 @@ def _pairs(est):
     quantized, gathered = quantized_gathers(est, whole)
     forms = overlap_forms(whole, float8=quantized, gathered=gathered)
     ev = lambda x: layout_int(x, est.values)  # noqa: E731
-    return whole, {name: [[(ev(b), fp8, [(ev(f), ev(m), ev(n), ev(k), c) for f, m, n, k, c in g]) for b, fp8, g in grp]
-                          for grp in groups] for name, *groups in forms}
+    return whole, {name: [[(ev(b), fp8, [(ev(f), ev(m), ev(n), ev(k), c, ub) for f, m, n, k, c, ub in g])
+                           for b, fp8, g in grp] for grp in groups] for name, *groups in forms}
 
 
 def test_pairs_of_a_llama_layer_by_hand() -> None:
@@ -56,12 +59,12 @@ def test_pairs_of_a_llama_layer_by_hand() -> None:
     whole, pairs = _pairs(est)
     o, fc2, qkv, gate = (2 * M * H * H * L, M, H, H), (2 * M * H * F * L, M, H, F), (2 * M * QKV * H * L, M, QKV, H), \
         (2 * M * F * H * L, M, F, H)  # 43,980,465,111,040; 153,931,627,888,640; 54,975,581,388,800; = fc2's
-    row = lambda g: (*g, False)  # noqa: E731  (the split side: in)
-    col = lambda g: (*g, True)  # noqa: E731  (the split side: out)
-    layer = [(HALF * L, False, [row(o)]), (HALF * L, False, [row(fc2)]), (HALF * L, False, [col(qkv)]),
-             (HALF * L, False, [col(gate), col(gate)])]
+    row = lambda g, ub: (*g, False, ub)  # noqa: E731  (the split side: in; TE's name of the linear)
+    col = lambda g, ub: (*g, True, ub)  # noqa: E731  (the split side: out)
+    layer = [(HALF * L, False, [row(o, "proj")]), (HALF * L, False, [row(fc2, "fc2")]),
+             (HALF * L, False, [col(qkv, "qkv")]), (HALF * L, False, [col(gate, "fc1"), col(gate, "fc1")])]
     assert pairs["layer"] == [layer, layer, []]
-    head = [(HALF, False, [(2 * M * V * H, M, V, H, True)])]
+    head = [(HALF, False, [(2 * M * V * H, M, V, H, True, None)])]  # no userbuffers outside the layers
     assert pairs["head"] == [head, head, []]
     assert pairs["embed"] == [[(2 * HALF, False, [])], [], []]
     fwd, bwd = tp_bytes(whole, est.values, False)
@@ -75,14 +78,16 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     (4,096, 8,192, 3,584), qkv (4,096, 1,280, 8,192), gate and up (4,096, 3,584, 8,192), the head (4,096, 16,032,
     8,192), backward transposed; each pair c/8 + max(0, 7c/8 - g). o's GEMM, 8,192/28,672 of fc2's, is shorter than its
     reduce-scatter: that part stays exposed where the old model hid every transfer behind the micro-batch's compute
-    (tp_s / 8 then)."""
+    (tp_s / 8 then). TE's default userbuffers take 16 of the H100's 132 SMs from o's and fc2's forward GEMMs and
+    from qkv's and gate/up's data-gradient GEMMs (symbolic/userbuffers.py): those run 132/116 as long."""
     plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
     per_byte = plain.tp_s / 4 / 21_609_054_208
-    pair, forward = _pairs_of(per_byte)
+    slow = 132 / 116
+    pair, forward = _pairs_of(per_byte, slow)
     gemm = _gemm
-    backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H)) + pair(HALF, gemm(M, H, QKV // 8))
-                + pair(HALF, gemm(M, H, F // 8, 2)))
+    backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H))
+                + pair(HALF, slow * gemm(M, H, QKV // 8)) + pair(HALF, slow * gemm(M, H, F // 8, 2)))
     rest = pair(2 * HALF, 0.0) + pair(HALF, gemm(M, V // 8, H)) + pair(HALF, gemm(M, H, V // 8))
     assert overlapped.tp_s == pytest.approx(4 * (L * (forward + backward) + rest), rel=1e-9)
     assert HALF * per_byte * 7 / 8 > gemm(M, H, H // 8)  # o's reduce-scatter outlasts its GEMM
@@ -157,3 +162,58 @@ def test_async_tp_is_decided_once() -> None:
     for est, named in ((titan, True), (megatron, False)):
         step = step_time(est, "h100-sxm")
         assert step.async_tp is named and ("AsyncTP" in " ".join(step.model())) is named
+
+
+# Llama 3 70B, b 1, s 4,096, t 8, no recompute, one micro-batch on one stage, under Megatron-Core's userbuffers
+MARGIN_KW = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="none", framework="megatron", flash=True,
+                 tp_comm_overlap=True)
+
+
+def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
+    """Transformer Engine's default userbuffers (v2.9 get_default_config; comm_gemm_overlap.cpp ``_math_sms =
+    sm_count - num_comm_sm`` where set_sm_margin) take 16 of the H100's 132 SMs from six GEMMs of a layer: o's and
+    fc2's forward (pipelined reduce-scatters), qkv's and gate/up's data gradients and weight gradients (bulk); each
+    runs 132/116 as long (its rate proportional to its SMs: the model's assumption), 16/116 of its time more.
+    One layer by hand, per-GPU shapes at the H100's measured bf16 rate: o forward (4,096, 8,192, 1,024) =
+    2 x 4,096 x 8,192 x 1,024 = 68,719,476,736 FLOPs; fc2 forward (4,096, 8,192, 3,584); qkv's data gradient
+    (4,096, 8,192, 1,280) and weight gradient (1,280, 8,192, 4,096); gate and up, two each, (4,096, 8,192, 3,584)
+    and (3,584, 8,192, 4,096); the sum times 16/116, times 80 layers. The ring-exchanged GEMMs (qkv and gate/up
+    forward, o's and fc2's data gradients: 1 SM, no margin) and o's and fc2's weight gradients (no userbuffers) and
+    the head keep every SM."""
+    step = step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm")
+    o_forward = _gemm(M, H, H // 8)
+    assert 2 * M * H * (H // 8) == 68_719_476_736
+    layer = (o_forward + _gemm(M, H, F // 8) + _gemm(M, H, QKV // 8) + _gemm(QKV // 8, H, M)
+             + _gemm(M, H, F // 8, 2) + _gemm(F // 8, H, M, 2))
+    assert step.ub_margin_s == pytest.approx(L * layer * 16 / 116, rel=1e-9)
+    assert o_forward * 16 / 116 == pytest.approx(o_forward * 132 / 116 - o_forward)  # one GEMM's added seconds
+    # a Megatron-Bridge config: only o's forward (24 SMs) and fc2's (16) lose any; the added time is in compute_s
+    bridge = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
+                                **MARGIN_KW), "h100-sxm")
+    assert bridge.ub_margin_s == pytest.approx(L * (o_forward * 24 / 108 + _gemm(M, H, F // 8) * 16 / 116), rel=1e-9)
+    assert step.compute_s - step.ub_margin_s == pytest.approx(bridge.compute_s - bridge.ub_margin_s, rel=1e-12)
+    assert "16 of 132" in " ".join(step.model())
+
+
+def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
+    """A GPU without an SM count in the table (B200: no NVIDIA datasheet read gives its shipping count) times no
+    margin and says so; torchtitan's AsyncTP (PyTorch's symmetric-memory kernels, not userbuffers) has none."""
+    b200 = step_time(estimate("llama-3-70b", fp8="te-current", **MARGIN_KW), "b200")
+    assert b200.ub_margin_s == 0 and "not timed: no SM count for the b200" in " ".join(b200.model())
+    titan = step_time(estimate("llama-3-8b", framework="torchtitan", zero=3, dp=2, flash=True, tp_comm_overlap=True,
+                               **KW), "h100-sxm")
+    assert titan.ub_margin_s == 0 and "userbuffers take SMs" not in " ".join(titan.model())
+
+
+def test_a_userbuffers_config_needs_userbuffers(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp-comm-overlap-cfg without --tp-comm-overlap (or under torchtitan), or a name no config has: one line, exit 2."""
+    base = ["estimate", "--model", "llama-3-8b", "--mode", "train", "--batch", "1", "--seq", "8", "--tp", "2", "--sp"]
+    cfg = ["--tp-comm-overlap-cfg", "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]
+    for args in (base + cfg, base + ["--tp-comm-overlap", "--tp-comm-overlap-cfg", "userbuffers_fp8_h100"]):
+        try:
+            code = main(args)
+        except SystemExit as refused:  # argparse's own refusal of a choice
+            code = refused.code
+        assert code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and "--tp-comm-overlap" in err

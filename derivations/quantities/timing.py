@@ -67,7 +67,8 @@ from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_ph
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
-                                                         overlap_forms, overlap_pairs, reduced_partials, tp_traffic)
+                                                         overlap_forms, overlap_pairs, reduced_partials, tp_traffic,
+                                                         ub_margin_s)
 from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
@@ -93,6 +94,7 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
+from memderive.symbolic.userbuffers import BRIDGE_UB, NEMO_LAUNCHER_UB, SM_MARGIN, TE_UB_DEFAULTS, UB_CONFIGS
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -333,6 +335,9 @@ class StepTime:
     unfused: bool = False  # the framework's code runs passes unfused (memory_bound.runs_unfused): the note names them
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     async_tp: bool = False  # PyTorch's AsyncTP (``Options.async_tp``): what its pattern matcher leaves whole
+    # TE userbuffers' SM margins (tp_overlap.ub_margin_s): the seconds they add to the GEMMs (in compute_s), the config
+    ub_margin_s: float = 0.0
+    ub_config: str = "te"
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
     fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
@@ -428,6 +433,8 @@ class StepTime:
                    f"chunks, one chunk's transfer and what the rest takes past the GEMMs it is fused with exposed; "
                    f"{cite(TP_OVERLAP)}; {cite(TP_OVERLAP_PAIRS)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
+                + (ub_margin_note(self.ub_config, self.gpu, self.ub_margin_s)
+                   if self.tp_comm_overlap and not self.async_tp else "")
                 + ("; torchtitan's AsyncTP fuses a reduce-scatter with one matmul's output only and inside the "
                    "compiled blocks only: the backward's reduce-scatters of the summed input gradients of wq, wk, wv "
                    "and w1, w3 and the head's and embedding's collectives stay whole, and each fused reduce-scatter "
@@ -503,6 +510,18 @@ class StepTime:
                 "act_offload_time_s": self.activation_offload_s,
                 "tokens_per_s": self.tokens_per_s,
                 "mfu": self.mfu}
+
+
+def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
+    """Transformer Engine's userbuffers' SM margins under --tp-comm-overlap-cfg ``config``, in words."""
+    taken = ", ".join(f"{name} {n}" for name, n in UB_CONFIGS[config].items())
+    source = cite(TE_UB_DEFAULTS if config == "te" else NEMO_LAUNCHER_UB if config.startswith("ub_cfg") else BRIDGE_UB)
+    if hw.sms is None:
+        return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
+                f"count for the {hw.name}")
+    return (f"; userbuffers take SMs from the GEMMs they overlap ({config}: {taken} of {hw.sms}; {source}): each such "
+            f"GEMM timed on the rest, its rate assumed proportional to its SMs, {seconds:.3g} s a step more "
+            f"({cite(SM_MARGIN)})")
 
 
 def te_gathers_note(fp8: str, overlap: bool = False) -> str:
@@ -1070,7 +1089,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, _gemm_rate(hw)) if opts.optimizer == "muon" else 0.0)
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
-    tp_micro = pp_micro = 0.0
+    tp_micro = pp_micro = margin_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
@@ -1086,9 +1105,14 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             # torchtitan's AsyncTP: what PyTorch's pattern matcher fuses, its stacked partials summed (tp_overlap.py)
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
                                   micro_pipeline=opts.async_tp)
-            pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw))
+            # TE's userbuffers take SMs from the GEMMs they overlap (symbolic/userbuffers.py); not AsyncTP's kernels
+            margins = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
+            pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw),
+                                  margins, hw.sms)
             tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
                                               if opts.async_tp else 0.0)
+            margin_micro = ub_margin_s(forms, values, share, modules, t, p, opts.cp, _gemm_rate(hw), margins, hw.sms)
+            micro += margin_micro
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -1132,7 +1156,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
-                    async_tp=opts.async_tp,
+                    async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_config=opts.tp_comm_overlap_cfg,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,

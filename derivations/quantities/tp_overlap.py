@@ -15,6 +15,13 @@ projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more
 >>> exposed_s([(8.0, 3.0)], 8)  # 8 s of transfer, 3 s of GEMM: 1 chunk (1 s) + (7 - 3) s past the GEMM
 5.0
 
+Transformer Engine's userbuffers run each overlapped transfer on SMs of their own, and where a GEMM's config sets
+``set_sm_margin`` the GEMM beside it runs on the rest (``symbolic/userbuffers.py``: TE's defaults take 16 of the
+GPU's SMs from o's and fc2's forward GEMMs and from the column-parallel data- and weight-gradient GEMMs;
+Megatron-Bridge's fp8 configs 1 SM from the two forward ones): ``ub_margin_s`` times what that adds, the GEMM's rate
+taken as proportional to its SMs (an assumption, not a measurement), and the pairs' GEMMs run that much longer.
+PyTorch's AsyncTP (symmetric-memory kernels, no such setting) is timed without any.
+
 NOTE(tp_overlap): PyTorch's micro-pipeline TP (``micro_pipeline=True``, torchtitan's AsyncTP) fuses what its pattern
 matcher finds in a compiled graph, and less than that model: (1) ``fuse_matmul_reduce_scatter`` returns unless the
 reduce-scatter's input is one matmul's output (``_find_producer_matmul``: an ``aten.mm`` or ``_scaled_mm``, or a
@@ -33,7 +40,7 @@ written over t.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from memderive.derivations.columns import maximum
@@ -43,9 +50,10 @@ from memderive.symbolic.float8 import param_in
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
+from memderive.symbolic.userbuffers import ub_gemm
 
 __all__ = ["MICRO_PIPELINE_LIMITS", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms", "overlap_pairs",
-           "reduced_partials", "tp_traffic"]
+           "reduced_partials", "tp_traffic", "ub_margin_s"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
@@ -61,14 +69,34 @@ def exposed_s(pairs: Any, t: int) -> Any:
     return sum((c / t + maximum(0.0, c * (t - 1) / t - g) for c, g in pairs), 0.0)
 
 
-def _gemm(op: Any, scale: Any, column: bool) -> tuple[Any, Any, Any, Any, bool]:
-    """The op's forward GEMM, which also stands for its data gradient's, as (whole-model FLOPs times ``scale``, m,
-    n, k, split side) on the whole-model graph: (M, out, in) forward, (M, in, out) backward, the side tensor
-    parallelism splits (out of a column-parallel weight, in of a row-parallel one) marked by ``column``. Both count
-    the same FLOPs, 2 M out in."""
+def _gemm(op: Any, scale: Any, column: bool, ub: str | None = None) -> tuple[Any, Any, Any, Any, bool, str | None]:
+    """The op's forward GEMM, which also stands for its data gradient's and its weight gradient's, as (whole-model
+    FLOPs times ``scale``, m, n, k, split side, TE's name) on the whole-model graph: (M, out, in) forward, (M, in,
+    out) the data gradient, (out, in, M) the weight gradient, the side tensor parallelism splits (out of a
+    column-parallel weight, in of a row-parallel one) marked by ``column``. All count the same FLOPs, 2 M out in.
+    ``ub``: Transformer Engine's name of the linear (``symbolic.userbuffers.ub_gemm``; None: no userbuffers)."""
     rows, weight = next(f.operands for f in op.flops if f.kind == "matmul" and f.phase == "forward")
     flops = sum((f.count for f in op.flops if f.kind == "matmul" and f.phase == "forward"), 0)
-    return scale * flops, rows.numel, weight.shape[-2], weight.shape[-1], column
+    return scale * flops, rows.numel, weight.shape[-2], weight.shape[-1], column, ub
+
+
+def _gemm_s(gemm: tuple, fp8: bool, phase: str, values: Any, t: int, p: int, cp: int,
+            rate: Callable[[str, Any, Any, Any], Any]) -> Any:
+    """Seconds of one of ``_gemm``'s GEMMs on a GPU in ``phase`` (fprop, dgrad, wgrad): its FLOPs over t p cp at
+    ``rate(dtype, m, n, k)`` of its per-GPU shape, M/cp rows (the sequence-parallel gather rejoins the cp rank's
+    tokens), the split side over t."""
+    flops, m, n, k, column, _ = gemm
+    n, k = (layout_int(n, values), layout_int(k, values))
+    n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
+    rows = layout_int(m, values) // cp
+    shape = {"fprop": (rows, n, k), "dgrad": (rows, k, n), "wgrad": (n, k, rows)}[phase]
+    return layout_int(flops, values) / (t * p * cp) / rate("fp8" if fp8 else "bf16", *shape)
+
+
+def _slowed(gemm: tuple, phase: str, margins: Mapping[str, int], sms: int | None) -> Any:
+    """How much longer a GEMM runs on the SMs its userbuffers leave it (``ub_margin_s``): SMs / (SMs - taken)."""
+    taken = margins.get(f"{gemm[5]}_{phase}", 0) if gemm[5] and sms else 0
+    return sms / (sms - taken) if taken else 1
 
 
 class TpTraffic(NamedTuple):
@@ -151,14 +179,14 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
                 backward.append((r * c.backward, False, gemms))
                 again += [(r * c.forward, False, gemms)] if c.redone else []
             elif c.kind == "row":
-                gemms = (_gemm(c.op, r, False),)
+                gemms = (_gemm(c.op, r, False, ub_gemm(c.op.path, True) if blk.name == "layer" else None),)
                 forward.append((r * c.forward, c.quantized, gemms))
                 backward.append((r * c.backward, c.quantized, gemms))
                 if c.redone and not c.quantized:  # a selective module's rerun: its all-reduce again
                     again.append((r * (c.forward + c.backward), c.quantized, gemms))
             else:  # column
                 entry = columns.setdefault(c.key, [r * c.forward, r * c.backward, c.quantized, ()])
-                entry[3] += (_gemm(c.op, r, True),)
+                entry[3] += (_gemm(c.op, r, True, ub_gemm(c.op.path, False) if blk.name == "layer" else None),)
         for gather, grad, quantized, gemms in columns.values():
             forward.append((gather, quantized, gemms))
             backward.append((grad, quantized, () if micro_pipeline else gemms))  # a sum of data gradients: whole
@@ -170,7 +198,8 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
 
 
 def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
-                  per_byte: Any, rate: Callable[[str, Any, Any, Any], Any]) -> list[tuple[Any, Any]]:
+                  per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int] = {},
+                  sms: int | None = None) -> list[tuple[Any, Any]]:
     """``overlap_forms``' pairs of one micro-batch on a GPU of the busiest stage, as (transfer seconds unhidden, GEMM
     seconds): the bytes over p stages and cp ranks at ``per_byte`` seconds a byte (the unhidden TP time over
     ``tp_bytes``' total, so the transfers take what ``timing.step_time`` gives them without overlap); each GEMM's
@@ -178,20 +207,12 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
     rejoins the cp rank's tokens), the split side over t, the data gradient's (M, in, out) behind a backward
     collective. Full recompute runs the layers' forward pairs twice (``recompute_full``: the share of the layers it
     checkpoints, 0 to 1; Megatron's block method some only: their pairs, scaled); ``modules`` the selective modules'
-    again."""
+    again. ``margins``, ``sms``: a GEMM whose userbuffers take SMs from it runs longer (``ub_margin_s``)."""
     def timed(group: tuple, back: bool) -> list[tuple[Any, Any]]:  # each collective's bytes, its GEMMs' seconds
-        entries = []
-        for moved, fp8, gemms in group:
-            seconds = 0.0
-            for flops, m, n, k, column in gemms:
-                n, k = (layout_int(n, values), layout_int(k, values))
-                n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
-                if back:  # the data gradient: (M, in, out)
-                    n, k = k, n
-                seconds += (layout_int(flops, values) / (t * p * cp)
-                            / rate("fp8" if fp8 else "bf16", layout_int(m, values) // cp, n, k))
-            entries.append((layout_int(moved, values), seconds))
-        return entries
+        phase = "dgrad" if back else "fprop"
+        return [(layout_int(moved, values),
+                 sum((_gemm_s(g, fp8, phase, values, t, p, cp, rate) * _slowed(g, phase, margins, sms)
+                      for g in gemms), 0.0)) for moved, fp8, gemms in group]
 
     pairs = []
     for name, forward, backward, again in forms:
@@ -201,6 +222,38 @@ def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: boo
         pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
                   for moved, seconds in entries]
     return pairs
+
+
+def ub_margin_s(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
+                rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int], sms: int | None) -> Any:
+    """Seconds a micro-batch's GEMMs on a GPU of the busiest stage run past their time on every SM, under
+    Transformer Engine's userbuffers (``margins``: a ``symbolic.userbuffers.UB_CONFIGS`` config, TE's name of a GEMM
+    -> the SMs its communication takes with ``set_sm_margin``): each such GEMM runs on SMs - taken of the GPU's
+    ``sms`` (``SM_MARGIN``), its rate assumed proportional to the SMs it runs on (a GEMM of many waves of tiles,
+    each SM a tile at a time: the model's assumption, not a measurement), so ``time x taken / (SMs - taken)`` more.
+    The decoder layers' linears of ``overlap_forms``: forward GEMMs (fprop; again under full recompute, and for a
+    selective module's rerun), the data gradients' (dgrad) and the weight gradients' (wgrad). ``sms`` None (no SM
+    count for the GPU): 0, not timed.
+
+    >>> gemm = (2 * 8192 * 8192 * 8192, 8192, 8192, 8192, False, "proj")  # one h x h GEMM of 8,192 tokens
+    >>> forms = (("layer", ((0, False, (gemm,)),), (), ()),)
+    >>> ub_margin_s(forms, {}, 0, False, 1, 1, 1, lambda *_: 1e15, {"proj_fprop": 16}, 132)  # 1.0995 ms x 16/116
+    0.00015165...
+    """
+    if not sms or not margins:
+        return 0.0
+    added = 0.0
+    for name, forward, backward, again in forms:
+        rounds = [(forward, ("fprop",), 1 + (recompute_full if name == "layer" else 0)),
+                  (backward, ("dgrad", "wgrad"), 1), (again if modules else (), ("fprop",), 1)]
+        for group, phases, share in rounds:
+            for _, fp8, gemms in group:
+                for g in gemms:
+                    for phase in phases:
+                        slowed = _slowed(g, phase, margins, sms)
+                        if slowed != 1:
+                            added += share * _gemm_s(g, fp8, phase, values, t, p, cp, rate) * (slowed - 1)
+    return added
 
 
 @per_graph

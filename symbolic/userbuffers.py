@@ -1,0 +1,75 @@
+"""Transformer Engine's userbuffers configs: the SMs a communication kernel takes from the GEMM it overlaps.
+
+Under Megatron-Core's ``--tp-comm-overlap`` Transformer Engine (``initialize_ub``) creates one communicator per GEMM
+of a layer's linears, named as TE names them: ``qkv`` and ``fc1`` the column-parallel linears (Megatron-Core's
+linear_qkv, linear_fc1: gate and up fused), ``proj`` and ``fc2`` the row-parallel ones; ``fprop`` the forward
+GEMM, ``dgrad`` the data gradient's, ``wgrad`` the weight gradient's. Each has a ``num_sm`` (the SMs its
+communication kernel runs on) and ``set_sm_margin``; with the margin the GEMM beside it runs on the rest
+(comm_gemm_overlap.cpp, CommOverlapCore: ``_math_sms = set_sm_margin ? sm_count - num_comm_sm : sm_count``, the
+GEMM launched with ``_math_sms``). A config here is what those two settings come to: the SMs taken from each GEMM
+(``num_sm`` where ``set_sm_margin``; a GEMM not named keeps every SM).
+
+``te``: TE's own per-GEMM defaults, what Megatron-LM's --tp-comm-overlap runs without a --tp-comm-overlap-cfg yaml
+(TE v2.9, the 25.11 container's, base.py ``get_default_config``: ring_exchange (qkv_fprop, fc1_fprop, proj_dgrad,
+fc2_dgrad) num_sm 1 without a margin; pipeline (proj_fprop, fc2_fprop) and bulk (qkv_dgrad, qkv_wgrad, fc1_dgrad,
+fc1_wgrad) num_sm 16 with it; v2.12 the same). The rest: Megatron-Bridge's configs (comm_overlap.py, the same at
+v0.2.0 and v0.3.0), keyed as Bridge keys them, the ones its Llama 3 / 3.1 performance recipes select
+(scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/ at v0.2.0, configs/llama/ at v0.3.0:
+``comm_overlap_cfg``, bf16 or else fp8 by precision; H100 the h100 configs, B200, B300, GB200 and GB300 the b200
+ones). Their bulk overlaps set no margin; their fp8 configs run proj_fprop and fc2_fprop as a ring exchange of one
+SM with the margin. ``ub_cfg_*``: NeMo-Framework-Launcher's yamls (launcher_scripts/conf/training/tp_overlap/), keyed
+as the launcher names them (nemo_launcher/core/stages.py ``_get_ub_cfg_override``: ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}
+_seqlen{s}; where no file has the name, none is loaded: TE's defaults), the ones of NeMo 24.07's H100 rows.
+
+>>> UB_CONFIGS["te"]["qkv_wgrad"], UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]["fc2_fprop"]
+(16, 1)
+"""
+
+from __future__ import annotations
+
+from memderive.symbolic.formula import Citation
+
+__all__ = ["BRIDGE_UB", "NEMO_LAUNCHER_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "UB_CONFIGS", "ub_gemm"]
+
+SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
+                                             "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
+TE_UB_DEFAULTS = Citation("te-userbuffers", "v2.9 initialize_ub get_default_config: num_sm 16 and set_sm_margin "
+                                            "for the pipeline and bulk methods, 1 SM without a margin for ring_exchange")
+NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096.yaml, "
+                            "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192.yaml, ub_cfg_h100_h12288_tp4_mbs2_seqlen2048.yaml: "
+                            "bulk overlaps set_sm_margin 0; proj_fprop, fc2_fprop num_sm with set_sm_margin 1")
+BRIDGE_UB = Citation("megatron-bridge-comm-overlap", "userbuffers_* TransformerLayerTPOverlapCfg, selected by "
+                                                     "scripts/performance/configs/llama*: comm_overlap_cfg")
+
+
+def _bridge(proj: int, fc2: int) -> dict[str, int]:
+    """A Bridge (or NeMo launcher) config: its bulk overlaps without a margin, proj_fprop and fc2_fprop taking
+    ``proj`` and ``fc2``."""
+    return {"proj_fprop": proj, "fc2_fprop": fc2}
+
+
+#: config name -> {TE's GEMM name: the SMs its overlapped communication takes from it}.
+UB_CONFIGS: dict[str, dict[str, int]] = {
+    "te": {name: 16 for name in ("proj_fprop", "fc2_fprop", "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")},
+    "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192": _bridge(24, 16),
+    "userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192": _bridge(1, 1),
+    "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192": _bridge(32, 16),
+    "userbuffers_fp8_b200_h8192_tp2_mbs1_seqlen8192": _bridge(1, 1),
+    "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192": _bridge(24, 8),
+    "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192": _bridge(1, 1),
+    "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge(32, 8),
+    "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192": _bridge(1, 1),
+    "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096": _bridge(24, 16),
+    "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192": _bridge(24, 16),
+    "ub_cfg_h100_h12288_tp4_mbs2_seqlen2048": _bridge(24, 1),
+}
+
+
+def ub_gemm(path: str, row: bool) -> str | None:
+    """TE's name (without the phase) of a decoder layer's linear at ``path``: ``qkv``/``proj`` under attention,
+    ``fc1``/``fc2`` under the MLP (``row``: row-parallel); None for any other (experts, the head: no userbuffers).
+
+    >>> ub_gemm("attn/qkv", False), ub_gemm("mlp/fc2", True), ub_gemm("moe/experts", False)
+    ('qkv', 'fc2', None)
+    """
+    return {"attn": ("qkv", "proj"), "mlp": ("fc1", "fc2")}.get(path.split("/")[0], (None, None))[row]
