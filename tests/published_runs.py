@@ -28,6 +28,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.architectures import GPT
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import PRESETS
+from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
@@ -869,15 +870,16 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
               "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
 
 
-#: The hidden sizes of the models NeMo 24.07's H100 rows run with TP > 1 (their launcher yamls' hidden_size).
-_NEMO_HIDDEN = {"llama-2-70b": 8192, "llama-3-70b": 8192, "gpt3-175b": 12288, "llama-2-7b": 4096}
+def _hidden(model: Any) -> int:
+    """A row's hidden size, as memderive reads the model (a preset's name, a config, a ``Model``)."""
+    return resolve_model(model).sizes["h"]
 
 
 def _nemo_ub(model: Any, layout: dict, seq: int) -> dict:
     """The userbuffers yaml NeMo-Framework-Launcher loads for a row under TP overlap (symbolic/userbuffers.py:
     ub_cfg_h100_h{hidden}_tp{t}_mbs{b}_seqlen{s}, by name), where memderive has it; else TE's defaults (no launcher
     yaml of that name: the L2 7B long-sequence rows' h4096 and GPT-3's mbs 1 row)."""
-    name = f"ub_cfg_h100_h{_NEMO_HIDDEN.get(model)}_tp{layout.get('tp', 1)}_mbs{layout.get('batch')}_seqlen{seq}"
+    name = f"ub_cfg_h100_h{_hidden(model)}_tp{layout.get('tp', 1)}_mbs{layout.get('batch')}_seqlen{seq}"
     return {"tp_comm_overlap_cfg": name} if layout.get("tp_comm_overlap") and name in UB_CONFIGS else {}
 
 
