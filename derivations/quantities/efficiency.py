@@ -22,7 +22,7 @@ run's step time.
   below the kernels' published causal speeds (FlashAttention-3's Figs. 5 and 6: cuDNN 518-539 TFLOP/s forward at
   4K-16K on the H100). Those speeds are not what a training step's attention reaches: with them, the H100 runs
   where attention weighs most (NeMo's 16K-1M rows, torchtitan's 32K-256K context-parallel ones) come out a median
-  36.7% too fast, against +3.8% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
+  36.5% too fast, against +4.3% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
   microbenchmarks is taken up.
 * A layer's efficiency is the FLOP-weighted one of its products (their FLOPs over their time); the elementwise
   work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
