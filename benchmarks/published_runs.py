@@ -91,22 +91,15 @@ def groups() -> None:
     every += [abs(predict(r).error) for r in DENSE_APART]
     print(f"with the {len(DENSE_APART)} apart (tests/published_runs.DENSE_APART): {len(every)} dense runs, median |error| "
           f"{statistics.median(every):.1%}, worst {max(every):.1%}")
-    every += [abs(predict(r).error) for r in TORCHTITAN_FLOAT8]
-    print(f"with torchtitan's {len(TORCHTITAN_FLOAT8)} Float8 rows too (tests/published_runs.TORCHTITAN_FLOAT8): "
-          f"{len(every)} dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
-          f"{sum(e <= 0.25 for e in every)} within 25%")
-    every += [abs(predict(r).error) for r in BRIDGE_SFT]
-    print(f"with Megatron-Bridge's {len(BRIDGE_SFT)} SFT rows too (tests/published_runs.BRIDGE_SFT): {len(every)} dense "
-          f"runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
-          f"{sum(e <= 0.25 for e in every)} within 25%")
-    every += [abs(predict(r).error) for r in BRIDGE_LORA]
-    print(f"with Megatron-Bridge's {len(BRIDGE_LORA)} LoRA rows too (tests/published_runs.BRIDGE_LORA): {len(every)} "
-          f"dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
-          f"{sum(e <= 0.25 for e in every)} within 25%")
-    every += [abs(predict(r).error) for r in TORCHTITAN_2025]
-    print(f"with torchtitan's {len(TORCHTITAN_2025)} rows of its 2025 pages too (tests/published_runs.TORCHTITAN_2025): "
-          f"{len(every)} dense runs, median |error| {statistics.median(every):.1%}, worst {max(every):.1%}, "
-          f"{sum(e <= 0.25 for e in every)} within 25%\n")
+    added = [(TORCHTITAN_FLOAT8, "torchtitan's {n} Float8 rows", "TORCHTITAN_FLOAT8"),
+             (BRIDGE_SFT, "Megatron-Bridge's {n} SFT rows", "BRIDGE_SFT"),
+             (BRIDGE_LORA, "Megatron-Bridge's {n} LoRA rows", "BRIDGE_LORA"),
+             (TORCHTITAN_2025, "torchtitan's {n} rows of its 2025 pages", "TORCHTITAN_2025")]
+    for runs, words, name in added:  # each group on top of the ones before it
+        every += [abs(predict(r).error) for r in runs]
+        print(f"with {words.format(n=len(runs))} too (tests/published_runs.{name}): {len(every)} dense runs, median "
+              f"|error| {statistics.median(every):.1%}, worst {max(every):.1%}, {sum(e <= 0.25 for e in every)} within "
+              f"25%" + ("\n" if runs is TORCHTITAN_2025 else ""))
 
 
 def moe() -> None:

@@ -776,10 +776,11 @@ _SFT_NOTE = ("the SFT recipe (tests/published_runs.BRIDGE_SFT's comment): mock 4
 
 
 def _bridge_sft(name: str, system: str, hw: str, layout: dict, tps: float, tflops: float, fp8: str,
-                note: str = "") -> Run:
-    """A Llama 3 70B SFT row of Megatron-Bridge's 26.06 performance summary: ``_bridge_dense`` at 4,096 tokens."""
+                note: str = "", recipe: str = _SFT_NOTE) -> Run:
+    """A Llama 3 70B fine-tuning row of Megatron-Bridge's 26.06 performance summary: ``_bridge_dense`` at 4,096
+    tokens, ``recipe`` the words of its recipe (SFT's, or LoRA's with the adapters in ``layout``)."""
     return _bridge_dense(name, "26.06", system, hw, "llama-3-70b", {"batch": 1, **layout}, tps, tflops, fp8,
-                         _SFT_NOTE + (f"; {note}" if note else ""), seq=4096)
+                         recipe + (f"; {note}" if note else ""), seq=4096)
 
 
 BRIDGE_SFT = [
@@ -835,9 +836,8 @@ _LORA_NOTE = ("the LoRA recipe (tests/published_runs.BRIDGE_LORA's comment): ran
 
 def _bridge_lora(name: str, system: str, hw: str, layout: dict, tps: float, tflops: float, fp8: str,
                  note: str = "") -> Run:
-    """A Llama 3 70B LoRA row of Megatron-Bridge's 26.06 performance summary: ``_bridge_dense`` at 4,096 tokens."""
-    return _bridge_dense(name, "26.06", system, hw, "llama-3-70b", {"batch": 1, **_LORA, **layout}, tps, tflops, fp8,
-                         _LORA_NOTE + (f"; {note}" if note else ""), seq=4096)
+    """A Llama 3 70B LoRA row of Megatron-Bridge's 26.06 performance summary (``_bridge_sft`` with the adapters)."""
+    return _bridge_sft(name, system, hw, {**_LORA, **layout}, tps, tflops, fp8, note, _LORA_NOTE)
 
 
 BRIDGE_LORA = [
