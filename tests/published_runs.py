@@ -901,6 +901,117 @@ def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: flo
 #: without dropout, 83.0 with its 1-byte masks (python -c over tests/published_runs.NEMO_2407; not investigated).
 _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.07 sets it, not the Llama yamls' 0.0"
 
+#: NVIDIA's DGX Cloud Benchmarking recipes (github.com/NVIDIA/dgxc-benchmarking at commit 143b90dd91f9, GSW 25.01;
+#: held out, nothing fitted, rows as read): "Training step time (seconds per step)" per GPU count, one recipe each
+#: from its smallest to its largest cluster (weak scaling: GBS grows with the GPUs, GA fixed), DGX-H100 (8 GPUs a node,
+#: a 400 Gb/s port each), BF16 and FP8 tables. Pages: llama3.1/README_8b.md (NeMo 24.09, TP 1 PP 1 CP 2 MBS 1 GA 32,
+#: 8-128 GPUs, GBS 16 x GPUs), README_70b.md (24.09, TP 4 PP 4 CP 2 VP 5 MBS 1 GA 64, 64-2,048 GPUs, GBS 2 x GPUs),
+#: README_405b.md (24.09, TP 8 PP 9 CP 2 VP 7 MBS 1 GA 63, 576-2,304 GPUs, GBS 252 x GPUs / 576; its 32/96/192-GPU
+#: "proxy" rows cut the model to 7/21/42 layers at PP 1/3/3, llama3.1/configure.sh L86-100: taken with those layers),
+#: nemo_megatron/README_175b.md (NeMo 24.11, TP 4 PP 8 VP 12 MBS 1, 128-2,048 GPUs, GBS 2 x GPUs). The 405B BF16
+#: 96-GPU cell prints "8.7  5": read 8.75 (its tokens/s, 117,965 = 8,192 x 126 / 8.75). llama3.1/README.md at later
+#: commits publishes the newer recipes' layouts per GPU count but no step times: left out.
+#: Settings. llama3.1/configure.sh: fp8 and fp8_hybrid (E4M3 forward, E5M2 backward: Transformer Engine's delayed
+#: scaling, --fp8 te-delayed) and +model.fp8_params (fp8 parameter gathers, ``_FP8_PARAMS``) on the FP8 rows only;
+#: NVTE_FUSED_ATTN=1, NVTE_FLASH_ATTN=0 (cuDNN fused attention: flash); the 8B and 70B's tokenizer the Llama 3 one
+#: (model.tokenizer.type=/dataset/llama, Meta-Llama-3-8B's files, V 128,256). The rest from NeMo-Framework-Launcher
+#: launcher_scripts/conf/training/llama/llama3_1_{8b,70b,405b}.yaml at git tag 24.09 (35e439393e2e; the container's
+#: launcher, copied by llama3.1/setup.sh): no recompute (activations_checkpoint_granularity null, L121), no dropout
+#: (L73-75), distributed optimizer with overlapped grad and param sync (optim distributed_fused_adam, L148-158: --zero
+#: 1), sequence_parallel and ub_tp_comm_overlap true on the 70B and 405B (L126, L140), false on the 8B (TP 1); the
+#: 70B's defaults list selects ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L3: ``_nemo_ub``), the 405B's
+#: ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192 (not in symbolic/userbuffers.py under that name: TE's defaults).
+#: Llama 3.1 8B and 70B have Llama 3's shapes (the yamls' num_layers, hidden_size, ffn_hidden_size, heads, query
+#: groups: the ``llama-3-8b`` / ``llama-3-70b`` presets; 3.1 changes RoPE's frequencies and the context, not a shape);
+#: the 405B is ``LLAMA_405B`` (the page's FLOP count takes V 128,256; its README says the synthetic-data run used
+#: GPT2BPETokenizer "as a proxy", which would pad V to 51,200: not taken), split evenly, 126 / (PP x VP) = 2 layers
+#: a chunk (NeMo 24.09 has no uneven first/last stage option in that yaml). GPT-3 175B: nemo_megatron/
+#: gpt3_175b_hydra.yaml (dgxc-benchmarking at 35a9aecc8d5b, the config launch.sh passes): ``gpt3-175b``, dropout 0.1
+#: (hidden_dropout, attention_dropout: ``_NEMO_GPT3_DROPOUT``), no recompute, SP, ub_tp_comm_overlap with its own
+#: inline ub_tp_comm_overlap_cfg (TE's defaults here: memderive has no mbs 1 h12288 config), distributed_fused_adam
+#: with grad_sync_dtype bf16 (``BF16_GRADS``), fp8_params, fp8_hybrid, amax history 1,024. Assumed as ``_NEMO``: the
+#: Llama rows' fp32 gradient buffer (their yamls set no grad_sync_dtype). Not modelled: the 70B / 405B yamls'
+#: defer_embedding_wgrad_compute, host time.
+_DGXC = "NVIDIA/dgxc-benchmarking {} at 143b90dd91f9, NeMo {}, DGX-H100 {}"
+
+
+def _dgxc(name: str, page: str, release: str, model: Any, layout: dict, seq: int, step: float, fp8: bool,
+          note: str = "") -> Run:
+    """A DGX Cloud Benchmarking row (``_DGXC``'s comment): the Megatron-Core recipe around ``layout`` with
+    Transformer Engine's delayed-scaling fp8 and fp8 parameter gathers where ``fp8``, in bf16 without them else."""
+    layout = _mcore_fp8("te-delayed", {**(_FP8_PARAMS if fp8 else {}), **layout})
+    if not fp8:
+        layout = {k: v for k, v in layout.items() if k != "fp8"}
+    layout = {**layout, **_nemo_ub(model, layout, seq)}
+    dtype = "FP8" if fp8 else "BF16"
+    return Run(name, _DGXC.format(page, release, dtype), model, layout, seq, "h100-sxm", NDR, measured_s=step,
+               held_out=True, note=f"{step:g} s a step as the page's table gives it; " + (note or "the recipe as "
+                                                                                             "``_DGXC``'s comment"))
+
+
+def _dgxc_llama(size: str, model: Any, base: dict, gpus_gbs_step: list[tuple[int, int, float]], fp8: bool,
+                layers: dict | None = None) -> list[Run]:
+    """One table of a Llama 3.1 page: ``base`` (t, p, c, v, MBS 1) at each (GPUs, GBS, step), DP = GPUs / (t p c),
+    micro-batches = GBS / DP; ``layers``: GPUs -> (layers, PP, VP) for the 405B's proxy columns."""
+    rows = []
+    for gpus, gbs, step in gpus_gbs_step:
+        lay, m = dict(base), model
+        if layers and gpus in layers:
+            n, pp, vp = layers[gpus]
+            m = {**LLAMA_405B, "num_hidden_layers": n}
+            lay = {**lay, "pp": pp, "virtual_stages": vp}
+            lay = {k: v for k, v in lay.items() if v is not None}
+        dp = gpus // (lay.get("tp", 1) * lay.get("pp", 1) * lay.get("cp", 1))
+        lay = {**lay, "dp": dp, "batch": 1, "micro_batches": gbs // dp}
+        shape = (f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} c{lay['cp']}"
+                 + (f" v{lay['virtual_stages']}" if lay.get("virtual_stages") else "") + f" d{dp}")
+        tag = f" {layers[gpus][0]}L" if layers and gpus in layers else ""
+        rows.append(_dgxc(f"L3.1 {size}{tag} dgxc {shape} {'fp8' if fp8 else 'bf16'}", f"llama3.1/README_{size.lower()}.md",
+                          "24.09", m, lay, 8192, step, fp8))
+    return rows
+
+
+_DGXC_8B = {"cp": 2}
+_DGXC_70B = {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5}
+_DGXC_405B = {"tp": 8, "pp": 9, "cp": 2, "virtual_stages": 7}
+_DGXC_405B_PROXY = {32: (7, 1, None), 96: (21, 3, 7), 192: (42, 3, 7)}  # configure.sh L86-100
+
+
+def _dgxc_gpt3(gpus: int, step: float, fp8: bool) -> Run:
+    """A column of nemo_megatron/README_175b.md (NeMo 24.11): TP 4 PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32."""
+    dp = gpus // 32
+    layout = {"tp": 4, "pp": 8, "virtual_stages": 12, "dp": dp, "batch": 1, "micro_batches": 2 * gpus // dp,
+              "dropout": True, "grad_buffer": BF16_GRADS}
+    return _dgxc(f"GPT3 175B dgxc t4 p8 v12 d{dp} {'fp8' if fp8 else 'bf16'}", "nemo_megatron/README_175b.md", "24.11",
+                 "gpt3-175b", layout, 2048, step, fp8,
+                 f"{_NEMO_GPT3_DROPOUT} (dgxc's gpt3_175b_hydra.yaml: the same 0.1); grad_sync_dtype bf16")
+
+
+DGXC_LLAMA = [
+    *_dgxc_llama("8B", "llama-3-8b", _DGXC_8B, [(8, 128, 12.91), (16, 256, 13.00), (32, 512, 13.05),
+                                                (64, 1024, 13.08), (128, 2048, 13.10)], False),
+    *_dgxc_llama("8B", "llama-3-8b", _DGXC_8B, [(8, 128, 9.67), (16, 256, 9.73), (32, 512, 9.75),
+                                                (64, 1024, 9.80), (128, 2048, 9.82)], True),
+    *_dgxc_llama("70B", "llama-3-70b", _DGXC_70B, [(64, 128, 14.72), (128, 256, 14.73), (256, 512, 14.8),
+                                                   (512, 1024, 14.89), (1024, 2048, 14.92), (2048, 4096, 14.98)],
+                 False),
+    *_dgxc_llama("70B", "llama-3-70b", _DGXC_70B, [(64, 128, 11.01), (128, 256, 10.93), (256, 512, 11.16),
+                                                   (512, 1024, 11.18), (1024, 2048, 11.28), (2048, 4096, 11.39)],
+                 True),
+    *_dgxc_llama("405B", LLAMA_405B, _DGXC_405B, [(32, 126, 8.85), (96, 126, 8.75), (192, 252, 16.93),
+                                                  (576, 252, 17.20), (1152, 504, 17.52), (2304, 1008, 17.62)],
+                 False, _DGXC_405B_PROXY),
+    *_dgxc_llama("405B", LLAMA_405B, _DGXC_405B, [(32, 126, 5.80), (96, 126, 5.71), (192, 252, 11.00),
+                                                  (576, 252, 11.24), (1152, 504, 11.31), (2304, 1008, 12.35)],
+                 True, _DGXC_405B_PROXY),
+    *[_dgxc_gpt3(g, s, False) for g, s in [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]],
+    *[_dgxc_gpt3(g, s, True) for g, s in [(128, 5.92), (256, 5.96), (512, 6.44), (1024, 6.72), (2048, 6.24)]],
+]
+#: Why ``DGXC_LLAMA`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): NeMo 24.09/24.11
+#: Megatron-Core recipes as ``NEMO_2407``'s, read after the bounds were set; printed as their own table.
+DGXC_GAP = ("NVIDIA's DGX Cloud Benchmarking Llama 3.1 8B/70B/405B and GPT-3 175B on H100 (NeMo 24.09/24.11, BF16 and "
+            "FP8, weak scaling): tests/published_runs.DGXC_LLAMA")
+
 
 _LAUNCHER = "NeMo-Framework-Launcher launcher_scripts/conf/training/{}.yaml at git tag 24.07"
 #: Nemotron's shapes as NeMo-Framework-Launcher's yamls at tag 24.07 set them (``_LAUNCHER``, nemotron/nemotron_8b.yaml
