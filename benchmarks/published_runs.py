@@ -10,6 +10,7 @@ The runs, their sources and the assumptions where a paper is silent are in ``tes
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from memderive.derivations.hardware import gpu  # noqa: E402
 from memderive.derivations.quantities.host_timeline import host_of, moe_host_exposed_s, moe_layer_host_s  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
-                                  FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
+                                  DGXC_GAP, DGXC_LLAMA, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
                                   TITAN_2025_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
@@ -54,6 +55,8 @@ def table() -> list[float]:
     _rows(f"Held out, apart from the bounds: {SFT_GAP}", BRIDGE_SFT)
     _rows("Held out, apart from the bounds: Megatron-Bridge's Llama 3 70B LoRA at 4,096 tokens (26.06), rank 16 on "
           "linear_qkv: tests/published_runs.BRIDGE_LORA", BRIDGE_LORA)
+    _rows(f"Held out, apart from the bounds: {DGXC_GAP}", DGXC_LLAMA)
+    weak_scaling(DGXC_LLAMA)
     _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
     _rows(f"Held out, apart from the bounds: {TITAN_2025_GAP}", TORCHTITAN_2025)
     moe()
@@ -62,12 +65,30 @@ def table() -> list[float]:
     return fitted + held
 
 
+def weak_scaling(runs: list[Run]) -> None:
+    """Each recipe's step time from its smallest to its largest cluster (the same layout, DP and the global batch
+    grown together), measured and predicted: the rows that differ only in their ``d`` (their name without it)."""
+    recipes: dict[str, list[Run]] = {}
+    for run in runs:
+        recipes.setdefault(re.sub(r" d[0-9]+ ", " ", run.name), []).append(run)
+    print(f"{'weak scaling, one recipe':34s} {'GPUs':>11s} {'measured s':>13s} {'ratio':>6s} {'predicted s':>13s} "
+          f"{'ratio':>6s}")
+    for name, rows in recipes.items():
+        if len(rows) < 2:
+            continue
+        first, last = predict(rows[0]), predict(rows[-1])
+        print(f"{name:34s} {rows[0].gpus:5d}-{rows[-1].gpus:<5d} {first.measured_s:6.2f}-{last.measured_s:<6.2f} "
+              f"{last.measured_s / first.measured_s:6.3f} {first.predicted_s:6.2f}-{last.predicted_s:<6.2f} "
+              f"{last.predicted_s / first.predicted_s:6.3f}")
+    print()
+
+
 def groups() -> None:
     """Median and worst |error| per GPU, framework and dense/MoE, with each run's published MFU (where its source
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
     for run in (FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA
-                + TORCHTITAN_2025):
+                + DGXC_LLAMA + TORCHTITAN_2025):
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -78,6 +99,7 @@ def groups() -> None:
         moe = ("moe" if any(run is r for r in MOE) else
                f"sft {run.layout['fp8']}" if any(run is r for r in BRIDGE_SFT) else
                f"lora {run.layout['fp8']}" if any(run is r for r in BRIDGE_LORA) else
+               f"dgxc {run.layout.get('fp8', 'bf16')}" if any(run is r for r in DGXC_LLAMA) else
                f"dense-apart {run.layout.get('fp8', 'bf16')}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4
                                                                     + TORCHTITAN_FLOAT8 + TORCHTITAN_2025) else
                "dense")
@@ -94,6 +116,7 @@ def groups() -> None:
     added = [(TORCHTITAN_FLOAT8, "torchtitan's {n} Float8 rows", "TORCHTITAN_FLOAT8"),
              (BRIDGE_SFT, "Megatron-Bridge's {n} SFT rows", "BRIDGE_SFT"),
              (BRIDGE_LORA, "Megatron-Bridge's {n} LoRA rows", "BRIDGE_LORA"),
+             (DGXC_LLAMA, "dgxc-benchmarking's {n} Llama 3.1 / GPT-3 rows", "DGXC_LLAMA"),
              (TORCHTITAN_2025, "torchtitan's {n} rows of its 2025 pages", "TORCHTITAN_2025")]
     for runs, words, name in added:  # each group on top of the ones before it
         every += [abs(predict(r).error) for r in runs]

@@ -936,25 +936,28 @@ _DGXC = "NVIDIA/dgxc-benchmarking {} at 143b90dd91f9, NeMo {}, DGX-H100 {}"
 
 
 def _dgxc(name: str, page: str, release: str, model: Any, layout: dict, seq: int, step: float, fp8: bool,
-          note: str = "") -> Run:
+          note: str = "", mfu: float | None = None) -> Run:
     """A DGX Cloud Benchmarking row (``_DGXC``'s comment): the Megatron-Core recipe around ``layout`` with
-    Transformer Engine's delayed-scaling fp8 and fp8 parameter gathers where ``fp8``, in bf16 without them else."""
+    Transformer Engine's delayed-scaling fp8 and fp8 parameter gathers where ``fp8``, in bf16 without them else;
+    ``mfu``: the page's "Model flops utilization" of a BF16 row (over 989 TFLOP/s; the FP8 tables divide by the fp8
+    peak, 1,979, so theirs is not this column's and is left out)."""
     layout = _mcore_fp8("te-delayed", {**(_FP8_PARAMS if fp8 else {}), **layout})
     if not fp8:
         layout = {k: v for k, v in layout.items() if k != "fp8"}
     layout = {**layout, **_nemo_ub(model, layout, seq)}
     dtype = "FP8" if fp8 else "BF16"
     return Run(name, _DGXC.format(page, release, dtype), model, layout, seq, "h100-sxm", NDR, measured_s=step,
-               held_out=True, note=f"{step:g} s a step as the page's table gives it; " + (note or "the recipe as "
+               held_out=True, published_mfu=mfu, note=f"{step:g} s a step as the page's table gives it; " + (note or "the recipe as "
                                                                                              "``_DGXC``'s comment"))
 
 
-def _dgxc_llama(size: str, model: Any, base: dict, gpus_gbs_step: list[tuple[int, int, float]], fp8: bool,
+def _dgxc_llama(size: str, model: Any, base: dict, columns: list[tuple], fp8: bool,
                 layers: dict | None = None) -> list[Run]:
-    """One table of a Llama 3.1 page: ``base`` (t, p, c, v, MBS 1) at each (GPUs, GBS, step), DP = GPUs / (t p c),
+    """One table of a Llama 3.1 page: ``base`` (t, p, c, v, MBS 1) at each column (GPUs, GBS, step[, the BF16
+    table's MFU]), DP = GPUs / (t p c),
     micro-batches = GBS / DP; ``layers``: GPUs -> (layers, PP, VP) for the 405B's proxy columns."""
     rows = []
-    for gpus, gbs, step in gpus_gbs_step:
+    for gpus, gbs, step, *mfu in columns:
         lay, m = dict(base), model
         if layers and gpus in layers:
             n, pp, vp = layers[gpus]
@@ -967,7 +970,7 @@ def _dgxc_llama(size: str, model: Any, base: dict, gpus_gbs_step: list[tuple[int
                  + (f" v{lay['virtual_stages']}" if lay.get("virtual_stages") else "") + f" d{dp}")
         tag = f" {layers[gpus][0]}L" if layers and gpus in layers else ""
         rows.append(_dgxc(f"L3.1 {size}{tag} dgxc {shape} {'fp8' if fp8 else 'bf16'}", f"llama3.1/README_{size.lower()}.md",
-                          "24.09", m, lay, 8192, step, fp8))
+                          "24.09", m, lay, 8192, step, fp8, mfu=mfu[0] if mfu else None))
     return rows
 
 
@@ -977,34 +980,37 @@ _DGXC_405B = {"tp": 8, "pp": 9, "cp": 2, "virtual_stages": 7}
 _DGXC_405B_PROXY = {32: (7, 1, None), 96: (21, 3, 7), 192: (42, 3, 7)}  # configure.sh L86-100
 
 
-def _dgxc_gpt3(gpus: int, step: float, fp8: bool) -> Run:
+def _dgxc_gpt3(gpus: int, step: float, fp8: bool, mfu: float | None = None) -> Run:
     """A column of nemo_megatron/README_175b.md (NeMo 24.11): TP 4 PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32."""
     dp = gpus // 32
     layout = {"tp": 4, "pp": 8, "virtual_stages": 12, "dp": dp, "batch": 1, "micro_batches": 2 * gpus // dp,
               "dropout": True, "grad_buffer": BF16_GRADS}
     return _dgxc(f"GPT3 175B dgxc t4 p8 v12 d{dp} {'fp8' if fp8 else 'bf16'}", "nemo_megatron/README_175b.md", "24.11",
                  "gpt3-175b", layout, 2048, step, fp8,
-                 f"{_NEMO_GPT3_DROPOUT} (dgxc's gpt3_175b_hydra.yaml: the same 0.1); grad_sync_dtype bf16")
+                 f"{_NEMO_GPT3_DROPOUT} (dgxc's gpt3_175b_hydra.yaml: the same 0.1); grad_sync_dtype bf16", mfu)
 
 
 DGXC_LLAMA = [
-    *_dgxc_llama("8B", "llama-3-8b", _DGXC_8B, [(8, 128, 12.91), (16, 256, 13.00), (32, 512, 13.05),
-                                                (64, 1024, 13.08), (128, 2048, 13.10)], False),
+    *_dgxc_llama("8B", "llama-3-8b", _DGXC_8B, [(8, 128, 12.91, .5937), (16, 256, 13.00, .5896),
+                                                (32, 512, 13.05, .5873), (64, 1024, 13.08, .5860),
+                                                (128, 2048, 13.10, .5851)], False),
     *_dgxc_llama("8B", "llama-3-8b", _DGXC_8B, [(8, 128, 9.67), (16, 256, 9.73), (32, 512, 9.75),
                                                 (64, 1024, 9.80), (128, 2048, 9.82)], True),
-    *_dgxc_llama("70B", "llama-3-70b", _DGXC_70B, [(64, 128, 14.72), (128, 256, 14.73), (256, 512, 14.8),
-                                                   (512, 1024, 14.89), (1024, 2048, 14.92), (2048, 4096, 14.98)],
-                 False),
+    *_dgxc_llama("70B", "llama-3-70b", _DGXC_70B, [(64, 128, 14.72, .5410), (128, 256, 14.73, .5406),
+                                                   (256, 512, 14.8, .5381), (512, 1024, 14.89, .5348),
+                                                   (1024, 2048, 14.92, .5338), (2048, 4096, 14.98, .5338)], False),
     *_dgxc_llama("70B", "llama-3-70b", _DGXC_70B, [(64, 128, 11.01), (128, 256, 10.93), (256, 512, 11.16),
                                                    (512, 1024, 11.18), (1024, 2048, 11.28), (2048, 4096, 11.39)],
                  True),
-    *_dgxc_llama("405B", LLAMA_405B, _DGXC_405B, [(32, 126, 8.85), (96, 126, 8.75), (192, 252, 16.93),
-                                                  (576, 252, 17.20), (1152, 504, 17.52), (2304, 1008, 17.62)],
+    *_dgxc_llama("405B", LLAMA_405B, _DGXC_405B, [(32, 126, 8.85, .5863), (96, 126, 8.75, .5617),
+                                                  (192, 252, 16.93, .5725), (576, 252, 17.20, .5578),
+                                                  (1152, 504, 17.52, .5476), (2304, 1008, 17.62, .5445)],
                  False, _DGXC_405B_PROXY),
     *_dgxc_llama("405B", LLAMA_405B, _DGXC_405B, [(32, 126, 5.80), (96, 126, 5.71), (192, 252, 11.00),
                                                   (576, 252, 11.24), (1152, 504, 11.31), (2304, 1008, 12.35)],
                  True, _DGXC_405B_PROXY),
-    *[_dgxc_gpt3(g, s, False) for g, s in [(128, 8.91), (256, 8.95), (512, 9.09), (1024, 9.01), (2048, 9.02)]],
+    *[_dgxc_gpt3(g, s, False, m) for g, s, m in [(128, 8.91, .4993), (256, 8.95, .4971), (512, 9.09, .4894),
+                                                 (1024, 9.01, .4938), (2048, 9.02, .4932)]],
     *[_dgxc_gpt3(g, s, True) for g, s in [(128, 5.92), (256, 5.96), (512, 6.44), (1024, 6.72), (2048, 6.24)]],
 ]
 #: Why ``DGXC_LLAMA`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): NeMo 24.09/24.11
