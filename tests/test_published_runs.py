@@ -27,7 +27,8 @@ from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities import efficiency, timing
 from memderive.derivations.quantities.memory_bound import layout_int
 
-from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT,
+from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_SFT, DENSE_APART, DGXC_LLAMA,
+                                  FITTED, HELD_OUT,
                                   NEMO_2407, PLAN_SLACK, RUNS, SCALING, SFT_GAP, TITAN_2025_GAP, TITAN_FLOAT8_GAP,
                                   TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, plan_against, predict)
 
@@ -385,6 +386,57 @@ def test_bridges_lora_rows_meet_issue_39s_bounds() -> None:
     """Issue 39's bounds (median 10%, every run within 25%) on the LoRA rows: measured +7.9%, +7.0%, -10.4%, -9.8%,
     +1.9% (GB300 FP8, MXFP8, GB200 FP8, MXFP8, H100; python benchmarks/published_runs.py), median 7.9%, worst 10.4%."""
     errors = [abs(predict(run).error) for run in BRIDGE_LORA]
+    assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
+
+
+def test_dgxc_rows_are_the_pages() -> None:
+    """NVIDIA/dgxc-benchmarking at 143b90dd91f9 (read by hand): "Training step time (seconds per step)" of each
+    table by GPU count. llama3.1/README_8b.md (TP 1 PP 1 CP 2 MBS 1 GA 32, GBS 16 x GPUs), README_70b.md (TP 4 PP 4
+    CP 2 VP 5, GA 64, GBS 2 x GPUs), README_405b.md (TP 8 PP 9 CP 2 VP 7, GA 63; the 32/96/192-GPU proxies at 7/21/42
+    layers, PP 1/3/3, GBS 126/126/252; the BF16 96-GPU cell printed "8.7  5"), nemo_megatron/README_175b.md (TP 4
+    PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32, so GA 64). Each page's "model flops for GBS=1" (its Notes: 8B
+    4.74E+14, 70B 3.94E+15, 405B 2.17E+16, 175B 2.20E+15, three figures) is memderive's model FLOPs of one sequence
+    to 1% (the shapes are right). FP8 rows run Transformer Engine's delayed scaling with fp8 parameter gathers
+    (configure.sh: fp8, fp8_hybrid, +model.fp8_params), BF16 rows neither. They ran on 80 GB H100s, so each fits."""
+    steps = {  # (table, fp8) -> [(GPUs, GBS, s)]
+        ("8B", False): [(8, 128, 12.91), (16, 256, 13.00), (32, 512, 13.05), (64, 1024, 13.08), (128, 2048, 13.10)],
+        ("8B", True): [(8, 128, 9.67), (16, 256, 9.73), (32, 512, 9.75), (64, 1024, 9.80), (128, 2048, 9.82)],
+        ("70B", False): [(64, 128, 14.72), (128, 256, 14.73), (256, 512, 14.8), (512, 1024, 14.89),
+                         (1024, 2048, 14.92), (2048, 4096, 14.98)],
+        ("70B", True): [(64, 128, 11.01), (128, 256, 10.93), (256, 512, 11.16), (512, 1024, 11.18),
+                        (1024, 2048, 11.28), (2048, 4096, 11.39)],
+        ("405B", False): [(32, 126, 8.85), (96, 126, 8.75), (192, 252, 16.93), (576, 252, 17.20), (1152, 504, 17.52),
+                          (2304, 1008, 17.62)],
+        ("405B", True): [(32, 126, 5.80), (96, 126, 5.71), (192, 252, 11.00), (576, 252, 11.24), (1152, 504, 11.31),
+                         (2304, 1008, 12.35)],
+        ("175B", False): [(128, 256, 8.91), (256, 512, 8.95), (512, 1024, 9.09), (1024, 2048, 9.01),
+                          (2048, 4096, 9.02)],
+        ("175B", True): [(128, 256, 5.92), (256, 512, 5.96), (512, 1024, 6.44), (1024, 2048, 6.72),
+                         (2048, 4096, 6.24)],
+    }
+    assert [(r.gpus, r.global_batch, r.measured(), r.layout.get("fp8") == "te-delayed") for r in DGXC_LLAMA] == [
+        (g, b, t, fp8) for (_, fp8), cols in steps.items() for g, b, t in cols]
+    micro = {"8B": 32, "70B": 64, "405B": 63, "175B": 64}
+    flops = {"8B": 4.74e14, "70B": 3.94e15, "405B": 2.17e16, "175B": 2.20e15}
+    for run in DGXC_LLAMA:
+        size = run.name.split()[1]
+        e = run.estimate()
+        o = e.options
+        assert run.held_out and run.gpu == "h100-sxm" and run.layout["micro_batches"] == micro[size]
+        assert (o.fp8 != "none") == o.fp8_param_gather == ("fp8" in run.name.split()[-1])
+        assert (o.tp, o.cp) == {"8B": (1, 2), "70B": (4, 2), "405B": (8, 2), "175B": (4, 1)}[size]
+        assert o.sp == o.tp_comm_overlap == (o.tp > 1) and o.dropout == (size == "175B") and o.zero == 1
+        if "L " not in run.name.replace("L3.1", ""):  # the whole model, not a 405B proxy
+            assert e.number("model_flops") == pytest.approx(flops[size], rel=0.01)
+        assert e.number("total_bytes") <= gpu("h100-sxm").memory_bytes
+    assert not {id(r) for r in DGXC_LLAMA} & {id(r) for r in RUNS + DENSE_APART + BRIDGE_SFT + BRIDGE_LORA}
+
+
+def test_dgxc_rows_meet_issue_39s_bounds() -> None:
+    """Issue 39's bounds (median 10%, every run within 25%) on the 44 DGX Cloud Benchmarking rows: median 9.6%, worst
+    24.4% (GPT-3 175B FP8 at 1,024 GPUs, -24.4%; python benchmarks/published_runs.py), every row but one (405B FP8 at
+    96 GPUs, +1.5%) predicted too fast; nothing tuned."""
+    errors = [abs(predict(run).error) for run in DGXC_LLAMA]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
 
 
