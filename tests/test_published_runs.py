@@ -390,15 +390,15 @@ def test_bridges_lora_rows_meet_issue_39s_bounds() -> None:
 
 
 def test_dgxc_rows_are_the_pages() -> None:
-    """NVIDIA/dgxc-benchmarking at 143b90dd91f9 (read by hand): "Training step time (seconds per step)" of each
-    table by GPU count. llama3.1/README_8b.md (TP 1 PP 1 CP 2 MBS 1 GA 32, GBS 16 x GPUs), README_70b.md (TP 4 PP 4
+    """NVIDIA/dgxc-benchmarking at 143b90dd91f9 (NeMo 24.09; the 175B 24.11) and at 8f5cbb3799ea (NeMo 24.12), read
+    by hand: "Training step time (seconds per step)" of each table by GPU count. llama3.1/README_8b.md (TP 1 PP 1 CP 2 MBS 1 GA 32, GBS 16 x GPUs), README_70b.md (TP 4 PP 4
     CP 2 VP 5, GA 64, GBS 2 x GPUs), README_405b.md (TP 8 PP 9 CP 2 VP 7, GA 63; the 32/96/192-GPU proxies at 7/21/42
     layers, PP 1/3/3, GBS 126/126/252; the BF16 96-GPU cell printed "8.7  5"), nemo_megatron/README_175b.md (TP 4
     PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32, so GA 64). Each page's "model flops for GBS=1" (its Notes: 8B
     4.74E+14, 70B 3.94E+15, 405B 2.17E+16, 175B 2.20E+15, three figures) is memderive's model FLOPs of one sequence
     to 1% (the shapes are right). FP8 rows run Transformer Engine's delayed scaling with fp8 parameter gathers
     (configure.sh: fp8, fp8_hybrid, +model.fp8_params), BF16 rows neither. They ran on 80 GB H100s, so each fits."""
-    steps = {  # (table, fp8) -> [(GPUs, GBS, s)]
+    steps = {  # (table, fp8) -> [(GPUs, GBS, s)], 143b90dd91f9's pages
         ("8B", False): [(8, 128, 12.91), (16, 256, 13.00), (32, 512, 13.05), (64, 1024, 13.08), (128, 2048, 13.10)],
         ("8B", True): [(8, 128, 9.67), (16, 256, 9.73), (32, 512, 9.75), (64, 1024, 9.80), (128, 2048, 9.82)],
         ("70B", False): [(64, 128, 14.72), (128, 256, 14.73), (256, 512, 14.8), (512, 1024, 14.89),
@@ -414,8 +414,27 @@ def test_dgxc_rows_are_the_pages() -> None:
         ("175B", True): [(128, 256, 5.92), (256, 512, 5.96), (512, 1024, 6.44), (1024, 2048, 6.72),
                          (2048, 4096, 6.24)],
     }
-    assert [(r.gpus, r.global_batch, r.measured(), r.layout.get("fp8") == "te-delayed") for r in DGXC_LLAMA] == [
-        (g, b, t, fp8) for (_, fp8), cols in steps.items() for g, b, t in cols]
+    steps_2412 = {  # 8f5cbb3799ea's pages
+        ("8B", False): [(8, 128, 12.78), (16, 256, 12.99), (32, 512, 13.00), (64, 1024, 13.00), (128, 2048, 13.16)],
+        ("8B", True): [(8, 128, 9.44), (16, 256, 9.47), (32, 512, 9.60), (64, 1024, 9.64), (128, 2048, 9.73)],
+        ("70B", False): [(64, 128, 14.61), (128, 256, 14.70), (256, 512, 14.72), (512, 1024, 14.80),
+                         (1024, 2048, 14.86), (2048, 4096, 14.84)],
+        ("70B", True): [(64, 128, 10.46), (128, 256, 10.52), (256, 512, 10.75), (512, 1024, 10.76),
+                        (1024, 2048, 10.83), (2048, 4096, 10.99)],
+        ("405B", False): [(32, 126, 9.00), (96, 126, 8.87), (192, 252, 17.30), (576, 252, 17.50), (1152, 504, 17.60),
+                          (2304, 1008, 17.70)],
+        ("405B", True): [(32, 126, 5.75), (96, 126, 5.63), (192, 252, 10.8), (576, 252, 11.00), (1152, 504, 11.10),
+                         (2304, 1008, 11.20)],
+        ("175B", False): [(128, 256, 8.309), (256, 512, 8.408), (512, 1024, 8.42), (1024, 2048, 8.453),
+                          (2048, 4096, 8.49)],
+        ("175B", True): [(128, 256, 5.626), (256, 512, 5.725), (512, 1024, 5.774), (1024, 2048, 5.82),
+                         (2048, 4096, 5.96)],
+    }
+    release = {"8B": "24.09", "70B": "24.09", "405B": "24.09", "175B": "24.11"}
+    assert [(r.name.split()[-1], r.gpus, r.global_batch, r.measured(), r.layout.get("fp8") == "te-delayed")
+            for r in DGXC_LLAMA] == [(release[size], g, b, t, fp8) for (size, fp8), cols in steps.items()
+                                     for g, b, t in cols] + [
+        ("24.12", g, b, t, fp8) for (_, fp8), cols in steps_2412.items() for g, b, t in cols]
     micro = {"8B": 32, "70B": 64, "405B": 63, "175B": 64}
     flops = {"8B": 4.74e14, "70B": 3.94e15, "405B": 2.17e16, "175B": 2.20e15}
     for run in DGXC_LLAMA:
@@ -423,7 +442,7 @@ def test_dgxc_rows_are_the_pages() -> None:
         e = run.estimate()
         o = e.options
         assert run.held_out and run.gpu == "h100-sxm" and run.layout["micro_batches"] == micro[size]
-        assert (o.fp8 != "none") == o.fp8_param_gather == ("fp8" in run.name.split()[-1])
+        assert (o.fp8 != "none") == o.fp8_param_gather == ("fp8" in run.name.split())
         assert (o.tp, o.cp) == {"8B": (1, 2), "70B": (4, 2), "405B": (8, 2), "175B": (4, 1)}[size]
         assert o.sp == o.tp_comm_overlap == (o.tp > 1) and o.dropout == (size == "175B") and o.zero == 1
         if "L " not in run.name.replace("L3.1", ""):  # the whole model, not a 405B proxy
@@ -433,9 +452,10 @@ def test_dgxc_rows_are_the_pages() -> None:
 
 
 def test_dgxc_rows_meet_issue_39s_bounds() -> None:
-    """Issue 39's bounds (median 10%, every run within 25%) on the 44 DGX Cloud Benchmarking rows: median 9.6%, worst
-    24.4% (GPT-3 175B FP8 at 1,024 GPUs, -24.4%; python benchmarks/published_runs.py), every row but one (405B FP8 at
-    96 GPUs, +1.5%) predicted too fast; nothing tuned."""
+    """Issue 39's bounds (median 10%, every run within 25%) on the 88 DGX Cloud Benchmarking rows: median 9.1%, worst
+    24.4% (GPT-3 175B FP8 at 1,024 GPUs on 24.11, -24.4%; python benchmarks/published_runs.py), all but four (the
+    405B FP8 proxy at 96 GPUs on both releases, the 8B FP8 at 8 and 16 GPUs on 24.12: +0.6% to +2.9%) predicted too
+    fast; nothing tuned."""
     errors = [abs(predict(run).error) for run in DGXC_LLAMA]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
 
