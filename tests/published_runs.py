@@ -941,13 +941,13 @@ _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.
 #: with grad_sync_dtype bf16 (``BF16_GRADS``), fp8_params, fp8_hybrid, amax history 1,024. Assumed as ``_NEMO``: the
 #: Llama rows' fp32 gradient buffer (their yamls set no grad_sync_dtype). Not modelled: the 70B / 405B yamls'
 #: defer_embedding_wgrad_compute, host time.
-_DGXC = "NVIDIA/dgxc-benchmarking {} at {}, NeMo {}, DGX-H100 {}"
-_DGXC_AT = {"24.09": "143b90dd91f9", "24.11": "143b90dd91f9", "24.12": "8f5cbb3799ea"}  # the page's commit by release
+_DGXC_LLAMA_SRC = "NVIDIA/dgxc-benchmarking {} at {}, NeMo {}, DGX-H100 {}"
+_DGXC_LLAMA_AT = {"24.09": "143b90dd91f9", "24.11": "143b90dd91f9", "24.12": "8f5cbb3799ea"}  # page commit by release
 
 
-def _dgxc(name: str, page: str, release: str, model: Any, layout: dict, seq: int, step: float, fp8: bool,
+def _dgxc_row(name: str, page: str, release: str, model: Any, layout: dict, seq: int, step: float, fp8: bool,
           note: str = "", mfu: float | None = None) -> Run:
-    """A DGX Cloud Benchmarking row (``_DGXC``'s comment): the Megatron-Core recipe around ``layout`` with
+    """A DGX Cloud Benchmarking row (``_DGXC_LLAMA_SRC``'s comment): the Megatron-Core recipe around ``layout`` with
     Transformer Engine's delayed-scaling fp8 and fp8 parameter gathers where ``fp8``, in bf16 without them else;
     ``mfu``: the page's "Model flops utilization" of a BF16 row (over 989 TFLOP/s; the FP8 tables divide by the fp8
     peak, 1,979, so theirs is not this column's and is left out)."""
@@ -956,9 +956,10 @@ def _dgxc(name: str, page: str, release: str, model: Any, layout: dict, seq: int
         layout = {k: v for k, v in layout.items() if k != "fp8"}
     layout = {**layout, **_nemo_ub(model, layout, seq)}
     dtype = "FP8" if fp8 else "BF16"
-    return Run(f"{name} {release}", _DGXC.format(page, _DGXC_AT[release], release, dtype), model, layout, seq,
-               "h100-sxm", NDR, measured_s=step, held_out=True, published_mfu=mfu,
-               note=f"{step:g} s a step as the page's table gives it; " + (note or "the recipe as ``_DGXC``'s comment"))
+    source = _DGXC_LLAMA_SRC.format(page, _DGXC_LLAMA_AT[release], release, dtype)
+    return Run(f"{name} {release}", source, model, layout, seq, "h100-sxm", NDR, measured_s=step, held_out=True,
+               published_mfu=mfu, note=f"{step:g} s a step as the page's table gives it; "
+                                       + (note or "the recipe as ``_DGXC_LLAMA_SRC``'s comment"))
 
 
 def _dgxc_llama(size: str, model: Any, base: dict, columns: list[tuple], fp8: bool, layers: dict | None = None,
@@ -979,7 +980,7 @@ def _dgxc_llama(size: str, model: Any, base: dict, columns: list[tuple], fp8: bo
         shape = (f"t{lay.get('tp', 1)} p{lay.get('pp', 1)} c{lay['cp']}"
                  + (f" v{lay['virtual_stages']}" if lay.get("virtual_stages") else "") + f" d{dp}")
         tag = f" {layers[gpus][0]}L" if layers and gpus in layers else ""
-        rows.append(_dgxc(f"L3.1 {size}{tag} dgxc {shape} {'fp8' if fp8 else 'bf16'}",
+        rows.append(_dgxc_row(f"L3.1 {size}{tag} dgxc {shape} {'fp8' if fp8 else 'bf16'}",
                           f"llama3.1/README_{size.lower()}.md", release, m, lay, 8192, step, fp8,
                           mfu=mfu[0] if mfu else None))
     return rows
@@ -998,7 +999,8 @@ def _dgxc_gpt3(gpus: int, step: float, fp8: bool, mfu: float | None = None, rele
     dp = gpus // 32
     layout = {"tp": 4, "pp": 8, "virtual_stages": 12, "dp": dp, "batch": 1, "micro_batches": 2 * gpus // dp,
               "dropout": True, "grad_buffer": BF16_GRADS}
-    return _dgxc(f"GPT3 175B dgxc t4 p8 v12 d{dp} {'fp8' if fp8 else 'bf16'}", "nemo_megatron/README_175b.md", release,
+    return _dgxc_row(f"GPT3 175B dgxc t4 p8 v12 d{dp} {'fp8' if fp8 else 'bf16'}", "nemo_megatron/README_175b.md",
+                     release,
                  "gpt3-175b", layout, 2048, step, fp8,
                  f"{_NEMO_GPT3_DROPOUT} (dgxc's gpt3_175b_hydra.yaml: the same 0.1); grad_sync_dtype bf16", mfu)
 
@@ -1052,13 +1054,14 @@ DGXC_LLAMA = [
                                                          (2048, 5.96)]],
 ]
 #: Why ``DGXC_LLAMA`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): NeMo 24.09-24.12
-#: Megatron-Core recipes as ``NEMO_2407``'s, read after the bounds were set; printed as their own table. As read (nothing
-#: tuned): 88 rows, median |error| 9.5%, worst 24.4% (GPT-3 175B FP8 at 1,024 GPUs, 24.11); 86 predicted too fast;
-#: 24.09 34 rows 9.5% / 16.2%, 24.11 10 rows 14.5% / 24.4%, 24.12 44 rows 8.6% / 14.8% (with TE's default userbuffers
-#: SMs on the 405B, before its yaml's config was read: 9.1% over the 88, its rows 2-5 points less fast). Weak scaling:
-#: the measured step grows 1.1-9.9% from each recipe's smallest to its largest cluster, memderive's -0.3% to +0.1%.
-DGXC_GAP = ("NVIDIA's DGX Cloud Benchmarking Llama 3.1 8B/70B/405B and GPT-3 175B on H100 (NeMo 24.09-24.12, BF16 and "
-            "FP8, weak scaling): tests/published_runs.DGXC_LLAMA")
+#: Megatron-Core recipes as ``NEMO_2407``'s, read after the bounds were set; printed as their own table. As read
+#: (nothing tuned): 88 rows, median |error| 9.5%, worst 24.4% (GPT-3 175B FP8 at 1,024 GPUs, 24.11); 86 predicted too
+#: fast; 24.09 34 rows 9.5% / 16.2%, 24.11 10 rows 14.5% / 24.4%, 24.12 44 rows 8.6% / 14.8% (with TE's default
+#: userbuffers SMs on the 405B, before its yaml's config was read: 9.1% over the 88, its rows 2-5 points less fast).
+#: Weak scaling: the measured step grows 1.1-9.9% from each recipe's smallest to its largest cluster, memderive's
+#: -0.3% to +0.1%.
+DGXC_LLAMA_GAP = ("NVIDIA's DGX Cloud Benchmarking Llama 3.1 8B/70B/405B and GPT-3 175B on H100 (NeMo 24.09-24.12, "
+                  "BF16 and FP8, weak scaling): tests/published_runs.DGXC_LLAMA")
 
 
 _LAUNCHER = "NeMo-Framework-Launcher launcher_scripts/conf/training/{}.yaml at git tag 24.07"

@@ -390,14 +390,15 @@ def test_bridges_lora_rows_meet_issue_39s_bounds() -> None:
 
 
 def test_dgxc_rows_are_the_pages() -> None:
-    """NVIDIA/dgxc-benchmarking at 143b90dd91f9 (NeMo 24.09; the 175B 24.11) and at 8f5cbb3799ea (NeMo 24.12), read
-    by hand: "Training step time (seconds per step)" of each table by GPU count. llama3.1/README_8b.md (TP 1 PP 1 CP 2 MBS 1 GA 32, GBS 16 x GPUs), README_70b.md (TP 4 PP 4
-    CP 2 VP 5, GA 64, GBS 2 x GPUs), README_405b.md (TP 8 PP 9 CP 2 VP 7, GA 63; the 32/96/192-GPU proxies at 7/21/42
-    layers, PP 1/3/3, GBS 126/126/252; the BF16 96-GPU cell printed "8.7  5"), nemo_megatron/README_175b.md (TP 4
-    PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32, so GA 64). Each page's "model flops for GBS=1" (its Notes: 8B
-    4.74E+14, 70B 3.94E+15, 405B 2.17E+16, 175B 2.20E+15, three figures) is memderive's model FLOPs of one sequence
-    to 1% (the shapes are right). FP8 rows run Transformer Engine's delayed scaling with fp8 parameter gathers
-    (configure.sh: fp8, fp8_hybrid, +model.fp8_params), BF16 rows neither. They ran on 80 GB H100s, so each fits."""
+    """NVIDIA/dgxc-benchmarking at 143b90dd91f9 (NeMo 24.09; the 175B 24.11) and at 8f5cbb3799ea (NeMo 24.12), read by
+    hand: "Training step time (seconds per step)" of each table by GPU count. llama3.1/README_8b.md (TP 1 PP 1 CP 2
+    MBS 1 GA 32, GBS 16 x GPUs), README_70b.md (TP 4 PP 4 CP 2 VP 5, GA 64, GBS 2 x GPUs), README_405b.md (TP 8 PP 9
+    CP 2 VP 7, GA 63; the 32/96/192-GPU proxies at 7/21/42 layers, PP 1/3/3, GBS 126/126/252; the BF16 96-GPU cell
+    printed "8.7 5"), nemo_megatron/README_175b.md (TP 4 PP 8 VP 12 MBS 1, GBS 2 x GPUs, DP = GPUs / 32, so GA 64).
+    Each page's "model flops for GBS=1" (its Notes: 8B 4.74E+14, 70B 3.94E+15, 405B 2.17E+16, 175B 2.20E+15, three
+    figures) is memderive's model FLOPs of one sequence to 1% (the shapes are right). FP8 rows run Transformer
+    Engine's delayed scaling with fp8 parameter gathers (configure.sh: fp8, fp8_hybrid, +model.fp8_params), BF16
+    rows neither. They ran on 80 GB H100s, so each fits."""
     steps = {  # (table, fp8) -> [(GPUs, GBS, s)], 143b90dd91f9's pages
         ("8B", False): [(8, 128, 12.91), (16, 256, 13.00), (32, 512, 13.05), (64, 1024, 13.08), (128, 2048, 13.10)],
         ("8B", True): [(8, 128, 9.67), (16, 256, 9.73), (32, 512, 9.75), (64, 1024, 9.80), (128, 2048, 9.82)],
