@@ -323,16 +323,15 @@ def test_bridges_sft_rows_meet_issue_39s_bounds() -> None:
 
 
 def test_dgxc_nemotron_rows_are_the_pages() -> None:
-    """NVIDIA dgxc-benchmarking's Nemotron-4 tables, read by hand (nemotron/README_340b.md at 143b90dd91,
-    README_15b.md at 0b71cfda51): 340B TP 8 PP 8 VP 12 MBS 1 GA 16 on 128-2,048 H100s, GBS 32-512 (128 / 64 = DP 2:
-    1 x 16 x 2 = 32); 15B TP 4 MBS 4 GA 4 on 16-2,048, GBS 64-8,192 (16 / 4 = DP 4: 4 x 4 x 4 = 64); the
+    """NVIDIA dgxc-benchmarking's Nemotron-4 "24.11" tables, read by hand (nemotron/README_340b.md and README_15b.md
+    at 143b90dd91): 340B TP 8 PP 8 VP 12 MBS 1 GA 16 on 128-2,048 H100s, GBS 32-512 (128 / 64 = DP 2: 1 x 16 x 2 =
+    32); 15B TP 4 MBS 4 GA 4 on 16-2,048, GBS 64-8,192 (16 / 4 = DP 4: 4 x 4 x 4 = 64); the
     "Training step time (seconds per step)" rows, BF16 then FP8. The recipe (nemotron/configure.sh at 35a9aecc8d):
     fp8 with fp8 params only in the FP8 rows, SP and TP overlap, the distributed optimizer; the 340B's synth yaml
     selective recompute and bf16 gradient reduction. They ran on 80 GB H100s, so each fits in memderive's bytes."""
     pages = ([(128 * 2**k, 32 * 2**k) for k in range(5)] * 2 + [(16 * 2**k, 64 * 2**k) for k in range(8)] * 2)
     steps = [4.61, 4.67, 4.7, 4.73, 4.84, 3.16, 3.21, 3.26, 3.34, 3.49,
-             2.812, 2.824, 2.845, 2.859, 2.852, 2.875, 2.895, 2.887,
-             2.039, 2.046, 2.048, 2.059, 2.075, 2.12, 2.094, 2.12]
+             2.83, 2.86, 2.86, 2.89, 2.88, 2.92, 2.92, 2.96, 2.08, 2.07, 2.09, 2.08, 2.1, 2.12, 2.12, 2.18]
     assert [(r.gpus, r.global_batch) for r in DGXC] == pages and [r.measured() for r in DGXC] == steps
     assert [r.layout["fp8"] for r in DGXC] == ["none"] * 5 + ["te-delayed"] * 5 + ["none"] * 8 + ["te-delayed"] * 8
     for run in DGXC:
@@ -350,7 +349,7 @@ def test_dgxc_nemotron_rows_are_the_pages() -> None:
 
 @pytest.mark.xfail(strict=True, reason=DGXC_GAP)
 def test_dgxc_nemotron_rows_meet_issue_39s_bounds() -> None:
-    """Issue 39's bounds (median 10%, every run within 25%) on the dgxc Nemotron-4 rows: measured median 10.5%, worst
+    """Issue 39's bounds (median 10%, every run within 25%) on the dgxc Nemotron-4 rows: measured median 11.7%, worst
     22.4% (340B FP8 on 2,048 GPUs), every row too fast (python benchmarks/published_runs.py); strict."""
     errors = [abs(predict(run).error) for run in DGXC]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
