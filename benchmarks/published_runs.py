@@ -20,8 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memderive.derivations.hardware import gpu  # noqa: E402
 from memderive.derivations.quantities.host_timeline import host_of, moe_host_exposed_s, moe_layer_host_s  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
+from tests.published_runs import DGXC, DGXC_GAP  # noqa: E402
+from tests.published_runs import DGXC_LLAMA, DGXC_LLAMA_GAP  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
-                                  DGXC_LLAMA_GAP, DGXC_LLAMA, FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
+                                  FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
                                   TITAN_2025_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
 
@@ -59,6 +61,7 @@ def table() -> list[float]:
     weak_scaling(DGXC_LLAMA)
     _rows(f"Held out, apart from the bounds: {TITAN_FLOAT8_GAP}", TORCHTITAN_FLOAT8)
     _rows(f"Held out, apart from the bounds: {TITAN_2025_GAP}", TORCHTITAN_2025)
+    _rows(f"Held out, apart from the bounds: {DGXC_GAP}", DGXC)
     moe()
     groups()
     zero3()
@@ -88,7 +91,7 @@ def groups() -> None:
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
     for run in (FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA
-                + DGXC_LLAMA + TORCHTITAN_2025):
+                + DGXC_LLAMA + TORCHTITAN_2025 + DGXC):
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -100,6 +103,7 @@ def groups() -> None:
                f"sft {run.layout['fp8']}" if any(run is r for r in BRIDGE_SFT) else
                f"lora {run.layout['fp8']}" if any(run is r for r in BRIDGE_LORA) else
                f"dgxc {run.layout.get('fp8', 'bf16')}" if any(run is r for r in DGXC_LLAMA) else
+               f"dgxc {run.layout['fp8']}" if any(run is r for r in DGXC) else
                f"dense-apart {run.layout.get('fp8', 'bf16')}" if any(run is r for r in DENSE_APART + BRIDGE_NVFP4
                                                                     + TORCHTITAN_FLOAT8 + TORCHTITAN_2025) else
                "dense")
@@ -117,12 +121,13 @@ def groups() -> None:
              (BRIDGE_SFT, "Megatron-Bridge's {n} SFT rows", "BRIDGE_SFT"),
              (BRIDGE_LORA, "Megatron-Bridge's {n} LoRA rows", "BRIDGE_LORA"),
              (DGXC_LLAMA, "dgxc-benchmarking's {n} Llama 3.1 / GPT-3 rows", "DGXC_LLAMA"),
-             (TORCHTITAN_2025, "torchtitan's {n} rows of its 2025 pages", "TORCHTITAN_2025")]
+             (TORCHTITAN_2025, "torchtitan's {n} rows of its 2025 pages", "TORCHTITAN_2025"),
+             (DGXC, "dgxc-benchmarking's {n} Nemotron-4 rows", "DGXC")]
     for runs, words, name in added:  # each group on top of the ones before it
         every += [abs(predict(r).error) for r in runs]
         print(f"with {words.format(n=len(runs))} too (tests/published_runs.{name}): {len(every)} dense runs, median "
               f"|error| {statistics.median(every):.1%}, worst {max(every):.1%}, {sum(e <= 0.25 for e in every)} within "
-              f"25%" + ("\n" if runs is TORCHTITAN_2025 else ""))
+              f"25%" + ("\n" if runs is DGXC else ""))
 
 
 def moe() -> None:
