@@ -592,6 +592,13 @@ class Options:
         the one place the time model and its note decide it."""
         return self.tp_comm_overlap and self.framework == "torchtitan"
 
+    @property
+    def layer_wise(self) -> bool:
+        """Megatron-Core's Muon under its layer-wise distributed optimizer (``--optimizer muon --zero 1``: whole
+        parameters dealt to the data-parallel ranks, its gradients all-reduced, the updated weights gathered after
+        the step): the one place the memory, the time model and its note decide it."""
+        return self.optimizer == "muon" and self.zero == 1
+
     def _check_te_fp8(self) -> None:
         """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
         tensor cores (MXFP8: Blackwell's block scaling)."""

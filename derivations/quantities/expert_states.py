@@ -62,7 +62,7 @@ def _busiest_rank(states: Breakdown, graph: Graph, opts: Options, routed: set[st
     """Under Muon's layer-wise distributed optimizer (``--optimizer muon --zero 1``), what the rank dealt the largest
     parameter holds beyond the mean rank's 1/d: max(0, that parameter's main params and moments - the mean), the
     dense parameters' and the routed experts' apart (``model_states.layer_wise_largest``); empty otherwise."""
-    if opts.optimizer != "muon" or opts.zero != 1:
+    if not opts.layer_wise:
         return Breakdown((), "bytes")
     parts = [("", lambda blk, op, x: routed is None or f"{blk.name}/{op.path}" not in routed)]
     if routed:

@@ -1134,10 +1134,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        layer_wise = opts.optimizer == "muon" and zero == 1  # Muon's layer-wise optimizer: all-reduce, then gather
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if layer_wise else zero, m, micro + memory_micro,
-                               weights, p, v, edge, data_parallel_calls(est, zero), expert_group(est, grads, weights, zero),
-                               fsdp2=opts.framework in FSDP2_FRAMEWORKS, gather_after=layer_wise)
+        # Muon's layer-wise optimizer (Options.layer_wise): ZeRO 0's all-reduce, then the weights gathered
+        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m,
+                               micro + memory_micro, weights, p, v, edge, data_parallel_calls(est, zero),
+                               expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
+                               gather_after=opts.layer_wise)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -1163,7 +1164,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
-                    muon=("layer-wise" if opts.zero == 1 else "whole") if opts.optimizer == "muon" else "")
+                    muon=("layer-wise" if opts.layer_wise else "whole") if opts.optimizer == "muon" else "")
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
