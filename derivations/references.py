@@ -456,6 +456,12 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("megatron-ddp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/distributed_data_parallel.py "
               "(the gradient buffers: grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32 else param.dtype)", None,
               "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/distributed/distributed_data_parallel.py", "code"),
+    Reference("megatron-param-buffer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/"
+              "param_and_grad_buffer.py (_ParamAndGradBucketGroup: register_grad_ready dispatches a bucket's "
+              "reduce once its gradients are ready in the last micro-batch; finish_param_sync waits on a bucket's "
+              "all-gather, then dispatches the next bucket's)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/core/distributed/"
+              "param_and_grad_buffer.py", "code"),
     Reference("megatron-fsdp", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/src/megatron_fsdp/"
               "megatron_fsdp.py (the post-backward hook: grad_reduce_every_bprop for the sharding strategies "
               "'optim_grads' and 'optim_grads_params', a reduce-scatter after every micro-batch's backward)", None,

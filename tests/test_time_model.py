@@ -136,6 +136,25 @@ def test_interleaved_chunks_reduce_and_gather_one_by_one() -> None:
     assert data_parallel_s(slow, grads, d, 8, 0, 8, micro, p=4, v=2) == pytest.approx(32.5 + 1.4 * 428.4e-6)
 
 
+def test_megatron_buckets_leave_the_last_reduce_and_the_first_gather_exposed() -> None:
+    """Megatron-Core reduces a bucket once its gradients are final and gathers one when the forward reaches it
+    (param_and_grad_buffer.py: register_grad_ready, finish_param_sync), so on a network fast enough to hide the rest
+    the last bucket's reduce-scatter and the first bucket's all-gather still show. By hand, as the test above: one
+    collective of 1 B bf16 parameters over 16 ranks one per node at 0.8 Gb/s is 18.75 s plus, per call, NCCL's ring
+    latency L = 218.4 us; now a micro-batch of 60 s (backward 40, forward 20).
+    Unbucketed: both hide whole (18.75 + L < 40, < 20). One chunk in 5 buckets of 3.75 s (+ L each): the reduce's
+    queue ends max(3.75, 18.75 - 4/5 x 40) past the backward, the gather waits max(3.75, 18.75 - 4/5 x 20) = 3.75:
+    7.5 s + 2 L. Interleaved, p 4, two chunks of two buckets (--no-align-param-gather unset: a chunk's buckets
+    gathered together, its first forward waiting on all): chunk 0's last bucket 18.75 / 4 = 4.6875 (+ L) past its
+    20 s backward, chunk 0's whole 9.375 (+ 2 L) gathered before its first forward, chunk 1's behind chunk 0's
+    forwards: 14.0625 s + 3 L."""
+    slow, grads, d, micro, latency = Cluster(H100, 8, 10**8), 2 * 10**9, 16, 60.0, 218.4e-6
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, calls=5) == 0.0
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, calls=5, bucketed=True) == pytest.approx(7.5 + 2 * latency)
+    assert data_parallel_s(slow, grads, d, 8, 1, 8, micro, p=4, v=2, calls=4,
+                           bucketed=True) == pytest.approx(14.0625 + 3 * latency)
+
+
 def test_zero3_data_parallel_time_grows_with_micro_batches_in_step_time() -> None:
     slow = Cluster(H100, 8, 10**8)
     times = [step_time(estimate("llama-2-7b", mode="train", batch=1, seq=1024, dp=16, zero=3, micro_batches=m),

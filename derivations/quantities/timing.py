@@ -466,7 +466,9 @@ class StepTime:
                 f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
                 f"({cite(NCCL_COST)}), the data-parallel ones call by call: FSDP's units, Megatron-Core's gradient "
-                f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}); "
+                f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}), the last bucket's reduce-scatter and the "
+                f"first's all-gather (interleaved: each chunk's whole gather before its first forward) with nothing to "
+                f"hide behind ({cite(BUCKET_PIPELINE_SOURCE)}); "
                 "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) "
                 + ("behind another micro-batch's compute (--moe-a2a-overlap: Megatron-Core's combined 1F1B, the "
                    "steady state's forward beside a backward, layer by layer: combine behind attention, dispatch "
@@ -770,7 +772,8 @@ ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_an
 
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
                     weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
-                    experts: ExpertGroup | None = None, fsdp2: bool = False, gather_after: bool = False) -> Any:
+                    experts: ExpertGroup | None = None, fsdp2: bool = False, gather_after: bool = False,
+                    bucketed: bool = False) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -801,7 +804,12 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     ``gather_after`` (Megatron-Core's Muon under its layer-wise distributed optimizer, ``--optimizer muon --zero 1``):
     ZeRO 0's all-reduce (DDP reduces whole gradients: no distributed optimizer), then, after the step, one all-gather
     of the updated weights per group, each rank's own whole parameters, hidden behind nothing (``allgather_params``
-    in ``LayerWiseDistributedOptimizer.step`` when overlap_param_gather is off, as the Kimi-K2 recipe sets it)."""
+    in ``LayerWiseDistributedOptimizer.step`` when overlap_param_gather is off, as the Kimi-K2 recipe sets it).
+
+    ``bucketed`` (Megatron-Core's DDP, ``--framework megatron`` at ZeRO 0-2): each of the ``calls`` buckets (all
+    groups' together) is reduced once its gradients are final and gathered when its first module's forward needs it,
+    so the last bucket's reduce-scatter and the first bucket's all-gather have nothing to hide behind
+    (``BUCKET_PIPELINE_SOURCE``; ``chunked_reduce_s``, ``chunked_gather_s``)."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
@@ -819,16 +827,17 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         edge_s = sum(on * (cluster.all_gather(w * edge, n, s) + cluster.reduce_scatter(g * edge, n, s))
                      for g, w, n, s, _, on in groups)
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
+    buckets = sum(c * on for *_, c, on in groups) if bucketed else None  # Megatron-Core's, every group's that moves
     if zero == 0:
-        reduced = chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v)
+        reduced = chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v, buckets)
         return reduced + sum(on * cluster.all_gather(w, n, s) for _, w, n, s, _, on in groups) if gather_after else reduced
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
-    once = chunked_reduce_s(reduce, micro_s, p, v) + chunked_gather_s(gather, micro_s, p, v)
+    once = chunked_reduce_s(reduce, micro_s, p, v, buckets) + chunked_gather_s(gather, micro_s, p, v, buckets)
     if zero == 1:
         return once
     sync = _zero2_sync(zero, d, p, fsdp2)
     if sync == "once":  # the stage's reduce-scatters start after its last backward has ended: nothing to hide behind
-        return reduce + chunked_gather_s(gather, micro_s, p, v)
+        return reduce + chunked_gather_s(gather, micro_s, p, v, buckets)
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
     each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
     if sync == "each":
@@ -940,47 +949,84 @@ CHUNK_SYNC_SOURCE = Citation("megatron-schedules", "backward_step_helper_postpro
                              "last micro-batch; forward_step_helper_preprocess: param_sync_func[chunk + 1]")
 
 
-def chunked_reduce_s(reduce_s: Any, micro_s: Any, p: int, v: int) -> Any:
+#: Megatron-Core's buckets in flight (``data_parallel_s``'s ``bucketed``): a bucket's reduce-scatter is dispatched in
+#: the last micro-batch once all its gradients are ready (the backward runs the buckets in order, the first layers'
+#: last), each bucket's all-gather when the forward reaches its first module: without the interleaved schedule the
+#: forward pre-hook waits on that bucket's gather and then dispatches the next (so the first is waited on whole);
+#: under it (``align_param_gather``, on by default there) each chunk's buckets are dispatched together by the
+#: schedule's ``param_sync_func``, the first layers' bucket last of them (buckets follow the backward's order), so a
+#: chunk's first forward waits on its whole gather.
+BUCKET_PIPELINE_SOURCE = Citation("megatron-param-buffer", "_ParamAndGradBucketGroup.register_grad_ready L863-885 "
+                                  "(start_grad_sync once every param of the bucket is ready, last micro-batch); "
+                                  "finish_param_sync L538-573 (wait, then next_param_gather_bucket_group."
+                                  "start_param_sync)", also=(
+                                      Citation("megatron-ddp", "__init__ L369-380: next_param_gather_bucket_group in "
+                                               "reverse bucket order; start_param_sync L619-639: every bucket group "
+                                               "dispatched in bucket order"),
+                                      Citation("megatron-arguments", "L1013: align_param_gather False without the "
+                                               "interleaved schedule; L3153: --no-align-param-gather, on by default")))
+
+
+def chunked_reduce_s(reduce_s: Any, micro_s: Any, p: int, v: int, buckets: Any = None) -> Any:
     """Seconds of the gradient reduction (``reduce_s`` for all of a GPU's weights) past the end of its last backward.
 
     Megatron-LM's interleaved schedule (``megatron/core/pipeline_parallel/schedules.py``,
     ``backward_step_helper_postprocess``: ``grad_sync_func[chunk]`` once that chunk's last micro-batch is through
     backward) reduces each of the ``v`` model chunks' gradients as soon as they are final; in the cooldown the
-    chunks finish ``p`` chunk-backwards apart, the last-numbered first. Each reduction (``reduce_s / v``) starts
-    behind its chunk's last backward (2/3 of a micro-batch's ``micro_s``, over ``v``; DDP's buckets) and they run
-    one after another on the data-parallel stream. One chunk (``v`` = 1): ``max(0, reduce_s - 2 micro_s / 3)``.
+    chunks finish ``p`` chunk-backwards apart, the last-numbered first. Each reduction (``reduce_s / v``) runs
+    behind its chunk's last backward (2/3 of a micro-batch's ``micro_s``, over ``v``) and they run one after another
+    on the data-parallel stream. ``buckets`` (Megatron-Core's, all chunks': ``BUCKET_PIPELINE_SOURCE``): a chunk's
+    ``buckets / v`` buckets are ready one after another through that backward, each reduced once ready, so the
+    first starts a bucket's share of the backward in and the last starts when the backward ends; None: as if the
+    reduction could follow the backward continuously (the frameworks whose buckets are not modelled). One chunk:
+    ``max(0, reduce_s - 2 micro_s / 3)``, and with n buckets ``max(reduce_s / n, reduce_s - (n - 1)/n 2 micro_s / 3)``.
 
     >>> [round(chunked_reduce_s(1.0, 0.6, 4, v), 6) for v in (1, 3)]  # 1 - 0.4; with 3 chunks the last's 1/3 - 2/15
     [0.6, 0.2]
+    >>> [round(chunked_reduce_s(0.2, 0.6, 1, 1, n), 6) for n in (1, 4)]  # one bucket: all 0.2; four: the last's 0.05
+    [0.2, 0.05]
     """
     share, backward = reduce_s / v, micro_s * 2 / 3 / v
+    lead, last = (0.0, 0.0) if buckets is None else (backward * v / buckets, share * v / buckets)
     finish: Any = -math.inf
     for k in reversed(range(_most(v))):  # chunk k's backward ends k p chunk-backwards before the step's last
-        ends = (k * p + 1) * backward  # before the step's last backward ends
-        finish = where(k < v, maximum(finish + share, share - ends), finish)  # max(finish, -ends) + share
+        ends = (k * p + 1) * backward  # its last backward starts this long before the step's last backward ends
+        # the bucket queue: max(what came before + this chunk's share, its first bucket's start + the share, its
+        # last bucket's start + that bucket)
+        done = maximum(maximum(finish + share, share - ends + lead), backward - ends + last)
+        finish = where(k < v, done, finish)
     return maximum(0.0, finish)
 
 
-def chunked_gather_s(gather_s: Any, micro_s: Any, p: int, v: int) -> Any:
+def chunked_gather_s(gather_s: Any, micro_s: Any, p: int, v: int, buckets: Any = None) -> Any:
     """Seconds the next step's forward waits on the distributed optimizer's parameter all-gather (``gather_s`` for
     all of a GPU's weights; Megatron-LM ``--overlap-param-gather``).
 
-    Each chunk's share (``gather_s / v``) is needed by that chunk's first forward, whose buckets it overlaps (1/3 of
-    ``micro_s``, over ``v``); the interleaved schedule starts chunk k's first forward after k p chunk-forwards
+    Each chunk's share (``gather_s / v``) is needed by that chunk's first forward, whose time (1/3 of ``micro_s``,
+    over ``v``) it overlaps; the interleaved schedule starts chunk k's first forward after k p chunk-forwards
     (``schedules.py``: ``param_sync_func`` for chunks 0 and 1 at the start, chunk k + 1's during chunk k's first
-    forward). The gathers run one after another; a wait delays every later deadline. One chunk:
-    ``max(0, gather_s - micro_s / 3)``.
+    forward). The gathers run one after another; a wait delays every later deadline. ``buckets`` (Megatron-Core's,
+    ``BUCKET_PIPELINE_SOURCE``): under the interleaved schedule a chunk's first forward waits on its whole share;
+    with one chunk the forward waits on the first of its n buckets and each later bucket's gather runs behind the one
+    before it's forward (``max(gather_s / n, gather_s - (n - 1)/n micro_s / 3)``); None: as if the gather could run
+    behind the whole first forward. One chunk, None: ``max(0, gather_s - micro_s / 3)``.
 
     >>> [round(chunked_gather_s(0.5, 0.6, 4, v), 6) for v in (1, 3)]  # 0.5 - 0.2; chunk 0's 1/6 - 1/15
     [0.3, 0.1]
+    >>> [round(chunked_gather_s(0.1, 0.6, 4, v, 12), 6) for v in (1, 3)]  # the first of 12 buckets; chunk 0's third
+    [0.008333, 0.033333]
     """
     share, forward = gather_s / v, micro_s / 3 / v
+    # how much of the chunk's first forward its gather may run behind: all of it, its first bucket's share less, none
+    behind: Any = forward if buckets is None else where(v > 1, 0.0, forward - forward * v / buckets)
     finish: Any = 0.0
     waited: Any = 0.0
     for k in range(_most(v)):
         launch = 0.0 if k < 2 else ((k - 1) * p) * forward + waited
         done = maximum(finish, launch) + share
-        late = maximum(0.0, done - ((k * p + 1) * forward + waited))
+        late = maximum(0.0, done - (k * p * forward + behind + waited))
+        if buckets is not None:  # one chunk: its first bucket is waited on whole, however fast the rest
+            late = where(v > 1, late, maximum(late, share * v / buckets))
         finish, waited = where(k < v, done, finish), where(k < v, waited + late, waited)
     return waited
 
@@ -1138,7 +1184,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m,
                                micro + memory_micro, weights, p, v, edge, data_parallel_calls(est, zero),
                                expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
-                               gather_after=opts.layer_wise)
+                               gather_after=opts.layer_wise, bucketed=opts.framework == "megatron" and zero < 3)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
