@@ -115,14 +115,29 @@ def test_frozen_weights_are_not_orthogonalized() -> None:
     assert _muon_flops(estimate("llama-2-7b", lora_rank=8, lora_targets="q_proj,v_proj", **kw)) == 671_744_000
 
 
+def _llama_2_7b_dp8(optimizer: str, zero: int) -> Any:
+    return step_time(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, zero=zero, optimizer=optimizer,
+                              framework="megatron", micro_batches=8, grad_buffer="fp32"), "h100-sxm")
+
+
 def test_layer_wise_gather_is_exposed() -> None:
-    # --zero 1 (dist_muon): the gradients all-reduced as without a distributed optimizer, then the updated bf16
+    # --zero 1 (dist_muon): the gradients all-reduced as without a distributed optimizer (AdamW's under --zero 0,
+    # behind the last backward: Megatron-LM allows --overlap-grad-reduce with dist_muon), then the updated bf16
     # weights all-gathered over the 8 ranks after the step, hidden behind nothing: 2 B x 6,738,415,616 parameters.
-    runs = {z: step_time(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, zero=z, optimizer="muon",
-                                  framework="megatron", micro_batches=8, grad_buffer="fp32"), "h100-sxm")
-            for z in (0, 1)}
-    gather = runs[1].cluster.all_gather(2 * 6_738_415_616, 8, 1)
-    assert runs[1].dp_s == pytest.approx(runs[0].dp_s + gather, rel=1e-12) and gather > 0
+    layer_wise, adam = _llama_2_7b_dp8("muon", 1), _llama_2_7b_dp8("adam", 0)
+    gather = layer_wise.cluster.all_gather(2 * 6_738_415_616, 8, 1)
+    assert layer_wise.dp_s == pytest.approx(adam.dp_s + gather, rel=1e-12) and gather > 0
+
+
+def test_whole_muon_all_reduce_is_exposed() -> None:
+    # --zero 0 (TensorParallelMuon without a distributed optimizer): Megatron-LM d7288711 asserts `not
+    # overlap_grad_reduce` under --optimizer muon (megatron/training/arguments.py L1479), so DDP's all-reduce of the
+    # fp32 gradient buffer waits for the last backward and runs whole: 4 B x 6,738,415,616 parameters =
+    # 26,953,662,464 B over the 8 ranks of one node. AdamW's, launched behind that backward, is hidden (less).
+    muon, adam = _llama_2_7b_dp8("muon", 0), _llama_2_7b_dp8("adam", 0)
+    reduce = muon.cluster.all_reduce(26_953_662_464, 8, 1)
+    assert muon.dp_s == pytest.approx(reduce, rel=1e-12) and adam.dp_s < reduce
+    assert any("Megatron-LM refuses --overlap-grad-reduce" in line for line in muon.model())
 
 
 def test_routed_expert_biases_are_adams() -> None:
