@@ -24,7 +24,7 @@ from typing import Any
 from memderive.derivations.columns import is_column, maximum, minimum
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.memory_bound import layout_int
-from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
+from memderive.derivations.quantities.model_states import as_matrices, muon_owned, stored_parameters
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic import dims
 from memderive.symbolic.experts import expert_ops
@@ -92,17 +92,16 @@ def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, 
     for blk, op in graph.ops():
         paths = {o.path for o in blk.ops if any(graph.trainable(blk.name, x.name) for x in stored_parameters(o))}
         for x in stored_parameters(op):
-            if not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
+            matrices = as_matrices(op, x)
+            if matrices is None or not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
                 continue
-            count, shape = blk.repeat * op.share, x.shape
-            if len(shape) == 3:
-                count, shape = count * shape[0], shape[1:]
-            rows = shape[0]
+            stack, rows, cols = matrices
+            count = blk.repeat * op.share * stack
             if megatron and op.path.endswith("gate") and op.path[:-4] + "up" in paths:
                 rows = 2 * rows  # linear_fc1: gate and up in one weight
             elif megatron and op.path.endswith("up") and op.path[:-2] + "gate" in paths:
                 continue
-            found += [(r, shape[1], count, f"{blk.name}/{op.path}" in routed) for r in _qkv_split(op.path, rows, est)]
+            found += [(r, cols, count, f"{blk.name}/{op.path}" in routed) for r in _qkv_split(op.path, rows, est)]
     return found
 
 
