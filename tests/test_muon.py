@@ -13,7 +13,7 @@ import transformers
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
-from memderive.derivations.quantities.muon_step import muon_matrices, newton_schulz_flops
+from memderive.derivations.quantities.muon_step import muon_matrices, newton_schulz_flops, newton_schulz_s
 from memderive.derivations.quantities.timing import step_time
 from tests.hf_saved import FAMILIES
 
@@ -102,6 +102,26 @@ def test_llama_2_7b_newton_schulz_flops_by_hand() -> None:
     # linear_fc2 (4,096 x 11,008): 4 x 4,096^2 x 11,008 + 2 x 4,096^3 = 876,173,328,384. Per layer and iteration
     # 4,140,348,473,344; x 5 iterations x 32 layers = 662,455,755,735,040. The embedding, LM head and norms: Adam's.
     assert _muon_flops(estimate("llama-2-7b", mode="train", batch=1, seq=8, optimizer="muon")) == 662_455_755_735_040
+
+
+def test_layer_wise_newton_schulz_waits_for_the_busiest_rank() -> None:
+    # llama-2-7b under --zero 1: whole parameters dealt to the d ranks; at one FLOP per second (rate 1) the seconds are
+    # the FLOPs. The GPU's 662,455,755,735,040 (above): over d 8 the mean rank's 82,806,969,466,880, more than any
+    # one parameter; over d 128 the mean's 5,175,435,591,680 is less than one linear_fc1 (22,016 x 4,096) whole,
+    # 1,614,907,703,296 x 5 = 8,074,538,516,480 (linear_qkv's q, k and v: 3 x 412,316,860,416 x 5 =
+    # 6,184,752,906,240), which the rank dealt it steps (the mean's before).
+    def flops(model: str, **kw: int) -> float:
+        e = estimate(model, mode="train", batch=1, seq=8, optimizer="muon", zero=1, **kw)
+        return newton_schulz_s(e, lambda dtype, m, n, k: 1.0)
+
+    assert flops("llama-2-7b", dp=8) == 82_806_969_466_880 and flops("llama-2-7b", dp=128) == 8_074_538_516_480
+    # mixtral-8x7b over d 64, ep 8 (h 4,096, a_kv 8, f_e 14,336, 32 layers), x 5 iterations: the dense part over the
+    # 64 ranks: per layer q and o (4,096, 4,096) 412,316,860,416 each, k and v (1,024, 4,096) 4 x 1,024^2 x 4,096 +
+    # 2 x 1,024^3 = 19,327,352,832 each, the router (8, 4,096) 1,049,600: 138,126,484,111,360 / 64 =
+    # 2,158,226,314,240, less than linear_qkv whole, 450,971,566,080 x 5 = 2,254,857,830,400. The routed experts'
+    # over edp 64 / 8 = 8 ranks: one expert a layer, fc1 (28,672, 4,096) 2,061,584,302,080 and fc2 (4,096, 14,336)
+    # 1,099,511,627,776, x 5 x 32 = 505,775,348,776,960 / 8 = 63,221,918,597,120, more than any one of them.
+    assert flops("mixtral-8x7b", dp=64, ep=8) == 2_254_857_830_400 + 63_221_918_597_120
 
 
 def test_frozen_weights_are_not_orthogonalized() -> None:

@@ -400,8 +400,10 @@ class StepTime:
                        "each product at the bf16 rate of its shape (fp32_matmul_prec medium), its elementwise passes "
                        f"({MUON_STEP_BYTES} B per element) and Adam's fused step for the rest at the memory bandwidth "
                        f"({cite(NS_CITATION)})" + (
-                           "; under --zero 1 (LayerWiseDistributedOptimizer) the mean rank's 1/d of them (the routed "
-                           "experts' 1/edp), the gradients all-reduced as without a distributed optimizer, the "
+                           "; under --zero 1 (LayerWiseDistributedOptimizer) the busiest rank's: the mean rank's 1/d "
+                           "of them (the routed experts' 1/edp), or the one whole parameter with the most "
+                           "Newton-Schulz work where that is more, the gradients all-reduced as without a "
+                           "distributed optimizer, the "
                            "updated 16-bit weights all-gathered after the step, not hidden (overlap_param_gather off: "
                            f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else
                            "; under --zero 0 the gradients' all-reduce after the last backward, whole, not hidden "
