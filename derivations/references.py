@@ -405,6 +405,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "async_allgather)", None,
               "github.com/NVIDIA/Megatron-LM/blob/d7288711ba278d160d2a5a22c099915c9fe1395c/megatron/core/optimizer/"
               "muon.py", "code"),
+    Reference("megatron-arguments-muon", "Megatron-LM", _NV, "Megatron-LM d7288711 (the commit Megatron-Bridge "
+              "v0.4.0 pins): megatron/training/arguments.py L1478-1479 (validate_args: if args.optimizer == 'muon': 'Muon "
+              "optimizer does not support overlap grad reduce. Use dist_muon instead.')", None,
+              "github.com/NVIDIA/Megatron-LM/blob/d7288711ba278d160d2a5a22c099915c9fe1395c/megatron/training/"
+              "arguments.py#L1479", "code"),
     Reference("megatron-language-module", "Megatron-LM", _NV, "Megatron-LM: megatron/core/models/common/"
               "language_module/language_module.py (is_embedding_or_output_parameter on the word embeddings and the "
               "output layer)", None, "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/models/common/"

@@ -13,7 +13,7 @@ import transformers
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
-from memderive.derivations.quantities.muon_step import muon_matrices, newton_schulz_flops
+from memderive.derivations.quantities.muon_step import muon_matrices, newton_schulz_flops, newton_schulz_s
 from memderive.derivations.quantities.timing import step_time
 from tests.hf_saved import FAMILIES
 
@@ -104,6 +104,26 @@ def test_llama_2_7b_newton_schulz_flops_by_hand() -> None:
     assert _muon_flops(estimate("llama-2-7b", mode="train", batch=1, seq=8, optimizer="muon")) == 662_455_755_735_040
 
 
+def test_layer_wise_newton_schulz_waits_for_the_busiest_rank() -> None:
+    # llama-2-7b under --zero 1: whole parameters dealt to the d ranks; at one FLOP per second (rate 1) the seconds are
+    # the FLOPs. The GPU's 662,455,755,735,040 (above): over d 8 the mean rank's 82,806,969,466,880, more than any
+    # one parameter; over d 128 the mean's 5,175,435,591,680 is less than one linear_fc1 (22,016 x 4,096) whole,
+    # 1,614,907,703,296 x 5 = 8,074,538,516,480 (linear_qkv's q, k and v: 3 x 412,316,860,416 x 5 =
+    # 6,184,752,906,240), which the rank dealt it steps (the mean's before).
+    def flops(model: str, **kw: int) -> float:
+        e = estimate(model, mode="train", batch=1, seq=8, optimizer="muon", zero=1, **kw)
+        return newton_schulz_s(e, lambda dtype, m, n, k: 1.0)
+
+    assert flops("llama-2-7b", dp=8) == 82_806_969_466_880 and flops("llama-2-7b", dp=128) == 8_074_538_516_480
+    # mixtral-8x7b over d 64, ep 8 (h 4,096, a_kv 8, f_e 14,336, 32 layers), x 5 iterations: the dense part over the
+    # 64 ranks: per layer q and o (4,096, 4,096) 412,316,860,416 each, k and v (1,024, 4,096) 4 x 1,024^2 x 4,096 +
+    # 2 x 1,024^3 = 19,327,352,832 each, the router (8, 4,096) 1,049,600: 138,126,484,111,360 / 64 =
+    # 2,158,226,314,240, less than linear_qkv whole, 450,971,566,080 x 5 = 2,254,857,830,400. The routed experts'
+    # over edp 64 / 8 = 8 ranks: one expert a layer, fc1 (28,672, 4,096) 2,061,584,302,080 and fc2 (4,096, 14,336)
+    # 1,099,511,627,776, x 5 x 32 = 505,775,348,776,960 / 8 = 63,221,918,597,120, more than any one of them.
+    assert flops("mixtral-8x7b", dp=64, ep=8) == 2_254_857_830_400 + 63_221_918_597_120
+
+
 def test_frozen_weights_are_not_orthogonalized() -> None:
     # Megatron-Core's Muon skips a parameter without requires_grad (get_megatron_muon_optimizer). llama-2-7b,
     # --train-only q_proj: the 32 (4,096, 4,096) q weights alone, 6 x 4,096^3 = 412,316,860,416 FLOPs per iteration
@@ -115,14 +135,29 @@ def test_frozen_weights_are_not_orthogonalized() -> None:
     assert _muon_flops(estimate("llama-2-7b", lora_rank=8, lora_targets="q_proj,v_proj", **kw)) == 671_744_000
 
 
+def _llama_2_7b_dp8(optimizer: str, zero: int) -> Any:
+    return step_time(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, zero=zero, optimizer=optimizer,
+                              framework="megatron", micro_batches=8, grad_buffer="fp32"), "h100-sxm")
+
+
 def test_layer_wise_gather_is_exposed() -> None:
-    # --zero 1 (dist_muon): the gradients all-reduced as without a distributed optimizer, then the updated bf16
+    # --zero 1 (dist_muon): the gradients all-reduced as without a distributed optimizer (AdamW's under --zero 0,
+    # behind the last backward: Megatron-LM allows --overlap-grad-reduce with dist_muon), then the updated bf16
     # weights all-gathered over the 8 ranks after the step, hidden behind nothing: 2 B x 6,738,415,616 parameters.
-    runs = {z: step_time(estimate("llama-2-7b", mode="train", batch=1, seq=4096, dp=8, zero=z, optimizer="muon",
-                                  framework="megatron", micro_batches=8, grad_buffer="fp32"), "h100-sxm")
-            for z in (0, 1)}
-    gather = runs[1].cluster.all_gather(2 * 6_738_415_616, 8, 1)
-    assert runs[1].dp_s == pytest.approx(runs[0].dp_s + gather, rel=1e-12) and gather > 0
+    layer_wise, adam = _llama_2_7b_dp8("muon", 1), _llama_2_7b_dp8("adam", 0)
+    gather = layer_wise.cluster.all_gather(2 * 6_738_415_616, 8, 1)
+    assert layer_wise.dp_s == pytest.approx(adam.dp_s + gather, rel=1e-12) and gather > 0
+
+
+def test_whole_muon_all_reduce_is_exposed() -> None:
+    # --zero 0 (TensorParallelMuon without a distributed optimizer): Megatron-LM d7288711 asserts `not
+    # overlap_grad_reduce` under --optimizer muon (megatron/training/arguments.py L1479), so DDP's all-reduce of the
+    # fp32 gradient buffer waits for the last backward and runs whole: 4 B x 6,738,415,616 parameters =
+    # 26,953,662,464 B over the 8 ranks of one node. AdamW's, launched behind that backward, is hidden (less).
+    muon, adam = _llama_2_7b_dp8("muon", 0), _llama_2_7b_dp8("adam", 0)
+    reduce = muon.cluster.all_reduce(26_953_662_464, 8, 1)
+    assert muon.dp_s == pytest.approx(reduce, rel=1e-12) and adam.dp_s < reduce
+    assert any("Megatron-LM refuses --overlap-grad-reduce" in line for line in muon.model())
 
 
 def test_routed_expert_biases_are_adams() -> None:

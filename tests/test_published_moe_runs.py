@@ -3,7 +3,7 @@ runs (``tests/published_runs.MOE``, held out, apart from the dense runs' bounds)
 
 Measured (python benchmarks/published_runs.py, "Mixture of experts"): 52 runs, median |error| 18.1%, worst 65.3%,
 36 within 25% (51 runs, 18.3%, 65.3%, 35 within 25% before Kimi K2 under Megatron-Core's Muon, 26.06's GB300 row,
--7.1%; 37 runs, 21.4%, 65.3%, 25 within 25% before Megatron-Bridge's 14 rows of 26.04.01, 26.06 and 26.08, the
+-6.9%, -7.1% before its Newton-Schulz time was the busiest rank's; 37 runs, 21.4%, 65.3%, 25 within 25% before Megatron-Bridge's 14 rows of 26.04.01, 26.06 and 26.08, the
 last paragraph; 23.0%, 68.2%, 23 before Megatron-Core's copies of the routed rows were timed: the all-to-all
 dispatcher's sort by local expert and back, memory_bound.LOCAL_SORT_MOVES, and TEGroupedMLP's fp8 padding,
 FP8_PAD_MOVES; 23.2% and 68.3% earlier:

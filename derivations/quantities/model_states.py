@@ -56,7 +56,7 @@ from memderive.symbolic.tensor import Tensor
 from memderive.symbolic import dims
 
 __all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
-           "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "muon_owned", "second_state_elements", "layer_wise_largest", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
+           "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "as_matrices", "muon_owned", "second_state_elements", "layer_wise_largest", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
            "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
            "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2", "zero_shards"]
 
@@ -163,6 +163,26 @@ MUON_NOTE = (
     "--grad-buffer param+fp32, not counted")
 
 
+def as_matrices(op: Op, x: Tensor) -> tuple[Expr | int, Expr, Expr] | None:
+    """``(count, rows, cols)``: parameter ``x`` of ``op`` as the whole matrices Megatron-Core holds, a routed
+    experts' stacked (E, rows, cols) weight E of them (TEGroupedLinear's weight0..weightN), any other 2-D weight
+    one; None for the rest: vectors, and a routed experts' (E, n) bias stack (E vectors, TEGroupedLinear's
+    bias0..biasN).
+
+    >>> from memderive.symbolic.ops import BlockBuilder
+    >>> from memderive.symbolic.dims import b, s, h
+    >>> bb = BlockBuilder("layer", (b, s, h), dtype("bf16"))
+    >>> _ = bb.linear("fc", bb.input, 4 * h, bias=True)
+    >>> op = bb.build().ops[0]
+    >>> [as_matrices(op, x) for x in op.params]  # the weight, the bias
+    [(1, 4*h, h), None]
+    """
+    stacked = op.kind == "experts"
+    if len(x.shape) != (3 if stacked else 2):
+        return None
+    return (x.shape[0], *x.shape[1:]) if stacked else (1, *x.shape)
+
+
 def muon_owned(blk: Block, op: Op, x: Tensor) -> bool:
     """Whether Muon orthogonalizes parameter ``x`` of ``op`` (``MUON_CITATION``): a matrix (the routed experts' stacked
     (E, rows, cols) weights are E matrices: TEGroupedLinear's weight0..weightN), not the token embedding or the LM
@@ -176,8 +196,7 @@ def muon_owned(blk: Block, op: Op, x: Tensor) -> bool:
     >>> [muon_owned(blk, op, x) for x in op.params]  # the weight, the bias
     [True, False]
     """
-    matrix = 3 if op.kind == "experts" else 2  # a routed experts' (E, n) bias stack: E vectors, Adam's
-    return len(x.shape) == matrix and op.kind != "embedding" and not (
+    return as_matrices(op, x) is not None and op.kind != "embedding" and not (  # (E, n) bias stacks: Adam's
         blk.name == "head" and op.path == "lm_head")
 
 
@@ -220,10 +239,16 @@ def layer_wise_largest(graph: Graph, param_dtype: str, precision: str = "master"
     """
     own = optimizer_state_bytes("muon", param_dtype, precision)
     adam = factored_state_bytes(param_dtype, precision)
-    sizes = [prod(x.shape[1:] if op.kind == "experts" and len(x.shape) == 3 else x.shape)
-             * (own + (0 if muon_owned(blk, op, x) else adam))
+    sizes = [_whole_parameter(op, x) * (own + (0 if muon_owned(blk, op, x) else adam))
              for blk, op in graph.ops() for x in stored_parameters(op) if keep is None or keep(blk, op, x)]
     return Max(*sizes) if len(sizes) > 1 else total(sizes)
+
+
+def _whole_parameter(op: Op, x: Tensor) -> Expr | int:
+    """Elements of one of the whole parameters ``x`` holds (``as_matrices``: one expert's matrix of a stacked
+    weight), ``x`` whole where it is no matrix."""
+    matrices = as_matrices(op, x)
+    return prod(x.shape) if matrices is None else prod(matrices[1:])
 
 
 OFFLOAD_CITATION = Citation("ren-2021",

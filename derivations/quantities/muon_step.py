@@ -11,8 +11,9 @@ recipe), and each of the ``NS_STEPS`` iterations runs three products::
 
 4 m^2 n + 2 m^3 FLOPs per iteration, each product at the matmul rate of its own shape (``efficiency.matmul_rate``).
 Under ``--zero 1`` (Megatron-Core's LayerWiseDistributedOptimizer) each data-parallel rank steps the whole
-parameters dealt to it, the routed experts' over the expert data-parallel ranks: the mean rank's share, 1/d of
-the GPU's matrices (the code deals them sorted by size, ping-pong: ``model_states.MUON_NOTE``). Under tensor
+parameters dealt to it, the routed experts' over the expert data-parallel ranks (the code deals them sorted by
+size, ping-pong: ``model_states.MUON_NOTE``), and the step waits for the busiest: the mean rank's 1/d of the GPU's
+matrices, or the one parameter with the most Newton-Schulz work where that is more (``newton_schulz_s``). Under tensor
 parallelism the recipe's ``muon_tp_mode`` blockwise orthogonalizes each rank's own block: the per-GPU shapes.
 """
 
@@ -21,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum, minimum
+from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.memory_bound import layout_int
-from memderive.derivations.quantities.model_states import muon_owned, stored_parameters
+from memderive.derivations.quantities.model_states import as_matrices, muon_owned, stored_parameters
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic import dims
 from memderive.symbolic.experts import expert_ops
@@ -86,36 +87,56 @@ def muon_matrices(graph: Graph, est: Evaluated) -> list[tuple[Expr, Expr, Expr, 
     gate and up as the one (2f, h) linear_fc1 they are there (Megatron-Core's mlp.py: ffn_hidden_size * 2 under
     gated_linear_unit). A frozen weight is none of them (get_megatron_muon_optimizer: ``if not
     param.requires_grad: continue``; fine-tuning's frozen base, ``Graph.trainable``)."""
+    return [(rows, cols, count, routed) for pieces, count, routed in _muon_parameters(graph, est)
+            for rows, cols in pieces]
+
+
+def _muon_parameters(graph: Graph, est: Evaluated) -> list[tuple[tuple[tuple[Expr, Expr], ...], Expr, bool]]:
+    """``(pieces, count, routed)`` of each whole parameter Muon steps on one GPU (``muon_matrices``), ``count`` of
+    them alike: the (rows, cols) matrices Newton-Schulz runs on for one (linear_qkv's q, k and v), whether a routed
+    experts'."""
     routed = set(expert_ops(graph))
     megatron = est.options.implementation == "megatron"
-    found: list[tuple[Expr, Expr, Expr, bool]] = []
+    found: list[tuple[tuple[tuple[Expr, Expr], ...], Expr, bool]] = []
     for blk, op in graph.ops():
         paths = {o.path for o in blk.ops if any(graph.trainable(blk.name, x.name) for x in stored_parameters(o))}
         for x in stored_parameters(op):
-            if not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
+            matrices = as_matrices(op, x)
+            if matrices is None or not (muon_owned(blk, op, x) and graph.trainable(blk.name, x.name)):
                 continue
-            count, shape = blk.repeat * op.share, x.shape
-            if len(shape) == 3:
-                count, shape = count * shape[0], shape[1:]
-            rows = shape[0]
+            stack, rows, cols = matrices
+            count = blk.repeat * op.share * stack
             if megatron and op.path.endswith("gate") and op.path[:-4] + "up" in paths:
                 rows = 2 * rows  # linear_fc1: gate and up in one weight
             elif megatron and op.path.endswith("up") and op.path[:-2] + "gate" in paths:
                 continue
-            found += [(r, shape[1], count, f"{blk.name}/{op.path}" in routed) for r in _qkv_split(op.path, rows, est)]
+            found.append((tuple((r, cols) for r in _qkv_split(op.path, rows, est)), count,
+                          f"{blk.name}/{op.path}" in routed))
     return found
 
 
 def newton_schulz_s(est: Evaluated, rate: Callable[[str, Any, Any, Any], Any]) -> Any:
-    """Seconds of one step's Newton-Schulz products on one GPU (the module docstring): its matrices' share under
-    ``--zero 1`` (1/(d cp), the routed experts' 1/edp), all of them under ``--zero 0``; ``rate(dtype, m, n, k)`` the
-    FLOP/s of one product at its shape, cell by cell on columns of layouts (``timing._gemm_rate``)."""
+    """Seconds of one step's Newton-Schulz products on one GPU (the module docstring), all its matrices' under
+    ``--zero 0``; ``rate(dtype, m, n, k)`` the FLOP/s of one product at its shape, cell by cell on columns of
+    layouts (``timing._gemm_rate``).
+
+    Under ``--zero 1`` (``Options.layer_wise``) the step waits for the busiest rank, read as the memory's
+    busiest-rank term reads it (``expert_states._busiest_rank``): whole parameters dealt (``as_matrices``), the
+    dense ones over the d x cp ranks and the routed experts' over the edp ranks apart, each part the mean rank's
+    share (1/(d cp), 1/edp) or the one parameter with the most Newton-Schulz work, whole, where that is more (the
+    rank dealt it steps at least that); the small parameters the ping-pong deal adds to that rank not counted."""
     o, values = est.options, est.values
-    ranks = o.dp * o.cp if o.zero else 1
-    experts = layout_int(expert_zero_ranks(o), values) if o.zero else 1
-    total: Any = 0.0
-    for rows, cols, count, routed in muon_matrices(est.graph, est):
-        products = newton_schulz_products(layout_int(rows, values), layout_int(cols, values))
-        one = sum(2 * m * n * k / rate("bf16", m, n, k) for m, n, k in products)
-        total = total + NS_STEPS * layout_int(count, values) * one / (experts if routed else ranks)
-    return total
+    ranks = {False: o.dp * o.cp, True: layout_int(expert_zero_ranks(o), values)} if o.layer_wise else {}
+    total: dict[bool, Any] = {False: 0.0, True: 0.0}
+    largest: dict[bool, Any] = {False: 0.0, True: 0.0}
+    for pieces, count, routed in _muon_parameters(est.graph, est):
+        one: Any = 0.0  # one whole parameter's iterations
+        for rows, cols in pieces:
+            products = newton_schulz_products(layout_int(rows, values), layout_int(cols, values))
+            one = one + NS_STEPS * sum(2 * m * n * k / rate("bf16", m, n, k) for m, n, k in products)
+        held = layout_int(count, values)
+        total[routed] = total[routed] + held * one
+        largest[routed] = maximum(largest[routed], where(held > 0, one, 0.0))
+    if not ranks:
+        return total[False] + total[True]
+    return sum(maximum(total[part] / ranks[part], largest[part]) for part in (False, True))

@@ -400,10 +400,15 @@ class StepTime:
                        "each product at the bf16 rate of its shape (fp32_matmul_prec medium), its elementwise passes "
                        f"({MUON_STEP_BYTES} B per element) and Adam's fused step for the rest at the memory bandwidth "
                        f"({cite(NS_CITATION)})" + (
-                           "; under --zero 1 (LayerWiseDistributedOptimizer) the mean rank's 1/d of them (the routed "
-                           "experts' 1/edp), the gradients all-reduced as without a distributed optimizer, the "
+                           "; under --zero 1 (LayerWiseDistributedOptimizer) the busiest rank's: the mean rank's 1/d "
+                           "of them (the routed experts' 1/edp), or the one whole parameter with the most "
+                           "Newton-Schulz work where that is more, the gradients all-reduced as without a "
+                           "distributed optimizer, the "
                            "updated 16-bit weights all-gathered after the step, not hidden (overlap_param_gather off: "
-                           f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else ""),)
+                           f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else
+                           "; under --zero 0 the gradients' all-reduce after the last backward, whole, not hidden "
+                           "(Megatron-LM refuses --overlap-grad-reduce under --optimizer muon: "
+                           f"{cite(MUON_OVERLAP_SOURCE)})"),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -756,6 +761,13 @@ def _unrecomputed(est: Evaluated) -> Graph:
     return transformed(base, derived(opts, recompute="none"), est.model)  # fine-tuning's transforms too, as est.graph
 
 
+#: Megatron-Core's Muon without its layer-wise distributed optimizer (``--optimizer muon --zero 0``): Megatron-LM
+#: refuses --overlap-grad-reduce, so DDP's all-reduce waits for the last backward to end (``data_parallel_s``).
+MUON_OVERLAP_SOURCE = Citation("megatron-arguments-muon", "validate_args: if args.optimizer == 'muon': assert not "
+                               "args.overlap_grad_reduce, 'Muon optimizer does not support overlap grad reduce. Use "
+                               "dist_muon instead.'")
+
+
 #: Under ZeRO-2 each micro-batch's backward reduce-scatters its gradients (``data_parallel_s``), read in each
 #: framework's code: DeepSpeed's ZeRO stage 2 reduces its buckets from every backward's hooks, stage 1 only at the
 #: accumulation boundary; Megatron-FSDP reduces every backward under 'optim_grads' (ZeRO-2) and
@@ -773,7 +785,7 @@ ZERO2_SOURCE = Citation("deepspeed-zero2-estimator", "reduce_ready_partitions_an
 def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int, m: int, micro_s: Any,
                     weights: Any = None, p: int = 1, v: int = 1, edge: Any = 0.0, calls: Any = 1,
                     experts: ExpertGroup | None = None, fsdp2: bool = False, gather_after: bool = False,
-                    bucketed: bool = False) -> Any:
+                    bucketed: bool = False, overlap_reduce: bool = True) -> Any:
     """Data-parallel communication not hidden behind compute, one step: ``grads`` the gradient bytes one GPU
     reduces, ``weights`` the weight bytes it gathers (``grads`` when not given; ``reduced_bytes``).
 
@@ -809,7 +821,11 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     ``bucketed`` (Megatron-Core's DDP, ``--framework megatron`` at ZeRO 0-2): each of the ``calls`` buckets (all
     groups' together) is reduced once its gradients are final and gathered when its first module's forward needs it,
     so the last bucket's reduce-scatter and the first bucket's all-gather have nothing to hide behind
-    (``BUCKET_PIPELINE_SOURCE``; ``chunked_reduce_s``, ``chunked_gather_s``)."""
+    (``BUCKET_PIPELINE_SOURCE``; ``chunked_reduce_s``, ``chunked_gather_s``).
+
+    ``overlap_reduce`` False (Megatron-Core's Muon without its layer-wise optimizer, ``--optimizer muon --zero 0``:
+    Megatron-LM asserts ``not overlap_grad_reduce``, ``MUON_OVERLAP_SOURCE``): ZeRO 0's all-reduce after the last
+    backward, whole, hidden behind nothing."""
     if d <= 1:
         return 0.0
     weights = grads if weights is None else weights
@@ -829,7 +845,8 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         return edge_s + m * maximum(0.0, per_micro - edge_s / m - micro_s)
     buckets = sum(c * on for *_, c, on in groups) if bucketed else None  # Megatron-Core's, every group's that moves
     if zero == 0:
-        reduced = chunked_reduce_s(timed(cluster.all_reduce, 0), micro_s, p, v, buckets)
+        reduced = timed(cluster.all_reduce, 0)
+        reduced = chunked_reduce_s(reduced, micro_s, p, v, buckets) if overlap_reduce else reduced
         return reduced + sum(on * cluster.all_gather(w, n, s) for _, w, n, s, _, on in groups) if gather_after else reduced
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
     once = chunked_reduce_s(reduce, micro_s, p, v, buckets) + chunked_gather_s(gather, micro_s, p, v, buckets)
@@ -1175,6 +1192,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
     grads, weights = reduced_bytes(est)
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
+    muon = ("layer-wise" if opts.layer_wise else "whole") if opts.optimizer == "muon" else ""
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
@@ -1184,7 +1202,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m,
                                micro + memory_micro, weights, p, v, edge, data_parallel_calls(est, zero),
                                expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
-                               gather_after=opts.layer_wise, bucketed=opts.framework == "megatron" and zero < 3)
+                               gather_after=opts.layer_wise, overlap_reduce=muon != "whole",
+                               bucketed=opts.framework == "megatron" and zero < 3)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -1210,7 +1229,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
-                    muon=("layer-wise" if opts.layer_wise else "whole") if opts.optimizer == "muon" else "")
+                    muon=muon)
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
