@@ -93,7 +93,7 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
-from memderive.symbolic.userbuffers import BRIDGE_UB, NEMO_LAUNCHER_UB, SM_MARGIN, TE_UB_DEFAULTS, UB_CONFIGS
+from memderive.symbolic.userbuffers import SM_MARGIN, UB_CONFIGS, ub_source
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -514,7 +514,7 @@ class StepTime:
 def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
     """Transformer Engine's userbuffers' SM margins under --tp-comm-overlap-cfg ``config``, in words."""
     taken = ", ".join(f"{name} {n}" for name, n in UB_CONFIGS[config].items())
-    source = cite(TE_UB_DEFAULTS if config == "te" else NEMO_LAUNCHER_UB if config.startswith("ub_cfg") else BRIDGE_UB)
+    source = cite(ub_source(config))
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
                 f"count for the {hw.name}")
