@@ -30,7 +30,11 @@ Conventions (NOTE(memderive)):
   the same clocks; inferred, not said in words). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
   shipping part's count: B200, GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S,
   A10, L4, T4; MI300X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
-  ``quantities.tp_overlap.ub_margin_s``) is not timed where it is ``None``.
+  ``quantities.tp_overlap.overlap_time``) is not timed where it is ``None``. NVIDIA's code does not name them either:
+  CUTLASS (v4.7.0-6, 7107b0553) uses 148 as an sm_100 device's SMs without naming the part (the CuTe DSL
+  mixed_input_fmha_decode.py example's fallback ``sm_count = 148``; tile_scheduler_params.h's worked example);
+  TransformerEngine, Megatron-LM, NCCL and Megatron-Bridge as mirrored here have no Blackwell SM count; 148 for
+  the B200 is third-party (Chips and Cheese's B200 article; kernels' comments).
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 

@@ -606,6 +606,13 @@ _ENTRIES: tuple[Reference, ...] = (
               "num_sm, set_sm_margin), chosen by name in nemo_launcher/core/stages.py _get_ub_cfg_override "
               "(ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}_seqlen{s})", None,
               "github.com/NVIDIA/NeMo-Framework-Launcher/tree/main/launcher_scripts/conf/training/tp_overlap", "code"),
+    Reference("dgxc-gpt3-175b-hydra", "DGX Cloud Benchmarking", _NV, "NVIDIA/dgxc-benchmarking v25.01 "
+              "(143b90dd91f9; v24.11.1 35a9aecc8d5b and v25.02 8f5cbb3799ea the same there): nemo_megatron/"
+              "gpt3_175b_hydra.yaml, the GPT-3 175B config configure.sh passes NeMo (--config-name=gpt3_"
+              "${MODEL_SIZE}_hydra.yaml), L176-220 its inline userbuffers config (model.ub_tp_comm_overlap_cfg: "
+              "method, num_sm, set_sm_margin per GEMM)", None,
+              "github.com/NVIDIA/dgxc-benchmarking/blob/143b90dd91f9be958fed4773ae95d941a3356a82/nemo_megatron/"
+              "gpt3_175b_hydra.yaml", "code"),
     Reference("pytorch-micro-pipeline-tp", "PyTorch", "PyTorch", "PyTorch: torch/_inductor/fx_passes/"
               "micro_pipeline_tp.py (fuse_all_gather_matmul: an all-gather fused with the matmuls and _scaled_mm's "
               "whose left operand it is; fuse_matmul_reduce_scatter: a reduce-scatter fused with its producer "

@@ -20,6 +20,12 @@ ones). Their bulk overlaps set no margin; their fp8 configs run proj_fprop and f
 SM with the margin. ``ub_cfg_*``: NeMo-Framework-Launcher's yamls (launcher_scripts/conf/training/tp_overlap/), keyed
 as the launcher names them (nemo_launcher/core/stages.py ``_get_ub_cfg_override``: ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}
 _seqlen{s}; where no file has the name, none is loaded: TE's defaults), the ones of NeMo 24.07's H100 rows.
+``dgxc_gpt3_175b_hydra``: the inline ``model.ub_tp_comm_overlap_cfg`` of NVIDIA/dgxc-benchmarking's
+nemo_megatron/gpt3_175b_hydra.yaml (L176-220 at v25.01, 143b90dd91f9; the same lines at v24.11.1, 35a9aecc8d5b, and
+v25.02, 8f5cbb3799ea), the config its configure.sh passes NeMo (``--config-name=gpt3_${MODEL_SIZE}_hydra.yaml``)
+and NeMo's ``initialize_ub_func`` hands TE's ``initialize_ub`` as ``ub_cfgs``: bulk qkv_dgrad 4, qkv_wgrad 8,
+fc1_dgrad 2, fc1_wgrad 4 SMs with set_sm_margin 0; qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad ring_exchange
+(no num_sm, no margin); proj_fprop pipeline num_sm 24 and fc2_fprop pipeline num_sm 20, both set_sm_margin 1.
 
 >>> UB_CONFIGS["te"]["qkv_wgrad"], UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]["fc2_fprop"]
 (16, 1)
@@ -29,7 +35,8 @@ from __future__ import annotations
 
 from memderive.symbolic.formula import Citation
 
-__all__ = ["BRIDGE_UB", "NEMO_LAUNCHER_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "UB_CONFIGS", "ub_gemm"]
+__all__ = ["BRIDGE_UB", "DGXC_GPT3_UB", "NEMO_LAUNCHER_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "UB_CONFIGS", "ub_gemm",
+           "ub_source"]
 
 SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
                                              "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
@@ -40,10 +47,12 @@ NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_h8192_tp4_m
                             "bulk overlaps set_sm_margin 0; proj_fprop, fc2_fprop num_sm with set_sm_margin 1")
 BRIDGE_UB = Citation("megatron-bridge-comm-overlap", "userbuffers_* TransformerLayerTPOverlapCfg, selected by "
                                                      "scripts/performance/configs/llama*: comm_overlap_cfg")
+DGXC_GPT3_UB = Citation("dgxc-gpt3-175b-hydra", "L176-220, model.ub_tp_comm_overlap_cfg: bulk overlaps "
+                       "set_sm_margin 0; proj_fprop num_sm 24, fc2_fprop num_sm 20, pipeline, set_sm_margin 1")
 
 
 def _bridge(proj: int, fc2: int) -> dict[str, int]:
-    """A Bridge (or NeMo launcher) config: its bulk overlaps without a margin, proj_fprop and fc2_fprop taking
+    """A Bridge (NeMo launcher, dgxc-benchmarking) config: its bulk overlaps without a margin, proj_fprop and fc2_fprop taking
     ``proj`` and ``fc2``."""
     return {"proj_fprop": proj, "fc2_fprop": fc2}
 
@@ -62,7 +71,19 @@ UB_CONFIGS: dict[str, dict[str, int]] = {
     "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096": _bridge(24, 16),
     "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192": _bridge(24, 16),
     "ub_cfg_h100_h12288_tp4_mbs2_seqlen2048": _bridge(24, 1),
+    "dgxc_gpt3_175b_hydra": _bridge(24, 20),
 }
+
+
+def ub_source(name: str) -> Citation:
+    """Where ``UB_CONFIGS[name]`` is read (the module's docstring).
+
+    >>> ub_source("te").key, ub_source("dgxc_gpt3_175b_hydra").key
+    ('te-userbuffers', 'dgxc-gpt3-175b-hydra')
+    """
+    if name == "te":
+        return TE_UB_DEFAULTS
+    return NEMO_LAUNCHER_UB if name.startswith("ub_cfg_") else DGXC_GPT3_UB if name.startswith("dgxc_") else BRIDGE_UB
 
 
 def ub_gemm(path: str, row: bool) -> str | None:

@@ -491,20 +491,27 @@ def test_dgxc_llama_rows_are_the_pages() -> None:
         assert (o.tp, o.cp) == {"8B": (1, 2), "70B": (4, 2), "405B": (8, 2), "175B": (4, 1)}[size]
         assert o.sp == o.tp_comm_overlap == (o.tp > 1) and o.dropout == (size == "175B") and o.zero == 1
         # the userbuffers yaml the launcher's defaults list names (70B: ub_cfg_h100_h8192_tp4_mbs1_seqlen8192; 405B:
-        # ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192, proj_fprop 24 SMs, fc2_fprop 8: Bridge's key for the same)
+        # ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192, proj_fprop 24 SMs, fc2_fprop 8: Bridge's key for the same);
+        # the 175B's inline one in gpt3_175b_hydra.yaml (L176-220)
         assert run.layout.get("tp_comm_overlap_cfg") == {
             "70B": "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192",
-            "405B": "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192"}.get(size)
+            "405B": "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192", "175B": "dgxc_gpt3_175b_hydra"}.get(size)
         if "L " not in run.name.replace("L3.1", ""):  # the whole model, not a 405B proxy
             assert e.number("model_flops") == pytest.approx(flops[size], rel=0.01)
         assert e.number("total_bytes") <= gpu("h100-sxm").memory_bytes
     assert not {id(r) for r in DGXC_LLAMA} & {id(r) for r in RUNS + DENSE_APART + BRIDGE_SFT + BRIDGE_LORA}
 
 
+@pytest.mark.xfail(strict=True, reason="issue 39: the GPT-3 175B rows on their yaml's own userbuffers config are "
+                                       "predicted up to 26.9% too fast, the 88 rows' median 10.2% (tests/published_runs"
+                                       ".DGXC_LLAMA_GAP)")
 def test_dgxc_llama_rows_meet_issue_39s_bounds() -> None:
-    """Issue 39's bounds (median 10%, every run within 25%) on the 88 DGX Cloud Benchmarking rows: median 9.5%, worst
-    24.4% (GPT-3 175B FP8 at 1,024 GPUs on 24.11, -24.4%; python benchmarks/published_runs.py), all but two (the 8B
-    FP8 at 8 and 16 GPUs on 24.12: +1.0%, +0.6%) predicted too fast; nothing tuned."""
+    """Issue 39's bounds (median 10%, every run within 25%) on the 88 DGX Cloud Benchmarking rows: median 10.2%, worst
+    26.9% (GPT-3 175B FP8 at 1,024 GPUs on 24.11, -26.9%; python benchmarks/published_runs.py), all but two (the 8B
+    FP8 at 8 and 16 GPUs on 24.12: +1.0%, +0.6%) predicted too fast; nothing tuned. Held (median 9.5%, worst 24.4%)
+    while the 175B rows ran TE's default userbuffers (16 SMs from six GEMMs of a layer) in place of their
+    gpt3_175b_hydra.yaml's inline config (``dgxc_gpt3_175b_hydra``: 24 and 20 SMs from o's and fc2's forward GEMMs,
+    none from the data and weight gradients')."""
     errors = [abs(predict(run).error) for run in DGXC_LLAMA]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
 

@@ -205,6 +205,23 @@ def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
     assert titan.ub_margin_s == 0 and "userbuffers take SMs" not in " ".join(titan.model())
 
 
+def test_dgxc_gpt3_175b_runs_its_yamls_inline_userbuffers_config() -> None:
+    """NVIDIA/dgxc-benchmarking's nemo_megatron/gpt3_175b_hydra.yaml (v25.01, 143b90dd91f9, L176-220), read by hand:
+    qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad bulk with set_sm_margin 0 (4, 8, 2, 4 SMs: none taken from the
+    GEMM); qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad ring_exchange, no margin; proj_fprop pipeline num_sm 24 and
+    fc2_fprop pipeline num_sm 20, each with set_sm_margin 1. One GPT-3 175B layer on an H100 (h 12,288, t 4, b 1,
+    s 2,048): o's forward (2,048, 12,288, 3,072) loses 24 of 132 SMs, 24/108 of its time more; fc2's (2,048, 12,288,
+    12,288) 20, 20/112; 96 layers. The note cites the yaml."""
+    kw = dict(mode="train", batch=1, seq=2048, tp=4, sp=True, recompute="none", framework="megatron", flash=True,
+              tp_comm_overlap=True)
+    step = step_time(estimate("gpt3-175b", tp_comm_overlap_cfg="dgxc_gpt3_175b_hydra", **kw), "h100-sxm")
+    h = 12288
+    assert step.ub_margin_s == pytest.approx(96 * (_gemm(2048, h, h // 4) * 24 / 108
+                                                   + _gemm(2048, h, 4 * h // 4) * 20 / 112), rel=1e-9)
+    assert "dgxc_gpt3_175b_hydra: proj_fprop 24, fc2_fprop 20 of 132" in " ".join(step.model())
+    assert "DGX Cloud Benchmarking" in " ".join(step.model())
+
+
 def test_a_userbuffers_config_needs_userbuffers(capsys: pytest.CaptureFixture[str]) -> None:
     """--tp-comm-overlap-cfg without --tp-comm-overlap (or under torchtitan), or a name no config has: one line, exit 2."""
     base = ["estimate", "--model", "llama-3-8b", "--mode", "train", "--batch", "1", "--seq", "8", "--tp", "2", "--sp"]

@@ -67,8 +67,7 @@ from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_ph
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
-                                                         overlap_forms, overlap_pairs, reduced_partials, tp_traffic,
-                                                         ub_margin_s)
+                                                         overlap_forms, overlap_time, reduced_partials, tp_traffic)
 from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
@@ -94,7 +93,7 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
-from memderive.symbolic.userbuffers import BRIDGE_UB, NEMO_LAUNCHER_UB, SM_MARGIN, TE_UB_DEFAULTS, UB_CONFIGS
+from memderive.symbolic.userbuffers import SM_MARGIN, UB_CONFIGS, ub_source
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -335,7 +334,7 @@ class StepTime:
     unfused: bool = False  # the framework's code runs passes unfused (memory_bound.runs_unfused): the note names them
     tp_comm_overlap: bool = False  # --tp-comm-overlap: TP transfers behind their GEMMs
     async_tp: bool = False  # PyTorch's AsyncTP (``Options.async_tp``): what its pattern matcher leaves whole
-    # TE userbuffers' SM margins (tp_overlap.ub_margin_s): the seconds they add to the GEMMs (in compute_s), the config
+    # TE userbuffers' SM margins (tp_overlap.overlap_time): the seconds they add to the GEMMs (in compute_s), the config
     ub_margin_s: float = 0.0
     ub_config: str = "te"
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
@@ -522,7 +521,7 @@ class StepTime:
 def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
     """Transformer Engine's userbuffers' SM margins under --tp-comm-overlap-cfg ``config``, in words."""
     taken = ", ".join(f"{name} {n}" for name, n in UB_CONFIGS[config].items())
-    source = cite(TE_UB_DEFAULTS if config == "te" else NEMO_LAUNCHER_UB if config.startswith("ub_cfg") else BRIDGE_UB)
+    source = cite(ub_source(config))
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
                 f"count for the {hw.name}")
@@ -1170,11 +1169,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                   micro_pipeline=opts.async_tp)
             # TE's userbuffers take SMs from the GEMMs they overlap (symbolic/userbuffers.py); not AsyncTP's kernels
             margins = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
-            pairs = overlap_pairs(forms, values, share, modules, t, p, opts.cp, tp_micro / total, _gemm_rate(hw),
-                                  margins, hw.sms)
+            pairs, margin_micro = overlap_time(forms, values, share, modules, t, p, opts.cp, tp_micro / total,
+                                               _gemm_rate(hw), margins, hw.sms)
             tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
                                               if opts.async_tp else 0.0)
-            margin_micro = ub_margin_s(forms, values, share, modules, t, p, opts.cp, _gemm_rate(hw), margins, hw.sms)
             micro += margin_micro
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes

@@ -18,7 +18,7 @@ projection (h x h) whose fp8 GEMM runs twice as fast as the bf16 one leaves more
 Transformer Engine's userbuffers run each overlapped transfer on SMs of their own, and where a GEMM's config sets
 ``set_sm_margin`` the GEMM beside it runs on the rest (``symbolic/userbuffers.py``: TE's defaults take 16 of the
 GPU's SMs from o's and fc2's forward GEMMs and from the column-parallel data- and weight-gradient GEMMs;
-Megatron-Bridge's fp8 configs 1 SM from the two forward ones): ``ub_margin_s`` times what that adds, the GEMM's rate
+Megatron-Bridge's fp8 configs 1 SM from the two forward ones): ``overlap_time`` times what that adds, the GEMM's rate
 taken as proportional to its SMs (an assumption, not a measurement), and the pairs' GEMMs run that much longer.
 PyTorch's AsyncTP (symmetric-memory kernels, no such setting) is timed without any.
 
@@ -52,8 +52,8 @@ from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.userbuffers import ub_gemm
 
-__all__ = ["MICRO_PIPELINE_LIMITS", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms", "overlap_pairs",
-           "reduced_partials", "tp_traffic", "ub_margin_s"]
+__all__ = ["MICRO_PIPELINE_LIMITS", "OverlapTime", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms",
+           "overlap_time", "reduced_partials", "tp_traffic"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
@@ -94,7 +94,7 @@ def _gemm_s(gemm: tuple, fp8: bool, phase: str, values: Any, t: int, p: int, cp:
 
 
 def _slowed(gemm: tuple, phase: str, margins: Mapping[str, int], sms: int | None) -> Any:
-    """How much longer a GEMM runs on the SMs its userbuffers leave it (``ub_margin_s``): SMs / (SMs - taken)."""
+    """How much longer a GEMM runs on the SMs its userbuffers leave it (``overlap_time``): SMs / (SMs - taken)."""
     taken = margins.get(f"{gemm[5]}_{phase}", 0) if gemm[5] and sms else 0
     return sms / (sms - taken) if taken else 1
 
@@ -197,63 +197,67 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
     return tuple(forms)
 
 
-def overlap_pairs(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
-                  per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int] = {},
-                  sms: int | None = None) -> list[tuple[Any, Any]]:
-    """``overlap_forms``' pairs of one micro-batch on a GPU of the busiest stage, as (transfer seconds unhidden, GEMM
-    seconds): the bytes over p stages and cp ranks at ``per_byte`` seconds a byte (the unhidden TP time over
-    ``tp_bytes``' total, so the transfers take what ``timing.step_time`` gives them without overlap); each GEMM's
-    FLOPs over t p cp at ``rate(dtype, m, n, k)``, its per-GPU shape: M/cp rows (the sequence-parallel gather
-    rejoins the cp rank's tokens), the split side over t, the data gradient's (M, in, out) behind a backward
-    collective. Full recompute runs the layers' forward pairs twice (``recompute_full``: the share of the layers it
-    checkpoints, 0 to 1; Megatron's block method some only: their pairs, scaled); ``modules`` the selective modules'
-    again. ``margins``, ``sms``: a GEMM whose userbuffers take SMs from it runs longer (``ub_margin_s``)."""
-    def timed(group: tuple, back: bool) -> list[tuple[Any, Any]]:  # each collective's bytes, its GEMMs' seconds
-        phase = "dgrad" if back else "fprop"
-        return [(layout_int(moved, values),
-                 sum((_gemm_s(g, fp8, phase, values, t, p, cp, rate) * _slowed(g, phase, margins, sms)
-                      for g in gemms), 0.0)) for moved, fp8, gemms in group]
+class OverlapTime(NamedTuple):
+    """``overlap_time``'s one walk: the pairs ``exposed_s`` reads and the seconds the userbuffers' SM margins add."""
 
-    pairs = []
-    for name, forward, backward, again in forms:
-        ahead = timed(forward, False)  # evaluated once, rerun by full recompute
-        rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if recompute_full and name == "layer" else [])
-        rounds += [(timed(backward, True), 1)] + ([(timed(again, False), 1)] if modules else [])
-        pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
-                  for moved, seconds in entries]
-    return pairs
+    pairs: list[tuple[Any, Any]]  # (transfer seconds unhidden, GEMM seconds) per collective of a micro-batch
+    margin_s: Any  # seconds a micro-batch's GEMMs run past their time on every SM (0.0: no margin timed)
 
 
-def ub_margin_s(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
-                rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int], sms: int | None) -> Any:
-    """Seconds a micro-batch's GEMMs on a GPU of the busiest stage run past their time on every SM, under
-    Transformer Engine's userbuffers (``margins``: a ``symbolic.userbuffers.UB_CONFIGS`` config, TE's name of a GEMM
-    -> the SMs its communication takes with ``set_sm_margin``): each such GEMM runs on SMs - taken of the GPU's
-    ``sms`` (``SM_MARGIN``), its rate assumed proportional to the SMs it runs on (a GEMM of many waves of tiles,
-    each SM a tile at a time: the model's assumption, not a measurement), so ``time x taken / (SMs - taken)`` more.
-    The decoder layers' linears of ``overlap_forms``: forward GEMMs (fprop; again under full recompute, and for a
-    selective module's rerun), the data gradients' (dgrad) and the weight gradients' (wgrad). ``sms`` None (no SM
-    count for the GPU): 0, not timed.
+def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
+                 per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int] = {},
+                 sms: int | None = None) -> OverlapTime:
+    """``overlap_forms``' rounds of one micro-batch on a GPU of the busiest stage, walked once, each GEMM timed once.
+
+    ``pairs``: (transfer seconds unhidden, GEMM seconds): the bytes over p stages and cp ranks at ``per_byte``
+    seconds a byte (the unhidden TP time over ``tp_bytes``' total, so the transfers take what ``timing.step_time``
+    gives them without overlap); each GEMM's FLOPs over t p cp at ``rate(dtype, m, n, k)``, its per-GPU shape: M/cp
+    rows (the sequence-parallel gather rejoins the cp rank's tokens), the split side over t, the data gradient's
+    (M, in, out) behind a backward collective. Full recompute runs the layers' forward pairs twice
+    (``recompute_full``: the share of the layers it checkpoints, 0 to 1; Megatron's block method some only: their
+    pairs, scaled); ``modules`` the selective modules' again.
+
+    ``margin_s``: the seconds those GEMMs run past their time on every SM under Transformer Engine's userbuffers
+    (``margins``: a ``symbolic.userbuffers.UB_CONFIGS`` config, TE's name of a GEMM -> the SMs its communication
+    takes with ``set_sm_margin``): each such GEMM runs on SMs - taken of the GPU's ``sms`` (``SM_MARGIN``), its rate
+    assumed proportional to the SMs it runs on (a GEMM of many waves of tiles, each SM a tile at a time: the model's
+    assumption, not a measurement), so ``time x taken / (SMs - taken)`` more, and the pairs' GEMMs that much longer.
+    The decoder layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's
+    rerun), the data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the margin
+    only). ``sms`` None (no SM count for the GPU): 0, not timed.
 
     >>> gemm = (2 * 8192 * 8192 * 8192, 8192, 8192, 8192, False, "proj")  # one h x h GEMM of 8,192 tokens
     >>> forms = (("layer", ((0, False, (gemm,)),), (), ()),)
-    >>> ub_margin_s(forms, {}, 0, False, 1, 1, 1, lambda *_: 1e15, {"proj_fprop": 16}, 132)  # 1.0995 ms x 16/116
+    >>> time = overlap_time(forms, {}, 0, False, 1, 1, 1, 1.0, lambda *_: 1e15, {"proj_fprop": 16}, 132)
+    >>> time.margin_s  # 1.0995 ms x 16/116
     0.00015165...
     """
-    if not sms or not margins:
-        return 0.0
-    added = 0.0
+    added = 0.0  # the margins' seconds, each GEMM's times its round's share (the forward's: 1 + its full rerun)
+
+    def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each collective's bytes, GEMM seconds
+        nonlocal added
+        phase, entries = "dgrad" if back else "fprop", []
+        for moved, fp8, gemms in group:
+            seconds = 0.0
+            for g in gemms:
+                alone = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
+                slowed = _slowed(g, phase, margins, sms)
+                seconds += alone * slowed
+                added += share * alone * (slowed - 1) if slowed != 1 else 0.0
+                wgrad = _slowed(g, "wgrad", margins, sms) if back else 1  # the weight gradient: no pair, its margin
+                added += share * _gemm_s(g, fp8, "wgrad", values, t, p, cp, rate) * (wgrad - 1) if wgrad != 1 else 0.0
+            entries.append((layout_int(moved, values), seconds))
+        return entries
+
+    pairs = []
     for name, forward, backward, again in forms:
-        rounds = [(forward, ("fprop",), 1 + (recompute_full if name == "layer" else 0)),
-                  (backward, ("dgrad", "wgrad"), 1), (again if modules else (), ("fprop",), 1)]
-        for group, phases, share in rounds:
-            for _, fp8, gemms in group:
-                for g in gemms:
-                    for phase in phases:
-                        slowed = _slowed(g, phase, margins, sms)
-                        if slowed != 1:
-                            added += share * _gemm_s(g, fp8, phase, values, t, p, cp, rate) * (slowed - 1)
-    return added
+        rerun = recompute_full if recompute_full and name == "layer" else 0
+        ahead = timed(forward, False, 1 + rerun)  # evaluated once, rerun by full recompute
+        rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if rerun else [])
+        rounds += [(timed(backward, True, 1), 1)] + ([(timed(again, False, 1), 1)] if modules else [])
+        pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
+                  for moved, seconds in entries]
+    return OverlapTime(pairs, added)
 
 
 @per_graph
