@@ -223,8 +223,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("tp_comm_overlap_cfg", "choice", "te", "Transformer Engine's userbuffers config under --tp-comm-overlap, "
        "for times: the SMs each overlapped communication takes from its GEMM (set_sm_margin), the GEMM timed on the "
        "rest; te (TE's defaults: 16 SMs from the row-parallel forward GEMMs and the column-parallel data- and "
-       "weight-gradient GEMMs), a Megatron-Bridge config by its name (comm_overlap.py's userbuffers_*) or a NeMo "
-       "launcher yaml's (ub_cfg_*)",
+       "weight-gradient GEMMs), te_v1 (TE 1.x's defaults: none), a Megatron-Bridge config by its name "
+       "(comm_overlap.py's userbuffers_*) or a NeMo launcher yaml's (ub_cfg_*)",
        choices=tuple(UB_CONFIGS), modes=_TRAIN, shared=True, echo="changed",
        example=(*_TRAIN_STEP, "--tp", "4", "--sp", "--tp-comm-overlap", "--framework", "megatron",
                 "--tp-comm-overlap-cfg", "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192")),

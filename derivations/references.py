@@ -601,11 +601,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py (v0.3.0: configs/llama/): comm_overlap_cfg",
               None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/v0.2.0/src/megatron/bridge/training/comm_overlap.py",
               "code"),
-    Reference("nemo-launcher-tp-overlap", "NeMo-Framework-Launcher", _NV, "NeMo-Framework-Launcher: "
-              "launcher_scripts/conf/training/tp_overlap/ub_cfg_h100_*.yaml (userbuffers configs per GEMM: method, "
-              "num_sm, set_sm_margin), chosen by name in nemo_launcher/core/stages.py _get_ub_cfg_override "
-              "(ub_cfg_{gpu}_h{hidden}_tp{t}_mbs{b}_seqlen{s})", None,
-              "github.com/NVIDIA/NeMo-Framework-Launcher/tree/main/launcher_scripts/conf/training/tp_overlap", "code"),
+    Reference("nemo-launcher-tp-overlap", "NeMo-Framework-Launcher", _NV, "NeMo-Framework-Launcher at tag 24.07 "
+              "(8325688d): launcher_scripts/conf/training/tp_overlap/ub_cfg_h100_*.yaml (userbuffers configs per "
+              "GEMM: method, num_sm, set_sm_margin), each selected by a model yaml's defaults list (conf/training/"
+              "*/*.yaml L3: optional tp_overlap@model.ub_tp_comm_overlap_cfg: <name>)", None,
+              "github.com/NVIDIA/NeMo-Framework-Launcher/tree/24.07/launcher_scripts/conf/training/tp_overlap", "code"),
     Reference("dgxc-gpt3-175b-hydra", "DGX Cloud Benchmarking", _NV, "NVIDIA/dgxc-benchmarking v25.01 "
               "(143b90dd91f9; v24.11.1 35a9aecc8d5b and v25.02 8f5cbb3799ea the same there): nemo_megatron/"
               "gpt3_175b_hydra.yaml, the GPT-3 175B config configure.sh passes NeMo (--config-name=gpt3_"

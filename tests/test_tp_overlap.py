@@ -14,6 +14,7 @@ from memderive.derivations.quantities.efficiency import matmul_rate
 from memderive.derivations.quantities.memory_bound import achievable_bandwidth, layout_int
 from memderive.derivations.quantities.timing import _stacked_sum_s, quantized_gathers, step_time, tp_bytes
 from memderive.derivations.quantities.tp_overlap import exposed_s, overlap_forms, reduced_partials
+from tests.published_runs import GPT3_20B
 
 H100 = gpu("h100-sxm")
 # Llama 3 70B: h 8,192, 8 KV heads of 128 (k, v: 1,024 each), FFN 28,672, V 128,256, 80 layers; b 1, s 4,096
@@ -203,6 +204,32 @@ def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
     titan = step_time(estimate("llama-3-8b", framework="torchtitan", zero=3, dp=2, flash=True, tp_comm_overlap=True,
                                **KW), "h100-sxm")
     assert titan.ub_margin_s == 0 and "userbuffers take SMs" not in " ".join(titan.model())
+
+
+def test_te_1x_defaults_take_no_sm_and_the_launchers_175b_yaml_at_24_07_takes_24_and_20() -> None:
+    """TE 1.8.0.dev0 (7d576ed2, NeMo 24.07's): ``add_ub(..., set_sm_margin: int = 0)`` for every GEMM no config
+    names, so ``te_v1`` takes no SM; its step differs from the same run with no margin in no second, and says so.
+    NeMo-Framework-Launcher tag 24.07 (8325688d), launcher_scripts/conf/training/tp_overlap/
+    ub_cfg_h100_h12288_tp4_mbs1_seqlen2048.yaml L47-59, read by hand: proj_fprop pipeline num_sm 24, fc2_fprop
+    pipeline num_sm 20, both set_sm_margin 1 (the bulk ones L5-27 set_sm_margin 0): on GPT-3 175B (h 12,288, t 4,
+    b 1, s 2,048) o's forward (2,048, 12,288, 3,072) 24/108 of its time more, fc2's (2,048, 12,288, 12,288) 20/112,
+    96 layers. 20b's ub_cfg_h100_h6144_tp2_mbs2_seqlen2048.yaml L47-59: proj_fprop 16, fc2_fprop 24."""
+    v1 = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="te_v1", **MARGIN_KW), "h100-sxm")
+    assert v1.ub_margin_s == 0
+    assert "userbuffers take no SMs from the GEMMs they overlap (te_v1: no set_sm_margin" in " ".join(v1.model())
+    kw = dict(mode="train", batch=1, seq=2048, tp=4, sp=True, recompute="none", framework="megatron", flash=True,
+              tp_comm_overlap=True)
+    step = step_time(estimate("gpt3-175b", tp_comm_overlap_cfg="ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07", **kw),
+                     "h100-sxm")
+    h = 12288
+    assert step.ub_margin_s == pytest.approx(96 * (_gemm(2048, h, h // 4) * 24 / 108
+                                                   + _gemm(2048, h, 4 * h // 4) * 20 / 112), rel=1e-9)
+    assert "NeMo-Framework-Launcher" in " ".join(step.model())
+    h = 6144
+    twenty = step_time(estimate(GPT3_20B, tp_comm_overlap_cfg="ub_cfg_h100_h6144_tp2_mbs2_seqlen2048",
+                                **{**kw, "tp": 2}), "h100-sxm")
+    assert twenty.ub_margin_s == pytest.approx(44 * (_gemm(2048, h, h // 2) * 16 / 116
+                                                     + _gemm(2048, h, 4 * h // 2) * 24 / 108), rel=1e-9)
 
 
 def test_dgxc_gpt3_175b_runs_its_yamls_inline_userbuffers_config() -> None:

@@ -522,6 +522,8 @@ def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
     """Transformer Engine's userbuffers' SM margins under --tp-comm-overlap-cfg ``config``, in words."""
     taken = ", ".join(f"{name} {n}" for name, n in UB_CONFIGS[config].items())
     source = cite(ub_source(config))
+    if not taken:  # TE 1.x's defaults (te_v1): no set_sm_margin anywhere
+        return f"; userbuffers take no SMs from the GEMMs they overlap ({config}: no set_sm_margin; {source})"
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
                 f"count for the {hw.name}")
