@@ -18,9 +18,10 @@ v0.2.0 and v0.3.0), keyed as Bridge keys them, the ones its Llama 3 / 3.1 perfor
 ``comm_overlap_cfg``, bf16 or else fp8 by precision; H100 the h100 configs, B200, B300, GB200 and GB300 the b200
 ones). Their bulk overlaps set no margin; their fp8 configs run proj_fprop and fc2_fprop as a ring exchange of one
 SM with the margin. ``te_v1``: TE 1.x's defaults, what NeMo 24.07 runs under ub_tp_comm_overlap without a config
-(NeMo r2.0.0rc1, the 24.07 container's, megatron_gpt_model.py L735-754 ``initialize_ub_func``: ``ub_cfgs =
-self.cfg.get('ub_tp_comm_overlap_cfg', None)``, a None warned of and handed to TE's ``initialize_ub``; its
-Dockerfile.ci L36 TE_TAG 7d576ed2, TE 1.8.0.dev0: base.py ``add_ub(..., set_sm_margin: int = 0, ...)`` for a GEMM
+(NeMo Framework 24.07 ships NeMo 2.0.0rc1 and TE 1.8.0.dev0: docs.nvidia.com/nemo-framework/user-guide/24.09/
+softwarecomponentversions.html. NeMo r2.0.0rc1 megatron_gpt_model.py L735-754 ``initialize_ub_func``: ``ub_cfgs =
+self.cfg.get('ub_tp_comm_overlap_cfg', None)``, a None warned of and handed to TE's ``initialize_ub``; TE at its
+Dockerfile.ci L36 TE_TAG, 7d576ed2, 1.8.0.dev0: base.py ``add_ub(..., set_sm_margin: int = 0, ...)`` for a GEMM
 no config names, ``ub_cfg.get("set_sm_margin", 0)`` for one that does; v1.9 to v1.13 ``get_default_config``
 "set_sm_margin": False, v2.0 the first to set it): no GEMM loses an SM. ``ub_cfg_*``: NeMo-Framework-Launcher's
 yamls (launcher_scripts/conf/training/tp_overlap/), keyed as the launcher names them, the ones NeMo 24.07's H100 rows
@@ -57,7 +58,7 @@ SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_s
                                              "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
 TE_UB_DEFAULTS = Citation("te-userbuffers", "v2.9 initialize_ub get_default_config: num_sm 16 and set_sm_margin "
                                             "for the pipeline and bulk methods, 1 SM without a margin for ring_exchange")
-TE_V1_UB_DEFAULTS = Citation("te-userbuffers", "1.8.0.dev0 (7d576ed2, NeMo r2.0.0rc1's TE_TAG) initialize_ub add_ub: "
+TE_V1_UB_DEFAULTS = Citation("te-userbuffers", "1.8.0.dev0 (NeMo 24.07's; 7d576ed2) initialize_ub add_ub: "
                                                "set_sm_margin 0 for every GEMM no config names (v1.9-v1.13 the same)")
 NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_*.yaml at tag 24.07 (the 175B's mbs1 file; "
                             "the mbs2 file at 24.09), each selected by a model yaml's defaults list (L3): bulk "

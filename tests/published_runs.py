@@ -28,11 +28,9 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.architectures import GPT
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.presets import PRESETS
-from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.frameworks import preset_values
 from memderive.derivations.hardware import gpu
-from memderive.symbolic.userbuffers import UB_CONFIGS
 
 HDR = 200 * 10**9 // 8  # one 200 Gb/s HDR InfiniBand port per A100 (DGX A100: 8 ConnectX-6 per 8 GPUs; Selene)
 NDR = 400 * 10**9 // 8  # one 400 Gb/s port per H100 (Llama 3 §3.3.1)
@@ -870,24 +868,29 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
               "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
 
 
-def _hidden(model: Any) -> int:
-    """A row's hidden size, as memderive reads the model (a preset's name, a config, a ``Model``)."""
-    return resolve_model(model).sizes["h"]
+#: The userbuffers config each row runs under TP overlap (``_nemo``'s ``ub``), read from NeMo-Framework-Launcher at
+#: tag 24.07 (8325688d): each model's yaml (launcher_scripts/conf/training/<family>/<size>.yaml) picks its config in
+#: its defaults list, L3 ``- optional tp_overlap@model.ub_tp_comm_overlap_cfg: <name>`` (conf/training/tp_overlap/
+#: <name>.yaml; no name, none); none sets one inline and no launcher code picks one at that tag (symbolic/
+#: userbuffers.py). NeMo 2.0.0rc1 hands TE's initialize_ub that config, or None: TE 1.8.0.dev0's defaults, which take
+#: no SM from any GEMM (``te_v1``). llama2_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen4096 (L136 ub_tp_comm_overlap
+#: true); llama3_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L136 true), which the launcher's FP8 example of
+#: the row's layout (examples/training/llama/h100/llama3_70b_fp8.sh L16-22: 8 nodes, GBS 128) replaces with
+#: ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192 (the same SMs; its two pipelined reduce-scatters in fp8): taken;
+#: gpt3/20b.yaml L3 ub_cfg_h100_h6144_tp2_mbs2_seqlen2048 (L149 true); nemotron_8b.yaml, nemotron_22b.yaml L3 name
+#: none (L158 true): TE's defaults; gpt3/175b.yaml L3 ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 for both its rows, the
+#: MBS 2 one too (the defaults list is fixed; no mbs2 file before tag 24.09), as that file was at 24.07. The Llama 2
+#: 7B and 13B, Llama 3 8B and GPT-3 5B rows run TP 1; the Nemotron 340B no overlap (L156 false).
+_NEMO_GPT3_UB = "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07"
 
 
-def _nemo_ub(model: Any, layout: dict, seq: int) -> dict:
-    """The userbuffers yaml NeMo-Framework-Launcher loads for a row under TP overlap (symbolic/userbuffers.py:
-    ub_cfg_h100_h{hidden}_tp{t}_mbs{b}_seqlen{s}, by name), where memderive has it; else TE's defaults (no launcher
-    yaml of that name: the L2 7B long-sequence rows' h4096 and GPT-3's mbs 1 row)."""
-    name = f"ub_cfg_h100_h{_hidden(model)}_tp{layout.get('tp', 1)}_mbs{layout.get('batch')}_seqlen{seq}"
-    return {"tp_comm_overlap_cfg": name} if layout.get("tp_comm_overlap") and name in UB_CONFIGS else {}
-
-
-def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "") -> Run:
+def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "",
+          ub: str | None = None) -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
-    (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise."""
+    (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise;
+    ``ub``: the userbuffers config the row runs under TP overlap (``_NEMO_UB``), None where it runs none."""
     layout = _mcore_fp8("te-delayed", layout)
-    layout = {**layout, **_nemo_ub(model, layout, seq)}
+    layout = {**layout, **({"tp_comm_overlap_cfg": ub} if ub else {})}
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU; {_NEMO_NOTE}"
@@ -924,7 +927,7 @@ _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.
 #: launcher, copied by llama3.1/setup.sh): no recompute (activations_checkpoint_granularity null, L121), no dropout
 #: (L73-75), distributed optimizer with overlapped grad and param sync (optim distributed_fused_adam, L148-158: --zero
 #: 1), sequence_parallel and ub_tp_comm_overlap true on the 70B and 405B (L126, L140), false on the 8B (TP 1); the
-#: 70B's defaults list selects ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L3: ``_nemo_ub``), the 405B's
+#: 70B's defaults list selects ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L3: ``_DGXC_70B``), the 405B's
 #: ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192 by name on BF16 and FP8 rows alike (L3; configure.sh only flips
 #: its proj_fprop and fc2_fprop fp8_buf): that yaml's SMs (bulk overlaps without a margin, proj_fprop 24 and
 #: fc2_fprop 8 with one) are Megatron-Bridge's userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192, the key
@@ -955,7 +958,6 @@ def _dgxc_row(name: str, page: str, release: str, model: Any, layout: dict, seq:
     layout = _mcore_fp8("te-delayed", {**(_FP8_PARAMS if fp8 else {}), **layout})
     if not fp8:
         layout = {k: v for k, v in layout.items() if k != "fp8"}
-    layout = {**layout, **_nemo_ub(model, layout, seq)}
     dtype = "FP8" if fp8 else "BF16"
     source = _DGXC_LLAMA_SRC.format(page, _DGXC_LLAMA_AT[release], release, dtype)
     return Run(f"{name} {release}", source, model, layout, seq, "h100-sxm", NDR, measured_s=step, held_out=True,
@@ -988,7 +990,8 @@ def _dgxc_llama(size: str, model: Any, base: dict, columns: list[tuple], fp8: bo
 
 
 _DGXC_8B = {"cp": 2}
-_DGXC_70B = {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5}
+_DGXC_70B = {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5,
+             "tp_comm_overlap_cfg": "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192"}
 _DGXC_405B_UB = {"tp_comm_overlap_cfg": "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192"}
 _DGXC_405B = {"tp": 8, "pp": 9, "cp": 2, "virtual_stages": 7, **_DGXC_405B_UB}
 _DGXC_405B_PROXY = {32: (7, 1, None), 96: (21, 3, 7), 192: (42, 3, 7)}  # configure.sh L86-100
@@ -1107,24 +1110,26 @@ NEMO_2407 = [
     _nemo("L2 13B NeMo p4 v10 fp8", "llama-2-13b", {"pp": 4, "virtual_stages": 10, "dp": 4, "batch": 1,
                                                     "micro_batches": 32}, 4096, 8715, 760),
     _nemo("L2 70B NeMo t4 p4 v20 fp8", "llama-2-70b", {"tp": 4, "pp": 4, "virtual_stages": 20, "dp": 4, "batch": 1,
-                                                       "micro_batches": 32}, 4096, 1728, 768),
+                                                       "micro_batches": 32}, 4096, 1728, 768,
+          ub="ub_cfg_h100_h8192_tp4_mbs1_seqlen4096"),
     _nemo("L3 8B NeMo c2 fp8", "llama-3-8b", {"cp": 2, "dp": 4, "batch": 1, "micro_batches": 32}, 8192, 12273, 711),
     _nemo("L3 70B NeMo t4 p4 c2 v5 fp8", "llama-3-70b", {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5, "dp": 2,
-                                                         "batch": 1, "micro_batches": 64}, 8192, 1524, 734),
+                                                         "batch": 1, "micro_batches": 64}, 8192, 1524, 734,
+          ub="ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192"),
     _nemo("GPT3 175B NeMo t4 p8 v6 d4 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 4, "batch": 1,
                                                           "micro_batches": 64, "dropout": True}, 2048, 716, 771,
-          _NEMO_GPT3_DROPOUT),
+          _NEMO_GPT3_DROPOUT, ub=_NEMO_GPT3_UB),
     _nemo("GPT3 175B NeMo t4 p8 v6 d16 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 16, "batch": 2,
                                                            "micro_batches": 64, "dropout": True}, 2048, 825, 888,
-          _NEMO_GPT3_DROPOUT),
+          _NEMO_GPT3_DROPOUT, ub=_NEMO_GPT3_UB),
     _nemo("GPT3 5B NeMo d64 fp8", GPT3_5B, {"dp": 64, "batch": 4, "micro_batches": 8, "dropout": True}, 2048, 23406,
           765, _NEMO_GPT3_SMALL_DROPOUT),
     _nemo("GPT3 20B NeMo t2 d32 fp8", GPT3_20B, {"tp": 2, "dp": 32, "batch": 2, "micro_batches": 4, "dropout": True},
-          2048, 5851, 750, _NEMO_GPT3_SMALL_DROPOUT),
+          2048, 5851, 750, _NEMO_GPT3_SMALL_DROPOUT, ub="ub_cfg_h100_h6144_tp2_mbs2_seqlen2048"),
     _nemo("Nemotron 8B NeMo t2 d32 fp8", NEMOTRON_8B, {"tp": 2, "dp": 32, "batch": 4, "micro_batches": 2}, 4096,
-          12507, 643),
+          12507, 643, ub="te_v1"),
     _nemo("Nemotron 22B NeMo t2 p4 v10 fp8", NEMOTRON_22B, {"tp": 2, "pp": 4, "virtual_stages": 10, "dp": 8, "batch": 2,
-                                                            "micro_batches": 16}, 4096, 4312, 562),
+                                                            "micro_batches": 16}, 4096, 4312, 562, ub="te_v1"),
     _nemo("Nemotron 340B NeMo t8 p8 v12 fp8", NEMOTRON_340B, {"tp": 8, "pp": 8, "virtual_stages": 12, "dp": 2,
                                                               "batch": 1, "micro_batches": 16, "recompute": "selective",
                                                               "tp_comm_overlap": False}, 4096, 326, 686,
@@ -1262,8 +1267,9 @@ _DGXC = "NVIDIA/dgxc-benchmarking nemotron/README_{}.md"
 #: config nemotron/nemotron4-{15b,340b}-synth.yaml at 8f5cbb3799, NeMo's megatron_gpt_pretraining.py): mock data,
 #: sequence 4,096; model.fp8 = DTYPE == fp8 with fp8_hybrid (E4M3/E5M2, the yaml's amax history 1,024: TE delayed
 #: scaling, --fp8 te-delayed) and +model.fp8_params with it (--fp8-param-gather); ub_tp_comm_overlap True and
-#: sequence_parallel True on both (the overrides), the TE default userbuffers settings (no launcher ub_cfg_h100_* of
-#: these shapes in symbolic/userbuffers.py: ``_nemo_ub``); no dropout (hidden/attention/ffn_dropout 0.0). 15B:
+#: sequence_parallel True on both (the overrides), no userbuffers config (neither synth yaml names one: NeMo hands TE
+#: none), timed with ``te`` (TE v2.9's defaults; the 24.09 container's TE 1.10 sets no margin, ``te_v1``: not
+#: changed here); no dropout (hidden/attention/ffn_dropout 0.0). 15B:
 #: NVTE_FUSED_ATTN=1 (cuDNN), no recompute (activations_checkpoint_granularity null), mcore_distributed_optim (--zero 1,
 #: Megatron's fp32 gradient buffer as ``_NEMO_NOTE``), 32 layers, h 6,144, FFN 24,576, 48 heads, 8 query groups (the
 #: synth yaml; as NeMo-Framework-Launcher's nemotron/nemotron_15b.yaml L67-70, L140 at tags 24.07 and 24.12). 340B:
@@ -1290,7 +1296,6 @@ def _dgxc(size: str, gpus: int, step: float, fp8: bool) -> Run:
         model, layout = NEMOTRON_15B, {"tp": 4, "batch": 4, "micro_batches": 4}
     layout["dp"] = gpus // (layout["tp"] * layout.get("pp", 1))
     layout = _mcore_fp8("te-delayed" if fp8 else "none", {**layout, "fp8_param_gather": fp8})
-    layout = {**layout, **_nemo_ub(model, layout, 4096)}
     return Run(f"N4 {size.upper()} dgxc {'fp8' if fp8 else 'bf16'} {gpus}", _DGXC.format(size), model, layout,
                4096, "h100-sxm", NDR, measured_s=step, held_out=True,
                note=f"{step:g} s a step on {gpus:,} H100s ({'FP8' if fp8 else 'BF16'}); {_DGXC_NOTE}")

@@ -26,6 +26,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
 from memderive.derivations.quantities import efficiency, timing
 from memderive.derivations.quantities.memory_bound import layout_int
+from memderive.symbolic.userbuffers import UB_CONFIGS
 
 from tests.published_runs import DGXC, DGXC_GAP, DGXC_LLAMA
 from tests.published_runs import (BRIDGE, BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_SFT, DENSE_APART, FITTED, HELD_OUT,
@@ -561,6 +562,40 @@ def test_nemos_gpt3_rows_keep_their_launcher_configs_dropout() -> None:
         "GPT3 175B NeMo t4 p8 v6 d16 fp8": True, "GPT3 5B NeMo d64 fp8": True, "GPT3 20B NeMo t2 d32 fp8": True,
         "Nemotron 8B NeMo t2 d32 fp8": False, "Nemotron 22B NeMo t2 p4 v10 fp8": False,
         "Nemotron 340B NeMo t8 p8 v12 fp8": False}
+
+
+def test_nemos_rows_run_the_userbuffers_config_their_launcher_yaml_selects() -> None:
+    """Each NeMo 24.07 row's userbuffers config, read by hand from NeMo-Framework-Launcher at tag 24.07 (8325688d):
+    the model yaml's defaults list, L3 ``- optional tp_overlap@model.ub_tp_comm_overlap_cfg: <name>`` (no name: none,
+    and NeMo 2.0.0rc1 hands TE 1.8.0.dev0 None, whose add_ub sets no SM margin: ``te_v1``), under its
+    ub_tp_comm_overlap; None where the row runs no userbuffers. Each config's SMs taken from a GEMM (num_sm where
+    set_sm_margin 1) read from the yaml at 24.07."""
+    options = {r.name: r.estimate().options for r in NEMO_2407}
+    assert {n: o.tp_comm_overlap_cfg if o.tp_comm_overlap else None for n, o in options.items()} == {
+        "L2 7B NeMo d8 fp8": None,  # llama/llama2_7b.yaml L60: tensor_model_parallel_size 1
+        "L2 13B NeMo p4 v10 fp8": None,  # llama/llama2_13b.yaml L60: 1
+        "L2 70B NeMo t4 p4 v20 fp8": "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096",  # llama/llama2_70b.yaml L3, L136 true
+        # llama/llama3_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L136 true); the launcher's FP8 example of
+        # this layout, examples/training/llama/h100/llama3_70b_fp8.sh L22, overrides it with the fp8 file
+        "L3 8B NeMo c2 fp8": None,  # llama/llama3_8b.yaml L60: 1
+        "L3 70B NeMo t4 p4 c2 v5 fp8": "ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192",
+        # gpt3/175b.yaml L3, for both rows (no mbs2 file before tag 24.09), the file as it was at 24.07
+        "GPT3 175B NeMo t4 p8 v6 d4 fp8": "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07",
+        "GPT3 175B NeMo t4 p8 v6 d16 fp8": "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07",
+        "GPT3 5B NeMo d64 fp8": None,  # gpt3/5b.yaml L62: 1
+        "GPT3 20B NeMo t2 d32 fp8": "ub_cfg_h100_h6144_tp2_mbs2_seqlen2048",  # gpt3/20b.yaml L3, L149 true
+        "Nemotron 8B NeMo t2 d32 fp8": "te_v1",  # nemotron/nemotron_8b.yaml L3 names none, L158 true
+        "Nemotron 22B NeMo t2 p4 v10 fp8": "te_v1",  # nemotron/nemotron_22b.yaml L3 none, L158 true
+        "Nemotron 340B NeMo t8 p8 v12 fp8": None}  # nemotron/nemotron_340b.yaml L156: ub_tp_comm_overlap False
+    # launcher_scripts/conf/training/tp_overlap/<name>.yaml at tag 24.07, L47-59 (the fp8 file's L47-61; proj_fprop,
+    # fc2_fprop: pipeline, set_sm_margin 1; the bulk ones L5-27 set_sm_margin 0, the ring exchanges none)
+    assert {name: UB_CONFIGS[name] for name in (
+        "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096", "ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192",
+        "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07", "ub_cfg_h100_h6144_tp2_mbs2_seqlen2048", "te_v1")} == {
+        "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096": {"proj_fprop": 24, "fc2_fprop": 16},
+        "ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192": {"proj_fprop": 24, "fc2_fprop": 16},
+        "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07": {"proj_fprop": 24, "fc2_fprop": 20},
+        "ub_cfg_h100_h6144_tp2_mbs2_seqlen2048": {"proj_fprop": 16, "fc2_fprop": 24}, "te_v1": {}}
 
 
 @pytest.mark.xfail(strict=True, reason=BRIDGE_DENSE_GAP)
