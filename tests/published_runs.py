@@ -878,17 +878,21 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
 #: the row's layout (examples/training/llama/h100/llama3_70b_fp8.sh L16-22: 8 nodes, GBS 128) replaces with
 #: ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192 (the same SMs; its two pipelined reduce-scatters in fp8): taken;
 #: gpt3/20b.yaml L3 ub_cfg_h100_h6144_tp2_mbs2_seqlen2048 (L149 true); nemotron_8b.yaml, nemotron_22b.yaml L3 name
-#: none (L158 true): TE's defaults; gpt3/175b.yaml L3 ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 for both its rows, the
-#: MBS 2 one too (the defaults list is fixed; no mbs2 file before tag 24.09), as that file was at 24.07. The Llama 2
-#: 7B and 13B, Llama 3 8B and GPT-3 5B rows run TP 1; the Nemotron 340B no overlap (L156 false).
-_NEMO_GPT3_UB = "ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07"
+#: none (L158 true): TE's defaults. gpt3/175b.yaml L3 names ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 (for both its rows:
+#: the defaults list is fixed, no mbs2 file before tag 24.09) but L149 sets ub_tp_comm_overlap False, at every tag
+#: from 24.03 to 24.12, and NeMo initializes no userbuffers without it (megatron_gpt_model.py L389); the launcher's
+#: FP8 example of the d4 row's layout (examples/training/gpt/h100/175b_fp8_16node.sh: 16 nodes, GBS 256, TP 4 PP 8)
+#: does not turn it on: both 175B rows run no TP overlap, as the Nemotron 340B's yaml sets it (L156 false;
+#: ``_NEMO_GPT3_NO_UB``). The Llama 2 7B and 13B, Llama 3 8B and GPT-3 5B rows run TP 1.
+_NEMO_GPT3_NO_UB = "no TP communication overlap, as the launcher's gpt3/175b.yaml L149 at 24.07 sets it"
 
 
 def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "",
           ub: str | None = None) -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
     (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise;
-    ``ub``: the userbuffers config the row runs under TP overlap (``_NEMO_UB``), None where it runs none."""
+    ``ub``: the userbuffers config the row runs under TP overlap (``_NEMO_GPT3_NO_UB``'s comment), None where it
+    runs none."""
     layout = _mcore_fp8("te-delayed", layout)
     layout = {**layout, **({"tp_comm_overlap_cfg": ub} if ub else {})}
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
@@ -1117,11 +1121,13 @@ NEMO_2407 = [
                                                          "batch": 1, "micro_batches": 64}, 8192, 1524, 734,
           ub="ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192"),
     _nemo("GPT3 175B NeMo t4 p8 v6 d4 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 4, "batch": 1,
-                                                          "micro_batches": 64, "dropout": True}, 2048, 716, 771,
-          _NEMO_GPT3_DROPOUT, ub=_NEMO_GPT3_UB),
+                                                          "micro_batches": 64, "dropout": True,
+                                                          "tp_comm_overlap": False}, 2048, 716, 771,
+          f"{_NEMO_GPT3_DROPOUT}; {_NEMO_GPT3_NO_UB}"),
     _nemo("GPT3 175B NeMo t4 p8 v6 d16 fp8", "gpt3-175b", {"tp": 4, "pp": 8, "virtual_stages": 6, "dp": 16, "batch": 2,
-                                                           "micro_batches": 64, "dropout": True}, 2048, 825, 888,
-          _NEMO_GPT3_DROPOUT, ub=_NEMO_GPT3_UB),
+                                                           "micro_batches": 64, "dropout": True,
+                                                           "tp_comm_overlap": False}, 2048, 825, 888,
+          f"{_NEMO_GPT3_DROPOUT}; {_NEMO_GPT3_NO_UB}"),
     _nemo("GPT3 5B NeMo d64 fp8", GPT3_5B, {"dp": 64, "batch": 4, "micro_batches": 8, "dropout": True}, 2048, 23406,
           765, _NEMO_GPT3_SMALL_DROPOUT),
     _nemo("GPT3 20B NeMo t2 d32 fp8", GPT3_20B, {"tp": 2, "dp": 32, "batch": 2, "micro_batches": 4, "dropout": True},
