@@ -860,12 +860,14 @@ _NEMO = "NeMo docs/source/performance/performance_summary.md (2024-09-09), NeMo 
 #: llama2_7b.yaml (the launcher those containers ran): no recompute (activations_checkpoint_granularity null), no
 #: dropout (hidden_dropout, attention_dropout 0.0), distributed optimizer (optim distributed_fused_adam: --zero 1, its
 #: overlap_grad_sync, overlap_param_sync), FP8 with Transformer Engine's delayed scaling (fp8_amax_history_len 1024,
-#: fp8_hybrid: --fp8 te-delayed), flash attention (use_flash_attention true). Assumed: sequence parallelism and TP
-#: communication overlap wherever TP > 1 (that yaml sets sequence_parallel and ub_tp_comm_overlap false, but its
-#: defaults list the tp_overlap config the performance runs select; not confirmed), Megatron-LM's fp32 gradient
-#: buffer (--framework megatron's, no setting says otherwise).
+#: fp8_hybrid: --fp8 te-delayed), flash attention (use_flash_attention true). Sequence parallelism and TP
+#: communication overlap where TP > 1 as each model's own yaml sets them (sequence_parallel and ub_tp_comm_overlap
+#: true on the Llama 2/3 70B, GPT-3 20B and Nemotron 8B/22B yamls; the 175B's and 340B's overlap false: ``_nemo``'s
+#: ``ub``, ``_NEMO_GPT3_NO_UB``). Assumed: Megatron-LM's fp32 gradient buffer (--framework megatron's, no setting
+#: says otherwise).
 _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scaling FP8, flash attention (launcher "
-              "llama2_7b.yaml); SP and TP overlap where TP > 1 and the fp32 gradient buffer assumed")
+              "llama2_7b.yaml); SP and TP overlap as each model's launcher yaml sets them; the fp32 gradient buffer "
+              "assumed")
 
 
 #: The userbuffers config each row runs under TP overlap (``_nemo``'s ``ub``), read from NeMo-Framework-Launcher at
