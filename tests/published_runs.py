@@ -1436,6 +1436,18 @@ def predict(run: Run) -> Prediction:
 #: The planner's best may beat a published layout by this much before the layout counts as off the planner's
 #: ranking (issue 24: "the published layout within 15% of the planner's best for that cluster").
 PLAN_SLACK = 1.15
+# NOTE(plan misses): the layouts past PLAN_SLACK (13 of 89 at 87e54b6) were each checked against the framework's code
+# at the row's release; every planner's best there is one the framework runs, so no ``frameworks`` limit keeps it out
+# and the gap is the time model's view. NeMo AutoModel at 89e3a9fdd (the 4.30 s commit): its MoE parallelizer shards
+# with reshard_after_forward=not pp_enabled (components/moe/parallelizer.py L132, L150: ZeRO-3 without pipeline,
+# ZeRO-2 with it), EP any divisor of the FSDP size (distributed/fsdp2.py L196, the experts FSDP-sharded over the rest);
+# from 2c236e081 (2025-10-08) reshard_after_forward is a setting, default False (today's MoEParallelizerConfig). Under
+# that release's rule the planner's best is p2 v2 d32 z2 e16 (its own config's pp_size 2, ep_size 16), as fast.
+# Megatron-Core 0.15/0.16 under Megatron-Bridge: CP beside EP (parallel_state.py L745-768: the expert mesh is
+# etp x ep x pp over the world, CP folded into expert data parallelism; arguments.py L1033-1043 asserts nothing of
+# CP with EP), interleaving at p 2 (Bridge comm_overlap.py L451-457 sets overlap_p2p_comm with vp), EP A2A overlap at
+# p 1 (schedules.py L575) or with vp (transformer_config.py L1446-1450, which plan's candidates keep). Megatron-LM
+# of 2021 ran the interleaved schedule at p > 2 (arguments.py, 182841f7df; p 2 only from 3ee489d9ea, 2024-05-31).
 #: The layout options the planner sets (or, ``recompute`` and the attention kernel, takes from the run): the rest of a run's
 #: options are its recipe, given to the planner as they are. The userbuffers config goes with --tp-comm-overlap.
 PLANNED = frozenset({"tp", "pp", "dp", "cp", "ep", "sp", "zero", "batch", "micro_batches", "virtual_stages",
