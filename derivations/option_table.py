@@ -240,6 +240,12 @@ OPTIONS: tuple[Option, ...] = (
        "one copy per destination GPU, one per destination node across nodes, forwarded there over NVLink)",
        choices=("alltoall", "deepep"), modes=_TRAIN, shared=True, echo="changed", commands=_PLANNED,
        example=("--model", "mixtral-8x7b", *_TRAIN_STEP, "--dp", "2", "--ep", "2", "--moe-dispatcher", "deepep")),
+    _o("p2p_overlap", "bool", True, "Megatron-Core's overlap_p2p_comm, for times: under --framework megatron's "
+       "interleaved schedule (--virtual-stages) each pipeline send and receive runs behind a chunk's compute, "
+       "Megatron-LM's default since October 2023; --no-p2p-overlap: each waited on at once, as Megatron-LM sent "
+       "them before (--no-overlap-p2p-communication)", flag="--no-p2p-overlap", modes=_TRAIN, shared=True,
+       echo="changed", example=(*_TRAIN_STEP, "--pp", "2", "--virtual-stages", "2", "--micro-batches", "2",
+                                "--framework", "megatron", "--no-p2p-overlap")),
     _o("moe_a2a_overlap", "bool", False, "Megatron-Core's --overlap-moe-expert-parallel-comm, for times: one "
        "micro-batch's expert all-to-alls behind another's attention and expert GEMMs, layer by layer (the combined "
        "1F1B schedule: steady-state forward beside backward; warmup and cooldown alone); with --ep, --virtual-stages "

@@ -292,6 +292,7 @@ class Options:
     ep: int = 1  # expert-parallel degree: the routed experts over ep ranks of the expert grid (etp x ep x edp x pp)
     etp: int | None = None  # expert tensor-parallel degree (MoE parallel folding); None: the tp (Megatron-Core's default)
     moe_dispatcher: str = "alltoall"  # alltoall | deepep: the MoE token dispatch, for times (quantities.timing)
+    p2p_overlap: bool = True  # Megatron-Core's overlap_p2p_comm under the interleaved schedule, for times
     moe_a2a_overlap: bool = False  # Megatron-Core --overlap-moe-expert-parallel-comm, for times (quantities.a2a_overlap)
     capacity_factor: str | None = None  # e.g. "1.25": experts padded to ceil(c k b s / E) token slots
     gpu: str | None = None  # a name of derivations.hardware.GPUS: times, and fit's memory budget
@@ -946,6 +947,9 @@ class Options:
                                "grid etp x ep x edp folds the same GPUs; choose degrees whose product divides it")
         if self.capacity_factor is not None:
             self.capacity()
+        if not self.p2p_overlap and self.framework not in (None, "megatron"):
+            raise OptionsError(f"--no-p2p-overlap is Megatron-LM's --no-overlap-p2p-communication; --framework "
+                               f"{self.framework} has no such switch: drop it or use --framework megatron")
         if self.moe_a2a_overlap:  # Megatron-Core's TransformerConfig.__post_init__ (quantities.a2a_overlap)
             if self.ep <= 1:
                 raise OptionsError("--moe-a2a-overlap overlaps the expert-parallel all-to-alls: give --ep greater "

@@ -113,7 +113,8 @@ def _korthikanti(size: str, model: Model, t: int, p: int, v: int, batch: int, mi
     """Korthikanti et al. 2022 (arXiv:2205.05198) Table 3 configs (s 2048, V 51,200) and Table 5 iteration times
     on A100 80GB (Selene): full recompute, and sequence parallelism + selective recompute ("present work")."""
     m = batch // micro
-    base = {"tp": t, "pp": p, "dp": 1, "batch": micro, "micro_batches": m, "attention": "eager"}
+    # Megatron-LM of 2022 waited on each pipeline send at once (overlap_p2p_comm came in May 2023): for the planner
+    base = {"tp": t, "pp": p, "dp": 1, "batch": micro, "micro_batches": m, "attention": "eager", "p2p_overlap": False}
     if v > 1:
         base["virtual_stages"] = v
     src = "Korthikanti et al. 2022, Tables 3 and 5"
@@ -139,7 +140,7 @@ def _narayanan(size: str, h: int, a: int, l: int, t: int, p: int, gpus: int, bat
     scatter/gather optimization enabled" but gives no v, and the sends are timed at full size, bsh, not §4.1's bsh/t)."""
     d = gpus // (t * p)
     layout = {"tp": t, "pp": p, "dp": d, "batch": 1, "micro_batches": batch // d, "recompute": "full",
-              "attention": "eager", **megatron_states("fp16")}
+              "attention": "eager", "p2p_overlap": False, **megatron_states("fp16")}  # blocking sends, as 2022's
     return Run(f"{size} t{t} p{p} d{d}", "Narayanan et al. 2021, Table 1", gpt(h, a, l), layout, 2048,
                "a100-80gb", HDR, tflops_per_gpu=tflops, note="micro-batch 1, no interleaving (assumed)",
                zero_stages=(0,), sequence_parallel=False)

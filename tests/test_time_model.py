@@ -292,3 +292,23 @@ def test_tensor_parallel_all_reduces_run_at_the_measured_speed_of_their_size() -
     rated = Cluster(gpu("h100-sxm")).all_reduce(fwd + bwd, 8, 1)
     assert st.tp_s == pytest.approx(rated / (148.5 / (450 / 1.75)), rel=1e-9)
     assert all_reduce_fraction(gpu("a100-80gb"), 2**25, 8) == 1.0
+
+
+def test_megatron_interleaved_sends_run_behind_a_chunks_compute() -> None:
+    """Megatron-Core's interleaved schedule posts each chunk's send and the next receive after its forward or
+    backward and waits on them before the next chunk needs them (schedules.py: overlap_p2p_comm, on by default):
+    a send of one layer's input, 1 x 1,024 x 4,096 x 2 B = 8,388,608 B over NVLink (microseconds), hides behind a
+    chunk's forward (milliseconds). --no-p2p-overlap (Megatron-LM before May 2023) waits on each: 2 sends per chunk
+    and micro-batch, 2 x 2 chunks x 4 micro-batches = 16 of them. Without virtual stages Megatron sends blocking
+    either way (overlap_p2p_comm forced off), so the flag changes nothing there."""
+    step = dict(mode="train", batch=1, seq=1024, pp=2, micro_batches=4, framework="megatron")
+    cluster = Cluster(H100, 8, 50 * 10**9)
+    send = cluster.send(1 * 1024 * 4096 * 2, 1, 2)
+    assert send > 0
+    blocking = step_time(estimate("llama-2-7b", **step, virtual_stages=2, p2p_overlap=False), cluster)
+    assert blocking.pp_s == pytest.approx(16 * send)
+    assert step_time(estimate("llama-2-7b", **step, virtual_stages=2), cluster).pp_s == 0.0
+    one_chunk = [step_time(estimate("llama-2-7b", **step, p2p_overlap=flag), cluster).pp_s for flag in (True, False)]
+    assert one_chunk[0] == one_chunk[1] == pytest.approx(8 * send)
+    with pytest.raises(OptionsError, match="--no-p2p-overlap"):
+        estimate("llama-2-7b", **{**step, "framework": "torchtitan"}, p2p_overlap=False)

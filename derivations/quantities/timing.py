@@ -452,7 +452,8 @@ class StepTime:
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per "
-                "micro-batch, DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
+                f"micro-batch (under --framework megatron's interleaved schedule each behind a chunk's compute, "
+                f"{cite(P2P_OVERLAP)}), DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
                 + ("ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
@@ -962,6 +963,15 @@ def fsdp_edge_share(est: Evaluated) -> Any:
     return edge / est.number("parameters_per_gpu")
 
 
+#: Megatron-Core's interleaved schedule posts each chunk's activation send and the next receive after its forward
+#: (and the gradient's after its backward) and waits on them only before the next chunk needs them, so the transfer
+#: runs behind the compute in between (``overlap_p2p_comm``: on by default, forced off without virtual stages).
+P2P_OVERLAP = Citation("megatron-schedules", "forward_backward_pipelining_with_interleaving: pp_post_forward "
+                       "send_forward_recv_forward(overlap_p2p_comm=True), pp_pre_forward recv_prev_wait_handle.wait()",
+                       also=(Citation("megatron-arguments", "--no-overlap-p2p-communication (dest overlap_p2p_comm, "
+                                      "default True); L1012: False without the interleaved schedule"),))
+
+
 #: Megatron-LM's per-chunk gradient and parameter syncs under the interleaved schedule (``chunked_reduce_s``).
 CHUNK_SYNC_SOURCE = Citation("megatron-schedules", "backward_step_helper_postprocess: grad_sync_func[chunk] after its "
                              "last micro-batch; forward_step_helper_preprocess: param_sync_func[chunk + 1]")
@@ -1186,7 +1196,10 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         ep_micro = (overlapped_ep_s(est.graph, values, micro, four, m, p, v) + m * (ep_micro - four)) / m
     if p > 1:
         boundary = _bytes(base.block("layer").input.nbytes, values) / (t if opts.sp else 1) / opts.cp
-        pp_micro = 2 * v * cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
+        send = cluster.send(boundary, t * opts.cp * d, p)  # Megatron's rank order tp-cp-dp-pp
+        pp_micro = 2 * v * send
+        if opts.framework == "megatron" and opts.p2p_overlap:  # the interleaved schedule's, behind compute (P2P_OVERLAP)
+            pp_micro = where(v > 1, 2 * v * maximum(0.0, send - micro / (3 * v)), pp_micro)
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
     memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro + cast_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
