@@ -341,6 +341,8 @@ def test_dgxc_nemotron_rows_are_the_pages() -> None:
         assert run.held_out and run.seq == 4096 and run.gpu == "h100-sxm"
         assert (e.options.micro_batches, e.options.batch, e.options.pp) == ((16, 1, 8) if big else (4, 4, 1))
         assert (e.options.zero, e.options.sp, e.options.tp_comm_overlap) == (1, True, True)
+        # neither synth yaml names a userbuffers config: the nemo:24.09 container's TE 1.10 defaults, no SM margin
+        assert e.options.tp_comm_overlap_cfg == "te_v1"
         assert e.options.fp8_param_gather == (run.layout["fp8"] != "none")
         recipe = ("selective", "param+fp32") if big else ("none", "fp32")
         assert (e.options.recompute, e.options.grad_buffer) == recipe
@@ -350,8 +352,8 @@ def test_dgxc_nemotron_rows_are_the_pages() -> None:
 
 @pytest.mark.xfail(strict=True, reason=DGXC_GAP)
 def test_dgxc_nemotron_rows_meet_issue_39s_bounds() -> None:
-    """Issue 39's bounds (median 10%, every run within 25%) on the dgxc Nemotron-4 rows: measured median 11.7%, worst
-    22.4% (340B FP8 on 2,048 GPUs), every row too fast (python benchmarks/published_runs.py); strict."""
+    """Issue 39's bounds (median 10%, every run within 25%) on the dgxc Nemotron-4 rows: measured median 14.8%, worst
+    29.8% (340B FP8 on 2,048 GPUs), every row too fast (python benchmarks/published_runs.py); strict."""
     errors = [abs(predict(run).error) for run in DGXC]
     assert statistics.median(errors) <= 0.10 and max(errors) <= 0.25
 
