@@ -875,8 +875,8 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
 #: tag 24.07 (8325688d): each model's yaml (launcher_scripts/conf/training/<family>/<size>.yaml) picks its config in
 #: its defaults list, L3 ``- optional tp_overlap@model.ub_tp_comm_overlap_cfg: <name>`` (conf/training/tp_overlap/
 #: <name>.yaml; no name, none); none sets one inline and no launcher code picks one at that tag (symbolic/
-#: userbuffers.py). NeMo 2.0.0rc1 hands TE's initialize_ub that config, or None: TE 1.8.0.dev0's defaults, which take
-#: no SM from any GEMM (``te_v1``). llama2_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen4096 (L136 ub_tp_comm_overlap
+#: userbuffers.py). NeMo 2.0.0rc1 hands TE's initialize_ub that config, or None: TE 1.8.0.dev0's defaults, which set no
+#: SM margin: the bulk and pipelined overlaps' kernels hold 16 SMs while their transfers run (``te_v1``). llama2_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen4096 (L136 ub_tp_comm_overlap
 #: true); llama3_70b.yaml L3 ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L136 true), which the launcher's FP8 example of
 #: the row's layout (examples/training/llama/h100/llama3_70b_fp8.sh L16-22: 8 nodes, GBS 128) replaces with
 #: ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192 (the same SMs; its two pipelined reduce-scatters in fp8): taken;
@@ -1305,7 +1305,7 @@ def _dgxc(size: str, gpus: int, step: float, fp8: bool) -> Run:
         model, layout = NEMOTRON_15B, {"tp": 4, "batch": 4, "micro_batches": 4}
     layout["dp"] = gpus // (layout["tp"] * layout.get("pp", 1))
     layout = _mcore_fp8("te-delayed" if fp8 else "none", {**layout, "fp8_param_gather": fp8})
-    layout["tp_comm_overlap_cfg"] = "te_v1"  # no config named: the 24.09 container's TE 1.10 takes no SM margin
+    layout["tp_comm_overlap_cfg"] = "te_v1"  # no config named: the 24.09 container's TE 1.10 sets no SM margin
     return Run(f"N4 {size.upper()} dgxc {'fp8' if fp8 else 'bf16'} {gpus}", _DGXC.format(size), model, layout,
                4096, "h100-sxm", NDR, measured_s=step, held_out=True,
                note=f"{step:g} s a step on {gpus:,} H100s ({'FP8' if fp8 else 'BF16'}); {_DGXC_NOTE}")
@@ -1319,8 +1319,9 @@ DGXC = ([_dgxc("340b", g, s, False) for g, s in zip(_DGXC_340B_GPUS, (4.61, 4.67
                                                                        2.96))]
         + [_dgxc("15b", g, s, True) for g, s in zip(_DGXC_15B_GPUS, (2.08, 2.07, 2.09, 2.08, 2.1, 2.12, 2.12, 2.18))])
 #: What memderive predicts for them (python benchmarks/published_runs.py, nothing tuned): every row too fast, median
-#: |error| 14.8%, worst 29.8% (11.2% and 26.8% with TE 2.9's SM margins, ``te``, before the rows took TE 1.10's none:
-#: set_sm_margin 0 is timed as no SM taken, though the communication kernels' own SMs are busy beside the GEMM).
+#: |error| 12.9%, worst 28.4% with TE 1.10's defaults (16 SMs for each bulk and pipelined overlap, no set_sm_margin:
+#: held only while the transfer runs, ``tp_overlap.overlap_time``); 14.8% and 29.8% while no margin was timed as no SM
+#: taken; 11.2% and 26.8% with TE 2.9's SM margins, ``te``.
 #: The pages' weak scaling (GBS / GPUs fixed): the 340B slows 4.61 -> 4.84 s (x 1.050) in BF16 and 3.16 -> 3.49 s
 #: (x 1.104) in FP8 from 128 to 2,048 GPUs, the 15B 2.83 -> 2.96 (x 1.046) and 2.08 -> 2.18 (x 1.048) from 16 to
 #: 2,048; memderive predicts them flat (Megatron-Core's last gradient bucket's reduce-scatter and first bucket's

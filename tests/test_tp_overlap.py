@@ -170,6 +170,20 @@ MARGIN_KW = dict(mode="train", batch=1, seq=4096, tp=8, sp=True, recompute="none
                  tp_comm_overlap=True)
 
 
+def _per_byte(model: object, layers: int, h: int, **kw: object) -> float:
+    """Seconds a byte of a one-micro-batch run's TP transfers, unhidden: its tp_s without --tp-comm-overlap over its
+    bytes, 8 ring halves of b s h 16-bit values a layer (b s h 2 B / 2 each) and 4 outside (the embedding's
+    all-reduce, the head's gather and reduce-scatter), as test_pairs_of_a_llama_layer_by_hand counts them."""
+    plain = step_time(estimate(model, **{**kw, "tp_comm_overlap": False}), "h100-sxm")
+    return plain.tp_s / ((8 * layers + 4) * kw["batch"] * kw["seq"] * h)
+
+
+def _busy(n: int, transfer: float, gemm: float) -> float:
+    """Seconds a GEMM of ``gemm`` seconds loses to a communication kernel on ``n`` of the H100's 132 SMs without
+    set_sm_margin: only while its ``transfer`` runs, min(GEMM, transfer) x n / (132 - n)."""
+    return min(gemm, transfer) * n / (132 - n)
+
+
 def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
     """Transformer Engine's default userbuffers (v2.9 get_default_config; comm_gemm_overlap.cpp ``_math_sms =
     sm_count - num_comm_sm`` where set_sm_margin) take 16 of the H100's 132 SMs from six GEMMs of a layer: o's and
@@ -179,8 +193,8 @@ def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
     2 x 4,096 x 8,192 x 1,024 = 68,719,476,736 FLOPs; fc2 forward (4,096, 8,192, 3,584); qkv's data gradient
     (4,096, 8,192, 1,280) and weight gradient (1,280, 8,192, 4,096); gate and up, two each, (4,096, 8,192, 3,584)
     and (3,584, 8,192, 4,096); the sum times 16/116, times 80 layers. The ring-exchanged GEMMs (qkv and gate/up
-    forward, o's and fc2's data gradients: 1 SM, no margin) and o's and fc2's weight gradients (no userbuffers) and
-    the head keep every SM."""
+    forward, o's and fc2's data gradients: 1 SM, no margin, the copy engine copying) and o's and fc2's weight
+    gradients (no userbuffers) and the head keep every SM."""
     step = step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm")
     o_forward = _gemm(M, H, H // 8)
     assert 2 * M * H * (H // 8) == 68_719_476_736
@@ -188,10 +202,15 @@ def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
              + _gemm(M, H, F // 8, 2) + _gemm(F // 8, H, M, 2))
     assert step.ub_margin_s == pytest.approx(L * layer * 16 / 116, rel=1e-9)
     assert o_forward * 16 / 116 == pytest.approx(o_forward * 132 / 116 - o_forward)  # one GEMM's added seconds
-    # a Megatron-Bridge config: only o's forward (24 SMs) and fc2's (16) lose any; the added time is in compute_s
+    # a Megatron-Bridge config: o's forward (24 SMs) and fc2's (16) with the margin; its bulk overlaps without one
+    # (qkv_dgrad 4, qkv_wgrad 24, fc1_dgrad 2, fc1_wgrad 4) only while the transfer runs; the time is in compute_s
     bridge = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192",
                                 **MARGIN_KW), "h100-sxm")
-    assert bridge.ub_margin_s == pytest.approx(L * (o_forward * 24 / 108 + _gemm(M, H, F // 8) * 16 / 116), rel=1e-9)
+    c = HALF * _per_byte("llama-3-70b", L, H, **MARGIN_KW)
+    bulk = (_busy(4, c, _gemm(M, H, QKV // 8)) + _busy(24, c, _gemm(QKV // 8, H, M))
+            + _busy(2, c, _gemm(M, H, F // 8, 2)) + _busy(4, c, _gemm(F // 8, H, M, 2)))
+    assert bridge.ub_margin_s == pytest.approx(L * (o_forward * 24 / 108 + _gemm(M, H, F // 8) * 16 / 116 + bulk),
+                                               rel=1e-9)
     assert step.compute_s - step.ub_margin_s == pytest.approx(bridge.compute_s - bridge.ub_margin_s, rel=1e-12)
     assert "16 of 132" in " ".join(step.model())
 
@@ -206,46 +225,77 @@ def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
     assert titan.ub_margin_s == 0 and "userbuffers take SMs" not in " ".join(titan.model())
 
 
-def test_te_1x_defaults_take_no_sm_and_the_launchers_175b_yaml_at_24_07_takes_24_and_20() -> None:
-    """TE 1.8.0.dev0 (7d576ed2, NeMo 24.07's): ``add_ub(..., set_sm_margin: int = 0)`` for every GEMM no config
-    names, so ``te_v1`` takes no SM; its step differs from the same run with no margin in no second, and says so.
-    NeMo-Framework-Launcher tag 24.07 (8325688d), launcher_scripts/conf/training/tp_overlap/
-    ub_cfg_h100_h12288_tp4_mbs1_seqlen2048.yaml L47-59, read by hand: proj_fprop pipeline num_sm 24, fc2_fprop
-    pipeline num_sm 20, both set_sm_margin 1 (the bulk ones L5-27 set_sm_margin 0): on GPT-3 175B (h 12,288, t 4,
-    b 1, s 2,048) o's forward (2,048, 12,288, 3,072) 24/108 of its time more, fc2's (2,048, 12,288, 12,288) 20/112,
-    96 layers. 20b's ub_cfg_h100_h6144_tp2_mbs2_seqlen2048.yaml L47-59: proj_fprop 16, fc2_fprop 24."""
+def test_a_communication_kernel_without_the_margin_takes_its_sms_while_it_runs() -> None:
+    """TE 1.8.0.dev0 (7d576ed2, NeMo 24.07's) ``add_ub(..., num_sm: int = 16, ..., set_sm_margin: int = 0)`` for
+    every GEMM no config names: no GEMM is launched on fewer SMs, but each bulk and pipelined overlap launches its
+    userbuffers kernel on 16 CTAs on a stream of its own (comm_gemm_overlap.h L88-89 ``use_ce = 0; comm_sms =
+    num_comm_sm``), which hold 16 of the H100's 132 SMs while the transfer runs; the ring exchanges copy with the copy
+    engine (L566-567 ``use_ce = 1``): none. Llama 3 70B, t 8, one micro-batch: each transfer of 4,096 x 8,192 16-bit
+    values (HALF bytes) at the unhidden run's seconds a byte; per layer o's forward (shorter than its transfer: all its
+    time), fc2's (longer: the transfer's), qkv's data gradient, its weight gradient, gate and up's two data
+    gradients and two weight gradients (longer), each min(GEMM, transfer) x 16/116 more, 80 layers."""
     v1 = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="te_v1", **MARGIN_KW), "h100-sxm")
-    assert v1.ub_margin_s == 0
-    assert "userbuffers take no SMs from the GEMMs they overlap (te_v1: no set_sm_margin" in " ".join(v1.model())
+    c = HALF * _per_byte("llama-3-70b", L, H, **MARGIN_KW)
+    o, fc2 = _gemm(M, H, H // 8), _gemm(M, H, F // 8)
+    assert o < c < fc2  # both sides of the min
+    layer = (o + c + min(_gemm(M, H, QKV // 8), c) + min(_gemm(QKV // 8, H, M), c)
+             + min(_gemm(M, H, F // 8, 2), c) + min(_gemm(F // 8, H, M, 2), c)) * 16 / 116
+    assert v1.ub_margin_s == pytest.approx(L * layer, rel=1e-9)
+    assert v1.ub_margin_s < step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm").ub_margin_s  # te: 16 all along
+    assert ("te_v1: qkv_dgrad 16, qkv_wgrad 16, fc1_dgrad 16, fc1_wgrad 16, proj_fprop 16, fc2_fprop 16 of 132 while "
+            "its transfer runs") in " ".join(v1.model())
+
+
+def test_te_1x_defaults_and_the_launchers_175b_yaml_at_24_07() -> None:
+    """NeMo-Framework-Launcher tag 24.07 (8325688d), launcher_scripts/conf/training/tp_overlap/
+    ub_cfg_h100_h12288_tp4_mbs1_seqlen2048.yaml, read by hand: L47-59 proj_fprop pipeline num_sm 24, fc2_fprop
+    pipeline num_sm 20, both set_sm_margin 1: on GPT-3 175B (h 12,288, t 4, b 1, s 2,048) o's forward (2,048,
+    12,288, 3,072) 24/108 of its time more, fc2's (2,048, 12,288, 12,288) 20/112; L5-27 bulk qkv_dgrad 4, qkv_wgrad
+    8, fc1_dgrad 2, fc1_wgrad 4, set_sm_margin 0: min(GEMM, transfer) x n/(132 - n) each, the transfer 2,048 x 12,288
+    16-bit values; 96 layers. 20b's ub_cfg_h100_h6144_tp2_mbs2_seqlen2048.yaml: L47-59 proj_fprop 16, fc2_fprop 24
+    with the margin, L5-27 bulk 8, 16, 4, 16 without."""
     kw = dict(mode="train", batch=1, seq=2048, tp=4, sp=True, recompute="none", framework="megatron", flash=True,
               tp_comm_overlap=True)
     step = step_time(estimate("gpt3-175b", tp_comm_overlap_cfg="ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07", **kw),
                      "h100-sxm")
-    h = 12288
-    assert step.ub_margin_s == pytest.approx(96 * (_gemm(2048, h, h // 4) * 24 / 108
-                                                   + _gemm(2048, h, 4 * h // 4) * 20 / 112), rel=1e-9)
+    assert step.ub_margin_s == pytest.approx(_gpt3_layers("gpt3-175b", 96, 12288, 4, (24, 20), (4, 8, 2, 4), **kw),
+                                             rel=1e-9)
     assert "NeMo-Framework-Launcher" in " ".join(step.model())
-    h = 6144
-    twenty = step_time(estimate(GPT3_20B, tp_comm_overlap_cfg="ub_cfg_h100_h6144_tp2_mbs2_seqlen2048",
-                                **{**kw, "tp": 2}), "h100-sxm")
-    assert twenty.ub_margin_s == pytest.approx(44 * (_gemm(2048, h, h // 2) * 16 / 116
-                                                     + _gemm(2048, h, 4 * h // 2) * 24 / 108), rel=1e-9)
+    kw["tp"] = 2
+    twenty = step_time(estimate(GPT3_20B, tp_comm_overlap_cfg="ub_cfg_h100_h6144_tp2_mbs2_seqlen2048", **kw),
+                       "h100-sxm")
+    assert twenty.ub_margin_s == pytest.approx(_gpt3_layers(GPT3_20B, 44, 6144, 2, (16, 24), (8, 16, 4, 16), **kw),
+                                               rel=1e-9)
+
+
+def _gpt3_layers(model: object, layers: int, h: int, t: int, margin: tuple[int, int], bulk: tuple[int, ...],
+                 **kw: object) -> float:
+    """Seconds a GPT-3 run's userbuffers add, by hand (b 1, s 2,048): o's and fc2's forward GEMMs on 132 - n SMs
+    (``margin``: their n, with set_sm_margin); qkv's (3h fused) and fc1's (4h) data- and weight-gradient GEMMs
+    (``bulk``: qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad, without) min(GEMM, transfer) x n / (132 - n), the transfer
+    2,048 x h 16-bit values at the unhidden run's seconds a byte."""
+    c = 2048 * h * _per_byte(model, layers, h, **kw)
+    o, fc2 = _gemm(2048, h, h // t), _gemm(2048, h, 4 * h // t)
+    gemms = (_gemm(2048, h, 3 * h // t), _gemm(3 * h // t, h, 2048), _gemm(2048, h, 4 * h // t),
+             _gemm(4 * h // t, h, 2048))
+    return layers * (o * margin[0] / (132 - margin[0]) + fc2 * margin[1] / (132 - margin[1])
+                     + sum(_busy(n, c, g) for n, g in zip(bulk, gemms)))
 
 
 def test_dgxc_gpt3_175b_runs_its_yamls_inline_userbuffers_config() -> None:
     """NVIDIA/dgxc-benchmarking's nemo_megatron/gpt3_175b_hydra.yaml (v25.01, 143b90dd91f9, L176-220), read by hand:
-    qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad bulk with set_sm_margin 0 (4, 8, 2, 4 SMs: none taken from the
-    GEMM); qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad ring_exchange, no margin; proj_fprop pipeline num_sm 24 and
-    fc2_fprop pipeline num_sm 20, each with set_sm_margin 1. One GPT-3 175B layer on an H100 (h 12,288, t 4, b 1,
-    s 2,048): o's forward (2,048, 12,288, 3,072) loses 24 of 132 SMs, 24/108 of its time more; fc2's (2,048, 12,288,
-    12,288) 20, 20/112; 96 layers. The note cites the yaml."""
+    qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad bulk with set_sm_margin 0 (4, 8, 2, 4 SMs, held while the transfer
+    runs); qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad ring_exchange, no margin (the copy engine: none);
+    proj_fprop pipeline num_sm 24 and fc2_fprop pipeline num_sm 20, each with set_sm_margin 1. One GPT-3 175B layer
+    on an H100 (h 12,288, t 4, b 1, s 2,048) as the launcher's 24.07 yaml (``_gpt3_layers``); 96 layers. The note
+    cites the yaml."""
     kw = dict(mode="train", batch=1, seq=2048, tp=4, sp=True, recompute="none", framework="megatron", flash=True,
               tp_comm_overlap=True)
     step = step_time(estimate("gpt3-175b", tp_comm_overlap_cfg="dgxc_gpt3_175b_hydra", **kw), "h100-sxm")
-    h = 12288
-    assert step.ub_margin_s == pytest.approx(96 * (_gemm(2048, h, h // 4) * 24 / 108
-                                                   + _gemm(2048, h, 4 * h // 4) * 20 / 112), rel=1e-9)
-    assert "dgxc_gpt3_175b_hydra: proj_fprop 24, fc2_fprop 20 of 132" in " ".join(step.model())
+    assert step.ub_margin_s == pytest.approx(_gpt3_layers("gpt3-175b", 96, 12288, 4, (24, 20), (4, 8, 2, 4), **kw),
+                                             rel=1e-9)
+    assert ("dgxc_gpt3_175b_hydra: proj_fprop 24, fc2_fprop 20 of 132 with set_sm_margin; qkv_dgrad 4, qkv_wgrad 8, "
+            "fc1_dgrad 2, fc1_wgrad 4 of 132 while its transfer runs") in " ".join(step.model())
     assert "DGX Cloud Benchmarking" in " ".join(step.model())
 
 

@@ -93,7 +93,7 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
-from memderive.symbolic.userbuffers import SM_MARGIN, UB_CONFIGS, ub_source
+from memderive.symbolic.userbuffers import SM_MARGIN, UB_BUSY, UB_CONFIGS, ub_source
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -520,17 +520,21 @@ class StepTime:
 
 
 def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
-    """Transformer Engine's userbuffers' SM margins under --tp-comm-overlap-cfg ``config``, in words."""
-    taken = ", ".join(f"{name} {n}" for name, n in UB_CONFIGS[config].items())
+    """Transformer Engine's userbuffers' SMs taken under --tp-comm-overlap-cfg ``config``, in words: with
+    set_sm_margin for the GEMM's whole time, else while its transfer runs (``overlap_time``)."""
+    comms = UB_CONFIGS[config]
+    whole = ", ".join(f"{name} {c.num_sm}" for name, c in comms.items() if c.margin)
+    during = ", ".join(f"{name} {c.busy}" for name, c in comms.items() if c.busy and not c.margin)
+    of = f" of {hw.sms}" if hw.sms else ""
+    taken = "; ".join(([f"{whole}{of} with set_sm_margin"] if whole else [])
+                      + ([f"{during}{of} while its transfer runs"] if during else []))
     source = cite(ub_source(config))
-    if not taken:  # TE 1.x's defaults (te_v1): no set_sm_margin anywhere
-        return f"; userbuffers take no SMs from the GEMMs they overlap ({config}: no set_sm_margin; {source})"
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
                 f"count for the {hw.name}")
-    return (f"; userbuffers take SMs from the GEMMs they overlap ({config}: {taken} of {hw.sms}; {source}): each such "
-            f"GEMM timed on the rest, its rate assumed proportional to its SMs, {seconds:.3g} s a step more "
-            f"({cite(SM_MARGIN)})")
+    return (f"; userbuffers take SMs from the GEMMs they overlap ({config}: {taken}; {source}; the ring exchanges "
+            f"copy with the copy engine): each such GEMM timed on the rest for that time, its rate assumed "
+            f"proportional to its SMs, {seconds:.3g} s a step more ({cite(SM_MARGIN)}; {cite(UB_BUSY)})")
 
 
 def te_gathers_note(fp8: str, overlap: bool = False) -> str:
@@ -1180,9 +1184,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
                                   micro_pipeline=opts.async_tp)
             # TE's userbuffers take SMs from the GEMMs they overlap (symbolic/userbuffers.py); not AsyncTP's kernels
-            margins = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
+            ub = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
             pairs, margin_micro = overlap_time(forms, values, share, modules, t, p, opts.cp, tp_micro / total,
-                                               _gemm_rate(hw), margins, hw.sms)
+                                               _gemm_rate(hw), ub, hw.sms)
             tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
                                               if opts.async_tp else 0.0)
             micro += margin_micro

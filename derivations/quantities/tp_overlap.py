@@ -43,14 +43,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from memderive.derivations.columns import maximum
+from memderive.derivations.columns import maximum, minimum
 from memderive.derivations.memo import per_graph
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.symbolic.float8 import param_in
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
-from memderive.symbolic.userbuffers import ub_gemm
+from memderive.symbolic.userbuffers import UbComm, ub_gemm
 
 __all__ = ["MICRO_PIPELINE_LIMITS", "OverlapTime", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms",
            "overlap_time", "reduced_partials", "tp_traffic"]
@@ -93,10 +93,11 @@ def _gemm_s(gemm: tuple, fp8: bool, phase: str, values: Any, t: int, p: int, cp:
     return layout_int(flops, values) / (t * p * cp) / rate("fp8" if fp8 else "bf16", *shape)
 
 
-def _slowed(gemm: tuple, phase: str, margins: Mapping[str, int], sms: int | None) -> Any:
-    """How much longer a GEMM runs on the SMs its userbuffers leave it (``overlap_time``): SMs / (SMs - taken)."""
-    taken = margins.get(f"{gemm[5]}_{phase}", 0) if gemm[5] and sms else 0
-    return sms / (sms - taken) if taken else 1
+def _taken(gemm: tuple, phase: str, config: Mapping[str, UbComm], sms: int | None) -> tuple[int, bool]:
+    """The SMs a GEMM's userbuffers take from it (``overlap_time``) and whether for its whole time (set_sm_margin)
+    or only while the transfer runs; (0, True) for a GEMM without userbuffers or a GPU without an SM count."""
+    comm = config.get(f"{gemm[5]}_{phase}") if gemm[5] and sms else None
+    return (0, True) if comm is None else (comm.num_sm, True) if comm.margin else (comm.busy, False)
 
 
 class TpTraffic(NamedTuple):
@@ -205,7 +206,7 @@ class OverlapTime(NamedTuple):
 
 
 def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
-                 per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], margins: Mapping[str, int] = {},
+                 per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], ub: Mapping[str, UbComm] = {},
                  sms: int | None = None) -> OverlapTime:
     """``overlap_forms``' rounds of one micro-batch on a GPU of the busiest stage, walked once, each GEMM timed once.
 
@@ -218,35 +219,57 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     pairs, scaled); ``modules`` the selective modules' again.
 
     ``margin_s``: the seconds those GEMMs run past their time on every SM under Transformer Engine's userbuffers
-    (``margins``: a ``symbolic.userbuffers.UB_CONFIGS`` config, TE's name of a GEMM -> the SMs its communication
-    takes with ``set_sm_margin``): each such GEMM runs on SMs - taken of the GPU's ``sms`` (``SM_MARGIN``), its rate
-    assumed proportional to the SMs it runs on (a GEMM of many waves of tiles, each SM a tile at a time: the model's
-    assumption, not a measurement), so ``time x taken / (SMs - taken)`` more, and the pairs' GEMMs that much longer.
-    The decoder layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's
-    rerun), the data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the margin
-    only). ``sms`` None (no SM count for the GPU): 0, not timed.
+    (``ub``: a ``symbolic.userbuffers.UB_CONFIGS`` config, TE's name of a GEMM -> its communicator's num_sm and
+    set_sm_margin), of the GPU's ``sms``. The GEMM's rate is taken as proportional to the SMs it runs on (a GEMM of
+    many waves of tiles, each SM a tile at a time: the model's assumption, not a measurement): n SMs taken for
+    ``x`` seconds of its time cost ``x n / (SMs - n)`` more. With set_sm_margin the GEMM is launched on SMs - n
+    (``SM_MARGIN``): ``x`` its whole time. Without, its communication kernel still occupies n SMs (``busy``: 0 for a
+    ring exchange, the copy engine's; ``UB_BUSY``), but only while the transfer runs: ``x`` = min(the pair's GEMM
+    seconds, the pair's transfer seconds, as ``pairs`` has it). The pairs' GEMMs run that much longer. The decoder
+    layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's rerun), the
+    data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the SMs taken only; a bulk
+    overlap there runs the reduce-scatter of the collective the pair moves). ``sms`` None (no SM count for the
+    GPU): 0, not timed.
 
     >>> gemm = (2 * 8192 * 8192 * 8192, 8192, 8192, 8192, False, "proj")  # one h x h GEMM of 8,192 tokens
     >>> forms = (("layer", ((0, False, (gemm,)),), (), ()),)
-    >>> time = overlap_time(forms, {}, 0, False, 1, 1, 1, 1.0, lambda *_: 1e15, {"proj_fprop": 16}, 132)
+    >>> time = overlap_time(forms, {}, 0, False, 1, 1, 1, 1.0, lambda *_: 1e15, {"proj_fprop": UbComm("pipeline",
+    ...                     16, True)}, 132)
     >>> time.margin_s  # 1.0995 ms x 16/116
     0.00015165...
+    >>> forms = (("layer", ((2**19, False, (gemm,)),), (), ()),)  # 524,288 B at 1 ns a byte: 0.524 ms of transfer
+    >>> time = overlap_time(forms, {}, 0, False, 1, 1, 1, 1e-9, lambda *_: 1e15, {"proj_fprop": UbComm("pipeline",
+    ...                     16, False)}, 132)
+    >>> time.margin_s  # no margin: the 0.524 ms its kernel runs beside the 1.0995 ms GEMM, x 16/116
+    7.2315...e-05
     """
-    added = 0.0  # the margins' seconds, each GEMM's times its round's share (the forward's: 1 + its full rerun)
+    added = 0.0  # the SMs' seconds, each GEMM's times its round's share (the forward's: 1 + its full rerun)
+
+    def slowed(gemms: tuple, fp8: bool, phase: str, transfer: Any) -> tuple[Any, Any]:  # (alone, added) seconds
+        alone = extra = during = 0.0
+        busy = 0
+        for g in gemms:
+            n, whole = _taken(g, phase, ub, sms)
+            if phase == "wgrad" and not n:  # behind no pair: timed only where it loses SMs
+                continue
+            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
+            alone += seconds
+            if n and whole:
+                extra += seconds * n / (sms - n)
+            elif n:
+                during, busy = during + seconds, n
+        return alone, extra + minimum(during, transfer) * busy / (sms - busy) if busy else extra
 
     def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each collective's bytes, GEMM seconds
         nonlocal added
         phase, entries = "dgrad" if back else "fprop", []
         for moved, fp8, gemms in group:
-            seconds = 0.0
-            for g in gemms:
-                alone = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
-                slowed = _slowed(g, phase, margins, sms)
-                seconds += alone * slowed
-                added += share * alone * (slowed - 1) if slowed != 1 else 0.0
-                wgrad = _slowed(g, "wgrad", margins, sms) if back else 1  # the weight gradient: no pair, its margin
-                added += share * _gemm_s(g, fp8, "wgrad", values, t, p, cp, rate) * (wgrad - 1) if wgrad != 1 else 0.0
-            entries.append((layout_int(moved, values), seconds))
+            moved = layout_int(moved, values)
+            transfer = moved / p / cp * per_byte
+            alone, extra = slowed(gemms, fp8, phase, transfer)
+            wgrad = slowed(gemms, fp8, "wgrad", transfer)[1] if back else 0.0
+            added += share * (extra + wgrad)
+            entries.append((moved, alone + extra))
         return entries
 
     pairs = []
