@@ -180,8 +180,9 @@ def _per_byte(model: object, layers: int, h: int, **kw: object) -> float:
 
 def _busy(n: int, transfer: float, gemm: float) -> float:
     """Seconds a GEMM of ``gemm`` seconds loses to a communication kernel on ``n`` of the H100's 132 SMs without
-    set_sm_margin: only while its ``transfer`` runs, min(GEMM, transfer) x n / (132 - n)."""
-    return min(gemm, transfer) * n / (132 - n)
+    set_sm_margin: only while its ``transfer`` runs: n/132 of the GEMM's rate for the transfer's time, or the GEMM
+    on 132 - n throughout if it ends first, min(GEMM x n / (132 - n), transfer x n / 132)."""
+    return min(gemm * n / (132 - n), transfer * n / 132)
 
 
 def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
@@ -233,13 +234,13 @@ def test_a_communication_kernel_without_the_margin_takes_its_sms_while_it_runs()
     engine (L566-567 ``use_ce = 1``): none. Llama 3 70B, t 8, one micro-batch: each transfer of 4,096 x 8,192 16-bit
     values (HALF bytes) at the unhidden run's seconds a byte; per layer o's forward (shorter than its transfer: all its
     time), fc2's (longer: the transfer's), qkv's data gradient, its weight gradient, gate and up's two data
-    gradients and two weight gradients (longer), each min(GEMM, transfer) x 16/116 more, 80 layers."""
+    gradients and two weight gradients (longer), each min(GEMM x 16/116, transfer x 16/132) more, 80 layers."""
     v1 = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="te_v1", **MARGIN_KW), "h100-sxm")
     c = HALF * _per_byte("llama-3-70b", L, H, **MARGIN_KW)
     o, fc2 = _gemm(M, H, H // 8), _gemm(M, H, F // 8)
-    assert o < c < fc2  # both sides of the min
-    layer = (o + c + min(_gemm(M, H, QKV // 8), c) + min(_gemm(QKV // 8, H, M), c)
-             + min(_gemm(M, H, F // 8, 2), c) + min(_gemm(F // 8, H, M, 2), c)) * 16 / 116
+    assert o * 132 / 116 < c < fc2  # both sides of the min: o ends before its transfer, fc2 outlasts it
+    layer = sum(_busy(16, c, g) for g in (o, fc2, _gemm(M, H, QKV // 8), _gemm(QKV // 8, H, M), _gemm(M, H, F // 8, 2),
+                                          _gemm(F // 8, H, M, 2)))
     assert v1.ub_margin_s == pytest.approx(L * layer, rel=1e-9)
     assert v1.ub_margin_s < step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm").ub_margin_s  # te: 16 all along
     assert ("te_v1: qkv_dgrad 16, qkv_wgrad 16, fc1_dgrad 16, fc1_wgrad 16, proj_fprop 16, fc2_fprop 16 of 132 while "
@@ -251,7 +252,7 @@ def test_te_1x_defaults_and_the_launchers_175b_yaml_at_24_07() -> None:
     ub_cfg_h100_h12288_tp4_mbs1_seqlen2048.yaml, read by hand: L47-59 proj_fprop pipeline num_sm 24, fc2_fprop
     pipeline num_sm 20, both set_sm_margin 1: on GPT-3 175B (h 12,288, t 4, b 1, s 2,048) o's forward (2,048,
     12,288, 3,072) 24/108 of its time more, fc2's (2,048, 12,288, 12,288) 20/112; L5-27 bulk qkv_dgrad 4, qkv_wgrad
-    8, fc1_dgrad 2, fc1_wgrad 4, set_sm_margin 0: min(GEMM, transfer) x n/(132 - n) each, the transfer 2,048 x 12,288
+    8, fc1_dgrad 2, fc1_wgrad 4, set_sm_margin 0: ``_busy`` each, the transfer 2,048 x 12,288
     16-bit values; 96 layers. 20b's ub_cfg_h100_h6144_tp2_mbs2_seqlen2048.yaml: L47-59 proj_fprop 16, fc2_fprop 24
     with the margin, L5-27 bulk 8, 16, 4, 16 without."""
     kw = dict(mode="train", batch=1, seq=2048, tp=4, sp=True, recompute="none", framework="megatron", flash=True,
@@ -272,7 +273,7 @@ def _gpt3_layers(model: object, layers: int, h: int, t: int, margin: tuple[int, 
                  **kw: object) -> float:
     """Seconds a GPT-3 run's userbuffers add, by hand (b 1, s 2,048): o's and fc2's forward GEMMs on 132 - n SMs
     (``margin``: their n, with set_sm_margin); qkv's (3h fused) and fc1's (4h) data- and weight-gradient GEMMs
-    (``bulk``: qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad, without) min(GEMM, transfer) x n / (132 - n), the transfer
+    (``bulk``: qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad, without) ``_busy``, the transfer
     2,048 x h 16-bit values at the unhidden run's seconds a byte."""
     c = 2048 * h * _per_byte(model, layers, h, **kw)
     o, fc2 = _gemm(2048, h, h // t), _gemm(2048, h, 4 * h // t)

@@ -224,8 +224,10 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     many waves of tiles, each SM a tile at a time: the model's assumption, not a measurement): n SMs taken for
     ``x`` seconds of its time cost ``x n / (SMs - n)`` more. With set_sm_margin the GEMM is launched on SMs - n
     (``SM_MARGIN``): ``x`` its whole time. Without, its communication kernel still occupies n SMs (``busy``: 0 for a
-    ring exchange, the copy engine's; ``UB_BUSY``), but only while the transfer runs: ``x`` = min(the pair's GEMM
-    seconds, the pair's transfer seconds, as ``pairs`` has it). The pairs' GEMMs run that much longer. The decoder
+    ring exchange, the copy engine's; ``UB_BUSY``), but only while the transfer runs (``c``, the pair's transfer
+    seconds as ``pairs`` has it): a GEMM of ``G`` seconds that outlasts it loses n/SMs of its rate for ``c``, ``c n /
+    SMs`` more, else it runs on SMs - n throughout: min(``G n / (SMs - n)``, ``c n / SMs``). The pairs' GEMMs run that
+    much longer. The decoder
     layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's rerun), the
     data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the SMs taken only; a bulk
     overlap there runs the reduce-scatter of the collective the pair moves). ``sms`` None (no SM count for the
@@ -240,8 +242,8 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     >>> forms = (("layer", ((2**19, False, (gemm,)),), (), ()),)  # 524,288 B at 1 ns a byte: 0.524 ms of transfer
     >>> time = overlap_time(forms, {}, 0, False, 1, 1, 1, 1e-9, lambda *_: 1e15, {"proj_fprop": UbComm("pipeline",
     ...                     16, False)}, 132)
-    >>> time.margin_s  # no margin: the 0.524 ms its kernel runs beside the 1.0995 ms GEMM, x 16/116
-    7.2315...e-05
+    >>> time.margin_s  # no margin: 16 of 132 SMs for the 0.524 ms its kernel runs beside the 1.0995 ms GEMM
+    6.3550...e-05
     """
     added = 0.0  # the SMs' seconds, each GEMM's times its round's share (the forward's: 1 + its full rerun)
 
@@ -258,7 +260,8 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
                 extra += seconds * n / (sms - n)
             elif n:
                 during, busy = during + seconds, n
-        return alone, extra + minimum(during, transfer) * busy / (sms - busy) if busy else extra
+        # n SMs busy for the transfer's c seconds: c n / SMs more while the GEMM outlasts it, else G n / (SMs - n)
+        return alone, extra + minimum(during * busy / (sms - busy), transfer * busy / sms) if busy else extra
 
     def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each collective's bytes, GEMM seconds
         nonlocal added
