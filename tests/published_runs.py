@@ -1319,7 +1319,7 @@ DGXC = ([_dgxc("340b", g, s, False) for g, s in zip(_DGXC_340B_GPUS, (4.61, 4.67
                                                                        2.96))]
         + [_dgxc("15b", g, s, True) for g, s in zip(_DGXC_15B_GPUS, (2.08, 2.07, 2.09, 2.08, 2.1, 2.12, 2.12, 2.18))])
 #: What memderive predicts for them (python benchmarks/published_runs.py, nothing tuned): every row too fast, median
-#: |error| 12.9%, worst 28.4% with TE 1.10's defaults (16 SMs for each bulk and pipelined overlap, no set_sm_margin:
+#: |error| 13.1%, worst 28.6% with TE 1.10's defaults (16 SMs for each bulk and pipelined overlap, no set_sm_margin:
 #: held only while the transfer runs, ``tp_overlap.overlap_time``); 14.8% and 29.8% while no margin was timed as no SM
 #: taken; 11.2% and 26.8% with TE 2.9's SM margins, ``te``.
 #: The pages' weak scaling (GBS / GPUs fixed): the 340B slows 4.61 -> 4.84 s (x 1.050) in BF16 and 3.16 -> 3.49 s
