@@ -855,12 +855,13 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
         reduced = chunked_reduce_s(reduced, micro_s, p, v, buckets) if overlap_reduce else reduced
         return reduced + sum(on * cluster.all_gather(w, n, s) for _, w, n, s, _, on in groups) if gather_after else reduced
     reduce, gather = timed(cluster.reduce_scatter, 0), timed(cluster.all_gather, 1)
-    once = chunked_reduce_s(reduce, micro_s, p, v, buckets) + chunked_gather_s(gather, micro_s, p, v, buckets)
+    gathered = chunked_gather_s(gather, micro_s, p, v, buckets)
+    once = chunked_reduce_s(reduce, micro_s, p, v, buckets) + gathered
     if zero == 1:
         return once
     sync = _zero2_sync(zero, d, p, fsdp2)
     if sync == "once":  # the stage's reduce-scatters start after its last backward has ended: nothing to hide behind
-        return reduce + chunked_gather_s(gather, micro_s, p, v, buckets)
+        return reduce + gathered
     # ZeRO-2: the m - 1 earlier micro-batches' reduce-scatters, each behind its own backward (2/3 of micro_s)
     each = once + (m - 1) * maximum(0.0, reduce - micro_s * 2 / 3)
     if sync == "each":
