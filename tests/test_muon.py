@@ -158,6 +158,11 @@ def test_whole_muon_all_reduce_is_exposed() -> None:
     reduce = muon.cluster.all_reduce(26_953_662_464, 8, 1)
     assert muon.dp_s == pytest.approx(reduce, rel=1e-12) and adam.dp_s < reduce
     assert any("Megatron-LM refuses --overlap-grad-reduce" in line for line in muon.model())
+    # Megatron-LM's refusal, not torch's: DDP elsewhere overlaps Muon's all-reduce as AdamW's (the same reduction)
+    kw = dict(mode="train", batch=1, seq=4096, dp=8, zero=0, micro_batches=8, framework="torchtitan")
+    elsewhere, adamw = (step_time(estimate("llama-2-7b", optimizer=o, **kw), "h100-sxm") for o in ("muon", "adamw"))
+    assert elsewhere.dp_s == adamw.dp_s < elsewhere.cluster.all_reduce(26_953_662_464, 8, 1)
+    assert not any("Megatron-LM refuses" in line for line in elsewhere.model())
 
 
 def test_routed_expert_biases_are_adams() -> None:

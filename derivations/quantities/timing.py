@@ -407,7 +407,7 @@ class StepTime:
                            f"{cite(MUON_CITATION)})" if self.muon == "layer-wise" else
                            "; under --zero 0 the gradients' all-reduce after the last backward, whole, not hidden "
                            "(Megatron-LM refuses --overlap-grad-reduce under --optimizer muon: "
-                           f"{cite(MUON_OVERLAP_SOURCE)})"),)
+                           f"{cite(MUON_OVERLAP_SOURCE)})" if self.framework == "megatron" else ""),)
         if self.grad_sync == "deepspeed":
             memory += ("--grad-sync deepspeed: each micro-batch's 16-bit gradients cast and added into fp32 ones "
                        "(18 bytes per parameter at the memory bandwidth; fp16: added into the 16-bit .grad, 6 bytes); "
@@ -1220,7 +1220,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m,
                                micro + memory_micro, weights, p, v, edge, data_parallel_calls(est, zero),
                                expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
-                               gather_after=opts.layer_wise, overlap_reduce=muon != "whole",
+                               gather_after=opts.layer_wise, overlap_reduce=not (muon == "whole" and opts.framework == "megatron"),
                                bucketed=opts.framework == "megatron" and zero < 3)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
