@@ -974,7 +974,7 @@ def fsdp_edge_share(est: Evaluated) -> Any:
 P2P_OVERLAP = Citation("megatron-schedules", "forward_backward_pipelining_with_interleaving: pp_post_forward "
                        "send_forward_recv_forward(overlap_p2p_comm=True), pp_pre_forward recv_prev_wait_handle.wait()",
                        also=(Citation("megatron-arguments", "--no-overlap-p2p-communication (dest overlap_p2p_comm, "
-                                      "default True); L1012: False without the interleaved schedule"),))
+                                      "default True); at d98e8a64 L1012: False without the interleaved schedule"),))
 
 
 #: Megatron-LM's per-chunk gradient and parameter syncs under the interleaved schedule (``chunked_reduce_s``).
@@ -993,10 +993,10 @@ BUCKET_PIPELINE_SOURCE = Citation("megatron-param-buffer", "_ParamAndGradBucketG
                                   "(start_grad_sync once every param of the bucket is ready, last micro-batch); "
                                   "finish_param_sync L538-573 (wait, then next_param_gather_bucket_group."
                                   "start_param_sync)", also=(
-                                      Citation("megatron-ddp", "__init__ L369-380: next_param_gather_bucket_group in "
+                                      Citation("megatron-ddp", "at d98e8a64 __init__ L369-380: next_param_gather_bucket_group in "
                                                "reverse bucket order; start_param_sync L619-639: every bucket group "
                                                "dispatched in bucket order"),
-                                      Citation("megatron-arguments", "L1013: align_param_gather False without the "
+                                      Citation("megatron-arguments", "at d98e8a64 L1013: align_param_gather False without the "
                                                "interleaved schedule; L3153: --no-align-param-gather, on by default")))
 
 
