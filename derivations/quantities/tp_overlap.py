@@ -227,8 +227,7 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     ring exchange, the copy engine's; ``UB_BUSY``), but only while the transfer runs (``c``, the pair's transfer
     seconds as ``pairs`` has it): a GEMM of ``G`` seconds that outlasts it loses n/SMs of its rate for ``c``, ``c n /
     SMs`` more, else it runs on SMs - n throughout: min(``G n / (SMs - n)``, ``c n / SMs``). The pairs' GEMMs run that
-    much longer. The decoder
-    layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's rerun), the
+    much longer. The decoder layers' linears: forward GEMMs (fprop; again under full recompute, and for a selective module's rerun), the
     data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the SMs taken only; a bulk
     overlap there runs the reduce-scatter of the collective the pair moves). ``sms`` None (no SM count for the
     GPU): 0, not timed.
@@ -263,16 +262,15 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
         # n SMs busy for the transfer's c seconds: c n / SMs more while the GEMM outlasts it, else G n / (SMs - n)
         return alone, extra + minimum(during * busy / (sms - busy), transfer * busy / sms) if busy else extra
 
-    def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each collective's bytes, GEMM seconds
+    def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each transfer's, its GEMMs' seconds
         nonlocal added
         phase, entries = "dgrad" if back else "fprop", []
         for moved, fp8, gemms in group:
-            moved = layout_int(moved, values)
-            transfer = moved / p / cp * per_byte
+            transfer = layout_int(moved, values) / p / cp * per_byte
             alone, extra = slowed(gemms, fp8, phase, transfer)
             wgrad = slowed(gemms, fp8, "wgrad", transfer)[1] if back else 0.0
             added += share * (extra + wgrad)
-            entries.append((moved, alone + extra))
+            entries.append((transfer, alone + extra))
         return entries
 
     pairs = []
@@ -281,8 +279,7 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
         ahead = timed(forward, False, 1 + rerun)  # evaluated once, rerun by full recompute
         rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if rerun else [])
         rounds += [(timed(backward, True, 1), 1)] + ([(timed(again, False, 1), 1)] if modules else [])
-        pairs += [(share * moved / p / cp * per_byte, share * seconds) for entries, share in rounds
-                  for moved, seconds in entries]
+        pairs += [(share * transfer, share * seconds) for entries, share in rounds for transfer, seconds in entries]
     return OverlapTime(pairs, added)
 
 
