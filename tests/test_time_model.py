@@ -307,7 +307,10 @@ def test_megatron_interleaved_sends_run_behind_a_chunks_compute() -> None:
     assert send > 0
     blocking = step_time(estimate("llama-2-7b", **step, virtual_stages=2, p2p_overlap=False), cluster)
     assert blocking.pp_s == pytest.approx(16 * send)
-    assert step_time(estimate("llama-2-7b", **step, virtual_stages=2), cluster).pp_s == 0.0
+    overlapped = step_time(estimate("llama-2-7b", **step, virtual_stages=2), cluster)
+    assert overlapped.pp_s == 0.0
+    assert "--no-p2p-overlap: each waited on at once" in " ".join(blocking.model())
+    assert "interleaved schedule each behind a chunk's compute" in " ".join(overlapped.model())
     one_chunk = [step_time(estimate("llama-2-7b", **step, p2p_overlap=flag), cluster).pp_s for flag in (True, False)]
     assert one_chunk[0] == one_chunk[1] == pytest.approx(8 * send)
     with pytest.raises(OptionsError, match="--no-p2p-overlap"):

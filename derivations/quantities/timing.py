@@ -349,6 +349,7 @@ class StepTime:
     activation_offload_layers: int = 0  # --activation-offload-layers (activation_offload.py)
     activation_offload_s: Any = 0.0  # its host copies not hidden behind the other layers' compute
     muon: str = ""  # --optimizer muon: "layer-wise" under --zero 1 (its distributed optimizer), "whole" otherwise
+    p2p_overlap: bool = True  # Options.p2p_overlap: Megatron-Core's interleaved sends behind compute
 
     @property
     def step_s(self) -> float:
@@ -451,9 +452,11 @@ class StepTime:
                    else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
-                + ", PP sends per "
-                f"micro-batch (under --framework megatron's interleaved schedule each behind a chunk's compute, "
-                f"{cite(P2P_OVERLAP)}), DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
+                + ", PP sends per micro-batch"
+                + ((f" (under Megatron-Core's interleaved schedule each behind a chunk's compute, {cite(P2P_OVERLAP)})"
+                    if self.p2p_overlap else " (--no-p2p-overlap: each waited on at once)")
+                   if self.framework == "megatron" else "")
+                + ", DP gradient reduction hidden behind the last micro-batch's backward (DDP/FSDP buckets; "
                 "interleaved: each model chunk's after its own last backward, its parameters gathered before its "
                 f"first forward, {cite(CHUNK_SYNC_SOURCE)}), "
                 + ("ZeRO-2 reduce-scatters each micro-batch's gradients behind its own backward"
@@ -1247,7 +1250,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
-                    muon=muon)
+                    muon=muon, p2p_overlap=opts.p2p_overlap)
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
