@@ -593,7 +593,9 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("te-comm-gemm-overlap", "Transformer Engine", _NV, "TransformerEngine v2.9: transformer_engine/common/"
               "comm_gemm_overlap/comm_gemm_overlap.cpp (CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
               "num_comm_sm : sm_count; every overlapped GEMM, bulk, pipelined or ring-exchanged, launched on "
-              "_math_sms)", None, "github.com/NVIDIA/TransformerEngine/blob/release_v2.9/transformer_engine/common/"
+              "_math_sms; CommOverlapP2PBase::split_overlap_ag and split_overlap_rs one nvte_cublas_gemm per tp "
+              "chunk of the tokens, CommOverlapBase::split_overlap_rs one per num_splits chunk of the weight's "
+              "output rows, as read at 015939ab)", None, "github.com/NVIDIA/TransformerEngine/blob/release_v2.9/transformer_engine/common/"
               "comm_gemm_overlap/comm_gemm_overlap.cpp", "code"),
     Reference("megatron-bridge-comm-overlap", "Megatron-Bridge", _NV, "Megatron-Bridge v0.2.0 (v0.3.0 the same): "
               "src/megatron/bridge/training/comm_overlap.py (the userbuffers_* TransformerLayerTPOverlapCfg configs: "

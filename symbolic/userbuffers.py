@@ -73,8 +73,8 @@ from typing import NamedTuple
 
 from memderive.symbolic.formula import Citation
 
-__all__ = ["BRIDGE_UB", "DGXC_GPT3_UB", "NEMO_LAUNCHER_UB", "SM_MARGIN", "TE_UB_DEFAULTS", "TE_V1_UB_DEFAULTS",
-           "UB_BUSY", "UB_CONFIGS", "UbComm", "ub_gemm", "ub_source"]
+__all__ = ["BRIDGE_UB", "DGXC_GPT3_UB", "GEMM_SPLITS", "NEMO_LAUNCHER_UB", "PIPELINE_SPLITS", "SM_MARGIN",
+           "TE_UB_DEFAULTS", "TE_V1_UB_DEFAULTS", "UB_BUSY", "UB_CONFIGS", "UbComm", "ub_gemm", "ub_source"]
 
 SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
                                              "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
@@ -91,6 +91,15 @@ NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_*.yaml at t
                             "overlaps set_sm_margin 0; proj_fprop, fc2_fprop num_sm with set_sm_margin 1")
 BRIDGE_UB = Citation("megatron-bridge-comm-overlap", "userbuffers_* TransformerLayerTPOverlapCfg, selected by "
                                                      "scripts/performance/configs/llama*: comm_overlap_cfg")
+GEMM_SPLITS = Citation("te-comm-gemm-overlap", "CommOverlapP2PBase::split_overlap_ag and split_overlap_rs: "
+                       "n_chunk = n / tp_size, one nvte_cublas_gemm per rank's chunk of tokens (aggregate, which "
+                       "pairs them, false); CommOverlapBase::split_overlap_rs: m_chunk = m / _num_splits, one "
+                       "nvte_cublas_gemm per num_splits chunk of the weight's output rows")
+#: num_splits of a pipelined reduce-scatter: 4 in every config ``UB_CONFIGS`` holds (Megatron-Bridge's
+#: PipelineOverlapCfg(..., num_splits=4, ...), the launcher yamls' ``num_splits: 4``) and TE's default where a config
+#: names none (v2.9 base.py get_default_config ``"num_splits": tp_size if method == "ring_exchange" else 4``; 1.x
+#: initialize_ub ``ub_cfg.get("num_splits", 4 if method == "pipeline" else 0)``).
+PIPELINE_SPLITS = 4
 DGXC_GPT3_UB = Citation("dgxc-gpt3-175b-hydra", "L176-220, model.ub_tp_comm_overlap_cfg: bulk overlaps "
                        "set_sm_margin 0; proj_fprop num_sm 24, fc2_fprop num_sm 20, pipeline, set_sm_margin 1")
 
@@ -107,6 +116,18 @@ class UbComm(NamedTuple):
         """The SMs its communication occupies while the transfer runs: ``num_sm``; 0 for a ring exchange (the copy
         engine's)."""
         return 0 if self.method == "ring_exchange" else self.num_sm
+
+    def splits(self, t: int) -> tuple[int, int]:
+        """The parts the overlap cuts its GEMM's output into, (rows, columns) of the per-GPU product ``(tokens) x
+        (features)``, one cuBLAS GEMM each (``GEMM_SPLITS``): a ring exchange t GEMMs of 1/t of the tokens, a
+        pipelined reduce-scatter ``PIPELINE_SPLITS`` of 1/4 of the output features, a bulk overlap the GEMM whole.
+
+        >>> UbComm("ring_exchange", 1, False).splits(8), UbComm("pipeline", 24, True).splits(8)
+        ((8, 1), (1, 4))
+        """
+        if self.method == "ring_exchange":
+            return (t, 1)
+        return (1, PIPELINE_SPLITS) if self.method == "pipeline" else (1, 1)
 
 
 def _layer(bulk: tuple[int, int, int, int], proj: UbComm, fc2: UbComm, ring: int = 1,

@@ -28,17 +28,22 @@ def _gemm(m: int, n: int, k: int, count: int = 1) -> float:
     return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
 
 
-def _pairs_of(per_byte: float, slow: float = 1.0):
+def _pairs_of(per_byte: float, slow: float = 1.0, split: bool = False):
     """``pair(bytes, GEMM seconds)``: a collective at ``per_byte`` split into 8 chunks behind its GEMMs,
     c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it, o's and fc2's GEMMs
-    ``slow`` times as long (TE's userbuffers' SM margin on proj_fprop and fc2_fprop)."""
+    ``slow`` times as long (TE's userbuffers' SM margin on proj_fprop and fc2_fprop). ``split``: each GEMM as TE's
+    userbuffers run it (comm_gemm_overlap.cpp): o's and fc2's pipelined reduce-scatters 4 GEMMs of a quarter of the
+    output features (num_splits 4), qkv's and gate/up's ring exchanges 8 GEMMs of an eighth of the tokens."""
     def pair(nbytes: int, seconds: float) -> float:
         c = nbytes * per_byte
         return c / 8 + max(0.0, c * 7 / 8 - seconds)
 
-    forward = (pair(HALF, slow * _gemm(M, H, H // 8)) + pair(HALF, slow * _gemm(M, H, F // 8))
-               + pair(HALF, _gemm(M, QKV // 8, H))
-               + pair(HALF, _gemm(M, F // 8, H, 2)))
+    if split:
+        forward = (pair(HALF, slow * _gemm(M, H // 4, H // 8, 4)) + pair(HALF, slow * _gemm(M, H // 4, F // 8, 4))
+                   + pair(HALF, _gemm(M // 8, QKV // 8, H, 8)) + pair(HALF, _gemm(M // 8, F // 8, H, 2 * 8)))
+    else:
+        forward = (pair(HALF, slow * _gemm(M, H, H // 8)) + pair(HALF, slow * _gemm(M, H, F // 8))
+                   + pair(HALF, _gemm(M, QKV // 8, H)) + pair(HALF, _gemm(M, F // 8, H, 2)))
     return pair, forward
 
 
@@ -80,14 +85,15 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     8,192), backward transposed; each pair c/8 + max(0, 7c/8 - g). o's GEMM, 8,192/28,672 of fc2's, is shorter than its
     reduce-scatter: that part stays exposed where the old model hid every transfer behind the micro-batch's compute
     (tp_s / 8 then). TE's default userbuffers take 16 of the H100's 132 SMs from o's and fc2's forward GEMMs and
-    from qkv's and gate/up's data-gradient GEMMs (symbolic/userbuffers.py): those run 132/116 as long."""
+    from qkv's and gate/up's data-gradient GEMMs (symbolic/userbuffers.py): those run 132/116 as long; and the
+    overlaps split their GEMMs (``_pairs_of``'s ``split``; o's and fc2's data gradients 8 GEMMs of 512 tokens)."""
     plain = step_time(estimate("llama-3-70b", **KW), "h100-sxm")
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
     per_byte = plain.tp_s / 4 / 21_609_054_208
     slow = 132 / 116
-    pair, forward = _pairs_of(per_byte, slow)
-    gemm = _gemm
-    backward = (pair(HALF, gemm(M, H // 8, H)) + pair(HALF, gemm(M, F // 8, H))
+    pair, forward = _pairs_of(per_byte, slow, split=True)
+    gemm = _gemm  # o's and fc2's data gradients behind ring exchanges: 8 GEMMs of an eighth of the tokens each
+    backward = (pair(HALF, gemm(M // 8, H // 8, H, 8)) + pair(HALF, gemm(M // 8, F // 8, H, 8))
                 + pair(HALF, slow * gemm(M, H, QKV // 8)) + pair(HALF, slow * gemm(M, H, F // 8, 2)))
     rest = pair(2 * HALF, 0.0) + pair(HALF, gemm(M, V // 8, H)) + pair(HALF, gemm(M, H, V // 8))
     assert overlapped.tp_s == pytest.approx(4 * (L * (forward + backward) + rest), rel=1e-9)
@@ -197,9 +203,9 @@ def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
     forward, o's and fc2's data gradients: 1 SM, no margin, the copy engine copying) and o's and fc2's weight
     gradients (no userbuffers) and the head keep every SM."""
     step = step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm")
-    o_forward = _gemm(M, H, H // 8)
-    assert 2 * M * H * (H // 8) == 68_719_476_736
-    layer = (o_forward + _gemm(M, H, F // 8) + _gemm(M, H, QKV // 8) + _gemm(QKV // 8, H, M)
+    o_forward = _gemm(M, H // 4, H // 8, 4)  # pipelined: 4 GEMMs of a quarter of o's output features
+    assert 4 * 2 * M * (H // 4) * (H // 8) == 68_719_476_736
+    layer = (o_forward + _gemm(M, H // 4, F // 8, 4) + _gemm(M, H, QKV // 8) + _gemm(QKV // 8, H, M)
              + _gemm(M, H, F // 8, 2) + _gemm(F // 8, H, M, 2))
     assert step.ub_margin_s == pytest.approx(L * layer * 16 / 116, rel=1e-9)
     assert o_forward * 16 / 116 == pytest.approx(o_forward * 132 / 116 - o_forward)  # one GEMM's added seconds
@@ -210,10 +216,36 @@ def test_userbuffers_sm_margin_slows_the_gemms_it_shares_the_gpu_with() -> None:
     c = HALF * _per_byte("llama-3-70b", L, H, **MARGIN_KW)
     bulk = (_busy(4, c, _gemm(M, H, QKV // 8)) + _busy(24, c, _gemm(QKV // 8, H, M))
             + _busy(2, c, _gemm(M, H, F // 8, 2)) + _busy(4, c, _gemm(F // 8, H, M, 2)))
-    assert bridge.ub_margin_s == pytest.approx(L * (o_forward * 24 / 108 + _gemm(M, H, F // 8) * 16 / 116 + bulk),
-                                               rel=1e-9)
+    fc2_forward = _gemm(M, H // 4, F // 8, 4)
+    assert bridge.ub_margin_s == pytest.approx(L * (o_forward * 24 / 108 + fc2_forward * 16 / 116 + bulk), rel=1e-9)
     assert step.compute_s - step.ub_margin_s == pytest.approx(bridge.compute_s - bridge.ub_margin_s, rel=1e-12)
     assert "16 of 132" in " ".join(step.model())
+
+
+def test_userbuffers_run_their_gemms_in_parts() -> None:
+    """Transformer Engine runs an overlapped GEMM in parts (comm_gemm_overlap.cpp, read at 015939ab):
+    CommOverlapP2PBase::split_overlap_ag, a ring exchange, one cuBLAS GEMM per rank's chunk of the gathered tokens
+    (``n_chunk``: M/t rows); CommOverlapBase::split_overlap_rs, a pipelined reduce-scatter, one per num_splits (4)
+    chunk of the weight's output rows (``m_chunk = m / _num_splits``). Each part runs at the measured rate of its own
+    shape, so a part of few rows runs slower than the whole product. Llama 3 70B, t 8, one micro-batch of 4,096
+    tokens, TE's defaults, per layer: q k v's forward as 8 GEMMs (512, 1,280, 8,192), gate's and up's 8 each
+    (512, 3,584, 8,192), o's and fc2's data gradients 8 each (512, 1,024, 8,192) and (512, 3,584, 8,192); o's
+    forward 4 GEMMs (4,096, 2,048, 1,024), fc2's 4 (4,096, 2,048, 3,584); each less the whole product's seconds;
+    80 layers. The bulk overlaps (q k v's and gate/up's data and weight gradients) run whole. A B200 (no SM count:
+    no margin timed) still times the parts."""
+    step = step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm")
+    parts = (_gemm(M // 8, QKV // 8, H, 8) - _gemm(M, QKV // 8, H)
+             + _gemm(M // 8, F // 8, H, 16) - _gemm(M, F // 8, H, 2)
+             + _gemm(M // 8, H // 8, H, 8) - _gemm(M, H // 8, H)
+             + _gemm(M // 8, F // 8, H, 8) - _gemm(M, F // 8, H)
+             + _gemm(M, H // 4, H // 8, 4) - _gemm(M, H, H // 8)
+             + _gemm(M, H // 4, F // 8, 4) - _gemm(M, H, F // 8))
+    assert step.ub_split_s == pytest.approx(L * parts, rel=1e-9) and parts > 0
+    # 8 x 2 x 512 x 1,280 x 8,192 = 2 x 4,096 x 1,280 x 8,192: the same FLOPs, at (512, 1,280, 8,192)'s slower rate
+    assert matmul_rate(H100, "bf16", 512, 1280, 8192) < matmul_rate(H100, "bf16", 4096, 1280, 8192)
+    assert "each overlap runs its GEMM in parts" in " ".join(step.model())
+    b200 = step_time(estimate("llama-3-70b", **MARGIN_KW), "b200")
+    assert b200.ub_margin_s == 0 < b200.ub_split_s
 
 
 def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
@@ -237,7 +269,7 @@ def test_a_communication_kernel_without_the_margin_takes_its_sms_while_it_runs()
     gradients and two weight gradients (longer), each min(GEMM x 16/116, transfer x 16/132) more, 80 layers."""
     v1 = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="te_v1", **MARGIN_KW), "h100-sxm")
     c = HALF * _per_byte("llama-3-70b", L, H, **MARGIN_KW)
-    o, fc2 = _gemm(M, H, H // 8), _gemm(M, H, F // 8)
+    o, fc2 = _gemm(M, H // 4, H // 8, 4), _gemm(M, H // 4, F // 8, 4)  # pipelined: 4 GEMMs each
     assert o * 132 / 116 < c < fc2  # both sides of the min: o ends before its transfer, fc2 outlasts it
     layer = sum(_busy(16, c, g) for g in (o, fc2, _gemm(M, H, QKV // 8), _gemm(QKV // 8, H, M), _gemm(M, H, F // 8, 2),
                                           _gemm(F // 8, H, M, 2)))
@@ -271,12 +303,13 @@ def test_te_1x_defaults_and_the_launchers_175b_yaml_at_24_07() -> None:
 
 def _gpt3_layers(model: object, layers: int, h: int, t: int, margin: tuple[int, int], bulk: tuple[int, ...],
                  **kw: object) -> float:
-    """Seconds a GPT-3 run's userbuffers add, by hand (b 1, s 2,048): o's and fc2's forward GEMMs on 132 - n SMs
+    """Seconds a GPT-3 run's userbuffers add, by hand (b 1, s 2,048): o's and fc2's forward GEMMs, each run as 4
+    GEMMs of a quarter of its output features (a pipelined reduce-scatter's num_splits), on 132 - n SMs
     (``margin``: their n, with set_sm_margin); qkv's (3h fused) and fc1's (4h) data- and weight-gradient GEMMs
     (``bulk``: qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad, without) ``_busy``, the transfer
     2,048 x h 16-bit values at the unhidden run's seconds a byte."""
     c = 2048 * h * _per_byte(model, layers, h, **kw)
-    o, fc2 = _gemm(2048, h, h // t), _gemm(2048, h, 4 * h // t)
+    o, fc2 = _gemm(2048, h // 4, h // t, 4), _gemm(2048, h // 4, 4 * h // t, 4)  # pipelined: 4 GEMMs each
     gemms = (_gemm(2048, h, 3 * h // t), _gemm(3 * h // t, h, 2048), _gemm(2048, h, 4 * h // t),
              _gemm(4 * h // t, h, 2048))
     return layers * (o * margin[0] / (132 - margin[0]) + fc2 * margin[1] / (132 - margin[1])

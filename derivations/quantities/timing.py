@@ -93,7 +93,7 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
-from memderive.symbolic.userbuffers import SM_MARGIN, UB_BUSY, UB_CONFIGS, ub_source
+from memderive.symbolic.userbuffers import GEMM_SPLITS, PIPELINE_SPLITS, SM_MARGIN, UB_BUSY, UB_CONFIGS, ub_source
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -336,6 +336,7 @@ class StepTime:
     async_tp: bool = False  # PyTorch's AsyncTP (``Options.async_tp``): what its pattern matcher leaves whole
     # TE userbuffers' SM margins (tp_overlap.overlap_time): the seconds they add to the GEMMs (in compute_s), the config
     ub_margin_s: float = 0.0
+    ub_split_s: float = 0.0  # and the seconds their split GEMMs run past the whole products' (in compute_s)
     ub_config: str = "te"
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
@@ -438,7 +439,7 @@ class StepTime:
                    f"chunks, one chunk's transfer and what the rest takes past the GEMMs it is fused with exposed; "
                    f"{cite(TP_OVERLAP)}; {cite(TP_OVERLAP_PAIRS)})"
                    if self.tp_comm_overlap else "TP all-reduces per layer (not hidden)")
-                + (ub_margin_note(self.ub_config, self.gpu, self.ub_margin_s)
+                + (ub_margin_note(self.ub_config, self.gpu, self.ub_margin_s, self.ub_split_s)
                    if self.tp_comm_overlap and not self.async_tp else "")
                 + ("; torchtitan's AsyncTP fuses a reduce-scatter with one matmul's output only and inside the "
                    "compiled blocks only: the backward's reduce-scatters of the summed input gradients of wq, wk, wv "
@@ -522,9 +523,10 @@ class StepTime:
                 "mfu": self.mfu}
 
 
-def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
+def ub_margin_note(config: str, hw: GPU, seconds: float, split_s: float = 0.0) -> str:
     """Transformer Engine's userbuffers' SMs taken under --tp-comm-overlap-cfg ``config``, in words: with
-    set_sm_margin for the GEMM's whole time, else while its transfer runs (``overlap_time``)."""
+    set_sm_margin for the GEMM's whole time, else while its transfer runs (``overlap_time``); and the GEMMs they
+    split (``UbComm.splits``), ``split_s`` seconds a step past the whole products."""
     comms = UB_CONFIGS[config]
     whole = ", ".join(f"{name} {c.num_sm}" for name, c in comms.items() if c.margin)
     during = ", ".join(f"{name} {c.busy}" for name, c in comms.items() if c.busy and not c.margin)
@@ -532,12 +534,15 @@ def ub_margin_note(config: str, hw: GPU, seconds: float) -> str:
     taken = "; ".join(([f"{whole}{of} with set_sm_margin"] if whole else [])
                       + ([f"{during}{of} while its transfer runs"] if during else []))
     source = cite(ub_source(config))
+    parts = (f"; each overlap runs its GEMM in parts, a ring exchange t GEMMs of 1/t of the tokens, a pipelined "
+             f"reduce-scatter {PIPELINE_SPLITS} of 1/{PIPELINE_SPLITS} of the output features, each part at its "
+             f"shape's measured rate: {split_s:.3g} s a step more than the whole products ({cite(GEMM_SPLITS)})")
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
-                f"count for the {hw.name}")
+                f"count for the {hw.name}{parts}")
     return (f"; userbuffers take SMs from the GEMMs they overlap ({config}: {taken}; {source}; the ring exchanges "
             f"copy with the copy engine): each such GEMM timed on the rest for that time, its rate assumed "
-            f"proportional to its SMs, {seconds:.3g} s a step more ({cite(SM_MARGIN)}; {cite(UB_BUSY)})")
+            f"proportional to its SMs, {seconds:.3g} s a step more ({cite(SM_MARGIN)}; {cite(UB_BUSY)}){parts}")
 
 
 def te_gathers_note(fp8: str, overlap: bool = False) -> str:
@@ -1171,7 +1176,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         optimizer = optimizer_bytes(est) / bandwidth + (newton_schulz_s(est, _gemm_rate(hw)) if opts.optimizer == "muon" else 0.0)
         accumulate_micro = fp32_accumulation_bytes(est) / bandwidth
     base = est.model.graph(activation_dtype=opts.dtype, dropout=opts.dropout, mtp_layers=opts.mtp_layers)
-    tp_micro = pp_micro = margin_micro = 0.0
+    tp_micro = pp_micro = margin_micro = split_micro = 0.0
     whole = whole_model(base, opts) if t > 1 or opts.ep > 1 else None
     if t > 1:  # each rank's s/cp tokens under context parallelism
         quantized, gathered = quantized_gathers(est, whole)
@@ -1189,11 +1194,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                   micro_pipeline=opts.async_tp)
             # TE's userbuffers take SMs from the GEMMs they overlap (symbolic/userbuffers.py); not AsyncTP's kernels
             ub = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
-            pairs, margin_micro = overlap_time(forms, values, share, modules, t, p, opts.cp, tp_micro / total,
-                                               _gemm_rate(hw), ub, hw.sms)
+            pairs, margin_micro, split_micro = overlap_time(forms, values, share, modules, t, p, opts.cp,
+                                                            tp_micro / total, _gemm_rate(hw), ub, hw.sms)
             tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
                                               if opts.async_tp else 0.0)
-            micro += margin_micro
+            micro += margin_micro + split_micro
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
     ep_micro = expert_parallel_s(cluster, dispatched_bytes(whole_model(base, derived(opts, recompute="none")), values),
@@ -1243,7 +1248,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
-                    async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_config=opts.tp_comm_overlap_cfg,
+                    async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_split_s=m * split_micro,
+                    ub_config=opts.tp_comm_overlap_cfg,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,

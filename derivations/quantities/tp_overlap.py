@@ -81,23 +81,31 @@ def _gemm(op: Any, scale: Any, column: bool, ub: str | None = None) -> tuple[Any
 
 
 def _gemm_s(gemm: tuple, fp8: bool, phase: str, values: Any, t: int, p: int, cp: int,
-            rate: Callable[[str, Any, Any, Any], Any]) -> Any:
+            rate: Callable[[str, Any, Any, Any], Any], splits: tuple[int, int] = (1, 1)) -> Any:
     """Seconds of one of ``_gemm``'s GEMMs on a GPU in ``phase`` (fprop, dgrad, wgrad): its FLOPs over t p cp at
     ``rate(dtype, m, n, k)`` of its per-GPU shape, M/cp rows (the sequence-parallel gather rejoins the cp rank's
-    tokens), the split side over t."""
+    tokens), the split side over t; ``splits``: run as that many GEMMs of its first and second sides' parts
+    (``UbComm.splits``), the same FLOPs at the parts' rate."""
     flops, m, n, k, column, _ = gemm
     n, k = (layout_int(n, values), layout_int(k, values))
     n, k = (n // t, k) if column else (n, k // t)  # forward (M, out, in): out or in split
     rows = layout_int(m, values) // cp
-    shape = {"fprop": (rows, n, k), "dgrad": (rows, k, n), "wgrad": (n, k, rows)}[phase]
+    first, second, inner = {"fprop": (rows, n, k), "dgrad": (rows, k, n), "wgrad": (n, k, rows)}[phase]
+    shape = (first // splits[0], second // splits[1], inner)
     return layout_int(flops, values) / (t * p * cp) / rate("fp8" if fp8 else "bf16", *shape)
 
 
-def _taken(gemm: tuple, phase: str, config: Mapping[str, UbComm], sms: int | None) -> tuple[int, bool]:
+def _comm(gemm: tuple, phase: str, config: Mapping[str, UbComm]) -> UbComm | None:
+    """The userbuffers communicator of a GEMM in ``phase`` (None: it overlaps none)."""
+    return config.get(f"{gemm[5]}_{phase}") if gemm[5] else None
+
+
+def _taken(comm: UbComm | None, sms: int | None) -> tuple[int, bool]:
     """The SMs a GEMM's userbuffers take from it (``overlap_time``) and whether for its whole time (set_sm_margin)
     or only while the transfer runs; (0, True) for a GEMM without userbuffers or a GPU without an SM count."""
-    comm = config.get(f"{gemm[5]}_{phase}") if gemm[5] and sms else None
-    return (0, True) if comm is None else (comm.num_sm, True) if comm.margin else (comm.busy, False)
+    if comm is None or not sms:
+        return (0, True)
+    return (comm.num_sm, True) if comm.margin else (comm.busy, False)
 
 
 class TpTraffic(NamedTuple):
@@ -199,10 +207,12 @@ def overlap_forms(graph: Graph, float8: frozenset[str] = frozenset(), gathered: 
 
 
 class OverlapTime(NamedTuple):
-    """``overlap_time``'s one walk: the pairs ``exposed_s`` reads and the seconds the userbuffers' SM margins add."""
+    """``overlap_time``'s one walk: the pairs ``exposed_s`` reads, the seconds the userbuffers' SM margins add and
+    the seconds their split GEMMs add."""
 
     pairs: list[tuple[Any, Any]]  # (transfer seconds unhidden, GEMM seconds) per collective of a micro-batch
     margin_s: Any  # seconds a micro-batch's GEMMs run past their time on every SM (0.0: no margin timed)
+    split_s: Any = 0.0  # seconds a micro-batch's split GEMMs run past their whole products' (UbComm.splits)
 
 
 def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
@@ -245,31 +255,36 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     6.3550...e-05
     """
     added = 0.0  # the SMs' seconds, each GEMM's times its round's share (the forward's: 1 + its full rerun)
+    split = 0.0  # the split GEMMs' seconds past their whole products', likewise
 
-    def slowed(gemms: tuple, fp8: bool, phase: str, transfer: Any) -> tuple[Any, Any]:  # (alone, added) seconds
-        alone = extra = during = 0.0
+    def slowed(gemms: tuple, fp8: bool, phase: str, transfer: Any) -> tuple[Any, Any, Any]:  # alone, added, split
+        alone = extra = during = parts = 0.0
         busy = 0
         for g in gemms:
-            n, whole = _taken(g, phase, ub, sms)
+            comm = _comm(g, phase, ub)
+            n, whole = _taken(comm, sms)
             if phase == "wgrad" and not n:  # behind no pair: timed only where it loses SMs
                 continue
-            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
+            whole_s = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
+            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate, comm.splits(t)) if comm else whole_s
+            parts += seconds - whole_s  # its parts' rate, past the whole product's (GEMM_SPLITS)
             alone += seconds
             if n and whole:
                 extra += seconds * n / (sms - n)
             elif n:
                 during, busy = during + seconds, n
         # n SMs busy for the transfer's c seconds: c n / SMs more while the GEMM outlasts it, else G n / (SMs - n)
-        return alone, extra + minimum(during * busy / (sms - busy), transfer * busy / sms) if busy else extra
+        return alone, extra + minimum(during * busy / (sms - busy), transfer * busy / sms) if busy else extra, parts
 
     def timed(group: tuple, back: bool, share: Any) -> list[tuple[Any, Any]]:  # each transfer's, its GEMMs' seconds
-        nonlocal added
+        nonlocal added, split
         phase, entries = "dgrad" if back else "fprop", []
         for moved, fp8, gemms in group:
             transfer = layout_int(moved, values) / p / cp * per_byte
-            alone, extra = slowed(gemms, fp8, phase, transfer)
+            alone, extra, parts = slowed(gemms, fp8, phase, transfer)
             wgrad = slowed(gemms, fp8, "wgrad", transfer)[1] if back else 0.0
             added += share * (extra + wgrad)
+            split += share * parts
             entries.append((transfer, alone + extra))
         return entries
 
@@ -280,7 +295,7 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
         rounds = [(ahead, 1)] + ([(ahead, recompute_full)] if rerun else [])
         rounds += [(timed(backward, True, 1), 1)] + ([(timed(again, False, 1), 1)] if modules else [])
         pairs += [(share * transfer, share * seconds) for entries, share in rounds for transfer, seconds in entries]
-    return OverlapTime(pairs, added)
+    return OverlapTime(pairs, added, split)
 
 
 @per_graph
