@@ -28,18 +28,22 @@ def _gemm(m: int, n: int, k: int, count: int = 1) -> float:
     return count * 2 * m * n * k / matmul_rate(H100, "bf16", m, n, k)
 
 
-def _pairs_of(per_byte: float, slow: float = 1.0, split: bool = False):
+def _pairs_of(per_byte: float, slow: float = 1.0, split: str = ""):
     """``pair(bytes, GEMM seconds)``: a collective at ``per_byte`` split into 8 chunks behind its GEMMs,
     c/8 + max(0, 7c/8 - g); and a layer's four forward pairs (o, fc2, qkv, gate and up) by it, o's and fc2's GEMMs
-    ``slow`` times as long (TE's userbuffers' SM margin on proj_fprop and fc2_fprop). ``split``: each GEMM as TE's
-    userbuffers run it (comm_gemm_overlap.cpp): o's and fc2's pipelined reduce-scatters 4 GEMMs of a quarter of the
-    output features (num_splits 4), qkv's and gate/up's ring exchanges 8 GEMMs of an eighth of the tokens."""
+    ``slow`` times as long (TE's userbuffers' SM margin on proj_fprop and fc2_fprop). ``split`` "te": each GEMM as
+    TE's userbuffers run it (comm_gemm_overlap.cpp): o's and fc2's pipelined reduce-scatters 4 GEMMs of a quarter of
+    the output features (num_splits 4), qkv's and gate/up's ring exchanges 8 GEMMs of an eighth of the tokens;
+    "rows": each as 8 GEMMs of an eighth of the tokens (PyTorch's micro-pipeline TP, one mm per rank's shard)."""
     def pair(nbytes: int, seconds: float) -> float:
         c = nbytes * per_byte
         return c / 8 + max(0.0, c * 7 / 8 - seconds)
 
-    if split:
+    if split == "te":
         forward = (pair(HALF, slow * _gemm(M, H // 4, H // 8, 4)) + pair(HALF, slow * _gemm(M, H // 4, F // 8, 4))
+                   + pair(HALF, _gemm(M // 8, QKV // 8, H, 8)) + pair(HALF, _gemm(M // 8, F // 8, H, 2 * 8)))
+    elif split == "rows":
+        forward = (pair(HALF, _gemm(M // 8, H, H // 8, 8)) + pair(HALF, _gemm(M // 8, H, F // 8, 8))
                    + pair(HALF, _gemm(M // 8, QKV // 8, H, 8)) + pair(HALF, _gemm(M // 8, F // 8, H, 2 * 8)))
     else:
         forward = (pair(HALF, slow * _gemm(M, H, H // 8)) + pair(HALF, slow * _gemm(M, H, F // 8))
@@ -91,7 +95,7 @@ def test_each_collective_hides_behind_its_own_gemm_only() -> None:
     overlapped = step_time(estimate("llama-3-70b", tp_comm_overlap=True, **KW), "h100-sxm")
     per_byte = plain.tp_s / 4 / 21_609_054_208
     slow = 132 / 116
-    pair, forward = _pairs_of(per_byte, slow, split=True)
+    pair, forward = _pairs_of(per_byte, slow, split="te")
     gemm = _gemm  # o's and fc2's data gradients behind ring exchanges: 8 GEMMs of an eighth of the tokens each
     backward = (pair(HALF, gemm(M // 8, H // 8, H, 8)) + pair(HALF, gemm(M // 8, F // 8, H, 8))
                 + pair(HALF, slow * gemm(M, H, QKV // 8)) + pair(HALF, slow * gemm(M, H, F // 8, 2)))
@@ -125,6 +129,8 @@ def test_torchtitan_async_tp_fuses_what_the_pattern_matcher_finds() -> None:
     TransformerBlocks are fused, so the head's gather and reduce-scatter and the embedding's all-reduce stay whole;
     each fused reduce-scatter (o's and fc2's, forward and full recompute's rerun) sums its 8 stacked partials in a
     pass of its own: M h 16-bit values read, M h / 8 written, at the H100's streaming bandwidth.
+    Each fused pair's GEMMs run as 8 mm's of an eighth of the tokens, one per rank's shard
+    (_fused_all_gather_matmul_impl, _fused_matmul_reduce_scatter_impl), each at its shape's rate.
     By hand, per micro-batch: the forward's four pairs twice (full recompute), the backward's two gathers behind
     their data-gradient GEMMs, its two reduce-scatters whole (c/8 + 7c/8 = c), the head's two and the embedding's
     whole; the bytes over the unhidden run's: embedding 2 HALF, head 2 HALF, layers (4 + 4 + 4) HALF each."""
@@ -138,8 +144,8 @@ def test_torchtitan_async_tp_fuses_what_the_pattern_matcher_finds() -> None:
     assert layer_back == [[1, 1, 0, 0]]  # o's and fc2's gathers fused; qkv's and gate/up's reduce-scatters whole
     assert all(not g for name, *groups in forms if name != "layer" for grp in groups for _, _, g in grp)
     per_byte = plain.tp_s / 4 / (4 * HALF + 12 * HALF * L)
-    pair, forward = _pairs_of(per_byte)
-    backward = pair(HALF, _gemm(M, H // 8, H)) + pair(HALF, _gemm(M, F // 8, H)) + 2 * HALF * per_byte
+    pair, forward = _pairs_of(per_byte, split="rows")  # each fused pair's GEMMs 8 mm's of 512 tokens
+    backward = pair(HALF, _gemm(M // 8, H // 8, H, 8)) + pair(HALF, _gemm(M // 8, F // 8, H, 8)) + 2 * HALF * per_byte
     rest = 4 * HALF * per_byte  # the embedding's all-reduce (2 HALF), the head's gather and reduce-scatter
     # 2 row-parallel outputs (o, fc2) x 2 forwards x 80 layers x 4,096 x 8,192 values x 2 B x (1 + 1/8)
     sums = 2 * 2 * L * M * H * 2 * (1 + 1 / 8) / achievable_bandwidth(H100)
@@ -158,6 +164,11 @@ def test_stacked_partials_are_summed_in_the_runs_dtype() -> None:
     assert layout_int(reduced_partials(whole), est.values) == 4_294_967_296
     assert _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100) == pytest.approx(
         4_831_838_208 / achievable_bandwidth(H100), rel=1e-12)
+    # TE's ring-exchanged reduce-scatter (split_overlap_rs P2P: reduce_bf16 over the t received chunks) sums the
+    # same way, for the linears whose forward it runs: fc2's alone is half of the two (o's and fc2's outputs are h wide)
+    assert layout_int(reduced_partials(whole, names=("fc2",)), est.values) == 4_294_967_296 // 2
+    assert _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100, ("fc2",)) == pytest.approx(
+        4_831_838_208 / 2 / achievable_bandwidth(H100), rel=1e-12)
 
 
 def test_async_tp_is_decided_once() -> None:
@@ -246,6 +257,15 @@ def test_userbuffers_run_their_gemms_in_parts() -> None:
     assert "each overlap runs its GEMM in parts" in " ".join(step.model())
     b200 = step_time(estimate("llama-3-70b", **MARGIN_KW), "b200")
     assert b200.ub_margin_s == 0 < b200.ub_split_s
+    # Megatron-Bridge's fp8 config runs o's and fc2's forward reduce-scatters as ring exchanges (1 SM, the margin):
+    # 8 GEMMs of 512 tokens each, and each rank sums the 8 chunks it receives (RING_REDUCE, in the TP time)
+    ring = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192",
+                              **MARGIN_KW), "h100-sxm")
+    ring_parts = parts - (_gemm(M, H // 4, H // 8, 4) - _gemm(M, H, H // 8) + _gemm(M, H // 4, F // 8, 4)
+                          - _gemm(M, H, F // 8)) + (_gemm(M // 8, H, H // 8, 8) - _gemm(M, H, H // 8)
+                                                    + _gemm(M // 8, H, F // 8, 8) - _gemm(M, H, F // 8))
+    assert ring.ub_split_s == pytest.approx(L * ring_parts, rel=1e-9)
+    assert "proj_fprop and fc2_fprop reduce-scatter by ring exchange" in " ".join(ring.model())
 
 
 def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:

@@ -66,8 +66,9 @@ from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whol
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
-from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, TP_OVERLAP_PAIRS, exposed_s,
-                                                         overlap_forms, overlap_time, reduced_partials, tp_traffic)
+from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, MICRO_PIPELINE_PARTS, RING_REDUCE,
+                                                         TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_time, reduced_partials,
+                                                         tp_traffic)
 from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
@@ -336,7 +337,9 @@ class StepTime:
     async_tp: bool = False  # PyTorch's AsyncTP (``Options.async_tp``): what its pattern matcher leaves whole
     # TE userbuffers' SM margins (tp_overlap.overlap_time): the seconds they add to the GEMMs (in compute_s), the config
     ub_margin_s: float = 0.0
-    ub_split_s: float = 0.0  # and the seconds their split GEMMs run past the whole products' (in compute_s)
+    # the seconds the overlaps' GEMMs, run in parts (TE's userbuffers, PyTorch's AsyncTP), take past the whole
+    # products' (tp_overlap.overlap_time; in compute_s)
+    ub_split_s: float = 0.0
     ub_config: str = "te"
     moe_dispatcher: str = "alltoall"  # --moe-dispatcher: how the expert-parallel all-to-alls send tokens
     moe_a2a_overlap: bool = False  # --moe-a2a-overlap: the all-to-alls behind another micro-batch's compute
@@ -444,7 +447,10 @@ class StepTime:
                 + ("; torchtitan's AsyncTP fuses a reduce-scatter with one matmul's output only and inside the "
                    "compiled blocks only: the backward's reduce-scatters of the summed input gradients of wq, wk, wv "
                    "and w1, w3 and the head's and embedding's collectives stay whole, and each fused reduce-scatter "
-                   f"sums its t stacked partials in a memory-bound pass of its own ({cite(MICRO_PIPELINE_LIMITS)})"
+                   f"sums its t stacked partials in a memory-bound pass of its own ({cite(MICRO_PIPELINE_LIMITS)}); "
+                   "each fused pair's GEMMs run as t matmuls of 1/t of the tokens, one per rank's shard, each at its "
+                   f"shape's measured rate: {self.ub_split_s:.3g} s a step more than the whole products "
+                   f"({cite(MICRO_PIPELINE_PARTS)})"
                    if self.async_tp else "")
                 + ("; under torchtitan's Float8 tensor parallelism (--fp8 tensorwise) the all-gathers move 8-bit "
                    "tensors, the reduce-scatters 16-bit ones" if self.fp8 == "tensorwise" and self.framework ==
@@ -537,6 +543,11 @@ def ub_margin_note(config: str, hw: GPU, seconds: float, split_s: float = 0.0) -
     parts = (f"; each overlap runs its GEMM in parts, a ring exchange t GEMMs of 1/t of the tokens, a pipelined "
              f"reduce-scatter {PIPELINE_SPLITS} of 1/{PIPELINE_SPLITS} of the output features, each part at its "
              f"shape's measured rate: {split_s:.3g} s a step more than the whole products ({cite(GEMM_SPLITS)})")
+    ring = [f"{name}_fprop" for name in ("proj", "fc2") if getattr(comms.get(f"{name}_fprop"), "method", "")
+            == "ring_exchange"]
+    if ring:
+        parts += (f"; {' and '.join(ring)} reduce-scatter by ring exchange and sum the t chunks each rank receives in "
+                  f"a pass of their own at the memory bandwidth, in the TP time ({cite(RING_REDUCE)})")
     if hw.sms is None:
         return (f"; userbuffers' SMs taken from the GEMMs they overlap ({config}: {taken}; {source}) not timed: no SM "
                 f"count for the {hw.name}{parts}")
@@ -1195,9 +1206,13 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             # TE's userbuffers take SMs from the GEMMs they overlap (symbolic/userbuffers.py); not AsyncTP's kernels
             ub = {} if opts.async_tp else UB_CONFIGS[opts.tp_comm_overlap_cfg]
             pairs, margin_micro, split_micro = overlap_time(forms, values, share, modules, t, p, opts.cp,
-                                                            tp_micro / total, _gemm_rate(hw), ub, hw.sms)
-            tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw)
-                                              if opts.async_tp else 0.0)
+                                                            tp_micro / total, _gemm_rate(hw), ub, hw.sms,
+                                                            micro_pipeline=opts.async_tp)
+            # the partial chunks a fused or ring-exchanged reduce-scatter sums in a pass of its own
+            ring = tuple(name for name in ("proj", "fc2")
+                         if getattr(ub.get(f"{name}_fprop"), "method", "") == "ring_exchange")
+            tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw, ring)
+                                              if opts.async_tp or ring else 0.0)
             micro += margin_micro + split_micro
     # the dispatched volume is what the experts gather, read off a graph that saves it (recompute drops saved tensors)
     sizes = est.model.sizes
@@ -1259,11 +1274,14 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     muon=muon, p2p_overlap=opts.p2p_overlap)
 
 
-def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU) -> Any:
-    """Seconds of one micro-batch's fused reduce-scatters' own sums under PyTorch's AsyncTP (``tp_overlap``'s NOTE):
-    each forward's (and full recompute's rerun of) row-parallel outputs, read whole in the activation dtype and
-    written over t, on a GPU of the busiest stage at the bandwidth a streaming kernel reaches."""
-    partials = _bytes(reduced_partials(whole), values) * (1 + share) / p / cp
+def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU,
+                   names: tuple[str, ...] = ()) -> Any:
+    """Seconds of one micro-batch's fused reduce-scatters' own sums under PyTorch's AsyncTP (``tp_overlap``'s NOTE),
+    or of the ring-exchanged ones under TE's userbuffers (``names``: the linears whose forward reduce-scatter a ring
+    exchange runs, ``tp_overlap.RING_REDUCE``): each forward's (and full recompute's rerun of) row-parallel outputs,
+    read whole in the activation dtype and written over t, on a GPU of the busiest stage at the bandwidth a
+    streaming kernel reaches."""
+    partials = _bytes(reduced_partials(whole, names=names), values) * (1 + share) / p / cp
     return partials * (1 + 1 / t) / achievable_bandwidth(hw)
 
 

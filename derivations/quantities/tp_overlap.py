@@ -52,11 +52,19 @@ from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.userbuffers import UbComm, ub_gemm
 
-__all__ = ["MICRO_PIPELINE_LIMITS", "OverlapTime", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s", "overlap_forms",
-           "overlap_time", "reduced_partials", "tp_traffic"]
+__all__ = ["MICRO_PIPELINE_LIMITS", "MICRO_PIPELINE_PARTS", "OverlapTime", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s",
+           "RING_REDUCE", "overlap_forms", "overlap_time", "reduced_partials", "tp_traffic"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
+#: How PyTorch's micro-pipeline TP runs a fused pair's GEMMs: one per rank's shard of M/t rows.
+MICRO_PIPELINE_PARTS = Citation("pytorch-micro-pipeline-tp", "torch/distributed/_symmetric_memory "
+                                "_fused_all_gather_matmul_impl: mm_out_op(shard, B) per rank's shard; "
+                                "_fused_matmul_reduce_scatter_impl: A.chunk(group.size()), mm_out_op(A_shards[rank], B)")
+#: A ring-exchanged reduce-scatter's own sum: the t chunks of M/t rows each rank receives, added in a kernel after
+#: the exchange on the main stream.
+RING_REDUCE = Citation("te-comm-gemm-overlap", "CommOverlapP2PBase::split_overlap_rs: reduce_bf16(reduce_buf_ptr, "
+                       "rs_output_ptr, _tp_size, _ubufs[0].numel(), stream_main) after the last send")
 #: What torchtitan's AsyncTP leaves whole (module NOTE(tp_overlap)).
 MICRO_PIPELINE_LIMITS = Citation("pytorch-micro-pipeline-tp", "fuse_matmul_reduce_scatter (a reduce-scatter of one "
                                  "matmul's output only); symm_mem _fused_matmul_reduce_scatter_impl's reduce_fn over "
@@ -217,7 +225,7 @@ class OverlapTime(NamedTuple):
 
 def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool, t: int, p: int, cp: int,
                  per_byte: Any, rate: Callable[[str, Any, Any, Any], Any], ub: Mapping[str, UbComm] = {},
-                 sms: int | None = None) -> OverlapTime:
+                 sms: int | None = None, micro_pipeline: bool = False) -> OverlapTime:
     """``overlap_forms``' rounds of one micro-batch on a GPU of the busiest stage, walked once, each GEMM timed once.
 
     ``pairs``: (transfer seconds unhidden, GEMM seconds): the bytes over p stages and cp ranks at ``per_byte``
@@ -241,6 +249,11 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
     data gradients' (dgrad) and the weight gradients' (wgrad: behind no pair, timed for the SMs taken only; a bulk
     overlap there runs the reduce-scatter of the collective the pair moves). ``sms`` None (no SM count for the
     GPU): 0, not timed.
+
+    ``split_s``: the seconds the pairs' GEMMs run past their whole products' because the overlap runs each in
+    parts, each part at its own shape's rate (``rate``): TE's userbuffers as ``UbComm.splits`` says (``GEMM_SPLITS``,
+    the SMs taken counted on the parts); PyTorch's micro-pipeline TP (``micro_pipeline``) t parts of M/t rows,
+    one ``mm`` per rank's shard, for each fused pair's GEMMs (``MICRO_PIPELINE_PARTS``).
 
     >>> gemm = (2 * 8192 * 8192 * 8192, 8192, 8192, 8192, False, "proj")  # one h x h GEMM of 8,192 tokens
     >>> forms = (("layer", ((0, False, (gemm,)),), (), ()),)
@@ -266,7 +279,8 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
             if phase == "wgrad" and not n:  # behind no pair: timed only where it loses SMs
                 continue
             whole_s = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
-            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate, comm.splits(t)) if comm else whole_s
+            splits = comm.splits(t) if comm else (t, 1) if micro_pipeline else (1, 1)  # MICRO_PIPELINE_PARTS
+            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate, splits) if splits != (1, 1) else whole_s
             parts += seconds - whole_s  # its parts' rate, past the whole product's (GEMM_SPLITS)
             alone += seconds
             if n and whole:
@@ -299,11 +313,14 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
 
 
 @per_graph
-def reduced_partials(graph: Graph) -> Any:
+def reduced_partials(graph: Graph, names: tuple[str, ...] = ()) -> Any:
     """Bytes of the decoder layers' row-parallel outputs (M x out per linear, whole model, times the layers'
     repeat), in the dtype their matmul writes, its input's (the activation dtype, as ``tp_traffic`` reads the
     reduce-scatter's): what PyTorch's fused matmul-reduce-scatter stacks per forward and sums in a pass of its own
     (module NOTE(tp_overlap)); on a GPU each is read whole (its M/cp rows, t partial chunks) and written over t.
+    ``names``: only the linears of those TE names (``symbolic.userbuffers.ub_gemm``: "proj", "fc2"), the ones whose
+    forward reduce-scatter a userbuffers ring exchange runs, whose t received chunks TE sums the same way
+    (``RING_REDUCE``); empty: every one.
 
     >>> from memderive.derivations.estimate import estimate
     >>> from memderive.derivations.quantities.compute import whole_model
@@ -314,7 +331,7 @@ def reduced_partials(graph: Graph) -> Any:
     total: Any = 0
     for blk in graph.blocks:
         for c in tp_traffic(blk) if blk.name == "layer" else ():
-            if c.kind == "row":  # its forward product: rows (M) x weight (out, in/t)
+            if c.kind == "row" and (not names or ub_gemm(c.op.path, True) in names):  # rows (M) x weight (out, in/t)
                 rows, weight = c.op.flops[0].operands
                 total += blk.repeat * rows.numel * weight.shape[0] * rows.dtype.nbytes
     return total
