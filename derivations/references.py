@@ -308,6 +308,10 @@ _ENTRIES: tuple[Reference, ...] = (
               "consumption of NCCL (4 A100, NVLink)", 2023, "github.com/NVIDIA/nccl/issues/964", "report"),
     Reference("nccl-alltoall-1685", "NVIDIA/nccl#1685", "kwen2501", "NCCL issue 1685: all-to-all triggers many "
               "channels and a large memory usage (8 H100)", 2025, "github.com/NVIDIA/nccl/issues/1685", "report"),
+    Reference("nccl-sms-689", "NVIDIA/nccl#689", "korsaka, sjeaugey", "NCCL issue 689: do NCCL's all-reduce kernels "
+              "slow down compute kernels? The maintainer: one CUDA block per channel, limited by what one SM moves; "
+              "'NCCL CTAs won't share an SM with compute kernels'; 'on DGX with 8 NICs ... it would use 16 SMs'", 2023,
+              "github.com/NVIDIA/nccl/issues/689", "report"),
     Reference("vllm-mla-common", "vLLM", "vLLM project", "vLLM: vllm/v1/attention/backends/mla/common.py", None,
               "github.com/vllm-project/vllm/blob/main/vllm/v1/attention/backends/mla/common.py", "code"),
     Reference("vllm-gpu-worker", "vLLM", "vLLM project", "vLLM: vllm/v1/worker/gpu_worker.py", None,

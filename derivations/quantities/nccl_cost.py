@@ -65,8 +65,8 @@ from memderive.symbolic.lazy import lazy
 
 np = lazy("numpy")
 
-__all__ = ["NCCL_COST", "NCCL_ARCH", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s", "latency_us",
-           "algorithm_bandwidth"]
+__all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
+           "collective_sms", "latency_us", "algorithm_bandwidth"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -159,6 +159,23 @@ def net_channel_bw(row: int, port: float) -> float:
     """
     gbs = port / 1e9
     return next((s for s in SPEEDS_INTER[row] if s <= gbs), gbs)
+
+
+def collective_sms(ppn: Any) -> Any:
+    """SMs a GPU's NCCL kernel holds while a collective whose group spans nodes runs: one CUDA block per channel,
+    each on an SM of its own that no compute kernel shares (``NCCL_SMS``), two channels per NIC (the search's one,
+    doubled by ``ncclTopoDupChannels``, search.cc:1036), one NIC per GPU of the group in a node (``bus_bandwidth``).
+
+    >>> collective_sms(8)  # a DGX's 8 GPUs, 8 NICs: the maintainer's "16 SMs"
+    16
+    """
+    return 2 * ppn
+
+
+#: NCCL's kernel and the compute beside it: one block per channel, on an SM no compute kernel shares.
+NCCL_SMS = Citation("nccl-sms-689", "one CUDA block per channel, each limited by one SM; NCCL CTAs won't share an SM "
+                    "with compute kernels; 16 SMs on a DGX with 8 NICs", also=(Citation("nccl-search",
+                    "ncclTopoDupChannels: two channels per NIC"),))
 
 
 def bus_bandwidth(gpu: GPU, ppn: Any, port: float, intra: float) -> Any:

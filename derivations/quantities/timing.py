@@ -62,6 +62,7 @@ from memderive.derivations.quantities.host_timeline import HOST_COST_SOURCE
 from memderive.derivations.hardware import GPU, gpu as lookup
 from memderive.derivations.quantities.cluster import (ALL_REDUCE_SOURCE, GPUS_PER_NODE, NCCL, NCCL_COST, Cluster,
                                                       all_reduce_fraction, group_span)
+from memderive.derivations.quantities.nccl_cost import NCCL_SMS, collective_sms
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
@@ -352,12 +353,14 @@ class StepTime:
     zero2: str = ""
     activation_offload_layers: int = 0  # --activation-offload-layers (activation_offload.py)
     activation_offload_s: Any = 0.0  # its host copies not hidden behind the other layers' compute
+    # the compute the hidden data-parallel collectives across nodes take, holding NCCL's SMs (nccl_cost.NCCL_SMS)
+    dp_sm_s: Any = 0.0
     muon: str = ""  # --optimizer muon: "layer-wise" under --zero 1 (its distributed optimizer), "whole" otherwise
     p2p_overlap: bool = True  # Options.p2p_overlap: Megatron-Core's interleaved sends behind compute
 
     @property
     def step_s(self) -> float:
-        return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.ep_s + self.cp_s
+        return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.dp_sm_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
                 + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s + self.fp8_cast_s
                 + self.activation_offload_s)
@@ -484,7 +487,12 @@ class StepTime:
                 f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}), the last bucket's reduce-scatter and the "
                 f"first's all-gather (interleaved: each chunk's whole gather before its first forward) with nothing to "
                 f"hide behind ({cite(BUCKET_PIPELINE_SOURCE)}); "
-                "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) "
+                + (f"the data-parallel collectives across nodes that run hidden hold NCCL's channels, one SM each "
+                   f"that no compute kernel shares, two per GPU of the group in a node (16 of a DGX's 8), and the "
+                   f"compute beside them loses that share of the GPU's SMs while they run: {self.dp_sm_s:.3g} s a "
+                   f"step ({cite(NCCL_SMS)}; inside a node, on NVLink alone, not timed); "
+                   if self.dp_sm_s else "")
+                + "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) "
                 + ("behind another micro-batch's compute (--moe-a2a-overlap: Megatron-Core's combined 1F1B, the "
                    "steady state's forward beside a backward, layer by layer: combine behind attention, dispatch "
                    "behind the experts' GEMMs, each one's excess exposed; the warmup's forwards and the cooldown's "
@@ -518,7 +526,8 @@ class StepTime:
     def to_json(self) -> dict[str, Any]:
         return {"gpu": self.gpu.name, "efficiency": self.efficiency, "step_time_s": self.step_s,
                 "compute_time_s": self.compute_s, "bubble_time_s": self.bubble_s, "tp_comm_time_s": self.tp_s,
-                "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "ep_comm_time_s": self.ep_s,
+                "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "dp_sm_time_s": self.dp_sm_s,
+                "ep_comm_time_s": self.ep_s,
                 "cp_comm_time_s": self.cp_s, "elementwise_time_s": self.elementwise_s, "eager_kernels_time_s": self.eager_s,
                 "fp8_cast_time_s": self.fp8_cast_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
@@ -1236,16 +1245,27 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
     muon = ("layer-wise" if opts.layer_wise else "whole") if opts.optimizer == "muon" else ""
     # Megatron-LM reduces the gradients over the data- and context-parallel ranks together (t apart)
+    dp_sm_s: Any = 0.0
     if opts.grad_sync == "deepspeed":
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
-        # Muon's layer-wise optimizer (Options.layer_wise): ZeRO 0's all-reduce, then the weights gathered
-        dp_s = data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m,
-                               micro + memory_micro, weights, p, v, edge, data_parallel_calls(est, zero),
-                               expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
-                               gather_after=opts.layer_wise, overlap_reduce=not (muon == "whole" and opts.framework == "megatron"),
-                               bucketed=opts.framework == "megatron" and zero < 3)
+
+        def data_parallel(behind: Any) -> Any:  # not hidden behind ``behind`` seconds of a micro-batch's compute
+            # Muon's layer-wise optimizer (Options.layer_wise): ZeRO 0's all-reduce, then the weights gathered
+            return data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m, behind,
+                                   weights, p, v, edge, data_parallel_calls(est, zero),
+                                   expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
+                                   gather_after=opts.layer_wise,
+                                   overlap_reduce=not (muon == "whole" and opts.framework == "megatron"),
+                                   bucketed=opts.framework == "megatron" and zero < 3)
+
+        dp_s = data_parallel(micro + memory_micro)
+        # what runs hidden holds NCCL's SMs, across nodes (NCCL_SMS): the compute beside it loses their share
+        inside, nodes = group_span(d * opts.cp, t, cluster.gpus_per_node)
+        if hw.sms and bool(np.any(nodes > 1)):
+            hidden = maximum(0.0, data_parallel(0.0) - dp_s)
+            dp_sm_s = where(nodes > 1, hidden * collective_sms(inside) / hw.sms, 0.0)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
     model_flops = est.number("model_flops") * m * d
     offload = None
@@ -1264,7 +1284,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     zero3_ranks=d * opts.cp if zero == 3 else 0,
                     param_offload=opts.optimizer if opts.offload_params else None, framework=opts.framework,
                     elementwise_s=m * elementwise_micro, unfused=runs_unfused(est), tp_comm_overlap=opts.tp_comm_overlap,
-                    async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_split_s=m * split_micro,
+                    async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_split_s=m * split_micro, dp_sm_s=dp_sm_s,
                     ub_config=opts.tp_comm_overlap_cfg,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
                     fp8_param_gather=opts.fp8_param_gather,
