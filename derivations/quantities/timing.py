@@ -1263,7 +1263,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = data_parallel(micro + memory_micro)
         # what runs hidden holds NCCL's SMs, across nodes (NCCL_SMS): the compute beside it loses their share
         inside, nodes = group_span(d * opts.cp, t, cluster.gpus_per_node)
-        if hw.sms and bool(np.any(nodes > 1)):
+        if hw.sms and (is_column(nodes) or nodes > 1):  # a column of layouts: cell by cell (no numpy on one layout)
             hidden = maximum(0.0, data_parallel(0.0) - dp_s)
             dp_sm_s = where(nodes > 1, hidden * collective_sms(inside) / hw.sms, 0.0)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
