@@ -51,6 +51,12 @@ ub_cfg_h100_h6144_tp2_mbs2_seqlen2048 are the same at tags 24.05 to 24.12 (24.09
 20 SMs with the margin; 121c975d, 2024-08-02, after the tag, made fc2_fprop a ring exchange of 1 SM);
 ``ub_cfg_h100_h12288_tp4_mbs2_seqlen2048`` the file of that name from tag 24.09 on (none at 24.07; L55-58 fc2_fprop
 ring_exchange num_sm 1 set_sm_margin 1): 24 and 1.
+``ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192``: the yaml the dgxc Llama 3.1 405B rows select (llama3_1_405b.yaml's
+defaults list at launcher tag 24.09, BF16 and FP8 rows alike), read at 0937882d: bulk qkv_dgrad 2, qkv_wgrad 24,
+fc1_dgrad 2, fc1_wgrad 2 without a margin; qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad ring_exchange with
+``aggregate: 1`` (TE's split_overlap_ag then runs t/2 GEMMs of two chunks each); proj_fprop pipeline 24 and
+fc2_fprop pipeline 8 with the margin, num_splits 4: Megatron-Bridge's
+userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192 but for the aggregate (Bridge's rings: aggregate=False).
 ``dgxc_gpt3_175b_hydra``: the inline ``model.ub_tp_comm_overlap_cfg`` of NVIDIA/dgxc-benchmarking's
 nemo_megatron/gpt3_175b_hydra.yaml (L176-220 at v25.01, 143b90dd91f9; the same lines at v24.11.1, 35a9aecc8d5b, and
 v25.02, 8f5cbb3799ea), the config its configure.sh passes NeMo (``--config-name=gpt3_${MODEL_SIZE}_hydra.yaml``)
@@ -59,10 +65,12 @@ fc1_dgrad 2, fc1_wgrad 4 SMs with set_sm_margin 0; qkv_fprop, proj_dgrad, fc1_fp
 (no num_sm: TE 1.9 on's default 1; no margin); proj_fprop pipeline num_sm 24 and fc2_fprop pipeline num_sm 20, both
 set_sm_margin 1.
 
->>> UB_CONFIGS["te"]["qkv_wgrad"], UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]["fc2_fprop"]
-(UbComm(method='bulk', num_sm=16, margin=True), UbComm(method='ring_exchange', num_sm=1, margin=True))
+>>> UB_CONFIGS["te"]["qkv_wgrad"]
+UbComm(method='bulk', num_sm=16, margin=True, aggregate=False)
+>>> UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]["fc2_fprop"]
+UbComm(method='ring_exchange', num_sm=1, margin=True, aggregate=False)
 >>> UB_CONFIGS["te_v1"]["fc2_fprop"], UB_CONFIGS["te_v1"]["qkv_fprop"].busy  # 16 SMs while it sends; a copy engine
-(UbComm(method='pipeline', num_sm=16, margin=False), 0)
+(UbComm(method='pipeline', num_sm=16, margin=False, aggregate=False), 0)
 >>> {name: c.num_sm for name, c in UB_CONFIGS["ub_cfg_h100_h12288_tp4_mbs1_seqlen2048_24.07"].items() if c.busy}
 {'qkv_dgrad': 4, 'qkv_wgrad': 8, 'fc1_dgrad': 2, 'fc1_wgrad': 4, 'proj_fprop': 24, 'fc2_fprop': 20}
 """
@@ -74,7 +82,8 @@ from typing import NamedTuple
 from memderive.symbolic.formula import Citation
 
 __all__ = ["BRIDGE_UB", "DGXC_GPT3_UB", "GEMM_SPLITS", "NEMO_LAUNCHER_UB", "PIPELINE_SPLITS", "SM_MARGIN",
-           "TE_UB_DEFAULTS", "TE_V1_UB_DEFAULTS", "UB_BUSY", "UB_CONFIGS", "UbComm", "ub_gemm", "ub_source"]
+           "TE_UB_DEFAULTS", "TE_V1_UB_DEFAULTS", "UB_BUSY", "UB_CONFIGS", "UbComm", "ring_reduce_scatters", "ub_gemm",
+           "ub_source"]
 
 SM_MARGIN = Citation("te-comm-gemm-overlap", "CommOverlapCore: _math_sms = set_sm_margin ? sm_count - "
                                              "num_comm_sm : sm_count, the overlapped GEMM launched on _math_sms")
@@ -87,14 +96,16 @@ TE_V1_UB_DEFAULTS = Citation("te-userbuffers", "1.8.0.dev0 (NeMo 24.07's; 7d576e
                                                "16, set_sm_margin 0 for every GEMM no config names (v1.9-v1.13 the "
                                                "same margin)")
 NEMO_LAUNCHER_UB = Citation("nemo-launcher-tp-overlap", "ub_cfg_h100_*.yaml at tag 24.07 (the 175B's mbs1 file; "
-                            "the mbs2 file at 24.09), each selected by a model yaml's defaults list (L3): bulk "
-                            "overlaps set_sm_margin 0; proj_fprop, fc2_fprop num_sm with set_sm_margin 1")
+                            "the mbs2 file and the 405B's tp8 cp2 file, its rings aggregate 1, at 24.09), each "
+                            "selected by a model yaml's defaults list (L3): bulk overlaps set_sm_margin 0; proj_fprop, "
+                            "fc2_fprop num_sm with set_sm_margin 1")
 BRIDGE_UB = Citation("megatron-bridge-comm-overlap", "userbuffers_* TransformerLayerTPOverlapCfg, selected by "
                                                      "scripts/performance/configs/llama*: comm_overlap_cfg")
 GEMM_SPLITS = Citation("te-comm-gemm-overlap", "CommOverlapP2PBase::split_overlap_ag and split_overlap_rs: "
-                       "n_chunk = n / tp_size, one nvte_cublas_gemm per rank's chunk of tokens (aggregate, which "
-                       "pairs them, false); CommOverlapBase::split_overlap_rs: m_chunk = m / _num_splits, one "
-                       "nvte_cublas_gemm per num_splits chunk of the weight's output rows")
+                       "n_chunk = n / tp_size, one nvte_cublas_gemm per rank's chunk of tokens (with _aggregate, "
+                       "num_steps = _tp_size / 2 GEMMs of n_chunk * 2); CommOverlapBase::split_overlap_rs: "
+                       "m_chunk = m / _num_splits, one nvte_cublas_gemm per num_splits chunk of the weight's output "
+                       "rows")
 #: num_splits of a pipelined reduce-scatter: 4 in every config ``UB_CONFIGS`` holds (Megatron-Bridge's
 #: PipelineOverlapCfg(..., num_splits=4, ...), the launcher yamls' ``num_splits: 4``) and TE's default where a config
 #: names none (v2.9 base.py get_default_config ``"num_splits": tp_size if method == "ring_exchange" else 4``; 1.x
@@ -110,6 +121,7 @@ class UbComm(NamedTuple):
     method: str  # "bulk", "pipeline" or "ring_exchange"
     num_sm: int  # num_sm: the CTAs of its communication kernel
     margin: bool  # set_sm_margin: the GEMM launched on sm_count - num_sm for its whole time
+    aggregate: bool = False  # a ring-exchanged all-gather's aggregate: its chunks GEMMed two at a time
 
     @property
     def busy(self) -> int:
@@ -119,25 +131,28 @@ class UbComm(NamedTuple):
 
     def splits(self, t: int) -> tuple[int, int]:
         """The parts the overlap cuts its GEMM's output into, (rows, columns) of the per-GPU product ``(tokens) x
-        (features)``, one cuBLAS GEMM each (``GEMM_SPLITS``): a ring exchange t GEMMs of 1/t of the tokens, a
-        pipelined reduce-scatter ``PIPELINE_SPLITS`` of 1/4 of the output features, a bulk overlap the GEMM whole.
+        (features)``, one cuBLAS GEMM each (``GEMM_SPLITS``): a ring exchange t GEMMs of 1/t of the tokens (with
+        ``aggregate``, t/2 of 2/t: ``num_steps = _tp_size / 2`` GEMMs of ``n_chunk * 2`` rows), a pipelined
+        reduce-scatter ``PIPELINE_SPLITS`` of 1/4 of the output features, a bulk overlap the GEMM whole.
 
         >>> UbComm("ring_exchange", 1, False).splits(8), UbComm("pipeline", 24, True).splits(8)
         ((8, 1), (1, 4))
+        >>> UbComm("ring_exchange", 1, False, aggregate=True).splits(8)
+        (4, 1)
         """
         if self.method == "ring_exchange":
-            return (t, 1)
+            return (max(t // 2, 1) if self.aggregate else t, 1)
         return (1, PIPELINE_SPLITS) if self.method == "pipeline" else (1, 1)
 
 
 def _layer(bulk: tuple[int, int, int, int], proj: UbComm, fc2: UbComm, ring: int = 1,
-           margin: bool = False) -> dict[str, UbComm]:
+           margin: bool = False, aggregate: bool = False) -> dict[str, UbComm]:
     """A layer's ten communicators: the bulk overlaps qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad on ``bulk`` SMs
     (``margin``: with set_sm_margin); the ring exchanges qkv_fprop, proj_dgrad, fc1_fprop, fc2_dgrad on ``ring``
-    without one; proj_fprop and fc2_fprop as given."""
+    without one (``aggregate`` as set); proj_fprop and fc2_fprop as given."""
     named = dict(zip(("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"), (UbComm("bulk", n, margin) for n in bulk)))
-    named |= {name: UbComm("ring_exchange", ring, False) for name in ("qkv_fprop", "proj_dgrad", "fc1_fprop",
-                                                                        "fc2_dgrad")}
+    named |= {name: UbComm("ring_exchange", ring, False, aggregate) for name in ("qkv_fprop", "proj_dgrad",
+                                                                                   "fc1_fprop", "fc2_dgrad")}
     return named | {"proj_fprop": proj, "fc2_fprop": fc2}
 
 
@@ -160,6 +175,7 @@ UB_CONFIGS: dict[str, dict[str, UbComm]] = {
     "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192": _layer((2, 24, 2, 2), _RING1, _RING1),
     "userbuffers_bf16_b200_h16384_tp4_cp2_mbs1_seqlen8192": _layer((8, 24, 2, 2), _pipe(32), _pipe(8)),
     "userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192": _layer((8, 32, 2, 8), _RING1, _RING1),
+    "ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192": _layer((2, 24, 2, 2), _pipe(24), _pipe(8), aggregate=True),
     "ub_cfg_h100_h8192_tp4_mbs1_seqlen4096": _layer((8, 16, 2, 4), _pipe(24), _pipe(16), ring=16),
     "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192": _layer((4, 24, 2, 4), _pipe(24), _pipe(16), ring=16),
     "ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192": _layer((4, 24, 2, 4), _pipe(24), _pipe(16), ring=16),
@@ -168,6 +184,17 @@ UB_CONFIGS: dict[str, dict[str, UbComm]] = {
     "ub_cfg_h100_h12288_tp4_mbs2_seqlen2048": _layer((4, 4, 2, 4), _pipe(24), _RING1, ring=16),
     "dgxc_gpt3_175b_hydra": _layer((4, 8, 2, 4), _pipe(24), _pipe(20)),
 }
+
+
+def ring_reduce_scatters(config: dict[str, UbComm]) -> tuple[str, ...]:
+    """The row-parallel linears (TE's names) whose forward reduce-scatter ``config`` runs as a ring exchange, whose
+    received chunks each rank sums in a pass of its own (``tp_overlap.RING_REDUCE``).
+
+    >>> ring_reduce_scatters(UB_CONFIGS["userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192"]), ring_reduce_scatters({})
+    (('proj', 'fc2'), ())
+    """
+    return tuple(name for name in ("proj", "fc2") if getattr(config.get(f"{name}_fprop"), "method", "")
+                 == "ring_exchange")
 
 
 def ub_source(name: str) -> Citation:

@@ -937,8 +937,9 @@ _NEMO_GPT3_DROPOUT = "dropout 0.1 as the launcher's gpt3/175b.yaml L74-75 at 24.
 #: 70B's defaults list selects ub_cfg_h100_h8192_tp4_mbs1_seqlen8192 (L3: ``_DGXC_70B``), the 405B's
 #: ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192 by name on BF16 and FP8 rows alike (L3; configure.sh only flips
 #: its proj_fprop and fc2_fprop fp8_buf): that yaml's SMs (bulk overlaps without a margin, proj_fprop 24 and
-#: fc2_fprop 8 with one) are Megatron-Bridge's userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192, the key
-#: memderive has them under (``_DGXC_405B_UB``). The 70B page's VP 5 is taken, as the page says to keep it, where
+#: fc2_fprop 8 with one) are Megatron-Bridge's userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192, but its four
+#: ring exchanges set aggregate 1 (Bridge's: False), so the rows run the yaml under its own name
+#: (``_DGXC_405B_UB``; symbolic/userbuffers.py). The 70B page's VP 5 is taken, as the page says to keep it, where
 #: llama3_1_70b.yaml L62 sets 10.
 #: Llama 3.1 8B and 70B have Llama 3's shapes (the yamls' num_layers, hidden_size, ffn_hidden_size, heads, query
 #: groups: the ``llama-3-8b`` / ``llama-3-70b`` presets; 3.1 changes RoPE's frequencies and the context, not a shape);
@@ -999,7 +1000,7 @@ def _dgxc_llama(size: str, model: Any, base: dict, columns: list[tuple], fp8: bo
 _DGXC_8B = {"cp": 2}
 _DGXC_70B = {"tp": 4, "pp": 4, "cp": 2, "virtual_stages": 5,
              "tp_comm_overlap_cfg": "ub_cfg_h100_h8192_tp4_mbs1_seqlen8192"}
-_DGXC_405B_UB = {"tp_comm_overlap_cfg": "userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192"}
+_DGXC_405B_UB = {"tp_comm_overlap_cfg": "ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192"}
 _DGXC_405B = {"tp": 8, "pp": 9, "cp": 2, "virtual_stages": 7, **_DGXC_405B_UB}
 _DGXC_405B_PROXY = {32: (7, 1, None), 96: (21, 3, 7), 192: (42, 3, 7)}  # configure.sh L86-100
 

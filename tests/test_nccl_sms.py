@@ -1,7 +1,8 @@
 """The data-parallel collectives that run hidden behind compute still hold NCCL's SMs: one CUDA block per channel,
 each on an SM no compute kernel shares (NVIDIA/nccl#689, the maintainer: "NCCL CTAs won't share an SM with compute
 kernels"; "on DGX with 8 NICs ... it would use 16 SMs"), two channels per NIC (``ncclTopoDupChannels``), one NIC per
-GPU of the group in a node. The compute beside them runs on the rest for the time they run. By hand."""
+GPU of the group in a node. The compute beside them runs on the rest for the time they run. The share by hand; the
+seconds the collectives run from the cluster's model of each (tests/test_nccl_cost.py checks it)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,19 @@ def test_a_hidden_all_reduce_across_nodes_takes_16_of_the_h100s_132_sms_while_it
     assert 0 <= step.dp_s < whole
     assert step.dp_sm_s == pytest.approx((whole - step.dp_s) * 16 / 132, rel=1e-9)
     assert step.dp_sm_s > 0 and step.step_s == pytest.approx(replace(step, dp_sm_s=0.0).step_s + step.dp_sm_s)
-    assert "16 of a DGX's 8" in " ".join(step.model())
+    assert "16 when all 8 of a DGX's are in it" in " ".join(step.model())
     assert step.to_json()["dp_sm_time_s"] == step.dp_sm_s
+
+
+def test_a_group_of_one_gpu_per_node_holds_two_sms() -> None:
+    """Tensor parallelism over a node's 8 GPUs, 2 data-parallel ranks 8 apart: one GPU of the group in each node, one
+    NIC, two channels: 2 of the 132 SMs while the hidden all-reduce runs."""
+    est = estimate("llama-3-8b", mode="train", batch=1, seq=4096, tp=8, sp=True, dp=2, micro_batches=8)
+    step = step_time(est, "h100-sxm")
+    grads, _ = reduced_bytes(est)
+    calls = data_parallel_calls(est, 0)
+    whole = calls * Cluster(gpu("h100-sxm")).all_reduce(grads / calls, 2, 8)
+    assert step.dp_sm_s == pytest.approx((whole - step.dp_s) * 2 / 132, rel=1e-9) and step.dp_sm_s > 0
 
 
 def test_inside_one_node_or_without_an_sm_count_nothing_is_timed() -> None:

@@ -268,6 +268,29 @@ def test_userbuffers_run_their_gemms_in_parts() -> None:
     assert "proj_fprop and fc2_fprop reduce-scatter by ring exchange" in " ".join(ring.model())
 
 
+def test_the_ring_exchanges_sum_is_in_the_tp_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fp8 config's ring-exchanged reduce-scatters (o's and fc2's forward) add their sum pass to the TP time:
+    without it the TP time is less by exactly ``_stacked_sum_s`` of the two linears (hand-checked in
+    test_stacked_partials_are_summed_in_the_runs_dtype), one micro-batch. Aggregated rings run t/2 GEMMs of two
+    chunks: the 405B's launcher yaml at TP 8, 4 GEMMs of 1,024 tokens."""
+    import memderive.derivations.quantities.timing as timing
+
+    est = estimate("llama-3-70b", tp_comm_overlap_cfg="userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", **MARGIN_KW)
+    whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
+    summed = _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100, ("proj", "fc2"))
+    with_sum = step_time(est, "h100-sxm").tp_s
+    monkeypatch.setattr(timing, "_stacked_sum_s", lambda *args: 0.0)
+    assert with_sum - step_time(est, "h100-sxm").tp_s == pytest.approx(summed, rel=1e-9) and summed > 0
+    monkeypatch.undo()
+    plain = step_time(estimate("llama-3-70b", **MARGIN_KW), "h100-sxm")
+    aggregated = step_time(estimate("llama-3-70b", tp_comm_overlap_cfg="ub_cfg_h100_bf16_h16384_tp8_cp2_mbs1_seqlen8192",
+                                    **MARGIN_KW), "h100-sxm")
+    rings = (_gemm(M // 8, QKV // 8, H, 8) - _gemm(M // 4, QKV // 8, H, 4) + _gemm(M // 8, F // 8, H, 16)
+             - _gemm(M // 4, F // 8, H, 8) + _gemm(M // 8, H // 8, H, 8) - _gemm(M // 4, H // 8, H, 4)
+             + _gemm(M // 8, F // 8, H, 8) - _gemm(M // 4, F // 8, H, 4))  # 8 parts of 512 against 4 of 1,024
+    assert plain.ub_split_s - aggregated.ub_split_s == pytest.approx(L * rings, rel=1e-9)
+
+
 def test_no_sm_margin_without_an_sm_count_or_under_async_tp() -> None:
     """A GPU without an SM count in the table (B200: no NVIDIA datasheet read gives its shipping count) times no
     margin and says so; torchtitan's AsyncTP (PyTorch's symmetric-memory kernels, not userbuffers) has none."""

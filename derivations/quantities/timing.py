@@ -95,7 +95,8 @@ from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUO
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
-from memderive.symbolic.userbuffers import GEMM_SPLITS, PIPELINE_SPLITS, SM_MARGIN, UB_BUSY, UB_CONFIGS, ub_source
+from memderive.symbolic.userbuffers import (GEMM_SPLITS, PIPELINE_SPLITS, SM_MARGIN, UB_BUSY, UB_CONFIGS,
+                                           ring_reduce_scatters, ub_source)
 from memderive.symbolic.dims import sym
 from memderive.derivations.quantities.inference import inference_graph, serving_dtypes
 from memderive.derivations.quantities.runtime import fits_gpu
@@ -488,9 +489,10 @@ class StepTime:
                 f"first's all-gather (interleaved: each chunk's whole gather before its first forward) with nothing to "
                 f"hide behind ({cite(BUCKET_PIPELINE_SOURCE)}); "
                 + (f"the data-parallel collectives across nodes that run hidden hold NCCL's channels, one SM each "
-                   f"that no compute kernel shares, two per GPU of the group in a node (16 of a DGX's 8), and the "
-                   f"compute beside them loses that share of the GPU's SMs while they run: {self.dp_sm_s:.3g} s a "
-                   f"step ({cite(NCCL_SMS)}; inside a node, on NVLink alone, not timed); "
+                   f"that no compute kernel shares, two per GPU of the group in a node (16 when all 8 of a DGX's "
+                   f"are in it), and the compute beside them loses that share of the GPU's SMs while they run: "
+                   f"{self.dp_sm_s:.3g} s a step ({cite(NCCL_SMS)}; inside a node, on NVLink alone, and MoE's expert "
+                   f"data-parallel groups not timed); "
                    if self.dp_sm_s else "")
                 + "MoE: expert-parallel all-to-alls (dispatch and combine, forward and backward) "
                 + ("behind another micro-batch's compute (--moe-a2a-overlap: Megatron-Core's combined 1F1B, the "
@@ -553,8 +555,7 @@ def ub_margin_note(config: str, hw: GPU, seconds: float, split_s: float = 0.0) -
              f"reduce-scatter {PIPELINE_SPLITS} of 1/{PIPELINE_SPLITS} of the output features, each part at its "
              f"shape's measured rate (OpenXLA's table, a side past 4,096 read at 4,096): {split_s:.3g} s a step "
              f"more than the whole products ({cite(GEMM_SPLITS)})")
-    ring = [f"{name}_fprop" for name in ("proj", "fc2") if getattr(comms.get(f"{name}_fprop"), "method", "")
-            == "ring_exchange"]
+    ring = [f"{name}_fprop" for name in ring_reduce_scatters(comms)]
     if ring:
         parts += (f"; {' and '.join(ring)} reduce-scatter by ring exchange and sum the t chunks each rank receives in "
                   f"a pass of their own at the memory bandwidth, in the TP time ({cite(RING_REDUCE)})")
@@ -1219,8 +1220,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                             tp_micro / total, _gemm_rate(hw), ub, hw.sms,
                                                             micro_pipeline=opts.async_tp)
             # the partial chunks a fused or ring-exchanged reduce-scatter sums in a pass of its own
-            ring = tuple(name for name in ("proj", "fc2")
-                         if getattr(ub.get(f"{name}_fprop"), "method", "") == "ring_exchange")
+            ring = ring_reduce_scatters(ub)
             tp_micro = exposed_s(pairs, t) + (_stacked_sum_s(whole, values, share, t, p, opts.cp, hw, ring)
                                               if opts.async_tp or ring else 0.0)
             micro += margin_micro + split_micro
@@ -1261,9 +1261,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                    bucketed=opts.framework == "megatron" and zero < 3)
 
         dp_s = data_parallel(micro + memory_micro)
-        # what runs hidden holds NCCL's SMs, across nodes (NCCL_SMS): the compute beside it loses their share
+        # what runs hidden holds NCCL's SMs, across nodes (NCCL_SMS): the compute beside it loses their share; the
+        # routed experts' own data-parallel group (expert_group) spans nodes otherwise: not timed
         inside, nodes = group_span(d * opts.cp, t, cluster.gpus_per_node)
-        if hw.sms and (is_column(nodes) or nodes > 1):  # a column of layouts: cell by cell (no numpy on one layout)
+        single = expert_group(est, grads, weights, zero) is None
+        if hw.sms and single and (is_column(nodes) or nodes > 1):  # a column: cell by cell (no numpy on one layout)
             hidden = maximum(0.0, data_parallel(0.0) - dp_s)
             dp_sm_s = where(nodes > 1, hidden * collective_sms(inside) / hw.sms, 0.0)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d

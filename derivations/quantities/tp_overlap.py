@@ -279,8 +279,10 @@ def overlap_time(forms: tuple, values: Any, recompute_full: float, modules: bool
             if phase == "wgrad" and not n:  # behind no pair: timed only where it loses SMs
                 continue
             whole_s = _gemm_s(g, fp8, phase, values, t, p, cp, rate)
-            splits = comm.splits(t) if comm else (t, 1) if micro_pipeline else (1, 1)  # MICRO_PIPELINE_PARTS
-            seconds = _gemm_s(g, fp8, phase, values, t, p, cp, rate, splits) if splits != (1, 1) else whole_s
+            # AsyncTP's fused pairs: the layer's linears (a TE name), not the experts' grouped products
+            splits = comm.splits(t) if comm else (t, 1) if micro_pipeline and g[5] else (1, 1)  # MICRO_PIPELINE_PARTS
+            seconds = whole_s if splits == (1, 1) else maximum(  # a table's parts no faster than their whole
+                whole_s, _gemm_s(g, fp8, phase, values, t, p, cp, rate, splits))
             parts += seconds - whole_s  # its parts' rate, past the whole product's (GEMM_SPLITS)
             alone += seconds
             if n and whole:
