@@ -551,7 +551,8 @@ def ub_margin_note(config: str, hw: GPU, seconds: float, split_s: float = 0.0) -
     taken = "; ".join(([f"{whole}{of} with set_sm_margin"] if whole else [])
                       + ([f"{during}{of} while its transfer runs"] if during else []))
     source = cite(ub_source(config))
-    parts = (f"; each overlap runs its GEMM in parts, a ring exchange t GEMMs of 1/t of the tokens, a pipelined "
+    parts = (f"; each overlap runs its GEMM in parts, a ring exchange t GEMMs of 1/t of the tokens (t/2 of two "
+             f"chunks each where the config aggregates them), a pipelined "
              f"reduce-scatter {PIPELINE_SPLITS} of 1/{PIPELINE_SPLITS} of the output features, each part at its "
              f"shape's measured rate (OpenXLA's table, a side past 4,096 read at 4,096): {split_s:.3g} s a step "
              f"more than the whole products ({cite(GEMM_SPLITS)})")
@@ -1250,12 +1251,12 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         dp_s = deepspeed_data_parallel_s(est, cluster)
     else:
         edge = fsdp_edge_share(est) if zero == 3 else 0.0
+        experts, calls = expert_group(est, grads, weights, zero), data_parallel_calls(est, zero)
 
         def data_parallel(behind: Any) -> Any:  # not hidden behind ``behind`` seconds of a micro-batch's compute
             # Muon's layer-wise optimizer (Options.layer_wise): ZeRO 0's all-reduce, then the weights gathered
             return data_parallel_s(cluster, grads, d * opts.cp, t, 0 if opts.layer_wise else zero, m, behind,
-                                   weights, p, v, edge, data_parallel_calls(est, zero),
-                                   expert_group(est, grads, weights, zero), fsdp2=opts.framework in FSDP2_FRAMEWORKS,
+                                   weights, p, v, edge, calls, experts, fsdp2=opts.framework in FSDP2_FRAMEWORKS,
                                    gather_after=opts.layer_wise,
                                    overlap_reduce=not (muon == "whole" and opts.framework == "megatron"),
                                    bucketed=opts.framework == "megatron" and zero < 3)
@@ -1264,8 +1265,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         # what runs hidden holds NCCL's SMs, across nodes (NCCL_SMS): the compute beside it loses their share; the
         # routed experts' own data-parallel group (expert_group) spans nodes otherwise: not timed
         inside, nodes = group_span(d * opts.cp, t, cluster.gpus_per_node)
-        single = expert_group(est, grads, weights, zero) is None
-        if hw.sms and single and (is_column(nodes) or nodes > 1):  # a column: cell by cell (no numpy on one layout)
+        if hw.sms and experts is None and (is_column(nodes) or nodes > 1):  # a column: cell by cell (no numpy)
             hidden = maximum(0.0, data_parallel(0.0) - dp_s)
             dp_sm_s = where(nodes > 1, hidden * collective_sms(inside) / hw.sms, 0.0)
     tokens = values[_sym("b")] * values[_sym("s")] * m * d
