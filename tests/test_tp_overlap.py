@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import memderive.derivations.quantities.timing as timing
 from memderive.commands.cli import main
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
@@ -273,8 +274,6 @@ def test_the_ring_exchanges_sum_is_in_the_tp_time(monkeypatch: pytest.MonkeyPatc
     without it the TP time is less by exactly ``_stacked_sum_s`` of the two linears (hand-checked in
     test_stacked_partials_are_summed_in_the_runs_dtype), one micro-batch. Aggregated rings run t/2 GEMMs of two
     chunks: the 405B's launcher yaml at TP 8, 4 GEMMs of 1,024 tokens."""
-    import memderive.derivations.quantities.timing as timing
-
     est = estimate("llama-3-70b", tp_comm_overlap_cfg="userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192", **MARGIN_KW)
     whole = whole_model(est.model.graph(activation_dtype=est.options.dtype), est.options)
     summed = _stacked_sum_s(whole, est.values, 0, 8, 1, 1, H100, ("proj", "fc2"))
