@@ -66,7 +66,7 @@ from memderive.symbolic.lazy import lazy
 np = lazy("numpy")
 
 __all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
-           "collective_sms", "latency_us", "algorithm_bandwidth"]
+           "collective_sms", "net_channels", "latency_us", "algorithm_bandwidth"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -161,15 +161,20 @@ def net_channel_bw(row: int, port: float) -> float:
     return next((s for s in SPEEDS_INTER[row] if s <= gbs), gbs)
 
 
+def net_channels(ppn: Any) -> Any:
+    """NCCL's channels of a collective whose group spans nodes: two per NIC (the search's one, doubled by
+    ``ncclTopoDupChannels``, search.cc:1036), one NIC per GPU of the group in a node (``bus_bandwidth``)."""
+    return 2 * ppn
+
+
 def collective_sms(ppn: Any) -> Any:
-    """SMs a GPU's NCCL kernel holds while a collective whose group spans nodes runs: one CUDA block per channel,
-    each on an SM of its own that no compute kernel shares (``NCCL_SMS``), two channels per NIC (the search's one,
-    doubled by ``ncclTopoDupChannels``, search.cc:1036), one NIC per GPU of the group in a node (``bus_bandwidth``).
+    """SMs a GPU's NCCL kernel holds while a collective whose group spans nodes runs: one CUDA block per channel
+    (``net_channels``), each on an SM of its own that no compute kernel shares (``NCCL_SMS``).
 
     >>> collective_sms(8)  # a DGX's 8 GPUs, 8 NICs: the maintainer's "16 SMs"
     16
     """
-    return 2 * ppn
+    return net_channels(ppn)
 
 
 #: NCCL's kernel and the compute beside it: one block per channel, on an SM no compute kernel shares.
@@ -226,7 +231,7 @@ def algorithm_bandwidth(bus: Any, coll: str, algorithm: str, protocol: str, n: A
                         nodes: Any = 3) -> Any:
     """GB/s of data through the call (tuning.cc:326-382) from the bus bandwidth ``bus``, ``2 ppn`` channels
     capped per channel as NCCL's generation ``row`` does."""
-    channels = 2 * ppn
+    channels = net_channels(ppn)
     if algorithm == "ring":
         if protocol == "ll128":
             bus = minimum(bus * 0.92, _cap(RING_LL128_CAP, row, channels, nodes))
@@ -271,7 +276,7 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
             lat = latency_us(gpu, coll, algorithm, protocol, n, ppn, nodes)
             if algorithm == "ring" and protocol == "simple" and coll == "all_reduce" and NCCL_ARCH[gpu.name][0] >= 1:
                 # the ring's plateau (tuning.cc:647-650; compute capability 8.0 and up), two channels per NIC
-                lat = where(nbytes / (2 * ppn * n) >= 64, lat * 1.4, lat)
+                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * 1.4, lat)
             bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, NCCL_ARCH[gpu.name][0], ppn, nodes)
             if algorithm == "tree":
                 bw = bw * _tree_correction(protocol, nbytes)

@@ -52,8 +52,8 @@ from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.userbuffers import UbComm, ub_gemm
 
-__all__ = ["MICRO_PIPELINE_LIMITS", "MICRO_PIPELINE_PARTS", "OverlapTime", "TP_OVERLAP_PAIRS", "TpTraffic", "exposed_s",
-           "RING_REDUCE", "overlap_forms", "overlap_time", "reduced_partials", "tp_traffic"]
+__all__ = ["MICRO_PIPELINE_LIMITS", "MICRO_PIPELINE_PARTS", "OverlapTime", "RING_REDUCE", "TP_OVERLAP_PAIRS",
+           "TpTraffic", "exposed_s", "overlap_forms", "overlap_time", "reduced_partials", "tp_traffic"]
 
 TP_OVERLAP_PAIRS = Citation("pytorch-micro-pipeline-tp", "fuse_all_gather_matmul, fuse_matmul_reduce_scatter",
                             also=(Citation("te-userbuffers", "initialize_ub"),))
