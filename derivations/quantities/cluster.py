@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
-from memderive.derivations.quantities.nccl_cost import NCCL_COST, collective_s, nccl_arch, net_channel_bw
+from memderive.derivations.quantities.nccl_cost import NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
@@ -168,6 +168,14 @@ class Cluster:
         return self._phases(nbytes, n, stride, 1)
 
     all_gather = reduce_scatter
+
+    def tiny_all_reduce(self, n: int, stride: int) -> float:
+        """An all-reduce of a few bytes over ``n`` ranks ``stride`` apart, in one node or across nodes: NCCL's own
+        latency (``nccl_cost.latency_s``); 0.0 where NCCL's tables do not cover the GPU (not timed)."""
+        if not self.nccl:
+            return 0.0
+        inside, _ = group_span(n, stride, self.gpus_per_node)
+        return where(n > 1, latency_s(self.gpu, maximum(n, 2), maximum(inside, 1)), 0.0)
 
     def send(self, nbytes: float, stride: int, n: int = 2) -> float:
         """A point-to-point send to the rank ``stride`` away (the next pipeline stage) in a pipeline of ``n`` ranks

@@ -37,9 +37,10 @@ or scattered buffer of an all-gather or reduce-scatter (``ncclFuncMaxSendRecvCou
   ``ncclTopoDupChannels``, search.cc:1036); a tree all-reduce's bandwidth is corrected by size (``treeCorrectionFactor``,
   64 B to 256 MB, tuning.cc:623-627).
 
-Left out: the LL protocol (messages of kilobytes: the data-parallel buckets, pipeline and context-parallel sends
-here are megabytes), NVLink SHARP and CollNet (SHARP switches: off unless the cluster has them; the runs here
-name none).
+The LL protocol (tree LL 6.8 us base, NVLink 0.6, network 5.0; ring LL 6.6, 0.6, 2.7) only for a call of a few bytes
+(``latency_s``: Transformer Engine's amax all-reduces, ``te_amax``), a group in one node too: the buffers timed by
+bandwidth here are megabytes, where LL's bandwidth (a quarter of the bus's or less) never wins. Left out: NVLink
+SHARP and CollNet (SHARP switches: off unless the cluster has them; the runs here name none).
 
 >>> from memderive.derivations.hardware import gpu
 >>> # 1 GB all-reduce over 16 nodes of 8 H100s: busBw = min(8 x 48, 18 x 20.6) = 370.8 GB/s. Ring Simple: algBw
@@ -66,7 +67,7 @@ from memderive.symbolic.lazy import lazy
 np = lazy("numpy")
 
 __all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
-           "collective_sms", "net_channels", "latency_us", "algorithm_bandwidth"]
+           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -97,12 +98,16 @@ SPEEDS_INTER = {
 }
 SPEEDS_INTER[1] = SPEEDS_INTER[0]  # Volta and Ampere search with the generic array
 
-#: tuning.cc:149-176 (microseconds), (algorithm, protocol) -> value; LL left out.
-BASE_LATENCY = {("tree", "ll128"): 14.0, ("tree", "simple"): 8.4, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4,
-                ("pat", "simple"): 8.0}
-NVLINK_LATENCY = {("tree", "ll128"): 1.25, ("tree", "simple"): 4.0, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4}
-NET_LATENCY = {("tree", "ll128"): 8.5, ("tree", "simple"): 14.0, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0,
-               ("pat", "simple"): 14.0}
+#: tuning.cc:149-176 (microseconds), (algorithm, protocol) -> value; LL's only for the latency of a call of a few
+#: bytes (``latency_s``), where NCCL runs it (its bandwidth, a quarter of the bus's or less, never wins on megabytes).
+BASE_LATENCY = {("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4, ("ring", "ll"): 6.6,
+                ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4, ("pat", "simple"): 8.0}
+NVLINK_LATENCY = {("tree", "ll"): 0.6, ("tree", "ll128"): 1.25, ("tree", "simple"): 4.0, ("ring", "ll"): 0.6,
+                  ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4}
+NET_LATENCY = {("tree", "ll"): 5.0, ("tree", "ll128"): 8.5, ("tree", "simple"): 14.0, ("ring", "ll"): 2.7,
+               ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0, ("pat", "simple"): 14.0}
+#: tuning.cc:161, 424-426: NVLink SHARP's all-reduce in one NVLink domain, its NVLink hop alone (base 0), us.
+NVLS_LATENCY = 25.0
 #: tuning.cc:228-233: the network's post overhead (us) by host CPU (``GPU.host``); x86 Intel 1.0, AMD 2.0, others
 #: (Grace, Arm) 1.0.
 NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "grace": 1.0}
@@ -204,7 +209,8 @@ def _log2i(x: Any) -> Any:
 
 
 def latency_us(gpu: GPU, coll: str, algorithm: str, protocol: str, n: Any, ppn: Any, nodes: Any) -> Any:
-    """NCCL's latency (us) of one call (tuning.cc:384-435), before the ring's plateau factor."""
+    """NCCL's latency (us) of one call (tuning.cc:384-435), before the ring's plateau factor; a ring's NVLink hop no
+    less than the network's post overhead where the group spans nodes (tuning.cc:404-410: none in one node)."""
     cpu = gpu.host
     if cpu is None:
         raise ValueError(f"{gpu.name} has no host CPU in the hardware table; NCCL's latency needs one")
@@ -213,13 +219,40 @@ def latency_us(gpu: GPU, coll: str, algorithm: str, protocol: str, n: Any, ppn: 
     if algorithm == "ring":
         nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
         inter_steps = 2 * (nodes - 1) if coll == "all_reduce" else nodes - 1
-        overhead = NET_OVERHEAD[cpu] * (3 if protocol == "simple" else 1)
+        overhead = where(nodes > 1, NET_OVERHEAD[cpu] * (3 if protocol == "simple" else 1), 0.0)
         intra = maximum(NVLINK_LATENCY[key], overhead)
         inter = where(ppn == 1, NET_LATENCY[("tree", protocol)], NET_LATENCY[key])
         return base + (nsteps - inter_steps) * intra + inter_steps * inter
     if algorithm == "tree":
         return base + 2 * ((ppn - 1) * NVLINK_LATENCY[key] + _log2i(nodes) * NET_LATENCY[key])
     return base + _log2i(nodes) * NET_LATENCY[("tree", protocol)] / 3.5 + n * 2.8  # PAT
+
+
+def latency_s(gpu: GPU, n: Any, ppn: Any) -> Any:
+    """Seconds of an all-reduce of a few bytes over ``n`` ranks, ``ppn`` in each node (one node where ``ppn`` is
+    ``n``): the least of NCCL's latencies over its tree and ring and its LL, LL128 and Simple protocols, the pick
+    ``ncclTopoGetAlgoTime`` makes where the bytes over the bandwidth are nothing beside them (4 KB at the LL
+    protocol's 10 GB/s or more: under half a microsecond). In one NVLink domain of Hopper or Blackwell GPUs NVLink
+    SHARP too (NVLS: ``NVLS_LATENCY``, its NVLink hop alone, tuning.cc:424-426), the least from 17 ranks (a GB200
+    NVL72's); across nodes its tree (25 us and 20.9 per level, twice) never is.
+
+    >>> from memderive.derivations.hardware import gpu
+    >>> # 8 H100s in one node: ring LL 6.6 + 2 x 7 x 0.6 = 15.0 us (tree LL 6.8 + 2 x 7 x 0.6 = 15.2; NVLS 25)
+    >>> round(latency_s(gpu("h100-sxm"), 8, 8) * 1e6, 2)
+    15.0
+    >>> # 256 over 32 nodes: tree LL 6.8 + 2 (7 x 0.6 + 5 x 5.0) = 65.2 us, a ring's 510 steps far more
+    >>> round(latency_s(gpu("h100-sxm"), 256, 8) * 1e6, 2)
+    65.2
+    >>> # 64 GB200s in one NVL72 domain: NVLS's 25 us (ring LL 6.6 + 126 x 0.6 = 82.2)
+    >>> round(latency_s(gpu("gb200"), 64, 64) * 1e6, 2)
+    25.0
+    """
+    nodes = -(-n // ppn)
+    lat = minimum(*(latency_us(gpu, "all_reduce", algorithm, protocol, n, ppn, nodes)
+                    for algorithm in ("tree", "ring") for protocol in ("ll", "ll128", "simple")))
+    if NCCL_ARCH[gpu.name][0] >= 2:  # NVLS: Hopper and later (NVSwitch multicast)
+        lat = where(nodes == 1, minimum(lat, NVLS_LATENCY), lat)
+    return lat * 1e-6
 
 
 def _cap(table: Mapping[int, tuple[float, ...]], row: int, channels: Any, nodes: Any) -> Any:
