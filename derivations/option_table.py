@@ -186,6 +186,11 @@ OPTIONS: tuple[Option, ...] = (
        "MXFP8 in 16 through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag)", modes=_TRAIN,
        commands=_PLANNED, echo="set",
        example=(*_TRAIN_STEP, "--fp8", "te-current", "--dp", "2", "--zero", "1", "--fp8-param-gather")),
+    _o("tp_only_amax_red", "bool", False, "Megatron-Core's --tp-only-amax-red, for times: under --fp8 te-delayed the "
+       "amax all-reduces over the tensor- and context-parallel ranks only, as Megatron-Core 0.8 ran them by default; "
+       "else over the stage's data-parallel ranks too (quantities.te_amax)", modes=_TRAIN, echo="set", commands=_PLANNED,
+       example=(*_TRAIN_STEP, "--fp8", "te-delayed", "--tp", "2", "--sp", "--framework", "megatron",
+                "--tp-only-amax-red")),
     _o("fp8_keep_output", "bool", False, "with a torchao --fp8 recipe: the output layer left 16-bit, as torchtitan's "
        "December 2024 benchmarks ran (9dec370 float8.py: module_filter_fn=lambda mod, fqn: fqn != \"output\"); by default "
        "every linear whose dims divide by 16 is converted, the output layer too", modes=_TRAIN, commands=_PLANNED,

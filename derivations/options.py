@@ -238,6 +238,7 @@ class Options:
     optimizer_impl: str = "foreach"  # torch's Adam/AdamW implementation: foreach | fused | for-loop
     fp8: str = "none"  # torchao Float8Linear recipe (symbolic.float8.RECIPES) or none
     fp8_param_gather: bool = False  # Megatron-LM --fp8-param-gather: TE fp8 primary weights (symbolic.te_float8)
+    tp_only_amax_red: bool = False  # Megatron-Core --tp-only-amax-red: delayed scaling's amax group t x cp, for times
     fp8_keep_output: bool = False  # torchao's Float8 conversion with the output layer filtered out (16-bit)
     loss_chunks: int = 1  # torchtune's CEWithChunkedOutputLoss: the output layer and the loss per chunk of s
     tp: int = 1
@@ -541,6 +542,9 @@ class Options:
     def _check_fp8(self) -> None:
         """--fp8 converts transformers' nn.Linear modules as torchao does; what is not modelled is refused in one
         line (the divisibility of the dims is checked against the model: ``estimate``)."""
+        if self.tp_only_amax_red and self.fp8 != "te-delayed":
+            raise OptionsError("--tp-only-amax-red narrows delayed scaling's amax all-reduce; give --fp8 te-delayed "
+                               f"(got --fp8 {self.fp8}) or drop it")
         if self.fp8_param_gather and self.fp8 not in TE_FP8:
             raise OptionsError("--fp8-param-gather keeps the layers' linear weights as Transformer Engine fp8 tensors: "
                                "give --fp8 te-delayed, te-current or te-mxfp8")

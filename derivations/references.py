@@ -583,6 +583,32 @@ _ENTRIES: tuple[Reference, ...] = (
               "tensor/float8_tensor.py supports_only_rowwise_all_gather (symbolic.te_float8.SP_SOURCE)", None,
               "github.com/NVIDIA/TransformerEngine/blob/70f536662ae10a62a54f4ed1ba92e3314c5cfd69/transformer_engine/"
               "pytorch/distributed.py", "code"),
+    Reference("te-fp8-delayed-amax", "Transformer Engine", _NV, "TransformerEngine v1.9: transformer_engine/pytorch/"
+              "fp8.py (FP8GlobalStateManager.fp8_autocast_exit -> reduce_and_update_fp8_tensors(forward=True); "
+              "reduce_tensor_across_group_op_max: torch.distributed.all_reduce(MAX, async_op=False)), module/linear.py "
+              "(ctx.reduce_and_update_bwd_fp8_tensors where is_first_fp8_module(): reduce_and_update_fp8_tensors("
+              "forward=False) at the end of its backward); common/recipe/__init__.py (DelayedScaling.reduce_amax = "
+              "True); v2.4 fp8.py the same (a no-op for the other recipes: their global amax buffer is empty)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/v1.9/transformer_engine/pytorch/fp8.py", "code"),
+    Reference("megatron-transformer-block", "Megatron-LM", _NV, "Megatron-LM: megatron/core/transformer/"
+              "transformer_block.py (TransformerBlock.forward: one fp8_autocast(fp8_group=parallel_state."
+              "get_amax_reduction_group(with_context_parallel=True)) around the chunk's layers, core_r0.8.0 on; "
+              "today the outer context under the delayed recipe, per layer for the others)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/transformer/transformer_block.py", "code"),
+    Reference("megatron-parallel-state", "Megatron-LM", _NV, "Megatron-LM: megatron/core/parallel_state.py "
+              "(get_amax_reduction_group: _TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP from 120300178d, 2023-05-19; "
+              "_TENSOR_AND_CONTEXT_PARALLEL_GROUP in core_r0.8.0, after 2e429097dd, 2024-07-25; reverted by "
+              "98abe37866, 2024-09-06, core_r0.9.0 on; tp_only_amax_red: the tensor and context ranks); NeMo Framework "
+              "user guide 24.09, Software Component Versions: NeMo 24.07 ran Megatron Core 0.8, 24.09 0.9.0", None,
+              "github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/parallel_state.py", "code"),
+    Reference("te-sp-amax", "Transformer Engine", _NV, "TransformerEngine v2.2-v2.17: transformer_engine/pytorch/"
+              "module/linear.py and layernorm_linear.py (_customize_quantizers_float8_current_scaling, from v2.8 "
+              "_customize_quantizers_nvfp4: with sequence parallelism a column-parallel module's input quantizer and "
+              "a row-parallel linear's grad_output quantizer get with_amax_reduction, amax_reduction_group tp_group; "
+              "v2.18 the same through set_quantizer_amax_reduction_group), csrc/quantizer.cpp "
+              "(Float8CurrentScalingQuantizer::quantize_impl: amax_reduction_group->allreduce(MAX)->wait() before the "
+              "scale and the cast)", None,
+              "github.com/NVIDIA/TransformerEngine/blob/v2.13/transformer_engine/pytorch/module/linear.py", "code"),
     Reference("nemo-userbuffers", "NeMo", _NV, "NeMo: nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py "
               "(the per-model userbuffers configs: the fp8 H100 ones set fp8_buf=True on proj_fprop, and on fc2_fprop "
               "where it is pipelined, the reduce-scatters of the row-parallel outputs, e.g. "

@@ -890,13 +890,20 @@ _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scali
 _NEMO_GPT3_NO_UB = "no TP communication overlap, as the launcher's gpt3/175b.yaml L149 at 24.07 sets it"
 
 
+#: NeMo 24.07 ran Megatron Core 0.8 (NeMo Framework user guide 24.09, "Software Component Versions": 24.07, Megatron
+#: Core 0.8, Transformer Engine 1.8), whose amax reduction group is the tensor- and context-parallel ranks only
+#: (core_r0.8.0 parallel_state.py get_amax_reduction_group: _TENSOR_AND_CONTEXT_PARALLEL_GROUP; 0.9, NeMo 24.09's,
+#: reverted it to the stage's data-parallel ranks too): --tp-only-amax-red (quantities/te_amax.py).
+_NEMO_MCORE = "Megatron Core 0.8: amax all-reduced over t x cp"
+
+
 def _nemo(name: str, model: Any, layout: dict, seq: int, tps: float, tflops: float, note: str = "",
           ub: str | None = None) -> Run:
     """A row of NeMo 24.07's FP8 pre-training table on DGX-H100 (8 H100 SXM per node, a 400 Gb/s port each)
     (``_NEMO``); micro-batches = GBS / (MBS x DP); ``note``: where the model's own launcher config says otherwise;
     ``ub``: the userbuffers config the row runs under TP overlap (``_NEMO_GPT3_NO_UB``'s comment), None where it
     runs none."""
-    layout = _mcore_fp8("te-delayed", layout)
+    layout = _mcore_fp8("te-delayed", {**layout, "tp_only_amax_red": True})  # _NEMO_MCORE
     layout = {**layout, **({"tp_comm_overlap_cfg": ub} if ub else {})}
     return Run(name, _NEMO, model, layout, seq, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                published_mfu=tflops / 989.5,

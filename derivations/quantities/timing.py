@@ -66,6 +66,7 @@ from memderive.derivations.quantities.nccl_cost import NCCL_SMS, collective_sms
 from memderive.derivations.quantities.compute import HARDWARE, graph_flops, whole_model
 from memderive.derivations.quantities.efficiency import (FP4_STAND_IN, float8_phases, fp8_rate_ratio, gemm_efficiency,
                                                          gemm_products, low_precision, matmul_rate, rate_note)
+from memderive.derivations.quantities.te_amax import AMAX_GROUP_HISTORY, DELAYED_AMAX, SP_AMAX, amax_micro_s
 from memderive.derivations.quantities.torchao_casts import TORCHAO_CASTS, torchao_cast_bytes
 from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, MICRO_PIPELINE_PARTS, RING_REDUCE,
                                                          TP_OVERLAP_PAIRS, exposed_s, overlap_forms, overlap_time, reduced_partials,
@@ -358,13 +359,15 @@ class StepTime:
     dp_sm_s: Any = 0.0
     muon: str = ""  # --optimizer muon: "layer-wise" under --zero 1 (its distributed optimizer), "whole" otherwise
     p2p_overlap: bool = True  # Options.p2p_overlap: Megatron-Core's interleaved sends behind compute
+    fp8_amax_s: Any = 0.0  # Transformer Engine's blocking amax all-reduces (te_amax.py)
+    tp_only_amax_red: bool = False  # --tp-only-amax-red: delayed scaling's over t x cp ranks only
 
     @property
     def step_s(self) -> float:
         return (self.compute_s + self.bubble_s + self.tp_s + self.pp_s + self.dp_s + self.dp_sm_s + self.ep_s + self.cp_s
                 + self.eager_s + self.zero3_copy_s + self.optimizer_s + self.fp32_accumulation_s
                 + self.offload_copy_s + self.cpu_optimizer_s + self.elementwise_s + self.fp8_cast_s
-                + self.activation_offload_s)
+                + self.activation_offload_s + self.fp8_amax_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -461,6 +464,7 @@ class StepTime:
                    "torchtitan" and self.tp_s else "")
                 + (te_gathers_note(self.fp8, self.tp_comm_overlap) if self.fp8 in TE_FP8 and self.sp and self.tp_s
                    else "")
+                + (self._amax_words() if self.fp8_amax_s else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
                 + ", PP sends per micro-batch"
@@ -513,6 +517,19 @@ class StepTime:
                 f"MFU = model FLOPs per step / (step time x {self.gpus} GPUs x peak) (Chowdhery et al. 2022, App. B)",
                 *cautions)
 
+    def _amax_words(self) -> str:
+        """Transformer Engine's amax all-reduces (``te_amax``), in words."""
+        if self.fp8 == "te-delayed":
+            group = ("the tensor- and context-parallel ranks (--tp-only-amax-red)" if self.tp_only_amax_red else
+                     "the stage's tensor-, data- and context-parallel ranks")
+            return (f"; delayed scaling's amaxes all-reduced, blocking, twice per model chunk and micro-batch (the "
+                    f"fp8_autocast's exit, the chunk's first fp8 module's backward) over {group}, each at NCCL's "
+                    f"latency for its group: {self.fp8_amax_s:.3g} s a step ({cite(DELAYED_AMAX)}; "
+                    f"{cite(AMAX_GROUP_HISTORY)})")
+        return (f"; under sequence parallelism each column-parallel module's input amax (forward) and each "
+                f"row-parallel linear's output-gradient amax (backward) all-reduced over the tensor-parallel ranks, "
+                f"blocking, before the cast, at NCCL's latency: {self.fp8_amax_s:.3g} s a step ({cite(SP_AMAX)})")
+
     def _weight_cast_words(self) -> str:
         """Where the step's weight cast comes from (``memory_bound.fp8_cast_bytes``), in words."""
         if not self.fp8_param_gather:
@@ -531,7 +548,7 @@ class StepTime:
                 "pp_comm_time_s": self.pp_s, "dp_comm_time_s": self.dp_s, "dp_sm_time_s": self.dp_sm_s,
                 "ep_comm_time_s": self.ep_s,
                 "cp_comm_time_s": self.cp_s, "elementwise_time_s": self.elementwise_s, "eager_kernels_time_s": self.eager_s,
-                "fp8_cast_time_s": self.fp8_cast_s,
+                "fp8_cast_time_s": self.fp8_cast_s, "fp8_amax_time_s": self.fp8_amax_s,
                 "zero3_copy_time_s": self.zero3_copy_s, "optimizer_time_s": self.optimizer_s,
                 "grad_accum_time_s": self.fp32_accumulation_s,
                 "offload_copy_time_s": self.offload_copy_s, "cpu_optimizer_time_s": self.cpu_optimizer_s,
@@ -1240,8 +1257,11 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         if opts.framework == "megatron" and opts.p2p_overlap:  # the interleaved schedule's, behind compute (P2P_OVERLAP)
             pp_micro = where(v > 1, 2 * v * maximum(0.0, send - micro / (3 * v)), pp_micro)
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
+    # Transformer Engine's blocking amax all-reduces (te_amax.py), the per-layer ones on the busiest stage
+    amax_micro = amax_micro_s(est, cluster, full_share(opts, values), opts.recompute == "selective"
+                              ) if opts.fp8 in TE_FP8 else 0.0
     memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro + cast_micro
-    bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro)
+    bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro + amax_micro)
     grads, weights = reduced_bytes(est)
     zero = 3 if opts.offload_params else opts.zero  # FSDP's CPU offload shards as ZeRO-3 does
     muon = ("layer-wise" if opts.layer_wise else "whole") if opts.optimizer == "muon" else ""
@@ -1294,7 +1314,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
-                    muon=muon, p2p_overlap=opts.p2p_overlap)
+                    muon=muon, p2p_overlap=opts.p2p_overlap, fp8_amax_s=m * amax_micro,
+                    tp_only_amax_red=opts.tp_only_amax_red)
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU,
