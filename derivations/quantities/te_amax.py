@@ -36,6 +36,7 @@ from typing import Any
 
 from memderive.derivations.columns import is_column, maximum
 from memderive.derivations.quantities.cluster import Cluster
+from memderive.derivations.quantities.tp_overlap import tp_traffic
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic import dims
 from memderive.symbolic.derive import evaluate
@@ -88,19 +89,13 @@ def amax_calls(est: Evaluated, recompute_share: Any = 0, modules: bool = False) 
         return ((2 * (opts.virtual_stages or 1), group),)
     if opts.fp8 not in ("te-current", "te-nvfp4") or not opts.sp or opts.tp == 1:
         return ()
-    layer = est.graph.block("layer")
     columns: dict[tuple[str, str], tuple[Any, bool]] = {}  # one module's input, quantized once for its GEMMs
     rows: Any = 0
-    for op in layer.ops:
-        axes = {x.tp_axis for x in op.params if x.role == "weight"}
-        if op.kind != "linear":
-            continue
-        if 1 in axes:
-            rows += op.share
-        elif 0 in axes:  # a module's column-parallel linears reading one input (Megatron's fused qkv, fc1)
-            source = op.inputs[0] if op.inputs else op.flops[0].operands[0].name
-            redone = any(f.phase == "recompute" and f.kind == "matmul" for f in op.flops)
-            columns.setdefault((source, op.path.rsplit("/", 1)[0]), (op.share, modules and redone))
+    for c in tp_traffic(est.graph.block("layer"), experts=False):
+        if c.kind == "row":
+            rows += c.op.share
+        elif c.kind == "column":  # a module's linears reading one input (Megatron's fused qkv, fc1), its rerun
+            columns.setdefault((c.key, c.op.path.rsplit("/", 1)[0]), (c.op.share, modules and c.redone))
     forward = sum((share * (2 if again else 1) for share, again in columns.values()), 0)
     once = sum((share for share, _ in columns.values()), 0)
     per_layer = (evaluate(forward + rows, est.values), evaluate(once, est.values))
