@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memderive.derivations.columns import is_column, maximum
+from memderive.derivations.columns import maximum
 from memderive.derivations.quantities.cluster import Cluster
 from memderive.derivations.quantities.tp_overlap import tp_traffic
 from memderive.derivations.quantity import Evaluated
@@ -106,9 +106,5 @@ def amax_calls(est: Evaluated, recompute_share: Any = 0, modules: bool = False) 
 def amax_micro_s(est: Evaluated, cluster: Cluster, recompute_share: Any = 0, modules: bool = False) -> Any:
     """Seconds of one micro-batch's amax all-reduces on a GPU of the busiest stage: ``amax_calls``' calls at
     ``Cluster.tiny_all_reduce`` of their group (its ranks adjacent: Megatron-Core's tp-cp-dp order)."""
-    total: Any = 0.0
-    for calls, group in amax_calls(est, recompute_share, modules):
-        if not is_column(group) and group == 1:
-            continue
-        total = total + calls * cluster.tiny_all_reduce(group, 1)
-    return total
+    return sum((calls * cluster.tiny_all_reduce(group, 1)  # a group of one: 0.0
+                for calls, group in amax_calls(est, recompute_share, modules)), 0.0)

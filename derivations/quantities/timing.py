@@ -1258,8 +1258,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
             pp_micro = where(v > 1, 2 * v * maximum(0.0, send - micro / (3 * v)), pp_micro)
     cp_micro = context_parallel_s(est, cluster, hw.bf16_flops * eff) if opts.cp > 1 else 0.0
     # Transformer Engine's blocking amax all-reduces (te_amax.py), the per-layer ones on the busiest stage
-    amax_micro = amax_micro_s(est, cluster, full_share(opts, values), opts.recompute == "selective"
-                              ) if opts.fp8 in TE_FP8 else 0.0
+    amax_micro = amax_micro_s(est, cluster, full_share(opts, values), opts.recompute == "selective")
     memory_micro = eager_micro + copy_micro + accumulate_micro + elementwise_micro + cast_micro
     bubble = (p - 1) / (m * v) * m * (micro + memory_micro + tp_micro + pp_micro + ep_micro + cp_micro + amax_micro)
     grads, weights = reduced_bytes(est)
