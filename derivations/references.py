@@ -737,11 +737,13 @@ _ENTRIES: tuple[Reference, ...] = (
               "8,192 tokens: torch.nn.Linear 37.08 us on GB200, 33.17 on GH200, 13.48 on a DGX H100's Xeon Platinum "
               "8480C; te.Linear 99.66 on GB200, 90.53 on GH200)", 2025,
               "github.com/NVIDIA/TransformerEngine/issues/2053", "report"),
-    Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book: "
-              "compute/accelerator/benchmarks/README.md, Maximum Achievable and Sustainable Matmul FLOPS finder "
-              "(mamf-finder.py --search auto: MSMF, the highest rate a shape holds steady over a 2-4 s window once "
-              "the GPU's clock has settled under full load; MAMF, a burst at the boost clock)", None,
-              "github.com/stas00/ml-engineering/blob/master/compute/accelerator/benchmarks/README.md", "docs"),
+    Reference("bekman-msmf", "Bekman, ml-engineering (MSMF)", "S. Bekman", "Machine Learning Engineering Open Book, "
+              "commit 082816f (branch fast-mamf, 2026-08-10, 'faster mamf, plus msmf'): compute/accelerator/README.md, "
+              "MAMF and MSMF comparison table, and benchmarks/README.md (mamf-finder.py --search auto: MSMF, the best "
+              "rate a shape holds once the GPU is saturated at its power limit after a thermal soak; MAMF, a short "
+              "burst at the boost clock)", None,
+              "github.com/stas00/ml-engineering/blob/082816f9be8aeb6b65b074c33cb354a7ca1e7087/compute/accelerator/"
+              "README.md", "docs"),
 )
 
 #: Every cited work by key, in the order above (by topic).

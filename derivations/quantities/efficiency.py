@@ -22,17 +22,18 @@ run's step time.
   below the kernels' published causal speeds (FlashAttention-3's Figs. 5 and 6: cuDNN 518-539 TFLOP/s forward at
   4K-16K on the H100). Those speeds are not what a training step's attention reaches: with them, the H100 runs
   where attention weighs most (NeMo's 16K-1M rows, torchtitan's 32K-256K context-parallel ones) come out a median
-  36.5% too fast, against +4.3% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
+  35.7% too fast, against +5.2% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
   microbenchmarks is taken up.
 * A layer's efficiency is the FLOP-weighted one of its products (their FLOPs over their time); the elementwise
   work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
 
 >>> from memderive.derivations.hardware import gpu
->>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)  # H200's MSMF, 745 TFLOP/s
-745.0
->>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 745 = 717.4
+>>> # the H100's burst MAMF times the H200's sustained over burst, 794.5 x 708.5 / 841.9 = 668.6 TFLOP/s
+>>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)
+668.6
+>>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 668.6 = 643.9
 >>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 1024, 4096) / 1e12, 1)
-717.4
+643.9
 >>> # the A100 has no curve of its own: the H100's fraction at the shape times the A100's MAMF, 271.2 x 0.963
 >>> round(matmul_rate(gpu("a100-80gb"), "bf16", 4096, 1024, 4096) / 1e12, 1)
 261.2
@@ -64,18 +65,19 @@ __all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLAS
            "FP4_STAND_IN", "FP4_MAMF", "FP4_SOURCE", "fp4_burst", "low_precision"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
-                       "(float8_e4m3fn) rows")
+                       "(float8_e4m3fn) rows; the H200 and B200 rows as measured with their MSMF (commit 082816f)")
 
-#: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table: A100 SXM 271.2; H100 SXM 794.5
-#: and fp8 1,402.6; H200 SXM fp8 1,453.4 (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5;
-#: B300 SXM 1,769.0 and 3,353.3 (torch 2.9.1+cu130: "same as B200, newer torch/cuda"); GB200 SXM 1,822.0 and 3,615.6;
-#: MI300X 668.4 (PyTorch 2.5.1, ROCm 6.3, TunableOp).
+#: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table (``MAMF_SOURCE``, 082816f): A100
+#: SXM 271.2; H100 SXM 794.5 and fp8 1,402.6 (torch 2.7.0); H200 SXM 841.9 and 1,491.9, B200 SXM 1,770.9 and 3,435.2
+#: (both torch 2.13.0+cu130, measured in the runs that measured their MSMF); B300 SXM 1,769.0 and 3,353.3 (torch
+#: 2.9.1+cu130: "same as B200, newer torch/cuda"); GB200 SXM 1,822.0 and 3,615.6; MI300X 668.4 (PyTorch 2.5.1, ROCm
+#: 6.3, TunableOp).
 MAMF: dict[str, tuple[float, float | None]] = {
     "a100-80gb": (271.2, None),
     "a100-40gb": (271.2, None),
     "h100-sxm": (794.5, 1402.6),
-    "h200": (794.5, 1453.4),
-    "b200": (1745.0, 3432.5),
+    "h200": (841.9, 1491.9),
+    "b200": (1770.9, 3435.2),
     "b300": (1769.0, 3353.3),
     "gb200": (1822.0, 3615.6),
     "mi300x": (668.4, None),
@@ -84,25 +86,31 @@ MAMF: dict[str, tuple[float, float | None]] = {
 #: the table has one, else the A100's 86.9%).
 MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "gb300": "gb200"}
 
-MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/benchmarks/README.md, How MAMF and MSMF are defined, "
-                       "How close it gets: H200 MSMF 743-746 (745 at 1536x2816x6144), B200 1421-1428 TFLOP/s (BF16); "
-                       "H200 FP8 about 1330-1337")
+MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/README.md at 082816f (branch fast-mamf, 2026-08-10), "
+                       "Maximum Achievable Matmul FLOPS comparison table, MSMF column: H200 SXM 708.5 bf16 (@ "
+                       "8192x8448x20480, ~693 W, 1,465 MHz), 1,288.7 fp8; B200 SXM 1,456.3 bf16, 2,795.7 fp8; MAMF "
+                       "and MSMF 'freshly measured on the same node/software (torch 2.13.0+cu130)'; "
+                       "compute/accelerator/benchmarks/README.md at 082816f, What we measured: alone vs all-8 "
+                       "concurrent")
 
-#: Maximum sustainable matmul TFLOP/s (bf16, fp8; None: not measured): the highest rate a shape holds steady over a
-#: 2-4 s window on a GPU whose clock has settled under full load (mamf-finder.py --search auto, Bekman), where its
-#: MAMF is a short burst after an idle gap at the boost clock. H200 SXM: 745 bf16 (five runs 743-746; MAMF 843-850
-#: in the same runs), fp8 1,333.5 (the two runs stated, "about 1330" and "about 1337"); B200 SXM: 1,424.5 bf16 (five
-#: runs 1,421-1,428; MAMF 1,682-1,705). A training step keeps the GPU at its power limit, so its matmuls run at the
-#: sustained rate, where one is measured.
+#: Maximum sustainable matmul TFLOP/s (bf16, fp8; None: not measured): the best rate a shape holds once the GPU is
+#: saturated at its power limit and its clock has settled (mamf-finder.py --search auto after a thermal soak, a
+#: trimmed median of repeated confirms, Bekman), where its MAMF is a short burst at the boost clock drawing a fraction
+#: of the power. H200 SXM: 708.5 bf16, 1,288.7 fp8; B200 SXM: 1,456.3 bf16, 2,795.7 fp8; each pair (MSMF, MAMF) from
+#: one node and one software stack, so their ratio is the GPU's own. A training step keeps the GPU at its power limit,
+#: so its matmuls run at the sustained rate, where one is measured. Not modelled: with all eight GPUs of a node busy,
+#: as in training, the source measured the bf16 MSMF 0.6% lower on the H200 (698.6 against 702.9 alone, means of
+#: its runs) and 2.0% lower on the B200 (1,426.4 against 1,455.7): the node's shared power and cooling.
 MSMF: dict[str, tuple[float, float | None]] = {
-    "h200": (745.0, 1333.5),
-    "b200": (1424.5, None),
+    "h200": (708.5, 1288.7),
+    "b200": (1456.3, 2795.7),
 }
+
 #: GPUs without a measured MSMF that take another's sustained over burst ratio, times their own MAMF: the H100 SXM is
-#: the H200's GH100 die (132 SMs, the same dense peaks) at the same 700 W power limit (nvidia-h100-datasheet);
-#: Bekman's MAMF table: "H200 is the same". The GB200 is the B200's die (its burst MAMF only 4.4% above the B200's:
-#: 1,822.0 against 1,745.0) at a higher power limit, which may hold a little more: no GB200 MSMF is published. The
-#: B300 is Blackwell Ultra, its burst MAMF 1.4% above the B200's (1,769.0 against 1,745.0, "same as B200"): the
+#: the H200's GH100 die (132 SMs, the same dense peaks) at the same 700 W power limit (nvidia-h100-datasheet): its
+#: burst (794.5, an older torch's) times the H200's 708.5 / 841.9. The GB200 is the B200's die (its burst MAMF 2.9%
+#: above the B200's: 1,822.0 against 1,770.9) at a higher power limit, which may hold a little more: no GB200 MSMF is
+#: published. The B300 is Blackwell Ultra, its burst MAMF the B200's (1,769.0 against 1,770.9, "same as B200"): the
 #: B200's ratio, no B300 MSMF being published.
 MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
