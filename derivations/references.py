@@ -476,6 +476,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "'optim_grads' and 'optim_grads_params', a reduce-scatter after every micro-batch's backward)", None,
               "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/core/distributed/"
               "fsdp/src/megatron_fsdp/megatron_fsdp.py", "code"),
+    Reference("megatron-fsdp-buffer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/src/"
+              "megatron_fsdp/param_and_grad_buffer.py at 0d8e0714 (Megatron-Core 0.15, NeMo 25.11's): "
+              "AllGatherPipeline.async_bucket_gather, GradReducePipeline.mark_item_ready", None,
+              "github.com/NVIDIA/Megatron-LM/blob/0d8e0714/megatron/core/distributed/fsdp/src/megatron_fsdp/"
+              "param_and_grad_buffer.py", "code"),
     Reference("pytorch-pipelining-stage", "PyTorch", "PyTorch", "PyTorch: torch/distributed/pipelining/stage.py "
               "(_PipelineStageBase.backward_maybe_with_nosync: an FSDP stage runs every micro-batch's backward with "
               "set_requires_gradient_sync(False) and set_reshard_after_backward(False), its gradients reduced once "

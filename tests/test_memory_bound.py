@@ -65,6 +65,17 @@ def test_zero3_copies_by_hand() -> None:
     assert zero3_copy_bytes(estimate("llama-3-8b", mode="train", batch=1, seq=8, dp=8, zero=1)) == 0
 
 
+def test_megatron_fsdp_copies_only_the_reduced_shard_by_hand() -> None:
+    """Megatron-FSDP (--zero 3 under --framework megatron) gathers into its parameters' own buckets and reduce-scatters
+    from its gradients' own: per micro-batch only the reduced shard is added into the rank's gradient shard, a read of
+    both and a write of one. Llama 3 8B over 8 ranks: 8,030,261,248 / 8 = 1,003,782,656 elements a shard; the fp32
+    main_grad buffer (Megatron-LM's default): 3 x 4 = 12 bytes each, 12,045,391,872; bf16 gradients (--grad-buffer
+    param+fp32, Megatron-Bridge's recipes): 3 x 2 = 6 bytes each, 6,022,695,936."""
+    args = dict(mode="train", batch=1, seq=8, dp=8, zero=3, framework="megatron")
+    assert zero3_copy_bytes(estimate("llama-3-8b", **args)) == 12_045_391_872
+    assert zero3_copy_bytes(estimate("llama-3-8b", grad_buffer="param+fp32", **args)) == 6_022_695_936
+
+
 def test_fused_elementwise_bytes_by_hand() -> None:
     """Llama 3 8B (h 4,096, 32 heads of 128, 8 KV heads, f 14,336, V 128,256), b 1, s 8, flash, one GPU, bf16: per
     token and layer the two RMSNorms (r x w y forward, r g x w dx backward: 5 x 4,096 x 2 B each) 81,920, rotary on q

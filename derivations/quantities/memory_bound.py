@@ -49,7 +49,8 @@ from memderive.derivations.hardware import GPU
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
-from memderive.derivations.quantities.model_states import pipelined_fsdp2, second_state_elements
+from memderive.derivations.quantities.model_states import (pipelined_fsdp2, reduced_gradient_width,
+                                                            second_state_elements)
 from memderive.derivations.quantities.precision_aware import aware_step_bytes
 from memderive.derivations.quantity import Evaluated
 from memderive.symbolic.derive import evaluate
@@ -63,7 +64,7 @@ __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EA
            "UNFUSED_MOVES", "MCORE_UNFUSED_SOURCE", "unfused_framework_bytes", "runs_unfused",
            "LOCAL_SORT_MOVES", "LOCAL_SORT_SOURCE", "sorts_by_local_expert", "FP8_PAD_MOVES", "FP8_PAD_SOURCE",
            "pads_for_fp8", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
-           "optimizer_bytes", "MUON_STEP_BYTES", "muon_step_bytes", "optimizer_shard", "zero3_copy_bytes", "adam_moves", "layout_int", "fp32_accumulation_bytes",
+           "optimizer_bytes", "MUON_STEP_BYTES", "muon_step_bytes", "optimizer_shard", "zero3_copy_bytes", "MEGATRON_FSDP_BUFFERS", "adam_moves", "layout_int", "fp32_accumulation_bytes",
            "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
@@ -485,15 +486,30 @@ def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:
     return -(-(n - held) // ranks) + -(-held // layout_int(expert_zero_ranks(o), est.values))
 
 
+#: Megatron-FSDP copies no gathered weight out and no gradient in: it all-gathers each bucket into the buffer its
+#: parameters' data point into, and reduce-scatters the gradient bucket their main_grad views fill.
+MEGATRON_FSDP_BUFFERS = Citation("megatron-fsdp-buffer", "async_bucket_gather: wbuf.fetch_bucket(set_param_data=True), "
+                                 "all_gather_into_tensor(output_tensor=bucket.data, ...); mark_item_ready: "
+                                 "reduce_scatter_tensor(output=grad_shard, input=bucket.data), then local_grad += "
+                                 "reduced_grad")
+
+
 def zero3_copy_bytes(est: Evaluated) -> Any:
     """HBM bytes of one micro-batch's ZeRO-3 copies on one GPU: the forward's and the backward's all-gather outputs
     copied out into the parameters, and the gradients copied into the reduce-scatter's input, a read and a write of
-    every 16-bit parameter the GPU gathers each (6 moves); 0 without ZeRO-3."""
+    every 16-bit parameter the GPU gathers each (6 moves); 0 without ZeRO-3. Megatron-FSDP (ZeRO-3 under
+    ``--framework megatron``) gathers into the parameters' own bucket and reduce-scatters from the gradients' own
+    (``MEGATRON_FSDP_BUFFERS``): what it moves is the reduced shard added into the rank's gradient shard, a read of
+    both and a write of one, 3 moves of the rank's shard (ceil(P / (dp cp)) elements) in the gradient buffer's
+    dtype."""
     o = est.options
     if o.zero != 3 and not o.offload_params:  # FSDP's CPU offload gathers and reduces as ZeRO-3 does
         return 0
+    params = est.number("parameters_per_gpu")
+    if o.framework == "megatron" and o.zero == 3:
+        return -(-params // (o.dp * o.cp)) * 3 * reduced_gradient_width(o)  # the rank's shard, padded up
     width = 4 if o.dtype == "fp32" else 2
-    return est.number("parameters_per_gpu") * 6 * width
+    return params * 6 * width
 
 
 def fp32_accumulation_bytes(est: Evaluated) -> Any:

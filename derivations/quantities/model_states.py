@@ -44,6 +44,7 @@ reduce-scatter; only the fp32 master and the optimizer states stay 1/d:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from memderive.derivations.choices import GRAD_BUFFERS, OPTIMIZERS, PRECISIONS, Optimizer
 from memderive.derivations.quantities.precision_aware import PrecisionAware
@@ -55,7 +56,7 @@ from memderive.symbolic.graph import Block, Graph, Op
 from memderive.symbolic.tensor import Tensor
 from memderive.symbolic import dims
 
-__all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
+__all__ = ["PRECISIONS", "GRAD_BUFFERS", "GRAD_BUFFER_CITATIONS", "OPTIMIZERS", "state_widths", "reduced_gradient_width", "master_bytes", "Optimizer", "states_breakdown", "offloaded_breakdown", "zero_ranks", "CP_ZERO_CITATION", "optimizer_state_bytes",
            "factored_state_elements", "stored_parameters", "MUON_CITATION", "MUON_NOTE", "as_matrices", "muon_owned", "second_state_elements", "layer_wise_largest", "FACTORED_STATE_BYTES", "factored_state_bytes", "ZERO_CITATION", "OFFLOAD_CITATION", "ADAFACTOR_CITATION",
            "offload_host_citation", "OFFLOAD_HOST_NOTE", "offload_gradient_widths", "STEP_ONLY", "UNSCALED",
            "FSDP2_FRAMEWORKS", "PIPELINED_FSDP2_CITATION", "PIPELINED_FSDP2_NOTE", "pipelined_fsdp2", "zero_shards"]
@@ -342,6 +343,21 @@ def state_widths(param_dtype: str, optimizer: str, precision: str = "master") ->
     if precision == "autocast":
         return 4, 4, optimizer_state_bytes(optimizer, "fp32")
     return width, width, optimizer_state_bytes(optimizer, param_dtype, precision)
+
+
+def reduced_gradient_width(o: Any) -> int:
+    """Bytes per element of the gradients one GPU reduces over the data-parallel ranks (``Options`` ``o``): the fp32
+    ``main_grad`` buffer under ``--grad-buffer fp32`` with master weights, else ``state_widths``' gradient width.
+
+    >>> from types import SimpleNamespace as O
+    >>> reduced_gradient_width(O(dtype="bf16", optimizer="adamw", precision="master", grad_buffer="fp32"))
+    4
+    >>> reduced_gradient_width(O(dtype="bf16", optimizer="adamw", precision="master", grad_buffer="param+fp32"))
+    2
+    """
+    if o.grad_buffer == "fp32" and o.precision == "master":
+        return 4
+    return state_widths(o.dtype, o.optimizer, o.precision)[1]
 
 
 def zero_shards(zero: int, dp: Expr | int, whole: bool = False) -> tuple[Expr | int, Expr | int, Expr | int]:

@@ -74,7 +74,7 @@ from memderive.derivations.quantities.tp_overlap import (MICRO_PIPELINE_LIMITS, 
 from memderive.derivations.quantities.muon_step import NS_CITATION, NS_STEPS, newton_schulz_s
 from memderive.derivations.quantities.memory_bound import (achievable_bandwidth, eager_extra_bytes, fp32_accumulation_bytes, fused_elementwise_bytes,
                                                             layout_int, layout_int as _bytes, optimizer_bytes, unfused_framework_bytes,
-                                                            zero3_copy_bytes)
+                                                            zero3_copy_bytes, MEGATRON_FSDP_BUFFERS)
 from memderive.derivations.options import TE_FP8, Options, block_share, derived, te_transposes
 from memderive.derivations.memo import Keyed, per_graph
 from memderive.derivations.quantity import Evaluated
@@ -92,7 +92,7 @@ from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, MUON_STE
                                                             fp8_gathered_elements)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUON_CITATION, PIPELINED_FSDP2_CITATION,
-                                                           state_widths)
+                                                           reduced_gradient_width, state_widths)
 from memderive.symbolic.float8 import TP_GATHERS, float8_matmul_flops, tp_planned
 from memderive.symbolic.gathered import Gathered
 from memderive.symbolic.te_float8 import SP_GATHERS, sp_gathered
@@ -637,7 +637,9 @@ def memory_line(hw: GPU, kernels: str, unfused: bool = False) -> str:
             f"a fused kernel makes them (norms, rotary, activations, residual adds, dropout, the unfused softmax, the "
             f"loss, the routed experts' tokens permuted and scattered back and their router; memory_bound.FUSED_MOVES, "
             f"TOKEN_MOVES); {framework}{eager}ZeRO-3's copy-out of each gathered "
-            f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}); the "
+            f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}; "
+            f"Megatron-FSDP, --zero 3 under Megatron-Core, gathers into and reduces from its parameters' own "
+            f"buckets: only its reduced gradient shard added into the rank's, {cite(MEGATRON_FSDP_BUFFERS)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
 
@@ -1127,8 +1129,7 @@ def reduced_bytes(est: Evaluated) -> tuple[Any, Any]:
     (fp32 under autocast). The weights gathered (ZeRO 1-3) are all the GPU's parameters in their dtype."""
     o = est.options
     params = est.number("parameters_per_gpu")
-    width, grad, _ = state_widths(o.dtype, o.optimizer, o.precision)
-    grad = 4 if o.grad_buffer == "fp32" and o.precision == "master" else grad
+    width, grad = state_widths(o.dtype, o.optimizer, o.precision)[0], reduced_gradient_width(o)
     trained = est.number("trainable_parameters") if o.finetuning else params
     return trained * grad, params * width - (width - 1) * fp8_gathered_elements(est)  # --fp8-param-gather: 1 B
 
