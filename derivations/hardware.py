@@ -140,6 +140,9 @@ class GPU:
     fp4_flops: int | None = None  # dense NVFP4 tensor FLOP/s (Blackwell); None: no FP4 tensor cores
     host: str | None = None  # the CPU of the system it ships in (``HOSTS``; the module's docstring); None: any server
     sms: int | None = None  # streaming multiprocessors (``SM_COUNTS``); None: no NVIDIA document read here gives it
+    #: The sustained matmul FLOP/s (bf16, fp8; fp8 None: the table's fp8 over bf16) measured on this cluster's own GPUs
+    #: where they run other than the table's (a lower power limit): replaces ``efficiency``'s level; None: the table's.
+    matmul_rates: tuple[int, int | None] | None = None
 
     def __post_init__(self) -> None:
         if self.host is not None and self.host not in HOSTS:

@@ -66,8 +66,8 @@ def test_exposed_copies_over_pcie_match_a_replay_of_te_schedule(n: int) -> None:
     assert st.to_json()["act_offload_time_s"] == st.activation_offload_s
     if n == 8:
         assert want == 0  # 8 copies of 8.9 ms behind 30 layers' 3.4 ms: hidden
-    if n == 24:  # forward 24 x 8.92 - 30 x 3.66 = 104 ms; backward 24 x 8.92 < 30 x 7.32: hidden
-        assert round(want, 3) == 0.104
+    if n == 24:  # forward 24 x 8.92 - 30 x 3.50 = 109 ms, backward 24 x 8.92 - 30 x 7.00 = 4 ms
+        assert round(want, 3) == 0.113
     plain = time_of(estimate("llama-3-8b", **ARGS))
     assert st.step_s - plain.step_s == pytest.approx(st.activation_offload_s, rel=1e-9)
 

@@ -22,18 +22,18 @@ run's step time.
   below the kernels' published causal speeds (FlashAttention-3's Figs. 5 and 6: cuDNN 518-539 TFLOP/s forward at
   4K-16K on the H100). Those speeds are not what a training step's attention reaches: with them, the H100 runs
   where attention weighs most (NeMo's 16K-1M rows, torchtitan's 32K-256K context-parallel ones) come out a median
-  35.7% too fast, against +5.2% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
+  34.0% too fast, against +5.3% as it is (``python benchmarks/attention_whatif.py``), so no per-shape table from the
   microbenchmarks is taken up.
 * A layer's efficiency is the FLOP-weighted one of its products (their FLOPs over their time); the elementwise
   work is timed apart, at the memory bandwidth (``timing``, ``memory_bound``).
 
 >>> from memderive.derivations.hardware import gpu
->>> # the H100's burst MAMF times the H200's sustained over burst, 794.5 x 708.5 / 841.9 = 668.6 TFLOP/s
+>>> # the H200's MSMF, its die's burst "the same" as the H100's in Bekman's table: 708.5 x 794.5 / 794.5
 >>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 4096, 4096) / 1e12, 1)
-668.6
->>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 668.6 = 643.9
+708.5
+>>> # OpenXLA's H100 entry (m 4096, n 1024, k 4096) is 0.963 of its 4096^3 rate: 0.963 x 708.5 = 682.3
 >>> round(matmul_rate(gpu("h100-sxm"), "bf16", 4096, 1024, 4096) / 1e12, 1)
-643.9
+682.3
 >>> # the A100 has no curve of its own: the H100's fraction at the shape times the A100's MAMF, 271.2 x 0.963
 >>> round(matmul_rate(gpu("a100-80gb"), "bf16", 4096, 1024, 4096) / 1e12, 1)
 261.2
@@ -42,6 +42,7 @@ run's step time.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from memderive.derivations.columns import is_column
@@ -65,19 +66,21 @@ __all__ = ["MAMF", "MAMF_SOURCE", "MSMF", "MSMF_SOURCE", "CURVE", "FLASH", "FLAS
            "FP4_STAND_IN", "FP4_MAMF", "FP4_SOURCE", "fp4_burst", "low_precision"]
 
 MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS comparison table, BF16 and FP8 "
-                       "(float8_e4m3fn) rows; the H200 and B200 rows as measured with their MSMF (commit 082816f)")
+                       "(float8_e4m3fn) rows")
 
-#: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table (``MAMF_SOURCE``, 082816f): A100
-#: SXM 271.2; H100 SXM 794.5 and fp8 1,402.6 (torch 2.7.0); H200 SXM 841.9 and 1,491.9, B200 SXM 1,770.9 and 3,435.2
-#: (both torch 2.13.0+cu130, measured in the runs that measured their MSMF); B300 SXM 1,769.0 and 3,353.3 (torch
+#: Maximum achievable matmul TFLOP/s (bf16, fp8; None: not measured), Bekman's table (``MAMF_SOURCE``: one method,
+#: the best shape's mean over 100 iterations): A100 SXM 271.2; H100 SXM 794.5 and fp8 1,402.6; H200 SXM fp8 1,453.4
+#: (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5; B300 SXM 1,769.0 and 3,353.3 (torch
 #: 2.9.1+cu130: "same as B200, newer torch/cuda"); GB200 SXM 1,822.0 and 3,615.6; MI300X 668.4 (PyTorch 2.5.1, ROCm
-#: 6.3, TunableOp).
+#: 6.3, TunableOp). These compare GPUs with each other (``_level``); the MSMF runs' own bursts (H200 841.9 and
+#: 1,491.9, B200 1,770.9 and 3,435.2: the peak of short bursts held to the boost clock, a newer method and torch) are
+#: not mixed with them.
 MAMF: dict[str, tuple[float, float | None]] = {
     "a100-80gb": (271.2, None),
     "a100-40gb": (271.2, None),
     "h100-sxm": (794.5, 1402.6),
-    "h200": (841.9, 1491.9),
-    "b200": (1770.9, 3435.2),
+    "h200": (794.5, 1453.4),
+    "b200": (1745.0, 3432.5),
     "b300": (1769.0, 3353.3),
     "gb200": (1822.0, 3615.6),
     "mi300x": (668.4, None),
@@ -96,22 +99,21 @@ MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/README.md at 082816f 
 #: Maximum sustainable matmul TFLOP/s (bf16, fp8; None: not measured): the best rate a shape holds once the GPU is
 #: saturated at its power limit and its clock has settled (mamf-finder.py --search auto after a thermal soak, a
 #: trimmed median of repeated confirms, Bekman), where its MAMF is a short burst at the boost clock drawing a fraction
-#: of the power. H200 SXM: 708.5 bf16, 1,288.7 fp8; B200 SXM: 1,456.3 bf16, 2,795.7 fp8; each pair (MSMF, MAMF) from
-#: one node and one software stack, so their ratio is the GPU's own. A training step keeps the GPU at its power limit,
-#: so its matmuls run at the sustained rate, where one is measured. Not modelled: with all eight GPUs of a node busy,
-#: as in training, the source measured the bf16 MSMF 0.6% lower on the H200 (698.6 against 702.9 alone, means of
-#: its runs) and 2.0% lower on the B200 (1,426.4 against 1,455.7): the node's shared power and cooling.
+#: of the power. H200 SXM: 708.5 bf16, 1,288.7 fp8; B200 SXM: 1,456.3 bf16, 2,795.7 fp8. A training step keeps the GPU
+#: at its power limit, so its matmuls run at the sustained rate, where one is measured. Not modelled: with all eight
+#: GPUs of a node busy, as in training, the source measured the bf16 MSMF 0.6% lower on the H200 (698.6 against 702.9
+#: alone, means of its runs) and 2.0% lower on the B200 (1,426.4 against 1,455.7): the node's shared power and cooling.
 MSMF: dict[str, tuple[float, float | None]] = {
     "h200": (708.5, 1288.7),
     "b200": (1456.3, 2795.7),
 }
 
-#: GPUs without a measured MSMF that take another's sustained over burst ratio, times their own MAMF: the H100 SXM is
-#: the H200's GH100 die (132 SMs, the same dense peaks) at the same 700 W power limit (nvidia-h100-datasheet): its
-#: burst (794.5, an older torch's) times the H200's 708.5 / 841.9. The GB200 is the B200's die (its burst MAMF 2.9%
-#: above the B200's: 1,822.0 against 1,770.9) at a higher power limit, which may hold a little more: no GB200 MSMF is
-#: published. The B300 is Blackwell Ultra, its burst MAMF the B200's (1,769.0 against 1,770.9, "same as B200"): the
-#: B200's ratio, no B300 MSMF being published.
+#: GPUs without a measured MSMF take the sustained rate of the GPU whose is measured, scaled by their burst MAMF over
+#: its, both from the one table (``MAMF``): the H100 SXM is the H200's GH100 die (132 SMs, the same dense peaks) at the
+#: same 700 W power limit (nvidia-h100-datasheet), "the same" in the table: 708.5 bf16; fp8 1,288.7 x 1,402.6 /
+#: 1,453.4. The GB200 is the B200's die (its burst 4.4% above the B200's: 1,822.0 against 1,745.0) at a higher power
+#: limit, which may hold a little more: no GB200 MSMF is published. The B300 is Blackwell Ultra, its burst 1.4% above
+#: the B200's (1,769.0 against 1,745.0, "same as B200"): no B300 MSMF is published.
 MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
@@ -141,9 +143,19 @@ def _measured_sustained(name: str) -> str | None:
 
 
 def _level(gpu: GPU, dtype: str) -> float:
-    """The GPU's matmul level in FLOP/s for ``dtype`` (bf16 or fp8): its MAMF (``_burst``) times the sustained over
-    burst rate (MSMF / MAMF) of the GPU whose MSMF is measured, itself or the same die standing in (the GB200's
-    B200, the H100's H200), else its MAMF. fp8 without a measured fp8 MSMF: the bf16 ratio."""
+    """The GPU's matmul level in FLOP/s for ``dtype`` (bf16 or fp8): the MSMF of the GPU whose MSMF is measured,
+    itself or the same die standing in (the GB200's B200, the H100's H200), times this GPU's MAMF over that one's
+    (``_burst``, one table), else its MAMF. fp8 without a measured fp8 MSMF: the bf16 ratio. A cluster's own measured
+    rates (``GPU.matmul_rates``: its GPUs at a lower power limit) replace the table's; fp8 not measured there: its
+    bf16 rate times the table's fp8 over bf16."""
+    if gpu.matmul_rates is not None:
+        bf16, fp8 = gpu.matmul_rates
+        if dtype != "fp8" or gpu.fp8_flops is None:
+            return float(bf16)
+        if fp8 is not None:
+            return float(fp8)
+        table = replace(gpu, matmul_rates=None)
+        return bf16 * _level(table, "fp8") / _level(table, "bf16")
     burst = _burst(gpu, dtype)
     name = _measured_sustained(gpu.name)
     if name is None:
@@ -417,10 +429,13 @@ def float8_phases(graph: Any, fp8: str) -> tuple[tuple[bool, bool, bool], ...]:
 def rate_note(gpu: GPU, framework: str | None) -> str:
     """Where the GPU's rates come from, in words (for the time model's compute line)."""
     mamf, sustained = MAMF.get(gpu.name), _measured_sustained(gpu.name)
-    if sustained is not None:  # the rate a training step holds at the power limit (MSMF)
+    if gpu.matmul_rates is not None:  # the cluster's own (``GPU.matmul_rates``)
+        level = (f"this cluster's measured sustained rate, {gpu.matmul_rates[0] / 1e12:,.1f} TFLOP/s bf16"
+                 + (f", {gpu.matmul_rates[1] / 1e12:,.1f} fp8" if gpu.matmul_rates[1] else ""))
+    elif sustained is not None:  # the rate a training step holds at the power limit (MSMF)
         level = (f"sustained rate (MSMF) {MSMF[sustained][0]:,.1f} TFLOP/s" if sustained == gpu.name else
-                 f"no measured MSMF: {sustained}'s sustained over burst rate (MSMF / MAMF) times this GPU's "
-                 f"MAMF{'' if mamf else ' (its stand-in fraction of peak)'}") + \
+                 f"no measured MSMF: {sustained}'s sustained rate times this GPU's MAMF over its"
+                 f"{'' if mamf else ' (this GPU: its stand-in fraction of peak)'}") + \
             f" ({cite(MSMF_SOURCE)}; the burst MAMF: {cite(MAMF_SOURCE)})"
     else:
         level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
