@@ -478,7 +478,7 @@ _ENTRIES: tuple[Reference, ...] = (
               "fsdp/src/megatron_fsdp/megatron_fsdp.py", "code"),
     Reference("megatron-fsdp-buffer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/src/"
               "megatron_fsdp/param_and_grad_buffer.py at 0d8e0714 (Megatron-Core 0.15, NeMo 25.11's): "
-              "AllGatherPipeline.async_bucket_gather, GradReducePipeline.mark_item_ready", None,
+              "AllGatherPipeline.async_bucket_gather, GradReducePipeline._bucket_group_gradient_reduce", None,
               "github.com/NVIDIA/Megatron-LM/blob/0d8e0714/megatron/core/distributed/fsdp/src/megatron_fsdp/"
               "param_and_grad_buffer.py", "code"),
     Reference("pytorch-pipelining-stage", "PyTorch", "PyTorch", "PyTorch: torch/distributed/pipelining/stage.py "
@@ -722,8 +722,9 @@ _ENTRIES: tuple[Reference, ...] = (
               "github.com/ROCm/xla/blob/ad6eaee1b2/xla/service/gpu/model/default_collective_perf_table.txtpb", "code"),
     Reference("bekman-mamf", "Bekman, ml-engineering", "S. Bekman", "Machine Learning Engineering Open Book: "
               "compute/accelerator/README.md, Maximum Achievable Matmul FLOPS comparison table (BF16 and FP8, "
-              "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations)", None,
-              "github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md", "docs"),
+              "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations), master at 744d01e", None,
+              "github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/accelerator/"
+              "README.md", "docs"),
     Reference("azure-ai-benchmarking-guide", "Azure AI benchmarking guide", "Microsoft Azure HPC", "AI-benchmarking-"
               "guide: Azure_Results/ND_A100_v4_results.md, ND_H200_v5_results.md and ND_H100_v5_results.md (the last "
               "as its forks keep it, e.g. samuel-bohman/AI-benchmarking-guide) (HBM Bandwidth: BabelStream Copy, Mul, "

@@ -223,13 +223,14 @@ BLOOM = [
 _TT_H100 = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md"
 _TT_A100 = "torchtitan docs/performance.md (64 A100 80GB)"
 _TT_NOTE = ("Grand Teton H100s at 500 W with 96 GB HBM2e at 2.4 TB/s (its matmuls at the rates FBGEMM measured on "
-            "Meta's 500 W H100s, 585.2 bf16 and 1,125.5 fp8 TFLOP/s; its 2.4 TB/s used), 400 Gb/s per GPU; FSDP2 = "
-            "ZeRO-3, SDPA")
+            "Meta's 500 W H100s, 585.2 bf16 and 1,125.5 fp8 TFLOP/s, attention at the 700 W H100's share of the "
+            "peak; its 2.4 TB/s used), 400 Gb/s per GPU; FSDP2 = ZeRO-3, SDPA")
 #: torchtitan's H100s: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (torchtitan-h100-benchmarks, Hardware);
 #: 96 GiB, as memderive's h100-sxm holds its "80GB" as 80 GiB.
 #: Their 500 W power limit (the page: "the actual peak TFLOPs number is between SXM and NVL, and we don't know its
 #: exact value"): their matmuls at the rates measured on Meta's 500 W H100s (``_TT_500W``): the four H100 rows 2.0-5.9%
-#: too fast (8.1-12.8% at the 700 W H100's sustained rate, efficiency.MSMF; 12.4-18.5% at the 745 TFLOP/s once used).
+#: too fast (10.5-15.5% at the 700 W H100's sustained rate, efficiency.MSMF; 12.4-18.5% at the 745 TFLOP/s once used);
+#: the attention kernels keep their 700 W share of the peak (efficiency.FLASH: no 500 W attention speed measured).
 _TT_HBM = 2400 * 10**9
 _TT_MEMORY = 96 * 2**30
 #: Meta's H100s at 500 W measured (FBGEMM #2546, "H100 500W", 2024-04, the benchmark of its fp8 GEMMs): bf16 at
@@ -453,7 +454,7 @@ TORCHTITAN_2025 = [
 #: aten.mm (every other output kept, as bf16) or as _scaled_mm (none kept: its forward GEMM rerun in backward;
 #: pytorch/pytorch#177767, on a float8 SAC bug, suggests the compiled path decides on _scaled_mm) decides the 8B
 #: Float8 rows' recompute and memory: rerun, their steps would be longer than memderive's (the 8B tensorwise rows are
-#: 34-35% too fast where its bf16 rows are 27-28%), and Trainy's reserved bytes lower (tests/published_memory
+#: 31-32% too fast where its bf16 rows are 18-19%, at the 500 W rates), and Trainy's reserved bytes lower (tests/published_memory
 #: TORCHTITAN_H200: 0.62).
 TITAN_2025_GAP = ("torchtitan's 2025 pages: 500 W H100s with TP 8 (bf16, Float8 tensorwise and rowwise, AsyncTP; "
                   "rowwise's small-GEMM slowdown not modelled) and Trainy's H200s: tests/published_runs.TITAN_2025_GAP")
@@ -1265,9 +1266,10 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: worst 31.3% (8.9% and 31.1% with those all-gathers at 16 bits); over all 36 with GB300's: 10.0% and 31.3%; 9.7%
 #: and 31.3% over the 30 and the 36 once NeMo's GPT-3 175B rows kept their launcher config's dropout
 #: (``_NEMO_GPT3_DROPOUT``: -18.2% and -10.0% -> -17.7% and -9.4%). The two CPU activation offload rows on GB200
-#: (Megatron FSDP; their copies over NVLink-C2C hidden behind the other layers, 0 s exposed): 405B 95 layers -15.4%,
-#: 70B 40 layers -11.5%; with them the median over the 39 stays 9.4% (worst 31.3%), over the 30 at 2K-8K tokens
-#: 10.5% -> 10.8%. GB300's 70B FSDP offload row of 26.04.01 (20 layers): +15.0%, too slow as the other GB300 rows;
+#: (Megatron FSDP; their copies over NVLink-C2C hidden behind the other layers, 0 s exposed): 405B 95 layers -20.3%,
+#: 70B 40 layers -14.0% since Megatron-FSDP copies no gathered weight (memory_bound.MEGATRON_FSDP_BUFFERS; -15.4% and
+#: -11.5% while timed with torch FSDP's copies); with them the median over the 39 stays 9.4% (worst 31.3%), over the 30 at 2K-8K tokens
+#: 10.5% -> 10.8%. GB300's 70B FSDP offload row of 26.04.01 (20 layers): +11.8% (+15.0% with those copies), too slow as the other GB300 rows;
 #: over the 40 the median stays 10.1%, the worst 31.0% (python benchmarks/published_runs.py). Nothing is tuned to
 #: close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast at 2K-8K tokens (H100, B200, "

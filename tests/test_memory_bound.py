@@ -74,6 +74,8 @@ def test_megatron_fsdp_copies_only_the_reduced_shard_by_hand() -> None:
     args = dict(mode="train", batch=1, seq=8, dp=8, zero=3, framework="megatron")
     assert zero3_copy_bytes(estimate("llama-3-8b", **args)) == 12_045_391_872
     assert zero3_copy_bytes(estimate("llama-3-8b", grad_buffer="param+fp32", **args)) == 6_022_695_936
+    # its parameters offloaded to the CPU: FSDP2's path (Megatron-FSDP offloads none), 6 moves of 2 bytes each
+    assert zero3_copy_bytes(estimate("llama-3-8b", offload_params=True, grad_buffer="param", **args)) == P * 12
 
 
 def test_fused_elementwise_bytes_by_hand() -> None:

@@ -486,10 +486,11 @@ def optimizer_shard(est: Evaluated, n: Any, routed: Callable[[], Any]) -> Any:
     return -(-(n - held) // ranks) + -(-held // layout_int(expert_zero_ranks(o), est.values))
 
 
-#: Megatron-FSDP copies no gathered weight out and no gradient in: it all-gathers each bucket into the buffer its
-#: parameters' data point into, and reduce-scatters the gradient bucket their main_grad views fill.
-MEGATRON_FSDP_BUFFERS = Citation("megatron-fsdp-buffer", "async_bucket_gather: wbuf.fetch_bucket(set_param_data=True), "
-                                 "all_gather_into_tensor(output_tensor=bucket.data, ...); mark_item_ready: "
+#: Megatron-FSDP copies no gathered weight out and no fused GEMM's gradient in: it all-gathers each bucket into the
+#: buffer its parameters' data point into, and reduce-scatters the gradient bucket their main_grad views fill.
+MEGATRON_FSDP_BUFFERS = Citation("megatron-fsdp-buffer", "AllGatherPipeline.async_bucket_gather: "
+                                 "wbuf.fetch_bucket(set_param_data=True), all_gather_into_tensor(output_tensor="
+                                 "bucket.data, ...); GradReducePipeline._bucket_group_gradient_reduce: "
                                  "reduce_scatter_tensor(output=grad_shard, input=bucket.data), then local_grad += "
                                  "reduced_grad")
 
@@ -498,16 +499,19 @@ def zero3_copy_bytes(est: Evaluated) -> Any:
     """HBM bytes of one micro-batch's ZeRO-3 copies on one GPU: the forward's and the backward's all-gather outputs
     copied out into the parameters, and the gradients copied into the reduce-scatter's input, a read and a write of
     every 16-bit parameter the GPU gathers each (6 moves); 0 without ZeRO-3. Megatron-FSDP (ZeRO-3 under
-    ``--framework megatron``) gathers into the parameters' own bucket and reduce-scatters from the gradients' own
-    (``MEGATRON_FSDP_BUFFERS``): what it moves is the reduced shard added into the rank's gradient shard, a read of
-    both and a write of one, 3 moves of the rank's shard (ceil(P / (dp cp)) elements) in the gradient buffer's
-    dtype."""
+    ``--framework megatron``, no parameter offload) gathers into the parameters' own bucket and reduce-scatters from
+    the gradients' own (``MEGATRON_FSDP_BUFFERS``): what it moves is the reduced shard added into the rank's gradient
+    shard, a read of both and a write of one, 3 moves of the rank's shard (``optimizer_shard``: ceil(P / (dp cp))
+    elements, the routed experts' over their own expert data-parallel ranks) in the gradient buffer's dtype. Not
+    counted: the gradients no fused GEMM writes into main_grad (the word embeddings, the norms), which its
+    post-backward hook copies in each micro-batch (megatron_fsdp.py at 0d8e0714 L528-532: param.main_grad.copy_(
+    param.grad)), and the shard's scaling where the reduction does not average (gradient_reduce_preprocessing)."""
     o = est.options
     if o.zero != 3 and not o.offload_params:  # FSDP's CPU offload gathers and reduces as ZeRO-3 does
         return 0
     params = est.number("parameters_per_gpu")
-    if o.framework == "megatron" and o.zero == 3:
-        return -(-params // (o.dp * o.cp)) * 3 * reduced_gradient_width(o)  # the rank's shard, padded up
+    if o.framework == "megatron" and o.zero == 3 and not o.offload_params:
+        return optimizer_shard(est, params, lambda: _routed_held(est)) * 3 * reduced_gradient_width(o)
     width = 4 if o.dtype == "fp32" else 2
     return params * 6 * width
 

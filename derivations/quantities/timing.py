@@ -639,7 +639,8 @@ def memory_line(hw: GPU, kernels: str, unfused: bool = False) -> str:
             f"TOKEN_MOVES); {framework}{eager}ZeRO-3's copy-out of each gathered "
             f"parameter (forward and backward) and copy-in of each gradient to reduce ({cite(FSDP_SOURCE)}; "
             f"Megatron-FSDP, --zero 3 under Megatron-Core, gathers into and reduces from its parameters' own "
-            f"buckets: only its reduced gradient shard added into the rank's, {cite(MEGATRON_FSDP_BUFFERS)}); the "
+            f"buckets: its reduced gradient shard added into the rank's, the embeddings' and norms' gradient copy-in "
+            f"not counted, {cite(MEGATRON_FSDP_BUFFERS)}); the "
             f"AdamW step over this GPU's shard as {adam} kernels and the gradient clipping ({cite(OPTIMIZER_SOURCE)}; "
             "other optimizers and fine-tuning: not timed; ZeRO-Offload: its own line)")
 
