@@ -154,8 +154,7 @@ def _level(gpu: GPU, dtype: str) -> float:
             return float(bf16)
         if fp8 is not None:
             return float(fp8)
-        table = replace(gpu, matmul_rates=None)
-        return bf16 * _level(table, "fp8") / _level(table, "bf16")
+        return bf16 * fp8_rate_ratio(replace(gpu, matmul_rates=None))
     burst = _burst(gpu, dtype)
     name = _measured_sustained(gpu.name)
     if name is None:
