@@ -181,9 +181,10 @@ OPTIONS: tuple[Option, ...] = (
        modes=_TRAIN, commands=_PLANNED, echo="changed",
        example=(*_TRAIN_STEP, "--implementation", "hf", "--fp8", "tensorwise")),
     _o("fp8_param_gather", "bool", False, "Megatron-LM's --fp8-param-gather (Megatron-Bridge's fp8 recipes set it), "
-       "with --fp8 te-* and the distributed optimizer (--zero 1): the layers' linear weights built as Transformer "
-       "Engine fp8 tensors (fp8_model_init), no 16-bit copy; delayed and current scaling gather them in 8 bits, "
-       "MXFP8 in 16 through the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag)", modes=_TRAIN,
+       "with --fp8 te-* and the distributed optimizer (--zero 1) or Megatron-FSDP (--zero 3 --framework megatron: "
+       "delayed and current scaling): the layers' linear weights built as Transformer Engine fp8 tensors "
+       "(fp8_model_init), no 16-bit copy; delayed and current scaling gather them in 8 bits, MXFP8 in 16 through "
+       "the gradient buffer (reuse_grad_buf_for_mxfp8_param_ag)", modes=_TRAIN,
        commands=_PLANNED, echo="set",
        example=(*_TRAIN_STEP, "--fp8", "te-current", "--dp", "2", "--zero", "1", "--fp8-param-gather")),
     _o("tp_only_amax_red", "bool", False, "Megatron-Core's --tp-only-amax-red, for times: under --fp8 te-delayed the "

@@ -607,10 +607,17 @@ class Options:
     def _check_te_fp8(self) -> None:
         """Transformer Engine's fp8 recipes (``TE_FP8``): Megatron-Core's linears, a 16-bit --dtype, a GPU with fp8
         tensor cores (MXFP8: Blackwell's block scaling)."""
-        if self.fp8_param_gather and self.zero != 1:
-            raise OptionsError(f"--fp8-param-gather is modelled under Megatron-Core's distributed optimizer: give "
-                               f"--zero 1, not --zero {self.zero} (Megatron-LM asserts the distributed optimizer or "
-                               "FSDP, arguments.py; Megatron-FSDP's fp8 buffers are not modelled)")
+        if self.fp8_param_gather and self.zero not in (1, 3):
+            raise OptionsError(f"--fp8-param-gather is modelled under Megatron-Core's distributed optimizer (--zero 1) "
+                               f"and Megatron-FSDP (--zero 3 --framework megatron), not --zero {self.zero} "
+                               "(Megatron-LM asserts the distributed optimizer or FSDP, arguments.py)")
+        if self.fp8_param_gather and self.zero == 3 and (self.framework != "megatron" or self.offload_params):
+            raise OptionsError("--fp8-param-gather under --zero 3 is Megatron-FSDP's fp8 parameter buffer: give "
+                               "--framework megatron, without --offload-params")
+        if self.fp8_param_gather and self.zero == 3 and self.fp8 == "te-mxfp8":
+            raise OptionsError("--fp8-param-gather with --fp8 te-mxfp8 under --zero 3 (Megatron-FSDP's uint8 "
+                               "buffer of MXFP8 tensors) is not modelled: give --fp8 te-delayed or te-current, or "
+                               "--zero 1")
         if self.mode != "train":
             raise OptionsError(f"--fp8 {self.fp8} trains Transformer Engine's fp8 linears; use it with --mode train")
         if self.framework == "torchtitan":

@@ -80,7 +80,8 @@ from memderive.symbolic.mcore_recompute import ATTENTION_KINDS
 from memderive.symbolic.tensor import Tensor
 
 __all__ = ["TE_RECIPES", "TEFloat8", "te_float8", "te_linears", "workspace_terms", "SOURCE", "MEGATRON_AMAX_HISTORY",
-           "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE", "BLOCK"]
+           "SP_GATHERS", "SP_SOURCE", "sp_gathered", "te_weight_elements", "PARAM_GATHER_SOURCE",
+           "FSDP_PARAM_GATHER_SOURCE", "BLOCK"]
 
 #: Transformer Engine's fp8 recipes under Megatron-Core (--fp8; ``derivations.options.TE_FP8``): DelayedScaling,
 #: Float8CurrentScaling, MXFP8BlockScaling, NVFP4BlockScaling (transformer_engine/common/recipe; NVFP4 is
@@ -258,7 +259,8 @@ class TEFloat8:
 
 
 def workspace_terms(graph: Graph, recipe: str, transpose: bool,
-                    amax_history: int = MEGATRON_AMAX_HISTORY) -> list[tuple[str, Any]]:
+                    amax_history: int = MEGATRON_AMAX_HISTORY,
+                    shards: tuple[Any, Any] | None = None) -> list[tuple[str, Any]]:
     """The fp8 buffers Megatron-Core keeps per Transformer Engine linear, as ``(path, bytes)`` over the block's
     repeats:
 
@@ -285,10 +287,16 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
     Megatron still passes ``is_first_microbatch`` (pipeline_parallel/schedules.py L496-497 ``set_is_first_microbatch``
     on the FSDP wrapper, a ``MegatronModule``: transformer/module.py L114-134, over every submodule;
     extensions/transformer_engine.py L1338-1345), and Megatron-FSDP releases only the gathered 16-bit buckets and,
-    with fp8 primary weights (``--fp8-param-gather``, not modelled), their transposes (megatron_fsdp.py L623-633,
+    with fp8 primary weights (``--fp8-param-gather``: ``shards`` below), their transposes (megatron_fsdp.py L623-633,
     L1102-1112): TE's ``_fp8_workspaces["weight"]`` (linear.py L2068-2071), the whole per-TP-rank weight quantized
     from the gathered one, stays across micro-batches and steps. ``disable_parameter_transpose_cache`` (False by
     default, transformer_config.py L1175) would turn it off; Megatron never sets it for FSDP.
+
+    ``shards`` (the ranks the layers' linears are sharded over, the routed experts' over theirs): the same weights as
+    Megatron-FSDP's fp8 primary weights (``--fp8-param-gather`` under ZeRO-3, ``FSDP_PARAM_GATHER_SOURCE``): each
+    rank holds 1/ranks of each weight's 8-bit data in the uint8 model-weight buffer and each tensor's 4-byte
+    ``_scale_inv``; nothing else persists (the gathered bucket and a transpose made from it are released after the
+    module runs).
     """
     modules: dict[tuple, list] = {}  # (block, what) -> [block, path, repeats, elements, GEMMs]
     for blk, op in te_linears(graph):
@@ -299,7 +307,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
             key = (blk.name, op.inputs, const(op.share)) if op.kind == "linear" else (blk.name, op.path, w.name)
             path = op.path if op.kind == "linear" else w.name  # the experts' two GroupedLinears: a term each
             row = modules.setdefault(key, [blk.name, path, blk.repeat * op.share, const(0), gemms])
-            row[3] = row[3] + w.numel
+            row[3] = row[3] + (w.numel if shards is None else w.numel / shards[op.kind == "experts"])
     terms: list[tuple[str, Any]] = []
     for block, path, repeats, data, gemms in modules.values():
         if recipe == "te-mxfp8":
@@ -307,7 +315,7 @@ def workspace_terms(graph: Graph, recipe: str, transpose: bool,
         elif recipe == "te-nvfp4":  # both usages: 4-bit data, an E4M3 scale per 16, an fp32 amax each
             ws = 2 * (data / 2 + data / 16) + 2 * FP32.nbytes * gemms
         else:
-            ws = (2 if transpose else 1) * data + FP32.nbytes * gemms
+            ws = (2 if transpose and shards is None else 1) * data + FP32.nbytes * gemms
         terms.append((f"{block}/{path}/weight_workspace", repeats * ws))
         if recipe == "te-delayed":
             terms.append((f"{block}/{path}/amax_history", repeats * gemms * FP32.nbytes * 5 * (amax_history + 1)))
@@ -333,6 +341,17 @@ PARAM_GATHER_SOURCE = (
     "_create_transpose where only TN fp8 GEMMs run; MXFP8: nothing, its row- and "
     "column-wise data kept), _cast_master_weights_to_fp8_current_scaling L466-590 (amax of the master shard, "
     "all-reduced, then the cast), _cast_master_weights_to_fp8_mxfp8_scaling L1015-1148")
+#: The same weights under Megatron-FSDP (ZeRO-3 under Megatron-Core: ``--fp8-param-gather --zero 3``; Megatron-Bridge's
+#: set_megatron_fsdp_overrides, scripts/performance/utils/helpers.py v0.2.0, keeps the fp8 recipes' fp8_param_gather
+#: and sets keep_fp8_transpose_cache False), read at Megatron-LM 0d8e0714 (Megatron-Core 0.15).
+FSDP_PARAM_GATHER_SOURCE = (
+    "Megatron-LM 0d8e0714: megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py "
+    "_init_each_parameter_group_buffers L1811-1820 (a Float8Tensor group: its model-weight buffer uint8, sharded, "
+    "its gradient bf16, fp32 under grad_reduce_in_fp32), L2143-2147 (the uint8 buffer), "
+    "copy_main_weights_to_model_weights L2486-2551 (each step: the fp32 main shard quantized into the uint8 shard, "
+    "quantize_param_shard, dense and expert groups apart); megatron_fsdp.py release_module_parameters L492-504 (the "
+    "gathered bucket released after a module runs and, keep_fp8_transpose_cache False, each Float8Tensor's "
+    "_transpose dropped with it), L853-862 (the same after a forward of a module outside the FSDP units)")
 
 
 def te_weight_elements(graph: Graph, keep: Callable[[str], bool] | None = None) -> Any:

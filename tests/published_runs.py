@@ -485,9 +485,10 @@ _BRIDGE_8B_RECOMPUTE = ("the recipe's full recompute of 5 of 32 layers, Megatron
 #: container's, scripts/performance/utils/helpers.py L92-105; v0.2.0 helpers.py L35-46; v0.3.0 utils/precision.py
 #: L26-37), and each sets fp8_param_gather (src/megatron/bridge/training/mixed_precision.py: v0.1.0rc3 L230-231, L268;
 #: v0.2.0 and v0.3.0 L251-252, L289; MXFP8 with reuse_grad_buf_for_mxfp8_param_ag), which no performance config
-#: overrides: --fp8-param-gather on every fp8 row under the distributed optimizer (--zero 1). Not on the 8B FSDP row
-#: (Megatron-FSDP's fp8 buffers are not modelled: the option is refused there), nor on NeMo 24.x's (``_NEMO``: the
-#: launcher's yamls set no fp8_params, NeMo's default False; only its MLPerf GPT-3 yamls do).
+#: overrides: --fp8-param-gather on every fp8 row under the distributed optimizer (--zero 1) and under Megatron-FSDP
+#: (--zero 3: the FSDP rows; set_megatron_fsdp_overrides, v0.2.0 scripts/performance/utils/helpers.py L116-137 and
+#: v0.4.2 utils/overrides.py L78-101, keeps fp8_param_gather and sets keep_fp8_transpose_cache False), not on NeMo
+#: 24.x's (``_NEMO``: the launcher's yamls set no fp8_params, NeMo's default False; only its MLPerf GPT-3 yamls do).
 _FP8_PARAMS = {"fp8_param_gather": True}
 #: The recipes' bf16 gradient buffers (grad_reduce_in_fp32 False, ``_BRIDGE_PAGE``, ``_BRIDGE_MOE_NOTE``) under
 #: Megatron-Core's optimizer without the precision-aware one: each step copies the rank's gradient shard to fp32
@@ -517,7 +518,7 @@ def _bridge(name: str, model: str, layout: dict, tps: float, tflops: float, note
     take from its recipe."""
     layout = {"batch": 1, "recompute": "none", "flash": True, "framework": "megatron", "fp8": "te-current", "zero": 1,
               "dropout": False, "grad_buffer": BF16_GRADS, **layout}
-    layout = {**layout, **(_FP8_PARAMS if layout["zero"] == 1 else {})}  # ``_FP8_PARAMS``
+    layout = {**layout, **_FP8_PARAMS}  # ``_FP8_PARAMS``: the distributed optimizer's or Megatron-FSDP's
     return Run(name, _BRIDGE, model, layout, 8192, "h100-sxm", NDR, tokens_per_s_per_gpu=tps, held_out=True,
                note=f"{tps:,} tokens/s per GPU, {tflops:g} model TFLOP/s per GPU (MFU {tflops / 989.5:.1%} of the "
                     f"bf16 dense peak); {_BRIDGE_RECIPE}; TP overlap assumed" + (f"; {note}" if note else ""),
@@ -675,19 +676,18 @@ BRIDGE_DENSE = [
                   _l405(8, 8, 2, 8, 8, 192), 311, 784, "te-current",
                   "v0.3.0 llama/llama31_workload_base_configs.py L203-211, L297-300"),
     # Megatron-Core's CPU activation offloading (--activation-offload-layers: cpu_offloading_num_layers) under
-    # Megatron FSDP (--zero 3; its fp8 buffers not modelled, so no --fp8-param-gather), one stage. Their copies are
-    # timed on Transformer Engine 2.10+'s schedule (DefaultOffloadSynchronizer); 25.09's older TE (v1 path,
-    # layer_window_map) spreads the same N offloads over the layers, not timed apart. Memory: total_bytes counts TE's
-    # fp8 weight workspaces of every layer unsharded under FSDP (not modelled: 405B 374 GiB, 70B 127.5 GiB of them), so
-    # only the activations are read: 405B 53.6 GiB on the GPU (31 layers') and 157.5 GiB on the host, 70B 148.5 GiB
-    # and 140.2 GiB
+    # Megatron FSDP (--zero 3) with the recipe's fp8 primary weights (--fp8-param-gather: ``_FP8_PARAMS``), one
+    # stage. Their copies are timed on Transformer Engine 2.10+'s schedule (DefaultOffloadSynchronizer); 25.09's
+    # older TE (v1 path, layer_window_map) spreads the same N offloads over the layers, not timed apart. Memory: 405B
+    # 53.6 GiB of activations on the GPU (31 layers') and 157.5 GiB on the host, 70B 148.5 GiB and 140.2 GiB; each
+    # fits its GPU (``test_bridges_fsdp_fp8_rows_fit``)
     _bridge_dense("L3.1 405B t2 FSDP d64 offload95 fp8cs GB200", "25.09", _GB, "gb200", LLAMA_405B,
-                  {"tp": 2, "dp": 64, "zero": 3, "batch": 1, "micro_batches": 1, "fp8_param_gather": False,
+                  {"tp": 2, "dp": 64, "zero": 3, "batch": 1, "micro_batches": 1,
                    "activation_offload_layers": 95}, 729, 1840, "te-current",
                   "v0.1.0rc3 llama31/llama31_405b_llm_pretrain.yaml L117-123 (fp8_cs: TP 2, Megatron FSDP, "
                   "cpu_offloading_num_layers 95 of 126); GBS 64 = MBS 1 x DP 64"),
     _bridge_dense("L3 70B FSDP d64 offload40 b256 fp8cs GB200", "26.02", _GB, "gb200", "llama-3-70b",
-                  {"dp": 64, "zero": 3, "batch": 2, "micro_batches": 2, "fp8_param_gather": False,
+                  {"dp": 64, "zero": 3, "batch": 2, "micro_batches": 2,
                    "activation_offload_layers": 40}, 4040, 1815, "te-current",
                   "v0.3.0 llama/llama3_workload_base_configs.py L241-246 (MBS 2, Megatron FSDP, "
                   "cpu_offloading_num_layers 40 of 80); GBS 256 = MBS 2 x 2 x DP 64"),
@@ -713,11 +713,11 @@ BRIDGE_DENSE = [
     _bridge_dense("L3.1 405B t2 p8 c2 v4 b1536 mxfp8 GB300", "26.02", _GB3, "gb300", LLAMA_405B,
                   _l405(2, 8, 2, 4, 8, 192), 931, 2349, "te-mxfp8",
                   f"v0.3.0 llama/llama31_workload_base_configs.py L54-62, L238-242; {_GB300_RATE}"),
-    # 26.04.01 (Megatron-Bridge v0.4.2): the GB300 FSDP row, as the GB200 one above (Megatron FSDP: its fp8 buffers not
-    # modelled, no --fp8-param-gather; offload timed on TE 2.10+'s schedule). Memory, the activations only as there:
-    # 218.6 GiB on the GPU (60 layers') and 70.1 GiB on the host (3.5 GiB a layer, as the GB200 row's)
+    # 26.04.01 (Megatron-Bridge v0.4.2): the GB300 FSDP row, as the GB200 one above (Megatron FSDP with fp8 primary
+    # weights; offload timed on TE 2.10+'s schedule). Memory: 218.6 GiB of activations on the GPU (60 layers') and
+    # 70.1 GiB on the host (3.5 GiB a layer, as the GB200 row's)
     _bridge_dense("L3 70B FSDP d64 offload20 b256 fp8cs GB300", "26.04.01", _GB3, "gb300", "llama-3-70b",
-                  {"dp": 64, "zero": 3, "batch": 2, "micro_batches": 2, "fp8_param_gather": False,
+                  {"dp": 64, "zero": 3, "batch": 2, "micro_batches": 2,
                    "activation_offload_layers": 20}, 5248, 2348, "te-current",
                   "v0.4.2 llama/llama3_workload_base_configs.py L211-216 (MBS 2, Megatron FSDP, "
                   "cpu_offloading_num_layers 20 of 80), llama3_llm_pretrain.py L74-77 (fsdp_double_buffer); GBS 256 "

@@ -104,8 +104,11 @@ def test_the_step_casts_the_fp32_shard_not_the_16_bit_weight_by_hand() -> None:
 
 @pytest.mark.parametrize("words, says", [
     (["--fp8-param-gather"], "give --fp8 te-delayed, te-current or te-mxfp8"),
-    (["--fp8", "te-current", "--fp8-param-gather", "--zero", "3"], "give --zero 1, not --zero 3"),
-    (["--fp8", "te-current", "--fp8-param-gather", "--zero", "0"], "give --zero 1, not --zero 0"),
+    (["--fp8", "te-current", "--fp8-param-gather", "--zero", "3"], "give --framework megatron"),
+    (["--fp8", "te-current", "--fp8-param-gather", "--zero", "0"], "not --zero 0"),
+    (["--fp8", "te-current", "--fp8-param-gather", "--zero", "2"], "not --zero 2"),
+    (["--fp8", "te-mxfp8", "--gpu", "b200", "--fp8-param-gather", "--zero", "3", "--framework", "megatron"],
+     "give --fp8 te-delayed or te-current, or --zero 1"),
 ])
 def test_refusals_are_one_line(words: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["estimate", "--model", "llama-2-7b", "--mode", "train", "--batch", "1", "--seq", "4096",
@@ -125,3 +128,47 @@ def test_cli_round_trip(capsys: pytest.CaptureFixture[str]) -> None:
     assert "fp8 param gather on" in out and "fp8_weight" not in out.split("inputs:")[0]
     primary = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", fp8_param_gather=True, **RUN)
     assert primary.options.fp8_param_gather
+
+
+#: ``RUN`` under Megatron-FSDP (ZeRO-3 over the d = 2 ranks, ``te_float8.FSDP_PARAM_GATHER_SOURCE``).
+FSDP = {**RUN, "zero": 3, "framework": "megatron"}
+
+
+def _terms(e, key: str) -> dict[str, int]:
+    return {path: value for path, value in e.quantity(key).term_ints(e.values)}
+
+
+@pytest.mark.parametrize("gpu, transpose", [("h100-sxm", True), ("b200", False)])
+def test_megatron_fsdp_shards_the_8_bit_weights_by_hand(gpu: str, transpose: bool) -> None:
+    """Megatron-FSDP with fp8 primary weights: the uint8 model-weight buffer sharded over d = 2, so each rank holds
+    LINEAR / 2 = 1,619,001,344 bytes of 8-bit data and a 4-byte scale_inv per tensor (qkv, proj, fc1, fc2 of 32
+    layers: 128 x 4 = 512 B): 1,619,001,856 B, where the plain run caches every whole 8-bit weight (LINEAR, and on
+    the H100 its transpose: 2 x LINEAR) across micro-batches; the 16-bit weights keep REST / 2 x 2 B = 131,338,240
+    (plain: (LINEAR + REST) / 2 x 2 B = 3,369,340,928). The layer being computed is gathered: its 101,187,584 linear
+    weights in 1 byte, on the H100 with the transpose the backward makes beside each (2 bytes, as 16-bit), its two
+    norms' 8,192 in 2: 2 x 101,187,584 + 16,384 = 202,391,552 B on the H100 (as 16-bit), 101,187,584 + 16,384 =
+    101,203,968 on the B200."""
+    plain = estimate("llama-2-7b", fp8="te-current", gpu=gpu, **FSDP)
+    primary = estimate("llama-2-7b", fp8="te-current", gpu=gpu, fp8_param_gather=True, **FSDP)
+    states = _terms(primary, "model_state_bytes")
+    assert states["model_states/weights"] == 131_338_240
+    assert _terms(plain, "model_state_bytes")["model_states/weights"] == 3_369_340_928
+    total = _terms(primary, "total_bytes")
+    shard = sum(v for k, v in total.items() if k.startswith("weights/te_fp8/") and k.endswith("/fp8_weight_shard"))
+    assert shard == 1_619_001_856 and not any(k.endswith("weight_workspace") for k in total)
+    cached = sum(v for k, v in _terms(plain, "total_bytes").items() if k.endswith("weight_workspace"))
+    assert cached == (2 if transpose else 1) * LINEAR + 512
+    assert total["zero3/gathered_weights/layer"] == (202_391_552 if transpose else 101_203_968)
+    assert _terms(plain, "total_bytes")["zero3/gathered_weights/layer"] == 202_391_552
+
+
+def test_megatron_fsdp_gathers_8_bits_and_transposes_each_micro_batch_by_hand() -> None:
+    """The time side: the all-gather moves the linear weights in 1 byte, 2 x (LINEAR + REST) - LINEAR =
+    3,500,679,168 B (plain: 6,738,681,856); the step's cast is the rank's shard's (LINEAR / 2 elements: the 16-bit
+    copy, then amax r 2 and cast r 2 w 1: 5 x 1,619,001,344 = 8,095,006,720), and, the transposes dropped with each
+    bucket, on the H100 each micro-batch makes them again from the gathered weights: r 1 w 1, 2 x LINEAR =
+    6,476,005,376 B more per micro-batch than the plain run's activation casts."""
+    plain = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", **FSDP)
+    primary = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", fp8_param_gather=True, **FSDP)
+    assert reduced_bytes(plain)[1] == 6_738_681_856 and reduced_bytes(primary)[1] == 3_500_679_168
+    assert fp8_cast_bytes(primary, True) == (fp8_cast_bytes(plain, True)[0] + 6_476_005_376, 8_095_006_720)

@@ -618,12 +618,18 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
     FSDP2 (linear.py ``cache_name = None if (is_first_microbatch is None or self.is_fsdp2)``; base.py ``is_fsdp2``:
     torch's ``_get_module_fsdp_state``). NOTE(fp8_casts): so under ``--zero 3`` too, which with TE's recipes is
     Megatron-FSDP, not torch's fully_shard; the memory side (``te_float8.workspace_terms``) holds the same cached
-    8-bit weights (``CAST_SOURCE``)."""
+    8-bit weights (``CAST_SOURCE``). Under ``--fp8-param-gather`` the weights are fp8 primary tensors, quantized from
+    the fp32 main shard once per step (``_primary_cast``); under Megatron-FSDP (--zero 3), which releases each
+    gathered bucket and its Float8Tensors' transposes after the module runs (``te_float8.FSDP_PARAM_GATHER_SOURCE``),
+    the transpose Hopper's backward needs is made again from the gathered weight in every micro-batch."""
     o = est.options
     if o.fp8 not in TE_FP8:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
     per_micro = layout_int(micro, est.values) if micro else 0
+    if _fp8_primary(o) and o.zero == 3:  # Megatron-FSDP drops each transpose with its bucket: one per micro-batch
+        n = layout_int(_te_weights(est.graph), est.values)
+        return per_micro + (2 * n if transpose else 0), _primary_cast(est, False)
     if _fp8_primary(o):
         return per_micro, _primary_cast(est, transpose)
     return per_micro, (layout_int(weights, est.values) if weights else 0)

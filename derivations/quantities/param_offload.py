@@ -30,6 +30,9 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from memderive.derivations.options import Options
 from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_state_bytes, factored_state_elements,
                                                            master_bytes, optimizer_state_bytes, zero_ranks)
@@ -57,14 +60,17 @@ def _is_layer(repeat: object) -> bool:
     return repeat != const(1)
 
 
-def gathered_weights(graph: Graph, width: int, prefix: str = "model_states") -> Breakdown:
+def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
+                     fewer: Callable[[Any], Any] | None = None) -> Breakdown:
     """The unsharded weights one GPU holds while computing, ``width`` bytes each: the root's (embeddings, final
-    norm, head: not resharded after forward) and one layer's (the largest), each layer its own FSDP unit."""
+    norm, head: not resharded after forward) and one layer's (the largest), each layer its own FSDP unit;
+    ``fewer``: the bytes a layer block's gathered weights hold fewer than that (8-bit weights)."""
     root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _is_layer(b.repeat))
-    layers = [parameters(graph, blocks=[b.name], per_repeat=True).total for b in graph.blocks if _is_layer(b.repeat)]
+    layers = [parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0)
+              for b in graph.blocks if _is_layer(b.repeat)]
     layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
     return Breakdown((Term(f"{prefix}/gathered_weights/root", root * width),
-                      Term(f"{prefix}/gathered_weights/layer", layer * width)), "bytes")
+                      Term(f"{prefix}/gathered_weights/layer", layer)), "bytes")
 
 
 def offload_params_states(graph: Graph, opts: Options) -> tuple[Breakdown, Breakdown]:

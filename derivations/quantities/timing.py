@@ -349,6 +349,7 @@ class StepTime:
     fp8_cast_s: float = 0.0  # fp8 quantization kernels: TE's (memory_bound.fp8_cast_bytes), torchao's tensorwise (torchao_casts)
     fp8: str = "none"  # --fp8: the recipe
     fp8_param_gather: bool = False  # --fp8-param-gather: the weights' step cast from the fp32 main shard
+    fsdp_primary: bool = False  # ... under Megatron-FSDP (--zero 3): each gathered weight's transpose per micro-batch
     sp: bool = False  # --sp: sequence parallelism (TE's fp8 all-gathers then move quantized tensors)
     # ZeRO-2 over more than one rank, how its gradients are reduced (``_zero2_sync``): "each" micro-batch, "regather"
     # (FSDP2), "once" (FSDP2 under pipeline stages), "exposed" (--grad-sync deepspeed); "" otherwise
@@ -537,6 +538,12 @@ class StepTime:
         if self.fp8 == "te-mxfp8":
             return ("the weights once per step, quantized both ways from the 16-bit bucket the --fp8-param-gather "
                     "all-gather brings (Megatron-LM param_and_grad_buffer.py _post_param_sync)")
+        if self.fsdp_primary:
+            return ("the weights once per step after the optimizer, under --fp8-param-gather with Megatron-FSDP: the "
+                    "rank's fp32 main shard cast to 16 bits and quantized into its uint8 shard (quantize_param_shard), "
+                    "and, where only TN fp8 GEMMs run, each gathered weight's transpose in every micro-batch's "
+                    "backward, dropped with its bucket (keep_fp8_transpose_cache False; Megatron-LM 0d8e0714 "
+                    "megatron_fsdp.py release_module_parameters)")
         return ("the weights once per step after the optimizer, under --fp8-param-gather: the rank's fp32 main shard "
                 "cast to 16 bits and quantized into the 8-bit parameter buffer (quantize_master_weights), and, "
                 "where only TN fp8 GEMMs run, each gathered weight's transpose (Megatron-LM distrib_optimizer.py quantize_param_shard; Transformer Engine "
@@ -1310,7 +1317,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_split_s=m * split_micro, dp_sm_s=dp_sm_s,
                     ub_config=opts.tp_comm_overlap_cfg,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
-                    fp8_param_gather=opts.fp8_param_gather,
+                    fp8_param_gather=opts.fp8_param_gather, fsdp_primary=opts.fp8_param_gather and opts.zero == 3,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,

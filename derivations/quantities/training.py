@@ -23,7 +23,7 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.options import PROFILES, TE_FP8, Options, derived, te_transposes
 from memderive.derivations.quantities.activation_offload import (ACTIVATION_OFFLOAD_CITATION, activation_offload,
                                                                   activation_offload_note)
-from memderive.derivations.quantities.expert_states import expert_split_states
+from memderive.derivations.quantities.expert_states import expert_split_states, expert_zero_ranks
 from memderive.derivations.quantities.finetune import (INT8_CITATION, LORA_CITATION, QLORA_CITATION, dequantized_weight,
                                                        finetune_notes, finetune_states, finetune_steps)
 from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, CP_ZERO_CITATION, GRAD_BUFFER_CITATIONS,
@@ -31,7 +31,7 @@ from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, C
                                                            OFFLOAD_CITATION, OFFLOAD_HOST_NOTE, OPTIMIZERS,
                                                            PIPELINED_FSDP2_CITATION, PIPELINED_FSDP2_NOTE, ZERO_CITATION,
                                                            STEP_ONLY, offload_gradient_widths, offload_host_citation,
-                                                           pipelined_fsdp2, state_widths)
+                                                           pipelined_fsdp2, state_widths, zero_ranks)
 from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
@@ -46,7 +46,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
 from memderive.symbolic.experts import expert_ops
-from memderive.symbolic.te_float8 import PARAM_GATHER_SOURCE, te_weight_elements, workspace_terms
+from memderive.symbolic.te_float8 import (FSDP_PARAM_GATHER_SOURCE, PARAM_GATHER_SOURCE, te_linears, te_weight_elements,
+                                          workspace_terms)
 from memderive.symbolic.simplify import factor_out
 
 __all__ = ["train_quantities", "transformed", "one_layer", "KORTHIKANTI"]
@@ -244,19 +245,45 @@ PARAM_GATHER_NOTES = {
 }
 
 
+def _primary_shards(opts: Options) -> tuple[Any, Any]:
+    """The ranks Megatron-FSDP shards the layers' linear weights over, the routed experts' over theirs
+    (``zero_ranks``, ``expert_zero_ranks``), under ``--fp8-param-gather --zero 3``; 1 and 1 otherwise (the
+    distributed optimizer keeps the weights whole)."""
+    return (zero_ranks(opts.cp), expert_zero_ranks(opts)) if opts.zero == 3 else (1, 1)
+
+
 def fp8_primary_weights(states: Breakdown, graph: Graph, opts: Options) -> Breakdown:
     """``states`` with the layers' linear weights taken out of the 16-bit weights under ``--fp8-param-gather`` (their
     8-bit tensors are ``te_fp8_buffers``' terms): ``model_states/weights`` less the dense linears' elements,
-    ``model_states/experts/weights`` less the routed experts', each times the weights' width (unsharded: the
-    distributed optimizer, --zero 1)."""
+    ``model_states/experts/weights`` less the routed experts', each times the weights' width, over the ranks that
+    shard them (``_primary_shards``: none under the distributed optimizer, --zero 1; Megatron-FSDP's under --zero
+    3)."""
     if not opts.fp8_param_gather:
         return states
     width = state_widths(opts.dtype, opts.optimizer, opts.precision)[0]
     routed = set(expert_ops(graph))
-    fp8 = {"model_states/weights": te_weight_elements(graph, lambda p: p not in routed),
-           "model_states/experts/weights": te_weight_elements(graph, lambda p: p in routed)}
+    dense, experts = _primary_shards(opts)
+    fp8 = {"model_states/weights": te_weight_elements(graph, lambda p: p not in routed) / dense,
+           "model_states/experts/weights": te_weight_elements(graph, lambda p: p in routed) / experts}
     return Breakdown(tuple(Term(t.path, t.expr - width * fp8[t.path]) if t.path in fp8 else t
                            for t in states.terms), "bytes")
+
+
+def fp8_gathered_fewer(graph: Graph, opts: Options) -> Any:
+    """Under ``--fp8-param-gather --zero 3`` (Megatron-FSDP, ``FSDP_PARAM_GATHER_SOURCE``), a function of a layer
+    block: the bytes its gathered weights hold fewer than 16 bits each, its Transformer Engine linears' weights
+    gathered in 8 bits (and, where only TN fp8 GEMMs run, the transpose the backward makes beside each, released with
+    the bucket: 0 fewer); None otherwise."""
+    if not (opts.fp8_param_gather and opts.zero == 3):
+        return None
+    width = state_widths(opts.dtype, opts.optimizer, opts.precision)[0]
+    saved = width - 1 - (1 if te_transposes(opts.fp8, opts.gpu) else 0)
+
+    def fewer(block: Any) -> Any:
+        per_layer = sum((op.share * w.numel for blk, op in te_linears(graph) if blk.name == block.name
+                         for w in op.params if w.role == "weight"), const(0))
+        return saved * per_layer
+    return fewer
 
 
 def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
@@ -266,6 +293,17 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     whole per tensor-parallel rank (not sharded by the distributed optimizer, nor by ZeRO-3's Megatron-FSDP:
     ``te_float8.workspace_terms``); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
+    if opts.fp8_param_gather and opts.zero == 3:  # Megatron-FSDP: 1/ranks of each weight's 8-bit data
+        terms = workspace_terms(graph, opts.fp8, transpose, shards=_primary_shards(opts))
+        terms = [(path.replace("/weight_workspace", "/fp8_weight_shard"), expr) for path, expr in terms]
+        return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), (
+            "fp8 primary weights under Megatron-FSDP (--fp8-param-gather --zero 3): each layer linear's weight a "
+            "Float8Tensor, 1/(d cp) of its 1-byte data in the sharded uint8 model-weight buffer (the routed "
+            "experts' over their expert data-parallel ranks) and a 4-byte scale_inv per tensor, no 16-bit copy and "
+            "no cached workspace; a layer's weights gathered in 8 bits while it runs"
+            + (", a transpose made beside each for the backward" if transpose else "")
+            + ", both released after it (keep_fp8_transpose_cache False); the norms, embedding and output layer "
+            f"16-bit ({FSDP_PARAM_GATHER_SOURCE})")
     terms = workspace_terms(graph, opts.fp8, transpose)
     if opts.fp8_param_gather:  # the same bytes, held as the weights themselves
         terms = [(path.replace("/weight_workspace", "/fp8_weight"), expr) for path, expr in terms]
@@ -341,7 +379,8 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     # FSDP2 under pipeline stages: the stage held whole (not modelled with --offload-params: the gathered root and layer)
     whole = pipelined_fsdp2(opts.framework, opts.pp, opts.zero) and not opts.offload_params
     if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None and not whole:
-        total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3")
+        total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3",
+                                  fewer=fp8_gathered_fewer(graph, opts))
         assumptions += (ZERO3_GATHERED_NOTE,)
     total = _held_states(states, total) + total
     if opts.overhead_bytes:

@@ -208,7 +208,8 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     (0 alone without data parallelism); sequence parallelism with every t > 1 unless ``sequence_parallel`` is off;
     of those, what the framework runs (``space``: its ZeRO stages with pipeline stages, cp, ep); ``a2a_overlap``:
     ``moe_a2a_overlap`` on the layouts that can run it (ep > 1, v > 1 where p > 1, no full recompute); ``fp8_params``:
-    ``fp8_param_gather`` on the layouts of the distributed optimizer (ZeRO-1: Options refuses it elsewhere)."""
+    ``fp8_param_gather`` on the layouts of the distributed optimizer (ZeRO-1) and of Megatron-FSDP (ZeRO-3 under
+    ``--framework megatron``, delayed and current scaling; Options refuses it elsewhere)."""
     out: list[dict] = []
     eps = (1,) if base.offload_params or not space.ep else expert_degrees(model, ep)  # Options refuses --ep with --offload-params
     if recomputes is None:
@@ -239,8 +240,9 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
                     # Megatron-Core's EP A2A overlap where it runs (Options refuses it elsewhere: quantities.a2a_overlap)
                     overlap = {"moe_a2a_overlap": ep > 1 and (pp == 1 or vs > 1) and recompute != "full"} \
                         if a2a_overlap else {}
-                    if fp8_params:
-                        overlap["fp8_param_gather"] = zero == 1
+                    if fp8_params:  # the distributed optimizer's, Megatron-FSDP's (delayed and current scaling)
+                        overlap["fp8_param_gather"] = zero == 1 or (zero == 3 and base.framework == "megatron" and
+                                                                    base.fp8 != "te-mxfp8" and not base.offload_params)
                     out.append({**overlap, "tp": tp, "pp": pp, "dp": dp, "sp": sp, "zero": zero, "recompute": recompute,
                                 "flash": flash, **({} if flash else {"attention": "eager"}), "batch": mb, "micro_batches": count, "ep": ep, "cp": c,
                                 "virtual_stages": virtual, "first_stage_layers": first, "last_stage_layers": last})
