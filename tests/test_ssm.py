@@ -117,13 +117,19 @@ def test_a_bamba_config_file_is_read_as_a_hybrid() -> None:
 @pytest.mark.parametrize(("args", "says"), [
     (("--mode", "train", "--batch", "1", "--seq", "8"), "training memory of mamba2 models is not derived yet"),
     (("--mode", "infer", "--batch", "1", "--seq", "8", "--tp", "2"), "tp not modelled for mamba2 models yet"),
-    (("--summary",), "--summary is not made for mamba2-2.7b yet"),
     (("--mode", "infer", "--batch", "1", "--seq", "8", "--weight-dtype", "int4"),
      "--weight-dtype int4 is not modelled for mamba2 models yet")])
 def test_what_is_not_derived_is_one_line_and_exit_2(args, says) -> None:
     run = cli("estimate", "--model", "mamba2-2.7b", *args)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
+
+
+def test_summary_is_the_text_report() -> None:
+    """--summary on a state space model prints its text report (one closed form and value per quantity)."""
+    summary = cli("estimate", "--model", "mamba2-2.7b", "--mode", "infer", "--batch", "1", "--seq", "8", "--summary")
+    text = cli("estimate", "--model", "mamba2-2.7b", "--mode", "infer", "--batch", "1", "--seq", "8")
+    assert summary.returncode == 0 and summary.stdout == text.stdout and "closed form" in summary.stdout
 
 
 DOCUMENTS = {

@@ -160,6 +160,17 @@ def test_cli_traced_config(tmp_path: Path) -> None:
     assert out["traced_from"] == f"transformers {transformers.__version__}"
 
 
+def test_cli_traced_summary_is_its_text(tmp_path: Path) -> None:
+    """--summary, which the README's commands use, answers for a traced model too: its text report, the same bytes
+    (a newcomer's first run on a config no hand-written family takes was refused before)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", **SAMPLE["mamba"]}))
+    summary = _cli("--model", str(path), "--summary")
+    text = _cli("--model", str(path))
+    assert summary.returncode == 0 and text.returncode == 0, summary.stderr[-2000:]
+    assert summary.stdout == text.stdout and "Parameters" in summary.stdout
+
+
 def test_cli_hand_written_mamba2_equals_its_trace(tmp_path: Path) -> None:
     # a Mamba 2 config takes the hand-written derivation (derivations/models/ssm.py); its parameter count equals the
     # module tree transformers builds, as the traced path counts it (the cross-check the issue asks of each family)

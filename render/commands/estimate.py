@@ -94,9 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _state_space(args: argparse.Namespace) -> int:
-    """Mamba 2 and hybrid models: the hand-written derivation of ``derivations.ssm_estimate``."""
-    if args.summary:
-        raise ValueError(f"--summary is not made for {args.model} yet; leave it out")
+    """Mamba 2 and hybrid models: the hand-written derivation of ``derivations.ssm_estimate`` (``--summary``: its
+    text report, already a page: one closed form and value per quantity)."""
     args.ssm_opts = options_from_args(args)
     est = ssm_estimate(find_ssm(args.model), args.ssm_opts)
     emit(ssm_report(est, args), args.output, args.force)
@@ -104,10 +103,8 @@ def _state_space(args: argparse.Namespace) -> int:
 
 
 def _traced(args: argparse.Namespace, config: dict, name: str) -> int:
-    """A traced model's figures (``derivations.quantities.traced``): text, Markdown, LaTeX or JSON."""
-    if args.summary:
-        raise ValueError("a traced model prints text, --format md, --format latex or --json; --summary is for "
-                         "hand-written families")
+    """A traced model's figures (``derivations.quantities.traced``): text, Markdown, LaTeX or JSON; ``--summary``
+    the text, already a summary (the figures and their closed forms, no derivation steps to leave out)."""
     est = traced_estimate(config, name, options_from_args(args), formula=formula)
     if args.json:
         text = json.dumps(est.to_json(), indent=2)
