@@ -109,6 +109,22 @@ def test_compressed_tensors_w4a16_by_hand() -> None:
     assert _weights(config) == 2 * (141_312 + 112 + 8_832) + REST
 
 
+def test_modelopt_fp8_and_nvfp4_by_hand() -> None:
+    """NVIDIA ModelOpt's unified checkpoint (vLLM's ModelOptFp8Config / ModelOptNvFp4Config read these tensors), its
+    quantization_config as ModelOpt 0.31 writes it (quant_algo, producer; no quant_method). FP8: each of the 7
+    modules an fp8 weight and fp32 weight_scale and input_scale: 282,624 + 7 x 8 = 282,680 B per layer. NVFP4, groups
+    of 16: weights two a byte, 141,312; an fp8 weight_scale per 16 inputs, 282,624 / 16 = 17,664; fp32 weight_scale_2
+    and input_scale per module, 7 x 8 = 56: 159,032 per layer. Its exclude_modules patterns are shell-style: with
+    "*mlp*" the MLP stays bf16 (3 x 61,440 x 2 = 368,640 per layer) and the attention in FP8: 2 x 36,864 + 2 x
+    12,288 + 4 x 8 = 98,336."""
+    producer = {"producer": {"name": "modelopt", "version": "0.31.0"}, "ignore": ["lm_head"]}
+    assert _weights({**TINY, "quantization_config": {"quant_algo": "FP8", **producer}}) == 2 * 282_680 + REST
+    nvfp4 = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}
+    assert _weights({**TINY, "quantization_config": nvfp4}) == 2 * 159_032 + REST
+    mlp = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head", "*mlp*"]}
+    assert _weights({**TINY, "quantization_config": mlp}) == 2 * (98_336 + 368_640) + REST
+
+
 def test_skipped_modules_stay_16_bit() -> None:
     from transformers.quantizers.quantizers_utils import should_convert_module
 

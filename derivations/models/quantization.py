@@ -15,6 +15,7 @@ stored bytes are asked for (an explicit ``--weight-dtype`` overrides the checkpo
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,8 +23,11 @@ from typing import Any
 
 __all__ = ["Quantization", "read_quantization", "skips_module", "METHODS"]
 
-#: Methods read, as ``quant_method`` names them (transformers' ``QuantizationMethod``).
-METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors", "gptq", "awq", "bitsandbytes", "mxfp4")
+#: Methods read, as ``quant_method`` names them (transformers' ``QuantizationMethod``; ``modelopt``: NVIDIA
+#: TensorRT Model Optimizer's unified Hugging Face checkpoint, as vLLM names it, ``_modelopt``).
+METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors", "gptq", "awq", "bitsandbytes", "mxfp4", "modelopt")
+#: ModelOpt's ``quant_algo`` values read (``_modelopt``).
+MODELOPT_ALGOS = ("FP8", "NVFP4")
 _FLOAT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -33,7 +37,8 @@ class Quantization:
 
     ``scheme``: ``fp8`` (transformers' FineGrainedFP8), ``fbgemm_fp8``, ``ct-float``, ``ct-int``, ``ct-pack``
     (compressed-tensors' float-quantized, int/naive-quantized and pack-quantized formats), ``gptq``, ``awq``,
-    ``nf4``/``fp4`` (bitsandbytes 4-bit), ``int8`` (bitsandbytes LLM.int8()), ``mxfp4``.
+    ``nf4``/``fp4`` (bitsandbytes 4-bit), ``int8`` (bitsandbytes LLM.int8()), ``mxfp4``, ``modelopt-fp8``,
+    ``modelopt-nvfp4`` (ModelOpt's per-tensor FP8 and NVFP4).
     ``group``: values per scale along the input features (None: per output channel or per tensor);
     ``block``: ``(rows, cols)`` of one scale (FP8 ``weight_block_size``); ``per_tensor``: one scale per matrix;
     ``scale_bytes``: bytes of one scale; ``skip``: the ``modules_to_not_convert`` / ``ignore`` patterns.
@@ -75,6 +80,9 @@ class Quantization:
             "fp4": f"bitsandbytes fp4, absmax per 64 {'double-quantized' if self.double_quant else 'in fp32'}",
             "int8": "bitsandbytes LLM.int8(): int8 weight, one fp32 scale per row (SCB)",
             "mxfp4": "mxfp4: routed experts in 4-bit blocks, one e8m0 scale per 32",
+            "modelopt-fp8": "ModelOpt FP8: fp8 weight, one fp32 weight_scale and input_scale per tensor",
+            "modelopt-nvfp4": f"ModelOpt NVFP4: 4-bit weight two a byte, an fp8 weight_scale per {self.group} "
+                              "inputs, fp32 weight_scale_2 and input_scale per tensor",
         }[self.scheme]
 
     def _ct_scales(self) -> str:
@@ -103,8 +111,11 @@ def read_quantization(cfg: Any, dtype_bytes: int = 2) -> Quantization:
     if not isinstance(cfg, Mapping):
         return Quantization("?", reason="quantization_config is not a JSON object")
     method = cfg.get("quant_method")
+    if method is None and "quant_algo" in cfg:  # ModelOpt's export without the name vLLM reads it by
+        method = "modelopt"
     if not isinstance(method, str):
-        return Quantization("?", reason="quantization_config has no quant_method")
+        return Quantization("?", reason="quantization_config has no quant_method (nor ModelOpt's quant_algo); give "
+                                        "--weight-dtype")
     if method not in METHODS:
         return Quantization(method, reason=f"quant_method {method!r} is not modelled (read: {', '.join(METHODS)}); "
                                            "give --weight-dtype")
@@ -112,7 +123,7 @@ def read_quantization(cfg: Any, dtype_bytes: int = 2) -> Quantization:
     if skip is None:
         return Quantization(method, reason="modules_to_not_convert must be a list of names")
     reader = {"fp8": _fp8, "fbgemm_fp8": _fbgemm, "compressed-tensors": _compressed, "gptq": _gptq, "awq": _awq,
-              "bitsandbytes": _bnb, "mxfp4": _mxfp4}[method]
+              "bitsandbytes": _bnb, "mxfp4": _mxfp4, "modelopt": _modelopt}[method]
     return reader(cfg, method, skip, dtype_bytes)
 
 
@@ -183,6 +194,30 @@ def _bnb(cfg: Mapping[str, Any], method: str, skip: tuple[str, ...], _: int) -> 
 
 def _mxfp4(cfg: Mapping[str, Any], method: str, skip: tuple[str, ...], _: int) -> Quantization:
     return Quantization(method, "mxfp4", 4, group=32, scale_bytes=1, skip=skip)
+
+
+def _modelopt(cfg: Mapping[str, Any], method: str, skip: tuple[str, ...], _: int) -> Quantization:
+    """NVIDIA ModelOpt's unified Hugging Face checkpoint (``quant_algo``; vLLM's ModelOptFp8Config and
+    ModelOptNvFp4Config read the same tensors): FP8, per-tensor ``weight`` fp8 with an fp32 ``weight_scale`` and
+    ``input_scale``; NVFP4, ``weight`` uint8 (two values a byte), ``weight_scale`` fp8 per ``group_size`` (16) inputs,
+    fp32 ``weight_scale_2`` and ``input_scale``. Left alone: ``exclude_modules`` or ``ignore``, shell-style
+    patterns (``*``)."""
+    algo = cfg.get("quant_algo")
+    if algo not in MODELOPT_ALGOS:
+        return Quantization(method, reason=f"ModelOpt quant_algo {algo!r} is not modelled (read: "
+                                           f"{', '.join(MODELOPT_ALGOS)}); give --weight-dtype")
+    names = _names(cfg.get("exclude_modules", cfg.get("ignore")))
+    if names is None:
+        return Quantization(method, reason="ModelOpt exclude_modules must be a list of names")
+    skip = skip + tuple("re:" + fnmatch.translate(p) for p in names)
+    if algo == "FP8":
+        return Quantization(method, "modelopt-fp8", 8, per_tensor=True, static_input=True, scale_bytes=4, skip=skip,
+                            regex_skip=True)
+    group = _int(cfg, "group_size", 16)
+    if not isinstance(group, int) or group <= 0:
+        return Quantization(method, reason="ModelOpt group_size must be a positive integer")
+    return Quantization(method, "modelopt-nvfp4", 4, group=group, per_tensor=True, static_input=True,
+                        scale_bytes=1, skip=skip, regex_skip=True)
 
 
 def _compressed(cfg: Mapping[str, Any], method: str, skip: tuple[str, ...], dtype_bytes: int) -> Quantization:

@@ -27,6 +27,9 @@ Per module of ``out`` x ``in`` weights (``G = ceil(in/g)`` groups per row):
   ``quant_state.bitsandbytes__nf4`` of a few hundred bytes (not counted). LLM.int8(): ``weight`` int8, ``SCB``
   fp32 per row.
 * MXFP4 (gpt-oss): the routed experts' ``_blocks`` (two values a byte) and ``_scales`` (one e8m0 byte per 32).
+* ModelOpt (``quant_algo``; vLLM modelopt.py reads these names): FP8, ``weight`` fp8 and fp32 ``weight_scale``
+  and ``input_scale`` (one each); NVFP4, ``weight`` uint8 ``(out, in/2)``, ``weight_scale`` fp8 ``(out, G)`` for
+  ``group_size`` 16, fp32 ``weight_scale_2`` and ``input_scale``.
 
 A fused op of the graph that the checkpoint stores as several modules (``attn/qkv`` as ``q_proj``,
 ``k_proj``, ``v_proj``; experts' ``gate_up`` as ``gate_proj`` and ``up_proj`` per expert) is counted per
@@ -150,6 +153,10 @@ def module_bytes(q: Quantization, rows: Any, cols: Any, count: Any = 1) -> list[
         return [("", c * n), ("scales", c * 4 * rows)]
     if q.scheme == "mxfp4":
         return [("", c * n / 2), ("scales", c * rows * ceiling(cols / 32))]
+    if q.scheme == "modelopt-fp8":
+        return [("", c * n), ("scales", c * 4), ("input_scales", c * 4)]
+    if q.scheme == "modelopt-nvfp4":  # weight_scale fp8 per group, weight_scale_2 fp32
+        return [("", c * ceiling(n / 2)), ("scales", c * (rows * groups + 4)), ("input_scales", c * 4)]
     raise ValueError(q.scheme)
 
 
