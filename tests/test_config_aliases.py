@@ -156,3 +156,27 @@ def test_olmoe_head_dim_apart_from_hidden_over_heads_is_refused() -> None:
         from_config(_small("olmoe", head_dim=24))
     same = _small("olmoe", head_dim=16)  # 64 / 4: what transformers derives
     assert _ours(same) == _theirs(same)
+
+
+def test_an_unknown_model_type_is_read_by_its_architectures_class(tmp_path) -> None:
+    """A checkpoint whose custom code reuses an architecture (Kimi K2's config.json: model_type "kimi_k2",
+    architectures ["DeepseekV3ForCausalLM"], unknown to transformers 5.25) is read as the model transformers builds
+    for that class: the same parameters as the config under deepseek_v3, measured on the meta device, and the
+    output says so; an unknown model_type whose class transformers does not have either stays a one-line error."""
+    import json
+
+    from memderive.commands.cli import main
+    from memderive.derivations.models.config import load_config
+
+    config = small_config("deepseek_v3")
+    base = {k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "architectures")}
+    (tmp_path / "k2").mkdir()
+    (tmp_path / "k2" / "config.json").write_text(json.dumps(
+        {**base, "model_type": "kimi_k2", "architectures": ["DeepseekV3ForCausalLM"]}))
+    model = load_config(tmp_path / "k2")
+    assert model.arch.family == "deepseek_v3" and "'kimi_k2' read as deepseek_v3" in model.source
+    assert estimate(model).number("parameters") == count_parameters(config)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "config.json").write_text(json.dumps(
+        {**base, "model_type": "no_such_model", "architectures": ["NoSuchForCausalLM"]}))
+    assert main(["estimate", "--model", str(tmp_path / "x")]) == 2

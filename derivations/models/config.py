@@ -11,6 +11,7 @@ modeling code reads; a field the graph cannot represent exactly is an error nami
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -25,7 +26,7 @@ from memderive.derivations.models.model import Model
 from memderive.derivations.models.quantization import read_quantization
 from memderive.symbolic.errors import shown
 
-__all__ = ["ConfigError", "from_config", "load_config", "config_name", "SUPPORTED_MODEL_TYPES"]
+__all__ = ["ConfigError", "from_config", "load_config", "config_name", "by_architecture", "SUPPORTED_MODEL_TYPES"]
 
 
 def from_config(config: Mapping[str, Any], name: str | None = None, source: str = "") -> Model:
@@ -91,9 +92,37 @@ def load_config(path: str | Path, name: str | None = None) -> Model:
     except RecursionError:  # '[' nested 100,000 deep: Python's reader gives up, and so do we, in one line
         raise ConfigError(f"{shown(str(p), 200)}: JSON nested too deeply to read; a config.json is a flat "
                           "object") from None
-    model = from_config(config, name or config_name(config, p), source=str(p))
+    config, note = by_architecture(config)
+    model = from_config(config, name or config_name(config, p), source=str(p) + (f"; {note}" if note else ""))
     stored = read_checkpoint(p.parent) if p.name == "config.json" else None
     return replace(model, checkpoint=stored) if stored is not None else model
+
+
+def by_architecture(config: Any) -> tuple[Any, str]:
+    """``config`` read as the model transformers builds for its ``architectures`` class, where neither memderive nor
+    transformers knows its own ``model_type`` (a checkpoint's custom code reusing an architecture: Kimi K2's
+    ``kimi_k2`` with ``DeepseekV3ForCausalLM``), and a note that says so; else ``config`` as it is and "". The
+    class is looked up in transformers' auto-model mappings (causal LM first), which map a model_type to its
+    classes; without transformers, nothing changes."""
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if (not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED
+            or not (isinstance(archs, list) and archs and isinstance(archs[0], str))):
+        return config, ""
+    try:
+        known = importlib.import_module("transformers.models.auto.configuration_auto").CONFIG_MAPPING_NAMES
+        auto = importlib.import_module("transformers.models.auto.modeling_auto")
+    except ImportError:
+        return config, ""
+    if model_type in known:
+        return config, ""
+    tables = ["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"] + sorted(n for n in dir(auto) if n.endswith("_MAPPING_NAMES"))
+    for table in tables:
+        for key, classes in getattr(auto, table).items():
+            if archs[0] in (classes if isinstance(classes, tuple) else (classes,)):
+                return {**config, "model_type": key}, (f"model_type {model_type!r} read as {key} (its architectures: "
+                                                       f"{archs[0]}, transformers' {key} class)")
+    return config, ""
 
 
 def config_name(config: Any, path: Path) -> str:

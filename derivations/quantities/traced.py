@@ -53,7 +53,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from memderive.derivations.models.config import config_name
+from memderive.derivations.models.config import by_architecture, config_name
 from memderive.derivations.models.config_fields import ConfigError
 from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
@@ -101,6 +101,7 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
             config = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None  # load_config says what is wrong
+        config = by_architecture(config)[0]  # an unknown model_type read by its architectures class
         model_type = config.get("model_type") if isinstance(config, dict) else None
         if not isinstance(model_type, str) or model_type in ADAPTERS or (model_type in REFUSED
                                                                           and model_type not in TRACED_REFUSED):
