@@ -64,6 +64,7 @@ def table() -> list[float]:
     _rows(f"Held out, apart from the bounds: {DGXC_GAP}", DGXC)
     moe()
     groups()
+    dense_memory()
     zero3()
     return fitted + held
 
@@ -188,6 +189,22 @@ def drop_and_pad() -> None:
         print(f"{run.name:32s} {per_layer_ms(run, p.measured_s):12.2f} {per_layer_ms(twin, twin.measured()):9.2f} "
               f"{per_layer_ms(run, p.predicted_s):10.2f}")
     print()
+
+
+def dense_memory() -> None:
+    """Issue 39's memory check over the dense runs: each published layout that ran fits its GPU in memderive's
+    device bytes (``total_bytes``), or the row names what memderive assumes that the run may not have done."""
+    runs = (FITTED + HELD_OUT + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA + DGXC_LLAMA
+            + TORCHTITAN_2025 + DGXC)
+    over = []
+    for run in runs:
+        need, capacity = run.estimate().number("total_bytes"), run.memory_bytes or gpu(run.gpu).memory_bytes
+        if need > capacity:
+            assumed = "; ".join(p.strip() for p in re.split(r"[;,]", run.note) if "assum" in p) or "none named"
+            over.append(f"{run.name[:34]:34s} {need / 2**30:7.1f} GiB of {capacity / 2**30:5.1f}; assumed: {assumed}")
+    print(f"Dense memory: {len(runs) - len(over)} of {len(runs)} published layouts fit their GPU in memderive's "
+          "device bytes (total_bytes); over it:")
+    print("\n".join(over) + "\n")
 
 
 def zero3() -> None:

@@ -878,8 +878,9 @@ _NEMO = "NeMo docs/source/performance/performance_summary.md (2024-09-09), NeMo 
 #: fp8_hybrid: --fp8 te-delayed), flash attention (use_flash_attention true). Sequence parallelism and TP
 #: communication overlap where TP > 1 as each model's own yaml sets them (sequence_parallel and ub_tp_comm_overlap
 #: true on the Llama 2/3 70B, GPT-3 20B and Nemotron 8B/22B yamls; the 175B's and 340B's overlap false: ``_nemo``'s
-#: ``ub``, ``_NEMO_GPT3_NO_UB``). Assumed: Megatron-LM's fp32 gradient buffer (--framework megatron's, no setting
-#: says otherwise).
+#: ``ub``, ``_NEMO_GPT3_NO_UB``). Assumed: Megatron-LM's fp32 gradient buffer (--framework megatron's; Apex's
+#: DistributedFusedAdam, the yamls' distributed_fused_adam, reduces in its dtype where grad_sync_dtype is not set,
+#: fp32 by NeMo's setup_optimization), but for the Nemotron 340B, whose yaml sets bf16 (``_NEMOTRON_340B_NOTE``).
 _NEMO_NOTE = ("no recompute, no dropout, distributed optimizer, TE delayed-scaling FP8, flash attention (launcher "
               "llama2_7b.yaml); SP and TP overlap as each model's launcher yaml sets them; the fp32 gradient buffer "
               "assumed")
@@ -1130,7 +1131,11 @@ _NEMO_GPT3_SMALL_DROPOUT = "dropout 0.1 as the launcher's gpt3/5b.yaml and 20b.y
 #: ub_tp_comm_overlap False, with no tp_overlap config in its defaults list (the 8B and 22B yamls: no recompute,
 #: ub_tp_comm_overlap true, sequence_parallel true, L125-130, L158); taken as read for the page's 128-GPU layout.
 _NEMOTRON_340B_NOTE = ("selective recompute and no TP communication overlap, as the launcher's nemotron_340b.yaml L122 "
-                       "and L156 at 24.07 set them")
+                       "and L156 at 24.07 set them; its optimizer as L158-165 sets it: distributed_fused_adam with "
+                       "grad_sync_dtype bf16 and dtype bf16, which NeMo's setup_optimization runs with no fp32 "
+                       "master (store_params False where the optimizer's dtype is the model's, megatron_amp_O2 true: "
+                       "nemo/collections/nlp/models/language_modeling/megatron_base_model.py): --grad-buffer param "
+                       "--precision pure")
 
 
 #: NeMo 24.07's FP8 rows (all on the page: Llama 2 7B/13B/70B, Llama 3 8B/70B, GPT-3 5B/20B/175B, Nemotron
@@ -1165,7 +1170,8 @@ NEMO_2407 = [
                                                             "micro_batches": 16}, 4096, 4312, 562, ub="te_v1"),
     _nemo("Nemotron 340B NeMo t8 p8 v12 fp8", NEMOTRON_340B, {"tp": 8, "pp": 8, "virtual_stages": 12, "dp": 2,
                                                               "batch": 1, "micro_batches": 16, "recompute": "selective",
-                                                              "tp_comm_overlap": False}, 4096, 326, 686,
+                                                              "tp_comm_overlap": False, "grad_buffer": "param",
+                                                              "precision": "pure"}, 4096, 326, 686,
           _NEMOTRON_340B_NOTE),
 ]
 

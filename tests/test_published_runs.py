@@ -587,6 +587,17 @@ def test_dgxc_llama_weak_scaling_slows_down_as_measured() -> None:
         assert predict(last).predicted_s / predict(first).predicted_s - 1 >= measured / 2
 
 
+def test_nemotron_340b_runs_its_yamls_bf16_optimizer_and_fits() -> None:
+    """NeMo 24.07's Nemotron-4 340B row: the launcher's nemotron_340b.yaml (L158-165 at tag 24.07) gives its
+    distributed_fused_adam grad_sync_dtype bf16 and dtype bf16, which NeMo runs with no fp32 master (store_params False
+    where the optimizer's dtype is the model's): bf16 gradients and bf16 Adam states, --grad-buffer param --precision
+    pure. It ran on 80 GB H100s, so it fits; with fp32 gradients and states memderive needed 93.5 GiB."""
+    run = next(r for r in DENSE_APART if r.name == "Nemotron 340B NeMo t8 p8 v12 fp8")
+    e = run.estimate()
+    assert (e.options.grad_buffer, e.options.precision) == ("param", "pure")
+    assert e.number("total_bytes") <= gpu("h100-sxm").memory_bytes
+
+
 def test_bridges_fsdp_fp8_rows_fit() -> None:
     """Megatron-Bridge's Megatron-FSDP fp8 rows (the 8B on 8 H100s; the 405B and the two 70B rows offloading
     activations on GB200 and GB300) ran with their mixed-precision recipe's fp8_param_gather (v0.1.0rc3 L268, v0.2.0
