@@ -1272,10 +1272,11 @@ DENSE_APART = BRIDGE_DENSE + NEMO_2407 + NEMO_LONG_CONTEXT
 #: worst 31.3% (8.9% and 31.1% with those all-gathers at 16 bits); over all 36 with GB300's: 10.0% and 31.3%; 9.7%
 #: and 31.3% over the 30 and the 36 once NeMo's GPT-3 175B rows kept their launcher config's dropout
 #: (``_NEMO_GPT3_DROPOUT``: -18.2% and -10.0% -> -17.7% and -9.4%). The two CPU activation offload rows on GB200
-#: (Megatron FSDP; their copies over NVLink-C2C hidden behind the other layers, 0 s exposed): 405B 95 layers -20.3%,
-#: 70B 40 layers -14.0% since Megatron-FSDP copies no gathered weight (memory_bound.MEGATRON_FSDP_BUFFERS; -15.4% and
-#: -11.5% while timed with torch FSDP's copies); with them the median over the 39 stays 9.4% (worst 31.3%), over the 30 at 2K-8K tokens
-#: 10.5% -> 10.8%. GB300's 70B FSDP offload row of 26.04.01 (20 layers): +11.8% (+15.0% with those copies), too slow as the other GB300 rows;
+#: (Megatron FSDP; their copies over NVLink-C2C hidden behind the other layers, 0 s exposed): 405B 95 layers -22.6%,
+#: 70B 40 layers -14.5% with their recipe's fp8 primary weights (-20.3% and -14.0% without: the whole weights cast
+#: each step), -15.4% and -11.5% while timed with torch FSDP's copies (memory_bound.MEGATRON_FSDP_BUFFERS); with them
+#: the median over the 39 stays 9.4% (worst 31.3%), over the 30 at 2K-8K tokens 10.5% -> 10.8%. GB300's 70B FSDP
+#: offload row of 26.04.01 (20 layers): +11.1% (+11.8% without fp8 primary weights, +15.0% with torch FSDP's copies), too slow as the other GB300 rows;
 #: over the 40 the median stays 10.1%, the worst 31.0% (python benchmarks/published_runs.py). Nothing is tuned to
 #: close it.
 BRIDGE_DENSE_GAP = ("fp8 under Transformer Engine predicted up to 31% too fast at 2K-8K tokens (H100, B200, "

@@ -176,6 +176,20 @@ def test_an_unknown_model_type_is_read_by_its_architectures_class(tmp_path) -> N
     model = load_config(tmp_path / "k2")
     assert model.arch.family == "deepseek_v3" and "'kimi_k2' read as deepseek_v3" in model.source
     assert estimate(model).number("parameters") == count_parameters(config)
+    # the class's own config class decides, not the first model_type listing it: LlamaForCausalLM is listed under
+    # exaone, internlm3 and llama in transformers 5.25 (exaone first), Qwen3_5ForCausalLM under qwen3_5 (the
+    # multimodal wrapper) and qwen3_5_text; their config_class is LlamaConfig and Qwen3_5TextConfig
+    llama = small_config("llama")
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "config.json").write_text(json.dumps(
+        {**{k: v for k, v in llama.to_dict().items() if k not in ("transformers_version", "architectures")},
+         "model_type": "my_llama", "architectures": ["LlamaForCausalLM"]}))
+    mine = load_config(tmp_path / "l")
+    assert mine.arch.family == "llama" and estimate(mine).number("parameters") == count_parameters(llama)
+    from memderive.derivations.models.config import by_architecture
+
+    assert by_architecture({"model_type": "my_q35", "architectures": ["Qwen3_5ForCausalLM"]})[0]["model_type"] == (
+        "qwen3_5_text")
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "config.json").write_text(json.dumps(
         {**base, "model_type": "no_such_model", "architectures": ["NoSuchForCausalLM"]}))

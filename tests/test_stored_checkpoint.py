@@ -123,6 +123,10 @@ def test_modelopt_fp8_and_nvfp4_by_hand() -> None:
     assert _weights({**TINY, "quantization_config": nvfp4}) == 2 * 159_032 + REST
     mlp = {"quant_method": "modelopt", "quant_algo": "FP8", "exclude_modules": ["lm_head", "*mlp*"]}
     assert _weights({**TINY, "quantization_config": mlp}) == 2 * (98_336 + 368_640) + REST
+    # hf_quant_config.json's nesting, a lower-case algorithm, the two lists together: the same bytes
+    nested = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "fp8", "exclude_modules": ["*mlp*"],
+                                                                 "ignore": ["lm_head"]}}
+    assert _weights({**TINY, "quantization_config": nested}) == 2 * (98_336 + 368_640) + REST
 
 
 def test_skipped_modules_stay_16_bit() -> None:

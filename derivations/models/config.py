@@ -22,6 +22,7 @@ from memderive.derivations.models.checkpoint_files import read_checkpoint
 from memderive.derivations.models.config_fields import (MAX_SIZE, ConfigError, Fields, MissingSizes, padding_index,
                                                         with_dropout)
 from memderive.derivations.models.families import ADAPTERS, REFUSED, SUPPORTED_MODEL_TYPES
+from memderive.derivations.models.hf_import import quiet_import
 from memderive.derivations.models.model import Model
 from memderive.derivations.models.quantization import read_quantization
 from memderive.symbolic.errors import shown
@@ -102,8 +103,9 @@ def by_architecture(config: Any) -> tuple[Any, str]:
     """``config`` read as the model transformers builds for its ``architectures`` class, where neither memderive nor
     transformers knows its own ``model_type`` (a checkpoint's custom code reusing an architecture: Kimi K2's
     ``kimi_k2`` with ``DeepseekV3ForCausalLM``), and a note that says so; else ``config`` as it is and "". The
-    class is looked up in transformers' auto-model mappings (causal LM first), which map a model_type to its
-    classes; without transformers, nothing changes."""
+    model_type is the one of the class's own ``config_class`` (``Qwen3_5ForCausalLM``: ``qwen3_5_text``, not the
+    multimodal ``qwen3_5`` that also lists it; ``LlamaForCausalLM``: ``llama``), for a class transformers' auto-model
+    mappings name; without transformers, nothing changes."""
     model_type = config.get("model_type") if isinstance(config, dict) else None
     archs = config.get("architectures") if isinstance(config, dict) else None
     if (not isinstance(model_type, str) or model_type in ADAPTERS or model_type in REFUSED
@@ -114,15 +116,15 @@ def by_architecture(config: Any) -> tuple[Any, str]:
         auto = importlib.import_module("transformers.models.auto.modeling_auto")
     except ImportError:
         return config, ""
-    if model_type in known:
+    named = {c for table in dir(auto) if table.endswith("_MAPPING_NAMES")
+             for classes in getattr(auto, table).values() for c in (classes if isinstance(classes, tuple) else (classes,))}
+    if model_type in known or archs[0] not in named:
         return config, ""
-    tables = ["MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"] + sorted(n for n in dir(auto) if n.endswith("_MAPPING_NAMES"))
-    for table in tables:
-        for key, classes in getattr(auto, table).items():
-            if archs[0] in (classes if isinstance(classes, tuple) else (classes,)):
-                return {**config, "model_type": key}, (f"model_type {model_type!r} read as {key} (its architectures: "
-                                                       f"{archs[0]}, transformers' {key} class)")
-    return config, ""
+    key = getattr(quiet_import("transformers", archs[0]).config_class, "model_type", None)
+    if not isinstance(key, str) or key not in known:
+        return config, ""
+    return {**config, "model_type": key}, (f"model_type {model_type!r} read as {key} (its architectures: "
+                                           f"{archs[0]}, whose config class is {key}'s)")
 
 
 def config_name(config: Any, path: Path) -> str:

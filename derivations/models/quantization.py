@@ -111,8 +111,8 @@ def read_quantization(cfg: Any, dtype_bytes: int = 2) -> Quantization:
     if not isinstance(cfg, Mapping):
         return Quantization("?", reason="quantization_config is not a JSON object")
     method = cfg.get("quant_method")
-    if method is None and "quant_algo" in cfg:  # ModelOpt's export without the name vLLM reads it by
-        method = "modelopt"
+    if method is None and ("quant_algo" in cfg or isinstance(cfg.get("quantization"), Mapping)):
+        method = "modelopt"  # ModelOpt's export without the name vLLM reads it by (or its hf_quant_config nesting)
     if not isinstance(method, str):
         return Quantization("?", reason="quantization_config has no quant_method (nor ModelOpt's quant_algo); give "
                                         "--weight-dtype")
@@ -200,15 +200,20 @@ def _modelopt(cfg: Mapping[str, Any], method: str, skip: tuple[str, ...], _: int
     """NVIDIA ModelOpt's unified Hugging Face checkpoint (``quant_algo``; vLLM's ModelOptFp8Config and
     ModelOptNvFp4Config read the same tensors): FP8, per-tensor ``weight`` fp8 with an fp32 ``weight_scale`` and
     ``input_scale``; NVFP4, ``weight`` uint8 (two values a byte), ``weight_scale`` fp8 per ``group_size`` (16) inputs,
-    fp32 ``weight_scale_2`` and ``input_scale``. Left alone: ``exclude_modules`` or ``ignore``, shell-style
-    patterns (``*``)."""
-    algo = cfg.get("quant_algo")
+    fp32 ``weight_scale_2`` and ``input_scale``. Left alone: ``exclude_modules`` and ``ignore``, shell-style
+    patterns (``*``, as vLLM's fnmatch reads them). ``quant_algo`` in any case; the fields may sit under
+    ``quantization`` (hf_quant_config.json's nesting). Not counted: an FP8 KV cache's ``k_scale`` and ``v_scale``
+    (fp32, 8 bytes a layer)."""
+    if isinstance(cfg.get("quantization"), Mapping) and "quant_algo" not in cfg:
+        cfg = cfg["quantization"]
+    algo = str(cfg.get("quant_algo")).upper()
     if algo not in MODELOPT_ALGOS:
-        return Quantization(method, reason=f"ModelOpt quant_algo {algo!r} is not modelled (read: "
+        return Quantization(method, reason=f"ModelOpt quant_algo {cfg.get('quant_algo')!r} is not modelled (read: "
                                            f"{', '.join(MODELOPT_ALGOS)}); give --weight-dtype")
-    names = _names(cfg.get("exclude_modules", cfg.get("ignore")))
-    if names is None:
-        return Quantization(method, reason="ModelOpt exclude_modules must be a list of names")
+    excluded, ignored = _names(cfg.get("exclude_modules")), _names(cfg.get("ignore"))
+    if excluded is None or ignored is None:
+        return Quantization(method, reason="ModelOpt exclude_modules and ignore must be lists of names")
+    names = excluded + ignored
     skip = skip + tuple("re:" + fnmatch.translate(p) for p in names)
     if algo == "FP8":
         return Quantization(method, "modelopt-fp8", 8, per_tensor=True, static_input=True, scale_bytes=4, skip=skip,

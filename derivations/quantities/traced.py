@@ -55,6 +55,7 @@ from typing import Any
 
 from memderive.derivations.models.config import by_architecture, config_name
 from memderive.derivations.models.config_fields import ConfigError
+from memderive.derivations.models.hf_import import quiet_import
 from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.models.quantization import read_quantization
@@ -101,12 +102,12 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
             config = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return None  # load_config says what is wrong
-        config = by_architecture(config)[0]  # an unknown model_type read by its architectures class
+        config, note = by_architecture(config)  # an unknown model_type read by its architectures class
         model_type = config.get("model_type") if isinstance(config, dict) else None
         if not isinstance(model_type, str) or model_type in ADAPTERS or (model_type in REFUSED
                                                                           and model_type not in TRACED_REFUSED):
             return None
-        return config, config_name(config, path)
+        return config, config_name(config, path) + (f" [{note}]" if note else "")
     if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
         return None
     if known_model_type(text):
@@ -155,26 +156,12 @@ def hf_config(config: Mapping[str, Any], label: str = "config") -> Any:
                           f"{_one_line(exc)}") from None
 
 
-#: Loggers whose import-time warnings are not about the user's model: torchao's (imported by transformers' quantizers
-#: when installed; ``torchao/__init__.py`` warns "Failed to load ..." for each compiled extension built for another
-#: Python or CUDA) and torch's pytree (``register_constant`` on the Enums torchao registers, deprecated in torch 2.13).
-_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
-
-
 def _import_modeling() -> None:
     """Import transformers' modeling code (and through its quantizers torchao, where installed) once, with the
-    warnings those imports log muted: they would print on every traced estimate, and none is about the model."""
-    if "transformers.modeling_utils" in sys.modules:
-        return
-    loggers = [logging.getLogger(name) for name in _IMPORT_NOISE]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:  # imported now, while its loggers are muted (a lazy binding would import it at some later read)
-        importlib.import_module("transformers.modeling_utils")
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+    warnings those imports log muted (``hf_import.quiet_import``): they would print on every traced estimate, and
+    none is about the model."""
+    if "transformers.modeling_utils" not in sys.modules:  # imported now, while its loggers are muted
+        quiet_import("transformers.modeling_utils")
 
 
 def _one_line(exc: BaseException) -> str:

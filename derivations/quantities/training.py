@@ -291,7 +291,8 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     layer linear's cached 8-bit weight (and, on Hopper and Ada, its transpose) and, under delayed scaling, its
     amax history and scales (``symbolic.te_float8.workspace_terms``), persistent across micro-batches and steps,
     whole per tensor-parallel rank (not sharded by the distributed optimizer, nor by ZeRO-3's Megatron-FSDP:
-    ``te_float8.workspace_terms``); and the note that says so."""
+    ``te_float8.workspace_terms``); under ``--fp8-param-gather`` the weights themselves in 8 bits, whole under the
+    distributed optimizer, sharded under Megatron-FSDP (--zero 3: no workspace); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
     if opts.fp8_param_gather and opts.zero == 3:  # Megatron-FSDP: 1/ranks of each weight's 8-bit data
         terms = workspace_terms(graph, opts.fp8, transpose, shards=_primary_shards(opts))
@@ -303,7 +304,8 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
             "no cached workspace; a layer's weights gathered in 8 bits while it runs"
             + (", a transpose made beside each for the backward" if transpose else "")
             + ", both released after it (keep_fp8_transpose_cache False); the norms, embedding and output layer "
-            f"16-bit ({FSDP_PARAM_GATHER_SOURCE})")
+            "16-bit" + ("; the delayed-scaling amax history whole" if opts.fp8 == "te-delayed" else "")
+            + f" ({FSDP_PARAM_GATHER_SOURCE})")
     terms = workspace_terms(graph, opts.fp8, transpose)
     if opts.fp8_param_gather:  # the same bytes, held as the weights themselves
         terms = [(path.replace("/weight_workspace", "/fp8_weight"), expr) for path, expr in terms]

@@ -372,7 +372,8 @@ def plan(model: Any, capacity: int, global_batch: int, seq: int, gpus: int | Non
         a2a_overlap: Megatron-Core's EP A2A overlap (``Options.moe_a2a_overlap``, also taken from ``options``) on
             every row that can run it (ep > 1, v > 1 where p > 1, no full recompute; the others without it).
         fp8_params: Megatron-Core's fp8 primary weights (``Options.fp8_param_gather``, also taken from ``options``)
-            on every row of the distributed optimizer (ZeRO-1; the others without it).
+            on every row of the distributed optimizer (ZeRO-1) and of Megatron-FSDP (ZeRO-3 under --framework megatron,
+            delayed and current scaling); the others without it.
         cp_pays: rows of cp > 1 only where they pay (``_paying``: faster than every row of cp 1 that fits, or none of
             cp 1 fits); False: every row that fits.
 
