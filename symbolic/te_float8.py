@@ -354,11 +354,11 @@ FSDP_PARAM_GATHER_SOURCE = (
     "_transpose dropped with it), L853-862 (the same after a forward of a module outside the FSDP units)")
 
 
-def te_weight_elements(graph: Graph, keep: Callable[[str], bool] | None = None) -> Any:
+def te_weight_elements(graph: Graph, keep: Callable[[str], bool] | None = None, per_repeat: bool = False) -> Any:
     """Elements of the weights of ``graph``'s Transformer Engine linears (``te_linears``) over the blocks' repeats
-    and each op's share of them: what ``--fp8-param-gather`` builds as fp8 tensors (``PARAM_GATHER_SOURCE``);
-    ``keep``: only the ops whose ``block/path`` it keeps. Biases and norms stay 16-bit (TE quantizes the modules'
-    weights only).
+    (``per_repeat``: one repeat's, as ``derive.parameters``) and each op's share of them: what ``--fp8-param-gather``
+    builds as fp8 tensors (``PARAM_GATHER_SOURCE``); ``keep``: only the ops whose ``block/path`` it keeps. Biases
+    and norms stay 16-bit (TE quantizes the modules' weights only).
 
     >>> from memderive.symbolic.ops import BlockBuilder
     >>> from memderive.symbolic.dims import b, s, h, l
@@ -371,7 +371,8 @@ def te_weight_elements(graph: Graph, keep: Callable[[str], bool] | None = None) 
     total = const(0)
     for blk, op in te_linears(graph):
         if keep is None or keep(f"{blk.name}/{op.path}"):
-            total = total + blk.repeat * op.share * sum((w.numel for w in op.params if w.role == "weight"), const(0))
+            repeats = const(1) if per_repeat else blk.repeat
+            total = total + repeats * op.share * sum((w.numel for w in op.params if w.role == "weight"), const(0))
     return total
 
 

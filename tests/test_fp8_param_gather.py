@@ -172,3 +172,15 @@ def test_megatron_fsdp_gathers_8_bits_and_transposes_each_micro_batch_by_hand() 
     primary = estimate("llama-2-7b", fp8="te-current", gpu="h100-sxm", fp8_param_gather=True, **FSDP)
     assert reduced_bytes(plain)[1] == 6_738_681_856 and reduced_bytes(primary)[1] == 3_500_679_168
     assert fp8_cast_bytes(primary, True) == (fp8_cast_bytes(plain, True)[0] + 6_476_005_376, 8_095_006_720)
+
+
+@pytest.mark.parametrize("gpu, layer", [("h100-sxm", 1_493_254_144), ("b200", 746_668_032)])
+def test_megatron_fsdp_gathers_an_moe_layer_in_8_bits_by_hand(gpu: str, layer: int) -> None:
+    """Mixtral 8x7B (h 4,096, 32 heads of 128, 8 KV heads, 8 experts of f 14,336) under Megatron-FSDP, d 4, EP 2:
+    the layer being computed holds its TE linears' weights, q and o 4,096 x 4,096 and k, v 1,024 x 4,096 (41,943,040)
+    and its 4 local experts' fc1 and fc2, 4 x 3 x 14,336 x 4,096 (704,643,072): 746,586,112 elements, in 8 bits and,
+    on the H100, a transpose beside each (2 B); the router 8 x 4,096 and the two norms 2 x 4,096 stay 16-bit (40,960
+    elements). H100: 2 x 746,627,072 = 1,493,254,144 B; B200: 746,586,112 + 2 x 40,960 = 746,668,032 B."""
+    e = estimate("mixtral-8x7b", mode="train", batch=1, seq=4096, dp=4, ep=2, zero=3, framework="megatron",
+                 fp8="te-current", gpu=gpu, fp8_param_gather=True)
+    assert _terms(e, "total_bytes")["zero3/gathered_weights/layer"] == layer

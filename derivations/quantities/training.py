@@ -46,7 +46,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.strategies import RequiresGrad
 from memderive.symbolic.experts import expert_ops
-from memderive.symbolic.te_float8 import (FSDP_PARAM_GATHER_SOURCE, PARAM_GATHER_SOURCE, te_linears, te_weight_elements,
+from memderive.symbolic.te_float8 import (FSDP_PARAM_GATHER_SOURCE, PARAM_GATHER_SOURCE, te_weight_elements,
                                           workspace_terms)
 from memderive.symbolic.simplify import factor_out
 
@@ -280,9 +280,7 @@ def fp8_gathered_fewer(graph: Graph, opts: Options) -> Any:
     saved = width - 1 - (1 if te_transposes(opts.fp8, opts.gpu) else 0)
 
     def fewer(block: Any) -> Any:
-        per_layer = sum((op.share * w.numel for blk, op in te_linears(graph) if blk.name == block.name
-                         for w in op.params if w.role == "weight"), const(0))
-        return saved * per_layer
+        return saved * te_weight_elements(graph, lambda path: path.split("/", 1)[0] == block.name, per_repeat=True)
     return fewer
 
 
