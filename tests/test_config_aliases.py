@@ -11,12 +11,14 @@ class with the field and its alias at different values and reads which one the c
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import transformers
 
 from memderive.derivations.estimate import estimate
-from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, from_config
+from memderive.commands.cli import main
+from memderive.derivations.models.config import SUPPORTED_MODEL_TYPES, ConfigError, by_architecture, from_config, load_config
 from memderive.derivations.models.config_fields import MissingSizes
 from memderive.derivations.models.defaults import FAMILY_ALIASES
 from tests.hf_meta import count_parameters, model_class, small_config
@@ -163,11 +165,6 @@ def test_an_unknown_model_type_is_read_by_its_architectures_class(tmp_path) -> N
     architectures ["DeepseekV3ForCausalLM"], unknown to transformers 5.25) is read as the model transformers builds
     for that class: the same parameters as the config under deepseek_v3, measured on the meta device, and the
     output says so; an unknown model_type whose class transformers does not have either stays a one-line error."""
-    import json
-
-    from memderive.commands.cli import main
-    from memderive.derivations.models.config import load_config
-
     config = small_config("deepseek_v3")
     base = {k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "architectures")}
     (tmp_path / "k2").mkdir()
@@ -186,8 +183,6 @@ def test_an_unknown_model_type_is_read_by_its_architectures_class(tmp_path) -> N
          "model_type": "my_llama", "architectures": ["LlamaForCausalLM"]}))
     mine = load_config(tmp_path / "l")
     assert mine.arch.family == "llama" and estimate(mine).number("parameters") == count_parameters(llama)
-    from memderive.derivations.models.config import by_architecture
-
     assert by_architecture({"model_type": "my_q35", "architectures": ["Qwen3_5ForCausalLM"]})[0]["model_type"] == (
         "qwen3_5_text")
     (tmp_path / "x").mkdir()
