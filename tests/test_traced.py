@@ -554,3 +554,28 @@ def test_coverage_bart_sdpa_drops_the_all_ones_mask() -> None:
     # drops it, is_causal instead) at s = 7
     row = _coverage().row("bart")
     assert row["sdpa"].startswith("exact: "), row["sdpa"]
+
+
+def test_cli_untraced_vlm_text_only(tmp_path: Path) -> None:
+    """A vision-language model whose images memderive does not trace (Qwen3.5) is refused by default in one line
+    naming --images 0, and with --images 0 runs its text through the whole model, the tower's weights counted. The
+    cache of 16 + 1 tokens by hand: the full-attention layer's keys and values, 2 x 2 KV heads x 16 x 17 x 2 B =
+    2,176; the linear-attention layer's conv state, conv_dim (2 x 2 x 16 + 4 x 16 = 128) x kernel 4 x 2 B = 1,024,
+    and its fp32 recurrent state, 4 value heads x 16 x 16 x 4 B = 4,096; the cache's int64 step counter, 8: 7,304."""
+    text = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_num_key_heads=2, linear_num_value_heads=4, linear_conv_kernel_dim=4,
+                layer_types=["linear_attention", "full_attention"], max_position_embeddings=512)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                  num_position_embeddings=16)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen3_5", "text_config": text, "vision_config": vision}))
+    refused = _cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "16")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "give --images 0 for text-only prompts" in refused.stderr
+    done = _cli("--model", str(path), "--mode", "infer", "--batch", "1", "--seq", "16", "--images", "0", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["cache_bytes"] == 7_304 and out["images_per_sequence"] == 0
+    assert out["parameters"] == count_parameters(_config("qwen3_5", {"text_config": text, "vision_config": vision}),
+                                                 auto=transformers.AutoModelForImageTextToText)

@@ -423,13 +423,17 @@ def image_tokens(cfg: Any) -> int:
     if cfg.model_type in QWEN_VL:
         _, h, w = _image_grid(cfg)
         return h * w // vision.spatial_merge_size ** 2
-    raise TracedError(f"{cfg.model_type}: memderive traces images for llava, gemma3, qwen2_vl and qwen2_5_vl only so "
-                      "far (--mode params counts this model; for the text model alone give its text_config)")
+    raise TracedError(f"{cfg.model_type}: memderive traces images for {', '.join(IMAGES_TRACED)} only so far: give "
+                      "--images 0 for text-only prompts through the whole model (--mode params counts it; for the text "
+                      "model alone give its text_config)")
 
 
 #: Qwen2-VL and Qwen2.5-VL: dynamic resolution, patches flattened with an ``image_grid_thw``, 3-D rope positions from
 #: ``get_rope_index`` (the same API in both)
 QWEN_VL = ("qwen2_vl", "qwen2_5_vl")
+#: The vision-language model types whose images memderive traces (``image_tokens``); another one's text-only prompts
+#: (``--images 0``) run through its whole model, the vision tower's weights held and not run.
+IMAGES_TRACED = ("llava", "gemma3", *QWEN_VL)
 
 
 #: Qwen2-VL's and Qwen2.5-VL's image side in pixels: their resolution is dynamic (the processor's min_pixels and
@@ -907,7 +911,8 @@ class TracedEstimate:
             return None
         n = self.images_per_sequence
         if n == 0:
-            return f"no image (--images 0): the {self.seq:,} text tokens alone"
+            return (f"no image (--images 0): the {self.seq:,} text tokens alone, the vision tower's weights held and "
+                    "not run")
         span = self.image_span or self.image_tokens
         marks = f" ({self.image_tokens:,} image tokens between boi and eoi)" if span != self.image_tokens else ""
         return (f"{'one image' if n == 1 else f'{n:,} images'} per sequence at {self.image_size} x {self.image_size} "
@@ -1000,7 +1005,8 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
         est = dc.replace(est, encoder_length=encoder_length(cfg, s))
     images = _images(cfg, name, options)
     if model_class(cfg).__name__ == "AutoModelForImageTextToText":
-        est = dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg), images_per_sequence=images)
+        est = (dc.replace(est, image_tokens=image_tokens(cfg), image_size=image_size(cfg), images_per_sequence=images)
+               if images or cfg.model_type in IMAGES_TRACED else dc.replace(est, image_tokens=0))  # text only
     if options.mode == "train":
         with traced_strategies.fake_group(options.tp):  # --tp: rank 0 of a tensor-parallel model
             model, mode = build(cfg, attention, options.dtype, prepare=traced_strategies.prepare(options),
@@ -1062,6 +1068,8 @@ def _images(cfg: Any, name: str, options: Options) -> int:
     model's 0, and more refused in one line."""
     vision = model_class(cfg).__name__ == "AutoModelForImageTextToText"
     n = options.images if options.images is not None else (1 if vision else 0)
+    if n and vision and cfg.model_type not in IMAGES_TRACED:
+        image_tokens(cfg)  # refused in one line, naming --images 0
     if n and not vision:
         raise TracedError(f"{name}: --images {n}: {cfg.model_type} reads no images (no vision tower traced); "
                           "leave out --images, or give a vision-language model's config.json")
