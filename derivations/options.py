@@ -598,6 +598,18 @@ class Options:
         return self.tp_comm_overlap and self.framework == "torchtitan"
 
     @property
+    def megatron_fsdp(self) -> bool:
+        """ZeRO-3 under Megatron-Core (``--zero 3 --framework megatron``, no ``--offload-params``: FSDP2's path):
+        Megatron-FSDP, its buckets and fp8 buffers its own; the one place the memory, the time model and the options
+        decide it."""
+        return self.zero == 3 and self.framework == "megatron" and not self.offload_params
+
+    @property
+    def fsdp_fp8_params(self) -> bool:
+        """``--fp8-param-gather`` under Megatron-FSDP (``megatron_fsdp``): each weight an 8-bit shard."""
+        return self.fp8_param_gather and self.megatron_fsdp
+
+    @property
     def layer_wise(self) -> bool:
         """Megatron-Core's Muon under its layer-wise distributed optimizer (``--optimizer muon --zero 1``: whole
         parameters dealt to the data-parallel ranks, its gradients all-reduced, the updated weights gathered after
@@ -611,10 +623,10 @@ class Options:
             raise OptionsError(f"--fp8-param-gather is modelled under Megatron-Core's distributed optimizer (--zero 1) "
                                f"and Megatron-FSDP (--zero 3 --framework megatron), not --zero {self.zero} "
                                "(Megatron-LM asserts the distributed optimizer or FSDP, arguments.py)")
-        if self.fp8_param_gather and self.zero == 3 and (self.framework != "megatron" or self.offload_params):
+        if self.fp8_param_gather and self.zero == 3 and not self.megatron_fsdp:
             raise OptionsError("--fp8-param-gather under --zero 3 is Megatron-FSDP's fp8 parameter buffer: give "
                                "--framework megatron, without --offload-params")
-        if self.fp8_param_gather and self.zero == 3 and self.fp8 == "te-mxfp8":
+        if self.fsdp_fp8_params and self.fp8 == "te-mxfp8":
             raise OptionsError("--fp8-param-gather with --fp8 te-mxfp8 under --zero 3 (Megatron-FSDP's uint8 "
                                "buffer of MXFP8 tensors) is not modelled: give --fp8 te-delayed or te-current, or "
                                "--zero 1")

@@ -11,6 +11,7 @@ modeling code reads; a field the graph cannot represent exactly is an error nami
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from collections.abc import Mapping
@@ -116,15 +117,21 @@ def by_architecture(config: Any) -> tuple[Any, str]:
         auto = importlib.import_module("transformers.models.auto.modeling_auto")
     except ImportError:
         return config, ""
-    named = {c for table in dir(auto) if table.endswith("_MAPPING_NAMES")
-             for classes in getattr(auto, table).values() for c in (classes if isinstance(classes, tuple) else (classes,))}
-    if model_type in known or archs[0] not in named:
+    if model_type in known or archs[0] not in _auto_classes(auto):
         return config, ""
     key = getattr(quiet_import("transformers", archs[0]).config_class, "model_type", None)
     if not isinstance(key, str) or key not in known:
         return config, ""
     return {**config, "model_type": key}, (f"model_type {model_type!r} read as {key} (its architectures: "
                                            f"{archs[0]}, whose config class is {key}'s)")
+
+
+@functools.cache
+def _auto_classes(auto: Any) -> frozenset[str]:
+    """The class names transformers' auto-model mappings (``modeling_auto``'s ``*_MAPPING_NAMES``) name, read once."""
+    return frozenset(c for table in dir(auto) if table.endswith("_MAPPING_NAMES")
+                     for classes in getattr(auto, table).values()
+                     for c in (classes if isinstance(classes, tuple) else (classes,)))
 
 
 def config_name(config: Any, path: Path) -> str:

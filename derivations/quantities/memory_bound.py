@@ -510,7 +510,7 @@ def zero3_copy_bytes(est: Evaluated) -> Any:
     if o.zero != 3 and not o.offload_params:  # FSDP's CPU offload gathers and reduces as ZeRO-3 does
         return 0
     params = est.number("parameters_per_gpu")
-    if o.framework == "megatron" and o.zero == 3 and not o.offload_params:
+    if o.megatron_fsdp:
         return optimizer_shard(est, params, lambda: _routed_held(est)) * 3 * reduced_gradient_width(o)
     width = 4 if o.dtype == "fp32" else 2
     return params * 6 * width
@@ -627,7 +627,7 @@ def fp8_cast_bytes(est: Evaluated, transpose: bool) -> tuple[Any, Any]:
         return 0, 0
     micro, weights = _cast_form(est.graph, recipe=o.fp8, transpose=transpose, gathered=bool(o.sp))
     per_micro = layout_int(micro, est.values) if micro else 0
-    if _fp8_primary(o) and o.zero == 3:  # Megatron-FSDP drops each transpose with its bucket: one per micro-batch
+    if o.fsdp_fp8_params:  # Megatron-FSDP drops each transpose with its bucket: one per micro-batch
         n = layout_int(_te_weights(est.graph), est.values)
         return per_micro + (2 * n if transpose else 0), _primary_cast(est, False)
     if _fp8_primary(o):

@@ -1317,7 +1317,7 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     async_tp=opts.async_tp, ub_margin_s=m * margin_micro, ub_split_s=m * split_micro, dp_sm_s=dp_sm_s,
                     ub_config=opts.tp_comm_overlap_cfg,
                     moe_dispatcher=opts.moe_dispatcher, moe_a2a_overlap=opts.moe_a2a_overlap, fp8_cast_s=m * cast_micro + cast_step, fp8=opts.fp8,
-                    fp8_param_gather=opts.fp8_param_gather, fsdp_primary=opts.fp8_param_gather and opts.zero == 3,
+                    fp8_param_gather=opts.fp8_param_gather, fsdp_primary=opts.fsdp_fp8_params,
                     sp=bool(opts.sp), zero2=_zero2_sync(zero, opts.dp * opts.cp, opts.pp, opts.framework in FSDP2_FRAMEWORKS,
                                                        opts.grad_sync == "deepspeed"),
                     activation_offload_layers=opts.activation_offload_layers,

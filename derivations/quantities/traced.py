@@ -423,9 +423,14 @@ def image_tokens(cfg: Any) -> int:
     if cfg.model_type in QWEN_VL:
         _, h, w = _image_grid(cfg)
         return h * w // vision.spatial_merge_size ** 2
-    raise TracedError(f"{cfg.model_type}: memderive traces images for {', '.join(IMAGES_TRACED)} only so far: give "
-                      "--images 0 for text-only prompts through the whole model (--mode params counts it; for the text "
-                      "model alone give its text_config)")
+    raise _untraced_images(cfg.model_type)
+
+
+def _untraced_images(model_type: str) -> TracedError:
+    """The one-line refusal of images for a vision-language model memderive does not trace them for."""
+    return TracedError(f"{model_type}: memderive traces images for {', '.join(IMAGES_TRACED)} only so far: give "
+                       "--images 0 for text-only prompts through the whole model (--mode params counts it; for the "
+                       "text model alone give its text_config)")
 
 
 #: Qwen2-VL and Qwen2.5-VL: dynamic resolution, patches flattened with an ``image_grid_thw``, 3-D rope positions from
@@ -1069,7 +1074,7 @@ def _images(cfg: Any, name: str, options: Options) -> int:
     vision = model_class(cfg).__name__ == "AutoModelForImageTextToText"
     n = options.images if options.images is not None else (1 if vision else 0)
     if n and vision and cfg.model_type not in IMAGES_TRACED:
-        image_tokens(cfg)  # refused in one line, naming --images 0
+        raise _untraced_images(cfg.model_type)
     if n and not vision:
         raise TracedError(f"{name}: --images {n}: {cfg.model_type} reads no images (no vision tower traced); "
                           "leave out --images, or give a vision-language model's config.json")

@@ -249,7 +249,7 @@ def _primary_shards(opts: Options) -> tuple[Any, Any]:
     """The ranks Megatron-FSDP shards the layers' linear weights over, the routed experts' over theirs
     (``zero_ranks``, ``expert_zero_ranks``), under ``--fp8-param-gather --zero 3``; 1 and 1 otherwise (the
     distributed optimizer keeps the weights whole)."""
-    return (zero_ranks(opts.cp), expert_zero_ranks(opts)) if opts.zero == 3 else (1, 1)
+    return (zero_ranks(opts.cp), expert_zero_ranks(opts)) if opts.fsdp_fp8_params else (1, 1)
 
 
 def fp8_primary_weights(states: Breakdown, graph: Graph, opts: Options) -> Breakdown:
@@ -274,7 +274,7 @@ def fp8_gathered_fewer(graph: Graph, opts: Options) -> Any:
     block: the bytes its gathered weights hold fewer than 16 bits each, its Transformer Engine linears' weights
     gathered in 8 bits (and, where only TN fp8 GEMMs run, the transpose the backward makes beside each, released with
     the bucket: 0 fewer); None otherwise."""
-    if not (opts.fp8_param_gather and opts.zero == 3):
+    if not opts.fsdp_fp8_params:
         return None
     width = state_widths(opts.dtype, opts.optimizer, opts.precision)[0]
     saved = width - 1 - (1 if te_transposes(opts.fp8, opts.gpu) else 0)
@@ -292,7 +292,7 @@ def te_fp8_buffers(graph: Graph, opts: Options) -> tuple[Breakdown, str]:
     ``te_float8.workspace_terms``); under ``--fp8-param-gather`` the weights themselves in 8 bits, whole under the
     distributed optimizer, sharded under Megatron-FSDP (--zero 3: no workspace); and the note that says so."""
     transpose = te_transposes(opts.fp8, opts.gpu)
-    if opts.fp8_param_gather and opts.zero == 3:  # Megatron-FSDP: 1/ranks of each weight's 8-bit data
+    if opts.fsdp_fp8_params:  # Megatron-FSDP: 1/ranks of each weight's 8-bit data
         terms = workspace_terms(graph, opts.fp8, transpose, shards=_primary_shards(opts))
         terms = [(path.replace("/weight_workspace", "/fp8_weight_shard"), expr) for path, expr in terms]
         return Breakdown(tuple(Term(f"weights/te_fp8/{path}", expr) for path, expr in terms), "bytes"), (
