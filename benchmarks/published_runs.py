@@ -25,7 +25,7 @@ from tests.published_runs import DGXC_LLAMA, DGXC_LLAMA_GAP  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
                                   FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
                                   TITAN_2025_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
-from tests.published_runs import PLAN_SLACK, plan_against  # noqa: E402
+from tests.published_runs import PLAN_SLACK, faster_published, plan_against  # noqa: E402
 
 
 def _rows(title: str, runs: list[Run]) -> list[float]:
@@ -237,8 +237,9 @@ def against_plan() -> None:
     print(f"The published layout against the planner's best on the same cluster (within: published <= {PLAN_SLACK:g} "
           "x best)\n"
           f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")
-    within = 0
+    within, beaten = 0, []
     for run in RUNS + MOE:
+        faster = faster_published(run, RUNS + MOE)
         try:
             c = plan_against(run)
         except PlanError as exc:
@@ -247,10 +248,23 @@ def against_plan() -> None:
                   f"the published layout needs {need:,} bytes, {need - gpu(run.gpu).memory_bytes:,} over")
             continue
         within += c.within
+        if faster is not None:
+            beaten.append((run, faster, c.within))
         print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
               f"{c.best.step_time_s:8.2f} {c.ratio:6.3f}{'' if c.within else ' over'}")
-    print(f"{within} of {len(RUNS) + len(MOE)} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best "
+    total = len(RUNS) + len(MOE)
+    print(f"{within} of {total} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best "
           f"({len(MOE)} of them MoE, the expert-parallel degree searched too)")
+    if beaten:
+        print(f"Published layouts that another published layout of the same job (model, GPUs, global batch, sequence, "
+              f"precision) measured more than {PLAN_SLACK - 1:.0%} faster:")
+        for run, faster, ok in beaten:
+            print(f"  {run.name:24s} {_shown(run.layout):34s} {run.measured():7.2f} s measured; "
+                  f"{faster.name} {_shown(faster.layout)} {faster.measured():7.2f} s "
+                  f"({run.measured() / faster.measured():.2f}x){'' if not ok else '; within the planner anyway'}")
+        kept = total - len(beaten)
+        held = within - sum(ok for _, _, ok in beaten)
+        print(f"{held} of the other {kept} ({held / kept:.1%}) within {PLAN_SLACK - 1:.0%} of the planner's best")
 
 
 if __name__ == "__main__":

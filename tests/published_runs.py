@@ -1524,6 +1524,26 @@ def run_framework(run: Run) -> str | None:
     return "torchtitan" if "torchtitan" in run.source else None
 
 
+def same_job(run: Run, other: Run) -> bool:
+    """Whether two published runs trained the same job under the same recipe, as ``plan_against`` compares layouts:
+    the same model on as many GPUs of the same kind, with the same global batch and sequence length, the same
+    recompute and every option the planner does not search (``PLANNED``: precision, kernels, dispatcher, optimizer)
+    the same; only the layout differing."""
+    def recipe(r: Run) -> dict:
+        return {k: v for k, v in r.layout.items() if k not in PLANNED or k == "recompute"}
+    return (other is not run and other.model == run.model and other.gpu == run.gpu and other.gpus == run.gpus
+            and other.global_batch == run.global_batch and other.seq == run.seq and recipe(other) == recipe(run))
+
+
+def faster_published(run: Run, runs: list[Run]) -> Run | None:
+    """The fastest of ``runs`` that trained ``run``'s job (``same_job``) in another layout and measured more than
+    ``PLAN_SLACK`` faster than ``run``, else None. Such a published layout is one its own authors later beat: the
+    planner's best being far faster than it is what the measurements say too (Megatron-Bridge 26.02's gpt-oss-120b
+    on 64 B200s at EP 64, 10.18 s a step; 26.04.01's recipe at EP 8, 6.04 s)."""
+    faster = [o for o in runs if same_job(run, o) and o.measured() * PLAN_SLACK < run.measured()]
+    return min(faster, key=Run.measured, default=None)
+
+
 def plan_against(run: Run) -> PlanComparison:
     """The planner (``derivations.search.plan.plan``, what ``memderive plan`` runs) on the run's cluster: its model,
     GPU kind and count, 8 GPUs per node, its network, memory, global batch and sequence, and the run's recipe: the
