@@ -60,7 +60,7 @@ from memderive.derivations.models.families import ADAPTERS, REFUSED
 from memderive.derivations.models.presets import PRESETS
 from memderive.derivations.models.quantization import read_quantization
 from memderive.derivations.options import Options
-from memderive.derivations.quantities import traced_strategies
+from memderive.derivations.quantities import traced_fold, traced_strategies
 from memderive.derivations.quantities.traced_stored import stored_weights
 from memderive.symbolic.dtypes import dtype as dtype_of
 from memderive.symbolic.lazy import lazy
@@ -714,6 +714,10 @@ def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     return {**inputs, "labels": labels}
 
 
+def _cache_total(model: Any, mode: Any, b: int, s: int) -> int:
+    return cache_bytes(model, mode, b, s).total
+
+
 def flops(model: Any, mode: Any, b: int, s: int, train: bool = True, use_cache: bool = False) -> tuple[int, int]:
     """``(forward, backward)`` FLOPs of a training forward of ``b`` sequences of ``s`` tokens and its backward
     (``traced_strategies.count_flops``); ``train`` False: a prefill's forward alone, no gradients (backward 0),
@@ -847,6 +851,23 @@ def polynomial(f: Callable[[int, int], int], s_points: tuple[int, ...] = FIT_S,
         one = Polynomial({(0, j): c for j, c in enumerate(_solve(rows))})
     fit = Fit(general, one, tuple(check))
     return fit if all(fit(bb, ss) == value(bb, ss) for bb, ss in check) else None
+
+
+def checked_fit(count: Callable[[Any, Any, int, int], Any], model: Any, mode: Any, b: int, s: int, measured: int,
+                s_degree: int = 2) -> Fit | None:
+    """``polynomial`` of ``count(model, mode, b, s)``, None unless it gives ``measured`` (the whole model's count) at
+    the user's (b, s). A deep stack's small points are counted on a few of its layers (``traced_fold``); where that
+    fit misses ``measured``, on the whole stack."""
+    folded = traced_fold.fold(model)
+    if folded is not None:
+        try:
+            fit = polynomial(lambda bb, ss: folded.count(count, model, mode, bb, ss), s_degree=s_degree)
+        except Exception:  # noqa: BLE001 - any failure of a folded run (an index past the cut stack) unfolds
+            fit = None
+        if fit is not None and fit(b, s) == measured:
+            return fit
+    fit = polynomial(lambda bb, ss: count(model, mode, bb, ss), s_degree=s_degree)
+    return fit if fit is not None and fit(b, s) == measured else None
 
 
 def _solve(rows: list[list[Fraction]]) -> list[Fraction]:
@@ -1020,8 +1041,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
             if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
                 fit = formula(cfg, attention, options.dtype, "saved", b, s, saved, model, mode)
             else:
-                fit = polynomial(lambda bb, ss: saved_bytes(model, mode, bb, ss))
-                fit = fit if fit is not None and fit(b, s) == saved else None  # fitted at small s: must hold here too
+                fit = checked_fit(saved_bytes, model, mode, b, s, saved)  # fitted at small s: must hold here too
             trainable, total = traced_strategies.trainable_parameters(model)
         rows = traced_strategies.state_rows(total, trainable, options, traced_strategies.adapter_dtype(model, options))
         done = _traced_strategies(options, trainable, total)
@@ -1039,8 +1059,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
         if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
             fit = formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total, model, mode)
         else:
-            fit = polynomial(lambda bb, ss: cache_bytes(model, mode, bb, ss).total, s_degree=1)
-            fit = fit if fit is not None and fit(b, s) == cache.total else None
+            fit = checked_fit(_cache_total, model, mode, b, s, cache.total, s_degree=1)
     est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
     if stored is not None:
         est = dc.replace(est, weights=stored[0], weight_scheme=stored[1], weight_parts=stored[2])
@@ -1134,13 +1153,14 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
     symbolic = derive is not None and (not train or traced_strategies.prepare(options, recompute=False, tp=False)
                                         is None)
 
-    def fitted(f: Callable[[int, int], int], kind: str | None = None) -> tuple[int, str | None]:
-        value = f(b, s)
+    def fitted(count: Callable[[Any, Any, int, int], int], on: tuple[Any, Any],
+               kind: str | None = None) -> tuple[int, str | None]:
+        value = count(*on, b, s)
         if symbolic and kind is not None:
             got = derived("prefill_flops") if kind == "prefill_flops" else derived("train_flops")[kind == "model_flops"]
             return value, got.short if got else None
-        fit = polynomial(f)
-        return value, str(fit) if fit is not None and fit(b, s) == value else None
+        fit = checked_fit(count, *on, b, s, value)
+        return value, None if fit is None else str(fit)
 
     @functools.cache
     def derived(kind: str) -> Any:  # a training step's forward and model FLOPs: one symbolic run, a pair
@@ -1153,21 +1173,26 @@ def _count_flops(est: TracedEstimate, cfg: Any, options: Options, built: tuple[A
         cfg, "eager", dtype,
         prepare=traced_strategies.prepare(options, recompute=False, tp=False) if train else None,
         images=est.images_per_sequence)
-    counted = functools.cache(lambda bb, ss: flops(*plain, bb, ss, train=train))  # each (b, s) run once
+    # each (b, s) run once on each stack a fit runs (the whole one, or a fold's few layers: traced_fold)
+    memo = functools.cache(lambda bb, ss, _layers: flops(*plain, bb, ss, train=train))
+
+    def counted(bb: int, ss: int) -> tuple[int, int]:
+        return memo(bb, ss, traced_fold.layers_now(plain[0]))
+
     rows = []
     if not train:
-        value, formula = fitted(lambda bb, ss: counted(bb, ss)[0], "prefill_flops")
+        value, formula = fitted(lambda m, md, bb, ss: counted(bb, ss)[0], plain, "prefill_flops")
         rows.append(("prefill_flops", "Prefill FLOPs", value, formula))
         return dc.replace(est, strategies=dc.replace(est.strategies, flops=tuple(rows)))
-    forward, formula = fitted(lambda bb, ss: counted(bb, ss)[0], "forward_flops")
+    forward, formula = fitted(lambda m, md, bb, ss: counted(bb, ss)[0], plain, "forward_flops")
     rows.append(("forward_flops", "Forward FLOPs per micro-batch", forward, formula))
-    model_flops, formula = fitted(lambda bb, ss: sum(counted(bb, ss)), "model_flops")
+    model_flops, formula = fitted(lambda m, md, bb, ss: sum(counted(bb, ss)), plain, "model_flops")
     rows.append(("model_flops", "Model FLOPs per micro-batch (forward + backward)", model_flops, formula))
     if options.recompute != "none":
         again = built if built is not None and est.attention == "eager" else build(
             cfg, "eager", options.dtype, prepare=traced_strategies.prepare(options, tp=False),
             images=est.images_per_sequence)
-        hardware, formula = fitted(lambda bb, ss: sum(flops(*again, bb, ss)))
+        hardware, formula = fitted(lambda m, md, bb, ss: sum(flops(m, md, bb, ss)), again)
     rows.append(("hardware_flops", "Hardware FLOPs per micro-batch (with recompute)",
                  hardware if options.recompute != "none" else model_flops, formula))
     if model_flops % (b * s) == 0:  # a whole number per token (else the per-micro-batch figure alone)

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, flops,
-                                                    polynomial, saved_bytes)
+from memderive.derivations.quantities import traced_fold
+from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, checked_fit,
+                                                    flops, polynomial, saved_bytes)
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
 
@@ -212,10 +213,12 @@ def _cpu_dropout() -> Iterator[None]:
 
 
 def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int | None = None,
-                   hint: tuple[int, int] = HINT) -> tuple[Any, tuple[tuple[Any, str], ...]]:
+                   hint: tuple[int, int] = HINT,
+                   folded: traced_fold.Fold | None = None) -> tuple[Any, tuple[tuple[Any, str], ...]]:
     """``count(model, mode, b, s)`` (``saved_bytes``, or ``cache_bytes``'s total) run with s symbolic (hint
     ``hint[1]``) and b symbolic (hint ``hint[0]``) or ``b`` given: the SymPy expression of its bytes in memderive's
-    b and s, and the guards the run added (SymPy, in b and s) with the transformers function that asked each.
+    b and s, and the guards the run added (SymPy, in b and s) with the transformers function that asked each;
+    with ``folded``, run on its few layers and summed with its coefficients (``traced_fold``).
     Raises ``TracedError`` where the run fails (a data-dependent size: the code read a tensor's values)."""
     env = mode.shape_env
     first = len(env.guards)
@@ -223,10 +226,15 @@ def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode:
     ss, symbol_s = _size(env, "s", hint[1])
     names = {symbol_s: _s(), **({symbol_b: _b()} if symbol_b is not None else {})}
     env.guards.names = names
-    with python_dispatcher.enable_python_dispatcher(), _cpu_dropout(), _quiet():
-        total = count(model, mode, sb, ss)
-    exprs = tuple(sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t)).xreplace(names))
-                  for t in (total if isinstance(total, tuple) else (total,)))
+    exprs: tuple[Any, ...] = ()
+    for layers, coefficient in folded.runs if folded is not None else ((None, 1),):
+        with (python_dispatcher.enable_python_dispatcher(), _cpu_dropout(), _quiet(),
+              folded.only(layers) if folded is not None else contextlib.nullcontext()):
+            total = count(model, mode, sb, ss)
+        run = tuple(coefficient * sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t))
+                                            .xreplace(names))
+                    for t in (total if isinstance(total, tuple) else (total,)))
+        exprs = tuple(sp.expand(x + y) for x, y in zip(exprs, run)) if exprs else run
     unknown = set().union(*(e.free_symbols for e in exprs)) - {_b(), _s()}
     if unknown:
         raise TracedError("the bytes depend on sizes the code computed from tensor values "
@@ -263,15 +271,36 @@ def _telling(guards: tuple[tuple[Any, str], ...]) -> list[tuple[Any, str]]:
     return list(seen.values())
 
 
+class _Unfold(TracedError):
+    """The folded run (``traced_fold``) failed or missed the measured bytes: the whole stack is run instead."""
+
+
 def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int,
              measured: int, hint: tuple[int, int] = HINT) -> Symbolic:
     """The ``Symbolic`` bytes of ``count`` (b >= 2 and, where different at b = 1, b = 1) traced at ``hint``, whose
     guards the user's (b, s) must meet and which must give the bytes ``measured`` there; raises ``TracedError``
-    saying why not."""
+    saying why not. A deep model runs a few of its layers (``traced_fold``), and its whole stack where their sum
+    misses ``measured``."""
     if s < 2:
         raise TracedError("s = 1, and a symbolic size is never 1")
-    general, guards = symbolic_bytes(count, model, mode, hint=hint)
-    one, guards_one = symbolic_bytes(count, model, mode, b=1, hint=hint)
+    folded = traced_fold.fold(model)
+    if folded is not None:
+        try:
+            return _symbolic(count, model, mode, b, s, measured, hint, folded)
+        except _Unfold:
+            pass
+    return _symbolic(count, model, mode, b, s, measured, hint, None)
+
+
+def _symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int, measured: int,
+              hint: tuple[int, int], folded: traced_fold.Fold | None) -> Symbolic:
+    try:
+        general, guards = symbolic_bytes(count, model, mode, hint=hint, folded=folded)
+        one, guards_one = symbolic_bytes(count, model, mode, b=1, hint=hint, folded=folded)
+    except Exception as exc:  # noqa: BLE001 - any failure of a folded run (an index past the cut stack) unfolds
+        if folded is None:
+            raise
+        raise _Unfold(str(exc)) from exc
     for guard, where in guards_one if b == 1 else guards:
         if not _true(guard, b, s):
             raise TracedError(f"transformers' code branched on {_words(guard)} at b = {hint[0] if b > 1 else 1}, "
@@ -282,7 +311,8 @@ def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, 
         result = Symbolic(gen, None if sp.expand(on - gen.subs(_b(), 1)) == 0 else on, words)
         value = result(b, s)
         if value != want:
-            raise TracedError(f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {want:,}")
+            raise (TracedError if folded is None else _Unfold)(
+                f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {want:,}")
         results.append(result)
     return tuple(results) if isinstance(measured, tuple) else results[0]
 
@@ -334,5 +364,4 @@ def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, mea
         fits = [polynomial(lambda bb, ss, i=i: counted(bb, ss)[i], s_degree=degree) for i in range(len(measured))]
         return tuple(Fallback(fit if fit is not None and fit(b, s) == want else None, why)
                      for fit, want in zip(fits, measured))
-    fit = polynomial(lambda bb, ss: fitted(model, mode, bb, ss), s_degree=degree)
-    return Fallback(fit if fit is not None and fit(b, s) == measured else None, why)
+    return Fallback(checked_fit(fitted, model, mode, b, s, measured, s_degree=degree), why)
