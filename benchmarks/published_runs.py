@@ -256,8 +256,9 @@ def against_plan() -> None:
     print(f"{within} of {total} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best "
           f"({len(MOE)} of them MoE, the expert-parallel degree searched too)")
     if beaten:
-        print(f"Published layouts that another published layout of the same job (model, GPUs, global batch, sequence, "
-              f"precision) measured more than {PLAN_SLACK - 1:.0%} faster:")
+        print(f"Published layouts that another published layout of the same job and recipe (model, GPUs, global batch, "
+              f"sequence, recompute, every option not planned; tests.published_runs.same_job) measured more than "
+              f"{PLAN_SLACK - 1:.0%} faster:")
         for run, faster, ok in beaten:
             print(f"  {run.name:24s} {_shown(run.layout):34s} {run.measured():7.2f} s measured; "
                   f"{faster.name} {_shown(faster.layout)} {faster.measured():7.2f} s "
