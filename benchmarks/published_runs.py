@@ -232,6 +232,12 @@ def _shown(options: dict) -> str:
     return out
 
 
+def _release(run: Run) -> str:
+    """The software release a run's source names (Megatron-Bridge's page: "26.02 NeMo container"), else its source."""
+    found = re.search(r"\b(\d\d\.\d\d(?:\.\d+)?) NeMo", run.source)
+    return found.group(1) if found else run.source.split(",")[0]
+
+
 def against_plan() -> None:
     """Each published layout's predicted time beside the planner's best on its cluster (``plan_against``)."""
     print(f"The published layout against the planner's best on the same cluster (within: published <= {PLAN_SLACK:g} "
@@ -239,7 +245,6 @@ def against_plan() -> None:
           f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")
     within, beaten = 0, []
     for run in RUNS + MOE:
-        faster = faster_published(run, RUNS + MOE)
         try:
             c = plan_against(run)
         except PlanError as exc:
@@ -248,6 +253,7 @@ def against_plan() -> None:
                   f"the published layout needs {need:,} bytes, {need - gpu(run.gpu).memory_bytes:,} over")
             continue
         within += c.within
+        faster = faster_published(run, RUNS + MOE)
         if faster is not None:
             beaten.append((run, faster, c.within))
         print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
@@ -262,7 +268,8 @@ def against_plan() -> None:
         for run, faster, ok in beaten:
             print(f"  {run.name:24s} {_shown(run.layout):34s} {run.measured():7.2f} s measured; "
                   f"{faster.name} {_shown(faster.layout)} {faster.measured():7.2f} s "
-                  f"({run.measured() / faster.measured():.2f}x){'' if not ok else '; within the planner anyway'}")
+                  f"({run.measured() / faster.measured():.2f}x; {_release(run)} then {_release(faster)})"
+                  f"{'' if not ok else '; within the planner anyway'}")
         kept = total - len(beaten)
         held = within - sum(ok for _, _, ok in beaten)
         print(f"{held} of the other {kept} ({held / kept:.1%}) within {PLAN_SLACK - 1:.0%} of the planner's best")

@@ -1526,12 +1526,16 @@ def run_framework(run: Run) -> str | None:
 
 def same_job(run: Run, other: Run) -> bool:
     """Whether two published runs trained the same job under the same recipe, as ``plan_against`` compares layouts:
-    the same model on as many GPUs of the same kind, with the same global batch and sequence length, the same
-    recompute and every option the planner does not search (``PLANNED``: precision, kernels, dispatcher, optimizer)
-    the same; only the layout differing."""
+    the same model on as many GPUs of the same kind and network, with the same global batch and sequence length, the
+    same recompute and every option the planner does not search (``PLANNED``: precision, kernels, dispatcher,
+    optimizer, CUDA graphs) the same; only the layout differing (and the software release, which the source names)."""
     def recipe(r: Run) -> dict:
         return {k: v for k, v in r.layout.items() if k not in PLANNED or k == "recompute"}
-    return (other is not run and other.model == run.model and other.gpu == run.gpu and other.gpus == run.gpus
+
+    def cluster(r: Run) -> tuple:  # and what memderive assumes of the machine and the kernels, the same
+        return (r.gpu, r.gpus, r.network, r.gpus_per_node, r.matmul_rates, r.memory_bandwidth, r.memory_bytes,
+                getattr(r, "cuda_graph_scope", ()), getattr(r, "inert_modules", ()))
+    return (other is not run and other.model == run.model and cluster(other) == cluster(run)
             and other.global_batch == run.global_batch and other.seq == run.seq and recipe(other) == recipe(run))
 
 

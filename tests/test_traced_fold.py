@@ -38,6 +38,7 @@ def test_runs_by_hand() -> None:
     twelve = {**HYBRID, "num_hidden_layers": 12, "layer_types": HYBRID["layer_types"] + HYBRID["layer_types"][:4]}
     model, _ = traced.build(traced.hf_config({"model_type": "qwen3_next", **twelve}), "eager")
     assert traced_fold.fold(model).runs == (((0, 3), -9), ((0, 1, 3), 8), ((0, 3, 7), 2))
+    assert traced_fold.fold(model).layers_run == 8
 
 
 def test_folded_equals_the_whole_stack_and_puts_it_back() -> None:
@@ -48,7 +49,7 @@ def test_folded_equals_the_whole_stack_and_puts_it_back() -> None:
         plan = traced_fold.fold(model)
         assert plan.runs == (((0,), -4), ((0, 1), 5))
         folded, _ = ts.symbolic_bytes(count, model, mode, folded=plan)
-        assert len(model.model.layers) == 6 and cfg.num_hidden_layers == 6
+        assert len(model.model.layers) == 6 and model.config.num_hidden_layers == 6
         assert [layer.self_attn.layer_idx for layer in model.model.layers] == list(range(6))
         whole, _ = ts.symbolic_bytes(count, *ts.symbolic_model(cfg, "eager"))
         assert sp.expand(folded - whole) == 0
@@ -64,13 +65,16 @@ def test_a_fold_that_misses_the_measured_bytes_runs_the_whole_stack(monkeypatch)
     measured = traced.saved_bytes(fake, fake_mode, 2, 24)
     real = traced_fold.fold
 
+    asked = []
+
     def wrong(model):
         plan = real(model)
+        asked.append(plan)
         return traced_fold.Fold(plan.parent, plan.attr, plan.config, (((0,), -3), ((0, 1), 4)))
 
     monkeypatch.setattr(traced_fold, "fold", wrong)
     got = ts.symbolic(traced.saved_bytes, *ts.symbolic_model(cfg, "eager"), 2, 24, measured)
-    assert got(2, 24) == measured
+    assert len(asked) == 1 and got(2, 24) == measured
     whole, _ = ts.symbolic_bytes(traced.saved_bytes, *ts.symbolic_model(cfg, "eager"))
     assert sp.expand(got.general - whole) == 0
 
@@ -82,7 +86,9 @@ def test_a_fit_through_folded_points_is_the_whole_stacks() -> None:
     cfg = traced.hf_config({"model_type": "arcee", **DENSE})
     model, mode = traced.build(cfg, "eager")
     assert traced_fold.fold(model) is not None
+    plan = traced_fold.fold(model)
     measured = traced.saved_bytes(model, mode, 2, 24)
     fit = traced.checked_fit(traced.saved_bytes, model, mode, 2, 24, measured)
     whole = traced.polynomial(lambda bb, ss: traced.saved_bytes(model, mode, bb, ss))
-    assert fit is not None and str(fit) == str(whole) and fit(2, 24) == measured
+    folded = traced.polynomial(lambda bb, ss: plan.count(traced.saved_bytes, model, mode, bb, ss))
+    assert fit is not None and str(fit) == str(whole) == str(folded) and fit(2, 24) == measured

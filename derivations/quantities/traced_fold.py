@@ -14,8 +14,9 @@ of it. The stack run is the model's own ``ModuleList`` with the other layers tak
 ``0 .. k-1`` and the text config's per-layer lists (``layer_types``, ``mlp_layer_types``, ...) and
 ``num_hidden_layers`` cut to match, all put back afterwards.
 
-Nothing here is trusted: ``traced_symbolic.symbolic`` checks the folded expression against the bytes the full
-model's trace measured at the user's (b, s), and ``traced.checked_fit`` the polynomial fitted through folded counts
+Nothing here is trusted: ``traced_symbolic.symbolic`` checks the folded expression against the bytes or FLOPs the
+full model's trace measured at the user's (b, s) (and, where b = 1 has an expression of its own, at the other b too),
+and ``traced.checked_fit`` the polynomial fitted through folded counts
 at small (b, s) (the fits of a prepared model: recompute, LoRA, ``--tp``), and where they differ (a layer whose
 behaviour follows its index in a way its attributes do not show) run the whole stack instead.
 """
@@ -40,7 +41,7 @@ _PLAIN = (bool, int, float, str, type(None))
 
 @dataclass(frozen=True)
 class Fold:
-    """The stack ``parent.<attr>`` (a ``ModuleList`` of ``len(config.num_hidden_layers)`` layers) and the runs that
+    """The stack ``parent.<attr>`` (a ``ModuleList`` of ``config.num_hidden_layers`` layers) and the runs that
     make its count: each a tuple of layer indices and its coefficient (``Q(all) = sum coefficient x Q(run)``)."""
 
     parent: Any
@@ -73,23 +74,25 @@ class Fold:
             yield
         finally:
             self.parent._modules[self.attr] = full
+            for m, name, i, _ in renumbered:
+                setattr(m, name, i)
             for k, v in lists.items():
                 setattr(cfg, k, v)
             if cfg.num_hidden_layers != depth:
                 cfg.num_hidden_layers = depth
-            for m, name, i, _ in renumbered:
-                setattr(m, name, i)
 
 
     def count(self, f: Any, model: Any, mode: Any, b: int, s: int) -> Any:
         """``f(model, mode, b, s)`` (an integer or a tuple of them) of the whole stack, from its runs."""
         total: tuple[Any, ...] = ()
+        pair = False
         for indices, coefficient in self.runs:
             with self.only(indices):
                 value = f(model, mode, b, s)
-            run = tuple(coefficient * v for v in (value if isinstance(value, tuple) else (value,)))
+            pair = isinstance(value, tuple)
+            run = tuple(coefficient * v for v in (value if pair else (value,)))
             total = tuple(x + y for x, y in zip(total, run)) if total else run
-        return total if isinstance(value, tuple) else total[0]
+        return total if pair else total[0]
 
 
 def _kind(layer: Any) -> tuple[Any, ...]:

@@ -226,15 +226,16 @@ def symbolic_bytes(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode:
     ss, symbol_s = _size(env, "s", hint[1])
     names = {symbol_s: _s(), **({symbol_b: _b()} if symbol_b is not None else {})}
     env.guards.names = names
-    exprs: tuple[Any, ...] = ()
+    summed: tuple[Any, ...] = ()
     for layers, coefficient in folded.runs if folded is not None else ((None, 1),):
         with (python_dispatcher.enable_python_dispatcher(), _cpu_dropout(), _quiet(),
               folded.only(layers) if folded is not None else contextlib.nullcontext()):
             total = count(model, mode, sb, ss)
-        run = tuple(coefficient * sp.expand(env.replace(sp.sympify(t.node.expr if hasattr(t, "node") else t))
-                                            .xreplace(names))
+        run = tuple(coefficient * sp.sympify(t.node.expr if hasattr(t, "node") else t)
                     for t in (total if isinstance(total, tuple) else (total,)))
-        exprs = tuple(sp.expand(x + y) for x, y in zip(exprs, run)) if exprs else run
+        summed = tuple(x + y for x, y in zip(summed, run)) if summed else run
+    # the ShapeEnv's replacements once all runs are done (a later run's replacement holds for the earlier runs too)
+    exprs = tuple(sp.expand(env.replace(sp.expand(x)).xreplace(names)) for x in summed)
     unknown = set().union(*(e.free_symbols for e in exprs)) - {_b(), _s()}
     if unknown:
         raise TracedError("the bytes depend on sizes the code computed from tensor values "
@@ -276,28 +277,34 @@ class _Unfold(TracedError):
 
 
 def symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int,
-             measured: int, hint: tuple[int, int] = HINT) -> Symbolic:
+             measured: int, hint: tuple[int, int] = HINT,
+             measure: Callable[[int, int], Any] | None = None) -> Symbolic:
     """The ``Symbolic`` bytes of ``count`` (b >= 2 and, where different at b = 1, b = 1) traced at ``hint``, whose
     guards the user's (b, s) must meet and which must give the bytes ``measured`` there; raises ``TracedError``
     saying why not. A deep model runs a few of its layers (``traced_fold``), and its whole stack where their sum
-    misses ``measured``."""
+    misses ``measured`` or, where b = 1 has an expression of its own, ``measure`` (the whole model's count at a
+    (b, s); None: such a fold is not kept) at the other b."""
     if s < 2:
         raise TracedError("s = 1, and a symbolic size is never 1")
     folded = traced_fold.fold(model)
     if folded is not None:
         try:
-            return _symbolic(count, model, mode, b, s, measured, hint, folded)
-        except _Unfold:
-            pass
-    return _symbolic(count, model, mode, b, s, measured, hint, None)
+            return _symbolic(count, model, mode, b, s, measured, hint, folded, measure)
+        except _Unfold as exc:
+            log = logging.getLogger(__name__)
+            log.debug("the folded run (%s) missed: %s; the whole stack runs", folded.runs, exc)
+    return _symbolic(count, model, mode, b, s, measured, hint, None, None)
 
 
 def _symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any, b: int, s: int, measured: int,
-              hint: tuple[int, int], folded: traced_fold.Fold | None) -> Symbolic:
+              hint: tuple[int, int], folded: traced_fold.Fold | None,
+              measure: Callable[[int, int], Any] | None) -> Symbolic:
     try:
         general, guards = symbolic_bytes(count, model, mode, hint=hint, folded=folded)
         one, guards_one = symbolic_bytes(count, model, mode, b=1, hint=hint, folded=folded)
-    except Exception as exc:  # noqa: BLE001 - any failure of a folded run (an index past the cut stack) unfolds
+    except TracedError:  # the code itself fixed a size or read a value: the whole stack would too
+        raise
+    except Exception as exc:  # noqa: BLE001 - any other failure of a folded run (an index past the cut stack)
         if folded is None:
             raise
         raise _Unfold(str(exc)) from exc
@@ -314,6 +321,14 @@ def _symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any,
             raise (TracedError if folded is None else _Unfold)(
                 f"the expression gives {value:,} at b = {b}, s = {s}, the trace measured {want:,}")
         results.append(result)
+    if folded is not None and any(r.one is not None for r in results):
+        # b = 1's expression differs from b >= 2's: the half the user's b does not check is checked at the other b
+        other = 2 if b == 1 else 1
+        if measure is None:
+            raise _Unfold("b = 1 has an expression of its own and nothing measures the other b")
+        got = measure(other, s)
+        if tuple(r(other, s) for r in results) != (got if isinstance(got, tuple) else (got,)):
+            raise _Unfold(f"the expression misses the whole model's count at b = {other}, s = {s}")
     return tuple(results) if isinstance(measured, tuple) else results[0]
 
 
@@ -356,7 +371,8 @@ def formula(cfg: Any, attention: str, dtype: str, kind: str, b: int, s: int, mea
     try:
         sym_model, sym_mode = symbolic_model(cfg, attention, dtype, images=getattr(model, "_traced_images", 1))
         # traced with the user's sizes as hints: the branches taken are theirs, the guards say how far it holds
-        return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s))
+        return symbolic(count, sym_model, sym_mode, b, s, measured, hint=(max(b, 2), s),
+                        measure=lambda bb, ss: fitted(model, mode, bb, ss))
     except TracedError as exc:
         why = str(exc).removeprefix(f"{cfg.model_type}: ")  # TracedError's text is one line
     if isinstance(measured, tuple):
