@@ -24,10 +24,6 @@ DENSE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_
              intermediate_size=96, vocab_size=128)
 
 
-def _cache(model, mode, bb, ss):
-    return traced.cache_bytes(model, mode, bb, ss).total
-
-
 def test_runs_by_hand() -> None:
     # the hybrid: kinds DeltaNet at 0, 1, 2, 4, 5, 6 (6 layers) and attention at 3, 7 (2). R = (0, 3); one more
     # DeltaNet (0, 1, 3), 5 more times; one more attention (0, 3, 7), once: Q = (1 - 5 - 1) Q(R) + 5 Q(0,1,3)
@@ -44,7 +40,7 @@ def test_runs_by_hand() -> None:
 def test_folded_equals_the_whole_stack_and_puts_it_back() -> None:
     # 6 identical layers: (1 - 5) Q(0) + 5 Q(0, 1) = Q(0) + 5 (Q(0, 1) - Q(0)); the saved activations, the cache
     cfg = traced.hf_config({"model_type": "arcee", **DENSE})
-    for count in (traced.saved_bytes, _cache):
+    for count in (traced.saved_bytes, traced.cache_total):
         model, mode = ts.symbolic_model(cfg, "eager")
         plan = traced_fold.fold(model)
         assert plan.runs == (((0,), -4), ((0, 1), 5))

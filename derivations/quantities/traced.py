@@ -74,7 +74,8 @@ pytree = lazy("torch.utils._pytree")
 logging = lazy("logging")  # on a cold estimate's path (this module is imported by estimate.py), used on traced runs only
 
 __all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
-           "saved_bytes", "polynomial", "Polynomial", "Fit", "transformers_version", "build"]
+           "cache_total", "saved_bytes", "polynomial", "checked_fit", "Polynomial", "Fit", "transformers_version",
+           "build"]
 
 #: Bytes per element of the dtypes memderive names.
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -714,7 +715,8 @@ def _train_inputs(model: Any, b: int, s: int) -> dict[str, Any]:
     return {**inputs, "labels": labels}
 
 
-def _cache_total(model: Any, mode: Any, b: int, s: int) -> int:
+def cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
+    """``cache_bytes``' total: the count the cache's fits and symbolic runs take."""
     return cache_bytes(model, mode, b, s).total
 
 
@@ -1059,7 +1061,7 @@ def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
         if formula is not None and options.tp == 1 and traced_strategies.prepare(options) is None:
             fit = formula(cfg, attention, options.kv_dtype or weight, "cache", b, s, cache.total, model, mode)
         else:
-            fit = checked_fit(_cache_total, model, mode, b, s, cache.total, s_degree=1)
+            fit = checked_fit(cache_total, model, mode, b, s, cache.total, s_degree=1)
     est = dc.replace(est, cache=cache, cache_fit=fit, weights=params.total * dtype_of(weight).nbytes)
     if stored is not None:
         est = dc.replace(est, weights=stored[0], weight_scheme=stored[1], weight_parts=stored[2])

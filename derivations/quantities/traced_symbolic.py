@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from memderive.derivations.quantities import traced_fold
-from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_bytes, checked_fit,
+from memderive.derivations.quantities.traced import (Fit, Polynomial, TracedError, build, cache_total, checked_fit,
                                                     flops, polynomial, saved_bytes)
 from memderive.symbolic.dims import by_name
 from memderive.symbolic.lazy import lazy
@@ -332,10 +332,6 @@ def _symbolic(count: Callable[[Any, Any, Any, Any], Any], model: Any, mode: Any,
     return tuple(results) if isinstance(measured, tuple) else results[0]
 
 
-def _cache_total(model: Any, mode: Any, b: Any, s: Any) -> Any:
-    return cache_bytes(model, mode, b, s).total
-
-
 def _train_flops(model: Any, mode: Any, b: Any, s: Any) -> tuple[Any, Any]:
     forward, backward = flops(model, mode, b, s, use_cache=True)
     return forward, forward + backward
@@ -352,7 +348,7 @@ def _prefill_flops(model: Any, mode: Any, b: Any, s: Any) -> Any:
 #: measured count at the user's (b, s) (without) must equal it there.
 KINDS: dict[str, tuple[Callable[..., Any], Callable[..., Any], int]] = {
     "saved": (saved_bytes, saved_bytes, 2),
-    "cache": (_cache_total, _cache_total, 1),
+    "cache": (cache_total, cache_total, 1),
     "prefill_flops": (_prefill_flops, lambda m, md, b, s: flops(m, md, b, s, train=False)[0], 2),
     # a training step's (forward, forward + backward) from one run; ``measured`` and the result are pairs too
     "train_flops": (_train_flops, lambda m, md, b, s: (lambda f, bw: (f, f + bw))(*flops(m, md, b, s)), 2),
