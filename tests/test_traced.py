@@ -381,15 +381,24 @@ def test_qwen_vl_with_an_image_equals_cpu(model_type: str, attention: str, monke
     assert [fit(b, 7) for b in (1, 2)] == [_qwen_real_cache_bytes(cfg, b, 7, 4) for b in (1, 2)]
 
 
-def test_cli_qwen2_5_vl_with_images(tmp_path: Path) -> None:
-    # the default image: 448 x 448 pixels (the model card's min_pixels 256 * 28 * 28) = 32 x 32 patches = 256 tokens
+def test_qwen_vl_default_image_is_the_model_cards_min_pixels() -> None:
+    # the default image: 448 x 448 pixels (the model card's min_pixels 256 * 28 * 28) = 32 x 32 patches of 14, 2 x 2
+    # merged = 256 tokens
+    assert traced.QWEN_IMAGE_SIDE == 448
+    assert traced.image_tokens(_config("qwen2_5_vl", QWEN25_VL)) == 256
+
+
+def test_cli_qwen2_5_vl_with_images(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the command line at a 112 x 112 image (the default 448 x 448 is checked above; traced at 448 the tower's 1,024
+    # patches take 100 s on 2 cores): 8 x 8 patches of 14, 2 x 2 merged = 16 tokens
+    monkeypatch.setattr(traced, "QWEN_IMAGE_SIDE", 112)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": "qwen2_5_vl", **QWEN25_VL}))
     done = _cli("--model", str(path), "--mode", "infer", "--batch", "2", "--seq", "10")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "one image per sequence at 448 x 448 pixels = 1 x 256 = 256 image tokens" in done.stdout
-    # 256 B per token (above) x 2 x (256 + 10 + 1)
-    assert "Cache 136,704 B" in done.stdout
+    assert "one image per sequence at 112 x 112 pixels = 1 x 16 = 16 image tokens" in done.stdout
+    # 256 B per token (above) x 2 x (16 + 10 + 1)
+    assert "Cache 13,824 B" in done.stdout
 
 
 def _vlm_real_cache_bytes(cfg: transformers.PretrainedConfig, b: int, s: int, images: int) -> int:

@@ -19,8 +19,8 @@ b, s = by_name("b").symbol, by_name("s").symbol
 #: Qwen3-Next's tiny sample at 8 layers: 3 gated-DeltaNet layers then one full-attention layer, twice.
 HYBRID = {**SAMPLE["qwen3_next"], "num_hidden_layers": 8,
           "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 2}
-#: A llama-like stack of 6 identical layers (arcee: no hand-written family takes it).
-DENSE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=6,
+#: A llama-like stack of 4 identical layers (arcee: no hand-written family takes it).
+DENSE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
              intermediate_size=96, vocab_size=128)
 
 
@@ -38,23 +38,23 @@ def test_runs_by_hand() -> None:
 
 
 def test_folded_equals_the_whole_stack_and_puts_it_back() -> None:
-    # 6 identical layers: (1 - 5) Q(0) + 5 Q(0, 1) = Q(0) + 5 (Q(0, 1) - Q(0)); the saved activations, the cache
+    # 4 identical layers: (1 - 3) Q(0) + 3 Q(0, 1) = Q(0) + 3 (Q(0, 1) - Q(0)); the saved activations, the cache
     cfg = traced.hf_config({"model_type": "arcee", **DENSE})
     for count in (traced.saved_bytes, traced.cache_total):
         model, mode = ts.symbolic_model(cfg, "eager")
         plan = traced_fold.fold(model)
-        assert plan.runs == (((0,), -4), ((0, 1), 5))
+        assert plan.runs == (((0,), -2), ((0, 1), 3))
         folded, _ = ts.symbolic_bytes(count, model, mode, folded=plan)
-        assert len(model.model.layers) == 6 and model.config.num_hidden_layers == 6
-        assert [layer.self_attn.layer_idx for layer in model.model.layers] == list(range(6))
+        assert len(model.model.layers) == 4 and model.config.num_hidden_layers == 4
+        assert [layer.self_attn.layer_idx for layer in model.model.layers] == list(range(4))
         whole, _ = ts.symbolic_bytes(count, *ts.symbolic_model(cfg, "eager"))
         assert sp.expand(folded - whole) == 0
-    # by hand, the cache: 6 layers x 2 (K, V) x 2 KV heads x 16 dims x 2 B x b x (s + 1) = 768 b (s + 1)
-    assert sp.expand(folded - 768 * b * (s + 1)) == 0
+    # by hand, the cache: 4 layers x 2 (K, V) x 2 KV heads x 16 dims x 2 B x b x (s + 1) = 512 b (s + 1)
+    assert sp.expand(folded - 512 * b * (s + 1)) == 0
 
 
 def test_a_fold_that_misses_the_measured_bytes_runs_the_whole_stack(monkeypatch) -> None:
-    # a wrong fold (coefficients that count 5 layers, not 6) gives other bytes than the full model's trace measures
+    # a wrong fold (coefficients that count 5 layers, not 4) gives other bytes than the full model's trace measures
     # at (2, 24): symbolic() runs the whole stack instead and its expression is the whole stack's
     cfg = traced.hf_config({"model_type": "arcee", **DENSE})
     fake, fake_mode = traced.build(cfg, "eager")
@@ -78,7 +78,7 @@ def test_a_fold_that_misses_the_measured_bytes_runs_the_whole_stack(monkeypatch)
 def test_a_fit_through_folded_points_is_the_whole_stacks() -> None:
     # the polynomial route (a prepared model: recompute, LoRA, --tp) fits through small (b, s) counted on the fold's
     # few layers, checked at the user's (2, 24) against the whole model's count: the same polynomial as the 11 points
-    # counted on all 6 layers
+    # counted on all 4 layers
     cfg = traced.hf_config({"model_type": "arcee", **DENSE})
     model, mode = traced.build(cfg, "eager")
     assert traced_fold.fold(model) is not None
