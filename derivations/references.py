@@ -476,6 +476,11 @@ _ENTRIES: tuple[Reference, ...] = (
               "'optim_grads' and 'optim_grads_params', a reduce-scatter after every micro-batch's backward)", None,
               "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/core/distributed/"
               "fsdp/src/megatron_fsdp/megatron_fsdp.py", "code"),
+    Reference("megatron-core-fsdp-adapter", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/"
+              "mcore_fsdp_adapter.py at 599fe927 (FullyShardedDataParallel.__init__: fsdp_unit_modules defaults to "
+              "[TransformerLayer] under data_parallel_sharding_strategy 'optim_grads_params')", None,
+              "github.com/NVIDIA/Megatron-LM/blob/599fe9275297bc25b1c55650936317fa245e34f0/megatron/core/distributed/"
+              "fsdp/mcore_fsdp_adapter.py", "code"),
     Reference("megatron-fsdp-buffer", "Megatron-LM", _NV, "Megatron-LM: megatron/core/distributed/fsdp/src/"
               "megatron_fsdp/param_and_grad_buffer.py at 0d8e0714 (Megatron-Core 0.15, NeMo 25.11's): "
               "AllGatherPipeline.async_bucket_gather, GradReducePipeline._bucket_group_gradient_reduce", None,

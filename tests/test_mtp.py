@@ -149,3 +149,17 @@ def test_a_config_with_mtp_layers_says_how_to_train_them() -> None:
 def test_an_encoder_has_no_mtp() -> None:
     with pytest.raises(OptionsError, match="has none: drop --mtp-layers"):
         estimate("bert-base", Options(**TRAIN, mtp_layers=1))
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_megatron_fsdp_gathers_each_mtp_layer_as_its_own_unit(layers: int) -> None:
+    # Megatron-FSDP's unit module is the TransformerLayer (mcore_fsdp_adapter.py: fsdp_unit_modules defaults to
+    # [TransformerLayer] under optim_grads_params), the MTP layer's own among them: it is gathered while it runs and
+    # resharded after, however many MTP layers (one was gathered with the root for the whole step before). The root:
+    # embedding 300 x 64 + output layer 300 x 64 (untied) + final norm 64 = 38,464 parameters, 76,928 B in bf16; the
+    # largest unit the MTP layer, MTP_LAYER = 73,320 parameters (above, by hand), 146,640 B
+    e = estimate(MODEL, **TRAIN, framework="megatron", dp=2, zero=3, mtp_layers=layers)
+    terms = {t.path: int(t.expr.subs(e.values)) for t in e.quantity("total_bytes").breakdown.terms}
+    assert MTP_LAYER == 73_320
+    assert terms["zero3/gathered_weights/root"] == 76_928
+    assert terms["zero3/gathered_weights/layer"] == 146_640

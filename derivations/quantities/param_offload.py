@@ -40,7 +40,8 @@ from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.expr import Max, const, total
 from memderive.symbolic.formula import Citation
-from memderive.symbolic.graph import Graph
+from memderive.symbolic.graph import Block, Graph
+from memderive.symbolic.mtp_layer import MTP_BLOCK
 
 __all__ = ["offload_params_states", "gathered_weights", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES"]
 
@@ -56,18 +57,28 @@ PARAM_OFFLOAD_NOTES = (
 )
 
 
-def _is_layer(repeat: object) -> bool:
-    return repeat != const(1)
+def _own_unit(block: Block) -> bool:
+    """Whether ``block`` is gathered one repeat at a time while it runs, then resharded: the decoder layers, and the
+    multi-token prediction layers however many (each a ``MultiTokenPredictionLayer`` around a ``TransformerLayer``,
+    Megatron-FSDP's unit module: ``MTP_UNIT``; its projection and norms, in the root there, change no peak, as the
+    root and the MTP layer are both gathered while it runs); the rest is the root."""
+    return block.name == MTP_BLOCK or block.repeat != const(1)
+
+
+#: Megatron-FSDP's unit modules: each gathered while it runs and resharded after; the rest of the model one root unit.
+MTP_UNIT = Citation("megatron-core-fsdp-adapter", "FullyShardedDataParallel.__init__: fsdp_unit_modules "
+                    "defaults to [TransformerLayer] under optim_grads_params")
 
 
 def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
                      fewer: Callable[[Any], Any] | None = None) -> Breakdown:
     """The unsharded weights one GPU holds while computing, ``width`` bytes each: the root's (embeddings, final
-    norm, head: not resharded after forward) and one layer's (the largest), each layer its own FSDP unit;
-    ``fewer``: the bytes a layer block's gathered weights hold fewer than that (8-bit weights)."""
-    root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _is_layer(b.repeat))
+    norm, head: not resharded after forward) and one unit's (the largest), each layer and each multi-token
+    prediction layer its own FSDP unit (``_own_unit``); ``fewer``: the bytes a unit's gathered weights hold fewer
+    than that (8-bit weights)."""
+    root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _own_unit(b))
     layers = [parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0)
-              for b in graph.blocks if _is_layer(b.repeat)]
+              for b in graph.blocks if _own_unit(b)]
     layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
     return Breakdown((Term(f"{prefix}/gathered_weights/root", root * width),
                       Term(f"{prefix}/gathered_weights/layer", layer)), "bytes")
