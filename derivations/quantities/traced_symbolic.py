@@ -158,10 +158,18 @@ class _Guards(list):
         where = (f"{frames[-1].filename.split('/transformers/')[-1]}:{frames[-1].lineno} in {frames[-1].name}"
                  if frames else "outside transformers")
         expr = sp.sympify(guard.expr)
-        if isinstance(expr, sp.Eq) and any(x in self.names for x in expr.args) and any(x.is_Integer for x in expr.args):
-            # b or s fixed to its hint (a Python loop over the sequence): no expression; stop the run here
+        if isinstance(expr, sp.Eq) and any(x.is_Integer for x in expr.args):
             fixed = expr.xreplace(self.names)
-            raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where})")
+            if any(x in self.names for x in expr.args):
+                # b or s fixed to its hint (a Python loop over the sequence): no expression; stop the run here
+                raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where})")
+            if (_s() in fixed.free_symbols and max(x for x in fixed.args if x.is_Integer) >= 2
+                    and not all(_true(fixed, bb, ss) for bb in GRID_B for ss in GRID_S)):
+                # a count of the sequence's chunks fixed (a Python loop over them, Qwen3-Next's gated DeltaNet: one
+                # iteration per 64 tokens): the run would unroll it on symbolic sizes, at a cost that grows faster
+                # than the count, for an expression that holds at that count alone; stop the run here
+                raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where}), a count of the "
+                                  "sequence's chunks it loops over in Python")
         self.where.append(where)
         super().append(guard)
 
