@@ -163,3 +163,5 @@ def test_megatron_fsdp_gathers_each_mtp_layer_as_its_own_unit(layers: int) -> No
     assert MTP_LAYER == 73_320
     assert terms["zero3/gathered_weights/root"] == 76_928
     assert terms["zero3/gathered_weights/layer"] == 146_640
+    notes = e.quantity("total_bytes").assumptions
+    assert any("multi-token prediction layer its own unit" in n and "megatron-core-fsdp-adapter" in n for n in notes)

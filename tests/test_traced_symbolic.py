@@ -123,19 +123,19 @@ def test_qwen3_next_chunks_held_by_guards() -> None:
 
 
 def test_qwen3_next_loop_over_chunks_stops_the_symbolic_run() -> None:
-    # at s = 128 (two chunks of 64) the gated DeltaNet's Python loop over chunks would unroll on symbolic sizes (its
-    # cost grows faster than the chunks: at s = 4,096 this sample's symbolic cache alone took 38 s, a real
-    # Qwen3-Next config's estimate had not finished in 25 minutes): the run stops at the loop's count, 2, and the
-    # route falls back to the polynomial, saying where. The cache by hand: the attention layer's K and V, 2 KV heads x
-    # 16 dims x 2 B x 2 = 128 B a token, s + 1 tokens; the DeltaNet layer's conv state, (2 x 16 key heads x 128 +
-    # 32 value heads x 128) channels x kernel 4 x 2 B = 65,536, and its fp32 state, 32 x 128 x 128 x 4 B =
-    # 2,097,152, per sequence; the cache's int64 step counter, 8
+    # at s = 1,000 (16 chunks of 64, padded to 1,024) the gated DeltaNet's Python loop over chunks would unroll 16
+    # times on symbolic sizes, more than ts.UNROLLED (8): the run stops at the loop's count and the route falls back
+    # to the polynomial, saying where. The cache by hand: the attention layer's K and V, 2 KV heads x 16 dims x 2 B x 2
+    # = 128 B a token, s + 1 tokens; the DeltaNet layer's conv state, (2 x 16 key heads x 128 + 32 value heads x 128)
+    # channels x kernel 4 x 2 B = 65,536, and its fp32 state, 32 x 128 x 128 x 4 B = 2,097,152, per sequence; the
+    # cache's int64 step counter, 8
     cfg = _config("qwen3_next")
     model, mode = traced.build(cfg, "sdpa")
-    measured = traced.cache_total(model, mode, 2, 128)
-    got = ts.formula(cfg, "sdpa", "bf16", "cache", 2, 128, measured, model, mode)
-    assert isinstance(got, ts.Fallback) and "= 2 (" in got.why and "torch_chunk_gated_delta_rule" in got.why
-    assert measured == got(2, 128) == 128 * 2 * 129 + (65_536 + 2_097_152) * 2 + 8
+    measured = traced.cache_total(model, mode, 2, 1000)
+    got = ts.formula(cfg, "sdpa", "bf16", "cache", 2, 1000, measured, model, mode)
+    assert ts.UNROLLED == 8
+    assert isinstance(got, ts.Fallback) and "= 16 (" in got.why and "torch_chunk_gated_delta_rule" in got.why
+    assert measured == got(2, 1000) == 128 * 2 * 1001 + (65_536 + 2_097_152) * 2 + 8
 
 
 def test_mamba_falls_back_saying_why() -> None:

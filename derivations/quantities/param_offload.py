@@ -43,7 +43,8 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 from memderive.symbolic.mtp_layer import MTP_BLOCK
 
-__all__ = ["offload_params_states", "gathered_weights", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES"]
+__all__ = ["offload_params_states", "gathered_weights", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES",
+           "MTP_UNIT_NOTE"]
 
 PARAM_OFFLOAD_CITATION = Citation("pytorch-fsdp-offload", "CPUOffloadPolicy; fully_shard: the root not resharded "
                                   "after forward", also=(Citation("deepspeed-offload-config",
@@ -60,14 +61,19 @@ PARAM_OFFLOAD_NOTES = (
 def _own_unit(block: Block) -> bool:
     """Whether ``block`` is gathered one repeat at a time while it runs, then resharded: the decoder layers, and the
     multi-token prediction layers however many (each a ``MultiTokenPredictionLayer`` around a ``TransformerLayer``,
-    Megatron-FSDP's unit module: ``MTP_UNIT``; its projection and norms, in the root there, change no peak, as the
-    root and the MTP layer are both gathered while it runs); the rest is the root."""
+    Megatron-FSDP's unit module: ``MTP_UNIT``); the rest is the root. Megatron-FSDP keeps an MTP layer's projection
+    and norms (2h^2 + 3h) in its root: counted here with the MTP layer's unit, the peak is the same where that unit is
+    the largest (an MTP layer of the model's largest kind, DeepSeek-V3's MoE layer), 2h^2 + 3h short where a decoder
+    layer outweighs it."""
     return block.name == MTP_BLOCK or block.repeat != const(1)
 
 
 #: Megatron-FSDP's unit modules: each gathered while it runs and resharded after; the rest of the model one root unit.
 MTP_UNIT = Citation("megatron-core-fsdp-adapter", "FullyShardedDataParallel.__init__: fsdp_unit_modules "
                     "defaults to [TransformerLayer] under optim_grads_params")
+#: What ``gathered_weights`` assumes of a model with multi-token prediction layers (``--mtp-layers``).
+MTP_UNIT_NOTE = ("each multi-token prediction layer its own unit too, gathered while it runs, its projection and "
+                 f"norms with it (Megatron-FSDP wraps each TransformerLayer, the MTP layer's among them: {MTP_UNIT})")
 
 
 def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",

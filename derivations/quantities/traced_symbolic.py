@@ -16,7 +16,9 @@ is recorded, in b and s, with the transformers function that asked it. PyTorch's
 1 (``ShapeEnv`` specializes 0 and 1), so the symbolic run gives b >= 2 and s >= 2; b = 1 (a kernel that copies a
 size-1 batch differently) is a second run with b = 1 and s symbolic. Where the code fixes a size (a guard that
 the user's (b, s) fails, such as s == 24), reads a tensor's values (a data-dependent error) or the expression
-misses the bytes measured at the user's (b, s), ``formula`` falls back to ``traced.polynomial`` and says why.
+misses the bytes measured at the user's (b, s), ``formula`` falls back to ``traced.polynomial`` and says why. A
+run also stops where the code fixes a function of s to a count past ``UNROLLED`` (a Python loop over the sequence's
+chunks): unrolled on symbolic sizes it would cost more than the expression is worth, which holds at that count alone.
 """
 
 from __future__ import annotations
@@ -145,6 +147,14 @@ def _s() -> Any:
     return by_name("s").symbol
 
 
+#: The most iterations of a Python loop over the sequence a symbolic run unrolls (``_Guards``): past it the run stops
+#: and the polynomial answers. Each iteration runs its ops on symbolic sizes and the cost grows faster than the count
+#: (Qwen3-Next-80B-A3B at s = 4,096, 64 chunks of 64: no estimate in 25 minutes; stopped,
+#: ``benchmarks/traced_fold.py --config tests/fixtures/qwen3-next-80b-a3b/config.json`` times it); up to 8 chunks
+#: (s <= 512 for chunks of 64) the expression is kept, holding for that many chunks.
+UNROLLED = 8
+
+
 class _Guards(list):
     """``ShapeEnv.guards`` that keeps, beside each guard, the innermost transformers frame that asked it."""
 
@@ -163,13 +173,14 @@ class _Guards(list):
             if any(x in self.names for x in expr.args):
                 # b or s fixed to its hint (a Python loop over the sequence): no expression; stop the run here
                 raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where})")
-            if (_s() in fixed.free_symbols and max(x for x in fixed.args if x.is_Integer) >= 2
+            if (_s() in fixed.free_symbols and max(x for x in fixed.args if x.is_Integer) > UNROLLED
                     and not all(_true(fixed, bb, ss) for bb in GRID_B for ss in GRID_S)):
-                # a count of the sequence's chunks fixed (a Python loop over them, Qwen3-Next's gated DeltaNet: one
-                # iteration per 64 tokens): the run would unroll it on symbolic sizes, at a cost that grows faster
-                # than the count, for an expression that holds at that count alone; stop the run here
-                raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where}), a count of the "
-                                  "sequence's chunks it loops over in Python")
+                # a function of s fixed to a count past UNROLLED (a Python loop over the sequence's chunks, Qwen3-Next's
+                # gated DeltaNet: one iteration per 64 tokens): the run would unroll that many iterations on symbolic
+                # sizes, at a cost that grows faster than the count, for an expression holding at that value alone
+                raise TracedError(f"transformers' code fixes {fixed.lhs} = {fixed.rhs} ({where}): an expression "
+                                  f"would hold at that value alone (a Python loop over the sequence's chunks, more "
+                                  f"than {UNROLLED} iterations to unroll on symbolic sizes)")
         self.where.append(where)
         super().append(guard)
 

@@ -34,8 +34,8 @@ from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, C
                                                            pipelined_fsdp2, state_widths, zero_ranks)
 from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
-from memderive.derivations.quantities.param_offload import (PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES, gathered_weights,
-                                                            offload_params_states)
+from memderive.derivations.quantities.param_offload import (MTP_UNIT_NOTE, PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
+                                                            gathered_weights, offload_params_states)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations
 from memderive.symbolic import dims
@@ -381,7 +381,7 @@ def train_quantities(model: Model, opts: Options, base: Graph, stage: str = "fir
     if opts.zero == 3 and not opts.offload_params and opts.base_dtype is None and not whole:
         total += gathered_weights(graph, state_widths(opts.dtype, opts.optimizer, opts.precision)[0], "zero3",
                                   fewer=fp8_gathered_fewer(graph, opts))
-        assumptions += (ZERO3_GATHERED_NOTE,)
+        assumptions += (ZERO3_GATHERED_NOTE,) + ((MTP_UNIT_NOTE,) if opts.mtp_layers else ())
     total = _held_states(states, total) + total
     if opts.overhead_bytes:
         total += Breakdown((Term("overhead", const(opts.overhead_bytes)),), "bytes")
