@@ -165,3 +165,13 @@ def test_megatron_fsdp_gathers_each_mtp_layer_as_its_own_unit(layers: int) -> No
     assert terms["zero3/gathered_weights/layer"] == 146_640
     notes = e.quantity("total_bytes").assumptions
     assert any("multi-token prediction layer its own unit" in n and "megatron-core-fsdp-adapter" in n for n in notes)
+
+
+def test_zero3_gathers_the_largest_layer_kind_not_their_average() -> None:
+    # the tiny DeepSeek-V3's layers are one block mixing 1 dense layer and 2 MoE layers (l_d = 1 of l = 3): the unit
+    # gathered while a layer runs is the largest kind, the MoE layer, MOE_LAYER = 64,936 parameters (by hand above),
+    # 129,872 B in bf16, not the block's average per layer ((27,560 + 2 x 64,936) / 3, the dense layer 27,560: its
+    # attention 9,128 as the MoE layer's, 3 x 64 x 96 = 18,432 of MLP, its two norms inside the 9,128)
+    e = estimate(MODEL, **TRAIN, framework="megatron", dp=2, zero=3)
+    terms = {t.path: int(t.expr.subs(e.values)) for t in e.quantity("total_bytes").breakdown.terms}
+    assert terms["zero3/gathered_weights/layer"] == 2 * MOE_LAYER == 129_872

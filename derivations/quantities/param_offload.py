@@ -38,7 +38,8 @@ from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_
                                                            master_bytes, optimizer_state_bytes, zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dtypes import dtype
-from memderive.symbolic.expr import Max, const, total
+from memderive.symbolic.dims import l, l_a, l_d
+from memderive.symbolic.expr import Max, Min, const, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 from memderive.symbolic.mtp_layer import MTP_BLOCK
@@ -76,6 +77,22 @@ MTP_UNIT_NOTE = ("each multi-token prediction layer its own unit too, gathered w
                  f"norms with it (Megatron-FSDP wraps each TransformerLayer, the MTP layer's among them: {MTP_UNIT})")
 
 
+def _largest_kind(unit: Any) -> Any:
+    """The largest layer of a block whose l layers mix two kinds by a count (``l_d`` dense layers among MoE ones,
+    DeepSeek-V3's first three; ``l_a`` attention layers among a hybrid's state space ones): the block's per-layer
+    count is their average, linear in the count over l, so each kind is that count at l (every layer of it) or at 0
+    (none), present where the model has one (an indicator ``Min(count, 1)``, the counts whole numbers)."""
+    mixed = [d for d in (l_d, l_a) if d in unit.free_symbols]
+    if not mixed:
+        return unit
+    kinds = [const(1)]
+    choices = [{}]
+    for d in mixed:
+        kinds = [k * present for k in kinds for present in (Min(d, 1), Min(l - d, 1))]
+        choices = [{**c, d: v} for c in choices for v in (l, 0)]
+    return Max(*(unit.subs(c) * k for c, k in zip(choices, kinds)))
+
+
 def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
                      fewer: Callable[[Any], Any] | None = None) -> Breakdown:
     """The unsharded weights one GPU holds while computing, ``width`` bytes each: the root's (embeddings, final
@@ -83,7 +100,7 @@ def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
     prediction layer its own FSDP unit (``_own_unit``); ``fewer``: the bytes a unit's gathered weights hold fewer
     than that (8-bit weights)."""
     root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _own_unit(b))
-    layers = [parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0)
+    layers = [_largest_kind(parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0))
               for b in graph.blocks if _own_unit(b)]
     layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
     return Breakdown((Term(f"{prefix}/gathered_weights/root", root * width),
