@@ -149,9 +149,9 @@ def _s() -> Any:
 
 #: The most iterations of a Python loop over the sequence a symbolic run unrolls (``_Guards``): past it the run stops
 #: and the polynomial answers. Each iteration runs its ops on symbolic sizes and the cost grows faster than the count
-#: (Qwen3-Next-80B-A3B at s = 4,096, 64 chunks of 64: no estimate in 25 minutes; stopped,
-#: ``benchmarks/traced_fold.py --config tests/fixtures/qwen3-next-80b-a3b/config.json`` times it); up to 8 chunks
-#: (s <= 512 for chunks of 64) the expression is kept, holding for that many chunks.
+#: (Qwen3-Next-80B-A3B at s = 4,096 has 64 chunks of 64; ``benchmarks/traced_fold.py --config
+#: tests/fixtures/qwen3-next-80b-a3b/config.json`` times its estimate); up to 8 chunks (s <= 512 for chunks of 64)
+#: the expression is kept, holding for that many chunks.
 UNROLLED = 8
 
 

@@ -200,7 +200,7 @@ GRAD_BUFFER_NOTES = {
 def _states_notes(opts: Options) -> tuple[str, ...]:
     """What the gradients and the optimizer's states are, when they are not ZeRO's 2 and K bytes per parameter."""
     if opts.offload_params:
-        return PARAM_OFFLOAD_NOTES
+        return PARAM_OFFLOAD_NOTES + ((MTP_UNIT_NOTE,) if opts.mtp_layers else ())
     grads = GRAD_BUFFER_NOTES[opts.grad_buffer] + ((PRECISION_AWARE_NOTE,) if opts.precision_aware_optimizer else ()) + (
         (PIPELINED_FSDP2_NOTE,) if pipelined_fsdp2(opts.framework, opts.pp, opts.zero) else ())
     if OPTIMIZERS[opts.optimizer].muon:
