@@ -8,8 +8,9 @@
 The default config is DeepSeek-V3.2's config.json (``tests/fixtures/deepseek-v3.2``, as ai-dynamo/aiconfigurator
 095f58a keeps it: 61 layers, 3 dense then 58 MoE of 256 experts). Qwen3-Next-80B-A3B's (``tests/fixtures/
 qwen3-next-80b-a3b``, aiconfigurator 1b7cfb1's Qwen--Qwen3-Next-80B-A3B-Thinking_config.json: 48 layers, 3 gated
-DeltaNet then one full attention, 512 experts) times a model whose code loops over the sequence's chunks. Prints the folds' runs, the seconds of each
-route and whether the two estimates are equal (their JSON, the formulas included).
+DeltaNet then one full attention, 512 experts) times a model whose code loops over the sequence's chunks. Prints
+the folds' runs, the seconds of each route and whether the two estimates are equal (their JSON, the formulas
+included).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dtypes import dtype
 from memderive.symbolic.dims import l, l_a, l_d
-from memderive.symbolic.expr import Max, Min, const, total
+from memderive.symbolic.expr import Max, Min, const, prod, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 from memderive.symbolic.mtp_layer import MTP_BLOCK
@@ -85,12 +86,9 @@ def _largest_kind(unit: Any) -> Any:
     mixed = [d for d in (l_d, l_a) if d in unit.free_symbols]
     if not mixed:
         return unit
-    kinds = [const(1)]
-    choices = [{}]
-    for d in mixed:
-        kinds = [k * present for k in kinds for present in (Min(d, 1), Min(l - d, 1))]
-        choices = [{**c, d: v} for c in choices for v in (l, 0)]
-    return Max(*(unit.subs(c) * k for c, k in zip(choices, kinds)))
+    return Max(*(unit.subs(dict(zip(mixed, at))) * prod(Min(d, 1) if v is l else Min(l - d, 1)
+                                                         for d, v in zip(mixed, at))
+                 for at in itertools.product((l, 0), repeat=len(mixed))))
 
 
 def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
