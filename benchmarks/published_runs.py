@@ -23,7 +23,8 @@ from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import DGXC, DGXC_GAP  # noqa: E402
 from tests.published_runs import DGXC_LLAMA, DGXC_LLAMA_GAP  # noqa: E402
 from tests.published_runs import (BRIDGE_DENSE_GAP, BRIDGE_LORA, BRIDGE_NVFP4, BRIDGE_SFT, DENSE_APART,  # noqa: E402
-                                  FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NVFP4_GAP, RUNS, SFT_GAP,
+                                  FITTED, HELD_OUT, MOE, MOE_DROP_AND_PAD, MOE_HOST_GAP, NARAYANAN_PTD, NVFP4_GAP, RUNS,
+                                  SFT_GAP,
                                   TITAN_2025_GAP, TITAN_FLOAT8_GAP, TORCHTITAN_2025, TORCHTITAN_FLOAT8, ZERO3_2021, ZERO3_GAP, Run, moe_memory, predict)
 from tests.published_runs import PLAN_SLACK, faster_published, plan_against  # noqa: E402
 
@@ -52,6 +53,8 @@ def table() -> list[float]:
     fitted = _rows("Megatron-LM on Selene (the runs the time model's constants were once fitted on; since issue 39 "
                    "nothing is fitted: kernel benchmarks only, efficiency.py)", FITTED)
     held = _rows("Held out: never used to fit anything", HELD_OUT)
+    _rows("Held out, apart from the bounds: Narayanan et al. 2021 Table 2's PTD-P rows, beside its ZeRO-3 ones "
+          "(tests/published_runs.NARAYANAN_PTD)", NARAYANAN_PTD)
     _rows(f"Held out, apart from the bounds: {BRIDGE_DENSE_GAP}", DENSE_APART)
     _rows(f"Held out, apart from the bounds: {NVFP4_GAP}", BRIDGE_NVFP4)
     _rows(f"Held out, apart from the bounds: {SFT_GAP}", BRIDGE_SFT)
@@ -92,7 +95,7 @@ def groups() -> None:
     gives one) beside memderive's."""
     rows: dict[tuple[str, str, str], list[float]] = {}
     for run in (FITTED + HELD_OUT + MOE + DENSE_APART + BRIDGE_NVFP4 + TORCHTITAN_FLOAT8 + BRIDGE_SFT + BRIDGE_LORA
-                + DGXC_LLAMA + TORCHTITAN_2025 + DGXC):
+                + DGXC_LLAMA + TORCHTITAN_2025 + DGXC + NARAYANAN_PTD):
         p = predict(run)
         framework = run.layout.get("framework") or ("torchtitan" if "torchtitan" in run.source else
                                                     "automodel" if "AutoModel" in run.source else
@@ -123,12 +126,13 @@ def groups() -> None:
              (BRIDGE_LORA, "Megatron-Bridge's {n} LoRA rows", "BRIDGE_LORA"),
              (DGXC_LLAMA, "dgxc-benchmarking's {n} Llama 3.1 / GPT-3 rows", "DGXC_LLAMA"),
              (TORCHTITAN_2025, "torchtitan's {n} rows of its 2025 pages", "TORCHTITAN_2025"),
-             (DGXC, "dgxc-benchmarking's {n} Nemotron-4 rows", "DGXC")]
+             (DGXC, "dgxc-benchmarking's {n} Nemotron-4 rows", "DGXC"),
+             (NARAYANAN_PTD, "Narayanan et al.'s {n} PTD-P rows of Table 2", "NARAYANAN_PTD")]
     for runs, words, name in added:  # each group on top of the ones before it
         every += [abs(predict(r).error) for r in runs]
         print(f"with {words.format(n=len(runs))} too (tests/published_runs.{name}): {len(every)} dense runs, median "
               f"|error| {statistics.median(every):.1%}, worst {max(every):.1%}, {sum(e <= 0.25 for e in every)} within "
-              f"25%" + ("\n" if runs is DGXC else ""))
+              f"25%" + ("\n" if runs is NARAYANAN_PTD else ""))
 
 
 def moe() -> None:

@@ -1220,6 +1220,29 @@ ZERO3_GAP = ("DeepSpeed ZeRO-3 of 2021 at 384-2,240 A100s: measured per-GPU traf
              "rated hierarchical rings 7-8x faster and hidden behind compute (tests/published_runs.ZERO3_GAP)")
 
 
+def _ptd(size: str, h: int, a: int, l: int, t: int, p: int, gpus: int, batch: int, tflops: float) -> Run:
+    """Narayanan et al. 2021 (arXiv:2104.04473) §5.2, Table 2, PTD-P (model-parallel size t x p: 96 for the 174.6B,
+    280 for the 529.6B), the ZeRO-3 rows' models and global batches on the same Selene, micro-batch 1 (the table:
+    "all PTD rows use micro-batch 1"); as Table 1's rows (``_narayanan``), TFLOP/s per GPU by Eq. 3, held out."""
+    run = replace(_narayanan(size, h, a, l, t, p, gpus, batch, tflops), held_out=True,
+                  source="Narayanan et al. 2021, Table 2 (PTD-P)")
+    return replace(run, name=run.name.replace(size, f"{size} PTD"))
+
+
+#: Narayanan et al. 2021 Table 2's PTD-P rows beside its ZeRO-3 ones (``ZERO3_2021``): the 174.6B at t8 p12 on 384,
+#: 768 and 1,536 A100s (153, 149, 141 TFLOP/s), the 529.6B at t8 p35 on 560, 1,120 and 2,240 (171, 167, 159), the
+#: global batch fixed (1,536; 2,240) as the GPUs double, so the micro-batches per pipeline fall and the bubble grows.
+#: Held out (never fitted on); printed and bounded apart from the 37 (``python benchmarks/published_runs.py``).
+NARAYANAN_PTD = [
+    _ptd("174.6B", 12288, 96, 96, 8, 12, 384, 1536, 153),
+    _ptd("174.6B", 12288, 96, 96, 8, 12, 768, 1536, 149),
+    _ptd("174.6B", 12288, 96, 96, 8, 12, 1536, 1536, 141),
+    _ptd("529.6B", 20480, 128, 105, 8, 35, 560, 2240, 171),
+    _ptd("529.6B", 20480, 128, 105, 8, 35, 1120, 2240, 167),
+    _ptd("529.6B", 20480, 128, 105, 8, 35, 2240, 2240, 159),
+]
+
+
 _LONG = ("NeMo docs/source/performance/performance_long_sequence.md (2025-05-08), LLAMA2-7B (FP8) - H100, "
          "NeMo 24.03.01")
 

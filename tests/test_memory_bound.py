@@ -193,10 +193,12 @@ def test_torchtitans_compile_gain_is_the_eager_term() -> None:
 
 def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
     """GPT-2 (81,911,040 parameters on the first of 2 stages, tied embedding 50,257 x 768 = 38,597,376; positions
-    1,024 x 768 not tied), dp 2, ZeRO-1, --grad-sync deepspeed on one A100 node (NVLink 300 GB/s each way):
-    each micro-batch 18 bytes per parameter at the A100's BabelStream Triad, 1,700 GB/s (rated 2,039); after the last backward, not hidden, the fp32 gradients'
-    all-reduce 2 (1/2) 4 P / 300e9 = 1.092154e-3 s, the tied embedding's between the two stages 2 (1/2) 4 x
-    38,597,376 / 300e9 = 5.146317e-4 s, ZeRO-1's gather of the 16-bit shards (1/2) 2 P / 300e9 = 2.730368e-4 s."""
+    1,024 x 768 not tied), dp 2, ZeRO-1, --grad-sync deepspeed on one A100 node: each micro-batch 18 bytes per
+    parameter at the A100's BabelStream Triad, 1,700 GB/s (rated 2,039); after the last backward, not hidden, each
+    collective NCCL's ring in one node (nccl_cost.node_ring_s: bus 12 x 20.0 = 240 GB/s, Simple, base 8.4 us and
+    3.4 us a step, faster than LL128 at these sizes): the fp32 gradients' all-reduce (2 steps) 15.2e-6 + 4 P x 2 /
+    (240e9 x 2) = 1.380384e-3 s, the tied embedding's between the two stages 15.2e-6 + 4 x 38,597,376 / 240e9 =
+    6.584896e-4 s, ZeRO-1's gather of the 16-bit shards (1 step) 11.8e-6 + 2 P / (240e9 x 2) = 3.53096e-4 s."""
     from memderive.derivations.quantities.memory_bound import fp32_accumulation_bytes
 
     e = estimate("gpt2", mode="train", batch=1, seq=8, dp=2, pp=2, zero=1, grad_sync="deepspeed", micro_batches=4)
@@ -204,7 +206,7 @@ def test_deepspeeds_fp32_accumulation_and_reduction_by_hand() -> None:
     assert e.number("parameters_per_gpu") == p and fp32_accumulation_bytes(e) == 18 * p
     st = step_time(e, "a100-80gb")
     assert st.fp32_accumulation_s == pytest.approx(4 * 18 * p / 1.70e12, rel=1e-12)
-    assert st.dp_s == pytest.approx(4 * p / 300e9 + 4 * 38_597_376 / 300e9 + p / 300e9, rel=1e-12)
+    assert st.dp_s == pytest.approx(1.380384e-3 + 6.584896e-4 + 3.53096e-4, rel=1e-12)
     overlapped = step_time(estimate("gpt2", mode="train", batch=1, seq=8, dp=2, pp=2, zero=1, micro_batches=4),
                            "a100-80gb")
     assert overlapped.fp32_accumulation_s == 0 and overlapped.dp_s < st.dp_s

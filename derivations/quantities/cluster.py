@@ -11,7 +11,8 @@ then data, then pipeline), so a group of ``n`` ranks whose members are ``stride`
 ``min(n, gpus_per_node // stride)`` of them in one node (one when ``stride >= gpus_per_node``) and spans
 ``n / inside`` nodes. Collectives inside one node are rings over NVLink at its rated bandwidth (NCCL tests' bus
 bandwidth: an all-reduce moves ``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``; the tensor-parallel
-all-reduces at their measured speed, ``all_reduce_fraction``). A collective whose group spans nodes takes NCCL's own
+all-reduces at their measured speed, ``all_reduce_fraction``), but on the GPUs NCCL covers that have no NVLink SHARP
+(Volta, Ampere: ``Cluster.node_ring``), where NCCL's own ring model in one node stands (``nccl_cost.node_ring_s``). A collective whose group spans nodes takes NCCL's own
 cost model (``nccl_cost``: NCCL's tuning.cc, its latency per ring step and tree level and its bus bandwidth of one
 channel per NIC at the topology search's speed), so its time grows with the nodes as NCCL's does; a point-to-point
 send across nodes goes at that per-NIC speed. GPUs NCCL's tables do not cover here (PCIe cards, MI300X) keep
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 
 from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
-from memderive.derivations.quantities.nccl_cost import NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw
+from memderive.derivations.quantities.nccl_cost import (NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw,
+                                                       node_ring_s)
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
@@ -77,8 +79,9 @@ def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:
     """The fraction of the rated ring time's speed a measured all-reduce of ``nbytes`` over ``n`` GPUs of one node
     reaches: OpenXLA's throughput (log-linear in the size between its points, the end points past them) over the
     rated ring's, bytes / (2 (n-1)/n / NVLink each way), on the device it was measured on (H100 SXM and H200, whose
-    NVLink 4 is the same; B200); other GPUs keep the rated ring (1: no measurement, and a stand-in curve would time
-    their TP against their other collectives unevenly). Groups past 8 take 8's, 3 takes 4's. The caller divides its
+    NVLink 4 is the same; B200); other GPUs 1: no measurement, and a stand-in curve would time their TP against their
+    other collectives unevenly (Volta and Ampere time every collective in a node at NCCL's own ring model,
+    ``Cluster.node_ring``; the rest at the rated ring). Groups past 8 take 8's, 3 takes 4's. The caller divides its
     rated time by it.
 
     >>> from memderive.derivations.hardware import gpu
@@ -144,19 +147,29 @@ class Cluster:
             return float(self.inter_node_bandwidth)
         return net_channel_bw(nccl_arch(self.gpu)[0], self.inter_node_bandwidth) * 1e9
 
+    @property
+    def node_ring(self) -> bool:
+        """Whether collectives inside one node take NCCL's own ring model (``nccl_cost.node_ring_s``): the GPUs
+        NCCL's tables cover that run no NVLink SHARP (Volta, Ampere); Hopper and Blackwell keep the rated ring, their
+        tensor-parallel all-reduces at a measured speed (``all_reduce_fraction``)."""
+        return self.nccl and nccl_arch(self.gpu)[0] < 2
+
     def _phases(self, nbytes: float, n: int, stride: int, factor: int) -> float:
-        """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank: inside one node at the
-        link's rated bandwidth; across nodes NCCL's own cost model (``nccl_cost.collective_s``) where it covers the
-        GPU, else hierarchical rings at the rated bandwidths."""
+        """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank: inside one node NCCL's
+        own ring model where it covers a GPU without NVLink SHARP (``node_ring``), else the link's rated bandwidth;
+        across nodes NCCL's own cost model (``nccl_cost.collective_s``) where it covers the GPU, else hierarchical
+        rings at the rated bandwidths."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         inside, nodes = group_span(n, stride, self.gpus_per_node)
         local = factor * (inside - 1) / inside * nbytes / self.intra
         if not self.nccl:
             return local + factor * (nodes - 1) / nodes * nbytes / inside / self.inter_node_bandwidth
+        coll = "all_reduce" if factor == 2 else "reduce_scatter"
+        if self.node_ring:  # no NVLink SHARP, no measured curve: NCCL's own ring in one node too
+            local = where(inside > 1, node_ring_s(self.gpu, coll, nbytes, maximum(inside, 2), self.intra), 0.0)
         if not is_column(nodes) and nodes == 1:
             return local
-        coll = "all_reduce" if factor == 2 else "reduce_scatter"
         across = collective_s(self.gpu, coll, nbytes, maximum(n, 2), inside, self.inter_node_bandwidth, self.intra)
         return where(nodes > 1, across, local)
 

@@ -67,7 +67,7 @@ from memderive.symbolic.lazy import lazy
 np = lazy("numpy")
 
 __all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
-           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth"]
+           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth", "node_ring_s"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -317,3 +317,31 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
             # PAT runs with one GPU per node only (ncclPatEnable, tuning.cc:216-222)
             candidates.append(where(ppn == 1, t, float("inf")) if algorithm == "pat" else t)
     return minimum(*candidates)
+
+
+def node_ring_s(gpu: GPU, coll: str, nbytes: Any, n: Any, intra: float | None = None) -> Any:
+    """Seconds NCCL's model gives a ``coll`` (all_reduce, reduce_scatter, all_gather) of an ``nbytes`` buffer over
+    ``n`` GPUs of one node on NVLink, as a ring (tuning.cc:306-382 with ``nNodes`` 1): the bus bandwidth the
+    node's NVLink carries at NCCL's per-link speed (``bus_bandwidth``'s cap: 12 x 20.0 = 240 GB/s on an A100's
+    NVLink 3, 18 x 20.6 = 370.8 on an H100's NVLink 4), LL128 at 0.92 of it or Simple whole, times ``n / nsteps``;
+    the base latency plus ``nsteps`` NVLink hops (no network overhead, no plateau factor in one node: tuning.cc:404-411,
+    647-650); the faster protocol. The tree is left out (its algorithm bandwidth, half the bus's, is below the ring's
+    ``n / 2(n - 1)`` for any n), and so are NVLink SHARP (Hopper and later, where a measured curve stands instead:
+    ``cluster.all_reduce_fraction``) and LL128's per-channel cap (``RING_LL128_CAP``: 20 GB/s a channel on Ampere,
+    where the search's channels at 20 GB/s each carry the bus: it does not bind). Cell by cell on columns of layouts.
+
+    >>> from memderive.derivations.hardware import gpu
+    >>> # 2^25 B over 8 A100s: Simple 8.4 + 14 x 3.4 = 56.0 us + 2^25 / (240 x 8/14 GB/s) = 244.67 us: 300.67 us;
+    >>> # LL128: 14.0 + 14 x 1.9 = 40.6 us + 2^25 / (220.8 x 8/14 GB/s) = 265.94 us: 306.54 us
+    >>> round(node_ring_s(gpu("a100-80gb"), "all_reduce", 2**25, 8) * 1e6, 2)
+    300.67
+    """
+    intra = gpu.link_bandwidth / 2 if intra is None else intra
+    _, link_bw, rated_link = NCCL_ARCH[gpu.name]
+    bus = intra / 1e9 * link_bw / rated_link
+    nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
+    times = []
+    for protocol, share in (("ll128", 0.92), ("simple", 1.0)):
+        latency = BASE_LATENCY[("ring", protocol)] + nsteps * NVLINK_LATENCY[("ring", protocol)]
+        times.append(latency * 1e-6 + nbytes * nsteps / (bus * share * n * 1e9))
+    return minimum(*times)

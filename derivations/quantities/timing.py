@@ -487,7 +487,11 @@ class StepTime:
                    if self.zero2 == "once" else "")
                 + f"ZeRO-3 gathers per micro-batch hidden behind its compute but for the embedding's and first "
                 f"block's all-gather opening the step and their reduce-scatters closing it ({cite(FSDP_EDGES)}); "
-                f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), across nodes at "
+                + (f"collectives inside a node at NCCL's own ring model, its bus bandwidth the NVLink links at NCCL's "
+                   f"per-link speed and its latency per ring step ({cite(NCCL_COST)}; no NVLink SHARP on this GPU), "
+                   if cluster.node_ring else
+                   f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), ")
+                + f"across nodes at "
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
                 f"({cite(NCCL_COST)}), the data-parallel ones call by call: FSDP's units, Megatron-Core's gradient "
                 f"buckets under --framework megatron ({cite(BUCKETS_SOURCE)}), the last bucket's reduce-scatter and the "
@@ -1236,7 +1240,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
             tp_micro = total / message * cluster.all_reduce(message, t, 1)
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
-            tp_micro = cluster.all_reduce(total, t, 1) / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t)
+            tp_micro = (total / message * cluster.all_reduce(message, t, 1)
+                        / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t))
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
             # torchtitan's AsyncTP: what PyTorch's pattern matcher fuses, its stacked partials summed (tp_overlap.py)
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
