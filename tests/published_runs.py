@@ -809,7 +809,7 @@ BRIDGE_SFT = [
 ]
 #: Why ``BRIDGE_SFT`` is kept apart from ``HELD_OUT``'s bounds (python benchmarks/published_runs.py): as the
 #: pretraining rows beside them (``BRIDGE_DENSE_GAP``), every one is predicted too fast; nothing tuned. They meet
-#: issue 39's bounds (median 7.9%, worst 14.5%) since the matmuls run at Bekman's MSMF table of 082816f.
+#: issue 39's bounds (median 7.9%, worst 14.4%) since the matmuls run at Bekman's MSMF table of 082816f.
 SFT_GAP = ("Megatron-Bridge's Llama 3 70B SFT at 4,096 tokens (26.06), fp8 under Transformer Engine predicted too "
            "fast as the pretraining rows: tests/published_runs.SFT_GAP")
 

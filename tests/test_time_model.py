@@ -46,7 +46,8 @@ def test_collectives_by_hand() -> None:
     # LL128 at 0.92 of it (21,371 us) and PAT at 0.75 (27,847 us)
     assert c.reduce_scatter(gb, 16, 8) == pytest.approx(15 / 16 * gb / 48e9 + 218.4e-6)
     assert group_span(16, 8, 8) == (1, 16) and group_span(32, 2, 8) == (4, 8) and group_span(4, 1, 8) == (4, 1)
-    assert c.send(gb, 8) == gb / 48e9 and c.send(gb, 4) == gb / 450e9  # across nodes at the search's per-NIC speed
+    # across nodes at the search's per-NIC speed, inside one at NCCL's per-link speed (18 x 20.6 = 370.8 GB/s)
+    assert c.send(gb, 8) == gb / 48e9 and c.send(gb, 4) == pytest.approx(gb / 370.8e9)
 
 
 def test_zero3_gathers_every_micro_batch() -> None:
@@ -75,7 +76,9 @@ def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter() -> None:
     # a compute long enough to hide the rest: the edges alone, once a step whatever m
     c = Cluster(H100, 8, 50 * 10**9)
     grads, weights, edge = 4 * 10**9, 2 * 10**9, 0.25
-    ag, rs = 7 / 8 * weights * edge / 450e9, 7 / 8 * grads * edge / 450e9  # one node: NVLink each way
+    # one node: NCCL's ring (Cluster.node_ring: outside an all-reduce NVLink at NCCL's per-link speed, 18 x 20.6 =
+    # 370.8 GB/s each way), Simple's latency 8.4 + 7 x 3.4 = 32.2 us a call
+    ag, rs = (32.2e-6 + 7 / 8 * x * edge / 370.8e9 for x in (weights, grads))
     for m in (1, 4):
         assert data_parallel_s(c, grads, 8, 1, 3, m, 10.0, weights, edge=edge) == pytest.approx(ag + rs)
     # nothing hides (0.8 Gb/s between nodes, 16 ranks one per node): the edges are part of the traffic, counted once

@@ -129,6 +129,19 @@ class Cluster:
         return intra_bandwidth(self.gpu, self.intra_link) / 2
 
     @property
+    def peer(self) -> float:
+        """Bytes/s each way NCCL's kernels move between GPUs of a node outside an all-reduce (sends, all-to-alls):
+        the NVLink links at NCCL's per-link speed where its tables cover the GPU (``nccl_cost.NCCL_ARCH``: 20.6 of
+        an NVLink 4 link's 25 GB/s, 370.8 of an H100's 450; "an effective NVLink bandwidth of 370GB/s, which you can
+        observe as BusBw when running non-allreduce operations", nccl-tests#212; 721.8 of a B200's 900, where DeepEP
+        measured its own dispatch and combine over NVLink at EP 8 on SM100 at 726 and 740 GB/s, its README's
+        Performance table), else the rated ``intra``."""
+        if not self.nccl:
+            return self.intra
+        _, link_bw, rated_link = nccl_arch(self.gpu)
+        return self.intra * link_bw / rated_link
+
+    @property
     def link_name(self) -> str:
         return "PCIe" if self.intra_link == "pcie" and not self.gpu.link.startswith("PCIe") else self.gpu.link
 
@@ -149,16 +162,18 @@ class Cluster:
 
     @property
     def node_ring(self) -> bool:
-        """Whether collectives inside one node take NCCL's own ring model (``nccl_cost.node_ring_s``): the GPUs
-        NCCL's tables cover that run no NVLink SHARP (Volta, Ampere); Hopper and Blackwell keep the rated ring, their
-        tensor-parallel all-reduces at a measured speed (``all_reduce_fraction``)."""
+        """Whether every collective inside one node takes NCCL's own ring model (``nccl_cost.node_ring_s``): the
+        GPUs NCCL's tables cover that run no NVLink SHARP (Volta, Ampere). On Hopper and Blackwell the reduce-scatters
+        and all-gathers take it (the effective NVLink bandwidth "you can observe as BusBw when running non-allreduce
+        operations", ``peer``) and the all-reduces the rated ring (NVLink SHARP's, "a peak busBw of ~480GB/s" on 8
+        H100s, nccl-tests#212, passes it), the tensor-parallel ones at a measured speed (``all_reduce_fraction``)."""
         return self.nccl and nccl_arch(self.gpu)[0] < 2
 
     def _phases(self, nbytes: float, n: int, stride: int, factor: int) -> float:
         """A ring reduce-scatter (factor 1) or all-reduce (factor 2) of ``nbytes`` per rank: inside one node NCCL's
-        own ring model where it covers a GPU without NVLink SHARP (``node_ring``), else the link's rated bandwidth;
-        across nodes NCCL's own cost model (``nccl_cost.collective_s``) where it covers the GPU, else hierarchical
-        rings at the rated bandwidths."""
+        own ring model where it covers the GPU, but for an all-reduce on a GPU with NVLink SHARP (``node_ring``: the
+        link's rated bandwidth); across nodes NCCL's own cost model (``nccl_cost.collective_s``) where it covers the
+        GPU, else hierarchical rings at the rated bandwidths."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         inside, nodes = group_span(n, stride, self.gpus_per_node)
@@ -166,7 +181,7 @@ class Cluster:
         if not self.nccl:
             return local + factor * (nodes - 1) / nodes * nbytes / inside / self.inter_node_bandwidth
         coll = "all_reduce" if factor == 2 else "reduce_scatter"
-        if self.node_ring:  # no NVLink SHARP, no measured curve: NCCL's own ring in one node too
+        if self.node_ring or factor == 1:  # NCCL's own ring in one node, but for NVLink SHARP's all-reduces
             local = where(inside > 1, node_ring_s(self.gpu, coll, nbytes, maximum(inside, 2), self.intra), 0.0)
         if not is_column(nodes) and nodes == 1:
             return local
@@ -196,16 +211,16 @@ class Cluster:
         one and, in the 1F1B steady state, every stage waits on it (t4 p16 on 8-GPU nodes: stages 0-1 share a node,
         1-2 do not)."""
         _, nodes = group_span(n, stride, self.gpus_per_node)
-        link = where(nodes > 1, self.network, self.intra)
+        link = where(nodes > 1, self.network, self.peer)
         return nbytes / link
 
     def all_to_all(self, nbytes: float, n: int, stride: int) -> float:
-        """Each rank sends ``(n-1)/n`` of ``nbytes`` to the others: the share in its node over NVLink and the
-        rest over its port, at once (the slower of the two)."""
+        """Each rank sends ``(n-1)/n`` of ``nbytes`` to the others: the share in its node over NVLink (at ``peer``)
+        and the rest over its port, at once (the slower of the two)."""
         if n <= 1 or nbytes <= 0:
             return 0.0
         inside, _ = group_span(n, stride, self.gpus_per_node)
-        return maximum((inside - 1) / n * nbytes / self.intra, (n - inside) / n * nbytes / self.inter_node_bandwidth)
+        return maximum((inside - 1) / n * nbytes / self.peer, (n - inside) / n * nbytes / self.inter_node_bandwidth)
 
     def describe(self) -> str:
         return (f"{self.gpus_per_node} GPUs per node on {self.link_name} ({self.intra / 1e9:,.0f} GB/s each way), "

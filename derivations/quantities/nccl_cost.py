@@ -87,6 +87,9 @@ NCCL_ARCH: dict[str, tuple[int, float, float]] = {
     "a100-40gb": (1, 20.0, 25.0), "a100-80gb": (1, 20.0, 25.0),
     "h100-sxm": (2, 20.6, 25.0), "h200": (2, 20.6, 25.0),
     "b200": (3, 40.1, 50.0), "gb200": (3, 40.1, 50.0),
+    # Blackwell Ultra (compute capability 10.3): NCCL's Blackwell row and speeds for every cc >= 100 (tuning.cc:263
+    # compCapIndex, search.cc:1156-1160, topo.h:274-275 ncclTopoNVLinkBw)
+    "b300": (3, 40.1, 50.0), "gb300": (3, 40.1, 50.0),
 }
 
 #: search.cc:1052-1053, 1058-1059, 1064-1065: the per-channel speeds (GB/s) the topology search tries across nodes.

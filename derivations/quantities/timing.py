@@ -212,7 +212,7 @@ def expert_parallel_s(cluster: Cluster, dispatched: int, opts: Options, experts:
     if opts.moe_dispatcher == "deepep" and experts is not None:  # ``experts``: (E, k)
         nvlink, network = deepep_copies(cluster, *experts, opts.ep, opts.expert_tp)
         token = per_rank / experts[1]  # b s h x 2 bytes per layer: one copy of each token
-        return count * maximum(nvlink * token / cluster.intra, network * token / cluster.inter_node_bandwidth)
+        return count * maximum(nvlink * token / cluster.peer, network * token / cluster.inter_node_bandwidth)
     return count * cluster.all_to_all(per_rank, opts.ep, opts.expert_tp)
 
 
@@ -468,7 +468,7 @@ class StepTime:
                 + (self._amax_words() if self.fp8_amax_s else "")
                 + (f", each at the measured speed of its size ({cite(ALL_REDUCE_SOURCE)})"
                    if all_reduce_fraction(self.gpu, 2**27, 8) < 1 else "")
-                + ", PP sends per micro-batch"
+                + ", PP sends per micro-batch" + (" (inside a node at NCCL's per-link speed)" if cluster.nccl else "")
                 + ((f" (under Megatron-Core's interleaved schedule each behind a chunk's compute, {cite(P2P_OVERLAP)})"
                     if self.p2p_overlap else " (--no-p2p-overlap: each waited on at once)")
                    if self.framework == "megatron" else "")
@@ -509,7 +509,9 @@ class StepTime:
                    "behind the experts' GEMMs, each one's excess exposed; the warmup's forwards and the cooldown's "
                    f"backwards alone, exposed; {cite(A2A_OVERLAP_SOURCE)})" if self.moe_a2a_overlap else "not hidden")
                 + ", over "
-                "NVLink inside a node and each GPU's port for the share bound to other nodes, "
+                + ("NVLink inside a node at NCCL's per-link speed (each of its links at 20.0-40.1 GB/s of the rated "
+                   f"25-50, {cite(NCCL_COST)}) " if cluster.nccl else "NVLink inside a node ")
+                + "and each GPU's port for the share bound to other nodes, "
                 + (f"DeepEP's: a token once per GPU, and per node across nodes, that holds one of its experts under "
                    f"balanced routing ({cite(DEEPEP_SOURCE)})" if self.moe_dispatcher == "deepep" else
                    f"a token once per routed expert ({cite(EP_SOURCE)})")
@@ -765,7 +767,7 @@ def context_parallel_s(est: Evaluated, cluster: Cluster, flops_per_s: float) -> 
     forward = sum(_bytes(f.count, est.values) for f in products if f.phase == "forward")
     backward = sum(_bytes(f.count, est.values) for f in products if f.phase not in ("forward", "recompute"))
     _, nodes = group_span(c, opts.tp, cluster.gpus_per_node)
-    link = where(nodes > 1, cluster.network, cluster.intra)  # a send across nodes at NCCL's per-NIC speed
+    link = where(nodes > 1, cluster.network, cluster.peer)  # NCCL's per-NIC speed across nodes, per-link inside
     exposed = (c - 1) * (maximum(0.0, chunk / link - forward / c / flops_per_s)
                          + maximum(0.0, 2 * chunk / link - backward / c / flops_per_s))
     again = full_share(opts, est.values)  # the checkpointed layers' share (Megatron's block method: some only)
@@ -875,7 +877,7 @@ def data_parallel_s(cluster: Cluster, grads: Any, d: int, stride: int, zero: int
     step's edges: ``edge`` the share of the GPU's parameters in the units nothing hides (``fsdp_edge_share``),
     whose all-gather opens the step and whose reduce-scatter closes it, once a step. Each collective is ``calls``
     calls of an equal share (``data_parallel_calls``: Megatron's buckets, FSDP's units), each paying NCCL's latency
-    across nodes (inside a node the rated ring is linear in the bytes: the same time).
+    (inside a node too, but for an all-reduce at the rated ring where NVLink SHARP runs: ``Cluster.node_ring``).
 
     ``experts``: the routed experts' part of ``grads`` and ``weights``, reduced and gathered over their own group
     (``ExpertGroup``, Megatron-Core's expert data-parallel ranks) on the same stream, one collective after the other:
