@@ -18,6 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memderive.derivations.hardware import gpu  # noqa: E402
+from memderive.derivations.quantities.cluster import ALL_REDUCE_MEASURED  # noqa: E402
+from memderive.derivations.quantities.nccl_cost import node_ring_s  # noqa: E402
 from memderive.derivations.quantities.host_timeline import host_of, moe_host_exposed_s, moe_layer_host_s  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import DGXC, DGXC_GAP  # noqa: E402
@@ -69,7 +71,21 @@ def table() -> list[float]:
     groups()
     dense_memory()
     zero3()
+    node_ring()
     return fitted + held
+
+
+def node_ring() -> None:
+    """NCCL's one-node ring (``nccl_cost.node_ring_s``, what A100 and V100 nodes' collectives take) on 8 H100s,
+    against OpenXLA's measured all-reduce there (``cluster.ALL_REDUCE_MEASURED``): the model's throughput over the
+    measured, from 4 MiB to 2 GiB and below (where NCCL's model picks its LL protocol)."""
+    h100 = gpu("h100-sxm")
+    ratios = {size: size / node_ring_s(h100, "all_reduce", size, 8) / 1e9 / rate
+              for size, rate in ALL_REDUCE_MEASURED[("sm_90", 8)]}
+    large = [r for size, r in ratios.items() if size >= 2**22]
+    small = ", ".join(f"{size >> 20} MiB {r:.2f}x" for size, r in ratios.items() if size < 2**22)
+    print(f"\nNCCL's one-node ring on 8 H100s against OpenXLA's measured all-reduce: 4 MiB to 2 GiB "
+          f"{min(large):.2f}x-{max(large):.2f}x of the measured throughput; {small} (LL)")
 
 
 def weak_scaling(runs: list[Run]) -> None:

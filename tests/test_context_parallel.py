@@ -43,8 +43,8 @@ def test_the_ring_hides_inside_a_node_and_shows_across_nodes() -> None:
     87.381 us forward, twice (with dK, dV) in backward; a step's attention products are 1/cp of 4 a b d_h s^2/(cp t)
     = 17,179,869,184 forward, 34,359,738,368 backward: 17.362 us and 34.725 us. Exposed per layer (cp - 1) x
     ((87.381 - 17.362) + (174.763 - 34.725)) us, x 32 layers: 6.7218 ms.
-    t = 4, cp = 2: both ranks in one node (NVLink 450 GB/s each way), 8 heads: 8,388,608 B in 18.641 us behind
-    34.725 us of attention: hidden (0)."""
+    t = 4, cp = 2: both ranks in one node (NVLink at NCCL's per-link speed, 18 x 20.6 = 370.8 GB/s each way),
+    8 heads: 8,388,608 B in 22.623 us behind 34.725 us of attention: hidden (0)."""
     across = step_time(estimate("llama-2-7b", **STEP, tp=8, sp=True, cp=2), "h100-sxm", efficiency=0.5)
     flops = 989.5e12 * 0.5
     by_hand = 32 * ((4_194_304 / 48e9 - 8_589_934_592 / flops) + (8_388_608 / 48e9 - 17_179_869_184 / flops))

@@ -71,7 +71,9 @@ def test_time_across_nodes_grows_with_the_cluster() -> None:
 
 
 def test_a_collective_inside_a_node_keeps_the_rated_ring() -> None:
-    """Only groups that span nodes take NCCL's model; 8 H100s of one node keep the rated ring, 2 (7/8) X / 450e9."""
+    """An all-reduce over 8 H100s of one node keeps the rated ring, 2 (7/8) X / 450e9 (NVLink SHARP's reaches more);
+    their reduce-scatters and all-gathers, and every collective of an A100 node, take NCCL's one-node ring
+    (``nccl_cost.node_ring_s``, tests/test_time_model.py)."""
     assert Cluster(H100).all_reduce(10**9, 8, 1) == 2 * 7 / 8 * 10**9 / 450e9
 
 
@@ -143,7 +145,7 @@ def test_data_parallel_collectives_are_called_bucket_by_bucket() -> None:
     assert data_parallel_calls(estimate("llama-3-8b", mode="train", batch=1, seq=1024, dp=8, zero=3), 3) == 34
     c, grads = Cluster(H100, 8, 50 * 10**9), 4 * 6_738_415_616
     assert 106 * c.reduce_scatter(grads / 106, 64, 8) > c.reduce_scatter(grads, 64, 8)
-    # inside one node NCCL's ring too (Cluster.node_ring): each call its latency, Simple's 8.4 + 7 x 3.4 = 32.2 us
+    # inside one node a reduce-scatter is NCCL's one-node ring too (nccl_cost.node_ring_s): each call its latency, Simple's 8.4 + 7 x 3.4 = 32.2 us
     # (the faster protocol at these sizes), the bytes the same: 105 latencies more than one call
     one_node = Cluster(H100)
     assert 106 * one_node.reduce_scatter(grads / 106, 8, 1) - one_node.reduce_scatter(grads, 8, 1) == pytest.approx(

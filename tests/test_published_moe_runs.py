@@ -89,7 +89,7 @@ def _oss_ep64(per_node: int, hw: str = "h100-sxm") -> float:
 
 def test_expert_parallelism_past_a_node_crosses_the_network() -> None:
     """EP 64 (t = 1) on 8-GPU nodes: a rank keeps 1/64 of what it sends, 7/64 goes to its node's GPUs over NVLink
-    (450 GB/s each way: 7/64 x 6.79e9 / 450e9 = 1.65 ms) and 56/64 over its 50 GB/s port (0.875 x 6.79e9 / 50e9 =
+    (NCCL's per-link speed, 370.8 GB/s each way: 7/64 x 6.79e9 / 370.8e9 = 2.00 ms) and 56/64 over its 50 GB/s port (0.875 x 6.79e9 / 50e9 =
     118.9 ms), at once: the port sets it. 4 all-to-alls (dispatch, combine, their gradients) x 4 micro-batches."""
     assert _oss_ep64(8) == pytest.approx(16 * 56 / 64 * OSS_DISPATCHED / 50e9)
 

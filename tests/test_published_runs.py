@@ -87,7 +87,7 @@ HELD_OUT_FIGURES = ("held-out median 10.9%, worst 16.8% over 18 runs with no fit
                    f"{HELD_OUT_FIGURES}")
 def test_held_out_errors_do_not_grow() -> None:
     """A guard, not the issue's demand: the held-out figures must not get worse than measured with the fitted
-    constants (median 4.1%, worst 10.8%). Without them (issue 39) they are 10.9% and 18.2%: strict, so a model that
+    constants (median 4.1%, worst 10.8%). Without them (issue 39) they are 10.9% and 16.8%: strict, so a model that
     meets the old guard again shows as an XPASS."""
     errors = [abs(predict(run).error) for run in HELD_OUT]
     assert statistics.median(errors) <= 0.06

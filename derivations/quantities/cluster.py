@@ -9,10 +9,13 @@ on a DGX H100, the 400 Gb/s RoCE/InfiniBand per GPU of the Llama 3 clusters; ``I
 Ranks are laid out as Megatron-LM numbers them (``parallel_state``: tensor-parallel ranks adjacent, then context,
 then data, then pipeline), so a group of ``n`` ranks whose members are ``stride`` ranks apart keeps
 ``min(n, gpus_per_node // stride)`` of them in one node (one when ``stride >= gpus_per_node``) and spans
-``n / inside`` nodes. Collectives inside one node are rings over NVLink at its rated bandwidth (NCCL tests' bus
-bandwidth: an all-reduce moves ``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``; the tensor-parallel
-all-reduces at their measured speed, ``all_reduce_fraction``), but on the GPUs NCCL covers that have no NVLink SHARP
-(Volta, Ampere: ``Cluster.node_ring``), where NCCL's own ring model in one node stands (``nccl_cost.node_ring_s``). A collective whose group spans nodes takes NCCL's own
+``n / inside`` nodes. Inside one node, on the GPUs NCCL's tables cover, a reduce-scatter or all-gather is NCCL's
+own ring (``nccl_cost.node_ring_s``: the NVLink links at NCCL's per-link speed, a latency per ring step), and so is
+an all-reduce where no NVLink SHARP runs (Volta, Ampere: ``Cluster.node_ring``); a send or an all-to-all moves at
+NCCL's per-link speed (``Cluster.peer``). An all-reduce on Hopper or Blackwell, and every collective on a GPU NCCL's
+tables do not cover, is a ring at the link's rated bandwidth (NCCL tests' bus bandwidth: an all-reduce moves
+``2(n-1)/n`` of the data, a reduce-scatter or all-gather ``(n-1)/n``), the tensor-parallel ones at their measured
+speed (``all_reduce_fraction``). A collective whose group spans nodes takes NCCL's own
 cost model (``nccl_cost``: NCCL's tuning.cc, its latency per ring step and tree level and its bus bandwidth of one
 channel per NIC at the topology search's speed), so its time grows with the nodes as NCCL's does; a point-to-point
 send across nodes goes at that per-NIC speed. GPUs NCCL's tables do not cover here (PCIe cards, MI300X) keep

@@ -1,6 +1,7 @@
-"""NCCL's own cost model of a collective whose group spans nodes, read off NCCL's source (NVIDIA/nccl at commit
-5067397c26, ``src/graph/tuning.cc``: ``ncclTopoTuneModel`` and ``ncclTopoGetAlgoTime``; ``src/graph/search.cc``;
-``src/graph/topo.h``), the model NCCL itself uses to pick an algorithm and protocol for each call.
+"""NCCL's own cost model of a collective whose group spans nodes, and of a ring in one node (``node_ring_s``), read
+off NCCL's source (NVIDIA/nccl at commit 5067397c26, ``src/graph/tuning.cc``: ``ncclTopoTuneModel`` and
+``ncclTopoGetAlgoTime``; ``src/graph/search.cc``; ``src/graph/topo.h``), the model NCCL itself uses to pick an
+algorithm and protocol for each call.
 
 For each algorithm a (ring; tree for the all-reduce; PAT for the all-gather and reduce-scatter with one GPU per
 node) and protocol p (LL128, Simple) NCCL predicts ``time = latency + nBytes / algorithm bandwidth`` and runs the
@@ -37,9 +38,11 @@ or scattered buffer of an all-gather or reduce-scatter (``ncclFuncMaxSendRecvCou
   ``ncclTopoDupChannels``, search.cc:1036); a tree all-reduce's bandwidth is corrected by size (``treeCorrectionFactor``,
   64 B to 256 MB, tuning.cc:623-627).
 
-The LL protocol (tree LL 6.8 us base, NVLink 0.6, network 5.0; ring LL 6.6, 0.6, 2.7) only for a call of a few bytes
-(``latency_s``: Transformer Engine's amax all-reduces, ``te_amax``), a group in one node too: the buffers timed by
-bandwidth here are megabytes, where LL's bandwidth (a quarter of the bus's or less) never wins. Left out: NVLink
+Across nodes the LL protocol (tree LL 6.8 us base, NVLink 0.6, network 5.0; ring LL 6.6, 0.6, 2.7) only for a call
+of a few bytes (``latency_s``: Transformer Engine's amax all-reduces, ``te_amax``), a group in one node too: the
+buffers timed by bandwidth across nodes are megabytes, where LL's bandwidth (a quarter of the bus's or less) never
+wins; a ring in one node (``node_ring_s``) takes LL among its protocols, a tensor-parallel message being kilobytes
+at decode. Left out: NVLink
 SHARP and CollNet (SHARP switches: off unless the cluster has them; the runs here name none).
 
 >>> from memderive.derivations.hardware import gpu
@@ -114,6 +117,9 @@ NVLS_LATENCY = 25.0
 #: tuning.cc:228-233: the network's post overhead (us) by host CPU (``GPU.host``); x86 Intel 1.0, AMD 2.0, others
 #: (Grace, Arm) 1.0.
 NET_OVERHEAD = {"intel": 1.0, "amd": 2.0, "grace": 1.0}
+#: tuning.cc:177-182, 269-272: LL's bus bandwidth cap (GB/s) in one node, by NCCL's compute-capability row
+#: (Volta-N1, Ampere-N1, Hopper-N1, Blackwell-N1 of ``llMaxBws``; across nodes the cap goes by the host CPU).
+LL_MAX_ONE_NODE = {0: 39.0, 1: 87.7, 2: 141.0, 3: 2 * 141.0}
 #: tuning.cc:184-204: GB/s per channel, by NCCL's compute-capability row and nodes (1, 2, more).
 RING_LL128_CAP = {0: (20.0,) * 3, 1: (20.0,) * 3, 2: (36.7,) * 3, 3: (40.0,) * 3}
 TREE_LL128_CAP = {0: (20.0, 20.0, 20.0), 1: (20.0, 20.0, 20.0), 2: (36.7, 36.7, 29.0), 3: (55.6, 31.67, 20.0)}
@@ -310,9 +316,11 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
     for algorithm in algorithms:
         for protocol in (("ll128", "simple") if algorithm != "pat" else ("simple",)):
             lat = latency_us(gpu, coll, algorithm, protocol, n, ppn, nodes)
-            if algorithm == "ring" and protocol == "simple" and coll == "all_reduce" and NCCL_ARCH[gpu.name][0] >= 1:
-                # the ring's plateau (tuning.cc:647-650; compute capability 8.0 and up), two channels per NIC
-                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * 1.4, lat)
+            if algorithm == "ring" and protocol == "simple" and coll == "all_reduce":
+                # the ring's plateau (tuning.cc:647-650: 1.4 from compute capability 8.0, 1.9 below), two channels
+                # per NIC
+                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * (1.4 if NCCL_ARCH[gpu.name][0] else 1.9),
+                            lat)
             bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, NCCL_ARCH[gpu.name][0], ppn, nodes)
             if algorithm == "tree":
                 bw = bw * _tree_correction(protocol, nbytes)
@@ -326,25 +334,31 @@ def node_ring_s(gpu: GPU, coll: str, nbytes: Any, n: Any, intra: float | None = 
     """Seconds NCCL's model gives a ``coll`` (all_reduce, reduce_scatter, all_gather) of an ``nbytes`` buffer over
     ``n`` GPUs of one node on NVLink, as a ring (tuning.cc:306-382 with ``nNodes`` 1): the bus bandwidth the
     node's NVLink carries at NCCL's per-link speed (``bus_bandwidth``'s cap: 12 x 20.0 = 240 GB/s on an A100's
-    NVLink 3, 18 x 20.6 = 370.8 on an H100's NVLink 4), LL128 at 0.92 of it or Simple whole, times ``n / nsteps``;
-    the base latency plus ``nsteps`` NVLink hops (no network overhead, no plateau factor in one node: tuning.cc:404-411,
-    647-650); the faster protocol. The tree is left out (its algorithm bandwidth, half the bus's, is below the ring's
-    ``n / 2(n - 1)`` for any n), and so are NVLink SHARP (Hopper and later, where a measured curve stands instead:
-    ``cluster.all_reduce_fraction``) and LL128's per-channel cap (``RING_LL128_CAP``: 20 GB/s a channel on Ampere,
-    where the search's channels at 20 GB/s each carry the bus: it does not bind). Cell by cell on columns of layouts.
+    NVLink 3, 18 x 20.6 = 370.8 on an H100's NVLink 4), LL at half of it up to its one-node cap (``LL_MAX_ONE_NODE``,
+    a call of a few kilobytes), LL128 at 0.92 of it or Simple whole, times ``n / nsteps``; the base latency plus
+    ``nsteps`` NVLink hops (no network overhead, no plateau factor in one node: tuning.cc:404-411, 647-650); the
+    fastest protocol. Left out: the tree (with its one-node factors and size correction, tuning.cc:330-337 and
+    623-642, slower than this ring at every size from 1 KiB to 2 GiB over 8 A100s), NVLink SHARP (Hopper and later,
+    where a measured curve stands for the all-reduce: ``cluster.all_reduce_fraction``) and LL128's per-channel cap
+    (``RING_LL128_CAP``: 20 GB/s a channel on Ampere, where the search's channels at 20 GB/s each carry the bus: it
+    does not bind; on Blackwell it may, by a few percent, with channels the search settles on). Cell by cell on
+    columns of layouts.
 
     >>> from memderive.derivations.hardware import gpu
     >>> # 2^25 B over 8 A100s: Simple 8.4 + 14 x 3.4 = 56.0 us + 2^25 / (240 x 8/14 GB/s) = 244.67 us: 300.67 us;
     >>> # LL128: 14.0 + 14 x 1.9 = 40.6 us + 2^25 / (220.8 x 8/14 GB/s) = 265.94 us: 306.54 us
     >>> round(node_ring_s(gpu("a100-80gb"), "all_reduce", 2**25, 8) * 1e6, 2)
     300.67
+    >>> # 2^14 B: LL, 6.6 + 14 x 0.6 = 15.0 us + 2^14 x 14 / (87.7e9 x 8) = 0.33 us (LL128 40.6 us, Simple 56.0)
+    >>> round(node_ring_s(gpu("a100-80gb"), "all_reduce", 2**14, 8) * 1e6, 2)
+    15.33
     """
     intra = gpu.link_bandwidth / 2 if intra is None else intra
-    _, link_bw, rated_link = NCCL_ARCH[gpu.name]
+    row, link_bw, rated_link = NCCL_ARCH[gpu.name]
     bus = intra / 1e9 * link_bw / rated_link
     nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     times = []
-    for protocol, share in (("ll128", 0.92), ("simple", 1.0)):
+    for protocol, speed in (("ll", min(LL_MAX_ONE_NODE[row], bus * 0.5)), ("ll128", bus * 0.92), ("simple", bus)):
         latency = BASE_LATENCY[("ring", protocol)] + nsteps * NVLINK_LATENCY[("ring", protocol)]
-        times.append(latency * 1e-6 + nbytes * nsteps / (bus * share * n * 1e9))
+        times.append(latency * 1e-6 + nbytes * nsteps / (speed * n * 1e9))
     return minimum(*times)

@@ -490,6 +490,10 @@ class StepTime:
                 + (f"collectives inside a node at NCCL's own ring model, its bus bandwidth the NVLink links at NCCL's "
                    f"per-link speed and its latency per ring step ({cite(NCCL_COST)}; no NVLink SHARP on this GPU), "
                    if cluster.node_ring else
+                   f"all-reduces inside a node as rings at the link's rated bandwidth ({cite(NCCL)}; NVLink SHARP's "
+                   f"reach more), its reduce-scatters and all-gathers at NCCL's own ring model, the bus the NVLink "
+                   f"links at NCCL's per-link speed, with its latency per ring step ({cite(NCCL_COST)}), "
+                   if cluster.nccl else
                    f"collectives inside a node as rings at the link's rated bandwidth ({cite(NCCL)}), ")
                 + f"across nodes at "
                 f"NCCL's own cost model, its latency per ring step or tree level and its bus bandwidth per NIC "
@@ -1242,8 +1246,9 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
         if group_span(t, 1, cluster.gpus_per_node)[1] > 1:  # past a node: NCCL's cost model call by call (cluster.py)
             tp_micro = total / message * cluster.all_reduce(message, t, 1)
         else:  # each all-reduce is one layer's activations: at the measured speed of that size (cluster.py)
+            measured = cluster.intra_link != "pcie"  # the curves were measured on NVLink
             tp_micro = (total / message * cluster.all_reduce(message, t, 1)
-                        / _cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t))
+                        / (_cells(lambda x, n: all_reduce_fraction(hw, x, n), message, t) if measured else 1.0))
         if opts.tp_comm_overlap:  # TE's userbuffers, PyTorch's AsyncTP: each transfer behind its own GEMMs
             # torchtitan's AsyncTP: what PyTorch's pattern matcher fuses, its stacked partials summed (tp_overlap.py)
             forms = overlap_forms(whole, float8=quantized, gathered=gathered, experts=not opts.folded,
@@ -1484,11 +1489,12 @@ def inference_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float |
     batch = values[_sym("b")]
     memory, touched = decode_bytes(est, batch)
     comm_prefill = comm_decode = 0.0
-    if opts.tp > 1:
+    if opts.tp > 1:  # call by call: each all-reduce one layer's activations, b s h at prefill, b h per token
         whole = inference_graph(est.model, replace(opts, tp=1))
         fwd, _ = tp_bytes(whole, values, False)
-        comm_prefill = cluster.all_reduce(fwd, opts.tp, 1)
-        comm_decode = comm_prefill / values[_sym("s")]
+        message = _bytes(whole.block("layer").input.nbytes, values)
+        comm_prefill = fwd / message * cluster.all_reduce(message, opts.tp, 1)
+        comm_decode = fwd / message * cluster.all_reduce(message / values[_sym("s")], opts.tp, 1)
     prefill = (est.number("prefill_flops_per_gpu") / peak, est.number("weight_bytes") / hw.memory_bandwidth)
     decode = (est.number("decode_flops_per_token_per_gpu") * batch / peak, memory / hw.memory_bandwidth)
     return InferenceTime(hw, eff, max(prefill) + comm_prefill, max(decode) + comm_decode, batch,
