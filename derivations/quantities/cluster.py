@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from memderive.derivations.columns import is_column, maximum, minimum, where
 from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
 from memderive.derivations.quantities.nccl_cost import (NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw,
-                                                       node_ring_s)
+                                                       node_ring_s, nvlink_bus)
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
@@ -139,10 +139,7 @@ class Cluster:
         observe as BusBw when running non-allreduce operations", nccl-tests#212; 721.8 of a B200's 900, where DeepEP
         measured its own dispatch and combine over NVLink at EP 8 on SM100 at 726 and 740 GB/s, its README's
         Performance table), else the rated ``intra``."""
-        if not self.nccl:
-            return self.intra
-        _, link_bw, rated_link = nccl_arch(self.gpu)
-        return self.intra * link_bw / rated_link
+        return nvlink_bus(self.gpu, self.intra) * 1e9 if self.nccl else self.intra
 
     @property
     def link_name(self) -> str:

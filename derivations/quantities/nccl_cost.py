@@ -70,7 +70,7 @@ from memderive.symbolic.lazy import lazy
 np = lazy("numpy")
 
 __all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
-           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth", "node_ring_s"]
+           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth", "node_ring_s", "nvlink_bus"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -197,12 +197,19 @@ NCCL_SMS = Citation("nccl-sms-689", "one CUDA block per channel, each limited by
                     "ncclTopoDupChannels: two channels per NIC"),))
 
 
+def nvlink_bus(gpu: GPU, intra: float) -> float:
+    """GB/s each way the GPU's NVLink carries at NCCL's per-link speed (topo.h:19-24) where it is rated ``intra``
+    bytes/s each way: 12 x 20.0 = 240 of an A100's 300, 18 x 20.6 = 370.8 of an H100's 450."""
+    _, link_bw, rated_link = NCCL_ARCH[gpu.name]
+    return intra / 1e9 * link_bw / rated_link
+
+
 def bus_bandwidth(gpu: GPU, ppn: Any, port: float, intra: float) -> Any:
     """NCCL's bus bandwidth (GB/s) of a group with ``ppn`` GPUs in each node: one channel at ``net_channel_bw`` per
-    GPU's NIC, no more than the GPU's NVLink at NCCL's per-link speed (``intra``: the link's rated bytes/s each way)."""
-    row, link_bw, rated_link = NCCL_ARCH[gpu.name]
-    nvlink = intra / 1e9 * link_bw / rated_link
-    return where(ppn > 1, minimum(ppn * net_channel_bw(row, port), nvlink), net_channel_bw(row, port))
+    GPU's NIC, no more than the GPU's NVLink at NCCL's per-link speed (``nvlink_bus``; ``intra``: the link's rated
+    bytes/s each way)."""
+    row = NCCL_ARCH[gpu.name][0]
+    return where(ppn > 1, minimum(ppn * net_channel_bw(row, port), nvlink_bus(gpu, intra)), net_channel_bw(row, port))
 
 
 def _log2i(x: Any) -> Any:
@@ -333,9 +340,9 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
 def node_ring_s(gpu: GPU, coll: str, nbytes: Any, n: Any, intra: float | None = None) -> Any:
     """Seconds NCCL's model gives a ``coll`` (all_reduce, reduce_scatter, all_gather) of an ``nbytes`` buffer over
     ``n`` GPUs of one node on NVLink, as a ring (tuning.cc:306-382 with ``nNodes`` 1): the bus bandwidth the
-    node's NVLink carries at NCCL's per-link speed (``bus_bandwidth``'s cap: 12 x 20.0 = 240 GB/s on an A100's
-    NVLink 3, 18 x 20.6 = 370.8 on an H100's NVLink 4), LL at half of it up to its one-node cap (``LL_MAX_ONE_NODE``,
-    a call of a few kilobytes), LL128 at 0.92 of it or Simple whole, times ``n / nsteps``; the base latency plus
+    node's NVLink carries at NCCL's per-link speed (``nvlink_bus``: 12 x 20.0 = 240 GB/s on an A100's NVLink 3,
+    18 x 20.6 = 370.8 on an H100's NVLink 4), LL at half of it up to its one-node cap (``LL_MAX_ONE_NODE``: the
+    fastest below about 2 MiB over 8 A100s, 3.5 MiB over 8 H100s), LL128 at 0.92 of it or Simple whole, times ``n / nsteps``; the base latency plus
     ``nsteps`` NVLink hops (no network overhead, no plateau factor in one node: tuning.cc:404-411, 647-650); the
     fastest protocol. Left out: the tree (with its one-node factors and size correction, tuning.cc:330-337 and
     623-642, slower than this ring at every size from 1 KiB to 2 GiB over 8 A100s), NVLink SHARP (Hopper and later,
@@ -353,9 +360,8 @@ def node_ring_s(gpu: GPU, coll: str, nbytes: Any, n: Any, intra: float | None = 
     >>> round(node_ring_s(gpu("a100-80gb"), "all_reduce", 2**14, 8) * 1e6, 2)
     15.33
     """
-    intra = gpu.link_bandwidth / 2 if intra is None else intra
-    row, link_bw, rated_link = NCCL_ARCH[gpu.name]
-    bus = intra / 1e9 * link_bw / rated_link
+    row = NCCL_ARCH[gpu.name][0]
+    bus = nvlink_bus(gpu, gpu.link_bandwidth / 2 if intra is None else intra)
     nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     times = []
     for protocol, speed in (("ll", min(LL_MAX_ONE_NODE[row], bus * 0.5)), ("ll128", bus * 0.92), ("simple", bus)):
