@@ -22,7 +22,8 @@ Conventions (NOTE(memderive)):
   Xeon (E5-2698 v4, Platinum 8168; the DGX-1 and DGX-2 user guides); DGX A100: two AMD EPYC 7742 (the DGX A100 user
   guide); DGX H100 and H200: two Intel Xeon Platinum 8480C (``nvidia-dgx-h100-guide``); DGX B200: two Intel Xeon
   8570 (the DGX B200 user guide); DGX B300: two Intel Xeon 6776P (``nvidia-dgx-b300-datasheet``); GB200 and GB300
-  NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``). ``None`` for a card
+  NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``); H800 and A800: their
+  full GPU's DGX host standing in (no DGX H800 or DGX A800 guide is read here). ``None`` for a card
   no such system fixes the host of (PCIe cards, MI300X).
 * ``sms``: the streaming multiprocessors a GPU runs kernels on, from NVIDIA's architecture whitepapers (``SM_COUNTS``):
   A100 108, H100 SXM5 132, H100 PCIe 114 (the H100 whitepaper's Table 3), V100 80, RTX 4090 128, RTX 3090 82, RTX
@@ -35,6 +36,13 @@ Conventions (NOTE(memderive)):
   mixed_input_fmha_decode.py example's fallback ``sm_count = 148``; tile_scheduler_params.h's worked example);
   TransformerEngine, Megatron-LM, NCCL and Megatron-Bridge as mirrored here have no Blackwell SM count; 148 for
   the B200 is third-party (Chips and Cheese's B200 article; kernels' comments).
+* ``die``: the export variants, the same GPU as one of the table's with fewer NVLink links (``kernels_of``): H800 SXM
+  the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``): 8 of its 18 NVLink 4 links at 50
+  GB/s; DeepEP measured 153-158 GB/s each way over it (``deepep-v1``). A800 80GB SXM: the A100 80GB with NVLink cut to
+  400 GB/s of 600 (``tomshardware-h800``), 8 of its 12 NVLink 3 links. Their tensor rates, HBM and SMs are taken as
+  the full GPU's (the same die: inferred, as the H200's SMs; no H800 or A800 datasheet is read here). What is measured
+  on the die's kernels (matmul rates, HBM streams, NCCL's per-link speed, FlashAttention, the cuBLAS workspace, its
+  PCIe slot) stands for the variant's; what is measured over the full GPU's link (OpenXLA's all-reduce) does not.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -43,7 +51,9 @@ Conventions (NOTE(memderive)):
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, gb200, b300, gb300, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, a800-80gb, h100-sxm, h100-pcie, h200, h800, b200, gb200, b300, gb300, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
+>>> kernels_of(gpu("h800")), kernels_of(gpu("h100-sxm"))
+('h100-sxm', 'h100-sxm')
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
-__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS"]
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS", "kernels_of"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -107,6 +117,14 @@ _T4 = Citation("nvidia-t4-datasheet",
 _RTX3090 = Citation("nvidia-ga102-whitepaper",
                     "Table 9 (GeForce RTX 3090): peak FP16/BF16 Tensor TFLOPS with FP32 accumulate 71 (142 with "
                     "sparsity); 24 GB GDDR6X, 936 GB/s; PCIe Gen4 x16 64 GB/s")
+_H800 = Citation("deepseek-v3-isca", "the H800 SXM is Hopper like the H100, its FP64 and NVLink cut for "
+                 "export (NVLink 400 GB/s of the H100's 900); eight 400 Gb/s CX7 InfiniBand NICs a node",
+                 also=(Citation("deepep-v1", "H800, ~160 GB/s NVLink maximum bandwidth; intranode EP 8 dispatch "
+                                "153 GB/s, combine 158 GB/s (NVLink)"),
+                       Citation("philisun-h800", "H100: 900 GB/s of NVLink bidirectional; H800: 400 GB/s; the same "
+                                "die, 80 GB, 3.35 TB/s")))
+_A800 = Citation("tomshardware-h800", "A800: the A100's 600 GB/s chip-to-chip interconnect trimmed to 400 GB/s",
+                 also=(_A100,))
 _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
@@ -143,6 +161,9 @@ class GPU:
     #: The sustained matmul FLOP/s (bf16, fp8; fp8 None: the table's fp8 over bf16) measured on this cluster's own GPUs
     #: where they run other than the table's (a lower power limit): replaces ``efficiency``'s level; None: the table's.
     matmul_rates: tuple[int, int | None] | None = None
+    #: The table's GPU this one is apart from its link (an export variant: H800, A800; the module's docstring), whose
+    #: kernels' measurements stand for its own (``kernels_of``); None: its own.
+    die: str | None = None
 
     def __post_init__(self) -> None:
         if self.host is not None and self.host not in HOSTS:
@@ -171,12 +192,16 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
         sms=108),
     GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd",
         sms=108),
+    GPU("a800-80gb", "NVIDIA A800 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 400 * G, "NVLink 3 (8 links)", _A800,
+        host="amd", sms=108, die="a100-80gb"),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G,
         "NVLink 4", _H100, host="intel", sms=132),
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
         "NVLink bridge", _H100, sms=114),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G,
         "NVLink 4", _H200, host="intel", sms=132),
+    GPU("h800", "NVIDIA H800 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 400 * G, "NVLink 4 (8 links)",
+        _H800, host="intel", sms=132, die="h100-sxm"),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
         fp4_flops=9000 * T, host="intel"),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
@@ -212,6 +237,12 @@ def gpu(name: str) -> GPU:
     return GPUS[key]
 
 
+def kernels_of(hw: GPU) -> str:
+    """The table name whose kernel measurements (matmul, HBM, NCCL's per-link speed, FlashAttention) stand for
+    ``hw``'s: its ``die`` (an export variant's full GPU), else its own name."""
+    return hw.die or hw.name
+
+
 #: The PCIe x16 slot of GPUs whose intra-node link is NVLink (both directions, bytes/s; ``--intra-node-link pcie``:
 #: a node without NVLink/NVSwitch, the GPUs reaching each other through PCIe switches), from their datasheets.
 PCIE: dict[str, tuple[int, Citation]] = {
@@ -229,7 +260,7 @@ def intra_bandwidth(gpu: GPU, link: str | None) -> int:
     PCIe figure."""
     if link != "pcie" or gpu.link.startswith("PCIe"):
         return gpu.link_bandwidth
-    if gpu.name not in PCIE:
+    if kernels_of(gpu) not in PCIE:
         raise ValueError(f"--intra-node-link pcie: no PCIe figure for {gpu.name} in the table (it has "
                          f"{', '.join(PCIE)}); leave the link at the GPU's own ({gpu.link})")
-    return PCIE[gpu.name][0]
+    return PCIE[kernels_of(gpu)][0]

@@ -131,6 +131,9 @@ _ENTRIES: tuple[Reference, ...] = (
            "NeurIPS 2022"),
     _paper("dao-2023", "Dao 2023 (FlashAttention-2)", "T. Dao",
            "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", 2023, "2307.08691"),
+    _paper("deepseek-v3-isca", "Zhao et al. 2025 (Insights into DeepSeek-V3)", "C. Zhao, C. Deng, C. Ruan, D. Dai, "
+           "et al. (DeepSeek-AI)", "Insights into DeepSeek-V3: Scaling Challenges and Reflections on Hardware for AI "
+           "Architectures", 2025, "2505.09343", "ISCA 2025"),
     _paper("shah-2024", "Shah et al. 2024 (FlashAttention-3)", "J. Shah, G. Bikshandi, Y. Zhang, V. Thakkar, "
            "P. Ramani, T. Dao", "FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision",
            2024, "2407.08608", "NeurIPS 2024"),
@@ -251,6 +254,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "web.pdf", "datasheet"),
     Reference("nvidia-h100-datasheet", "NVIDIA H100 datasheet", _NV, "NVIDIA H100 Tensor Core GPU datasheet", None,
               "resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "datasheet"),
+    Reference("philisun-h800", "Philisun, H800 vs H100", "Philisun", "NVIDIA H800 vs H100: A Technical Deep Dive "
+              "into Politically-Defined AI Chips", None, "philisun.com/technical-analysis/nvidia-h800-vs-h100-a-"
+              "technical-deep-dive-into-politically-defined-ai-chips", "blog"),
+    Reference("tomshardware-h800", "Tom's Hardware, H800", "Tom's Hardware", "Nvidia Gimps H100 Hopper GPU to Sell "
+              "as H800 to China (the A800: the A100 with its interconnect cut from 600 to 400 GBps)", 2023,
+              "tomshardware.com/news/nvidia-gimps-h100-hopper-gpu-to-sell-as-h800-to-china", "blog"),
     Reference("nvidia-h200-datasheet", "NVIDIA H200 datasheet", _NV, "NVIDIA H200 Tensor Core GPU datasheet", None,
               "nvidia.com/en-us/data-center/h200/", "datasheet"),
     Reference("nvidia-dgx-b200-datasheet", "NVIDIA DGX B200 datasheet", _NV, "NVIDIA DGX B200 datasheet", None,
@@ -671,6 +680,10 @@ _ENTRIES: tuple[Reference, ...] = (
               "examples/benchmark/configs/*_te_deepep.yaml", None,
               "github.com/NVIDIA-NeMo/Automodel/blob/01926a5c443b7979463c73341bf64adf79de638e/docs/"
               "performance-summary.md", "docs"),
+    Reference("deepep-v1", "DeepEP V1", "DeepSeek-AI", "DeepEP: docs/legacy.md (V1 performance: normal kernels "
+              "on H800, '~160 GB/s NVLink maximum bandwidth', intranode EP 8 dispatch 153 GB/s and combine 158 GB/s "
+              "over NVLink)", None, "github.com/deepseek-ai/DeepEP/blob/0297fc801788b14b338a46554faca28d419e518a/"
+              "docs/legacy.md", "code"),
     Reference("deepep", "DeepEP", "DeepSeek-AI", "DeepEP: deep_ep/buffer.py (get_dispatch_layout: "
               "num_tokens_per_rank, num_tokens_per_rdma_rank, is_token_in_rank: a token goes once to each GPU, and "
               "across nodes once over RDMA to each node, that holds one of its experts; the normal internode kernels "

@@ -35,7 +35,9 @@ def test_the_gpus_people_measure_on_are_in_the_table() -> None:
         assert (x.bf16_flops, x.memory_bytes, x.memory_bandwidth) == (int(flops), gib * 2**30, int(bandwidth)), name
         assert x.source.key.startswith("nvidia-") and cite(x.source)
     assert gpu("l4").fp8_flops == 242_500_000_000_000 and gpu("t4").fp8_flops is None
-    assert len(GPUS) == 19  # with the GB200 (tests/test_time_model: its NVL72 domain), the B300 and the GB300
+    # with the GB200 (tests/test_time_model: its NVL72 domain), the B300, the GB300, and the export variants H800 and
+    # A800 (tests/test_export_variants.py)
+    assert len(GPUS) == 21
 
 
 def test_blackwell_ultra_is_in_the_table_at_its_datasheets() -> None:

@@ -46,7 +46,7 @@ from dataclasses import replace
 from typing import Any
 
 from memderive.derivations.columns import is_column
-from memderive.derivations.hardware import GPU, gpu as lookup
+from memderive.derivations.hardware import GPU, gpu as lookup, kernels_of
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.compute import HARDWARE
@@ -156,7 +156,7 @@ def _level(gpu: GPU, dtype: str) -> float:
             return float(fp8)
         return bf16 * fp8_rate_ratio(replace(gpu, matmul_rates=None))
     burst = _burst(gpu, dtype)
-    name = _measured_sustained(gpu.name)
+    name = _measured_sustained(kernels_of(gpu))
     if name is None:
         return burst
     ref, (bf16, fp8) = lookup(name), MSMF[name]
@@ -167,13 +167,14 @@ def _level(gpu: GPU, dtype: str) -> float:
 
 def _burst(gpu: GPU, dtype: str) -> float:
     """The GPU's MAMF in FLOP/s for ``dtype`` (bf16 or fp8): measured, or its stand-in's fraction of peak."""
-    name = gpu.name if gpu.name in MAMF else MAMF_STAND_IN.get(gpu.name, "a100-80gb")
+    own = kernels_of(gpu)
+    name = own if own in MAMF else MAMF_STAND_IN.get(own, "a100-80gb")
     ref = lookup(name)
     bf16, fp8 = MAMF[name]
     if dtype == "fp8" and gpu.fp8_flops is not None:
         if fp8 is None:  # no measured fp8 MAMF: the table's own 4096^3 rate where it has an fp8 curve
             arch = CURVE.get(name, "sm_90")
-            if (arch, "fp8") in SHAPE_CURVES and name == gpu.name:
+            if (arch, "fp8") in SHAPE_CURVES and name == own:
                 return SHAPE_CURVES[(arch, "fp8")][0] * 1e12
             return bf16 * 1e12 / ref.bf16_flops * gpu.fp8_flops
         return fp8 * 1e12 / (ref.fp8_flops or ref.bf16_flops) * gpu.fp8_flops
@@ -186,7 +187,7 @@ def matmul_rate(gpu: GPU, dtype: str, m: int, n: int, k: int) -> float:
     fp8 shape curve and sustained-over-burst ratio stand in for 4 bits' (``FP4_STAND_IN``)."""
     if dtype == "fp4":
         return matmul_rate(gpu, "fp8", m, n, k) * fp4_burst(gpu) / _burst(gpu, "fp8")
-    arch = CURVE.get(gpu.name, "sm_90")
+    arch = CURVE.get(kernels_of(gpu), "sm_90")
     curve = (arch, "fp8") if dtype == "fp8" and (arch, "fp8") in SHAPE_CURVES else (arch, "bf16")
     return _level(gpu, dtype) * shape_fraction(*curve, int(m), int(n), int(k))
 
@@ -225,7 +226,7 @@ def fp8_rate_ratio(gpu: GPU) -> float:
 def flash_kernel(gpu: GPU, framework: str | None) -> str:
     """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
     Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
-    hopper = gpu.name in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200", "b300", "gb300")
+    hopper = kernels_of(gpu) in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200", "b300", "gb300")
     if not hopper:
         return "fa2-ampere"
     return "fa3-hopper" if framework == "megatron" else "fa2-hopper"
@@ -427,23 +428,25 @@ def float8_phases(graph: Any, fp8: str) -> tuple[tuple[bool, bool, bool], ...]:
 
 def rate_note(gpu: GPU, framework: str | None) -> str:
     """Where the GPU's rates come from, in words (for the time model's compute line)."""
-    mamf, sustained = MAMF.get(gpu.name), _measured_sustained(gpu.name)
+    own = kernels_of(gpu)
+    mamf, sustained = MAMF.get(own), _measured_sustained(own)
     if gpu.matmul_rates is not None:  # the cluster's own (``GPU.matmul_rates``)
         level = (f"this cluster's measured sustained rate, {gpu.matmul_rates[0] / 1e12:,.1f} TFLOP/s bf16"
                  + (f", {gpu.matmul_rates[1] / 1e12:,.1f} fp8" if gpu.matmul_rates[1] else ""))
     elif sustained is not None:  # the rate a training step holds at the power limit (MSMF)
-        level = (f"sustained rate (MSMF) {MSMF[sustained][0]:,.1f} TFLOP/s" if sustained == gpu.name else
+        level = (f"sustained rate (MSMF) {MSMF[sustained][0]:,.1f} TFLOP/s" if sustained == own else
                  f"no measured MSMF: {sustained}'s sustained rate times this GPU's MAMF over its"
                  f"{'' if mamf else ' (this GPU: its stand-in fraction of peak)'}") + \
             f" ({cite(MSMF_SOURCE)}; the burst MAMF: {cite(MAMF_SOURCE)})"
     else:
         level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
-                 f"no measured MAMF: {MAMF_STAND_IN.get(gpu.name, 'a100-80gb')}'s fraction of its peak") + \
+                 f"no measured MAMF: {MAMF_STAND_IN.get(own, 'a100-80gb')}'s fraction of its peak") + \
             f" ({cite(MAMF_SOURCE)})"
-    arch = CURVE.get(gpu.name)
+    arch = CURVE.get(own)
     curve = f"OpenXLA's {arch} GEMM curve" if arch else "no GEMM curve of its own: the H100's (sm_90)"
     kernel = flash_kernel(gpu, framework)
     fwd, bwd = FLASH[kernel]
-    return (f"{level} times the shape fraction of each product's per-GPU sides, {curve} "
+    die = f"{own}'s measurements, the same die (hardware.py): " if own != gpu.name else ""
+    return (f"{die}{level} times the shape fraction of each product's per-GPU sides, {curve} "
             f"({cite(XLA_GEMM_TABLE)}); FlashAttention's core at {fwd:.1%} forward and {bwd:.1%} backward of the peak "
             f"({kernel}: {cite(FLASH_SOURCES[kernel])})")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memderive.derivations.columns import where
-from memderive.derivations.hardware import GPU
+from memderive.derivations.hardware import GPU, kernels_of
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
@@ -102,7 +102,7 @@ def achievable_bandwidth(hw: GPU) -> float:
     >>> round(achievable_bandwidth(gpu("l40s")) / 1e9)  # not measured: its rated 864 GB/s
     864
     """
-    measured = STREAM_TRIAD.get(hw.name)
+    measured = STREAM_TRIAD.get(kernels_of(hw))
     return hw.memory_bandwidth * measured[0] / measured[1] if measured else float(hw.memory_bandwidth)
 
 

@@ -63,7 +63,7 @@ from typing import Any
 
 from memderive.derivations.columns import column_class, is_column
 from memderive.derivations.columns import maximum as _maximum, minimum as _minimum, where as _where
-from memderive.derivations.hardware import GPU
+from memderive.derivations.hardware import GPU, kernels_of
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.lazy import lazy
 
@@ -161,7 +161,7 @@ def maximum(a: Any, *rest: Any) -> Any:
 
 def nccl_arch(gpu: GPU) -> tuple[int, float, float] | None:
     """``NCCL_ARCH``'s row for ``gpu``, None for a GPU NCCL's tables do not cover here (PCIe cards, MI300X)."""
-    return NCCL_ARCH.get(gpu.name)
+    return NCCL_ARCH.get(kernels_of(gpu))
 
 
 def net_channel_bw(row: int, port: float) -> float:
@@ -200,7 +200,7 @@ NCCL_SMS = Citation("nccl-sms-689", "one CUDA block per channel, each limited by
 def nvlink_bus(gpu: GPU, intra: float) -> float:
     """GB/s each way the GPU's NVLink carries at NCCL's per-link speed (topo.h:19-24) where it is rated ``intra``
     bytes/s each way: 12 x 20.0 = 240 of an A100's 300, 18 x 20.6 = 370.8 of an H100's 450."""
-    _, link_bw, rated_link = NCCL_ARCH[gpu.name]
+    _, link_bw, rated_link = NCCL_ARCH[kernels_of(gpu)]
     return intra / 1e9 * link_bw / rated_link
 
 
@@ -208,7 +208,7 @@ def bus_bandwidth(gpu: GPU, ppn: Any, port: float, intra: float) -> Any:
     """NCCL's bus bandwidth (GB/s) of a group with ``ppn`` GPUs in each node: one channel at ``net_channel_bw`` per
     GPU's NIC, no more than the GPU's NVLink at NCCL's per-link speed (``nvlink_bus``; ``intra``: the link's rated
     bytes/s each way)."""
-    row = NCCL_ARCH[gpu.name][0]
+    row = NCCL_ARCH[kernels_of(gpu)][0]
     return where(ppn > 1, minimum(ppn * net_channel_bw(row, port), nvlink_bus(gpu, intra)), net_channel_bw(row, port))
 
 
@@ -266,7 +266,7 @@ def latency_s(gpu: GPU, n: Any, ppn: Any) -> Any:
     nodes = -(-n // ppn)
     lat = minimum(*(latency_us(gpu, "all_reduce", algorithm, protocol, n, ppn, nodes)
                     for algorithm in ("tree", "ring") for protocol in ("ll", "ll128", "simple")))
-    if NCCL_ARCH[gpu.name][0] >= 2:  # NVLS: Hopper and later (NVSwitch multicast)
+    if NCCL_ARCH[kernels_of(gpu)][0] >= 2:  # NVLS: Hopper and later (NVSwitch multicast)
         lat = where(nodes == 1, minimum(lat, NVLS_LATENCY), lat)
     return lat * 1e-6
 
@@ -326,9 +326,9 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
             if algorithm == "ring" and protocol == "simple" and coll == "all_reduce":
                 # the ring's plateau (tuning.cc:647-650: 1.4 from compute capability 8.0, 1.9 below), two channels
                 # per NIC
-                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * (1.4 if NCCL_ARCH[gpu.name][0] else 1.9),
+                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * (1.4 if NCCL_ARCH[kernels_of(gpu)][0] else 1.9),
                             lat)
-            bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, NCCL_ARCH[gpu.name][0], ppn, nodes)
+            bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, NCCL_ARCH[kernels_of(gpu)][0], ppn, nodes)
             if algorithm == "tree":
                 bw = bw * _tree_correction(protocol, nbytes)
             t = lat * 1e-6 + nbytes / (bw * 1e9)
@@ -360,7 +360,7 @@ def node_ring_s(gpu: GPU, coll: str, nbytes: Any, n: Any, intra: float | None = 
     >>> round(node_ring_s(gpu("a100-80gb"), "all_reduce", 2**14, 8) * 1e6, 2)
     15.33
     """
-    row = NCCL_ARCH[gpu.name][0]
+    row = NCCL_ARCH[kernels_of(gpu)][0]
     bus = nvlink_bus(gpu, gpu.link_bandwidth / 2 if intra is None else intra)
     nsteps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     times = []

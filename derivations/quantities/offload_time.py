@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memderive.derivations.columns import maximum, where
-from memderive.derivations.hardware import GPU
+from memderive.derivations.hardware import GPU, kernels_of
 from memderive.derivations.quantities.cluster import PCIE, Cluster
 from memderive.derivations.quantities.memory_bound import layout_int
 from memderive.derivations.quantities.model_states import offload_gradient_widths
@@ -117,7 +117,7 @@ def pcie_bandwidth(hw: GPU) -> int | None:
     None where the table has no figure."""
     if hw.link.startswith("PCIe"):
         return hw.link_bandwidth
-    return PCIE[hw.name][0] if hw.name in PCIE else None
+    return PCIE[kernels_of(hw)][0] if kernels_of(hw) in PCIE else None
 
 
 def pcie_link(hw: GPU) -> str:
@@ -127,7 +127,7 @@ def pcie_link(hw: GPU) -> str:
         return "no PCIe figure for this GPU: the copies are not timed"
     own = hw.link.startswith("PCIe")
     return (f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if own else 'x16 slot'}"
-            f"{'' if own else ', ' + cite(PCIE[hw.name][1])})")
+            f"{'' if own else ', ' + cite(PCIE[kernels_of(hw)][1])})")
 
 
 @dataclass(frozen=True, slots=True)

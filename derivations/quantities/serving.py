@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memderive.derivations.hardware import gpu as lookup
+from memderive.derivations.hardware import gpu as lookup, kernels_of
 from memderive.derivations.quantities.nccl import nccl_bytes
 from memderive.derivations.quantities.inference import serving_dtypes
 from memderive.derivations.references import cite
@@ -66,8 +66,8 @@ CUDA_GRAPH_BYTES = int(0.21 * GIB) // 35
 
 def usable_memory(gpu: Any) -> tuple[int, str]:
     """The total memory CUDA reports for ``gpu`` and where the figure is from."""
-    if gpu.name in USABLE_MEMORY:
-        return USABLE_MEMORY[gpu.name]
+    if kernels_of(gpu) in USABLE_MEMORY:  # an export variant: its die's memory
+        return USABLE_MEMORY[kernels_of(gpu)]
     return gpu.memory_bytes, f"the datasheet's {gpu.memory_bytes // GIB} GiB (no published mem_get_info total)"
 
 
