@@ -54,8 +54,9 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
     "deepspeed": ({}, "ZeRO stage 0 on one GPU is plain data parallelism of one"),
 }
 #: torch.cuda.get_device_name() fragments -> derivations.hardware names (first match wins).
-DEVICE_NAMES = (("H200", "h200"), ("H800", "h800"), ("A800", "a800-80gb"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"),
-                ("A100-SXM4-80GB", "a100-80gb"),
+DEVICE_NAMES: tuple[tuple[str, str | None], ...] = (
+    ("H200", "h200"), ("H800 PCIe", None), ("H800", "h800"), ("A800-SXM4-80GB", "a800-80gb"), ("A800", None),
+    ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("A100-SXM4-80GB", "a100-80gb"),
                 ("A100 80GB", "a100-80gb"), ("A100", "a100-40gb"), ("B200", "b200"), ("L40S", "l40s"), ("L4", "l4"),
                 ("A10", "a10"), ("RTX A6000", "a6000"), ("RTX 4090", "rtx-4090"), ("RTX 3090", "rtx-3090"),
                 ("T4", "t4"), ("V100-SXM2-32GB", "v100-32gb"), ("V100", "v100-16gb"), ("MI300X", "mi300x"))
@@ -66,6 +67,8 @@ def table_gpu(device_name: str) -> str | None:
 
     >>> table_gpu("NVIDIA H100 80GB HBM3"), table_gpu("NVIDIA A100-SXM4-40GB"), table_gpu("Tesla T4")
     ('h100-sxm', 'a100-40gb', 't4')
+    >>> table_gpu("NVIDIA A800-SXM4-80GB"), table_gpu("NVIDIA A800 40GB PCIe"), table_gpu("NVIDIA H800 PCIe")
+    ('a800-80gb', None, None)
     """
     return next((name for fragment, name in DEVICE_NAMES if fragment in device_name), None)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memderive.derivations.hardware import gpu  # noqa: E402
-from memderive.derivations.quantities.cluster import ALL_REDUCE_MEASURED  # noqa: E402
-from memderive.derivations.quantities.nccl_cost import node_ring_s  # noqa: E402
+from memderive.derivations.quantities.cluster import ALL_REDUCE_MEASURED, NVLINK_MEASURED  # noqa: E402
+from memderive.derivations.quantities.nccl_cost import node_ring_s, nvlink_bus  # noqa: E402
 from memderive.derivations.quantities.host_timeline import host_of, moe_host_exposed_s, moe_layer_host_s  # noqa: E402
 from memderive.derivations.search.plan import PlanError  # noqa: E402
 from tests.published_runs import DGXC, DGXC_GAP  # noqa: E402
@@ -72,6 +72,7 @@ def table() -> list[float]:
     dense_memory()
     zero3()
     node_ring()
+    export_links()
     return fitted + held
 
 
@@ -86,6 +87,16 @@ def node_ring() -> None:
     small = ", ".join(f"{size >> 20} MiB {r:.2f}x" for size, r in ratios.items() if size < 2**22)
     print(f"\nNCCL's one-node ring on 8 H100s against OpenXLA's measured all-reduce: 4 MiB to 2 GiB "
           f"{min(large):.2f}x-{max(large):.2f}x of the measured throughput; {small} (LL)")
+
+
+def export_links() -> None:
+    """The export variants' NVLink at NCCL's per-link speed (``nccl_cost.nvlink_bus``) against what was measured over
+    it (``cluster.NVLINK_MEASURED``): the measured over the model."""
+    for name, rows in NVLINK_MEASURED.items():
+        hw = gpu(name)
+        model = nvlink_bus(hw, hw.link_bandwidth / 2)
+        ratios = ", ".join(f"{what} {gbs:g} GB/s ({gbs / model:.2f}x)" for what, gbs, _ in rows)
+        print(f"{hw.title}'s NVLink at NCCL's per-link speed, {model:.1f} GB/s each way, against {ratios}")
 
 
 def weak_scaling(runs: list[Run]) -> None:

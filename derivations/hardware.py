@@ -37,9 +37,10 @@ Conventions (NOTE(memderive)):
   TransformerEngine, Megatron-LM, NCCL and Megatron-Bridge as mirrored here have no Blackwell SM count; 148 for
   the B200 is third-party (Chips and Cheese's B200 article; kernels' comments).
 * ``die``: the export variants, the same GPU as one of the table's with fewer NVLink links (``kernels_of``): H800 SXM
-  the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``): 8 of its 18 NVLink 4 links at 50
-  GB/s; DeepEP measured 153-158 GB/s each way over it (``deepep-v1``). A800 80GB SXM: the A100 80GB with NVLink cut to
-  400 GB/s of 600 (``tomshardware-h800``), 8 of its 12 NVLink 3 links. Their tensor rates, HBM and SMs are taken as
+  the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``; the early press figure of about 300,
+  a Reuters source in ``tomshardware-h800``, is not used): 8 NVLink 4 links at 50 GB/s (400 / 50, inferred: no source
+  read here counts them); DeepEP measured 153-158 GB/s each way over it (``deepep-v1``). A800 80GB SXM: the A100 80GB
+  with NVLink cut to 400 GB/s of 600 (``tomshardware-h800``), 8 NVLink 3 links (inferred likewise). Their tensor rates, HBM and SMs are taken as
   the full GPU's (the same die: inferred, as the H200's SMs; no H800 or A800 datasheet is read here). What is measured
   on the die's kernels (matmul rates, HBM streams, NCCL's per-link speed, FlashAttention, the cuBLAS workspace, its
   PCIe slot) stands for the variant's; what is measured over the full GPU's link (OpenXLA's all-reduce) does not.

@@ -38,13 +38,13 @@ import math
 from dataclasses import dataclass
 
 from memderive.derivations.columns import is_column, maximum, minimum, where
-from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth
+from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth, kernels_of
 from memderive.derivations.quantities.nccl_cost import (NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw,
                                                        node_ring_s, nvlink_bus)
 from memderive.symbolic.formula import Citation
 
 __all__ = ["Cluster", "INTER_NODE", "INTER_NODE_BANDWIDTH", "GPUS_PER_NODE", "NCCL", "PCIE", "group_span", "intra_bandwidth",
-           "ALL_REDUCE_MEASURED", "ALL_REDUCE_SOURCE", "all_reduce_fraction", "NCCL_COST"]
+           "ALL_REDUCE_MEASURED", "ALL_REDUCE_SOURCE", "all_reduce_fraction", "NCCL_COST", "NVLINK_MEASURED"]
 
 GPUS_PER_NODE = 8
 #: 400 Gb/s per GPU each way, in bytes/s.
@@ -56,6 +56,13 @@ ALL_REDUCE_SOURCE = Citation("openxla-collective-perf-table", "xla/service/gpu/m
                              ".txtpb: all-reduce, F32, one group of n devices per node (sm_90, sm_100_B200); "
                              "network_throughput_bytes_per_sec = tensor bytes / runtime (xla/tools/"
                              "collective_perf_table_gen.cc)")
+#: NVLink throughput measured inside one node other than by an all-reduce, GB/s each way, by GPU: (what was measured,
+#: GB/s, source). The H800's: DeepEP's intranode EP 8 dispatch and combine, the check on its 8 links at NCCL's
+#: per-link speed (tests/test_export_variants.py; benchmarks/published_runs.py prints the ratios).
+NVLINK_MEASURED: dict[str, tuple[tuple[str, float, Citation], ...]] = {
+    "h800": (("DeepEP's intranode EP 8 dispatch", 153.0, Citation("deepep-v1", "intranode EP 8 dispatch 153 GB/s")),
+             ("DeepEP's intranode EP 8 combine", 158.0, Citation("deepep-v1", "intranode EP 8 combine 158 GB/s"))),
+}
 #: OpenXLA's measured all-reduce throughput inside one node (the buffer's bytes over the time, GB/s), by device and
 #: GPUs in the group: (buffer bytes, GB/s), from 1 MiB up.
 ALL_REDUCE_MEASURED: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
@@ -84,30 +91,46 @@ def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:
     rated ring's, bytes / (2 (n-1)/n / NVLink each way), on the device it was measured on (H100 SXM and H200, whose
     NVLink 4 is the same; B200); other GPUs 1: no measurement, and a stand-in curve would time their TP against their
     other collectives unevenly (Volta and Ampere time every collective in a node at NCCL's own ring model,
-    ``Cluster.node_ring``; the rest at the rated ring). Groups past 8 take 8's, 3 takes 4's. The caller divides its
-    rated time by it.
+    ``Cluster.node_ring``; the rest at the rated ring). An export variant of a measured die (the H800,
+    ``GPU.die``): no faster than its die's measured all-reduce (the same NCCL and switches, fewer links) nor than
+    NCCL's ring over its own links (``nccl_cost.node_ring_s``), the slower of the two. Groups past 8 take 8's, 3
+    takes 4's. The caller divides its rated time by it.
 
     >>> from memderive.derivations.hardware import gpu
     >>> round(all_reduce_fraction(gpu("h100-sxm"), 2**27, 8), 4)  # 200.3 GB/s over 450e9 / 1.75 = 257.14 GB/s
     0.7789
+    >>> # H800, 2^20 B over 8: the H100's measured 20.2 GB/s, 51.9 us, slower than its own ring's; 200e9 / 1.75 rated
+    >>> round(all_reduce_fraction(gpu("h800"), 2**20, 8), 4)  # 20.2 / 114.29
+    0.1767
     """
-    arch = _ARCH.get(gpu.name)
-    if arch is None:
+    own = _ARCH.get(gpu.name)
+    if own is not None:
+        return min(1.0, _measured_rate(own, nbytes, n) / (_MEASURED_ON[own] / (2 * (_group(n) - 1) / _group(n)) / 1e9))
+    die = _ARCH.get(kernels_of(gpu))
+    if die is None:
         return 1.0
-    group = 2 if n <= 2 else 4 if n <= 4 else 8
-    points = ALL_REDUCE_MEASURED[(arch, group)]
+    rated = nbytes * 2 * (n - 1) / n / (gpu.link_bandwidth / 2)
+    slowest = max(nbytes / (_measured_rate(die, nbytes, n) * 1e9), node_ring_s(gpu, "all_reduce", nbytes, n))
+    return min(1.0, rated / slowest)
+
+
+def _group(n: int) -> int:
+    """The measured group standing for ``n`` GPUs: 2, 4 or 8."""
+    return 2 if n <= 2 else 4 if n <= 4 else 8
+
+
+def _measured_rate(arch: str, nbytes: float, n: int) -> float:
+    """OpenXLA's all-reduce throughput (GB/s) of ``nbytes`` on ``arch`` over ``n`` GPUs' group (``_group``)."""
+    points = ALL_REDUCE_MEASURED[(arch, _group(n))]
     size = max(float(nbytes), 1.0)
     if size <= points[0][0]:
-        rate = points[0][1]
-    elif size >= points[-1][0]:
-        rate = points[-1][1]
-    else:
-        for (x0, y0), (x1, y1) in zip(points, points[1:]):
-            if x0 <= size <= x1:
-                rate = y0 + (y1 - y0) * (math.log2(size) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
-                break
-    rated = _MEASURED_ON[arch] / (2 * (group - 1) / group) / 1e9
-    return min(1.0, rate / rated)
+        return points[0][1]
+    if size >= points[-1][0]:
+        return points[-1][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= size <= x1:
+            return y0 + (y1 - y0) * (math.log2(size) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+    raise AssertionError("unreachable: the size lies between two points")
 
 
 def group_span(n: int, stride: int, gpus_per_node: int) -> tuple[int, int]:

@@ -66,8 +66,10 @@ CUDA_GRAPH_BYTES = int(0.21 * GIB) // 35
 
 def usable_memory(gpu: Any) -> tuple[int, str]:
     """The total memory CUDA reports for ``gpu`` and where the figure is from."""
-    if kernels_of(gpu) in USABLE_MEMORY:  # an export variant: its die's memory
-        return USABLE_MEMORY[kernels_of(gpu)]
+    die = kernels_of(gpu)
+    if die in USABLE_MEMORY:
+        total, source = USABLE_MEMORY[die]
+        return total, source if die == gpu.name else f"{source}, {die}: the same die and memory (hardware.py)"
     return gpu.memory_bytes, f"the datasheet's {gpu.memory_bytes // GIB} GiB (no published mem_get_info total)"
 
 
