@@ -23,19 +23,25 @@ Conventions (NOTE(memderive)):
   guide); DGX H100 and H200: two Intel Xeon Platinum 8480C (``nvidia-dgx-h100-guide``); DGX B200: two Intel Xeon
   8570 (the DGX B200 user guide); DGX B300: two Intel Xeon 6776P (``nvidia-dgx-b300-datasheet``); GB200 and GB300
   NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``); H800 and A800: their
-  full GPU's DGX host standing in (no DGX H800 or DGX A800 guide is read here). ``None`` for a card
-  no such system fixes the host of (PCIe cards, MI300X).
+  full GPU's DGX host standing in (no DGX H800 or DGX A800 guide is read here); GH200: its superchip's Grace. ``None``
+  for a card
+  no such system fixes the host of (PCIe cards, MI300X, MI325X).
 * ``sms``: the streaming multiprocessors a GPU runs kernels on, from NVIDIA's architecture whitepapers (``SM_COUNTS``):
   A100 108, H100 SXM5 132, H100 PCIe 114 (the H100 whitepaper's Table 3), V100 80, RTX 4090 128, RTX 3090 82, RTX
   A6000 84; H200 132 (the H100 SXM's GH100 with HBM3e: its datasheet's tensor peaks are the H100 SXM's, the same SMs at
   the same clocks; inferred, not said in words). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
   shipping part's count: B200, GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S,
-  A10, L4, T4; MI300X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
+  A10, L4, T4, GH200 (no NVIDIA document read here counts its GPU's); MI300X and MI325X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
   ``quantities.tp_overlap.overlap_time``) is not timed where it is ``None``. NVIDIA's code does not name them either:
   CUTLASS (v4.7.0-6, 7107b0553) uses 148 as an sm_100 device's SMs without naming the part (the CuTe DSL
   mixed_input_fmha_decode.py example's fallback ``sm_count = 148``; tile_scheduler_params.h's worked example);
   TransformerEngine, Megatron-LM, NCCL and Megatron-Bridge as mirrored here have no Blackwell SM count; 148 for
   the B200 is third-party (Chips and Cheese's B200 article; kernels' comments).
+* GH200: the Hopper GPU of a Grace Hopper superchip, at the H100 SXM's dense peaks (Bekman's table: 989 and 1,979;
+  NVIDIA's 989.5 kept, as the H100's), in its two memories (96 GB HBM3 at 4.00 TB/s, 141 GB HBM3e at 4.80), NVLink 4
+  at 900 GB/s, Grace its host. Its systems differ in how many GPUs one NVLink domain joins (NVL2, NVL32, a 4-GPU
+  node): ``--gpus-per-node`` says it; 8 where not given. MI325X: the MI300X's compute (Bekman's note 18; its datasheet's
+  1,307.4 and 2,614.9 kept) with 256 GB of HBM3e at 6.00 TB/s, Infinity Fabric at the MI300X's 896 GB/s.
 * ``die``: the export variants, the same GPU as one of the table's with fewer NVLink links (``kernels_of``): H800 SXM
   the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``; the early press figure of about 300,
   a Reuters source in ``tomshardware-h800``, is not used): 8 NVLink 4 links at 50 GB/s (400 / 50, inferred: no source
@@ -52,7 +58,7 @@ Conventions (NOTE(memderive)):
 >>> gpu("A100")
 Traceback (most recent call last):
 ...
-memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, a800-80gb, h100-sxm, h100-pcie, h200, h800, b200, gb200, b300, gb300, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x
+memderive.derivations.hardware.HardwareError: unknown GPU 'A100'; choose one of a100-40gb, a100-80gb, a800-80gb, h100-sxm, h100-pcie, h200, h800, b200, gb200, b300, gb300, l40s, rtx-4090, v100-16gb, v100-32gb, a10, a6000, l4, t4, rtx-3090, mi300x, mi325x, gh200-96gb, gh200-141gb
 >>> kernels_of(gpu("h800")), kernels_of(gpu("h100-sxm"))
 ('h100-sxm', 'h100-sxm')
 """
@@ -126,6 +132,15 @@ _H800 = Citation("deepseek-v3-isca", "the H800 SXM is Hopper like the H100, its 
                                 "die, 80 GB, 3.35 TB/s")))
 _A800 = Citation("tomshardware-h800", "A800: the A100's 600 GB/s chip-to-chip interconnect trimmed to 400 GB/s",
                  also=(_A100,))
+_GH200 = Citation("bekman-mamf", "TFLOPS comparison table: NVIDIA GH200 SXM bf16 989, fp8 1979 dense; accelerator "
+                  "memory table: GH200 (1) 96 GB HBM3 4.00 TB/s, (2) 141 GB HBM3e 4.80 TB/s",
+                  also=(Citation("bekman-network", "NVLink 4: 18 links, 450 GB/s unidirectional, 900 duplex: H100, "
+                                 "H200, GH200"),))
+_MI325X = Citation("bekman-mamf", "TFLOPS comparison table: AMD MI325X bf16 1300, fp8 2610 dense, note 18 'the same "
+                   "compute as MI300X, but has more memory and more power'; accelerator memory table: MI325X 256 GB "
+                   "HBM3e 6.00 TB/s", also=(Citation("bekman-network", "AMD XGMI MI325X: 64 GB/s peer-to-peer, 7 "
+                                                      "links, 448 GB/s unidirectional, 896 duplex"),
+                                             Citation("amd-mi300x-datasheet", "BF16 1,307.4, FP8 2,614.9 dense TFLOPS")))
 _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
@@ -227,6 +242,12 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
         sms=82),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
         "Infinity Fabric", _MI300X),
+    GPU("mi325x", "AMD Instinct MI325X 256GB", 13074 * T // 10, 26149 * T // 10, 256 * GIB, 6000 * G, 896 * G,
+        "Infinity Fabric", _MI325X),
+    GPU("gh200-96gb", "NVIDIA GH200 Grace Hopper (its GPU) 96GB HBM3", 9895 * T // 10, 1979 * T, 96 * GIB, 4000 * G,
+        900 * G, "NVLink 4", _GH200, host="grace"),
+    GPU("gh200-141gb", "NVIDIA GH200 Grace Hopper (its GPU) 141GB HBM3e", 9895 * T // 10, 1979 * T, 141 * GIB,
+        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace"),
 )}
 
 

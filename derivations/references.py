@@ -743,6 +743,10 @@ _ENTRIES: tuple[Reference, ...] = (
               "mamf-finder.py: best of a brute-force shape search, mean of 100 iterations), master at 744d01e", None,
               "github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/accelerator/"
               "README.md", "docs"),
+    Reference("bekman-network", "Bekman, ml-engineering (network)", "S. Bekman", "Machine Learning Engineering Open "
+              "Book: network/README.md, intra-node networking tables (NVLink generations and the GPUs on each; AMD "
+              "XGMI peer-to-peer and all-to-all), master at 744d01e", None,
+              "github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/network/README.md", "docs"),
     Reference("azure-ai-benchmarking-guide", "Azure AI benchmarking guide", "Microsoft Azure HPC", "AI-benchmarking-"
               "guide: Azure_Results/ND_A100_v4_results.md, ND_H200_v5_results.md and ND_H100_v5_results.md (the last "
               "as its forks keep it, e.g. samuel-bohman/AI-benchmarking-guide) (HBM Bandwidth: BabelStream Copy, Mul, "

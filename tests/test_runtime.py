@@ -36,8 +36,8 @@ def test_the_gpus_people_measure_on_are_in_the_table() -> None:
         assert x.source.key.startswith("nvidia-") and cite(x.source)
     assert gpu("l4").fp8_flops == 242_500_000_000_000 and gpu("t4").fp8_flops is None
     # with the GB200 (tests/test_time_model: its NVL72 domain), the B300, the GB300, and the export variants H800 and
-    # A800 (tests/test_export_variants.py)
-    assert len(GPUS) == 21
+    # A800 (tests/test_export_variants.py), the GH200's two memories and the MI325X (tests/test_more_gpus.py)
+    assert len(GPUS) == 24
 
 
 def test_blackwell_ultra_is_in_the_table_at_its_datasheets() -> None:

@@ -72,7 +72,8 @@ MAMF_SOURCE = Citation("bekman-mamf", "Maximum Achievable Matmul FLOPS compariso
 #: the best shape's mean over 100 iterations): A100 SXM 271.2; H100 SXM 794.5 and fp8 1,402.6; H200 SXM fp8 1,453.4
 #: (bf16: "H200 is the same" as the H100's); B200 SXM 1,745.0 and 3,432.5; B300 SXM 1,769.0 and 3,353.3 (torch
 #: 2.9.1+cu130: "same as B200, newer torch/cuda"); GB200 SXM 1,822.0 and 3,615.6; MI300X 668.4 (PyTorch 2.5.1, ROCm
-#: 6.3, TunableOp). These compare GPUs with each other (``_level``); the MSMF runs' own bursts (H200 841.9 and
+#: 6.3, TunableOp); GH200 SXM 828.6 and 1,535.0 ("900W 141GiB HBM3e version"); MI325X 784.9 (TunableOp, 1000 W).
+#: These compare GPUs with each other (``_level``); the MSMF runs' own bursts (H200 841.9 and
 #: 1,491.9, B200 1,770.9 and 3,435.2: the peak of short bursts held to the boost clock, a newer method and torch) are
 #: not mixed with them.
 MAMF: dict[str, tuple[float, float | None]] = {
@@ -84,10 +85,12 @@ MAMF: dict[str, tuple[float, float | None]] = {
     "b300": (1769.0, 3353.3),
     "gb200": (1822.0, 3615.6),
     "mi300x": (668.4, None),
+    "gh200-141gb": (828.6, 1535.0),
+    "mi325x": (784.9, None),
 }
 #: GPUs without a measured MAMF: the GPU whose fraction of its own dense peak stands in (same architecture where
 #: the table has one, else the A100's 86.9%).
-MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "gb300": "gb200"}
+MAMF_STAND_IN = {"h100-pcie": "h100-sxm", "gb300": "gb200", "gh200-96gb": "gh200-141gb"}
 
 MSMF_SOURCE = Citation("bekman-msmf", "compute/accelerator/README.md at 082816f (branch fast-mamf, 2026-08-10), "
                        "Maximum Achievable Matmul FLOPS comparison table, MSMF column: H200 SXM 708.5 bf16 (@ "
@@ -112,12 +115,14 @@ MSMF: dict[str, tuple[float, float | None]] = {
 #: its, both from the one table (``MAMF``): the H100 SXM is the H200's GH100 die (132 SMs, the same dense peaks) at the
 #: same 700 W power limit (nvidia-h100-datasheet), "the same" in the table: 708.5 bf16; fp8 1,288.7 x 1,402.6 /
 #: 1,453.4. The GB200 is the B200's die (its burst 4.4% above the B200's: 1,822.0 against 1,745.0) at a higher power
-#: limit, which may hold a little more: no GB200 MSMF is published. The B300 is Blackwell Ultra, its burst 1.4% above
+#: limit, which may hold a little more: no GB200 MSMF is published. The GH200's GPU is the same GH100 die at up to 900
+#: W: the H200's sustained over burst ratio stands in (its burst 4.3% above the H100's: 828.6 against 794.5). The B300 is Blackwell Ultra, its burst 1.4% above
 #: the B200's (1,769.0 against 1,745.0, "same as B200"): no B300 MSMF is published.
-MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200"}
+MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200", "gh200-141gb": "h200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
-CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "b200": "sm_100_B200", "gb200": "sm_100_B200",
-         "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942"}
+CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "gh200-96gb": "sm_90", "gh200-141gb": "sm_90",
+         "b200": "sm_100_B200", "gb200": "sm_100_B200",
+         "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942", "mi325x": "gfx942"}
 
 #: FlashAttention's fraction of the dense 16-bit peak, (forward, backward), by kernel.
 FLASH: dict[str, tuple[float, float]] = {
@@ -226,7 +231,8 @@ def fp8_rate_ratio(gpu: GPU) -> float:
 def flash_kernel(gpu: GPU, framework: str | None) -> str:
     """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
     Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
-    hopper = kernels_of(gpu) in ("h100-sxm", "h100-pcie", "h200", "b200", "gb200", "b300", "gb300")
+    hopper = kernels_of(gpu) in ("h100-sxm", "h100-pcie", "h200", "gh200-96gb", "gh200-141gb", "b200", "gb200", "b300",
+                                 "gb300")
     if not hopper:
         return "fa2-ampere"
     return "fa3-hopper" if framework == "megatron" else "fa2-hopper"

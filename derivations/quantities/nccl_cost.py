@@ -89,6 +89,7 @@ NCCL_ARCH: dict[str, tuple[int, float, float]] = {
     "v100-16gb": (0, 20.0, 25.0), "v100-32gb": (0, 20.0, 25.0),
     "a100-40gb": (1, 20.0, 25.0), "a100-80gb": (1, 20.0, 25.0),
     "h100-sxm": (2, 20.6, 25.0), "h200": (2, 20.6, 25.0),
+    "gh200-96gb": (2, 20.6, 25.0), "gh200-141gb": (2, 20.6, 25.0),
     "b200": (3, 40.1, 50.0), "gb200": (3, 40.1, 50.0),
     # Blackwell Ultra (compute capability 10.3): NCCL's Blackwell row and speeds for every cc >= 100 (tuning.cc:263
     # compCapIndex, search.cc:1156-1160, topo.h:274-275 ncclTopoNVLinkBw)

@@ -51,7 +51,7 @@ CUBLAS = Citation("pytorch-cublas-handle-pool", "parseChosenWorkspaceSize: sm90 
 ALLOCATOR = Citation("pytorch-caching-allocator", "kMinBlockSize 512 B, kSmallSize 1 MiB in 2 MiB segments, "
                      "kRoundLarge 2 MiB")
 #: GPUs of compute capability 9.0 (Hopper), whose default cuBLAS workspace is 32 MiB.
-SM90 = frozenset({"h100-sxm", "h100-pcie", "h200", "h800"})
+SM90 = frozenset({"h100-sxm", "h100-pcie", "h200", "h800", "gh200-96gb", "gh200-141gb"})
 
 #: ``CUDA_MODULE_LOADING``: lazy (PyTorch's default since 1.13 with CUDA >= 11.7, pytorch#86509) loads a
 #: kernel when first launched; eager (older CUDA) loads every kernel of the libraries at start-up.
