@@ -29,9 +29,10 @@ Conventions (NOTE(memderive)):
 * ``sms``: the streaming multiprocessors a GPU runs kernels on, from NVIDIA's architecture whitepapers (``SM_COUNTS``):
   A100 108, H100 SXM5 132, H100 PCIe 114 (the H100 whitepaper's Table 3), V100 80, RTX 4090 128, RTX 3090 82, RTX
   A6000 84; H200 132 (the H100 SXM's GH100 with HBM3e: its datasheet's tensor peaks are the H100 SXM's, the same SMs at
-  the same clocks; inferred, not said in words). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
+  the same clocks; inferred, not said in words); GH200 132, H800 132 and A800 108 inferred likewise (their peaks their
+  full GPU's). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
   shipping part's count: B200, GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S,
-  A10, L4, T4, GH200 (no NVIDIA document read here counts its GPU's); MI300X and MI325X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
+  A10, L4, T4; MI300X and MI325X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
   ``quantities.tp_overlap.overlap_time``) is not timed where it is ``None``. NVIDIA's code does not name them either:
   CUTLASS (v4.7.0-6, 7107b0553) uses 148 as an sm_100 device's SMs without naming the part (the CuTe DSL
   mixed_input_fmha_decode.py example's fallback ``sm_count = 148``; tile_scheduler_params.h's worked example);
@@ -39,8 +40,10 @@ Conventions (NOTE(memderive)):
   the B200 is third-party (Chips and Cheese's B200 article; kernels' comments).
 * GH200: the Hopper GPU of a Grace Hopper superchip, at the H100 SXM's dense peaks (Bekman's table: 989 and 1,979;
   NVIDIA's 989.5 kept, as the H100's), in its two memories (96 GB HBM3 at 4.00 TB/s, 141 GB HBM3e at 4.80), NVLink 4
-  at 900 GB/s, Grace its host. Its systems differ in how many GPUs one NVLink domain joins (NVL2, NVL32, a 4-GPU
-  node): ``--gpus-per-node`` says it; 8 where not given. MI325X: the MI300X's compute (Bekman's note 18; its datasheet's
+  at 900 GB/s, Grace its host, 132 SMs (its peaks the H100 SXM's: inferred, as the H200's). How many GPUs one NVLink
+  domain joins depends on the GH200 system: ``--gpus-per-node`` says it (8 where not given: a DGX's, not any GH200
+  system's); its TP all-reduces in one take the H100's measured curve (``cluster.all_reduce_fraction``), the same
+  NVLink 4, measured on NVSwitch nodes. MI325X: the MI300X's compute (Bekman's note 18; its datasheet's
   1,307.4 and 2,614.9 kept) with 256 GB of HBM3e at 6.00 TB/s, Infinity Fabric at the MI300X's 896 GB/s.
 * ``die``: the export variants, the same GPU as one of the table's with fewer NVLink links (``kernels_of``): H800 SXM
   the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``; the early press figure of about 300,
@@ -245,9 +248,9 @@ GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("mi325x", "AMD Instinct MI325X 256GB", 13074 * T // 10, 26149 * T // 10, 256 * GIB, 6000 * G, 896 * G,
         "Infinity Fabric", _MI325X),
     GPU("gh200-96gb", "NVIDIA GH200 Grace Hopper (its GPU) 96GB HBM3", 9895 * T // 10, 1979 * T, 96 * GIB, 4000 * G,
-        900 * G, "NVLink 4", _GH200, host="grace"),
+        900 * G, "NVLink 4", _GH200, host="grace", sms=132),
     GPU("gh200-141gb", "NVIDIA GH200 Grace Hopper (its GPU) 141GB HBM3e", 9895 * T // 10, 1979 * T, 141 * GIB,
-        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace"),
+        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace", sms=132),
 )}
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
-from memderive.derivations.quantities.efficiency import flash_kernel, matmul_rate
+from memderive.derivations.quantities.efficiency import _burst, flash_kernel, fp8_rate_ratio, matmul_rate
+from memderive.derivations.quantities.memory_bound import achievable_bandwidth
 from memderive.derivations.quantities.runtime import cublas_workspace_bytes
 from memderive.derivations.quantities.timing import step_time
 
@@ -52,12 +53,28 @@ def test_a_training_step_is_timed_on_them(name: str) -> None:
                  gpus_per_node=4)
     t = step_time(e, name)
     assert t.step_s > t.compute_s > 0 and t.dp_s > 0
+    if name.startswith("gh200"):  # the H100's NVLink 4 and its measured all-reduce curve: the H100's TP seconds
+        assert t.tp_s == step_time(e, "h100-sxm").tp_s > 0
 
 
-def test_the_gh200s_faster_memory_runs_its_memory_bound_kernels_faster() -> None:
-    """The two GH200s differ only in their HBM (4.00 against 4.80 TB/s, neither measured by a stream benchmark: the
-    rated bandwidth): the elementwise seconds in that ratio, the matmuls the same."""
+def test_the_gh200s_memory_bound_kernels_at_their_hbms_measured_fraction() -> None:
+    """No stream benchmark of a GH200: its HBM's kind stands in (memory_bound.STREAM_STAND_IN). The 141 GB one has the
+    H200's HBM3e at 4.8 TB/s: the H200's measured Triad, 4.15 TB/s; the 96 GB one HBM3 at 4.0: the H100 SXM's fraction,
+    4.0 x 2.97 / 3.35 = 3.546 TB/s. The two differ only there: the elementwise seconds in the ratio 4.15 / 3.546 =
+    1.1702, the matmuls the same."""
+    assert achievable_bandwidth(gpu("gh200-141gb")) == pytest.approx(4.15e12)
+    assert achievable_bandwidth(gpu("gh200-96gb")) == pytest.approx(4.0e12 * 2.97 / 3.35)
     e = estimate("llama-2-7b", mode="train", batch=1, seq=4096, framework="megatron")
     small, large = step_time(e, "gh200-96gb"), step_time(e, "gh200-141gb")
     assert small.compute_s == large.compute_s
-    assert small.elementwise_s / large.elementwise_s == pytest.approx(4.8 / 4.0)
+    assert small.elementwise_s / large.elementwise_s == pytest.approx(4.15 / (4.0 * 2.97 / 3.35))
+
+
+def test_the_mi325xs_fp8_keeps_the_mi300xs_ratio_to_bf16() -> None:
+    """No fp8 MAMF for either: the MI300X's fp8 burst is OpenXLA's own 4096^3 point on it (1,745.7 TFLOP/s, gfx942);
+    the MI325X, the same compute at more power, that times its bf16 MAMF over the MI300X's: 1,745.7 x 784.9 / 668.4 =
+    2,049.97; both run fp8 2.61x their bf16."""
+    assert _burst(gpu("mi300x"), "fp8") == pytest.approx(1745.7e12)
+    assert _burst(gpu("mi325x"), "fp8") == pytest.approx(1745.7e12 * 784.9 / 668.4)
+    assert fp8_rate_ratio(gpu("mi325x")) == pytest.approx(fp8_rate_ratio(gpu("mi300x")))
+    assert fp8_rate_ratio(gpu("mi300x")) == pytest.approx(1745.7 / 668.4)

@@ -82,7 +82,8 @@ ALL_REDUCE_MEASURED: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
 }
 #: The device each measured curve was taken on, with its rated NVLink bytes/s each way (hardware.py).
 _MEASURED_ON = {"sm_90": 450 * 10**9, "sm_100_B200": 900 * 10**9}
-_ARCH = {"h100-sxm": "sm_90", "h200": "sm_90", "b200": "sm_100_B200"}
+#: The GH200's NVLink 4 is the H100's: the H100's curve (on NVSwitch nodes) stands in for its systems' own.
+_ARCH = {"h100-sxm": "sm_90", "h200": "sm_90", "gh200-96gb": "sm_90", "gh200-141gb": "sm_90", "b200": "sm_100_B200"}
 
 
 def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:

@@ -115,14 +115,19 @@ MSMF: dict[str, tuple[float, float | None]] = {
 #: its, both from the one table (``MAMF``): the H100 SXM is the H200's GH100 die (132 SMs, the same dense peaks) at the
 #: same 700 W power limit (nvidia-h100-datasheet), "the same" in the table: 708.5 bf16; fp8 1,288.7 x 1,402.6 /
 #: 1,453.4. The GB200 is the B200's die (its burst 4.4% above the B200's: 1,822.0 against 1,745.0) at a higher power
-#: limit, which may hold a little more: no GB200 MSMF is published. The GH200's GPU is the same GH100 die at up to 900
-#: W: the H200's sustained over burst ratio stands in (its burst 4.3% above the H100's: 828.6 against 794.5). The B300 is Blackwell Ultra, its burst 1.4% above
+#: limit, which may hold a little more: no GB200 MSMF is published. The GH200's GPU has the H100 SXM's dense peaks
+#: (Bekman's table) and was measured at 900 W (his "900W 141GiB HBM3e version"), its burst 4.3% above the H100's
+#: (828.6 against 794.5): the H200's sustained over burst ratio, measured at 700 W, stands in; at its higher limit it
+#: may hold a little more: no GH200 MSMF is published. The B300 is Blackwell Ultra, its burst 1.4% above
 #: the B200's (1,769.0 against 1,745.0, "same as B200"): no B300 MSMF is published.
 MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200", "gh200-141gb": "h200"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
 CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "gh200-96gb": "sm_90", "gh200-141gb": "sm_90",
          "b200": "sm_100_B200", "gb200": "sm_100_B200",
          "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942", "mi325x": "gfx942"}
+
+#: The GPU each of OpenXLA's curves was measured on.
+CURVE_DEVICE = {"sm_90": "h100-sxm", "sm_100_B200": "b200", "gfx942": "mi300x"}
 
 #: FlashAttention's fraction of the dense 16-bit peak, (forward, backward), by kernel.
 FLASH: dict[str, tuple[float, float]] = {
@@ -177,10 +182,13 @@ def _burst(gpu: GPU, dtype: str) -> float:
     ref = lookup(name)
     bf16, fp8 = MAMF[name]
     if dtype == "fp8" and gpu.fp8_flops is not None:
-        if fp8 is None:  # no measured fp8 MAMF: the table's own 4096^3 rate where it has an fp8 curve
+        if fp8 is None:  # no measured fp8 MAMF: OpenXLA's own 4096^3 rate where its table has an fp8 curve
             arch = CURVE.get(name, "sm_90")
-            if (arch, "fp8") in SHAPE_CURVES and name == own:
-                return SHAPE_CURVES[(arch, "fp8")][0] * 1e12
+            device = CURVE_DEVICE.get(arch)
+            if (arch, "fp8") in SHAPE_CURVES and name == own and device in MAMF:
+                # measured on ``device``; another GPU of that compute (the MI325X's, the MI300X's) scaled by their
+                # measured bf16 MAMFs
+                return SHAPE_CURVES[(arch, "fp8")][0] * 1e12 * bf16 / MAMF[device][0]
             return bf16 * 1e12 / ref.bf16_flops * gpu.fp8_flops
         return fp8 * 1e12 / (ref.fp8_flops or ref.bf16_flops) * gpu.fp8_flops
     return bf16 * 1e12 / ref.bf16_flops * gpu.bf16_flops

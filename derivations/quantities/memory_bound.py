@@ -89,6 +89,10 @@ STREAM_TRIAD: dict[str, tuple[float, float]] = {
     "h100-sxm": (2.97, 3.35),
     "h200": (4.15, 4.8),
 }
+#: GPUs not measured there whose HBM is of a measured GPU's kind: that GPU's Triad fraction of its rated bandwidth
+#: stands in. The GH200's 141 GB of HBM3e at 4.8 TB/s is the H200's memory; its 96 GB of HBM3 at 4.0 is HBM3 as the
+#: H100 SXM's (at another rated speed).
+STREAM_STAND_IN = {"gh200-141gb": "h200", "gh200-96gb": "h100-sxm"}
 
 
 def achievable_bandwidth(hw: GPU) -> float:
@@ -101,8 +105,10 @@ def achievable_bandwidth(hw: GPU) -> float:
     1700
     >>> round(achievable_bandwidth(gpu("l40s")) / 1e9)  # not measured: its rated 864 GB/s
     864
+    >>> round(achievable_bandwidth(gpu("gh200-96gb")) / 1e9)  # 4,000 GB/s x the H100's HBM3 fraction, 2.97 / 3.35
+    3546
     """
-    measured = STREAM_TRIAD.get(kernels_of(hw))
+    measured = STREAM_TRIAD.get(kernels_of(hw)) or STREAM_TRIAD.get(STREAM_STAND_IN.get(hw.name, ""))
     return hw.memory_bandwidth * measured[0] / measured[1] if measured else float(hw.memory_bandwidth)
 
 
