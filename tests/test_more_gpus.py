@@ -7,6 +7,7 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.hardware import gpu
+from memderive.derivations.quantities.activation_offload import host_link
 from memderive.derivations.quantities.efficiency import flash_kernel, fp8_rate_ratio, matmul_rate
 from memderive.derivations.quantities.memory_bound import achievable_bandwidth
 from memderive.derivations.quantities.runtime import cublas_workspace_bytes
@@ -79,3 +80,17 @@ def test_the_mi325xs_fp8_keeps_the_mi300xs_ratio_to_bf16() -> None:
         pytest.approx(784.9 / 668.4)
     assert fp8_rate_ratio(gpu("mi325x")) == pytest.approx(fp8_rate_ratio(gpu("mi300x")))
     assert fp8_rate_ratio(gpu("mi300x")) == pytest.approx(1745.7 / 668.4)
+
+
+def test_a_gh200_offloads_activations_over_its_own_nvlink_c2c() -> None:
+    """A GH200 joins one Grace to its one GPU over NVLink-C2C, 450 GB/s each way (Bekman's NVLink-C2C table); a GB200
+    superchip's two GPUs share theirs: 225 GB/s each. No PCIe slot to the host: without the C2C figure the copies would
+    not be timed."""
+    assert host_link(gpu("gh200-96gb"))[0] / 2 == 450e9
+    assert host_link(gpu("gb200"))[0] / 2 == 225e9
+    # 31 of Llama 3 8B's 32 layers: each copy awaited at the layer that queued it (activation_offload.exposed_copy_s,
+    # g = 0), the stall every copy whole both ways: the same bytes over twice the GB200's share, half its stall
+    e = estimate("llama-3-8b", mode="train", batch=1, seq=8192, activation_offload_layers=31, framework="megatron")
+    gh200, gb200 = step_time(e, "gh200-96gb"), step_time(e, "gb200")
+    assert gb200.activation_offload_s > 0
+    assert gh200.activation_offload_s / gb200.activation_offload_s == pytest.approx(0.5)

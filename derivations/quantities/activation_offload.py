@@ -13,9 +13,9 @@ Only the decoder layers' saved activations move (what TE's hooks see inside the 
 loss and the buffers outside the layers stay.
 
 Time (``activation_offload_s``): the copies run on TE's side stream over the GPU's host link, one layer after the
-other, each way at half the link's two-way figure (``host_link``: GB200's NVLink-C2C, else the PCIe slot). Offload
-i is queued at layer i+1's forward and awaited at layer l-N+i's, g = l - N - 1 layers later. With a layer's copy c
-and forward f, a run of k back-to-back copies from offload i's queueing to its last one's wait takes k c where the
+other, each way at half the link's two-way figure (``host_link``: GB200's and GH200's NVLink-C2C, else the PCIe
+slot). Offload i is queued at layer i+1's forward and awaited at layer l-N+i's, g = l - N - 1 layers later. With a
+layer's copy c and forward f, a run of k back-to-back copies from offload i's queueing to its last one's wait takes k c where the
 compute stream would take (k - 1 + g) f; the stalls add up along the worst chain of such runs (each next run queued
 after the last resumed, g + k offloads on): for g >= 1 one run of all N copies (splitting one adds f - g c < 0 where
 c >= f, and no run stalls where c < f), for g = 0 (N = l - 1, which TE warns "prevents overlapping") every copy whole:
@@ -53,11 +53,16 @@ __all__ = ["ACTIVATION_OFFLOAD_CITATION", "activation_offload", "offloaded_share
 ACTIVATION_OFFLOAD_CITATION = Citation("te-cpu-offload", "DefaultOffloadSynchronizer: peak (l - N) layers' saved "
                                        "activations; layers 0..N-1 on pinned host memory")
 
-#: The CPU-GPU link of GPUs whose host is not on PCIe (both directions per GPU, bytes/s): a GB200 superchip joins
-#: one Grace CPU to its two Blackwell GPUs over NVLink-C2C, 900 GB/s two-way, taken as shared by the two GPUs.
-HOST_LINK: dict[str, tuple[int, Citation]] = {
-    "gb200": (900 * 10**9 // 2, Citation("nvidia-gb200-nvl72-datasheet", "GB200 Grace Blackwell Superchip: one Grace "
-                                         "CPU, two Blackwell GPUs, NVLink-C2C 900 GB/s")),
+#: The CPU-GPU link of GPUs whose host is not on PCIe (both directions per GPU, bytes/s; in words; source): a GB200
+#: superchip joins one Grace CPU to its two Blackwell GPUs over NVLink-C2C, 900 GB/s two-way, taken as shared by the
+#: two GPUs; a GH200 joins one Grace to its one Hopper GPU over the same 900 GB/s.
+_GH200_C2C = (900 * 10**9, "the superchip's one GPU", Citation("bekman-network", "NVLink-C2C, Grace/Hopper: 450 GB/s "
+                                                                "unidirectional, 900 both"))
+HOST_LINK: dict[str, tuple[int, str, Citation]] = {
+    "gb200": (900 * 10**9 // 2, "the superchip's two GPUs sharing it",
+              Citation("nvidia-gb200-nvl72-datasheet", "GB200 Grace Blackwell Superchip: one Grace CPU, two Blackwell "
+                       "GPUs, NVLink-C2C 900 GB/s")),
+    "gh200-96gb": _GH200_C2C, "gh200-141gb": _GH200_C2C,
 }
 
 
@@ -94,8 +99,8 @@ def activation_offload_note(layers: int, n: int) -> str:
 def host_link(hw: GPU) -> tuple[int, str] | None:
     """Both directions of ``hw``'s link to host memory (bytes/s) and its words, or None where no figure is known."""
     if hw.name in HOST_LINK:
-        bw, source = HOST_LINK[hw.name]
-        return bw, f"NVLink-C2C at {bw / 2e9:,.0f} GB/s each way (the superchip's two GPUs sharing it, {cite(source)})"
+        bw, words, source = HOST_LINK[hw.name]
+        return bw, f"NVLink-C2C at {bw / 2e9:,.0f} GB/s each way ({words}, {cite(source)})"
     pcie = pcie_bandwidth(hw)
     return None if pcie is None else (pcie, f"PCIe at {pcie / 2e9:,.0f} GB/s each way")
 
