@@ -55,11 +55,13 @@ OVERRIDES: dict[str, tuple[dict[str, Any], str]] = {
 }
 #: torch.cuda.get_device_name() fragments -> derivations.hardware names (first match wins).
 DEVICE_NAMES: tuple[tuple[str, str | None], ...] = (
-    ("GH200", None), ("H200", "h200"), ("H800 PCIe", None), ("H800", "h800"), ("A800-SXM4-80GB", "a800-80gb"), ("A800", None),
+    ("GH200", None), ("H200", "h200"), ("H800 PCIe", None), ("H800", "h800"), ("A800-SXM4-80GB", "a800-80gb"),
+    ("A800", None),
     ("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("A100-SXM4-80GB", "a100-80gb"),
                 ("A100 80GB", "a100-80gb"), ("A100", "a100-40gb"), ("B200", "b200"), ("L40S", "l40s"), ("L4", "l4"),
                 ("A10", "a10"), ("RTX A6000", "a6000"), ("RTX 4090", "rtx-4090"), ("RTX 3090", "rtx-3090"),
-                ("T4", "t4"), ("V100-SXM2-32GB", "v100-32gb"), ("V100", "v100-16gb"), ("MI325X", "mi325x"), ("MI300X", "mi300x"))
+                ("T4", "t4"), ("V100-SXM2-32GB", "v100-32gb"), ("V100", "v100-16gb"), ("MI325X", "mi325x"),
+                ("MI300X", "mi300x"))
 
 
 def table_gpu(device_name: str) -> str | None:

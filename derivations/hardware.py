@@ -24,15 +24,14 @@ Conventions (NOTE(memderive)):
   8570 (the DGX B200 user guide); DGX B300: two Intel Xeon 6776P (``nvidia-dgx-b300-datasheet``); GB200 and GB300
   NVL72: Grace, 36 per rack (``nvidia-gb200-nvl72-datasheet``, ``nvidia-gb300-nvl72-datasheet``); H800 and A800: their
   full GPU's DGX host standing in (no DGX H800 or DGX A800 guide is read here); GH200: its superchip's Grace. ``None``
-  for a card
-  no such system fixes the host of (PCIe cards, MI300X, MI325X).
+  for a card no such system fixes the host of (PCIe cards, MI300X, MI325X).
 * ``sms``: the streaming multiprocessors a GPU runs kernels on, from NVIDIA's architecture whitepapers (``SM_COUNTS``):
   A100 108, H100 SXM5 132, H100 PCIe 114 (the H100 whitepaper's Table 3), V100 80, RTX 4090 128, RTX 3090 82, RTX
   A6000 84; H200 132 (the H100 SXM's GH100 with HBM3e: its datasheet's tensor peaks are the H100 SXM's, the same SMs at
   the same clocks; inferred, not said in words); GH200 132, H800 132 and A800 108 inferred likewise (their peaks their
-  full GPU's). ``None`` where no NVIDIA datasheet or whitepaper read here gives the
-  shipping part's count: B200, GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S,
-  A10, L4, T4; MI300X and MI325X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
+  full GPU's). ``None`` where no NVIDIA datasheet or whitepaper read here gives the shipping part's count: B200,
+  GB200, B300, GB300 (the Blackwell Ultra blog gives the full die's 160 SMs only), L40S, A10, L4, T4; MI300X and
+  MI325X (compute units, not SMs). What depends on it (Transformer Engine's userbuffers' SM margin,
   ``quantities.tp_overlap.overlap_time``) is not timed where it is ``None``. NVIDIA's code does not name them either:
   CUTLASS (v4.7.0-6, 7107b0553) uses 148 as an sm_100 device's SMs without naming the part (the CuTe DSL
   mixed_input_fmha_decode.py example's fallback ``sm_count = 148``; tile_scheduler_params.h's worked example);
@@ -49,10 +48,11 @@ Conventions (NOTE(memderive)):
   the H100 SXM's Hopper with NVLink cut to 400 GB/s of 900 (``deepseek-v3-isca``; the early press figure of about 300,
   a Reuters source in ``tomshardware-h800``, is not used): 8 NVLink 4 links at 50 GB/s (400 / 50, inferred: no source
   read here counts them); DeepEP measured 153-158 GB/s each way over it (``deepep-v1``). A800 80GB SXM: the A100 80GB
-  with NVLink cut to 400 GB/s of 600 (``tomshardware-h800``), 8 NVLink 3 links (inferred likewise). Their tensor rates, HBM and SMs are taken as
-  the full GPU's (the same die: inferred, as the H200's SMs; no H800 or A800 datasheet is read here). What is measured
-  on the die's kernels (matmul rates, HBM streams, NCCL's per-link speed, FlashAttention, the cuBLAS workspace, its
-  PCIe slot) stands for the variant's; what is measured over the full GPU's link (OpenXLA's all-reduce) does not.
+  with NVLink cut to 400 GB/s of 600 (``tomshardware-h800``), 8 NVLink 3 links (inferred likewise). Their tensor
+  rates, HBM and SMs are taken as the full GPU's (the same die: inferred, as the H200's SMs; no H800 or A800
+  datasheet is read here). What is measured on the die's kernels (matmul rates, HBM streams, NCCL's per-link speed,
+  FlashAttention, the cuBLAS workspace, its PCIe slot) stands for the variant's; what is measured over the full GPU's
+  link (OpenXLA's all-reduce) does not.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -141,9 +141,10 @@ _GH200 = Citation("bekman-mamf", "TFLOPS comparison table: NVIDIA GH200 SXM bf16
                                  "H200, GH200"),))
 _MI325X = Citation("bekman-mamf", "TFLOPS comparison table: AMD MI325X bf16 1300, fp8 2610 dense, note 18 'the same "
                    "compute as MI300X, but has more memory and more power'; accelerator memory table: MI325X 256 GB "
-                   "HBM3e 6.00 TB/s", also=(Citation("bekman-network", "AMD XGMI MI325X: 64 GB/s peer-to-peer, 7 "
-                                                      "links, 448 GB/s unidirectional, 896 duplex"),
-                                             Citation("amd-mi300x-datasheet", "BF16 1,307.4, FP8 2,614.9 dense TFLOPS")))
+                   "HBM3e 6.00 TB/s",
+                   also=(Citation("bekman-network", "AMD XGMI MI325X: 64 GB/s peer-to-peer, 7 links, 448 GB/s "
+                                  "unidirectional, 896 duplex"),
+                         Citation("amd-mi300x-datasheet", "BF16 1,307.4, FP8 2,614.9 dense TFLOPS")))
 _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 

@@ -15,10 +15,11 @@ loss and the buffers outside the layers stay.
 Time (``activation_offload_s``): the copies run on TE's side stream over the GPU's host link, one layer after the
 other, each way at half the link's two-way figure (``host_link``: GB200's and GH200's NVLink-C2C, else the PCIe
 slot). Offload i is queued at layer i+1's forward and awaited at layer l-N+i's, g = l - N - 1 layers later. With a
-layer's copy c and forward f, a run of k back-to-back copies from offload i's queueing to its last one's wait takes k c where the
-compute stream would take (k - 1 + g) f; the stalls add up along the worst chain of such runs (each next run queued
-after the last resumed, g + k offloads on): for g >= 1 one run of all N copies (splitting one adds f - g c < 0 where
-c >= f, and no run stalls where c < f), for g = 0 (N = l - 1, which TE warns "prevents overlapping") every copy whole:
+layer's copy c and forward f, a run of k back-to-back copies from offload i's queueing to its last one's wait takes k c
+where the compute stream would take (k - 1 + g) f; the stalls add up along the worst chain of such runs (each next
+run queued after the last resumed, g + k offloads on): for g >= 1 one run of all N copies (splitting one adds
+f - g c < 0 where c >= f, and no run stalls where c < f), for g = 0 (N = l - 1, which TE warns "prevents
+overlapping") every copy whole:
 
     exposed = max(0, N c - (l - 2) f)   (N < l - 1);   N c   (N = l - 1)
 

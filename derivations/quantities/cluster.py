@@ -106,7 +106,8 @@ def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:
     """
     own = _ARCH.get(gpu.name)
     if own is not None:
-        return min(1.0, _measured_rate(own, nbytes, n) / (_MEASURED_ON[own] / (2 * (_group(n) - 1) / _group(n)) / 1e9))
+        rated = _MEASURED_ON[own] / (2 * (_group(n) - 1) / _group(n)) / 1e9  # GB/s, the measured device's ring
+        return min(1.0, _measured_rate(own, nbytes, n) / rated)
     die = _ARCH.get(kernels_of(gpu))
     if die is None:
         return 1.0

@@ -76,7 +76,8 @@ HOST_COSTS = {"x86": HostCosts(13.48e-6, 13.48e-6, 3.0e-6), "grace": HostCosts(3
 
 def host_of(gpu_name: str) -> str:
     """``HOST_COSTS``' key for the host CPU beside ``gpu_name``: the GPU's own (``GPU.host``, hardware.py), Grace
-    on the Grace-Blackwell racks and the GH200 (the GB200's Grace figures for both), else x86 (Intel, AMD, or a card no system fixes the host of)."""
+    on the Grace-Blackwell racks and the GH200 (the GB200's Grace figures for both), else x86 (Intel, AMD, or a card
+    no system fixes the host of)."""
     return "grace" if gpu(gpu_name).host == "grace" else "x86"
 
 

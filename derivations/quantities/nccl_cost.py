@@ -319,6 +319,7 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
         return np.asarray(out, dtype=float).astype(object).view(column_class())
     nodes = -(-n // ppn)
     bus = bus_bandwidth(gpu, ppn, port, intra)
+    row = NCCL_ARCH[kernels_of(gpu)][0]
     candidates = []
     algorithms = ("ring", "tree") if coll == "all_reduce" else ("ring", "pat")
     for algorithm in algorithms:
@@ -327,9 +328,8 @@ def collective_s(gpu: GPU, coll: str, nbytes: Any, n: Any, ppn: Any, port: float
             if algorithm == "ring" and protocol == "simple" and coll == "all_reduce":
                 # the ring's plateau (tuning.cc:647-650: 1.4 from compute capability 8.0, 1.9 below), two channels
                 # per NIC
-                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * (1.4 if NCCL_ARCH[kernels_of(gpu)][0] else 1.9),
-                            lat)
-            bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, NCCL_ARCH[kernels_of(gpu)][0], ppn, nodes)
+                lat = where(nbytes / (net_channels(ppn) * n) >= 64, lat * (1.4 if row else 1.9), lat)
+            bw = algorithm_bandwidth(bus, coll, algorithm, protocol, n, row, ppn, nodes)
             if algorithm == "tree":
                 bw = bw * _tree_correction(protocol, nbytes)
             t = lat * 1e-6 + nbytes / (bw * 1e9)
