@@ -1813,6 +1813,26 @@ _BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules ml
 #: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express:
 #: Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
 #: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
+#: Megatron-Bridge docs/training/cuda-graphs.md ("Mid-sized MoE pretrain", added by #3868, 1faf74e32, 2026-05-18):
+#: Qwen3 30B-A3B pretraining, H100 BF16, config variant v1, 2 nodes of 8 GPUs, EP 16, TP 1, PP 1, CP 1, MBS 1, GBS 1,024,
+#: the all-to-all dispatcher (--moe_flex_dispatcher_backend None), --moe_a2a_overlap false, no delayed wgrad; its
+#: eager iterations 5-8 averaged 41.36 s (TE-scoped graphs of attn, moe_router and moe_preprocess: 42.00 s). The recipe
+#: at that commit: scripts/performance/configs/qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: 16 GPUs,
+#: GBS 1,024, EP 16) and qwen3_llm_pretrain.py L30-44 (no recompute, router fusion, forced balanced routing).
+_BRIDGE_EAGER = ("Megatron-Bridge docs/training/cuda-graphs.md (#3868, 1faf74e32): eager iterations 5-8 of a short "
+                 "run, the recipe's HybridEP replaced by the all-to-all dispatcher, no CUDA graphs")
+
+
+def _bridge_eager(name: str, hw: str, model: Any, layout: dict, seq: int, step_s: float) -> MoERun:
+    """A Megatron-Bridge MoE run measured as a step time in eager mode (``_BRIDGE_EAGER``), BF16 on DGX-H100 nodes, its
+    recipe's defaults otherwise (``_bridge_moe``'s: ZeRO-1, no recompute, the precision-aware optimizer)."""
+    run = _bridge_moe(name, "DGX-H100", hw, model, layout, seq, 0, 0, recipe=_BRIDGE_MOE_NOTE, release="26.06")
+    return replace(run, source=_BRIDGE_EAGER[:_BRIDGE_EAGER.index(":")], tokens_per_s_per_gpu=None,
+                   measured_s=step_s, published_mfu=None, note=f"{step_s} s per step; {_BRIDGE_EAGER}",
+                   assumed="v0.5.0-era qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: GBS 1024 / (MBS 1 "
+                           "x DP 16) = 64), the guide's overrides: the all-to-all dispatcher, no A2A overlap, eager")
+
+
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -2169,6 +2189,10 @@ MOE = [
                         "EP 64), the layout of recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout(4, 4) (61 "
                         "layers: E+4 | 14 x 4 | 1 + loss); HybridEP timed as DeepEP; Kimi K2's sizes from "
                         f"tests/fixtures/kimi-k2/config.json; {_GB300_RATE}"),
+    # Megatron-Bridge's CUDA-graph guide measured the eager baseline of its Qwen3 30B-A3B H100 BF16 recipe with the
+    # all-to-all dispatcher in place of the recipe's HybridEP: a step, not a throughput (_BRIDGE_EAGER)
+    _bridge_eager("Qwen3 30B-A3B ep16 bf16 eager H100", "h100-sxm", "qwen3-30b-a3b",
+                  {"dp": 16, "ep": 16, "batch": 1, "micro_batches": 64, "moe_dispatcher": "alltoall"}, 4096, 41.36),
 ]
 
 
@@ -2189,7 +2213,7 @@ MOE = [
 #: and under 10% on the DGX runs (0.63 of 6.81 on B200); the rest has no cited cause.
 #: quantities/host_timeline.py walks it per segment (each MoE layer's forward between two syncs, max(G, H)) with
 #: the host work a source counts (router ops, the two GroupedLinear calls, one GEMM launch per local expert): 0.04-1.44
-#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 52 rows (the "gap/layer" table's
+#: ms per layer's forward against 0.97-14.6 ms of GPU, so it binds on none of the 53 rows (the "gap/layer" table's
 #: fwd host and exposed columns, python benchmarks/published_runs.py).
 #: These rows are the same three layouts in Bridge's 25.09 table, run with token drop instead: capacity factor 1,
 #: padded to capacity (``apply_moe_token_drop``, src/megatron/bridge/training/utils/moe_token_drop.py). Every split
