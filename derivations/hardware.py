@@ -53,6 +53,12 @@ Conventions (NOTE(memderive)):
   datasheet is read here). What is measured on the die's kernels (matmul rates, HBM streams, NCCL's per-link speed,
   FlashAttention, the cuBLAS workspace, its PCIe slot) stands for the variant's; what is measured over the full GPU's
   link (OpenXLA's all-reduce) does not.
+* ``arch``: the architecture the toolkits choose kernels and tables by (``ARCH_SOURCES``): NVIDIA's compute capability
+  as ``sm_XY`` (V100 sm_70, T4 sm_75, A100 and A800 sm_80, A10, RTX A6000 and RTX 3090 sm_86, L4, L40S and RTX 4090
+  sm_89, H100, H200, H800 and GH200 sm_90, B200 and GB200 sm_100, B300 and GB300 sm_103), AMD's LLVM target for the
+  MI300X and MI325X (gfx942). What depends on it reads it here, not a list of names: OpenXLA's GEMM curve
+  (``efficiency.CURVE``), the FlashAttention kernel (``efficiency.flash_kernel``), NCCL's row (``nccl_cost.NCCL_ARCH``)
+  and the cuBLAS workspace (``runtime.SM90``).
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -74,7 +80,8 @@ from memderive.derivations.references import cite
 from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
-__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS", "kernels_of"]
+__all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS", "ARCH_SOURCES",
+           "kernels_of"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -150,6 +157,14 @@ _MI300X = Citation("amd-mi300x-datasheet",
 
 
 #: The sources of ``GPU.sms`` (the module's docstring).
+#: ``GPU.arch``: NVIDIA's compute capabilities (its CUDA GPUs table: V100 7.0, T4 7.5, A100 and A800 8.0, A10, RTX
+#: A6000 and RTX 3090 8.6, L4, L40S and RTX 4090 8.9, H100, H200, H800 and GH200 9.0, B200 and GB200 10.0, B300 and
+#: GB300 10.3) and AMD's LLVM target for CDNA 3 (the ROCm GPU specifications: MI300X and MI325X gfx942).
+ARCH_SOURCES = (Citation("nvidia-cuda-gpus", "compute capability: V100 7.0, T4 7.5, A100 8.0, A10 / RTX A6000 / RTX "
+                         "3090 8.6, L4 / L40S / RTX 4090 8.9, H100 / H200 / GH200 9.0, B200 / GB200 10.0, B300 / "
+                         "GB300 10.3"),
+                Citation("amd-rocm-gpu-specs", "MI300X, MI325X: LLVM target gfx942"))
+
 SM_COUNTS = (Citation("nvidia-a100-whitepaper", "A100: 108 SMs"),
              Citation("nvidia-h100-whitepaper", "H100 SXM5 132 SMs, H100 PCIe 114"),
              Citation("nvidia-volta-whitepaper", "Tesla V100: 80 SMs"),
@@ -184,6 +199,9 @@ class GPU:
     #: The table's GPU this one is apart from its link (an export variant: H800, A800; the module's docstring), whose
     #: kernels' measurements stand for its own (``kernels_of``); None: its own.
     die: str | None = None
+    #: Its architecture as the toolkits name it (``ARCH_SOURCES``): NVIDIA's compute capability ``sm_XY`` (CUDA's
+    #: 9.0 is ``sm_90``), AMD's LLVM target ``gfx942``; what a kernel, a library's table or NCCL's rows are chosen by.
+    arch: str = ""
 
     def __post_init__(self) -> None:
         if self.host is not None and self.host not in HOSTS:
@@ -204,54 +222,55 @@ class GPU:
                 "fp4_flops": self.fp4_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                 "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
-                "host": self.host, "source": cite(self.source)}
+                "host": self.host, "arch": self.arch, "source": cite(self.source)}
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100, host="amd",
-        sms=108),
+        sms=108, arch="sm_80"),
     GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd",
-        sms=108),
+        sms=108, arch="sm_80"),
     GPU("a800-80gb", "NVIDIA A800 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 400 * G, "NVLink 3 (8 links)", _A800,
-        host="amd", sms=108, die="a100-80gb"),
+        host="amd", sms=108, die="a100-80gb", arch="sm_80"),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G,
-        "NVLink 4", _H100, host="intel", sms=132),
+        "NVLink 4", _H100, host="intel", sms=132, arch="sm_90"),
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
-        "NVLink bridge", _H100, sms=114),
+        "NVLink bridge", _H100, sms=114, arch="sm_90"),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G,
-        "NVLink 4", _H200, host="intel", sms=132),
+        "NVLink 4", _H200, host="intel", sms=132, arch="sm_90"),
     GPU("h800", "NVIDIA H800 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 400 * G, "NVLink 4 (8 links)",
-        _H800, host="intel", sms=132, die="h100-sxm"),
+        _H800, host="intel", sms=132, die="h100-sxm", arch="sm_90"),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
-        fp4_flops=9000 * T, host="intel"),
+        fp4_flops=9000 * T, host="intel", arch="sm_100"),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T, host="grace"),
+        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T, host="grace", arch="sm_100"),
     GPU("b300", "NVIDIA B300 Blackwell Ultra (DGX/HGX) 288GB", 2250 * T, 4500 * T, 288 * GIB, 8000 * G, 1800 * G,
-        "NVLink 5", _B300, fp4_flops=13500 * T, host="intel"),
+        "NVLink 5", _B300, fp4_flops=13500 * T, host="intel", arch="sm_103"),
     GPU("gb300", "NVIDIA GB300 NVL72 (per Blackwell Ultra GPU) 288GB", 2500 * T, 5000 * T, 288 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace"),
-    GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S),
+        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace", arch="sm_103"),
+    GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S,
+        arch="sm_89"),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
-        "PCIe 4.0 x16", _ADA, sms=128),
+        "PCIe 4.0 x16", _ADA, sms=128, arch="sm_89"),
     GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel", sms=80),
+        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70"),
     GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel", sms=80),
-    GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10),
+        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70"),
+    GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10, arch="sm_86"),
     GPU("a6000", "NVIDIA RTX A6000 48GB", 1548 * T // 10, None, 48 * GIB, 768 * G, 1125 * G // 10, "NVLink bridge",
-        _A6000, sms=84),
-    GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4),
-    GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4),
+        _A6000, sms=84, arch="sm_86"),
+    GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4, arch="sm_89"),
+    GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4, arch="sm_75"),
     GPU("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 71 * T, None, 24 * GIB, 936 * G, 64 * G, "PCIe 4.0 x16", _RTX3090,
-        sms=82),
+        sms=82, arch="sm_86"),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
-        "Infinity Fabric", _MI300X),
+        "Infinity Fabric", _MI300X, arch="gfx942"),
     GPU("mi325x", "AMD Instinct MI325X 256GB", 13074 * T // 10, 26149 * T // 10, 256 * GIB, 6000 * G, 896 * G,
-        "Infinity Fabric", _MI325X),
+        "Infinity Fabric", _MI325X, arch="gfx942"),
     GPU("gh200-96gb", "NVIDIA GH200 Grace Hopper (its GPU) 96GB HBM3", 9895 * T // 10, 1979 * T, 96 * GIB, 4000 * G,
-        900 * G, "NVLink 4", _GH200, host="grace", sms=132),
+        900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90"),
     GPU("gh200-141gb", "NVIDIA GH200 Grace Hopper (its GPU) 141GB HBM3e", 9895 * T // 10, 1979 * T, 141 * GIB,
-        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace", sms=132),
+        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90"),
 )}
 
 

@@ -252,6 +252,11 @@ _ENTRIES: tuple[Reference, ...] = (
     Reference("nvidia-a100-datasheet", "NVIDIA A100 datasheet", _NV, "NVIDIA A100 Tensor Core GPU datasheet", None,
               "nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-"
               "web.pdf", "datasheet"),
+    Reference("nvidia-cuda-gpus", "NVIDIA, CUDA GPUs", _NV, "CUDA GPU Compute Capability (the table of NVIDIA GPUs "
+              "by compute capability)", None, "developer.nvidia.com/cuda-gpus", "datasheet"),
+    Reference("amd-rocm-gpu-specs", "AMD, ROCm GPU specifications", "AMD", "ROCm documentation: GPU hardware "
+              "specifications (Instinct accelerators, their LLVM targets)", None,
+              "rocm.docs.amd.com/en/latest/reference/gpu-arch-specs.html", "datasheet"),
     Reference("nvidia-h100-datasheet", "NVIDIA H100 datasheet", _NV, "NVIDIA H100 Tensor Core GPU datasheet", None,
               "resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet", "datasheet"),
     Reference("philisun-h800", "Philisun, H800 vs H100", "Philisun", "NVIDIA H800 vs H100: A Technical Deep Dive "

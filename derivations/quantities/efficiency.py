@@ -46,7 +46,7 @@ from dataclasses import replace
 from typing import Any
 
 from memderive.derivations.columns import is_column
-from memderive.derivations.hardware import GPU, gpu as lookup, kernels_of
+from memderive.derivations.hardware import GPU, GPUS, gpu as lookup, kernels_of
 from memderive.derivations.memo import per_graph
 from memderive.derivations.options import TE_FP8
 from memderive.derivations.quantities.compute import HARDWARE
@@ -121,10 +121,14 @@ MSMF: dict[str, tuple[float, float | None]] = {
 #: may hold a little more: no GH200 MSMF is published. The B300 is Blackwell Ultra, its burst 1.4% above
 #: the B200's (1,769.0 against 1,745.0, "same as B200"): no B300 MSMF is published.
 MSMF_STAND_IN = {"h100-sxm": "h200", "gb200": "b200", "b300": "b200", "gh200-141gb": "h200"}
+#: NVIDIA's architectures from Hopper on (``GPU.arch``), whose attention runs FlashAttention's Hopper kernels
+#: (``flash_kernel``).
+HOPPER_AND_LATER = ("sm_90", "sm_100", "sm_103")
+#: OpenXLA's curve for each architecture (``GPU.arch``) it measured or that runs the same tensor cores: Blackwell
+#: Ultra (sm_103) takes the B200's sm_100 curve.
+ARCH_CURVE = {"sm_90": "sm_90", "sm_100": "sm_100_B200", "sm_103": "sm_100_B200", "gfx942": "gfx942"}
 #: The GPU's curve in OpenXLA's table: its own architecture's, else the H100's (no Ampere, Ada or Volta table).
-CURVE = {"h100-sxm": "sm_90", "h100-pcie": "sm_90", "h200": "sm_90", "gh200-96gb": "sm_90", "gh200-141gb": "sm_90",
-         "b200": "sm_100_B200", "gb200": "sm_100_B200",
-         "b300": "sm_100_B200", "gb300": "sm_100_B200", "mi300x": "gfx942", "mi325x": "gfx942"}
+CURVE = {name: ARCH_CURVE[hw.arch] for name, hw in GPUS.items() if hw.arch in ARCH_CURVE}
 
 #: The GPU each of OpenXLA's curves was measured on.
 CURVE_DEVICE = {"sm_90": "h100-sxm", "sm_100_B200": "b200", "gfx942": "mi300x"}
@@ -239,9 +243,7 @@ def fp8_rate_ratio(gpu: GPU) -> float:
 def flash_kernel(gpu: GPU, framework: str | None) -> str:
     """Which FlashAttention runs: a Hopper kernel under Megatron-Core (Transformer Engine's fused attention) on
     Hopper and later NVIDIA GPUs, FlashAttention-2 otherwise (PyTorch's SDPA flash backend, flash-attn 2)."""
-    hopper = kernels_of(gpu) in ("h100-sxm", "h100-pcie", "h200", "gh200-96gb", "gh200-141gb", "b200", "gb200", "b300",
-                                 "gb300")
-    if not hopper:
+    if gpu.arch not in HOPPER_AND_LATER:
         return "fa2-ampere"
     return "fa3-hopper" if framework == "megatron" else "fa2-hopper"
 

@@ -63,14 +63,15 @@ from typing import Any
 
 from memderive.derivations.columns import column_class, is_column
 from memderive.derivations.columns import maximum as _maximum, minimum as _minimum, where as _where
-from memderive.derivations.hardware import GPU, kernels_of
+from memderive.derivations.hardware import GPU, GPUS, kernels_of
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.lazy import lazy
 
 np = lazy("numpy")
 
-__all__ = ["NCCL_COST", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth", "collective_s",
-           "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth", "node_ring_s", "nvlink_bus"]
+__all__ = ["NCCL_COST", "NCCL_ROWS", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth",
+           "collective_s", "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth",
+           "node_ring_s", "nvlink_bus"]
 
 NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tuning.cc:149-212, 228-233, 289-435, 623-655)",
                      also=(Citation("nccl-search", "speedArrayInter, sm90/sm100SpeedArrayInter; ncclTopoCompute "
@@ -81,20 +82,20 @@ NCCL_COST = Citation("nccl-tuning", "ncclTopoTuneModel, ncclTopoGetAlgoTime (tun
                            Citation("nccl-tests-252", "ring all-reduce, 2 nodes of 4 H100s: bus bandwidth 93-97 GB/s, "
                                     "'~24GB/s per NIC'")))
 
-#: Per GPU kind: (NCCL's compute-capability row: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell; NCCL's speed of one
+#: Per compute capability (``GPU.arch``): (NCCL's row: 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell; NCCL's speed of one
 #: NVLink link in GB/s, topo.h:19-24; the link's rated GB/s each way). NVLink 3/4 links are 25 GB/s each way (A100:
 #: 12 x 2 x 25 = 600 GB/s; H100: 18 x 2 x 25 = 900), NVLink 5 links 50 (B200: 18 x 2 x 50 = 1,800; hardware.py).
-#: The host CPU, for the network post overhead, is the GPU's own (``GPU.host``, hardware.py).
-NCCL_ARCH: dict[str, tuple[int, float, float]] = {
-    "v100-16gb": (0, 20.0, 25.0), "v100-32gb": (0, 20.0, 25.0),
-    "a100-40gb": (1, 20.0, 25.0), "a100-80gb": (1, 20.0, 25.0),
-    "h100-sxm": (2, 20.6, 25.0), "h200": (2, 20.6, 25.0),
-    "gh200-96gb": (2, 20.6, 25.0), "gh200-141gb": (2, 20.6, 25.0),
-    "b200": (3, 40.1, 50.0), "gb200": (3, 40.1, 50.0),
-    # Blackwell Ultra (compute capability 10.3): NCCL's Blackwell row and speeds for every cc >= 100 (tuning.cc:263
-    # compCapIndex, search.cc:1156-1160, topo.h:274-275 ncclTopoNVLinkBw)
-    "b300": (3, 40.1, 50.0), "gb300": (3, 40.1, 50.0),
+#: Blackwell Ultra (compute capability 10.3): NCCL's Blackwell row and speeds for every cc >= 100 (tuning.cc:263
+#: compCapIndex, search.cc:1156-1160, topo.h:274-275 ncclTopoNVLinkBw).
+NCCL_ROWS: dict[str, tuple[int, float, float]] = {
+    "sm_70": (0, 20.0, 25.0), "sm_80": (1, 20.0, 25.0), "sm_90": (2, 20.6, 25.0),
+    "sm_100": (3, 40.1, 50.0), "sm_103": (3, 40.1, 50.0),
 }
+#: Per GPU kind whose GPUs NVLink joins through switches or in a hybrid cube (not a two-card bridge, not PCIe): its
+#: architecture's row (``NCCL_ROWS``). The host CPU, for the network post overhead, is the GPU's own (``GPU.host``).
+NCCL_ARCH: dict[str, tuple[int, float, float]] = {
+    name: NCCL_ROWS[hw.arch] for name, hw in GPUS.items()
+    if hw.arch in NCCL_ROWS and hw.link.startswith("NVLink") and hw.link != "NVLink bridge"}
 
 #: search.cc:1052-1053, 1058-1059, 1064-1065: the per-channel speeds (GB/s) the topology search tries across nodes.
 SPEEDS_INTER = {

@@ -36,7 +36,7 @@ from memderive.derivations.references import cite
 from memderive.symbolic.formula import Citation
 from memderive.derivations.quantities.nccl import NCCL, nccl_bytes
 from memderive.derivations.quantities.serving import vllm_refusal, vllm_startup
-from memderive.derivations.hardware import gpu
+from memderive.derivations.hardware import GPUS, gpu
 
 __all__ = ["Runtime", "RuntimeTerm", "runtime", "runtime_json", "overhead_breakdown", "PERSISTENT", "cublas_workspace_bytes", "context_bytes",
            "nccl_bytes", "parallel_groups", "fits_gpu",
@@ -50,8 +50,8 @@ CUBLAS = Citation("pytorch-cublas-handle-pool", "parseChosenWorkspaceSize: sm90 
                   "CUDACachingAllocator")
 ALLOCATOR = Citation("pytorch-caching-allocator", "kMinBlockSize 512 B, kSmallSize 1 MiB in 2 MiB segments, "
                      "kRoundLarge 2 MiB")
-#: GPUs of compute capability 9.0 (Hopper), whose default cuBLAS workspace is 32 MiB.
-SM90 = frozenset({"h100-sxm", "h100-pcie", "h200", "h800", "gh200-96gb", "gh200-141gb"})
+#: GPUs of compute capability 9.0 (Hopper, ``GPU.arch``), whose default cuBLAS workspace is 32 MiB.
+SM90 = frozenset(name for name, hw in GPUS.items() if hw.arch == "sm_90")
 
 #: ``CUDA_MODULE_LOADING``: lazy (PyTorch's default since 1.13 with CUDA >= 11.7, pytorch#86509) loads a
 #: kernel when first launched; eager (older CUDA) loads every kernel of the libraries at start-up.

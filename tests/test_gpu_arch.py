@@ -1,0 +1,38 @@
+"""Each GPU's architecture said once (``GPU.arch``, hardware.py) and what is chosen by it read from there: OpenXLA's
+GEMM curve, the FlashAttention kernel, NCCL's compute-capability row, the cuBLAS workspace.
+
+Expected values from NVIDIA's CUDA GPUs table (compute capability: H100 9.0, B200 10.0, B300 10.3, A100 8.0, V100 7.0,
+L40S 8.9) and AMD's ROCm specifications (MI300X gfx942), and from the code that chooses by them: NCCL's tuning.cc
+(rows 0 Volta ... 3 Blackwell, every cc >= 100 Blackwell), PyTorch's cuBLAS workspace (32 MiB on sm90 only).
+"""
+
+from __future__ import annotations
+
+from memderive.derivations.hardware import GPUS, gpu
+from memderive.derivations.quantities.efficiency import CURVE, flash_kernel
+from memderive.derivations.quantities.nccl_cost import NCCL_ARCH
+from memderive.derivations.quantities.runtime import SM90, cublas_workspace_bytes
+
+
+def test_every_gpu_names_its_architecture() -> None:
+    assert all(x.arch for x in GPUS.values())
+    assert [gpu(n).arch for n in ("v100-16gb", "a100-80gb", "l40s", "h100-pcie", "b200", "gb300", "mi325x")] == [
+        "sm_70", "sm_80", "sm_89", "sm_90", "sm_100", "sm_103", "gfx942"]
+    assert gpu("h800").arch == gpu("h100-sxm").arch and gpu("a800-80gb").arch == gpu("a100-80gb").arch
+
+
+def test_what_the_architecture_chooses() -> None:
+    # Hopper's 32 MiB cuBLAS workspace: every sm_90 part, the PCIe card and the export variant too; not Blackwell
+    assert SM90 == {"h100-sxm", "h100-pcie", "h200", "h800", "gh200-96gb", "gh200-141gb"}
+    assert cublas_workspace_bytes("h100-pcie") == 32 * 2**20 > cublas_workspace_bytes("b200")
+    # OpenXLA's curves: Hopper's sm_90, Blackwell Ultra on the B200's, CDNA 3 on the MI300X's; none for Ampere or Ada
+    assert (CURVE["h100-pcie"], CURVE["gb300"], CURVE["mi325x"]) == ("sm_90", "sm_100_B200", "gfx942")
+    assert "a100-80gb" not in CURVE and "l40s" not in CURVE
+    # FlashAttention: Hopper's kernels from sm_90 on, FlashAttention-2's Ampere kernel before
+    assert [flash_kernel(gpu(n), "megatron") for n in ("h100-pcie", "b300", "a100-80gb", "l40s")] == [
+        "fa3-hopper", "fa3-hopper", "fa2-ampere", "fa2-ampere"]
+    # NCCL: Volta 0, Ampere 1, Hopper 2 at 20.6 GB/s a link, Blackwell and Blackwell Ultra 3 at 40.1; a bridged pair
+    # (H100 PCIe, RTX A6000) and PCIe cards have no NVLink row
+    assert [NCCL_ARCH[n][:2] for n in ("v100-32gb", "a100-40gb", "h200", "b300")] == [
+        (0, 20.0), (1, 20.0), (2, 20.6), (3, 40.1)]
+    assert not {"h100-pcie", "a6000", "l40s", "mi300x"} & set(NCCL_ARCH)
