@@ -274,7 +274,7 @@ def against_plan() -> None:
     print(f"The published layout against the planner's best on the same cluster (within: published <= {PLAN_SLACK:g} "
           "x best)\n"
           f"{'run':24s} {'published layout':34s} {'pred. s':>8s} {'planner best':36s} {'best s':>8s} {'ratio':>6s}")
-    within, beaten = 0, []
+    within, beaten, apart = 0, [], []
     for run in RUNS + MOE:
         try:
             c = plan_against(run)
@@ -285,26 +285,31 @@ def against_plan() -> None:
             continue
         within += c.within
         faster = faster_published(run, RUNS + MOE)
-        if faster is not None:
+        if run.layout_chosen_for:
+            apart.append((run, c.within))
+        elif faster is not None:
             beaten.append((run, faster, c.within))
         print(f"{run.name:24s} {_shown(run.layout):34s} {c.published_s:8.2f} {_shown(c.best.options):36s} "
               f"{c.best.step_time_s:8.2f} {c.ratio:6.3f}{'' if c.within else ' over'}")
     total = len(RUNS) + len(MOE)
     print(f"{within} of {total} published layouts within {PLAN_SLACK - 1:.0%} of the planner's best "
           f"({len(MOE)} of them MoE, the expert-parallel degree searched too)")
+    for run, ok in apart:
+        print(f"Run under other options than its layout was chosen for: {run.name} ({_shown(run.layout)}), chosen for "
+              f"{run.layout_chosen_for}; {'within' if ok else 'not within'} {PLAN_SLACK - 1:.0%} of the planner's best")
     if beaten:
         print(f"Published layouts that another published layout of the same job and recipe (model, GPUs, global batch, "
               f"sequence, recompute, every option not planned; tests.published_runs.same_job) measured more than "
               f"{PLAN_SLACK - 1:.0%} faster:")
-        for run, faster, ok in beaten:
-            print(f"  {run.name:24s} {_shown(run.layout):34s} {run.measured():7.2f} s measured; "
-                  f"{faster.name} {_shown(faster.layout)} {faster.measured():7.2f} s "
-                  f"({run.measured() / faster.measured():.2f}x; {_release(run)} then {_release(faster)})"
-                  f"{'' if not ok else '; within the planner anyway'}")
-        kept = total - len(beaten)
-        held = within - sum(ok for _, _, ok in beaten)
+    for run, faster, ok in beaten:
+        print(f"  {run.name:24s} {_shown(run.layout):34s} {run.measured():7.2f} s measured; "
+              f"{faster.name} {_shown(faster.layout)} {faster.measured():7.2f} s "
+              f"({run.measured() / faster.measured():.2f}x; {_release(run)} then {_release(faster)})"
+              f"{'' if not ok else '; within the planner anyway'}")
+    if beaten or apart:
+        kept = total - len(beaten) - len(apart)
+        held = within - sum(ok for _, _, ok in beaten) - sum(ok for _, ok in apart)
         print(f"{held} of the other {kept} ({held / kept:.1%}) within {PLAN_SLACK - 1:.0%} of the planner's best")
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -72,6 +72,10 @@ class Run:
     sequence_parallel: bool = True
     published_mfu: float | None = None  # the MFU the source states (its own FLOP count), where it gives one
     gpus_per_node: int = 8  # GPUs on one NVLink domain (GB200 NVL72: 72)
+    #: Where the source ran its layout under options other than those the layout was chosen for (an A/B experiment
+    #: on a recipe): what it was chosen for. The planner comparison lists such a run apart (``plan_against``: whether
+    #: a layout someone chose for speed is near the planner's best); "": chosen for the run's own options.
+    layout_chosen_for: str = ""
 
     @property
     def gpus(self) -> int:
@@ -1830,7 +1834,9 @@ def _bridge_eager(name: str, hw: str, model: Any, layout: dict, seq: int, step_s
     return replace(run, source=_BRIDGE_EAGER[:_BRIDGE_EAGER.index(":")], tokens_per_s_per_gpu=None,
                    measured_s=step_s, published_mfu=None, note=f"{step_s} s per step; {_BRIDGE_EAGER}",
                    assumed="v0.5.0-era qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: GBS 1024 / (MBS 1 "
-                           "x DP 16) = 64), the guide's overrides: the all-to-all dispatcher, no A2A overlap, eager")
+                           "x DP 16) = 64), the guide's overrides: the all-to-all dispatcher, no A2A overlap, eager",
+                   layout_chosen_for="the recipe's HybridEP dispatcher (moe_flex_dispatcher_backend hybridep, L421-431), "
+                                     "which the guide replaced by the all-to-all dispatcher for its CUDA-graph A/B")
 
 
 MOE = [
