@@ -311,6 +311,7 @@ def against_plan() -> None:
         held = within - sum(ok for _, _, ok in beaten) - sum(ok for _, ok in apart)
         print(f"{held} of the other {kept} ({held / kept:.1%}) within {PLAN_SLACK - 1:.0%} of the planner's best")
 
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", action="store_true")

@@ -54,11 +54,12 @@ Conventions (NOTE(memderive)):
   FlashAttention, the cuBLAS workspace, its PCIe slot) stands for the variant's; what is measured over the full GPU's
   link (OpenXLA's all-reduce) does not.
 * ``arch``: the architecture the toolkits choose kernels and tables by (``ARCH_SOURCES``): NVIDIA's compute capability
-  as ``sm_XY`` (V100 sm_70, T4 sm_75, A100 and A800 sm_80, A10, RTX A6000 and RTX 3090 sm_86, L4, L40S and RTX 4090
-  sm_89, H100, H200, H800 and GH200 sm_90, B200 and GB200 sm_100, B300 and GB300 sm_103), AMD's LLVM target for the
-  MI300X and MI325X (gfx942). What depends on it reads it here, not a list of names: OpenXLA's GEMM curve
-  (``efficiency.CURVE``), the FlashAttention kernel (``efficiency.flash_kernel``), NCCL's row (``nccl_cost.NCCL_ARCH``)
-  and the cuBLAS workspace (``runtime.SM90``).
+  as ``sm_XY`` (V100 sm_70, T4 sm_75, A100 sm_80, A10, RTX A6000 and RTX 3090 sm_86, L4, L40S and RTX 4090 sm_89,
+  H100, H200 and GH200 sm_90, B200 and GB200 sm_100, B300 and GB300 sm_103; the H800 and A800, which NVIDIA's table
+  does not list, their die's), AMD's LLVM target for the MI300X and MI325X (gfx942). The tables chosen by
+  architecture are built from it, not from lists of names: OpenXLA's GEMM curve (``efficiency.CURVE``), the
+  FlashAttention kernel (``efficiency.flash_kernel``), NCCL's row (``nccl_cost.NCCL_ARCH``, for GPUs NVLink joins
+  through switches) and the cuBLAS workspace (``runtime.SM90``).
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -81,7 +82,7 @@ from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
 __all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS", "ARCH_SOURCES",
-           "kernels_of"]
+           "ARCHES", "kernels_of"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -156,15 +157,18 @@ _MI300X = Citation("amd-mi300x-datasheet",
                    "BF16 1,307.4, FP8 2,614.9 dense TFLOPS; 192 GB HBM3, 5.3 TB/s; Infinity Fabric 896 GB/s")
 
 
-#: The sources of ``GPU.sms`` (the module's docstring).
-#: ``GPU.arch``: NVIDIA's compute capabilities (its CUDA GPUs table: V100 7.0, T4 7.5, A100 and A800 8.0, A10, RTX
-#: A6000 and RTX 3090 8.6, L4, L40S and RTX 4090 8.9, H100, H200, H800 and GH200 9.0, B200 and GB200 10.0, B300 and
-#: GB300 10.3) and AMD's LLVM target for CDNA 3 (the ROCm GPU specifications: MI300X and MI325X gfx942).
+#: ``GPU.arch``: NVIDIA's compute capabilities (its CUDA GPUs table: V100 7.0, T4 7.5, A100 8.0, A10, RTX A6000 and
+#: RTX 3090 8.6, L4, L40S and RTX 4090 8.9, H100, H200 and GH200 9.0, B200 and GB200 10.0, B300 and GB300 10.3; the
+#: export variants H800 and A800, which the table does not list, their die's) and AMD's LLVM target for CDNA 3 (the
+#: ROCm GPU specifications: MI300X and MI325X gfx942).
 ARCH_SOURCES = (Citation("nvidia-cuda-gpus", "compute capability: V100 7.0, T4 7.5, A100 8.0, A10 / RTX A6000 / RTX "
                          "3090 8.6, L4 / L40S / RTX 4090 8.9, H100 / H200 / GH200 9.0, B200 / GB200 10.0, B300 / "
                          "GB300 10.3"),
                 Citation("amd-rocm-gpu-specs", "MI300X, MI325X: LLVM target gfx942"))
+#: Every ``GPU.arch`` the table holds (``ARCH_SOURCES``).
+ARCHES = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "gfx942")
 
+#: The sources of ``GPU.sms`` (the module's docstring).
 SM_COUNTS = (Citation("nvidia-a100-whitepaper", "A100: 108 SMs"),
              Citation("nvidia-h100-whitepaper", "H100 SXM5 132 SMs, H100 PCIe 114"),
              Citation("nvidia-volta-whitepaper", "Tesla V100: 80 SMs"),
@@ -201,9 +205,12 @@ class GPU:
     die: str | None = None
     #: Its architecture as the toolkits name it (``ARCH_SOURCES``): NVIDIA's compute capability ``sm_XY`` (CUDA's
     #: 9.0 is ``sm_90``), AMD's LLVM target ``gfx942``; what a kernel, a library's table or NCCL's rows are chosen by.
-    arch: str = ""
+    arch: str = ""  # required: ``__post_init__`` refuses one not in ``ARCHES`` (after the defaulted fields, so keyword)
 
     def __post_init__(self) -> None:
+        if self.arch not in ARCHES:
+            raise HardwareError(f"GPU {self.name}: arch {self.arch!r} is none of {', '.join(ARCHES)}; give its compute "
+                                "capability (sm_XY) or AMD target")
         if self.host is not None and self.host not in HOSTS:
             raise ValueError(f"a GPU's host is one of {', '.join(HOSTS)} or None, got {self.host!r}")
 

@@ -63,8 +63,9 @@ class SsmEstimate:
 
 def _check(model: SsmModel, opts: Options) -> None:
     if opts.mode == "train":
-        raise OptionsError(f"{model.name}: training memory of {model.family} models is not derived yet (the scan's "
-                           "saved tensors); use --mode params or --mode infer")
+        raise OptionsError(f"{model.name}: training memory of {model.family} models is not derived by hand yet (the "
+                           "scan's saved tensors); use --mode params or --mode infer, or give its config.json, which "
+                           "is traced from transformers' torch path")
     for flag, value in (("--weight-dtype", opts.weight_dtype), ("--kv-dtype", opts.kv_dtype), ("--dtype", opts.dtype)):
         if value is not None and dtype(value).name not in FLOATS:
             raise OptionsError(f"{model.name}: {flag} {value} is not modelled for {model.family} models yet (quantized "

@@ -1814,14 +1814,11 @@ _DSV3_GB300_V2 = {"pp": 2, "virtual_stages": 8, "dp": 128, "ep": 32, "recompute"
 _BRIDGE_DSV3_GB300_NOTE = (_BRIDGE_DSV3_NOTE.replace(" with recompute_modules mla_up_proj (the recipe's)",
                                                      " with recompute_modules [] (nothing)")
                            + ", its MTP layer, moe_a2a_overlap")
-#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express:
-#: Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
-#: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
 #: Megatron-Bridge docs/training/cuda-graphs.md ("Mid-sized MoE pretrain", added by #3868, 1faf74e32, 2026-05-18):
-#: Qwen3 30B-A3B pretraining, H100 BF16, config variant v1, 2 nodes of 8 GPUs, EP 16, TP 1, PP 1, CP 1, MBS 1, GBS 1,024,
-#: the all-to-all dispatcher (--moe_flex_dispatcher_backend None), --moe_a2a_overlap false, no delayed wgrad; its
-#: eager iterations 5-8 averaged 41.36 s (TE-scoped graphs of attn, moe_router and moe_preprocess: 42.00 s). The recipe
-#: at that commit: scripts/performance/configs/qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: 16 GPUs,
+#: Qwen3 30B-A3B pretraining, H100 BF16, config variant v1, 2 nodes of 8 GPUs, EP 16, TP 1, PP 1, CP 1, MBS 1, GBS
+#: 1,024, the all-to-all dispatcher (--moe_flex_dispatcher_backend None), --moe_a2a_overlap false, no delayed wgrad; its
+#: eager iterations 5-8 averaged 41.36 s (TE-scoped graphs of attn, moe_router and moe_preprocess: 42.00 s). The
+#: recipe at that commit: scripts/performance/configs/qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: 16 GPUs,
 #: GBS 1,024, EP 16) and qwen3_llm_pretrain.py L30-44 (no recompute, router fusion, forced balanced routing).
 _BRIDGE_EAGER = ("Megatron-Bridge docs/training/cuda-graphs.md (#3868, 1faf74e32): eager iterations 5-8 of a short "
                  "run, the recipe's HybridEP replaced by the all-to-all dispatcher, no CUDA graphs")
@@ -1832,13 +1829,18 @@ def _bridge_eager(name: str, hw: str, model: Any, layout: dict, seq: int, step_s
     recipe's defaults otherwise (``_bridge_moe``'s: ZeRO-1, no recompute, the precision-aware optimizer)."""
     run = _bridge_moe(name, "DGX-H100", hw, model, layout, seq, 0, 0, recipe=_BRIDGE_MOE_NOTE, release="26.06")
     return replace(run, source=_BRIDGE_EAGER[:_BRIDGE_EAGER.index(":")], tokens_per_s_per_gpu=None,
-                   measured_s=step_s, published_mfu=None, note=f"{step_s} s per step; {_BRIDGE_EAGER}",
+                   measured_s=step_s, published_mfu=None,
+                   note=f"{step_s} s per step; {_BRIDGE_EAGER}; {BRIDGE_BF16_OPTIMIZER}",
                    assumed="v0.5.0-era qwen/qwen3_workload_base_configs.py L421-431 (H100 BF16 V1: GBS 1024 / (MBS 1 "
                            "x DP 16) = 64), the guide's overrides: the all-to-all dispatcher, no A2A overlap, eager",
-                   layout_chosen_for="the recipe's HybridEP dispatcher (moe_flex_dispatcher_backend hybridep, L421-431), "
-                                     "which the guide replaced by the all-to-all dispatcher for its CUDA-graph A/B")
+                   layout_chosen_for="the recipe's HybridEP dispatcher (moe_flex_dispatcher_backend hybridep, "
+                                     "L421-431), which the guide replaced by the all-to-all dispatcher for its "
+                                     "CUDA-graph A/B")
 
 
+#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express:
+#: Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
+#: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),

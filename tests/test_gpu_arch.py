@@ -8,8 +8,12 @@ L40S 8.9) and AMD's ROCm specifications (MI300X gfx942), and from the code that 
 
 from __future__ import annotations
 
-from memderive.derivations.hardware import GPUS, gpu
-from memderive.derivations.quantities.efficiency import CURVE, flash_kernel
+from dataclasses import replace
+
+import pytest
+
+from memderive.derivations.hardware import GPUS, HardwareError, gpu
+from memderive.derivations.quantities.efficiency import CURVE, flash_kernel, matmul_rate
 from memderive.derivations.quantities.nccl_cost import NCCL_ARCH
 from memderive.derivations.quantities.runtime import SM90, cublas_workspace_bytes
 
@@ -36,3 +40,15 @@ def test_what_the_architecture_chooses() -> None:
     assert [NCCL_ARCH[n][:2] for n in ("v100-32gb", "a100-40gb", "h200", "b300")] == [
         (0, 20.0), (1, 20.0), (2, 20.6), (3, 40.1)]
     assert not {"h100-pcie", "a6000", "l40s", "mi300x"} & set(NCCL_ARCH)
+
+
+def test_a_gpu_without_a_known_architecture_is_refused() -> None:
+    """A GPU the table builds needs its architecture: nothing silently falls back to "not Hopper, no curve"."""
+    with pytest.raises(HardwareError, match="arch 'sm_91' is none of"):
+        replace(gpu("h100-sxm"), arch="sm_91")
+    # a renamed copy keeps its architecture and so its kernel choices (a plan's "given" GPU)
+    copy = replace(gpu("h100-sxm"), name="given")
+    assert flash_kernel(copy, "megatron") == "fa3-hopper"
+    # its GEMMs on OpenXLA's sm_90 curve: (4096, 1024, 4096) at 0.963 of 4096^3, the table's H100 entry
+    ratio = matmul_rate(copy, "bf16", 4096, 1024, 4096) / matmul_rate(copy, "bf16", 4096, 4096, 4096)
+    assert abs(ratio - 0.963) < 1e-9

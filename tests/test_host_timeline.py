@@ -8,7 +8,7 @@ recipe graphs the router; two TE GroupedLinear calls, 99.66 us each on Grace; on
 cuLaunchKernel's 3.0 us) comes to 0.04-1.44 ms, below a third of the predicted time per layer (0.97-14.6 ms) on all
 52 rows (53 with the eager row since): max(G, H) = G everywhere, nothing exposed, MoE median |error| 18.1% and
 worst 65.3% either way, so the host
-is not timed in ``step_time``. The gap per layer is 0-166x the counted host work, a different multiple on each row.
+is not timed in ``step_time``. The gap per layer is 0-171x the counted host work, a different multiple on each row.
 """
 
 from __future__ import annotations

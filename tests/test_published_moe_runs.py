@@ -254,7 +254,8 @@ def test_automodels_rows_run_the_configs_that_published_their_figures() -> None:
 
 
 def test_the_moe_errors_do_not_grow() -> None:
-    """Measured: 53 runs, median |error| 18.8%, worst 66.8% (module docstring; 17.9% over the 52 before the eager row; 19.3% with NVLink at its rated speed;
+    """Measured: 53 runs, median |error| 18.8%, worst 66.8% (module docstring; 17.9% over the 52 before the eager row;
+    19.3% with NVLink at its rated speed;
     67.2% before Bekman's MSMF of 082816f;
     19.4% before TE's amax all-reduces; 18.1% and 65.3% with exposed sends; 21.4% and 65.3% over the 37 before
     26.04.01's, 26.06's and 26.08's rows; 22.5% and 68.3% over the 22 before 26.02's GB200, B300, B200 and H100 rows);

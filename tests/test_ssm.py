@@ -115,7 +115,7 @@ def test_a_bamba_config_file_is_read_as_a_hybrid() -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (("--mode", "train", "--batch", "1", "--seq", "8"), "training memory of mamba2 models is not derived yet"),
+    (("--mode", "train", "--batch", "1", "--seq", "8"), "training memory of mamba2 models is not derived by hand yet"),
     (("--mode", "infer", "--batch", "1", "--seq", "8", "--tp", "2"), "tp not modelled for mamba2 models yet"),
     (("--mode", "infer", "--batch", "1", "--seq", "8", "--weight-dtype", "int4"),
      "--weight-dtype int4 is not modelled for mamba2 models yet")])

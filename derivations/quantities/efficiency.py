@@ -204,7 +204,7 @@ def matmul_rate(gpu: GPU, dtype: str, m: int, n: int, k: int) -> float:
     fp8 shape curve and sustained-over-burst ratio stand in for 4 bits' (``FP4_STAND_IN``)."""
     if dtype == "fp4":
         return matmul_rate(gpu, "fp8", m, n, k) * fp4_burst(gpu) / _burst(gpu, "fp8")
-    arch = CURVE.get(kernels_of(gpu), "sm_90")
+    arch = ARCH_CURVE.get(gpu.arch, "sm_90")  # CURVE's, read by architecture (a renamed copy keeps its own)
     curve = (arch, "fp8") if dtype == "fp8" and (arch, "fp8") in SHAPE_CURVES else (arch, "bf16")
     return _level(gpu, dtype) * shape_fraction(*curve, int(m), int(n), int(k))
 
@@ -458,7 +458,7 @@ def rate_note(gpu: GPU, framework: str | None) -> str:
         level = (f"MAMF {mamf[0]:,.1f} TFLOP/s" if mamf else
                  f"no measured MAMF: {MAMF_STAND_IN.get(own, 'a100-80gb')}'s fraction of its peak") + \
             f" ({cite(MAMF_SOURCE)})"
-    arch = CURVE.get(own)
+    arch = ARCH_CURVE.get(gpu.arch)
     curve = f"OpenXLA's {arch} GEMM curve" if arch else "no GEMM curve of its own: the H100's (sm_90)"
     kernel = flash_kernel(gpu, framework)
     fwd, bwd = FLASH[kernel]

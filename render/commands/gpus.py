@@ -20,8 +20,7 @@ def table() -> str:
     """One row per GPU: its architecture, dense 16-bit, FP8 and FP4 peak, memory, memory bandwidth, link; then the
     sources."""
     head = (f"{'name':<11} {'arch':<7} {'bf16 TFLOP/s':>12} {'fp8 TFLOP/s':>11} {'fp4 TFLOP/s':>11} {'memory':>8} "
-            f"{'mem GB/s':>9} "
-            f"{'link GB/s':>9}  link")
+            f"{'mem GB/s':>9} {'link GB/s':>9}  link")
     rows = [head]
     for x in GPUS.values():
         fp8 = f"{x.fp8_flops / 1e12:,.1f}" if x.fp8_flops else "-"
