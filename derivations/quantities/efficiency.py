@@ -187,7 +187,7 @@ def _burst(gpu: GPU, dtype: str) -> float:
     bf16, fp8 = MAMF[name]
     if dtype == "fp8" and gpu.fp8_flops is not None:
         if fp8 is None:  # no measured fp8 MAMF: OpenXLA's own 4096^3 rate where its table has an fp8 curve
-            arch = CURVE.get(name, "sm_90")
+            arch = ARCH_CURVE.get(ref.arch, "sm_90")
             device = CURVE_DEVICE.get(arch)
             if (arch, "fp8") in SHAPE_CURVES and name == own and device in MAMF:
                 # measured on ``device``; another GPU of that compute (the MI325X's, the MI300X's) scaled by their
