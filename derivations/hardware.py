@@ -60,6 +60,12 @@ Conventions (NOTE(memderive)):
   architecture are built from it, not from lists of names: OpenXLA's GEMM curve (``efficiency.CURVE``), the
   FlashAttention kernel (``efficiency.flash_kernel``), NCCL's row (``nccl_cost.NCCL_ARCH``, for GPUs NVLink joins
   through switches) and the cuBLAS workspace (``runtime.SM90``).
+* ``fabric``: how the link joins the GPUs of a node (``FABRICS``, ``FABRIC_SOURCES``): NVSwitch (the DGX/HGX nodes
+  of A100, H100, H200, B200 and B300, the NVL72 racks; the GH200 as the H100), DGX-1's hybrid cube-mesh (V100 SXM2), a
+  two-card NVLink bridge (H100 PCIe, RTX A6000), PCIe alone (the other cards), Infinity Fabric (MI300X, MI325X).
+  NCCL's NVLink rows (``nccl_cost.NCCL_ARCH``: NVSwitch and hybrid cube) and the GPUs that take OpenXLA's measured
+  all-reduce curves (``cluster._ARCH``: 8-GPU NVSwitch nodes of Hopper and Blackwell) are built from it and ``arch``;
+  ``link`` names the link for people.
 * V100 and T4 have no BF16 tensor cores: ``bf16`` holds their FP16 tensor rate (what mixed precision
   there runs); RTX 3090's is the GeForce rate with FP32 accumulate (half the FP16-accumulate one).
 
@@ -82,7 +88,7 @@ from memderive.symbolic.errors import DerivationError
 from memderive.symbolic.formula import Citation
 
 __all__ = ["GPU", "GPUS", "gpu", "HardwareError", "PCIE", "intra_bandwidth", "HOSTS", "SM_COUNTS", "ARCH_SOURCES",
-           "ARCHES", "kernels_of"]
+           "ARCHES", "FABRICS", "FABRIC_SOURCES", "kernels_of"]
 
 T, G, GIB = 10**12, 10**9, 2**30
 
@@ -168,6 +174,16 @@ ARCH_SOURCES = (Citation("nvidia-cuda-gpus", "compute capability: V100 7.0, T4 7
 #: Every ``GPU.arch`` the table holds (``ARCH_SOURCES``).
 ARCHES = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_103", "gfx942")
 
+#: How the link joins the GPUs of a node (``GPU.fabric``): NVLink through NVSwitch chips (DGX/HGX A100, H100, H200,
+#: B200, B300 nodes; the GB200 and GB300 NVL72 racks' NVLink switch trays; the GH200's NVLink 4 taken as the H100's),
+#: DGX-1's NVLink hybrid cube-mesh (V100 SXM2), a two-card NVLink bridge (H100 PCIe, RTX A6000), none but PCIe
+#: (the other cards), AMD's Infinity Fabric (each MI300X or MI325X of an 8-GPU platform linked to each other).
+FABRICS = ("nvswitch", "hybrid-cube", "bridge", "pcie", "infinity-fabric")
+FABRIC_SOURCES = (Citation("nvidia-dgx-h100-guide", "DGX H100/H200: 4 NVSwitch chips join the 8 GPUs"),
+                  Citation("nvidia-volta-whitepaper", "DGX-1 with Tesla V100: NVLink hybrid cube-mesh"),
+                  Citation("nvidia-h100-datasheet", "H100 PCIe: NVLink bridge 600 GB/s"),
+                  Citation("amd-mi300x-datasheet", "Infinity Fabric: 896 GB/s peer to peer"))
+
 #: The sources of ``GPU.sms`` (the module's docstring).
 SM_COUNTS = (Citation("nvidia-a100-whitepaper", "A100: 108 SMs"),
              Citation("nvidia-h100-whitepaper", "H100 SXM5 132 SMs, H100 PCIe 114"),
@@ -206,11 +222,17 @@ class GPU:
     #: Its architecture as the toolkits name it (``ARCH_SOURCES``): NVIDIA's compute capability ``sm_XY`` (CUDA's
     #: 9.0 is ``sm_90``), AMD's LLVM target ``gfx942``; what a kernel, a library's table or NCCL's rows are chosen by.
     arch: str = ""  # required: ``__post_init__`` refuses one not in ``ARCHES`` (after the defaulted fields, so keyword)
+    #: How its link joins the GPUs of a node (``FABRICS``): what NCCL's tables and the measured all-reduce curves
+    #: are chosen by, beside ``arch``; ``link`` names the link for people.
+    fabric: str = ""  # required, as ``arch``
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
             raise HardwareError(f"GPU {self.name}: arch {self.arch!r} is none of {', '.join(ARCHES)}; give its compute "
                                 "capability (sm_XY) or AMD target")
+        if self.fabric not in FABRICS:
+            raise HardwareError(f"GPU {self.name}: fabric {self.fabric!r} is none of {', '.join(FABRICS)}; say how its "
+                                "link joins the GPUs of a node")
         if self.host is not None and self.host not in HOSTS:
             raise ValueError(f"a GPU's host is one of {', '.join(HOSTS)} or None, got {self.host!r}")
 
@@ -229,55 +251,60 @@ class GPU:
                 "fp4_flops": self.fp4_flops,
                 "memory_bytes": self.memory_bytes, "memory_bandwidth": self.memory_bandwidth,
                 "link_bandwidth": self.link_bandwidth, "link": self.link, "nvlink_domain": self.nvlink_domain,
-                "host": self.host, "arch": self.arch, "source": cite(self.source)}
+                "host": self.host, "arch": self.arch, "fabric": self.fabric, "source": cite(self.source)}
 
 
 GPUS: dict[str, GPU] = {x.name: x for x in (
     GPU("a100-40gb", "NVIDIA A100 40GB SXM", 312 * T, None, 40 * GIB, 1555 * G, 600 * G, "NVLink 3", _A100, host="amd",
-        sms=108, arch="sm_80"),
+        sms=108, arch="sm_80", fabric="nvswitch"),
     GPU("a100-80gb", "NVIDIA A100 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 600 * G, "NVLink 3", _A100, host="amd",
-        sms=108, arch="sm_80"),
+        sms=108, arch="sm_80", fabric="nvswitch"),
     GPU("a800-80gb", "NVIDIA A800 80GB SXM", 312 * T, None, 80 * GIB, 2039 * G, 400 * G, "NVLink 3 (8 links)", _A800,
-        host="amd", sms=108, die="a100-80gb", arch="sm_80"),
+        host="amd", sms=108, die="a100-80gb", arch="sm_80", fabric="nvswitch"),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 900 * G,
-        "NVLink 4", _H100, host="intel", sms=132, arch="sm_90"),
+        "NVLink 4", _H100, host="intel", sms=132, arch="sm_90", fabric="nvswitch"),
     GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 7565 * T // 10, 1513 * T, 80 * GIB, 2000 * G, 600 * G,
-        "NVLink bridge", _H100, sms=114, arch="sm_90"),
+        "NVLink bridge", _H100, sms=114, arch="sm_90", fabric="bridge"),
     GPU("h200", "NVIDIA H200 SXM 141GB", 9895 * T // 10, 1979 * T, 141 * GIB, 4800 * G, 900 * G,
-        "NVLink 4", _H200, host="intel", sms=132, arch="sm_90"),
+        "NVLink 4", _H200, host="intel", sms=132, arch="sm_90", fabric="nvswitch"),
     GPU("h800", "NVIDIA H800 SXM5 80GB", 9895 * T // 10, 1979 * T, 80 * GIB, 3350 * G, 400 * G, "NVLink 4 (8 links)",
-        _H800, host="intel", sms=132, die="h100-sxm", arch="sm_90"),
+        _H800, host="intel", sms=132, die="h100-sxm", arch="sm_90", fabric="nvswitch"),
     GPU("b200", "NVIDIA B200 (DGX/HGX) 180GB", 2250 * T, 4500 * T, 180 * GIB, 8000 * G, 1800 * G, "NVLink 5", _B200,
-        fp4_flops=9000 * T, host="intel", arch="sm_100"),
+        fp4_flops=9000 * T, host="intel", arch="sm_100", fabric="nvswitch"),
     GPU("gb200", "NVIDIA GB200 NVL72 (per Blackwell GPU) 186GB", 2500 * T, 5000 * T, 186 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T, host="grace", arch="sm_100"),
+        1800 * G, "NVLink 5 (NVL72)", _GB200, nvlink_domain=72, fp4_flops=10000 * T, host="grace", arch="sm_100",
+        fabric="nvswitch"),
     GPU("b300", "NVIDIA B300 Blackwell Ultra (DGX/HGX) 288GB", 2250 * T, 4500 * T, 288 * GIB, 8000 * G, 1800 * G,
-        "NVLink 5", _B300, fp4_flops=13500 * T, host="intel", arch="sm_103"),
+        "NVLink 5", _B300, fp4_flops=13500 * T, host="intel", arch="sm_103", fabric="nvswitch"),
     GPU("gb300", "NVIDIA GB300 NVL72 (per Blackwell Ultra GPU) 288GB", 2500 * T, 5000 * T, 288 * GIB, 8000 * G,
-        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace", arch="sm_103"),
+        1800 * G, "NVLink 5 (NVL72)", _GB300, nvlink_domain=72, fp4_flops=15000 * T, host="grace", arch="sm_103",
+        fabric="nvswitch"),
     GPU("l40s", "NVIDIA L40S 48GB", 36205 * T // 100, 733 * T, 48 * GIB, 864 * G, 64 * G, "PCIe 4.0 x16", _L40S,
-        arch="sm_89"),
+        arch="sm_89", fabric="pcie"),
     GPU("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 1652 * T // 10, 3303 * T // 10, 24 * GIB, 1008 * G, 64 * G,
-        "PCIe 4.0 x16", _ADA, sms=128, arch="sm_89"),
+        "PCIe 4.0 x16", _ADA, sms=128, arch="sm_89", fabric="pcie"),
     GPU("v100-16gb", "NVIDIA Tesla V100 SXM2 16GB", 125 * T, None, 16 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70"),
+        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70", fabric="hybrid-cube"),
     GPU("v100-32gb", "NVIDIA Tesla V100 SXM2 32GB", 125 * T, None, 32 * GIB, 900 * G, 300 * G,
-        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70"),
-    GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10, arch="sm_86"),
+        "NVLink 2", _V100, host="intel", sms=80, arch="sm_70", fabric="hybrid-cube"),
+    GPU("a10", "NVIDIA A10 24GB", 125 * T, None, 24 * GIB, 600 * G, 64 * G, "PCIe 4.0 x16", _A10, arch="sm_86",
+        fabric="pcie"),
     GPU("a6000", "NVIDIA RTX A6000 48GB", 1548 * T // 10, None, 48 * GIB, 768 * G, 1125 * G // 10, "NVLink bridge",
-        _A6000, sms=84, arch="sm_86"),
-    GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4, arch="sm_89"),
-    GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4, arch="sm_75"),
+        _A6000, sms=84, arch="sm_86", fabric="bridge"),
+    GPU("l4", "NVIDIA L4 24GB", 121 * T, 2425 * T // 10, 24 * GIB, 300 * G, 64 * G, "PCIe 4.0 x16", _L4, arch="sm_89",
+        fabric="pcie"),
+    GPU("t4", "NVIDIA T4 16GB", 65 * T, None, 16 * GIB, 320 * G, 32 * G, "PCIe 3.0 x16", _T4, arch="sm_75",
+        fabric="pcie"),
     GPU("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 71 * T, None, 24 * GIB, 936 * G, 64 * G, "PCIe 4.0 x16", _RTX3090,
-        sms=82, arch="sm_86"),
+        sms=82, arch="sm_86", fabric="pcie"),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 13074 * T // 10, 26149 * T // 10, 192 * GIB, 5300 * G, 896 * G,
-        "Infinity Fabric", _MI300X, arch="gfx942"),
+        "Infinity Fabric", _MI300X, arch="gfx942", fabric="infinity-fabric"),
     GPU("mi325x", "AMD Instinct MI325X 256GB", 13074 * T // 10, 26149 * T // 10, 256 * GIB, 6000 * G, 896 * G,
-        "Infinity Fabric", _MI325X, arch="gfx942"),
+        "Infinity Fabric", _MI325X, arch="gfx942", fabric="infinity-fabric"),
     GPU("gh200-96gb", "NVIDIA GH200 Grace Hopper (its GPU) 96GB HBM3", 9895 * T // 10, 1979 * T, 96 * GIB, 4000 * G,
-        900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90"),
+        900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90", fabric="nvswitch"),
     GPU("gh200-141gb", "NVIDIA GH200 Grace Hopper (its GPU) 141GB HBM3e", 9895 * T // 10, 1979 * T, 141 * GIB,
-        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90"),
+        4800 * G, 900 * G, "NVLink 4", _GH200, host="grace", sms=132, arch="sm_90", fabric="nvswitch"),
 )}
 
 
@@ -310,7 +337,7 @@ def intra_bandwidth(gpu: GPU, link: str | None) -> int:
     """Both directions of the link between the GPUs of a node: the GPU's own (``link`` None or ``nvlink``), or its
     PCIe slot (``pcie``; a GPU whose own link is PCIe already is that). Raises ``ValueError`` for a GPU without a
     PCIe figure."""
-    if link != "pcie" or gpu.link.startswith("PCIe"):
+    if link != "pcie" or gpu.fabric == "pcie":
         return gpu.link_bandwidth
     if kernels_of(gpu) not in PCIE:
         raise ValueError(f"--intra-node-link pcie: no PCIe figure for {gpu.name} in the table (it has "

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 
 from memderive.derivations.columns import is_column, maximum, minimum, where
-from memderive.derivations.hardware import GPU, PCIE, intra_bandwidth, kernels_of
+from memderive.derivations.hardware import GPU, GPUS, PCIE, intra_bandwidth, kernels_of
 from memderive.derivations.quantities.nccl_cost import (NCCL_COST, collective_s, latency_s, nccl_arch, net_channel_bw,
                                                        node_ring_s, nvlink_bus)
 from memderive.symbolic.formula import Citation
@@ -82,8 +82,15 @@ ALL_REDUCE_MEASURED: dict[tuple[str, int], tuple[tuple[int, float], ...]] = {
 }
 #: The device each measured curve was taken on, with its rated NVLink bytes/s each way (hardware.py).
 _MEASURED_ON = {"sm_90": 450 * 10**9, "sm_100_B200": 900 * 10**9}
-#: The GH200's NVLink 4 is the H100's: the H100's curve (on NVSwitch nodes) stands in for its systems' own.
-_ARCH = {"h100-sxm": "sm_90", "h200": "sm_90", "gh200-96gb": "sm_90", "gh200-141gb": "sm_90", "b200": "sm_100_B200"}
+#: The curve of each architecture it was measured on (``ALL_REDUCE_MEASURED``' keys): Hopper on H100 nodes, Blackwell
+#: on B200 nodes.
+_CURVE_OF = {"sm_90": "sm_90", "sm_100": "sm_100_B200"}
+#: The GPUs whose TP all-reduces take a measured curve: their own die (not an export variant, ``GPU.die``) on an
+#: 8-GPU NVSwitch node (``GPU.fabric``, ``GPU.nvlink_domain``) of a measured architecture. So H100 SXM, H200 and B200;
+#: the GH200's NVLink 4 is the H100's, whose curve (on NVSwitch nodes) stands in for its systems' own. Not the NVL72
+#: racks (72 GPUs on NVLink switch trays, not measured) nor Blackwell Ultra (sm_103, not measured).
+_ARCH = {name: _CURVE_OF[hw.arch] for name, hw in GPUS.items()
+         if hw.arch in _CURVE_OF and hw.fabric == "nvswitch" and hw.nvlink_domain == 8 and hw.die is None}
 
 
 def all_reduce_fraction(gpu: GPU, nbytes: float, n: int) -> float:
@@ -168,7 +175,7 @@ class Cluster:
 
     @property
     def link_name(self) -> str:
-        return "PCIe" if self.intra_link == "pcie" and not self.gpu.link.startswith("PCIe") else self.gpu.link
+        return "PCIe" if self.intra_link == "pcie" and self.gpu.fabric != "pcie" else self.gpu.link
 
     @property
     def nccl(self) -> bool:

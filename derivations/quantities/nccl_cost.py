@@ -69,7 +69,7 @@ from memderive.symbolic.lazy import lazy
 
 np = lazy("numpy")
 
-__all__ = ["NCCL_COST", "NCCL_ROWS", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth",
+__all__ = ["NCCL_COST", "NCCL_ROWS", "NVLINK_FABRICS", "NCCL_ARCH", "NCCL_SMS", "nccl_arch", "net_channel_bw", "bus_bandwidth",
            "collective_s", "collective_sms", "net_channels", "latency_s", "latency_us", "algorithm_bandwidth",
            "node_ring_s", "nvlink_bus"]
 
@@ -91,11 +91,12 @@ NCCL_ROWS: dict[str, tuple[int, float, float]] = {
     "sm_70": (0, 20.0, 25.0), "sm_80": (1, 20.0, 25.0), "sm_90": (2, 20.6, 25.0),
     "sm_100": (3, 40.1, 50.0), "sm_103": (3, 40.1, 50.0),
 }
-#: Per GPU kind whose GPUs NVLink joins through switches or in a hybrid cube (not a two-card bridge, not PCIe): its
-#: architecture's row (``NCCL_ROWS``). The host CPU, for the network post overhead, is the GPU's own (``GPU.host``).
+#: Per GPU kind whose GPUs NVLink joins through switches or in a hybrid cube (``GPU.fabric``; not a two-card bridge,
+#: not PCIe): its architecture's row (``NCCL_ROWS``). The host CPU, for the network post overhead, is the GPU's own
+#: (``GPU.host``).
+NVLINK_FABRICS = ("nvswitch", "hybrid-cube")
 NCCL_ARCH: dict[str, tuple[int, float, float]] = {
-    name: NCCL_ROWS[hw.arch] for name, hw in GPUS.items()
-    if hw.arch in NCCL_ROWS and hw.link.startswith("NVLink") and hw.link != "NVLink bridge"}
+    name: NCCL_ROWS[hw.arch] for name, hw in GPUS.items() if hw.arch in NCCL_ROWS and hw.fabric in NVLINK_FABRICS}
 
 #: search.cc:1052-1053, 1058-1059, 1064-1065: the per-channel speeds (GB/s) the topology search tries across nodes.
 SPEEDS_INTER = {

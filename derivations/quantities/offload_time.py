@@ -115,7 +115,7 @@ def backward_copy_s(zero: int, m: Any, one: Any, window: Any) -> Any:
 def pcie_bandwidth(hw: GPU) -> int | None:
     """Both directions of the GPU's PCIe x16 slot (bytes/s): its own link where that is PCIe, else ``cluster.PCIE``;
     None where the table has no figure."""
-    if hw.link.startswith("PCIe"):
+    if hw.fabric == "pcie":
         return hw.link_bandwidth
     return PCIE[kernels_of(hw)][0] if kernels_of(hw) in PCIE else None
 
@@ -125,7 +125,7 @@ def pcie_link(hw: GPU) -> str:
     pcie = pcie_bandwidth(hw)
     if pcie is None:
         return "no PCIe figure for this GPU: the copies are not timed"
-    own = hw.link.startswith("PCIe")
+    own = hw.fabric == "pcie"
     return (f"over PCIe at {pcie / 2e9:,.0f} GB/s each way ({hw.link if own else 'x16 slot'}"
             f"{'' if own else ', ' + cite(PCIE[kernels_of(hw)][1])})")
 
