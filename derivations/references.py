@@ -675,6 +675,12 @@ _ENTRIES: tuple[Reference, ...] = (
               "matmul; torch.ops.symm_mem.fused_all_gather_scaled_matmul, fused_scaled_matmul_reduce_scatter), "
               "torchtitan's AsyncTP (experimental.enable_async_tensor_parallel)", None,
               "github.com/pytorch/pytorch/blob/main/torch/_inductor/fx_passes/micro_pipeline_tp.py", "code"),
+    Reference("megatron-bridge-nemotron-h", "Megatron-Bridge", _NV, "Megatron-Bridge v0.3.1: src/megatron/bridge/"
+              "models/nemotronh/nemotron_h_provider.py (NemotronHModelProvider L30-56; Nemotron3NanoProvider L153-172: "
+              "the hybrid pattern, hidden 2,688, 64 Mamba heads of 64 in 8 groups, state 128, 32 attention heads over "
+              "2 query groups of 128, 128 experts of 1,856, top 6, a shared expert of 3,712)", None,
+              "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/v0.3.1/src/megatron/bridge/models/nemotronh/"
+              "nemotron_h_provider.py", "code"),
     Reference("megatron-bridge-performance", "Megatron-Bridge", _NV, "Megatron-Bridge: docs/performance-summary.md "
               "(pre-training throughput by system, model, precision and layout: tokens/s and model TFLOP/s per GPU)",
               None, "github.com/NVIDIA-NeMo/Megatron-Bridge/blob/00b7660be0254ac6f95f44164ddd0c3e9cc798ed/docs/"
@@ -734,6 +740,15 @@ _ENTRIES: tuple[Reference, ...] = (
               "moe_a2a_overlap (scripts/performance/utils/helpers.py L182-185: with delay_wgrad_compute)", None,
               "github.com/NVIDIA/Megatron-LM/blob/0d8e0714cd29c01e164fe6de9f532182bdffa942/megatron/core/"
               "pipeline_parallel/combined_1f1b.py", "code"),
+    Reference("megatron-mamba-mixer", "Megatron-Core", _NV, "Megatron-LM: megatron/core/ssm/mamba_mixer.py (MambaMixer: "
+              "in_proj column-parallel, the memory-efficient training path _ssm_training through mamba_ssm's "
+              "mamba_split_conv1d_scan_combined, ExtendedRMSNorm over groups, out_proj row-parallel)", None,
+              "github.com/NVIDIA/Megatron-LM/blob/d98e8a64ddf34856e74b24714e3bedb2f5a39553/megatron/core/ssm/"
+              "mamba_mixer.py", "code"),
+    Reference("mamba-ssm-ssd", "mamba_ssm", "T. Dao, A. Gu", "mamba_ssm: mamba_ssm/ops/triton/ssd_combined.py "
+              "(the chunked scan's Triton kernels and MambaSplitConv1dScanCombinedFn) and ops/triton/layernorm_gated.py "
+              "(the gated RMSNorm)", None, "github.com/state-spaces/mamba/blob/e9594ce/mamba_ssm/ops/triton/"
+              "ssd_combined.py", "code"),
     Reference("megatron-moe-dispatcher", "Megatron-Core", _NV, "Megatron-LM: megatron/core/transformer/moe/"
               "token_dispatcher.py (MoEAlltoAllTokenDispatcher: tokens permuted per expert, one copy per routed "
               "expert, all-to-all over the expert-parallel group; combine in reverse) and megatron/core/"

@@ -26,7 +26,7 @@ else:
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
-           "d_v", "ep", "etp", "cp", "Psi_a"]
+           "d_v", "ep", "etp", "cp", "Psi_a", "d_in", "n_sh", "d_sh", "d_st", "n_g", "d_cv", "l_a", "l_m", "l_f", "l_e", "s_ch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +81,10 @@ DIMS: tuple[Dim, ...] = (
     Dim("n_g", "SSM groups sharing B and C (n_groups)", "n_{g}"),
     Dim("d_cv", "SSM causal convolution kernel (conv_kernel)", "d_{cv}"),
     Dim("l_a", "attention layers of a hybrid model", "l_{a}"),
+    Dim("l_m", "Mamba layers of a hybrid model", "l_{m}"),
+    Dim("l_f", "dense MLP layers of a hybrid model", "l_{f}"),
+    Dim("l_e", "mixture-of-experts layers of a hybrid model", "l_{e}"),
+    Dim("s_ch", "tokens per SSM scan chunk (chunk_size, Mamba-2's Q)", "s_{ch}"),
     # inference
     Dim("n", "generated tokens", "n"),
     Dim("w", "sliding attention window", "w"),
@@ -117,5 +121,5 @@ def sym(name: str) -> Expr:
 
 
 (b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, d_in, n_sh, d_sh,
- d_st, n_g, d_cv, l_a, n, w, l_w, g, r, t, p,
+ d_st, n_g, d_cv, l_a, l_m, l_f, l_e, s_ch, n, w, l_w, g, r, t, p,
  d, m, v, ep, etp, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)

@@ -46,7 +46,8 @@ Parallel = Literal["column", "row", "vocab", None]
 #: except a residual add's (its gradient passes through). relu2 (squared ReLU): the relu, then its square.
 ELEMENTWISE = {"add": 1, "bias": 1, "layer_norm": 7, "rms_norm": 4, "relu": 1, "relu2": 2, "tanh": 1, "gelu": 8, "silu": 4,
                "glu": 1, "dropout": 1, "rotary": 3, "softmax": 3, "cross_entropy": 4, "embedding": 1,
-               "clamp": 3, "rotary-yarn": 3}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
+               "clamp": 3, "rotary-yarn": 3, "skip": 2}  # clamp: per element of a gate, its clamp from above (1) and its up's both ways (2)
+# skip: a state space scan's D skip, y + D x (a product and an add)
 
 
 def matmul_rows(path: str, x: Tensor, rows: tuple[Size, ...] | None = None, cached: bool = False) -> Tensor:
@@ -106,6 +107,10 @@ class BlockBuilder:
     def _add(self, op: Op) -> Tensor:
         self.ops.append(op if self.share == 1 else replace(op, share=self.share))
         return op.output
+
+    def add_op(self, op: Op) -> Tensor:
+        """An op built outside this class (``symbolic.mamba``), under the builder's current ``share``."""
+        return self._add(op)
 
     def _act(self, name: str, shape: tuple[Size, ...], role: str = "activation",
              tp_axis: int | None = None, dt: DType | None = None, seq_axis: int | None = 1) -> Tensor:

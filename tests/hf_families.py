@@ -23,11 +23,12 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.models.implementations import hf_layers
+from memderive.derivations.quantities.traced import HAND_WRITTEN_FOR_MEGATRON
 from memderive.symbolic.derive import activations, evaluate
 from memderive.symbolic.dims import b, s
 from tests.hf_saved import SavedModel, Shape, measure_config
 
-__all__ = ["TINY", "SHAPES", "MOE", "config", "attentions", "experts_kernels", "measure", "derive", "Case", "cases"]
+__all__ = ["TINY", "HF_GRAPH", "SHAPES", "MOE", "config", "attentions", "experts_kernels", "measure", "derive", "Case", "cases"]
 
 #: Three shapes per family: b > 1 (K/V broadcasts are copies), s not a multiple of the others, and b = 1 (where
 #: matmul views what it copies at b > 1, and the shifted labels are the padded ones: issue 37 item 14).
@@ -80,7 +81,16 @@ TINY: dict[str, dict] = {
     "gpt_oss": dict(_MOE, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=64),
     "phimoe": dict(_MOE, num_local_experts=4, num_experts_per_tok=2),
     "granitemoe": dict(_MOE, num_local_experts=4, num_experts_per_tok=2),
+    # a layer of each kind: Mamba-2 (8 heads of 16 in 2 groups), attention, a relu2 MLP, MoE with a shared expert
+    "nemotron_h": dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+                       layers_block_type=["linear_attention", "full_attention", "mlp", "moe"], intermediate_size=96,
+                       mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=16,
+                       n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                       moe_shared_expert_intermediate_size=48, max_position_embeddings=128),
 }
+#: The families whose hand-written graph, under ``--implementation hf``, is transformers' code: every one but the
+#: hybrids, whose graph is Megatron-Core's and whose transformers code is traced (``HAND_WRITTEN_FOR_MEGATRON``).
+HF_GRAPH = tuple(t for t in TINY if t not in HAND_WRITTEN_FOR_MEGATRON)
 #: Families with routed experts (transformers' ``experts_implementation`` applies).
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss", "phimoe", "granitemoe")
 
@@ -144,7 +154,7 @@ class Case:
 
 
 def cases(model_types=None) -> list[Case]:
-    return [Case(t, attn, shape, kernel) for t in (model_types or TINY) for attn in attentions(t)
+    return [Case(t, attn, shape, kernel) for t in (model_types or HF_GRAPH) for attn in attentions(t)
             for kernel in experts_kernels(t) for shape in SHAPES]
 
 

@@ -24,14 +24,19 @@ from memderive.derivations.models.defaults import FAMILY_ALIASES
 from tests.hf_meta import count_parameters, model_class, small_config
 
 #: Options the config classes take as keyword arguments beyond their attribute_map (``__post_init__`` pops).
-POPPED = {"falcon": {"n_embed": "hidden_size"}, "bloom": {"n_embed": "hidden_size"}}
+POPPED = {"falcon": {"n_embed": "hidden_size"}, "bloom": {"n_embed": "hidden_size"},
+          "nemotron_h": {"mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel",
+                         "mamba_chunk_size": "chunk_size", "mamba_conv_bias": "use_conv_bias"}}
+#: Two values a field that is not a count takes apart (the alias given the first, the field the second).
+VALUES = {"layers_block_type": (["mlp"] * 3, ["mlp"] * 5), "use_conv_bias": (False, True)}
 
 
 def _winner(model_type: str, alias: str, field: str) -> str:
     """Which of the two names a config class keeps when both are given at different values."""
     transformers.logging.set_verbosity_error()
     config = small_config(model_type).to_dict()
-    config.update({alias: 3, field: 5})
+    first, second = VALUES.get(field, (3, 5))
+    config.update({alias: first, field: second})
     for layers in (3, 5):  # GPT-Neo checks its attention_types list against the layer count it keeps
         if model_type == "gpt_neo" and field == "num_layers":
             config["attention_types"] = [[["global"], layers]]
@@ -41,8 +46,8 @@ def _winner(model_type: str, alias: str, field: str) -> str:
         except Exception:  # noqa: BLE001 -- that list's length is not the count kept
             continue
         value = getattr(built, field, None)
-        assert value in (3, 5), (model_type, alias, field, value)
-        return alias if value == 3 else field
+        assert value in (first, second), (model_type, alias, field, value)
+        return alias if value == first else field
     raise AssertionError(f"{model_type}: neither {alias} nor {field} builds")
 
 

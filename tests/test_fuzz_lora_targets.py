@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from memderive.derivations.options import OptionsError
-from tests.hf_families import MOE, TINY
+from tests.hf_families import HF_GRAPH, MOE
 from tests.test_lora_moe import ours, peft_count, peft_model
 
 SEED = 20
@@ -47,7 +47,7 @@ def _names(model_type: str) -> tuple[list[str], list[str]]:
 def _cases() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
     rng = random.Random(SEED)
     out = []
-    for model_type in sorted(TINY):
+    for model_type in sorted(HF_GRAPH):
         modules, params = _names(model_type)
         for _ in range(CASES_PER_FAMILY):
             targets = tuple(rng.sample(modules, rng.randint(1, min(4, len(modules)))))

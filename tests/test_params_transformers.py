@@ -51,6 +51,20 @@ FAMILY_CONFIGS = [
     ("nemotron", dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=4, head_dim=48,
                       num_hidden_layers=2, intermediate_size=300, vocab_size=1000, attention_bias=True,
                       mlp_bias=True, tie_word_embeddings=True)),
+    # Nemotron-H: Mamba-2, attention, MLP and MoE layers (transformers' default four); the legacy pattern string
+    # with every bias on and no MoE; a Nemotron 3 Nano-like mix with groups of heads and a wider shared expert
+    ("nemotron_h", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=500,
+                        intermediate_size=96, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+                        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        moe_shared_expert_intermediate_size=48)),
+    ("nemotron_h", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=24, vocab_size=500,
+                        hybrid_override_pattern="MM*-M-", intermediate_size=80, mamba_num_heads=4, mamba_head_dim=32,
+                        ssm_state_size=8, n_groups=1, conv_kernel=3, use_bias=True, use_conv_bias=False,
+                        attention_bias=True, mlp_bias=True, tie_word_embeddings=True)),
+    ("nemotron_h", dict(hidden_size=96, num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=500,
+                        layers_block_type=["mamba", "moe", "mamba", "attention", "moe"], mamba_num_heads=12,
+                        mamba_head_dim=8, ssm_state_size=32, n_groups=4, n_routed_experts=8, num_experts_per_tok=3,
+                        moe_intermediate_size=40, moe_shared_expert_intermediate_size=80)),
     ("bert", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, intermediate_size=384,
                   vocab_size=700, max_position_embeddings=128, type_vocab_size=2)),
 ]

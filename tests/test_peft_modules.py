@@ -1,6 +1,8 @@
 """The graph's modules as transformers names them (``derivations.quantities.peft_modules``), checked against
 the transformers model of every family (tiny configs of ``tests/hf_families.py``, built on the meta device),
-and the PEFT 0.21.2 tables it holds checked against the installed PEFT and transformers.
+and the PEFT 0.21.2 tables it holds checked against the installed PEFT and transformers. The hybrids
+(``HF_GRAPH`` leaves them out) have no table: their graph is Megatron-Core's, fine-tuning options refuse them in one
+line (``test_a_hybrid_refuses_fine_tuning_options``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from memderive.derivations.models.resolve import resolve_model
 from memderive.derivations.quantities.peft_modules import (HF_MODULES, LINEAR_ROUTERS, PEFT_DEFAULT_TARGETS,
                                                            PEFT_MOE_CONVERSION, peft_modules)
 from memderive.symbolic.derive import evaluate
-from tests.hf_families import TINY, _model_class, config
+from tests.hf_families import HF_GRAPH, _model_class, config
 
 
 def _built(model_type: str):
@@ -36,7 +38,7 @@ def _templates(model) -> dict[str, list[torch.nn.Module]]:
     return out
 
 
-@pytest.mark.parametrize("model_type", sorted(TINY))
+@pytest.mark.parametrize("model_type", sorted(HF_GRAPH))
 def test_every_module_is_named_as_transformers_names_it(model_type: str) -> None:
     """Each module exists, is of its kind (nn.Linear or Conv1D, nn.Embedding, or neither), and its
     parameters hold as many elements, per layer, as the graph's."""
@@ -58,7 +60,7 @@ def test_every_module_is_named_as_transformers_names_it(model_type: str) -> None
             assert getattr(module, hf).numel() == n, (m.name, hf)
 
 
-@pytest.mark.parametrize("model_type", sorted(TINY))
+@pytest.mark.parametrize("model_type", sorted(HF_GRAPH))
 def test_every_linear_and_embedding_of_transformers_is_in_the_table(model_type: str) -> None:
     """So that all-linear adapts what PEFT adapts: no linear module of the model is missing."""
     built, model = _built(model_type), resolve_model(config(model_type).to_dict())
@@ -75,7 +77,7 @@ def test_the_tables_are_the_installed_peft() -> None:
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
     assert peft.__version__ == "0.21.2"
-    for model_type in TINY:
+    for model_type in HF_GRAPH:
         family = resolve_model(config(model_type).to_dict()).arch.family
         base = _MODEL_TO_CONVERSION_PATTERN.get(model_type)
         converted = (base in _MOE_TARGET_MODULE_MAPPING and bool(_MOE_FUSED_TARGETS.get(base))
@@ -94,5 +96,14 @@ def test_the_tables_are_the_installed_peft() -> None:
 
 
 def test_the_table_has_every_family_of_memderive() -> None:
-    families = {resolve_model(config(t).to_dict()).arch.family for t in TINY}
+    families = {resolve_model(config(t).to_dict()).arch.family for t in HF_GRAPH}
     assert families == set(HF_MODULES)
+
+
+def test_a_hybrid_refuses_fine_tuning_options() -> None:
+    from memderive.derivations.estimate import estimate
+    from memderive.derivations.options import OptionsError
+
+    with pytest.raises(OptionsError, match="module names of family 'nemotron_h' are not known"):
+        estimate(config("nemotron_h").to_dict(), mode="train", batch=1, seq=16, lora_rank=8,
+                 lora_targets=("in_proj",))

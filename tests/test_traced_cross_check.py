@@ -12,10 +12,10 @@ import pytest
 
 from memderive.derivations.estimate import estimate
 from memderive.derivations.quantities import traced
-from tests.hf_families import MOE, SHAPES, TINY, attentions, config, derive
+from tests.hf_families import HF_GRAPH, MOE, SHAPES, attentions, config, derive
 
 #: BERT is memderive's BertModel (an encoder with its pooler), not a causal LM the traced path would build.
-FAMILIES = sorted(t for t in TINY if t != "bert")
+FAMILIES = sorted(t for t in HF_GRAPH if t != "bert")
 
 #: Where the two differ, and why. Both sides were measured: the traced figure equals a real CPU forward of the model
 #: as ``from_config``/``from_pretrained(dtype=torch.bfloat16)`` builds it (``traced.build(cfg, fake=False)``), the

@@ -5,6 +5,12 @@ tied embeddings, parallel attention+MLP, post-norm, ...); ``build_graph`` turns 
 ``Graph`` of three blocks, ``embed``, ``layer`` (repeated ``l`` times) and ``head``. Every
 formula in the catalog is derived from these graphs.
 
+A hybrid (``Arch.hybrid``: Nemotron-H) mixes layers of one mixer each, a norm before it and the residual after:
+Mamba-2 (``l_m`` of the ``l``), attention (``l_a``), a dense MLP (``l_f``) and a mixture of experts (``l_e``). Its
+``layer`` block is their average: the norm and the residual add in every layer, each mixer's ops holding share
+``count / l`` of the repeats (``Op.share``, as a MoE model's ``l_d`` dense MLPs), so sums over the layers are exact;
+which layer is which (the pattern) is not in the graph.
+
 >>> from memderive.symbolic.derive import parameters
 >>> from memderive.symbolic.dims import h
 >>> g = build_graph(GPT, relations=GPT_RELATIONS)
@@ -20,13 +26,14 @@ from typing import Literal
 
 from memderive.derivations.models.moe_mla import mla_attention, moe_mlp
 from memderive.derivations.models.mtp import mtp_block, mtp_note
-from memderive.symbolic.dims import V, a, a_kv, b, d_h, d_r, f, h, l, n_ctx, n_type, s
+from memderive.symbolic.dims import V, a, a_kv, b, d_h, d_r, f, h, l, l_a, l_e, l_f, l_m, n_ctx, n_type, s
 from memderive.symbolic.dtypes import DType, dtype
 from memderive.symbolic.graph import Block, Graph
+from memderive.symbolic.mamba import mamba2_mixer
 from memderive.symbolic.ops import INT64, BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
-__all__ = ["Arch", "Moe", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "DROPOUT_PLACES", "build_graph"]
+__all__ = ["Arch", "Moe", "Hybrid", "HYBRID_KINDS", "GPT", "LLAMA", "BERT", "GPT_RELATIONS", "LLAMA_RELATIONS", "DROPOUT_PLACES", "build_graph"]
 
 Norm = Literal["layernorm", "rmsnorm"]
 #: Where the graph drops out: the embeddings, the attention probabilities, the attention and MLP outputs.
@@ -58,6 +65,25 @@ class Moe:
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)
     active_embedding: bool = True
+
+
+#: A hybrid's mixer kinds, each with the dimension that counts its layers (``Hybrid.kinds``).
+HYBRID_KINDS = {"mamba": l_m, "attention": l_a, "mlp": l_f, "moe": l_e}
+
+
+@dataclass(frozen=True, slots=True)
+class Hybrid:
+    """Which mixers a hybrid's layers hold (``HYBRID_KINDS``: each present kind has its layer count among the
+    sizes; the MoE's experts are ``Arch.moe``), and the Mamba mixers' biases (``symbolic.mamba``): the projections'
+    (Nemotron-H's ``use_bias``) and the convolution's (``use_conv_bias``)."""
+
+    kinds: tuple[str, ...]
+    proj_bias: bool = False
+    conv_bias: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.kinds or not set(self.kinds) <= set(HYBRID_KINDS) or len(set(self.kinds)) != len(self.kinds):
+            raise ValueError(f"a hybrid's kinds are some of {', '.join(HYBRID_KINDS)}, each once; got {self.kinds}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +124,7 @@ class Arch:
     sinks: bool = False  # one learned attention-sink logit per head (gpt-oss)
     rope_yarn: bool = False  # the rotary embedding YaRN-scaled (gpt-oss's rope_scaling 'yarn'): its own term name
     act_fn: str = ""  # the config's activation name where transformers' code for it matters (gelu_new: Python)
+    hybrid: Hybrid | None = None  # a hybrid's layers, one mixer each (Nemotron-H): ``_hybrid_layer``
 
     def __post_init__(self) -> None:
         if self.shared_norm and not self.parallel_block:
@@ -177,8 +204,33 @@ def _mla(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
 
 def _layer(arch: Arch, act: DType, dropout: Places) -> Block:
     bb = BlockBuilder("layer", (b, s, h), act)
-    _decoder(bb, arch, bb.input, dropout)
+    if arch.hybrid is not None:
+        _hybrid_layer(bb, arch, bb.input, dropout)
+    else:
+        _decoder(bb, arch, bb.input, dropout)
     return bb.build(repeat=l)
+
+
+def _hybrid_layer(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:
+    """A hybrid's average layer (module docstring): the norm, each kind's mixer in its share of the layers, the
+    residual add (Nemotron-H's ``NemotronHBlock``; Megatron-Core's ``MambaLayer`` and its attention-only, MLP-only
+    and MoE-only transformer layers)."""
+    hybrid = arch.hybrid
+    assert hybrid is not None
+    normed = _norm(bb, arch, "norm", x)
+    out = normed
+    for kind in hybrid.kinds:
+        bb.share = HYBRID_KINDS[kind] / l
+        if kind == "mamba":
+            out = mamba2_mixer(bb, normed, proj_bias=hybrid.proj_bias, conv_bias=hybrid.conv_bias)
+        elif kind == "attention":
+            out = _attention(bb, arch, normed, dropout)
+        elif kind == "mlp":
+            out = _mlp(bb, replace(arch, moe=None), normed, dropout)
+        else:
+            out = _mlp(bb, arch, normed, dropout)  # the experts (``moe_mlp``), in this share
+    bb.share = 1
+    return bb.add("residual", x, out)
 
 
 def _decoder(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: Places) -> Tensor:

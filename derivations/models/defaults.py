@@ -153,6 +153,14 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 32, "num_key_value_heads": None, "hidden_act": "silu", "max_position_embeddings": 2048,
         "tie_word_embeddings": False, "attention_bias": False, "attention_dropout": 0.0, "num_local_experts": 8,
         "num_experts_per_tok": 2},
+    "nemotron_h": {"vocab_size": 131072, "hidden_size": 4096, "layers_block_type": None, "tie_word_embeddings": False,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 4096,
+        "attention_bias": False, "attention_dropout": 0.0, "intermediate_size": 21504, "mlp_hidden_act": "relu2",
+        "mlp_bias": False, "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64,
+        "mamba_hidden_act": "silu", "n_groups": 8, "conv_kernel": 4, "use_conv_bias": True, "chunk_size": 128,
+        "n_routed_experts": 8, "moe_intermediate_size": 7688, "moe_shared_expert_intermediate_size": 7688,
+        "moe_latent_size": None, "num_experts_per_tok": 2, "n_group": 1, "norm_topk_prob": True,
+        "num_nextn_predict_layers": 0, "use_bias": False, "hidden_dropout": 0.0},
 }
 
 
@@ -175,4 +183,8 @@ FAMILY_ALIASES: dict[str, dict[str, str]] = {
     "deepseek_v2": {"num_experts": "n_routed_experts"},
     "deepseek_v3": {"num_local_experts": "n_routed_experts", "num_nextn_predict_layers": "num_mtp_layers"},
     "gpt_oss": {"num_experts": "num_local_experts"},
+    # NemotronHConfig: attribute_map, and the legacy names __post_init__ pops over the field
+    "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts",
+                   "mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel", "mamba_chunk_size": "chunk_size",
+                   "mamba_conv_bias": "use_conv_bias"},
 }

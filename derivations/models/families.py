@@ -12,6 +12,7 @@ from typing import NoReturn
 
 from memderive.derivations.models.architectures import BERT, GPT, LLAMA
 from memderive.derivations.models.families_moe import MOE_ADAPTERS
+from memderive.derivations.models.families_hybrid import HYBRID_ADAPTERS
 from memderive.derivations.models.config_fields import (Adapted, ConfigError, Fields, LlamaLike, activation,
                                                         decoder_sizes, kv_head_count, rotary_dims, sliding,
                                                         whole_heads)
@@ -295,6 +296,7 @@ ADAPTERS: dict[str, Callable[[Fields], Adapted]] = {
     "gpt_neox": _gpt_neox,
     "bert": _bert,
     **MOE_ADAPTERS,
+    **HYBRID_ADAPTERS,
 }
 SUPPORTED_MODEL_TYPES = tuple(ADAPTERS)
 

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from memderive.derivations.memo import Keyed
-from memderive.derivations.models.architectures import Arch, build_graph
+from memderive.derivations.models.architectures import HYBRID_KINDS, Arch, build_graph
 from memderive.derivations.models.quantization import Quantization
 from memderive.symbolic.dims import a, a_kv, d_h, d_r, f, h, sym
 from memderive.symbolic.errors import DerivationError
@@ -91,6 +91,7 @@ class Model:
             if sizes["d_r"] > sizes["d_h"]:
                 raise ModelError(f"{self.name}: {sizes['d_r']} rotary dimensions exceed the head size {sizes['d_h']}")
         self._check_experts(sizes)
+        self._check_hybrid(sizes)
         if self.arch.attention == "mla":
             for key in ("d_c", "d_hR", "d_v") + (("d_cq",) if self.arch.q_lora else ()):
                 if key not in sizes:
@@ -112,6 +113,24 @@ class Model:
             raise ModelError(f"{self.name}: {sizes['k']} experts per token is more than the {sizes['E']} experts")
         if moe.dense_layers and sizes["l_d"] >= sizes["l"]:
             raise ModelError(f"{self.name}: {sizes['l_d']} dense layers leave no MoE layer among {sizes['l']}")
+
+    def _check_hybrid(self, sizes: dict[str, int]) -> None:
+        """A hybrid's layer counts (each present kind's, ``HYBRID_KINDS``) add up to l; its Mamba sizes are whole
+        (d_in = n_sh d_sh, the n_g groups dividing the n_sh heads)."""
+        hybrid = self.arch.hybrid
+        if hybrid is None:
+            return
+        counts = [str(HYBRID_KINDS[kind]) for kind in hybrid.kinds]
+        needed = [*counts, *(("d_in", "n_sh", "d_sh", "d_st", "n_g", "d_cv", "s_ch") if "mamba" in hybrid.kinds else ())]
+        for key in needed:
+            if key not in sizes:
+                raise ModelError(f"{self.name}: a hybrid model needs the size {key!r}")
+        if sum(sizes[key] for key in counts) != sizes["l"]:
+            raise ModelError(f"{self.name}: the hybrid's layer counts ({', '.join(f'{k} = {sizes[k]}' for k in counts)}) "
+                             f"do not add up to its {sizes['l']} layers")
+        if "mamba" in hybrid.kinds and (sizes["n_sh"] * sizes["d_sh"] != sizes["d_in"] or sizes["n_sh"] % sizes["n_g"]):
+            raise ModelError(f"{self.name}: Mamba heads n_sh = {sizes['n_sh']} of d_sh = {sizes['d_sh']} must make "
+                             f"d_in = {sizes['d_in']} and divide into n_g = {sizes['n_g']} groups")
 
     def _window_layers(self) -> int | None:
         """``window_layers`` checked; None where it says nothing more than ``window`` (all or no layers)."""

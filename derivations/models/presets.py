@@ -107,6 +107,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpt-oss-20b": {**_llama(2880, 64, 8, 24, 2880, 201088, 131072), "model_type": "gpt_oss", "head_dim": 64,
                     "num_local_experts": 32, "num_experts_per_tok": 4, "sliding_window": 128,
                     "attention_bias": True},
+    # NVIDIA Nemotron 3 Nano 30B-A3B, the Mamba-2 hybrid: Megatron-Bridge's Nemotron3NanoProvider in transformers'
+    # NemotronHConfig names (23 Mamba-2, 23 MoE and 6 attention layers; vocabulary 131,072, the tokenizer's)
+    "nemotron-3-nano-30b-a3b": {"model_type": "nemotron_h", "vocab_size": 131072, "hidden_size": 2688,
+                                "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+                                "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+                                "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+                                "conv_kernel": 4, "chunk_size": 128, "n_routed_experts": 128, "num_experts_per_tok": 6,
+                                "moe_intermediate_size": 1856, "moe_shared_expert_intermediate_size": 3712,
+                                "intermediate_size": 1856, "max_position_embeddings": 262144},
     # Devlin et al. 2019, bert-base-uncased (BertModel with pooler)
     "bert-base": {"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
                   "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
@@ -138,6 +147,7 @@ SOURCES: dict[str, Citation] = {
     "qwen3-30b-a3b": Citation("qwen-2025-qwen3", "Table 2; Qwen/Qwen3-30B-A3B config.json"),
     "gpt-oss-20b": Citation("openai-2025-gpt-oss", "openai/gpt-oss-20b config.json"),
     "bert-base": Citation("devlin-2019", "bert-base-uncased config.json"),
+    "nemotron-3-nano-30b-a3b": Citation("megatron-bridge-nemotron-h", "Nemotron3NanoProvider L153-172"),
 }
 
 

@@ -25,7 +25,8 @@ from memderive.derivations.options import ArgumentError, Options, OptionsError
 from memderive.symbolic.errors import InvalidLayoutError, shown
 from memderive.symbolic.pipeline_layout import LayoutError, check_layers
 
-__all__ = ["resolve_model", "check_layout", "check_expert_layout", "context_notes"]
+__all__ = ["resolve_model", "check_layout", "check_expert_layout", "check_hybrid_layout", "HYBRID_IMPLEMENTATION",
+           "context_notes"]
 
 
 def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
@@ -92,6 +93,7 @@ def check_layout(model: Model, opts: Options) -> None:
         if remainder:
             raise InvalidLayoutError(f"{model.name}: {message}; choose a degree that divides it")
     check_expert_layout(model, opts)
+    check_hybrid_layout(model, opts)
     if opts.mtp_layers and not model.arch.lm_head:  # MTP is GPTModel's (models/gpt/gpt_model.py)
         raise OptionsError(f"--mtp-layers: multi-token prediction is Megatron-Core's GPTModel's (a causal language "
                            f"model's output layer); {model.name} ({model.arch.family}) has none: drop --mtp-layers")
@@ -113,6 +115,42 @@ def check_layout(model: Model, opts: Options) -> None:
         if opts.seq + opts.new_tokens > model.max_positions:
             raise OptionsError(f"{model.name} has {model.max_positions:,} learned positions: --seq plus --new-tokens "
                                f"({opts.seq + opts.new_tokens:,}) must not exceed it")
+
+
+#: The implementation a hybrid's hand-written graph describes: Megatron-Core's (``symbolic.mamba``); transformers'
+#: own code for it is traced (``quantities.traced``: the CLI takes a config.json there under --implementation hf).
+HYBRID_IMPLEMENTATION = "megatron"
+
+
+def check_hybrid_layout(model: Model, opts: Options) -> None:
+    """A hybrid (Nemotron-H) as its graph describes it: Megatron-Core's implementation (``HYBRID_IMPLEMENTATION``),
+    tensor parallelism splitting whole Mamba heads and groups (Megatron-Core's MambaMixer asserts both), one pipeline
+    stage and no context parallelism (a stage holds a slice of the layer pattern, which the average layer does not
+    say; context parallelism of the scan is not derived)."""
+    hybrid, z = model.arch.hybrid, model.sizes
+    if hybrid is None or opts.mode == "params":
+        return
+    if opts.mode == "infer":
+        raise OptionsError(f"{model.name}: the inference cache of a hybrid holds its Mamba layers' states beside the "
+                           "attention layers' keys and values, which its hand-written graph does not yet; give its "
+                           "config.json to memderive estimate --mode infer, which traces transformers' cache")
+    if opts.implementation.split("-")[0] == "hf" or opts.framework not in (None, HYBRID_IMPLEMENTATION):
+        given = f"--framework {opts.framework}" if opts.framework not in (None, HYBRID_IMPLEMENTATION) else \
+            f"--implementation {opts.implementation}"
+        raise OptionsError(f"{model.name}: its hand-written graph is Megatron-Core's Mamba hybrid, not {given}; "
+                           "transformers' NemotronH code is traced instead: give its config.json to memderive "
+                           "estimate with --implementation hf, or train it under --framework megatron")
+    if "mamba" in hybrid.kinds:
+        for key, what in (("n_sh", "Mamba heads"), ("n_g", "Mamba groups")):
+            if z[key] % opts.tp:
+                raise InvalidLayoutError(f"{model.name}: {z[key]} {what} are not divisible by tensor-parallel degree "
+                                         f"{opts.tp}; choose a degree that divides it")
+    for flag, on, why in (("--pp", opts.pp > 1, "a pipeline stage holds a slice of the layer pattern, which the "
+                                                "hybrid's average layer does not describe"),
+                          ("--cp", opts.cp > 1, "context parallelism of the Mamba scan is not derived")):
+        if on:
+            raise OptionsError(f"{model.name}: {flag} {opts.pp if flag == '--pp' else opts.cp} is not modelled for a "
+                               f"hybrid model yet ({why}); use {flag} 1")
 
 
 def check_expert_layout(model: Model, opts: Options) -> None:

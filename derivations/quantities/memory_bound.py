@@ -65,7 +65,7 @@ __all__ = ["STREAM_TRIAD", "STREAM_SOURCE", "achievable_bandwidth", "Moves", "EA
            "LOCAL_SORT_MOVES", "LOCAL_SORT_SOURCE", "sorts_by_local_expert", "FP8_PAD_MOVES", "FP8_PAD_SOURCE",
            "pads_for_fp8", "OPTIMIZER_SOURCE", "FSDP_SOURCE", "eager_extra_bytes",
            "optimizer_bytes", "MUON_STEP_BYTES", "muon_step_bytes", "optimizer_shard", "zero3_copy_bytes", "MEGATRON_FSDP_BUFFERS", "adam_moves", "layout_int", "fp32_accumulation_bytes",
-           "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements"]
+           "DEEPSPEED_SOURCE", "fp8_cast_bytes", "CAST_SOURCE", "fp8_gathered_elements", "MAMBA_SSM_MOVES"]
 
 EAGER_SOURCE = Citation("torchtitan-norms", "RMSNorm, op by op", also=(
     Citation("torchtitan-llama3-8b-toml", "norm_type = 'rmsnorm', compile = false"),
@@ -174,7 +174,29 @@ FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
     # mixture of experts: each routed expert's SwiGLU as the dense MLP's; the router's fp32 softmax over E
     ("experts", "silu"): {"forward": 3, "recompute": 3, "input-grad": 5},
     ("router", "softmax"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    # the Mamba-2 mixer (symbolic.mamba, MAMBA_SSM_MOVES): its group RMSNorm as the norms; the causal convolution
+    # (its backward's rerun of the forward is a term of phase recompute); the scan's tensor families
+    ("group_rms_norm", "rms_norm"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("conv1d", "conv1d"): {"forward": 2, "recompute": 2, "input-grad": 3},
+    ("ssd", "x-io"): {"forward": 5, "recompute": 5, "input-grad": 17},
+    ("ssd", "bc-io"): {"forward": 2, "recompute": 2, "input-grad": 7},
+    ("ssd", "cb-io"): {"forward": 2, "recompute": 2, "input-grad": 6},
+    ("ssd", "states-io"): {"forward": 4, "recompute": 4, "input-grad": 11},
 }
+#: NOTE(ssd_moves): the Mamba-2 mixer's kernels (mamba_ssm ops/triton/ssd_combined.py, causal_conv1d), each reading
+#: its inputs once and writing its outputs once, per element of each tensor family. Convolution: forward r xBC w
+#: out (2), backward r xBC, dout w dx (3). Over x's (b, s, d_in): forward chunk_state r x, chunk_scan r x, z w out,
+#: out_x (5); backward chunk_state again r x, chunk_scan_bwd_dz r x, z, out_x, dout w dz, dout (6), dstates, dx,
+#: dC, dcb, ddAcs r dout (5), dx, db, dcb, ddAcs r x (4), w dx (1) = 17. Over B and C together (b, s, 2 n_g d_st):
+#: forward chunk_state r B, bmm_chunk r B, C, chunk_scan r C (2 per element of the pair); backward bmm_chunk and
+#: chunk_state again (1.5), dstates r C, dx r B, db w dB, dC r C w dC (2.5), the two bmm_chunk_bwd r B, C and the
+#: residuals, w dB, dC (3) = 7. Over C B^T, fp32 (b, chunks, n_g, Q, Q): forward w, r (2); backward w again, dx
+#: and ddAcs r, dcb w dCB, the two bmm_chunk_bwd r dCB (6). Over the chunk states, fp32 (b, s/Q, n_sh, d_sh, d_st):
+#: forward chunk_state w, state_passing r w, chunk_scan r (4); backward chunk_state and state_passing again (3),
+#: dstates w, state_passing_bwd r 2 w 2, dx, db, dC r (11). The per-head dt and its cumulative sums (n_sh per
+#: token) are left out.
+MAMBA_SSM_MOVES = Citation("mamba-ssm-ssd", "ops/triton/ssd_combined.py _mamba_chunk_scan_combined_fwd and _bwd: "
+                           "the tensors each kernel reads and writes")
 #: NOTE(token_moves): the movement of each token-expert pair's h-vector, read off the experts op's scaling term on its
 #: scaled outputs (b, s, k, h), per element: forward, the dispatcher's permute into expert order (an index_select:
 #: r x w y, 2) and the unpermute's scatter_add back to the tokens (r y w out, 2) = 4; backward, their transposes, the

@@ -86,10 +86,11 @@ from memderive.symbolic.expr import Expr
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Graph
 from memderive.symbolic.lazy import lazy
+from memderive.symbolic.mamba import MAMBA_MIXER
 from memderive.derivations.quantities.memory_bound import (CAST_SOURCE, MUON_STEP_BYTES, DEEPSPEED_SOURCE, EAGER_SOURCE, FSDP_SOURCE,
                                                             FP8_PAD_SOURCE, LOCAL_SORT_SOURCE, MCORE_UNFUSED_SOURCE, runs_unfused,
                                                             OPTIMIZER_SOURCE, STREAM_SOURCE, fp8_cast_bytes,
-                                                            fp8_gathered_elements)
+                                                            fp8_gathered_elements, MAMBA_SSM_MOVES)
 from memderive.derivations.quantities.expert_states import expert_zero_ranks
 from memderive.derivations.quantities.model_states import (FSDP2_FRAMEWORKS, MUON_CITATION, PIPELINED_FSDP2_CITATION,
                                                            reduced_gradient_width, state_widths)
@@ -362,6 +363,7 @@ class StepTime:
     p2p_overlap: bool = True  # Options.p2p_overlap: Megatron-Core's interleaved sends behind compute
     fp8_amax_s: Any = 0.0  # Transformer Engine's blocking amax all-reduces (te_amax.py)
     tp_only_amax_red: bool = False  # --tp-only-amax-red: delayed scaling's over t x cp ranks only
+    mamba: bool = False  # Mamba-2 layers (a hybrid's, symbolic.mamba): the note says how their scan is timed
 
     @property
     def step_s(self) -> float:
@@ -440,6 +442,11 @@ class StepTime:
             memory += (offload_line(self.gpu, self.host_memory_bandwidth),)
         if self.activation_offload_layers:
             memory += (activation_offload_line(self.gpu, self.activation_offload_layers),)
+        if self.mamba:
+            memory += (f"Mamba-2 layers ({cite(MAMBA_MIXER)}): the chunked scan's products, counted over whole Q x Q "
+                       "chunks, at the layers' FLOP-weighted GEMM rate (no benchmark of mamba_ssm's Triton scan "
+                       "kernels is read here: a stand-in); its causal convolution and the tensors each scan kernel "
+                       f"reads and writes at the memory bandwidth ({cite(MAMBA_SSM_MOVES)})",)
         caution = zero3_caution(self.zero3_ranks) if isinstance(self.zero3_ranks, int) else None
         cautions = tuple(c for c in (caution, MOE_HOST_CAUTION if self.ep_s else None) if c)
         return (compute_line(self.gpu, self.efficiency, self.calibrated, self.framework), *fp8, *memory,
@@ -1335,7 +1342,8 @@ def step_time(est: Evaluated, gpu: GPU | str | Cluster, efficiency: float | None
                     activation_offload_layers=opts.activation_offload_layers,
                     activation_offload_s=activation_offload_s(est, hw, micro + memory_micro, m),
                     muon=muon, p2p_overlap=opts.p2p_overlap, fp8_amax_s=m * amax_micro,
-                    tp_only_amax_red=opts.tp_only_amax_red)
+                    tp_only_amax_red=opts.tp_only_amax_red,
+                    mamba=est.model.arch.hybrid is not None and "mamba" in est.model.arch.hybrid.kinds)
 
 
 def _stacked_sum_s(whole: Graph, values: Mapping[Any, Any], share: Any, t: int, p: int, cp: int, hw: GPU,

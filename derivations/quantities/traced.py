@@ -73,7 +73,7 @@ mode_utils = lazy("torch.utils._mode_utils")
 pytree = lazy("torch.utils._pytree")
 logging = lazy("logging")  # on a cold estimate's path (this module is imported by estimate.py), used on traced runs only
 
-__all__ = ["TracedError", "TracedParameters", "hf_config", "known_model_type", "parameters", "cache_bytes",
+__all__ = ["TracedError", "TracedParameters", "HAND_WRITTEN_FOR_MEGATRON", "unsupported_options", "hf_config", "known_model_type", "parameters", "cache_bytes",
            "cache_total", "saved_bytes", "polynomial", "checked_fit", "Polynomial", "Fit", "transformers_version",
            "build"]
 
@@ -85,11 +85,12 @@ class TracedError(ConfigError):
     """transformers cannot build or run this config, said in one line."""
 
 
-def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
+def traced_config(model: Any, implementation: str = "megatron", mode: str = "train") -> tuple[dict[str, Any], str] | None:
     """The parsed config and name of a ``--model`` argument that takes the traced path, else None: a
-    ``config.json`` (or folder holding one) whose model_type no hand-written family takes, or a bare model_type
-    transformers knows that is no bundled name (its config class's defaults). Reads JSON only: torch and
-    transformers are imported only for a bare name, which no other path answers."""
+    ``config.json`` (or folder holding one) whose model_type no hand-written family takes, or whose hand-written
+    graph is Megatron-Core's training step alone (``HAND_WRITTEN_FOR_MEGATRON``) under ``implementation`` hf
+    (transformers' own code) or in ``mode`` infer (transformers' cache), or a bare model_type transformers knows that is no bundled name (its config class's defaults). Reads
+    JSON only: torch and transformers are imported only for a bare name, which no other path answers."""
     if not isinstance(model, (str, Path)):
         return None
     text = str(model)
@@ -105,8 +106,10 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
             return None  # load_config says what is wrong
         config, note = by_architecture(config)  # an unknown model_type read by its architectures class
         model_type = config.get("model_type") if isinstance(config, dict) else None
-        if not isinstance(model_type, str) or model_type in ADAPTERS or (model_type in REFUSED
-                                                                          and model_type not in TRACED_REFUSED):
+        transformers_code = model_type in HAND_WRITTEN_FOR_MEGATRON and (implementation.split("-")[0] == "hf"
+                                                                          or mode == "infer")
+        if not isinstance(model_type, str) or (model_type in ADAPTERS and not transformers_code) or (
+                model_type in REFUSED and model_type not in TRACED_REFUSED):
             return None
         return config, config_name(config, path) + (f" [{note}]" if note else "")
     if text.lower() in PRESETS or text.endswith(".json") or "/" in text or text in ADAPTERS:
@@ -115,6 +118,10 @@ def traced_config(model: Any) -> tuple[dict[str, Any], str] | None:
         return {"model_type": text}, text
     return None
 
+
+#: Families whose hand-written graph is Megatron-Core's training step alone (the Mamba hybrids: ``symbolic.mamba``):
+#: under ``--implementation hf`` or ``--mode infer`` a config.json of one is traced from transformers' code instead.
+HAND_WRITTEN_FOR_MEGATRON = ("nemotron_h",)
 
 #: Families the hand-written path refuses (``REFUSED``) that a config.json takes to the traced path instead: Gemma 3
 #: with its vision tower (tower, projector and text model traced with one image: ``image_tokens``).
@@ -997,13 +1004,22 @@ class TracedEstimate:
         return out
 
 
+def unsupported_options(options: Any) -> list[str]:
+    """The options set away from their defaults that the traced path does not take (``TRACED_OPTIONS`` and the
+    strategies it applies aside). ``--implementation hf`` (and the exact profile it implies) is taken: transformers'
+    code is what a traced model runs."""
+    defaults = Options()
+    said = ("implementation", "profile") if options.implementation.split("-")[0] == "hf" and options.profile in (
+        None, "exact") else ()
+    return [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
+            + said and getattr(options, f.name) != getattr(defaults, f.name)]
+
+
 def traced_estimate(config: Mapping[str, Any], name: str, options: Any,
                     formula: Callable[..., Any] | None = None) -> TracedEstimate:
     """The traced figures of ``config`` (a parsed ``config.json`` whose model_type no hand-written family takes)
     under ``options`` (``derivations.options.Options``; only ``TRACED_OPTIONS`` may differ from their defaults)."""
-    defaults = Options()
-    changed = [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
-               and getattr(options, f.name) != getattr(defaults, f.name)]
+    changed = unsupported_options(options)
     if changed:
         raise TracedError(f"{name}: {', '.join('--' + c.replace('_', '-') for c in changed)} not yet supported for a "
                           f"traced model (model_type {config.get('model_type')!r}); a traced model takes "

@@ -215,8 +215,10 @@ def _candidates(model: Model, base: Options, global_batch: int, gpus: int | None
     if recomputes is None:
         recomputes = ("none", "full") if flash else ("none", "selective", "full")
     batches = _divisors(global_batch)
+    # a hybrid's scan has no context parallelism in the graph (resolve.check_hybrid_layout refuses it)
     cps = [cp] if cp > 1 else [c for c in CONTEXT if c == 1 or (space.cp and flash and base.seq % (2 * c) == 0
-                                                                and _ring_attention(base, c))]
+                                                                and _ring_attention(base, c)
+                                                                and model.arch.hybrid is None)]
     staged = tuple(z for z in zeros if z in space.zeros_with_pp)  # the ZeRO stages the framework runs with p > 1
     for tp, pp, vs, split in _degrees(model, base, gpus, space):
         pairs = [(gpus // (tp * pp * c), c) for c in cps if gpus % (tp * pp * c) == 0] if gpus is not None \

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.convention != "memderive":
         return _convention(args)
     check_formats(args)
-    traced = traced_config(args.model)
+    traced = traced_config(args.model, args.implementation, args.mode)
     if find_ssm(args.model) is not None and not (args.mode == "train" and traced is not None):
         return _state_space(args)  # training of a state space config.json: traced (the hand-written one refuses it)
     if traced is not None:  # a model_type no hand-written family takes: traced from transformers' code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from memderive.derivations.quantities.traced import TracedEstimate
+from memderive.derivations.quantities.traced import HAND_WRITTEN_FOR_MEGATRON, TracedEstimate
 from memderive.derivations.quantities.traced_strategies import Strategies
 from memderive.derivations.quantities.traced_symbolic import Fallback, Symbolic
 from memderive.documents.latex import tex_escape
@@ -107,8 +107,9 @@ def traced_latex(est: TracedEstimate, command: str) -> str:
 
 def _lines(est: TracedEstimate, markdown: bool) -> str:
     bullet = "- " if markdown else "  "
-    lines = [f"model: {est.name} ({est.model_type}; traced from transformers {est.version}'s modeling code, "
-             "no hand-written family)"]
+    why = ("its hand-written graph is Megatron-Core's" if est.model_type in HAND_WRITTEN_FOR_MEGATRON
+           else "no hand-written family")
+    lines = [f"model: {est.name} ({est.model_type}; traced from transformers {est.version}'s modeling code, {why})"]
     if est.mode != "params":
         lines.append(f"inputs: mode {est.mode}, batch {est.batch or 1}, seq {est.seq:,}, attention {est.attention}")
         if est.encoder is not None:
