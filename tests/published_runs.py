@@ -1838,9 +1838,54 @@ def _bridge_eager(name: str, hw: str, model: Any, layout: dict, seq: int, step_s
                                      "CUDA-graph A/B")
 
 
-#: Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that memderive cannot express:
-#: Nemotron 3 Nano, Super, Ultra and Nemotron 3.5 Lightning
-#: (hybrid Mamba-MoE: memderive derives no SSM training step), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive).
+#: Nemotron 3 Nano 30B-A3B as Megatron-Bridge trains it: the bundled preset (derivations/models/presets.py, from
+#: Megatron-Bridge v0.3.1's Nemotron3NanoProvider), the hand-written hybrid graph (``families_hybrid``).
+NEMOTRON_3_NANO = "nemotron-3-nano-30b-a3b"
+#: What Megatron-Bridge v0.3.1 (the 26.02.01 container's) ran for Nemotron 3 Nano's rows: the workload configs
+#: (scripts/performance/configs/nemotronh/nemotron_3_nano_workload_base_configs.py L18-72: TP 1, EP 8, HybridEP,
+#: GBS 512 and MBS 4 on GB300 and B300, 2 on GB200; H100 FP8-CS 16 GPUs, GBS 1,024, MBS 1, recompute_modules moe,
+#: layernorm, core_attn, moe_act, CUDA graph scope mamba), nemotron_3_nano_llm_pretrain.py L25-30 (grad_reduce_in_fp32
+#: False, forced balanced routing), the recipe (src/megatron/bridge/recipes/nemotronh/nemotron_3_nano.py L27-153:
+#: recompute none, the distributed optimizer, no precision-aware optimizer, fused attention), utils/overrides.py
+#: L127-145 (recompute_modules run under 'selective').
+_NANO_NOTE = ("Megatron-Core's Mamba hybrid: distributed optimizer (ZeRO-1), forced balanced routing, token-dropless "
+              "(the page's notes); recompute none but the H100 row's modules, bf16 gradient buffers "
+              "(grad_reduce_in_fp32 False), no precision-aware optimizer, fused attention (v0.3.1 recipe and "
+              "workload configs)")
+_NANO_ASSUMED = ("HybridEP timed as DeepEP; CUDA graphs ({graphs}) not modelled; the provider's first_last_layers_bf16 "
+                 "(its first and last layer's GEMMs in 16 bits) timed as the other layers' fp8")
+
+
+def _nano(name: str, system: str, hw: str, gpus: int, batch: int, tps: float, tflops: float, fp8: str,
+          per_node: int = 8, extra: dict | None = None, graphs: tuple[str, ...] = ("attn", "mamba", "moe_router",
+                                                                                    "moe_preprocess"),
+          rate: str = "") -> MoERun:
+    """A Nemotron 3 Nano row of Megatron-Bridge's 26.02.01 table (``_NANO_NOTE``): EP 8, GBS 512 (1,024 on 16 H100s),
+    the micro-batches GBS / (MBS x DP)."""
+    global_batch = 1024 if gpus == 16 else 512
+    layout = {"dp": gpus, "ep": 8, "batch": batch, "micro_batches": global_batch // (batch * gpus),
+              "moe_dispatcher": "deepep", **(extra or {})}
+    assumed = _NANO_ASSUMED.format(graphs=", ".join(graphs)) + (f"; {rate}" if rate else "")
+    return _bridge_moe(name, system, hw, NEMOTRON_3_NANO, layout, 8192, tps, tflops, fp8=fp8, per_node=per_node,
+                       recipe=_NANO_NOTE, release="26.02.01", assumed=assumed, graphs=graphs)
+
+
+#: Megatron-Bridge's Nemotron 3 Nano rows of 26.02.01 (docs/performance-summary-archive.md at 067f987df), held out
+#: like the other MoE rows. Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that
+#: memderive cannot express: Nemotron 3 Super and Ultra and Nemotron 3.5 Lightning (latent MoE projections,
+#: moe_latent_size; multi-token prediction), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive); the later
+#: releases' Nano rows run recipes not read here.
+NANO = [
+    _nano("Nemotron 3 Nano ep8 b4 mxfp8 GB300", "DGX-GB300", "gb300", 8, 4, 37664, 839, "te-mxfp8", per_node=72,
+          rate=_GB300_RATE),
+    _nano("Nemotron 3 Nano ep8 b2 mxfp8 GB200", "DGX-GB200", "gb200", 8, 2, 33934, 756, "te-mxfp8", per_node=72),
+    _nano("Nemotron 3 Nano ep8 b4 mxfp8 B300", "DGX-B300", "b300", 8, 4, 35861, 798, "te-mxfp8", rate=_B300_RATE),
+    _nano("Nemotron 3 Nano ep8 b1 fp8cs H100", "DGX-H100", "h100-sxm", 16, 1, 14890, 331, "te-current",
+          extra={"recompute": "selective", "recompute_modules": ("moe", "layernorm", "core_attn", "moe_act")},
+          graphs=("mamba",)),
+]
+
+
 MOE = [
     _automodel("Qwen3 30B-A3B FSDP8 ep8", "qwen3-30b-a3b", 8, 8, 4, 16, "full", 21.773, 277,
                "qwen3_moe_30b_te_deepep.yaml"),
@@ -2075,7 +2120,7 @@ MOE = [
     # ``assumed``: CUDA graphs (transformer_engine scopes; 26.06/26.08's full_iteration graphs with their per-rank
     # expert padding, moe_expert_rank_capacity_factor 1.5, and paged stash), cuteDSL's fused grouped MLP, FP8
     # dot-product attention (timed as bf16 flash attention), delay_wgrad_compute. Left out: Kimi K2, the Nemotron 3
-    # hybrids and DeepSeek V4 Flash (the comment above ``MOE`` says why). Not added, the layout already above: rows a later release reprints with new figures (Qwen3 30B-A3B MBS 4 on
+    # Super, Ultra and Lightning hybrids and DeepSeek V4 Flash (the comment above ``NANO`` says why). Not added, the layout already above: rows a later release reprints with new figures (Qwen3 30B-A3B MBS 4 on
     # GB200 26,084 tokens/s at 26.02, 39,936 at 26.08; gpt-oss-120b BF16 GB200 15,784 at 26.02, 16,640 at 26.04.01).
     _bridge_moe("DeepSeek-V3 p8 v2 ep32 B200", "DGX-B200", "b200", "deepseek-v3",
                 {"pp": 8, "virtual_stages": 2, "dp": 32, "ep": 32, "micro_batches": 128, "recompute": "selective",
@@ -2201,6 +2246,7 @@ MOE = [
     # all-to-all dispatcher in place of the recipe's HybridEP: a step, not a throughput (_BRIDGE_EAGER)
     _bridge_eager("Qwen3 30B-A3B ep16 bf16 eager H100", "h100-sxm", "qwen3-30b-a3b",
                   {"dp": 16, "ep": 16, "batch": 1, "micro_batches": 64, "moe_dispatcher": "alltoall"}, 4096, 41.36),
+    *NANO,
 ]
 
 

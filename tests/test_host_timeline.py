@@ -85,8 +85,9 @@ def test_host_is_the_gpus_own() -> None:
 
 def test_graphed_router_is_a_field_of_the_run() -> None:
     """The rows whose recipe captures the router in a CUDA graph (cuda_graph_scope moe_router, as each row's v0.3.0
-    config names it) say so in a field, which the benchmark reads (one graph launch for the router's host work), not
+    config names it, v0.3.1's for Nemotron 3 Nano) say so in a field, which the benchmark reads (one graph launch for the router's host work), not
     in their ``assumed`` text."""
     assert [r.name for r in MOE if "moe_router" in r.cuda_graph_scope] == [
         "DeepSeek-V3 p4 v4 ep64 b4096 GB200", "gpt-oss-120b ep64 b4 B300", "Qwen3 30B-A3B ep8 b4 GB200",
-        "Qwen3 30B-A3B ep8 b1 B200"]
+        "Qwen3 30B-A3B ep8 b1 B200", "Nemotron 3 Nano ep8 b4 mxfp8 GB300", "Nemotron 3 Nano ep8 b2 mxfp8 GB200",
+        "Nemotron 3 Nano ep8 b4 mxfp8 B300"]
