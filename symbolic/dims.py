@@ -26,7 +26,7 @@ else:
 
 __all__ = ["Dim", "DIMS", "by_name", "sym", "b", "s", "h", "a", "a_kv", "d_h", "d_r", "f", "l", "V", "n_ctx", "n_type",
            "n", "w", "l_w", "g", "r", "t", "p", "d", "m", "v", "Psi", "E", "k", "f_e", "f_s", "l_d", "d_c", "d_cq", "d_hR",
-           "d_v", "ep", "etp", "cp", "Psi_a", "d_in", "n_sh", "d_sh", "d_st", "n_g", "d_cv", "l_a", "l_m", "l_f", "l_e", "s_ch"]
+           "d_v", "ep", "etp", "cp", "Psi_a", "d_lat", "d_in", "n_sh", "d_sh", "d_st", "n_g", "d_cv", "l_a", "l_m", "l_f", "l_e", "s_ch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,7 @@ DIMS: tuple[Dim, ...] = (
     Dim("f_e", "routed expert MLP width", "f_{e}"),
     Dim("f_s", "shared expert MLP width (all shared experts together)", "f_{s}"),
     Dim("l_d", "layers with a dense MLP among the MoE layers", "l_{d}"),
+    Dim("d_lat", "latent width the routed experts work in (moe_latent_size)", "d_{lat}"),
     # multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 §2.1 notation)
     Dim("d_c", "key/value latent rank (kv_lora_rank)", "d_{c}"),
     Dim("d_cq", "query latent rank (q_lora_rank)", "d_{c}'"),
@@ -120,6 +121,6 @@ def sym(name: str) -> Expr:
     return _BY_NAME[name].expr
 
 
-(b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_c, d_cq, d_hR, d_v, d_in, n_sh, d_sh,
+(b, s, h, a, a_kv, d_h, d_r, f, l, V, n_ctx, n_type, E, k, f_e, f_s, l_d, d_lat, d_c, d_cq, d_hR, d_v, d_in, n_sh, d_sh,
  d_st, n_g, d_cv, l_a, l_m, l_f, l_e, s_ch, n, w, l_w, g, r, t, p,
  d, m, v, ep, etp, cp, Psi, Psi_a) = (dim.expr for dim in DIMS)

@@ -1872,9 +1872,9 @@ def _nano(name: str, system: str, hw: str, gpus: int, batch: int, tps: float, tf
 
 #: Megatron-Bridge's Nemotron 3 Nano rows of 26.02.01 (docs/performance-summary-archive.md at 067f987df), held out
 #: like the other MoE rows. Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that
-#: memderive cannot express: Nemotron 3 Super and Ultra and Nemotron 3.5 Lightning (latent MoE projections,
-#: moe_latent_size; multi-token prediction), DeepSeek V4 Flash (no DeepSeek-V4 model in memderive); the later
-#: releases' Nano rows run recipes not read here.
+#: memderive cannot express: Nemotron 3 Super and Ultra (their LatentMoE is in the graph, their recipes' repeated
+#: multi-token-prediction layer, mtp_use_repeated_layer, is not) and Nemotron 3.5 Lightning (its recipe not read),
+#: DeepSeek V4 Flash (no DeepSeek-V4 model in memderive); the later releases' Nano rows run recipes not read here.
 NANO = [
     _nano("Nemotron 3 Nano ep8 b4 mxfp8 GB300", "DGX-GB300", "gb300", 8, 4, 37664, 839, "te-mxfp8", per_node=72,
           rate=_GB300_RATE),

@@ -17,6 +17,7 @@ from memderive.derivations.estimate import estimate
 from memderive.derivations.models.config import ConfigError, from_config
 from memderive.derivations.options import OptionsError
 from memderive.derivations.quantities.traced import traced_config, unsupported_options
+from memderive.symbolic.dims import sym
 from memderive.symbolic.errors import InvalidLayoutError
 
 #: Nemotron 3 Nano's Mamba sizes (h 2,688; 64 heads of 64, d_in 4,096; 8 groups; state 128; published_runs.NANO),
@@ -87,7 +88,7 @@ def test_what_the_graph_does_not_describe_is_refused(options: dict, words: str) 
 
 
 @pytest.mark.parametrize(("fields", "words"), [
-    ({"moe_latent_size": 512}, "'moe_latent_size' = 512 is not supported: latent MoE projections"),
+    ({"n_group": 2}, "'n_group' = 2 is not supported: grouped expert routing"),
     ({"mamba_hidden_act": "gelu"}, "'mamba_hidden_act' = 'gelu' is not supported"),
     ({"hybrid_override_pattern": "MX"}, "'hybrid_override_pattern' = 'MX' must be a string of M, \\*, -, E"),
     ({"n_groups": 3}, "'n_groups' = 3 must divide mamba_num_heads = 64"),
@@ -131,3 +132,22 @@ def test_the_traced_path_takes_implementation_hf() -> None:
     assert unsupported_options(Options(**base, implementation="hf-eager")) == []
     assert unsupported_options(Options(**base, implementation="hf", profile="korthikanti")) == ["implementation"]
     assert unsupported_options(Options(**base)) == []
+
+
+def test_latent_moe_routes_its_experts_in_the_latent_width() -> None:
+    """Nemotron 3 Super's LatentMoE (moe_latent_size; Megatron-Core moe_layer.py fc1_latent_proj before the dispatch,
+    fc2_latent_proj after, both duplicated on every tensor-parallel rank): the routed experts' weights are d_lat wide
+    and the all-to-all moves d_lat-wide tokens. One MoE layer (h 96, d_lat 48, 8 experts of 40, 3 per token, a shared
+    expert of 80): norm 96, router 8 x 96, projections 2 x 96 x 48, experts 8 x 2 x 40 x 48, shared 2 x 80 x 96 =
+    96 + 768 + 9,216 + 30,720 + 15,360 = 56,160; the tokens dispatched b s k d_lat x 2 B = 1 x 16 x 3 x 48 x 2 = 4,608
+    B, half of the h-wide 9,216."""
+    from memderive.derivations.quantities.timing import dispatched_bytes
+
+    config = {"model_type": "nemotron_h", "hidden_size": 96, "layers_block_type": ["moe"], "n_routed_experts": 8,
+              "num_experts_per_tok": 3, "moe_intermediate_size": 40, "moe_shared_expert_intermediate_size": 80,
+              "vocab_size": 100, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16}
+    latent = from_config({**config, "moe_latent_size": 48})
+    assert estimate(latent).number("parameters") == 56_160 + 2 * 100 * 96 + 96  # embedding, LM head, final norm
+    for model, want in ((latent, 4_608), (from_config(config), 9_216)):
+        graph = estimate(model, mode="train", batch=1, seq=16).graph
+        assert dispatched_bytes(graph, {**model.values(), sym("b"): 1, sym("s"): 16}) == want

@@ -65,6 +65,11 @@ FAMILY_CONFIGS = [
                         layers_block_type=["mamba", "moe", "mamba", "attention", "moe"], mamba_num_heads=12,
                         mamba_head_dim=8, ssm_state_size=32, n_groups=4, n_routed_experts=8, num_experts_per_tok=3,
                         moe_intermediate_size=40, moe_shared_expert_intermediate_size=80)),
+    # ... with Nemotron 3 Super's LatentMoE: the routed experts in moe_latent_size
+    ("nemotron_h", dict(hidden_size=96, num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=500,
+                        layers_block_type=["mamba", "moe", "attention", "moe"], mamba_num_heads=12, mamba_head_dim=8,
+                        ssm_state_size=32, n_groups=4, n_routed_experts=8, num_experts_per_tok=3,
+                        moe_intermediate_size=40, moe_shared_expert_intermediate_size=80, moe_latent_size=48)),
     ("bert", dict(hidden_size=96, num_attention_heads=4, num_hidden_layers=2, intermediate_size=384,
                   vocab_size=700, max_position_embeddings=128, type_vocab_size=2)),
 ]

@@ -65,6 +65,9 @@ class Moe:
     # whether the family's model card counts the input embedding as active (Mixtral, Qwen, OLMoE, DeepSeek do;
     # gpt-oss's counts the unembedding only: openai-2025-gpt-oss, Table 1)
     active_embedding: bool = True
+    # the routed experts work in a latent width d_lat, projected down before them and back up after (Nemotron 3
+    # Super's LatentMoE: moe_latent_size; Megatron-Core's fc1_latent_proj before the dispatch, fc2_latent_proj after)
+    latent: bool = False
 
 
 #: A hybrid's mixer kinds, each with the dimension that counts its layers (``Hybrid.kinds``).

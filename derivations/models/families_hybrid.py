@@ -4,12 +4,12 @@ Each layer holds one mixer after an RMSNorm, then the residual add (transformers
 attention (grouped query, no positional embedding: the Mamba layers carry order), a plain MLP (``mlp_hidden_act``,
 squared ReLU by default), or a mixture of experts (``n_routed_experts`` plain experts of ``moe_intermediate_size``,
 ``num_experts_per_tok`` per token from a sigmoid router with a score-correction bias buffer, and one shared MLP of
-``moe_shared_expert_intermediate_size`` beside them). Which layer is which: ``layers_block_type`` (or its alias
+``moe_shared_expert_intermediate_size`` beside them; with ``moe_latent_size``, Nemotron 3 Super's LatentMoE, the
+routed experts work in that width between a down and an up projection). Which layer is which: ``layers_block_type`` (or its alias
 ``layer_types``, or the legacy ``hybrid_override_pattern`` string, M Mamba, * attention, - MLP, E MoE, as
 NemotronHConfig reads them); the graph holds their counts (``architectures.Hybrid``).
 
-Refused, naming the field: latent MoE projections (``moe_latent_size``: Nemotron 3 Super and Ultra), a Mamba
-activation other than SiLU, grouped routing (``n_group`` > 1).
+Refused, naming the field: a Mamba activation other than SiLU, grouped routing (``n_group`` > 1).
 """
 
 from __future__ import annotations
@@ -55,8 +55,6 @@ def _nemotron_h(c: Fields) -> Adapted:
     kinds = tuple(k for k in HYBRID_KINDS if k in layers)
     if c.get("mamba_hidden_act", "silu") not in ("silu", "swish"):
         c.fail("mamba_hidden_act", "is not supported: the Mamba mixers' convolution is modelled with SiLU")
-    c.refuse("moe_latent_size", lambda v: v is None, "latent MoE projections (Nemotron 3 Super, Ultra) are not "
-                                                      "modelled yet")
     if c.count("n_group", 1) > 1:
         c.fail("n_group", "is not supported: grouped expert routing is not modelled for nemotron_h")
     heads = c.size("num_attention_heads", default=32)
@@ -81,7 +79,10 @@ def _nemotron_h(c: Fields) -> Adapted:
                      f_s=c.size("moe_shared_expert_intermediate_size", default=7688))
         if sizes["k"] > sizes["E"]:
             c.fail("num_experts_per_tok", f"is more than the {sizes['E']} experts")
-        moe = Moe(shared=True, renormalize=c.flag("norm_topk_prob", True))
+        latent = c.get("moe_latent_size", None)
+        if latent is not None:  # LatentMoE (Nemotron 3 Super, Ultra): the routed experts in moe_latent_size
+            sizes["d_lat"] = c.size("moe_latent_size")
+        moe = Moe(shared=True, renormalize=c.flag("norm_topk_prob", True), latent=latent is not None)
     arch = replace(LLAMA, family="nemotron_h", mlp=mlp, act_fn=c.get("mlp_hidden_act", "relu2"), qkv_bias=False,
                    out_bias=False, mlp_bias=c.flag("mlp_bias", False), positions="none", tied_embeddings=False,
                    moe=moe, hybrid=Hybrid(kinds, proj_bias=bias, conv_bias=c.flag("use_conv_bias", True)))

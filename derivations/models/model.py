@@ -106,7 +106,8 @@ class Model:
         moe = self.arch.moe
         if moe is None:
             return
-        for key in ("E", "k", "f_e") + (("f_s",) if moe.shared else ()) + (("l_d",) if moe.dense_layers else ()):
+        for key in ("E", "k", "f_e") + (("f_s",) if moe.shared else ()) + (("l_d",) if moe.dense_layers else ()) \
+                + (("d_lat",) if moe.latent else ()):
             if key not in sizes:
                 raise ModelError(f"{self.name}: a mixture-of-experts model needs the size {key!r}")
         if sizes["k"] > sizes["E"]:

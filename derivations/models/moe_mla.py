@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from memderive.symbolic.dims import E, a, d_c, d_cq, d_h, d_hR, d_v, f_e, f_s, h, k, l, l_d
+from memderive.symbolic.dims import E, a, d_c, d_cq, d_h, d_hR, d_lat, d_v, f_e, f_s, h, k, l, l_d
 from memderive.symbolic.ops import BlockBuilder
 from memderive.symbolic.tensor import Tensor
 
@@ -37,8 +37,13 @@ def moe_mlp(bb: BlockBuilder, arch: Arch, x: Tensor, dropout: frozenset[str], de
         dense(bb, plain, x, dropout)
         bb.share = (l - l_d) / l
     bb.router("moe/router", x, E, k, bias=moe.router_bias, renormalize=moe.renormalize)
-    out = bb.experts("moe/experts", x, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note,
+    # LatentMoE: the routed experts in d_lat, between a down and an up projection every tensor-parallel rank holds
+    # whole (Megatron-Core's fc1_latent_proj, fc2_latent_proj: TELinear, parallel_mode "duplicated")
+    routed = bb.linear("moe/latent_down", x, d_lat, bias=arch.mlp_bias) if moe.latent else x
+    out = bb.experts("moe/experts", routed, E, k, f_e, kind=arch.mlp, bias=moe.expert_bias, note=moe.note,
                      clamp=moe.glu_clamp)
+    if moe.latent:
+        out = bb.linear("moe/latent_up", out, h, bias=arch.mlp_bias)
     if moe.shared:
         shared = dense(bb, replace(plain, mlp_bias=False), x, frozenset(), width=f_s, prefix="moe/shared")
         if moe.shared_gate:
