@@ -1859,19 +1859,21 @@ _NANO_ASSUMED = ("HybridEP timed as DeepEP; CUDA graphs ({graphs}) not modelled;
 def _nano(name: str, system: str, hw: str, gpus: int, batch: int, tps: float, tflops: float, fp8: str,
           per_node: int = 8, extra: dict | None = None, graphs: tuple[str, ...] = ("attn", "mamba", "moe_router",
                                                                                     "moe_preprocess"),
-          rate: str = "") -> MoERun:
-    """A Nemotron 3 Nano row of Megatron-Bridge's 26.02.01 table (``_NANO_NOTE``): EP 8, GBS 512 (1,024 on 16 H100s),
-    the micro-batches GBS / (MBS x DP)."""
+          rate: str = "", release: str = "26.02.01") -> MoERun:
+    """A Nemotron 3 Nano row of Megatron-Bridge's table at ``release`` (``_NANO_NOTE``): EP 8, GBS 512 (1,024 on 16
+    H100s), the micro-batches GBS / (MBS x DP)."""
     global_batch = 1024 if gpus == 16 else 512
     layout = {"dp": gpus, "ep": 8, "batch": batch, "micro_batches": global_batch // (batch * gpus),
               "moe_dispatcher": "deepep", **(extra or {})}
     assumed = _NANO_ASSUMED.format(graphs=", ".join(graphs)) + (f"; {rate}" if rate else "")
     return _bridge_moe(name, system, hw, NEMOTRON_3_NANO, layout, 8192, tps, tflops, fp8=fp8, per_node=per_node,
-                       recipe=_NANO_NOTE, release="26.02.01", assumed=assumed, graphs=graphs)
+                       recipe=_NANO_NOTE, release=release, assumed=assumed, graphs=graphs)
 
 
 #: Megatron-Bridge's Nemotron 3 Nano rows of 26.02.01 (docs/performance-summary-archive.md at 067f987df), held out
-#: like the other MoE rows. Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that
+#: like the other MoE rows, and the one layout a later release added, DGX-B200 at 26.04.01 (Megatron-Bridge v0.4.2,
+#: the settings of ``_NANO_NOTE`` unchanged: scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py
+#: L31-68, B200 MBS 2; nemotron_3_llm_pretrain.py L32-37; the recipe's L28-150). Left out of ``MOE``, Megatron-Bridge's MoE pretraining rows of 26.02 to 26.08 that
 #: memderive cannot express: Nemotron 3 Super and Ultra (their LatentMoE is in the graph, their recipes' repeated
 #: multi-token-prediction layer, mtp_use_repeated_layer, is not) and Nemotron 3.5 Lightning (its recipe not read),
 #: DeepSeek V4 Flash (no DeepSeek-V4 model in memderive); the later releases' Nano rows run recipes not read here.
@@ -1883,6 +1885,7 @@ NANO = [
     _nano("Nemotron 3 Nano ep8 b1 fp8cs H100", "DGX-H100", "h100-sxm", 16, 1, 14890, 331, "te-current",
           extra={"recompute": "selective", "recompute_modules": ("moe", "layernorm", "core_attn", "moe_act")},
           graphs=("mamba",)),
+    _nano("Nemotron 3 Nano ep8 b2 mxfp8 B200", "DGX-B200", "b200", 8, 2, 32768, 726, "te-mxfp8", release="26.04.01"),
 ]
 
 

@@ -1,9 +1,9 @@
 """Issue 39, mixture of experts: expert-parallel all-to-alls timed on the link they cross, and the published MoE
 runs (``tests/published_runs.MOE``, held out, apart from the dense runs' bounds).
 
-Measured (python benchmarks/published_runs.py, "Mixture of experts"): 57 runs, median |error| 20.0%, worst 66.8%,
-40 within 25%, 50 too fast, with Megatron-Bridge's four Nemotron 3 Nano rows of 26.02.01 (the Mamba-2 hybrid,
-``test_the_nemotron_3_nano_rows``: -18.9% to -37.0%); 53 runs, 18.8%, 39 within 25%, 46 too fast before them
+Measured (python benchmarks/published_runs.py, "Mixture of experts"): 58 runs, median |error| 20.0%, worst 66.8%,
+40 within 25%, 51 too fast, with Megatron-Bridge's five Nemotron 3 Nano rows of 26.02.01 and 26.04.01 (the Mamba-2
+hybrid, ``test_the_nemotron_3_nano_rows``: -18.9% to -37.0%); 53 runs, 18.8%, 39 within 25%, 46 too fast before them
 (17.9%, 38 of 52 before the eager BF16 row of Bridge's CUDA-graph guide, the last paragraph), with the expert all-to-alls and sends inside a node at NCCL's per-link NVLink speed
 (cluster.Cluster.peer: 370.8 GB/s of an H100's 450 each way, 721.8 of a B200's, GB200's, B300's or GB300's 900;
 19.3% and 35 within 25% at the rated speed, 18.2% and 37 before the B300 and GB300 took NCCL's Blackwell row,
@@ -255,7 +255,7 @@ def test_automodels_rows_run_the_configs_that_published_their_figures() -> None:
 
 
 def test_the_moe_errors_do_not_grow() -> None:
-    """Measured: 57 runs, median |error| 20.0%, worst 66.8% (module docstring; 18.8% over the 53 before the Nemotron 3
+    """Measured: 58 runs, median |error| 20.0%, worst 66.8% (module docstring; 18.8% over the 53 before the Nemotron 3
     Nano rows, 17.9% over the 52 before the eager row;
     19.3% with NVLink at its rated speed;
     67.2% before Bekman's MSMF of 082816f;
@@ -360,15 +360,16 @@ def test_the_eager_bf16_step_of_bridges_cuda_graph_guide() -> None:
 
 
 def test_the_nemotron_3_nano_rows() -> None:
-    """Megatron-Bridge's Nemotron 3 Nano rows of 26.02.01 (``published_runs.NANO``): the hybrid's own graph
+    """Megatron-Bridge's Nemotron 3 Nano rows of 26.02.01 and the B200's of 26.04.01 (``published_runs.NANO``): the
+    hybrid's own graph
     (Mamba-2, MoE and attention layers, ``symbolic.mamba``), its recipe's layout, held out. By hand from the page:
     GB300, 512 x 8,192 tokens / (37,664 tokens/s x 8 GPUs) = 4,194,304 / 301,312 = 13.9201 s a step; H100, 1,024 x
     8,192 / (14,890 x 16) = 8,388,608 / 238,240 = 35.2107 s. memderive's model FLOPs agree with the page's TFLOP/s
     (Megatron-Bridge's own count of the hybrid) within 2%: measured MFU 33.2% against the page's 839 / 2,500 = 33.6%
-    on GB300. Predicted (measured): -30.1% GB300, -37.0% GB200, -30.4% B300, -18.9% H100, too fast as the other
-    Megatron-Bridge MoE rows; every layout fits (GB300 188.5 of 288 GiB, H100 59.1 of 80)."""
+    on GB300. Predicted (measured): -30.1% GB300, -37.0% GB200, -30.4% B300, -18.9% H100, -36.9% B200, too fast as
+    the other Megatron-Bridge MoE rows; every layout fits (GB300 188.5 of 288 GiB, H100 59.1 of 80)."""
     rows = {r.name: r for r in NANO}
-    assert len(rows) == 4 and all(r in MOE and r.held_out for r in NANO)
+    assert len(rows) == 5 and all(r in MOE and r.held_out for r in NANO)
     assert rows["Nemotron 3 Nano ep8 b4 mxfp8 GB300"].measured() == pytest.approx(13.9201, abs=1e-4)
     assert rows["Nemotron 3 Nano ep8 b1 fp8cs H100"].measured() == pytest.approx(35.2107, abs=1e-4)
     gb300 = rows["Nemotron 3 Nano ep8 b4 mxfp8 GB300"]
