@@ -151,3 +151,16 @@ def test_latent_moe_routes_its_experts_in_the_latent_width() -> None:
     for model, want in ((latent, 4_608), (from_config(config), 9_216)):
         graph = estimate(model, mode="train", batch=1, seq=16).graph
         assert dispatched_bytes(graph, {**model.values(), sym("b"): 1, sym("s"): 16}) == want
+
+
+def test_the_largest_fsdp_unit_of_a_hybrid_is_its_largest_layer_kind() -> None:
+    """FSDP gathers one layer at a time, the largest whole: Nemotron 3 Nano's MoE layer, 1,297,468,032 parameters
+    (test_the_layer_kinds_hold_their_shares_of_the_layers), 2,594,936,064 B in 16 bits, not the average layer's
+    593,717,151; the root (embedding, LM head, final norm) 2 x (2 x 131,072 x 2,688 + 2,688) = 1,409,291,520 B."""
+    from memderive.derivations.models.presets import preset
+    from memderive.derivations.quantities.param_offload import gathered_weights
+
+    model = preset("nemotron-3-nano-30b-a3b")
+    terms = {t.path: int(t.expr.evaluate(model.values())) for t in gathered_weights(model.graph(), 2).terms}
+    assert terms == {"model_states/gathered_weights/root": 1_409_291_520,
+                     "model_states/gathered_weights/layer": 2_594_936_064}

@@ -39,7 +39,7 @@ from memderive.derivations.quantities.model_states import (OPTIMIZERS, factored_
                                                            master_bytes, optimizer_state_bytes, zero_ranks)
 from memderive.symbolic.derive import Breakdown, Term, parameters
 from memderive.symbolic.dtypes import dtype
-from memderive.symbolic.dims import l, l_a, l_d
+from memderive.symbolic.dims import l, l_a, l_d, l_e, l_f, l_m
 from memderive.symbolic.expr import Max, Min, const, prod, total
 from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
@@ -79,10 +79,14 @@ MTP_UNIT_NOTE = ("each multi-token prediction layer its own unit too, gathered w
 
 
 def _largest_kind(unit: Any) -> Any:
-    """The largest layer of a block whose l layers mix two kinds by a count (``l_d`` dense layers among MoE ones,
-    DeepSeek-V3's first three; ``l_a`` attention layers among a hybrid's state space ones): the block's per-layer
+    """The largest layer of a block whose l layers mix kinds by counts (``l_d`` dense layers among MoE ones,
+    DeepSeek-V3's first three; ``l_a`` attention layers among a hybrid's state space ones; a Mamba hybrid's
+    ``l_m``, ``l_a``, ``l_f``, ``l_e``, each kind's layer alone): the block's per-layer
     count is their average, linear in the count over l, so each kind is that count at l (every layer of it) or at 0
     (none), present where the model has one (an indicator ``Min(count, 1)``, the counts whole numbers)."""
+    kinds = [d for d in (l_m, l_a, l_f, l_e) if d in unit.free_symbols]
+    if any(d in kinds for d in (l_m, l_f, l_e)):  # a hybrid's kinds (architectures.HYBRID_KINDS): each one's layer
+        return Max(*(unit.subs({d: l if d is kind else 0 for d in kinds}) * Min(kind, 1) for kind in kinds))
     mixed = [d for d in (l_d, l_a) if d in unit.free_symbols]
     if not mixed:
         return unit
