@@ -8,7 +8,7 @@ Megatron-Core's ``MambaMixer`` (megatron/core/ssm/mamba_mixer.py, ``forward`` an
   ``zxBCdt``; the layer's norm fused in, Transformer Engine's ``LayerNormColumnParallelLinear``); saves its input.
 * ``mixer/conv1d`` and ``mixer/scan``: one autograd function, ``mamba_split_conv1d_scan_combined``
   (``MambaSplitConv1dScanCombinedFn``): the depthwise causal convolution (kernel d_cv, bias, SiLU) over the
-  conv_dim = d_in + 2 n_g d_st channels of x, B and C, then the chunked scan (chunks of Q = s_ch tokens, dt softplus with
+  conv_dim = d_in + 2 n_g d_st channels of x, B and C, then the chunked scan (chunks of s_ch tokens, dt softplus with
   dt_bias, the D skip) gated by silu(z). It saves (``ctx.save_for_backward``) the projection ``zxbcdt`` (the
   ``rearrange(...).contiguous()`` copy from Megatron's (s, b) order), the ungated output ``out_x`` (b, s, d_in) and
   the fp32 ``A = -exp(A_log.float())`` and ``dt_bias.float()`` (n_sh each); its backward runs the convolution again.
@@ -21,11 +21,11 @@ Tensor parallelism splits d_in, the n_g groups and the n_sh heads over t ranks (
 
 FLOPs, read off the kernels the function runs (``MAMBA_SSM`` ``_mamba_chunk_scan_combined_fwd`` and ``_bwd``), per
 token: the convolution 2 d_cv per channel and SiLU; the scan's products per head ``chunk_state`` (B^T x into the
-chunk's state, 2 d_st d_sh), ``chunk_scan`` (the chunk's own tokens, (C B^T) x over its Q positions, 2 Q d_sh, and
-the passed state, C s, 2 d_st d_sh), per group ``bmm_chunk`` (C B^T, 2 Q d_st); backward per head ``dstates``,
-``dx`` (2 Q d_sh + 2 d_st d_sh), ``db``, ``dC`` (2 d_st d_sh each), ``dcb`` and ``ddAcs`` (2 Q d_sh each), per group
-two ``bmm_chunk_bwd`` (2 Q d_st each), and again (phase ``recompute``, as FlashAttention's) ``bmm_chunk``,
-``chunk_state`` and the convolution. The products are counted over the whole Q x Q chunk (the kernels skip the
+chunk's state, 2 d_st d_sh), ``chunk_scan`` (the chunk's own tokens, (C B^T) x over its s_ch positions, 2 s_ch d_sh,
+and the passed state, C states, 2 d_st d_sh), per group ``bmm_chunk`` (C B^T, 2 s_ch d_st); backward per head ``dstates``,
+``dx`` (2 s_ch d_sh + 2 d_st d_sh), ``db``, ``dC`` (2 d_st d_sh each), ``dcb`` and ``ddAcs`` (2 s_ch d_sh each), per group
+two ``bmm_chunk_bwd`` (2 s_ch d_st each), and again (phase ``recompute``, as FlashAttention's) ``bmm_chunk``,
+``chunk_state`` and the convolution. The products are counted over the whole s_ch x s_ch chunk (the kernels skip the
 blocks above the diagonal), as eager attention's are over s x s. Their HBM traffic is ``quantities.memory_bound``'s
 (``FUSED_MOVES``: the tensor families each kernel reads and writes).
 

@@ -43,7 +43,7 @@ def test_a_mamba_layer_saves_what_megatron_and_mamba_ssm_save() -> None:
 
 def test_a_mamba_layer_computes_what_its_kernels_multiply() -> None:
     """Forward matmul FLOPs per token of a Mamba layer: in_proj 2 x 2,688 x 10,304 = 55,394,304, out_proj 2 x 4,096 x
-    2,688 = 22,020,096, the chunked scan (chunk Q 128) per head chunk_state 2 x 128 x 64 = 16,384, chunk_scan over
+    2,688 = 22,020,096, the chunked scan (chunk s_ch 128) per head chunk_state 2 x 128 x 64 = 16,384, chunk_scan over
     its chunk 2 x 128 x 64 = 16,384 and from the passed state 16,384, per group bmm_chunk 2 x 128 x 128 = 32,768:
     64 x 49,152 + 8 x 32,768 = 3,407,872. Layer: 80,822,272; four layers and the LM head (2 x 2,688 x 1,024 =
     5,505,024) over b s = 2,048 tokens: (323,289,088 + 5,505,024) x 2,048 = 673,370,341,376."""
@@ -81,6 +81,7 @@ def test_tensor_parallelism_splits_whole_heads_and_groups() -> None:
     ({"implementation": "hf"}, "not --implementation hf; transformers. NemotronH code is traced instead"),
     ({"framework": "torchtitan"}, "not --framework torchtitan"),
     ({"mode": "infer"}, "holds its Mamba layers' states"),
+    ({"mtp_layers": 1}, "--mtp-layers 1 is not modelled for a hybrid model yet"),
 ])
 def test_what_the_graph_does_not_describe_is_refused(options: dict, words: str) -> None:
     with pytest.raises(OptionsError, match=words):
@@ -156,7 +157,7 @@ def test_latent_moe_routes_its_experts_in_the_latent_width() -> None:
 def test_the_largest_fsdp_unit_of_a_hybrid_is_its_largest_layer_kind() -> None:
     """FSDP gathers one layer at a time, the largest whole: Nemotron 3 Nano's MoE layer, 1,297,468,032 parameters
     (test_the_layer_kinds_hold_their_shares_of_the_layers), 2,594,936,064 B in 16 bits, not the average layer's
-    593,717,151; the root (embedding, LM head, final norm) 2 x (2 x 131,072 x 2,688 + 2,688) = 1,409,291,520 B."""
+    30,873,291,584 / 52 = 593,717,145.8 parameters (1,187,434,292 B); the root (embedding, LM head, final norm) 2 x (2 x 131,072 x 2,688 + 2,688) = 1,409,291,520 B."""
     from memderive.derivations.models.presets import preset
     from memderive.derivations.quantities.param_offload import gathered_weights
 
@@ -164,3 +165,25 @@ def test_the_largest_fsdp_unit_of_a_hybrid_is_its_largest_layer_kind() -> None:
     terms = {t.path: int(t.expr.evaluate(model.values())) for t in gathered_weights(model.graph(), 2).terms}
     assert terms == {"model_states/gathered_weights/root": 1_409_291_520,
                      "model_states/gathered_weights/layer": 2_594_936_064}
+
+
+def test_attention_heads_a_hybrid_lacks_do_not_limit_its_tensor_parallelism() -> None:
+    """The pure-Mamba config has no attention layer: its 2 key/value heads (config defaults) bound nothing, and t = 4
+    splits its 64 heads and 8 groups (a quarter of the per-token split tensors, 45,184 / 4 = 11,296, beside the
+    whole norm input and output, 10,752, at Korthikanti's profile; the fp32 A and dt_bias 512 / 4)."""
+    est = estimate(MAMBA, mode="train", batch=1, seq=1024, tp=4)
+    assert est.number("activation_bytes_per_layer") == (11_296 + 10_752) * 1024 + 128
+
+
+def test_full_recompute_rebuilds_the_largest_layer_kind() -> None:
+    """Backward under full recompute rebuilds one whole layer: a hybrid's working set is its largest kind's, here
+    Nemotron 3 Nano's MoE layer, as large as in a model of its MoE layers alone (the same sizes, pattern "E"), not
+    the average layer's (637,415,335 B before this rule)."""
+    from memderive.derivations.models.presets import PRESETS
+
+    options = {"mode": "train", "batch": 1, "seq": 8192, "ep": 8, "dp": 8, "recompute": "full"}
+    key = "recompute/working_layer"
+    nano, moe = (dict((e := estimate(model, **options)).quantity("total_bytes").term_ints(e.values))[key]
+                 for model in ("nemotron-3-nano-30b-a3b",
+                               {**PRESETS["nemotron-3-nano-30b-a3b"], "hybrid_override_pattern": "E"}))
+    assert nano == moe > 0

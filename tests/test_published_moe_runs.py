@@ -367,7 +367,7 @@ def test_the_nemotron_3_nano_rows() -> None:
     8,192 / (14,890 x 16) = 8,388,608 / 238,240 = 35.2107 s. memderive's model FLOPs agree with the page's TFLOP/s
     (Megatron-Bridge's own count of the hybrid) within 2%: measured MFU 33.2% against the page's 839 / 2,500 = 33.6%
     on GB300. Predicted (measured): -30.1% GB300, -37.0% GB200, -30.4% B300, -18.9% H100, -36.9% B200, too fast as
-    the other Megatron-Bridge MoE rows; every layout fits (GB300 188.5 of 288 GiB, H100 59.1 of 80)."""
+    the other Megatron-Bridge MoE rows; every layout fits (GB300 188.5 of 288 GiB, H100 59.4 of 80)."""
     rows = {r.name: r for r in NANO}
     assert len(rows) == 5 and all(r in MOE and r.held_out for r in NANO)
     assert rows["Nemotron 3 Nano ep8 b4 mxfp8 GB300"].measured() == pytest.approx(13.9201, abs=1e-4)

@@ -9,7 +9,8 @@ routed experts work in that width between a down and an up projection). Which la
 ``layer_types``, or the legacy ``hybrid_override_pattern`` string, M Mamba, * attention, - MLP, E MoE, as
 NemotronHConfig reads them); the graph holds their counts (``architectures.Hybrid``).
 
-Refused, naming the field: a Mamba activation other than SiLU, grouped routing (``n_group`` > 1).
+Refused, naming the field: a Mamba activation other than SiLU, grouped routing (``n_group`` > 1), ``n_groups`` not
+dividing the Mamba heads, ``mlp_bias`` with MoE layers, more experts per token than experts.
 """
 
 from __future__ import annotations

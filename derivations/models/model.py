@@ -121,6 +121,9 @@ class Model:
         hybrid = self.arch.hybrid
         if hybrid is None:
             return
+        if ("moe" in hybrid.kinds) != (self.arch.moe is not None):
+            raise ModelError(f"{self.name}: a hybrid with MoE layers needs the experts (Arch.moe), and experts need "
+                             "MoE layers among its kinds")
         counts = [str(HYBRID_KINDS[kind]) for kind in hybrid.kinds]
         needed = [*counts, *(("d_in", "n_sh", "d_sh", "d_st", "n_g", "d_cv", "s_ch") if "mamba" in hybrid.kinds else ())]
         for key in needed:

@@ -68,11 +68,16 @@ def resolve_model(model: str | Path | Model | Mapping[str, Any] | Any) -> Model:
 
 def check_layout(model: Model, opts: Options) -> None:
     """Divisibility a Megatron layout needs; each violation is one clear error."""
-    z = model.sizes
-    checks = [(z["a"] % opts.tp, f"{z['a']} attention heads are not divisible by tensor-parallel degree {opts.tp}"),
-              (z["a_kv"] % opts.tp if z["a_kv"] >= opts.tp else 0,
+    z, hybrid = model.sizes, model.arch.hybrid
+    # a hybrid's attention heads and MLP width split only where it has such layers
+    heads = hybrid is None or "attention" in hybrid.kinds
+    width = hybrid is None or "mlp" in hybrid.kinds
+    checks = [(z["a"] % opts.tp if heads else 0,
+               f"{z['a']} attention heads are not divisible by tensor-parallel degree {opts.tp}"),
+              (z["a_kv"] % opts.tp if heads and z["a_kv"] >= opts.tp else 0,
                f"{z['a_kv']} key/value heads are not divisible by tensor-parallel degree {opts.tp}"),
-              (z["f"] % opts.tp, f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
+              (z["f"] % opts.tp if width else 0,
+               f"FFN width {z['f']} is not divisible by tensor-parallel degree {opts.tp}"),
               (0 if opts.uneven_stages or opts.pipeline_layout is not None else z["l"] % opts.pp,
                f"{z['l']} layers are not divisible by pipeline-parallel degree {opts.pp} (uneven stages: "
                "--first-stage-layers, --last-stage-layers)")]
@@ -83,7 +88,7 @@ def check_layout(model: Model, opts: Options) -> None:
             check_layers(opts.layout_chunks(), opts.pipeline_layout, z["l"])
         except LayoutError as exc:
             raise OptionsError(str(exc)) from None
-    if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp:
+    if opts.mode == "train" and opts.tp > 1 and z["a_kv"] < opts.tp and heads:
         checks.append((1, f"{z['a_kv']} key/value heads cannot be split over tensor-parallel degree {opts.tp}"))
     if opts.virtual_stages not in (None, 1) and opts.pp > 1 and not opts.uneven_stages and \
             opts.pipeline_layout is None and \
@@ -147,10 +152,13 @@ def check_hybrid_layout(model: Model, opts: Options) -> None:
                                          f"{opts.tp}; choose a degree that divides it")
     for flag, on, why in (("--pp", opts.pp > 1, "a pipeline stage holds a slice of the layer pattern, which the "
                                                 "hybrid's average layer does not describe"),
-                          ("--cp", opts.cp > 1, "context parallelism of the Mamba scan is not derived")):
+                          ("--cp", opts.cp > 1, "context parallelism of the Mamba scan is not derived"),
+                          ("--mtp-layers", opts.mtp_layers > 0, "Megatron-Core builds a hybrid's multi-token "
+                                                                 "prediction layers from its own Mamba block spec")):
         if on:
-            raise OptionsError(f"{model.name}: {flag} {opts.pp if flag == '--pp' else opts.cp} is not modelled for a "
-                               f"hybrid model yet ({why}); use {flag} 1")
+            value = {"--pp": opts.pp, "--cp": opts.cp, "--mtp-layers": opts.mtp_layers}[flag]
+            raise OptionsError(f"{model.name}: {flag} {value} is not modelled for a hybrid model yet ({why}); use "
+                               f"{flag} {0 if flag == '--mtp-layers' else 1}")
 
 
 def check_expert_layout(model: Model, opts: Options) -> None:

@@ -190,8 +190,8 @@ FUSED_MOVES: dict[tuple[str, str], dict[str, int]] = {
 #: dC, dcb, ddAcs r dout (5), dx, db, dcb, ddAcs r x (4), w dx (1) = 17. Over B and C together (b, s, 2 n_g d_st):
 #: forward chunk_state r B, bmm_chunk r B, C, chunk_scan r C (2 per element of the pair); backward bmm_chunk and
 #: chunk_state again (1.5), dstates r C, dx r B, db w dB, dC r C w dC (2.5), the two bmm_chunk_bwd r B, C and the
-#: residuals, w dB, dC (3) = 7. Over C B^T, fp32 (b, chunks, n_g, Q, Q): forward w, r (2); backward w again, dx
-#: and ddAcs r, dcb w dCB, the two bmm_chunk_bwd r dCB (6). Over the chunk states, fp32 (b, s/Q, n_sh, d_sh, d_st):
+#: residuals, w dB, dC (3) = 7. Over C B^T, fp32 (b, s/s_ch, n_g, s_ch, s_ch): forward w, r (2); backward w again, dx
+#: and ddAcs r, dcb w dCB, the two bmm_chunk_bwd r dCB (6). Over the chunk states, fp32 (b, s/s_ch, n_sh, d_sh, d_st):
 #: forward chunk_state w, state_passing r w, chunk_scan r (4); backward chunk_state and state_passing again (3),
 #: dstates w, state_passing_bwd r 2 w 2, dx, db, dC r (11). The per-head dt and its cumulative sums (n_sh per
 #: token) are left out.

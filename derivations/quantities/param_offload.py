@@ -45,7 +45,7 @@ from memderive.symbolic.formula import Citation
 from memderive.symbolic.graph import Block, Graph
 from memderive.symbolic.mtp_layer import MTP_BLOCK
 
-__all__ = ["offload_params_states", "gathered_weights", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES",
+__all__ = ["offload_params_states", "gathered_weights", "largest_kind", "PARAM_OFFLOAD_CITATION", "PARAM_OFFLOAD_NOTES",
            "MTP_UNIT_NOTE"]
 
 PARAM_OFFLOAD_CITATION = Citation("pytorch-fsdp-offload", "CPUOffloadPolicy; fully_shard: the root not resharded "
@@ -78,7 +78,7 @@ MTP_UNIT_NOTE = ("each multi-token prediction layer its own unit too, gathered w
                  f"norms with it (Megatron-FSDP wraps each TransformerLayer, the MTP layer's among them: {MTP_UNIT})")
 
 
-def _largest_kind(unit: Any) -> Any:
+def largest_kind(unit: Any) -> Any:
     """The largest layer of a block whose l layers mix kinds by counts (``l_d`` dense layers among MoE ones,
     DeepSeek-V3's first three; ``l_a`` attention layers among a hybrid's state space ones; a Mamba hybrid's
     ``l_m``, ``l_a``, ``l_f``, ``l_e``, each kind's layer alone): the block's per-layer
@@ -102,7 +102,7 @@ def gathered_weights(graph: Graph, width: int, prefix: str = "model_states",
     prediction layer its own FSDP unit (``_own_unit``); ``fewer``: the bytes a unit's gathered weights hold fewer
     than that (8-bit weights)."""
     root = total(parameters(graph, blocks=[b.name]).total for b in graph.blocks if not _own_unit(b))
-    layers = [_largest_kind(parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0))
+    layers = [largest_kind(parameters(graph, blocks=[b.name], per_repeat=True).total * width - (fewer(b) if fewer else 0))
               for b in graph.blocks if _own_unit(b)]
     layer = layers[0] if len(layers) == 1 else Max(*layers) if layers else const(0)
     return Breakdown((Term(f"{prefix}/gathered_weights/root", root * width),

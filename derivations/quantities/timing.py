@@ -443,7 +443,7 @@ class StepTime:
         if self.activation_offload_layers:
             memory += (activation_offload_line(self.gpu, self.activation_offload_layers),)
         if self.mamba:
-            memory += (f"Mamba-2 layers ({cite(MAMBA_MIXER)}): the chunked scan's products, counted over whole Q x Q "
+            memory += (f"Mamba-2 layers ({cite(MAMBA_MIXER)}): the chunked scan's products, counted over whole s_ch x s_ch "
                        "chunks, at the layers' FLOP-weighted GEMM rate (no benchmark of mamba_ssm's Triton scan "
                        "kernels is read here: a stand-in); its causal convolution and the tensors each scan kernel "
                        f"reads and writes at the memory bandwidth ({cite(MAMBA_SSM_MOVES)})",)

@@ -35,7 +35,7 @@ from memderive.derivations.quantities.model_states import (ADAFACTOR_CITATION, C
 from memderive.derivations.quantities.precision_aware import PRECISION_AWARE_CITATION, PRECISION_AWARE_NOTE
 from memderive.derivations.quantities.parameters import graph_parameters
 from memderive.derivations.quantities.param_offload import (MTP_UNIT_NOTE, PARAM_OFFLOAD_CITATION, PARAM_OFFLOAD_NOTES,
-                                                            gathered_weights, offload_params_states)
+                                                            gathered_weights, largest_kind, offload_params_states)
 from memderive.derivations.quantity import Quantity
 from memderive.symbolic.derive import Breakdown, Term, activations
 from memderive.symbolic import dims
@@ -98,7 +98,10 @@ def _recompute_working_set(base: Graph, opts: Options, stored: Breakdown, ignore
                      and op.output.name in kept), const(0))
     group = min(opts.recompute_layers, _chunk_layers(model, opts)) if opts.recompute == "full" and \
         opts.recompute_method == "uniform" else 1
-    return Breakdown((Term("recompute/working_layer", plain * group - stored.total + rerun),), "bytes")
+    working = plain * group - stored.total + rerun
+    if model.arch.hybrid is not None:  # the largest layer kind's, not the average layer's (each kind rebuilt whole)
+        working = largest_kind(working)
+    return Breakdown((Term("recompute/working_layer", working),), "bytes")
 
 
 def _chunk_layers(model: Model, opts: Options) -> int:
