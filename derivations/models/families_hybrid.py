@@ -29,8 +29,6 @@ LAYER_KINDS = {"linear_attention": "mamba", "mamba": "mamba", "full_attention": 
                "attention": "attention", "mlp": "mlp", "moe": "moe"}
 #: ``hybrid_override_pattern``'s letters (NemotronHConfig._pattern_to_list).
 PATTERN_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
-#: HYBRID_KINDS' count of each kind, by name.
-_COUNTS = {"mamba": "l_m", "attention": "l_a", "mlp": "l_f", "moe": "l_e"}
 #: NemotronHConfig's default layers when the config names none.
 _DEFAULT_LAYERS = ["linear_attention", "moe", "full_attention", "mlp"]
 
@@ -70,7 +68,7 @@ def _nemotron_h(c: Fields) -> Adapted:
     sizes["d_in"] = sizes["n_sh"] * sizes["d_sh"]
     if sizes["n_sh"] % sizes["n_g"]:
         c.fail("n_groups", f"must divide mamba_num_heads = {sizes['n_sh']} (each group's B and C serve whole heads)")
-    sizes.update({_COUNTS[k]: layers.count(k) for k in kinds})
+    sizes.update({str(HYBRID_KINDS[k]): layers.count(k) for k in kinds})
     mlp = mlp_kind(c, "mlp_hidden_act", "relu2")
     bias = c.flag("use_bias", False)
     moe = None

@@ -139,7 +139,7 @@ def check_hybrid_layout(model: Model, opts: Options) -> None:
         raise OptionsError(f"{model.name}: the inference cache of a hybrid holds its Mamba layers' states beside the "
                            "attention layers' keys and values, which its hand-written graph does not yet; give its "
                            "config.json to memderive estimate --mode infer, which traces transformers' cache")
-    if opts.implementation.split("-")[0] == "hf" or opts.framework not in (None, HYBRID_IMPLEMENTATION):
+    if opts.implementation_kind == "hf" or opts.framework not in (None, HYBRID_IMPLEMENTATION):
         given = f"--framework {opts.framework}" if opts.framework not in (None, HYBRID_IMPLEMENTATION) else \
             f"--implementation {opts.implementation}"
         raise OptionsError(f"{model.name}: its hand-written graph is Megatron-Core's Mamba hybrid, not {given}; "

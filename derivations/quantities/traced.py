@@ -1009,7 +1009,7 @@ def unsupported_options(options: Any) -> list[str]:
     strategies it applies aside). ``--implementation hf`` (and the exact profile it implies) is taken: transformers'
     code is what a traced model runs."""
     defaults = Options()
-    said = ("implementation", "profile") if options.implementation.split("-")[0] == "hf" and options.profile in (
+    said = ("implementation", "profile") if options.implementation_kind == "hf" and options.profile in (
         None, "exact") else ()
     return [f.name for f in dc.fields(Options) if f.name not in TRACED_OPTIONS + traced_strategies.STRATEGY_OPTIONS
             + said and getattr(options, f.name) != getattr(defaults, f.name)]
